@@ -1,0 +1,45 @@
+/*
+ * The host platform: CPU, threads, and which BLAS kernels are in use.
+ *
+ * Debian 12's OpenBLAS (0.3.21) identifies some recent Xeons under a
+ * hypervisor as "Prescott" and then runs sgemm with SSE3 kernels, about 5x
+ * slower.  OpenBLAS picks its kernels when it is loaded, from
+ * OPENBLAS_CORETYPE if set, so the fix has to happen before that: a program
+ * calls ferry_blas_relaunch_if_slow(argv) first thing in main(), which
+ * re-executes the program once with OPENBLAS_CORETYPE set to the core the
+ * CPU's features call for.
+ */
+#ifndef FERRY_PLATFORM_H
+#define FERRY_PLATFORM_H
+
+#include "ferry/ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* OpenBLAS's name for the kernels it uses ("Haswell", "SkylakeX", ...). */
+const char *ferry_blas_corename(void);
+/* The core OpenBLAS should use on this CPU if its own choice is a slow
+ * generic one; NULL when its choice is fine. */
+const char *ferry_blas_better_core(void);
+/* Re-executes the program with OPENBLAS_CORETYPE set when
+ * ferry_blas_better_core() says so (at most once: the relaunched process
+ * sees FERRY_BLAS_RELAUNCHED).  Returns only when no relaunch happened. */
+void ferry_blas_relaunch_if_slow(char **argv);
+/* How the BLAS core was chosen: "detected by OpenBLAS", "forced by ferry
+ * (was Prescott)", "set by OPENBLAS_CORETYPE". */
+const char *ferry_blas_core_origin(void);
+
+/* Threads for ferry's kernels and for BLAS; n <= 0 means all cores. */
+void ferry_set_threads(int n);
+int ferry_get_threads(void);
+int ferry_cpu_count(void);
+/* "AMD EPYC 7B13" or "unknown CPU"; SIMD features as a short string. */
+const char *ferry_cpu_name(void);
+const char *ferry_cpu_features(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

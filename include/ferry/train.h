@@ -1,0 +1,82 @@
+/*
+ * Training: a trainer owns a backend, a GPT-2 model, the data loaders and
+ * the optimizer state, and takes one optimizer step at a time, so a caller
+ * (the CLI, a test) decides what to print, when to evaluate and save.
+ */
+#ifndef FERRY_TRAIN_H
+#define FERRY_TRAIN_H
+
+#include "ferry/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ferry_train_opts {
+	const char *backend;      /* "cpu" (default) or "cuda" */
+	size_t device_mem;        /* device arena bytes; 0 = all */
+	int threads;              /* CPU threads; 0 = all cores */
+	struct ferry_gpt2_config model; /* shape for a fresh model */
+	const char *checkpoint;   /* start from this llm.c checkpoint (or NULL) */
+	const char *resume;       /* resume from this checkpoint + its .state */
+	const char *data;         /* training shards (glob) */
+	const char *val_data;     /* validation shards (glob) or NULL */
+	int B, T;
+	int steps;                /* optimizer steps to reach (total) */
+	float lr, final_lr_frac;  /* cosine decay from lr to lr * final_lr_frac */
+	int warmup;               /* linear warmup steps */
+	struct ferry_adamw adamw; /* lr is taken from the schedule */
+	uint64_t seed;
+};
+
+/* Defaults: cpu, B 4, T 64, lr 6e-4, final 0.1, warmup 0, AdamW (0.9, 0.95,
+ * 1e-8, weight decay 0.1, clip 1.0), seed 1337. */
+void ferry_train_opts_default(struct ferry_train_opts *o);
+
+struct ferry_step_metrics {
+	int step;            /* 1-based optimizer step just taken */
+	float loss, lr, grad_norm;
+	double step_ms, tokens_per_s;
+	size_t device_peak_bytes;
+};
+
+typedef struct ferry_trainer *ferry_trainer_t;
+
+ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
+	FERRY_MUST_CHECK;
+void ferry_trainer_free(ferry_trainer_t tr);
+
+/* Steps already taken (non-zero after a resume). */
+int ferry_trainer_step_count(ferry_trainer_t tr);
+ferry_gpt2_t ferry_trainer_model(ferry_trainer_t tr);
+ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr);
+
+/* One optimizer step on the next training batch. */
+ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *out)
+	FERRY_MUST_CHECK;
+/* Mean loss over the first n batches of the validation data (from its
+ * start, forward only). */
+ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
+	FERRY_MUST_CHECK;
+/* Writes the model (llm.c format) to path and the training state to
+ * path.state, each atomically. */
+ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
+
+/* Learning rate at 0-based step s: linear warmup over `warmup` steps, then
+ * cosine decay to lr * final_frac at `total`. */
+float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);
+
+/* Mean loss of a model over the first n batches of a data glob. */
+ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T, int n_batches,
+			    float *loss) FERRY_MUST_CHECK;
+
+/* Appends n sampled tokens to a sequence of *len tokens (buffer of cap),
+ * sliding the context window to the model's T; temperature 1, top-k 0 = all.
+ * rng is advanced. */
+ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int cap, int n,
+			       uint64_t *rng) FERRY_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

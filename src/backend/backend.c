@@ -1,0 +1,242 @@
+/* Backend registry and argument checking; the work is in the implementations. */
+#include "backend/backend_impl.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct ferry_backend_iface *const backends[] = {
+#ifdef FERRY_HAVE_CUDA
+	&ferry_cuda_backend_iface,
+#endif
+	&ferry_cpu_backend_iface,
+};
+#define N_BACKENDS ((int)(sizeof(backends) / sizeof(backends[0])))
+
+int ferry_backend_count(void)
+{
+	return N_BACKENDS;
+}
+
+const char *ferry_backend_name_at(int i)
+{
+	return i >= 0 && i < N_BACKENDS ? backends[i]->name : NULL;
+}
+
+static const struct ferry_backend_iface *find_backend(const char *name)
+{
+	for (int i = 0; i < N_BACKENDS; i++)
+		if (strcmp(backends[i]->name, name) == 0)
+			return backends[i];
+	return NULL;
+}
+
+static ferry_status unknown_backend(const char *name)
+{
+	char list[128] = "";
+
+	for (int i = 0; i < N_BACKENDS; i++) {
+		if (i)
+			strncat(list, ", ", sizeof(list) - strlen(list) - 1);
+		strncat(list, backends[i]->name, sizeof(list) - strlen(list) - 1);
+	}
+	if (strcmp(name, "cuda") == 0)
+		return ferry_error(FERRY_ERR_UNSUPPORTED,
+				   "backend 'cuda' is not compiled into this build (have: %s)", list);
+	return ferry_error(FERRY_ERR_INVALID, "unknown backend '%s' (have: %s)", name, list);
+}
+
+ferry_status ferry_backend_probe(const char *name)
+{
+	const struct ferry_backend_iface *iface = name ? find_backend(name) : NULL;
+
+	if (!iface)
+		return unknown_backend(name ? name : "(null)");
+	return iface->probe();
+}
+
+ferry_status ferry_backend_open(const char *name, const struct ferry_backend_opts *opts,
+				ferry_backend_t *out)
+{
+	static const struct ferry_backend_opts defaults;
+	const struct ferry_backend_iface *iface;
+	struct ferry_backend *be;
+	ferry_status st;
+
+	*out = NULL;
+	iface = name ? find_backend(name) : NULL;
+	if (!iface)
+		return unknown_backend(name ? name : "(null)");
+	be = ferry_calloc(1, sizeof(*be));
+	if (!be)
+		return ferry_error(FERRY_ERR_NOMEM, "backend %s: out of host memory", name);
+	be->iface = iface;
+	st = iface->open(be, opts ? opts : &defaults);
+	if (st) {
+		ferry_free(be);
+		return st;
+	}
+	*out = be;
+	return FERRY_OK;
+}
+
+void ferry_backend_close(ferry_backend_t be)
+{
+	if (!be)
+		return;
+	be->iface->close(be);
+	ferry_free(be);
+}
+
+const char *ferry_backend_name(ferry_backend_t be) { return be->iface->name; }
+const char *ferry_backend_description(ferry_backend_t be) { return be->description; }
+struct ferry_backend_caps ferry_backend_caps(ferry_backend_t be) { return be->caps; }
+size_t ferry_backend_mem_capacity(ferry_backend_t be) { return be->arena.capacity; }
+size_t ferry_backend_mem_live(ferry_backend_t be) { return be->arena.live; }
+size_t ferry_backend_mem_peak(ferry_backend_t be) { return be->arena.peak; }
+void ferry_backend_mem_reset_peak(ferry_backend_t be) { be->arena.peak = be->arena.live; }
+
+ferry_status ferry_buffer_alloc(ferry_backend_t be, size_t size, ferry_buffer_t *out)
+{
+	struct ferry_buffer *b;
+	ferry_status st;
+
+	*out = NULL;
+	b = ferry_calloc(1, sizeof(*b));
+	if (!b)
+		return ferry_error(FERRY_ERR_NOMEM, "device buffer: out of host memory");
+	st = ferry_arena_alloc(&be->arena, size, &b->offset);
+	if (st) {
+		ferry_free(b);
+		return st;
+	}
+	b->be = be;
+	b->size = size;
+	*out = b;
+	return FERRY_OK;
+}
+
+void ferry_buffer_free(ferry_buffer_t b)
+{
+	if (!b)
+		return;
+	ferry_arena_free(&b->be->arena, b->offset, b->size);
+	ferry_free(b);
+}
+
+void *ferry_buffer_ptr(ferry_buffer_t b) { return b->be->device_base + b->offset; }
+size_t ferry_buffer_size(ferry_buffer_t b) { return b->size; }
+
+ferry_status ferry_host_alloc(ferry_backend_t be, size_t size, void **out)
+{
+	*out = NULL;
+	return be->iface->host_alloc(be, size, out);
+}
+
+void ferry_host_free(ferry_backend_t be, void *p)
+{
+	if (p)
+		be->iface->host_free(be, p);
+}
+
+ferry_status ferry_stream_create(ferry_backend_t be, const char *name, ferry_stream_t *out)
+{
+	struct ferry_stream *s;
+	ferry_status st;
+
+	*out = NULL;
+	s = ferry_calloc(1, sizeof(*s));
+	if (!s)
+		return ferry_error(FERRY_ERR_NOMEM, "stream: out of host memory");
+	s->be = be;
+	snprintf(s->name, sizeof(s->name), "%s", name ? name : "stream");
+	st = be->iface->stream_create(be, s);
+	if (st) {
+		ferry_free(s);
+		return st;
+	}
+	*out = s;
+	return FERRY_OK;
+}
+
+void ferry_stream_free(ferry_stream_t s)
+{
+	if (!s)
+		return;
+	s->be->iface->stream_destroy(s);
+	ferry_free(s);
+}
+
+ferry_status ferry_stream_synchronize(ferry_stream_t s)
+{
+	return s->be->iface->stream_synchronize(s);
+}
+
+ferry_status ferry_stream_wait_event(ferry_stream_t s, ferry_event_t ev)
+{
+	return s->be->iface->stream_wait_event(s, ev);
+}
+
+ferry_status ferry_event_create(ferry_backend_t be, ferry_event_t *out)
+{
+	struct ferry_event *ev;
+	ferry_status st;
+
+	*out = NULL;
+	ev = ferry_calloc(1, sizeof(*ev));
+	if (!ev)
+		return ferry_error(FERRY_ERR_NOMEM, "event: out of host memory");
+	ev->be = be;
+	st = be->iface->event_create(be, ev);
+	if (st) {
+		ferry_free(ev);
+		return st;
+	}
+	*out = ev;
+	return FERRY_OK;
+}
+
+void ferry_event_free(ferry_event_t ev)
+{
+	if (!ev)
+		return;
+	ev->be->iface->event_destroy(ev);
+	ferry_free(ev);
+}
+
+ferry_status ferry_event_record(ferry_event_t ev, ferry_stream_t s)
+{
+	return ev->be->iface->event_record(ev, s);
+}
+
+ferry_status ferry_event_synchronize(ferry_event_t ev)
+{
+	return ev->be->iface->event_synchronize(ev);
+}
+
+bool ferry_event_done(ferry_event_t ev)
+{
+	return ev->be->iface->event_done(ev);
+}
+
+ferry_status ferry_memcpy_async(ferry_stream_t s, void *dst, const void *src, size_t size,
+				enum ferry_copy_kind kind)
+{
+	if (size == 0)
+		return FERRY_OK;
+	if (!dst || !src)
+		return ferry_error(FERRY_ERR_INVALID, "memcpy_async: NULL address");
+	return s->be->iface->memcpy_async(s, dst, src, size, kind);
+}
+
+ferry_status ferry_memset_zero_async(ferry_stream_t s, void *dst, size_t size)
+{
+	if (size == 0)
+		return FERRY_OK;
+	return s->be->iface->memset_zero_async(s, dst, size);
+}
+
+ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call)
+{
+	return s->be->iface->run_op(s, call);
+}

@@ -1,0 +1,80 @@
+/*
+ * Internal: the vtable a backend implements (SQLite's sqlite3_vfs shape).
+ * backend.c validates arguments and dispatches; implementations may assume
+ * non-NULL handles of their own kind.
+ */
+#ifndef FERRY_BACKEND_IMPL_H
+#define FERRY_BACKEND_IMPL_H
+
+#include "ferry/backend.h"
+#include "memory/arena.h"
+#include "ops/op.h"
+
+#define FERRY_BACKEND_IFACE_VERSION 1
+#define FERRY_BUFFER_ALIGN 256
+
+struct ferry_backend_iface {
+	int version;
+	const char *name;
+	/* FERRY_OK if a device can be opened (error message says why not) */
+	ferry_status (*probe)(void);
+	ferry_status (*open)(struct ferry_backend *be, const struct ferry_backend_opts *opts);
+	void (*close)(struct ferry_backend *be);
+
+	ferry_status (*host_alloc)(struct ferry_backend *be, size_t size, void **out);
+	void (*host_free)(struct ferry_backend *be, void *p);
+
+	ferry_status (*stream_create)(struct ferry_backend *be, struct ferry_stream *s);
+	void (*stream_destroy)(struct ferry_stream *s);
+	ferry_status (*stream_synchronize)(struct ferry_stream *s);
+	ferry_status (*stream_wait_event)(struct ferry_stream *s, struct ferry_event *ev);
+
+	ferry_status (*event_create)(struct ferry_backend *be, struct ferry_event *ev);
+	void (*event_destroy)(struct ferry_event *ev);
+	ferry_status (*event_record)(struct ferry_event *ev, struct ferry_stream *s);
+	ferry_status (*event_synchronize)(struct ferry_event *ev);
+	bool (*event_done)(struct ferry_event *ev);
+
+	ferry_status (*memcpy_async)(struct ferry_stream *s, void *dst, const void *src,
+				     size_t size, enum ferry_copy_kind kind);
+	ferry_status (*memset_zero_async)(struct ferry_stream *s, void *dst, size_t size);
+	/* runs one op on the stream, asynchronously */
+	ferry_status (*run_op)(struct ferry_stream *s, const struct ferry_op_call *call);
+};
+
+struct ferry_backend {
+	const struct ferry_backend_iface *iface;
+	struct ferry_arena arena;
+	char *device_base;   /* address of arena offset 0 */
+	struct ferry_backend_caps caps;
+	char description[256];
+	void *ctx;           /* the implementation's own state */
+};
+
+struct ferry_buffer {
+	struct ferry_backend *be;
+	size_t offset, size;
+};
+
+struct ferry_stream {
+	struct ferry_backend *be;
+	char name[32];
+	void *ctx;
+};
+
+struct ferry_event {
+	struct ferry_backend *be;
+	void *ctx;
+};
+
+/* Runs one op on the stream (the engine's entry point; not public API since
+ * ferry_op_call is internal). */
+ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call)
+	FERRY_MUST_CHECK;
+
+extern const struct ferry_backend_iface ferry_cpu_backend_iface;
+#ifdef FERRY_HAVE_CUDA
+extern const struct ferry_backend_iface ferry_cuda_backend_iface;
+#endif
+
+#endif

@@ -1,0 +1,83 @@
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local char last_error[512];
+
+const char *ferry_last_error(void)
+{
+	return last_error;
+}
+
+ferry_status ferry_error(ferry_status status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return status;
+}
+
+const char *ferry_status_name(ferry_status status)
+{
+	switch (status) {
+	case FERRY_OK: return "ok";
+	case FERRY_ERR_INVALID: return "invalid argument";
+	case FERRY_ERR_NOMEM: return "out of host memory";
+	case FERRY_ERR_IO: return "i/o error";
+	case FERRY_ERR_FORMAT: return "bad file format";
+	case FERRY_ERR_UNSUPPORTED: return "unsupported";
+	case FERRY_ERR_BACKEND: return "backend error";
+	case FERRY_ERR_DEVICE_MEM: return "out of device memory";
+	}
+	return "unknown error";
+}
+
+/* Fault injection: countdown of allocations until one fails; -1 = off. */
+static atomic_long fail_countdown = -1;
+
+void ferry_fault_fail_after(long n)
+{
+	atomic_store(&fail_countdown, n < 0 ? -1 : n);
+}
+
+static int fault_fires(void)
+{
+	long c = atomic_load(&fail_countdown);
+
+	while (c >= 0) {
+		if (atomic_compare_exchange_weak(&fail_countdown, &c, c - 1))
+			return c == 0;
+	}
+	return 0;
+}
+
+void *ferry_malloc(size_t size)
+{
+	return fault_fires() ? NULL : malloc(size ? size : 1);
+}
+
+void *ferry_calloc(size_t n, size_t size)
+{
+	return fault_fires() ? NULL : calloc(n ? n : 1, size ? size : 1);
+}
+
+void *ferry_aligned_alloc(size_t alignment, size_t size)
+{
+	void *p = NULL;
+
+	if (fault_fires())
+		return NULL;
+	if (posix_memalign(&p, alignment, size ? size : alignment) != 0)
+		return NULL;
+	return p;
+}
+
+void ferry_free(void *p)
+{
+	free(p);
+}

@@ -1,0 +1,141 @@
+#include "ferry/platform.h"
+
+#include <cblas.h>
+#include <stdbool.h>
+#include <strings.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Declared by OpenBLAS but not in every cblas.h. */
+char *openblas_get_corename(void);
+void openblas_set_num_threads(int n);
+
+const char *ferry_blas_corename(void)
+{
+	const char *name = openblas_get_corename();
+
+	return name ? name : "unknown";
+}
+
+static bool cpu_has_avx512(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+static bool cpu_has_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* OpenBLAS cores that use neither AVX2 nor AVX-512 kernels. */
+static bool is_generic_core(const char *core)
+{
+	static const char *const slow[] = {
+		"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Barcelona",
+		"Opteron", "Opteron_SSE3", "Katmai", "Coppermine", "Northwood", "Banias",
+		"Sandybridge", "Bulldozer", "Piledriver", "Nano", "generic", "unknown",
+	};
+
+	for (size_t i = 0; i < sizeof(slow) / sizeof(slow[0]); i++)
+		if (strcasecmp(core, slow[i]) == 0)
+			return true;
+	return false;
+}
+
+const char *ferry_blas_better_core(void)
+{
+	const char *core = ferry_blas_corename();
+
+	if (!is_generic_core(core))
+		return NULL;
+	if (cpu_has_avx512())
+		return "SkylakeX";
+	if (cpu_has_avx2())
+		return "Haswell";
+	return NULL;
+}
+
+void ferry_blas_relaunch_if_slow(char **argv)
+{
+	const char *better;
+
+	if (getenv("OPENBLAS_CORETYPE") || getenv("FERRY_BLAS_RELAUNCHED"))
+		return;
+	better = ferry_blas_better_core();
+	if (!better)
+		return;
+	setenv("FERRY_BLAS_RELAUNCHED", ferry_blas_corename(), 1);
+	setenv("OPENBLAS_CORETYPE", better, 1);
+	execv("/proc/self/exe", argv);
+	/* exec failed: carry on with the slow kernels rather than not at all */
+	unsetenv("OPENBLAS_CORETYPE");
+}
+
+const char *ferry_blas_core_origin(void)
+{
+	static char buf[128];
+	const char *was = getenv("FERRY_BLAS_RELAUNCHED");
+
+	if (was) {
+		snprintf(buf, sizeof(buf), "forced by ferry (OpenBLAS detected %s)", was);
+		return buf;
+	}
+	if (getenv("OPENBLAS_CORETYPE"))
+		return "set by OPENBLAS_CORETYPE";
+	return "detected by OpenBLAS";
+}
+
+void ferry_set_threads(int n)
+{
+	if (n <= 0)
+		n = omp_get_num_procs();
+	omp_set_num_threads(n);
+	openblas_set_num_threads(n);
+}
+
+int ferry_get_threads(void)
+{
+	return omp_get_max_threads();
+}
+
+int ferry_cpu_count(void)
+{
+	return omp_get_num_procs();
+}
+
+const char *ferry_cpu_name(void)
+{
+	static char name[128];
+	char line[256];
+	FILE *f;
+
+	if (name[0])
+		return name;
+	snprintf(name, sizeof(name), "unknown CPU");
+	f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return name;
+	while (fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+
+		if (strncmp(line, "model name", 10) == 0 && colon) {
+			colon += 2;
+			colon[strcspn(colon, "\n")] = 0;
+			snprintf(name, sizeof(name), "%s", colon);
+			break;
+		}
+	}
+	fclose(f);
+	return name;
+}
+
+const char *ferry_cpu_features(void)
+{
+	return cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2+fma" : "sse";
+}

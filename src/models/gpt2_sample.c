@@ -1,0 +1,51 @@
+/* Text generation: repeated forward passes over a sliding window (no KV
+ * cache: sampling is for showing progress, not for serving). */
+#include "ferry/train.h"
+#include "core/error.h"
+
+static uint64_t xorshift64(uint64_t *s)
+{
+	uint64_t x = *s ? *s : 0x2545F4914F6CDD1Dull;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*s = x;
+	return x;
+}
+
+ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int cap, int n,
+			       uint64_t *rng)
+{
+	const struct ferry_gpt2_config *cfg = ferry_gpt2_config(m);
+	float *probs;
+	ferry_status st = FERRY_OK;
+
+	if (*len < 1 || *len + n > cap)
+		return ferry_error(FERRY_ERR_INVALID, "sample: need a prompt and room for %d tokens", n);
+	probs = ferry_malloc((size_t)cfg->vocab * sizeof(float));
+	if (!probs)
+		return ferry_error(FERRY_ERR_NOMEM, "sample: out of host memory");
+	for (int i = 0; i < n; i++) {
+		int T = *len < ferry_gpt2_max_seq_len(m) ? *len : ferry_gpt2_max_seq_len(m);
+		double u, acc = 0;
+		int next = cfg->vocab - 1;
+
+		st = ferry_gpt2_forward(m, tokens + *len - T, NULL, 1, T, NULL);
+		if (!st)
+			st = ferry_gpt2_probs(m, T - 1, probs);
+		if (st)
+			break;
+		u = (double)(xorshift64(rng) >> 11) * (1.0 / 9007199254740992.0);
+		for (int v = 0; v < cfg->vocab; v++) {
+			acc += probs[v];
+			if (u < acc) {
+				next = v;
+				break;
+			}
+		}
+		tokens[(*len)++] = next;
+	}
+	ferry_free(probs);
+	return st;
+}

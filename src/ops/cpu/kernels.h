@@ -1,0 +1,82 @@
+/*
+ * CPU reference kernels (fp32, OpenMP, matrix products through BLAS).
+ *
+ * Dimension letters, used the same way everywhere:
+ *   B batch, T time (sequence), C channels, NH heads, HS = C / NH head size,
+ *   OC output channels of a matrix product, N = B * T rows,
+ *   V vocabulary, Vp vocabulary padded (rows of the embedding table).
+ * Activations are row-major [N, C] (equivalently [B, T, C]).
+ *
+ * One forward and one backward per op; outputs first, then inputs, then sizes.
+ * Forward functions overwrite their outputs.  Backward functions ACCUMULATE
+ * (+=) into every gradient they are given, so callers zero gradients once and
+ * several consumers of one tensor simply add up.  A NULL gradient pointer
+ * means "not wanted" and is skipped.
+ */
+#ifndef FERRY_OPS_CPU_KERNELS_H
+#define FERRY_OPS_CPU_KERNELS_H
+
+#include <stdint.h>
+
+/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
+void encoder_forward(float *out, const int32_t *tokens, const float *wte,
+		     const float *wpe, int B, int T, int C);
+void encoder_backward(float *dwte, float *dwpe, const float *dout,
+		      const int32_t *tokens, int B, int T, int C);
+
+/* out = (inp - mean) * rstd * weight + bias per row of C; saves mean[N] and
+ * rstd[N] (rstd = 1 / sqrt(var + 1e-5), biased variance). */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+		       const float *weight, const float *bias, int N, int C);
+void layernorm_backward(float *dinp, float *dweight, float *dbias,
+			const float *dout, const float *inp,
+			const float *weight, const float *mean,
+			const float *rstd, int N, int C);
+
+/* out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]; bias may be NULL. */
+void matmul_forward(float *out, const float *inp, const float *weight,
+		    const float *bias, int N, int C, int OC);
+void matmul_backward(float *dinp, float *dweight, float *dbias,
+		     const float *dout, const float *inp, const float *weight,
+		     int N, int C, int OC);
+
+/* Causal multi-head attention, head h on channels [h*HS, (h+1)*HS) of q, k,
+ * v and out (all [B, T, C]).  Scores are q.k / sqrt(HS).  Saves
+ * lse[B, NH, T], the log-sum-exp of each query's scores, instead of the
+ * T x T probabilities; backward recomputes them from q, k and lse. */
+void attention_forward(float *out, float *lse, const float *q, const float *k,
+		       const float *v, int B, int T, int C, int NH);
+void attention_backward(float *dq, float *dk, float *dv, const float *dout,
+			const float *q, const float *k, const float *v,
+			const float *out, const float *lse, int B, int T,
+			int C, int NH);
+
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void gelu_forward(float *out, const float *inp, long n);
+void gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+
+/* out = a + b */
+void residual_forward(float *out, const float *a, const float *b, long n);
+void residual_backward(float *da, float *db, const float *dout, long n);
+
+/* Softmax cross-entropy over the first V of Vp columns (padding columns get
+ * probability 0).  losses[i] = -log softmax(logits[i])[targets[i]].
+ * probs may alias logits (computed in place). */
+void softmax_xent_forward(float *losses, float *probs, const float *logits,
+			  const int32_t *targets, int N, int V, int Vp);
+/* dlogits = dloss * (probs - onehot(targets)), padding columns 0.  WRITES
+ * (does not accumulate); dlogits may alias probs. */
+void softmax_xent_backward(float *dlogits, const float *probs,
+			   const int32_t *targets, float dloss, int N, int V,
+			   int Vp);
+
+/* AdamW on n values, step t >= 1 (bias correction), gradient multiplied by
+ * grad_scale first (global-norm clipping), decoupled weight decay. */
+void adamw_update(float *param, float *m, float *v, const float *grad, long n,
+		  float lr, float beta1, float beta2, float eps,
+		  float weight_decay, float grad_scale, int t);
+
+/* Sum of squares of x, accumulated in double (for the global gradient norm). */
+double sum_squares(const float *x, long n);
+
+#endif

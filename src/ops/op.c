@@ -1,0 +1,61 @@
+#include "ops/op.h"
+
+#include <assert.h>
+
+#define IN FERRY_NEEDS_IN
+#define OUT FERRY_NEEDS_OUT
+
+static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
+	[FERRY_OP_ENCODER] = { "encoder", 0, 1, 2, 0, 0, false },
+	/* layernorm backward needs x, mean and rstd (and the gain, a weight) */
+	[FERRY_OP_LAYERNORM] = { "layernorm", 1, 3, 2, IN(0) | OUT(1) | OUT(2), 0x6, false },
+	/* d(in) needs the weight only; d(weight) needs the input */
+	[FERRY_OP_MATMUL] = { "matmul", 1, 1, 2, IN(0), 0, true },
+	/* flash-style backward: q, k, v, the output and the log-sum-exp */
+	[FERRY_OP_ATTENTION] = { "attention", 3, 2, 0, IN(0) | IN(1) | IN(2) | OUT(0) | OUT(1), 0x2, false },
+	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false },
+	[FERRY_OP_RESIDUAL] = { "residual", 2, 1, 0, 0, 0, false },
+	[FERRY_OP_SOFTMAX_XENT] = { "softmax_xent", 1, 2, 0, OUT(1), 0x3, false },
+	[FERRY_OP_ADAMW] = { "adamw", 1, 2, 1, 0, 0x3, false },
+	[FERRY_OP_SUM_SQUARES] = { "sum_squares", 1, 0, 0, 0, 0, false },
+};
+
+const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
+{
+	assert(kind >= 0 && kind < FERRY_OP_COUNT);
+	return &op_table[kind];
+}
+
+double ferry_op_flops(const struct ferry_op_call *c)
+{
+	double N = (double)c->B * c->T;
+	double hs = c->NH ? (double)c->C / c->NH : 0;
+
+	switch (c->kind) {
+	case FERRY_OP_MATMUL:
+		/* forward one product; backward two (d input, d weight) */
+		return (c->backward ? 4.0 : 2.0) * N * c->C * c->OC;
+	case FERRY_OP_ATTENTION: {
+		/* causal: T(T+1)/2 score pairs per head, q.k and p.v each 2*hs */
+		double pairs = (double)c->B * c->NH * c->T * (c->T + 1) / 2.0;
+		return (c->backward ? 8.0 : 4.0) * pairs * hs;
+	}
+	case FERRY_OP_LAYERNORM:
+		return (c->backward ? 12.0 : 8.0) * N * c->C;
+	case FERRY_OP_GELU:
+		return (c->backward ? 20.0 : 12.0) * (double)c->n;
+	case FERRY_OP_RESIDUAL:
+		return (double)c->n;
+	case FERRY_OP_SOFTMAX_XENT:
+		return 5.0 * N * c->Vp;
+	case FERRY_OP_ADAMW:
+		return 12.0 * (double)c->n;
+	case FERRY_OP_SUM_SQUARES:
+		return 2.0 * (double)c->n;
+	case FERRY_OP_ENCODER:
+		return N * c->C;
+	case FERRY_OP_COUNT:
+		break;
+	}
+	return 0;
+}

@@ -1,0 +1,70 @@
+/*
+ * Op kinds: what each op reads and writes, which of those its backward pass
+ * needs, and its cost.  The graph engine reads this table to derive a layer's
+ * residuals; backends read ferry_op_call to run one op.
+ *
+ * Slots: an op has up to 3 inputs (in), 3 outputs (out) and 2 weights (w).
+ * Backward receives the same pointers plus the gradients of the outputs
+ * (dout), and accumulates into the gradients of inputs (din) and weights (dw).
+ */
+#ifndef FERRY_OPS_OP_H
+#define FERRY_OPS_OP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ferry_op_kind {
+	FERRY_OP_ENCODER,      /* out0 = wte[tokens] + wpe[t]; w0 wte, w1 wpe */
+	FERRY_OP_LAYERNORM,    /* out0 y, out1 mean, out2 rstd; in0 x; w0 g, w1 b */
+	FERRY_OP_MATMUL,       /* out0 = in0 @ w0^T + w1 (w1 may be NULL) */
+	FERRY_OP_ATTENTION,    /* out0 context, out1 lse; in0 q, in1 k, in2 v */
+	FERRY_OP_GELU,         /* out0 = gelu(in0) */
+	FERRY_OP_RESIDUAL,     /* out0 = in0 + in1 */
+	FERRY_OP_SOFTMAX_XENT, /* out0 losses[N], out1 probs (may alias in0); in0 logits */
+	FERRY_OP_ADAMW,        /* w0 param, out0 m, out1 v, in0 grad */
+	FERRY_OP_SUM_SQUARES,  /* *result += sum(in0^2) */
+	FERRY_OP_COUNT
+};
+
+#define FERRY_OP_MAX_IN 3
+#define FERRY_OP_MAX_OUT 3
+#define FERRY_OP_MAX_W 2
+
+/* Bits of what backward reads besides the output gradients. */
+#define FERRY_NEEDS_IN(i) (1u << (i))
+#define FERRY_NEEDS_OUT(i) (1u << (8 + (i)))
+
+struct ferry_op_info {
+	const char *name;
+	int n_in, n_out, n_w;
+	unsigned bwd_needs;      /* FERRY_NEEDS_IN / FERRY_NEEDS_OUT bits */
+	unsigned out_no_grad;    /* bit i: output i is a statistic, no gradient */
+	bool is_dot;             /* a matrix product (for dots_saveable) */
+};
+
+const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);
+
+/* Everything a backend needs to run one op, forward or backward. */
+struct ferry_op_call {
+	enum ferry_op_kind kind;
+	bool backward;
+	int B, T, C, NH, OC, V, Vp; /* as the kind needs; N = B * T */
+	long n;                     /* element count (gelu, residual, adamw) */
+	float *out[FERRY_OP_MAX_OUT];
+	const float *in[FERRY_OP_MAX_IN];
+	const float *w[FERRY_OP_MAX_W];
+	const float *dout[FERRY_OP_MAX_OUT];
+	float *din[FERRY_OP_MAX_IN];
+	float *dw[FERRY_OP_MAX_W];
+	const int32_t *tokens;      /* encoder: inputs; softmax_xent: targets */
+	double *result;             /* sum_squares */
+	float *param;               /* adamw: parameters updated in place */
+	float scalar[8];            /* softmax_xent: [0] dloss;
+				       adamw: lr, beta1, beta2, eps, wd, grad_scale */
+	int step;                   /* adamw: t >= 1 */
+};
+
+/* FLOPs of one call (forward or backward), for benchmarks and planning. */
+double ferry_op_flops(const struct ferry_op_call *call);
+
+#endif

@@ -1,0 +1,295 @@
+/* The training loop's pieces: one step, validation, save and resume. */
+#include "ferry/train.h"
+#include "ferry/checkpoint.h"
+#include "ferry/data.h"
+#include "core/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+struct ferry_trainer {
+	struct ferry_train_opts opts;
+	ferry_backend_t be;
+	ferry_gpt2_t model;
+	ferry_loader_t train, val;
+	int32_t *inputs, *targets;     /* host [B*T] */
+	int step;                      /* optimizer steps taken */
+	uint64_t rng;
+};
+
+void ferry_train_opts_default(struct ferry_train_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->backend = "cpu";
+	o->B = 4;
+	o->T = 64;
+	o->steps = 100;
+	o->lr = 6e-4f;
+	o->final_lr_frac = 0.1f;
+	o->adamw = (struct ferry_adamw){ .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+					 .weight_decay = 0.1f, .grad_clip = 1.0f };
+	o->seed = 1337;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static char *state_path(const char *model_path, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s.state", model_path);
+	return buf;
+}
+
+/* Loads parameters (and with resume, optimizer state and position). */
+static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume)
+{
+	size_t n = ferry_gpt2_num_params(tr->model);
+	struct ferry_gpt2_config cfg;
+	struct ferry_train_state st_info;
+	float *buf = NULL, *mom = NULL, *var = NULL;
+	char sp[4096];
+	ferry_status st;
+
+	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
+	if (st)
+		return st;
+	st = ferry_checkpoint_read(path, &cfg, buf, n);
+	if (!st)
+		st = ferry_gpt2_set_params(tr->model, buf);
+	if (st || !resume)
+		goto out;
+	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
+	if (!st)
+		st = ferry_state_read(state_path(path, sp, sizeof(sp)), &st_info, mom, var, n);
+	if (!st)
+		st = ferry_gpt2_set_opt_state(tr->model, mom, var);
+	if (!st)
+		st = ferry_loader_seek(tr->train, st_info.data_shard, st_info.data_offset);
+	if (!st) {
+		tr->step = (int)st_info.step;
+		tr->rng = st_info.rng;
+	}
+out:
+	ferry_host_free(tr->be, var);
+	ferry_host_free(tr->be, mom);
+	ferry_host_free(tr->be, buf);
+	return st;
+}
+
+ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
+{
+	struct ferry_backend_opts bo = { opts->device_mem, opts->threads, 0 };
+	struct ferry_gpt2_config cfg = opts->model;
+	const char *start = opts->resume ? opts->resume : opts->checkpoint;
+	ferry_trainer_t tr;
+	ferry_status st;
+	size_t N = (size_t)opts->B * opts->T;
+
+	*out = NULL;
+	if (opts->B < 1 || opts->T < 1)
+		return ferry_error(FERRY_ERR_INVALID, "batch size (%d) and sequence length (%d) must be positive",
+				   opts->B, opts->T);
+	if (opts->steps < 0)
+		return ferry_error(FERRY_ERR_INVALID, "steps (%d) must not be negative", opts->steps);
+	if (!(opts->lr > 0) || !isfinite(opts->lr))
+		return ferry_error(FERRY_ERR_INVALID, "learning rate must be positive");
+	if (!opts->data)
+		return ferry_error(FERRY_ERR_INVALID, "no training data given");
+	if (start) {
+		st = ferry_checkpoint_read_config(start, &cfg);
+		if (st)
+			return st;
+	} else if (cfg.padded_vocab == 0 && cfg.vocab > 0) {
+		cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
+	}
+	st = ferry_gpt2_config_check(&cfg);
+	if (st)
+		return st;
+	if (opts->T > cfg.max_seq)
+		return ferry_error(FERRY_ERR_INVALID, "sequence length %d is longer than the model's maximum %d",
+				   opts->T, cfg.max_seq);
+
+	tr = ferry_calloc(1, sizeof(*tr));
+	if (!tr)
+		return ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
+	tr->opts = *opts;
+	tr->rng = opts->seed;
+	st = ferry_backend_open(opts->backend ? opts->backend : "cpu", &bo, &tr->be);
+	if (st)
+		goto fail;
+	st = ferry_loader_open(opts->data, opts->B, opts->T, cfg.vocab, &tr->train);
+	if (st)
+		goto fail;
+	if (opts->val_data) {
+		st = ferry_loader_open(opts->val_data, opts->B, opts->T, cfg.vocab, &tr->val);
+		if (st)
+			goto fail;
+	}
+	st = ferry_gpt2_create(tr->be, &cfg, opts->B, opts->T, &tr->model);
+	if (st)
+		goto fail;
+	st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->inputs);
+	if (!st)
+		st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->targets);
+	if (st)
+		goto fail;
+	if (start)
+		st = load_start(tr, start, opts->resume != NULL);
+	else
+		st = ferry_gpt2_init_random(tr->model, opts->seed);
+	if (st)
+		goto fail;
+	*out = tr;
+	return FERRY_OK;
+fail:
+	ferry_trainer_free(tr);
+	return st;
+}
+
+void ferry_trainer_free(ferry_trainer_t tr)
+{
+	if (!tr)
+		return;
+	if (tr->be) {
+		ferry_host_free(tr->be, tr->inputs);
+		ferry_host_free(tr->be, tr->targets);
+	}
+	ferry_gpt2_free(tr->model);
+	ferry_loader_free(tr->train);
+	ferry_loader_free(tr->val);
+	ferry_backend_close(tr->be);
+	ferry_free(tr);
+}
+
+int ferry_trainer_step_count(ferry_trainer_t tr) { return tr->step; }
+ferry_gpt2_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
+ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
+
+ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	struct ferry_adamw opt = o->adamw;
+	double t0 = now_ms();
+	ferry_status st;
+
+	memset(m, 0, sizeof(*m));
+	opt.lr = ferry_lr_schedule(tr->step, o->steps, o->warmup, o->lr, o->final_lr_frac);
+	st = ferry_loader_next(tr->train, tr->inputs, tr->targets);
+	if (!st)
+		st = ferry_gpt2_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &m->loss);
+	if (!st)
+		st = ferry_gpt2_zero_grad(tr->model);
+	if (!st)
+		st = ferry_gpt2_backward(tr->model);
+	if (!st)
+		st = ferry_gpt2_update(tr->model, &opt, tr->step + 1, &m->grad_norm);
+	if (st)
+		return st;
+	tr->step++;
+	m->step = tr->step;
+	m->lr = opt.lr;
+	m->step_ms = now_ms() - t0;
+	m->tokens_per_s = (double)o->B * o->T / (m->step_ms / 1e3);
+	m->device_peak_bytes = ferry_backend_mem_peak(tr->be);
+	return FERRY_OK;
+}
+
+ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	double sum = 0;
+	ferry_status st;
+
+	if (!tr->val)
+		return ferry_error(FERRY_ERR_INVALID, "no validation data given");
+	if (n_batches < 1)
+		return ferry_error(FERRY_ERR_INVALID, "validation batches (%d) must be positive", n_batches);
+	ferry_loader_rewind(tr->val);
+	for (int i = 0; i < n_batches; i++) {
+		float l;
+
+		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
+		if (!st)
+			st = ferry_gpt2_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
+		if (st)
+			return st;
+		sum += l;
+	}
+	*loss = (float)(sum / n_batches);
+	return FERRY_OK;
+}
+
+ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
+{
+	size_t n = ferry_gpt2_num_params(tr->model);
+	struct ferry_train_state info = { .step = tr->step, .rng = tr->rng };
+	float *buf = NULL, *mom = NULL, *var = NULL;
+	char sp[4096];
+	ferry_status st;
+
+	ferry_loader_position(tr->train, &info.data_shard, &info.data_offset);
+	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
+	if (!st)
+		st = ferry_gpt2_get_params(tr->model, buf);
+	if (!st)
+		st = ferry_gpt2_get_opt_state(tr->model, mom, var);
+	if (!st)
+		st = ferry_checkpoint_write(path, ferry_gpt2_config(tr->model), buf);
+	if (!st)
+		st = ferry_state_write(state_path(path, sp, sizeof(sp)), &info, mom, var, n);
+	ferry_host_free(tr->be, var);
+	ferry_host_free(tr->be, mom);
+	ferry_host_free(tr->be, buf);
+	return st;
+}
+
+ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T, int n_batches,
+			    float *loss)
+{
+	ferry_loader_t loader = NULL;
+	int32_t *in = NULL, *tg = NULL;
+	size_t N = (size_t)B * T;
+	double sum = 0;
+	ferry_status st;
+
+	if (n_batches < 1)
+		return ferry_error(FERRY_ERR_INVALID, "number of batches (%d) must be positive", n_batches);
+	st = ferry_loader_open(data_glob, B, T, ferry_gpt2_config(m)->vocab, &loader);
+	if (st)
+		return st;
+	in = ferry_malloc(N * sizeof(int32_t));
+	tg = ferry_malloc(N * sizeof(int32_t));
+	if (!in || !tg) {
+		st = ferry_error(FERRY_ERR_NOMEM, "evaluate: out of host memory");
+		goto out;
+	}
+	for (int i = 0; i < n_batches; i++) {
+		float l;
+
+		st = ferry_loader_next(loader, in, tg);
+		if (!st)
+			st = ferry_gpt2_forward(m, in, tg, B, T, &l);
+		if (st)
+			goto out;
+		sum += l;
+	}
+	*loss = (float)(sum / n_batches);
+out:
+	ferry_free(in);
+	ferry_free(tg);
+	ferry_loader_free(loader);
+	return st;
+}

@@ -1,0 +1,45 @@
+/* ferry info: what this build and machine offer. */
+#include "commands.h"
+#include "ferry/backend.h"
+#include "ferry/platform.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cmd_info(int argc, char **argv)
+{
+	if (argc > 1) {
+		if (strcmp(argv[1], "--help") == 0) {
+			printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
+			       "can run here, the devices, the BLAS kernels and threads.\n");
+			return 0;
+		}
+		fprintf(stderr, "ferry info: unexpected argument '%s'\n", argv[1]);
+		return 2;
+	}
+	printf("ferry %s\n", FERRY_VERSION_STRING);
+	printf("cpu: %s (%d cores, %s)\n", ferry_cpu_name(), ferry_cpu_count(), ferry_cpu_features());
+	printf("blas: OpenBLAS, core %s, %s\n", ferry_blas_corename(), ferry_blas_core_origin());
+	printf("threads: %d\n", ferry_get_threads());
+	printf("backends:\n");
+	for (int i = 0; i < ferry_backend_count(); i++) {
+		const char *name = ferry_backend_name_at(i);
+		ferry_backend_t be;
+
+		if (ferry_backend_probe(name) != FERRY_OK) {
+			printf("  %-5s unavailable: %s\n", name, ferry_last_error());
+			continue;
+		}
+		if (ferry_backend_open(name, NULL, &be) != FERRY_OK) {
+			printf("  %-5s failed to open: %s\n", name, ferry_last_error());
+			continue;
+		}
+		struct ferry_backend_caps caps = ferry_backend_caps(be);
+
+		printf("  %-5s %s\n", name, ferry_backend_description(be));
+		printf("        async %s, events %s, pinned host memory %s\n", caps.async ? "yes" : "no",
+		       caps.events ? "yes" : "no", caps.host_pinned ? "yes" : "no");
+		ferry_backend_close(be);
+	}
+	return 0;
+}

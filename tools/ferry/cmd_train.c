@@ -1,0 +1,294 @@
+/* ferry train: the training loop as a command. */
+#include "cli_args.h"
+#include "commands.h"
+#include "demo_data.h"
+#include "ferry/data.h"
+#include "ferry/platform.h"
+#include "ferry/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const CMD = "train";
+
+static void usage(void)
+{
+	printf("usage: ferry train [flags]\n"
+	       "\n"
+	       "With no flags, trains a small GPT-2 on the demo corpus (Debian's fortunes,\n"
+	       "tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) and prints a sample.\n"
+	       "\n"
+	       "model (ignored with --checkpoint/--resume, which carry their own shape):\n"
+	       "  --layers N --channels N --heads N --vocab N --max-seq N\n"
+	       "                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
+	       "  --checkpoint FILE     start from an llm.c checkpoint (fp32, version 3)\n"
+	       "  --resume FILE         continue from FILE and FILE.state (from --save)\n"
+	       "data:\n"
+	       "  --data GLOB           training shards (llm.c format)\n"
+	       "  --val-data GLOB       validation shards\n"
+	       "  --val-every N         validate every N steps (default 0: at the end only)\n"
+	       "  --val-batches N       batches per validation (default 8)\n"
+	       "optimisation:\n"
+	       "  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
+	       "  --steps N             total optimizer steps (default 500)\n"
+	       "  --lr X                peak learning rate (default 1e-3)\n"
+	       "  --warmup N            linear warmup steps (default 20)\n"
+	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
+	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
+	       "  --seed S              initialisation and sampling seed (default 1337)\n"
+	       "machine:\n"
+	       "  --backend NAME        cpu (default) or cuda\n"
+	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
+	       "  --threads N           CPU threads (default: all cores)\n"
+	       "output:\n"
+	       "  --save FILE           write the model (llm.c format) and FILE.state at the end\n"
+	       "  --save-every N        ... and every N steps\n"
+	       "  --json FILE           one JSON record per step\n"
+	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
+	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n");
+}
+
+struct train_cli {
+	struct ferry_train_opts o;
+	const char *save, *json, *tokenizer;
+	int save_every, val_every, val_batches, sample;
+	bool shape_given;
+};
+
+static int parse(int argc, char **argv, struct train_cli *c)
+{
+	struct ferry_gpt2_config *m = &c->o.model;
+
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i];
+		int r = 0;
+
+#define IS(name) (strcmp(f, name) == 0)
+		if (IS("--help") || IS("-h")) {
+			usage();
+			return 1;
+		} else if (IS("--layers")) { r = arg_int(CMD, argc, argv, i, &m->layers); c->shape_given = true; }
+		else if (IS("--channels")) { r = arg_int(CMD, argc, argv, i, &m->channels); c->shape_given = true; }
+		else if (IS("--heads")) { r = arg_int(CMD, argc, argv, i, &m->heads); c->shape_given = true; }
+		else if (IS("--vocab")) { r = arg_int(CMD, argc, argv, i, &m->vocab); c->shape_given = true; }
+		else if (IS("--max-seq")) { r = arg_int(CMD, argc, argv, i, &m->max_seq); c->shape_given = true; }
+		else if (IS("--checkpoint")) r = arg_value(CMD, argc, argv, i, &c->o.checkpoint);
+		else if (IS("--resume")) r = arg_value(CMD, argc, argv, i, &c->o.resume);
+		else if (IS("--data")) r = arg_value(CMD, argc, argv, i, &c->o.data);
+		else if (IS("--val-data")) r = arg_value(CMD, argc, argv, i, &c->o.val_data);
+		else if (IS("--val-every")) r = arg_int(CMD, argc, argv, i, &c->val_every);
+		else if (IS("--val-batches")) r = arg_int(CMD, argc, argv, i, &c->val_batches);
+		else if (IS("--batch")) r = arg_int(CMD, argc, argv, i, &c->o.B);
+		else if (IS("--seq")) r = arg_int(CMD, argc, argv, i, &c->o.T);
+		else if (IS("--steps")) r = arg_int(CMD, argc, argv, i, &c->o.steps);
+		else if (IS("--lr")) r = arg_float(CMD, argc, argv, i, &c->o.lr);
+		else if (IS("--warmup")) r = arg_int(CMD, argc, argv, i, &c->o.warmup);
+		else if (IS("--final-lr-frac")) r = arg_float(CMD, argc, argv, i, &c->o.final_lr_frac);
+		else if (IS("--weight-decay")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.weight_decay);
+		else if (IS("--grad-clip")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.grad_clip);
+		else if (IS("--seed")) r = arg_u64(CMD, argc, argv, i, &c->o.seed);
+		else if (IS("--backend")) r = arg_value(CMD, argc, argv, i, &c->o.backend);
+		else if (IS("--device-mem")) r = arg_size(CMD, argc, argv, i, &c->o.device_mem);
+		else if (IS("--threads")) r = arg_int(CMD, argc, argv, i, &c->o.threads);
+		else if (IS("--save")) r = arg_value(CMD, argc, argv, i, &c->save);
+		else if (IS("--save-every")) r = arg_int(CMD, argc, argv, i, &c->save_every);
+		else if (IS("--json")) r = arg_value(CMD, argc, argv, i, &c->json);
+		else if (IS("--sample")) r = arg_int(CMD, argc, argv, i, &c->sample);
+		else if (IS("--tokenizer")) r = arg_value(CMD, argc, argv, i, &c->tokenizer);
+		else
+			return cli_usage_error(CMD, "unknown flag '%s'", f);
+#undef IS
+		if (r)
+			return 2;
+		i++;
+	}
+	if (c->o.checkpoint && c->o.resume)
+		return cli_usage_error(CMD, "--checkpoint and --resume are exclusive");
+	if (c->save_every < 0 || c->val_every < 0 || c->val_batches < 1 || c->sample < 0 ||
+	    c->o.threads < 0 || c->o.warmup < 0)
+		return cli_usage_error(CMD, "counts must not be negative");
+	return 0;
+}
+
+static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
+{
+	ferry_gpt2_t m = ferry_trainer_model(tr);
+	ferry_tokenizer_t tok = NULL;
+	int32_t *seq;
+	int len = 1, cap = c->sample + 1;
+	uint64_t rng = c->o.seed;
+
+	if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK) {
+		fprintf(stderr, "ferry train: no sample: %s\n", ferry_last_error());
+		return;
+	}
+	seq = malloc((size_t)cap * sizeof(*seq));
+	if (!seq) {
+		ferry_tokenizer_free(tok);
+		return;
+	}
+	/* start from the end-of-text token, as at a document's start */
+	seq[0] = ferry_tokenizer_eot(tok) < ferry_gpt2_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
+	if (ferry_gpt2_sample(m, seq, &len, cap, c->sample, &rng) != FERRY_OK) {
+		fprintf(stderr, "ferry train: sampling failed: %s\n", ferry_last_error());
+	} else {
+		printf("\n--- sample (%d tokens) ---\n", c->sample);
+		for (int i = 1; i < len; i++) {
+			int n;
+			const char *s = ferry_tokenizer_decode(tok, seq[i], &n);
+
+			if (s)
+				fwrite(s, 1, (size_t)n, stdout);
+			else if (seq[i] == ferry_tokenizer_eot(tok))
+				printf("\n<|endoftext|>\n");
+			else
+				printf("<%d>", seq[i]);
+		}
+		printf("\n--- end of sample ---\n");
+	}
+	free(seq);
+	ferry_tokenizer_free(tok);
+}
+
+static void json_record(FILE *f, const struct ferry_step_metrics *m, float val_loss)
+{
+	fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+		   "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"device_peak_bytes\": %zu",
+		m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens_per_s,
+		m->device_peak_bytes);
+	if (!isnan(val_loss))
+		fprintf(f, ", \"val_loss\": %.6f", val_loss);
+	fprintf(f, "}\n");
+	fflush(f);
+}
+
+int cmd_train(int argc, char **argv)
+{
+	struct train_cli c;
+	ferry_trainer_t tr = NULL;
+	FILE *json = NULL;
+	int rc, first_step;
+	double total_ms = 0, steady_ms = 0;
+	int steady_n = 0;
+	float last_loss = NAN, first_loss = NAN;
+
+	memset(&c, 0, sizeof(c));
+	ferry_train_opts_default(&c.o);
+	c.o.model = (struct ferry_gpt2_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
+						.layers = 6, .heads = 6, .channels = 192 };
+	c.o.B = 8;
+	c.o.T = 128;
+	c.o.steps = 500;
+	c.o.lr = 1e-3f;
+	c.o.warmup = 20;
+	c.val_batches = 8;
+	c.sample = 256;
+	rc = parse(argc, argv, &c);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	if ((c.o.checkpoint || c.o.resume) && c.shape_given)
+		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
+				"shape flags are ignored\n");
+	ferry_set_threads(c.o.threads);
+
+	if (!c.o.data) {
+		if (ferry_demo_data_ensure(stdout) != 0)
+			return 1;
+		c.o.data = FERRY_DEMO_PREFIX "_train_*.bin";
+		if (!c.o.val_data)
+			c.o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
+	}
+	if (c.json) {
+		json = fopen(c.json, "w");
+		if (!json) {
+			fprintf(stderr, "ferry train: cannot write %s\n", c.json);
+			return 1;
+		}
+	}
+	if (ferry_trainer_create(&c.o, &tr) != FERRY_OK) {
+		rc = cli_fail(CMD);
+		goto out;
+	}
+	{
+		ferry_gpt2_t m = ferry_trainer_model(tr);
+		const struct ferry_gpt2_config *cfg = ferry_gpt2_config(m);
+
+		printf("model: GPT-2, %d layers, %d channels, %d heads, vocab %d (padded %d), max seq %d: "
+		       "%.2fM parameters\n", cfg->layers, cfg->channels, cfg->heads, cfg->vocab,
+		       cfg->padded_vocab, cfg->max_seq, ferry_gpt2_num_params(m) / 1e6);
+		printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
+		       c.o.B, c.o.T, c.o.steps, c.o.lr, c.o.warmup, c.o.final_lr_frac,
+		       ferry_backend_name(ferry_trainer_backend(tr)),
+		       ferry_backend_description(ferry_trainer_backend(tr)));
+		printf("device memory: %.1f MiB held by the model\n", ferry_gpt2_device_bytes(m) / 1048576.0);
+		if (c.o.resume)
+			printf("resumed at step %d\n", ferry_trainer_step_count(tr));
+	}
+	first_step = ferry_trainer_step_count(tr);
+	rc = 0;
+	while (ferry_trainer_step_count(tr) < c.o.steps) {
+		struct ferry_step_metrics m;
+		float val_loss = NAN;
+
+		if (ferry_trainer_step(tr, &m) != FERRY_OK) {
+			rc = cli_fail(CMD);
+			goto out;
+		}
+		if (c.o.val_data && ((c.val_every && m.step % c.val_every == 0) || m.step == c.o.steps)) {
+			if (ferry_trainer_validate(tr, c.val_batches, &val_loss) != FERRY_OK) {
+				rc = cli_fail(CMD);
+				goto out;
+			}
+		}
+		if (isnan(first_loss))
+			first_loss = m.loss;
+		last_loss = m.loss;
+		total_ms += m.step_ms;
+		if (m.step > first_step + 1) { /* the first step warms caches up */
+			steady_ms += m.step_ms;
+			steady_n++;
+		}
+		printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.1f ms | %8.0f tok/s",
+		       m.step, c.o.steps, m.loss, m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
+		if (!isnan(val_loss))
+			printf(" | val loss %.4f", val_loss);
+		printf("\n");
+		fflush(stdout);
+		if (json)
+			json_record(json, &m, val_loss);
+		if (c.save && c.save_every && m.step % c.save_every == 0 && m.step != c.o.steps) {
+			if (ferry_trainer_save(tr, c.save) != FERRY_OK) {
+				rc = cli_fail(CMD);
+				goto out;
+			}
+		}
+	}
+	if (c.save) {
+		if (ferry_trainer_save(tr, c.save) != FERRY_OK) {
+			rc = cli_fail(CMD);
+			goto out;
+		}
+		printf("saved %s and %s.state\n", c.save, c.save);
+	}
+	{
+		int done = ferry_trainer_step_count(tr) - first_step;
+
+		printf("\nsummary: %d steps in %.1f s, loss %.4f -> %.4f, %.1f ms/step, %.0f tokens/s "
+		       "(steady state), device peak %.1f MiB\n",
+		       done, total_ms / 1e3, first_loss, last_loss,
+		       steady_n ? steady_ms / steady_n : total_ms / (done ? done : 1),
+		       steady_n ? (double)c.o.B * c.o.T * steady_n / (steady_ms / 1e3) : 0.0,
+		       ferry_backend_mem_peak(ferry_trainer_backend(tr)) / 1048576.0);
+	}
+	if (c.sample)
+		print_sample(tr, &c);
+out:
+	if (json)
+		fclose(json);
+	ferry_trainer_free(tr);
+	return rc;
+}

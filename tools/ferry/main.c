@@ -1,0 +1,57 @@
+/* ferry: the command-line trainer. */
+#include "commands.h"
+#include "ferry/ferry.h"
+#include "ferry/platform.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"ferry " FERRY_VERSION_STRING " - train GPT-2 models, offloading to host memory\n"
+		"\n"
+		"usage: ferry <command> [flags]\n"
+		"\n"
+		"commands:\n"
+		"  train   train a model (default: a small GPT-2 on the demo corpus)\n"
+		"  eval    mean loss of a checkpoint over the first batches of a data set\n"
+		"  data    turn text files into token shards (llm.c format)\n"
+		"  info    backends, devices, BLAS kernels, threads\n"
+		"\n"
+		"Run 'ferry <command> --help' for a command's flags.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*run)(int, char **);
+	} commands[] = {
+		{ "train", cmd_train }, { "eval", cmd_eval }, { "data", cmd_data },
+		{ "info", cmd_info },
+	};
+
+	/* Before anything calls BLAS: make sure its fast kernels are in use. */
+	ferry_blas_relaunch_if_slow(argv);
+
+	if (argc < 2) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("ferry %s\n", FERRY_VERSION_STRING);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "ferry: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
