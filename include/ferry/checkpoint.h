@@ -11,7 +11,7 @@
  *   [0] 20241121 magic, [1] 1 version, [2..3] step (int64, little-endian
  *   halves), [4..5] number of parameters (int64), [6..7] data shard index
  *   (int64), [8..9] data token offset (int64), [10..11] rng state (uint64),
- *   [12..15] optimizer hyperparameters-independent reserved zeros;
+ *   [12..255] reserved, written as zeros and ignored when read;
  * then AdamW m (fp32, n) and v (fp32, n).
  *
  * Every writer writes "<path>.tmp", flushes, fsyncs, then renames over
@@ -40,7 +40,9 @@ ferry_status ferry_checkpoint_read_config(const char *path,
 	FERRY_MUST_CHECK;
 
 /* Reads the whole model: *cfg gets the shape, params (n_params floats,
- * allocated by the caller after ferry_checkpoint_read_config) the values. */
+ * allocated by the caller after ferry_checkpoint_read_config) the values.
+ * n_params != the file's count: FERRY_ERR_INVALID.  Bad header, config or
+ * length: FERRY_ERR_FORMAT; missing or unreadable file: FERRY_ERR_IO. */
 ferry_status ferry_checkpoint_read(const char *path,
 				   struct ferry_gpt2_config *cfg,
 				   float *params, size_t n_params)

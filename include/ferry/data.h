@@ -6,8 +6,10 @@
  *
  * The loader reads B*T+1 consecutive tokens per batch: inputs are the first
  * B*T, targets the same shifted by one.  It walks the shards of a glob in
- * sorted order, batch after batch; when a shard has fewer than B*T+1 tokens
- * left it moves to the next shard (wrapping around after the last).
+ * sorted order (strcmp), batch after batch, advancing B*T tokens per batch (so
+ * one batch's last target is the next batch's first input, as in llm.c); when
+ * a shard has fewer than B*T+1 tokens left it moves to the next shard
+ * (wrapping around after the last; shards shorter than one batch are skipped).
  */
 #ifndef FERRY_DATA_H
 #define FERRY_DATA_H
@@ -24,8 +26,9 @@ extern "C" {
 typedef struct ferry_loader *ferry_loader_t;
 
 /* Opens every file matching glob_pattern (sorted).  Validates each header and
- * file length up front, and that at least one shard has B*T+1 tokens.
- * Every token is checked against vocab (token < vocab) when it is loaded. */
+ * file length (exactly 1024 + 2 * tokens bytes) up front, and that at least
+ * one shard has B*T+1 tokens.  Every token is checked against vocab
+ * (token < vocab) when it is loaded.  No match: FERRY_ERR_IO. */
 ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 			       int vocab, ferry_loader_t *out) FERRY_MUST_CHECK;
 void ferry_loader_free(ferry_loader_t loader);
@@ -35,9 +38,14 @@ void ferry_loader_free(ferry_loader_t loader);
 ferry_status ferry_loader_next(ferry_loader_t loader, int32_t *inputs,
 			       int32_t *targets) FERRY_MUST_CHECK;
 
-/* Position of the next batch, to save in a checkpoint and restore. */
+/* Position of the next batch (shard index in sorted order, token offset in
+ * it), to save in a checkpoint and restore.  It always names a shard with a
+ * full batch left.  A failed ferry_loader_next does not move it. */
 void ferry_loader_position(ferry_loader_t loader, int64_t *shard,
 			   int64_t *offset);
+/* Requires 0 <= shard < num_shards and 0 <= offset <= that shard's tokens
+ * (FERRY_ERR_INVALID otherwise); an offset with less than a batch left moves
+ * on to the next usable shard, as ferry_loader_next would. */
 ferry_status ferry_loader_seek(ferry_loader_t loader, int64_t shard,
 			       int64_t offset) FERRY_MUST_CHECK;
 void ferry_loader_rewind(ferry_loader_t loader);
@@ -53,13 +61,18 @@ int64_t ferry_loader_num_tokens(ferry_loader_t loader); /* all shards */
 
 struct ferry_data_opts {
 	const char *out_prefix; /* writes <prefix>_train_000000.bin ... and
-				   <prefix>_val_000000.bin */
-	const char *doc_sep;    /* a line equal to this splits documents
-				   (e.g. "%" for fortune files); NULL: one
-				   document per input file */
-	double val_fraction;    /* every k-th document to val, k = 1/frac;
-				   0 for none */
-	long shard_tokens;      /* max tokens per shard file */
+				   <prefix>_val_000000.bin; the directory
+				   must exist */
+	const char *doc_sep;    /* a line equal to this (a trailing '\r'
+				   ignored) splits documents and is dropped
+				   (e.g. "%" for fortune files; "" for blank
+				   lines); NULL: one document per input file.
+				   Every input file also ends a document. */
+	double val_fraction;    /* in [0, 1]: documents numbered 1, 2, ...;
+				   number i goes to val when i % k == 0,
+				   k = max(1, round(1/frac)); 0 for none */
+	long shard_tokens;      /* max tokens per shard file, 1..INT32_MAX;
+				   documents may straddle shards */
 };
 
 struct ferry_data_stats {
@@ -67,7 +80,13 @@ struct ferry_data_stats {
 	int train_shards, val_shards;
 };
 
-/* Tokenizes text files into shards (written atomically: tmp + rename). */
+/* Tokenizes text files into shards (each written atomically: tmp + rename).
+ * Every byte is a token; each non-empty document is preceded by
+ * FERRY_BYTE_EOT (empty documents are skipped and not counted).  A split
+ * with no documents writes no file.  Shards of the same prefix and split
+ * numbered past this run's last one (left by an earlier run) are deleted, so
+ * a glob sees only this run's output.  No text at all: FERRY_ERR_INVALID.
+ * stats may be NULL; it is filled only on success. */
 ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 				  const struct ferry_data_opts *opts,
 				  struct ferry_data_stats *stats)
@@ -84,7 +103,8 @@ ferry_status ferry_tokenizer_open(const char *path /* NULL: byte-level */,
 				  ferry_tokenizer_t *out) FERRY_MUST_CHECK;
 void ferry_tokenizer_free(ferry_tokenizer_t tok);
 /* The bytes of one token (not NUL-terminated) and their count; NULL, 0 for
- * ids it does not know (and for EOT). */
+ * ids it does not know (and for EOT).  Version-1 files have no EOT field: the
+ * EOT is taken to be the last token (GPT-2's 50256). */
 const char *ferry_tokenizer_decode(ferry_tokenizer_t tok, int id, int *len);
 int ferry_tokenizer_eot(ferry_tokenizer_t tok);
 

@@ -57,8 +57,8 @@ size_t ferry_gpt2_param_sizes(const struct ferry_gpt2_config *cfg,
 /* Human-readable tensor name ("wte", "ln1w", ...). */
 const char *ferry_gpt2_param_name(enum ferry_gpt2_param p);
 
-/* Vocabulary padded up to a multiple of 64 (llm.c's rule is 128 for 50257 ->
- * 50304; both give 50304 there). */
+/* Vocabulary padded for the embedding table: up to a multiple of 128 above
+ * 4096 (50257 -> 50304, as llm.c), else of 64 (257 -> 320). */
 int ferry_pad_vocab(int vocab);
 
 /* ---- a GPT-2 model on a backend ------------------------------------------------

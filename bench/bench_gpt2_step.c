@@ -1,0 +1,154 @@
+/*
+ * Times one training step (forward, backward, AdamW) of GPT-2 on the CPU
+ * backend and sets it against the sgemm rate measured in the same run.
+ *
+ *   bench_gpt2_step [--layers 12 --channels 768 --heads 12 --vocab 50257
+ *                    --max-seq 1024 --batch 4 --seq 64 --steps 5 --threads 0]
+ *
+ * Defaults are the GPT-2 124M shape at batch 4 x 64 tokens.  Prints ms/step
+ * (median of the timed steps), the model's FLOP/s and that as a fraction of
+ * the sgemm rate.
+ */
+#include "ferry/model.h"
+#include "ferry/platform.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Best of several n x n x n sgemms, in FLOP/s. */
+static double sgemm_rate(int n)
+{
+	float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+	      *c = malloc(sizeof(float) * n * n);
+	double best = 0;
+
+	if (!a || !b || !c) {
+		fprintf(stderr, "bench: out of memory\n");
+		exit(1);
+	}
+	for (long i = 0; i < (long)n * n; i++) {
+		a[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+		b[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+	}
+	for (int r = 0; r < 6; r++) {
+		double t = now_s();
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+		t = now_s() - t;
+		if (r > 0 && 2.0 * n * n * n / t > best)
+			best = 2.0 * n * n * n / t;
+	}
+	free(a);
+	free(b);
+	free(c);
+	return best;
+}
+
+static int check(ferry_status st, const char *what)
+{
+	if (st) {
+		fprintf(stderr, "bench: %s: %s\n", what, ferry_last_error());
+		exit(1);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ferry_gpt2_config cfg = { .max_seq = 1024, .vocab = 50257, .layers = 12, .heads = 12,
+					 .channels = 768 };
+	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	int B = 4, T = 64, steps = 5, threads = 0;
+	ferry_backend_t be;
+	ferry_gpt2_t m;
+	int32_t *in, *tg;
+	double *times, flops, sg, ms;
+	float loss, norm;
+
+	ferry_blas_relaunch_if_slow(argv);
+	for (int i = 1; i + 1 < argc; i += 2) {
+		int v = atoi(argv[i + 1]);
+
+		if (!strcmp(argv[i], "--layers")) cfg.layers = v;
+		else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
+		else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
+		else if (!strcmp(argv[i], "--vocab")) cfg.vocab = v;
+		else if (!strcmp(argv[i], "--max-seq")) cfg.max_seq = v;
+		else if (!strcmp(argv[i], "--batch")) B = v;
+		else if (!strcmp(argv[i], "--seq")) T = v;
+		else if (!strcmp(argv[i], "--steps")) steps = v;
+		else if (!strcmp(argv[i], "--threads")) threads = v;
+		else {
+			fprintf(stderr, "bench: unknown flag %s\n", argv[i]);
+			return 2;
+		}
+	}
+	if (steps < 1) {
+		fprintf(stderr, "bench: --steps must be positive\n");
+		return 2;
+	}
+	cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
+	ferry_set_threads(threads);
+
+	printf("cpu: %s, %d threads, BLAS core %s (%s)\n", ferry_cpu_name(), ferry_get_threads(),
+	       ferry_blas_corename(), ferry_blas_core_origin());
+	sg = sgemm_rate(2048);
+	printf("sgemm 2048^3: %.1f GFLOP/s\n", sg / 1e9);
+
+	check(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .threads = threads }, &be), "backend");
+	check(ferry_gpt2_create(be, &cfg, B, T, &m), "model");
+	check(ferry_gpt2_init_random(m, 42), "init");
+	in = malloc(sizeof(int32_t) * B * T);
+	tg = malloc(sizeof(int32_t) * B * T);
+	times = malloc(sizeof(double) * steps);
+	if (!in || !tg || !times)
+		return 1;
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 7919 + 13) % cfg.vocab;
+		tg[i] = (i * 104729 + 7) % cfg.vocab;
+	}
+	printf("model: %d layers, %d channels, %d heads, vocab %d (padded %d): %.1fM parameters; "
+	       "batch %d x %d\n", cfg.layers, cfg.channels, cfg.heads, cfg.vocab, cfg.padded_vocab,
+	       ferry_gpt2_num_params(m) / 1e6, B, T);
+	for (int s = -1; s < steps; s++) { /* step -1 warms up */
+		double t = now_s();
+
+		check(ferry_gpt2_forward(m, in, tg, B, T, &loss), "forward");
+		check(ferry_gpt2_zero_grad(m), "zero_grad");
+		check(ferry_gpt2_backward(m), "backward");
+		check(ferry_gpt2_update(m, &opt, s + 2, &norm), "update");
+		t = now_s() - t;
+		if (s >= 0)
+			times[s] = t;
+		printf("  step %d: %.1f ms, loss %.4f\n", s + 1, t * 1e3, loss);
+	}
+	qsort(times, steps, sizeof(double), cmp_double);
+	ms = times[steps / 2] * 1e3;
+	flops = ferry_gpt2_step_flops(m, B, T) / (ms / 1e3);
+	printf("step: %.1f ms (median of %d), model %.1f GFLOP/step, %.1f GFLOP/s = %.2f of sgemm\n", ms,
+	       steps, ferry_gpt2_step_flops(m, B, T) / 1e9, flops / 1e9, flops / sg);
+	free(in);
+	free(tg);
+	free(times);
+	ferry_gpt2_free(m);
+	ferry_backend_close(be);
+	return 0;
+}

@@ -1,0 +1,451 @@
+/*
+ * Model checkpoints in llm.c's format and ferry's training state file.
+ * See include/ferry/checkpoint.h for both layouts.
+ *
+ * Files are raw little-endian int32/fp32 and are read and written straight
+ * from memory, so this code only works on little-endian hosts.
+ */
+#include "ferry/checkpoint.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "checkpoint files are little-endian and read without swapping");
+_Static_assert(sizeof(float) == 4, "checkpoints store IEEE fp32");
+
+#define HEADER_INTS 256
+#define HEADER_BYTES (HEADER_INTS * (int64_t)sizeof(int32_t))
+
+/* llm.c writes version 5 for bf16 parameters; name it in the error. */
+#define LLMC_BF16_VERSION 5
+
+/* ---- reading helpers -------------------------------------------------------- */
+
+static ferry_status open_for_read(const char *path, FILE **out, int64_t *size)
+{
+	struct stat sb;
+	FILE *f;
+
+	if (!path)
+		return ferry_error(FERRY_ERR_INVALID, "checkpoint path is NULL");
+	f = fopen(path, "rb");
+	if (!f)
+		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
+				   strerror(errno));
+	if (fstat(fileno(f), &sb) != 0) {
+		int e = errno;
+
+		fclose(f);
+		return ferry_error(FERRY_ERR_IO, "%s: cannot stat: %s", path,
+				   strerror(e));
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		fclose(f);
+		return ferry_error(FERRY_ERR_IO, "%s: not a regular file", path);
+	}
+	*out = f;
+	*size = (int64_t)sb.st_size;
+	return FERRY_OK;
+}
+
+/* Reads exactly n bytes; the file length was checked already, so a short
+ * read means an I/O error or a file that changed under us. */
+static ferry_status read_exact(FILE *f, const char *path, void *buf, size_t n,
+			       const char *what)
+{
+	if (n == 0 || fread(buf, 1, n, f) == n)
+		return FERRY_OK;
+	if (ferror(f))
+		return ferry_error(FERRY_ERR_IO, "%s: error reading %s: %s",
+				   path, what, strerror(errno));
+	return ferry_error(FERRY_ERR_FORMAT,
+			   "%s: unexpected end of file reading %s", path, what);
+}
+
+/* Reads the 1 KiB header of a file of `size` bytes. */
+static ferry_status read_header(FILE *f, const char *path, int64_t size,
+				int32_t hdr[HEADER_INTS], const char *kind)
+{
+	if (size < HEADER_BYTES)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: file is %lld bytes, too short for the %lld-byte %s header",
+				   path, (long long)size, (long long)HEADER_BYTES,
+				   kind);
+	return read_exact(f, path, hdr, HEADER_BYTES, "header");
+}
+
+static ferry_status check_length(const char *path, int64_t size,
+				 int64_t expect, const char *what)
+{
+	if (size < expect)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: truncated: %s needs %lld bytes, file has %lld",
+				   path, what, (long long)expect, (long long)size);
+	if (size > expect)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: %lld trailing bytes: %s needs %lld bytes, file has %lld",
+				   path, (long long)(size - expect), what,
+				   (long long)expect, (long long)size);
+	return FERRY_OK;
+}
+
+/*
+ * Opens a model file, validates header and length, and leaves f positioned at
+ * the first parameter.  On success *n_total is the parameter count.
+ */
+static ferry_status model_open(const char *path, FILE **out,
+			       struct ferry_gpt2_config *cfg, size_t *n_total)
+{
+	size_t sizes[FERRY_GPT2_NUM_PARAMS];
+	int32_t hdr[HEADER_INTS];
+	struct ferry_gpt2_config c;
+	ferry_status st;
+	int64_t size = 0;
+	size_t n;
+	FILE *f = NULL;
+
+	st = open_for_read(path, &f, &size);
+	if (st)
+		return st;
+	st = read_header(f, path, size, hdr, "model");
+	if (st)
+		goto fail;
+	if (hdr[0] != FERRY_CHECKPOINT_MAGIC) {
+		st = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: bad magic %d, expected %d (llm.c model checkpoint)",
+				 path, hdr[0], FERRY_CHECKPOINT_MAGIC);
+		goto fail;
+	}
+	if (hdr[1] == LLMC_BF16_VERSION) {
+		st = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: version %d (bf16) not supported, need %d (fp32)",
+				 path, hdr[1], FERRY_CHECKPOINT_VERSION);
+		goto fail;
+	}
+	if (hdr[1] != FERRY_CHECKPOINT_VERSION) {
+		st = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: version %d not supported, need %d (fp32)",
+				 path, hdr[1], FERRY_CHECKPOINT_VERSION);
+		goto fail;
+	}
+	c.max_seq = hdr[2];
+	c.vocab = hdr[3];
+	c.layers = hdr[4];
+	c.heads = hdr[5];
+	c.channels = hdr[6];
+	c.padded_vocab = hdr[7];
+	if (ferry_gpt2_config_check(&c) != FERRY_OK) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", ferry_last_error());
+		st = ferry_error(FERRY_ERR_FORMAT, "%s: invalid model config: %s",
+				 path, why);
+		goto fail;
+	}
+	/* config_check bounds n so that 1024 + 4n fits in int64. */
+	n = ferry_gpt2_param_sizes(&c, sizes);
+	st = check_length(path, size,
+			  HEADER_BYTES + (int64_t)n * (int64_t)sizeof(float),
+			  "header + parameters");
+	if (st)
+		goto fail;
+	*out = f;
+	*cfg = c;
+	*n_total = n;
+	return FERRY_OK;
+fail:
+	fclose(f);
+	return st;
+}
+
+ferry_status ferry_checkpoint_read_config(const char *path,
+					  struct ferry_gpt2_config *cfg)
+{
+	struct ferry_gpt2_config c;
+	ferry_status st;
+	size_t n;
+	FILE *f;
+
+	if (!cfg)
+		return ferry_error(FERRY_ERR_INVALID, "%s: config output is NULL",
+				   path ? path : "(null)");
+	st = model_open(path, &f, &c, &n);
+	if (st)
+		return st;
+	fclose(f); /* read-only: a close error cannot lose data */
+	*cfg = c;
+	return FERRY_OK;
+}
+
+ferry_status ferry_checkpoint_read(const char *path,
+				   struct ferry_gpt2_config *cfg,
+				   float *params, size_t n_params)
+{
+	struct ferry_gpt2_config c;
+	ferry_status st;
+	size_t n;
+	FILE *f;
+
+	if (!cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: config or parameter buffer is NULL",
+				   path ? path : "(null)");
+	st = model_open(path, &f, &c, &n);
+	if (st)
+		return st;
+	if (n != n_params) {
+		st = ferry_error(FERRY_ERR_INVALID,
+				 "%s: model has %zu parameters, buffer holds %zu",
+				 path, n, n_params);
+		goto out;
+	}
+	st = read_exact(f, path, params, n * sizeof(float), "parameters");
+	if (st)
+		goto out;
+	*cfg = c;
+out:
+	fclose(f);
+	return st;
+}
+
+/* ---- atomic writes ------------------------------------------------------------ */
+
+struct chunk {
+	const void *data;
+	size_t bytes;
+	const char *what;
+};
+
+/*
+ * Writes the chunks to "<path>.tmp", flushes and fsyncs it, then renames it
+ * over path.  On any failure the tmp file is removed and path is untouched.
+ */
+static ferry_status write_atomic(const char *path, const struct chunk *chunks,
+				 int n_chunks)
+{
+	ferry_status st = FERRY_OK;
+	size_t len = strlen(path);
+	FILE *f = NULL;
+	char *tmp;
+	int i, rc;
+
+	tmp = ferry_malloc(len + sizeof(".tmp"));
+	if (!tmp)
+		return ferry_error(FERRY_ERR_NOMEM,
+				   "%s: out of memory for the temporary name",
+				   path);
+	memcpy(tmp, path, len);
+	memcpy(tmp + len, ".tmp", sizeof(".tmp"));
+
+	f = fopen(tmp, "wb");
+	if (!f) {
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", tmp,
+				 strerror(errno));
+		goto out;
+	}
+	for (i = 0; i < n_chunks; i++) {
+		if (chunks[i].bytes &&
+		    fwrite(chunks[i].data, 1, chunks[i].bytes, f) !=
+			    chunks[i].bytes) {
+			st = ferry_error(FERRY_ERR_IO, "%s: error writing %s: %s",
+					 tmp, chunks[i].what, strerror(errno));
+			goto fail;
+		}
+	}
+	if (fflush(f) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: error writing: %s", tmp,
+				 strerror(errno));
+		goto fail;
+	}
+	/* The data must be on disk before the rename makes it visible. */
+	if (fsync(fileno(f)) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", tmp,
+				 strerror(errno));
+		goto fail;
+	}
+	rc = fclose(f);
+	f = NULL;
+	if (rc != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: close failed: %s", tmp,
+				 strerror(errno));
+		goto fail;
+	}
+	if (rename(tmp, path) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot rename %s over it: %s",
+				 path, tmp, strerror(errno));
+		goto fail;
+	}
+	goto out;
+fail:
+	if (f)
+		fclose(f);
+	remove(tmp);
+out:
+	ferry_free(tmp);
+	return st;
+}
+
+ferry_status ferry_checkpoint_write(const char *path,
+				    const struct ferry_gpt2_config *cfg,
+				    const float *params)
+{
+	size_t sizes[FERRY_GPT2_NUM_PARAMS];
+	int32_t hdr[HEADER_INTS] = { 0 };
+	struct chunk chunks[2];
+	size_t n;
+
+	if (!path || !cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "checkpoint write: NULL path, config or parameters");
+	if (ferry_gpt2_config_check(cfg) != FERRY_OK) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", ferry_last_error());
+		return ferry_error(FERRY_ERR_INVALID, "%s: invalid model config: %s",
+				   path, why);
+	}
+	n = ferry_gpt2_param_sizes(cfg, sizes);
+	hdr[0] = FERRY_CHECKPOINT_MAGIC;
+	hdr[1] = FERRY_CHECKPOINT_VERSION;
+	hdr[2] = cfg->max_seq;
+	hdr[3] = cfg->vocab;
+	hdr[4] = cfg->layers;
+	hdr[5] = cfg->heads;
+	hdr[6] = cfg->channels;
+	hdr[7] = cfg->padded_vocab;
+	chunks[0] = (struct chunk){ hdr, sizeof(hdr), "header" };
+	chunks[1] = (struct chunk){ params, n * sizeof(float), "parameters" };
+	return write_atomic(path, chunks, 2);
+}
+
+/* ---- training state ---------------------------------------------------------- */
+
+/* int64 fields live in two consecutive int32 slots, low half first. */
+static void put64(int32_t *hdr, int at, int64_t v)
+{
+	memcpy(&hdr[at], &v, sizeof(v));
+}
+
+static int64_t get64(const int32_t *hdr, int at)
+{
+	int64_t v;
+
+	memcpy(&v, &hdr[at], sizeof(v));
+	return v;
+}
+
+/* n parameters -> two fp32 arrays; false when the file would not fit. */
+static int state_bytes_ok(size_t n)
+{
+	return n <= (size_t)((INT64_MAX - HEADER_BYTES) / 8) &&
+	       n <= SIZE_MAX / sizeof(float);
+}
+
+ferry_status ferry_state_write(const char *path,
+			       const struct ferry_train_state *st,
+			       const float *m, const float *v, size_t n_params)
+{
+	int32_t hdr[HEADER_INTS] = { 0 };
+	struct chunk chunks[3];
+
+	if (!path || !st || !m || !v)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "state write: NULL path, state or moments");
+	if (n_params == 0 || !state_bytes_ok(n_params))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: bad parameter count %zu", path, n_params);
+	if (st->step < 0 || st->data_shard < 0 || st->data_offset < 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: negative step (%lld) or data position (%lld, %lld)",
+				   path, (long long)st->step,
+				   (long long)st->data_shard,
+				   (long long)st->data_offset);
+	hdr[0] = FERRY_STATE_MAGIC;
+	hdr[1] = FERRY_STATE_VERSION;
+	put64(hdr, 2, st->step);
+	put64(hdr, 4, (int64_t)n_params);
+	put64(hdr, 6, st->data_shard);
+	put64(hdr, 8, st->data_offset);
+	put64(hdr, 10, (int64_t)st->rng);
+	chunks[0] = (struct chunk){ hdr, sizeof(hdr), "header" };
+	chunks[1] = (struct chunk){ m, n_params * sizeof(float), "AdamW m" };
+	chunks[2] = (struct chunk){ v, n_params * sizeof(float), "AdamW v" };
+	return write_atomic(path, chunks, 3);
+}
+
+ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
+			      float *m, float *v, size_t n_params)
+{
+	int32_t hdr[HEADER_INTS];
+	struct ferry_train_state s;
+	ferry_status rc;
+	int64_t size = 0, n;
+	FILE *f = NULL;
+
+	if (!st || !m || !v)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: NULL state or moment buffer",
+				   path ? path : "(null)");
+	rc = open_for_read(path, &f, &size);
+	if (rc)
+		return rc;
+	rc = read_header(f, path, size, hdr, "training state");
+	if (rc)
+		goto out;
+	if (hdr[0] != FERRY_STATE_MAGIC) {
+		rc = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: bad magic %d, expected %d (ferry training state)",
+				 path, hdr[0], FERRY_STATE_MAGIC);
+		goto out;
+	}
+	if (hdr[1] != FERRY_STATE_VERSION) {
+		rc = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: version %d not supported, need %d", path,
+				 hdr[1], FERRY_STATE_VERSION);
+		goto out;
+	}
+	n = get64(hdr, 4);
+	s.step = get64(hdr, 2);
+	s.data_shard = get64(hdr, 6);
+	s.data_offset = get64(hdr, 8);
+	s.rng = (uint64_t)get64(hdr, 10);
+	if (n <= 0 || !state_bytes_ok((size_t)n)) {
+		rc = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: bad parameter count %lld in header", path,
+				 (long long)n);
+		goto out;
+	}
+	if (s.step < 0 || s.data_shard < 0 || s.data_offset < 0) {
+		rc = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: negative step (%lld) or data position (%lld, %lld)",
+				 path, (long long)s.step, (long long)s.data_shard,
+				 (long long)s.data_offset);
+		goto out;
+	}
+	rc = check_length(path, size, HEADER_BYTES + n * 8,
+			  "header + AdamW m and v");
+	if (rc)
+		goto out;
+	if ((uint64_t)n != (uint64_t)n_params) {
+		rc = ferry_error(FERRY_ERR_FORMAT,
+				 "%s: state is for %lld parameters, model has %zu",
+				 path, (long long)n, n_params);
+		goto out;
+	}
+	rc = read_exact(f, path, m, n_params * sizeof(float), "AdamW m");
+	if (rc)
+		goto out;
+	rc = read_exact(f, path, v, n_params * sizeof(float), "AdamW v");
+	if (rc)
+		goto out;
+	*st = s;
+out:
+	fclose(f);
+	return rc;
+}

@@ -1,0 +1,571 @@
+/* Model checkpoint and training state files: layout, round trips, atomic
+ * writes, and every kind of bad file the readers must reject. */
+#include "ferry/checkpoint.h"
+#include "ferry/model.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                          \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
+				__LINE__, #cond);                            \
+			failures++;                                          \
+		}                                                            \
+	} while (0)
+
+/* A call must fail with `want` and a message that mentions `needle`. */
+#define CHECK_ERR(expr, want, needle)                                        \
+	do {                                                                 \
+		ferry_status got_ = (expr);                                  \
+		if (got_ != (want)) {                                        \
+			fprintf(stderr,                                      \
+				"%s:%d: %s returned %d (%s), want %d; msg: %s\n", \
+				__FILE__, __LINE__, #expr, got_,             \
+				ferry_status_name(got_), (want),             \
+				ferry_last_error());                         \
+			failures++;                                          \
+		} else if (!strstr(ferry_last_error(), (needle))) {          \
+			fprintf(stderr,                                      \
+				"%s:%d: message '%s' lacks '%s'\n", __FILE__, \
+				__LINE__, ferry_last_error(), (needle));     \
+			failures++;                                          \
+		}                                                            \
+	} while (0)
+
+#define CHECK_OK(expr)                                                       \
+	do {                                                                 \
+		ferry_status got_ = (expr);                                  \
+		if (got_ != FERRY_OK) {                                      \
+			fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, \
+				__LINE__, #expr, got_, ferry_last_error());  \
+			failures++;                                          \
+		}                                                            \
+	} while (0)
+
+static char dir[4096];
+
+/* Path of a file in the test directory; each result stays valid. */
+static const char *tpath(const char *name)
+{
+	static char buf[512][4200];
+	static int at;
+
+	if (at == 512) {
+		fprintf(stderr, "tpath: out of slots\n");
+		exit(1);
+	}
+	snprintf(buf[at], sizeof(buf[0]), "%s/%s", dir, name);
+	return buf[at++];
+}
+
+static int exists(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0;
+}
+
+static long file_size(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void write_raw(const char *path, const void *a, size_t na,
+		      const void *b, size_t nb)
+{
+	FILE *f = fopen(path, "wb");
+
+	if (!f || fwrite(a, 1, na, f) != na ||
+	    (nb && fwrite(b, 1, nb, f) != nb) || fclose(f) != 0) {
+		fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+}
+
+static void *read_raw(const char *path, long *size)
+{
+	FILE *f = fopen(path, "rb");
+	void *buf;
+
+	*size = file_size(path);
+	if (!f || *size < 0) {
+		fprintf(stderr, "cannot read %s\n", path);
+		exit(1);
+	}
+	buf = malloc((size_t)*size + 1);
+	if (!buf || fread(buf, 1, (size_t)*size, f) != (size_t)*size) {
+		fprintf(stderr, "cannot read %s\n", path);
+		exit(1);
+	}
+	fclose(f);
+	return buf;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t next_u32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+/* Random bit patterns (NaN payloads, denormals, -0 included): the round
+ * trip must be bitwise. */
+static void fill_random(float *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		uint32_t u = next_u32();
+
+		memcpy(&p[i], &u, sizeof(u));
+	}
+}
+
+static const struct ferry_gpt2_config small = {
+	.max_seq = 8, .vocab = 10, .padded_vocab = 64,
+	.layers = 2, .heads = 2, .channels = 4,
+};
+
+static void test_config(void)
+{
+	size_t sizes[FERRY_GPT2_NUM_PARAMS];
+	struct ferry_gpt2_config c;
+	const struct ferry_gpt2_config gpt2 = {
+		.max_seq = 1024, .vocab = 50257, .padded_vocab = 50304,
+		.layers = 12, .heads = 12, .channels = 768,
+	};
+
+	CHECK_OK(ferry_gpt2_config_check(&small));
+	CHECK(ferry_gpt2_param_sizes(&small, sizes) == 784);
+	CHECK(sizes[FERRY_GPT2_WTE] == 64 * 4);
+	CHECK(sizes[FERRY_GPT2_WPE] == 8 * 4);
+	CHECK(sizes[FERRY_GPT2_QKVW] == 2 * 12 * 4);
+	CHECK(sizes[FERRY_GPT2_QKVB] == 2 * 12);
+	CHECK(sizes[FERRY_GPT2_ATTPROJW] == 2 * 4 * 4);
+	CHECK(sizes[FERRY_GPT2_FCW] == 2 * 16 * 4);
+	CHECK(sizes[FERRY_GPT2_FCB] == 2 * 16);
+	CHECK(sizes[FERRY_GPT2_FCPROJW] == 2 * 4 * 16);
+	CHECK(sizes[FERRY_GPT2_LNFB] == 4);
+	/* GPT-2 small, as llm.c reports it. */
+	CHECK_OK(ferry_gpt2_config_check(&gpt2));
+	CHECK(ferry_gpt2_param_sizes(&gpt2, sizes) == 124475904);
+
+	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_WTE), "wte"));
+	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_QKVW), "qkvw"));
+	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_FCPROJB), "fcprojb"));
+	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_LNFB), "lnfb"));
+
+	CHECK(ferry_pad_vocab(50257) == 50304);
+	CHECK(ferry_pad_vocab(257) == 320);
+	CHECK(ferry_pad_vocab(64) == 64);
+	CHECK(ferry_pad_vocab(5000) == 5120);
+	CHECK(ferry_pad_vocab(0) == 0);
+
+	c = gpt2;
+	c.channels = 770;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+		  "channels (770) is not divisible by heads (12)");
+	c = gpt2;
+	c.padded_vocab = 50000;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+		  "padded_vocab");
+	c = gpt2;
+	c.layers = 0;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "layers");
+	c = gpt2;
+	c.max_seq = -1;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "max_seq");
+	c = gpt2;
+	c.heads = 0;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "heads");
+	/* Sizes that overflow any reasonable file. */
+	c = gpt2;
+	c.layers = 2000000000;
+	c.channels = 1 << 28;
+	c.heads = 1;
+	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+		  "too many parameters");
+	c.channels = 2000000000;
+	CHECK(ferry_gpt2_config_check(&c) == FERRY_ERR_INVALID);
+}
+
+static void test_model_roundtrip(void)
+{
+	const char *path = tpath("model.bin");
+	struct ferry_gpt2_config c;
+	float *a, *b, *back;
+	int32_t *hdr;
+	long size;
+	size_t n = 784;
+	int i;
+
+	a = malloc(n * sizeof(float));
+	b = malloc(n * sizeof(float));
+	back = malloc(n * sizeof(float));
+	if (!a || !b || !back)
+		exit(1);
+	fill_random(a, n);
+	fill_random(b, n);
+
+	CHECK_OK(ferry_checkpoint_write(path, &small, a));
+	CHECK(!exists(tpath("model.bin.tmp")));
+	CHECK(file_size(path) == 1024 + 4 * 784);
+
+	/* llm.c's layout, byte for byte. */
+	hdr = read_raw(path, &size);
+	CHECK(hdr[0] == 20240326 && hdr[1] == 3);
+	CHECK(hdr[2] == 8 && hdr[3] == 10 && hdr[4] == 2 && hdr[5] == 2 &&
+	      hdr[6] == 4 && hdr[7] == 64);
+	for (i = 8; i < 256; i++)
+		CHECK(hdr[i] == 0);
+	CHECK(size == 1024 + 4 * 784 &&
+	      memcmp(hdr + 256, a, n * sizeof(float)) == 0);
+	free(hdr);
+
+	memset(&c, 0, sizeof(c));
+	CHECK_OK(ferry_checkpoint_read_config(path, &c));
+	CHECK(!memcmp(&c, &small, sizeof(c)));
+	memset(&c, 0, sizeof(c));
+	memset(back, 0, n * sizeof(float));
+	CHECK_OK(ferry_checkpoint_read(path, &c, back, n));
+	CHECK(!memcmp(&c, &small, sizeof(c)));
+	CHECK(!memcmp(back, a, n * sizeof(float)));
+
+	/* Wrong buffer size. */
+	CHECK_ERR(ferry_checkpoint_read(path, &c, back, n - 1),
+		  FERRY_ERR_INVALID, path);
+
+	/* Writing again replaces the file atomically. */
+	CHECK_OK(ferry_checkpoint_write(path, &small, b));
+	CHECK(!exists(tpath("model.bin.tmp")));
+	CHECK_OK(ferry_checkpoint_read(path, &c, back, n));
+	CHECK(!memcmp(back, b, n * sizeof(float)));
+
+	/* A failed write (tmp name blocked by a directory) leaves the old
+	 * file as it was. */
+	CHECK(mkdir(tpath("model.bin.tmp"), 0755) == 0);
+	CHECK_ERR(ferry_checkpoint_write(path, &small, a), FERRY_ERR_IO,
+		  "model.bin.tmp");
+	CHECK(rmdir(tpath("model.bin.tmp")) == 0);
+	CHECK_OK(ferry_checkpoint_read(path, &c, back, n));
+	CHECK(!memcmp(back, b, n * sizeof(float)));
+
+	/* A failed rename (target is a directory) removes the tmp file. */
+	CHECK(mkdir(tpath("isdir.bin"), 0755) == 0);
+	CHECK_ERR(ferry_checkpoint_write(tpath("isdir.bin"), &small, a),
+		  FERRY_ERR_IO, "isdir.bin");
+	CHECK(!exists(tpath("isdir.bin.tmp")));
+
+	/* Allocation failure while writing: clean error, old file intact. */
+	ferry_fault_fail_after(0);
+	CHECK_ERR(ferry_checkpoint_write(path, &small, a), FERRY_ERR_NOMEM,
+		  path);
+	ferry_fault_fail_after(-1);
+	CHECK(!exists(tpath("model.bin.tmp")));
+	CHECK_OK(ferry_checkpoint_read(path, &c, back, n));
+	CHECK(!memcmp(back, b, n * sizeof(float)));
+
+	/* Reads under allocation failure either work or fail cleanly. */
+	for (i = 0; i < 4; i++) {
+		ferry_status st;
+
+		memset(back, 0, n * sizeof(float));
+		ferry_fault_fail_after(i);
+		st = ferry_checkpoint_read(path, &c, back, n);
+		ferry_fault_fail_after(-1);
+		CHECK(st == FERRY_OK || (st == FERRY_ERR_NOMEM &&
+					 strstr(ferry_last_error(), path)));
+		if (st == FERRY_OK)
+			CHECK(!memcmp(back, b, n * sizeof(float)));
+	}
+
+	/* Invalid config refused at write; nothing created. */
+	c = small;
+	c.heads = 3;
+	CHECK_ERR(ferry_checkpoint_write(tpath("bad.bin"), &c, a),
+		  FERRY_ERR_INVALID, "not divisible");
+	CHECK(!exists(tpath("bad.bin")) && !exists(tpath("bad.bin.tmp")));
+
+	free(a);
+	free(b);
+	free(back);
+}
+
+static void model_header(int32_t hdr[256], const struct ferry_gpt2_config *c)
+{
+	memset(hdr, 0, 256 * sizeof(int32_t));
+	hdr[0] = 20240326;
+	hdr[1] = 3;
+	hdr[2] = c->max_seq;
+	hdr[3] = c->vocab;
+	hdr[4] = c->layers;
+	hdr[5] = c->heads;
+	hdr[6] = c->channels;
+	hdr[7] = c->padded_vocab;
+}
+
+/* Writes a model file with the given header and nbytes of parameters, then
+ * expects both readers to fail with want and a message naming the file and
+ * containing needle. */
+static void expect_bad_model(const char *name, const int32_t hdr[256],
+			     size_t hdr_bytes, size_t nbytes, ferry_status want,
+			     const char *needle, int line)
+{
+	const char *path = tpath(name);
+	struct ferry_gpt2_config c;
+	char *zeros = calloc(1, nbytes + 1);
+	float *params = calloc(784, sizeof(float));
+	int before = failures;
+
+	if (!zeros || !params)
+		exit(1);
+	write_raw(path, hdr, hdr_bytes, zeros, nbytes);
+	CHECK_ERR(ferry_checkpoint_read_config(path, &c), want, path);
+	CHECK_ERR(ferry_checkpoint_read_config(path, &c), want, needle);
+	CHECK_ERR(ferry_checkpoint_read(path, &c, params, 784), want, path);
+	CHECK_ERR(ferry_checkpoint_read(path, &c, params, 784), want, needle);
+	if (failures != before)
+		fprintf(stderr, "  (bad model case at %s:%d)\n", __FILE__, line);
+	free(zeros);
+	free(params);
+}
+
+static void test_model_bad(void)
+{
+	const size_t good = 784 * 4;
+	struct ferry_gpt2_config c;
+	int32_t hdr[256];
+
+	CHECK_ERR(ferry_checkpoint_read_config(tpath("missing.bin"), &c),
+		  FERRY_ERR_IO, tpath("missing.bin"));
+
+	model_header(hdr, &small);
+	expect_bad_model("hdr_short.bin", hdr, 100, 0, FERRY_ERR_FORMAT,
+			 "too short", __LINE__);
+	expect_bad_model("empty.bin", hdr, 0, 0, FERRY_ERR_FORMAT, "too short",
+			 __LINE__);
+	expect_bad_model("truncated.bin", hdr, 1024, good - 4, FERRY_ERR_FORMAT,
+			 "truncated", __LINE__);
+	expect_bad_model("hdr_only.bin", hdr, 1024, 0, FERRY_ERR_FORMAT,
+			 "truncated", __LINE__);
+	expect_bad_model("trailing.bin", hdr, 1024, good + 1, FERRY_ERR_FORMAT,
+			 "trailing", __LINE__);
+
+	hdr[0] = 123;
+	expect_bad_model("magic.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "bad magic 123, expected 20240326 (llm.c model checkpoint)",
+			 __LINE__);
+	model_header(hdr, &small);
+	hdr[1] = 5;
+	expect_bad_model("bf16.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "version 5 (bf16) not supported, need 3 (fp32)",
+			 __LINE__);
+	hdr[1] = 1;
+	expect_bad_model("v1.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "version 1", __LINE__);
+
+	c = small;
+	c.heads = 3;
+	model_header(hdr, &c);
+	expect_bad_model("heads.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "channels (4) is not divisible by heads (3)", __LINE__);
+	c = small;
+	c.layers = 0;
+	model_header(hdr, &c);
+	expect_bad_model("layers0.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "layers", __LINE__);
+	c = small;
+	c.channels = -4;
+	model_header(hdr, &c);
+	expect_bad_model("negc.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "channels", __LINE__);
+	c = small;
+	c.max_seq = -8;
+	model_header(hdr, &c);
+	expect_bad_model("negt.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "max_seq", __LINE__);
+	c = small;
+	c.padded_vocab = 8;
+	model_header(hdr, &c);
+	expect_bad_model("vp.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "padded_vocab (8) is smaller than vocab (10)", __LINE__);
+	/* A header claiming a huge model must not be believed. */
+	c = small;
+	c.layers = 1 << 30;
+	c.channels = 1 << 20;
+	c.heads = 1;
+	model_header(hdr, &c);
+	expect_bad_model("huge.bin", hdr, 1024, good, FERRY_ERR_FORMAT,
+			 "huge.bin", __LINE__);
+	/* A directory is not a checkpoint. */
+	CHECK_ERR(ferry_checkpoint_read_config(dir, &c), FERRY_ERR_IO, dir);
+}
+
+static void test_state(void)
+{
+	const char *path = tpath("model.bin.state");
+	struct ferry_train_state st = {
+		.step = 12345678901ll,
+		.data_shard = 3,
+		.data_offset = 999,
+		.rng = 0xdeadbeefcafebabeull,
+	}, back;
+	const size_t n = 1000;
+	float *m = malloc(n * 4), *v = malloc(n * 4);
+	float *m2 = malloc(n * 4), *v2 = malloc(n * 4);
+	int32_t *raw, hdr[256];
+	int64_t i64;
+	long size;
+	int i;
+
+	if (!m || !v || !m2 || !v2)
+		exit(1);
+	fill_random(m, n);
+	fill_random(v, n);
+	CHECK_OK(ferry_state_write(path, &st, m, v, n));
+	CHECK(!exists(tpath("model.bin.state.tmp")));
+	CHECK(file_size(path) == 1024 + 8 * 1000);
+
+	raw = read_raw(path, &size);
+	CHECK(raw[0] == 20241121 && raw[1] == 1);
+	memcpy(&i64, raw + 2, 8);
+	CHECK(i64 == 12345678901ll);
+	CHECK(raw[2] == (int32_t)(12345678901ll & 0xffffffff) && raw[3] == 2);
+	memcpy(&i64, raw + 4, 8);
+	CHECK(i64 == 1000);
+	memcpy(&i64, raw + 6, 8);
+	CHECK(i64 == 3);
+	memcpy(&i64, raw + 8, 8);
+	CHECK(i64 == 999);
+	for (i = 12; i < 256; i++)
+		CHECK(raw[i] == 0);
+	CHECK(!memcmp(raw + 256, m, n * 4) && !memcmp(raw + 256 + n, v, n * 4));
+	memcpy(hdr, raw, sizeof(hdr));
+	free(raw);
+
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
+	CHECK(back.step == st.step && back.data_shard == st.data_shard &&
+	      back.data_offset == st.data_offset && back.rng == st.rng);
+	CHECK(!memcmp(m, m2, n * 4) && !memcmp(v, v2, n * 4));
+
+	/* Replace: a second write wins. */
+	st.step = 7;
+	CHECK_OK(ferry_state_write(path, &st, v, m, n));
+	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
+	CHECK(back.step == 7 && !memcmp(m2, v, n * 4) && !memcmp(v2, m, n * 4));
+
+	/* Mismatched model. */
+	CHECK_ERR(ferry_state_read(path, &back, m2, v2, n - 1),
+		  FERRY_ERR_FORMAT, path);
+	CHECK_ERR(ferry_state_read(path, &back, m2, v2, n + 1),
+		  FERRY_ERR_FORMAT, "1000 parameters");
+
+	/* Bad files. */
+	CHECK_ERR(ferry_state_read(tpath("none.state"), &back, m2, v2, n),
+		  FERRY_ERR_IO, tpath("none.state"));
+	write_raw(tpath("hdronly.state"), hdr, 1024, NULL, 0);
+	CHECK_ERR(ferry_state_read(tpath("hdronly.state"), &back, m2, v2, n),
+		  FERRY_ERR_FORMAT, "hdronly.state: truncated");
+	{
+		float *big = calloc(2 * n + 1, 4);
+
+		if (!big)
+			exit(1);
+		write_raw(tpath("short.state"), hdr, 1024, big, n * 8 - 1);
+		CHECK_ERR(ferry_state_read(tpath("short.state"), &back, m2, v2,
+					   n),
+			  FERRY_ERR_FORMAT, "short.state: truncated");
+		write_raw(tpath("trail.state"), hdr, 1024, big, n * 8 + 2);
+		CHECK_ERR(ferry_state_read(tpath("trail.state"), &back, m2, v2,
+					   n),
+			  FERRY_ERR_FORMAT, "trailing");
+		hdr[0] = 42;
+		write_raw(tpath("magic.state"), hdr, 1024, big, n * 8);
+		CHECK_ERR(ferry_state_read(tpath("magic.state"), &back, m2, v2,
+					   n),
+			  FERRY_ERR_FORMAT, "bad magic 42");
+		hdr[0] = 20241121;
+		hdr[1] = 2;
+		write_raw(tpath("ver.state"), hdr, 1024, big, n * 8);
+		CHECK_ERR(ferry_state_read(tpath("ver.state"), &back, m2, v2, n),
+			  FERRY_ERR_FORMAT, "version 2");
+		hdr[1] = 1;
+		i64 = -5;
+		memcpy(hdr + 6, &i64, 8);
+		write_raw(tpath("neg.state"), hdr, 1024, big, n * 8);
+		CHECK_ERR(ferry_state_read(tpath("neg.state"), &back, m2, v2, n),
+			  FERRY_ERR_FORMAT, "neg.state");
+		free(big);
+	}
+	write_raw(tpath("hdr.state"), hdr, 10, NULL, 0);
+	CHECK_ERR(ferry_state_read(tpath("hdr.state"), &back, m2, v2, n),
+		  FERRY_ERR_FORMAT, "too short");
+
+	/* Argument checks. */
+	CHECK_ERR(ferry_state_write(path, &st, m, v, 0), FERRY_ERR_INVALID,
+		  path);
+	st.data_offset = -1;
+	CHECK_ERR(ferry_state_write(path, &st, m, v, n), FERRY_ERR_INVALID,
+		  path);
+	st.data_offset = 0;
+	ferry_fault_fail_after(0);
+	CHECK_ERR(ferry_state_write(path, &st, m, v, n), FERRY_ERR_NOMEM, path);
+	ferry_fault_fail_after(-1);
+	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
+	CHECK(back.step == 7);
+
+	free(m);
+	free(v);
+	free(m2);
+	free(v2);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+int main(void)
+{
+	const char *base = getenv("FERRY_TEST_TMP");
+
+	snprintf(dir, sizeof(dir), "%s/test_checkpoint.XXXXXX",
+		 base && *base ? base : "/tmp");
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	test_config();
+	test_model_roundtrip();
+	test_model_bad();
+	test_state();
+
+	if (failures) {
+		fprintf(stderr, "test_checkpoint: %d failure(s); files kept in %s\n",
+			failures, dir);
+		return 1;
+	}
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	printf("test_checkpoint: ok\n");
+	return 0;
+}

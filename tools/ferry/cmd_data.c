@@ -1,0 +1,301 @@
+/* ferry data: text files -> byte-level token shards for training. */
+#include "commands.h"
+#include "ferry/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define FORTUNE_DIR "/usr/share/games/fortunes"
+#define LICENSE_DIR "/usr/share/common-licenses"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: ferry data [--out PREFIX] [--doc-sep LINE] [--val-fraction F]\n"
+		"                  [--shard-tokens N] [FILE...]\n"
+		"\n"
+		"Converts text files into byte-level token shards (llm.c format):\n"
+		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...\n"
+		"\n"
+		"  --out PREFIX        output prefix (default data/demo); its directory\n"
+		"                      is created if needed\n"
+		"  --doc-sep LINE      a line equal to LINE separates documents (default:\n"
+		"                      one document per file)\n"
+		"  --val-fraction F    every round(1/F)-th document goes to val (default\n"
+		"                      0.05; 0 for no val split)\n"
+		"  --shard-tokens N    at most N tokens per shard (default 100000000)\n"
+		"\n"
+		"Without FILE, uses the demo corpus: the fortune files in\n"
+		FORTUNE_DIR " (Debian package \"fortunes\") with\n"
+		"--doc-sep %%, or the licenses in " LICENSE_DIR " if those are\n"
+		"missing.\n");
+}
+
+/* mkdir -p of the directory part of prefix ("data/demo" -> "data"). */
+static int make_parent_dirs(const char *prefix)
+{
+	char dir[PATH_MAX];
+	char *slash, *p;
+	size_t len = strlen(prefix);
+
+	if (len >= sizeof(dir)) {
+		fprintf(stderr, "ferry data: output prefix is too long\n");
+		return -1;
+	}
+	memcpy(dir, prefix, len + 1);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (p = dir + 1; ; p++) {
+		char c = *p;
+
+		if (c != '/' && c != '\0')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+			fprintf(stderr, "ferry data: cannot create directory %s: %s\n",
+				dir, strerror(errno));
+			return -1;
+		}
+		*p = c;
+		if (c == '\0')
+			break;
+	}
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_list(char **list, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+}
+
+/*
+ * Regular files (not symlinks) directly in dir, sorted; with no_ext, only
+ * names without a '.' (fortunes: skips the .dat indexes and .u8 links).
+ * Returns the count (0 when the directory is missing or empty), -1 on error.
+ */
+static int list_dir(const char *dir, int no_ext, char ***out)
+{
+	char **list = NULL, **grown;
+	int n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+
+	*out = NULL;
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		char path[PATH_MAX];
+		struct stat sb;
+		int len;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (no_ext && strchr(de->d_name, '.'))
+			continue;
+		len = snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (len < 0 || (size_t)len >= sizeof(path))
+			continue;
+		if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 32;
+			grown = realloc(list, (size_t)cap * sizeof(*list));
+			if (!grown)
+				goto nomem;
+			list = grown;
+		}
+		list[n] = strdup(path);
+		if (!list[n])
+			goto nomem;
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(list, (size_t)n, sizeof(*list), cmp_str);
+	*out = list;
+	return n;
+nomem:
+	closedir(d);
+	free_list(list, n);
+	fprintf(stderr, "ferry data: out of memory listing %s\n", dir);
+	return -1;
+}
+
+static int parse_double(const char *flag, const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "ferry data: %s: '%s' is not a number\n", flag, s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_long(const char *flag, const char *s, long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtol(s, &end, 10);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "ferry data: %s: '%s' is not an integer\n", flag,
+			s);
+		return -1;
+	}
+	return 0;
+}
+
+static void print_files(const char *prefix, const char *split, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		printf("  wrote %s_%s_%06d.bin\n", prefix, split, i);
+}
+
+int cmd_data(int argc, char **argv)
+{
+	struct ferry_data_opts opts = {
+		.out_prefix = "data/demo",
+		.doc_sep = NULL,
+		.val_fraction = 0.05,
+		.shard_tokens = 100000000,
+	};
+	struct ferry_data_stats stats;
+	int sep_given = 0, n_args = 0, n_demo = 0, n_files, rc = 2, i;
+	const char **args, *const *files;
+	char **demo = NULL;
+
+	/* Flags and files may be mixed; after "--" everything is a file. */
+	args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*args));
+	if (!args) {
+		fprintf(stderr, "ferry data: out of memory\n");
+		return 1;
+	}
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			rc = 0;
+			goto out;
+		}
+		if (!strcmp(a, "--")) {
+			while (++i < argc)
+				args[n_args++] = argv[i];
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0') {
+			args[n_args++] = a;
+			continue;
+		}
+		if (strcmp(a, "--out") && strcmp(a, "--doc-sep") &&
+		    strcmp(a, "--val-fraction") && strcmp(a, "--shard-tokens")) {
+			fprintf(stderr, "ferry data: unknown flag %s\n", a);
+			fprintf(stderr, "try 'ferry data --help'\n");
+			goto out;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "ferry data: %s needs a value\n", a);
+			fprintf(stderr, "try 'ferry data --help'\n");
+			goto out;
+		}
+		if (!strcmp(a, "--out")) {
+			opts.out_prefix = argv[++i];
+		} else if (!strcmp(a, "--doc-sep")) {
+			opts.doc_sep = argv[++i];
+			sep_given = 1;
+		} else if (!strcmp(a, "--val-fraction")) {
+			if (parse_double(a, argv[++i], &opts.val_fraction))
+				goto out;
+			if (!(opts.val_fraction >= 0.0 && opts.val_fraction <= 1.0)) {
+				fprintf(stderr,
+					"ferry data: --val-fraction must be in [0, 1], got %s\n",
+					argv[i]);
+				goto out;
+			}
+		} else {
+			if (parse_long(a, argv[++i], &opts.shard_tokens))
+				goto out;
+			if (opts.shard_tokens <= 0 || opts.shard_tokens > INT_MAX) {
+				fprintf(stderr,
+					"ferry data: --shard-tokens must be in [1, %d], got %s\n",
+					INT_MAX, argv[i]);
+				goto out;
+			}
+		}
+	}
+	if (!*opts.out_prefix) {
+		fprintf(stderr, "ferry data: --out must not be empty\n");
+		goto out;
+	}
+	rc = 1;
+	files = args;
+	n_files = n_args;
+
+	if (n_files == 0) {
+		n_demo = list_dir(FORTUNE_DIR, 1, &demo);
+		if (n_demo < 0)
+			goto out;
+		if (n_demo > 0) {
+			if (!sep_given)
+				opts.doc_sep = "%";
+			printf("ferry data: demo corpus: %d fortune files in %s\n",
+			       n_demo, FORTUNE_DIR);
+		} else {
+			n_demo = list_dir(LICENSE_DIR, 0, &demo);
+			if (n_demo < 0)
+				goto out;
+			if (n_demo == 0) {
+				fprintf(stderr,
+					"ferry data: no FILE given and no demo corpus: neither %s nor %s has files (apt-get install fortunes)\n",
+					FORTUNE_DIR, LICENSE_DIR);
+				goto out;
+			}
+			printf("ferry data: %s not found (apt-get install fortunes); using the %d licenses in %s instead, one document per file\n",
+			       FORTUNE_DIR, n_demo, LICENSE_DIR);
+		}
+		files = (const char *const *)demo;
+		n_files = n_demo;
+	}
+
+	if (make_parent_dirs(opts.out_prefix))
+		goto out;
+	if (ferry_data_from_text(files, n_files, &opts, &stats) != FERRY_OK) {
+		fprintf(stderr, "ferry data: %s\n", ferry_last_error());
+		goto out;
+	}
+	printf("ferry data: %ld documents from %d file%s\n", stats.documents,
+	       n_files, n_files == 1 ? "" : "s");
+	printf("  train: %ld tokens in %d shard%s\n", stats.train_tokens,
+	       stats.train_shards, stats.train_shards == 1 ? "" : "s");
+	printf("  val:   %ld tokens in %d shard%s\n", stats.val_tokens,
+	       stats.val_shards, stats.val_shards == 1 ? "" : "s");
+	print_files(opts.out_prefix, "train", stats.train_shards);
+	print_files(opts.out_prefix, "val", stats.val_shards);
+	rc = 0;
+out:
+	free_list(demo, n_demo > 0 ? n_demo : 0);
+	free(args);
+	return rc;
+}
