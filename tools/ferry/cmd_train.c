@@ -45,7 +45,8 @@ static void usage(void)
 	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
 	       "  --threads N           CPU threads (default: all cores)\n"
 	       "output:\n"
-	       "  --save FILE           write the model (llm.c format) and FILE.state at the end\n"
+	       "  --save FILE           write the model (llm.c format) and FILE.state at the end;\n"
+	       "                        {step} in FILE is replaced by the step number\n"
 	       "  --save-every N        ... and every N steps\n"
 	       "  --json FILE           one JSON record per step\n"
 	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
@@ -154,6 +155,28 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 	ferry_tokenizer_free(tok);
 }
 
+/* The save path with "{step}" replaced by the step number. */
+static const char *save_path(const char *pattern, int step)
+{
+	static char buf[4096];
+	const char *at = strstr(pattern, "{step}");
+
+	if (!at)
+		return pattern;
+	snprintf(buf, sizeof(buf), "%.*s%d%s", (int)(at - pattern), pattern, step, at + 6);
+	return buf;
+}
+
+static int save(ferry_trainer_t tr, const char *pattern)
+{
+	const char *path = save_path(pattern, ferry_trainer_step_count(tr));
+
+	if (ferry_trainer_save(tr, path) != FERRY_OK)
+		return cli_fail(CMD);
+	printf("saved %s and %s.state\n", path, path);
+	return 0;
+}
+
 static void json_record(FILE *f, const struct ferry_step_metrics *m, float val_loss)
 {
 	fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
@@ -260,20 +283,12 @@ int cmd_train(int argc, char **argv)
 		fflush(stdout);
 		if (json)
 			json_record(json, &m, val_loss);
-		if (c.save && c.save_every && m.step % c.save_every == 0 && m.step != c.o.steps) {
-			if (ferry_trainer_save(tr, c.save) != FERRY_OK) {
-				rc = cli_fail(CMD);
-				goto out;
-			}
-		}
-	}
-	if (c.save) {
-		if (ferry_trainer_save(tr, c.save) != FERRY_OK) {
-			rc = cli_fail(CMD);
+		if (c.save && c.save_every && m.step % c.save_every == 0 && m.step != c.o.steps &&
+		    (rc = save(tr, c.save)))
 			goto out;
-		}
-		printf("saved %s and %s.state\n", c.save, c.save);
 	}
+	if (c.save && (rc = save(tr, c.save)))
+		goto out;
 	{
 		int done = ferry_trainer_step_count(tr) - first_step;
 

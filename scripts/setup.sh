@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what ferry needs on Debian 12 (as root) and builds it into build/.
+# Safe to run again: installs only what is missing, rebuilds incrementally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# gcc/cmake/make build it; OpenBLAS (OpenMP build) runs its matrix products;
+# fortunes is the demo corpus.
+packages=(gcc make cmake libopenblas-openmp-dev fortunes)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: need root to install: ${missing[*]}" >&2
+		exit 1
+	fi
+	echo "setup: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+preset=${1:-default}
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$(nproc)"

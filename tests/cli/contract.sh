@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CLI contract scripts rely on: usage, --json records, eval's last line,
+# save/resume equal to an unbroken run.
+. "$(dirname "$0")/lib.bash"
+make_corpus
+TINY=(--layers 2 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16 --sample 0 --threads 2)
+
+expect_ok "no arguments prints usage" "$FERRY"
+grep -q "usage: ferry" out.txt || fail "usage text"
+expect_ok "--help" "$FERRY" --help
+expect_ok "train --help" "$FERRY" train --help
+grep -q -- "--checkpoint" out.txt || fail "train --help lists flags"
+expect_ok "info" "$FERRY" info
+grep -q "blas: OpenBLAS, core" out.txt || fail "info shows the BLAS core"
+
+expect_ok "train with --json" "$FERRY" train "${TINY[@]}" --data 'corpus_train_*.bin' --val-data 'corpus_val_*.bin' \
+	--steps 6 --json steps.jsonl --save straight.bin
+[ "$(wc -l <steps.jsonl)" -eq 6 ] || fail "6 json records, got $(wc -l <steps.jsonl)"
+for key in step loss lr step_ms tokens_per_s device_peak_bytes; do
+	grep -c "\"$key\": " steps.jsonl | grep -qx 6 || fail "every record has $key"
+done
+grep -q '"step": 6,' steps.jsonl || fail "last record is step 6"
+grep -q '"val_loss"' steps.jsonl || fail "the last step has a validation loss"
+grep -q "^summary: 6 steps" out.txt || fail "a summary line"
+
+expect_ok "eval" "$FERRY" eval --checkpoint straight.bin --data 'corpus_val_*.bin' --batch 2 --seq 16 --batches 3
+tail -n 1 out.txt | grep -Eq '^loss [0-9]+\.[0-9]+$' || fail "eval ends with 'loss <value>': $(tail -n 1 out.txt)"
+expect_ok "eval again" "$FERRY" eval --checkpoint straight.bin --data 'corpus_val_*.bin' --batch 2 --seq 16 --batches 3
+cp out.txt eval2.txt
+expect_ok "eval is deterministic" "$FERRY" eval --checkpoint straight.bin --data 'corpus_val_*.bin' --batch 2 --seq 16 --batches 3
+cmp -s out.txt eval2.txt || fail "two evals differ"
+
+# Resume from the step-3 checkpoint of a 6-step run == the unbroken run, bit
+# for bit ({step} in --save names each periodic checkpoint).
+expect_ok "periodic saves" "$FERRY" train "${TINY[@]}" --data 'corpus_train_*.bin' --steps 6 --save-every 3 --save 'run_{step}.bin'
+for f in run_3.bin run_3.bin.state run_6.bin run_6.bin.state; do [ -f $f ] || fail "$f written"; done
+cmp -s run_6.bin straight.bin || fail "--json/--val-data changed the training result"
+expect_ok "resume" "$FERRY" train --resume run_3.bin --data 'corpus_train_*.bin' --batch 2 --seq 16 --steps 6 --sample 0 --threads 2 --save resumed.bin
+grep -q "resumed at step 3" out.txt || fail "says where it resumed"
+cmp -s run_6.bin resumed.bin || fail "resumed checkpoint differs from the unbroken run's"
+cmp -s run_6.bin.state resumed.bin.state || fail "resumed optimizer state differs"
+
+# Starting from an llm.c checkpoint keeps its shape.
+expect_ok "from a checkpoint" "$FERRY" train --checkpoint straight.bin --data 'corpus_train_*.bin' --batch 2 --seq 16 --steps 1 --sample 20
+grep -q "2 layers, 16 channels" out.txt || fail "shape from the checkpoint"
+grep -q -- "--- sample" out.txt || fail "prints a sample"
+finish

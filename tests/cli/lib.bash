@@ -1,0 +1,47 @@
+# Helpers for the CLI tests: sourced, not run.  $FERRY is the binary, $WORK a
+# fresh directory.
+set -u
+FERRY=$1
+WORK=$2
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+failures=0
+checks=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# expect_error "what" "needle" cmd...: non-zero exit below 128 (no crash),
+# exactly one line on stderr, containing needle.
+expect_error() {
+	local what=$1 needle=$2; shift 2
+	checks=$((checks + 1))
+	"$@" >out.txt 2>err.txt
+	local rc=$?
+	if [ $rc -eq 0 ]; then fail "$what: exit 0"; return; fi
+	if [ $rc -ge 128 ]; then fail "$what: crashed (exit $rc)"; cat err.txt >&2; return; fi
+	local lines
+	lines=$(grep -c . err.txt)
+	if [ "$lines" -ne 1 ]; then fail "$what: $lines lines on stderr:"; cat err.txt >&2; return; fi
+	grep -qF -- "$needle" err.txt || { fail "$what: stderr lacks '$needle':"; cat err.txt >&2; return; }
+	echo "ok: $what -> $(cat err.txt)"
+}
+
+expect_ok() {
+	local what=$1; shift
+	checks=$((checks + 1))
+	"$@" >out.txt 2>err.txt || { fail "$what: exit $?"; cat err.txt >&2; return 1; }
+	echo "ok: $what"
+}
+
+finish() {
+	echo "$checks checks, $failures failed"
+	[ $failures -eq 0 ]
+}
+
+# A small byte-level corpus in shards: corpus_{train,val}_000000.bin
+make_corpus() {
+	for d in 0 1 2 3 4 5 6 7 8 9; do
+		for i in $(seq 1 30); do echo "doc $d line $i: the quick brown fox jumps over the lazy dog"; done >"text$d.txt"
+	done
+	"$FERRY" data --out corpus --val-fraction 0.5 text?.txt >/dev/null 2>&1 ||
+		{ echo "cannot make corpus" >&2; exit 1; }
+}

@@ -1,0 +1,206 @@
+/*
+ * Float64 reference implementations of the CPU kernels' forward passes (and
+ * of the AdamW step), written as plainly as possible: the ground truth for
+ * the kernel tests and for finite-difference gradient checks of whole models.
+ * Header-only (static functions): each tests/test_*.c is its own program.
+ *
+ * Layouts and semantics are exactly those of src/ops/cpu/kernels.h, with
+ * double in place of float.  Optional outputs (mean/rstd, lse, probs) and
+ * the matmul bias may be NULL.
+ */
+#ifndef FERRY_TESTS_REF_OPS_H
+#define FERRY_TESTS_REF_OPS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
+static inline void ref_encoder_forward(double *out, const int32_t *tokens,
+				       const double *wte, const double *wpe,
+				       int B, int T, int C)
+{
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			const size_t n = (size_t)b * T + t;
+			const double *e = wte + (size_t)tokens[n] * C;
+			const double *p = wpe + (size_t)t * C;
+			for (int c = 0; c < C; c++)
+				out[n * C + c] = e[c] + p[c];
+		}
+}
+
+/* out = (x - mean) / sqrt(var + 1e-5) * weight + bias per row (biased var) */
+static inline void ref_layernorm_forward(double *out, double *mean,
+					 double *rstd, const double *inp,
+					 const double *weight,
+					 const double *bias, int N, int C)
+{
+	for (int n = 0; n < N; n++) {
+		const double *x = inp + (size_t)n * C;
+		double m = 0.0, var = 0.0;
+		for (int c = 0; c < C; c++)
+			m += x[c];
+		m /= C;
+		for (int c = 0; c < C; c++)
+			var += (x[c] - m) * (x[c] - m);
+		var /= C;
+		const double r = 1.0 / sqrt(var + 1e-5);
+		for (int c = 0; c < C; c++)
+			out[(size_t)n * C + c] =
+				(x[c] - m) * r * weight[c] + bias[c];
+		if (mean)
+			mean[n] = m;
+		if (rstd)
+			rstd[n] = r;
+	}
+}
+
+/* out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC] (bias may be NULL) */
+static inline void ref_matmul_forward(double *out, const double *inp,
+				      const double *weight, const double *bias,
+				      int N, int C, int OC)
+{
+	for (int n = 0; n < N; n++)
+		for (int o = 0; o < OC; o++) {
+			double s = bias ? bias[o] : 0.0;
+			for (int c = 0; c < C; c++)
+				s += inp[(size_t)n * C + c] *
+				     weight[(size_t)o * C + c];
+			out[(size_t)n * OC + o] = s;
+		}
+}
+
+/* Causal softmax attention, heads on channel blocks of HS = C / NH, scores
+ * scaled by 1/sqrt(HS); lse[B, NH, T] (may be NULL) gets log sum exp of each
+ * query's scores.  Materialises each score row (test code may allocate). */
+static inline void ref_attention_forward(double *out, double *lse,
+					 const double *q, const double *k,
+					 const double *v, int B, int T, int C,
+					 int NH)
+{
+	const int HS = C / NH;
+	const double scale = 1.0 / sqrt((double)HS);
+	double *s = (double *)malloc(sizeof(double) * (size_t)T);
+	if (!s) {
+		fprintf(stderr, "ref_attention_forward: out of memory\n");
+		exit(1);
+	}
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++)
+			for (int t = 0; t < T; t++) {
+				const size_t base =
+					(size_t)b * T * C + (size_t)h * HS;
+				const double *qt = q + base + (size_t)t * C;
+				double m = -INFINITY, z = 0.0;
+				for (int t2 = 0; t2 <= t; t2++) {
+					const double *kk =
+						k + base + (size_t)t2 * C;
+					double d = 0.0;
+					for (int i = 0; i < HS; i++)
+						d += qt[i] * kk[i];
+					s[t2] = d * scale;
+					m = fmax(m, s[t2]);
+				}
+				for (int t2 = 0; t2 <= t; t2++) {
+					s[t2] = exp(s[t2] - m);
+					z += s[t2];
+				}
+				double *ot = out + base + (size_t)t * C;
+				for (int i = 0; i < HS; i++) {
+					double acc = 0.0;
+					for (int t2 = 0; t2 <= t; t2++)
+						acc += s[t2] / z *
+						       v[base + (size_t)t2 * C +
+							 i];
+					ot[i] = acc;
+				}
+				if (lse)
+					lse[((size_t)b * NH + h) * T + t] =
+						m + log(z);
+			}
+	free(s);
+}
+
+/* GELU, tanh form */
+static inline void ref_gelu_forward(double *out, const double *inp, long n)
+{
+	const double k = 0.79788456080286535588 /* sqrt(2 / pi) */;
+	for (long i = 0; i < n; i++) {
+		const double x = inp[i];
+		out[i] = 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+	}
+}
+
+/* out = a + b */
+static inline void ref_residual_forward(double *out, const double *a,
+					const double *b, long n)
+{
+	for (long i = 0; i < n; i++)
+		out[i] = a[i] + b[i];
+}
+
+/* Softmax over the first V of Vp columns; losses[i] = -log p[targets[i]].
+ * probs (may be NULL) gets 0 in the padding columns. */
+static inline void ref_softmax_xent_forward(double *losses, double *probs,
+					    const double *logits,
+					    const int32_t *targets, int N,
+					    int V, int Vp)
+{
+	for (int n = 0; n < N; n++) {
+		const double *x = logits + (size_t)n * Vp;
+		double m = -INFINITY, z = 0.0;
+		for (int j = 0; j < V; j++)
+			m = fmax(m, x[j]);
+		for (int j = 0; j < V; j++)
+			z += exp(x[j] - m);
+		losses[n] = log(z) + m - x[targets[n]];
+		if (probs) {
+			for (int j = 0; j < V; j++)
+				probs[(size_t)n * Vp + j] = exp(x[j] - m) / z;
+			for (int j = V; j < Vp; j++)
+				probs[(size_t)n * Vp + j] = 0.0;
+		}
+	}
+}
+
+/* Mean of the N losses (the usual training loss). */
+static inline double ref_softmax_xent_mean_loss(const double *logits,
+						const int32_t *targets, int N,
+						int V, int Vp)
+{
+	double *losses = (double *)malloc(sizeof(double) * (size_t)N);
+	if (!losses) {
+		fprintf(stderr, "ref_softmax_xent_mean_loss: out of memory\n");
+		exit(1);
+	}
+	ref_softmax_xent_forward(losses, NULL, logits, targets, N, V, Vp);
+	double s = 0.0;
+	for (int n = 0; n < N; n++)
+		s += losses[n];
+	free(losses);
+	return s / N;
+}
+
+/* AdamW step t >= 1: g = grad * grad_scale, bias-corrected moments,
+ * decoupled weight decay. */
+static inline void ref_adamw_update(double *param, double *m, double *v,
+				    const double *grad, long n, double lr,
+				    double beta1, double beta2, double eps,
+				    double weight_decay, double grad_scale,
+				    int t)
+{
+	const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+	for (long i = 0; i < n; i++) {
+		const double g = grad[i] * grad_scale;
+		m[i] = beta1 * m[i] + (1.0 - beta1) * g;
+		v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
+		const double mhat = m[i] / bc1, vhat = v[i] / bc2;
+		param[i] -= lr * (mhat / (sqrt(vhat) + eps) +
+				  weight_decay * param[i]);
+	}
+}
+
+#endif
