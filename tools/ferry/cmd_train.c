@@ -33,7 +33,7 @@ static void usage(void)
 	       "  --val-batches N       batches per validation (default 8)\n"
 	       "optimisation:\n"
 	       "  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
-	       "  --steps N             total optimizer steps (default 500)\n"
+	       "  --steps N             total optimizer steps (default 300)\n"
 	       "  --lr X                peak learning rate (default 1e-3)\n"
 	       "  --warmup N            linear warmup steps (default 20)\n"
 	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
@@ -205,7 +205,7 @@ int cmd_train(int argc, char **argv)
 						.layers = 6, .heads = 6, .channels = 192 };
 	c.o.B = 8;
 	c.o.T = 128;
-	c.o.steps = 500;
+	c.o.steps = 300;
 	c.o.lr = 1e-3f;
 	c.o.warmup = 20;
 	c.val_batches = 8;
