@@ -103,8 +103,9 @@ ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int
 ferry_status ferry_gpt2_probs(ferry_gpt2_t m, int row, float *probs) FERRY_MUST_CHECK;
 
 ferry_status ferry_gpt2_zero_grad(ferry_gpt2_t m) FERRY_MUST_CHECK;
-/* Backward pass of the last forward (which must have had targets);
- * gradients of the mean loss accumulate into the gradient buffer. */
+/* Backward pass of the last forward (which must have had targets; each
+ * forward allows one backward); gradients of the mean loss accumulate into
+ * the gradient buffer. */
 ferry_status ferry_gpt2_backward(ferry_gpt2_t m) FERRY_MUST_CHECK;
 /* Clips by global norm and applies AdamW step t (>= 1); *grad_norm gets the
  * norm before clipping.  Weight decay applies to matrices only. */

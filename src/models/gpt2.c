@@ -372,7 +372,10 @@ ferry_status ferry_gpt2_backward(ferry_gpt2_t m)
 	ferry_status st;
 
 	if (!m->have_targets)
-		return ferry_error(FERRY_ERR_INVALID, "backward needs a forward pass with targets");
+		return ferry_error(FERRY_ERR_INVALID,
+				   "backward needs a forward pass with targets (one backward per forward)");
+	/* the softmax backward overwrites the probabilities with d(logits) */
+	m->have_targets = false;
 
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_SOFTMAX_XENT;
