@@ -10,6 +10,7 @@
 
 #include "ferry/ferry.h"
 #include "ferry/backend.h"
+#include "ferry/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +76,16 @@ struct ferry_adamw {
 
 ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_config *cfg,
 			       int B, int T, ferry_gpt2_t *out) FERRY_MUST_CHECK;
+/* ... with an activation policy and prefetch depth (NULL: everything on the
+ * device).  Allocates exactly the buffers ferry_gpt2_plan lists. */
+ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_config *cfg,
+				  int B, int T, const struct ferry_exec_opts *opts,
+				  ferry_gpt2_t *out) FERRY_MUST_CHECK;
+/* The memory plan of ferry_gpt2_create_ex with the same arguments, without
+ * allocating anything: fails the same way on a bad shape or policy. */
+ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
+			     const struct ferry_exec_opts *opts, struct ferry_plan *plan)
+	FERRY_MUST_CHECK;
 void ferry_gpt2_free(ferry_gpt2_t m);
 const struct ferry_gpt2_config *ferry_gpt2_config(ferry_gpt2_t m);
 size_t ferry_gpt2_num_params(ferry_gpt2_t m);
@@ -112,9 +123,8 @@ ferry_status ferry_gpt2_backward(ferry_gpt2_t m) FERRY_MUST_CHECK;
 ferry_status ferry_gpt2_update(ferry_gpt2_t m, const struct ferry_adamw *opt, int t,
 			       float *grad_norm) FERRY_MUST_CHECK;
 
-/* Device bytes the model holds, and the model's FLOPs for one training step
- * (forward + backward) at B x T. */
-size_t ferry_gpt2_device_bytes(ferry_gpt2_t m);
+/* The model's FLOPs for one training step (forward + backward) at B x T,
+ * without recomputation. */
 double ferry_gpt2_step_flops(ferry_gpt2_t m, int B, int T);
 
 #ifdef __cplusplus

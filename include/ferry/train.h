@@ -27,6 +27,7 @@ struct ferry_train_opts {
 	int warmup;               /* linear warmup steps */
 	struct ferry_adamw adamw; /* lr is taken from the schedule */
 	uint64_t seed;
+	struct ferry_exec_opts exec; /* activation policy, prefetch depth */
 };
 
 /* Defaults: cpu, B 4, T 64, lr 6e-4, final 0.1, warmup 0, AdamW (0.9, 0.95,
@@ -42,8 +43,13 @@ struct ferry_step_metrics {
 
 typedef struct ferry_trainer *ferry_trainer_t;
 
+/* Plans memory first: a configuration whose plan exceeds the device arena is
+ * refused (FERRY_ERR_DEVICE_MEM) before anything is allocated, with the
+ * bytes it needs and the presets that would fit. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
+/* The plan the trainer works to. */
+const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr);
 void ferry_trainer_free(ferry_trainer_t tr);
 
 /* Steps already taken (non-zero after a resume). */

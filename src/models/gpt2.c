@@ -10,8 +10,10 @@
 #include "backend/backend_impl.h"
 #include "core/error.h"
 #include "models/gpt2_internal.h"
+#include "offload/engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 struct ferry_gpt2 {
@@ -54,15 +56,10 @@ void ferry_gpt2_free(ferry_gpt2_t m)
 	ferry_free(m);
 }
 
-ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_config *cfg, int B,
-			       int T, ferry_gpt2_t *out)
+static ferry_status check_shape(const struct ferry_gpt2_config *cfg, int B, int T)
 {
-	struct ferry_gpt2 *m;
-	ferry_status st;
-	size_t N, C, Vp;
+	ferry_status st = ferry_gpt2_config_check(cfg);
 
-	*out = NULL;
-	st = ferry_gpt2_config_check(cfg);
 	if (st)
 		return st;
 	if (B < 1 || T < 1)
@@ -70,6 +67,71 @@ ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_confi
 	if (T > cfg->max_seq)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "sequence length %d is longer than the model's maximum %d", T, cfg->max_seq);
+	return FERRY_OK;
+}
+
+static ferry_status stack_plan(const struct ferry_gpt2_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
+{
+	struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
+	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
+
+	return ferry_stack_plan_make(&ferry_gpt2_layer, &dims, opts ? opts->policy : NULL, depth, sp);
+}
+
+ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
+			     const struct ferry_exec_opts *opts, struct ferry_plan *plan)
+{
+	struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
+	struct ferry_stack_plan sp;
+	size_t n_params, sizes[FERRY_GPT2_NUM_PARAMS], N = (size_t)B * T, f = sizeof(float);
+	ferry_status st;
+
+	memset(plan, 0, sizeof(*plan));
+	if ((st = check_shape(cfg, B, T)) || (st = stack_plan(cfg, B, T, opts, &sp)))
+		return st;
+	n_params = ferry_gpt2_param_sizes(cfg, sizes);
+	snprintf(plan->model, sizeof(plan->model), "gpt2");
+	snprintf(plan->policy, sizeof(plan->policy), "%s",
+		 opts && opts->policy ? opts->policy : "everything_saveable");
+	plan->B = B;
+	plan->T = T;
+	/* in the order ferry_gpt2_create allocates them */
+	ferry_plan_add_buffer(plan, "params", FERRY_BUF_DONATED, n_params * f);
+	ferry_plan_add_buffer(plan, "grads", FERRY_BUF_TEMP, n_params * f);
+	ferry_plan_add_buffer(plan, "adamw m", FERRY_BUF_DONATED, n_params * f);
+	ferry_plan_add_buffer(plan, "adamw v", FERRY_BUF_DONATED, n_params * f);
+	ferry_plan_add_buffer(plan, "tokens", FERRY_BUF_ARGUMENT, N * sizeof(int32_t));
+	ferry_plan_add_buffer(plan, "targets", FERRY_BUF_ARGUMENT, N * sizeof(int32_t));
+	ferry_plan_add_buffer(plan, "final norm", FERRY_BUF_TEMP, N * cfg->channels * f);
+	ferry_plan_add_buffer(plan, "final norm mean", FERRY_BUF_TEMP, N * f);
+	ferry_plan_add_buffer(plan, "final norm rstd", FERRY_BUF_TEMP, N * f);
+	ferry_plan_add_buffer(plan, "logits", FERRY_BUF_TEMP, N * (size_t)cfg->padded_vocab * f);
+	ferry_plan_add_buffer(plan, "losses", FERRY_BUF_OUTPUT, N * f);
+	ferry_plan_add_buffer(plan, "final norm grad", FERRY_BUF_TEMP, N * cfg->channels * f);
+	ferry_plan_add_buffer(plan, "grad norm", FERRY_BUF_TEMP, sizeof(double));
+	ferry_stack_plan_describe(&sp, &ferry_gpt2_layer, &dims, plan);
+	ferry_plan_finish(plan);
+	return FERRY_OK;
+}
+
+ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_config *cfg, int B,
+			       int T, ferry_gpt2_t *out)
+{
+	return ferry_gpt2_create_ex(be, cfg, B, T, NULL, out);
+}
+
+ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_config *cfg, int B,
+				  int T, const struct ferry_exec_opts *opts, ferry_gpt2_t *out)
+{
+	struct ferry_stack_plan sp;
+	struct ferry_gpt2 *m;
+	ferry_status st;
+	size_t N, C, Vp;
+
+	*out = NULL;
+	if ((st = check_shape(cfg, B, T)) || (st = stack_plan(cfg, B, T, opts, &sp)))
+		return st;
 	m = ferry_calloc(1, sizeof(*m));
 	if (!m)
 		return ferry_error(FERRY_ERR_NOMEM, "gpt2: out of host memory");
@@ -86,6 +148,7 @@ ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_confi
 	if (st)
 		goto fail;
 #define ALLOC(buf, bytes) do { st = ferry_buffer_alloc(be, (bytes), &m->buf); if (st) goto fail; } while (0)
+	/* the order and sizes ferry_gpt2_plan lists */
 	ALLOC(params, m->n_params * sizeof(float));
 	ALLOC(grads, m->n_params * sizeof(float));
 	ALLOC(mom, m->n_params * sizeof(float));
@@ -116,7 +179,7 @@ ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_confi
 		struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
 		struct ferry_weight_table wt = { m->param_ptr, m->grad_ptr, m->layer_stride };
 
-		st = ferry_layer_exec_create(be, &ferry_gpt2_layer, &dims, &wt, &m->layers);
+		st = ferry_layer_exec_create(be, &ferry_gpt2_layer, &dims, &wt, &sp, &m->layers);
 		if (st)
 			goto fail;
 	}
@@ -300,7 +363,7 @@ ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int
 	if ((st = run(m, &c)))
 		return st;
 
-	if ((st = ferry_layer_exec_forward(m->layers, m->compute, B, T)))
+	if ((st = ferry_layer_exec_forward(m->layers, m->compute, B, T, targets != NULL)))
 		return st;
 
 	memset(&c, 0, sizeof(c));
@@ -490,18 +553,6 @@ ferry_status ferry_gpt2_update(ferry_gpt2_t m, const struct ferry_adamw *opt, in
 			return st;
 	}
 	return ferry_stream_synchronize(m->compute);
-}
-
-size_t ferry_gpt2_device_bytes(ferry_gpt2_t m)
-{
-	ferry_buffer_t bufs[] = { m->params, m->grads, m->mom, m->var, m->tokens, m->targets,
-				  m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses, m->dlnf,
-				  m->sumsq };
-	size_t total = ferry_layer_exec_device_bytes(m->layers);
-
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-		total += ferry_buffer_size(bufs[i]);
-	return total;
 }
 
 double ferry_gpt2_step_flops(ferry_gpt2_t m, int B, int T)

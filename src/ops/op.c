@@ -18,6 +18,9 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_SOFTMAX_XENT] = { "softmax_xent", 1, 2, 0, OUT(1), 0x3, false },
 	[FERRY_OP_ADAMW] = { "adamw", 1, 2, 1, 0, 0x3, false },
 	[FERRY_OP_SUM_SQUARES] = { "sum_squares", 1, 0, 0, 0, 0, false },
+	[FERRY_OP_SUM] = { "sum", 1, 0, 0, 0, 0, false },
+	[FERRY_OP_FILL] = { "fill", 0, 1, 0, 0, 0, false },
+	[FERRY_OP_SGD] = { "sgd", 1, 0, 1, 0, 0, false },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
@@ -51,7 +54,12 @@ double ferry_op_flops(const struct ferry_op_call *c)
 	case FERRY_OP_ADAMW:
 		return 12.0 * (double)c->n;
 	case FERRY_OP_SUM_SQUARES:
+	case FERRY_OP_SGD:
 		return 2.0 * (double)c->n;
+	case FERRY_OP_SUM:
+		return (double)c->n;
+	case FERRY_OP_FILL:
+		return 0;
 	case FERRY_OP_ENCODER:
 		return N * c->C;
 	case FERRY_OP_COUNT:

@@ -23,6 +23,9 @@ enum ferry_op_kind {
 	FERRY_OP_SOFTMAX_XENT, /* out0 losses[N], out1 probs (may alias in0); in0 logits */
 	FERRY_OP_ADAMW,        /* w0 param, out0 m, out1 v, in0 grad */
 	FERRY_OP_SUM_SQUARES,  /* *result += sum(in0^2) */
+	FERRY_OP_SUM,          /* *result += sum(in0) */
+	FERRY_OP_FILL,         /* out0[:n] = scalar[0] */
+	FERRY_OP_SGD,          /* param -= scalar[0] * in0 (the gradient) */
 	FERRY_OP_COUNT
 };
 

@@ -2,6 +2,7 @@
 #include "ferry/train.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
+#include "ferry/policy.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -14,6 +15,7 @@ struct ferry_trainer {
 	ferry_backend_t be;
 	ferry_gpt2_t model;
 	ferry_loader_t train, val;
+	struct ferry_plan plan;
 	int32_t *inputs, *targets;     /* host [B*T] */
 	int step;                      /* optimizer steps taken */
 	uint64_t rng;
@@ -85,6 +87,31 @@ out:
 	return st;
 }
 
+/* Refuses a plan larger than the device, naming the presets that fit. */
+static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_gpt2_config *cfg)
+{
+	size_t cap = ferry_backend_mem_capacity(tr->be), need = tr->plan.mem.peak_bytes;
+	char fits[1024] = "";
+	size_t used = 0;
+
+	if (need <= cap)
+		return FERRY_OK;
+	for (int i = 0; i < ferry_policy_preset_count(); i++) {
+		struct ferry_exec_opts o = tr->opts.exec;
+		struct ferry_plan p;
+
+		o.policy = ferry_policy_preset_name(i);
+		if (ferry_gpt2_plan(cfg, tr->opts.B, tr->opts.T, &o, &p) == FERRY_OK &&
+		    p.mem.peak_bytes <= cap && used + 64 < sizeof(fits))
+			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%zu)",
+						 used ? ", " : "", o.policy, p.mem.peak_bytes);
+	}
+	return ferry_error(FERRY_ERR_DEVICE_MEM,
+			   "policy %s needs %zu bytes of device memory, the device has %zu; %s%s",
+			   tr->plan.policy, need, cap, used ? "presets that fit: " : "no preset fits",
+			   fits);
+}
+
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 {
 	struct ferry_backend_opts bo = { opts->device_mem, opts->threads, 0 };
@@ -123,7 +150,13 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		return ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
 	tr->opts = *opts;
 	tr->rng = opts->seed;
+	st = ferry_gpt2_plan(&cfg, opts->B, opts->T, &opts->exec, &tr->plan);
+	if (st)
+		goto fail;
 	st = ferry_backend_open(opts->backend ? opts->backend : "cpu", &bo, &tr->be);
+	if (st)
+		goto fail;
+	st = check_fits(tr, &cfg);
 	if (st)
 		goto fail;
 	st = ferry_loader_open(opts->data, opts->B, opts->T, cfg.vocab, &tr->train);
@@ -134,7 +167,7 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		if (st)
 			goto fail;
 	}
-	st = ferry_gpt2_create(tr->be, &cfg, opts->B, opts->T, &tr->model);
+	st = ferry_gpt2_create_ex(tr->be, &cfg, opts->B, opts->T, &opts->exec, &tr->model);
 	if (st)
 		goto fail;
 	st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->inputs);
@@ -172,6 +205,7 @@ void ferry_trainer_free(ferry_trainer_t tr)
 
 int ferry_trainer_step_count(ferry_trainer_t tr) { return tr->step; }
 ferry_gpt2_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
+const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr) { return &tr->plan; }
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
 
 ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m)

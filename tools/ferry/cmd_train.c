@@ -1,6 +1,7 @@
 /* ferry train: the training loop as a command. */
 #include "cli_args.h"
 #include "commands.h"
+#include "model_flags.h"
 #include "demo_data.h"
 #include "ferry/data.h"
 #include "ferry/platform.h"
@@ -21,18 +22,12 @@ static void usage(void)
 	       "With no flags, trains a small GPT-2 on the demo corpus (Debian's fortunes,\n"
 	       "tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) and prints a sample.\n"
 	       "\n"
-	       "model (ignored with --checkpoint/--resume, which carry their own shape):\n"
-	       "  --layers N --channels N --heads N --vocab N --max-seq N\n"
-	       "                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
-	       "  --checkpoint FILE     start from an llm.c checkpoint (fp32, version 3)\n"
-	       "  --resume FILE         continue from FILE and FILE.state (from --save)\n"
 	       "data:\n"
 	       "  --data GLOB           training shards (llm.c format)\n"
 	       "  --val-data GLOB       validation shards\n"
 	       "  --val-every N         validate every N steps (default 0: at the end only)\n"
 	       "  --val-batches N       batches per validation (default 8)\n"
 	       "optimisation:\n"
-	       "  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
 	       "  --steps N             total optimizer steps (default 300)\n"
 	       "  --lr X                peak learning rate (default 1e-3)\n"
 	       "  --warmup N            linear warmup steps (default 20)\n"
@@ -40,17 +35,14 @@ static void usage(void)
 	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
 	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
 	       "  --seed S              initialisation and sampling seed (default 1337)\n"
-	       "machine:\n"
-	       "  --backend NAME        cpu (default) or cuda\n"
-	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
-	       "  --threads N           CPU threads (default: all cores)\n"
 	       "output:\n"
 	       "  --save FILE           write the model (llm.c format) and FILE.state at the end;\n"
 	       "                        {step} in FILE is replaced by the step number\n"
 	       "  --save-every N        ... and every N steps\n"
 	       "  --json FILE           one JSON record per step\n"
 	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
-	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n");
+	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n"
+	       "%s", model_flags_help);
 }
 
 struct train_cli {
@@ -62,29 +54,24 @@ struct train_cli {
 
 static int parse(int argc, char **argv, struct train_cli *c)
 {
-	struct ferry_gpt2_config *m = &c->o.model;
-
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i];
-		int r = 0;
+		int r = model_flag(CMD, argc, argv, i, &c->o, &c->shape_given);
 
+		if (r < 0)
+			return 2;
+		if (r > 0) {
+			i++;
+			continue;
+		}
 #define IS(name) (strcmp(f, name) == 0)
 		if (IS("--help") || IS("-h")) {
 			usage();
 			return 1;
-		} else if (IS("--layers")) { r = arg_int(CMD, argc, argv, i, &m->layers); c->shape_given = true; }
-		else if (IS("--channels")) { r = arg_int(CMD, argc, argv, i, &m->channels); c->shape_given = true; }
-		else if (IS("--heads")) { r = arg_int(CMD, argc, argv, i, &m->heads); c->shape_given = true; }
-		else if (IS("--vocab")) { r = arg_int(CMD, argc, argv, i, &m->vocab); c->shape_given = true; }
-		else if (IS("--max-seq")) { r = arg_int(CMD, argc, argv, i, &m->max_seq); c->shape_given = true; }
-		else if (IS("--checkpoint")) r = arg_value(CMD, argc, argv, i, &c->o.checkpoint);
-		else if (IS("--resume")) r = arg_value(CMD, argc, argv, i, &c->o.resume);
-		else if (IS("--data")) r = arg_value(CMD, argc, argv, i, &c->o.data);
+		} else if (IS("--data")) r = arg_value(CMD, argc, argv, i, &c->o.data);
 		else if (IS("--val-data")) r = arg_value(CMD, argc, argv, i, &c->o.val_data);
 		else if (IS("--val-every")) r = arg_int(CMD, argc, argv, i, &c->val_every);
 		else if (IS("--val-batches")) r = arg_int(CMD, argc, argv, i, &c->val_batches);
-		else if (IS("--batch")) r = arg_int(CMD, argc, argv, i, &c->o.B);
-		else if (IS("--seq")) r = arg_int(CMD, argc, argv, i, &c->o.T);
 		else if (IS("--steps")) r = arg_int(CMD, argc, argv, i, &c->o.steps);
 		else if (IS("--lr")) r = arg_float(CMD, argc, argv, i, &c->o.lr);
 		else if (IS("--warmup")) r = arg_int(CMD, argc, argv, i, &c->o.warmup);
@@ -92,9 +79,6 @@ static int parse(int argc, char **argv, struct train_cli *c)
 		else if (IS("--weight-decay")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.weight_decay);
 		else if (IS("--grad-clip")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.grad_clip);
 		else if (IS("--seed")) r = arg_u64(CMD, argc, argv, i, &c->o.seed);
-		else if (IS("--backend")) r = arg_value(CMD, argc, argv, i, &c->o.backend);
-		else if (IS("--device-mem")) r = arg_size(CMD, argc, argv, i, &c->o.device_mem);
-		else if (IS("--threads")) r = arg_int(CMD, argc, argv, i, &c->o.threads);
 		else if (IS("--save")) r = arg_value(CMD, argc, argv, i, &c->save);
 		else if (IS("--save-every")) r = arg_int(CMD, argc, argv, i, &c->save_every);
 		else if (IS("--json")) r = arg_value(CMD, argc, argv, i, &c->json);
@@ -110,7 +94,7 @@ static int parse(int argc, char **argv, struct train_cli *c)
 	if (c->o.checkpoint && c->o.resume)
 		return cli_usage_error(CMD, "--checkpoint and --resume are exclusive");
 	if (c->save_every < 0 || c->val_every < 0 || c->val_batches < 1 || c->sample < 0 ||
-	    c->o.threads < 0 || c->o.warmup < 0)
+	    c->o.warmup < 0)
 		return cli_usage_error(CMD, "counts must not be negative");
 	return 0;
 }
@@ -177,6 +161,16 @@ static int save(ferry_trainer_t tr, const char *pattern)
 	return 0;
 }
 
+/* Device bytes of the layer stack's activation storage. */
+static size_t stack_bytes(const struct ferry_plan *p)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < p->n_tensors; i++)
+		n += p->tensors[i].device_bytes;
+	return n;
+}
+
 static void json_record(FILE *f, const struct ferry_step_metrics *m, float val_loss)
 {
 	fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
@@ -200,11 +194,7 @@ int cmd_train(int argc, char **argv)
 	float last_loss = NAN, first_loss = NAN;
 
 	memset(&c, 0, sizeof(c));
-	ferry_train_opts_default(&c.o);
-	c.o.model = (struct ferry_gpt2_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
-						.layers = 6, .heads = 6, .channels = 192 };
-	c.o.B = 8;
-	c.o.T = 128;
+	model_flags_default(&c.o);
 	c.o.steps = 300;
 	c.o.lr = 1e-3f;
 	c.o.warmup = 20;
@@ -247,7 +237,12 @@ int cmd_train(int argc, char **argv)
 		       c.o.B, c.o.T, c.o.steps, c.o.lr, c.o.warmup, c.o.final_lr_frac,
 		       ferry_backend_name(ferry_trainer_backend(tr)),
 		       ferry_backend_description(ferry_trainer_backend(tr)));
-		printf("device memory: %.1f MiB held by the model\n", ferry_gpt2_device_bytes(m) / 1048576.0);
+		const struct ferry_plan *p = ferry_trainer_plan(tr);
+
+		printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
+		       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
+		       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0,
+		       p->n_recompute_ops, p->n_ops);
 		if (c.o.resume)
 			printf("resumed at step %d\n", ferry_trainer_step_count(tr));
 	}

@@ -153,7 +153,7 @@ static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backen
 {
 	struct cpu_backend *cb;
 	size_t cap = opts->device_mem ? opts->device_mem : physical_memory();
-	int threads = opts->threads > 0 ? opts->threads : omp_get_num_procs();
+	int threads = opts->threads > 0 ? opts->threads : omp_get_max_threads();
 	ferry_status st;
 	void *base;
 

@@ -67,6 +67,15 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	case FERRY_OP_SUM_SQUARES:
 		*c->result += sum_squares(c->in[0], c->n);
 		break;
+	case FERRY_OP_SUM:
+		*c->result += sum_all(c->in[0], c->n);
+		break;
+	case FERRY_OP_FILL:
+		fill(c->out[0], c->scalar[0], c->n);
+		break;
+	case FERRY_OP_SGD:
+		sgd_update(c->param, c->in[0], c->scalar[0], c->n);
+		break;
 	case FERRY_OP_COUNT:
 		assert(0);
 	}

@@ -54,12 +54,3 @@ void adamw_update(float *param, float *m, float *v, const float *grad, long n,
 			    weight_decay, grad_scale, inv_bc1, inv_bc2);
 	}
 }
-
-double sum_squares(const float *x, long n)
-{
-	double acc = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc)
-	for (long i = 0; i < n; i++)
-		acc += (double)x[i] * (double)x[i];
-	return acc;
-}

@@ -79,4 +79,11 @@ void adamw_update(float *param, float *m, float *v, const float *grad, long n,
 /* Sum of squares of x, accumulated in double (for the global gradient norm). */
 double sum_squares(const float *x, long n);
 
+/* Sum of x, accumulated in double, deterministic for a fixed thread count. */
+double sum_all(const float *x, long n);
+/* x[:n] = value */
+void fill(float *x, float value, long n);
+/* param -= lr * grad */
+void sgd_update(float *param, const float *grad, float lr, long n);
+
 #endif

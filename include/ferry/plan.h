@@ -1,0 +1,92 @@
+/*
+ * Memory plans: before step 1, exactly how much device and host memory a
+ * configuration needs, in the terms of JAX's Compiled.memory_analysis.
+ *
+ * A plan lists every device buffer a model will allocate, each classified:
+ *   argument  inputs of a step that it does not update (the batch; the
+ *             weights when only gradients are computed);
+ *   donated   arguments updated in place (weights, optimizer state): each
+ *             counts as an argument, as an output, and as an alias;
+ *   output    results that are not arguments (the losses; gradients when
+ *             they are the result);
+ *   temp      everything else (activations, gradients, workspace).
+ * total = argument + output + temp - alias, as JAX computes it.  peak is the
+ * high-water mark of live device bytes over a step; ferry allocates every
+ * buffer before step 1 and nothing inside a step, so the peak equals the
+ * sum of the buffers, and the backend's arena measures it independently.
+ * Sizes are rounded up to the arena's 256-byte alignment, as allocated.
+ */
+#ifndef FERRY_PLAN_H
+#define FERRY_PLAN_H
+
+#include <stdbool.h>
+#include "ferry/ferry.h"
+#include "ferry/policy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_PLAN_MAX_TENSORS 32
+#define FERRY_PLAN_MAX_BUFFERS 48
+
+enum ferry_buffer_kind {
+	FERRY_BUF_ARGUMENT,
+	FERRY_BUF_DONATED,
+	FERRY_BUF_OUTPUT,
+	FERRY_BUF_TEMP,
+};
+
+struct ferry_plan_buffer {
+	char name[48];
+	enum ferry_buffer_kind kind;
+	size_t bytes;
+};
+
+/* One named activation of the layer. */
+struct ferry_plan_tensor {
+	char name[48];
+	enum ferry_placement placement; /* what the policy asked */
+	bool needed;          /* read by the backward pass or a recomputation */
+	bool stored;          /* kept from forward to backward (device or host) */
+	bool recomputed;      /* produced again in the backward pass */
+	size_t layer_bytes;   /* bytes of one layer's tensor */
+	int device_slots;     /* device copies: L (kept), a ring (offloaded), 1 (shared) */
+	size_t device_bytes;  /* all its device slots */
+	size_t host_bytes;    /* L layers on the host (offloaded) */
+};
+
+struct ferry_memory_analysis {
+	size_t argument_bytes, output_bytes, alias_bytes, temp_bytes;
+	size_t total_bytes, peak_bytes;
+	size_t host_activation_bytes; /* offloaded activations, all layers */
+	size_t host_total_bytes;
+};
+
+struct ferry_plan {
+	char model[32];
+	char policy[256];
+	int B, T, L;
+	int prefetch_depth;   /* layers prefetched ahead in backward */
+	int ring_slots;       /* device slots per offloaded tensor */
+	int n_tensors;
+	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
+	int n_recompute_ops;  /* ops of a layer re-run in backward */
+	int n_ops;
+	int n_buffers;
+	struct ferry_plan_buffer buffers[FERRY_PLAN_MAX_BUFFERS];
+	struct ferry_memory_analysis mem;
+};
+
+const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind);
+
+/* Options for building a model's executor: the policy and the prefetch depth. */
+struct ferry_exec_opts {
+	const char *policy;     /* NULL: everything_saveable */
+	int prefetch_depth;     /* 0: default (2) */
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,244 @@
+/*
+ * The JAX tutorial's network on ferry's engine: prologue = copy the input
+ * into the stack's input slot; the declared layer (two matrix products);
+ * epilogue = sum of the output, whose gradient is all ones.
+ */
+#include "ferry/tutorial.h"
+#include "backend/backend_impl.h"
+#include "core/error.h"
+#include "offload/engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { W1, W2, N_PARAMS };
+enum { X, Y, OUT, N_TENSORS };
+
+static const struct ferry_layer_decl tutorial_layer = {
+	.model = "tutorial",
+	.n_tensors = N_TENSORS,
+	.tensors = {
+		[X] = { "x", FERRY_SHAPE_N_C },
+		[Y] = { "y", FERRY_SHAPE_N_4C },
+		[OUT] = { "layer_output", FERRY_SHAPE_N_C },
+	},
+	.n_ops = 2,
+	.ops = {
+		{ FERRY_OP_MATMUL, { Y, -1, -1 }, { X, -1, -1 }, { { W1, 0 }, { -1, 0 } }, 1, 4 },
+		{ FERRY_OP_MATMUL, { OUT, -1, -1 }, { Y, -1, -1 }, { { W2, 0 }, { -1, 0 } }, 4, 1 },
+	},
+	.input = X,
+	.output = OUT,
+};
+
+struct ferry_tutorial {
+	ferry_backend_t be;
+	ferry_stream_t s;
+	struct ferry_tutorial_config cfg;
+	size_t wfloats;
+	ferry_buffer_t w, grads, input, loss;
+	float *base[N_PARAMS], *grad_base[N_PARAMS];
+	size_t stride[N_PARAMS];
+	struct ferry_layer_exec *layers;
+	double *host_loss;
+};
+
+size_t ferry_tutorial_weight_floats(const struct ferry_tutorial_config *cfg)
+{
+	return (size_t)cfg->layers * 4 * cfg->channels * cfg->channels;
+}
+
+static ferry_status check(const struct ferry_tutorial_config *cfg)
+{
+	if (cfg->layers < 1 || cfg->rows < 1 || cfg->channels < 1 || cfg->layers > 4096 ||
+	    cfg->rows > (1 << 20) || cfg->channels > (1 << 16))
+		return ferry_error(FERRY_ERR_INVALID, "tutorial network: layers %d, rows %d, channels %d "
+				   "must be positive", cfg->layers, cfg->rows, cfg->channels);
+	return FERRY_OK;
+}
+
+static struct ferry_layer_dims dims_of(const struct ferry_tutorial_config *cfg)
+{
+	return (struct ferry_layer_dims){ 1, cfg->rows, cfg->channels, 1, cfg->layers };
+}
+
+static ferry_status stack_plan(const struct ferry_tutorial_config *cfg,
+			       const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
+{
+	struct ferry_layer_dims d = dims_of(cfg);
+	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
+
+	return ferry_stack_plan_make(&tutorial_layer, &d, opts ? opts->policy : NULL, depth, sp);
+}
+
+ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
+				 const struct ferry_exec_opts *opts, struct ferry_plan *plan)
+{
+	struct ferry_layer_dims d = dims_of(cfg);
+	struct ferry_stack_plan sp;
+	size_t wbytes = ferry_tutorial_weight_floats(cfg) * sizeof(float);
+	ferry_status st;
+
+	memset(plan, 0, sizeof(*plan));
+	if ((st = check(cfg)) || (st = stack_plan(cfg, opts, &sp)))
+		return st;
+	snprintf(plan->model, sizeof(plan->model), "tutorial");
+	snprintf(plan->policy, sizeof(plan->policy), "%s",
+		 opts && opts->policy ? opts->policy : "everything_saveable");
+	plan->B = 1;
+	plan->T = cfg->rows;
+	/* in the order ferry_tutorial_create allocates them */
+	ferry_plan_add_buffer(plan, "w1, w2", cfg->train ? FERRY_BUF_DONATED : FERRY_BUF_ARGUMENT,
+			      2 * wbytes);
+	ferry_plan_add_buffer(plan, "dw1, dw2", cfg->train ? FERRY_BUF_TEMP : FERRY_BUF_OUTPUT,
+			      2 * wbytes);
+	ferry_plan_add_buffer(plan, "input", FERRY_BUF_ARGUMENT,
+			      (size_t)cfg->rows * cfg->channels * sizeof(float));
+	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, sizeof(double));
+	ferry_stack_plan_describe(&sp, &tutorial_layer, &d, plan);
+	ferry_plan_finish(plan);
+	return FERRY_OK;
+}
+
+void ferry_tutorial_free(ferry_tutorial_t t)
+{
+	if (!t)
+		return;
+	ferry_stream_free(t->s);
+	ferry_layer_exec_free(t->layers);
+	ferry_buffer_free(t->loss);
+	ferry_buffer_free(t->input);
+	ferry_buffer_free(t->grads);
+	ferry_buffer_free(t->w);
+	ferry_host_free(t->be, t->host_loss);
+	ferry_free(t);
+}
+
+ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutorial_config *cfg,
+				   const struct ferry_exec_opts *opts, ferry_tutorial_t *out)
+{
+	struct ferry_layer_dims d = dims_of(cfg);
+	struct ferry_stack_plan sp;
+	struct ferry_tutorial *t;
+	ferry_status st;
+
+	*out = NULL;
+	if ((st = check(cfg)) || (st = stack_plan(cfg, opts, &sp)))
+		return st;
+	t = ferry_calloc(1, sizeof(*t));
+	if (!t)
+		return ferry_error(FERRY_ERR_NOMEM, "tutorial network: out of host memory");
+	t->be = be;
+	t->cfg = *cfg;
+	t->wfloats = ferry_tutorial_weight_floats(cfg);
+	if ((st = ferry_stream_create(be, "compute", &t->s)) ||
+	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->w)) ||
+	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->grads)) ||
+	    (st = ferry_buffer_alloc(be, (size_t)cfg->rows * cfg->channels * sizeof(float), &t->input)) ||
+	    (st = ferry_buffer_alloc(be, sizeof(double), &t->loss)) ||
+	    (st = ferry_host_alloc(be, sizeof(double), (void **)&t->host_loss)))
+		goto fail;
+	for (int p = 0; p < N_PARAMS; p++) {
+		t->base[p] = (float *)ferry_buffer_ptr(t->w) + p * t->wfloats;
+		t->grad_base[p] = (float *)ferry_buffer_ptr(t->grads) + p * t->wfloats;
+		t->stride[p] = t->wfloats / cfg->layers;
+	}
+	{
+		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride };
+
+		if ((st = ferry_layer_exec_create(be, &tutorial_layer, &d, &wt, &sp, &t->layers)))
+			goto fail;
+	}
+	*out = t;
+	return FERRY_OK;
+fail:
+	ferry_tutorial_free(t);
+	return st;
+}
+
+static ferry_status sync_copy(ferry_tutorial_t t, void *dst, const void *src, size_t n,
+			      enum ferry_copy_kind kind)
+{
+	ferry_status st = ferry_memcpy_async(t->s, dst, src, n, kind);
+
+	return st ? st : ferry_stream_synchronize(t->s);
+}
+
+ferry_status ferry_tutorial_set(ferry_tutorial_t t, const float *w1, const float *w2, const float *x)
+{
+	size_t wb = t->wfloats * sizeof(float);
+	ferry_status st;
+
+	if ((st = sync_copy(t, t->base[W1], w1, wb, FERRY_COPY_H2D)) ||
+	    (st = sync_copy(t, t->base[W2], w2, wb, FERRY_COPY_H2D)))
+		return st;
+	return sync_copy(t, ferry_buffer_ptr(t->input), x,
+			 (size_t)t->cfg.rows * t->cfg.channels * sizeof(float), FERRY_COPY_H2D);
+}
+
+ferry_status ferry_tutorial_get_grads(ferry_tutorial_t t, float *dw1, float *dw2)
+{
+	size_t wb = t->wfloats * sizeof(float);
+	ferry_status st = sync_copy(t, dw1, t->grad_base[W1], wb, FERRY_COPY_D2H);
+
+	return st ? st : sync_copy(t, dw2, t->grad_base[W2], wb, FERRY_COPY_D2H);
+}
+
+ferry_status ferry_tutorial_get_weights(ferry_tutorial_t t, float *w1, float *w2)
+{
+	size_t wb = t->wfloats * sizeof(float);
+	ferry_status st = sync_copy(t, w1, t->base[W1], wb, FERRY_COPY_D2H);
+
+	return st ? st : sync_copy(t, w2, t->base[W2], wb, FERRY_COPY_D2H);
+}
+
+ferry_status ferry_tutorial_grad(ferry_tutorial_t t, double *loss)
+{
+	size_t n = (size_t)t->cfg.rows * t->cfg.channels;
+	struct ferry_op_call c;
+	ferry_status st;
+
+	/* prologue: the input is the first layer's input */
+	if ((st = ferry_memcpy_async(t->s, ferry_layer_exec_input(t->layers), ferry_buffer_ptr(t->input),
+				     n * sizeof(float), FERRY_COPY_D2D)) ||
+	    (st = ferry_layer_exec_forward(t->layers, t->s, 1, t->cfg.rows, true)))
+		return st;
+	/* epilogue: loss = sum(output); d loss / d output = 1 */
+	if ((st = ferry_memset_zero_async(t->s, ferry_buffer_ptr(t->loss), sizeof(double))))
+		return st;
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_SUM;
+	c.in[0] = ferry_layer_exec_output(t->layers);
+	c.n = (long)n;
+	c.result = ferry_buffer_ptr(t->loss);
+	if ((st = ferry_stream_run_op(t->s, &c)))
+		return st;
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_FILL;
+	c.out[0] = ferry_layer_exec_output_grad(t->layers);
+	c.n = (long)n;
+	c.scalar[0] = 1.0f;
+	if ((st = ferry_stream_run_op(t->s, &c)) ||
+	    (st = ferry_memset_zero_async(t->s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float))) ||
+	    (st = ferry_layer_exec_backward(t->layers, t->s, 1, t->cfg.rows)))
+		return st;
+	st = sync_copy(t, t->host_loss, ferry_buffer_ptr(t->loss), sizeof(double), FERRY_COPY_D2H);
+	if (!st && loss)
+		*loss = *t->host_loss;
+	return st;
+}
+
+ferry_status ferry_tutorial_sgd(ferry_tutorial_t t, float lr)
+{
+	struct ferry_op_call c;
+	ferry_status st;
+
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_SGD;
+	c.param = ferry_buffer_ptr(t->w);
+	c.in[0] = ferry_buffer_ptr(t->grads);
+	c.n = (long)(2 * t->wfloats);
+	c.scalar[0] = lr;
+	st = ferry_stream_run_op(t->s, &c);
+	return st ? st : ferry_stream_synchronize(t->s);
+}

@@ -1,0 +1,51 @@
+/*
+ * Internal: runs a declared layer over a stack of L layers, placing each
+ * tensor as a stack plan says: kept on the device, offloaded to host memory
+ * (copied out on a device-to-host stream as soon as it is produced, and
+ * prefetched back on a host-to-device stream while later layers run their
+ * backward pass), or recomputed before the layer's backward ops.
+ */
+#ifndef FERRY_OFFLOAD_ENGINE_H
+#define FERRY_OFFLOAD_ENGINE_H
+
+#include "ferry/backend.h"
+#include "offload/stack_plan.h"
+
+struct ferry_layer_exec;
+
+/* Where the executor finds a layer's weights and weight gradients:
+ * parameter p of layer l starts at base[p] + l * layer_stride[p] floats. */
+struct ferry_weight_table {
+	float *const *base;
+	float *const *grad_base;
+	const size_t *layer_stride;
+};
+
+/* Allocates device storage as the plan says (the buffers
+ * ferry_stack_plan_describe lists, in that order), one host arena for the
+ * offloaded tensors, and the copy streams and events. */
+ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_layer_decl *decl,
+				     const struct ferry_layer_dims *dims,
+				     const struct ferry_weight_table *weights,
+				     const struct ferry_stack_plan *plan,
+				     struct ferry_layer_exec **out) FERRY_MUST_CHECK;
+void ferry_layer_exec_free(struct ferry_layer_exec *ex);
+
+/* The stack's input (the prologue writes it), its output (the epilogue
+ * reads it), and their gradients: the epilogue writes d(output) before
+ * backward, the prologue reads d(input) after. */
+float *ferry_layer_exec_input(struct ferry_layer_exec *ex);
+float *ferry_layer_exec_output(struct ferry_layer_exec *ex);
+float *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex);
+const float *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
+
+/* Enqueues the forward pass on stream s for a batch of up to B x T.  With
+ * for_backward, offloaded tensors are copied out for a backward pass. */
+ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T,
+				      bool for_backward) FERRY_MUST_CHECK;
+/* Enqueues the backward pass (after a forward with for_backward); weight
+ * gradients accumulate into the weight table's grad_base. */
+ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream_t s, int B,
+				       int T) FERRY_MUST_CHECK;
+
+#endif

@@ -1,0 +1,201 @@
+#include "offload/stack_plan.h"
+#include "backend/backend_impl.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SLOT_ALIGN_FLOATS 64
+
+static size_t align_floats(size_t n)
+{
+	return (n + SLOT_ALIGN_FLOATS - 1) / SLOT_ALIGN_FLOATS * SLOT_ALIGN_FLOATS;
+}
+
+/* What the policy may know of each tensor: its name, whether it is the
+ * layer input, and whether a (batched) matrix product made it. */
+static void policy_view(const struct ferry_layer_decl *decl, struct ferry_policy_tensor *pt)
+{
+	for (int t = 0; t < decl->n_tensors; t++) {
+		int o = ferry_layer_producer(decl, t);
+
+		pt[t] = (struct ferry_policy_tensor){ .name = decl->tensors[t].name };
+		pt[t].is_layer_input = t == decl->input;
+		if (o >= 0) {
+			pt[t].dot = ferry_op_info(decl->ops[o].kind)->is_dot;
+			pt[t].batched_dot = decl->ops[o].kind == FERRY_OP_ATTENTION;
+		}
+	}
+}
+
+/* The closure: what backward reads, and what re-running producers reads,
+ * until everything needed is kept or recomputed from kept tensors. */
+static void derive_needed(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
+{
+	unsigned needed = sp->residuals, done = 0;
+
+	while (needed & ~done) {
+		int t = __builtin_ctz(needed & ~done);
+
+		done |= 1u << t;
+		if (t == decl->input || sp->place[t] != FERRY_PLACE_REMAT)
+			continue;
+		int o = ferry_layer_producer(decl, t);
+		const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
+
+		sp->recompute_ops |= 1u << o;
+		for (int i = 0; i < info->n_in; i++)
+			needed |= 1u << decl->ops[o].in[i];
+	}
+	sp->needed = needed;
+	sp->stored = 0;
+	for (int t = 0; t < decl->n_tensors; t++)
+		if ((needed & (1u << t)) && (t == decl->input || sp->place[t] != FERRY_PLACE_REMAT))
+			sp->stored |= 1u << t;
+	sp->stored |= 1u << decl->input; /* the scan carry is always kept */
+}
+
+ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
+				   const struct ferry_layer_dims *dims, const char *policy,
+				   int depth, struct ferry_stack_plan *sp)
+{
+	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
+	struct ferry_policy *pol = NULL;
+	ferry_status st;
+
+	memset(sp, 0, sizeof(*sp));
+	st = ferry_layer_decl_check(decl);
+	if (st)
+		return st;
+	if (depth < 1 || depth > 64)
+		return ferry_error(FERRY_ERR_INVALID, "prefetch depth %d must be between 1 and 64", depth);
+	st = ferry_policy_parse(policy ? policy : "everything_saveable", &pol);
+	if (st)
+		return st;
+	policy_view(decl, pt);
+	st = ferry_policy_place(pol, pt, decl->n_tensors, sp->place);
+	ferry_policy_free(pol);
+	if (st)
+		return st;
+
+	sp->n_tensors = decl->n_tensors;
+	sp->n_ops = decl->n_ops;
+	sp->L = dims->L;
+	sp->depth = depth;
+	sp->ring = depth + 1 > 2 ? depth + 1 : 2;
+	/* the output is the next layer's input and shares its fate */
+	sp->place[decl->output] = sp->place[decl->input];
+	sp->residuals = ferry_layer_residuals(decl);
+	sp->has_grad = ferry_layer_differentiable(decl);
+	derive_needed(decl, sp);
+	sp->input_offloaded = sp->place[decl->input] == FERRY_PLACE_OFFLOAD;
+
+	for (int t = 0; t < decl->n_tensors; t++) {
+		size_t sz = align_floats(ferry_tensor_floats(decl->tensors[t].shape, dims));
+		bool stored = sp->stored & (1u << t);
+
+		sp->slot_floats[t] = sz;
+		if (t == decl->output) {
+			sp->kind[t] = FERRY_SLOT_NONE;
+			sp->slots[t] = 0;
+		} else if (t == decl->input) {
+			sp->kind[t] = FERRY_SLOT_INPUT;
+			sp->slots[t] = sp->input_offloaded ? sp->ring + 1 : sp->L + 1;
+		} else if (stored && sp->place[t] == FERRY_PLACE_DEVICE) {
+			sp->kind[t] = FERRY_SLOT_PER_LAYER;
+			sp->slots[t] = sp->L;
+		} else if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
+			sp->kind[t] = FERRY_SLOT_RING;
+			sp->slots[t] = sp->ring;
+		} else {
+			sp->kind[t] = FERRY_SLOT_SHARED;
+			sp->slots[t] = 1;
+		}
+		if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
+			sp->offloaded |= 1u << t;
+			sp->host_floats[t] = ferry_tensor_floats(decl->tensors[t].shape, dims);
+		}
+		if ((sp->has_grad & (1u << t)) && t != decl->output)
+			sp->grad_floats += sz;
+	}
+	/* the input's gradient and the output's alternate between two slots */
+	sp->grad_floats += sp->slot_floats[decl->input];
+	return FERRY_OK;
+}
+
+void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry_buffer_kind kind,
+			   size_t bytes)
+{
+	struct ferry_plan_buffer *b;
+
+	if (plan->n_buffers >= FERRY_PLAN_MAX_BUFFERS)
+		return; /* bounded by the models' declarations, see the assert in finish */
+	b = &plan->buffers[plan->n_buffers++];
+	snprintf(b->name, sizeof(b->name), "%.47s", name);
+	b->kind = kind;
+	b->bytes = (bytes + FERRY_BUFFER_ALIGN - 1) / FERRY_BUFFER_ALIGN * FERRY_BUFFER_ALIGN;
+	if (b->bytes == 0)
+		b->bytes = FERRY_BUFFER_ALIGN; /* the arena rounds 0 up to one unit */
+}
+
+void ferry_plan_finish(struct ferry_plan *plan)
+{
+	struct ferry_memory_analysis *m = &plan->mem;
+	size_t host = m->host_activation_bytes;
+
+	memset(m, 0, sizeof(*m));
+	m->host_activation_bytes = host;
+	m->host_total_bytes = host;
+	for (int i = 0; i < plan->n_buffers; i++) {
+		const struct ferry_plan_buffer *b = &plan->buffers[i];
+
+		switch (b->kind) {
+		case FERRY_BUF_ARGUMENT: m->argument_bytes += b->bytes; break;
+		case FERRY_BUF_DONATED:
+			m->argument_bytes += b->bytes;
+			m->output_bytes += b->bytes;
+			m->alias_bytes += b->bytes;
+			break;
+		case FERRY_BUF_OUTPUT: m->output_bytes += b->bytes; break;
+		case FERRY_BUF_TEMP: m->temp_bytes += b->bytes; break;
+		}
+		m->peak_bytes += b->bytes;
+	}
+	m->total_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
+}
+
+void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct ferry_layer_decl *decl,
+			       const struct ferry_layer_dims *dims, struct ferry_plan *plan)
+{
+	char name[64];
+
+	plan->L = sp->L;
+	plan->prefetch_depth = sp->depth;
+	plan->ring_slots = sp->ring;
+	plan->n_ops = sp->n_ops;
+	plan->n_recompute_ops = __builtin_popcount(sp->recompute_ops);
+	plan->n_tensors = sp->n_tensors;
+	for (int t = 0; t < sp->n_tensors; t++) {
+		struct ferry_plan_tensor *pt = &plan->tensors[t];
+		int o = ferry_layer_producer(decl, t);
+
+		snprintf(pt->name, sizeof(pt->name), "%.47s", decl->tensors[t].name);
+		pt->placement = sp->place[t];
+		pt->needed = sp->needed & (1u << t);
+		pt->stored = sp->stored & (1u << t);
+		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
+		pt->layer_bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * sizeof(float);
+		pt->device_slots = sp->slots[t];
+		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_floats[t] * sizeof(float);
+		pt->host_bytes = (size_t)sp->L * sp->host_floats[t] * sizeof(float);
+		plan->mem.host_activation_bytes += pt->host_bytes;
+	}
+	for (int t = 0; t < sp->n_tensors; t++) {
+		if (sp->kind[t] == FERRY_SLOT_NONE)
+			continue;
+		snprintf(name, sizeof(name), "act:%s", decl->tensors[t].name);
+		ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP,
+				      (size_t)sp->slots[t] * sp->slot_floats[t] * sizeof(float));
+	}
+	ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, sp->grad_floats * sizeof(float));
+}

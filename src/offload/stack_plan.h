@@ -1,0 +1,64 @@
+/*
+ * Internal: where each tensor of a layer stack lives under a policy.
+ *
+ * From the op table and the placements the planner derives:
+ *  - needed: tensors the backward pass reads, plus the inputs of the ops it
+ *    must re-run because something it reads was not kept (the smallest
+ *    closure back to what is kept; the layer input is always kept);
+ *  - stored: needed tensors the policy keeps (device or host);
+ *  - recompute_ops: ops re-run in the backward pass, in forward order;
+ *  - device storage: a kept-on-device tensor has one slot per layer; an
+ *    offloaded one a ring of `ring` slots (staging in forward, prefetch in
+ *    backward); everything else one slot shared by all layers.  The layer
+ *    input has L+1 slots on the device, or ring + 1 when offloaded (the
+ *    extra slot holds the last layer's output for the epilogue).
+ */
+#ifndef FERRY_OFFLOAD_STACK_PLAN_H
+#define FERRY_OFFLOAD_STACK_PLAN_H
+
+#include "ferry/plan.h"
+#include "graph/layer.h"
+
+enum ferry_slot_kind {
+	FERRY_SLOT_NONE,      /* the layer output: it is the next layer's input */
+	FERRY_SLOT_SHARED,    /* one slot for all layers */
+	FERRY_SLOT_PER_LAYER, /* one slot per layer */
+	FERRY_SLOT_RING,      /* ring of offload staging / prefetch slots */
+	FERRY_SLOT_INPUT,     /* the layer input: L+1 slots, or ring + 1 */
+};
+
+struct ferry_stack_plan {
+	int n_tensors, n_ops, L;
+	int depth, ring;
+	enum ferry_placement place[FERRY_LAYER_MAX_TENSORS];
+	unsigned residuals, needed, stored, offloaded, has_grad;
+	unsigned recompute_ops;
+	bool input_offloaded;
+	enum ferry_slot_kind kind[FERRY_LAYER_MAX_TENSORS];
+	int slots[FERRY_LAYER_MAX_TENSORS];
+	size_t slot_floats[FERRY_LAYER_MAX_TENSORS]; /* aligned to 64 floats */
+	size_t host_floats[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
+	size_t grad_floats;                          /* activation gradient workspace */
+};
+
+/* Places the layer's tensors by the policy spec and derives the rest.
+ * Errors: a bad policy (the message says why), depth < 1. */
+ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
+				   const struct ferry_layer_dims *dims, const char *policy,
+				   int depth, struct ferry_stack_plan *out) FERRY_MUST_CHECK;
+
+/* Adds the stack's tensors and buffers (all temp) to a plan, in the order
+ * the executor allocates them. */
+void ferry_stack_plan_describe(const struct ferry_stack_plan *sp,
+			       const struct ferry_layer_decl *decl,
+			       const struct ferry_layer_dims *dims, struct ferry_plan *plan);
+
+/* Adds one buffer to a plan (bytes rounded up to the arena's alignment). */
+void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name,
+			   enum ferry_buffer_kind kind, size_t bytes);
+/* Sums the buffers into plan->mem. */
+void ferry_plan_finish(struct ferry_plan *plan);
+
+#define FERRY_DEFAULT_PREFETCH_DEPTH 2
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * Reductions and small elementwise updates.
+ *
+ * Sums are split into a fixed number of blocks whatever the thread count,
+ * each block summed in order, and the block sums added in order, so a sum
+ * is bit-for-bit the same on any machine and any --threads: a resumed or
+ * differently placed run must reproduce the gradient norm exactly.
+ */
+#include "ops/cpu/kernels.h"
+
+#define SUM_BLOCKS 256
+
+static double block_sum(const float *x, long lo, long hi, int squares)
+{
+	double acc = 0.0;
+
+	if (squares)
+		for (long i = lo; i < hi; i++)
+			acc += (double)x[i] * (double)x[i];
+	else
+		for (long i = lo; i < hi; i++)
+			acc += (double)x[i];
+	return acc;
+}
+
+static double blocked_sum(const float *x, long n, int squares)
+{
+	double part[SUM_BLOCKS], acc = 0.0;
+	long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+
+#pragma omp parallel for schedule(static)
+	for (int b = 0; b < SUM_BLOCKS; b++) {
+		long lo = (long)b * per, hi = lo + per < n ? lo + per : n;
+
+		part[b] = lo < hi ? block_sum(x, lo, hi, squares) : 0.0;
+	}
+	for (int b = 0; b < SUM_BLOCKS; b++)
+		acc += part[b];
+	return acc;
+}
+
+double sum_squares(const float *x, long n)
+{
+	return blocked_sum(x, n, 1);
+}
+
+double sum_all(const float *x, long n)
+{
+	return blocked_sum(x, n, 0);
+}
+
+void fill(float *x, float value, long n)
+{
+#pragma omp parallel for simd schedule(static)
+	for (long i = 0; i < n; i++)
+		x[i] = value;
+}
+
+void sgd_update(float *param, const float *grad, float lr, long n)
+{
+#pragma omp parallel for simd schedule(static)
+	for (long i = 0; i < n; i++)
+		param[i] -= lr * grad[i];
+}

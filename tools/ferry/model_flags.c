@@ -1,0 +1,91 @@
+#include "model_flags.h"
+#include "cli_args.h"
+#include "ferry/checkpoint.h"
+#include "ferry/data.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char model_flags_help[] =
+	"model (ignored with --checkpoint/--resume, which carry their own shape):\n"
+	"  --layers N --channels N --heads N --vocab N --max-seq N\n"
+	"                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
+	"  --checkpoint FILE     start from an llm.c checkpoint (fp32, version 3)\n"
+	"  --resume FILE         continue from FILE and FILE.state (from --save)\n"
+	"batch and memory:\n"
+	"  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
+	"  --policy P            where each activation lives (default everything_saveable):\n"
+	"                        a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
+	"                        save_only_these_names(query_proj,key_proj), full, minimal,\n"
+	"                        qkv_proj_offloaded, minimal_offloaded, or\n"
+	"                        custom:query_proj=offload,context=device (others remat);\n"
+	"                        `ferry plan` lists the model's names\n"
+	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
+	"  --backend NAME        cpu (default) or cuda\n"
+	"  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
+	"  --threads N           CPU threads (default: all cores)\n";
+
+void model_flags_default(struct ferry_train_opts *o)
+{
+	ferry_train_opts_default(o);
+	o->model = (struct ferry_gpt2_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
+					       .layers = 6, .heads = 6, .channels = 192 };
+	o->B = 8;
+	o->T = 128;
+}
+
+int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
+	       bool *shape_given)
+{
+	struct ferry_gpt2_config *m = &o->model;
+	const char *f = argv[i];
+	int r;
+
+#define IS(name) (strcmp(f, name) == 0)
+	if (IS("--layers") || IS("--channels") || IS("--heads") || IS("--vocab") || IS("--max-seq")) {
+		int *dst = IS("--layers") ? &m->layers : IS("--channels") ? &m->channels :
+			   IS("--heads") ? &m->heads : IS("--vocab") ? &m->vocab : &m->max_seq;
+
+		*shape_given = true;
+		r = arg_int(cmd, argc, argv, i, dst);
+	} else if (IS("--checkpoint")) r = arg_value(cmd, argc, argv, i, &o->checkpoint);
+	else if (IS("--resume")) r = arg_value(cmd, argc, argv, i, &o->resume);
+	else if (IS("--batch")) r = arg_int(cmd, argc, argv, i, &o->B);
+	else if (IS("--seq")) r = arg_int(cmd, argc, argv, i, &o->T);
+	else if (IS("--policy")) r = arg_value(cmd, argc, argv, i, &o->exec.policy);
+	else if (IS("--prefetch-depth")) {
+		r = arg_int(cmd, argc, argv, i, &o->exec.prefetch_depth);
+		if (!r && o->exec.prefetch_depth < 1) {
+			fprintf(stderr, "ferry %s: --prefetch-depth must be at least 1\n", cmd);
+			r = -1;
+		}
+	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
+	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
+	else if (IS("--threads")) {
+		r = arg_int(cmd, argc, argv, i, &o->threads);
+		if (!r && o->threads < 0) {
+			fprintf(stderr, "ferry %s: --threads must not be negative\n", cmd);
+			r = -1;
+		}
+	} else
+		return 0;
+#undef IS
+	return r ? -1 : 1;
+}
+
+int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
+		       struct ferry_gpt2_config *cfg)
+{
+	const char *start = o->resume ? o->resume : o->checkpoint;
+
+	if (start) {
+		if (ferry_checkpoint_read_config(start, cfg) == FERRY_OK)
+			return 0;
+		cli_fail(cmd);
+		return -1;
+	}
+	*cfg = o->model;
+	if (cfg->padded_vocab == 0 && cfg->vocab > 0)
+		cfg->padded_vocab = ferry_pad_vocab(cfg->vocab);
+	return 0;
+}

@@ -1,0 +1,27 @@
+/* Flags shared by `ferry train` and `ferry plan`: the model's shape, the
+ * batch, the activation policy and the device. */
+#ifndef FERRY_TOOLS_MODEL_FLAGS_H
+#define FERRY_TOOLS_MODEL_FLAGS_H
+
+#include <stdbool.h>
+#include "ferry/train.h"
+
+/* The defaults of `ferry train`: the demo model. */
+void model_flags_default(struct ferry_train_opts *o);
+
+/* If argv[i] is one of these flags, parses it and its value into o and
+ * returns 1 (the caller skips the value); returns 0 for another flag, -1
+ * (after printing why) for a bad value.  *shape_given is set by shape
+ * flags. */
+int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
+	       bool *shape_given);
+
+/* Help text for those flags. */
+extern const char model_flags_help[];
+
+/* The model shape: from --checkpoint/--resume when given, else the flags
+ * (padding the vocabulary).  Prints the error and returns -1 on failure. */
+int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
+		       struct ferry_gpt2_config *cfg);
+
+#endif
