@@ -160,7 +160,7 @@ static void test_bad_configs(void)
 		ferry_trainer_free(tr);
 	}
 	o = tiny_opts(); o.device_mem = 64 << 10; /* 64 KiB: the model needs more */
-	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 293376 bytes of device memory, the device has 65536");
+	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 293376 bytes of device memory, the device has 65536; presets that fit: none");
 	o = tiny_opts(); o.data = path_in("nothing_*.bin");
 	expect_refused(&o, FERRY_ERR_IO, "nothing_");
 	o = tiny_opts(); o.checkpoint = path_in("repeat.bin"); /* a shard is no checkpoint */

@@ -68,6 +68,11 @@ ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *lo
  * path.state, each atomically. */
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
+/* Writes "name (bytes), ..." for the presets whose plan fits in capacity
+ * bytes into buf; returns how many fit. */
+int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
+
 /* Learning rate at 0-based step s: linear warmup over `warmup` steps, then
  * cosine decay to lr * final_frac at `total`. */
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);

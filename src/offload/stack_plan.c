@@ -199,3 +199,14 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 	}
 	ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, sp->grad_floats * sizeof(float));
 }
+
+const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind)
+{
+	switch (kind) {
+	case FERRY_BUF_ARGUMENT: return "argument";
+	case FERRY_BUF_DONATED: return "donated";
+	case FERRY_BUF_OUTPUT: return "output";
+	case FERRY_BUF_TEMP: return "temp";
+	}
+	return "?";
+}

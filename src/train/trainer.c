@@ -87,29 +87,42 @@ out:
 	return st;
 }
 
+int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
+{
+	size_t used = 0;
+	int count = 0;
+
+	if (n)
+		buf[0] = 0;
+	for (int i = 0; i < ferry_policy_preset_count(); i++) {
+		struct ferry_exec_opts o = *opts;
+		struct ferry_plan p;
+
+		o.policy = ferry_policy_preset_name(i);
+		if (ferry_gpt2_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity)
+			continue;
+		count++;
+		if (used + 80 < n)
+			used += (size_t)snprintf(buf + used, n - used, "%s%s (%zu bytes)", used ? ", " : "",
+						 o.policy, p.mem.peak_bytes);
+	}
+	return count;
+}
+
 /* Refuses a plan larger than the device, naming the presets that fit. */
 static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_gpt2_config *cfg)
 {
 	size_t cap = ferry_backend_mem_capacity(tr->be), need = tr->plan.mem.peak_bytes;
-	char fits[1024] = "";
-	size_t used = 0;
+	char fits[1024];
 
 	if (need <= cap)
 		return FERRY_OK;
-	for (int i = 0; i < ferry_policy_preset_count(); i++) {
-		struct ferry_exec_opts o = tr->opts.exec;
-		struct ferry_plan p;
-
-		o.policy = ferry_policy_preset_name(i);
-		if (ferry_gpt2_plan(cfg, tr->opts.B, tr->opts.T, &o, &p) == FERRY_OK &&
-		    p.mem.peak_bytes <= cap && used + 64 < sizeof(fits))
-			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%zu)",
-						 used ? ", " : "", o.policy, p.mem.peak_bytes);
-	}
+	if (!ferry_gpt2_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
+		snprintf(fits, sizeof(fits), "none: use a smaller batch or model");
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
-			   "policy %s needs %zu bytes of device memory, the device has %zu; %s%s",
-			   tr->plan.policy, need, cap, used ? "presets that fit: " : "no preset fits",
-			   fits);
+			   "policy %s needs %zu bytes of device memory, the device has %zu; presets that fit: %s",
+			   tr->plan.policy, need, cap, fits);
 }
 
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)

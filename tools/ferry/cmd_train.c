@@ -207,7 +207,16 @@ int cmd_train(int argc, char **argv)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c.o.threads);
+	{
+		/* a bad shape or policy is refused before any work, even the demo data */
+		struct ferry_gpt2_config cfg;
+		struct ferry_plan plan;
 
+		if (model_flags_config(CMD, &c.o, &cfg))
+			return 1;
+		if (ferry_gpt2_plan(&cfg, c.o.B, c.o.T, &c.o.exec, &plan) != FERRY_OK)
+			return cli_fail(CMD);
+	}
 	if (!c.o.data) {
 		if (ferry_demo_data_ensure(stdout) != 0)
 			return 1;

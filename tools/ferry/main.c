@@ -16,6 +16,8 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  train   train a model (default: a small GPT-2 on the demo corpus)\n"
 		"  eval    mean loss of a checkpoint over the first batches of a data set\n"
+		"  plan    the device and host memory a configuration needs, per activation\n"
+		"  example the JAX host-offloading tutorial's network, with and without offloading\n"
 		"  data    turn text files into token shards (llm.c format)\n"
 		"  info    backends, devices, BLAS kernels, threads\n"
 		"\n"
@@ -29,7 +31,7 @@ int main(int argc, char **argv)
 		int (*run)(int, char **);
 	} commands[] = {
 		{ "train", cmd_train }, { "eval", cmd_eval }, { "data", cmd_data },
-		{ "info", cmd_info },
+		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example },
 	};
 
 	/* Before anything calls BLAS: make sure its fast kernels are in use. */

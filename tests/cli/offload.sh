@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Policies through the CLI: `ferry plan` (text and JSON), the measured peak
+# of `ferry train` equal to the plan's, identical losses across policies,
+# bad policies refused before any work, a plan over --device-mem refused.
+. "$(dirname "$0")/lib.bash"
+make_corpus
+SHAPE=(--layers 2 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
+TRAIN=("${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 3 --sample 0 --threads 2)
+
+json_field() { # json_field FILE KEY: the first number after "KEY":
+	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
+}
+
+expect_ok "plan lists the model's names" "$FERRY" plan "${SHAPE[@]}"
+for name in decoder_layer_input query_proj key_proj value_proj context out_proj mlpwi mlpwo attention_lse pre_attention_norm_mean; do
+	grep -q "^  $name " out.txt || fail "plan lists $name"
+done
+grep -q "argument" out.txt && grep -q "temp" out.txt && grep -q "peak" out.txt || fail "plan prints the memory analysis"
+
+for policy in everything_saveable nothing_saveable qkv_proj_offloaded minimal_offloaded "custom:decoder_layer_input=offload,mlpwi=device"; do
+	expect_ok "plan --json $policy" "$FERRY" plan "${SHAPE[@]}" --policy "$policy" --json plan.json
+	for key in argument_bytes output_bytes alias_bytes temp_bytes total_bytes peak_bytes activations_bytes; do
+		[ -n "$(json_field plan.json $key)" ] || fail "$policy: plan JSON has $key"
+	done
+	expect_ok "train $policy" "$FERRY" train "${TRAIN[@]}" --policy "$policy" --json steps.jsonl
+	planned=$(json_field plan.json peak_bytes)
+	measured=$(json_field steps.jsonl device_peak_bytes)
+	[ "$planned" = "$measured" ] || fail "$policy: measured peak $measured != planned $planned"
+	grep -o '"loss": [0-9.]*' steps.jsonl >"loss_$(echo "$policy" | tr -c 'a-z' _).txt"
+done
+for f in loss_*.txt; do
+	cmp -s "$f" loss_everything_saveable_.txt || fail "$f: losses differ from everything_saveable"
+done
+[ "$(json_field plan.json activations_bytes)" -gt 0 ] || fail "an offloading policy puts bytes on the host"
+
+expect_error "unknown policy" "unknown policy 'bogus' (known: nothing_saveable" "$FERRY" train "${TRAIN[@]}" --policy bogus
+expect_error "unknown name lists the names" "this model's names: decoder_layer_input" "$FERRY" train "${TRAIN[@]}" --policy "save_only_these_names(foo)"
+expect_error "saved and offloaded" "both saved and offloaded" "$FERRY" plan --policy "save_and_offload_only_these_names([query_proj], [query_proj])"
+expect_error "layer input recomputed" "cannot be recomputed" "$FERRY" train "${TRAIN[@]}" --policy "custom:decoder_layer_input=remat"
+expect_error "bad prefetch depth" "--prefetch-depth must be at least 1" "$FERRY" plan --prefetch-depth 0
+
+# A plan over --device-mem: refused before step 1 with what it needs and what fits.
+"$FERRY" plan "${SHAPE[@]}" --json all.json >/dev/null
+"$FERRY" plan "${SHAPE[@]}" --policy nothing_saveable --json none.json >/dev/null
+mem=$(( ($(json_field all.json peak_bytes) + $(json_field none.json peak_bytes)) / 2 ))
+expect_error "over the device" "presets that fit: nothing_saveable" "$FERRY" train "${TRAIN[@]}" --device-mem "$mem"
+grep -q "needs $(json_field all.json peak_bytes) bytes" err.txt || fail "says how many bytes it needs"
+grep -q "^step" out.txt && fail "no step ran"
+expect_ok "the suggested preset runs there" "$FERRY" train "${TRAIN[@]}" --device-mem "$mem" --policy nothing_saveable
+"$FERRY" plan "${SHAPE[@]}" --device-mem "$mem" >out.txt; rc=$?
+[ $rc -eq 1 ] && grep -q "does not fit" out.txt || fail "plan says it does not fit (rc $rc)"
+
+expect_ok "the JAX tutorial example" "$FERRY" example
+grep -q "results match within tolerance: True" out.txt || fail "example results match"
+grep -q "activation offloading reduces temp by 10.75 MB" out.txt || fail "example saving"
+finish

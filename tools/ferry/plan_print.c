@@ -1,0 +1,120 @@
+#include "plan_print.h"
+
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+const char *plan_tensor_lives(const struct ferry_plan *p, int i, char *buf, size_t n)
+{
+	const struct ferry_plan_tensor *t = &p->tensors[i];
+
+	if (t->device_slots == 0)
+		snprintf(buf, n, "next layer's input");
+	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD)
+		snprintf(buf, n, "host (device ring of %d)", t->device_slots);
+	else if (t->stored)
+		snprintf(buf, n, "device (%d slots)", t->device_slots);
+	else if (t->recomputed)
+		snprintf(buf, n, "recomputed");
+	else
+		snprintf(buf, n, "not kept (unused by backward)");
+	return buf;
+}
+
+static void line(FILE *f, const char *what, size_t bytes, const char *note)
+{
+	fprintf(f, "  %-10s %14zu bytes %10.2f MiB%s%s\n", what, bytes, bytes / MIB, note ? "  " : "",
+		note ? note : "");
+}
+
+void plan_print_text(FILE *f, const struct ferry_plan *p)
+{
+	const struct ferry_memory_analysis *m = &p->mem;
+	char lives[64];
+
+	fprintf(f, "plan: %s, %d layers, batch %d x %d, policy %s, prefetch depth %d\n", p->model, p->L,
+		p->B, p->T, p->policy, p->prefetch_depth);
+	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
+	line(f, "argument", m->argument_bytes, NULL);
+	line(f, "output", m->output_bytes, NULL);
+	line(f, "alias", m->alias_bytes, "(arguments updated in place)");
+	line(f, "temp", m->temp_bytes, NULL);
+	line(f, "total", m->total_bytes, "(argument + output + temp - alias)");
+	line(f, "peak", m->peak_bytes, "(live bytes over the step)");
+	fprintf(f, "\nhost memory:\n");
+	line(f, "activations", m->host_activation_bytes, "(offloaded, all layers)");
+	line(f, "total", m->host_total_bytes, NULL);
+	fprintf(f, "\nactivations (per layer; %d of %d layer ops recomputed in backward):\n",
+		p->n_recompute_ops, p->n_ops);
+	fprintf(f, "  %-26s %12s  %-8s %-30s %14s %14s\n", "name", "bytes/layer", "policy", "lives",
+		"device bytes", "host bytes");
+	for (int i = 0; i < p->n_tensors; i++) {
+		const struct ferry_plan_tensor *t = &p->tensors[i];
+
+		fprintf(f, "  %-26s %12zu  %-8s %-30s %14zu %14zu\n", t->name, t->layer_bytes,
+			ferry_placement_name(t->placement), plan_tensor_lives(p, i, lives, sizeof(lives)),
+			t->device_bytes, t->host_bytes);
+	}
+	fprintf(f, "\ndevice buffers:\n");
+	for (int i = 0; i < p->n_buffers; i++)
+		fprintf(f, "  %-32s %-9s %14zu\n", p->buffers[i].name,
+			ferry_buffer_kind_name(p->buffers[i].kind), p->buffers[i].bytes);
+}
+
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
+{
+	const struct ferry_memory_analysis *m = &p->mem;
+	char lives[64];
+
+	fprintf(f, "{\"model\": ");
+	json_string(f, p->model);
+	fprintf(f, ", \"policy\": ");
+	json_string(f, p->policy);
+	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
+		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,
+		p->n_recompute_ops, p->n_ops);
+	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "
+		   "\"temp_bytes\": %zu, \"total_bytes\": %zu, \"peak_bytes\": %zu},\n",
+		m->argument_bytes, m->output_bytes, m->alias_bytes, m->temp_bytes, m->total_bytes,
+		m->peak_bytes);
+	fprintf(f, " \"host\": {\"activations_bytes\": %zu, \"total_bytes\": %zu},\n",
+		m->host_activation_bytes, m->host_total_bytes);
+	if (device_mem)
+		fprintf(f, " \"device_mem\": %zu, \"fits\": %s,\n", device_mem,
+			m->peak_bytes <= device_mem ? "true" : "false");
+	fprintf(f, " \"tensors\": [");
+	for (int i = 0; i < p->n_tensors; i++) {
+		const struct ferry_plan_tensor *t = &p->tensors[i];
+
+		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+		json_string(f, t->name);
+		fprintf(f, ", \"placement\": \"%s\", \"lives\": ", ferry_placement_name(t->placement));
+		json_string(f, plan_tensor_lives(p, i, lives, sizeof(lives)));
+		fprintf(f, ", \"stored\": %s, \"recomputed\": %s, \"layer_bytes\": %zu, \"device_slots\": %d, "
+			   "\"device_bytes\": %zu, \"host_bytes\": %zu}",
+			t->stored ? "true" : "false", t->recomputed ? "true" : "false", t->layer_bytes,
+			t->device_slots, t->device_bytes, t->host_bytes);
+	}
+	fprintf(f, "],\n \"buffers\": [");
+	for (int i = 0; i < p->n_buffers; i++) {
+		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+		json_string(f, p->buffers[i].name);
+		fprintf(f, ", \"kind\": \"%s\", \"bytes\": %zu}", ferry_buffer_kind_name(p->buffers[i].kind),
+			p->buffers[i].bytes);
+	}
+	fprintf(f, "]}\n");
+}
