@@ -62,6 +62,27 @@ static double sgemm_rate(int n)
 	return best;
 }
 
+/* Where a step's time goes, per op kind and direction. */
+static void print_breakdown(ferry_backend_t be, int steps, double step_ms)
+{
+	struct ferry_op_stats st[64];
+	int n = ferry_backend_op_stats(be, st, 64);
+	double total = 0;
+
+	printf("per step, by op (%d steps):\n", steps);
+	printf("  %-14s %-8s %6s %10s %6s %10s\n", "op", "pass", "calls", "ms", "share", "GFLOP/s");
+	for (int i = 0; i < n; i++) {
+		double ms = st[i].seconds * 1e3 / steps;
+
+		total += ms;
+		printf("  %-14s %-8s %6ld %10.1f %5.1f%% %10.1f\n", st[i].name, st[i].backward ? "backward" : "forward",
+		       st[i].calls / steps, ms, 100.0 * ms / step_ms,
+		       st[i].seconds > 0 ? st[i].flops / st[i].seconds / 1e9 : 0.0);
+	}
+	printf("  %-14s %-8s %6s %10.1f %5.1f%%  (the rest: copies, memsets, waits)\n", "all ops", "", "",
+	       total, 100.0 * total / step_ms);
+}
+
 static int check(ferry_status st, const char *what)
 {
 	if (st) {
@@ -113,7 +134,8 @@ int main(int argc, char **argv)
 	sg = sgemm_rate(2048);
 	printf("sgemm 2048^3: %.1f GFLOP/s\n", sg / 1e9);
 
-	check(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .threads = threads }, &be), "backend");
+	check(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .threads = threads, .profile = true }, &be),
+	      "backend");
 	check(ferry_gpt2_create(be, &cfg, B, T, &m), "model");
 	check(ferry_gpt2_init_random(m, 42), "init");
 	in = malloc(sizeof(int32_t) * B * T);
@@ -138,6 +160,8 @@ int main(int argc, char **argv)
 		t = now_s() - t;
 		if (s >= 0)
 			times[s] = t;
+		else
+			ferry_backend_op_stats_reset(be); /* time the measured steps only */
 		printf("  step %d: %.1f ms, loss %.4f\n", s + 1, t * 1e3, loss);
 	}
 	qsort(times, steps, sizeof(double), cmp_double);
@@ -145,6 +169,7 @@ int main(int argc, char **argv)
 	flops = ferry_gpt2_step_flops(m, B, T) / (ms / 1e3);
 	printf("step: %.1f ms (median of %d), model %.1f GFLOP/step, %.1f GFLOP/s = %.2f of sgemm\n", ms,
 	       steps, ferry_gpt2_step_flops(m, B, T) / 1e9, flops / 1e9, flops / sg);
+	print_breakdown(be, steps, ms);
 	free(in);
 	free(tg);
 	free(times);

@@ -44,6 +44,7 @@ struct ferry_backend_opts {
 	size_t device_mem;  /* arena capacity in bytes; 0 = all the device has */
 	int threads;        /* CPU compute threads; 0 = all cores */
 	int device_index;   /* GPU ordinal */
+	bool profile;       /* time every op (ferry_backend_op_stats) */
 };
 
 /* Names of the backends compiled in, and whether each can open now. */
@@ -69,6 +70,18 @@ size_t ferry_backend_mem_capacity(ferry_backend_t be);
 size_t ferry_backend_mem_live(ferry_backend_t be);
 size_t ferry_backend_mem_peak(ferry_backend_t be);
 void ferry_backend_mem_reset_peak(ferry_backend_t be);
+
+/* Per op kind and direction: calls, seconds and FLOPs since the backend
+ * was opened with .profile (or since the last reset).  Returns the number of
+ * entries written (kinds that ran). */
+struct ferry_op_stats {
+	const char *name;
+	bool backward;
+	long calls;
+	double seconds, flops;
+};
+int ferry_backend_op_stats(ferry_backend_t be, struct ferry_op_stats *out, int max);
+void ferry_backend_op_stats_reset(ferry_backend_t be);
 
 /* ---- device buffers ------------------------------------------------------------
  * Carved from the arena, aligned to 256 bytes.  FERRY_ERR_DEVICE_MEM when the

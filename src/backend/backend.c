@@ -71,6 +71,7 @@ ferry_status ferry_backend_open(const char *name, const struct ferry_backend_opt
 	if (!be)
 		return ferry_error(FERRY_ERR_NOMEM, "backend %s: out of host memory", name);
 	be->iface = iface;
+	be->profile = opts && opts->profile;
 	st = iface->open(be, opts ? opts : &defaults);
 	if (st) {
 		ferry_free(be);
@@ -95,6 +96,27 @@ size_t ferry_backend_mem_capacity(ferry_backend_t be) { return be->arena.capacit
 size_t ferry_backend_mem_live(ferry_backend_t be) { return be->arena.live; }
 size_t ferry_backend_mem_peak(ferry_backend_t be) { return be->arena.peak; }
 void ferry_backend_mem_reset_peak(ferry_backend_t be) { be->arena.peak = be->arena.live; }
+
+int ferry_backend_op_stats(ferry_backend_t be, struct ferry_op_stats *out, int max)
+{
+	int n = 0;
+
+	for (int k = 0; k < FERRY_OP_COUNT; k++)
+		for (int b = 0; b < 2; b++) {
+			const struct ferry_op_timing *t = &be->timing[k][b];
+
+			if (!t->calls || n >= max)
+				continue;
+			out[n++] = (struct ferry_op_stats){ ferry_op_info(k)->name, b, t->calls, t->seconds,
+							    t->flops };
+		}
+	return n;
+}
+
+void ferry_backend_op_stats_reset(ferry_backend_t be)
+{
+	memset(be->timing, 0, sizeof(be->timing));
+}
 
 ferry_status ferry_buffer_alloc(ferry_backend_t be, size_t size, ferry_buffer_t *out)
 {

@@ -42,8 +42,16 @@ struct ferry_backend_iface {
 	ferry_status (*run_op)(struct ferry_stream *s, const struct ferry_op_call *call);
 };
 
+/* Op timings, filled by backends that profile (indexed [kind][backward]). */
+struct ferry_op_timing {
+	long calls;
+	double seconds, flops;
+};
+
 struct ferry_backend {
 	const struct ferry_backend_iface *iface;
+	bool profile;
+	struct ferry_op_timing timing[FERRY_OP_COUNT][2];
 	struct ferry_arena arena;
 	char *device_base;   /* address of arena offset 0 */
 	struct ferry_backend_caps caps;

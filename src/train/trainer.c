@@ -127,7 +127,7 @@ static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_gpt2_confi
 
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 {
-	struct ferry_backend_opts bo = { opts->device_mem, opts->threads, 0 };
+	struct ferry_backend_opts bo = { .device_mem = opts->device_mem, .threads = opts->threads };
 	struct ferry_gpt2_config cfg = opts->model;
 	const char *start = opts->resume ? opts->resume : opts->checkpoint;
 	ferry_trainer_t tr;

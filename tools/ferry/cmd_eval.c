@@ -24,7 +24,7 @@ static void usage(void)
 int cmd_eval(int argc, char **argv)
 {
 	const char *ckpt = NULL, *data = NULL, *backend = "cpu";
-	struct ferry_backend_opts bo = { 0, 0, 0 };
+	struct ferry_backend_opts bo = { 0 };
 	int B = 4, T = 64, batches = 10, rc = 1;
 	struct ferry_gpt2_config cfg;
 	ferry_backend_t be = NULL;

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ struct task {
 };
 
 struct cpu_stream {
+	struct ferry_backend *be;
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t not_empty, not_full, idle;
@@ -64,11 +66,38 @@ static void event_wait_ticket(struct cpu_event *ev, uint64_t ticket)
 	pthread_mutex_unlock(&ev->lock);
 }
 
-static void run_task(struct task *t)
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Runs an op, timing it when the backend profiles.  ferry's engines run ops
+ * on one stream only, so one thread updates the table. */
+static void run_op(struct cpu_stream *cs, const struct ferry_op_call *op)
+{
+	struct ferry_op_timing *tm;
+	double t0;
+
+	if (!cs->be->profile) {
+		ferry_cpu_run_op(op);
+		return;
+	}
+	t0 = now_s();
+	ferry_cpu_run_op(op);
+	tm = &cs->be->timing[op->kind][op->backward];
+	tm->seconds += now_s() - t0;
+	tm->flops += ferry_op_flops(op);
+	tm->calls++;
+}
+
+static void run_task(struct cpu_stream *cs, struct task *t)
 {
 	switch (t->type) {
 	case TASK_OP:
-		ferry_cpu_run_op(&t->u.op);
+		run_op(cs, &t->u.op);
 		break;
 	case TASK_COPY:
 		memcpy(t->u.copy.dst, t->u.copy.src, t->u.copy.size);
@@ -111,7 +140,7 @@ static void *stream_main(void *arg)
 		pthread_cond_signal(&cs->not_full);
 		pthread_mutex_unlock(&cs->lock);
 
-		run_task(&t);
+		run_task(cs, &t);
 
 		pthread_mutex_lock(&cs->lock);
 		cs->finished++;
@@ -226,6 +255,7 @@ static ferry_status cpu_stream_create(struct ferry_backend *be, struct ferry_str
 	if (!cs->queue)
 		goto nomem_free;
 	cs->threads = cb->threads;
+	cs->be = be;
 	pthread_mutex_init(&cs->lock, NULL);
 	pthread_cond_init(&cs->not_empty, NULL);
 	pthread_cond_init(&cs->not_full, NULL);

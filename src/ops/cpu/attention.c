@@ -24,6 +24,7 @@
  * write the same memory.  All gradients accumulate in place; no scratch.
  */
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/fastmath.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -60,14 +61,14 @@ static inline float attend_row(float *restrict ot, const float *restrict qt,
 			for (int i = 0; i < HS; i++)
 				ot[i] = 0.0f;
 		} else if (tmax > m) { /* new max: rescale what we have */
-			const float corr = expf(m - tmax);
+			const float corr = fast_expf(m - tmax);
 			l *= corr;
 			for (int i = 0; i < HS; i++)
 				ot[i] *= corr;
 			m = tmax;
 		}
 		for (int j = 0; j < nk; j++) {
-			const float p = expf(s[j] - m);
+			const float p = fast_expf(s[j] - m);
 			const float *restrict vj = v + (size_t)(k0 + j) * C;
 			l += p;
 			for (int i = 0; i < HS; i++)
@@ -115,7 +116,7 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 		for (int t2 = 0; t2 <= t; t2++) {
 			const size_t r2 = (size_t)t2 * C;
 			const float *restrict k2 = k + r2;
-			const float p = expf(dot(qt, k2, HS) * scale - lse[t]);
+			const float p = fast_expf(dot(qt, k2, HS) * scale - lse[t]);
 			if (dv) {
 				float *restrict g = dv + r2;
 				for (int i = 0; i < HS; i++)

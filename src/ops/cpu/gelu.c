@@ -10,7 +10,7 @@
  */
 #include "ops/cpu/kernels.h"
 
-#include <math.h>
+#include "ops/cpu/fastmath.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
@@ -21,7 +21,7 @@ void gelu_forward(float *out, const float *inp, long n)
 	for (long i = 0; i < n; i++) {
 		const float x = inp[i];
 		const float u = GELU_K * (x + GELU_A * x * x * x);
-		out[i] = 0.5f * x * (1.0f + tanhf(u));
+		out[i] = 0.5f * x * (1.0f + fast_tanhf(u));
 	}
 }
 
@@ -33,7 +33,7 @@ void gelu_backward(float *dinp, const float *dout, const float *inp, long n)
 	for (long i = 0; i < n; i++) {
 		const float x = inp[i];
 		const float u = GELU_K * (x + GELU_A * x * x * x);
-		const float th = tanhf(u);
+		const float th = fast_tanhf(u);
 		const float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
 		const float d =
 			0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;

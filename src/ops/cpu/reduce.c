@@ -10,17 +10,24 @@
 
 #define SUM_BLOCKS 256
 
+/* Eight interleaved accumulators, added in a fixed order at the end: the
+ * compiler can keep them in vector registers, and the result does not
+ * depend on it. */
+#define LANES 8
+
 static double block_sum(const float *x, long lo, long hi, int squares)
 {
-	double acc = 0.0;
+	double acc[LANES] = { 0 }, total = 0.0;
+	long i = lo;
 
-	if (squares)
-		for (long i = lo; i < hi; i++)
-			acc += (double)x[i] * (double)x[i];
-	else
-		for (long i = lo; i < hi; i++)
-			acc += (double)x[i];
-	return acc;
+	for (; i + LANES <= hi; i += LANES)
+		for (int j = 0; j < LANES; j++)
+			acc[j] += squares ? (double)x[i + j] * x[i + j] : (double)x[i + j];
+	for (; i < hi; i++)
+		acc[0] += squares ? (double)x[i] * x[i] : (double)x[i];
+	for (int j = 0; j < LANES; j++)
+		total += acc[j];
+	return total;
 }
 
 static double blocked_sum(const float *x, long n, int squares)

@@ -13,9 +13,47 @@
  * alias probs, so neither uses restrict.  Targets must lie in [0, V).
  */
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/fastmath.h"
 
 #include <math.h>
 #include <stddef.h>
+
+/* Row max and sum in eight interleaved lanes combined in a fixed order:
+ * vectorisable, and the same bits on every machine. */
+#define LANES 8
+
+static float row_max(const float *x, int V)
+{
+	float lane[LANES], m;
+	int j = 0;
+
+	for (int k = 0; k < LANES; k++)
+		lane[k] = x[0];
+	for (; j + LANES <= V; j += LANES)
+		for (int k = 0; k < LANES; k++)
+			lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+	m = lane[0];
+	for (int k = 1; k < LANES; k++)
+		m = lane[k] > m ? lane[k] : m;
+	for (; j < V; j++)
+		m = x[j] > m ? x[j] : m;
+	return m;
+}
+
+static double row_sum(const float *p, int V)
+{
+	double lane[LANES] = { 0 }, z = 0.0;
+	int j = 0;
+
+	for (; j + LANES <= V; j += LANES)
+		for (int k = 0; k < LANES; k++)
+			lane[k] += p[j + k];
+	for (; j < V; j++)
+		lane[0] += p[j];
+	for (int k = 0; k < LANES; k++)
+		z += lane[k];
+	return z;
+}
 
 void softmax_xent_forward(float *losses, float *probs, const float *logits,
 			  const int32_t *targets, int N, int V, int Vp)
@@ -24,16 +62,12 @@ void softmax_xent_forward(float *losses, float *probs, const float *logits,
 	for (int n = 0; n < N; n++) {
 		const float *x = logits + (size_t)n * Vp;
 		float *p = probs + (size_t)n * Vp;
-		float m = x[0];
-		for (int j = 1; j < V; j++)
-			m = x[j] > m ? x[j] : m;
+		const float m = row_max(x, V);
 		const float xt = x[targets[n]];
-		double z = 0.0;
-		for (int j = 0; j < V; j++) {
-			const float e = expf(x[j] - m);
-			p[j] = e;
-			z += e;
-		}
+
+		for (int j = 0; j < V; j++)
+			p[j] = fast_expf(x[j] - m);
+		const double z = row_sum(p, V);
 		const float inv = (float)(1.0 / z);
 		for (int j = 0; j < V; j++)
 			p[j] *= inv;
