@@ -57,7 +57,7 @@ static void gpt2_tokens(int32_t *in, int32_t *tg, int step)
 /* Trains STEPS steps under a policy; returns 0 if the policy is refused. */
 static int gpt2_train(const char *policy, int depth, struct gpt2_run *r)
 {
-	struct ferry_exec_opts o = { policy, depth };
+	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = depth };
 	struct ferry_adamw opt = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	struct ferry_plan plan;
 	ferry_backend_t be;
@@ -128,7 +128,7 @@ static void test_gpt2_policies(void)
 static void test_gpt2_plans(void)
 {
 	struct ferry_plan all, none, off;
-	struct ferry_exec_opts o = { "everything_saveable", 0 };
+	struct ferry_exec_opts o = { .policy = "everything_saveable", .prefetch_depth = 0 };
 
 	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &all) == FERRY_OK, "plan");
 	o.policy = "nothing_saveable";
@@ -160,7 +160,7 @@ static const struct ferry_tutorial_config tcfg = { .layers = 4, .rows = 8, .chan
 
 static void tutorial_train(const char *policy, double *loss, float *w1, float *w2)
 {
-	struct ferry_exec_opts o = { policy, 1 };
+	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = 1 };
 	size_t nw = ferry_tutorial_weight_floats(&tcfg);
 	float *a = TALLOC(float, nw), *b = TALLOC(float, nw), x[8 * 8];
 	struct ferry_plan plan;
@@ -222,7 +222,7 @@ static void test_tutorial_policies(void)
 static void test_tutorial_gradient(void)
 {
 	struct ferry_tutorial_config c = { .layers = 1, .rows = 3, .channels = 2, .train = false };
-	struct ferry_exec_opts o = { "save_and_offload_only_these_names([], [x])", 0 };
+	struct ferry_exec_opts o = { .policy = "save_and_offload_only_these_names([], [x])" };
 	float w1[8 * 2], w2[2 * 8], x[3 * 2], dw1[16], dw2[16];
 	double loss, want = 0, dw2_00 = 0;
 	ferry_backend_t be;
@@ -255,7 +255,7 @@ static void test_tutorial_gradient(void)
 /* Failures: host arena, device arena, bad policies. */
 static void test_failures(void)
 {
-	struct ferry_exec_opts o = { "qkv_proj_offloaded", 0 };
+	struct ferry_exec_opts o = { .policy = "qkv_proj_offloaded", .prefetch_depth = 0 };
 	struct ferry_plan plan;
 	ferry_backend_t be;
 	ferry_gpt2_t m = NULL;

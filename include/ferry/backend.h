@@ -30,6 +30,17 @@ typedef struct ferry_buffer *ferry_buffer_t;
 typedef struct ferry_stream *ferry_stream_t;
 typedef struct ferry_event *ferry_event_t;
 
+/* Element types on a device: activations and the weights the kernels read
+ * are fp32 on the CPU backend, bf16 on CUDA (mixed precision); master
+ * weights, optimizer state, gradients of weights and statistics are fp32
+ * everywhere. */
+enum ferry_dtype {
+	FERRY_F32 = 0,
+	FERRY_BF16 = 1,
+};
+size_t ferry_dtype_size(enum ferry_dtype t);
+const char *ferry_dtype_name(enum ferry_dtype t);
+
 /* ---- backends and devices -------------------------------------------------- */
 
 struct ferry_backend_caps {
@@ -38,6 +49,7 @@ struct ferry_backend_caps {
 	bool host_pinned;   /* host buffers are page-locked for DMA */
 	bool unified;       /* device memory is host-addressable (CPU) */
 	int compute_units;  /* threads (CPU) or SMs (GPU) */
+	enum ferry_dtype act_dtype; /* activations and compute weights */
 };
 
 struct ferry_backend_opts {
@@ -53,6 +65,9 @@ const char *ferry_backend_name_at(int i);
 /* FERRY_OK if the named backend can open a device here; otherwise the error
  * says why (no GPU, no driver, not compiled in). */
 ferry_status ferry_backend_probe(const char *name) FERRY_MUST_CHECK;
+/* The activation type a backend computes in, known without opening it
+ * (for plans made before step 1); F32 for unknown names. */
+enum ferry_dtype ferry_backend_act_dtype(const char *name);
 
 ferry_status ferry_backend_open(const char *name,
 				const struct ferry_backend_opts *opts,

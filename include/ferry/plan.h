@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include "ferry/ferry.h"
 #include "ferry/policy.h"
+#include "ferry/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,7 @@ struct ferry_memory_analysis {
 struct ferry_plan {
 	char model[32];
 	char policy[256];
+	enum ferry_dtype act_dtype;
 	int B, T, L;
 	int prefetch_depth;   /* layers prefetched ahead in backward */
 	int ring_slots;       /* device slots per offloaded tensor */
@@ -84,6 +86,7 @@ const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind);
 struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
 	int prefetch_depth;     /* 0: default (2) */
+	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 };
 
 #ifdef __cplusplus

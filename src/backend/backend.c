@@ -13,6 +13,21 @@ static const struct ferry_backend_iface *const backends[] = {
 };
 #define N_BACKENDS ((int)(sizeof(backends) / sizeof(backends[0])))
 
+size_t ferry_dtype_size(enum ferry_dtype t)
+{
+	return t == FERRY_BF16 ? 2 : 4;
+}
+
+const char *ferry_dtype_name(enum ferry_dtype t)
+{
+	return t == FERRY_BF16 ? "bf16" : "fp32";
+}
+
+enum ferry_dtype ferry_backend_act_dtype(const char *name)
+{
+	return name && strcmp(name, "cuda") == 0 ? FERRY_BF16 : FERRY_F32;
+}
+
 int ferry_backend_count(void)
 {
 	return N_BACKENDS;

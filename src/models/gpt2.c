@@ -3,8 +3,10 @@
  * layer stacked L times (graph/layer_exec.c), epilogue (final layernorm, LM
  * head tied to the token embedding, softmax cross-entropy), and AdamW.
  *
- * Device memory: parameters, gradients and AdamW moments are one buffer each,
- * in llm.c's parameter order, so checkpoints copy straight in and out.
+ * Device memory: parameters, gradients and AdamW moments are one fp32
+ * buffer each, in llm.c's parameter order, so checkpoints copy straight in
+ * and out.  When the backend computes in bf16, a bf16 copy of the
+ * parameters is what the kernels read; AdamW updates both.
  */
 #include "ferry/model.h"
 #include "backend/backend_impl.h"
@@ -27,7 +29,10 @@ struct ferry_gpt2 {
 	size_t sizes[FERRY_GPT2_NUM_PARAMS];
 	size_t layer_stride[FERRY_GPT2_NUM_PARAMS];
 	float *param_ptr[FERRY_GPT2_NUM_PARAMS], *grad_ptr[FERRY_GPT2_NUM_PARAMS];
-	ferry_buffer_t params, grads, mom, var;
+	void *wptr[FERRY_GPT2_NUM_PARAMS];  /* what kernels read: params or their copy */
+	enum ferry_dtype act;
+	size_t asz;                         /* bytes per activation element */
+	ferry_buffer_t params, grads, mom, var, wcopy;
 	ferry_buffer_t tokens, targets, lnf, lnf_mean, lnf_rstd, logits, losses, dlnf, sumsq;
 	struct ferry_layer_exec *layers;
 	float *host_losses;           /* [B*T] */
@@ -35,6 +40,7 @@ struct ferry_gpt2 {
 };
 
 static float *fptr(ferry_buffer_t b) { return ferry_buffer_ptr(b); }
+static void *vptr(ferry_buffer_t b) { return ferry_buffer_ptr(b); }
 
 const struct ferry_gpt2_config *ferry_gpt2_config(ferry_gpt2_t m) { return &m->cfg; }
 size_t ferry_gpt2_num_params(ferry_gpt2_t m) { return m->n_params; }
@@ -46,7 +52,7 @@ void ferry_gpt2_free(ferry_gpt2_t m)
 		return;
 	ferry_stream_free(m->compute); /* waits for its work first */
 	ferry_layer_exec_free(m->layers);
-	ferry_buffer_t *bufs[] = { &m->params, &m->grads, &m->mom, &m->var, &m->tokens,
+	ferry_buffer_t *bufs[] = { &m->params, &m->grads, &m->mom, &m->var, &m->wcopy, &m->tokens,
 				   &m->targets, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits,
 				   &m->losses, &m->dlnf, &m->sumsq };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
@@ -74,9 +80,8 @@ static ferry_status stack_plan(const struct ferry_gpt2_config *cfg, int B, int T
 			       const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
 	struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
-	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
 
-	return ferry_stack_plan_make(&ferry_gpt2_layer, &dims, opts ? opts->policy : NULL, depth, sp);
+	return ferry_stack_plan_make(&ferry_gpt2_layer, &dims, opts, sp);
 }
 
 ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
@@ -85,6 +90,8 @@ ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
 	struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
 	struct ferry_stack_plan sp;
 	size_t n_params, sizes[FERRY_GPT2_NUM_PARAMS], N = (size_t)B * T, f = sizeof(float);
+	enum ferry_dtype act = opts ? opts->act_dtype : FERRY_F32;
+	size_t a = ferry_dtype_size(act);
 	ferry_status st;
 
 	memset(plan, 0, sizeof(*plan));
@@ -101,14 +108,16 @@ ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
 	ferry_plan_add_buffer(plan, "grads", FERRY_BUF_TEMP, n_params * f);
 	ferry_plan_add_buffer(plan, "adamw m", FERRY_BUF_DONATED, n_params * f);
 	ferry_plan_add_buffer(plan, "adamw v", FERRY_BUF_DONATED, n_params * f);
+	if (act != FERRY_F32) /* derived from params, kept across steps */
+		ferry_plan_add_buffer(plan, "params (compute copy)", FERRY_BUF_TEMP, n_params * a);
 	ferry_plan_add_buffer(plan, "tokens", FERRY_BUF_ARGUMENT, N * sizeof(int32_t));
 	ferry_plan_add_buffer(plan, "targets", FERRY_BUF_ARGUMENT, N * sizeof(int32_t));
-	ferry_plan_add_buffer(plan, "final norm", FERRY_BUF_TEMP, N * cfg->channels * f);
+	ferry_plan_add_buffer(plan, "final norm", FERRY_BUF_TEMP, N * cfg->channels * a);
 	ferry_plan_add_buffer(plan, "final norm mean", FERRY_BUF_TEMP, N * f);
 	ferry_plan_add_buffer(plan, "final norm rstd", FERRY_BUF_TEMP, N * f);
-	ferry_plan_add_buffer(plan, "logits", FERRY_BUF_TEMP, N * (size_t)cfg->padded_vocab * f);
+	ferry_plan_add_buffer(plan, "logits", FERRY_BUF_TEMP, N * (size_t)cfg->padded_vocab * a);
 	ferry_plan_add_buffer(plan, "losses", FERRY_BUF_OUTPUT, N * f);
-	ferry_plan_add_buffer(plan, "final norm grad", FERRY_BUF_TEMP, N * cfg->channels * f);
+	ferry_plan_add_buffer(plan, "final norm grad", FERRY_BUF_TEMP, N * cfg->channels * a);
 	ferry_plan_add_buffer(plan, "grad norm", FERRY_BUF_TEMP, sizeof(double));
 	ferry_stack_plan_describe(&sp, &ferry_gpt2_layer, &dims, plan);
 	ferry_plan_finish(plan);
@@ -124,19 +133,23 @@ ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_confi
 ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_config *cfg, int B,
 				  int T, const struct ferry_exec_opts *opts, ferry_gpt2_t *out)
 {
+	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
 	struct ferry_stack_plan sp;
 	struct ferry_gpt2 *m;
 	ferry_status st;
 	size_t N, C, Vp;
 
 	*out = NULL;
-	if ((st = check_shape(cfg, B, T)) || (st = stack_plan(cfg, B, T, opts, &sp)))
+	o.act_dtype = ferry_backend_caps(be).act_dtype; /* the backend decides */
+	if ((st = check_shape(cfg, B, T)) || (st = stack_plan(cfg, B, T, &o, &sp)))
 		return st;
 	m = ferry_calloc(1, sizeof(*m));
 	if (!m)
 		return ferry_error(FERRY_ERR_NOMEM, "gpt2: out of host memory");
 	m->be = be;
 	m->cfg = *cfg;
+	m->act = o.act_dtype;
+	m->asz = ferry_dtype_size(m->act);
 	m->B = B;
 	m->T = T;
 	N = (size_t)B * T;
@@ -153,14 +166,16 @@ ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_co
 	ALLOC(grads, m->n_params * sizeof(float));
 	ALLOC(mom, m->n_params * sizeof(float));
 	ALLOC(var, m->n_params * sizeof(float));
+	if (m->act != FERRY_F32)
+		ALLOC(wcopy, m->n_params * m->asz);
 	ALLOC(tokens, N * sizeof(int32_t));
 	ALLOC(targets, N * sizeof(int32_t));
-	ALLOC(lnf, N * C * sizeof(float));
+	ALLOC(lnf, N * C * m->asz);
 	ALLOC(lnf_mean, N * sizeof(float));
 	ALLOC(lnf_rstd, N * sizeof(float));
-	ALLOC(logits, N * Vp * sizeof(float));
+	ALLOC(logits, N * Vp * m->asz);
 	ALLOC(losses, N * sizeof(float));
-	ALLOC(dlnf, N * C * sizeof(float));
+	ALLOC(dlnf, N * C * m->asz);
 	ALLOC(sumsq, sizeof(double));
 #undef ALLOC
 	{
@@ -171,13 +186,14 @@ ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_co
 
 			m->param_ptr[p] = fptr(m->params) + off;
 			m->grad_ptr[p] = fptr(m->grads) + off;
+			m->wptr[p] = m->wcopy ? (char *)vptr(m->wcopy) + off * m->asz : (void *)m->param_ptr[p];
 			m->layer_stride[p] = per_layer ? m->sizes[p] / (size_t)cfg->layers : 0;
 			off += m->sizes[p];
 		}
 	}
 	{
 		struct ferry_layer_dims dims = { B, T, cfg->channels, cfg->heads, cfg->layers };
-		struct ferry_weight_table wt = { m->param_ptr, m->grad_ptr, m->layer_stride };
+		struct ferry_weight_table wt = { m->wptr, m->grad_ptr, m->layer_stride };
 
 		st = ferry_layer_exec_create(be, &ferry_gpt2_layer, &dims, &wt, &sp, &m->layers);
 		if (st)
@@ -279,7 +295,17 @@ static ferry_status copy_sync(ferry_gpt2_t m, void *dst, const void *src, size_t
 
 ferry_status ferry_gpt2_set_params(ferry_gpt2_t m, const float *params)
 {
-	return copy_sync(m, ferry_buffer_ptr(m->params), params, m->n_params * sizeof(float), FERRY_COPY_H2D);
+	ferry_status st = ferry_memcpy_async(m->compute, ferry_buffer_ptr(m->params), params,
+					     m->n_params * sizeof(float), FERRY_COPY_H2D);
+	struct ferry_op_call c = { .kind = FERRY_OP_CAST };
+
+	if (!st && m->wcopy) { /* the copy the kernels read */
+		c.out[0] = vptr(m->wcopy);
+		c.in[0] = vptr(m->params);
+		c.n = (long)m->n_params;
+		st = ferry_stream_run_op(m->compute, &c);
+	}
+	return st ? st : ferry_stream_synchronize(m->compute);
 }
 
 ferry_status ferry_gpt2_get_params(ferry_gpt2_t m, float *params)
@@ -358,8 +384,8 @@ ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int
 	c.B = B; c.T = T; c.C = m->cfg.channels;
 	c.out[0] = ferry_layer_exec_input(m->layers);
 	c.tokens = ferry_buffer_ptr(m->tokens);
-	c.w[0] = m->param_ptr[FERRY_GPT2_WTE];
-	c.w[1] = m->param_ptr[FERRY_GPT2_WPE];
+	c.w[0] = m->wptr[FERRY_GPT2_WTE];
+	c.w[1] = m->wptr[FERRY_GPT2_WPE];
 	if ((st = run(m, &c)))
 		return st;
 
@@ -369,28 +395,28 @@ ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_LAYERNORM;
 	c.B = B; c.T = T; c.C = m->cfg.channels;
-	c.out[0] = fptr(m->lnf); c.out[1] = fptr(m->lnf_mean); c.out[2] = fptr(m->lnf_rstd);
+	c.out[0] = vptr(m->lnf); c.out[1] = vptr(m->lnf_mean); c.out[2] = vptr(m->lnf_rstd);
 	c.in[0] = ferry_layer_exec_output(m->layers);
-	c.w[0] = m->param_ptr[FERRY_GPT2_LNFW];
-	c.w[1] = m->param_ptr[FERRY_GPT2_LNFB];
+	c.w[0] = m->wptr[FERRY_GPT2_LNFW];
+	c.w[1] = m->wptr[FERRY_GPT2_LNFB];
 	if ((st = run(m, &c)))
 		return st;
 
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_MATMUL; /* LM head, tied to wte, no bias */
 	c.B = B; c.T = T; c.C = m->cfg.channels; c.OC = m->cfg.padded_vocab;
-	c.out[0] = fptr(m->logits);
-	c.in[0] = fptr(m->lnf);
-	c.w[0] = m->param_ptr[FERRY_GPT2_WTE];
+	c.out[0] = vptr(m->logits);
+	c.in[0] = vptr(m->lnf);
+	c.w[0] = m->wptr[FERRY_GPT2_WTE];
 	if ((st = run(m, &c)))
 		return st;
 
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_SOFTMAX_XENT;
 	c.B = B; c.T = T; c.V = m->cfg.vocab; c.Vp = m->cfg.padded_vocab;
-	c.out[0] = fptr(m->losses);
-	c.out[1] = fptr(m->logits); /* probabilities in place of the logits */
-	c.in[0] = fptr(m->logits);
+	c.out[0] = vptr(m->losses);
+	c.out[1] = vptr(m->logits); /* probabilities in place of the logits */
+	c.in[0] = vptr(m->logits);
 	c.tokens = ferry_buffer_ptr(m->targets);
 	if ((st = run(m, &c)))
 		return st;
@@ -414,8 +440,21 @@ ferry_status ferry_gpt2_probs(ferry_gpt2_t m, int row, float *probs)
 {
 	if (row < 0 || row >= m->cur_B * m->cur_T)
 		return ferry_error(FERRY_ERR_INVALID, "row %d outside the last batch", row);
-	return copy_sync(m, probs, fptr(m->logits) + (size_t)row * m->cfg.padded_vocab,
-			 (size_t)m->cfg.vocab * sizeof(float), FERRY_COPY_D2H);
+	size_t V = (size_t)m->cfg.vocab;
+	ferry_status st = copy_sync(m, probs, (char *)vptr(m->logits) + (size_t)row * m->cfg.padded_vocab * m->asz,
+				    V * m->asz, FERRY_COPY_D2H);
+
+	/* bf16 probabilities widen in place, from the end so nothing is
+	 * overwritten before it is read: a bf16 is the top half of an fp32 */
+	for (size_t i = V; !st && m->act == FERRY_BF16 && i-- > 0;) {
+		uint16_t h;
+		uint32_t bits;
+
+		memcpy(&h, (char *)probs + 2 * i, 2);
+		bits = (uint32_t)h << 16;
+		memcpy(&probs[i], &bits, 4);
+	}
+	return st;
 }
 
 ferry_status ferry_gpt2_zero_grad(ferry_gpt2_t m)
@@ -430,7 +469,7 @@ ferry_status ferry_gpt2_backward(ferry_gpt2_t m)
 {
 	int B = m->cur_B, T = m->cur_T;
 	size_t N = (size_t)B * T, C = (size_t)m->cfg.channels;
-	float *dres = ferry_layer_exec_output_grad(m->layers);
+	void *dres = ferry_layer_exec_output_grad(m->layers);
 	struct ferry_op_call c;
 	ferry_status st;
 
@@ -444,37 +483,37 @@ ferry_status ferry_gpt2_backward(ferry_gpt2_t m)
 	c.kind = FERRY_OP_SOFTMAX_XENT;
 	c.backward = true;
 	c.B = B; c.T = T; c.V = m->cfg.vocab; c.Vp = m->cfg.padded_vocab;
-	c.out[1] = fptr(m->logits);
-	c.din[0] = fptr(m->logits); /* d logits in place of the probabilities */
+	c.out[1] = vptr(m->logits);
+	c.din[0] = vptr(m->logits); /* d logits in place of the probabilities */
 	c.tokens = ferry_buffer_ptr(m->targets);
 	c.scalar[0] = 1.0f / (float)N; /* the loss is the mean over B*T */
 	if ((st = run(m, &c)))
 		return st;
 
-	if ((st = ferry_memset_zero_async(m->compute, fptr(m->dlnf), N * C * sizeof(float))))
+	if ((st = ferry_memset_zero_async(m->compute, vptr(m->dlnf), N * C * m->asz)))
 		return st;
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_MATMUL;
 	c.backward = true;
 	c.B = B; c.T = T; c.C = (int)C; c.OC = m->cfg.padded_vocab;
-	c.dout[0] = fptr(m->logits);
-	c.in[0] = fptr(m->lnf);
-	c.w[0] = m->param_ptr[FERRY_GPT2_WTE];
-	c.din[0] = fptr(m->dlnf);
+	c.dout[0] = vptr(m->logits);
+	c.in[0] = vptr(m->lnf);
+	c.w[0] = m->wptr[FERRY_GPT2_WTE];
+	c.din[0] = vptr(m->dlnf);
 	c.dw[0] = m->grad_ptr[FERRY_GPT2_WTE];
 	if ((st = run(m, &c)))
 		return st;
 
-	if ((st = ferry_memset_zero_async(m->compute, dres, N * C * sizeof(float))))
+	if ((st = ferry_memset_zero_async(m->compute, dres, N * C * m->asz)))
 		return st;
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_LAYERNORM;
 	c.backward = true;
 	c.B = B; c.T = T; c.C = (int)C;
-	c.out[1] = fptr(m->lnf_mean); c.out[2] = fptr(m->lnf_rstd);
+	c.out[1] = vptr(m->lnf_mean); c.out[2] = vptr(m->lnf_rstd);
 	c.in[0] = ferry_layer_exec_output(m->layers);
-	c.w[0] = m->param_ptr[FERRY_GPT2_LNFW];
-	c.dout[0] = fptr(m->dlnf);
+	c.w[0] = m->wptr[FERRY_GPT2_LNFW];
+	c.dout[0] = vptr(m->dlnf);
 	c.din[0] = dres;
 	c.dw[0] = m->grad_ptr[FERRY_GPT2_LNFW];
 	c.dw[1] = m->grad_ptr[FERRY_GPT2_LNFB];
@@ -538,6 +577,7 @@ ferry_status ferry_gpt2_update(ferry_gpt2_t m, const struct ferry_adamw *opt, in
 		memset(&c, 0, sizeof(c));
 		c.kind = FERRY_OP_ADAMW;
 		c.param = m->param_ptr[p];
+		c.param_copy = m->wcopy ? m->wptr[p] : NULL;
 		c.out[0] = fptr(m->mom) + off;
 		c.out[1] = fptr(m->var) + off;
 		c.in[0] = m->grad_ptr[p];

@@ -36,8 +36,10 @@ struct ferry_tutorial {
 	ferry_stream_t s;
 	struct ferry_tutorial_config cfg;
 	size_t wfloats;
-	ferry_buffer_t w, grads, input, loss;
-	float *base[N_PARAMS], *grad_base[N_PARAMS];
+	enum ferry_dtype act;
+	ferry_buffer_t w, wcopy, grads, input, loss;
+	void *base[N_PARAMS];        /* what the kernels read: w or its copy */
+	float *master[N_PARAMS], *grad_base[N_PARAMS];
 	size_t stride[N_PARAMS];
 	struct ferry_layer_exec *layers;
 	double *host_loss;
@@ -66,9 +68,8 @@ static ferry_status stack_plan(const struct ferry_tutorial_config *cfg,
 			       const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
 	struct ferry_layer_dims d = dims_of(cfg);
-	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
 
-	return ferry_stack_plan_make(&tutorial_layer, &d, opts ? opts->policy : NULL, depth, sp);
+	return ferry_stack_plan_make(&tutorial_layer, &d, opts, sp);
 }
 
 ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
@@ -90,6 +91,9 @@ ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 	/* in the order ferry_tutorial_create allocates them */
 	ferry_plan_add_buffer(plan, "w1, w2", cfg->train ? FERRY_BUF_DONATED : FERRY_BUF_ARGUMENT,
 			      2 * wbytes);
+	if (opts && opts->act_dtype != FERRY_F32)
+		ferry_plan_add_buffer(plan, "w1, w2 (compute copy)", FERRY_BUF_TEMP,
+				      2 * ferry_tutorial_weight_floats(cfg) * ferry_dtype_size(opts->act_dtype));
 	ferry_plan_add_buffer(plan, "dw1, dw2", cfg->train ? FERRY_BUF_TEMP : FERRY_BUF_OUTPUT,
 			      2 * wbytes);
 	ferry_plan_add_buffer(plan, "input", FERRY_BUF_ARGUMENT,
@@ -109,6 +113,7 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 	ferry_buffer_free(t->loss);
 	ferry_buffer_free(t->input);
 	ferry_buffer_free(t->grads);
+	ferry_buffer_free(t->wcopy);
 	ferry_buffer_free(t->w);
 	ferry_host_free(t->be, t->host_loss);
 	ferry_free(t);
@@ -117,13 +122,15 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutorial_config *cfg,
 				   const struct ferry_exec_opts *opts, ferry_tutorial_t *out)
 {
+	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
 	struct ferry_layer_dims d = dims_of(cfg);
 	struct ferry_stack_plan sp;
 	struct ferry_tutorial *t;
 	ferry_status st;
 
 	*out = NULL;
-	if ((st = check(cfg)) || (st = stack_plan(cfg, opts, &sp)))
+	o.act_dtype = ferry_backend_caps(be).act_dtype;
+	if ((st = check(cfg)) || (st = stack_plan(cfg, &o, &sp)))
 		return st;
 	t = ferry_calloc(1, sizeof(*t));
 	if (!t)
@@ -131,15 +138,20 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	t->be = be;
 	t->cfg = *cfg;
 	t->wfloats = ferry_tutorial_weight_floats(cfg);
+	t->act = o.act_dtype;
 	if ((st = ferry_stream_create(be, "compute", &t->s)) ||
 	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->w)) ||
+	    (t->act != FERRY_F32 &&
+	     (st = ferry_buffer_alloc(be, 2 * t->wfloats * ferry_dtype_size(t->act), &t->wcopy))) ||
 	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->grads)) ||
 	    (st = ferry_buffer_alloc(be, (size_t)cfg->rows * cfg->channels * sizeof(float), &t->input)) ||
 	    (st = ferry_buffer_alloc(be, sizeof(double), &t->loss)) ||
 	    (st = ferry_host_alloc(be, sizeof(double), (void **)&t->host_loss)))
 		goto fail;
 	for (int p = 0; p < N_PARAMS; p++) {
-		t->base[p] = (float *)ferry_buffer_ptr(t->w) + p * t->wfloats;
+		t->master[p] = (float *)ferry_buffer_ptr(t->w) + p * t->wfloats;
+		t->base[p] = t->wcopy ? (char *)ferry_buffer_ptr(t->wcopy) + p * t->wfloats * ferry_dtype_size(t->act)
+				      : (void *)t->master[p];
 		t->grad_base[p] = (float *)ferry_buffer_ptr(t->grads) + p * t->wfloats;
 		t->stride[p] = t->wfloats / cfg->layers;
 	}
@@ -156,6 +168,19 @@ fail:
 	return st;
 }
 
+/* The compute copy of n fp32 values, when there is one. */
+static ferry_status cast(ferry_tutorial_t t, ferry_buffer_t dst, ferry_buffer_t src, size_t n)
+{
+	struct ferry_op_call c = { .kind = FERRY_OP_CAST };
+
+	if (!dst)
+		return FERRY_OK;
+	c.out[0] = ferry_buffer_ptr(dst);
+	c.in[0] = ferry_buffer_ptr(src);
+	c.n = (long)n;
+	return ferry_stream_run_op(t->s, &c);
+}
+
 static ferry_status sync_copy(ferry_tutorial_t t, void *dst, const void *src, size_t n,
 			      enum ferry_copy_kind kind)
 {
@@ -169,8 +194,8 @@ ferry_status ferry_tutorial_set(ferry_tutorial_t t, const float *w1, const float
 	size_t wb = t->wfloats * sizeof(float);
 	ferry_status st;
 
-	if ((st = sync_copy(t, t->base[W1], w1, wb, FERRY_COPY_H2D)) ||
-	    (st = sync_copy(t, t->base[W2], w2, wb, FERRY_COPY_H2D)))
+	if ((st = sync_copy(t, t->master[W1], w1, wb, FERRY_COPY_H2D)) ||
+	    (st = sync_copy(t, t->master[W2], w2, wb, FERRY_COPY_H2D)) || (st = cast(t, t->wcopy, t->w, 2 * t->wfloats)))
 		return st;
 	return sync_copy(t, ferry_buffer_ptr(t->input), x,
 			 (size_t)t->cfg.rows * t->cfg.channels * sizeof(float), FERRY_COPY_H2D);
@@ -187,9 +212,9 @@ ferry_status ferry_tutorial_get_grads(ferry_tutorial_t t, float *dw1, float *dw2
 ferry_status ferry_tutorial_get_weights(ferry_tutorial_t t, float *w1, float *w2)
 {
 	size_t wb = t->wfloats * sizeof(float);
-	ferry_status st = sync_copy(t, w1, t->base[W1], wb, FERRY_COPY_D2H);
+	ferry_status st = sync_copy(t, w1, t->master[W1], wb, FERRY_COPY_D2H);
 
-	return st ? st : sync_copy(t, w2, t->base[W2], wb, FERRY_COPY_D2H);
+	return st ? st : sync_copy(t, w2, t->master[W2], wb, FERRY_COPY_D2H);
 }
 
 ferry_status ferry_tutorial_grad(ferry_tutorial_t t, double *loss)
@@ -198,9 +223,13 @@ ferry_status ferry_tutorial_grad(ferry_tutorial_t t, double *loss)
 	struct ferry_op_call c;
 	ferry_status st;
 
-	/* prologue: the input is the first layer's input */
-	if ((st = ferry_memcpy_async(t->s, ferry_layer_exec_input(t->layers), ferry_buffer_ptr(t->input),
-				     n * sizeof(float), FERRY_COPY_D2D)) ||
+	/* prologue: the input (fp32, as given) is the first layer's input */
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_CAST;
+	c.out[0] = ferry_layer_exec_input(t->layers);
+	c.in[0] = ferry_buffer_ptr(t->input);
+	c.n = (long)n;
+	if ((st = ferry_stream_run_op(t->s, &c)) ||
 	    (st = ferry_layer_exec_forward(t->layers, t->s, 1, t->cfg.rows, true)))
 		return st;
 	/* epilogue: loss = sum(output); d loss / d output = 1 */
@@ -236,6 +265,7 @@ ferry_status ferry_tutorial_sgd(ferry_tutorial_t t, float lr)
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_SGD;
 	c.param = ferry_buffer_ptr(t->w);
+	c.param_copy = t->wcopy ? ferry_buffer_ptr(t->wcopy) : NULL;
 	c.in[0] = ferry_buffer_ptr(t->grads);
 	c.n = (long)(2 * t->wfloats);
 	c.scalar[0] = lr;

@@ -28,13 +28,13 @@ struct ferry_layer_exec {
 	struct ferry_stack_plan sp;
 	ferry_buffer_t act_buf[FERRY_LAYER_MAX_TENSORS];
 	ferry_buffer_t grad_buf;
-	float *grad[FERRY_LAYER_MAX_TENSORS];
-	float *io_grad[2];   /* alternating layer input/output gradients */
+	char *grad[FERRY_LAYER_MAX_TENSORS];
+	char *io_grad[2];    /* alternating layer input/output gradients */
 	int io_cur;          /* io_grad[io_cur] is the current output gradient */
 
 	/* offloading: host arena, copy streams, events */
-	void *host_base;
-	size_t host_off[FERRY_LAYER_MAX_TENSORS]; /* floats into host_base */
+	char *host_base;
+	size_t host_off[FERRY_LAYER_MAX_TENSORS]; /* bytes into host_base */
 	ferry_stream_t d2h, h2d;
 	ferry_event_t produced;
 	ferry_event_t *d2h_done;   /* [n_tensors * ring] */
@@ -48,7 +48,7 @@ static bool offloads(const struct ferry_layer_exec *ex)
 }
 
 /* Device address of tensor t as layer l sees it. */
-static float *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
+static char *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
 	const struct ferry_stack_plan *sp = &ex->sp;
 	int slot = 0;
@@ -67,12 +67,12 @@ static float *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 	case FERRY_SLOT_NONE:
 		break;
 	}
-	return (float *)ferry_buffer_ptr(ex->act_buf[t]) + (size_t)slot * sp->slot_floats[t];
+	return (char *)ferry_buffer_ptr(ex->act_buf[t]) + (size_t)slot * sp->slot_bytes[t];
 }
 
-static float *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
+static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
-	return (float *)ex->host_base + ex->host_off[t] + (size_t)l * ex->sp.host_floats[t];
+	return ex->host_base + ex->host_off[t] + (size_t)l * ex->sp.host_bytes[t];
 }
 
 static ferry_event_t *d2h_event(struct ferry_layer_exec *ex, int t, int l)
@@ -108,15 +108,15 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 static ferry_status create_offload(struct ferry_layer_exec *ex)
 {
 	const struct ferry_stack_plan *sp = &ex->sp;
-	size_t host_floats = 0;
+	size_t host_bytes = 0;
 	ferry_status st;
 	int n_ev = sp->n_tensors * sp->ring;
 
 	for (int t = 0; t < sp->n_tensors; t++) {
-		ex->host_off[t] = host_floats;
-		host_floats += (size_t)sp->L * sp->host_floats[t];
+		ex->host_off[t] = host_bytes;
+		host_bytes += (size_t)sp->L * sp->host_bytes[t];
 	}
-	st = ferry_host_alloc(ex->be, host_floats * sizeof(float), &ex->host_base);
+	st = ferry_host_alloc(ex->be, host_bytes, (void **)&ex->host_base);
 	if (st)
 		return st;
 	if ((st = ferry_stream_create(ex->be, "d2h", &ex->d2h)) ||
@@ -147,7 +147,7 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 {
 	struct ferry_layer_exec *ex;
 	ferry_status st = FERRY_OK;
-	float *g;
+	char *g;
 
 	*out = NULL;
 	ex = ferry_calloc(1, sizeof(*ex));
@@ -162,10 +162,9 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 	/* in the order ferry_stack_plan_describe lists them */
 	for (int t = 0; t < decl->n_tensors && !st; t++)
 		if (plan->kind[t] != FERRY_SLOT_NONE)
-			st = ferry_buffer_alloc(be, (size_t)plan->slots[t] * plan->slot_floats[t] * sizeof(float),
-						&ex->act_buf[t]);
+			st = ferry_buffer_alloc(be, (size_t)plan->slots[t] * plan->slot_bytes[t], &ex->act_buf[t]);
 	if (!st)
-		st = ferry_buffer_alloc(be, plan->grad_floats * sizeof(float), &ex->grad_buf);
+		st = ferry_buffer_alloc(be, plan->grad_bytes, &ex->grad_buf);
 	if (!st && offloads(ex))
 		st = create_offload(ex);
 	if (st) {
@@ -178,46 +177,54 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 			continue;
 		if (t == decl->input) {
 			ex->io_grad[0] = g;
-			ex->io_grad[1] = g + plan->slot_floats[t];
-			g += 2 * plan->slot_floats[t];
+			ex->io_grad[1] = g + plan->slot_bytes[t];
+			g += 2 * plan->slot_bytes[t];
 		} else {
 			ex->grad[t] = g;
-			g += plan->slot_floats[t];
+			g += plan->slot_bytes[t];
 		}
 	}
 	*out = ex;
 	return FERRY_OK;
 }
 
-float *ferry_layer_exec_input(struct ferry_layer_exec *ex)
+void *ferry_layer_exec_input(struct ferry_layer_exec *ex)
 {
 	return act_ptr(ex, ex->decl->input, 0);
 }
 
-float *ferry_layer_exec_output(struct ferry_layer_exec *ex)
+void *ferry_layer_exec_output(struct ferry_layer_exec *ex)
 {
 	return act_ptr(ex, ex->decl->input, ex->dims.L);
 }
 
-float *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex)
+void *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex)
 {
 	return ex->io_grad[ex->io_cur];
 }
 
-const float *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex)
+const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex)
 {
 	return ex->io_grad[ex->io_cur]; /* backward leaves io_cur on it */
 }
 
-/* Parameter w of layer l: a matrix (rows of row_floats) or a vector. */
+/* Element offset of parameter w of layer l: a matrix (rows of row_elems)
+ * or a vector. */
 static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weight_ref w, int l,
-			    int row_floats)
+			    int row_elems)
 {
-	return (size_t)l * ex->weights.layer_stride[w.param] + (size_t)w.block * ex->dims.C * row_floats;
+	return (size_t)l * ex->weights.layer_stride[w.param] + (size_t)w.block * ex->dims.C * row_elems;
+}
+
+static const void *weight_ptr(const struct ferry_layer_exec *ex, struct ferry_weight_ref w, int l,
+			      int row_elems)
+{
+	return (const char *)ex->weights.base[w.param] +
+	       weight_offset(ex, w, l, row_elems) * ferry_dtype_size(ex->sp.act_dtype);
 }
 
 /* Matmuls have a matrix in slot 0 (rows of C_in) and a bias in slot 1. */
-static int weight_row_floats(const struct ferry_op_call *c, int slot)
+static int weight_row_elems(const struct ferry_op_call *c, int slot)
 {
 	return c->kind == FERRY_OP_MATMUL && slot == 0 ? c->C : 1;
 }
@@ -246,8 +253,7 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 		c->in[i] = act_ptr(ex, op->in[i], l);
 	for (int i = 0; i < info->n_w; i++)
 		if (op->w[i].param >= 0)
-			c->w[i] = ex->weights.base[op->w[i].param] +
-				  weight_offset(ex, op->w[i], l, weight_row_floats(c, i));
+			c->w[i] = weight_ptr(ex, op->w[i], l, weight_row_elems(c, i));
 }
 
 /* The tensor and layer an output of layer l is stored as, if it is
@@ -283,7 +289,7 @@ static size_t tensor_bytes(const struct ferry_layer_exec *ex, int t, int B, int 
 
 	d.B = B;
 	d.T = T;
-	return ferry_tensor_floats(ex->decl->tensors[t].shape, &d) * sizeof(float);
+	return ferry_tensor_floats(ex->decl->tensors[t].shape, &d) * ex->sp.elem[t];
 }
 
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T,
@@ -341,7 +347,7 @@ static ferry_status prefetch(struct ferry_layer_exec *ex, int j, int B, int T)
 	return ferry_event_record(ex->prefetch_ready[slot], ex->h2d);
 }
 
-static float *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
+static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 {
 	const struct ferry_layer_decl *decl = ex->decl;
 
@@ -363,7 +369,7 @@ static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s
 
 	/* every activation gradient but the incoming one starts from zero */
 	for (int t = 0; t < decl->n_tensors; t++) {
-		float *g = grad_of(ex, t, io_out);
+		char *g = grad_of(ex, t, io_out);
 
 		if (g && t != decl->output &&
 		    (st = ferry_memset_zero_async(s, g, tensor_bytes(ex, t, B, T))))
@@ -390,7 +396,7 @@ static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s
 		for (int i = 0; i < info->n_w; i++)
 			if (op->w[i].param >= 0)
 				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
-					  weight_offset(ex, op->w[i], l, weight_row_floats(&c, i));
+					  weight_offset(ex, op->w[i], l, weight_row_elems(&c, i));
 		if ((st = ferry_stream_run_op(s, &c)))
 			return st;
 	}

@@ -14,9 +14,11 @@
 struct ferry_layer_exec;
 
 /* Where the executor finds a layer's weights and weight gradients:
- * parameter p of layer l starts at base[p] + l * layer_stride[p] floats. */
+ * parameter p of layer l starts layer_stride[p] * l elements into base[p]
+ * (weights in the activation type, as the kernels read them) and into
+ * grad_base[p] (fp32). */
 struct ferry_weight_table {
-	float *const *base;
+	void *const *base;
 	float *const *grad_base;
 	const size_t *layer_stride;
 };
@@ -34,10 +36,10 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex);
 /* The stack's input (the prologue writes it), its output (the epilogue
  * reads it), and their gradients: the epilogue writes d(output) before
  * backward, the prologue reads d(input) after. */
-float *ferry_layer_exec_input(struct ferry_layer_exec *ex);
-float *ferry_layer_exec_output(struct ferry_layer_exec *ex);
-float *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex);
-const float *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
+void *ferry_layer_exec_input(struct ferry_layer_exec *ex);
+void *ferry_layer_exec_output(struct ferry_layer_exec *ex);
+void *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex);
+const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
 
 /* Enqueues the forward pass on stream s for a batch of up to B x T.  With
  * for_backward, offloaded tensors are copied out for a backward pass. */

@@ -5,11 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SLOT_ALIGN_FLOATS 64
-
-static size_t align_floats(size_t n)
+static size_t align_bytes(size_t n)
 {
-	return (n + SLOT_ALIGN_FLOATS - 1) / SLOT_ALIGN_FLOATS * SLOT_ALIGN_FLOATS;
+	return (n + FERRY_BUFFER_ALIGN - 1) / FERRY_BUFFER_ALIGN * FERRY_BUFFER_ALIGN;
+}
+
+size_t ferry_tensor_elem_size(enum ferry_tensor_shape shape, enum ferry_dtype act)
+{
+	bool stat = shape == FERRY_SHAPE_N || shape == FERRY_SHAPE_B_NH_T;
+
+	return stat ? sizeof(float) : ferry_dtype_size(act);
 }
 
 /* What the policy may know of each tensor: its name, whether it is the
@@ -56,11 +61,13 @@ static void derive_needed(const struct ferry_layer_decl *decl, struct ferry_stac
 }
 
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
-				   const struct ferry_layer_dims *dims, const char *policy,
-				   int depth, struct ferry_stack_plan *sp)
+				   const struct ferry_layer_dims *dims,
+				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
 	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
 	struct ferry_policy *pol = NULL;
+	const char *policy = opts ? opts->policy : NULL;
+	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
 	ferry_status st;
 
 	memset(sp, 0, sizeof(*sp));
@@ -82,6 +89,7 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	sp->n_ops = decl->n_ops;
 	sp->L = dims->L;
 	sp->depth = depth;
+	sp->act_dtype = opts ? opts->act_dtype : FERRY_F32;
 	sp->ring = depth + 1 > 2 ? depth + 1 : 2;
 	/* the output is the next layer's input and shares its fate */
 	sp->place[decl->output] = sp->place[decl->input];
@@ -91,10 +99,13 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	sp->input_offloaded = sp->place[decl->input] == FERRY_PLACE_OFFLOAD;
 
 	for (int t = 0; t < decl->n_tensors; t++) {
-		size_t sz = align_floats(ferry_tensor_floats(decl->tensors[t].shape, dims));
+		size_t elem = ferry_tensor_elem_size(decl->tensors[t].shape, sp->act_dtype);
+		size_t bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * elem;
+		size_t sz = align_bytes(bytes);
 		bool stored = sp->stored & (1u << t);
 
-		sp->slot_floats[t] = sz;
+		sp->elem[t] = elem;
+		sp->slot_bytes[t] = sz;
 		if (t == decl->output) {
 			sp->kind[t] = FERRY_SLOT_NONE;
 			sp->slots[t] = 0;
@@ -113,13 +124,13 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 		}
 		if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
 			sp->offloaded |= 1u << t;
-			sp->host_floats[t] = ferry_tensor_floats(decl->tensors[t].shape, dims);
+			sp->host_bytes[t] = bytes;
 		}
 		if ((sp->has_grad & (1u << t)) && t != decl->output)
-			sp->grad_floats += sz;
+			sp->grad_bytes += sz;
 	}
 	/* the input's gradient and the output's alternate between two slots */
-	sp->grad_floats += sp->slot_floats[decl->input];
+	sp->grad_bytes += sp->slot_bytes[decl->input];
 	return FERRY_OK;
 }
 
@@ -170,6 +181,7 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 	char name[64];
 
 	plan->L = sp->L;
+	plan->act_dtype = sp->act_dtype;
 	plan->prefetch_depth = sp->depth;
 	plan->ring_slots = sp->ring;
 	plan->n_ops = sp->n_ops;
@@ -184,20 +196,19 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		pt->needed = sp->needed & (1u << t);
 		pt->stored = sp->stored & (1u << t);
 		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
-		pt->layer_bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * sizeof(float);
+		pt->layer_bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * sp->elem[t];
 		pt->device_slots = sp->slots[t];
-		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_floats[t] * sizeof(float);
-		pt->host_bytes = (size_t)sp->L * sp->host_floats[t] * sizeof(float);
+		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_bytes[t];
+		pt->host_bytes = (size_t)sp->L * sp->host_bytes[t];
 		plan->mem.host_activation_bytes += pt->host_bytes;
 	}
 	for (int t = 0; t < sp->n_tensors; t++) {
 		if (sp->kind[t] == FERRY_SLOT_NONE)
 			continue;
 		snprintf(name, sizeof(name), "act:%s", decl->tensors[t].name);
-		ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP,
-				      (size_t)sp->slots[t] * sp->slot_floats[t] * sizeof(float));
+		ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP, (size_t)sp->slots[t] * sp->slot_bytes[t]);
 	}
-	ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, sp->grad_floats * sizeof(float));
+	ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, sp->grad_bytes);
 }
 
 const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind)

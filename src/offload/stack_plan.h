@@ -7,6 +7,8 @@
  *    closure back to what is kept; the layer input is always kept);
  *  - stored: needed tensors the policy keeps (device or host);
  *  - recompute_ops: ops re-run in the backward pass, in forward order;
+ *  - element types: statistics (per-row, per-head) are fp32, every other
+ *    activation is the backend's activation type (bf16 on CUDA);
  *  - device storage: a kept-on-device tensor has one slot per layer; an
  *    offloaded one a ring of `ring` slots (staging in forward, prefetch in
  *    backward); everything else one slot shared by all layers.  The layer
@@ -36,16 +38,23 @@ struct ferry_stack_plan {
 	bool input_offloaded;
 	enum ferry_slot_kind kind[FERRY_LAYER_MAX_TENSORS];
 	int slots[FERRY_LAYER_MAX_TENSORS];
-	size_t slot_floats[FERRY_LAYER_MAX_TENSORS]; /* aligned to 64 floats */
-	size_t host_floats[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
-	size_t grad_floats;                          /* activation gradient workspace */
+	enum ferry_dtype act_dtype;
+	size_t elem[FERRY_LAYER_MAX_TENSORS];       /* bytes per element */
+	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
+	size_t host_bytes[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
+	size_t grad_bytes;                          /* activation gradient workspace */
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.
  * Errors: a bad policy (the message says why), depth < 1. */
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
-				   const struct ferry_layer_dims *dims, const char *policy,
-				   int depth, struct ferry_stack_plan *out) FERRY_MUST_CHECK;
+				   const struct ferry_layer_dims *dims,
+				   const struct ferry_exec_opts *opts,
+				   struct ferry_stack_plan *out) FERRY_MUST_CHECK;
+
+/* Bytes per element of a tensor: statistics are fp32, the rest the
+ * activation type. */
+size_t ferry_tensor_elem_size(enum ferry_tensor_shape shape, enum ferry_dtype act);
 
 /* Adds the stack's tensors and buffers (all temp) to a plan, in the order
  * the executor allocates them. */

@@ -21,6 +21,7 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_SUM] = { "sum", 1, 0, 0, 0, 0, false },
 	[FERRY_OP_FILL] = { "fill", 0, 1, 0, 0, 0, false },
 	[FERRY_OP_SGD] = { "sgd", 1, 0, 1, 0, 0, false },
+	[FERRY_OP_CAST] = { "cast", 1, 1, 0, 0, 0, false },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
@@ -59,6 +60,7 @@ double ferry_op_flops(const struct ferry_op_call *c)
 	case FERRY_OP_SUM:
 		return (double)c->n;
 	case FERRY_OP_FILL:
+	case FERRY_OP_CAST:
 		return 0;
 	case FERRY_OP_ENCODER:
 		return N * c->C;

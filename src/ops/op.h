@@ -26,6 +26,7 @@ enum ferry_op_kind {
 	FERRY_OP_SUM,          /* *result += sum(in0) */
 	FERRY_OP_FILL,         /* out0[:n] = scalar[0] */
 	FERRY_OP_SGD,          /* param -= scalar[0] * in0 (the gradient) */
+	FERRY_OP_CAST,         /* out0 (activation type) = in0 (fp32), n values */
 	FERRY_OP_COUNT
 };
 
@@ -47,21 +48,27 @@ struct ferry_op_info {
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);
 
-/* Everything a backend needs to run one op, forward or backward. */
+/* Everything a backend needs to run one op, forward or backward.
+ * Element types: activations (in, out, din, dout) and weights (w) are the
+ * backend's activation type, except statistics outputs (out_no_grad: layer
+ * norm mean/rstd, attention lse, per-row losses), which are fp32; weight
+ * gradients (dw), param, grads of adamw/sgd/sum_squares are fp32. */
 struct ferry_op_call {
 	enum ferry_op_kind kind;
 	bool backward;
 	int B, T, C, NH, OC, V, Vp; /* as the kind needs; N = B * T */
 	long n;                     /* element count (gelu, residual, adamw) */
-	float *out[FERRY_OP_MAX_OUT];
-	const float *in[FERRY_OP_MAX_IN];
-	const float *w[FERRY_OP_MAX_W];
-	const float *dout[FERRY_OP_MAX_OUT];
-	float *din[FERRY_OP_MAX_IN];
-	float *dw[FERRY_OP_MAX_W];
+	void *out[FERRY_OP_MAX_OUT];
+	const void *in[FERRY_OP_MAX_IN];
+	const void *w[FERRY_OP_MAX_W];
+	const void *dout[FERRY_OP_MAX_OUT];
+	void *din[FERRY_OP_MAX_IN];
+	void *dw[FERRY_OP_MAX_W];
 	const int32_t *tokens;      /* encoder: inputs; softmax_xent: targets */
-	double *result;             /* sum_squares */
-	float *param;               /* adamw: parameters updated in place */
+	double *result;             /* sum_squares, sum */
+	float *param;               /* adamw, sgd: fp32 parameters updated in place */
+	void *param_copy;           /* adamw, sgd: their activation-type copy, also
+				       updated (NULL when the type is fp32) */
 	float scalar[8];            /* softmax_xent: [0] dloss;
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale */
 	int step;                   /* adamw: t >= 1 */

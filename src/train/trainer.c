@@ -162,11 +162,13 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	if (!tr)
 		return ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
 	tr->opts = *opts;
+	tr->opts.backend = opts->backend ? opts->backend : "cpu";
+	tr->opts.exec.act_dtype = ferry_backend_act_dtype(tr->opts.backend);
 	tr->rng = opts->seed;
-	st = ferry_gpt2_plan(&cfg, opts->B, opts->T, &opts->exec, &tr->plan);
+	st = ferry_gpt2_plan(&cfg, opts->B, opts->T, &tr->opts.exec, &tr->plan);
 	if (st)
 		goto fail;
-	st = ferry_backend_open(opts->backend ? opts->backend : "cpu", &bo, &tr->be);
+	st = ferry_backend_open(tr->opts.backend, &bo, &tr->be);
 	if (st)
 		goto fail;
 	st = check_fits(tr, &cfg);
@@ -180,7 +182,7 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		if (st)
 			goto fail;
 	}
-	st = ferry_gpt2_create_ex(tr->be, &cfg, opts->B, opts->T, &opts->exec, &tr->model);
+	st = ferry_gpt2_create_ex(tr->be, &cfg, opts->B, opts->T, &tr->opts.exec, &tr->model);
 	if (st)
 		goto fail;
 	st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->inputs);

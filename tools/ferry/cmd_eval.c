@@ -23,8 +23,8 @@ static void usage(void)
 
 int cmd_eval(int argc, char **argv)
 {
-	const char *ckpt = NULL, *data = NULL, *backend = "cpu";
-	struct ferry_backend_opts bo = { 0 };
+	const char *ckpt = NULL, *data = NULL, *backend = "auto";
+	struct ferry_backend_opts bo = { .threads = 0 };
 	int B = 4, T = 64, batches = 10, rc = 1;
 	struct ferry_gpt2_config cfg;
 	ferry_backend_t be = NULL;
@@ -56,6 +56,8 @@ int cmd_eval(int argc, char **argv)
 	if (!ckpt || !data)
 		return cli_usage_error(CMD, "--checkpoint and --data are required");
 	ferry_set_threads(bo.threads);
+	if (!strcmp(backend, "auto"))
+		backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
 
 	if (ferry_checkpoint_read_config(ckpt, &cfg) != FERRY_OK)
 		return cli_fail(CMD);

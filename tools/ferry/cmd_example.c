@@ -33,7 +33,7 @@ struct run {
 
 static int run_policy(const struct ferry_tutorial_config *cfg, const char *policy, struct run *r)
 {
-	struct ferry_exec_opts o = { policy, 0 };
+	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = 0 };
 	size_t nw = ferry_tutorial_weight_floats(cfg), nx = (size_t)cfg->rows * cfg->channels;
 	float *w = malloc(nw * sizeof(float)), *x = malloc(nx * sizeof(float));
 	ferry_backend_t be = NULL;

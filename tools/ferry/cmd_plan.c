@@ -4,6 +4,7 @@
 #include "model_flags.h"
 #include "plan_print.h"
 #include "ferry/tutorial.h"
+#include "ferry/backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -61,6 +62,10 @@ int cmd_plan(int argc, char **argv)
 		}
 	}
 	tutorial = !strcmp(model, "tutorial");
+	/* a plan for cuda is made without opening it: no GPU needed here */
+	if (strcmp(o.backend, "auto") == 0)
+		o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+	o.exec.act_dtype = ferry_backend_act_dtype(o.backend);
 	if (!tutorial && strcmp(model, "gpt2"))
 		return cli_usage_error(CMD, "unknown model '%s' (gpt2, tutorial)", model);
 

@@ -207,6 +207,8 @@ int cmd_train(int argc, char **argv)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c.o.threads);
+	if (model_flags_backend(CMD, &c.o, stdout))
+		return 1;
 	{
 		/* a bad shape or policy is refused before any work, even the demo data */
 		struct ferry_gpt2_config cfg;

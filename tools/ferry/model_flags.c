@@ -2,6 +2,7 @@
 #include "cli_args.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
+#include "ferry/backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,13 +22,14 @@ const char model_flags_help[] =
 	"                        custom:query_proj=offload,context=device (others remat);\n"
 	"                        `ferry plan` lists the model's names\n"
 	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
-	"  --backend NAME        cpu (default) or cuda\n"
+	"  --backend NAME        auto (default: cuda if a GPU is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
 	"  --threads N           CPU threads (default: all cores)\n";
 
 void model_flags_default(struct ferry_train_opts *o)
 {
 	ferry_train_opts_default(o);
+	o->backend = "auto";
 	o->model = (struct ferry_gpt2_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
 					       .layers = 6, .heads = 6, .channels = 192 };
 	o->B = 8;
@@ -71,6 +73,24 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		return 0;
 #undef IS
 	return r ? -1 : 1;
+}
+
+int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
+{
+	if (strcmp(o->backend, "auto") == 0) {
+		if (ferry_backend_probe("cuda") == FERRY_OK) {
+			o->backend = "cuda";
+		} else {
+			if (log)
+				fprintf(log, "backend: cpu (no GPU: %s)\n", ferry_last_error());
+			o->backend = "cpu";
+		}
+	} else if (ferry_backend_probe(o->backend) != FERRY_OK) {
+		cli_fail(cmd);
+		return -1;
+	}
+	o->exec.act_dtype = ferry_backend_act_dtype(o->backend);
+	return 0;
 }
 
 int model_flags_config(const char *cmd, const struct ferry_train_opts *o,

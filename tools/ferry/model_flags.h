@@ -4,6 +4,7 @@
 #define FERRY_TOOLS_MODEL_FLAGS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include "ferry/train.h"
 
 /* The defaults of `ferry train`: the demo model. */
@@ -18,6 +19,11 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 
 /* Help text for those flags. */
 extern const char model_flags_help[];
+
+/* Resolves --backend auto (the default): cuda when a GPU can be opened,
+ * else cpu, printing why to `log`; sets the activation type plans use.
+ * Returns -1 (after printing) for an unknown backend. */
+int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log);
 
 /* The model shape: from --checkpoint/--resume when given, else the flags
  * (padding the vocabulary).  Prints the error and returns -1 on failure. */

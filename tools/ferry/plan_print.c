@@ -32,8 +32,8 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 	const struct ferry_memory_analysis *m = &p->mem;
 	char lives[64];
 
-	fprintf(f, "plan: %s, %d layers, batch %d x %d, policy %s, prefetch depth %d\n", p->model, p->L,
-		p->B, p->T, p->policy, p->prefetch_depth);
+	fprintf(f, "plan: %s, %d layers, batch %d x %d, %s activations, policy %s, prefetch depth %d\n",
+		p->model, p->L, p->B, p->T, ferry_dtype_name(p->act_dtype), p->policy, p->prefetch_depth);
 	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
 	line(f, "argument", m->argument_bytes, NULL);
 	line(f, "output", m->output_bytes, NULL);
@@ -84,6 +84,7 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 	json_string(f, p->model);
 	fprintf(f, ", \"policy\": ");
 	json_string(f, p->policy);
+	fprintf(f, ", \"activation_dtype\": \"%s\"", ferry_dtype_name(p->act_dtype));
 	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
 		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,
 		p->n_recompute_ops, p->n_ops);

@@ -1,8 +1,12 @@
-/* Maps an op call's slots onto the CPU kernels' arguments. */
+/* Maps an op call's slots onto the CPU kernels' arguments (all fp32). */
 #include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
 
 #include <assert.h>
+#include <string.h>
+
+#define F(p) ((float *)(p))
+#define CF(p) ((const float *)(p))
 
 void ferry_cpu_run_op(const struct ferry_op_call *c)
 {
@@ -11,70 +15,72 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
 		if (!c->backward)
-			encoder_forward(c->out[0], c->tokens, c->w[0], c->w[1], c->B, c->T, c->C);
+			encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]), c->B, c->T, c->C);
 		else
-			encoder_backward(c->dw[0], c->dw[1], c->dout[0], c->tokens, c->B, c->T, c->C);
+			encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), c->tokens, c->B, c->T, c->C);
 		break;
 	case FERRY_OP_LAYERNORM:
 		if (!c->backward)
-			layernorm_forward(c->out[0], c->out[1], c->out[2], c->in[0], c->w[0],
-					  c->w[1], N, c->C);
+			layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]), CF(c->in[0]), CF(c->w[0]),
+					  CF(c->w[1]), N, c->C);
 		else
-			layernorm_backward(c->din[0], c->dw[0], c->dw[1], c->dout[0], c->in[0],
-					   c->w[0], c->out[1], c->out[2], N, c->C);
+			layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), CF(c->in[0]),
+					   CF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N, c->C);
 		break;
 	case FERRY_OP_MATMUL:
 		if (!c->backward)
-			matmul_forward(c->out[0], c->in[0], c->w[0], c->w[1], N, c->C, c->OC);
+			matmul_forward(F(c->out[0]), CF(c->in[0]), CF(c->w[0]), CF(c->w[1]), N, c->C, c->OC);
 		else
-			matmul_backward(c->din[0], c->dw[0], c->dw[1], c->dout[0], c->in[0],
-					c->w[0], N, c->C, c->OC);
+			matmul_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), CF(c->in[0]),
+					CF(c->w[0]), N, c->C, c->OC);
 		break;
 	case FERRY_OP_ATTENTION:
 		if (!c->backward)
-			attention_forward(c->out[0], c->out[1], c->in[0], c->in[1], c->in[2],
+			attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->in[1]), CF(c->in[2]),
 					  c->B, c->T, c->C, c->NH);
 		else
-			attention_backward(c->din[0], c->din[1], c->din[2], c->dout[0], c->in[0],
-					   c->in[1], c->in[2], c->out[0], c->out[1], c->B,
-					   c->T, c->C, c->NH);
+			attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]), CF(c->dout[0]),
+					   CF(c->in[0]), CF(c->in[1]), CF(c->in[2]), CF(c->out[0]),
+					   CF(c->out[1]), c->B, c->T, c->C, c->NH);
 		break;
 	case FERRY_OP_GELU:
 		if (!c->backward)
-			gelu_forward(c->out[0], c->in[0], c->n);
+			gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
 		else
-			gelu_backward(c->din[0], c->dout[0], c->in[0], c->n);
+			gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_RESIDUAL:
 		if (!c->backward)
-			residual_forward(c->out[0], c->in[0], c->in[1], c->n);
+			residual_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
 		else
-			residual_backward(c->din[0], c->din[1], c->dout[0], c->n);
+			residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]), c->n);
 		break;
 	case FERRY_OP_SOFTMAX_XENT:
 		if (!c->backward)
-			softmax_xent_forward(c->out[0], c->out[1], c->in[0], c->tokens, N, c->V,
-					     c->Vp);
+			softmax_xent_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->tokens, N, c->V, c->Vp);
 		else
-			softmax_xent_backward(c->din[0], c->out[1], c->tokens, c->scalar[0], N,
-					      c->V, c->Vp);
+			softmax_xent_backward(F(c->din[0]), CF(c->out[1]), c->tokens, c->scalar[0], N, c->V,
+					      c->Vp);
 		break;
 	case FERRY_OP_ADAMW:
-		adamw_update(c->param, c->out[0], c->out[1], c->in[0], c->n, c->scalar[0],
-			     c->scalar[1], c->scalar[2], c->scalar[3], c->scalar[4], c->scalar[5],
-			     c->step);
+		adamw_update(c->param, F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n, c->scalar[0],
+			     c->scalar[1], c->scalar[2], c->scalar[3], c->scalar[4], c->scalar[5], c->step);
 		break;
 	case FERRY_OP_SUM_SQUARES:
-		*c->result += sum_squares(c->in[0], c->n);
+		*c->result += sum_squares(CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_SUM:
-		*c->result += sum_all(c->in[0], c->n);
+		*c->result += sum_all(CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_FILL:
-		fill(c->out[0], c->scalar[0], c->n);
+		fill(F(c->out[0]), c->scalar[0], c->n);
 		break;
 	case FERRY_OP_SGD:
-		sgd_update(c->param, c->in[0], c->scalar[0], c->n);
+		sgd_update(c->param, CF(c->in[0]), c->scalar[0], c->n);
+		break;
+	case FERRY_OP_CAST: /* fp32 to fp32 */
+		if (c->out[0] != c->in[0])
+			memcpy(c->out[0], c->in[0], (size_t)c->n * sizeof(float));
 		break;
 	case FERRY_OP_COUNT:
 		assert(0);

@@ -1,0 +1,144 @@
+/*
+ * Compares activation policies side by side: for each preset (or the
+ * policies given on the command line), the planned device and host memory
+ * and the measured time of a training step of GPT-2 on the CPU backend.
+ *
+ *   bench_policies [--layers 6 --channels 384 --heads 6 --batch 4 --seq 256
+ *                   --steps 3 --depth 2] [policy ...]
+ *
+ * On the CPU backend "device" and "host" are the same RAM and copies are
+ * memcpy on other threads, so the times show the cost of recomputation and
+ * of the copies' CPU work, not PCIe; the GPU benchmark is the one that says
+ * whether offloading beats recomputation there.
+ */
+#include "ferry/model.h"
+#include "ferry/platform.h"
+#include "ferry/policy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median step time in ms, or a negative number on failure. */
+static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int steps,
+			  const struct ferry_exec_opts *o, size_t *measured_peak)
+{
+	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	ferry_backend_t be = NULL;
+	ferry_gpt2_t m = NULL;
+	int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
+	double times[64], ms = -1;
+	float loss, norm;
+
+	if (!in || !tg || ferry_backend_open("cpu", NULL, &be) || ferry_gpt2_create_ex(be, cfg, B, T, o, &m) ||
+	    ferry_gpt2_init_random(m, 1))
+		goto out;
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 7919 + 13) % cfg->vocab;
+		tg[i] = (i * 104729 + 7) % cfg->vocab;
+	}
+	for (int s = -1; s < steps; s++) {
+		double t = now_s();
+
+		if (ferry_gpt2_forward(m, in, tg, B, T, &loss) || ferry_gpt2_zero_grad(m) ||
+		    ferry_gpt2_backward(m) || ferry_gpt2_update(m, &opt, s + 2, &norm))
+			goto out;
+		if (s >= 0)
+			times[s] = (now_s() - t) * 1e3;
+	}
+	qsort(times, steps, sizeof(double), cmp_double);
+	ms = times[steps / 2];
+	*measured_peak = ferry_backend_mem_peak(be);
+out:
+	if (ms < 0)
+		fprintf(stderr, "bench: %s: %s\n", o->policy, ferry_last_error());
+	ferry_gpt2_free(m);
+	ferry_backend_close(be);
+	free(in);
+	free(tg);
+	return ms;
+}
+
+int main(int argc, char **argv)
+{
+	struct ferry_gpt2_config cfg = { .max_seq = 256, .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
+	const char *policies[64];
+	int n_pol = 0, B = 4, T = 256, steps = 3, depth = 2;
+	double base = 0;
+
+	ferry_blas_relaunch_if_slow(argv);
+	for (int i = 1; i < argc; i++) {
+		if (!strncmp(argv[i], "--", 2) && i + 1 < argc) {
+			int v = atoi(argv[i + 1]);
+
+			if (!strcmp(argv[i], "--layers")) cfg.layers = v;
+			else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
+			else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
+			else if (!strcmp(argv[i], "--batch")) B = v;
+			else if (!strcmp(argv[i], "--seq")) T = cfg.max_seq = v;
+			else if (!strcmp(argv[i], "--steps")) steps = v;
+			else if (!strcmp(argv[i], "--depth")) depth = v;
+			else {
+				fprintf(stderr, "bench: unknown flag %s\n", argv[i]);
+				return 2;
+			}
+			i++;
+		} else if (n_pol < 64) {
+			policies[n_pol++] = argv[i];
+		}
+	}
+	if (steps < 1 || steps > 64) {
+		fprintf(stderr, "bench: --steps must be 1..64\n");
+		return 2;
+	}
+	if (!n_pol) {
+		policies[n_pol++] = "everything_saveable";
+		for (int i = 0; i < ferry_policy_preset_count() && n_pol < 64; i++)
+			if (strcmp(ferry_policy_preset_name(i), "everything_saveable"))
+				policies[n_pol++] = ferry_policy_preset_name(i);
+	}
+	cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
+	ferry_set_threads(0);
+	printf("GPT-2 %d layers, %d channels, batch %d x %d, prefetch depth %d, CPU backend (%d threads)\n",
+	       cfg.layers, cfg.channels, B, T, depth, ferry_get_threads());
+	printf("%-34s %10s %10s %10s %6s %9s %7s\n", "policy", "device MiB", "measured", "host MiB",
+	       "remat", "ms/step", "vs all");
+	for (int i = 0; i < n_pol; i++) {
+		struct ferry_exec_opts o = { .policy = policies[i], .prefetch_depth = depth };
+		struct ferry_plan plan;
+		size_t measured = 0;
+		double ms;
+
+		if (ferry_gpt2_plan(&cfg, B, T, &o, &plan)) {
+			fprintf(stderr, "bench: %s: %s\n", policies[i], ferry_last_error());
+			continue;
+		}
+		ms = time_policy(&cfg, B, T, steps, &o, &measured);
+		if (ms < 0)
+			continue;
+		if (i == 0)
+			base = ms;
+		printf("%-34.34s %10.1f %10.1f %10.1f %3d/%-2d %9.1f %6.2fx\n", policies[i],
+		       plan.mem.peak_bytes / 1048576.0, measured / 1048576.0,
+		       plan.mem.host_total_bytes / 1048576.0, plan.n_recompute_ops, plan.n_ops, ms,
+		       base > 0 ? ms / base : 0.0);
+		fflush(stdout);
+	}
+	return 0;
+}
