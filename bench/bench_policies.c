@@ -3,8 +3,8 @@
  * policies given on the command line), the planned device and host memory
  * and the measured time of a training step of GPT-2 on the CPU backend.
  *
- *   bench_policies [--layers 6 --channels 384 --heads 6 --batch 4 --seq 256
- *                   --steps 3 --depth 2] [policy ...]
+ *   bench_policies [--backend cpu|cuda --layers 6 --channels 384 --heads 6
+ *                   --batch 4 --seq 256 --steps 3 --depth 2] [policy ...]
  *
  * On the CPU backend "device" and "host" are the same RAM and copies are
  * memcpy on other threads, so the times show the cost of recomputation and
@@ -36,6 +36,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median step time in ms, or a negative number on failure. */
+static const char *backend = "cpu";
+
 static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int steps,
 			  const struct ferry_exec_opts *o, size_t *measured_peak)
 {
@@ -46,7 +48,7 @@ static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int
 	double times[64], ms = -1;
 	float loss, norm;
 
-	if (!in || !tg || ferry_backend_open("cpu", NULL, &be) || ferry_gpt2_create_ex(be, cfg, B, T, o, &m) ||
+	if (!in || !tg || ferry_backend_open(backend, NULL, &be) || ferry_gpt2_create_ex(be, cfg, B, T, o, &m) ||
 	    ferry_gpt2_init_random(m, 1))
 		goto out;
 	for (int i = 0; i < B * T; i++) {
@@ -87,7 +89,8 @@ int main(int argc, char **argv)
 		if (!strncmp(argv[i], "--", 2) && i + 1 < argc) {
 			int v = atoi(argv[i + 1]);
 
-			if (!strcmp(argv[i], "--layers")) cfg.layers = v;
+			if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
+			else if (!strcmp(argv[i], "--layers")) cfg.layers = v;
 			else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
 			else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
 			else if (!strcmp(argv[i], "--batch")) B = v;
@@ -115,12 +118,13 @@ int main(int argc, char **argv)
 	}
 	cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
 	ferry_set_threads(0);
-	printf("GPT-2 %d layers, %d channels, batch %d x %d, prefetch depth %d, CPU backend (%d threads)\n",
-	       cfg.layers, cfg.channels, B, T, depth, ferry_get_threads());
+	printf("GPT-2 %d layers, %d channels, batch %d x %d, prefetch depth %d, %s backend (%d CPU threads)\n",
+	       cfg.layers, cfg.channels, B, T, depth, backend, ferry_get_threads());
 	printf("%-34s %10s %10s %10s %6s %9s %7s\n", "policy", "device MiB", "measured", "host MiB",
 	       "remat", "ms/step", "vs all");
 	for (int i = 0; i < n_pol; i++) {
-		struct ferry_exec_opts o = { .policy = policies[i], .prefetch_depth = depth };
+		struct ferry_exec_opts o = { .policy = policies[i], .prefetch_depth = depth,
+					     .act_dtype = ferry_backend_act_dtype(backend) };
 		struct ferry_plan plan;
 		size_t measured = 0;
 		double ms;

@@ -7,6 +7,7 @@
 #include "ferry/train.h"
 #include "test_util.h"
 
+#include <ftw.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -189,6 +190,12 @@ static void test_alloc_failures(void)
 	CHECK(failed > 10, "exercised %d failure points", failed);
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	return remove(path);
+}
+
 int main(void)
 {
 	uint16_t tok[2000];
@@ -210,5 +217,6 @@ int main(void)
 	test_resume();
 	test_bad_configs();
 	test_alloc_failures();
+	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return test_exit_code();
 }

@@ -13,6 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum ferry_op_kind {
 	FERRY_OP_ENCODER,      /* out0 = wte[tokens] + wpe[t]; w0 wte, w1 wpe */
 	FERRY_OP_LAYERNORM,    /* out0 y, out1 mean, out2 rstd; in0 x; w0 g, w1 b */
@@ -77,4 +81,7 @@ struct ferry_op_call {
 /* FLOPs of one call (forward or backward), for benchmarks and planning. */
 double ferry_op_flops(const struct ferry_op_call *call);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -28,8 +28,8 @@ static void usage(void)
 	       "  --val-every N         validate every N steps (default 0: at the end only)\n"
 	       "  --val-batches N       batches per validation (default 8)\n"
 	       "optimisation:\n"
-	       "  --steps N             total optimizer steps (default 300)\n"
-	       "  --lr X                peak learning rate (default 1e-3)\n"
+	       "  --steps N             total optimizer steps (default 400)\n"
+	       "  --lr X                peak learning rate (default 2e-3)\n"
 	       "  --warmup N            linear warmup steps (default 20)\n"
 	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
 	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
@@ -195,8 +195,8 @@ int cmd_train(int argc, char **argv)
 
 	memset(&c, 0, sizeof(c));
 	model_flags_default(&c.o);
-	c.o.steps = 300;
-	c.o.lr = 1e-3f;
+	c.o.steps = 400;
+	c.o.lr = 2e-3f;
 	c.o.warmup = 20;
 	c.val_batches = 8;
 	c.sample = 256;

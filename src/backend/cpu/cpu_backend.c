@@ -205,7 +205,7 @@ static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backen
 	be->device_base = base;
 	be->caps = (struct ferry_backend_caps){
 		.async = true, .events = true, .host_pinned = false, .unified = true,
-		.compute_units = threads,
+		.compute_units = threads, .act_dtype = FERRY_F32,
 	};
 	snprintf(be->description, sizeof(be->description),
 		 "CPU: %d threads, device arena %.2f GiB", threads,

@@ -1,0 +1,320 @@
+/*
+ * The CUDA backend.
+ *
+ * Device memory: one cudaMalloc of the arena's capacity (--device-mem, or
+ * what the device has free less a reserve for the CUDA context, cuBLAS and
+ * the kernels' workspace), carved by memory/arena.c exactly as the planner
+ * assumes.  Host buffers: cudaHostAlloc (pinned); if pinning fails,
+ * cudaHostRegister of ordinary memory, and if that fails too, pageable
+ * memory, with the reason kept for `ferry info`.  Streams are non-blocking
+ * CUDA streams, events CUDA events without timing.  Every CUDA call is
+ * checked and a failure becomes FERRY_ERR_BACKEND with cudaGetErrorString.
+ */
+#include "backend/backend_impl.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORKSPACE_BYTES ((size_t)64 << 20)
+#define CONTEXT_RESERVE ((size_t)512 << 20)
+
+enum host_kind { HOST_PINNED, HOST_REGISTERED, HOST_PAGEABLE };
+
+struct host_block {
+	void *p;
+	enum host_kind kind;
+	struct host_block *next;
+};
+
+struct cuda_backend {
+	int device;
+	struct ferry_cuda_ops *ops;
+	struct host_block *host;   /* live host allocations, to free each its way */
+	char host_note[160];       /* how host memory is being allocated */
+};
+
+static ferry_status cuda_fail(cudaError_t e, const char *what)
+{
+	return ferry_error(FERRY_ERR_BACKEND, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+#define CHECK_CUDA(call, what)                          \
+	do {                                            \
+		cudaError_t e_ = (call);                \
+		if (e_ != cudaSuccess)                  \
+			return cuda_fail(e_, what);     \
+	} while (0)
+
+static ferry_status cuda_probe(void)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "no usable GPU: %s", cudaGetErrorString(e));
+	if (n == 0)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "no CUDA device found");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backend_opts *opts)
+{
+	struct cuda_backend *cb;
+	struct cudaDeviceProp prop;
+	size_t free_b = 0, total_b = 0, cap;
+	char err[256];
+	ferry_status st;
+	void *base = NULL;
+	cudaError_t e;
+
+	if ((st = cuda_probe()))
+		return st;
+	cb = ferry_calloc(1, sizeof(*cb));
+	if (!cb)
+		return ferry_error(FERRY_ERR_NOMEM, "cuda backend: out of host memory");
+	cb->device = opts->device_index;
+	snprintf(cb->host_note, sizeof(cb->host_note), "pinned (cudaHostAlloc)");
+	if ((e = cudaSetDevice(cb->device)) != cudaSuccess ||
+	    (e = cudaGetDeviceProperties(&prop, cb->device)) != cudaSuccess ||
+	    (e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) {
+		st = cuda_fail(e, "opening the device");
+		goto out_free;
+	}
+	if (ferry_cuda_ops_create(&cb->ops, WORKSPACE_BYTES, err, sizeof(err))) {
+		st = ferry_error(FERRY_ERR_BACKEND, "cuda: %s", err);
+		goto out_free;
+	}
+	cap = opts->device_mem;
+	if (!cap)
+		cap = free_b > CONTEXT_RESERVE + WORKSPACE_BYTES ? free_b - CONTEXT_RESERVE - WORKSPACE_BYTES : 0;
+	if ((st = ferry_arena_init(&be->arena, cap, FERRY_BUFFER_ALIGN, 4096)))
+		goto out_ops;
+	if (be->arena.capacity && (e = cudaMalloc(&base, be->arena.capacity)) != cudaSuccess) {
+		st = ferry_error(FERRY_ERR_DEVICE_MEM, "cuda: cannot allocate a %zu-byte device arena: %s",
+				 be->arena.capacity, cudaGetErrorString(e));
+		goto out_arena;
+	}
+	{	/* can host memory be pinned here?  `ferry info` says */
+		void *probe = NULL;
+
+		if ((e = cudaHostAlloc(&probe, (size_t)1 << 20, cudaHostAllocDefault)) == cudaSuccess) {
+			cudaFreeHost(probe);
+		} else {
+			cudaGetLastError();
+			snprintf(cb->host_note, sizeof(cb->host_note),
+				 "not pinned (cudaHostAlloc: %s): falls back to registered or pageable memory",
+				 cudaGetErrorString(e));
+		}
+	}
+	be->ctx = cb;
+	be->device_base = base;
+	be->caps = (struct ferry_backend_caps){
+		.async = true, .events = true, .host_pinned = true, .unified = false,
+		.compute_units = prop.multiProcessorCount, .act_dtype = FERRY_BF16,
+	};
+	snprintf(be->description, sizeof(be->description),
+		 "CUDA: %.64s, %d SMs, sm_%d%d, %.1f GiB, device arena %.2f GiB, host memory %.90s", prop.name,
+		 prop.multiProcessorCount, prop.major, prop.minor, total_b / 1073741824.0,
+		 be->arena.capacity / 1073741824.0, cb->host_note);
+	return FERRY_OK;
+
+out_arena:
+	ferry_arena_release(&be->arena);
+out_ops:
+	ferry_cuda_ops_free(cb->ops);
+out_free:
+	ferry_free(cb);
+	return st;
+}
+
+static void cuda_close(struct ferry_backend *be)
+{
+	struct cuda_backend *cb = be->ctx;
+
+	cudaDeviceSynchronize();
+	while (cb->host) { /* host buffers the caller did not free */
+		struct host_block *b = cb->host;
+
+		be->iface->host_free(be, b->p);
+	}
+	cudaFree(be->device_base);
+	ferry_cuda_ops_free(cb->ops);
+	ferry_arena_release(&be->arena);
+	ferry_free(cb);
+}
+
+static ferry_status cuda_host_alloc(struct ferry_backend *be, size_t size, void **out)
+{
+	struct cuda_backend *cb = be->ctx;
+	struct host_block *b = ferry_malloc(sizeof(*b));
+	cudaError_t e;
+
+	if (!b)
+		return ferry_error(FERRY_ERR_NOMEM, "cuda host buffer: out of host memory");
+	b->kind = HOST_PINNED;
+	e = cudaHostAlloc(&b->p, size ? size : 1, cudaHostAllocDefault);
+	if (e != cudaSuccess) {
+		/* pinning failed: try ordinary memory registered with CUDA, then
+		 * plain pageable memory (copies get slower, but still work) */
+		cudaGetLastError();
+		b->p = ferry_aligned_alloc(4096, size ? size : 1);
+		if (!b->p) {
+			ferry_free(b);
+			return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory", size);
+		}
+		if (cudaHostRegister(b->p, size ? size : 1, cudaHostRegisterDefault) == cudaSuccess) {
+			b->kind = HOST_REGISTERED;
+			snprintf(cb->host_note, sizeof(cb->host_note),
+				 "registered (cudaHostAlloc failed: %s)", cudaGetErrorString(e));
+		} else {
+			cudaGetLastError();
+			b->kind = HOST_PAGEABLE;
+			be->caps.host_pinned = false;
+			snprintf(cb->host_note, sizeof(cb->host_note),
+				 "pageable: pinning failed (%s), copies will not overlap fully",
+				 cudaGetErrorString(e));
+		}
+	}
+	b->next = cb->host;
+	cb->host = b;
+	*out = b->p;
+	return FERRY_OK;
+}
+
+static void cuda_host_free(struct ferry_backend *be, void *p)
+{
+	struct cuda_backend *cb = be->ctx;
+	struct host_block **pp = &cb->host;
+
+	while (*pp && (*pp)->p != p)
+		pp = &(*pp)->next;
+	if (!*pp)
+		return; /* not ours: a caller bug; never free what we did not allocate */
+	struct host_block *b = *pp;
+
+	*pp = b->next;
+	switch (b->kind) {
+	case HOST_PINNED: cudaFreeHost(b->p); break;
+	case HOST_REGISTERED: cudaHostUnregister(b->p); ferry_free(b->p); break;
+	case HOST_PAGEABLE: ferry_free(b->p); break;
+	}
+	ferry_free(b);
+}
+
+static ferry_status cuda_stream_create(struct ferry_backend *be, struct ferry_stream *s)
+{
+	cudaStream_t cs;
+
+	(void)be;
+	CHECK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "creating a stream");
+	s->ctx = cs;
+	return FERRY_OK;
+}
+
+static void cuda_stream_destroy(struct ferry_stream *s)
+{
+	cudaStreamSynchronize((cudaStream_t)s->ctx);
+	cudaStreamDestroy((cudaStream_t)s->ctx);
+}
+
+static ferry_status cuda_stream_synchronize(struct ferry_stream *s)
+{
+	CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)s->ctx), "stream synchronize");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_stream_wait_event(struct ferry_stream *s, struct ferry_event *ev)
+{
+	CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)s->ctx, (cudaEvent_t)ev->ctx, 0), "stream wait event");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_event_create(struct ferry_backend *be, struct ferry_event *ev)
+{
+	cudaEvent_t e;
+
+	(void)be;
+	CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+	ev->ctx = e;
+	return FERRY_OK;
+}
+
+static void cuda_event_destroy(struct ferry_event *ev)
+{
+	cudaEventDestroy((cudaEvent_t)ev->ctx);
+}
+
+static ferry_status cuda_event_record(struct ferry_event *ev, struct ferry_stream *s)
+{
+	CHECK_CUDA(cudaEventRecord((cudaEvent_t)ev->ctx, (cudaStream_t)s->ctx), "event record");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_event_synchronize(struct ferry_event *ev)
+{
+	CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)ev->ctx), "event synchronize");
+	return FERRY_OK;
+}
+
+static bool cuda_event_done(struct ferry_event *ev)
+{
+	cudaError_t e = cudaEventQuery((cudaEvent_t)ev->ctx);
+
+	if (e == cudaErrorNotReady) {
+		cudaGetLastError();
+		return false;
+	}
+	return e == cudaSuccess;
+}
+
+static ferry_status cuda_memcpy_async(struct ferry_stream *s, void *dst, const void *src, size_t size,
+				      enum ferry_copy_kind kind)
+{
+	enum cudaMemcpyKind k = kind == FERRY_COPY_H2D ? cudaMemcpyHostToDevice :
+				kind == FERRY_COPY_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+
+	CHECK_CUDA(cudaMemcpyAsync(dst, src, size, k, (cudaStream_t)s->ctx), "memcpy");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_memset_zero_async(struct ferry_stream *s, void *dst, size_t size)
+{
+	CHECK_CUDA(cudaMemsetAsync(dst, 0, size, (cudaStream_t)s->ctx), "memset");
+	return FERRY_OK;
+}
+
+static ferry_status cuda_run_op(struct ferry_stream *s, const struct ferry_op_call *call)
+{
+	struct cuda_backend *cb = s->be->ctx;
+	char err[256];
+
+	if (ferry_cuda_run_op(cb->ops, (cudaStream_t)s->ctx, call, err, sizeof(err)))
+		return ferry_error(FERRY_ERR_BACKEND, "cuda: %s", err);
+	return FERRY_OK;
+}
+
+const struct ferry_backend_iface ferry_cuda_backend_iface = {
+	.version = FERRY_BACKEND_IFACE_VERSION,
+	.name = "cuda",
+	.probe = cuda_probe,
+	.open = cuda_open,
+	.close = cuda_close,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.stream_synchronize = cuda_stream_synchronize,
+	.stream_wait_event = cuda_stream_wait_event,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_synchronize = cuda_event_synchronize,
+	.event_done = cuda_event_done,
+	.memcpy_async = cuda_memcpy_async,
+	.memset_zero_async = cuda_memset_zero_async,
+	.run_op = cuda_run_op,
+};

@@ -1,0 +1,144 @@
+/*
+ * Maps an op call onto the CUDA kernels (kernels.cuh) and cuBLAS
+ * (cuda_matmul.h).  Types follow struct ferry_op_call's rules: activations
+ * and weights bf16, statistics and weight gradients fp32.
+ */
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_matmul.h"
+#include "backend/cuda/kernels.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct ferry_cuda_ops {
+	struct ferry_cuda_blas *blas;
+	void *ws;
+	size_t ws_bytes;
+};
+
+#define BF(p) ((bf16 *)(p))
+#define CBF(p) ((const bf16 *)(p))
+#define F(p) ((float *)(p))
+#define CF(p) ((const float *)(p))
+
+extern "C" int ferry_cuda_ops_create(struct ferry_cuda_ops **out, size_t ws_bytes, char *err, size_t err_len)
+{
+	struct ferry_cuda_ops *ops = (struct ferry_cuda_ops *)calloc(1, sizeof(*ops));
+	cudaError_t e;
+
+	*out = NULL;
+	if (!ops) {
+		snprintf(err, err_len, "out of host memory");
+		return -1;
+	}
+	if (ferry_cuda_blas_create(&ops->blas, err, err_len)) {
+		free(ops);
+		return -1;
+	}
+	e = cudaMalloc(&ops->ws, ws_bytes);
+	if (e != cudaSuccess) {
+		snprintf(err, err_len, "cudaMalloc of a %zu-byte workspace: %s", ws_bytes, cudaGetErrorString(e));
+		ferry_cuda_blas_free(ops->blas);
+		free(ops);
+		return -1;
+	}
+	ops->ws_bytes = ws_bytes;
+	*out = ops;
+	return 0;
+}
+
+extern "C" void ferry_cuda_ops_free(struct ferry_cuda_ops *ops)
+{
+	if (!ops)
+		return;
+	cudaFree(ops->ws);
+	ferry_cuda_blas_free(ops->blas);
+	free(ops);
+}
+
+static int launched(cudaError_t e, const struct ferry_op_call *c, char *err, size_t err_len)
+{
+	if (e == cudaSuccess)
+		return 0;
+	snprintf(err, err_len, "%s %s: %s", ferry_op_info(c->kind)->name, c->backward ? "backward" : "forward",
+		 cudaGetErrorString(e));
+	return -1;
+}
+
+extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c,
+				 char *err, size_t err_len)
+{
+	int N = c->B * c->T;
+	cudaError_t e = cudaSuccess;
+
+	switch (c->kind) {
+	case FERRY_OP_ENCODER:
+		e = !c->backward ? ferry_cuda_encoder_forward(s, BF(c->out[0]), c->tokens, CBF(c->w[0]), CBF(c->w[1]),
+							      c->B, c->T, c->C)
+				 : ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens,
+							       c->B, c->T, c->C);
+		break;
+	case FERRY_OP_LAYERNORM:
+		e = !c->backward ? ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]),
+								CBF(c->in[0]), CBF(c->w[0]), CBF(c->w[1]), N, c->C)
+				 : ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]),
+								 CBF(c->dout[0]), CBF(c->in[0]), CBF(c->w[0]),
+								 CF(c->out[1]), CF(c->out[2]), N, c->C, ops->ws,
+								 ops->ws_bytes);
+		break;
+	case FERRY_OP_MATMUL:
+		if (!c->backward)
+			return ferry_cuda_matmul_forward(ops->blas, s, c->out[0], c->in[0], c->w[0], c->w[1], N, c->C,
+							 c->OC, err, err_len);
+		return ferry_cuda_matmul_backward(ops->blas, s, c->din[0], F(c->dw[0]), F(c->dw[1]), c->dout[0],
+						  c->in[0], c->w[0], N, c->C, c->OC, err, err_len);
+	case FERRY_OP_ATTENTION:
+		e = !c->backward ? ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]),
+								CBF(c->in[1]), CBF(c->in[2]), c->B, c->T, c->C, c->NH)
+				 : ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
+								 CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]),
+								 CBF(c->in[2]), CBF(c->out[0]), CF(c->out[1]), c->B,
+								 c->T, c->C, c->NH, ops->ws, ops->ws_bytes);
+		break;
+	case FERRY_OP_GELU:
+		e = !c->backward ? ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n)
+				 : (c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]),
+									 CBF(c->in[0]), c->n)
+					      : cudaSuccess);
+		break;
+	case FERRY_OP_RESIDUAL:
+		e = !c->backward ? ferry_cuda_residual_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n)
+				 : ferry_cuda_residual_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), c->n);
+		break;
+	case FERRY_OP_SOFTMAX_XENT:
+		e = !c->backward ? ferry_cuda_softmax_xent_forward(s, F(c->out[0]), BF(c->out[1]), CBF(c->in[0]),
+								   c->tokens, N, c->V, c->Vp)
+				 : ferry_cuda_softmax_xent_backward(s, BF(c->din[0]), CBF(c->out[1]), c->tokens,
+								    c->scalar[0], N, c->V, c->Vp);
+		break;
+	case FERRY_OP_ADAMW:
+		e = ferry_cuda_adamw(s, c->param, BF(c->param_copy), F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n,
+				     c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3], c->scalar[4],
+				     c->scalar[5], c->step);
+		break;
+	case FERRY_OP_SUM_SQUARES:
+		e = ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+		break;
+	case FERRY_OP_SUM:
+		e = ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+		break;
+	case FERRY_OP_FILL:
+		e = ferry_cuda_fill(s, BF(c->out[0]), c->scalar[0], c->n);
+		break;
+	case FERRY_OP_SGD:
+		e = ferry_cuda_sgd(s, c->param, BF(c->param_copy), CF(c->in[0]), c->scalar[0], c->n);
+		break;
+	case FERRY_OP_CAST:
+		e = ferry_cuda_cast(s, BF(c->out[0]), CF(c->in[0]), c->n);
+		break;
+	case FERRY_OP_COUNT:
+		snprintf(err, err_len, "bad op kind");
+		return -1;
+	}
+	return launched(e, c, err, err_len);
+}

@@ -1,0 +1,92 @@
+/*
+ * CUDA kernels of the ops, as host-side launchers (C linkage).
+ *
+ * Types (mixed precision): activations, their gradients and the weights the
+ * kernels read are bf16 (`bf16` below); statistics (layernorm mean/rstd,
+ * attention lse, per-row losses), weight gradients, fp32 master weights and
+ * AdamW moments are float.  Accumulation is in fp32 everywhere.
+ * Same dimension letters and semantics as the CPU kernels
+ * (src/ops/cpu/kernels.h): forward overwrites outputs; backward ACCUMULATES
+ * (+=) into every gradient it is given; NULL gradients are skipped.
+ *
+ * Every launcher enqueues on `s`, never synchronises, and returns
+ * cudaGetLastError() after its launches (cudaSuccess when n == 0 etc.).
+ * Scratch memory, where a kernel needs it, comes from `ws` (ws_bytes
+ * available, from cuda_ops.cu); a launcher needing more returns
+ * cudaErrorInvalidValue.
+ */
+#ifndef FERRY_BACKEND_CUDA_KERNELS_CUH
+#define FERRY_BACKEND_CUDA_KERNELS_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- kernels_elementwise.cu ------------------------------------------------ */
+/* out[b,t,:] = wte[tok] + wpe[t] */
+cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
+				       const bf16 *wte, const bf16 *wpe, int B, int T, int C);
+/* dwte[tok] += dout; dwpe[t] += dout (float grads; atomics allowed) */
+cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
+					const int32_t *tokens, int B, int T, int C);
+cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n);
+cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp, long n);
+cudaError_t ferry_cuda_residual_forward(cudaStream_t s, bf16 *out, const bf16 *a, const bf16 *b, long n);
+/* da += dout; db += dout (either may be NULL; da may equal db) */
+cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf16 *db, const bf16 *dout, long n);
+/* out (bf16) = in (float) */
+cudaError_t ferry_cuda_cast(cudaStream_t s, bf16 *out, const float *in, long n);
+cudaError_t ferry_cuda_fill(cudaStream_t s, bf16 *out, float value, long n);
+/* AdamW as the CPU's adamw_update, on float param/m/v/grad; also writes
+ * param_copy (bf16) = new param when param_copy != NULL. */
+cudaError_t ferry_cuda_adamw(cudaStream_t s, float *param, bf16 *param_copy, float *m, float *v,
+			     const float *grad, long n, float lr, float beta1, float beta2, float eps,
+			     float weight_decay, float grad_scale, int t);
+/* param -= lr * grad; param_copy = param when non-NULL */
+cudaError_t ferry_cuda_sgd(cudaStream_t s, float *param, bf16 *param_copy, const float *grad, float lr,
+			   long n);
+/* *result (device double) += sum(x^2) over float x / += sum(x) over bf16
+ * x; deterministic (fixed block count, fixed combination order), using ws. */
+cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, const float *x, long n, void *ws,
+				   size_t ws_bytes);
+cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16 *x, long n, void *ws,
+			   size_t ws_bytes);
+/* dbias[OC] += column sums of dout [N, OC] (float out, bf16 in) */
+cudaError_t ferry_cuda_bias_backward(cudaStream_t s, float *dbias, const bf16 *dout, int N, int OC);
+/* out[N, OC] += bias[OC] broadcast over rows */
+cudaError_t ferry_cuda_bias_add(cudaStream_t s, bf16 *out, const bf16 *bias, int N, int OC);
+
+/* ---- kernels_norm_attn.cu ------------------------------------------------ */
+cudaError_t ferry_cuda_layernorm_forward(cudaStream_t s, bf16 *out, float *mean, float *rstd,
+					 const bf16 *inp, const bf16 *weight, const bf16 *bias, int N, int C);
+/* dinp (bf16) +=, dweight/dbias (float) += */
+cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dweight, float *dbias,
+					  const bf16 *dout, const bf16 *inp, const bf16 *weight,
+					  const float *mean, const float *rstd, int N, int C, void *ws,
+					  size_t ws_bytes);
+/* Causal attention, q/k/v/out [B, T, C], head h on channels h*HS..; saves
+ * lse [B, NH, T] (float).  Flash-style: no T x T matrix in memory. */
+cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH);
+cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
+					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
+					  const float *lse, int B, int T, int C, int NH, void *ws,
+					  size_t ws_bytes);
+/* losses[N] (float) and probs (bf16, may alias logits) over the first V of
+ * Vp columns, padding columns 0 */
+cudaError_t ferry_cuda_softmax_xent_forward(cudaStream_t s, float *losses, bf16 *probs, const bf16 *logits,
+					    const int32_t *targets, int N, int V, int Vp);
+/* dlogits = dloss * (probs - onehot), WRITES (may alias probs) */
+cudaError_t ferry_cuda_softmax_xent_backward(cudaStream_t s, bf16 *dlogits, const bf16 *probs,
+					     const int32_t *targets, float dloss, int N, int V, int Vp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

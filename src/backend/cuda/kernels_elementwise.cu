@@ -1,0 +1,496 @@
+/*
+ * Elementwise, embedding, optimizer and reduction kernels of the CUDA
+ * backend (the "kernels_elementwise.cu" section of kernels.cuh).
+ *
+ * Conventions: bf16 values are widened to float with __bfloat162float and
+ * narrowed with __float2bfloat16 (round to nearest even); all arithmetic is
+ * fp32 (reductions: fp64).  Accesses are scalar: pointers may be slices of a
+ * buffer with only 2-byte alignment, so no vector loads.  Pointers that the
+ * CPU reference allows to alias (gelu out/inp, dinp/dout; residual out/a/b,
+ * da/db) are not __restrict__; every element is read before it is written
+ * by the same thread, so in-place use is safe.
+ *
+ * Launch shape: 256 threads per block, grid-stride loops over long indices,
+ * at most 65535 blocks.  Sizes <= 0 launch nothing and return cudaSuccess.
+ *
+ * Determinism: everything here gives the same bits run to run except
+ * encoder_backward's dwte, which uses float atomicAdd (rows holding the same
+ * token add in an unspecified order).  The sums use a fixed number of blocks
+ * and a fixed combination tree, independent of the GPU, and
+ * bias_backward a fixed per-column tree.
+ */
+#include "backend/cuda/kernels.cuh"
+
+#include <math.h>
+#include <stdint.h>
+
+#define THREADS 256
+#define MAX_BLOCKS 65535L
+
+/* Reductions: pass 1 uses exactly SUM_BLOCKS blocks of SUM_THREADS. */
+#define SUM_BLOCKS 256
+#define SUM_THREADS 256
+
+/* bias_backward: BB_COLS columns x BB_ROWS row groups per block. */
+#define BB_COLS 32
+#define BB_ROWS 16
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+
+static unsigned grid_for(long n)
+{
+	long g = (n + THREADS - 1) / THREADS;
+
+	if (g > MAX_BLOCKS)
+		g = MAX_BLOCKS;
+	if (g < 1)
+		g = 1;
+	return (unsigned)g;
+}
+
+/* One block per row (grid-stride over rows), threads over the row. */
+static unsigned rows_grid(long rows)
+{
+	return (unsigned)(rows > MAX_BLOCKS ? MAX_BLOCKS : (rows < 1 ? 1 : rows));
+}
+
+#define GRID_STRIDE(i, n)                                                              \
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
+	     i += (long)gridDim.x * blockDim.x)
+
+static __device__ __forceinline__ float f32(bf16 x)
+{
+	return __bfloat162float(x);
+}
+
+static __device__ __forceinline__ bf16 b16(float x)
+{
+	return __float2bfloat16(x); /* round to nearest even */
+}
+
+/* ---- encoder --------------------------------------------------------------- */
+
+/* out[row, c] = wte[tokens[row], c] + wpe[row % T, c]; one block per row. */
+static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
+					      const bf16 *wpe, long N, int T, int C)
+{
+	for (long row = blockIdx.x; row < N; row += gridDim.x) {
+		const bf16 *e = wte + (long)tokens[row] * C;
+		const bf16 *p = wpe + (row % T) * (long)C;
+		bf16 *o = out + row * (long)C;
+
+		for (int c = threadIdx.x; c < C; c += blockDim.x)
+			o[c] = b16(f32(e[c]) + f32(p[c]));
+	}
+}
+
+/* One thread per (t, c), walking the batch in order b = 0..B-1.
+ * dwpe[t, c]: owned by this thread alone, accumulated in the CPU's order
+ * (dwpe += dout[b=0], += dout[b=1], ...): deterministic.
+ * dwte[tokens[b, t], c]: the same token can occur at several (b, t), so
+ * threads of different t collide: float atomicAdd, NONDETERMINISTIC order
+ * (differences at the level of fp32 rounding). */
+static __global__ void encoder_backward_kernel(float *dwte, float *dwpe, const bf16 *dout,
+					       const int32_t *tokens, int B, int T, int C)
+{
+	const long TC = (long)T * C;
+
+	GRID_STRIDE(i, TC) {
+		const long t = i / C;
+		const long c = i - t * C;
+		float acc = dwpe ? dwpe[i] : 0.0f;
+
+		for (int b = 0; b < B; b++) {
+			const long row = (long)b * T + t;
+			const float d = f32(dout[row * C + c]);
+
+			if (dwte)
+				atomicAdd(&dwte[(long)tokens[row] * C + c], d);
+			acc += d;
+		}
+		if (dwpe)
+			dwpe[i] = acc; /* i == t * C + c */
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
+						  const bf16 *wte, const bf16 *wpe, int B, int T, int C)
+{
+	const long N = (long)B * T;
+
+	if (B <= 0 || T <= 0 || C <= 0)
+		return cudaSuccess;
+	encoder_forward_kernel<<<rows_grid(N), THREADS, 0, s>>>(out, tokens, wte, wpe, N, T, C);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
+						   const int32_t *tokens, int B, int T, int C)
+{
+	if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe))
+		return cudaSuccess;
+	encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwte, dwpe, dout, tokens, B, T, C);
+	return cudaGetLastError();
+}
+
+/* ---- GELU (tanh form) -------------------------------------------------------- */
+
+/*
+ * With u = sqrt(2/pi) (x + 0.044715 x^3) and s = 1 / (1 + e^(-2u)):
+ *   1 + tanh u = 2 s,  1 - tanh u = 2 (1 - s),  1 - tanh^2 u = 4 s (1 - s),
+ * so   gelu(x) = 0.5 x (1 + tanh u) = x s
+ * and  d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx
+ *                  = s + 2 x s (1 - s) du/dx,   1 - s = e^(-2u) s.
+ * Written this way, not with tanhf: under --use_fast_math tanhf becomes
+ * tanh.approx.f32, whose absolute error near tanh = -1 (~5e-4) would wreck
+ * gelu for negative x (the CPU's fast_tanhf is exact at both ends for the
+ * same reason).  Here errors are relative (__expf, fast reciprocal).
+ * Only e^(-|2u|) <= 1 is computed, so nothing overflows:
+ *   u >= 0: e = e^(-2u), s = 1 / (1 + e),  1 - s = e / (1 + e)
+ *   u <  0: e = e^(2u),  s = e / (1 + e),  1 - s = 1 / (1 + e)
+ * (for u = -inf: e = 0, s = 0, 1 - s = 1).
+ */
+static __device__ __forceinline__ void gelu_parts(float x, float *s, float *one_minus_s)
+{
+	const float u = GELU_K * (x + GELU_A * x * x * x);
+	const float e = expf(-2.0f * fabsf(u));
+	const float r = 1.0f / (1.0f + e);
+
+	if (u >= 0.0f) {
+		*s = r;
+		*one_minus_s = e * r;
+	} else {
+		*s = e * r;
+		*one_minus_s = r;
+	}
+}
+
+static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float x = f32(inp[i]);
+		float sg, sm;
+
+		gelu_parts(x, &sg, &sm);
+		out[i] = b16(x * sg);
+	}
+}
+
+/* dinp += dout * d gelu / dx (dinp may alias dout) */
+static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float x = f32(inp[i]);
+		const float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+		float sg, sm;
+
+		gelu_parts(x, &sg, &sm);
+		const float d = sg + 2.0f * x * sg * sm * du;
+		const float g = f32(dout[i]);
+
+		dinp[i] = b16(f32(dinp[i]) + g * d);
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	gelu_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp,
+						long n)
+{
+	if (n <= 0 || !dinp)
+		return cudaSuccess;
+	gelu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n);
+	return cudaGetLastError();
+}
+
+/* ---- residual ------------------------------------------------------------------ */
+
+static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, long n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = b16(f32(a[i]) + f32(b[i]));
+}
+
+/* x += scale_x * dout; y += dout when y != NULL.  x != y (the launcher folds
+ * da == db into one pointer with scale 2, so it is rounded once). */
+static __global__ void residual_backward_kernel(bf16 *x, float scale_x, bf16 *y, const bf16 *dout, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float d = f32(dout[i]);
+
+		x[i] = b16(f32(x[i]) + scale_x * d);
+		if (y)
+			y[i] = b16(f32(y[i]) + d);
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_residual_forward(cudaStream_t s, bf16 *out, const bf16 *a, const bf16 *b, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	residual_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf16 *db, const bf16 *dout, long n)
+{
+	bf16 *x = da, *y = db;
+	float scale = 1.0f;
+
+	if (n <= 0)
+		return cudaSuccess;
+	if (x && x == y) { /* da == db: receives dout twice */
+		y = NULL;
+		scale = 2.0f;
+	}
+	if (!x) {
+		x = y;
+		y = NULL;
+	}
+	if (!x)
+		return cudaSuccess;
+	residual_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
+	return cudaGetLastError();
+}
+
+/* ---- cast, fill ---------------------------------------------------------------- */
+
+static __global__ void cast_kernel(bf16 *out, const float *in, long n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = b16(in[i]);
+}
+
+static __global__ void fill_kernel(bf16 *out, bf16 value, long n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = value;
+}
+
+extern "C" cudaError_t ferry_cuda_cast(cudaStream_t s, bf16 *out, const float *in, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	cast_kernel<<<grid_for(n), THREADS, 0, s>>>(out, in, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_fill(cudaStream_t s, bf16 *out, float value, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	fill_kernel<<<grid_for(n), THREADS, 0, s>>>(out, __float2bfloat16(value), n);
+	return cudaGetLastError();
+}
+
+/* ---- optimizers ---------------------------------------------------------------- */
+
+/* As adamw_range in src/ops/cpu/adamw.c.  Division and square root use the
+ * IEEE round-to-nearest intrinsics so that --use_fast_math does not turn
+ * them into approximations. */
+static __global__ void adamw_kernel(float *param, bf16 *param_copy, float *m, float *v, const float *grad,
+				    long n, float lr, float beta1, float beta2, float eps, float wd,
+				    float grad_scale, float inv_bc1, float inv_bc2)
+{
+	GRID_STRIDE(i, n) {
+		const float g = grad[i] * grad_scale;
+		const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+		const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+		const float upd = __fdiv_rn(mi * inv_bc1, __fsqrt_rn(vi * inv_bc2) + eps);
+		float p = param[i];
+
+		m[i] = mi;
+		v[i] = vi;
+		p -= lr * (upd + wd * p);
+		param[i] = p;
+		if (param_copy)
+			param_copy[i] = b16(p);
+	}
+}
+
+static __global__ void sgd_kernel(float *param, bf16 *param_copy, const float *grad, float lr, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float p = param[i] - lr * grad[i];
+
+		param[i] = p;
+		if (param_copy)
+			param_copy[i] = b16(p);
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_adamw(cudaStream_t s, float *param, bf16 *param_copy, float *m, float *v,
+					const float *grad, long n, float lr, float beta1, float beta2, float eps,
+					float weight_decay, float grad_scale, int t)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	if (t < 1)
+		return cudaErrorInvalidValue; /* bias correction 1 - beta^0 = 0 */
+	/* Bias corrections exactly as the CPU: in double, then to float. */
+	const float inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, t)));
+	const float inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, t)));
+
+	adamw_kernel<<<grid_for(n), THREADS, 0, s>>>(param, param_copy, m, v, grad, n, lr, beta1, beta2, eps,
+						     weight_decay, grad_scale, inv_bc1, inv_bc2);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_sgd(cudaStream_t s, float *param, bf16 *param_copy, const float *grad, float lr,
+				      long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	sgd_kernel<<<grid_for(n), THREADS, 0, s>>>(param, param_copy, grad, lr, n);
+	return cudaGetLastError();
+}
+
+/* ---- deterministic sums ---------------------------------------------------------- */
+
+static __device__ __forceinline__ double to_double(float x)
+{
+	return (double)x;
+}
+
+static __device__ __forceinline__ double to_double(bf16 x)
+{
+	return (double)__bfloat162float(x);
+}
+
+/* Pass 1: block b (of exactly SUM_BLOCKS, SUM_THREADS threads each) sums
+ * x[b*per, min((b+1)*per, n)): thread j takes elements j, j + SUM_THREADS,
+ * ... of that range, then a fixed shared-memory tree in double; ws[b] gets
+ * the block's total.  The result depends only on n, not on the GPU. */
+template <typename T, bool SQUARES>
+static __global__ void __launch_bounds__(SUM_THREADS) block_sums_kernel(double *ws, const T *x, long n, long per)
+{
+	__shared__ double sh[SUM_THREADS];
+	const long lo = (long)blockIdx.x * per;
+	const long hi = lo + per < n ? lo + per : n;
+	double acc = 0.0;
+
+	for (long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
+		const double d = to_double(x[i]);
+
+		acc += SQUARES ? d * d : d;
+	}
+	sh[threadIdx.x] = acc;
+	__syncthreads();
+	for (int stride = SUM_THREADS / 2; stride > 0; stride >>= 1) {
+		if (threadIdx.x < stride)
+			sh[threadIdx.x] += sh[threadIdx.x + stride];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		ws[blockIdx.x] = sh[0];
+}
+
+/* Pass 2: one thread adds the block sums in order (as the CPU does). */
+static __global__ void finish_sum_kernel(double *result, const double *ws)
+{
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		double total = 0.0;
+
+		for (int b = 0; b < SUM_BLOCKS; b++)
+			total += ws[b];
+		*result += total;
+	}
+}
+
+template <typename T, bool SQUARES>
+static cudaError_t blocked_sum(cudaStream_t s, double *result, const T *x, long n, void *ws, size_t ws_bytes)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	if (!result || !ws || ws_bytes < SUM_BLOCKS * sizeof(double) ||
+	    (uintptr_t)ws % alignof(double) != 0)
+		return cudaErrorInvalidValue;
+
+	double *part = (double *)ws;
+	const long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+	cudaError_t e;
+
+	block_sums_kernel<T, SQUARES><<<SUM_BLOCKS, SUM_THREADS, 0, s>>>(part, x, n, per);
+	e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	finish_sum_kernel<<<1, 1, 0, s>>>(result, part);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, const float *x, long n, void *ws,
+					      size_t ws_bytes)
+{
+	return blocked_sum<float, true>(s, result, x, n, ws, ws_bytes);
+}
+
+extern "C" cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16 *x, long n, void *ws,
+				      size_t ws_bytes)
+{
+	return blocked_sum<bf16, false>(s, result, x, n, ws, ws_bytes);
+}
+
+/* ---- bias ------------------------------------------------------------------------ */
+
+/* Block (BB_COLS x BB_ROWS threads) owns columns [blockIdx.x * BB_COLS, +BB_COLS).
+ * Thread (tx, ty) sums rows ty, ty + BB_ROWS, ... of column oc in order
+ * (fp32; a warp reads BB_COLS consecutive columns of one row), then a fixed
+ * tree over ty; dbias[oc] += the total.  Deterministic; no atomics. */
+static __global__ void __launch_bounds__(BB_COLS *BB_ROWS)
+	bias_backward_kernel(float *dbias, const bf16 *dout, int N, int OC)
+{
+	__shared__ float sh[BB_ROWS][BB_COLS + 1];
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	const long oc = (long)blockIdx.x * BB_COLS + tx;
+	float acc = 0.0f;
+
+	if (oc < OC)
+		for (long r = ty; r < N; r += BB_ROWS)
+			acc += f32(dout[r * OC + oc]);
+	sh[ty][tx] = acc;
+	__syncthreads();
+	for (int stride = BB_ROWS / 2; stride > 0; stride >>= 1) {
+		if (ty < stride)
+			sh[ty][tx] += sh[ty + stride][tx];
+		__syncthreads();
+	}
+	if (ty == 0 && oc < OC)
+		dbias[oc] += sh[0][tx];
+}
+
+/* out[row, :] += bias; one block per row. */
+static __global__ void bias_add_kernel(bf16 *out, const bf16 *bias, int N, int OC)
+{
+	for (long row = blockIdx.x; row < N; row += gridDim.x) {
+		bf16 *o = out + row * (long)OC;
+
+		for (int c = threadIdx.x; c < OC; c += blockDim.x)
+			o[c] = b16(f32(o[c]) + f32(bias[c]));
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_bias_backward(cudaStream_t s, float *dbias, const bf16 *dout, int N, int OC)
+{
+	if (!dbias || N <= 0 || OC <= 0)
+		return cudaSuccess;
+	const dim3 block(BB_COLS, BB_ROWS);
+	const unsigned grid = (unsigned)(((long)OC + BB_COLS - 1) / BB_COLS);
+
+	bias_backward_kernel<<<grid, block, 0, s>>>(dbias, dout, N, OC);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_bias_add(cudaStream_t s, bf16 *out, const bf16 *bias, int N, int OC)
+{
+	if (!bias || N <= 0 || OC <= 0)
+		return cudaSuccess;
+	bias_add_kernel<<<rows_grid(N), THREADS, 0, s>>>(out, bias, N, OC);
+	return cudaGetLastError();
+}

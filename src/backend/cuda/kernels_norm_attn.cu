@@ -1,0 +1,748 @@
+/*
+ * CUDA kernels: layer normalisation, causal attention (flash-style, no T x T
+ * matrix), softmax + cross-entropy.  Semantics as the CPU references in
+ * src/ops/cpu/{layernorm,attention,softmax_xent}.c; inputs/outputs bf16,
+ * statistics float, all arithmetic fp32.  Every reduction has a fixed shape
+ * and order, so results are bitwise reproducible run to run (no atomics).
+ *
+ * Workspace each launcher needs (bytes; the dispatcher sizes ws from these,
+ * also available as the extern "C" functions ferry_cuda_*_ws_bytes below):
+ *
+ *   layernorm_backward:  LN_ROW_BLOCKS * 2 * C * sizeof(float) = 512 * C
+ *                        (0 when dweight == NULL and dbias == NULL)
+ *   attention_backward:  B * NH * T * sizeof(float)           (D_t per query)
+ *   all others:          none
+ *
+ * Limits: attention supports head sizes HS = C / NH with 1 <= HS <= 256
+ * (C % NH == 0); any HS in range works (lanes beyond HS are masked), multiples
+ * of 32 waste no lanes.  Other sizes return cudaErrorInvalidValue.
+ *
+ * Designs:
+ *  - layernorm_forward: one warp per row, two-pass mean/variance as the CPU.
+ *  - layernorm_backward: (1) column partial sums of dout*xhat and dout over a
+ *    fixed partition of the rows into LN_ROW_BLOCKS row blocks, into ws;
+ *    (2) sum of the partials over row blocks in order, += dweight/dbias;
+ *    (3) dinp, one warp per row.  (1) runs before (3), so the sums read dout
+ *    before any dinp is written.
+ *  - attention_forward: one warp per (b, h, query t); lane L holds elements
+ *    i = e*32 + L (e < EPL = ceil(HS/32)) of q_t and of the output
+ *    accumulator.  Keys 0..t are visited KU at a time: KU independent
+ *    warp-shuffle dot products, then an online-softmax update (running max m
+ *    and sum l; o and l rescaled by exp(m_old - m_new)).  Warps of a block
+ *    take consecutive queries of one head so k/v rows are shared through L1.
+ *  - attention_backward: kernel A, one warp per query t: D_t = dout_t.out_t
+ *    (stored in ws) and dq_t; kernel B, one warp per key t2: dk_t2 and dv_t2
+ *    summing over queries t >= t2.  Each output row is owned by one warp.
+ *  - softmax_xent_forward: one block per row; block max, block sum of exp,
+ *    then probabilities written (safe in place: each element is read and
+ *    written by the same thread, after both reductions).  backward:
+ *    elementwise, one block per row.
+ */
+#include "kernels.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <math_constants.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FULL_MASK 0xffffffffu
+#define LN_EPS 1e-5f
+#define LN_ROW_BLOCKS 64 /* fixed row partition of layernorm_backward */
+#define ROW_WARPS 8      /* rows (warps) per block, layernorm */
+#define ATT_WARPS 8      /* queries/keys (warps) per block, attention */
+#define ATT_MAX_HS 256
+#define XENT_THREADS 512
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16(x); }
+
+/* Butterfly reductions: every lane ends with the same (bitwise) value. */
+static __device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(FULL_MASK, v, off);
+	return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, off));
+	return v;
+}
+
+/* Block-wide sum or max (blockDim.x a multiple of 32, <= 1024); every
+ * thread gets the result.  sh: 32 floats of shared memory.  Starts and ends
+ * with a barrier-separated use of sh, so it can be called back to back; all
+ * threads of the block must call it. */
+template <bool IS_MAX>
+static __device__ float block_reduce(float v, float *sh)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nwarps = blockDim.x >> 5;
+
+	v = IS_MAX ? warp_max(v) : warp_sum(v);
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		float w = lane < nwarps ? sh[lane] : (IS_MAX ? -CUDART_INF_F : 0.0f);
+		w = IS_MAX ? warp_max(w) : warp_sum(w);
+		if (lane == 0)
+			sh[0] = w;
+	}
+	__syncthreads();
+	const float r = sh[0];
+	__syncthreads(); /* sh free again */
+	return r;
+}
+
+/* ---- layernorm ------------------------------------------------------------ */
+
+/* One warp per row. */
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+	ln_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
+			  const bf16 *bias, int N, int C)
+{
+	const int lane = threadIdx.x & 31;
+	const long row = (long)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+	if (row >= N)
+		return;
+	const bf16 *x = inp + (size_t)row * C;
+	bf16 *o = out + (size_t)row * C;
+
+	float s = 0.0f;
+	for (int c = lane; c < C; c += 32)
+		s += bf2f(x[c]);
+	const float m = warp_sum(s) / (float)C;
+	float ss = 0.0f;
+	for (int c = lane; c < C; c += 32) {
+		const float d = bf2f(x[c]) - m;
+		ss += d * d;
+	}
+	const float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + LN_EPS);
+	/* x[c] is read and o[c] written by the same lane: safe if out == inp */
+	for (int c = lane; c < C; c += 32)
+		o[c] = f2bf((bf2f(x[c]) - m) * r * bf2f(weight[c]) + bf2f(bias[c]));
+	if (lane == 0) {
+		if (mean)
+			mean[row] = m;
+		if (rstd)
+			rstd[row] = r;
+	}
+}
+
+/* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight.
+ * One warp per row. */
+static __global__ void __launch_bounds__(ROW_WARPS * 32)
+	ln_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+				const float *mean, const float *rstd, int N, int C)
+{
+	const int lane = threadIdx.x & 31;
+	const long row = (long)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+	if (row >= N)
+		return;
+	const size_t off = (size_t)row * C;
+	const bf16 *x = inp + off, *d = dout + off;
+	bf16 *g = dinp + off;
+	const float m = mean[row], r = rstd[row];
+
+	float sg = 0.0f, sgx = 0.0f;
+	for (int c = lane; c < C; c += 32) {
+		const float gc = bf2f(d[c]) * bf2f(weight[c]);
+		sg += gc;
+		sgx += gc * (bf2f(x[c]) - m) * r;
+	}
+	sg = warp_sum(sg) / (float)C;
+	sgx = warp_sum(sgx) / (float)C;
+	for (int c = lane; c < C; c += 32) {
+		const float xhat = (bf2f(x[c]) - m) * r;
+		const float gc = bf2f(d[c]) * bf2f(weight[c]);
+		g[c] = f2bf(bf2f(g[c]) + r * (gc - sg - xhat * sgx));
+	}
+}
+
+/* Block (32, 8), grid (ceil(C/32), LN_ROW_BLOCKS).  Row block rb covers rows
+ * [rb*per, min(N, (rb+1)*per)), per = ceil(N / LN_ROW_BLOCKS).  Writes
+ * ws[rb*2C + c] = sum dout*xhat and ws[rb*2C + C + c] = sum dout over the
+ * row block (zeros for an empty row block). */
+static __global__ void __launch_bounds__(256)
+	ln_backward_colpart_kernel(float *ws, const bf16 *dout, const bf16 *inp, const float *mean,
+				   const float *rstd, int N, int C)
+{
+	__shared__ float sw[8][33], sb[8][33];
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	const int c = blockIdx.x * 32 + tx;
+	const int rb = blockIdx.y;
+	const long per = ((long)N + LN_ROW_BLOCKS - 1) / LN_ROW_BLOCKS;
+	const long lo = (long)rb * per;
+	const long hi = lo + per < (long)N ? lo + per : (long)N;
+
+	float dw = 0.0f, db = 0.0f;
+	if (c < C) {
+		for (long r = lo + ty; r < hi; r += 8) {
+			const size_t i = (size_t)r * C + c;
+			const float d = bf2f(dout[i]);
+			dw += d * (bf2f(inp[i]) - mean[r]) * rstd[r];
+			db += d;
+		}
+	}
+	sw[ty][tx] = dw;
+	sb[ty][tx] = db;
+	__syncthreads();
+	if (ty == 0 && c < C) {
+		float w = 0.0f, b = 0.0f;
+		for (int y = 0; y < 8; y++) {
+			w += sw[y][tx];
+			b += sb[y][tx];
+		}
+		float *p = ws + (size_t)rb * 2 * C;
+		p[c] = w;
+		p[C + c] = b;
+	}
+}
+
+/* j in [0, 2C): sum over the row blocks in order, += dweight (j < C) or
+ * dbias (j >= C). */
+static __global__ void __launch_bounds__(256)
+	ln_backward_colsum_kernel(float *dweight, float *dbias, const float *ws, int C)
+{
+	const long j = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= 2L * C)
+		return;
+	float s = 0.0f;
+	for (int rb = 0; rb < LN_ROW_BLOCKS; rb++)
+		s += ws[(size_t)rb * 2 * C + j];
+	if (j < C) {
+		if (dweight)
+			dweight[j] += s;
+	} else if (dbias) {
+		dbias[j - C] += s;
+	}
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+/* Keys (or queries) processed per step: independent shuffle reductions in
+ * flight, bounded for register use at large head sizes. */
+template <int EPL> struct att_unroll {
+	static constexpr int KU = EPL <= 4 ? 4 : 2;
+};
+
+/* Warp per (b, h, query t).  Grid: B*NH*nqb blocks of ATT_WARPS warps; block
+ * x -> head bh = x / nqb, query block nqb-1 - x % nqb (longest rows first). */
+template <int EPL>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+	attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
+			    int C, int NH, int HS, float scale, int nqb)
+{
+	constexpr int KU = att_unroll<EPL>::KU;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int bh = (int)blockIdx.x / nqb;
+	const int qb = nqb - 1 - (int)blockIdx.x % nqb;
+	const int t = qb * ATT_WARPS + warp;
+	if (t >= T)
+		return; /* whole warp; no block barriers below */
+	const int b = bh / NH, h = bh % NH;
+	const size_t head = (size_t)b * T * C + (size_t)h * HS;
+	const size_t rt = head + (size_t)t * C;
+	const bf16 *kh = k + head, *vh = v + head;
+
+	float qr[EPL], o[EPL];
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		qr[e] = i < HS ? bf2f(q[rt + i]) : 0.0f;
+		o[e] = 0.0f;
+	}
+	float m = 0.0f, l = 0.0f; /* set by the first step (key 0 always valid) */
+
+	for (int t0 = 0; t0 <= t; t0 += KU) {
+		float s[KU];
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			float part = 0.0f;
+			if (t0 + j <= t) {
+				const bf16 *kr = kh + (size_t)(t0 + j) * C;
+#pragma unroll
+				for (int e = 0; e < EPL; e++) {
+					const int i = e * 32 + lane;
+					if (i < HS)
+						part += qr[e] * bf2f(kr[i]);
+				}
+			}
+			s[j] = part;
+		}
+#pragma unroll
+		for (int j = 0; j < KU; j++)
+			s[j] = warp_sum(s[j]) * scale; /* all lanes, every j */
+
+		float mn = t0 == 0 ? s[0] : m;
+#pragma unroll
+		for (int j = 0; j < KU; j++)
+			if (t0 + j <= t)
+				mn = fmaxf(mn, s[j]);
+		const float corr = t0 == 0 ? 0.0f : expf(m - mn); /* l = o = 0 at t0 == 0 */
+		l *= corr;
+#pragma unroll
+		for (int e = 0; e < EPL; e++)
+			o[e] *= corr;
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			if (t0 + j <= t) {
+				const float p = expf(s[j] - mn);
+				const bf16 *vr = vh + (size_t)(t0 + j) * C;
+				l += p;
+#pragma unroll
+				for (int e = 0; e < EPL; e++) {
+					const int i = e * 32 + lane;
+					if (i < HS)
+						o[e] += p * bf2f(vr[i]);
+				}
+			}
+		}
+		m = mn;
+	}
+
+	const float inv = 1.0f / l;
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		if (i < HS)
+			out[rt + i] = f2bf(o[e] * inv);
+	}
+	if (lane == 0)
+		lse[(size_t)bh * T + t] = m + logf(l);
+}
+
+/* Kernel A: warp per (b, h, query t), same grid mapping as the forward.
+ * D_t = dout_t . out_t -> Dws[bh*T + t];  when dq != NULL:
+ * dq_t += scale * sum_{t2<=t} p (dp - D_t) k_t2, p = exp(s - lse_t),
+ * dp = dout_t . v_t2. */
+template <int EPL>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+	attn_backward_q_kernel(bf16 *dq, float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k,
+			       const bf16 *v, const bf16 *out, const float *lse, int T, int C, int NH,
+			       int HS, float scale, int nqb)
+{
+	constexpr int KU = att_unroll<EPL>::KU;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int bh = (int)blockIdx.x / nqb;
+	const int qb = nqb - 1 - (int)blockIdx.x % nqb;
+	const int t = qb * ATT_WARPS + warp;
+	if (t >= T)
+		return;
+	const int b = bh / NH, h = bh % NH;
+	const size_t head = (size_t)b * T * C + (size_t)h * HS;
+	const size_t rt = head + (size_t)t * C;
+	const size_t st = (size_t)bh * T + t;
+	const bf16 *kh = k + head, *vh = v + head;
+
+	float qr[EPL], gr[EPL], acc[EPL];
+	float dpart = 0.0f;
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		qr[e] = gr[e] = acc[e] = 0.0f;
+		if (i < HS) {
+			qr[e] = bf2f(q[rt + i]);
+			gr[e] = bf2f(dout[rt + i]);
+			dpart += gr[e] * bf2f(out[rt + i]);
+		}
+	}
+	const float D = warp_sum(dpart);
+	if (lane == 0)
+		Dws[st] = D;
+	if (!dq)
+		return;
+	const float lt = lse[st];
+
+	for (int t0 = 0; t0 <= t; t0 += KU) {
+		float kk[KU][EPL], sp[KU], dp[KU];
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			sp[j] = dp[j] = 0.0f;
+#pragma unroll
+			for (int e = 0; e < EPL; e++)
+				kk[j][e] = 0.0f;
+			if (t0 + j <= t) {
+				const bf16 *kr = kh + (size_t)(t0 + j) * C;
+				const bf16 *vr = vh + (size_t)(t0 + j) * C;
+#pragma unroll
+				for (int e = 0; e < EPL; e++) {
+					const int i = e * 32 + lane;
+					if (i < HS) {
+						kk[j][e] = bf2f(kr[i]);
+						sp[j] += qr[e] * kk[j][e];
+						dp[j] += gr[e] * bf2f(vr[i]);
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			sp[j] = warp_sum(sp[j]) * scale;
+			dp[j] = warp_sum(dp[j]);
+		}
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			if (t0 + j <= t) {
+				const float p = expf(sp[j] - lt);
+				const float ds = p * (dp[j] - D);
+#pragma unroll
+				for (int e = 0; e < EPL; e++)
+					acc[e] += ds * kk[j][e];
+			}
+		}
+	}
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		if (i < HS)
+			dq[rt + i] = f2bf(bf2f(dq[rt + i]) + scale * acc[e]);
+	}
+}
+
+/* Kernel B: warp per (b, h, key t2); grid B*NH*nkb blocks, block x -> head
+ * x / nkb, key block x % nkb (small t2 = most queries first).  For queries
+ * t >= t2: p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
+ * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t. */
+template <int EPL>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+	attn_backward_kv_kernel(bf16 *dk, bf16 *dv, const float *Dws, const bf16 *dout, const bf16 *q,
+				const bf16 *k, const bf16 *v, const float *lse, int T, int C, int NH,
+				int HS, float scale, int nkb)
+{
+	constexpr int KU = att_unroll<EPL>::KU;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int bh = (int)blockIdx.x / nkb;
+	const int kb = (int)blockIdx.x % nkb;
+	const int t2 = kb * ATT_WARPS + warp;
+	if (t2 >= T)
+		return;
+	const int b = bh / NH, h = bh % NH;
+	const size_t head = (size_t)b * T * C + (size_t)h * HS;
+	const size_t r2 = head + (size_t)t2 * C;
+	const bf16 *qh = q + head, *gh = dout + head;
+	const float *lh = lse + (size_t)bh * T, *Dh = Dws + (size_t)bh * T;
+
+	float kr[EPL], vr[EPL], dka[EPL], dva[EPL];
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		kr[e] = i < HS ? bf2f(k[r2 + i]) : 0.0f;
+		vr[e] = i < HS ? bf2f(v[r2 + i]) : 0.0f;
+		dka[e] = dva[e] = 0.0f;
+	}
+
+	for (int t0 = t2; t0 < T; t0 += KU) {
+		float qq[KU][EPL], gg[KU][EPL], sp[KU], dp[KU];
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			sp[j] = dp[j] = 0.0f;
+#pragma unroll
+			for (int e = 0; e < EPL; e++)
+				qq[j][e] = gg[j][e] = 0.0f;
+			if (t0 + j < T) {
+				const bf16 *qrow = qh + (size_t)(t0 + j) * C;
+				const bf16 *grow = gh + (size_t)(t0 + j) * C;
+#pragma unroll
+				for (int e = 0; e < EPL; e++) {
+					const int i = e * 32 + lane;
+					if (i < HS) {
+						qq[j][e] = bf2f(qrow[i]);
+						gg[j][e] = bf2f(grow[i]);
+						sp[j] += qq[j][e] * kr[e];
+						dp[j] += gg[j][e] * vr[e];
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			sp[j] = warp_sum(sp[j]) * scale;
+			dp[j] = warp_sum(dp[j]);
+		}
+#pragma unroll
+		for (int j = 0; j < KU; j++) {
+			const int t = t0 + j;
+			if (t < T) {
+				const float p = expf(sp[j] - lh[t]);
+				const float ds = p * (dp[j] - Dh[t]);
+#pragma unroll
+				for (int e = 0; e < EPL; e++) {
+					dva[e] += p * gg[j][e];
+					dka[e] += ds * qq[j][e];
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		if (i < HS) {
+			if (dk)
+				dk[r2 + i] = f2bf(bf2f(dk[r2 + i]) + scale * dka[e]);
+			if (dv)
+				dv[r2 + i] = f2bf(bf2f(dv[r2 + i]) + dva[e]);
+		}
+	}
+}
+
+/* ---- softmax + cross-entropy ----------------------------------------------- */
+
+/* One block per row.  A target outside [0, V) gives loss NaN (and no
+ * out-of-bounds read). */
+static __global__ void __launch_bounds__(XENT_THREADS)
+	xent_forward_kernel(float *losses, bf16 *probs, const bf16 *logits, const int32_t *targets,
+			    int V, int Vp)
+{
+	__shared__ float sh[32];
+	const int tid = threadIdx.x, nt = blockDim.x;
+	const size_t n = blockIdx.x;
+	const bf16 *x = logits + n * (size_t)Vp;
+	bf16 *p = probs + n * (size_t)Vp;
+	const int tgt = targets[n];
+	const bool tgt_ok = tgt >= 0 && tgt < V;
+	float xt = 0.0f;
+	if (tid == 0 && tgt_ok)
+		xt = bf2f(x[tgt]); /* before the barriers that precede any write */
+
+	float mx = -CUDART_INF_F;
+	for (int j = tid; j < V; j += nt)
+		mx = fmaxf(mx, bf2f(x[j]));
+	mx = block_reduce<true>(mx, sh);
+	float z = 0.0f;
+	for (int j = tid; j < V; j += nt)
+		z += expf(bf2f(x[j]) - mx);
+	z = block_reduce<false>(z, sh); /* barrier: all reads above are done */
+
+	/* In place is safe: element j is read and written by the same thread. */
+	const float inv = 1.0f / z;
+	for (int j = tid; j < V; j += nt)
+		p[j] = f2bf(expf(bf2f(x[j]) - mx) * inv);
+	for (int j = V + tid; j < Vp; j += nt)
+		p[j] = f2bf(0.0f);
+	if (tid == 0)
+		losses[n] = tgt_ok ? logf(z) + mx - xt : CUDART_NAN_F;
+}
+
+/* One block per row, elementwise (safe when dlogits == probs). */
+static __global__ void __launch_bounds__(XENT_THREADS)
+	xent_backward_kernel(bf16 *dlogits, const bf16 *probs, const int32_t *targets, float dloss,
+			     int V, int Vp)
+{
+	const size_t n = blockIdx.x;
+	const bf16 *p = probs + n * (size_t)Vp;
+	bf16 *g = dlogits + n * (size_t)Vp;
+	const int tgt = targets[n];
+	for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+		float d = 0.0f;
+		if (j < V)
+			d = dloss * (bf2f(p[j]) - (j == tgt ? 1.0f : 0.0f));
+		g[j] = f2bf(d);
+	}
+}
+
+/* ---- launchers --------------------------------------------------------------- */
+
+static bool ws_ok(const void *ws, size_t ws_bytes, size_t need)
+{
+	return need == 0 || (ws != NULL && ws_bytes >= need && (uintptr_t)ws % sizeof(float) == 0);
+}
+
+/* Head size and lanes per element for attention; false if unsupported. */
+static bool att_shape(int B, int T, int C, int NH, int *HS, int *EPL, int *nb)
+{
+	if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
+		return false;
+	*HS = C / NH;
+	if (*HS > ATT_MAX_HS)
+		return false;
+	*EPL = (*HS + 31) / 32;
+	*nb = (T + ATT_WARPS - 1) / ATT_WARPS;
+	return (long)B * NH * (long)*nb <= INT_MAX;
+}
+
+extern "C" {
+
+size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C)
+{
+	(void)N;
+	return (size_t)LN_ROW_BLOCKS * 2 * (size_t)(C > 0 ? C : 0) * sizeof(float);
+}
+
+size_t ferry_cuda_attention_backward_ws_bytes(int B, int T, int C, int NH)
+{
+	(void)C;
+	if (B <= 0 || T <= 0 || NH <= 0)
+		return 0;
+	return (size_t)B * NH * T * sizeof(float);
+}
+
+cudaError_t ferry_cuda_layernorm_forward(cudaStream_t s, bf16 *out, float *mean, float *rstd,
+					 const bf16 *inp, const bf16 *weight, const bf16 *bias, int N, int C)
+{
+	if (N < 0 || C < 0)
+		return cudaErrorInvalidValue;
+	if (N == 0 || C == 0)
+		return cudaSuccess;
+	const unsigned grid = (unsigned)((N + ROW_WARPS - 1) / ROW_WARPS);
+	ln_forward_kernel<<<grid, ROW_WARPS * 32, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+	return cudaGetLastError();
+}
+
+cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dweight, float *dbias,
+					  const bf16 *dout, const bf16 *inp, const bf16 *weight,
+					  const float *mean, const float *rstd, int N, int C, void *ws,
+					  size_t ws_bytes)
+{
+	if (N < 0 || C < 0)
+		return cudaErrorInvalidValue;
+	if (N == 0 || C == 0 || (!dinp && !dweight && !dbias))
+		return cudaSuccess;
+	if (dweight || dbias) {
+		if (!ws_ok(ws, ws_bytes, ferry_cuda_layernorm_backward_ws_bytes(N, C)))
+			return cudaErrorInvalidValue;
+		float *part = (float *)ws;
+		const dim3 grid1((unsigned)((C + 31) / 32), LN_ROW_BLOCKS);
+		ln_backward_colpart_kernel<<<grid1, dim3(32, 8), 0, s>>>(part, dout, inp, mean, rstd, N, C);
+		cudaError_t e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+		const unsigned grid2 = (unsigned)((2L * C + 255) / 256);
+		ln_backward_colsum_kernel<<<grid2, 256, 0, s>>>(dweight, dbias, part, C);
+		e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	}
+	if (dinp) {
+		const unsigned grid = (unsigned)((N + ROW_WARPS - 1) / ROW_WARPS);
+		ln_backward_dinp_kernel<<<grid, ROW_WARPS * 32, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
+									N, C);
+	}
+	return cudaGetLastError();
+}
+
+cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH)
+{
+	int HS, EPL, nqb;
+	if (!att_shape(B, T, C, NH, &HS, &EPL, &nqb))
+		return cudaErrorInvalidValue;
+	if (B == 0 || T == 0)
+		return cudaSuccess;
+	const float scale = 1.0f / sqrtf((float)HS);
+	const unsigned grid = (unsigned)((long)B * NH * nqb);
+	const int threads = ATT_WARPS * 32;
+#define ATT_FWD(E)                                                                               \
+	case E:                                                                                    \
+		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, T, C, NH, HS, scale, \
+								 nqb);                          \
+		break
+	switch (EPL) {
+		ATT_FWD(1);
+		ATT_FWD(2);
+		ATT_FWD(3);
+		ATT_FWD(4);
+		ATT_FWD(5);
+		ATT_FWD(6);
+		ATT_FWD(7);
+		ATT_FWD(8);
+	default:
+		return cudaErrorInvalidValue;
+	}
+#undef ATT_FWD
+	return cudaGetLastError();
+}
+
+cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
+					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
+					  const float *lse, int B, int T, int C, int NH, void *ws,
+					  size_t ws_bytes)
+{
+	int HS, EPL, nb;
+	if (!att_shape(B, T, C, NH, &HS, &EPL, &nb))
+		return cudaErrorInvalidValue;
+	if (B == 0 || T == 0 || (!dq && !dk && !dv))
+		return cudaSuccess;
+	if (!ws_ok(ws, ws_bytes, ferry_cuda_attention_backward_ws_bytes(B, T, C, NH)))
+		return cudaErrorInvalidValue;
+	float *Dws = (float *)ws;
+	const float scale = 1.0f / sqrtf((float)HS);
+	const unsigned grid = (unsigned)((long)B * NH * nb);
+	const int threads = ATT_WARPS * 32;
+
+	/* A: D (always; B needs it) and dq */
+#define ATT_BWD_Q(E)                                                                                \
+	case E:                                                                                       \
+		attn_backward_q_kernel<E><<<grid, threads, 0, s>>>(dq, Dws, dout, q, k, v, out, lse, T, C, \
+								    NH, HS, scale, nb);             \
+		break
+	switch (EPL) {
+		ATT_BWD_Q(1);
+		ATT_BWD_Q(2);
+		ATT_BWD_Q(3);
+		ATT_BWD_Q(4);
+		ATT_BWD_Q(5);
+		ATT_BWD_Q(6);
+		ATT_BWD_Q(7);
+		ATT_BWD_Q(8);
+	default:
+		return cudaErrorInvalidValue;
+	}
+#undef ATT_BWD_Q
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess || (!dk && !dv))
+		return e;
+
+	/* B: dk, dv (reads D written by A, same stream) */
+#define ATT_BWD_KV(E)                                                                              \
+	case E:                                                                                      \
+		attn_backward_kv_kernel<E><<<grid, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, T, C, \
+								     NH, HS, scale, nb);            \
+		break
+	switch (EPL) {
+		ATT_BWD_KV(1);
+		ATT_BWD_KV(2);
+		ATT_BWD_KV(3);
+		ATT_BWD_KV(4);
+		ATT_BWD_KV(5);
+		ATT_BWD_KV(6);
+		ATT_BWD_KV(7);
+		ATT_BWD_KV(8);
+	default:
+		return cudaErrorInvalidValue;
+	}
+#undef ATT_BWD_KV
+	return cudaGetLastError();
+}
+
+cudaError_t ferry_cuda_softmax_xent_forward(cudaStream_t s, float *losses, bf16 *probs, const bf16 *logits,
+					    const int32_t *targets, int N, int V, int Vp)
+{
+	if (N < 0 || V <= 0 || Vp < V)
+		return cudaErrorInvalidValue;
+	if (N == 0)
+		return cudaSuccess;
+	xent_forward_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(losses, probs, logits, targets, V, Vp);
+	return cudaGetLastError();
+}
+
+cudaError_t ferry_cuda_softmax_xent_backward(cudaStream_t s, bf16 *dlogits, const bf16 *probs,
+					     const int32_t *targets, float dloss, int N, int V, int Vp)
+{
+	if (N < 0 || V <= 0 || Vp < V)
+		return cudaErrorInvalidValue;
+	if (N == 0)
+		return cudaSuccess;
+	xent_backward_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(dlogits, probs, targets, dloss, V, Vp);
+	return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,109 @@
+/*
+ * A whole small GPT-2 on the CUDA backend against the CPU backend: the
+ * first step's loss and gradients, a short loss curve, every preset policy
+ * (same curve within bf16 noise, measured device peak == the plan's).
+ * Exits 77 (skipped) without a GPU.
+ */
+#include "ferry/model.h"
+#include "ferry/policy.h"
+#include "gpu_util.h"
+
+#define STEPS 6
+
+static const struct ferry_gpt2_config cfg = { .max_seq = 64, .vocab = 97, .padded_vocab = 128,
+					      .layers = 2, .heads = 2, .channels = 64 };
+enum { B = 4, T = 32 };
+
+static void batch(int32_t *in, int32_t *tg, int s)
+{
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 13 + s * 7 + i / 9) % cfg.vocab;
+		tg[i] = (in[i] * 5 + 3) % cfg.vocab;
+	}
+}
+
+/* Trains STEPS steps; losses into loss[], first-step gradients into g0
+ * (if not NULL).  Returns the measured device peak. */
+static size_t train(const char *backend, const char *policy, float *loss, float *g0, size_t *planned)
+{
+	struct ferry_exec_opts o = { .policy = policy, .act_dtype = ferry_backend_act_dtype(backend) };
+	struct ferry_adamw opt = { 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
+	struct ferry_plan plan;
+	ferry_backend_t be;
+	ferry_gpt2_t m;
+	int32_t in[B * T], tg[B * T];
+	size_t peak;
+	float norm;
+
+	CHECK(ferry_gpt2_plan(&cfg, B, T, &o, &plan) == FERRY_OK, "plan %s", ferry_last_error());
+	*planned = plan.mem.peak_bytes;
+	if (ferry_backend_open(backend, NULL, &be) != FERRY_OK) {
+		CHECK(0, "open %s: %s", backend, ferry_last_error());
+		return 0;
+	}
+	CHECK(ferry_gpt2_create_ex(be, &cfg, B, T, &o, &m) == FERRY_OK, "create %s %s: %s", backend, policy,
+	      ferry_last_error());
+	CHECK(ferry_gpt2_init_random(m, 5) == FERRY_OK, "init");
+	for (int s = 0; s < STEPS; s++) {
+		batch(in, tg, s);
+		CHECK(ferry_gpt2_forward(m, in, tg, B, T, &loss[s]) == FERRY_OK, "forward %s", ferry_last_error());
+		CHECK(ferry_gpt2_zero_grad(m) == FERRY_OK, "zero");
+		CHECK(ferry_gpt2_backward(m) == FERRY_OK, "backward %s", ferry_last_error());
+		if (s == 0 && g0)
+			CHECK(ferry_gpt2_get_grads(m, g0) == FERRY_OK, "grads");
+		CHECK(ferry_gpt2_update(m, &opt, s + 1, &norm) == FERRY_OK, "update %s", ferry_last_error());
+	}
+	peak = ferry_backend_mem_peak(be);
+	ferry_gpt2_free(m);
+	ferry_backend_close(be);
+	return peak;
+}
+
+int main(void)
+{
+	size_t n_params, sizes[FERRY_GPT2_NUM_PARAMS], planned;
+	float cpu_loss[STEPS], gpu_loss[STEPS], loss[STEPS];
+	float *gc, *gg;
+
+	gpu_or_skip();
+	n_params = ferry_gpt2_param_sizes(&cfg, sizes);
+	gc = TALLOC(float, n_params);
+	gg = TALLOC(float, n_params);
+	train("cpu", "everything_saveable", cpu_loss, gc, &planned);
+	size_t peak = train("cuda", "everything_saveable", gpu_loss, gg, &planned);
+	CHECK(peak == planned, "cuda: measured peak %zu == planned %zu", peak, planned);
+
+	/* the first step's gradients, tensor by tensor */
+	for (int p = 0, off = 0; p < FERRY_GPT2_NUM_PARAMS; off += (int)sizes[p], p++) {
+		double num = 0, den = 1e-8;
+
+		for (size_t i = 0; i < sizes[p]; i++) {
+			double d = fabs((double)gg[off + i] - gc[off + i]);
+
+			num = d > num || isnan(d) ? d : num;
+			den = fabs(gc[off + i]) > den ? fabs(gc[off + i]) : den;
+		}
+		printf("  grad %-9s nerr %.2e\n", ferry_gpt2_param_name(p), num / den);
+		CHECK(num / den < 8e-2, "%s gradient: normalised error %.3e", ferry_gpt2_param_name(p), num / den);
+	}
+	for (int s = 0; s < STEPS; s++) {
+		printf("  step %d loss cpu %.5f cuda %.5f\n", s + 1, cpu_loss[s], gpu_loss[s]);
+		CHECK(fabs(gpu_loss[s] - cpu_loss[s]) < 0.02 + 0.01 * cpu_loss[s], "step %d loss %f vs %f", s + 1,
+		      gpu_loss[s], cpu_loss[s]);
+	}
+	CHECK(gpu_loss[STEPS - 1] < gpu_loss[0], "the loss falls on the GPU");
+
+	for (int i = 0; i < ferry_policy_preset_count(); i++) {
+		const char *p = ferry_policy_preset_name(i);
+
+		peak = train("cuda", p, loss, NULL, &planned);
+		CHECK(peak == planned, "%s: measured peak %zu == planned %zu", p, peak, planned);
+		for (int s = 0; s < STEPS; s++)
+			CHECK(fabs(loss[s] - gpu_loss[s]) < 1e-2, "%s step %d: loss %f vs everything_saveable %f", p,
+			      s + 1, loss[s], gpu_loss[s]);
+		printf("  %-34s final loss %.5f, device peak %zu\n", p, loss[STEPS - 1], peak);
+	}
+	free(gc);
+	free(gg);
+	return test_exit_code();
+}
