@@ -12,27 +12,13 @@
  */
 #include "ferry/model.h"
 #include "ferry/platform.h"
+#include "bench_util.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 /* Best of several n x n x n sgemms, in FLOP/s. */
 static double sgemm_rate(int n)
@@ -171,8 +157,7 @@ int main(int argc, char **argv)
 			ferry_backend_op_stats_reset(be); /* time the measured steps only */
 		printf("  step %d: %.1f ms, loss %.4f\n", s + 1, t * 1e3, loss);
 	}
-	qsort(times, steps, sizeof(double), cmp_double);
-	ms = times[steps / 2] * 1e3;
+	ms = median(times, steps) * 1e3;
 	flops = ferry_gpt2_step_flops(m, B, T) / (ms / 1e3);
 	printf("step: %.1f ms (median of %d), model %.1f GFLOP/step, %.1f GFLOP/s", ms, steps,
 	       ferry_gpt2_step_flops(m, B, T) / 1e9, flops / 1e9);

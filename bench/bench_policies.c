@@ -13,27 +13,13 @@
  */
 #include "ferry/model.h"
 #include "ferry/platform.h"
+#include "bench_util.h"
 #include "ferry/policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 /* Median step time in ms, or a negative number on failure. */
 static const char *backend = "cpu";
@@ -64,8 +50,7 @@ static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int
 		if (s >= 0)
 			times[s] = (now_s() - t) * 1e3;
 	}
-	qsort(times, steps, sizeof(double), cmp_double);
-	ms = times[steps / 2];
+	ms = median(times, steps);
 	*measured_peak = ferry_backend_mem_peak(be);
 out:
 	if (ms < 0)

@@ -12,68 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                          \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #cond);                            \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
-
-/* A call must fail with `want` and a message that mentions `needle`. */
-#define CHECK_ERR(expr, want, needle)                                        \
-	do {                                                                 \
-		ferry_status got_ = (expr);                                  \
-		if (got_ != (want)) {                                        \
-			fprintf(stderr,                                      \
-				"%s:%d: %s returned %d (%s), want %d; msg: %s\n", \
-				__FILE__, __LINE__, #expr, got_,             \
-				ferry_status_name(got_), (want),             \
-				ferry_last_error());                         \
-			failures++;                                          \
-		} else if (!strstr(ferry_last_error(), (needle))) {          \
-			fprintf(stderr,                                      \
-				"%s:%d: message '%s' lacks '%s'\n", __FILE__, \
-				__LINE__, ferry_last_error(), (needle));     \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
-
-#define CHECK_OK(expr)                                                       \
-	do {                                                                 \
-		ferry_status got_ = (expr);                                  \
-		if (got_ != FERRY_OK) {                                      \
-			fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, \
-				__LINE__, #expr, got_, ferry_last_error());  \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
-
-static char dir[4096];
-
-/* Path of a file in the test directory; each result stays valid. */
-static const char *tpath(const char *name)
-{
-	static char buf[512][4200];
-	static int at;
-
-	if (at == 512) {
-		fprintf(stderr, "tpath: out of slots\n");
-		exit(1);
-	}
-	snprintf(buf[at], sizeof(buf[0]), "%s/%s", dir, name);
-	return buf[at++];
-}
-
-static int exists(const char *path)
-{
-	struct stat sb;
-
-	return stat(path, &sb) == 0;
-}
+#include "file_test_util.h"
 
 static long file_size(const char *path)
 {
@@ -536,36 +475,13 @@ static void test_state(void)
 	free(v2);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
 int main(void)
 {
-	const char *base = getenv("FERRY_TEST_TMP");
-
-	snprintf(dir, sizeof(dir), "%s/test_checkpoint.XXXXXX",
-		 base && *base ? base : "/tmp");
-	if (!mkdtemp(dir)) {
-		fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
-		return 1;
-	}
+	scratch_dir_make("test_checkpoint");
 	test_config();
 	test_model_roundtrip();
 	test_model_bad();
 	test_state();
 
-	if (failures) {
-		fprintf(stderr, "test_checkpoint: %d failure(s); files kept in %s\n",
-			failures, dir);
-		return 1;
-	}
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	printf("test_checkpoint: ok\n");
-	return 0;
+	return scratch_finish("test_checkpoint");
 }
