@@ -12,6 +12,7 @@
 #ifndef FERRY_PLATFORM_H
 #define FERRY_PLATFORM_H
 
+#include <stdbool.h>
 #include "ferry/ferry.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,10 @@ const char *ferry_blas_corename(void);
 /* The core OpenBLAS should use on this CPU if its own choice is a slow
  * generic one; NULL when its choice is fine. */
 const char *ferry_blas_better_core(void);
+/* The same decision for a given detected core and CPU features (a pure
+ * function, for tests): "SkylakeX" with AVX-512, "Haswell" with AVX2+FMA,
+ * NULL when `detected` is not a generic core or the CPU has neither. */
+const char *ferry_blas_core_for(const char *detected, bool avx512, bool avx2_fma);
 /* Re-executes the program with OPENBLAS_CORETYPE set when
  * ferry_blas_better_core() says so (at most once: the relaunched process
  * sees FERRY_BLAS_RELAUNCHED).  Returns only when no relaunch happened. */

@@ -48,17 +48,20 @@ static bool is_generic_core(const char *core)
 	return false;
 }
 
-const char *ferry_blas_better_core(void)
+const char *ferry_blas_core_for(const char *detected, bool avx512, bool avx2_fma)
 {
-	const char *core = ferry_blas_corename();
-
-	if (!is_generic_core(core))
+	if (!is_generic_core(detected))
 		return NULL;
-	if (cpu_has_avx512())
+	if (avx512)
 		return "SkylakeX";
-	if (cpu_has_avx2())
+	if (avx2_fma)
 		return "Haswell";
 	return NULL;
+}
+
+const char *ferry_blas_better_core(void)
+{
+	return ferry_blas_core_for(ferry_blas_corename(), cpu_has_avx512(), cpu_has_avx2());
 }
 
 void ferry_blas_relaunch_if_slow(char **argv)

@@ -12,6 +12,9 @@ expect_ok "train --help" "$FERRY" train --help
 grep -q -- "--checkpoint" out.txt || fail "train --help lists flags"
 expect_ok "info" "$FERRY" info
 grep -q "blas: OpenBLAS, core" out.txt || fail "info shows the BLAS core"
+# a core the user sets is respected (and reported), never overridden
+OPENBLAS_CORETYPE=Prescott "$FERRY" info >out.txt 2>&1
+grep -q "core Prescott, set by OPENBLAS_CORETYPE" out.txt || fail "info reports a user-set core: $(grep blas out.txt)"
 
 expect_ok "train with --json" "$FERRY" train "${TINY[@]}" --data 'corpus_train_*.bin' --val-data 'corpus_val_*.bin' \
 	--steps 6 --json steps.jsonl --save straight.bin

@@ -82,7 +82,7 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 			o->backend = "cuda";
 		} else {
 			if (log)
-				fprintf(log, "backend: cpu (no GPU: %s)\n", ferry_last_error());
+				fprintf(log, "backend: cpu (cuda: %s)\n", ferry_last_error());
 			o->backend = "cpu";
 		}
 	} else if (ferry_backend_probe(o->backend) != FERRY_OK) {
