@@ -10,12 +10,16 @@
 
 #define SKIP 77
 
-/* Exits 77 when the CUDA backend is not compiled in or no GPU is there. */
+/* Exits 77 (skipped) when the CUDA backend is not compiled in or no GPU is
+ * usable -- or 1 (failed) when FERRY_REQUIRE_GPU is set, as bench/gpu.sh
+ * does, so a GPU run cannot pass by skipping everything. */
 static inline void gpu_or_skip(void)
 {
 	if (ferry_backend_probe("cuda") != FERRY_OK) {
-		printf("skipped: %s\n", ferry_last_error());
-		exit(SKIP);
+		const char *req = getenv("FERRY_REQUIRE_GPU");
+
+		printf("%s: %s\n", req && *req ? "failed, a GPU is required" : "skipped", ferry_last_error());
+		exit(req && *req ? 1 : SKIP);
 	}
 }
 

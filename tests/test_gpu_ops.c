@@ -183,6 +183,9 @@ static void test_elementwise(long n)
 	run_pair("residual backward", &cc, &gc);
 	compare("residual backward a", &da, 2e-2);
 	compare("residual backward b", &db, 2e-2);
+	SET(din[1], da); /* both inputs the same tensor: twice the gradient */
+	run_pair("residual backward, da == db", &cc, &gc);
+	compare("residual backward, da == db", &da, 2e-2);
 	struct twin *all[] = { &a, &b, &o, &d, &da, &db };
 	for (size_t i = 0; i < 6; i++)
 		twin_free(all[i]);
@@ -249,6 +252,53 @@ static void test_softmax_xent(int N, int V, int Vp)
 	free(tg);
 }
 
+/* The tutorial network's ops: sum, fill, cast, and SGD with its bf16 copy. */
+static void test_small_ops(long n)
+{
+	struct twin x = twin(n, BF, NORMAL, 1), f = twin(n, F32, NORMAL, 1), o = twin(n, BF, ZERO, 0),
+		    p = twin(n, F32, NORMAL, 1), g = twin(n, F32, NORMAL, 1), copy = twin(n, BF, ZERO, 0);
+	struct ferry_op_call cc = { .kind = FERRY_OP_CAST, .n = n }, gc = cc;
+	double host_sum = 0, got = 0;
+	ferry_buffer_t rb;
+
+	SET(out[0], o); SET(in[0], f);
+	run_pair("cast", &cc, &gc);
+	compare("cast fp32 -> bf16", &o, 4e-3);
+
+	cc = (struct ferry_op_call){ .kind = FERRY_OP_FILL, .n = n, .scalar = { 1.0f } };
+	gc = cc;
+	SET(out[0], o);
+	run_pair("fill", &cc, &gc);
+	compare("fill", &o, 0);
+
+	CHECK(ferry_buffer_alloc(gpu, sizeof(double), &rb) == FERRY_OK, "result");
+	CHECK(ferry_memset_zero_async(gs, ferry_buffer_ptr(rb), sizeof(double)) == FERRY_OK, "zero");
+	cc = (struct ferry_op_call){ .kind = FERRY_OP_SUM, .n = n, .result = &host_sum };
+	gc = cc;
+	gc.result = ferry_buffer_ptr(rb);
+	SET(in[0], x);
+	run_pair("sum", &cc, &gc);
+	CHECK(ferry_memcpy_async(gs, &got, gc.result, sizeof(double), FERRY_COPY_D2H) == FERRY_OK &&
+	      ferry_stream_synchronize(gs) == FERRY_OK, "down");
+	printf("  %-34s %.9g vs %.9g\n", "sum (bf16 input)", got, host_sum);
+	CHECK(fabs(got - host_sum) <= 1e-9 * (1 + fabs(host_sum)), "sum %.17g vs %.17g", got, host_sum);
+	ferry_buffer_free(rb);
+
+	cc = (struct ferry_op_call){ .kind = FERRY_OP_SGD, .n = n, .scalar = { 0.1f } };
+	gc = cc;
+	cc.param = p.h;
+	gc.param = p.d;
+	gc.param_copy = copy.d;
+	SET(in[0], g);
+	run_pair("sgd", &cc, &gc);
+	compare("sgd param", &p, 1e-6);
+	memcpy(copy.h, p.h, sizeof(float) * n);
+	compare("sgd bf16 copy", &copy, 4e-3);
+	struct twin *all[] = { &x, &f, &o, &p, &g, &copy };
+	for (size_t i = 0; i < 6; i++)
+		twin_free(all[i]);
+}
+
 static void test_optimizer(long n)
 {
 	struct twin p = twin(n, F32, NORMAL, 1), m = twin(n, F32, NORMAL, 0.1f), v = twin(n, F32, POSITIVE, 0.01f),
@@ -299,15 +349,21 @@ int main(void)
 	printf("%s\n", ferry_backend_description(gpu));
 	test_matmul(64, 96, 160, true);
 	test_matmul(37, 64, 50, false);
+	test_matmul(37, 64, 50, true);    /* a bias width not a multiple of 32 */
 	test_matmul(128, 256, 1024, true);
 	test_layernorm(77, 192);
 	test_layernorm(256, 768);
+	test_layernorm(77, 100);          /* channels not a multiple of 32 */
 	test_attention(2, 64, 128, 4);   /* head size 32 */
 	test_attention(1, 129, 256, 4);  /* head size 64, T not a multiple of anything */
 	test_attention(2, 1, 64, 1);     /* one token */
+	test_attention(1, 40, 96, 2);    /* head size 48 */
+	test_attention(1, 70, 256, 2);   /* head size 128 */
+	test_attention(1, 33, 256, 1);   /* head size 256, the largest */
 	test_elementwise(100003);
 	test_encoder(3, 17, 64, 101);
 	test_softmax_xent(33, 1000, 1024);
+	test_small_ops(70001);
 	test_optimizer(50001);
 	ferry_stream_free(gs);
 	ferry_backend_close(gpu);

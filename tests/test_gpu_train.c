@@ -6,6 +6,7 @@
  */
 #include "ferry/model.h"
 #include "ferry/policy.h"
+#include "ferry/tutorial.h"
 #include "gpu_util.h"
 
 #define STEPS 6
@@ -37,7 +38,9 @@ static size_t train(const char *backend, const char *policy, float *loss, float 
 
 	CHECK(ferry_gpt2_plan(&cfg, B, T, &o, &plan) == FERRY_OK, "plan %s", ferry_last_error());
 	*planned = plan.mem.peak_bytes;
-	if (ferry_backend_open(backend, NULL, &be) != FERRY_OK) {
+	/* an arena of the plan's size: the GPU may be shared */
+	if (ferry_backend_open(backend, &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes }, &be) !=
+	    FERRY_OK) {
 		CHECK(0, "open %s: %s", backend, ferry_last_error());
 		return 0;
 	}
@@ -57,6 +60,55 @@ static size_t train(const char *backend, const char *policy, float *loss, float 
 	ferry_gpt2_free(m);
 	ferry_backend_close(be);
 	return peak;
+}
+
+/* The JAX tutorial's network: loss and gradients against the CPU, and the
+ * measured peak against the plan for its policies. */
+static void test_tutorial(void)
+{
+	static const char *const pols[] = { "everything_saveable", "nothing_saveable",
+					    "save_and_offload_only_these_names([], [x])" };
+	struct ferry_tutorial_config tc = { .layers = 3, .rows = 64, .channels = 32 };
+	size_t nw = ferry_tutorial_weight_floats(&tc);
+	float *w1 = TALLOC(float, nw), *w2 = TALLOC(float, nw), *x = TALLOC(float, 64 * 32);
+	float *g[2][2] = { { TALLOC(float, nw), TALLOC(float, nw) }, { TALLOC(float, nw), TALLOC(float, nw) } };
+	double loss[2];
+	Rng rng = rng_new(9);
+
+	fill_normal(&rng, w1, (long)nw, 0.2f);
+	fill_normal(&rng, w2, (long)nw, 0.2f);
+	fill_normal(&rng, x, 64 * 32, 1.0f);
+	for (size_t pi = 0; pi < sizeof(pols) / sizeof(pols[0]); pi++) {
+		for (int side = 0; side < 2; side++) {
+			const char *name = side ? "cuda" : "cpu";
+			struct ferry_exec_opts o = { .policy = pols[pi], .act_dtype = ferry_backend_act_dtype(name) };
+			struct ferry_plan plan;
+			ferry_backend_t be;
+			ferry_tutorial_t t;
+
+			CHECK(ferry_tutorial_plan(&tc, &o, &plan) == FERRY_OK, "plan");
+			CHECK(ferry_backend_open(name, &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes },
+						 &be) == FERRY_OK, "open %s", ferry_last_error());
+			CHECK(ferry_tutorial_create(be, &tc, &o, &t) == FERRY_OK, "create %s", ferry_last_error());
+			CHECK(ferry_tutorial_set(t, w1, w2, x) == FERRY_OK, "set");
+			CHECK(ferry_tutorial_grad(t, &loss[side]) == FERRY_OK, "grad %s", ferry_last_error());
+			CHECK(ferry_tutorial_get_grads(t, g[side][0], g[side][1]) == FERRY_OK, "grads");
+			CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "tutorial %s %s: peak == plan", name,
+			      pols[pi]);
+			ferry_tutorial_free(t);
+			ferry_backend_close(be);
+		}
+		printf("  tutorial %s: loss cpu %.5f cuda %.5f, dw1 nerr %.2e, dw2 nerr %.2e\n", pols[pi], loss[0],
+		       loss[1], nerr_ff(g[1][0], g[0][0], (long)nw), nerr_ff(g[1][1], g[0][1], (long)nw));
+		CHECK(fabs(loss[1] - loss[0]) <= 3e-2 * (1 + fabs(loss[0])), "tutorial loss %f vs %f", loss[1], loss[0]);
+		CHECK(nerr_ff(g[1][0], g[0][0], (long)nw) < 5e-2 && nerr_ff(g[1][1], g[0][1], (long)nw) < 5e-2,
+		      "tutorial gradients");
+	}
+	free(w1);
+	free(w2);
+	free(x);
+	for (int i = 0; i < 4; i++)
+		free(g[i / 2][i % 2]);
 }
 
 int main(void)
@@ -103,6 +155,7 @@ int main(void)
 			      s + 1, loss[s], gpu_loss[s]);
 		printf("  %-34s final loss %.5f, device peak %zu\n", p, loss[STEPS - 1], peak);
 	}
+	test_tutorial();
 	free(gc);
 	free(gg);
 	return test_exit_code();

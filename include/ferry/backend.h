@@ -50,6 +50,7 @@ struct ferry_backend_caps {
 	bool unified;       /* device memory is host-addressable (CPU) */
 	int compute_units;  /* threads (CPU) or SMs (GPU) */
 	enum ferry_dtype act_dtype; /* activations and compute weights */
+	int max_head_size;  /* largest attention head (C / NH) it runs; 0 = any */
 };
 
 struct ferry_backend_opts {
@@ -87,7 +88,8 @@ size_t ferry_backend_mem_peak(ferry_backend_t be);
 void ferry_backend_mem_reset_peak(ferry_backend_t be);
 
 /* Per op kind and direction: calls, seconds and FLOPs since the backend
- * was opened with .profile (or since the last reset).  Returns the number of
+ * was opened with .profile (or since the last reset).  The CPU backend
+ * times its ops; the CUDA backend does not yet (no entries).  Returns the number of
  * entries written (kinds that ran). */
 struct ferry_op_stats {
 	const char *name;

@@ -143,6 +143,11 @@ ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_co
 	o.act_dtype = ferry_backend_caps(be).act_dtype; /* the backend decides */
 	if ((st = check_shape(cfg, B, T)) || (st = stack_plan(cfg, B, T, &o, &sp)))
 		return st;
+	if (ferry_backend_caps(be).max_head_size &&
+	    cfg->channels / cfg->heads > ferry_backend_caps(be).max_head_size)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "head size %d (channels %d / heads %d) is larger than "
+				   "the %s backend's %d", cfg->channels / cfg->heads, cfg->channels, cfg->heads,
+				   ferry_backend_name(be), ferry_backend_caps(be).max_head_size);
 	m = ferry_calloc(1, sizeof(*m));
 	if (!m)
 		return ferry_error(FERRY_ERR_NOMEM, "gpt2: out of host memory");

@@ -36,7 +36,13 @@ ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int ca
 			st = ferry_gpt2_probs(m, T - 1, probs);
 		if (st)
 			break;
-		u = (double)(xorshift64(rng) >> 11) * (1.0 / 9007199254740992.0);
+		/* draw against the row's own sum: bf16 probabilities do not add up
+		 * to exactly 1, and the remainder must not land on the last token */
+		double total = 0;
+
+		for (int v = 0; v < cfg->vocab; v++)
+			total += probs[v];
+		u = (double)(xorshift64(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
 		for (int v = 0; v < cfg->vocab; v++) {
 			acc += probs[v];
 			if (u < acc) {

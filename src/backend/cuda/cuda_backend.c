@@ -15,6 +15,7 @@
 #include "core/error.h"
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,16 @@ struct cuda_backend {
 
 static ferry_status cuda_fail(cudaError_t e, const char *what)
 {
+	cudaGetLastError(); /* a non-sticky error must not be blamed on the next launch */
 	return ferry_error(FERRY_ERR_BACKEND, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
+
+/* An event and whether it was ever recorded: cudaEventQuery says "done"
+ * for a never-recorded event, the interface says not. */
+struct cuda_event {
+	cudaEvent_t e;
+	bool recorded;
+};
 
 #define CHECK_CUDA(call, what)                          \
 	do {                                            \
@@ -115,6 +124,7 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 	be->caps = (struct ferry_backend_caps){
 		.async = true, .events = true, .host_pinned = true, .unified = false,
 		.compute_units = prop.multiProcessorCount, .act_dtype = FERRY_BF16,
+		.max_head_size = 256, /* the attention kernels keep a head in a warp's registers */
 	};
 	snprintf(be->description, sizeof(be->description),
 		 "CUDA: %.64s, %d SMs, sm_%d%d, %.1f GiB, device arena %.2f GiB, host memory %.90s", prop.name,
@@ -229,45 +239,64 @@ static ferry_status cuda_stream_synchronize(struct ferry_stream *s)
 
 static ferry_status cuda_stream_wait_event(struct ferry_stream *s, struct ferry_event *ev)
 {
-	CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)s->ctx, (cudaEvent_t)ev->ctx, 0), "stream wait event");
+	struct cuda_event *ce = ev->ctx;
+
+	CHECK_CUDA(cudaStreamWaitEvent((cudaStream_t)s->ctx, ce->e, 0), "stream wait event");
 	return FERRY_OK;
 }
 
 static ferry_status cuda_event_create(struct ferry_backend *be, struct ferry_event *ev)
 {
-	cudaEvent_t e;
+	struct cuda_event *ce = ferry_calloc(1, sizeof(*ce));
+	cudaError_t e;
 
 	(void)be;
-	CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
-	ev->ctx = e;
+	if (!ce)
+		return ferry_error(FERRY_ERR_NOMEM, "event: out of host memory");
+	e = cudaEventCreateWithFlags(&ce->e, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		ferry_free(ce);
+		return cuda_fail(e, "creating an event");
+	}
+	ev->ctx = ce;
 	return FERRY_OK;
 }
 
 static void cuda_event_destroy(struct ferry_event *ev)
 {
-	cudaEventDestroy((cudaEvent_t)ev->ctx);
+	struct cuda_event *ce = ev->ctx;
+
+	cudaEventDestroy(ce->e);
+	ferry_free(ce);
 }
 
 static ferry_status cuda_event_record(struct ferry_event *ev, struct ferry_stream *s)
 {
-	CHECK_CUDA(cudaEventRecord((cudaEvent_t)ev->ctx, (cudaStream_t)s->ctx), "event record");
+	struct cuda_event *ce = ev->ctx;
+
+	CHECK_CUDA(cudaEventRecord(ce->e, (cudaStream_t)s->ctx), "event record");
+	ce->recorded = true;
 	return FERRY_OK;
 }
 
 static ferry_status cuda_event_synchronize(struct ferry_event *ev)
 {
-	CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)ev->ctx), "event synchronize");
+	struct cuda_event *ce = ev->ctx;
+
+	CHECK_CUDA(cudaEventSynchronize(ce->e), "event synchronize");
 	return FERRY_OK;
 }
 
 static bool cuda_event_done(struct ferry_event *ev)
 {
-	cudaError_t e = cudaEventQuery((cudaEvent_t)ev->ctx);
+	struct cuda_event *ce = ev->ctx;
+	cudaError_t e;
 
-	if (e == cudaErrorNotReady) {
-		cudaGetLastError();
+	if (!ce->recorded)
 		return false;
-	}
+	e = cudaEventQuery(ce->e);
+	if (e != cudaSuccess)
+		cudaGetLastError(); /* not ready, or an error the next sync reports */
 	return e == cudaSuccess;
 }
 

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* One cuBLAS handle and one scratch workspace per backend.  Sharing them is
+ * safe because ferry's models run their ops on one stream (copies use the
+ * others) and launchers needing more scratch than ws_bytes refuse
+ * (layernorm backward needs 512 * C bytes, attention backward 4 * B*NH*T). */
 struct ferry_cuda_ops {
 	struct ferry_cuda_blas *blas;
 	void *ws;
@@ -65,11 +69,29 @@ static int launched(cudaError_t e, const struct ferry_op_call *c, char *err, siz
 	return -1;
 }
 
+/* A clear error when a launcher's scratch would not fit the workspace. */
+static int ws_fits(const struct ferry_cuda_ops *ops, size_t need, const struct ferry_op_call *c, char *err,
+		   size_t err_len)
+{
+	if (need <= ops->ws_bytes)
+		return 1;
+	snprintf(err, err_len, "%s backward needs %zu bytes of scratch, the workspace has %zu",
+		 ferry_op_info(c->kind)->name, need, ops->ws_bytes);
+	return 0;
+}
+
 extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c,
 				 char *err, size_t err_len)
 {
 	int N = c->B * c->T;
 	cudaError_t e = cudaSuccess;
+
+	if (c->backward && c->kind == FERRY_OP_LAYERNORM &&
+	    !ws_fits(ops, ferry_cuda_layernorm_backward_ws_bytes(N, c->C), c, err, err_len))
+		return -1;
+	if (c->backward && c->kind == FERRY_OP_ATTENTION &&
+	    !ws_fits(ops, ferry_cuda_attention_backward_ws_bytes(c->B, c->T, c->C, c->NH), c, err, err_len))
+		return -1;
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:

@@ -78,6 +78,10 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
 					  const float *lse, int B, int T, int C, int NH, void *ws,
 					  size_t ws_bytes);
+/* Scratch bytes the two launchers above need in ws. */
+size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
+size_t ferry_cuda_attention_backward_ws_bytes(int B, int T, int C, int NH);
+
 /* losses[N] (float) and probs (bf16, may alias logits) over the first V of
  * Vp columns, padding columns 0 */
 cudaError_t ferry_cuda_softmax_xent_forward(cudaStream_t s, float *losses, bf16 *probs, const bf16 *logits,

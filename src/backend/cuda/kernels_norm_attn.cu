@@ -5,8 +5,8 @@
  * statistics float, all arithmetic fp32.  Every reduction has a fixed shape
  * and order, so results are bitwise reproducible run to run (no atomics).
  *
- * Workspace each launcher needs (bytes; the dispatcher sizes ws from these,
- * also available as the extern "C" functions ferry_cuda_*_ws_bytes below):
+ * Workspace each launcher needs (bytes; the dispatcher checks its fixed
+ * workspace against the extern "C" functions ferry_cuda_*_ws_bytes below):
  *
  *   layernorm_backward:  LN_ROW_BLOCKS * 2 * C * sizeof(float) = 512 * C
  *                        (0 when dweight == NULL and dbias == NULL)
