@@ -1,6 +1,6 @@
 /*
  * GPT-2 on a backend: prologue (token + position embedding), the declared
- * layer stacked L times (graph/layer_exec.c), epilogue (final layernorm, LM
+ * layer stacked L times (offload/engine.c), epilogue (final layernorm, LM
  * head tied to the token embedding, softmax cross-entropy), and AdamW.
  *
  * Device memory: parameters, gradients and AdamW moments are one fp32
