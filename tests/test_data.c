@@ -419,12 +419,13 @@ static void test_text(void)
 	CHECK(ng == nw && !memcmp(got, want, (size_t)nw * 2));
 	CHECK(!exists(tpath("whole_val_000000.bin")));
 
-	/* val_fraction 1: everything to val. */
+	/* val_fraction 1: everything to val but the first document, which
+	 * always trains (a training set is never empty). */
 	o.val_fraction = 1.0;
 	o.out_prefix = tpath("allval");
 	CHECK_OK(ferry_data_from_text(paths, 2, &o, &st));
-	CHECK(st.train_shards == 0 && st.train_tokens == 0 && st.val_shards == 1);
-	CHECK(!exists(tpath("allval_train_000000.bin")));
+	CHECK(st.train_shards == 1 && st.train_tokens == (long)(1 + strlen(text_a)) && st.val_shards == 1);
+	CHECK(st.val_tokens == (long)(1 + strlen(text_b)));
 
 	/* Blank-line separator. */
 	{

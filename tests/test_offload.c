@@ -43,7 +43,7 @@ struct gpt2_run {
 };
 
 static const struct ferry_gpt2_config gcfg = { .max_seq = 16, .vocab = 37, .padded_vocab = 64,
-					       .layers = 3, .heads = 2, .channels = 16 };
+					       .layers = 5, .heads = 2, .channels = 16 };
 enum { GB = 2, GT = 12 };
 
 static void gpt2_tokens(int32_t *in, int32_t *tg, int step)
@@ -101,7 +101,7 @@ static void test_gpt2_policies(void)
 	int n = gpt2_train("everything_saveable", 0, &ref);
 
 	for (int i = 0; i < n_policies(); i++) {
-		for (int depth = 1; depth <= 4; depth += 3) { /* 4 > L: prefetch everything */
+		for (int depth = 1; depth <= 8; depth += 7) { /* 8 > L: clamped to the stack */
 			const char *p = policy_at(i);
 			int same_loss = 1;
 

@@ -119,6 +119,33 @@ static void test_resume(void)
 	      nerr_ff(resumed, straight, (long)n1));
 	ferry_trainer_free(tr);
 
+	/* a model and a state from different saves (a save interrupted between
+	 * the two files) are refused, not mixed */
+	{
+		struct ferry_gpt2_config cfg;
+		size_t n = ferry_gpt2_param_sizes(&o.model, (size_t[FERRY_GPT2_NUM_PARAMS]){ 0 });
+		float *p = TALLOC(float, n);
+
+		float keep;
+
+		CHECK(ferry_checkpoint_read(path_in("mid.bin"), &cfg, p, n) == FERRY_OK, "read");
+		keep = p[0];
+		p[0] += 1.0f;
+		CHECK(ferry_checkpoint_write(path_in("mid.bin"), &cfg, p) == FERRY_OK, "rewrite the model alone");
+		CHECK(ferry_trainer_create(&o, &tr) == FERRY_ERR_FORMAT && tr == NULL, "mixed saves refused");
+		CHECK(strstr(ferry_last_error(), "different saves") != NULL, "says why: %s", ferry_last_error());
+		p[0] = keep;
+		CHECK(ferry_checkpoint_write(path_in("mid.bin"), &cfg, p) == FERRY_OK, "restore the model");
+		free(p);
+	}
+	/* data that changed under a saved position is refused */
+	o.data = path_in("long_0.bin");
+	CHECK(ferry_trainer_create(&o, &tr) == FERRY_ERR_INVALID && tr == NULL, "changed data refused");
+	CHECK(strstr(ferry_last_error(), "the data changed") != NULL, "says why: %s", ferry_last_error());
+	o.data = path_in("long_*.bin");
+	CHECK(ferry_trainer_create(&o, &tr) == FERRY_OK, "the matching pair resumes: %s", ferry_last_error());
+	ferry_trainer_free(tr);
+
 	/* a resume whose .state is missing is refused, naming the file */
 	unlink(path_in("mid.bin.state"));
 	CHECK(ferry_trainer_create(&o, &tr) == FERRY_ERR_IO && tr == NULL, "missing state refused");
@@ -147,6 +174,8 @@ static void test_bad_configs(void)
 	expect_refused(&o, FERRY_ERR_INVALID, "maximum 16");
 	o = tiny_opts(); o.B = 0;
 	expect_refused(&o, FERRY_ERR_INVALID, "positive");
+	o = tiny_opts(); o.B = 1 << 30; /* B * T past what the kernels index */
+	expect_refused(&o, FERRY_ERR_INVALID, "too large");
 	o = tiny_opts(); o.model.layers = -1;
 	expect_refused(&o, FERRY_ERR_INVALID, "layers");
 	o = tiny_opts(); o.model.vocab = 5; /* the data has tokens up to 12 */

@@ -11,11 +11,17 @@
  *   [0] 20241121 magic, [1] 1 version, [2..3] step (int64, little-endian
  *   halves), [4..5] number of parameters (int64), [6..7] data shard index
  *   (int64), [8..9] data token offset (int64), [10..11] rng state (uint64),
- *   [12..255] reserved, written as zeros and ignored when read;
+ *   [12..13] hash of the model file's parameters (uint64), [14..15] total
+ *   steps of the learning-rate schedule (int64), [16] warmup steps, [17]
+ *   peak learning rate and [18] final fraction (fp32 bits), [19..20]
+ *   number of data shards (int64), [21..255] reserved, written as zeros;
  * then AdamW m (fp32, n) and v (fp32, n).
  *
  * Every writer writes "<path>.tmp", flushes, fsyncs, then renames over
- * <path>, so a crash never leaves a half-written file under the real name.
+ * <path> and fsyncs the directory, so a crash never leaves a half-written
+ * file under the real name.  A model and its state are two files; the
+ * state's parameter hash lets a resume detect a pair from different saves
+ * (a save interrupted between the two).
  * Every reader checks magic, version, the header's sizes and the file's exact
  * length; errors name the file and the problem.
  */
@@ -56,8 +62,16 @@ struct ferry_train_state {
 	int64_t step;        /* optimizer steps taken */
 	int64_t data_shard;  /* loader position: shard index ... */
 	int64_t data_offset; /* ... and token offset within it */
-	uint64_t rng;        /* sampling/dropout rng state */
+	int64_t data_shards; /* ... among this many shards */
+	uint64_t rng;        /* reserved for sampling/dropout state */
+	uint64_t params_hash; /* ferry_params_hash of the model saved with it */
+	int64_t total_steps; /* the learning-rate schedule it was following */
+	int32_t warmup;
+	float lr, final_lr_frac;
 };
+
+/* A 64-bit hash of parameter values, tying a state file to its model. */
+uint64_t ferry_params_hash(const float *params, size_t n);
 
 ferry_status ferry_state_write(const char *path,
 			       const struct ferry_train_state *st,

@@ -109,6 +109,10 @@ ferry_status ferry_gpt2_get_opt_state(ferry_gpt2_t m, float *mom, float *var) FE
  * vocabulary and T against max_seq first. */
 ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets,
 				int B, int T, float *loss) FERRY_MUST_CHECK;
+/* The mean loss of a batch without keeping anything for a backward pass
+ * (validation, evaluation): offloaded tensors are not copied out. */
+ferry_status ferry_gpt2_loss(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets,
+			     int B, int T, float *loss) FERRY_MUST_CHECK;
 /* After a forward pass: the next-token probabilities (V floats) at row
  * b * T + t. */
 ferry_status ferry_gpt2_probs(ferry_gpt2_t m, int row, float *probs) FERRY_MUST_CHECK;

@@ -77,6 +77,7 @@ struct ferry_plan {
 	int n_ops;
 	int n_buffers;
 	struct ferry_plan_buffer buffers[FERRY_PLAN_MAX_BUFFERS];
+	bool too_many_buffers; /* a model bug; the plan functions refuse it */
 	struct ferry_memory_analysis mem;
 };
 

@@ -50,6 +50,11 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	FERRY_MUST_CHECK;
 /* The plan the trainer works to. */
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr);
+/* After a resume: the learning-rate schedule the saved run followed (a
+ * resume with other --steps/--warmup/--lr values follows the new schedule
+ * from the saved step on, which callers may want to point out). */
+bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *warmup, float *lr,
+				    float *final_lr_frac);
 void ferry_trainer_free(ferry_trainer_t tr);
 
 /* Steps already taken (non-zero after a resume). */

@@ -1,7 +1,7 @@
 /*
  * Internal: the vtable a backend implements (SQLite's sqlite3_vfs shape).
- * backend.c validates arguments and dispatches; implementations may assume
- * non-NULL handles of their own kind.
+ * backend.c owns the handles and the arena bookkeeping and dispatches;
+ * implementations may assume non-NULL handles of their own kind.
  */
 #ifndef FERRY_BACKEND_IMPL_H
 #define FERRY_BACKEND_IMPL_H

@@ -78,6 +78,7 @@ void ferry_blas_relaunch_if_slow(char **argv)
 	execv("/proc/self/exe", argv);
 	/* exec failed: carry on with the slow kernels rather than not at all */
 	unsetenv("OPENBLAS_CORETYPE");
+	unsetenv("FERRY_BLAS_RELAUNCHED");
 }
 
 const char *ferry_blas_core_origin(void)

@@ -11,8 +11,8 @@
  *  - documents without a single byte are skipped and not counted;
  *  - documents are numbered 1, 2, ... in input order; with val_fraction f > 0
  *    and k = max(1, round(1/f)), document number i goes to val when
- *    i % k == 0 (the k-th, 2k-th, ...), to train otherwise, so the first
- *    document always trains;
+ *    i > 1 and i % k == 0 (the k-th, 2k-th, ...), to train otherwise: the
+ *    first document always trains;
  *  - each split is cut into shards of at most shard_tokens tokens; documents
  *    may straddle shards.  Each shard is written as "<name>.tmp" and renamed
  *    when complete; stale higher-numbered shards of an earlier run with the
@@ -218,7 +218,8 @@ static ferry_status emit(struct builder *b, const unsigned char *p, size_t n)
 		return FERRY_OK;
 	if (!b->cur) {
 		b->documents++;
-		b->cur = (b->k && b->documents % b->k == 0) ? b->val : b->train;
+		/* the first document always trains, whatever the fraction */
+		b->cur = (b->k && b->documents > 1 && b->documents % b->k == 0) ? b->val : b->train;
 		st = writer_put(b->cur, FERRY_BYTE_EOT);
 		if (st)
 			return st;

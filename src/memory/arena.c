@@ -36,7 +36,13 @@ void ferry_arena_release(struct ferry_arena *a)
 
 ferry_status ferry_arena_alloc(struct ferry_arena *a, size_t size, size_t *offset)
 {
-	size_t need = round_up(size ? size : 1, a->alignment);
+	size_t need;
+
+	if (size > a->capacity) /* also keeps the rounding below from wrapping */
+		return ferry_error(FERRY_ERR_DEVICE_MEM,
+				   "device arena full: asked for %zu bytes, the arena has %zu", size,
+				   a->capacity);
+	need = round_up(size ? size : 1, a->alignment);
 
 	for (int i = 0; i < a->n_free; i++) {
 		struct ferry_range *r = &a->free_list[i];

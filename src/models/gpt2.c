@@ -15,6 +15,7 @@
 #include "offload/engine.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +71,10 @@ static ferry_status check_shape(const struct ferry_gpt2_config *cfg, int B, int 
 		return st;
 	if (B < 1 || T < 1)
 		return ferry_error(FERRY_ERR_INVALID, "batch size %d and sequence length %d must be positive", B, T);
+	/* kernels index rows with int, and N * Vp logits must fit in memory sizes */
+	if ((int64_t)B * T > INT32_MAX / 4 ||
+	    (double)B * T * cfg->padded_vocab * sizeof(float) > (double)SIZE_MAX / 4)
+		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", B, T);
 	if (T > cfg->max_seq)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "sequence length %d is longer than the model's maximum %d", T, cfg->max_seq);
@@ -120,8 +125,7 @@ ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
 	ferry_plan_add_buffer(plan, "final norm grad", FERRY_BUF_TEMP, N * cfg->channels * a);
 	ferry_plan_add_buffer(plan, "grad norm", FERRY_BUF_TEMP, sizeof(double));
 	ferry_stack_plan_describe(&sp, &ferry_gpt2_layer, &dims, plan);
-	ferry_plan_finish(plan);
-	return FERRY_OK;
+	return ferry_plan_finish(plan);
 }
 
 ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_config *cfg, int B,
@@ -353,8 +357,29 @@ static ferry_status run(ferry_gpt2_t m, const struct ferry_op_call *c)
 	return ferry_stream_run_op(m->compute, c);
 }
 
+static ferry_status forward(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets, int B,
+			    int T, float *loss, bool for_backward);
+
 ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets,
 				int B, int T, float *loss)
+{
+	return forward(m, inputs, targets, B, T, loss, targets != NULL);
+}
+
+ferry_status ferry_gpt2_loss(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets, int B,
+			     int T, float *loss)
+{
+	ferry_status st;
+
+	if (!targets)
+		return ferry_error(FERRY_ERR_INVALID, "a loss needs targets");
+	st = forward(m, inputs, targets, B, T, loss, false);
+	m->have_targets = false; /* nothing was kept for a backward pass */
+	return st;
+}
+
+static ferry_status forward(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets, int B,
+			    int T, float *loss, bool for_backward)
 {
 	size_t N = (size_t)B * T;
 	struct ferry_op_call c;
@@ -394,7 +419,7 @@ ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int
 	if ((st = run(m, &c)))
 		return st;
 
-	if ((st = ferry_layer_exec_forward(m->layers, m->compute, B, T, targets != NULL)))
+	if ((st = ferry_layer_exec_forward(m->layers, m->compute, B, T, for_backward)))
 		return st;
 
 	memset(&c, 0, sizeof(c));

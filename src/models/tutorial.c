@@ -100,8 +100,7 @@ ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 			      (size_t)cfg->rows * cfg->channels * sizeof(float));
 	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, sizeof(double));
 	ferry_stack_plan_describe(&sp, &tutorial_layer, &d, plan);
-	ferry_plan_finish(plan);
-	return FERRY_OK;
+	return ferry_plan_finish(plan);
 }
 
 void ferry_tutorial_free(ferry_tutorial_t t)

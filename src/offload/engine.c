@@ -6,8 +6,9 @@
  * waits for that copy's event (d2h_done[t][s]); after o, an event on the
  * compute stream orders the device-to-host copy of t after its producer.
  *
- * Backward: layer j's offloaded tensors are copied back into ring slot
- * j % R on the host-to-device stream, after the slot's forward copy-out
+ * Backward: the last R layers' tensors are still in their slots and are
+ * read in place.  Any other layer j's offloaded tensors are copied back
+ * into ring slot j % R on the host-to-device stream, after the slot's forward copy-out
  * (d2h_done) and after the backward of the layer that used the slot before
  * (bwd_done[s]), then prefetch_ready[s] is recorded.  Before layer l's
  * backward the compute stream waits for prefetch_ready[l % R]; after it, the
@@ -328,12 +329,21 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_
 	return FERRY_OK;
 }
 
+/* The last R layers' tensors are still in their ring slots after the
+ * forward pass: the backward reads them where they are. */
+static bool resident(const struct ferry_layer_exec *ex, int j)
+{
+	return j >= ex->dims.L - ex->sp.ring;
+}
+
 /* Copies layer j's offloaded tensors back into ring slot j % R. */
 static ferry_status prefetch(struct ferry_layer_exec *ex, int j, int B, int T)
 {
 	int slot = j % ex->sp.ring;
 	ferry_status st;
 
+	if (resident(ex, j))
+		return FERRY_OK;
 	if ((st = ferry_stream_wait_event(ex->h2d, ex->bwd_done[slot])))
 		return st;
 	for (int t = 0; t < ex->sp.n_tensors; t++) {
@@ -416,7 +426,7 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream
 	for (int l = L - 1; l >= 0; l--) {
 		int slot = l % ex->sp.ring;
 
-		if (offload && (st = ferry_stream_wait_event(s, ex->prefetch_ready[slot])))
+		if (offload && !resident(ex, l) && (st = ferry_stream_wait_event(s, ex->prefetch_ready[slot])))
 			return st;
 		if ((st = backward_layer(ex, s, l, B, T)))
 			return st;

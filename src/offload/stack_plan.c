@@ -18,19 +18,27 @@ size_t ferry_tensor_elem_size(enum ferry_tensor_shape shape, enum ferry_dtype ac
 }
 
 /* What the policy may know of each tensor: its name, whether it is the
- * layer input, and whether a (batched) matrix product made it. */
-static void policy_view(const struct ferry_layer_decl *decl, struct ferry_policy_tensor *pt)
+ * layer input, and whether a (batched) matrix product made it.  The layer
+ * output is not shown: it is the next layer's input and lives where that
+ * does, so a policy naming it is told the name is not placeable. */
+static int policy_view(const struct ferry_layer_decl *decl, struct ferry_policy_tensor *pt, int *index)
 {
+	int n = 0;
+
 	for (int t = 0; t < decl->n_tensors; t++) {
 		int o = ferry_layer_producer(decl, t);
 
-		pt[t] = (struct ferry_policy_tensor){ .name = decl->tensors[t].name };
-		pt[t].is_layer_input = t == decl->input;
+		if (t == decl->output)
+			continue;
+		pt[n] = (struct ferry_policy_tensor){ .name = decl->tensors[t].name };
+		pt[n].is_layer_input = t == decl->input;
 		if (o >= 0) {
-			pt[t].dot = ferry_op_info(decl->ops[o].kind)->is_dot;
-			pt[t].batched_dot = decl->ops[o].kind == FERRY_OP_ATTENTION;
+			pt[n].dot = ferry_op_info(decl->ops[o].kind)->is_dot;
+			pt[n].batched_dot = decl->ops[o].kind == FERRY_OP_ATTENTION;
 		}
+		index[n++] = t;
 	}
+	return n;
 }
 
 /* The closure: what backward reads, and what re-running producers reads,
@@ -65,6 +73,8 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
 	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
+	enum ferry_placement place[FERRY_LAYER_MAX_TENSORS];
+	int index[FERRY_LAYER_MAX_TENSORS], n_view;
 	struct ferry_policy *pol = NULL;
 	const char *policy = opts ? opts->policy : NULL;
 	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
@@ -79,18 +89,22 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	st = ferry_policy_parse(policy ? policy : "everything_saveable", &pol);
 	if (st)
 		return st;
-	policy_view(decl, pt);
-	st = ferry_policy_place(pol, pt, decl->n_tensors, sp->place);
+	n_view = policy_view(decl, pt, index);
+	st = ferry_policy_place(pol, pt, n_view, place);
 	ferry_policy_free(pol);
 	if (st)
 		return st;
+	for (int i = 0; i < n_view; i++)
+		sp->place[index[i]] = place[i];
 
 	sp->n_tensors = decl->n_tensors;
 	sp->n_ops = decl->n_ops;
 	sp->L = dims->L;
-	sp->depth = depth;
+	/* prefetching deeper than the stack buys nothing, and a ring longer
+	 * than the stack would hold more than keeping every layer */
+	sp->depth = depth < dims->L - 1 ? depth : dims->L - 1;
+	sp->ring = dims->L == 1 ? 1 : sp->depth + 1 > 2 ? sp->depth + 1 : 2;
 	sp->act_dtype = opts ? opts->act_dtype : FERRY_F32;
-	sp->ring = depth + 1 > 2 ? depth + 1 : 2;
 	/* the output is the next layer's input and shares its fate */
 	sp->place[decl->output] = sp->place[decl->input];
 	sp->residuals = ferry_layer_residuals(decl);
@@ -139,8 +153,10 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry
 {
 	struct ferry_plan_buffer *b;
 
-	if (plan->n_buffers >= FERRY_PLAN_MAX_BUFFERS)
-		return; /* bounded by the models' declarations, see the assert in finish */
+	if (plan->n_buffers >= FERRY_PLAN_MAX_BUFFERS) {
+		plan->too_many_buffers = true; /* ferry_plan_finish refuses the plan */
+		return;
+	}
 	b = &plan->buffers[plan->n_buffers++];
 	snprintf(b->name, sizeof(b->name), "%.47s", name);
 	b->kind = kind;
@@ -149,7 +165,7 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry
 		b->bytes = FERRY_BUFFER_ALIGN; /* the arena rounds 0 up to one unit */
 }
 
-void ferry_plan_finish(struct ferry_plan *plan)
+ferry_status ferry_plan_finish(struct ferry_plan *plan)
 {
 	struct ferry_memory_analysis *m = &plan->mem;
 	size_t host = m->host_activation_bytes;
@@ -173,6 +189,10 @@ void ferry_plan_finish(struct ferry_plan *plan)
 		m->peak_bytes += b->bytes;
 	}
 	m->total_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
+	if (plan->too_many_buffers)
+		return ferry_error(FERRY_ERR_INVALID, "plan of %s: more than %d device buffers", plan->model,
+				   FERRY_PLAN_MAX_BUFFERS);
+	return FERRY_OK;
 }
 
 void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct ferry_layer_decl *decl,

@@ -65,8 +65,9 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp,
 /* Adds one buffer to a plan (bytes rounded up to the arena's alignment). */
 void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name,
 			   enum ferry_buffer_kind kind, size_t bytes);
-/* Sums the buffers into plan->mem. */
-void ferry_plan_finish(struct ferry_plan *plan);
+/* Sums the buffers into plan->mem; refuses a plan whose buffer list
+ * overflowed. */
+ferry_status ferry_plan_finish(struct ferry_plan *plan) FERRY_MUST_CHECK;
 
 #define FERRY_DEFAULT_PREFETCH_DEPTH 2
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -222,6 +223,41 @@ struct chunk {
 	const char *what;
 };
 
+uint64_t ferry_params_hash(const float *params, size_t n)
+{
+	/* FNV-1a over 32-bit words: fast, and any changed value changes it */
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t w;
+
+		memcpy(&w, &params[i], sizeof(w));
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* fsync of the directory holding path, so a rename survives a power loss;
+ * best effort (some file systems refuse to fsync directories). */
+static void sync_dir(const char *path)
+{
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	int fd;
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	fd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
 /*
  * Writes the chunks to "<path>.tmp", flushes and fsyncs it, then renames it
  * over path.  On any failure the tmp file is removed and path is untouched.
@@ -281,6 +317,7 @@ static ferry_status write_atomic(const char *path, const struct chunk *chunks,
 				 path, tmp, strerror(errno));
 		goto fail;
 	}
+	sync_dir(path); /* make the rename itself durable */
 	goto out;
 fail:
 	if (f)
@@ -373,6 +410,12 @@ ferry_status ferry_state_write(const char *path,
 	put64(hdr, 6, st->data_shard);
 	put64(hdr, 8, st->data_offset);
 	put64(hdr, 10, (int64_t)st->rng);
+	put64(hdr, 12, (int64_t)st->params_hash);
+	put64(hdr, 14, st->total_steps);
+	hdr[16] = st->warmup;
+	memcpy(&hdr[17], &st->lr, sizeof(float));
+	memcpy(&hdr[18], &st->final_lr_frac, sizeof(float));
+	put64(hdr, 19, st->data_shards);
 	chunks[0] = (struct chunk){ hdr, sizeof(hdr), "header" };
 	chunks[1] = (struct chunk){ m, n_params * sizeof(float), "AdamW m" };
 	chunks[2] = (struct chunk){ v, n_params * sizeof(float), "AdamW v" };
@@ -415,6 +458,12 @@ ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 	s.data_shard = get64(hdr, 6);
 	s.data_offset = get64(hdr, 8);
 	s.rng = (uint64_t)get64(hdr, 10);
+	s.params_hash = (uint64_t)get64(hdr, 12);
+	s.total_steps = get64(hdr, 14);
+	s.warmup = hdr[16];
+	memcpy(&s.lr, &hdr[17], sizeof(float));
+	memcpy(&s.final_lr_frac, &hdr[18], sizeof(float));
+	s.data_shards = get64(hdr, 19);
 	if (n <= 0 || !state_bytes_ok((size_t)n)) {
 		rc = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: bad parameter count %lld in header", path,

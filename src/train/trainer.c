@@ -19,6 +19,8 @@ struct ferry_trainer {
 	int32_t *inputs, *targets;     /* host [B*T] */
 	int step;                      /* optimizer steps taken */
 	uint64_t rng;
+	bool resumed;
+	struct ferry_train_state saved; /* what the resumed state recorded */
 };
 
 void ferry_train_opts_default(struct ferry_train_opts *o)
@@ -72,6 +74,13 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
 	if (!st)
 		st = ferry_state_read(state_path(path, sp, sizeof(sp)), &st_info, mom, var, n);
+	if (!st && st_info.params_hash != ferry_params_hash(buf, n))
+		st = ferry_error(FERRY_ERR_FORMAT, "%s and %s are from different saves (was a save "
+				 "interrupted?): refusing to resume from the mix", path, sp);
+	if (!st && st_info.data_shards != ferry_loader_num_shards(tr->train))
+		st = ferry_error(FERRY_ERR_INVALID, "%s was saved at shard %lld of %lld, but '%s' now matches "
+				 "%d shards: the data changed", sp, (long long)st_info.data_shard,
+				 (long long)st_info.data_shards, tr->opts.data, ferry_loader_num_shards(tr->train));
 	if (!st)
 		st = ferry_gpt2_set_opt_state(tr->model, mom, var);
 	if (!st)
@@ -79,6 +88,8 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 	if (!st) {
 		tr->step = (int)st_info.step;
 		tr->rng = st_info.rng;
+		tr->resumed = true;
+		tr->saved = st_info;
 	}
 out:
 	ferry_host_free(tr->be, var);
@@ -268,7 +279,7 @@ ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *lo
 
 		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
 		if (!st)
-			st = ferry_gpt2_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
+			st = ferry_gpt2_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
 		if (st)
 			return st;
 		sum += l;
@@ -277,10 +288,26 @@ ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *lo
 	return FERRY_OK;
 }
 
+bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *warmup, float *lr,
+				    float *final_lr_frac)
+{
+	if (!tr->resumed)
+		return false;
+	*total_steps = (int)tr->saved.total_steps;
+	*warmup = tr->saved.warmup;
+	*lr = tr->saved.lr;
+	*final_lr_frac = tr->saved.final_lr_frac;
+	return true;
+}
+
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
 	size_t n = ferry_gpt2_num_params(tr->model);
-	struct ferry_train_state info = { .step = tr->step, .rng = tr->rng };
+	const struct ferry_train_opts *o = &tr->opts;
+	struct ferry_train_state info = {
+		.step = tr->step, .rng = tr->rng, .data_shards = ferry_loader_num_shards(tr->train),
+		.total_steps = o->steps, .warmup = o->warmup, .lr = o->lr, .final_lr_frac = o->final_lr_frac,
+	};
 	float *buf = NULL, *mom = NULL, *var = NULL;
 	char sp[4096];
 	ferry_status st;
@@ -295,8 +322,10 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		st = ferry_gpt2_get_params(tr->model, buf);
 	if (!st)
 		st = ferry_gpt2_get_opt_state(tr->model, mom, var);
-	if (!st)
+	if (!st) {
+		info.params_hash = ferry_params_hash(buf, n);
 		st = ferry_checkpoint_write(path, ferry_gpt2_config(tr->model), buf);
+	}
 	if (!st)
 		st = ferry_state_write(state_path(path, sp, sizeof(sp)), &info, mom, var, n);
 	ferry_host_free(tr->be, var);
@@ -330,7 +359,7 @@ ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T,
 
 		st = ferry_loader_next(loader, in, tg);
 		if (!st)
-			st = ferry_gpt2_forward(m, in, tg, B, T, &l);
+			st = ferry_gpt2_loss(m, in, tg, B, T, &l);
 		if (st)
 			goto out;
 		sum += l;

@@ -40,6 +40,10 @@ for f in run_3.bin run_3.bin.state run_6.bin run_6.bin.state; do [ -f $f ] || fa
 cmp -s run_6.bin straight.bin || fail "--json/--val-data changed the training result"
 expect_ok "resume" "$FERRY" train --resume run_3.bin --data 'corpus_train_*.bin' --batch 2 --seq 16 --steps 6 --sample 0 --threads 2 --save resumed.bin
 grep -q "resumed at step 3" out.txt || fail "says where it resumed"
+grep -q "note: the saved run followed" err.txt && fail "no schedule note when the flags match"
+expect_ok "resume with another schedule" "$FERRY" train --resume run_3.bin --data 'corpus_train_*.bin' --batch 2 --seq 16 \
+	--steps 8 --sample 0 --threads 2
+grep -q "note: the saved run followed a schedule of 6 steps" err.txt || fail "says the schedule changed: $(cat err.txt)"
 cmp -s run_6.bin resumed.bin || fail "resumed checkpoint differs from the unbroken run's"
 cmp -s run_6.bin.state resumed.bin.state || fail "resumed optimizer state differs"
 

@@ -38,6 +38,7 @@ expect_error "unknown name lists the names" "this model's names: decoder_layer_i
 expect_error "saved and offloaded" "both saved and offloaded" "$FERRY" plan --policy "save_and_offload_only_these_names([query_proj], [query_proj])"
 expect_error "layer input recomputed" "cannot be recomputed" "$FERRY" train "${TRAIN[@]}" --policy "custom:decoder_layer_input=remat"
 expect_error "bad prefetch depth" "--prefetch-depth must be at least 1" "$FERRY" plan --prefetch-depth 0
+expect_error "the layer output is not placeable" "unknown name 'decoder_layer_output'" "$FERRY" plan --policy custom:decoder_layer_output=offload
 
 # A plan over --device-mem: refused before step 1 with what it needs and what fits.
 "$FERRY" plan "${SHAPE[@]}" --json all.json >/dev/null
@@ -49,6 +50,8 @@ grep -q "^step" out.txt && fail "no step ran"
 expect_ok "the suggested preset runs there" "$FERRY" train "${TRAIN[@]}" --device-mem "$mem" --policy nothing_saveable
 "$FERRY" plan "${SHAPE[@]}" --device-mem "$mem" >out.txt; rc=$?
 [ $rc -eq 1 ] && grep -q "does not fit" out.txt || fail "plan says it does not fit (rc $rc)"
+"$FERRY" plan "${SHAPE[@]}" --device-mem "$mem" --json >out.txt; rc=$?
+[ $rc -eq 1 ] && grep -q '"fits": false' out.txt || fail "plan --json says it does not fit (rc $rc)"
 
 expect_ok "the JAX tutorial example" "$FERRY" example
 grep -q "results match within tolerance: True" out.txt || fail "example results match"

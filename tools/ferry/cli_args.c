@@ -63,8 +63,8 @@ int arg_float(const char *cmd, int argc, char **argv, int i, float *out)
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(v)) {
-		fprintf(stderr, "ferry %s: %s expects a number, got '%s'\n", cmd, argv[i], s);
+	if (errno || end == s || *end || !isfinite(v) || !isfinite((float)v)) {
+		fprintf(stderr, "ferry %s: %s expects a number that fits a float, got '%s'\n", cmd, argv[i], s);
 		return -1;
 	}
 	*out = (float)v;
@@ -89,7 +89,7 @@ int arg_size(const char *cmd, int argc, char **argv, int i, size_t *out)
 	}
 	if (*end == 'i' || *end == 'B')
 		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (errno || end == s || *end || !(v > 0) || v * mult > 1e18) {
+	if (errno || end == s || *end || !(v > 0) || v * mult > 1e18 || v * mult < 1) {
 		fprintf(stderr, "ferry %s: %s expects a positive size like 512M or 2G, got '%s'\n",
 			cmd, argv[i], s);
 		return -1;

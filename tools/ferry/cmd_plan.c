@@ -97,8 +97,8 @@ int cmd_plan(int argc, char **argv)
 			fprintf(stderr, "ferry plan: cannot write %s\n", json_path);
 			return 1;
 		}
-		if (!json_path)
-			return 0;
+		if (!json_path) /* the JSON says whether it fits; so does the status */
+			return o.device_mem && plan.mem.peak_bytes > o.device_mem ? 1 : 0;
 	} else {
 		plan_print_text(stdout, &plan);
 	}

@@ -96,6 +96,19 @@ static int parse(int argc, char **argv, struct train_cli *c)
 	if (c->save_every < 0 || c->val_every < 0 || c->val_batches < 1 || c->sample < 0 ||
 	    c->o.warmup < 0)
 		return cli_usage_error(CMD, "counts must not be negative");
+	if (c->sample > 1000000)
+		return cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
+	if (!(c->o.lr > 0) || !isfinite(c->o.lr))
+		return cli_usage_error(CMD, "--lr must be a positive number that fits a float");
+	if (!(c->o.final_lr_frac >= 0 && c->o.final_lr_frac <= 1))
+		return cli_usage_error(CMD, "--final-lr-frac must be between 0 and 1");
+	if (!(c->o.adamw.weight_decay >= 0) || !isfinite(c->o.adamw.weight_decay) ||
+	    !(c->o.adamw.grad_clip >= 0) || !isfinite(c->o.adamw.grad_clip))
+		return cli_usage_error(CMD, "--weight-decay and --grad-clip must not be negative");
+	if (c->save_every && !c->save)
+		fprintf(stderr, "ferry train: note: --save-every has no effect without --save\n");
+	if (c->val_every && !c->o.val_data)
+		fprintf(stderr, "ferry train: note: --val-every has no effect without --val-data\n");
 	return 0;
 }
 
@@ -223,7 +236,7 @@ int cmd_train(int argc, char **argv)
 		if (ferry_demo_data_ensure(stdout) != 0)
 			return 1;
 		c.o.data = FERRY_DEMO_PREFIX "_train_*.bin";
-		if (!c.o.val_data)
+		if (!c.o.val_data && ferry_demo_data_has_val())
 			c.o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
 	}
 	if (c.json) {
@@ -254,8 +267,21 @@ int cmd_train(int argc, char **argv)
 		       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
 		       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0,
 		       p->n_recompute_ops, p->n_ops);
-		if (c.o.resume)
+		if (c.o.resume) {
+			int steps, warmup;
+			float lr, frac;
+
 			printf("resumed at step %d\n", ferry_trainer_step_count(tr));
+			if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
+			    (steps != c.o.steps || warmup != c.o.warmup || lr != c.o.lr || frac != c.o.final_lr_frac))
+				fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
+						"(warmup %d, lr %.2e, final %.2f); from step %d this run follows %d steps "
+						"(warmup %d, lr %.2e, final %.2f), so the learning rate changes to %.2e\n",
+					steps, warmup, lr, frac, ferry_trainer_step_count(tr), c.o.steps, c.o.warmup,
+					c.o.lr, c.o.final_lr_frac,
+					ferry_lr_schedule(ferry_trainer_step_count(tr), c.o.steps, c.o.warmup, c.o.lr,
+							  c.o.final_lr_frac));
+		}
 	}
 	first_step = ferry_trainer_step_count(tr);
 	rc = 0;

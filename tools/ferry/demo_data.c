@@ -3,6 +3,15 @@
 
 #include <glob.h>
 
+bool ferry_demo_data_has_val(void)
+{
+	glob_t g;
+	bool found = glob(FERRY_DEMO_PREFIX "_val_*.bin", 0, NULL, &g) == 0;
+
+	globfree(&g);
+	return found;
+}
+
 int ferry_demo_data_ensure(FILE *log)
 {
 	char arg0[] = "data";

@@ -56,6 +56,7 @@ struct cpu_stream {
 struct cpu_backend {
 	size_t map_size;
 	int threads;
+	pthread_mutex_t timing_lock; /* the op timing table is per backend */
 };
 
 static void event_wait_ticket(struct cpu_event *ev, uint64_t ticket)
@@ -74,8 +75,8 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Runs an op, timing it when the backend profiles.  ferry's engines run ops
- * on one stream only, so one thread updates the table. */
+/* Runs an op, timing it when the backend profiles (the table is shared by
+ * the backend's streams, hence the lock; only taken when profiling). */
 static void run_op(struct cpu_stream *cs, const struct ferry_op_call *op)
 {
 	struct ferry_op_timing *tm;
@@ -87,10 +88,13 @@ static void run_op(struct cpu_stream *cs, const struct ferry_op_call *op)
 	}
 	t0 = now_s();
 	ferry_cpu_run_op(op);
+	t0 = now_s() - t0;
+	pthread_mutex_lock(&((struct cpu_backend *)cs->be->ctx)->timing_lock);
 	tm = &cs->be->timing[op->kind][op->backward];
-	tm->seconds += now_s() - t0;
+	tm->seconds += t0;
 	tm->flops += ferry_op_flops(op);
 	tm->calls++;
+	pthread_mutex_unlock(&((struct cpu_backend *)cs->be->ctx)->timing_lock);
 }
 
 static void run_task(struct cpu_stream *cs, struct task *t)
@@ -201,6 +205,7 @@ static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backen
 		goto out_arena;
 	}
 	cb->threads = threads;
+	pthread_mutex_init(&cb->timing_lock, NULL);
 	be->ctx = cb;
 	be->device_base = base;
 	be->caps = (struct ferry_backend_caps){
@@ -224,6 +229,7 @@ static void cpu_close(struct ferry_backend *be)
 	struct cpu_backend *cb = be->ctx;
 
 	munmap(be->device_base, cb->map_size);
+	pthread_mutex_destroy(&cb->timing_lock);
 	ferry_arena_release(&be->arena);
 	ferry_free(cb);
 }
