@@ -7,7 +7,7 @@
  * compute stream orders the device-to-host copy of t after its producer.
  *
  * Backward: the last R layers' tensors are still in their slots and are
- * read in place.  Any other layer j's offloaded tensors are copied back
+ * read in place, after their copy-out (a recomputation may rewrite them).  Any other layer j's offloaded tensors are copied back
  * into ring slot j % R on the host-to-device stream, after the slot's forward copy-out
  * (d2h_done) and after the backward of the layer that used the slot before
  * (bwd_done[s]), then prefetch_ready[s] is recorded.  Before layer l's
@@ -428,6 +428,12 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream
 
 		if (offload && !resident(ex, l) && (st = ferry_stream_wait_event(s, ex->prefetch_ready[slot])))
 			return st;
+		/* a resident layer's slots may still be being copied out, and a
+		 * recomputation rewrites (the same values into) kept tensors */
+		for (int t = 0; offload && resident(ex, l) && t < ex->sp.n_tensors; t++)
+			if ((ex->sp.offloaded & (1u << t)) &&
+			    (st = ferry_stream_wait_event(s, *d2h_event(ex, t, l))))
+				return st;
 		if ((st = backward_layer(ex, s, l, B, T)))
 			return st;
 		if (offload && ((st = ferry_event_record(ex->bwd_done[slot], s)) ||
