@@ -75,8 +75,8 @@ static void test_stream_order(ferry_backend_t be)
 /* Event order across streams: a waits for b's copy before its own. */
 static void test_cross_stream_order(ferry_backend_t be)
 {
-	ferry_stream_t a, b;
-	ferry_event_t eb, ea;
+	ferry_stream_t a = NULL, b = NULL;
+	ferry_event_t eb = NULL, ea = NULL;
 	static char src[1 << 20], mid[1 << 20], dst[1 << 20];
 
 	memset(src, 7, sizeof(src));
@@ -109,8 +109,8 @@ static void test_overlap(ferry_backend_t be)
 {
 	size_t big = (size_t)256 << 20;
 	ferry_buffer_t dbuf;
-	ferry_stream_t a, b;
-	ferry_event_t ea, eb;
+	ferry_stream_t a = NULL, b = NULL;
+	ferry_event_t ea = NULL, eb = NULL;
 	char *host = NULL, small_src[64] = { 1 }, small_dst[64];
 	int overlapped = 0;
 

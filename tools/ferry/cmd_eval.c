@@ -32,7 +32,7 @@ int cmd_eval(int argc, char **argv)
 	float *params = NULL, loss;
 	size_t n;
 
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
 		const char *f = argv[i];
 		int r;
 
@@ -51,7 +51,6 @@ int cmd_eval(int argc, char **argv)
 			return cli_usage_error(CMD, "unknown flag '%s'", f);
 		if (r)
 			return 2;
-		i++;
 	}
 	if (!ckpt || !data)
 		return cli_usage_error(CMD, "--checkpoint and --data are required");

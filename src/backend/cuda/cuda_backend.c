@@ -33,6 +33,8 @@ struct host_block {
 
 struct cuda_backend {
 	int device;
+	struct cudaDeviceProp prop;
+	size_t total_mem;
 	struct ferry_cuda_ops *ops;
 	struct host_block *host;   /* live host allocations, to free each its way */
 	char host_note[160];       /* how host memory is being allocated */
@@ -57,6 +59,18 @@ struct cuda_event {
 		if (e_ != cudaSuccess)                  \
 			return cuda_fail(e_, what);     \
 	} while (0)
+
+/* The device in words, with how host memory is being allocated (rebuilt
+ * when pinning falls back, so `ferry info` and the trainer's banner say so). */
+static void describe(struct ferry_backend *be)
+{
+	struct cuda_backend *cb = be->ctx;
+
+	snprintf(be->description, sizeof(be->description),
+		 "CUDA: %.64s, %d SMs, sm_%d%d, %.1f GiB, device arena %.2f GiB, host memory %.90s", cb->prop.name,
+		 cb->prop.multiProcessorCount, cb->prop.major, cb->prop.minor, cb->total_mem / 1073741824.0,
+		 be->arena.capacity / 1073741824.0, cb->host_note);
+}
 
 static ferry_status cuda_probe(void)
 {
@@ -126,10 +140,9 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 		.compute_units = prop.multiProcessorCount, .act_dtype = FERRY_BF16,
 		.max_head_size = 256, /* the attention kernels keep a head in a warp's registers */
 	};
-	snprintf(be->description, sizeof(be->description),
-		 "CUDA: %.64s, %d SMs, sm_%d%d, %.1f GiB, device arena %.2f GiB, host memory %.90s", prop.name,
-		 prop.multiProcessorCount, prop.major, prop.minor, total_b / 1073741824.0,
-		 be->arena.capacity / 1073741824.0, cb->host_note);
+	cb->prop = prop;
+	cb->total_mem = total_b;
+	describe(be);
 	return FERRY_OK;
 
 out_arena:
@@ -188,6 +201,7 @@ static ferry_status cuda_host_alloc(struct ferry_backend *be, size_t size, void 
 				 "pageable: pinning failed (%s), copies will not overlap fully",
 				 cudaGetErrorString(e));
 		}
+		describe(be);
 	}
 	b->next = cb->host;
 	cb->host = b;
