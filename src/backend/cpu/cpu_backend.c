@@ -249,6 +249,17 @@ static void cpu_host_free(struct ferry_backend *be, void *p)
 	ferry_free(p);
 }
 
+/* Frees a stream whose thread is not running (any more). */
+static void stream_release(struct cpu_stream *cs)
+{
+	pthread_mutex_destroy(&cs->lock);
+	pthread_cond_destroy(&cs->not_empty);
+	pthread_cond_destroy(&cs->not_full);
+	pthread_cond_destroy(&cs->idle);
+	ferry_free(cs->queue);
+	ferry_free(cs);
+}
+
 static ferry_status cpu_stream_create(struct ferry_backend *be, struct ferry_stream *s)
 {
 	struct cpu_backend *cb = be->ctx;
@@ -267,12 +278,7 @@ static ferry_status cpu_stream_create(struct ferry_backend *be, struct ferry_str
 	pthread_cond_init(&cs->not_full, NULL);
 	pthread_cond_init(&cs->idle, NULL);
 	if (pthread_create(&cs->thread, NULL, stream_main, cs) != 0) {
-		pthread_mutex_destroy(&cs->lock);
-		pthread_cond_destroy(&cs->not_empty);
-		pthread_cond_destroy(&cs->not_full);
-		pthread_cond_destroy(&cs->idle);
-		ferry_free(cs->queue);
-		ferry_free(cs);
+		stream_release(cs);
 		return ferry_error(FERRY_ERR_BACKEND, "stream %s: cannot start its thread", s->name);
 	}
 	s->ctx = cs;
@@ -302,12 +308,7 @@ static void cpu_stream_destroy(struct ferry_stream *s)
 
 	submit(s, &stop);
 	pthread_join(cs->thread, NULL);
-	pthread_mutex_destroy(&cs->lock);
-	pthread_cond_destroy(&cs->not_empty);
-	pthread_cond_destroy(&cs->not_full);
-	pthread_cond_destroy(&cs->idle);
-	ferry_free(cs->queue);
-	ferry_free(cs);
+	stream_release(cs);
 }
 
 static ferry_status cpu_event_create(struct ferry_backend *be, struct ferry_event *ev)
