@@ -10,8 +10,10 @@ const char *plan_tensor_lives(const struct ferry_plan *p, int i, char *buf, size
 
 	if (t->device_slots == 0)
 		snprintf(buf, n, "next layer's input");
-	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD)
+	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD && t->device_slots == p->ring_slots)
 		snprintf(buf, n, "host (device ring of %d)", t->device_slots);
+	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD) /* the layer input */
+		snprintf(buf, n, "host (device ring of %d + last output)", p->ring_slots);
 	else if (t->stored)
 		snprintf(buf, n, "device (%d slots)", t->device_slots);
 	else if (t->recomputed)
