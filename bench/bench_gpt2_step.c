@@ -81,13 +81,13 @@ static int check(ferry_status st, const char *what)
 
 int main(int argc, char **argv)
 {
-	struct ferry_gpt2_config cfg = { .max_seq = 1024, .vocab = 50257, .layers = 12, .heads = 12,
+	struct ferry_model_config cfg = { .max_seq = 1024, .vocab = 50257, .layers = 12, .heads = 12,
 					 .channels = 768 };
 	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	int B = 4, T = 64, steps = 5, threads = 0;
 	const char *backend = "cpu", *policy = NULL;
 	ferry_backend_t be;
-	ferry_gpt2_t m;
+	ferry_model_t m;
 	int32_t *in, *tg;
 	double *times, flops, sg, ms;
 	float loss, norm;
@@ -129,8 +129,8 @@ int main(int argc, char **argv)
 	check(ferry_backend_open(backend, &(struct ferry_backend_opts){ .threads = threads, .profile = true }, &be),
 	      "backend");
 	printf("backend: %s\n", ferry_backend_description(be));
-	check(ferry_gpt2_create_ex(be, &cfg, B, T, &(struct ferry_exec_opts){ .policy = policy }, &m), "model");
-	check(ferry_gpt2_init_random(m, 42), "init");
+	check(ferry_model_create(be, &cfg, B, T, &(struct ferry_exec_opts){ .policy = policy }, &m), "model");
+	check(ferry_model_init_random(m, 42), "init");
 	in = malloc(sizeof(int32_t) * B * T);
 	tg = malloc(sizeof(int32_t) * B * T);
 	times = malloc(sizeof(double) * steps);
@@ -142,14 +142,14 @@ int main(int argc, char **argv)
 	}
 	printf("model: %d layers, %d channels, %d heads, vocab %d (padded %d): %.1fM parameters; "
 	       "batch %d x %d\n", cfg.layers, cfg.channels, cfg.heads, cfg.vocab, cfg.padded_vocab,
-	       ferry_gpt2_num_params(m) / 1e6, B, T);
+	       ferry_model_num_params(m) / 1e6, B, T);
 	for (int s = -1; s < steps; s++) { /* step -1 warms up */
 		double t = now_s();
 
-		check(ferry_gpt2_forward(m, in, tg, B, T, &loss), "forward");
-		check(ferry_gpt2_zero_grad(m), "zero_grad");
-		check(ferry_gpt2_backward(m), "backward");
-		check(ferry_gpt2_update(m, &opt, s + 2, &norm), "update");
+		check(ferry_model_forward(m, in, tg, B, T, &loss), "forward");
+		check(ferry_model_zero_grad(m), "zero_grad");
+		check(ferry_model_backward(m), "backward");
+		check(ferry_model_update(m, &opt, s + 2, &norm), "update");
 		t = now_s() - t;
 		if (s >= 0)
 			times[s] = t;
@@ -158,9 +158,9 @@ int main(int argc, char **argv)
 		printf("  step %d: %.1f ms, loss %.4f\n", s + 1, t * 1e3, loss);
 	}
 	ms = median(times, steps) * 1e3;
-	flops = ferry_gpt2_step_flops(m, B, T) / (ms / 1e3);
+	flops = ferry_model_step_flops(m, B, T) / (ms / 1e3);
 	printf("step: %.1f ms (median of %d), model %.1f GFLOP/step, %.1f GFLOP/s", ms, steps,
-	       ferry_gpt2_step_flops(m, B, T) / 1e9, flops / 1e9);
+	       ferry_model_step_flops(m, B, T) / 1e9, flops / 1e9);
 	if (sg > 0)
 		printf(" = %.2f of sgemm", flops / sg);
 	printf(", %.0f tokens/s\n", B * T / (ms / 1e3));
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 	free(in);
 	free(tg);
 	free(times);
-	ferry_gpt2_free(m);
+	ferry_model_free(m);
 	ferry_backend_close(be);
 	return 0;
 }

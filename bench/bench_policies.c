@@ -24,18 +24,18 @@
 /* Median step time in ms, or a negative number on failure. */
 static const char *backend = "cpu";
 
-static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int steps,
+static double time_policy(const struct ferry_model_config *cfg, int B, int T, int steps,
 			  const struct ferry_exec_opts *o, size_t *measured_peak)
 {
 	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	ferry_backend_t be = NULL;
-	ferry_gpt2_t m = NULL;
+	ferry_model_t m = NULL;
 	int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
 	double times[64], ms = -1;
 	float loss, norm;
 
-	if (!in || !tg || ferry_backend_open(backend, NULL, &be) || ferry_gpt2_create_ex(be, cfg, B, T, o, &m) ||
-	    ferry_gpt2_init_random(m, 1))
+	if (!in || !tg || ferry_backend_open(backend, NULL, &be) || ferry_model_create(be, cfg, B, T, o, &m) ||
+	    ferry_model_init_random(m, 1))
 		goto out;
 	for (int i = 0; i < B * T; i++) {
 		in[i] = (i * 7919 + 13) % cfg->vocab;
@@ -44,8 +44,8 @@ static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int
 	for (int s = -1; s < steps; s++) {
 		double t = now_s();
 
-		if (ferry_gpt2_forward(m, in, tg, B, T, &loss) || ferry_gpt2_zero_grad(m) ||
-		    ferry_gpt2_backward(m) || ferry_gpt2_update(m, &opt, s + 2, &norm))
+		if (ferry_model_forward(m, in, tg, B, T, &loss) || ferry_model_zero_grad(m) ||
+		    ferry_model_backward(m) || ferry_model_update(m, &opt, s + 2, &norm))
 			goto out;
 		if (s >= 0)
 			times[s] = (now_s() - t) * 1e3;
@@ -55,7 +55,7 @@ static double time_policy(const struct ferry_gpt2_config *cfg, int B, int T, int
 out:
 	if (ms < 0)
 		fprintf(stderr, "bench: %s: %s\n", o->policy, ferry_last_error());
-	ferry_gpt2_free(m);
+	ferry_model_free(m);
 	ferry_backend_close(be);
 	free(in);
 	free(tg);
@@ -64,7 +64,7 @@ out:
 
 int main(int argc, char **argv)
 {
-	struct ferry_gpt2_config cfg = { .max_seq = 256, .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
+	struct ferry_model_config cfg = { .max_seq = 256, .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
 	const char *policies[64];
 	int n_pol = 0, B = 4, T = 256, steps = 3, depth = 2;
 	double base = 0;
@@ -114,7 +114,7 @@ int main(int argc, char **argv)
 		size_t measured = 0;
 		double ms;
 
-		if (ferry_gpt2_plan(&cfg, B, T, &o, &plan)) {
+		if (ferry_model_plan(&cfg, B, T, &o, &plan)) {
 			fprintf(stderr, "bench: %s: %s\n", policies[i], ferry_last_error());
 			continue;
 		}

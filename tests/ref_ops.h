@@ -6,7 +6,8 @@
  *
  * Layouts and semantics are exactly those of src/ops/cpu/kernels.h, with
  * double in place of float.  Optional outputs (mean/rstd, lse, probs) and
- * the matmul bias may be NULL.
+ * the matmul bias may be NULL.  The Llama ops (RMSNorm, RoPE, SwiGLU and
+ * grouped-query attention) follow Hugging Face's formulas literally.
  */
 #ifndef FERRY_TESTS_REF_OPS_H
 #define FERRY_TESTS_REF_OPS_H
@@ -73,15 +74,17 @@ static inline void ref_matmul_forward(double *out, const double *inp,
 		}
 }
 
-/* Causal softmax attention, heads on channel blocks of HS = C / NH, scores
- * scaled by 1/sqrt(HS); lse[B, NH, T] (may be NULL) gets log sum exp of each
- * query's scores.  Materialises each score row (test code may allocate). */
-static inline void ref_attention_forward(double *out, double *lse,
-					 const double *q, const double *k,
-					 const double *v, int B, int T, int C,
-					 int NH)
+/* Causal softmax attention, grouped-query: q and out are [B, T, NH * HS]
+ * (C = NH * HS), k and v [B, T, NKV * HS]; query head h uses key/value head
+ * h / (NH / NKV) (Hugging Face repeat_kv).  Scores scaled by 1/sqrt(HS);
+ * lse[B, NH, T] (may be NULL) gets log sum exp of each query's scores.
+ * Materialises each score row (test code may allocate). */
+static inline void ref_attention_gqa_forward(double *out, double *lse,
+					     const double *q, const double *k,
+					     const double *v, int B, int T,
+					     int C, int NH, int NKV)
 {
-	const int HS = C / NH;
+	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const double scale = 1.0 / sqrt((double)HS);
 	double *s = (double *)malloc(sizeof(double) * (size_t)T);
 	if (!s) {
@@ -93,11 +96,13 @@ static inline void ref_attention_forward(double *out, double *lse,
 			for (int t = 0; t < T; t++) {
 				const size_t base =
 					(size_t)b * T * C + (size_t)h * HS;
+				const size_t kvbase = (size_t)b * T * KVC +
+						      (size_t)(h / G) * HS;
 				const double *qt = q + base + (size_t)t * C;
 				double m = -INFINITY, z = 0.0;
 				for (int t2 = 0; t2 <= t; t2++) {
 					const double *kk =
-						k + base + (size_t)t2 * C;
+						k + kvbase + (size_t)t2 * KVC;
 					double d = 0.0;
 					for (int i = 0; i < HS; i++)
 						d += qt[i] * kk[i];
@@ -113,8 +118,8 @@ static inline void ref_attention_forward(double *out, double *lse,
 					double acc = 0.0;
 					for (int t2 = 0; t2 <= t; t2++)
 						acc += s[t2] / z *
-						       v[base + (size_t)t2 * C +
-							 i];
+						       v[kvbase +
+							 (size_t)t2 * KVC + i];
 					ot[i] = acc;
 				}
 				if (lse)
@@ -122,6 +127,105 @@ static inline void ref_attention_forward(double *out, double *lse,
 						m + log(z);
 			}
 	free(s);
+}
+
+/* Causal multi-head attention: the above with NKV = NH (k, v [B, T, C]). */
+static inline void ref_attention_forward(double *out, double *lse,
+					 const double *q, const double *k,
+					 const double *v, int B, int T, int C,
+					 int NH)
+{
+	ref_attention_gqa_forward(out, lse, q, k, v, B, T, C, NH, NH);
+}
+
+/* RMSNorm, as Hugging Face's LlamaRMSNorm: variance = mean(x^2),
+ * y = weight * (x * rsqrt(variance + eps)); rstd (may be NULL) gets
+ * rsqrt(variance + eps) per row. */
+static inline void ref_rmsnorm_forward(double *out, double *rstd,
+				       const double *inp, const double *weight,
+				       int N, int C, double eps)
+{
+	for (int n = 0; n < N; n++) {
+		const double *x = inp + (size_t)n * C;
+		double var = 0.0;
+		for (int c = 0; c < C; c++)
+			var += x[c] * x[c];
+		var /= C;
+		const double r = 1.0 / sqrt(var + eps);
+		for (int c = 0; c < C; c++)
+			out[(size_t)n * C + c] = weight[c] * (x[c] * r);
+		if (rstd)
+			rstd[n] = r;
+	}
+}
+
+/* Hugging Face's rotary frequencies (LlamaRotaryEmbedding, default type):
+ * freqs[t, i] = t * inv_freq[i], inv_freq = 1 / theta^(arange(0, HS, 2) /
+ * HS), for t < T, i < HS/2.  hf_float32: with HF's float32 roundings (of
+ * arange / HS, of the power, of the division and of the product), else
+ * exactly in double. */
+static inline void ref_rope_freqs(double *freqs, int T, int HS, double theta,
+				  int hf_float32)
+{
+	const int half = HS / 2;
+	for (int i = 0; i < half; i++) {
+		double inv;
+		if (hf_float32) {
+			const float e = (float)(2 * i) / (float)HS;
+			inv = (double)(1.0f / (float)pow(theta, (double)e));
+		} else {
+			inv = 1.0 / pow(theta, (double)(2 * i) / HS);
+		}
+		for (int t = 0; t < T; t++)
+			freqs[(size_t)t * half + i] =
+				hf_float32 ? (double)((float)t * (float)inv)
+					   : (double)t * inv;
+	}
+}
+
+/* Rotary position embedding, written as Hugging Face's apply_rotary_pos_emb
+ * on inp/out [B, T, NH, HS]: emb = cat(freqs, freqs), cos = cos(emb),
+ * sin = sin(emb), out = x * cos + rotate_half(x) * sin with rotate_half(x) =
+ * cat(-x2, x1), x1 = x[:HS/2], x2 = x[HS/2:].  freqs[T, HS/2] from
+ * ref_rope_freqs. */
+static inline void ref_rope_forward(double *out, const double *inp,
+				    const double *freqs, int B, int T, int NH,
+				    int HS)
+{
+	const int half = HS / 2;
+	double *emb = (double *)malloc(sizeof(double) * (size_t)HS);
+	double *rot = (double *)malloc(sizeof(double) * (size_t)HS);
+	if (!emb || !rot) {
+		fprintf(stderr, "ref_rope_forward: out of memory\n");
+		exit(1);
+	}
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			for (int i = 0; i < HS; i++) /* cat(freqs, freqs) */
+				emb[i] = freqs[(size_t)t * half + i % half];
+			for (int h = 0; h < NH; h++) {
+				const size_t o =
+					(((size_t)b * T + t) * NH + h) * HS;
+				const double *x = inp + o;
+				for (int i = 0; i < half; i++) {
+					rot[i] = -x[half + i]; /* -x2 */
+					rot[half + i] = x[i];  /* x1 */
+				}
+				for (int i = 0; i < HS; i++)
+					out[o + i] = x[i] * cos(emb[i]) +
+						     rot[i] * sin(emb[i]);
+			}
+		}
+	free(emb);
+	free(rot);
+}
+
+/* SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + e^-x) */
+static inline void ref_swiglu_forward(double *out, const double *gate,
+				      const double *up, long n)
+{
+	for (long i = 0; i < n; i++)
+		out[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
 }
 
 /* GELU, tanh form */

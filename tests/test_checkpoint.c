@@ -75,39 +75,43 @@ static void fill_random(float *p, size_t n)
 	}
 }
 
-static const struct ferry_gpt2_config small = {
-	.max_seq = 8, .vocab = 10, .padded_vocab = 64,
-	.layers = 2, .heads = 2, .channels = 4,
+/* complete, as a reader returns it */
+static const struct ferry_model_config small = {
+	.arch = "gpt2", .max_seq = 8, .vocab = 10, .padded_vocab = 64,
+	.layers = 2, .heads = 2, .kv_heads = 2, .channels = 4, .head_size = 2, .ffn = 16,
+	.tie_embeddings = 1,
 };
 
 static void test_config(void)
 {
-	size_t sizes[FERRY_GPT2_NUM_PARAMS];
-	struct ferry_gpt2_config c;
-	const struct ferry_gpt2_config gpt2 = {
+	/* llm.c's ParameterTensors, in order, with their sizes for `small` */
+	static const struct { const char *name; size_t n; } llmc[] = {
+		{ "wte", 64 * 4 }, { "wpe", 8 * 4 }, { "ln1w", 2 * 4 }, { "ln1b", 2 * 4 },
+		{ "qkvw", 2 * 12 * 4 }, { "qkvb", 2 * 12 }, { "attprojw", 2 * 4 * 4 },
+		{ "attprojb", 2 * 4 }, { "ln2w", 2 * 4 }, { "ln2b", 2 * 4 }, { "fcw", 2 * 16 * 4 },
+		{ "fcb", 2 * 16 }, { "fcprojw", 2 * 4 * 16 }, { "fcprojb", 2 * 4 }, { "lnfw", 4 },
+		{ "lnfb", 4 },
+	};
+	struct ferry_model_config c = small, gpt2 = {
 		.max_seq = 1024, .vocab = 50257, .padded_vocab = 50304,
 		.layers = 12, .heads = 12, .channels = 768,
 	};
+	size_t off = 0;
 
-	CHECK_OK(ferry_gpt2_config_check(&small));
-	CHECK(ferry_gpt2_param_sizes(&small, sizes) == 784);
-	CHECK(sizes[FERRY_GPT2_WTE] == 64 * 4);
-	CHECK(sizes[FERRY_GPT2_WPE] == 8 * 4);
-	CHECK(sizes[FERRY_GPT2_QKVW] == 2 * 12 * 4);
-	CHECK(sizes[FERRY_GPT2_QKVB] == 2 * 12);
-	CHECK(sizes[FERRY_GPT2_ATTPROJW] == 2 * 4 * 4);
-	CHECK(sizes[FERRY_GPT2_FCW] == 2 * 16 * 4);
-	CHECK(sizes[FERRY_GPT2_FCB] == 2 * 16);
-	CHECK(sizes[FERRY_GPT2_FCPROJW] == 2 * 4 * 16);
-	CHECK(sizes[FERRY_GPT2_LNFB] == 4);
+	CHECK_OK(ferry_model_config_complete(&c));
+	CHECK(ferry_model_config_num_params(&c) == 784);
+	CHECK(ferry_model_param_tensors(&c) == 16);
+	for (int i = 0; i < 16; i++) {
+		struct ferry_param_info pi;
+
+		CHECK_OK(ferry_model_param_info(&c, i, &pi));
+		CHECK(!strcmp(pi.name, llmc[i].name) && pi.numel == llmc[i].n && pi.offset == off);
+		off += pi.numel;
+	}
+	CHECK(ferry_model_param_find(&c, "qkvw") == 4);
 	/* GPT-2 small, as llm.c reports it. */
-	CHECK_OK(ferry_gpt2_config_check(&gpt2));
-	CHECK(ferry_gpt2_param_sizes(&gpt2, sizes) == 124475904);
-
-	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_WTE), "wte"));
-	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_QKVW), "qkvw"));
-	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_FCPROJB), "fcprojb"));
-	CHECK(!strcmp(ferry_gpt2_param_name(FERRY_GPT2_LNFB), "lnfb"));
+	CHECK_OK(ferry_model_config_complete(&gpt2));
+	CHECK(ferry_model_config_num_params(&gpt2) == 124475904);
 
 	CHECK(ferry_pad_vocab(50257) == 50304);
 	CHECK(ferry_pad_vocab(257) == 320);
@@ -117,36 +121,40 @@ static void test_config(void)
 
 	c = gpt2;
 	c.channels = 770;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID,
 		  "channels (770) is not divisible by heads (12)");
 	c = gpt2;
 	c.padded_vocab = 50000;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID,
 		  "padded_vocab");
 	c = gpt2;
 	c.layers = 0;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "layers");
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID, "layers");
 	c = gpt2;
 	c.max_seq = -1;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "max_seq");
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID, "max_seq");
 	c = gpt2;
 	c.heads = 0;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID, "heads");
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID, "heads");
 	/* Sizes that overflow any reasonable file. */
 	c = gpt2;
 	c.layers = 2000000000;
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID, "layers");
+	c.layers = 1 << 20;
 	c.channels = 1 << 28;
 	c.heads = 1;
-	CHECK_ERR(ferry_gpt2_config_check(&c), FERRY_ERR_INVALID,
+	c.kv_heads = c.head_size = c.ffn = 0; /* derived again from the new shape */
+	CHECK_ERR(ferry_model_config_complete(&c), FERRY_ERR_INVALID,
 		  "too many parameters");
 	c.channels = 2000000000;
-	CHECK(ferry_gpt2_config_check(&c) == FERRY_ERR_INVALID);
+	c.kv_heads = c.head_size = c.ffn = 0;
+	CHECK(ferry_model_config_complete(&c) == FERRY_ERR_INVALID);
 }
 
 static void test_model_roundtrip(void)
 {
 	const char *path = tpath("model.bin");
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c;
 	float *a, *b, *back;
 	int32_t *hdr;
 	long size;
@@ -245,7 +253,7 @@ static void test_model_roundtrip(void)
 	free(back);
 }
 
-static void model_header(int32_t hdr[256], const struct ferry_gpt2_config *c)
+static void model_header(int32_t hdr[256], const struct ferry_model_config *c)
 {
 	memset(hdr, 0, 256 * sizeof(int32_t));
 	hdr[0] = 20240326;
@@ -266,7 +274,7 @@ static void expect_bad_model(const char *name, const int32_t hdr[256],
 			     const char *needle, int line)
 {
 	const char *path = tpath(name);
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c;
 	char *zeros = calloc(1, nbytes + 1);
 	float *params = calloc(784, sizeof(float));
 	int before = failures;
@@ -287,7 +295,7 @@ static void expect_bad_model(const char *name, const int32_t hdr[256],
 static void test_model_bad(void)
 {
 	const size_t good = 784 * 4;
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c;
 	int32_t hdr[256];
 
 	CHECK_ERR(ferry_checkpoint_read_config(tpath("missing.bin"), &c),

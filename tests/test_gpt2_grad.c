@@ -36,7 +36,7 @@
 
 struct gcase {
 	const char *name;
-	struct ferry_gpt2_config cfg;
+	struct ferry_model_config cfg;
 	int create_B, create_T; /* the model's size */
 	int B, T;		/* the batch checked (<= the model's size) */
 	uint64_t seed;
@@ -44,17 +44,67 @@ struct gcase {
 
 /* ---- float64 reference GPT-2 --------------------------------------------- */
 
+/* llm.c's parameter layout (train_gpt2.c's ParameterTensors), written out
+ * here independently of ferry's declaration; check_layout compares them. */
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
+       FCPROJW, FCPROJB, LNFW, LNFB, N_PARAMS };
+static const char *const llmc_names[N_PARAMS] = {
+	"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+	"ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+};
+
+static size_t llmc_sizes(const struct ferry_model_config *cfg, size_t s[N_PARAMS])
+{
+	size_t L = (size_t)cfg->layers, C = (size_t)cfg->channels, total = 0;
+
+	s[WTE] = (size_t)cfg->padded_vocab * C;
+	s[WPE] = (size_t)cfg->max_seq * C;
+	s[LN1W] = s[LN1B] = s[ATTPROJB] = s[LN2W] = s[LN2B] = s[FCPROJB] = L * C;
+	s[QKVW] = L * 3 * C * C;
+	s[QKVB] = L * 3 * C;
+	s[ATTPROJW] = L * C * C;
+	s[FCW] = s[FCPROJW] = L * 4 * C * C;
+	s[FCB] = L * 4 * C;
+	s[LNFW] = s[LNFB] = C;
+	for (int p = 0; p < N_PARAMS; p++)
+		total += s[p];
+	return total;
+}
+
+#define OK(call) CHECK((call) == FERRY_OK, "%s: %s", #call, ferry_last_error())
+
+/* ferry's declared parameters are llm.c's, in its order and sizes. */
+static void check_layout(const struct ferry_model_config *cfg)
+{
+	struct ferry_model_config c = *cfg;
+	size_t sizes[N_PARAMS], off = 0;
+
+	llmc_sizes(cfg, sizes);
+	OK(ferry_model_config_complete(&c));
+	CHECK(ferry_model_param_tensors(&c) == N_PARAMS, "%d parameter tensors",
+	      ferry_model_param_tensors(&c));
+	for (int p = 0; p < N_PARAMS && p < ferry_model_param_tensors(&c); p++) {
+		struct ferry_param_info pi;
+
+		OK(ferry_model_param_info(&c, p, &pi));
+		CHECK(!strcmp(pi.name, llmc_names[p]) && pi.numel == sizes[p] && pi.offset == off,
+		      "parameter %d: %s, %zu at %zu; llm.c: %s, %zu at %zu", p, pi.name, pi.numel,
+		      pi.offset, llmc_names[p], sizes[p], off);
+		off += sizes[p];
+	}
+}
+
 struct refmodel {
-	struct ferry_gpt2_config cfg;
+	struct ferry_model_config cfg;
 	int B, T;
 	const int32_t *inputs, *targets;
-	size_t sizes[FERRY_GPT2_NUM_PARAMS], off[FERRY_GPT2_NUM_PARAMS];
+	size_t sizes[N_PARAMS], off[N_PARAMS];
 	double *params; /* n_params, llm.c order: the finite difference moves these */
 	/* activations (one layer's worth, reused) */
 	double *x, *ln, *q, *k, *v, *ctx, *proj, *mid, *fc, *act, *fcproj, *logits;
 };
 
-static void ref_init(struct refmodel *r, const struct ferry_gpt2_config *cfg, int B, int T,
+static void ref_init(struct refmodel *r, const struct ferry_model_config *cfg, int B, int T,
 		     const int32_t *inputs, const int32_t *targets, const float *params)
 {
 	const size_t N = (size_t)B * T, C = (size_t)cfg->channels;
@@ -66,8 +116,8 @@ static void ref_init(struct refmodel *r, const struct ferry_gpt2_config *cfg, in
 	r->T = T;
 	r->inputs = inputs;
 	r->targets = targets;
-	total = ferry_gpt2_param_sizes(cfg, r->sizes);
-	for (int p = 0; p < FERRY_GPT2_NUM_PARAMS; p++) {
+	total = llmc_sizes(cfg, r->sizes);
+	for (int p = 0; p < N_PARAMS; p++) {
 		r->off[p] = off;
 		off += r->sizes[p];
 	}
@@ -99,7 +149,7 @@ static void ref_free(struct refmodel *r)
 /* Tensor p of layer l (l = 0 for the unstacked ones). */
 static const double *ref_w(const struct refmodel *r, int p, int l)
 {
-	const bool per_layer = p >= FERRY_GPT2_LN1W && p <= FERRY_GPT2_FCPROJB;
+	const bool per_layer = p >= LN1W && p <= FCPROJB;
 	const size_t stride = per_layer ? r->sizes[p] / (size_t)r->cfg.layers : 0;
 
 	return r->params + r->off[p] + (size_t)l * stride;
@@ -113,35 +163,35 @@ static double ref_loss(void *ctx)
 	const int N = B * T;
 	const long NC = (long)N * C;
 
-	ref_encoder_forward(r->x, r->inputs, ref_w(r, FERRY_GPT2_WTE, 0),
-			    ref_w(r, FERRY_GPT2_WPE, 0), B, T, C);
+	ref_encoder_forward(r->x, r->inputs, ref_w(r, WTE, 0),
+			    ref_w(r, WPE, 0), B, T, C);
 	for (int l = 0; l < r->cfg.layers; l++) {
-		const double *qkvw = ref_w(r, FERRY_GPT2_QKVW, l);
-		const double *qkvb = ref_w(r, FERRY_GPT2_QKVB, l);
+		const double *qkvw = ref_w(r, QKVW, l);
+		const double *qkvb = ref_w(r, QKVB, l);
 		const size_t CC = (size_t)C * C;
 
-		ref_layernorm_forward(r->ln, NULL, NULL, r->x, ref_w(r, FERRY_GPT2_LN1W, l),
-				      ref_w(r, FERRY_GPT2_LN1B, l), N, C);
+		ref_layernorm_forward(r->ln, NULL, NULL, r->x, ref_w(r, LN1W, l),
+				      ref_w(r, LN1B, l), N, C);
 		ref_matmul_forward(r->q, r->ln, qkvw, qkvb, N, C, C);
 		ref_matmul_forward(r->k, r->ln, qkvw + CC, qkvb + C, N, C, C);
 		ref_matmul_forward(r->v, r->ln, qkvw + 2 * CC, qkvb + 2 * C, N, C, C);
 		ref_attention_forward(r->ctx, NULL, r->q, r->k, r->v, B, T, C, NH);
-		ref_matmul_forward(r->proj, r->ctx, ref_w(r, FERRY_GPT2_ATTPROJW, l),
-				   ref_w(r, FERRY_GPT2_ATTPROJB, l), N, C, C);
+		ref_matmul_forward(r->proj, r->ctx, ref_w(r, ATTPROJW, l),
+				   ref_w(r, ATTPROJB, l), N, C, C);
 		ref_residual_forward(r->mid, r->x, r->proj, NC);
-		ref_layernorm_forward(r->ln, NULL, NULL, r->mid, ref_w(r, FERRY_GPT2_LN2W, l),
-				      ref_w(r, FERRY_GPT2_LN2B, l), N, C);
-		ref_matmul_forward(r->fc, r->ln, ref_w(r, FERRY_GPT2_FCW, l),
-				   ref_w(r, FERRY_GPT2_FCB, l), N, C, 4 * C);
+		ref_layernorm_forward(r->ln, NULL, NULL, r->mid, ref_w(r, LN2W, l),
+				      ref_w(r, LN2B, l), N, C);
+		ref_matmul_forward(r->fc, r->ln, ref_w(r, FCW, l),
+				   ref_w(r, FCB, l), N, C, 4 * C);
 		ref_gelu_forward(r->act, r->fc, 4 * NC);
-		ref_matmul_forward(r->fcproj, r->act, ref_w(r, FERRY_GPT2_FCPROJW, l),
-				   ref_w(r, FERRY_GPT2_FCPROJB, l), N, 4 * C, C);
+		ref_matmul_forward(r->fcproj, r->act, ref_w(r, FCPROJW, l),
+				   ref_w(r, FCPROJB, l), N, 4 * C, C);
 		ref_residual_forward(r->x, r->mid, r->fcproj, NC); /* the next layer's input */
 	}
-	ref_layernorm_forward(r->ln, NULL, NULL, r->x, ref_w(r, FERRY_GPT2_LNFW, 0),
-			      ref_w(r, FERRY_GPT2_LNFB, 0), N, C);
+	ref_layernorm_forward(r->ln, NULL, NULL, r->x, ref_w(r, LNFW, 0),
+			      ref_w(r, LNFB, 0), N, C);
 	/* LM head tied to wte, over the padded vocabulary, no bias */
-	ref_matmul_forward(r->logits, r->ln, ref_w(r, FERRY_GPT2_WTE, 0), NULL, N, C,
+	ref_matmul_forward(r->logits, r->ln, ref_w(r, WTE, 0), NULL, N, C,
 			   r->cfg.padded_vocab);
 	return ref_softmax_xent_mean_loss(r->logits, r->targets, N, r->cfg.vocab,
 					  r->cfg.padded_vocab);
@@ -157,32 +207,31 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define OK(call) CHECK((call) == FERRY_OK, "%s: %s", #call, ferry_last_error())
 
 /* forward with targets + backward (no zero_grad); returns the loss */
-static float fwd_bwd(ferry_gpt2_t m, const struct gcase *gc, const int32_t *in,
+static float fwd_bwd(ferry_model_t m, const struct gcase *gc, const int32_t *in,
 		     const int32_t *tg)
 {
 	float loss = NAN;
 
-	OK(ferry_gpt2_forward(m, in, tg, gc->B, gc->T, &loss));
-	OK(ferry_gpt2_backward(m));
+	OK(ferry_model_forward(m, in, tg, gc->B, gc->T, &loss));
+	OK(ferry_model_backward(m));
 	return loss;
 }
 
 static void check_case(ferry_backend_t be, const struct gcase *gc)
 {
-	const struct ferry_gpt2_config *cfg = &gc->cfg;
+	const struct ferry_model_config *cfg = &gc->cfg;
 	const int N = gc->B * gc->T, V = cfg->vocab, Vp = cfg->padded_vocab, C = cfg->channels;
-	size_t sizes[FERRY_GPT2_NUM_PARAMS];
-	const size_t n = ferry_gpt2_param_sizes(cfg, sizes);
+	size_t sizes[N_PARAMS];
+	const size_t n = llmc_sizes(cfg, sizes);
 	float *params = TALLOC(float, n), *g1 = TALLOC(float, n), *g2 = TALLOC(float, n);
 	float *g3 = TALLOC(float, n);
 	double *num = TALLOC(double, n);
 	int32_t *in = TALLOC(int32_t, N), *tg = TALLOC(int32_t, N);
 	Rng rng = rng_new(gc->seed);
 	struct refmodel r;
-	ferry_gpt2_t m = NULL;
+	ferry_model_t m = NULL;
 	float loss = NAN;
 	double t0, t_fd;
 
@@ -198,19 +247,19 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	}
 	tg[N - 1] = V - 1; /* the last real column is a target */
 
-	OK(ferry_gpt2_create(be, cfg, gc->create_B, gc->create_T, &m));
+	OK(ferry_model_create(be, cfg, gc->create_B, gc->create_T, NULL, &m));
 	if (!m)
 		goto out;
-	CHECK(ferry_gpt2_num_params(m) == n, "num_params %zu, expected %zu",
-	      ferry_gpt2_num_params(m), n);
-	OK(ferry_gpt2_set_params(m, params));
+	CHECK(ferry_model_num_params(m) == n, "num_params %zu, expected %zu",
+	      ferry_model_num_params(m), n);
+	OK(ferry_model_set_params(m, params));
 
 	/* forward: the loss against the float64 model */
 	ref_init(&r, cfg, gc->B, gc->T, in, tg, params);
 	{
 		const double ref = ref_loss(&r);
 
-		OK(ferry_gpt2_forward(m, in, tg, gc->B, gc->T, &loss));
+		OK(ferry_model_forward(m, in, tg, gc->B, gc->T, &loss));
 		const double e = fabs((double)loss - ref) / fabs(ref);
 		printf("  loss: ferry %.8f, float64 %.8f, rel err %.2e\n", loss, ref, e);
 		CHECK(e < LOSS_TOL, "%s loss %.8f vs float64 %.8f: rel err %.3e", gc->name, loss,
@@ -218,9 +267,9 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	}
 
 	/* analytic gradient */
-	OK(ferry_gpt2_zero_grad(m));
-	OK(ferry_gpt2_backward(m));
-	OK(ferry_gpt2_get_grads(m, g1));
+	OK(ferry_model_zero_grad(m));
+	OK(ferry_model_backward(m));
+	OK(ferry_model_get_grads(m, g1));
 
 	/* numeric gradient of the float64 loss, every parameter */
 	t0 = now_s();
@@ -230,12 +279,12 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 
 	/* per tensor */
 	printf("  %-9s %6s %12s %12s %10s\n", "tensor", "n", "max|grad|", "max|num|", "nerr");
-	for (int p = 0; p < FERRY_GPT2_NUM_PARAMS; p++) {
+	for (int p = 0; p < N_PARAMS; p++) {
 		const size_t o = r.off[p];
 		const double e = nerr_fd(g1 + o, num + o, (long)sizes[p]);
 		const double ga = max_abs_f(g1 + o, (long)sizes[p]);
 		const double gn = max_abs_d(num + o, (long)sizes[p]);
-		const char *name = ferry_gpt2_param_name((enum ferry_gpt2_param)p);
+		const char *name = llmc_names[p];
 
 		printf("  %-9s %6zu %12.4e %12.4e %10.2e\n", name, sizes[p], ga, gn, e);
 		CHECK(e < GRAD_TOL, "%s: %s gradient normalised error %.3e (max|grad| %.3e)",
@@ -246,7 +295,7 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 
 	/* padding rows of wte: exactly zero in ferry, ~zero numerically */
 	{
-		const size_t o = r.off[FERRY_GPT2_WTE] + (size_t)V * C;
+		const size_t o = r.off[WTE] + (size_t)V * C;
 		const long np = (long)(Vp - V) * C;
 		long nonzero = 0;
 
@@ -265,7 +314,7 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	{
 		const float l2 = fwd_bwd(m, gc, in, tg);
 
-		OK(ferry_gpt2_get_grads(m, g2));
+		OK(ferry_model_get_grads(m, g2));
 		const double e = nerr_scaled_ff(g2, g1, 2.0, (long)n);
 		printf("  accumulate: second pass vs 2x first, nerr %.2e\n", e);
 		CHECK(l2 == loss, "%s: loss changed between identical forwards (%.9g, %.9g)",
@@ -275,13 +324,13 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	}
 
 	/* one backward per forward: a second one is refused, not silently wrong */
-	CHECK(ferry_gpt2_backward(m) == FERRY_ERR_INVALID, "%s: second backward refused", gc->name);
+	CHECK(ferry_model_backward(m) == FERRY_ERR_INVALID, "%s: second backward refused", gc->name);
 
 	/* determinism: zero_grad + forward + backward again, bit for bit */
 	{
-		OK(ferry_gpt2_zero_grad(m));
+		OK(ferry_model_zero_grad(m));
 		fwd_bwd(m, gc, in, tg);
-		OK(ferry_gpt2_get_grads(m, g3));
+		OK(ferry_model_get_grads(m, g3));
 		const bool same = memcmp(g1, g3, n * sizeof(float)) == 0;
 		printf("  determinism: repeated gradient %s\n", same ? "bit-identical" : "DIFFERS");
 		CHECK(same, "%s: gradients of two identical runs differ (nerr %.3e)", gc->name,
@@ -290,7 +339,7 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 
 	ref_free(&r);
 out:
-	ferry_gpt2_free(m);
+	ferry_model_free(m);
 	free(params);
 	free(g1);
 	free(g2);
@@ -321,8 +370,10 @@ int main(void)
 		fprintf(stderr, "cannot open the cpu backend: %s\n", ferry_last_error());
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		check_layout(&cases[i].cfg);
 		check_case(be, &cases[i]);
+	}
 	ferry_backend_close(be);
 	printf("total %.2f s\n", now_s() - t0);
 	return test_exit_code();

@@ -11,7 +11,7 @@
 
 #define STEPS 6
 
-static const struct ferry_gpt2_config cfg = { .max_seq = 64, .vocab = 97, .padded_vocab = 128,
+static const struct ferry_model_config cfg = { .max_seq = 64, .vocab = 97, .padded_vocab = 128,
 					      .layers = 2, .heads = 2, .channels = 64 };
 enum { B = 4, T = 32 };
 
@@ -31,12 +31,12 @@ static size_t train(const char *backend, const char *policy, float *loss, float 
 	struct ferry_adamw opt = { 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
 	struct ferry_plan plan;
 	ferry_backend_t be;
-	ferry_gpt2_t m;
+	ferry_model_t m;
 	int32_t in[B * T], tg[B * T];
 	size_t peak;
 	float norm;
 
-	CHECK(ferry_gpt2_plan(&cfg, B, T, &o, &plan) == FERRY_OK, "plan %s", ferry_last_error());
+	CHECK(ferry_model_plan(&cfg, B, T, &o, &plan) == FERRY_OK, "plan %s", ferry_last_error());
 	*planned = plan.mem.peak_bytes;
 	/* an arena of the plan's size: the GPU may be shared */
 	if (ferry_backend_open(backend, &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes }, &be) !=
@@ -44,20 +44,20 @@ static size_t train(const char *backend, const char *policy, float *loss, float 
 		CHECK(0, "open %s: %s", backend, ferry_last_error());
 		return 0;
 	}
-	CHECK(ferry_gpt2_create_ex(be, &cfg, B, T, &o, &m) == FERRY_OK, "create %s %s: %s", backend, policy,
+	CHECK(ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK, "create %s %s: %s", backend, policy,
 	      ferry_last_error());
-	CHECK(ferry_gpt2_init_random(m, 5) == FERRY_OK, "init");
+	CHECK(ferry_model_init_random(m, 5) == FERRY_OK, "init");
 	for (int s = 0; s < STEPS; s++) {
 		batch(in, tg, s);
-		CHECK(ferry_gpt2_forward(m, in, tg, B, T, &loss[s]) == FERRY_OK, "forward %s", ferry_last_error());
-		CHECK(ferry_gpt2_zero_grad(m) == FERRY_OK, "zero");
-		CHECK(ferry_gpt2_backward(m) == FERRY_OK, "backward %s", ferry_last_error());
+		CHECK(ferry_model_forward(m, in, tg, B, T, &loss[s]) == FERRY_OK, "forward %s", ferry_last_error());
+		CHECK(ferry_model_zero_grad(m) == FERRY_OK, "zero");
+		CHECK(ferry_model_backward(m) == FERRY_OK, "backward %s", ferry_last_error());
 		if (s == 0 && g0)
-			CHECK(ferry_gpt2_get_grads(m, g0) == FERRY_OK, "grads");
-		CHECK(ferry_gpt2_update(m, &opt, s + 1, &norm) == FERRY_OK, "update %s", ferry_last_error());
+			CHECK(ferry_model_get_grads(m, g0) == FERRY_OK, "grads");
+		CHECK(ferry_model_update(m, &opt, s + 1, &norm) == FERRY_OK, "update %s", ferry_last_error());
 	}
 	peak = ferry_backend_mem_peak(be);
-	ferry_gpt2_free(m);
+	ferry_model_free(m);
 	ferry_backend_close(be);
 	return peak;
 }
@@ -113,12 +113,17 @@ static void test_tutorial(void)
 
 int main(void)
 {
-	size_t n_params, sizes[FERRY_GPT2_NUM_PARAMS], planned;
+	struct ferry_model_config full = cfg;
+	size_t n_params, planned;
 	float cpu_loss[STEPS], gpu_loss[STEPS], loss[STEPS];
 	float *gc, *gg;
 
 	gpu_or_skip();
-	n_params = ferry_gpt2_param_sizes(&cfg, sizes);
+	if (ferry_model_config_complete(&full) != FERRY_OK) {
+		fprintf(stderr, "config: %s\n", ferry_last_error());
+		return 1;
+	}
+	n_params = ferry_model_config_num_params(&full);
 	gc = TALLOC(float, n_params);
 	gg = TALLOC(float, n_params);
 	train("cpu", "everything_saveable", cpu_loss, gc, &planned);
@@ -126,17 +131,20 @@ int main(void)
 	CHECK(peak == planned, "cuda: measured peak %zu == planned %zu", peak, planned);
 
 	/* the first step's gradients, tensor by tensor */
-	for (int p = 0, off = 0; p < FERRY_GPT2_NUM_PARAMS; off += (int)sizes[p], p++) {
+	for (int p = 0; p < ferry_model_param_tensors(&full); p++) {
+		struct ferry_param_info pi;
 		double num = 0, den = 1e-8;
 
-		for (size_t i = 0; i < sizes[p]; i++) {
+		if (ferry_model_param_info(&full, p, &pi) != FERRY_OK)
+			return 1;
+		for (size_t i = 0, off = pi.offset; i < pi.numel; i++) {
 			double d = fabs((double)gg[off + i] - gc[off + i]);
 
 			num = d > num || isnan(d) ? d : num;
 			den = fabs(gc[off + i]) > den ? fabs(gc[off + i]) : den;
 		}
-		printf("  grad %-9s nerr %.2e\n", ferry_gpt2_param_name(p), num / den);
-		CHECK(num / den < 8e-2, "%s gradient: normalised error %.3e", ferry_gpt2_param_name(p), num / den);
+		printf("  grad %-9s nerr %.2e\n", pi.name, num / den);
+		CHECK(num / den < 8e-2, "%s gradient: normalised error %.3e", pi.name, num / den);
 	}
 	for (int s = 0; s < STEPS; s++) {
 		printf("  step %d loss cpu %.5f cuda %.5f\n", s + 1, cpu_loss[s], gpu_loss[s]);

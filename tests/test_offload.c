@@ -42,7 +42,7 @@ struct gpt2_run {
 	float *params;  /* after the last step */
 };
 
-static const struct ferry_gpt2_config gcfg = { .max_seq = 16, .vocab = 37, .padded_vocab = 64,
+static const struct ferry_model_config gcfg = { .max_seq = 16, .vocab = 37, .padded_vocab = 64,
 					       .layers = 5, .heads = 2, .channels = 16 };
 enum { GB = 2, GT = 12 };
 
@@ -61,36 +61,36 @@ static int gpt2_train(const char *policy, int depth, struct gpt2_run *r)
 	struct ferry_adamw opt = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	struct ferry_plan plan;
 	ferry_backend_t be;
-	ferry_gpt2_t m;
+	ferry_model_t m;
 	int32_t in[GB * GT], tg[GB * GT];
 	size_t n;
 	float norm;
 
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "%s: plan: %s", policy, ferry_last_error());
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "%s: plan: %s", policy, ferry_last_error());
 	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "backend");
-	if (ferry_gpt2_create_ex(be, &gcfg, GB, GT, &o, &m) != FERRY_OK) {
+	if (ferry_model_create(be, &gcfg, GB, GT, &o, &m) != FERRY_OK) {
 		CHECK(0, "%s: create: %s", policy, ferry_last_error());
 		ferry_backend_close(be);
 		return 0;
 	}
 	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu after create",
 	      policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
-	CHECK(ferry_gpt2_init_random(m, 7) == FERRY_OK, "init");
+	CHECK(ferry_model_init_random(m, 7) == FERRY_OK, "init");
 	for (int s = 0; s < STEPS; s++) {
 		gpt2_tokens(in, tg, s);
-		CHECK(ferry_gpt2_forward(m, in, tg, GB, GT, &r->loss[s]) == FERRY_OK, "forward");
-		CHECK(ferry_gpt2_zero_grad(m) == FERRY_OK, "zero");
-		CHECK(ferry_gpt2_backward(m) == FERRY_OK, "backward: %s", ferry_last_error());
+		CHECK(ferry_model_forward(m, in, tg, GB, GT, &r->loss[s]) == FERRY_OK, "forward");
+		CHECK(ferry_model_zero_grad(m) == FERRY_OK, "zero");
+		CHECK(ferry_model_backward(m) == FERRY_OK, "backward: %s", ferry_last_error());
 		if (s < STEPS - 1)
-			CHECK(ferry_gpt2_update(m, &opt, s + 1, &norm) == FERRY_OK, "update");
+			CHECK(ferry_model_update(m, &opt, s + 1, &norm) == FERRY_OK, "update");
 	}
 	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu after steps",
 	      policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
-	n = ferry_gpt2_num_params(m);
+	n = ferry_model_num_params(m);
 	r->grads = TALLOC(float, n);
 	r->params = TALLOC(float, n);
-	CHECK(ferry_gpt2_get_grads(m, r->grads) == FERRY_OK && ferry_gpt2_get_params(m, r->params) == FERRY_OK, "get");
-	ferry_gpt2_free(m);
+	CHECK(ferry_model_get_grads(m, r->grads) == FERRY_OK && ferry_model_get_params(m, r->params) == FERRY_OK, "get");
+	ferry_model_free(m);
 	ferry_backend_close(be);
 	return (int)n;
 }
@@ -130,11 +130,11 @@ static void test_gpt2_plans(void)
 	struct ferry_plan all, none, off;
 	struct ferry_exec_opts o = { .policy = "everything_saveable", .prefetch_depth = 0 };
 
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &all) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &all) == FERRY_OK, "plan");
 	o.policy = "nothing_saveable";
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &none) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &none) == FERRY_OK, "plan");
 	o.policy = "qkv_proj_offloaded";
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &off) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &off) == FERRY_OK, "plan");
 	CHECK(all.n_recompute_ops == 0 && all.mem.host_total_bytes == 0, "everything_saveable keeps all");
 	CHECK(none.mem.peak_bytes < all.mem.peak_bytes && none.n_recompute_ops > 0, "remat saves device memory");
 	/* q, k and v: 3 tensors x L layers x B*T*C floats on the host */
@@ -265,7 +265,7 @@ static void test_failures(void)
 	struct ferry_exec_opts o = { .policy = "qkv_proj_offloaded", .prefetch_depth = 0 };
 	struct ferry_plan plan;
 	ferry_backend_t be;
-	ferry_gpt2_t m = NULL;
+	ferry_model_t m = NULL;
 	int nomem = 0;
 
 	for (long k = 0; k < 2000; k++) {
@@ -273,9 +273,9 @@ static void test_failures(void)
 
 		CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "backend");
 		ferry_fault_fail_after(k);
-		st = ferry_gpt2_create_ex(be, &gcfg, GB, GT, &o, &m);
+		st = ferry_model_create(be, &gcfg, GB, GT, &o, &m);
 		ferry_fault_fail_after(-1);
-		ferry_gpt2_free(m);
+		ferry_model_free(m);
 		m = NULL;
 		CHECK(ferry_backend_mem_live(be) == 0, "allocation %ld: device memory returned", k);
 		ferry_backend_close(be);
@@ -286,27 +286,27 @@ static void test_failures(void)
 	}
 	CHECK(nomem > 20, "every host allocation of an offloading model can fail cleanly (%d)", nomem);
 
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "plan");
 	CHECK(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes - 256 },
 				 &be) == FERRY_OK, "small backend");
-	CHECK(ferry_gpt2_create_ex(be, &gcfg, GB, GT, &o, &m) == FERRY_ERR_DEVICE_MEM && m == NULL,
+	CHECK(ferry_model_create(be, &gcfg, GB, GT, &o, &m) == FERRY_ERR_DEVICE_MEM && m == NULL,
 	      "one unit short of the plan is refused");
 	CHECK(ferry_backend_mem_live(be) == 0, "nothing left allocated");
 	ferry_backend_close(be);
 	CHECK(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes }, &be) == FERRY_OK,
 	      "exact backend");
-	CHECK(ferry_gpt2_create_ex(be, &gcfg, GB, GT, &o, &m) == FERRY_OK, "exactly the plan fits");
-	ferry_gpt2_free(m);
+	CHECK(ferry_model_create(be, &gcfg, GB, GT, &o, &m) == FERRY_OK, "exactly the plan fits");
+	ferry_model_free(m);
 	ferry_backend_close(be);
 
 	o.policy = "save_only_these_names(nonsense)";
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "unknown name refused");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "unknown name refused");
 	CHECK(strstr(ferry_last_error(), "query_proj") != NULL, "lists the model's names: %s", ferry_last_error());
 	o.policy = "custom:decoder_layer_input=remat";
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "input remat refused");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "input remat refused");
 	o.policy = "everything_saveable";
 	o.prefetch_depth = -1;
-	CHECK(ferry_gpt2_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "bad depth refused");
+	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "bad depth refused");
 }
 
 int main(void)

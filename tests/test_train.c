@@ -39,7 +39,7 @@ static struct ferry_train_opts tiny_opts(void)
 	struct ferry_train_opts o;
 
 	ferry_train_opts_default(&o);
-	o.model = (struct ferry_gpt2_config){ .max_seq = 16, .vocab = 13, .padded_vocab = 16,
+	o.model = (struct ferry_model_config){ .max_seq = 16, .vocab = 13, .padded_vocab = 16,
 					      .layers = 2, .heads = 2, .channels = 16 };
 	o.data = path_in("repeat.bin");
 	o.B = 4;
@@ -75,12 +75,12 @@ static void test_overfit(void)
 
 static float *params_after(ferry_trainer_t tr, size_t *n)
 {
-	ferry_gpt2_t m = ferry_trainer_model(tr);
+	ferry_model_t m = ferry_trainer_model(tr);
 	float *p;
 
-	*n = ferry_gpt2_num_params(m);
+	*n = ferry_model_num_params(m);
 	p = TALLOC(float, *n);
-	CHECK(ferry_gpt2_get_params(m, p) == FERRY_OK, "get params");
+	CHECK(ferry_model_get_params(m, p) == FERRY_OK, "get params");
 	return p;
 }
 
@@ -122,8 +122,9 @@ static void test_resume(void)
 	/* a model and a state from different saves (a save interrupted between
 	 * the two files) are refused, not mixed */
 	{
-		struct ferry_gpt2_config cfg;
-		size_t n = ferry_gpt2_param_sizes(&o.model, (size_t[FERRY_GPT2_NUM_PARAMS]){ 0 });
+		struct ferry_model_config cfg;
+		struct ferry_model_config full = o.model;
+		size_t n = ferry_model_config_complete(&full) == FERRY_OK ? ferry_model_config_num_params(&full) : 0;
 		float *p = TALLOC(float, n);
 
 		float keep;

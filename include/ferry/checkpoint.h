@@ -4,7 +4,7 @@
  * Model file (llm.c's gpt2_*.bin): 256 int32 header
  *   [0] 20240326 magic, [1] 3 (fp32, padded vocabulary), [2] maxT, [3] V,
  *   [4] L, [5] NH, [6] C, [7] Vp, rest 0;
- * then every parameter as fp32 in enum ferry_gpt2_param order.
+ * then every parameter as fp32 in the GPT-2 declaration's order (src/models/gpt2.c).
  *
  * Training state file (ferry's own, written next to the model as
  * "<model>.state"): 256 int32 header
@@ -42,7 +42,7 @@ extern "C" {
 
 /* Reads and validates only the header (and the file length). */
 ferry_status ferry_checkpoint_read_config(const char *path,
-					  struct ferry_gpt2_config *cfg)
+					  struct ferry_model_config *cfg)
 	FERRY_MUST_CHECK;
 
 /* Reads the whole model: *cfg gets the shape, params (n_params floats,
@@ -50,12 +50,12 @@ ferry_status ferry_checkpoint_read_config(const char *path,
  * n_params != the file's count: FERRY_ERR_INVALID.  Bad header, config or
  * length: FERRY_ERR_FORMAT; missing or unreadable file: FERRY_ERR_IO. */
 ferry_status ferry_checkpoint_read(const char *path,
-				   struct ferry_gpt2_config *cfg,
+				   struct ferry_model_config *cfg,
 				   float *params, size_t n_params)
 	FERRY_MUST_CHECK;
 
 ferry_status ferry_checkpoint_write(const char *path,
-				    const struct ferry_gpt2_config *cfg,
+				    const struct ferry_model_config *cfg,
 				    const float *params) FERRY_MUST_CHECK;
 
 struct ferry_train_state {

@@ -1,13 +1,16 @@
 /*
- * Model shapes and parameter layout.
+ * Models: a configuration, its parameter tensors, and a model on a backend.
  *
- * GPT-2 parameters live in one contiguous fp32 array in llm.c's order
- * (train_gpt2.c's ParameterTensors), so an llm.c checkpoint is read straight
- * into it.  Per-layer tensors are stacked [L, ...] within each entry.
+ * Every model (GPT-2, Llama) is a declaration inside libferry; this API is
+ * the same for all of them.  Parameters live in one fp32 array in the
+ * declaration's order, each per-layer tensor stacked [L, ...] (llm.c's
+ * layout for GPT-2, so an llm.c checkpoint is read straight into it);
+ * ferry_model_param_info says where each tensor is.
  */
 #ifndef FERRY_MODEL_H
 #define FERRY_MODEL_H
 
+#include <stdbool.h>
 #include "ferry/ferry.h"
 #include "ferry/backend.h"
 #include "ferry/plan.h"
@@ -16,120 +19,128 @@
 extern "C" {
 #endif
 
-struct ferry_gpt2_config {
-	int max_seq;      /* maxT: rows of the position embedding */
+struct ferry_model_config {
+	char arch[16];    /* "gpt2" or "llama" */
+	int max_seq;      /* longest sequence (GPT-2: rows of the position table) */
 	int vocab;        /* V: real vocabulary size */
-	int padded_vocab; /* Vp >= V: rows of the token embedding */
+	int padded_vocab; /* Vp >= V: rows of the token embedding (0: derived) */
 	int layers;       /* L */
-	int heads;        /* NH; channels % heads == 0 */
+	int heads;        /* NH */
+	int kv_heads;     /* key/value heads, dividing NH (0: = NH) */
 	int channels;     /* C */
+	int head_size;    /* 0: C / NH */
+	int ffn;          /* MLP hidden width (0: GPT-2 4C; Llama must give it) */
+	float norm_eps;   /* Llama's RMSNorm epsilon (0: 1e-5) */
+	float rope_theta; /* Llama's rotary base (0: 10000) */
+	int tie_embeddings; /* the LM head is the token embedding: 1 yes, -1 no,
+			       0 the model's default (GPT-2 tied; Llama untied,
+			       as Hugging Face's tie_word_embeddings) */
 };
 
-/* Parameter tensors, in llm.c checkpoint order. */
-enum ferry_gpt2_param {
-	FERRY_GPT2_WTE,      /* [Vp, C] token embedding, tied LM head */
-	FERRY_GPT2_WPE,      /* [maxT, C] */
-	FERRY_GPT2_LN1W,     /* [L, C] */
-	FERRY_GPT2_LN1B,     /* [L, C] */
-	FERRY_GPT2_QKVW,     /* [L, 3C, C]: rows 0..C-1 query, then key, value */
-	FERRY_GPT2_QKVB,     /* [L, 3C] */
-	FERRY_GPT2_ATTPROJW, /* [L, C, C] */
-	FERRY_GPT2_ATTPROJB, /* [L, C] */
-	FERRY_GPT2_LN2W,     /* [L, C] */
-	FERRY_GPT2_LN2B,     /* [L, C] */
-	FERRY_GPT2_FCW,      /* [L, 4C, C] */
-	FERRY_GPT2_FCB,      /* [L, 4C] */
-	FERRY_GPT2_FCPROJW,  /* [L, C, 4C] */
-	FERRY_GPT2_FCPROJB,  /* [L, C] */
-	FERRY_GPT2_LNFW,     /* [C] */
-	FERRY_GPT2_LNFB,     /* [C] */
-	FERRY_GPT2_NUM_PARAMS
-};
+/* Fills cfg->arch's defaults for the derived fields left 0 and checks every
+ * field (positive sizes, Vp >= V, divisibility, sizes that fit in memory
+ * arithmetic); the message names the offending field.  An unknown arch is
+ * refused with the list of models. */
+ferry_status ferry_model_config_complete(struct ferry_model_config *cfg) FERRY_MUST_CHECK;
 
-/* Checks every field (positive sizes, Vp >= V, C % NH == 0, sizes that fit
- * in memory arithmetic); the message names the offending field. */
-ferry_status ferry_gpt2_config_check(const struct ferry_gpt2_config *cfg)
-	FERRY_MUST_CHECK;
-
-/* Number of floats in each parameter tensor; returns the total. */
-size_t ferry_gpt2_param_sizes(const struct ferry_gpt2_config *cfg,
-			      size_t sizes[FERRY_GPT2_NUM_PARAMS]);
-
-/* Human-readable tensor name ("wte", "ln1w", ...). */
-const char *ferry_gpt2_param_name(enum ferry_gpt2_param p);
+/* "gpt2, llama" */
+const char *ferry_model_arch_list(void);
 
 /* Vocabulary padded for the embedding table: up to a multiple of 128 above
  * 4096 (50257 -> 50304, as llm.c), else of 64 (257 -> 320). */
 int ferry_pad_vocab(int vocab);
 
-/* ---- a GPT-2 model on a backend ------------------------------------------------
+/* One parameter tensor of a (completed) config. */
+struct ferry_param_info {
+	const char *name;      /* "wte", "q_proj", ... */
+	const char *hf_name;   /* Hugging Face name, "%d" = layer (NULL: none) */
+	int layers;            /* 0: one tensor; L: stacked per layer */
+	int ndim;              /* one layer's shape */
+	int64_t shape[4];
+	size_t layer_numel;    /* elements of one layer's slice (or the tensor) */
+	size_t offset;         /* elements into the parameter array */
+	size_t numel;          /* all layers */
+	bool present;          /* false: tied to another tensor, no storage */
+};
+
+/* Number of parameter tensors of cfg's model; parameter array length. */
+int ferry_model_param_tensors(const struct ferry_model_config *cfg);
+size_t ferry_model_config_num_params(const struct ferry_model_config *cfg);
+ferry_status ferry_model_param_info(const struct ferry_model_config *cfg, int i,
+				    struct ferry_param_info *out) FERRY_MUST_CHECK;
+/* Index of the parameter called name, or -1. */
+int ferry_model_param_find(const struct ferry_model_config *cfg, const char *name);
+
+/* ---- a model on a backend ------------------------------------------------------
  * Holds parameters, gradients, AdamW state and activations for batches of
- * up to B x T in the backend's device arena.  Calls are synchronous from the
- * caller's view (work runs on the backend's streams; results are ready when
- * a call returns). */
-typedef struct ferry_gpt2 *ferry_gpt2_t;
+ * up to B x T in the backend's device arena, every buffer the tensor table
+ * lists (ferry_model_plan).  Calls are synchronous from the caller's view
+ * (work runs on the backend's streams; results are ready when a call
+ * returns). */
+typedef struct ferry_model *ferry_model_t;
 
 struct ferry_adamw {
 	float lr, beta1, beta2, eps, weight_decay;
 	float grad_clip; /* clip the global gradient norm to this; 0 = off */
 };
 
-ferry_status ferry_gpt2_create(ferry_backend_t be, const struct ferry_gpt2_config *cfg,
-			       int B, int T, ferry_gpt2_t *out) FERRY_MUST_CHECK;
-/* ... with an activation policy and prefetch depth (NULL: everything on the
- * device).  Allocates exactly the buffers ferry_gpt2_plan lists. */
-ferry_status ferry_gpt2_create_ex(ferry_backend_t be, const struct ferry_gpt2_config *cfg,
-				  int B, int T, const struct ferry_exec_opts *opts,
-				  ferry_gpt2_t *out) FERRY_MUST_CHECK;
-/* The memory plan of ferry_gpt2_create_ex with the same arguments, without
+/* opts: activation policy and prefetch depth (NULL: everything on the
+ * device).  Allocates exactly the buffers ferry_model_plan lists. */
+ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_config *cfg, int B,
+				int T, const struct ferry_exec_opts *opts, ferry_model_t *out)
+	FERRY_MUST_CHECK;
+/* The memory plan of ferry_model_create with the same arguments, without
  * allocating anything: fails the same way on a bad shape or policy. */
-ferry_status ferry_gpt2_plan(const struct ferry_gpt2_config *cfg, int B, int T,
-			     const struct ferry_exec_opts *opts, struct ferry_plan *plan)
+ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T,
+			      const struct ferry_exec_opts *opts, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
-void ferry_gpt2_free(ferry_gpt2_t m);
-const struct ferry_gpt2_config *ferry_gpt2_config(ferry_gpt2_t m);
-size_t ferry_gpt2_num_params(ferry_gpt2_t m);
+void ferry_model_free(ferry_model_t m);
+const struct ferry_model_config *ferry_model_config(ferry_model_t m);
+size_t ferry_model_num_params(ferry_model_t m);
 /* The longest sequence a forward pass accepts: min(T created for, max_seq). */
-int ferry_gpt2_max_seq_len(ferry_gpt2_t m);
+int ferry_model_max_seq_len(ferry_model_t m);
 
-/* GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
- * 1/sqrt(2L), zero biases, unit layernorm gains; deterministic in seed. */
-ferry_status ferry_gpt2_init_random(ferry_gpt2_t m, uint64_t seed) FERRY_MUST_CHECK;
+/* Initialisation as the declaration says (GPT-2: N(0, 0.02) weights,
+ * residual projections scaled by 1/sqrt(2L), zero biases, unit norm gains);
+ * deterministic in seed. */
+ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_CHECK;
 
-/* Copies between host arrays (n_params floats, llm.c order) and the device. */
-ferry_status ferry_gpt2_set_params(ferry_gpt2_t m, const float *params) FERRY_MUST_CHECK;
-ferry_status ferry_gpt2_get_params(ferry_gpt2_t m, float *params) FERRY_MUST_CHECK;
-ferry_status ferry_gpt2_get_grads(ferry_gpt2_t m, float *grads) FERRY_MUST_CHECK;
-ferry_status ferry_gpt2_set_opt_state(ferry_gpt2_t m, const float *mom, const float *var)
+/* Copies between host arrays (n_params floats, declaration order) and the
+ * device. */
+ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
+ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+ferry_status ferry_model_get_grads(ferry_model_t m, float *grads) FERRY_MUST_CHECK;
+ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 	FERRY_MUST_CHECK;
-ferry_status ferry_gpt2_get_opt_state(ferry_gpt2_t m, float *mom, float *var) FERRY_MUST_CHECK;
+ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
 
 /* Forward pass over inputs [B, T] (B, T within the created size).  With
  * targets, *loss gets the mean cross-entropy; tokens are checked against the
  * vocabulary and T against max_seq first. */
-ferry_status ferry_gpt2_forward(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets,
-				int B, int T, float *loss) FERRY_MUST_CHECK;
+ferry_status ferry_model_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets,
+				 int B, int T, float *loss) FERRY_MUST_CHECK;
 /* The mean loss of a batch without keeping anything for a backward pass
  * (validation, evaluation): offloaded tensors are not copied out. */
-ferry_status ferry_gpt2_loss(ferry_gpt2_t m, const int32_t *inputs, const int32_t *targets,
-			     int B, int T, float *loss) FERRY_MUST_CHECK;
+ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int32_t *targets,
+			      int B, int T, float *loss) FERRY_MUST_CHECK;
 /* After a forward pass: the next-token probabilities (V floats) at row
  * b * T + t. */
-ferry_status ferry_gpt2_probs(ferry_gpt2_t m, int row, float *probs) FERRY_MUST_CHECK;
+ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs) FERRY_MUST_CHECK;
 
-ferry_status ferry_gpt2_zero_grad(ferry_gpt2_t m) FERRY_MUST_CHECK;
+ferry_status ferry_model_zero_grad(ferry_model_t m) FERRY_MUST_CHECK;
 /* Backward pass of the last forward (which must have had targets; each
  * forward allows one backward); gradients of the mean loss accumulate into
  * the gradient buffer. */
-ferry_status ferry_gpt2_backward(ferry_gpt2_t m) FERRY_MUST_CHECK;
+ferry_status ferry_model_backward(ferry_model_t m) FERRY_MUST_CHECK;
 /* Clips by global norm and applies AdamW step t (>= 1); *grad_norm gets the
- * norm before clipping.  Weight decay applies to matrices only. */
-ferry_status ferry_gpt2_update(ferry_gpt2_t m, const struct ferry_adamw *opt, int t,
-			       float *grad_norm) FERRY_MUST_CHECK;
+ * norm before clipping.  Weight decay applies where the declaration says
+ * (matrices and embeddings, not biases or norm gains). */
+ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t,
+				float *grad_norm) FERRY_MUST_CHECK;
 
 /* The model's FLOPs for one training step (forward + backward) at B x T,
- * without recomputation. */
-double ferry_gpt2_step_flops(ferry_gpt2_t m, int B, int T);
+ * without recomputation: the sum of its ops' FLOPs. */
+double ferry_model_step_flops(ferry_model_t m, int B, int T);
 
 #ifdef __cplusplus
 }

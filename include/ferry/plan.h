@@ -38,9 +38,27 @@ enum ferry_buffer_kind {
 	FERRY_BUF_TEMP,
 };
 
+/* What a training tensor is (the tensor table's kinds; `ferry plan` sums
+ * device and host bytes by kind). */
+enum ferry_tensor_kind {
+	FERRY_TK_WEIGHT,      /* fp32 master weights */
+	FERRY_TK_WEIGHT_COPY, /* their low-precision copy, what kernels read */
+	FERRY_TK_GRAD,        /* weight gradients (fp32) */
+	FERRY_TK_OPT_STATE,   /* AdamW moments */
+	FERRY_TK_ACTIVATION,  /* layer, prologue and epilogue activations, logits */
+	FERRY_TK_ACT_GRAD,    /* activation gradients */
+	FERRY_TK_BATCH,       /* token ids and targets */
+	FERRY_TK_LOSS,        /* per-row losses */
+	FERRY_TK_WORKSPACE,   /* kernel scratch, the gradient norm */
+	FERRY_TK_COUNT
+};
+
+const char *ferry_tensor_kind_name(enum ferry_tensor_kind kind);
+
 struct ferry_plan_buffer {
 	char name[48];
 	enum ferry_buffer_kind kind;
+	enum ferry_tensor_kind tensor_kind;
 	size_t bytes;
 };
 
@@ -62,6 +80,8 @@ struct ferry_memory_analysis {
 	size_t total_bytes, peak_bytes;
 	size_t host_activation_bytes; /* offloaded activations, all layers */
 	size_t host_total_bytes;
+	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
+	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
 };
 
 struct ferry_plan {
@@ -69,6 +89,7 @@ struct ferry_plan {
 	char policy[256];
 	enum ferry_dtype act_dtype;
 	int B, T, L;
+	int n_table_entries;  /* tensors in the model's tensor table */
 	int prefetch_depth;   /* layers prefetched ahead in backward */
 	int ring_slots;       /* device slots per offloaded tensor */
 	int n_tensors;

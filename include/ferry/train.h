@@ -1,5 +1,5 @@
 /*
- * Training: a trainer owns a backend, a GPT-2 model, the data loaders and
+ * Training: a trainer owns a backend, a model (any declared one), the data loaders and
  * the optimizer state, and takes one optimizer step at a time, so a caller
  * (the CLI, a test) decides what to print, when to evaluate and save.
  */
@@ -16,7 +16,7 @@ struct ferry_train_opts {
 	const char *backend;      /* "cpu" (default) or "cuda" */
 	size_t device_mem;        /* device arena bytes; 0 = all */
 	int threads;              /* CPU threads; 0 = all cores */
-	struct ferry_gpt2_config model; /* shape for a fresh model */
+	struct ferry_model_config model; /* shape for a fresh model */
 	const char *checkpoint;   /* start from this llm.c checkpoint (or NULL) */
 	const char *resume;       /* resume from this checkpoint + its .state */
 	const char *data;         /* training shards (glob) */
@@ -59,7 +59,7 @@ void ferry_trainer_free(ferry_trainer_t tr);
 
 /* Steps already taken (non-zero after a resume). */
 int ferry_trainer_step_count(ferry_trainer_t tr);
-ferry_gpt2_t ferry_trainer_model(ferry_trainer_t tr);
+ferry_model_t ferry_trainer_model(ferry_trainer_t tr);
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr);
 
 /* One optimizer step on the next training batch. */
@@ -75,7 +75,7 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST
 
 /* Writes "name (bytes), ..." for the presets whose plan fits in capacity
  * bytes into buf; returns how many fit. */
-int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T,
+int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
 
 /* Learning rate at 0-based step s: linear warmup over `warmup` steps, then
@@ -83,13 +83,13 @@ int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);
 
 /* Mean loss of a model over the first n batches of a data glob. */
-ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T, int n_batches,
+ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
 
 /* Appends n sampled tokens to a sequence of *len tokens (buffer of cap),
  * sliding the context window to the model's T; temperature 1, top-k 0 = all.
  * rng is advanced. */
-ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int cap, int n,
+ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
 			       uint64_t *rng) FERRY_MUST_CHECK;
 
 #ifdef __cplusplus

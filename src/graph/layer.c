@@ -2,17 +2,26 @@
 #include "graph/layer.h"
 #include "core/error.h"
 
-size_t ferry_tensor_floats(enum ferry_tensor_shape shape, const struct ferry_layer_dims *d)
+size_t ferry_layer_tensor_numel(const struct ferry_layer_decl *decl, int t,
+				const struct ferry_dims *dims)
 {
-	size_t N = (size_t)d->B * d->T;
+	int64_t n = 0;
 
-	switch (shape) {
-	case FERRY_SHAPE_N_C: return N * d->C;
-	case FERRY_SHAPE_N_4C: return N * 4 * d->C;
-	case FERRY_SHAPE_N: return N;
-	case FERRY_SHAPE_B_NH_T: return (size_t)d->B * d->NH * d->T;
-	}
-	return 0;
+	return ferry_shape_numel(&decl->tensors[t].shape, dims, &n) ? (size_t)n : 0;
+}
+
+bool ferry_layer_tensor_is_stat(const struct ferry_layer_decl *decl, int t)
+{
+	int o = ferry_layer_producer(decl, t);
+
+	if (o < 0)
+		return false;
+	const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
+
+	for (int i = 0; i < info->n_out; i++)
+		if (decl->ops[o].out[i] == t)
+			return info->out_no_grad & (1u << i);
+	return false;
 }
 
 unsigned ferry_layer_residuals(const struct ferry_layer_decl *decl)

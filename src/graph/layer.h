@@ -11,31 +11,32 @@
 
 #include <stddef.h>
 #include "ferry/ferry.h"
+#include "graph/shape.h"
 #include "ops/op.h"
 
 #define FERRY_LAYER_MAX_TENSORS 32
 #define FERRY_LAYER_MAX_OPS 32
 
-/* Tensor sizes, in floats, in terms of the layer's dimensions. */
-enum ferry_tensor_shape {
-	FERRY_SHAPE_N_C,    /* [N, C] */
-	FERRY_SHAPE_N_4C,   /* [N, 4C] */
-	FERRY_SHAPE_N,      /* [N] (per-row statistics) */
-	FERRY_SHAPE_B_NH_T, /* [B, NH, T] (per-head statistics) */
-};
-
 struct ferry_tensor_decl {
 	const char *name;
-	enum ferry_tensor_shape shape;
+	struct ferry_shape shape; /* activations start with B, T */
 };
 
 /* A weight: the model's parameter tensor `param` (stacked over layers),
- * starting `block` blocks of C rows into the layer's slice (for fused tensors
- * such as GPT-2's qkvw, whose query, key and value parts are separate
- * weights; for a vector such as a bias, C elements per block). */
+ * `block` views into the layer's slice, a view being what the op reads
+ * (OC x C for a matrix product's matrix, OC for its bias, C for a norm's
+ * gain).  GPT-2's fused qkvw [3C, C] is three views: query, key, value. */
 struct ferry_weight_ref {
 	int param; /* -1: none */
 	int block;
+};
+
+/* Model constants an op takes as its scalar[0]. */
+enum ferry_op_scalar {
+	FERRY_SCALAR_NONE,
+	FERRY_SCALAR_NORM_EPS,   /* RMSNorm's epsilon */
+	FERRY_SCALAR_ROPE_THETA, /* rotary embedding base */
+	FERRY_OP_SCALAR_COUNT
 };
 
 struct ferry_op_decl {
@@ -43,7 +44,8 @@ struct ferry_op_decl {
 	int out[FERRY_OP_MAX_OUT]; /* tensor indices, -1 for none */
 	int in[FERRY_OP_MAX_IN];
 	struct ferry_weight_ref w[FERRY_OP_MAX_W];
-	int in_mult, out_mult;     /* matmul: C_in = in_mult*C, OC = out_mult*C */
+	enum ferry_op_scalar scalar;
+	int tokens; /* encoder, softmax_xent: the int32 tensor they read */
 };
 
 struct ferry_layer_decl {
@@ -56,12 +58,28 @@ struct ferry_layer_decl {
 	int output; /* its output: the next layer's input */
 };
 
-struct ferry_layer_dims {
-	int B, T, C, NH, L;
-};
+/* Elements of tensor t at these dimensions (its shape is checked to fit
+ * when the plan is made). */
+size_t ferry_layer_tensor_numel(const struct ferry_layer_decl *decl, int t,
+				const struct ferry_dims *dims);
 
+/* Whether tensor t is a statistic (an output without a gradient: norm
+ * statistics, attention's log-sum-exp, per-row losses): statistics are fp32
+ * whatever the activation type. */
+bool ferry_layer_tensor_is_stat(const struct ferry_layer_decl *decl, int t);
 
-size_t ferry_tensor_floats(enum ferry_tensor_shape shape, const struct ferry_layer_dims *d);
+/* The sizes and constants of op o's forward call at these dimensions:
+ * kind, B, T, C (row width of its first input, else of its first output),
+ * OC (row width of its first output), NH (for a rotary embedding: the heads
+ * of its tensor, C / HS), NKV, V, Vp, n (elements of its first output) and
+ * scalar[0] from scalars[] (indexed by enum ferry_op_scalar).
+ * Pointers are left NULL. */
+void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
+			 const float *scalars, struct ferry_op_call *c);
+
+/* Elements of one view of weight slot `slot` of a call (see
+ * ferry_weight_ref): OC x C for a matrix product's matrix, else OC. */
+size_t ferry_op_weight_view(const struct ferry_op_call *c, int slot);
 
 /* Bit t set: tensor t is read by some op's backward pass. */
 unsigned ferry_layer_residuals(const struct ferry_layer_decl *decl);

@@ -18,14 +18,14 @@ static const struct ferry_layer_decl tutorial_layer = {
 	.model = "tutorial",
 	.n_tensors = N_TENSORS,
 	.tensors = {
-		[X] = { "x", FERRY_SHAPE_N_C },
-		[Y] = { "y", FERRY_SHAPE_N_4C },
-		[OUT] = { "layer_output", FERRY_SHAPE_N_C },
+		[X] = { "x", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
+		[Y] = { "y", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_FFN } } },
+		[OUT] = { "layer_output", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
 	},
 	.n_ops = 2,
 	.ops = {
-		{ FERRY_OP_MATMUL, { Y, -1, -1 }, { X, -1, -1 }, { { W1, 0 }, { -1, 0 } }, 1, 4 },
-		{ FERRY_OP_MATMUL, { OUT, -1, -1 }, { Y, -1, -1 }, { { W2, 0 }, { -1, 0 } }, 4, 1 },
+		{ FERRY_OP_MATMUL, { Y, -1, -1 }, { X, -1, -1 }, { { W1, 0 }, { -1, 0 } } },
+		{ FERRY_OP_MATMUL, { OUT, -1, -1 }, { Y, -1, -1 }, { { W2, 0 }, { -1, 0 } } },
 	},
 	.input = X,
 	.output = OUT,
@@ -38,6 +38,9 @@ struct ferry_tutorial {
 	size_t wfloats;
 	enum ferry_dtype act;
 	ferry_buffer_t w, wcopy, grads, input, loss;
+	ferry_buffer_t act_buf[N_TENSORS], act_grad;
+	void *host;
+	struct ferry_stack_storage storage;
 	void *base[N_PARAMS];        /* what the kernels read: w or its copy */
 	float *master[N_PARAMS], *grad_base[N_PARAMS];
 	size_t stride[N_PARAMS];
@@ -59,23 +62,71 @@ static ferry_status check(const struct ferry_tutorial_config *cfg)
 	return FERRY_OK;
 }
 
-static struct ferry_layer_dims dims_of(const struct ferry_tutorial_config *cfg)
+/* The tutorial's x is [rows, C]: a batch of one sequence of `rows`. */
+static struct ferry_dims dims_of(const struct ferry_tutorial_config *cfg)
 {
-	return (struct ferry_layer_dims){ 1, cfg->rows, cfg->channels, 1, cfg->layers };
+	struct ferry_dims d = { { 0 } };
+
+	d.v[FERRY_DIM_B] = 1;
+	d.v[FERRY_DIM_T] = cfg->rows;
+	d.v[FERRY_DIM_C] = cfg->channels;
+	d.v[FERRY_DIM_FFN] = 4 * (int64_t)cfg->channels;
+	d.v[FERRY_DIM_NH] = 1;
+	d.v[FERRY_DIM_L] = cfg->layers;
+	return d;
 }
 
 static ferry_status stack_plan(const struct ferry_tutorial_config *cfg,
 			       const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
-	struct ferry_layer_dims d = dims_of(cfg);
+	struct ferry_dims d = dims_of(cfg);
 
 	return ferry_stack_plan_make(&tutorial_layer, &d, opts, sp);
+}
+
+/* The layer stack's storage (device slots, gradient workspace, host
+ * copies): listed in a plan, or allocated into t.  One function does both
+ * so the plan and the allocation cannot disagree. */
+static ferry_status stack_storage(const struct ferry_stack_plan *sp, struct ferry_plan *plan,
+				  ferry_tutorial_t t)
+{
+	size_t host = 0;
+	ferry_status st = FERRY_OK;
+	char name[64];
+
+	for (int i = 0; i < sp->n_tensors && !st; i++) {
+		size_t bytes = (size_t)sp->slots[i] * sp->slot_bytes[i];
+
+		if (sp->kind[i] == FERRY_SLOT_NONE)
+			continue;
+		snprintf(name, sizeof(name), "act:%.40s", tutorial_layer.tensors[i].name ? tutorial_layer.tensors[i].name : "?");
+		if (plan)
+			ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP, FERRY_TK_ACTIVATION, bytes);
+		else if (!(st = ferry_buffer_alloc(t->be, bytes, &t->act_buf[i])))
+			t->storage.act[i] = ferry_buffer_ptr(t->act_buf[i]);
+	}
+	if (plan) {
+		ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, FERRY_TK_ACT_GRAD,
+				      sp->grad_bytes);
+		return FERRY_OK;
+	}
+	if (!st && !(st = ferry_buffer_alloc(t->be, sp->grad_bytes, &t->act_grad)))
+		t->storage.grad = ferry_buffer_ptr(t->act_grad);
+	for (int i = 0; i < sp->n_tensors; i++)
+		host += (size_t)sp->L * sp->host_bytes[i];
+	if (!st && host && !(st = ferry_host_alloc(t->be, host, &t->host))) {
+		size_t off = 0;
+
+		for (int i = 0; i < sp->n_tensors; off += (size_t)sp->L * sp->host_bytes[i], i++)
+			t->storage.host[i] = sp->host_bytes[i] ? (char *)t->host + off : NULL;
+	}
+	return st;
 }
 
 ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 				 const struct ferry_exec_opts *opts, struct ferry_plan *plan)
 {
-	struct ferry_layer_dims d = dims_of(cfg);
+	struct ferry_dims d = dims_of(cfg);
 	struct ferry_stack_plan sp;
 	size_t wbytes = ferry_tutorial_weight_floats(cfg) * sizeof(float);
 	ferry_status st;
@@ -90,16 +141,20 @@ ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 	plan->T = cfg->rows;
 	/* in the order ferry_tutorial_create allocates them */
 	ferry_plan_add_buffer(plan, "w1, w2", cfg->train ? FERRY_BUF_DONATED : FERRY_BUF_ARGUMENT,
-			      2 * wbytes);
+			      FERRY_TK_WEIGHT, 2 * wbytes);
 	if (opts && opts->act_dtype != FERRY_F32)
-		ferry_plan_add_buffer(plan, "w1, w2 (compute copy)", FERRY_BUF_TEMP,
+		ferry_plan_add_buffer(plan, "w1, w2 (compute copy)", FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
 				      2 * ferry_tutorial_weight_floats(cfg) * ferry_dtype_size(opts->act_dtype));
 	ferry_plan_add_buffer(plan, "dw1, dw2", cfg->train ? FERRY_BUF_TEMP : FERRY_BUF_OUTPUT,
-			      2 * wbytes);
-	ferry_plan_add_buffer(plan, "input", FERRY_BUF_ARGUMENT,
+			      FERRY_TK_GRAD, 2 * wbytes);
+	ferry_plan_add_buffer(plan, "input", FERRY_BUF_ARGUMENT, FERRY_TK_BATCH,
 			      (size_t)cfg->rows * cfg->channels * sizeof(float));
-	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, sizeof(double));
+	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, FERRY_TK_LOSS, sizeof(double));
 	ferry_stack_plan_describe(&sp, &tutorial_layer, &d, plan);
+	stack_storage(&sp, plan, NULL);
+	for (int t = 0; t < sp.n_tensors; t++)
+		plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION] += (size_t)sp.L * sp.host_bytes[t];
+	plan->mem.host_activation_bytes = plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION];
 	return ferry_plan_finish(plan);
 }
 
@@ -109,6 +164,10 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 		return;
 	ferry_stream_free(t->s);
 	ferry_layer_exec_free(t->layers);
+	for (int i = 0; i < N_TENSORS; i++)
+		ferry_buffer_free(t->act_buf[i]);
+	ferry_buffer_free(t->act_grad);
+	ferry_host_free(t->be, t->host);
 	ferry_buffer_free(t->loss);
 	ferry_buffer_free(t->input);
 	ferry_buffer_free(t->grads);
@@ -122,7 +181,7 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 				   const struct ferry_exec_opts *opts, ferry_tutorial_t *out)
 {
 	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
-	struct ferry_layer_dims d = dims_of(cfg);
+	struct ferry_dims d = dims_of(cfg);
 	struct ferry_stack_plan sp;
 	struct ferry_tutorial *t;
 	ferry_status st;
@@ -157,7 +216,9 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	{
 		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride };
 
-		if ((st = ferry_layer_exec_create(be, &tutorial_layer, &d, &wt, &sp, &t->layers)))
+		if ((st = stack_storage(&sp, NULL, t)) ||
+		    (st = ferry_layer_exec_create(be, &tutorial_layer, &d, NULL, &wt, &sp, &t->storage,
+						  &t->layers)))
 			goto fail;
 	}
 	*out = t;

@@ -24,18 +24,17 @@
 struct ferry_layer_exec {
 	ferry_backend_t be;
 	const struct ferry_layer_decl *decl;
-	struct ferry_layer_dims dims;
+	struct ferry_dims dims;
+	int B, T, L;         /* the largest batch, the stack's layers */
+	float scalars[FERRY_OP_SCALAR_COUNT];
 	struct ferry_weight_table weights;
 	struct ferry_stack_plan sp;
-	ferry_buffer_t act_buf[FERRY_LAYER_MAX_TENSORS];
-	ferry_buffer_t grad_buf;
+	struct ferry_stack_storage mem;
 	char *grad[FERRY_LAYER_MAX_TENSORS];
 	char *io_grad[2];    /* alternating layer input/output gradients */
 	int io_cur;          /* io_grad[io_cur] is the current output gradient */
 
-	/* offloading: host arena, copy streams, events */
-	char *host_base;
-	size_t host_off[FERRY_LAYER_MAX_TENSORS]; /* bytes into host_base */
+	/* offloading: copy streams, events */
 	ferry_stream_t d2h, h2d;
 	ferry_event_t produced;
 	ferry_event_t *d2h_done;   /* [n_tensors * ring] */
@@ -68,12 +67,12 @@ static char *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 	case FERRY_SLOT_NONE:
 		break;
 	}
-	return (char *)ferry_buffer_ptr(ex->act_buf[t]) + (size_t)slot * sp->slot_bytes[t];
+	return (char *)ex->mem.act[t] + (size_t)slot * sp->slot_bytes[t];
 }
 
 static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
-	return ex->host_base + ex->host_off[t] + (size_t)l * ex->sp.host_bytes[t];
+	return (char *)ex->mem.host[t] + (size_t)l * ex->sp.host_bytes[t];
 }
 
 static ferry_event_t *d2h_event(struct ferry_layer_exec *ex, int t, int l)
@@ -99,27 +98,19 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 	ferry_free(ex->bwd_done);
 	ferry_free(ex->prefetch_ready);
 	ferry_event_free(ex->produced);
-	ferry_host_free(ex->be, ex->host_base);
-	ferry_buffer_free(ex->grad_buf);
-	for (int t = 0; t < FERRY_LAYER_MAX_TENSORS; t++)
-		ferry_buffer_free(ex->act_buf[t]);
 	ferry_free(ex);
 }
 
 static ferry_status create_offload(struct ferry_layer_exec *ex)
 {
 	const struct ferry_stack_plan *sp = &ex->sp;
-	size_t host_bytes = 0;
 	ferry_status st;
 	int n_ev = sp->n_tensors * sp->ring;
 
-	for (int t = 0; t < sp->n_tensors; t++) {
-		ex->host_off[t] = host_bytes;
-		host_bytes += (size_t)sp->L * sp->host_bytes[t];
-	}
-	st = ferry_host_alloc(ex->be, host_bytes, (void **)&ex->host_base);
-	if (st)
-		return st;
+	for (int t = 0; t < sp->n_tensors; t++)
+		if ((sp->offloaded & (1u << t)) && !ex->mem.host[t])
+			return ferry_error(FERRY_ERR_INVALID, "offload engine: no host storage for '%s'",
+					   ex->decl->tensors[t].name);
 	if ((st = ferry_stream_create(ex->be, "d2h", &ex->d2h)) ||
 	    (st = ferry_stream_create(ex->be, "h2d", &ex->h2d)) ||
 	    (st = ferry_event_create(ex->be, &ex->produced)))
@@ -141,9 +132,10 @@ static ferry_status create_offload(struct ferry_layer_exec *ex)
 }
 
 ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_layer_decl *decl,
-				     const struct ferry_layer_dims *dims,
+				     const struct ferry_dims *dims, const float *scalars,
 				     const struct ferry_weight_table *weights,
 				     const struct ferry_stack_plan *plan,
+				     const struct ferry_stack_storage *storage,
 				     struct ferry_layer_exec **out)
 {
 	struct ferry_layer_exec *ex;
@@ -157,22 +149,26 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 	ex->be = be;
 	ex->decl = decl;
 	ex->dims = *dims;
+	ex->B = (int)dims->v[FERRY_DIM_B];
+	ex->T = (int)dims->v[FERRY_DIM_T];
+	ex->L = (int)dims->v[FERRY_DIM_L];
+	if (scalars)
+		memcpy(ex->scalars, scalars, sizeof(ex->scalars));
 	ex->weights = *weights;
 	ex->sp = *plan;
 
-	/* in the order ferry_stack_plan_describe lists them */
+	ex->mem = *storage;
 	for (int t = 0; t < decl->n_tensors && !st; t++)
-		if (plan->kind[t] != FERRY_SLOT_NONE)
-			st = ferry_buffer_alloc(be, (size_t)plan->slots[t] * plan->slot_bytes[t], &ex->act_buf[t]);
-	if (!st)
-		st = ferry_buffer_alloc(be, plan->grad_bytes, &ex->grad_buf);
+		if (plan->kind[t] != FERRY_SLOT_NONE && !ex->mem.act[t])
+			st = ferry_error(FERRY_ERR_INVALID, "layer executor: no storage for '%s'",
+					 decl->tensors[t].name);
 	if (!st && offloads(ex))
 		st = create_offload(ex);
 	if (st) {
 		ferry_layer_exec_free(ex);
 		return st;
 	}
-	g = ferry_buffer_ptr(ex->grad_buf);
+	g = ex->mem.grad;
 	for (int t = 0; t < decl->n_tensors; t++) {
 		if (!(plan->has_grad & (1u << t)) || t == decl->output)
 			continue;
@@ -196,7 +192,7 @@ void *ferry_layer_exec_input(struct ferry_layer_exec *ex)
 
 void *ferry_layer_exec_output(struct ferry_layer_exec *ex)
 {
-	return act_ptr(ex, ex->decl->input, ex->dims.L);
+	return act_ptr(ex, ex->decl->input, ex->L);
 }
 
 void *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex)
@@ -209,25 +205,22 @@ const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex)
 	return ex->io_grad[ex->io_cur]; /* backward leaves io_cur on it */
 }
 
-/* Element offset of parameter w of layer l: a matrix (rows of row_elems)
- * or a vector. */
+/* Element offset of parameter w of layer l, for a call whose view of the
+ * weight slot has `view` elements. */
 static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weight_ref w, int l,
-			    int row_elems)
+			    size_t view)
 {
-	return (size_t)l * ex->weights.layer_stride[w.param] + (size_t)w.block * ex->dims.C * row_elems;
+	return (size_t)l * ex->weights.layer_stride[w.param] + (size_t)w.block * view;
 }
 
-static const void *weight_ptr(const struct ferry_layer_exec *ex, struct ferry_weight_ref w, int l,
-			      int row_elems)
+/* The batch's dimensions: the created ones with B and T replaced. */
+static struct ferry_dims batch_dims(const struct ferry_layer_exec *ex, int B, int T)
 {
-	return (const char *)ex->weights.base[w.param] +
-	       weight_offset(ex, w, l, row_elems) * ferry_dtype_size(ex->sp.act_dtype);
-}
+	struct ferry_dims d = ex->dims;
 
-/* Matmuls have a matrix in slot 0 (rows of C_in) and a bias in slot 1. */
-static int weight_row_elems(const struct ferry_op_call *c, int slot)
-{
-	return c->kind == FERRY_OP_MATMUL && slot == 0 ? c->C : 1;
+	d.v[FERRY_DIM_B] = B;
+	d.v[FERRY_DIM_T] = T;
+	return d;
 }
 
 /* The forward call of op o in layer l. */
@@ -236,25 +229,18 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 {
 	const struct ferry_op_decl *op = &ex->decl->ops[o];
 	const struct ferry_op_info *info = ferry_op_info(op->kind);
-	struct ferry_layer_dims d = ex->dims;
+	struct ferry_dims d = batch_dims(ex, B, T);
+	size_t asz = ferry_dtype_size(ex->sp.act_dtype);
 
-	memset(c, 0, sizeof(*c));
-	d.B = B;
-	d.T = T;
-	c->kind = op->kind;
-	c->B = B;
-	c->T = T;
-	c->NH = d.NH;
-	c->C = op->in_mult ? op->in_mult * d.C : d.C;
-	c->OC = op->out_mult ? op->out_mult * d.C : d.C;
-	c->n = (long)ferry_tensor_floats(ex->decl->tensors[op->out[0]].shape, &d);
+	ferry_op_call_shape(ex->decl, o, &d, ex->scalars, c);
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = act_ptr(ex, op->out[i], l);
 	for (int i = 0; i < info->n_in; i++)
 		c->in[i] = act_ptr(ex, op->in[i], l);
 	for (int i = 0; i < info->n_w; i++)
 		if (op->w[i].param >= 0)
-			c->w[i] = weight_ptr(ex, op->w[i], l, weight_row_elems(c, i));
+			c->w[i] = (const char *)ex->weights.base[op->w[i].param] +
+				  weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i)) * asz;
 }
 
 /* The tensor and layer an output of layer l is stored as, if it is
@@ -266,7 +252,7 @@ static bool offloaded_as(const struct ferry_layer_exec *ex, int t, int l, int *t
 	if (t == ex->decl->output) {
 		*tt = ex->decl->input;
 		*ll = l + 1;
-		if (*ll == ex->dims.L) /* the stack output stays for the epilogue */
+		if (*ll == ex->L) /* the stack output stays for the epilogue */
 			return false;
 	}
 	return ex->sp.offloaded & (1u << *tt);
@@ -286,11 +272,9 @@ static ferry_status copy_out(struct ferry_layer_exec *ex, ferry_stream_t s, int 
 
 static size_t tensor_bytes(const struct ferry_layer_exec *ex, int t, int B, int T)
 {
-	struct ferry_layer_dims d = ex->dims;
+	struct ferry_dims d = batch_dims(ex, B, T);
 
-	d.B = B;
-	d.T = T;
-	return ferry_tensor_floats(ex->decl->tensors[t].shape, &d) * ex->sp.elem[t];
+	return ferry_layer_tensor_numel(ex->decl, t, &d) * ex->sp.elem[t];
 }
 
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T,
@@ -301,13 +285,13 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_
 	struct ferry_op_call c;
 	ferry_status st;
 
-	if (B < 1 || T < 1 || B * T > ex->dims.B * ex->dims.T || T > ex->dims.T)
+	if (B < 1 || T < 1 || (int64_t)B * T > (int64_t)ex->B * ex->T || T > ex->T)
 		return ferry_error(FERRY_ERR_INVALID, "batch %dx%d exceeds the executor's %dx%d",
-				   B, T, ex->dims.B, ex->dims.T);
+				   B, T, ex->B, ex->T);
 	if (offload && ex->sp.input_offloaded &&
 	    (st = copy_out(ex, s, decl->input, 0, tensor_bytes(ex, decl->input, B, T))))
 		return st;
-	for (int l = 0; l < ex->dims.L; l++) {
+	for (int l = 0; l < ex->L; l++) {
 		for (int o = 0; o < decl->n_ops; o++) {
 			const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
 			int t, tl;
@@ -333,7 +317,7 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_
  * forward pass: the backward reads them where they are. */
 static bool resident(const struct ferry_layer_exec *ex, int j)
 {
-	return j >= ex->dims.L - ex->sp.ring;
+	return j >= ex->L - ex->sp.ring;
 }
 
 /* Copies layer j's offloaded tensors back into ring slot j % R. */
@@ -406,7 +390,7 @@ static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s
 		for (int i = 0; i < info->n_w; i++)
 			if (op->w[i].param >= 0)
 				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
-					  weight_offset(ex, op->w[i], l, weight_row_elems(&c, i));
+					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i));
 		if ((st = ferry_stream_run_op(s, &c)))
 			return st;
 	}
@@ -416,7 +400,7 @@ static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s
 
 ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T)
 {
-	int L = ex->dims.L, depth = ex->sp.depth;
+	int L = ex->L, depth = ex->sp.depth;
 	bool offload = offloads(ex);
 	ferry_status st;
 

@@ -23,13 +23,24 @@ struct ferry_weight_table {
 	const size_t *layer_stride;
 };
 
-/* Allocates device storage as the plan says (the buffers
- * ferry_stack_plan_describe lists, in that order), one host arena for the
- * offloaded tensors, and the copy streams and events. */
+/* Where the stack's activations live: device slots of tensor t (as the
+ * stack plan sizes them; NULL for the layer output), the activation-gradient
+ * workspace (sp->grad_bytes), and host copies of offloaded tensor t (L
+ * layers).  The tensor table allocates them; the executor only reads them. */
+struct ferry_stack_storage {
+	void *act[FERRY_LAYER_MAX_TENSORS];
+	void *grad;
+	void *host[FERRY_LAYER_MAX_TENSORS];
+};
+
+/* dims: the largest batch's; scalars (indexed by enum ferry_op_scalar, may
+ * be NULL when no op takes one): the model's constants.  Creates the copy
+ * streams and events an offloading plan needs. */
 ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_layer_decl *decl,
-				     const struct ferry_layer_dims *dims,
+				     const struct ferry_dims *dims, const float *scalars,
 				     const struct ferry_weight_table *weights,
 				     const struct ferry_stack_plan *plan,
+				     const struct ferry_stack_storage *storage,
 				     struct ferry_layer_exec **out) FERRY_MUST_CHECK;
 void ferry_layer_exec_free(struct ferry_layer_exec *ex);
 

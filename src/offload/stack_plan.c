@@ -10,13 +10,6 @@ static size_t align_bytes(size_t n)
 	return (n + FERRY_BUFFER_ALIGN - 1) / FERRY_BUFFER_ALIGN * FERRY_BUFFER_ALIGN;
 }
 
-size_t ferry_tensor_elem_size(enum ferry_tensor_shape shape, enum ferry_dtype act)
-{
-	bool stat = shape == FERRY_SHAPE_N || shape == FERRY_SHAPE_B_NH_T;
-
-	return stat ? sizeof(float) : ferry_dtype_size(act);
-}
-
 /* What the policy may know of each tensor: its name, whether it is the
  * layer input, and whether a (batched) matrix product made it.  The layer
  * output is not shown: it is the next layer's input and lives where that
@@ -69,7 +62,7 @@ static void derive_needed(const struct ferry_layer_decl *decl, struct ferry_stac
 }
 
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
-				   const struct ferry_layer_dims *dims,
+				   const struct ferry_dims *dims,
 				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
 {
 	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
@@ -78,6 +71,7 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	struct ferry_policy *pol = NULL;
 	const char *policy = opts ? opts->policy : NULL;
 	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
+	int64_t L = dims->v[FERRY_DIM_L];
 	ferry_status st;
 
 	memset(sp, 0, sizeof(*sp));
@@ -86,6 +80,18 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 		return st;
 	if (depth < 1 || depth > 64)
 		return ferry_error(FERRY_ERR_INVALID, "prefetch depth %d must be between 1 and 64", depth);
+	if (L < 1 || L > FERRY_MAX_LAYERS)
+		return ferry_error(FERRY_ERR_INVALID, "%lld layers: must be between 1 and %d", (long long)L,
+				   FERRY_MAX_LAYERS);
+	for (int t = 0; t < decl->n_tensors; t++) {
+		int64_t n, bytes;
+
+		if (!ferry_shape_numel(&decl->tensors[t].shape, dims, &n) ||
+		    __builtin_mul_overflow(n, (int64_t)sizeof(float), &bytes) ||
+		    __builtin_mul_overflow(bytes, L + 1, &bytes))
+			return ferry_error(FERRY_ERR_INVALID, "%s: activation '%s' is too large for memory sizes",
+					   decl->model, decl->tensors[t].name);
+	}
 	st = ferry_policy_parse(policy ? policy : "everything_saveable", &pol);
 	if (st)
 		return st;
@@ -99,11 +105,11 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 
 	sp->n_tensors = decl->n_tensors;
 	sp->n_ops = decl->n_ops;
-	sp->L = dims->L;
+	sp->L = (int)L;
 	/* prefetching deeper than the stack buys nothing, and a ring longer
 	 * than the stack would hold more than keeping every layer */
-	sp->depth = depth < dims->L - 1 ? depth : dims->L - 1;
-	sp->ring = dims->L == 1 ? 1 : sp->depth + 1 > 2 ? sp->depth + 1 : 2;
+	sp->depth = depth < sp->L - 1 ? depth : sp->L - 1;
+	sp->ring = sp->L == 1 ? 1 : sp->depth + 1 > 2 ? sp->depth + 1 : 2;
 	sp->act_dtype = opts ? opts->act_dtype : FERRY_F32;
 	/* the output is the next layer's input and shares its fate */
 	sp->place[decl->output] = sp->place[decl->input];
@@ -113,8 +119,8 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	sp->input_offloaded = sp->place[decl->input] == FERRY_PLACE_OFFLOAD;
 
 	for (int t = 0; t < decl->n_tensors; t++) {
-		size_t elem = ferry_tensor_elem_size(decl->tensors[t].shape, sp->act_dtype);
-		size_t bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * elem;
+		size_t elem = ferry_layer_tensor_is_stat(decl, t) ? sizeof(float) : ferry_dtype_size(sp->act_dtype);
+		size_t bytes = ferry_layer_tensor_numel(decl, t, dims) * elem;
 		size_t sz = align_bytes(bytes);
 		bool stored = sp->stored & (1u << t);
 
@@ -149,7 +155,7 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 }
 
 void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry_buffer_kind kind,
-			   size_t bytes)
+			   enum ferry_tensor_kind tensor_kind, size_t bytes)
 {
 	struct ferry_plan_buffer *b;
 
@@ -160,6 +166,7 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry
 	b = &plan->buffers[plan->n_buffers++];
 	snprintf(b->name, sizeof(b->name), "%.47s", name);
 	b->kind = kind;
+	b->tensor_kind = tensor_kind;
 	b->bytes = (bytes + FERRY_BUFFER_ALIGN - 1) / FERRY_BUFFER_ALIGN * FERRY_BUFFER_ALIGN;
 	if (b->bytes == 0)
 		b->bytes = FERRY_BUFFER_ALIGN; /* the arena rounds 0 up to one unit */
@@ -168,11 +175,12 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry
 ferry_status ferry_plan_finish(struct ferry_plan *plan)
 {
 	struct ferry_memory_analysis *m = &plan->mem;
-	size_t host = m->host_activation_bytes;
 
-	memset(m, 0, sizeof(*m));
-	m->host_activation_bytes = host;
-	m->host_total_bytes = host;
+	m->argument_bytes = m->output_bytes = m->alias_bytes = m->temp_bytes = m->peak_bytes = 0;
+	memset(m->device_kind_bytes, 0, sizeof(m->device_kind_bytes));
+	m->host_total_bytes = 0;
+	for (int k = 0; k < FERRY_TK_COUNT; k++)
+		m->host_total_bytes += m->host_kind_bytes[k];
 	for (int i = 0; i < plan->n_buffers; i++) {
 		const struct ferry_plan_buffer *b = &plan->buffers[i];
 
@@ -186,6 +194,7 @@ ferry_status ferry_plan_finish(struct ferry_plan *plan)
 		case FERRY_BUF_OUTPUT: m->output_bytes += b->bytes; break;
 		case FERRY_BUF_TEMP: m->temp_bytes += b->bytes; break;
 		}
+		m->device_kind_bytes[b->tensor_kind] += b->bytes;
 		m->peak_bytes += b->bytes;
 	}
 	m->total_bytes = m->argument_bytes + m->output_bytes + m->temp_bytes - m->alias_bytes;
@@ -196,10 +205,8 @@ ferry_status ferry_plan_finish(struct ferry_plan *plan)
 }
 
 void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct ferry_layer_decl *decl,
-			       const struct ferry_layer_dims *dims, struct ferry_plan *plan)
+			       const struct ferry_dims *dims, struct ferry_plan *plan)
 {
-	char name[64];
-
 	plan->L = sp->L;
 	plan->act_dtype = sp->act_dtype;
 	plan->prefetch_depth = sp->depth;
@@ -216,19 +223,11 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		pt->needed = sp->needed & (1u << t);
 		pt->stored = sp->stored & (1u << t);
 		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
-		pt->layer_bytes = ferry_tensor_floats(decl->tensors[t].shape, dims) * sp->elem[t];
+		pt->layer_bytes = ferry_layer_tensor_numel(decl, t, dims) * sp->elem[t];
 		pt->device_slots = sp->slots[t];
 		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_bytes[t];
 		pt->host_bytes = (size_t)sp->L * sp->host_bytes[t];
-		plan->mem.host_activation_bytes += pt->host_bytes;
 	}
-	for (int t = 0; t < sp->n_tensors; t++) {
-		if (sp->kind[t] == FERRY_SLOT_NONE)
-			continue;
-		snprintf(name, sizeof(name), "act:%s", decl->tensors[t].name);
-		ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP, (size_t)sp->slots[t] * sp->slot_bytes[t]);
-	}
-	ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, sp->grad_bytes);
 }
 
 const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind)

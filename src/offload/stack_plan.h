@@ -46,29 +46,30 @@ struct ferry_stack_plan {
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.
- * Errors: a bad policy (the message says why), depth < 1. */
+ * Errors: a bad policy (the message says why), depth < 1, a tensor whose
+ * size overflows. */
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
-				   const struct ferry_layer_dims *dims,
+				   const struct ferry_dims *dims,
 				   const struct ferry_exec_opts *opts,
 				   struct ferry_stack_plan *out) FERRY_MUST_CHECK;
 
-/* Bytes per element of a tensor: statistics are fp32, the rest the
- * activation type. */
-size_t ferry_tensor_elem_size(enum ferry_tensor_shape shape, enum ferry_dtype act);
-
-/* Adds the stack's tensors and buffers (all temp) to a plan, in the order
- * the executor allocates them. */
+/* Describes each of the layer's tensors (placement, bytes per layer,
+ * device slots, host bytes) in plan->tensors. */
 void ferry_stack_plan_describe(const struct ferry_stack_plan *sp,
 			       const struct ferry_layer_decl *decl,
-			       const struct ferry_layer_dims *dims, struct ferry_plan *plan);
+			       const struct ferry_dims *dims, struct ferry_plan *plan);
 
-/* Adds one buffer to a plan (bytes rounded up to the arena's alignment). */
+/* Adds one device buffer to a plan (bytes rounded up to the arena's
+ * alignment). */
 void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name,
-			   enum ferry_buffer_kind kind, size_t bytes);
-/* Sums the buffers into plan->mem; refuses a plan whose buffer list
- * overflowed. */
+			   enum ferry_buffer_kind kind, enum ferry_tensor_kind tensor_kind,
+			   size_t bytes);
+/* Sums the buffers into plan->mem (host bytes by kind are the caller's);
+ * refuses a plan whose buffer list overflowed. */
 ferry_status ferry_plan_finish(struct ferry_plan *plan) FERRY_MUST_CHECK;
 
 #define FERRY_DEFAULT_PREFETCH_DEPTH 2
+/* Layers a stack may have: slot counts (L + 1) and per-layer loops are int. */
+#define FERRY_MAX_LAYERS (1 << 20)
 
 #endif

@@ -22,6 +22,11 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_FILL] = { "fill", 0, 1, 0, 0, 0, false },
 	[FERRY_OP_SGD] = { "sgd", 1, 0, 1, 0, 0, false },
 	[FERRY_OP_CAST] = { "cast", 1, 1, 0, 0, 0, false },
+	/* rmsnorm backward needs x and rstd (and the gain, a weight) */
+	[FERRY_OP_RMSNORM] = { "rmsnorm", 1, 2, 1, IN(0) | OUT(1), 0x2, false },
+	/* rope is linear: d in is the inverse rotation of d out */
+	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false },
+	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
@@ -40,13 +45,21 @@ double ferry_op_flops(const struct ferry_op_call *c)
 		/* forward one product; backward two (d input, d weight) */
 		return (c->backward ? 4.0 : 2.0) * N * c->C * c->OC;
 	case FERRY_OP_ATTENTION: {
-		/* causal: T(T+1)/2 score pairs per head, q.k and p.v each 2*hs */
+		/* grouped-query attention (NKV < NH) does the same products:
+		 * causal: T(T+1)/2 score pairs per head, q.k and p.v each 2*hs */
 		double pairs = (double)c->B * c->NH * c->T * (c->T + 1) / 2.0;
 		return (c->backward ? 8.0 : 4.0) * pairs * hs;
 	}
 	case FERRY_OP_LAYERNORM:
 		return (c->backward ? 12.0 : 8.0) * N * c->C;
+	case FERRY_OP_RMSNORM:
+		/* like layernorm, less the mean and the bias */
+		return (c->backward ? 10.0 : 6.0) * N * c->C;
+	case FERRY_OP_ROPE:
+		/* two products and a sum per element, either direction */
+		return 6.0 * N * c->C;
 	case FERRY_OP_GELU:
+	case FERRY_OP_SWIGLU:
 		return (c->backward ? 20.0 : 12.0) * (double)c->n;
 	case FERRY_OP_RESIDUAL:
 		return (double)c->n;

@@ -21,7 +21,8 @@ enum ferry_op_kind {
 	FERRY_OP_ENCODER,      /* out0 = wte[tokens] + wpe[t]; w0 wte, w1 wpe */
 	FERRY_OP_LAYERNORM,    /* out0 y, out1 mean, out2 rstd; in0 x; w0 g, w1 b */
 	FERRY_OP_MATMUL,       /* out0 = in0 @ w0^T + w1 (w1 may be NULL) */
-	FERRY_OP_ATTENTION,    /* out0 context, out1 lse; in0 q, in1 k, in2 v */
+	FERRY_OP_ATTENTION,    /* out0 context, out1 lse; in0 q, in1 k, in2 v
+				  (k, v: NKV heads, grouped-query) */
 	FERRY_OP_GELU,         /* out0 = gelu(in0) */
 	FERRY_OP_RESIDUAL,     /* out0 = in0 + in1 */
 	FERRY_OP_SOFTMAX_XENT, /* out0 losses[N], out1 probs (may alias in0); in0 logits */
@@ -31,6 +32,13 @@ enum ferry_op_kind {
 	FERRY_OP_FILL,         /* out0[:n] = scalar[0] */
 	FERRY_OP_SGD,          /* param -= scalar[0] * in0 (the gradient) */
 	FERRY_OP_CAST,         /* out0 (activation type) = in0 (fp32), n values */
+	FERRY_OP_RMSNORM,      /* out0 y, out1 rstd [N] (fp32); in0 x; w0 gain;
+				  eps in scalar[0].  rstd = 1/sqrt(mean(x^2) + eps),
+				  y = x * rstd * gain (Llama RMSNorm) */
+	FERRY_OP_ROPE,         /* out0 = rope(in0), [B, T, NH, HS], C = NH * HS,
+				  theta in scalar[0]; position of row (b, t) is t;
+				  Hugging Face rotate_half convention */
+	FERRY_OP_SWIGLU,       /* out0 = silu(in0) * in1, n values; in0 gate, in1 up */
 	FERRY_OP_COUNT
 };
 
@@ -55,12 +63,16 @@ const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);
 /* Everything a backend needs to run one op, forward or backward.
  * Element types: activations (in, out, din, dout) and weights (w) are the
  * backend's activation type, except statistics outputs (out_no_grad: layer
- * norm mean/rstd, attention lse, per-row losses), which are fp32; weight
- * gradients (dw), param, grads of adamw/sgd/sum_squares are fp32. */
+ * norm mean/rstd, rmsnorm rstd, attention lse, per-row losses), which are
+ * fp32; weight gradients (dw), param, grads of adamw/sgd/sum_squares are
+ * fp32. */
 struct ferry_op_call {
 	enum ferry_op_kind kind;
 	bool backward;
 	int B, T, C, NH, OC, V, Vp; /* as the kind needs; N = B * T */
+	int NKV;                    /* attention's key/value heads (grouped-query
+				       attention, NKV divides NH; k and v are
+				       [B, T, NKV * C / NH]); 0 means NH */
 	long n;                     /* element count (gelu, residual, adamw) */
 	void *out[FERRY_OP_MAX_OUT];
 	const void *in[FERRY_OP_MAX_IN];
@@ -74,7 +86,8 @@ struct ferry_op_call {
 	void *param_copy;           /* adamw, sgd: their activation-type copy, also
 				       updated (NULL when the type is fp32) */
 	float scalar[8];            /* softmax_xent: [0] dloss;
-				       adamw: lr, beta1, beta2, eps, wd, grad_scale */
+				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
+				       rmsnorm: [0] eps; rope: [0] theta */
 	int step;                   /* adamw: t >= 1 */
 };
 

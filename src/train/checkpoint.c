@@ -101,11 +101,10 @@ static ferry_status check_length(const char *path, int64_t size,
  * the first parameter.  On success *n_total is the parameter count.
  */
 static ferry_status model_open(const char *path, FILE **out,
-			       struct ferry_gpt2_config *cfg, size_t *n_total)
+			       struct ferry_model_config *cfg, size_t *n_total)
 {
-	size_t sizes[FERRY_GPT2_NUM_PARAMS];
 	int32_t hdr[HEADER_INTS];
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c = { .arch = "gpt2" };
 	ferry_status st;
 	int64_t size = 0;
 	size_t n;
@@ -141,7 +140,7 @@ static ferry_status model_open(const char *path, FILE **out,
 	c.heads = hdr[5];
 	c.channels = hdr[6];
 	c.padded_vocab = hdr[7];
-	if (ferry_gpt2_config_check(&c) != FERRY_OK) {
+	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[256];
 
 		snprintf(why, sizeof(why), "%s", ferry_last_error());
@@ -149,8 +148,8 @@ static ferry_status model_open(const char *path, FILE **out,
 				 path, why);
 		goto fail;
 	}
-	/* config_check bounds n so that 1024 + 4n fits in int64. */
-	n = ferry_gpt2_param_sizes(&c, sizes);
+	/* the check bounds n so that 1024 + 4n fits in int64. */
+	n = ferry_model_config_num_params(&c);
 	st = check_length(path, size,
 			  HEADER_BYTES + (int64_t)n * (int64_t)sizeof(float),
 			  "header + parameters");
@@ -166,9 +165,9 @@ fail:
 }
 
 ferry_status ferry_checkpoint_read_config(const char *path,
-					  struct ferry_gpt2_config *cfg)
+					  struct ferry_model_config *cfg)
 {
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c;
 	ferry_status st;
 	size_t n;
 	FILE *f;
@@ -185,10 +184,10 @@ ferry_status ferry_checkpoint_read_config(const char *path,
 }
 
 ferry_status ferry_checkpoint_read(const char *path,
-				   struct ferry_gpt2_config *cfg,
+				   struct ferry_model_config *cfg,
 				   float *params, size_t n_params)
 {
-	struct ferry_gpt2_config c;
+	struct ferry_model_config c;
 	ferry_status st;
 	size_t n;
 	FILE *f;
@@ -329,25 +328,30 @@ out:
 }
 
 ferry_status ferry_checkpoint_write(const char *path,
-				    const struct ferry_gpt2_config *cfg,
+				    const struct ferry_model_config *cfg,
 				    const float *params)
 {
-	size_t sizes[FERRY_GPT2_NUM_PARAMS];
 	int32_t hdr[HEADER_INTS] = { 0 };
+	struct ferry_model_config c;
 	struct chunk chunks[2];
 	size_t n;
 
 	if (!path || !cfg || !params)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "checkpoint write: NULL path, config or parameters");
-	if (ferry_gpt2_config_check(cfg) != FERRY_OK) {
+	c = *cfg;
+	if (strcmp(c.arch, "gpt2") != 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: llm.c model files hold GPT-2 only, not %s", path, c.arch);
+	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[256];
 
 		snprintf(why, sizeof(why), "%s", ferry_last_error());
 		return ferry_error(FERRY_ERR_INVALID, "%s: invalid model config: %s",
 				   path, why);
 	}
-	n = ferry_gpt2_param_sizes(cfg, sizes);
+	cfg = &c;
+	n = ferry_model_config_num_params(cfg);
 	hdr[0] = FERRY_CHECKPOINT_MAGIC;
 	hdr[1] = FERRY_CHECKPOINT_VERSION;
 	hdr[2] = cfg->max_seq;

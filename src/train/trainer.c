@@ -13,7 +13,7 @@
 struct ferry_trainer {
 	struct ferry_train_opts opts;
 	ferry_backend_t be;
-	ferry_gpt2_t model;
+	ferry_model_t model;
 	ferry_loader_t train, val;
 	struct ferry_plan plan;
 	int32_t *inputs, *targets;     /* host [B*T] */
@@ -54,8 +54,8 @@ static char *state_path(const char *model_path, char *buf, size_t n)
 /* Loads parameters (and with resume, optimizer state and position). */
 static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume)
 {
-	size_t n = ferry_gpt2_num_params(tr->model);
-	struct ferry_gpt2_config cfg;
+	size_t n = ferry_model_num_params(tr->model);
+	struct ferry_model_config cfg;
 	struct ferry_train_state st_info;
 	float *buf = NULL, *mom = NULL, *var = NULL;
 	char sp[4096];
@@ -66,7 +66,7 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 		return st;
 	st = ferry_checkpoint_read(path, &cfg, buf, n);
 	if (!st)
-		st = ferry_gpt2_set_params(tr->model, buf);
+		st = ferry_model_set_params(tr->model, buf);
 	if (st || !resume)
 		goto out;
 	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
@@ -82,7 +82,7 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 				 "%d shards: the data changed", sp, (long long)st_info.data_shard,
 				 (long long)st_info.data_shards, tr->opts.data, ferry_loader_num_shards(tr->train));
 	if (!st)
-		st = ferry_gpt2_set_opt_state(tr->model, mom, var);
+		st = ferry_model_set_opt_state(tr->model, mom, var);
 	if (!st)
 		st = ferry_loader_seek(tr->train, st_info.data_shard, st_info.data_offset);
 	if (!st) {
@@ -98,7 +98,7 @@ out:
 	return st;
 }
 
-int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T,
+int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
 {
 	size_t used = 0;
@@ -111,7 +111,7 @@ int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T
 		struct ferry_plan p;
 
 		o.policy = ferry_policy_preset_name(i);
-		if (ferry_gpt2_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity)
+		if (ferry_model_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity)
 			continue;
 		count++;
 		if (used + 80 < n)
@@ -122,14 +122,14 @@ int ferry_gpt2_fitting_presets(const struct ferry_gpt2_config *cfg, int B, int T
 }
 
 /* Refuses a plan larger than the device, naming the presets that fit. */
-static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_gpt2_config *cfg)
+static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_model_config *cfg)
 {
 	size_t cap = ferry_backend_mem_capacity(tr->be), need = tr->plan.mem.peak_bytes;
 	char fits[1024];
 
 	if (need <= cap)
 		return FERRY_OK;
-	if (!ferry_gpt2_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
+	if (!ferry_model_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
 		snprintf(fits, sizeof(fits), "none: use a smaller batch or model");
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
 			   "policy %s needs %zu bytes of device memory, the device has %zu; presets that fit: %s",
@@ -139,7 +139,7 @@ static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_gpt2_confi
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 {
 	struct ferry_backend_opts bo = { .device_mem = opts->device_mem, .threads = opts->threads };
-	struct ferry_gpt2_config cfg = opts->model;
+	struct ferry_model_config cfg = opts->model;
 	const char *start = opts->resume ? opts->resume : opts->checkpoint;
 	ferry_trainer_t tr;
 	ferry_status st;
@@ -159,10 +159,8 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		st = ferry_checkpoint_read_config(start, &cfg);
 		if (st)
 			return st;
-	} else if (cfg.padded_vocab == 0 && cfg.vocab > 0) {
-		cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
 	}
-	st = ferry_gpt2_config_check(&cfg);
+	st = ferry_model_config_complete(&cfg);
 	if (st)
 		return st;
 	if (opts->T > cfg.max_seq)
@@ -176,7 +174,7 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	tr->opts.backend = opts->backend ? opts->backend : "cpu";
 	tr->opts.exec.act_dtype = ferry_backend_act_dtype(tr->opts.backend);
 	tr->rng = opts->seed;
-	st = ferry_gpt2_plan(&cfg, opts->B, opts->T, &tr->opts.exec, &tr->plan);
+	st = ferry_model_plan(&cfg, opts->B, opts->T, &tr->opts.exec, &tr->plan);
 	if (st)
 		goto fail;
 	st = ferry_backend_open(tr->opts.backend, &bo, &tr->be);
@@ -193,7 +191,7 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		if (st)
 			goto fail;
 	}
-	st = ferry_gpt2_create_ex(tr->be, &cfg, opts->B, opts->T, &tr->opts.exec, &tr->model);
+	st = ferry_model_create(tr->be, &cfg, opts->B, opts->T, &tr->opts.exec, &tr->model);
 	if (st)
 		goto fail;
 	st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->inputs);
@@ -204,7 +202,7 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	if (start)
 		st = load_start(tr, start, opts->resume != NULL);
 	else
-		st = ferry_gpt2_init_random(tr->model, opts->seed);
+		st = ferry_model_init_random(tr->model, opts->seed);
 	if (st)
 		goto fail;
 	*out = tr;
@@ -222,7 +220,7 @@ void ferry_trainer_free(ferry_trainer_t tr)
 		ferry_host_free(tr->be, tr->inputs);
 		ferry_host_free(tr->be, tr->targets);
 	}
-	ferry_gpt2_free(tr->model);
+	ferry_model_free(tr->model);
 	ferry_loader_free(tr->train);
 	ferry_loader_free(tr->val);
 	ferry_backend_close(tr->be);
@@ -230,7 +228,7 @@ void ferry_trainer_free(ferry_trainer_t tr)
 }
 
 int ferry_trainer_step_count(ferry_trainer_t tr) { return tr->step; }
-ferry_gpt2_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
+ferry_model_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr) { return &tr->plan; }
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
 
@@ -245,13 +243,13 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	opt.lr = ferry_lr_schedule(tr->step, o->steps, o->warmup, o->lr, o->final_lr_frac);
 	st = ferry_loader_next(tr->train, tr->inputs, tr->targets);
 	if (!st)
-		st = ferry_gpt2_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &m->loss);
+		st = ferry_model_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &m->loss);
 	if (!st)
-		st = ferry_gpt2_zero_grad(tr->model);
+		st = ferry_model_zero_grad(tr->model);
 	if (!st)
-		st = ferry_gpt2_backward(tr->model);
+		st = ferry_model_backward(tr->model);
 	if (!st)
-		st = ferry_gpt2_update(tr->model, &opt, tr->step + 1, &m->grad_norm);
+		st = ferry_model_update(tr->model, &opt, tr->step + 1, &m->grad_norm);
 	if (st)
 		return st;
 	tr->step++;
@@ -279,7 +277,7 @@ ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *lo
 
 		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
 		if (!st)
-			st = ferry_gpt2_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
+			st = ferry_model_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
 		if (st)
 			return st;
 		sum += l;
@@ -302,7 +300,7 @@ bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *w
 
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
-	size_t n = ferry_gpt2_num_params(tr->model);
+	size_t n = ferry_model_num_params(tr->model);
 	const struct ferry_train_opts *o = &tr->opts;
 	struct ferry_train_state info = {
 		.step = tr->step, .rng = tr->rng, .data_shards = ferry_loader_num_shards(tr->train),
@@ -319,12 +317,12 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 	if (!st)
 		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
 	if (!st)
-		st = ferry_gpt2_get_params(tr->model, buf);
+		st = ferry_model_get_params(tr->model, buf);
 	if (!st)
-		st = ferry_gpt2_get_opt_state(tr->model, mom, var);
+		st = ferry_model_get_opt_state(tr->model, mom, var);
 	if (!st) {
 		info.params_hash = ferry_params_hash(buf, n);
-		st = ferry_checkpoint_write(path, ferry_gpt2_config(tr->model), buf);
+		st = ferry_checkpoint_write(path, ferry_model_config(tr->model), buf);
 	}
 	if (!st)
 		st = ferry_state_write(state_path(path, sp, sizeof(sp)), &info, mom, var, n);
@@ -334,7 +332,7 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 	return st;
 }
 
-ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T, int n_batches,
+ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss)
 {
 	ferry_loader_t loader = NULL;
@@ -345,7 +343,7 @@ ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T,
 
 	if (n_batches < 1)
 		return ferry_error(FERRY_ERR_INVALID, "number of batches (%d) must be positive", n_batches);
-	st = ferry_loader_open(data_glob, B, T, ferry_gpt2_config(m)->vocab, &loader);
+	st = ferry_loader_open(data_glob, B, T, ferry_model_config(m)->vocab, &loader);
 	if (st)
 		return st;
 	in = ferry_malloc(N * sizeof(int32_t));
@@ -359,7 +357,7 @@ ferry_status ferry_evaluate(ferry_gpt2_t m, const char *data_glob, int B, int T,
 
 		st = ferry_loader_next(loader, in, tg);
 		if (!st)
-			st = ferry_gpt2_loss(m, in, tg, B, T, &l);
+			st = ferry_model_loss(m, in, tg, B, T, &l);
 		if (st)
 			goto out;
 		sum += l;

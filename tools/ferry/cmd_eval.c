@@ -26,9 +26,9 @@ int cmd_eval(int argc, char **argv)
 	const char *ckpt = NULL, *data = NULL, *backend = "auto";
 	struct ferry_backend_opts bo = { .threads = 0 };
 	int B = 4, T = 64, batches = 10, rc = 1;
-	struct ferry_gpt2_config cfg;
+	struct ferry_model_config cfg;
 	ferry_backend_t be = NULL;
-	ferry_gpt2_t m = NULL;
+	ferry_model_t m = NULL;
 	float *params = NULL, loss;
 	size_t n;
 
@@ -62,16 +62,16 @@ int cmd_eval(int argc, char **argv)
 		return cli_fail(CMD);
 	if (ferry_backend_open(backend, &bo, &be) != FERRY_OK)
 		return cli_fail(CMD);
-	if (ferry_gpt2_create(be, &cfg, B, T, &m) != FERRY_OK)
+	if (ferry_model_create(be, &cfg, B, T, NULL, &m) != FERRY_OK)
 		goto fail;
-	n = ferry_gpt2_num_params(m);
+	n = ferry_model_num_params(m);
 	params = malloc(n * sizeof(float));
 	if (!params) {
 		fprintf(stderr, "ferry eval: out of memory for %zu parameters\n", n);
 		goto out;
 	}
 	if (ferry_checkpoint_read(ckpt, &cfg, params, n) != FERRY_OK ||
-	    ferry_gpt2_set_params(m, params) != FERRY_OK ||
+	    ferry_model_set_params(m, params) != FERRY_OK ||
 	    ferry_evaluate(m, data, B, T, batches, &loss) != FERRY_OK)
 		goto fail;
 	printf("checkpoint %s: %d layers, %d channels, vocab %d\n", ckpt, cfg.layers, cfg.channels, cfg.vocab);
@@ -83,7 +83,7 @@ fail:
 	rc = cli_fail(CMD);
 out:
 	free(params);
-	ferry_gpt2_free(m);
+	ferry_model_free(m);
 	ferry_backend_close(be);
 	return rc;
 }

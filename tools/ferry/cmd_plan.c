@@ -13,7 +13,7 @@ static const char *const CMD = "plan";
 
 static void usage(void)
 {
-	printf("usage: ferry plan [--model gpt2|tutorial] [model, batch and policy flags of ferry train]\n"
+	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
 	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
@@ -29,9 +29,9 @@ static void usage(void)
 int cmd_plan(int argc, char **argv)
 {
 	struct ferry_train_opts o;
-	struct ferry_gpt2_config cfg;
+	struct ferry_model_config cfg;
 	struct ferry_plan plan;
-	const char *model = "gpt2", *json_path = NULL;
+	const char *json_path = NULL;
 	bool shape_given = false, json = false, tutorial;
 	int rows = 256, rc = 0;
 	ferry_status st;
@@ -43,13 +43,10 @@ int cmd_plan(int argc, char **argv)
 		if (r < 0)
 			return 2;
 		if (r > 0) {
-			i++;
+			i += r - 1;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage();
 			return 0;
-		} else if (!strcmp(argv[i], "--model")) {
-			if (arg_value(CMD, argc, argv, i++, &model))
-				return 2;
 		} else if (!strcmp(argv[i], "--rows")) {
 			if (arg_int(CMD, argc, argv, i++, &rows))
 				return 2;
@@ -61,13 +58,11 @@ int cmd_plan(int argc, char **argv)
 			return cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
 		}
 	}
-	tutorial = !strcmp(model, "tutorial");
+	tutorial = !strcmp(o.model.arch, "tutorial");
 	/* a plan for cuda is made without opening it: no GPU needed here */
 	if (strcmp(o.backend, "auto") == 0)
 		o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
 	o.exec.act_dtype = ferry_backend_act_dtype(o.backend);
-	if (!tutorial && strcmp(model, "gpt2"))
-		return cli_usage_error(CMD, "unknown model '%s' (gpt2, tutorial)", model);
 
 	if (tutorial) {
 		struct ferry_tutorial_config tc = { 10, rows, 256, false };
@@ -80,7 +75,7 @@ int cmd_plan(int argc, char **argv)
 	} else {
 		if (model_flags_config(CMD, &o, &cfg))
 			return 1;
-		st = ferry_gpt2_plan(&cfg, o.B, o.T, &o.exec, &plan);
+		st = ferry_model_plan(&cfg, o.B, o.T, &o.exec, &plan);
 	}
 	if (st)
 		return cli_fail(CMD);
@@ -104,7 +99,7 @@ int cmd_plan(int argc, char **argv)
 	}
 	if (o.device_mem) {
 		char fits[1024] = "";
-		int n = tutorial ? 0 : ferry_gpt2_fitting_presets(&cfg, o.B, o.T, &o.exec, o.device_mem,
+		int n = tutorial ? 0 : ferry_model_fitting_presets(&cfg, o.B, o.T, &o.exec, o.device_mem,
 								 fits, sizeof(fits));
 
 		if (plan.mem.peak_bytes <= o.device_mem) {

@@ -61,7 +61,7 @@ static int parse(int argc, char **argv, struct train_cli *c)
 		if (r < 0)
 			return 2;
 		if (r > 0) {
-			i++;
+			i += r - 1;
 			continue;
 		}
 #define IS(name) (strcmp(f, name) == 0)
@@ -114,7 +114,7 @@ static int parse(int argc, char **argv, struct train_cli *c)
 
 static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 {
-	ferry_gpt2_t m = ferry_trainer_model(tr);
+	ferry_model_t m = ferry_trainer_model(tr);
 	ferry_tokenizer_t tok = NULL;
 	int32_t *seq;
 	int len = 1, cap = c->sample + 1;
@@ -130,8 +130,8 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 		return;
 	}
 	/* start from the end-of-text token, as at a document's start */
-	seq[0] = ferry_tokenizer_eot(tok) < ferry_gpt2_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
-	if (ferry_gpt2_sample(m, seq, &len, cap, c->sample, &rng) != FERRY_OK) {
+	seq[0] = ferry_tokenizer_eot(tok) < ferry_model_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
+	if (ferry_model_sample(m, seq, &len, cap, c->sample, &rng) != FERRY_OK) {
 		fprintf(stderr, "ferry train: sampling failed: %s\n", ferry_last_error());
 	} else {
 		printf("\n--- sample (%d tokens) ---\n", c->sample);
@@ -224,12 +224,12 @@ int cmd_train(int argc, char **argv)
 		return 1;
 	{
 		/* a bad shape or policy is refused before any work, even the demo data */
-		struct ferry_gpt2_config cfg;
+		struct ferry_model_config cfg;
 		struct ferry_plan plan;
 
 		if (model_flags_config(CMD, &c.o, &cfg))
 			return 1;
-		if (ferry_gpt2_plan(&cfg, c.o.B, c.o.T, &c.o.exec, &plan) != FERRY_OK)
+		if (ferry_model_plan(&cfg, c.o.B, c.o.T, &c.o.exec, &plan) != FERRY_OK)
 			return cli_fail(CMD);
 	}
 	if (!c.o.data) {
@@ -251,12 +251,16 @@ int cmd_train(int argc, char **argv)
 		goto out;
 	}
 	{
-		ferry_gpt2_t m = ferry_trainer_model(tr);
-		const struct ferry_gpt2_config *cfg = ferry_gpt2_config(m);
+		ferry_model_t m = ferry_trainer_model(tr);
+		const struct ferry_model_config *cfg = ferry_model_config(m);
 
-		printf("model: GPT-2, %d layers, %d channels, %d heads, vocab %d (padded %d), max seq %d: "
-		       "%.2fM parameters\n", cfg->layers, cfg->channels, cfg->heads, cfg->vocab,
-		       cfg->padded_vocab, cfg->max_seq, ferry_gpt2_num_params(m) / 1e6);
+		printf("model: %s, %d layers, %d channels, %d heads", cfg->arch, cfg->layers, cfg->channels,
+		       cfg->heads);
+		if (cfg->kv_heads != cfg->heads)
+			printf(" (%d key/value)", cfg->kv_heads);
+		printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
+		       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
+		       ferry_model_num_params(m) / 1e6);
 		printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
 		       c.o.B, c.o.T, c.o.steps, c.o.lr, c.o.warmup, c.o.final_lr_frac,
 		       ferry_backend_name(ferry_trainer_backend(tr)),

@@ -9,8 +9,13 @@
 
 const char model_flags_help[] =
 	"model (ignored with --checkpoint/--resume, which carry their own shape):\n"
+	"  --model NAME          gpt2 (default) or llama\n"
 	"  --layers N --channels N --heads N --vocab N --max-seq N\n"
 	"                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
+	"  --kv-heads N          llama: key/value heads, dividing --heads (default = heads)\n"
+	"  --ffn N               llama: MLP width (default 8/3 x channels, rounded up to 64)\n"
+	"  --rope-theta X        llama: rotary embedding base (default 10000)\n"
+	"  --tied-head           llama: the LM head is the token embedding (default: its own)\n"
 	"  --checkpoint FILE     start from an llm.c checkpoint (fp32, version 3)\n"
 	"  --resume FILE         continue from FILE and FILE.state (from --save)\n"
 	"batch and memory:\n"
@@ -30,8 +35,8 @@ void model_flags_default(struct ferry_train_opts *o)
 {
 	ferry_train_opts_default(o);
 	o->backend = "auto";
-	o->model = (struct ferry_gpt2_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
-					       .layers = 6, .heads = 6, .channels = 192 };
+	o->model = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
+						.layers = 6, .heads = 6, .channels = 192 };
 	o->B = 8;
 	o->T = 128;
 }
@@ -39,17 +44,36 @@ void model_flags_default(struct ferry_train_opts *o)
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given)
 {
-	struct ferry_gpt2_config *m = &o->model;
+	struct ferry_model_config *m = &o->model;
 	const char *f = argv[i];
 	int r;
 
 #define IS(name) (strcmp(f, name) == 0)
-	if (IS("--layers") || IS("--channels") || IS("--heads") || IS("--vocab") || IS("--max-seq")) {
+	if (IS("--layers") || IS("--channels") || IS("--heads") || IS("--vocab") || IS("--max-seq") ||
+	    IS("--kv-heads") || IS("--ffn")) {
 		int *dst = IS("--layers") ? &m->layers : IS("--channels") ? &m->channels :
-			   IS("--heads") ? &m->heads : IS("--vocab") ? &m->vocab : &m->max_seq;
+			   IS("--heads") ? &m->heads : IS("--vocab") ? &m->vocab :
+			   IS("--kv-heads") ? &m->kv_heads : IS("--ffn") ? &m->ffn : &m->max_seq;
 
 		*shape_given = true;
 		r = arg_int(cmd, argc, argv, i, dst);
+	} else if (IS("--model")) {
+		const char *name = NULL;
+
+		*shape_given = true;
+		r = arg_value(cmd, argc, argv, i, &name);
+		if (!r && snprintf(m->arch, sizeof(m->arch), "%s", name) >= (int)sizeof(m->arch)) {
+			fprintf(stderr, "ferry %s: unknown model '%s' (models: %s)\n", cmd, name,
+				ferry_model_arch_list());
+			r = -1;
+		}
+	} else if (IS("--rope-theta")) {
+		*shape_given = true;
+		r = arg_float(cmd, argc, argv, i, &m->rope_theta);
+	} else if (IS("--tied-head")) {
+		*shape_given = true;
+		m->tie_embeddings = 1;
+		return 1; /* a flag without a value */
 	} else if (IS("--checkpoint")) r = arg_value(cmd, argc, argv, i, &o->checkpoint);
 	else if (IS("--resume")) r = arg_value(cmd, argc, argv, i, &o->resume);
 	else if (IS("--batch")) r = arg_int(cmd, argc, argv, i, &o->B);
@@ -72,7 +96,7 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 	} else
 		return 0;
 #undef IS
-	return r ? -1 : 1;
+	return r ? -1 : 2;
 }
 
 int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
@@ -94,7 +118,7 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 }
 
 int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
-		       struct ferry_gpt2_config *cfg)
+		       struct ferry_model_config *cfg)
 {
 	const char *start = o->resume ? o->resume : o->checkpoint;
 
@@ -105,7 +129,8 @@ int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 		return -1;
 	}
 	*cfg = o->model;
-	if (cfg->padded_vocab == 0 && cfg->vocab > 0)
-		cfg->padded_vocab = ferry_pad_vocab(cfg->vocab);
-	return 0;
+	if (ferry_model_config_complete(cfg) == FERRY_OK)
+		return 0;
+	cli_fail(cmd);
+	return -1;
 }

@@ -10,9 +10,9 @@
 /* The defaults of `ferry train`: the demo model. */
 void model_flags_default(struct ferry_train_opts *o);
 
-/* If argv[i] is one of these flags, parses it and its value into o and
- * returns 1 (the caller skips the value); returns 0 for another flag, -1
- * (after printing why) for a bad value.  *shape_given is set by shape
+/* If argv[i] is one of these flags, parses it (and its value) into o and
+ * returns how many arguments it took (1 or 2); returns 0 for another flag,
+ * -1 (after printing why) for a bad value.  *shape_given is set by shape
  * flags. */
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given);
@@ -28,6 +28,6 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log);
 /* The model shape: from --checkpoint/--resume when given, else the flags
  * (padding the vocabulary).  Prints the error and returns -1 on failure. */
 int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
-		       struct ferry_gpt2_config *cfg);
+		       struct ferry_model_config *cfg);
 
 #endif

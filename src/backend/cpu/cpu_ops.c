@@ -11,6 +11,7 @@
 void ferry_cpu_run_op(const struct ferry_op_call *c)
 {
 	int N = c->B * c->T;
+	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
@@ -37,11 +38,11 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	case FERRY_OP_ATTENTION:
 		if (!c->backward)
 			attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->in[1]), CF(c->in[2]),
-					  c->B, c->T, c->C, c->NH);
+					  c->B, c->T, c->C, c->NH, NKV);
 		else
 			attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]), CF(c->dout[0]),
 					   CF(c->in[0]), CF(c->in[1]), CF(c->in[2]), CF(c->out[0]),
-					   CF(c->out[1]), c->B, c->T, c->C, c->NH);
+					   CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV);
 		break;
 	case FERRY_OP_GELU:
 		if (!c->backward)
@@ -81,6 +82,28 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	case FERRY_OP_CAST: /* fp32 to fp32 */
 		if (c->out[0] != c->in[0])
 			memcpy(c->out[0], c->in[0], (size_t)c->n * sizeof(float));
+		break;
+	case FERRY_OP_RMSNORM:
+		if (!c->backward)
+			rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->w[0]), N, c->C,
+					c->scalar[0]);
+		else
+			rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]),
+					 CF(c->out[1]), N, c->C);
+		break;
+	case FERRY_OP_ROPE:
+		if (!c->backward)
+			rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH, c->C / c->NH, c->scalar[0]);
+		else
+			rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH, c->C / c->NH,
+				      c->scalar[0]);
+		break;
+	case FERRY_OP_SWIGLU:
+		if (!c->backward)
+			swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+		else
+			swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
+					c->n);
 		break;
 	case FERRY_OP_COUNT:
 		assert(0);

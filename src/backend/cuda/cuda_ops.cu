@@ -13,7 +13,8 @@
 /* One cuBLAS handle and one scratch workspace per backend.  Sharing them is
  * safe because ferry's models run their ops on one stream (copies use the
  * others) and launchers needing more scratch than ws_bytes refuse
- * (layernorm backward needs 512 * C bytes, attention backward 4 * B*NH*T). */
+ * (layernorm backward needs 512 * C bytes, rmsnorm backward 256 * C,
+ * attention backward 4 * B*NH*T). */
 struct ferry_cuda_ops {
 	struct ferry_cuda_blas *blas;
 	void *ws;
@@ -84,6 +85,7 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 				 char *err, size_t err_len)
 {
 	int N = c->B * c->T;
+	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
 	cudaError_t e = cudaSuccess;
 
 	if (c->backward && c->kind == FERRY_OP_LAYERNORM &&
@@ -91,6 +93,9 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 		return -1;
 	if (c->backward && c->kind == FERRY_OP_ATTENTION &&
 	    !ws_fits(ops, ferry_cuda_attention_backward_ws_bytes(c->B, c->T, c->C, c->NH), c, err, err_len))
+		return -1;
+	if (c->backward && c->kind == FERRY_OP_RMSNORM && c->dw[0] &&
+	    !ws_fits(ops, ferry_cuda_rmsnorm_backward_ws_bytes(N, c->C), c, err, err_len))
 		return -1;
 
 	switch (c->kind) {
@@ -116,11 +121,12 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 						  c->in[0], c->w[0], N, c->C, c->OC, err, err_len);
 	case FERRY_OP_ATTENTION:
 		e = !c->backward ? ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]),
-								CBF(c->in[1]), CBF(c->in[2]), c->B, c->T, c->C, c->NH)
+								CBF(c->in[1]), CBF(c->in[2]), c->B, c->T, c->C, c->NH,
+								NKV)
 				 : ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
 								 CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]),
 								 CBF(c->in[2]), CBF(c->out[0]), CF(c->out[1]), c->B,
-								 c->T, c->C, c->NH, ops->ws, ops->ws_bytes);
+								 c->T, c->C, c->NH, NKV, ops->ws, ops->ws_bytes);
 		break;
 	case FERRY_OP_GELU:
 		e = !c->backward ? ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n)
@@ -157,6 +163,24 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 		break;
 	case FERRY_OP_CAST:
 		e = ferry_cuda_cast(s, BF(c->out[0]), CF(c->in[0]), c->n);
+		break;
+	case FERRY_OP_RMSNORM:
+		e = !c->backward ? ferry_cuda_rmsnorm_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]),
+							      CBF(c->w[0]), N, c->C, c->scalar[0])
+				 : ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]),
+							       CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), N,
+							       c->C, ops->ws, ops->ws_bytes);
+		break;
+	case FERRY_OP_ROPE:
+		e = !c->backward ? ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C,
+							   c->NH, c->scalar[0])
+				 : ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C,
+							    c->NH, c->scalar[0]);
+		break;
+	case FERRY_OP_SWIGLU:
+		e = !c->backward ? ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n)
+				 : ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]),
+							      CBF(c->in[0]), CBF(c->in[1]), c->n);
 		break;
 	case FERRY_OP_COUNT:
 		snprintf(err, err_len, "bad op kind");

@@ -70,13 +70,16 @@ cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dwe
 					  const bf16 *dout, const bf16 *inp, const bf16 *weight,
 					  const float *mean, const float *rstd, int N, int C, void *ws,
 					  size_t ws_bytes);
-/* Causal attention, q/k/v/out [B, T, C], head h on channels h*HS..; saves
- * lse [B, NH, T] (float).  Flash-style: no T x T matrix in memory. */
+/* Causal attention, q/out [B, T, C], head h on channels h*HS.. (HS = C/NH);
+ * k/v [B, T, NKV*HS] with NKV kv heads (grouped-query; NKV divides NH, 0
+ * means NH): query head h reads kv head h / (NH/NKV).  Saves lse [B, NH, T]
+ * (float).  Flash-style: no T x T matrix in memory.  Backward sums the
+ * query heads of a group into dk/dv in a fixed order (no atomics). */
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH);
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV);
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, void *ws,
+					  const float *lse, int B, int T, int C, int NH, int NKV, void *ws,
 					  size_t ws_bytes);
 /* Scratch bytes the two launchers above need in ws. */
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
@@ -89,6 +92,29 @@ cudaError_t ferry_cuda_softmax_xent_forward(cudaStream_t s, float *losses, bf16 
 /* dlogits = dloss * (probs - onehot), WRITES (may alias probs) */
 cudaError_t ferry_cuda_softmax_xent_backward(cudaStream_t s, bf16 *dlogits, const bf16 *probs,
 					     const int32_t *targets, float dloss, int N, int V, int Vp);
+
+/* ---- kernels_llama.cu ------------------------------------------------------ */
+/* RMSNorm (Llama): rstd[N] (float) = 1 / sqrt(mean(x^2) + eps) per row of
+ * C, out = x * rstd * weight.  rstd may be NULL. */
+cudaError_t ferry_cuda_rmsnorm_forward(cudaStream_t s, bf16 *out, float *rstd, const bf16 *inp,
+				       const bf16 *weight, int N, int C, float eps);
+/* dinp (bf16) +=, dweight (float) += (either may be NULL); ws: see below */
+cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweight, const bf16 *dout,
+					const bf16 *inp, const bf16 *weight, const float *rstd, int N, int C,
+					void *ws, size_t ws_bytes);
+size_t ferry_cuda_rmsnorm_backward_ws_bytes(int N, int C);
+/* Rotary embedding (HF rotate_half) on [B, T, NH, HS], C = NH * HS, HS
+ * even, row (b, t) at position t; theta the base.  Forward writes out
+ * (may equal inp); backward dinp += the inverse rotation of dout. */
+cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
+				    float theta);
+cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, int B, int T, int C, int NH,
+				     float theta);
+/* out = silu(gate) * up over n values (out may alias gate or up); backward
+ * dgate +=, dup += (either may be NULL). */
+cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n);
+cudaError_t ferry_cuda_swiglu_backward(cudaStream_t s, bf16 *dgate, bf16 *dup, const bf16 *dout,
+				       const bf16 *gate, const bf16 *up, long n);
 
 #ifdef __cplusplus
 }

@@ -71,14 +71,21 @@ static __device__ __forceinline__ bf16 b16(float x)
 
 /* ---- encoder --------------------------------------------------------------- */
 
-/* out[row, c] = wte[tokens[row], c] + wpe[row % T, c]; one block per row. */
+/* out[row, c] = wte[tokens[row], c] + wpe[row % T, c]; one block per row.
+ * wpe may be NULL (models with rotary positions): out is the embedding row. */
 static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
 					      const bf16 *wpe, long N, int T, int C)
 {
 	for (long row = blockIdx.x; row < N; row += gridDim.x) {
 		const bf16 *e = wte + (long)tokens[row] * C;
-		const bf16 *p = wpe + (row % T) * (long)C;
 		bf16 *o = out + row * (long)C;
+
+		if (!wpe) {
+			for (int c = threadIdx.x; c < C; c += blockDim.x)
+				o[c] = e[c];
+			continue;
+		}
+		const bf16 *p = wpe + (row % T) * (long)C;
 
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
 			o[c] = b16(f32(e[c]) + f32(p[c]));

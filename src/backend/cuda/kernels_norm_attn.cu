@@ -17,6 +17,12 @@
  * (C % NH == 0); any HS in range works (lanes beyond HS are masked), multiples
  * of 32 waste no lanes.  Other sizes return cudaErrorInvalidValue.
  *
+ * Grouped-query attention: q and out are [B, T, C] (NH heads), k and v
+ * [B, T, CK] with CK = NKV * HS (NKV key/value heads, NKV divides NH); query
+ * head h reads kv head h / G, G = NH / NKV.  Only the index arithmetic
+ * changes: with NKV == NH (G = 1, CK = C) every kernel does exactly the
+ * arithmetic it did before GQA existed, so results are bitwise the same.
+ *
  * Designs:
  *  - layernorm_forward: one warp per row, two-pass mean/variance as the CPU.
  *  - layernorm_backward: (1) column partial sums of dout*xhat and dout over a
@@ -31,8 +37,10 @@
  *    and sum l; o and l rescaled by exp(m_old - m_new)).  Warps of a block
  *    take consecutive queries of one head so k/v rows are shared through L1.
  *  - attention_backward: kernel A, one warp per query t: D_t = dout_t.out_t
- *    (stored in ws) and dq_t; kernel B, one warp per key t2: dk_t2 and dv_t2
- *    summing over queries t >= t2.  Each output row is owned by one warp.
+ *    (stored in ws) and dq_t; kernel B, one warp per (kv head, key t2): dk_t2
+ *    and dv_t2 summing, in fp32 registers, over the G query heads of the
+ *    group in order and, per head, over queries t >= t2 in order.  Each
+ *    output row is owned by one warp, so no atomics and a fixed order.
  *  - softmax_xent_forward: one block per row; block max, block sum of exp,
  *    then probabilities written (safe in place: each element is read and
  *    written by the same thread, after both reductions).  backward:
@@ -239,7 +247,7 @@ template <int EPL> struct att_unroll {
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-			    int C, int NH, int HS, float scale, int nqb)
+			    int C, int CK, int NH, int G, int HS, float scale, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -251,7 +259,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	const int b = bh / NH, h = bh % NH;
 	const size_t head = (size_t)b * T * C + (size_t)h * HS;
 	const size_t rt = head + (size_t)t * C;
-	const bf16 *kh = k + head, *vh = v + head;
+	const size_t kvhead = (size_t)b * T * CK + (size_t)(h / G) * HS;
+	const bf16 *kh = k + kvhead, *vh = v + kvhead;
 
 	float qr[EPL], o[EPL];
 #pragma unroll
@@ -268,7 +277,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		for (int j = 0; j < KU; j++) {
 			float part = 0.0f;
 			if (t0 + j <= t) {
-				const bf16 *kr = kh + (size_t)(t0 + j) * C;
+				const bf16 *kr = kh + (size_t)(t0 + j) * CK;
 #pragma unroll
 				for (int e = 0; e < EPL; e++) {
 					const int i = e * 32 + lane;
@@ -296,7 +305,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		for (int j = 0; j < KU; j++) {
 			if (t0 + j <= t) {
 				const float p = expf(s[j] - mn);
-				const bf16 *vr = vh + (size_t)(t0 + j) * C;
+				const bf16 *vr = vh + (size_t)(t0 + j) * CK;
 				l += p;
 #pragma unroll
 				for (int e = 0; e < EPL; e++) {
@@ -327,8 +336,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_q_kernel(bf16 *dq, float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k,
-			       const bf16 *v, const bf16 *out, const float *lse, int T, int C, int NH,
-			       int HS, float scale, int nqb)
+			       const bf16 *v, const bf16 *out, const float *lse, int T, int C, int CK,
+			       int NH, int G, int HS, float scale, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -341,7 +350,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	const size_t head = (size_t)b * T * C + (size_t)h * HS;
 	const size_t rt = head + (size_t)t * C;
 	const size_t st = (size_t)bh * T + t;
-	const bf16 *kh = k + head, *vh = v + head;
+	const size_t kvhead = (size_t)b * T * CK + (size_t)(h / G) * HS;
+	const bf16 *kh = k + kvhead, *vh = v + kvhead;
 
 	float qr[EPL], gr[EPL], acc[EPL];
 	float dpart = 0.0f;
@@ -371,8 +381,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 			for (int e = 0; e < EPL; e++)
 				kk[j][e] = 0.0f;
 			if (t0 + j <= t) {
-				const bf16 *kr = kh + (size_t)(t0 + j) * C;
-				const bf16 *vr = vh + (size_t)(t0 + j) * C;
+				const bf16 *kr = kh + (size_t)(t0 + j) * CK;
+				const bf16 *vr = vh + (size_t)(t0 + j) * CK;
 #pragma unroll
 				for (int e = 0; e < EPL; e++) {
 					const int i = e * 32 + lane;
@@ -408,28 +418,28 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	}
 }
 
-/* Kernel B: warp per (b, h, key t2); grid B*NH*nkb blocks, block x -> head
- * x / nkb, key block x % nkb (small t2 = most queries first).  For queries
- * t >= t2: p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
- * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t. */
+/* Kernel B: warp per (b, kv head kh, key t2); grid B*NKV*nkb blocks, block
+ * x -> kv head x / nkb, key block x % nkb (small t2 = most queries first).
+ * For each query head h = kh*G + g of the group (g = 0..G-1 in order) and
+ * queries t >= t2: p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
+ * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t.
+ * The group's sum stays in fp32 registers and is rounded to bf16 once. */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_kv_kernel(bf16 *dk, bf16 *dv, const float *Dws, const bf16 *dout, const bf16 *q,
-				const bf16 *k, const bf16 *v, const float *lse, int T, int C, int NH,
-				int HS, float scale, int nkb)
+				const bf16 *k, const bf16 *v, const float *lse, int T, int C, int CK,
+				int NH, int G, int HS, float scale, int nkb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int bh = (int)blockIdx.x / nkb;
+	const int NKV = NH / G;
+	const int bkv = (int)blockIdx.x / nkb;
 	const int kb = (int)blockIdx.x % nkb;
 	const int t2 = kb * ATT_WARPS + warp;
 	if (t2 >= T)
 		return;
-	const int b = bh / NH, h = bh % NH;
-	const size_t head = (size_t)b * T * C + (size_t)h * HS;
-	const size_t r2 = head + (size_t)t2 * C;
-	const bf16 *qh = q + head, *gh = dout + head;
-	const float *lh = lse + (size_t)bh * T, *Dh = Dws + (size_t)bh * T;
+	const int b = bkv / NKV, kh = bkv % NKV;
+	const size_t r2 = (size_t)b * T * CK + (size_t)kh * HS + (size_t)t2 * CK;
 
 	float kr[EPL], vr[EPL], dka[EPL], dva[EPL];
 #pragma unroll
@@ -440,44 +450,52 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		dka[e] = dva[e] = 0.0f;
 	}
 
-	for (int t0 = t2; t0 < T; t0 += KU) {
-		float qq[KU][EPL], gg[KU][EPL], sp[KU], dp[KU];
+	/* query head h = kh*G + g: q/dout channels h*HS, lse/D rows b*NH + h */
+	const int h0 = kh * G;
+	size_t qoff = (size_t)b * T * C + (size_t)h0 * HS;
+	size_t soff = ((size_t)b * NH + h0) * T;
+	for (int g = 0; g < G; g++, qoff += HS, soff += T) {
+		const bf16 *qh = q + qoff, *gh = dout + qoff;
+		const float *lh = lse + soff, *Dh = Dws + soff;
+		for (int t0 = t2; t0 < T; t0 += KU) {
+			float qq[KU][EPL], gg[KU][EPL], sp[KU], dp[KU];
 #pragma unroll
-		for (int j = 0; j < KU; j++) {
-			sp[j] = dp[j] = 0.0f;
+			for (int j = 0; j < KU; j++) {
+				sp[j] = dp[j] = 0.0f;
 #pragma unroll
-			for (int e = 0; e < EPL; e++)
-				qq[j][e] = gg[j][e] = 0.0f;
-			if (t0 + j < T) {
-				const bf16 *qrow = qh + (size_t)(t0 + j) * C;
-				const bf16 *grow = gh + (size_t)(t0 + j) * C;
+				for (int e = 0; e < EPL; e++)
+					qq[j][e] = gg[j][e] = 0.0f;
+				if (t0 + j < T) {
+					const bf16 *qrow = qh + (size_t)(t0 + j) * C;
+					const bf16 *grow = gh + (size_t)(t0 + j) * C;
 #pragma unroll
-				for (int e = 0; e < EPL; e++) {
-					const int i = e * 32 + lane;
-					if (i < HS) {
-						qq[j][e] = bf2f(qrow[i]);
-						gg[j][e] = bf2f(grow[i]);
-						sp[j] += qq[j][e] * kr[e];
-						dp[j] += gg[j][e] * vr[e];
+					for (int e = 0; e < EPL; e++) {
+						const int i = e * 32 + lane;
+						if (i < HS) {
+							qq[j][e] = bf2f(qrow[i]);
+							gg[j][e] = bf2f(grow[i]);
+							sp[j] += qq[j][e] * kr[e];
+							dp[j] += gg[j][e] * vr[e];
+						}
 					}
 				}
 			}
-		}
 #pragma unroll
-		for (int j = 0; j < KU; j++) {
-			sp[j] = warp_sum(sp[j]) * scale;
-			dp[j] = warp_sum(dp[j]);
-		}
+			for (int j = 0; j < KU; j++) {
+				sp[j] = warp_sum(sp[j]) * scale;
+				dp[j] = warp_sum(dp[j]);
+			}
 #pragma unroll
-		for (int j = 0; j < KU; j++) {
-			const int t = t0 + j;
-			if (t < T) {
-				const float p = expf(sp[j] - lh[t]);
-				const float ds = p * (dp[j] - Dh[t]);
+			for (int j = 0; j < KU; j++) {
+				const int t = t0 + j;
+				if (t < T) {
+					const float p = expf(sp[j] - lh[t]);
+					const float ds = p * (dp[j] - Dh[t]);
 #pragma unroll
-				for (int e = 0; e < EPL; e++) {
-					dva[e] += p * gg[j][e];
-					dka[e] += ds * qq[j][e];
+					for (int e = 0; e < EPL; e++) {
+						dva[e] += p * gg[j][e];
+						dka[e] += ds * qq[j][e];
+					}
 				}
 			}
 		}
@@ -556,16 +574,21 @@ static bool ws_ok(const void *ws, size_t ws_bytes, size_t need)
 	return need == 0 || (ws != NULL && ws_bytes >= need && (uintptr_t)ws % sizeof(float) == 0);
 }
 
-/* Head size and lanes per element for attention; false if unsupported. */
-static bool att_shape(int B, int T, int C, int NH, int *HS, int *EPL, int *nb)
+/* Head size, lanes per element, row blocks, kv row stride CK and group
+ * size G for attention with NKV kv heads (0: NH); false if unsupported. */
+static bool att_shape(int B, int T, int C, int NH, int NKV, int *HS, int *EPL, int *nb, int *CK, int *G)
 {
-	if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
+	if (NKV == 0)
+		NKV = NH;
+	if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0 || NKV <= 0 || NH % NKV != 0)
 		return false;
 	*HS = C / NH;
 	if (*HS > ATT_MAX_HS)
 		return false;
 	*EPL = (*HS + 31) / 32;
 	*nb = (T + ATT_WARPS - 1) / ATT_WARPS;
+	*CK = NKV * *HS;
+	*G = NH / NKV;
 	return (long)B * NH * (long)*nb <= INT_MAX;
 }
 
@@ -630,10 +653,10 @@ cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dwe
 }
 
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH)
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV)
 {
-	int HS, EPL, nqb;
-	if (!att_shape(B, T, C, NH, &HS, &EPL, &nqb))
+	int HS, EPL, nqb, CK, G;
+	if (!att_shape(B, T, C, NH, NKV, &HS, &EPL, &nqb, &CK, &G))
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0)
 		return cudaSuccess;
@@ -642,8 +665,8 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 	const int threads = ATT_WARPS * 32;
 #define ATT_FWD(E)                                                                               \
 	case E:                                                                                    \
-		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, T, C, NH, HS, scale, \
-								 nqb);                          \
+		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, T, C, CK, NH, G, HS, \
+								 scale, nqb);                   \
 		break
 	switch (EPL) {
 		ATT_FWD(1);
@@ -663,11 +686,11 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, void *ws,
+					  const float *lse, int B, int T, int C, int NH, int NKV, void *ws,
 					  size_t ws_bytes)
 {
-	int HS, EPL, nb;
-	if (!att_shape(B, T, C, NH, &HS, &EPL, &nb))
+	int HS, EPL, nb, CK, G;
+	if (!att_shape(B, T, C, NH, NKV, &HS, &EPL, &nb, &CK, &G))
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0 || (!dq && !dk && !dv))
 		return cudaSuccess;
@@ -676,13 +699,14 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 	float *Dws = (float *)ws;
 	const float scale = 1.0f / sqrtf((float)HS);
 	const unsigned grid = (unsigned)((long)B * NH * nb);
+	const unsigned grid_kv = (unsigned)((long)B * (NH / G) * nb);
 	const int threads = ATT_WARPS * 32;
 
 	/* A: D (always; B needs it) and dq */
 #define ATT_BWD_Q(E)                                                                                \
 	case E:                                                                                       \
 		attn_backward_q_kernel<E><<<grid, threads, 0, s>>>(dq, Dws, dout, q, k, v, out, lse, T, C, \
-								    NH, HS, scale, nb);             \
+								    CK, NH, G, HS, scale, nb);      \
 		break
 	switch (EPL) {
 		ATT_BWD_Q(1);
@@ -701,11 +725,11 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 	if (e != cudaSuccess || (!dk && !dv))
 		return e;
 
-	/* B: dk, dv (reads D written by A, same stream) */
-#define ATT_BWD_KV(E)                                                                              \
-	case E:                                                                                      \
-		attn_backward_kv_kernel<E><<<grid, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, T, C, \
-								     NH, HS, scale, nb);            \
+	/* B: dk, dv, one warp per (kv head, key) (reads D written by A, same stream) */
+#define ATT_BWD_KV(E)                                                                             \
+	case E:                                                                                     \
+		attn_backward_kv_kernel<E><<<grid_kv, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, T, \
+									C, CK, NH, G, HS, scale, nb); \
 		break
 	switch (EPL) {
 		ATT_BWD_KV(1);

@@ -11,6 +11,8 @@
  */
 #include "ops/cpu/kernels.h"
 
+#include <string.h>
+
 #include <omp.h>
 #include <stddef.h>
 
@@ -33,8 +35,12 @@ void encoder_forward(float *out, const int32_t *tokens, const float *wte,
 #pragma omp parallel for schedule(static)
 	for (long n = 0; n < N; n++) {
 		const float *restrict e = wte + (size_t)tokens[n] * C;
-		const float *restrict p = wpe + (size_t)(n % T) * C;
 		float *restrict o = out + (size_t)n * C;
+		if (!wpe) { /* no position table (rotary models) */
+			memcpy(o, e, (size_t)C * sizeof(float));
+			continue;
+		}
+		const float *restrict p = wpe + (size_t)(n % T) * C;
 		for (int c = 0; c < C; c++)
 			o[c] = e[c] + p[c];
 	}

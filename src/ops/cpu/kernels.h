@@ -3,6 +3,7 @@
  *
  * Dimension letters, used the same way everywhere:
  *   B batch, T time (sequence), C channels, NH heads, HS = C / NH head size,
+ *   NKV key/value heads (grouped-query attention),
  *   OC output channels of a matrix product, N = B * T rows,
  *   V vocabulary, Vp vocabulary padded (rows of the embedding table).
  * Activations are row-major [N, C] (equivalently [B, T, C]).
@@ -18,7 +19,8 @@
 
 #include <stdint.h>
 
-/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
+/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]; wpe may be NULL (no position
+ * table: rotary models), and then also dwpe. */
 void encoder_forward(float *out, const int32_t *tokens, const float *wte,
 		     const float *wpe, int B, int T, int C);
 void encoder_backward(float *dwte, float *dwpe, const float *dout,
@@ -40,16 +42,43 @@ void matmul_backward(float *dinp, float *dweight, float *dbias,
 		     const float *dout, const float *inp, const float *weight,
 		     int N, int C, int OC);
 
-/* Causal multi-head attention, head h on channels [h*HS, (h+1)*HS) of q, k,
- * v and out (all [B, T, C]).  Scores are q.k / sqrt(HS).  Saves
- * lse[B, NH, T], the log-sum-exp of each query's scores, instead of the
- * T x T probabilities; backward recomputes them from q, k and lse. */
+/* Causal multi-head attention, query head h on channels [h*HS, (h+1)*HS) of
+ * q and out (both [B, T, C], C = NH * HS).  Grouped-query attention: k and
+ * v are [B, T, NKV * HS] with NKV key/value heads (NKV divides NH; NKV == NH
+ * is plain multi-head attention), and query head h reads key/value head
+ * h / (NH / NKV), as Hugging Face's repeat_kv.  Scores are q.k / sqrt(HS).
+ * Saves lse[B, NH, T], the log-sum-exp of each query's scores, instead of
+ * the T x T probabilities; backward recomputes them from q, k and lse. */
 void attention_forward(float *out, float *lse, const float *q, const float *k,
-		       const float *v, int B, int T, int C, int NH);
+		       const float *v, int B, int T, int C, int NH, int NKV);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout,
 			const float *q, const float *k, const float *v,
 			const float *out, const float *lse, int B, int T,
-			int C, int NH);
+			int C, int NH, int NKV);
+
+/* RMSNorm (Llama): rstd = 1 / sqrt(mean(x^2) + eps) over each row of C,
+ * out = x * rstd * weight (no mean, no bias); saves rstd[N]. */
+void rmsnorm_forward(float *out, float *rstd, const float *inp,
+		     const float *weight, int N, int C, float eps);
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+		      const float *inp, const float *weight, const float *rstd,
+		      int N, int C);
+
+/* Rotary position embedding, Hugging Face rotate_half convention, on
+ * inp/out [B, T, NH, HS] (HS even, out and inp distinct).  Row (b, t) has
+ * position t; for i < HS/2, angle = t * theta^(-2i/HS):
+ *   out[i]        = x[i] cos - x[i + HS/2] sin
+ *   out[i + HS/2] = x[i + HS/2] cos + x[i] sin
+ * Backward (the op is linear) applies the inverse rotation to dout. */
+void rope_forward(float *out, const float *inp, int B, int T, int NH, int HS,
+		  float theta);
+void rope_backward(float *dinp, const float *dout, int B, int T, int NH,
+		   int HS, float theta);
+
+/* SwiGLU: out = silu(gate) * up, silu(x) = x * sigmoid(x), n values. */
+void swiglu_forward(float *out, const float *gate, const float *up, long n);
+void swiglu_backward(float *dgate, float *dup, const float *dout,
+		     const float *gate, const float *up, long n);
 
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void gelu_forward(float *out, const float *inp, long n);

@@ -14,10 +14,10 @@ static uint64_t xorshift64(uint64_t *s)
 	return x;
 }
 
-ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int cap, int n,
+ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
 			       uint64_t *rng)
 {
-	const struct ferry_gpt2_config *cfg = ferry_gpt2_config(m);
+	const struct ferry_model_config *cfg = ferry_model_config(m);
 	float *probs;
 	ferry_status st = FERRY_OK;
 
@@ -27,13 +27,13 @@ ferry_status ferry_gpt2_sample(ferry_gpt2_t m, int32_t *tokens, int *len, int ca
 	if (!probs)
 		return ferry_error(FERRY_ERR_NOMEM, "sample: out of host memory");
 	for (int i = 0; i < n; i++) {
-		int T = *len < ferry_gpt2_max_seq_len(m) ? *len : ferry_gpt2_max_seq_len(m);
+		int T = *len < ferry_model_max_seq_len(m) ? *len : ferry_model_max_seq_len(m);
 		double u, acc = 0;
 		int next = cfg->vocab - 1;
 
-		st = ferry_gpt2_forward(m, tokens + *len - T, NULL, 1, T, NULL);
+		st = ferry_model_forward(m, tokens + *len - T, NULL, 1, T, NULL);
 		if (!st)
-			st = ferry_gpt2_probs(m, T - 1, probs);
+			st = ferry_model_probs(m, T - 1, probs);
 		if (st)
 			break;
 		/* draw against the row's own sum: bf16 probabilities do not add up

@@ -1,0 +1,224 @@
+/* Model declarations: lookup, configuration, dimensions, parameter layout. */
+#include "graph/model_decl.h"
+#include "core/error.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl };
+#define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
+
+const struct ferry_model_decl *ferry_model_decl_find(const char *arch)
+{
+	if (arch && !arch[0]) /* a config that names no model is GPT-2's */
+		arch = "gpt2";
+	for (int i = 0; arch && i < N_MODELS; i++)
+		if (strcmp(models[i]->name, arch) == 0)
+			return models[i];
+	return NULL;
+}
+
+const char *ferry_model_arch_list(void)
+{
+	return "gpt2, llama";
+}
+
+struct ferry_dims ferry_model_dims(const struct ferry_model_config *cfg, int B, int T)
+{
+	struct ferry_dims d = { { 0 } };
+
+	d.v[FERRY_DIM_B] = B;
+	d.v[FERRY_DIM_T] = T;
+	d.v[FERRY_DIM_C] = cfg->channels;
+	d.v[FERRY_DIM_NH] = cfg->heads;
+	d.v[FERRY_DIM_NKV] = cfg->kv_heads;
+	d.v[FERRY_DIM_HS] = cfg->head_size;
+	d.v[FERRY_DIM_QD] = (int64_t)cfg->heads * cfg->head_size;
+	d.v[FERRY_DIM_KVD] = (int64_t)cfg->kv_heads * cfg->head_size;
+	d.v[FERRY_DIM_FFN] = cfg->ffn;
+	d.v[FERRY_DIM_V] = cfg->vocab;
+	d.v[FERRY_DIM_VP] = cfg->padded_vocab;
+	d.v[FERRY_DIM_MAXT] = cfg->max_seq;
+	d.v[FERRY_DIM_L] = cfg->layers;
+	return d;
+}
+
+void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_OP_SCALAR_COUNT])
+{
+	memset(out, 0, FERRY_OP_SCALAR_COUNT * sizeof(float));
+	out[FERRY_SCALAR_NORM_EPS] = cfg->norm_eps;
+	out[FERRY_SCALAR_ROPE_THETA] = cfg->rope_theta;
+}
+
+bool ferry_param_present(const struct ferry_model_decl *md, const struct ferry_model_config *cfg, int p)
+{
+	return !md->params[p].tied_head || cfg->tie_embeddings < 0;
+}
+
+/*
+ * Largest parameter count we accept.  The training state file holds two fp32
+ * arrays (AdamW m and v) after a 1 KiB header, so 8 bytes per parameter plus
+ * the header must fit in both size_t and off_t (int64).
+ */
+static uint64_t max_params(void)
+{
+	uint64_t lim = ((uint64_t)INT64_MAX - 1024) / 8;
+
+	if ((uint64_t)SIZE_MAX / 8 < lim)
+		lim = (uint64_t)SIZE_MAX / 8;
+	return lim;
+}
+
+/* Elements of parameter p (all layers); false on overflow. */
+static bool param_numel(const struct ferry_model_decl *md, const struct ferry_model_config *cfg, int p,
+			int64_t *layer_n, int64_t *n)
+{
+	struct ferry_dims d = ferry_model_dims(cfg, 1, 1);
+
+	if (!ferry_param_present(md, cfg, p)) {
+		*layer_n = *n = 0;
+		return true;
+	}
+	if (!ferry_shape_numel(&md->params[p].shape, &d, layer_n))
+		return false;
+	*n = *layer_n;
+	return !md->params[p].per_layer || !__builtin_mul_overflow(*layer_n, (int64_t)cfg->layers, n);
+}
+
+static ferry_status check_common(const struct ferry_model_config *cfg)
+{
+#define POSITIVE(f) \
+	if (cfg->f <= 0) \
+		return ferry_error(FERRY_ERR_INVALID, #f " must be positive (got %d)", cfg->f)
+	POSITIVE(max_seq);
+	POSITIVE(vocab);
+	POSITIVE(layers);
+	POSITIVE(heads);
+	POSITIVE(channels);
+#undef POSITIVE
+	if (cfg->padded_vocab < 0)
+		return ferry_error(FERRY_ERR_INVALID, "padded_vocab must be positive (got %d)", cfg->padded_vocab);
+	if (cfg->padded_vocab && cfg->padded_vocab < cfg->vocab)
+		return ferry_error(FERRY_ERR_INVALID, "padded_vocab (%d) is smaller than vocab (%d)",
+				   cfg->padded_vocab, cfg->vocab);
+	if (cfg->layers > (1 << 20))
+		return ferry_error(FERRY_ERR_INVALID, "layers (%d) must be at most %d", cfg->layers, 1 << 20);
+	return FERRY_OK;
+}
+
+ferry_status ferry_model_config_complete(struct ferry_model_config *cfg)
+{
+	const struct ferry_model_decl *md;
+	uint64_t total = 0;
+	ferry_status st;
+
+	if (!cfg)
+		return ferry_error(FERRY_ERR_INVALID, "model config is NULL");
+	if (!cfg->arch[0])
+		snprintf(cfg->arch, sizeof(cfg->arch), "gpt2");
+	md = ferry_model_decl_find(cfg->arch);
+	if (!md)
+		return ferry_error(FERRY_ERR_INVALID, "unknown model '%s' (models: %s)", cfg->arch,
+				   ferry_model_arch_list());
+	if ((st = check_common(cfg)) || (st = md->config_check(cfg)))
+		return st;
+	if (!cfg->padded_vocab)
+		cfg->padded_vocab = ferry_pad_vocab(cfg->vocab);
+	if (!cfg->padded_vocab)
+		return ferry_error(FERRY_ERR_INVALID, "vocab (%d) is too large", cfg->vocab);
+	for (int p = 0; p < md->n_params; p++) {
+		int64_t layer_n, n;
+
+		if (!param_numel(md, cfg, p, &layer_n, &n) || __builtin_add_overflow(total, (uint64_t)n, &total) ||
+		    total > max_params())
+			return ferry_error(FERRY_ERR_INVALID,
+					   "config (L=%d, C=%d, Vp=%d, maxT=%d) has too many parameters",
+					   cfg->layers, cfg->channels, cfg->padded_vocab, cfg->max_seq);
+	}
+	return FERRY_OK;
+}
+
+int ferry_model_param_tensors(const struct ferry_model_config *cfg)
+{
+	const struct ferry_model_decl *md = ferry_model_decl_find(cfg->arch);
+
+	return md ? md->n_params : 0;
+}
+
+size_t ferry_model_config_num_params(const struct ferry_model_config *cfg)
+{
+	const struct ferry_model_decl *md = ferry_model_decl_find(cfg->arch);
+	size_t total = 0;
+
+	for (int p = 0; md && p < md->n_params; p++) {
+		int64_t layer_n, n;
+
+		if (param_numel(md, cfg, p, &layer_n, &n))
+			total += (size_t)n;
+	}
+	return total;
+}
+
+ferry_status ferry_model_param_info(const struct ferry_model_config *cfg, int i,
+				    struct ferry_param_info *out)
+{
+	const struct ferry_model_decl *md = ferry_model_decl_find(cfg->arch);
+	struct ferry_dims d = ferry_model_dims(cfg, 1, 1);
+	size_t offset = 0;
+
+	if (!md || i < 0 || i >= md->n_params)
+		return ferry_error(FERRY_ERR_INVALID, "parameter %d of model '%s' does not exist", i, cfg->arch);
+	for (int p = 0; p < i; p++) {
+		int64_t layer_n, n;
+
+		if (!param_numel(md, cfg, p, &layer_n, &n))
+			return ferry_error(FERRY_ERR_INVALID, "model '%s' has too many parameters", cfg->arch);
+		offset += (size_t)n;
+	}
+	const struct ferry_param_decl *pd = &md->params[i];
+	int64_t layer_n, n;
+
+	if (!param_numel(md, cfg, i, &layer_n, &n))
+		return ferry_error(FERRY_ERR_INVALID, "model '%s' has too many parameters", cfg->arch);
+	memset(out, 0, sizeof(*out));
+	out->name = pd->name;
+	out->hf_name = pd->hf_name;
+	out->layers = pd->per_layer ? cfg->layers : 0;
+	out->layer_numel = (size_t)layer_n;
+	out->numel = (size_t)n;
+	out->offset = offset;
+	out->present = ferry_param_present(md, cfg, i);
+	/* a multiplier folds into the first dimension: qkvw is [3C, C] */
+	for (int k = 0; k < FERRY_SHAPE_MAX_DIMS && pd->shape.d[k] != FERRY_DIM_NONE && k < 4; k++) {
+		out->shape[k] = d.v[pd->shape.d[k]] * (k == 0 && pd->shape.k ? pd->shape.k : 1);
+		out->ndim = k + 1;
+	}
+	return FERRY_OK;
+}
+
+int ferry_model_param_find(const struct ferry_model_config *cfg, const char *name)
+{
+	const struct ferry_model_decl *md = ferry_model_decl_find(cfg->arch);
+
+	for (int p = 0; md && p < md->n_params; p++)
+		if (strcmp(md->params[p].name, name) == 0)
+			return p;
+	return -1;
+}
+
+/*
+ * Padding rule: vocabularies above 4096 round up to a multiple of 128, as
+ * llm.c's exporter does (GPT-2's 50257 -> 50304); small ones (the byte-level
+ * 257) round up to a multiple of 64 (-> 320) so tiny models do not carry a
+ * mostly dead embedding table.  Returns 0 for vocab <= 0 or when the result
+ * would not fit in an int.
+ */
+int ferry_pad_vocab(int vocab)
+{
+	int align = vocab > 4096 ? 128 : 64;
+
+	if (vocab <= 0 || vocab > INT_MAX - (align - 1))
+		return 0;
+	return (vocab + align - 1) / align * align;
+}

@@ -1,0 +1,37 @@
+/* From a declared op and the model's dimensions to the sizes of its call. */
+#include "graph/layer.h"
+
+#include <string.h>
+
+void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
+			 const float *scalars, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &decl->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+	const struct ferry_shape *out0 = &decl->tensors[op->out[0]].shape;
+	const struct ferry_shape *first = info->n_in ? &decl->tensors[op->in[0]].shape : out0;
+
+	memset(c, 0, sizeof(*c));
+	c->kind = op->kind;
+	c->B = (int)dims->v[FERRY_DIM_B];
+	c->T = (int)dims->v[FERRY_DIM_T];
+	c->NH = (int)dims->v[FERRY_DIM_NH];
+	c->V = (int)dims->v[FERRY_DIM_V];
+	c->Vp = (int)dims->v[FERRY_DIM_VP];
+	c->C = (int)ferry_shape_row_width(first, dims);
+	c->OC = (int)ferry_shape_row_width(out0, dims);
+	c->n = (long)ferry_layer_tensor_numel(decl, op->out[0], dims);
+	c->NKV = (int)dims->v[FERRY_DIM_NKV];
+	/* rotary embedding turns each head of its tensor: query or key/value heads */
+	if (op->kind == FERRY_OP_ROPE && dims->v[FERRY_DIM_HS] > 0)
+		c->NH = (int)(c->C / dims->v[FERRY_DIM_HS]);
+	if (op->scalar != FERRY_SCALAR_NONE)
+		c->scalar[0] = scalars[op->scalar];
+}
+
+size_t ferry_op_weight_view(const struct ferry_op_call *c, int slot)
+{
+	if (c->kind == FERRY_OP_MATMUL && slot == 0)
+		return (size_t)c->OC * (size_t)c->C;
+	return (size_t)c->OC;
+}

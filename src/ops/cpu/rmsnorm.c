@@ -1,0 +1,91 @@
+/*
+ * RMS normalisation (Llama, Hugging Face LlamaRMSNorm) over the C channels
+ * of each of N rows.
+ *
+ *   forward:  rstd = 1 / sqrt(sum(x^2) / C + eps),  xhat = x * rstd,
+ *             out = xhat * weight   (HF: weight * (x * rsqrt(var + eps)))
+ *   backward: g = dout * weight,
+ *             dinp    += rstd * (g - xhat * mean(g * xhat))
+ *             dweight += sum over rows of dout * xhat
+ *
+ * (d rstd / d x_j = -rstd^3 x_j / C, so sum_c g_c x_c * d rstd / d x_j =
+ * -rstd xhat_j mean(g * xhat).)
+ *
+ * dinp is row-parallel.  dweight is a sum over rows, so for it each thread
+ * owns a slice of the channels and walks every row in order (no races, no
+ * scratch, deterministic for a fixed thread count), as layernorm.c does.
+ * xhat is recomputed from inp and rstd.
+ */
+#include "ops/cpu/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+
+/* This thread's slice [lo, hi) of n columns, in 16-float aligned chunks. */
+static void column_slice(int n, int *lo, int *hi)
+{
+	const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+	int per = (n + nt - 1) / nt;
+	per = (per + 15) & ~15;
+	const long a = (long)id * per, b = a + per;
+	*lo = (int)(a < n ? a : n);
+	*hi = (int)(b < n ? b : n);
+}
+
+void rmsnorm_forward(float *out, float *rstd, const float *inp,
+		     const float *weight, int N, int C, float eps)
+{
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++) {
+		const float *restrict x = inp + (size_t)n * C;
+		float *restrict o = out + (size_t)n * C;
+		float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+		for (int c = 0; c < C; c++)
+			ss += x[c] * x[c];
+		const float r = 1.0f / sqrtf(ss / (float)C + eps);
+#pragma omp simd
+		for (int c = 0; c < C; c++)
+			o[c] = (x[c] * r) * weight[c];
+		rstd[n] = r;
+	}
+}
+
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+		      const float *inp, const float *weight, const float *rstd,
+		      int N, int C)
+{
+	if (dinp) {
+#pragma omp parallel for schedule(static)
+		for (int n = 0; n < N; n++) {
+			const float *restrict x = inp + (size_t)n * C;
+			const float *restrict d = dout + (size_t)n * C;
+			float *restrict g = dinp + (size_t)n * C;
+			const float r = rstd[n];
+			float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+			for (int c = 0; c < C; c++)
+				sgx += d[c] * weight[c] * (x[c] * r);
+			sgx /= (float)C;
+#pragma omp simd
+			for (int c = 0; c < C; c++)
+				g[c] += r * (d[c] * weight[c] - (x[c] * r) * sgx);
+		}
+	}
+	if (dweight) {
+#pragma omp parallel
+		{
+			int lo, hi;
+			column_slice(C, &lo, &hi);
+			for (int n = 0; lo < hi && n < N; n++) {
+				const float *restrict x = inp + (size_t)n * C;
+				const float *restrict d = dout + (size_t)n * C;
+				const float r = rstd[n];
+#pragma omp simd
+				for (int c = lo; c < hi; c++)
+					dweight[c] += d[c] * (x[c] * r);
+			}
+		}
+	}
+}

@@ -1,0 +1,351 @@
+/*
+ * The tensor table: every training tensor of a model, with its size and
+ * place, built once from the declaration.  See tensor_table.h.
+ *
+ * Layout: parameters, their gradients, the AdamW moments and the compute
+ * copy are one buffer each, entries at the declaration's element offsets
+ * (the parameter array's layout, so checkpoints copy straight in and the
+ * gradient norm is one reduction).  Every other device tensor is a buffer
+ * of its own; offloaded layer activations share one host buffer.
+ */
+#include "plan/tensor_table.h"
+#include "backend/backend_impl.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int add_buffer(struct ferry_tensor_table *tt, const char *name, enum ferry_site site,
+		      enum ferry_buffer_kind mem, enum ferry_tensor_kind kind)
+{
+	struct ferry_table_buffer *b;
+
+	if (tt->n_buffers >= FERRY_TABLE_MAX_BUFFERS)
+		return -1;
+	b = &tt->buffers[tt->n_buffers];
+	memset(b, 0, sizeof(*b));
+	snprintf(b->name, sizeof(b->name), "%.47s", name);
+	b->site = site;
+	b->mem = mem;
+	b->kind = kind;
+	return tt->n_buffers++;
+}
+
+/* Appends an entry at the end of buffer `buf`. */
+static int add_entry(struct ferry_tensor_table *tt, int buf, const char *name, enum ferry_tensor_kind kind,
+		     int layer, enum ferry_dtype dtype, size_t bytes, enum ferry_placement act)
+{
+	struct ferry_tensor_entry *e;
+
+	if (buf < 0)
+		return -1;
+	if (tt->n == tt->cap) {
+		int cap = tt->cap ? 2 * tt->cap : 64;
+		struct ferry_tensor_entry *ne = ferry_calloc((size_t)cap, sizeof(*ne));
+
+		if (!ne)
+			return -2;
+		if (tt->e)
+			memcpy(ne, tt->e, (size_t)tt->n * sizeof(*ne));
+		ferry_free(tt->e);
+		tt->e = ne;
+		tt->cap = cap;
+	}
+	e = &tt->e[tt->n];
+	memset(e, 0, sizeof(*e));
+	snprintf(e->name, sizeof(e->name), "%.63s", name);
+	e->kind = kind;
+	e->layer = layer;
+	e->dtype = dtype;
+	e->bytes = bytes;
+	e->site = tt->buffers[buf].site;
+	e->act = act;
+	e->buffer = buf;
+	e->offset = tt->buffers[buf].bytes;
+	tt->buffers[buf].bytes += bytes;
+	return tt->n++;
+}
+
+/* A buffer holding one entry of the same name. */
+static int add_single(struct ferry_tensor_table *tt, const char *name, enum ferry_site site,
+		      enum ferry_buffer_kind mem, enum ferry_tensor_kind kind, enum ferry_dtype dtype,
+		      size_t bytes, enum ferry_placement act)
+{
+	return add_entry(tt, add_buffer(tt, name, site, mem, kind), name, kind, -1, dtype, bytes, act);
+}
+
+/* One buffer with an entry per present parameter, at its array offset. */
+static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
+			   enum ferry_buffer_kind mem, enum ferry_tensor_kind kind, enum ferry_dtype dtype,
+			   int *index)
+{
+	int buf = add_buffer(tt, buf_name, FERRY_SITE_DEVICE, mem, kind);
+	char name[64];
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		index[p] = -1;
+		if (ferry_model_param_info(&tt->cfg, p, &pi))
+			return -1;
+		if (!pi.present)
+			continue;
+		snprintf(name, sizeof(name), "%s%s", prefix, pi.name);
+		index[p] = add_entry(tt, buf, name, kind, -1, dtype, pi.numel * ferry_dtype_size(dtype),
+				     FERRY_PLACE_DEVICE);
+		if (index[p] < 0)
+			return index[p];
+	}
+	return buf;
+}
+
+static bool is_stat(const struct ferry_layer_decl *d, int t)
+{
+	return ferry_layer_tensor_is_stat(d, t);
+}
+
+/* Prologue or epilogue tensors and their gradients. */
+static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_decl *d,
+		     const struct ferry_stage_tensor *roles, int *index, int *grad_index)
+{
+	unsigned has_grad = ferry_layer_differentiable(d);
+	size_t asz = ferry_dtype_size(tt->act_dtype);
+	char name[64];
+
+	for (int t = 0; t < d->n_tensors; t++) {
+		size_t n = ferry_layer_tensor_numel(d, t, &tt->dims);
+		const char *nm = d->tensors[t].name;
+
+		index[t] = grad_index[t] = -1;
+		switch (roles[t].role) {
+		case FERRY_ROLE_TOKENS:
+		case FERRY_ROLE_TARGETS:
+			index[t] = add_single(tt, nm, FERRY_SITE_DEVICE, FERRY_BUF_ARGUMENT, FERRY_TK_BATCH,
+					      FERRY_F32, n * sizeof(int32_t), FERRY_PLACE_DEVICE);
+			break;
+		case FERRY_ROLE_LOSSES:
+			index[t] = add_single(tt, nm, FERRY_SITE_DEVICE, FERRY_BUF_OUTPUT, FERRY_TK_LOSS,
+					      FERRY_F32, n * sizeof(float), FERRY_PLACE_DEVICE);
+			break;
+		case FERRY_ROLE_ACT:
+			index[t] = add_single(tt, nm, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_ACTIVATION,
+					      is_stat(d, t) ? FERRY_F32 : tt->act_dtype,
+					      n * (is_stat(d, t) ? sizeof(float) : asz), FERRY_PLACE_DEVICE);
+			break;
+		case FERRY_ROLE_STACK_INPUT:  /* the layer stack's own storage */
+		case FERRY_ROLE_STACK_OUTPUT:
+		case FERRY_ROLE_ALIAS:        /* resolved by the executor */
+			continue;
+		}
+		if (index[t] < 0)
+			return index[t];
+	}
+	for (int t = 0; t < d->n_tensors; t++) {
+		if (!(has_grad & (1u << t)) || roles[t].role != FERRY_ROLE_ACT || roles[t].grad_in_place)
+			continue;
+		snprintf(name, sizeof(name), "grad:%s", d->tensors[t].name);
+		grad_index[t] = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_ACT_GRAD,
+					   tt->act_dtype, ferry_layer_tensor_numel(d, t, &tt->dims) * asz,
+					   FERRY_PLACE_DEVICE);
+		if (grad_index[t] < 0)
+			return grad_index[t];
+	}
+	return 0;
+}
+
+/* The layer stack's device slots, gradient workspace and host copies. */
+static int add_stack(struct ferry_tensor_table *tt)
+{
+	const struct ferry_layer_decl *d = tt->md->layer;
+	const struct ferry_stack_plan *sp = &tt->sp;
+	int host_buf = -1;
+	char name[64];
+
+	for (int t = 0; t < d->n_tensors; t++) {
+		tt->ix.stack_act[t] = tt->ix.stack_host[t] = -1;
+		if (sp->kind[t] == FERRY_SLOT_NONE)
+			continue;
+		snprintf(name, sizeof(name), "act:%s", d->tensors[t].name);
+		tt->ix.stack_act[t] = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_ACTIVATION,
+						 sp->elem[t] == sizeof(float) ? FERRY_F32 : tt->act_dtype,
+						 (size_t)sp->slots[t] * sp->slot_bytes[t], sp->place[t]);
+		if (tt->ix.stack_act[t] < 0)
+			return tt->ix.stack_act[t];
+	}
+	tt->ix.stack_grad = add_single(tt, "activation gradients", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+				       FERRY_TK_ACT_GRAD, tt->act_dtype, sp->grad_bytes, FERRY_PLACE_DEVICE);
+	if (tt->ix.stack_grad < 0)
+		return tt->ix.stack_grad;
+	for (int t = 0; t < d->n_tensors && sp->offloaded; t++) {
+		if (!(sp->offloaded & (1u << t)))
+			continue;
+		if (host_buf < 0)
+			host_buf = add_buffer(tt, "host: offloaded activations", FERRY_SITE_HOST, FERRY_BUF_TEMP,
+					      FERRY_TK_ACTIVATION);
+		snprintf(name, sizeof(name), "host:%s", d->tensors[t].name);
+		tt->ix.stack_host[t] = add_entry(tt, host_buf, name, FERRY_TK_ACTIVATION, -1,
+						 sp->elem[t] == sizeof(float) ? FERRY_F32 : tt->act_dtype,
+						 (size_t)sp->L * sp->host_bytes[t], FERRY_PLACE_OFFLOAD);
+		if (tt->ix.stack_host[t] < 0)
+			return tt->ix.stack_host[t];
+	}
+	return 0;
+}
+
+static ferry_status check_batch(const struct ferry_model_config *cfg, int B, int T)
+{
+	if (B < 1 || T < 1)
+		return ferry_error(FERRY_ERR_INVALID, "batch size %d and sequence length %d must be positive", B, T);
+	/* kernels index rows with int, and N * Vp logits must fit in memory sizes */
+	if ((int64_t)B * T > INT32_MAX / 4 ||
+	    (double)B * T * cfg->padded_vocab * sizeof(float) > (double)SIZE_MAX / 4)
+		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", B, T);
+	if (T > cfg->max_seq)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "sequence length %d is longer than the model's maximum %d", T, cfg->max_seq);
+	return FERRY_OK;
+}
+
+ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
+				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
+{
+	struct ferry_model_config cfg = *cfg_in;
+	ferry_status st;
+	int r;
+
+	memset(tt, 0, sizeof(*tt));
+	if ((st = ferry_model_config_complete(&cfg)) || (st = check_batch(&cfg, B, T)))
+		return st;
+	tt->md = ferry_model_decl_find(cfg.arch);
+	if ((st = ferry_layer_decl_check(tt->md->prologue)) || (st = ferry_layer_decl_check(tt->md->epilogue)))
+		return st;
+	tt->cfg = cfg;
+	tt->dims = ferry_model_dims(&cfg, B, T);
+	tt->act_dtype = opts ? opts->act_dtype : FERRY_F32;
+	tt->n_params = ferry_model_config_num_params(&cfg);
+	snprintf(tt->policy, sizeof(tt->policy), "%s",
+		 opts && opts->policy ? opts->policy : "everything_saveable");
+	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, opts, &tt->sp)))
+		return st;
+
+	r = tt->ix.params_buffer = add_param_group(tt, "params", "", FERRY_BUF_DONATED, FERRY_TK_WEIGHT,
+						   FERRY_F32, tt->ix.param);
+	if (r >= 0)
+		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_BUF_TEMP, FERRY_TK_GRAD,
+							  FERRY_F32, tt->ix.grad);
+	if (r >= 0)
+		r = tt->ix.mom_buffer = add_param_group(tt, "adamw m", "adamw m:", FERRY_BUF_DONATED,
+							FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom);
+	if (r >= 0)
+		r = tt->ix.var_buffer = add_param_group(tt, "adamw v", "adamw v:", FERRY_BUF_DONATED,
+							FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var);
+	tt->ix.copy_buffer = -1;
+	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
+		tt->ix.copy[p] = -1;
+	/* derived from the parameters, kept across steps */
+	if (r >= 0 && tt->act_dtype != FERRY_F32)
+		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_BUF_TEMP,
+							 FERRY_TK_WEIGHT_COPY, tt->act_dtype, tt->ix.copy);
+	if (r >= 0)
+		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
+	if (r >= 0)
+		r = add_stage(tt, tt->md->epilogue, tt->md->epilogue_roles, tt->ix.epilogue, tt->ix.epilogue_grad);
+	if (r >= 0)
+		r = tt->ix.grad_norm = add_single(tt, "grad norm", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+						  FERRY_TK_WORKSPACE, FERRY_F32, sizeof(double), FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		r = add_stack(tt);
+	if (r == -2) {
+		ferry_tensor_table_release(tt);
+		return ferry_error(FERRY_ERR_NOMEM, "tensor table: out of host memory");
+	}
+	if (r < 0) {
+		ferry_tensor_table_release(tt);
+		return ferry_error(FERRY_ERR_INVALID, "%s: more than %d buffers in the tensor table",
+				   cfg.arch, FERRY_TABLE_MAX_BUFFERS);
+	}
+	return FERRY_OK;
+}
+
+void ferry_tensor_table_release(struct ferry_tensor_table *tt)
+{
+	ferry_free(tt->e);
+	tt->e = NULL;
+	tt->n = tt->cap = 0;
+}
+
+ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
+{
+	struct ferry_memory_analysis *m = &plan->mem;
+
+	memset(plan, 0, sizeof(*plan));
+	snprintf(plan->model, sizeof(plan->model), "%s", tt->cfg.arch);
+	snprintf(plan->policy, sizeof(plan->policy), "%s", tt->policy);
+	plan->B = (int)tt->dims.v[FERRY_DIM_B];
+	plan->T = (int)tt->dims.v[FERRY_DIM_T];
+	plan->n_table_entries = tt->n;
+	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
+	for (int i = 0; i < tt->n_buffers; i++) {
+		const struct ferry_table_buffer *b = &tt->buffers[i];
+
+		if (b->site == FERRY_SITE_DEVICE)
+			ferry_plan_add_buffer(plan, b->name, b->mem, b->kind, b->bytes);
+	}
+	for (int i = 0; i < tt->n; i++)
+		if (tt->e[i].site == FERRY_SITE_HOST)
+			m->host_kind_bytes[tt->e[i].kind] += tt->e[i].bytes;
+	m->host_activation_bytes = m->host_kind_bytes[FERRY_TK_ACTIVATION];
+	return ferry_plan_finish(plan);
+}
+
+ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
+				      struct ferry_table_alloc *a)
+{
+	ferry_status st = FERRY_OK;
+
+	memset(a, 0, sizeof(*a));
+	a->be = be;
+	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
+		if (tt->buffers[i].site == FERRY_SITE_DEVICE)
+			st = ferry_buffer_alloc(be, tt->buffers[i].bytes, &a->dev[i]);
+		else
+			st = ferry_host_alloc(be, tt->buffers[i].bytes, &a->host[i]);
+	}
+	if (st)
+		ferry_tensor_table_free(a);
+	return st;
+}
+
+void ferry_tensor_table_free(struct ferry_table_alloc *a)
+{
+	for (int i = 0; i < a->n; i++) {
+		ferry_buffer_free(a->dev[i]);
+		if (a->host[i])
+			ferry_host_free(a->be, a->host[i]);
+	}
+	memset(a, 0, sizeof(*a));
+}
+
+void *ferry_tensor_ptr(const struct ferry_tensor_table *tt, const struct ferry_table_alloc *a, int i)
+{
+	const struct ferry_tensor_entry *e;
+	char *base;
+
+	if (i < 0)
+		return NULL;
+	e = &tt->e[i];
+	base = e->site == FERRY_SITE_DEVICE ? ferry_buffer_ptr(a->dev[e->buffer]) : a->host[e->buffer];
+	return base + e->offset;
+}
+
+const char *ferry_tensor_kind_name(enum ferry_tensor_kind kind)
+{
+	static const char *const names[FERRY_TK_COUNT] = {
+		[FERRY_TK_WEIGHT] = "weights", [FERRY_TK_WEIGHT_COPY] = "weight copies",
+		[FERRY_TK_GRAD] = "gradients", [FERRY_TK_OPT_STATE] = "optimizer state",
+		[FERRY_TK_ACTIVATION] = "activations", [FERRY_TK_ACT_GRAD] = "activation gradients",
+		[FERRY_TK_BATCH] = "batch", [FERRY_TK_LOSS] = "losses", [FERRY_TK_WORKSPACE] = "workspace",
+	};
+
+	return kind >= 0 && kind < FERRY_TK_COUNT ? names[kind] : "?";
+}

@@ -1,0 +1,113 @@
+/*
+ * Internal: the tensor table, one entry for every tensor a training step
+ * touches, and the single source of truth for sizes and placement.
+ *
+ * Built from a model declaration, a config, the largest batch and the
+ * execution options (activation policy, prefetch depth, activation type):
+ * weights, their low-precision copy, weight gradients, AdamW moments, the
+ * batch, prologue/epilogue activations and their gradients, the layer
+ * stack's activations as the stack plan places them (device slots, offload
+ * rings, host copies) and their gradient workspace, and kernel workspace.
+ *
+ * Entries are carved from buffers by byte offset: one device allocation per
+ * buffer, one host allocation per host buffer.  The memory plan lists the
+ * buffers (ferry_tensor_table_plan), the executor allocates them
+ * (ferry_tensor_table_alloc) and reads every address from the table, so the
+ * measured arena peak equals the plan by construction, and a test checks it.
+ */
+#ifndef FERRY_PLAN_TENSOR_TABLE_H
+#define FERRY_PLAN_TENSOR_TABLE_H
+
+#include "ferry/plan.h"
+#include "graph/model_decl.h"
+#include "offload/stack_plan.h"
+
+enum ferry_site {
+	FERRY_SITE_DEVICE,
+	FERRY_SITE_HOST, /* host memory; tier 0 = DRAM, pinned where possible */
+};
+
+struct ferry_tensor_entry {
+	char name[64];
+	enum ferry_tensor_kind kind;
+	int layer;                 /* -1: not per layer (or all layers stacked) */
+	enum ferry_dtype dtype;
+	size_t bytes;              /* all slots or layers it holds */
+	enum ferry_site site;
+	int host_tier;
+	enum ferry_placement act;  /* activations: kept, offloaded or recomputed */
+	int buffer;                /* the buffer it is carved from */
+	size_t offset;             /* bytes into that buffer */
+};
+
+struct ferry_table_buffer {
+	char name[48];
+	enum ferry_site site;
+	enum ferry_buffer_kind mem; /* device buffers: JAX's classification */
+	enum ferry_tensor_kind kind;
+	size_t bytes;
+};
+
+#define FERRY_TABLE_MAX_BUFFERS 56
+
+/* Entry indices the executor looks up by role. */
+struct ferry_table_index {
+	int param[FERRY_MODEL_MAX_PARAMS];      /* -1 when absent (tied) */
+	int grad[FERRY_MODEL_MAX_PARAMS];
+	int copy[FERRY_MODEL_MAX_PARAMS];       /* -1 without a compute copy */
+	int mom[FERRY_MODEL_MAX_PARAMS], var[FERRY_MODEL_MAX_PARAMS];
+	int prologue[FERRY_LAYER_MAX_TENSORS], prologue_grad[FERRY_LAYER_MAX_TENSORS];
+	int epilogue[FERRY_LAYER_MAX_TENSORS], epilogue_grad[FERRY_LAYER_MAX_TENSORS];
+	int stack_act[FERRY_LAYER_MAX_TENSORS]; /* device slots of each layer tensor */
+	int stack_host[FERRY_LAYER_MAX_TENSORS];/* host copies of offloaded ones */
+	int stack_grad;                         /* the activation-gradient workspace */
+	int grad_norm;
+	int params_buffer, grads_buffer, mom_buffer, var_buffer, copy_buffer;
+};
+
+struct ferry_tensor_table {
+	const struct ferry_model_decl *md;
+	struct ferry_model_config cfg;
+	struct ferry_dims dims;       /* at the largest batch */
+	enum ferry_dtype act_dtype;
+	struct ferry_stack_plan sp;
+	char policy[256];
+	size_t n_params;              /* floats in the parameter array */
+	int n, cap;
+	struct ferry_tensor_entry *e;
+	int n_buffers;
+	struct ferry_table_buffer buffers[FERRY_TABLE_MAX_BUFFERS];
+	struct ferry_table_index ix;
+};
+
+/* Builds the table of cfg's model (completed with
+ * ferry_model_config_complete) for batches of up to B x T.  Errors: a bad
+ * shape or policy, sizes that overflow, out of host memory. */
+ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg, int B, int T,
+				      const struct ferry_exec_opts *opts,
+				      struct ferry_tensor_table *tt) FERRY_MUST_CHECK;
+void ferry_tensor_table_release(struct ferry_tensor_table *tt);
+
+/* The memory plan: the device buffers in allocation order, each
+ * activation's placement, bytes by kind on the device and the host. */
+ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
+	FERRY_MUST_CHECK;
+
+/* The table's buffers, allocated on a backend. */
+struct ferry_table_alloc {
+	ferry_backend_t be;
+	int n;
+	ferry_buffer_t dev[FERRY_TABLE_MAX_BUFFERS];
+	void *host[FERRY_TABLE_MAX_BUFFERS];
+};
+
+/* Allocates every buffer in table order (device buffers from the arena,
+ * host buffers pinned where the backend can). */
+ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
+				      struct ferry_table_alloc *a) FERRY_MUST_CHECK;
+void ferry_tensor_table_free(struct ferry_table_alloc *a);
+
+/* The address of entry i (NULL for i < 0). */
+void *ferry_tensor_ptr(const struct ferry_tensor_table *tt, const struct ferry_table_alloc *a, int i);
+
+#endif
