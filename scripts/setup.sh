@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # gcc/cmake/make build it; OpenBLAS (OpenMP build) runs its matrix products;
-# fortunes is the demo corpus.
-packages=(gcc make cmake libopenblas-openmp-dev fortunes)
+# jansson reads and writes Hugging Face checkpoints' JSON; fortunes is the
+# demo corpus.
+packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev fortunes)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

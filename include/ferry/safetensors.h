@@ -1,0 +1,195 @@
+/*
+ * Hugging Face checkpoints: safetensors files and Llama's config.json.
+ *
+ * safetensors file: 8-byte little-endian unsigned N, then N bytes of JSON
+ * (an object, starting with '{', padded with spaces), then the data section.
+ * Each key of the JSON object names a tensor:
+ *   "name": {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [b, e]}
+ * where [b, e) are byte offsets into the data section, little-endian values
+ * in row-major order; "__metadata__" is an optional string -> string map.
+ * The tensors must cover the data section exactly, without holes or
+ * overlaps (the format's rule, which the reference implementation enforces).
+ *
+ * A checkpoint directory holds either model.safetensors or
+ * model.safetensors.index.json, whose "weight_map" maps each tensor name to
+ * the shard file (in the same directory) that holds it.
+ *
+ * ferry reads and writes F32, BF16 and F16 tensors and converts them to and
+ * from fp32: widening is exact; narrowing rounds to nearest, ties to even.
+ */
+#ifndef FERRY_SAFETENSORS_H
+#define FERRY_SAFETENSORS_H
+
+#include "ferry/ferry.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_ST_MAX_DIMS 8
+
+/* Element types ferry reads and writes.  A file holding any other
+ * safetensors dtype (I64, F64, U8, F8_E4M3, ...) is refused at open. */
+enum ferry_st_dtype {
+	FERRY_ST_F32,
+	FERRY_ST_BF16,
+	FERRY_ST_F16,
+};
+
+/* "F32", "BF16", "F16" (the names in the file); "?" for other values. */
+const char *ferry_st_dtype_name(enum ferry_st_dtype dtype);
+/* Bytes per element: 4, 2, 2; 0 for other values. */
+size_t ferry_st_dtype_size(enum ferry_st_dtype dtype);
+
+/* The conversions the reader and writer use (bit patterns of bf16/fp16).
+ * Widening is exact (fp16 subnormals, infinities, NaN payloads included).
+ * Narrowing rounds to nearest, ties to even; too large becomes infinity;
+ * NaN stays NaN (made quiet), the sign of zero is kept. */
+float ferry_st_bf16_to_f32(uint16_t h);
+uint16_t ferry_st_f32_to_bf16(float f);
+float ferry_st_f16_to_f32(uint16_t h);
+uint16_t ferry_st_f32_to_f16(float f);
+
+/* ---- reader -------------------------------------------------------------- */
+
+typedef struct ferry_safetensors *ferry_safetensors_t;
+
+/* One tensor of an open checkpoint.  Owned by the handle: read-only, valid
+ * until ferry_safetensors_close. */
+struct ferry_st_tensor {
+	const char *name;
+	enum ferry_st_dtype dtype;
+	int ndim;                         /* 0 (a scalar) .. FERRY_ST_MAX_DIMS */
+	int64_t shape[FERRY_ST_MAX_DIMS]; /* shape[ndim..] are 0 */
+	size_t numel;                     /* product of the shape (1 for a scalar) */
+	size_t nbytes;                    /* numel * ferry_st_dtype_size(dtype) */
+	const char *file;                 /* the file holding it */
+	uint64_t offset;                  /* its first byte in that file */
+};
+
+/* Opens a checkpoint.  path is a .safetensors file, a
+ * model.safetensors.index.json file, or a directory holding model.safetensors
+ * (preferred, as transformers does) or model.safetensors.index.json and the
+ * shards it names.  Every file is validated up front: header length and JSON,
+ * each tensor's dtype, shape and offsets (consistent with the shape, inside
+ * the data section, no overlaps or holes), names unique across shards, the
+ * index consistent with the shards.  Errors name the file: FERRY_ERR_IO when
+ * path cannot be opened or is not a regular file (a FIFO is refused before
+ * it is opened), FERRY_ERR_FORMAT for a bad file, FERRY_ERR_NOMEM.  The handle
+ * keeps each file open until ferry_safetensors_close.  *out is set on
+ * success only. */
+ferry_status ferry_safetensors_open(const char *path, ferry_safetensors_t *out)
+	FERRY_MUST_CHECK;
+
+/* Closes the files and frees the handle and its tensors; NULL is ok. */
+void ferry_safetensors_close(ferry_safetensors_t st);
+
+/* Number of tensors (all shards); 0 for NULL. */
+int ferry_safetensors_count(ferry_safetensors_t st);
+
+/* Tensor i, 0 <= i < count, in file order: shard by shard (shards in name
+ * order), by position in the file.  NULL when i is out of range. */
+const struct ferry_st_tensor *ferry_safetensors_tensor(ferry_safetensors_t st,
+						       int i);
+
+/* The tensor called name, or NULL. */
+const struct ferry_st_tensor *ferry_safetensors_find(ferry_safetensors_t st,
+						     const char *name);
+
+/* A value of the files' "__metadata__" string map (e.g. "format" -> "pt"),
+ * or NULL when absent; owned by the handle.  With several shards the first
+ * shard (in name order) that has the key wins.  Non-string values are
+ * ignored. */
+const char *ferry_safetensors_metadata(ferry_safetensors_t st,
+				       const char *key);
+
+/* Reads tensor name into dst (numel floats, caller-allocated), converted to
+ * fp32 (BF16 and F16 are widened exactly).  Its shape must equal
+ * shape[0..ndim): "FILE: NAME has shape [64, 32], expected [64, 64]"
+ * (FERRY_ERR_FORMAT); an unknown name: "NAME not found in PATH"
+ * (FERRY_ERR_FORMAT); read errors FERRY_ERR_IO.  On failure dst's contents
+ * are unspecified.  Safe to call from several threads on one handle. */
+ferry_status ferry_safetensors_read_f32(ferry_safetensors_t st,
+					const char *name, const int64_t *shape,
+					int ndim, float *dst) FERRY_MUST_CHECK;
+
+/* ---- writer -------------------------------------------------------------- */
+
+/* One tensor to write: data holds numel fp32 values (NULL allowed when
+ * numel is 0), converted to dtype on the way out.  name must be non-empty,
+ * unique and not "__metadata__". */
+struct ferry_st_write {
+	const char *name;
+	enum ferry_st_dtype dtype;
+	int ndim;
+	int64_t shape[FERRY_ST_MAX_DIMS];
+	const float *data;
+};
+
+/* Writes the n tensors (n >= 0), in the given order and contiguous, to one
+ * safetensors file.  metadata_format, when not NULL, is stored as
+ * "__metadata__": {"format": metadata_format} ("pt" is what transformers
+ * writes).  The header lists the tensors in the given order and is padded
+ * with spaces to a multiple of 8 bytes.  Atomic: writes "PATH.tmp.<pid>",
+ * fsyncs it, renames it over PATH and fsyncs the directory; on any failure
+ * the temporary is removed and an existing PATH is left as it was.  Bad
+ * arguments: FERRY_ERR_INVALID; FERRY_ERR_IO; FERRY_ERR_NOMEM. */
+ferry_status ferry_safetensors_write(const char *path,
+				     const struct ferry_st_write *t, int n,
+				     const char *metadata_format)
+	FERRY_MUST_CHECK;
+
+/* ---- config.json --------------------------------------------------------- */
+
+/* The fields of a Hugging Face LlamaConfig that ferry uses. */
+struct ferry_hf_config {
+	char model_type[32];           /* "llama" */
+	int hidden_size;
+	int intermediate_size;
+	int num_attention_heads;
+	int num_key_value_heads;
+	int num_hidden_layers;
+	int vocab_size;
+	int max_position_embeddings;
+	int head_dim;
+	double rope_theta;
+	double rms_norm_eps;
+	bool tie_word_embeddings;
+	char torch_dtype[16];          /* "float32", "bfloat16", "float16" */
+};
+
+/* Reads dir_or_file/config.json (or the file itself).  model_type must be
+ * "llama" (or absent, with "LlamaForCausalLM" in architectures):
+ * "DIR/config.json: model_type 'gpt2' is not a Llama" (FERRY_ERR_FORMAT).
+ * Absent keys (or null) take LlamaConfig's defaults: vocab_size 32000,
+ * hidden_size 4096, intermediate_size 11008, num_hidden_layers 32,
+ * num_attention_heads 32, num_key_value_heads = num_attention_heads,
+ * head_dim = hidden_size / num_attention_heads, max_position_embeddings 2048,
+ * rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings false,
+ * torch_dtype "float32" (transformers 5's "dtype" is read too).  Integers
+ * must be positive and fit an int; the heads must divide hidden_size unless
+ * head_dim is given; the kv heads must divide the heads; head_dim must be
+ * even (rotary embeddings); rope_theta and rms_norm_eps positive.  Bad
+ * values: FERRY_ERR_FORMAT.  What ferry's Llama cannot compute is refused
+ * with FERRY_ERR_UNSUPPORTED: rope_scaling (or rope_parameters) of a type
+ * other than "default", hidden_act other than "silu", attention_bias or
+ * mlp_bias true.  *out is written on success only. */
+ferry_status ferry_hf_config_read(const char *dir_or_file,
+				  struct ferry_hf_config *out) FERRY_MUST_CHECK;
+
+/* Checks cfg as the reader does (FERRY_ERR_INVALID) and writes
+ * DIR/config.json, pretty-printed, atomically as ferry_safetensors_write
+ * does: architectures ["LlamaForCausalLM"], model_type "llama", hidden_act
+ * "silu", the fields above (an empty torch_dtype is written as "float32"). */
+ferry_status ferry_hf_config_write(const char *dir,
+				   const struct ferry_hf_config *cfg)
+	FERRY_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
