@@ -71,6 +71,13 @@ ferry_status ferry_model_param_info(const struct ferry_model_config *cfg, int i,
 /* Index of the parameter called name, or -1. */
 int ferry_model_param_find(const struct ferry_model_config *cfg, const char *name);
 
+/* The prepared schedule of one training step of ferry_model_create with
+ * the same arguments (opts->act_dtype as the backend's), built without a
+ * device. */
+ferry_status ferry_model_schedule(const struct ferry_model_config *cfg, int B, int T,
+				  const struct ferry_exec_opts *opts, struct ferry_schedule_info *out)
+	FERRY_MUST_CHECK;
+
 /* ---- a model on a backend ------------------------------------------------------
  * Holds parameters, gradients, AdamW state and activations for batches of
  * up to B x T in the backend's device arena, every buffer the tensor table
@@ -137,6 +144,20 @@ ferry_status ferry_model_backward(ferry_model_t m) FERRY_MUST_CHECK;
  * (matrices and embeddings, not biases or norm gains). */
 ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t,
 				float *grad_norm) FERRY_MUST_CHECK;
+
+/* A training step in two halves, with one host synchronisation: submit
+ * zeroes the gradients and queues forward, backward and the gradient norm
+ * for a batch with targets, and returns without waiting (the caller may
+ * prepare the next batch meanwhile); finish waits for the device, gives
+ * the mean loss and the norm, and queues the clipped AdamW step t without
+ * waiting for it (the next call that needs the device does).  The same
+ * results as forward, zero_grad, backward and update. */
+ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
+				     int T) FERRY_MUST_CHECK;
+ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
+				     float *grad_norm) FERRY_MUST_CHECK;
+/* Waits until everything queued has run. */
+ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 
 /* The model's FLOPs for one training step (forward + backward) at B x T,
  * without recomputation: the sum of its ops' FLOPs. */

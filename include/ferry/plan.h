@@ -111,6 +111,31 @@ struct ferry_exec_opts {
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 };
 
+/* ---- the prepared schedule of a training step ------------------------------------
+ * Every task a training step submits, in order: on which stream, what it
+ * does, to which tensor, for which layer. */
+struct ferry_sched_task_info {
+	char program[16];  /* "forward", "backward", "gradient norm", "update", ... */
+	char stream[16];   /* "compute", "d2h", "h2d" */
+	char kind[24];     /* "op matmul", "op matmul bwd", "copy", "zero", "record",
+			      "wait", "grads done" */
+	char what[56];     /* the tensor (or the event) it works on */
+	int layer;         /* -1: not a layer's */
+	size_t bytes;      /* copies and zeroing */
+	double flops;      /* ops */
+};
+
+struct ferry_schedule_info {
+	int n_tasks;
+	struct ferry_sched_task_info *tasks; /* owned; ferry_schedule_info_free */
+	int n_streams, n_events;
+	char streams[4][16];
+	int host_syncs;    /* host synchronisations per step */
+	int sync_after;    /* tasks submitted before the synchronisation */
+};
+
+void ferry_schedule_info_free(struct ferry_schedule_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -206,6 +206,7 @@ void ferry_stream_free(ferry_stream_t s)
 
 ferry_status ferry_stream_synchronize(ferry_stream_t s)
 {
+	__atomic_add_fetch(&s->be->host_syncs, 1, __ATOMIC_RELAXED);
 	return s->be->iface->stream_synchronize(s);
 }
 
@@ -248,6 +249,7 @@ ferry_status ferry_event_record(ferry_event_t ev, ferry_stream_t s)
 
 ferry_status ferry_event_synchronize(ferry_event_t ev)
 {
+	__atomic_add_fetch(&ev->be->host_syncs, 1, __ATOMIC_RELAXED);
 	return ev->be->iface->event_synchronize(ev);
 }
 

@@ -57,6 +57,7 @@ struct ferry_backend {
 	struct ferry_backend_caps caps;
 	char description[256];
 	void *ctx;           /* the implementation's own state */
+	long host_syncs;     /* times the host waited for a stream or event */
 };
 
 struct ferry_buffer {

@@ -1,67 +1,22 @@
 /*
- * A declared model on a backend: the executor.
+ * A declared model on a backend: the executor's public side.
  *
- * Everything it touches comes from the tensor table (src/plan/): it
- * allocates the table's buffers, then runs the declaration's prologue, the
- * layer stack (offload/engine.c, which places activations by policy) and
- * the epilogue forward, and backward in reverse, and AdamW over the
- * parameter tensors.  Nothing here knows which model it runs.
- *
- * Stage tensors bound to the stack (the prologue's output, the epilogue's
- * input) are the engine's storage; their gradients too, and the engine
- * alternates its gradient buffers, so those addresses are asked for when
- * used, not cached.
+ * Creating a model builds its tensor table (src/plan/), allocates every
+ * buffer it lists, and compiles each thing a step does into a program of
+ * tasks (build.c); the calls below replay those programs.  A training step
+ * (ferry_model_step_submit, then ferry_model_step_finish) synchronises with
+ * the device once: to read the loss and the gradient norm, which the
+ * clipping scale of the update needs.  Nothing here knows which model it
+ * runs.
  */
-#include "ferry/model.h"
+#include "exec/model_internal.h"
 #include "backend/backend_impl.h"
 #include "core/error.h"
-#include "offload/engine.h"
-#include "plan/tensor_table.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-
-struct ferry_model {
-	ferry_backend_t be;
-	ferry_stream_t compute;
-	struct ferry_tensor_table tt;
-	struct ferry_table_alloc mem;
-	const struct ferry_model_decl *md;
-	struct ferry_model_config cfg;
-	int B, T;                     /* largest batch */
-	int cur_B, cur_T;             /* of the last forward */
-	bool have_targets;
-	enum ferry_dtype act;
-	size_t asz;                   /* bytes per activation element */
-	float scalars[FERRY_OP_SCALAR_COUNT];
-	void *wptr[FERRY_MODEL_MAX_PARAMS];   /* what kernels read: params or their copy */
-	float *gptr[FERRY_MODEL_MAX_PARAMS];  /* fp32 gradients */
-	size_t stride[FERRY_MODEL_MAX_PARAMS];
-	struct ferry_layer_exec *layers;
-	float *host_losses;           /* [B*T] */
-	double *host_sumsq;
-};
-
-/* The prologue or the epilogue: a declaration, its roles, table indices. */
-struct stage {
-	const struct ferry_layer_decl *d;
-	const struct ferry_stage_tensor *roles;
-	const int *index, *grad_index;
-};
-
-static struct stage prologue_of(const struct ferry_model *m)
-{
-	return (struct stage){ m->md->prologue, m->md->prologue_roles, m->tt.ix.prologue,
-			       m->tt.ix.prologue_grad };
-}
-
-static struct stage epilogue_of(const struct ferry_model *m)
-{
-	return (struct stage){ m->md->epilogue, m->md->epilogue_roles, m->tt.ix.epilogue,
-			       m->tt.ix.epilogue_grad };
-}
 
 static void *entry(const struct ferry_model *m, int i)
 {
@@ -81,12 +36,19 @@ void ferry_model_free(ferry_model_t m)
 {
 	if (!m)
 		return;
-	ferry_stream_free(m->compute); /* waits for its work first */
+	ferry_sched_runtime_free(&m->rt); /* streams drain first */
+	for (int i = 0; i < m->n_progs; i++)
+		ferry_program_release(&m->prog[i]);
 	ferry_layer_exec_free(m->layers);
+	ferry_sched_resources_release(&m->res);
 	ferry_tensor_table_free(&m->mem);
 	ferry_tensor_table_release(&m->tt);
-	ferry_host_free(m->be, m->host_losses);
-	ferry_host_free(m->be, m->host_sumsq);
+	if (m->be) {
+		ferry_host_free(m->be, m->host_tokens);
+		ferry_host_free(m->be, m->host_targets);
+		ferry_host_free(m->be, m->host_losses);
+		ferry_host_free(m->be, m->host_sumsq);
+	}
 	ferry_free(m);
 }
 
@@ -129,62 +91,91 @@ static ferry_status create_stack(struct ferry_model *m)
 		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
 		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
 	}
-	return ferry_layer_exec_create(m->be, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem, &m->layers);
+	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
+				       &m->layers);
 }
 
-static ferry_status zero_state(struct ferry_model *m)
+static ferry_status alloc_host(struct ferry_model *m)
 {
-	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = ferry_memset_zero_async(m->compute, buffer(m, m->tt.ix.mom_buffer), n);
+	size_t N = (size_t)m->B * m->T;
+	ferry_status st;
 
-	if (!st)
-		st = ferry_memset_zero_async(m->compute, buffer(m, m->tt.ix.var_buffer), n);
-	if (!st)
-		st = ferry_memset_zero_async(m->compute, buffer(m, m->tt.ix.grads_buffer), n);
-	return st ? st : ferry_stream_synchronize(m->compute);
+	if ((st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_tokens)) ||
+	    (st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_targets)) ||
+	    (st = ferry_host_alloc(m->be, N * sizeof(float), (void **)&m->host_losses)))
+		return st;
+	return ferry_host_alloc(m->be, sizeof(double), (void **)&m->host_sumsq);
 }
 
-ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
-				const struct ferry_exec_opts *opts, ferry_model_t *out)
+ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, ferry_model_t *out)
 {
-	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
 	struct ferry_model *m;
 	ferry_status st;
-	size_t N = (size_t)B * T;
 
 	*out = NULL;
-	o.act_dtype = ferry_backend_caps(be).act_dtype; /* the backend decides */
 	m = ferry_calloc(1, sizeof(*m));
 	if (!m)
 		return ferry_error(FERRY_ERR_NOMEM, "model: out of host memory");
 	m->be = be;
-	if ((st = ferry_tensor_table_build(cfg, B, T, &o, &m->tt)))
+	if ((st = ferry_tensor_table_build(cfg, B, T, opts, &m->tt)))
 		goto fail;
 	m->cfg = m->tt.cfg;
 	m->md = m->tt.md;
-	if (ferry_backend_caps(be).max_head_size && m->cfg.head_size > ferry_backend_caps(be).max_head_size) {
-		st = ferry_error(FERRY_ERR_UNSUPPORTED, "head size %d is larger than the %s backend's %d",
-				 m->cfg.head_size, ferry_backend_name(be), ferry_backend_caps(be).max_head_size);
-		goto fail;
-	}
-	m->act = o.act_dtype;
+	m->act = m->tt.act_dtype;
 	m->asz = ferry_dtype_size(m->act);
 	m->B = B;
 	m->T = T;
 	ferry_model_scalars(&m->cfg, m->scalars);
-	if ((st = ferry_stream_create(be, "compute", &m->compute)) ||
-	    (st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)))
+	m->compute = ferry_sched_stream(&m->res, "compute");
+	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);
-	if ((st = create_stack(m)) ||
-	    (st = ferry_host_alloc(be, N * sizeof(float), (void **)&m->host_losses)) ||
-	    (st = ferry_host_alloc(be, sizeof(double), (void **)&m->host_sumsq)) || (st = zero_state(m)))
+	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
 	*out = m;
 	return FERRY_OK;
 fail:
 	ferry_model_free(m);
 	return st;
+}
+
+static ferry_status zero_state(struct ferry_model *m)
+{
+	size_t n = m->tt.n_params * sizeof(float);
+	ferry_stream_t s = m->rt.stream[m->compute];
+	ferry_status st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.mom_buffer), n);
+
+	if (!st)
+		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.var_buffer), n);
+	if (!st)
+		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.grads_buffer), n);
+	return st ? st : ferry_stream_synchronize(s);
+}
+
+ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+				const struct ferry_exec_opts *opts, ferry_model_t *out)
+{
+	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
+	ferry_model_t m;
+	ferry_status st;
+
+	*out = NULL;
+	o.act_dtype = ferry_backend_caps(be).act_dtype; /* the backend decides */
+	if ((st = ferry_model_build(be, cfg, B, T, &o, &m)))
+		return st;
+	if (ferry_backend_caps(be).max_head_size && m->cfg.head_size > ferry_backend_caps(be).max_head_size) {
+		st = ferry_error(FERRY_ERR_UNSUPPORTED, "head size %d is larger than the %s backend's %d",
+				 m->cfg.head_size, ferry_backend_name(be), ferry_backend_caps(be).max_head_size);
+		ferry_model_free(m);
+		return st;
+	}
+	if ((st = zero_state(m))) {
+		ferry_model_free(m);
+		return st;
+	}
+	*out = m;
+	return FERRY_OK;
 }
 
 /* ---- parameters and optimizer state ------------------------------------------- */
@@ -260,17 +251,22 @@ ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed)
 	return st;
 }
 
+static ferry_stream_t compute(const struct ferry_model *m)
+{
+	return m->rt.stream[m->compute];
+}
+
 static ferry_status copy_sync(ferry_model_t m, void *dst, const void *src, size_t n, enum ferry_copy_kind kind)
 {
-	ferry_status st = ferry_memcpy_async(m->compute, dst, src, n, kind);
+	ferry_status st = ferry_memcpy_async(compute(m), dst, src, n, kind);
 
-	return st ? st : ferry_stream_synchronize(m->compute);
+	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
 	void *dev = buffer(m, m->tt.ix.params_buffer);
-	ferry_status st = ferry_memcpy_async(m->compute, dev, params, m->tt.n_params * sizeof(float),
+	ferry_status st = ferry_memcpy_async(compute(m), dev, params, m->tt.n_params * sizeof(float),
 					     FERRY_COPY_H2D);
 	struct ferry_op_call c = { .kind = FERRY_OP_CAST };
 
@@ -278,9 +274,9 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 		c.out[0] = buffer(m, m->tt.ix.copy_buffer);
 		c.in[0] = dev;
 		c.n = (long)m->tt.n_params;
-		st = ferry_stream_run_op(m->compute, &c);
+		st = ferry_stream_run_op(compute(m), &c);
 	}
-	return st ? st : ferry_stream_synchronize(m->compute);
+	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
@@ -311,123 +307,7 @@ ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
 	return st ? st : copy_sync(m, var, buffer(m, m->tt.ix.var_buffer), n, FERRY_COPY_D2H);
 }
 
-/* ---- prologue and epilogue ------------------------------------------------------ */
-
-/* The address of stage tensor t. */
-static void *stage_ptr(const struct ferry_model *m, const struct stage *s, int t)
-{
-	switch (s->roles[t].role) {
-	case FERRY_ROLE_STACK_INPUT: return ferry_layer_exec_input(m->layers);
-	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output(m->layers);
-	case FERRY_ROLE_ALIAS: return stage_ptr(m, s, s->roles[t].alias_of);
-	default: return entry(m, s->index[t]);
-	}
-}
-
-/* The address of stage tensor t's gradient (NULL: it has none). */
-static void *stage_grad(const struct ferry_model *m, const struct stage *s, int t)
-{
-	if (!(ferry_layer_differentiable(s->d) & (1u << t)))
-		return NULL;
-	switch (s->roles[t].role) {
-	case FERRY_ROLE_STACK_INPUT: return (void *)ferry_layer_exec_input_grad(m->layers);
-	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output_grad(m->layers);
-	case FERRY_ROLE_ACT:
-		return s->roles[t].grad_in_place ? stage_ptr(m, s, t) : entry(m, s->grad_index[t]);
-	default: return NULL;
-	}
-}
-
-/* Op o's forward call in a stage (stage parameters are not per layer). */
-static void stage_call(const struct ferry_model *m, const struct stage *s, int o, int B, int T,
-		       struct ferry_op_call *c)
-{
-	const struct ferry_op_decl *op = &s->d->ops[o];
-	const struct ferry_op_info *info = ferry_op_info(op->kind);
-	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
-
-	ferry_op_call_shape(s->d, o, &d, m->scalars, c);
-	for (int i = 0; i < info->n_out; i++)
-		c->out[i] = stage_ptr(m, s, op->out[i]);
-	for (int i = 0; i < info->n_in; i++)
-		c->in[i] = stage_ptr(m, s, op->in[i]);
-	for (int i = 0; i < info->n_w; i++)
-		if (op->w[i].param >= 0)
-			c->w[i] = (char *)m->wptr[op->w[i].param] +
-				  (size_t)op->w[i].block * ferry_op_weight_view(c, i) * m->asz;
-	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_SOFTMAX_XENT)
-		c->tokens = stage_ptr(m, s, op->tokens);
-}
-
-static ferry_status stage_forward(ferry_model_t m, const struct stage *s, int B, int T)
-{
-	struct ferry_op_call c;
-	ferry_status st;
-
-	for (int o = 0; o < s->d->n_ops; o++) {
-		stage_call(m, s, o, B, T, &c);
-		if ((st = ferry_stream_run_op(m->compute, &c)))
-			return st;
-	}
-	return FERRY_OK;
-}
-
-/* Gradients accumulate, so each starts at zero, except the stage output's
- * (it arrives from outside) and those written in place. */
-static ferry_status stage_zero_grads(ferry_model_t m, const struct stage *s, int B, int T)
-{
-	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
-	ferry_status st;
-
-	for (int t = 0; t < s->d->n_tensors; t++) {
-		void *g = stage_grad(m, s, t);
-
-		if (!g || t == s->d->output || s->roles[t].grad_in_place)
-			continue;
-		if ((st = ferry_memset_zero_async(m->compute, g, ferry_layer_tensor_numel(s->d, t, &d) * m->asz)))
-			return st;
-	}
-	return FERRY_OK;
-}
-
-static ferry_status stage_backward(ferry_model_t m, const struct stage *s, int B, int T)
-{
-	struct ferry_op_call c;
-	ferry_status st;
-
-	if ((st = stage_zero_grads(m, s, B, T)))
-		return st;
-	for (int o = s->d->n_ops - 1; o >= 0; o--) {
-		const struct ferry_op_decl *op = &s->d->ops[o];
-		const struct ferry_op_info *info = ferry_op_info(op->kind);
-
-		stage_call(m, s, o, B, T, &c);
-		c.backward = true;
-		for (int i = 0; i < info->n_out; i++)
-			c.dout[i] = stage_grad(m, s, op->out[i]);
-		for (int i = 0; i < info->n_in; i++)
-			c.din[i] = stage_grad(m, s, op->in[i]);
-		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0)
-				c.dw[i] = m->gptr[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
-		if (op->kind == FERRY_OP_SOFTMAX_XENT)
-			c.scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
-		if ((st = ferry_stream_run_op(m->compute, &c)))
-			return st;
-	}
-	return FERRY_OK;
-}
-
-/* Stage tensor index of a role (tokens, targets, losses), or -1. */
-static int role_tensor(const struct stage *s, enum ferry_tensor_role role)
-{
-	for (int t = 0; t < s->d->n_tensors; t++)
-		if (s->roles[t].role == role)
-			return t;
-	return -1;
-}
-
-/* ---- a training step ------------------------------------------------------------ */
+/* ---- steps ---------------------------------------------------------------------- */
 
 static ferry_status check_tokens(const ferry_model_t m, const int32_t *tok, size_t n, const char *what)
 {
@@ -438,26 +318,19 @@ static ferry_status check_tokens(const ferry_model_t m, const int32_t *tok, size
 	return FERRY_OK;
 }
 
-/* Copies the batch to the device: inputs, and targets (zeros without:
- * any valid target will do when the loss is not read). */
-static ferry_status upload_batch(ferry_model_t m, const int32_t *inputs, const int32_t *targets, size_t N)
+static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const struct ferry_step_values *v)
 {
-	struct stage pro = prologue_of(m), epi = epilogue_of(m);
-	void *tok = stage_ptr(m, &pro, role_tensor(&pro, FERRY_ROLE_TOKENS));
-	void *tgt = stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_TARGETS));
-	ferry_status st = ferry_memcpy_async(m->compute, tok, inputs, N * sizeof(int32_t), FERRY_COPY_H2D);
+	const struct ferry_program *p;
+	ferry_status st = ferry_model_program(m, key, &p);
 
-	if (st)
-		return st;
-	if (targets)
-		return ferry_memcpy_async(m->compute, tgt, targets, N * sizeof(int32_t), FERRY_COPY_H2D);
-	return ferry_memset_zero_async(m->compute, tgt, N * sizeof(int32_t));
+	return st ? st : ferry_program_submit(p, &m->rt, v);
 }
 
-static ferry_status forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
-			    float *loss, bool for_backward)
+/* Checks the batch, stages it for upload and submits the forward. */
+static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
+				   bool for_backward)
 {
-	struct stage pro = prologue_of(m), epi = epilogue_of(m);
+	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL };
 	size_t N = (size_t)B * T;
 	ferry_status st;
 
@@ -469,33 +342,39 @@ static ferry_status forward(ferry_model_t m, const int32_t *inputs, const int32_
 		st = check_tokens(m, targets, N, "target");
 	if (st)
 		return st;
+	/* the previous step's uploads have run: its finish synchronised */
+	memcpy(m->host_tokens, inputs, N * sizeof(int32_t));
+	if (targets)
+		memcpy(m->host_targets, targets, N * sizeof(int32_t));
 	m->cur_B = B;
 	m->cur_T = T;
-	m->have_targets = targets != NULL;
-	if ((st = upload_batch(m, inputs, targets, N)) || (st = stage_forward(m, &pro, B, T)) ||
-	    (st = ferry_layer_exec_forward(m->layers, m->compute, B, T, for_backward)) ||
-	    (st = stage_forward(m, &epi, B, T)))
+	m->have_targets = false;
+	if ((st = run(m, &key, NULL)))
 		return st;
-	if (!targets)
-		return ferry_stream_synchronize(m->compute);
-	st = copy_sync(m, m->host_losses, stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_LOSSES)),
-		       N * sizeof(float), FERRY_COPY_D2H);
-	if (st)
-		return st;
-	if (loss) {
-		double sum = 0;
-
-		for (size_t i = 0; i < N; i++)
-			sum += m->host_losses[i];
-		*loss = (float)(sum / (double)N);
-	}
+	m->have_targets = targets != NULL && for_backward;
 	return FERRY_OK;
+}
+
+static float mean_loss(const ferry_model_t m)
+{
+	size_t N = (size_t)m->cur_B * m->cur_T;
+	double sum = 0;
+
+	for (size_t i = 0; i < N; i++)
+		sum += m->host_losses[i];
+	return (float)(sum / (double)N);
 }
 
 ferry_status ferry_model_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
 				 int T, float *loss)
 {
-	return forward(m, inputs, targets, B, T, loss, targets != NULL);
+	ferry_status st = submit_forward(m, inputs, targets, B, T, targets != NULL);
+
+	if (!st)
+		st = ferry_stream_synchronize(compute(m));
+	if (!st && targets && loss)
+		*loss = mean_loss(m);
+	return st;
 }
 
 ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
@@ -505,25 +384,35 @@ ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int3
 
 	if (!targets)
 		return ferry_error(FERRY_ERR_INVALID, "a loss needs targets");
-	st = forward(m, inputs, targets, B, T, loss, false);
-	m->have_targets = false; /* nothing was kept for a backward pass */
+	st = submit_forward(m, inputs, targets, B, T, false);
+	if (!st)
+		st = ferry_stream_synchronize(compute(m));
+	if (!st && loss)
+		*loss = mean_loss(m);
 	return st;
 }
 
 ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 {
-	struct stage epi = epilogue_of(m);
+	const struct ferry_layer_decl *epi = m->md->epilogue;
 	size_t V = (size_t)m->cfg.vocab;
-	int t = -1;
 	ferry_status st;
+	char *base = NULL;
 
 	if (row < 0 || row >= m->cur_B * m->cur_T)
 		return ferry_error(FERRY_ERR_INVALID, "row %d outside the last batch", row);
-	for (int o = 0; o < epi.d->n_ops; o++)
-		if (epi.d->ops[o].kind == FERRY_OP_SOFTMAX_XENT)
-			t = epi.d->ops[o].out[1];
-	st = copy_sync(m, probs, (char *)stage_ptr(m, &epi, t) + (size_t)row * m->cfg.padded_vocab * m->asz,
-		       V * m->asz, FERRY_COPY_D2H);
+	/* the softmax's probabilities: its second output, in place of the logits */
+	for (int o = 0; o < epi->n_ops; o++)
+		if (epi->ops[o].kind == FERRY_OP_SOFTMAX_XENT) {
+			int t = epi->ops[o].out[1];
+
+			while (m->md->epilogue_roles[t].role == FERRY_ROLE_ALIAS)
+				t = m->md->epilogue_roles[t].alias_of;
+			base = entry(m, m->tt.ix.epilogue[t]);
+		}
+	if (!base)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "model %s has no softmax output", m->cfg.arch);
+	st = copy_sync(m, probs, base + (size_t)row * m->cfg.padded_vocab * m->asz, V * m->asz, FERRY_COPY_D2H);
 	/* bf16 probabilities widen in place, from the end so nothing is
 	 * overwritten before it is read: a bf16 is the top half of an fp32 */
 	for (size_t i = V; !st && m->act == FERRY_BF16 && i-- > 0;) {
@@ -539,17 +428,15 @@ ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 
 ferry_status ferry_model_zero_grad(ferry_model_t m)
 {
-	ferry_status st = ferry_memset_zero_async(m->compute, buffer(m, m->tt.ix.grads_buffer),
-						  m->tt.n_params * sizeof(float));
+	struct ferry_prog_key key = { .kind = FERRY_PROG_ZERO };
+	ferry_status st = run(m, &key, NULL);
 
-	return st ? st : ferry_stream_synchronize(m->compute);
+	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
-ferry_status ferry_model_backward(ferry_model_t m)
+static ferry_status submit_backward(ferry_model_t m)
 {
-	struct stage pro = prologue_of(m), epi = epilogue_of(m);
-	int B = m->cur_B, T = m->cur_T;
-	ferry_status st;
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true };
 
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -557,95 +444,76 @@ ferry_status ferry_model_backward(ferry_model_t m)
 	/* the epilogue's backward may overwrite what it saved (the softmax
 	 * turns probabilities into their gradient in place) */
 	m->have_targets = false;
-	if ((st = stage_backward(m, &epi, B, T)) ||
-	    (st = ferry_layer_exec_backward(m->layers, m->compute, B, T)) || (st = stage_backward(m, &pro, B, T)))
-		return st;
-	return ferry_stream_synchronize(m->compute);
+	return run(m, &key, NULL);
 }
 
-/* The global gradient norm: one reduction over the gradient buffer. */
-static ferry_status grad_norm(ferry_model_t m, double *norm)
+ferry_status ferry_model_backward(ferry_model_t m)
 {
-	void *sumsq = entry(m, m->tt.ix.grad_norm);
-	struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
-	ferry_status st;
+	ferry_status st = submit_backward(m);
 
-	if ((st = ferry_memset_zero_async(m->compute, sumsq, sizeof(double))))
-		return st;
-	c.in[0] = buffer(m, m->tt.ix.grads_buffer);
-	c.n = (long)m->tt.n_params;
-	c.result = sumsq;
-	if ((st = ferry_stream_run_op(m->compute, &c)) ||
-	    (st = copy_sync(m, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H)))
-		return st;
-	*norm = sqrt(*m->host_sumsq);
-	return FERRY_OK;
+	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
-ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
+/* After the gradient norm has reached the host: clips and submits AdamW
+ * (asynchronously). */
+static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	struct ferry_op_call c;
-	ferry_status st;
-	double norm;
-	float scale = 1.0f;
+	struct ferry_prog_key key = { .kind = FERRY_PROG_UPDATE };
+	struct ferry_step_values v = { opt->lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, 1.0f, t };
+	double norm = sqrt(*m->host_sumsq);
 
-	if (t < 1)
-		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
-	if ((st = grad_norm(m, &norm)))
-		return st;
 	if (gnorm)
 		*gnorm = (float)norm;
 	if (!isfinite(norm))
 		return ferry_error(FERRY_ERR_INVALID, "gradient norm is %f: training diverged", norm);
 	if (opt->grad_clip > 0 && norm > opt->grad_clip)
-		scale = (float)(opt->grad_clip / norm);
-	for (int p = 0; p < m->md->n_params; p++) {
-		struct ferry_param_info pi;
-
-		if (ix->param[p] < 0 || (st = ferry_model_param_info(&m->cfg, p, &pi)))
-			continue;
-		memset(&c, 0, sizeof(c));
-		c.kind = FERRY_OP_ADAMW;
-		c.param = entry(m, ix->param[p]);
-		c.param_copy = entry(m, ix->copy[p]);
-		c.out[0] = entry(m, ix->mom[p]);
-		c.out[1] = entry(m, ix->var[p]);
-		c.in[0] = entry(m, ix->grad[p]);
-		c.n = (long)pi.numel;
-		c.scalar[0] = opt->lr;
-		c.scalar[1] = opt->beta1;
-		c.scalar[2] = opt->beta2;
-		c.scalar[3] = opt->eps;
-		c.scalar[4] = m->md->params[p].decay ? opt->weight_decay : 0.0f;
-		c.scalar[5] = scale;
-		c.step = t;
-		if ((st = ferry_stream_run_op(m->compute, &c)))
-			return st;
-	}
-	return st ? st : ferry_stream_synchronize(m->compute);
+		v.grad_scale = (float)(opt->grad_clip / norm);
+	return run(m, &key, &v);
 }
 
-/* FLOPs of a stage's matrix products and attention, forward and backward. */
-static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T)
+ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
 {
-	struct ferry_dims dims = ferry_model_dims(&m->cfg, B, T);
-	struct ferry_op_call c;
-	double f = 0;
+	struct ferry_prog_key key = { .kind = FERRY_PROG_NORM };
+	ferry_status st;
 
-	for (int o = 0; o < d->n_ops; o++) {
-		if (!ferry_op_info(d->ops[o].kind)->is_dot && d->ops[o].kind != FERRY_OP_ATTENTION)
-			continue;
-		ferry_op_call_shape(d, o, &dims, m->scalars, &c);
-		f += ferry_op_flops(&c);
-		c.backward = true;
-		f += ferry_op_flops(&c);
-	}
-	return f;
+	if (t < 1)
+		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	if ((st = run(m, &key, NULL)) || (st = ferry_stream_synchronize(compute(m))) ||
+	    (st = submit_update(m, opt, t, gnorm)))
+		return st;
+	return ferry_stream_synchronize(compute(m));
 }
 
-double ferry_model_step_flops(ferry_model_t m, int B, int T)
+ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
+				     int T)
 {
-	return stage_flops(m, m->md->prologue, B, T) + m->cfg.layers * stage_flops(m, m->md->layer, B, T) +
-	       stage_flops(m, m->md->epilogue, B, T);
+	struct ferry_prog_key zero = { .kind = FERRY_PROG_ZERO }, norm = { .kind = FERRY_PROG_NORM };
+	ferry_status st;
+
+	if (!targets)
+		return ferry_error(FERRY_ERR_INVALID, "a training step needs targets");
+	if ((st = run(m, &zero, NULL)) || (st = submit_forward(m, inputs, targets, B, T, true)) ||
+	    (st = submit_backward(m)))
+		return st;
+	return run(m, &norm, NULL);
+}
+
+ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
+				     float *gnorm)
+{
+	ferry_status st;
+
+	if (t < 1)
+		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	/* the step's one synchronisation: its loss and gradient norm */
+	if ((st = ferry_stream_synchronize(compute(m))))
+		return st;
+	if (loss)
+		*loss = mean_loss(m);
+	return submit_update(m, opt, t, gnorm);
+}
+
+ferry_status ferry_model_sync(ferry_model_t m)
+{
+	return ferry_stream_synchronize(compute(m));
 }

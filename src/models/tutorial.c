@@ -33,7 +33,10 @@ static const struct ferry_layer_decl tutorial_layer = {
 
 struct ferry_tutorial {
 	ferry_backend_t be;
-	ferry_stream_t s;
+	ferry_stream_t s;            /* the schedule's compute stream */
+	struct ferry_sched_resources res;
+	struct ferry_sched_runtime rt;
+	struct ferry_program grad;   /* forward, loss, backward: built once */
 	struct ferry_tutorial_config cfg;
 	size_t wfloats;
 	enum ferry_dtype act;
@@ -162,7 +165,9 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 {
 	if (!t)
 		return;
-	ferry_stream_free(t->s);
+	ferry_sched_runtime_free(&t->rt); /* streams drain first */
+	ferry_program_release(&t->grad);
+	ferry_sched_resources_release(&t->res);
 	ferry_layer_exec_free(t->layers);
 	for (int i = 0; i < N_TENSORS; i++)
 		ferry_buffer_free(t->act_buf[i]);
@@ -175,6 +180,44 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 	ferry_buffer_free(t->w);
 	ferry_host_free(t->be, t->host_loss);
 	ferry_free(t);
+}
+
+/* The gradient computation as a program: prologue (the input, fp32 as
+ * given, cast into the stack's input), the stack forward, the loss
+ * sum(output) and its gradient (all ones), the stack backward, the loss to
+ * the host. */
+static ferry_status emit_grad(ferry_tutorial_t t, struct ferry_program *p, int s)
+{
+	size_t n = (size_t)t->cfg.rows * t->cfg.channels;
+	struct ferry_op_call c;
+	ferry_status st;
+
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_CAST;
+	c.out[0] = ferry_layer_exec_input(t->layers);
+	c.in[0] = ferry_buffer_ptr(t->input);
+	c.n = (long)n;
+	ferry_emit_op(p, s, &c, -1, "x");
+	if ((st = ferry_layer_exec_forward(t->layers, p, 1, t->cfg.rows, true)))
+		return st;
+	ferry_emit_zero(p, s, ferry_buffer_ptr(t->loss), sizeof(double), -1, "loss");
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_SUM;
+	c.in[0] = ferry_layer_exec_output(t->layers);
+	c.n = (long)n;
+	c.result = ferry_buffer_ptr(t->loss);
+	ferry_emit_op(p, s, &c, -1, "loss");
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_FILL;
+	c.out[0] = ferry_layer_exec_output_grad(t->layers);
+	c.n = (long)n;
+	c.scalar[0] = 1.0f;
+	ferry_emit_op(p, s, &c, -1, "d layer_output");
+	ferry_emit_zero(p, s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float), -1, "dw1, dw2");
+	if ((st = ferry_layer_exec_backward(t->layers, p, 1, t->cfg.rows)))
+		return st;
+	ferry_emit_copy(p, s, t->host_loss, ferry_buffer_ptr(t->loss), sizeof(double), FERRY_COPY_D2H, -1, "loss");
+	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "tutorial network: out of host memory") : FERRY_OK;
 }
 
 ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutorial_config *cfg,
@@ -197,8 +240,8 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	t->cfg = *cfg;
 	t->wfloats = ferry_tutorial_weight_floats(cfg);
 	t->act = o.act_dtype;
-	if ((st = ferry_stream_create(be, "compute", &t->s)) ||
-	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->w)) ||
+	ferry_program_init(&t->grad, "gradient");
+	if ((st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->w)) ||
 	    (t->act != FERRY_F32 &&
 	     (st = ferry_buffer_alloc(be, 2 * t->wfloats * ferry_dtype_size(t->act), &t->wcopy))) ||
 	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->grads)) ||
@@ -216,10 +259,15 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	{
 		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride };
 
+		int compute = ferry_sched_stream(&t->res, "compute");
+
 		if ((st = stack_storage(&sp, NULL, t)) ||
-		    (st = ferry_layer_exec_create(be, &tutorial_layer, &d, NULL, &wt, &sp, &t->storage,
-						  &t->layers)))
+		    (st = ferry_layer_exec_create(&t->res, compute, &tutorial_layer, &d, NULL, &wt, &sp,
+						  &t->storage, &t->layers)) ||
+		    (st = emit_grad(t, &t->grad, compute)) ||
+		    (st = ferry_sched_runtime_create(be, &t->res, &t->rt)))
 			goto fail;
+		t->s = t->rt.stream[compute];
 	}
 	*out = t;
 	return FERRY_OK;
@@ -279,39 +327,10 @@ ferry_status ferry_tutorial_get_weights(ferry_tutorial_t t, float *w1, float *w2
 
 ferry_status ferry_tutorial_grad(ferry_tutorial_t t, double *loss)
 {
-	size_t n = (size_t)t->cfg.rows * t->cfg.channels;
-	struct ferry_op_call c;
-	ferry_status st;
+	ferry_status st = ferry_program_submit(&t->grad, &t->rt, NULL);
 
-	/* prologue: the input (fp32, as given) is the first layer's input */
-	memset(&c, 0, sizeof(c));
-	c.kind = FERRY_OP_CAST;
-	c.out[0] = ferry_layer_exec_input(t->layers);
-	c.in[0] = ferry_buffer_ptr(t->input);
-	c.n = (long)n;
-	if ((st = ferry_stream_run_op(t->s, &c)) ||
-	    (st = ferry_layer_exec_forward(t->layers, t->s, 1, t->cfg.rows, true)))
-		return st;
-	/* epilogue: loss = sum(output); d loss / d output = 1 */
-	if ((st = ferry_memset_zero_async(t->s, ferry_buffer_ptr(t->loss), sizeof(double))))
-		return st;
-	memset(&c, 0, sizeof(c));
-	c.kind = FERRY_OP_SUM;
-	c.in[0] = ferry_layer_exec_output(t->layers);
-	c.n = (long)n;
-	c.result = ferry_buffer_ptr(t->loss);
-	if ((st = ferry_stream_run_op(t->s, &c)))
-		return st;
-	memset(&c, 0, sizeof(c));
-	c.kind = FERRY_OP_FILL;
-	c.out[0] = ferry_layer_exec_output_grad(t->layers);
-	c.n = (long)n;
-	c.scalar[0] = 1.0f;
-	if ((st = ferry_stream_run_op(t->s, &c)) ||
-	    (st = ferry_memset_zero_async(t->s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float))) ||
-	    (st = ferry_layer_exec_backward(t->layers, t->s, 1, t->cfg.rows)))
-		return st;
-	st = sync_copy(t, t->host_loss, ferry_buffer_ptr(t->loss), sizeof(double), FERRY_COPY_D2H);
+	if (!st)
+		st = ferry_stream_synchronize(t->s);
 	if (!st && loss)
 		*loss = *t->host_loss;
 	return st;

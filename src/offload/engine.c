@@ -1,5 +1,7 @@
 /*
  * The layer-stack engine.  See engine.h for what it does; here is how.
+ * It does not run anything: it emits tasks into a program (plan/schedule.h)
+ * that the executor replays every step.
  *
  * Forward, layer l, op o: if o writes an offloaded tensor t into ring slot
  * s = l % R and that slot held layer l-R's copy, the compute stream first
@@ -7,8 +9,9 @@
  * compute stream orders the device-to-host copy of t after its producer.
  *
  * Backward: the last R layers' tensors are still in their slots and are
- * read in place, after their copy-out (a recomputation may rewrite them).  Any other layer j's offloaded tensors are copied back
- * into ring slot j % R on the host-to-device stream, after the slot's forward copy-out
+ * read in place, after their copy-out (a recomputation may rewrite them).
+ * Any other layer j's offloaded tensors are copied back into ring slot
+ * j % R on the host-to-device stream, after the slot's forward copy-out
  * (d2h_done) and after the backward of the layer that used the slot before
  * (bwd_done[s]), then prefetch_ready[s] is recorded.  Before layer l's
  * backward the compute stream waits for prefetch_ready[l % R]; after it, the
@@ -19,10 +22,10 @@
 #include "backend/backend_impl.h"
 #include "core/error.h"
 
+#include <stdio.h>
 #include <string.h>
 
 struct ferry_layer_exec {
-	ferry_backend_t be;
 	const struct ferry_layer_decl *decl;
 	struct ferry_dims dims;
 	int B, T, L;         /* the largest batch, the stack's layers */
@@ -32,14 +35,14 @@ struct ferry_layer_exec {
 	struct ferry_stack_storage mem;
 	char *grad[FERRY_LAYER_MAX_TENSORS];
 	char *io_grad[2];    /* alternating layer input/output gradients */
-	int io_cur;          /* io_grad[io_cur] is the current output gradient */
+	int io_cur;          /* while emitting backward: io_grad[io_cur] is the
+				current layer's output gradient */
 
-	/* offloading: copy streams, events */
-	ferry_stream_t d2h, h2d;
-	ferry_event_t produced;
-	ferry_event_t *d2h_done;   /* [n_tensors * ring] */
-	ferry_event_t *bwd_done;   /* [ring] */
-	ferry_event_t *prefetch_ready; /* [ring] */
+	/* offloading: the schedule's streams and events */
+	int compute, d2h, h2d;
+	int produced;
+	int d2h_done[FERRY_LAYER_MAX_TENSORS * 65]; /* [t * ring + slot] */
+	int bwd_done[65], prefetch_ready[65];       /* [slot]; ring <= depth + 1 <= 65 */
 };
 
 static bool offloads(const struct ferry_layer_exec *ex)
@@ -67,71 +70,53 @@ static char *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 	case FERRY_SLOT_NONE:
 		break;
 	}
+	if (!ex->mem.act[t]) /* a dry build, for printing */
+		return NULL;
 	return (char *)ex->mem.act[t] + (size_t)slot * sp->slot_bytes[t];
 }
 
 static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
+	if (!ex->mem.host[t])
+		return NULL;
 	return (char *)ex->mem.host[t] + (size_t)l * ex->sp.host_bytes[t];
 }
 
-static ferry_event_t *d2h_event(struct ferry_layer_exec *ex, int t, int l)
+static int d2h_event(const struct ferry_layer_exec *ex, int t, int l)
 {
-	return &ex->d2h_done[t * ex->sp.ring + l % ex->sp.ring];
+	return ex->d2h_done[t * ex->sp.ring + l % ex->sp.ring];
 }
 
 void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 {
-	if (!ex)
-		return;
-	/* the streams drain before they go, so no copy still uses the memory */
-	ferry_stream_free(ex->h2d);
-	ferry_stream_free(ex->d2h);
-	if (ex->d2h_done)
-		for (int i = 0; i < ex->sp.n_tensors * ex->sp.ring; i++)
-			ferry_event_free(ex->d2h_done[i]);
-	for (int s = 0; ex->bwd_done && s < ex->sp.ring; s++)
-		ferry_event_free(ex->bwd_done[s]);
-	for (int s = 0; ex->prefetch_ready && s < ex->sp.ring; s++)
-		ferry_event_free(ex->prefetch_ready[s]);
-	ferry_free(ex->d2h_done);
-	ferry_free(ex->bwd_done);
-	ferry_free(ex->prefetch_ready);
-	ferry_event_free(ex->produced);
 	ferry_free(ex);
 }
 
-static ferry_status create_offload(struct ferry_layer_exec *ex)
+/* The copy streams and the events offloading orders its copies with. */
+static ferry_status register_offload(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
 {
 	const struct ferry_stack_plan *sp = &ex->sp;
-	ferry_status st;
-	int n_ev = sp->n_tensors * sp->ring;
+	char name[64];
 
+	ex->d2h = ferry_sched_stream(res, "d2h");
+	ex->h2d = ferry_sched_stream(res, "h2d");
+	ex->produced = ferry_sched_event(res, "produced");
 	for (int t = 0; t < sp->n_tensors; t++)
-		if ((sp->offloaded & (1u << t)) && !ex->mem.host[t])
-			return ferry_error(FERRY_ERR_INVALID, "offload engine: no host storage for '%s'",
-					   ex->decl->tensors[t].name);
-	if ((st = ferry_stream_create(ex->be, "d2h", &ex->d2h)) ||
-	    (st = ferry_stream_create(ex->be, "h2d", &ex->h2d)) ||
-	    (st = ferry_event_create(ex->be, &ex->produced)))
-		return st;
-	ex->d2h_done = ferry_calloc((size_t)n_ev, sizeof(ferry_event_t));
-	ex->bwd_done = ferry_calloc((size_t)sp->ring, sizeof(ferry_event_t));
-	ex->prefetch_ready = ferry_calloc((size_t)sp->ring, sizeof(ferry_event_t));
-	if (!ex->d2h_done || !ex->bwd_done || !ex->prefetch_ready)
-		return ferry_error(FERRY_ERR_NOMEM, "offload engine: out of host memory");
-	for (int t = 0; t < sp->n_tensors; t++)
-		for (int s = 0; s < sp->ring && (sp->offloaded & (1u << t)); s++)
-			if ((st = ferry_event_create(ex->be, &ex->d2h_done[t * sp->ring + s])))
-				return st;
-	for (int s = 0; s < sp->ring; s++)
-		if ((st = ferry_event_create(ex->be, &ex->bwd_done[s])) ||
-		    (st = ferry_event_create(ex->be, &ex->prefetch_ready[s])))
-			return st;
-	return FERRY_OK;
+		for (int s = 0; s < sp->ring && (sp->offloaded & (1u << t)); s++) {
+			snprintf(name, sizeof(name), "copied out %.20s [%d]", ex->decl->tensors[t].name, s);
+			ex->d2h_done[t * sp->ring + s] = ferry_sched_event(res, name);
+		}
+	for (int s = 0; s < sp->ring; s++) {
+		snprintf(name, sizeof(name), "backward done [%d]", s);
+		ex->bwd_done[s] = ferry_sched_event(res, name);
+		snprintf(name, sizeof(name), "prefetched [%d]", s);
+		ex->prefetch_ready[s] = ferry_sched_event(res, name);
+	}
+	return res->failed ? ferry_error(FERRY_ERR_NOMEM, "offload engine: out of host memory") : FERRY_OK;
 }
 
-ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_layer_decl *decl,
+ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int compute,
+				     const struct ferry_layer_decl *decl,
 				     const struct ferry_dims *dims, const float *scalars,
 				     const struct ferry_weight_table *weights,
 				     const struct ferry_stack_plan *plan,
@@ -143,10 +128,11 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 	char *g;
 
 	*out = NULL;
+	if (plan->ring > 65)
+		return ferry_error(FERRY_ERR_INVALID, "offload ring of %d slots: at most 65", plan->ring);
 	ex = ferry_calloc(1, sizeof(*ex));
 	if (!ex)
 		return ferry_error(FERRY_ERR_NOMEM, "layer executor: out of host memory");
-	ex->be = be;
 	ex->decl = decl;
 	ex->dims = *dims;
 	ex->B = (int)dims->v[FERRY_DIM_B];
@@ -156,20 +142,16 @@ ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_laye
 		memcpy(ex->scalars, scalars, sizeof(ex->scalars));
 	ex->weights = *weights;
 	ex->sp = *plan;
-
 	ex->mem = *storage;
-	for (int t = 0; t < decl->n_tensors && !st; t++)
-		if (plan->kind[t] != FERRY_SLOT_NONE && !ex->mem.act[t])
-			st = ferry_error(FERRY_ERR_INVALID, "layer executor: no storage for '%s'",
-					 decl->tensors[t].name);
-	if (!st && offloads(ex))
-		st = create_offload(ex);
+	ex->compute = compute;
+	if (offloads(ex))
+		st = register_offload(ex, res);
 	if (st) {
 		ferry_layer_exec_free(ex);
 		return st;
 	}
 	g = ex->mem.grad;
-	for (int t = 0; t < decl->n_tensors; t++) {
+	for (int t = 0; t < decl->n_tensors && g; t++) {
 		if (!(plan->has_grad & (1u << t)) || t == decl->output)
 			continue;
 		if (t == decl->input) {
@@ -195,14 +177,15 @@ void *ferry_layer_exec_output(struct ferry_layer_exec *ex)
 	return act_ptr(ex, ex->decl->input, ex->L);
 }
 
+/* Backward starts on io_grad[0] and alternates once per layer. */
 void *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex)
 {
-	return ex->io_grad[ex->io_cur];
+	return ex->io_grad[0];
 }
 
 const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex)
 {
-	return ex->io_grad[ex->io_cur]; /* backward leaves io_cur on it */
+	return ex->io_grad[ex->L % 2];
 }
 
 /* Element offset of parameter w of layer l, for a call whose view of the
@@ -239,7 +222,8 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 		c->in[i] = act_ptr(ex, op->in[i], l);
 	for (int i = 0; i < info->n_w; i++)
 		if (op->w[i].param >= 0)
-			c->w[i] = (const char *)ex->weights.base[op->w[i].param] +
+			c->w[i] = !ex->weights.base[op->w[i].param] ? NULL :
+				  (const char *)ex->weights.base[op->w[i].param] +
 				  weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i)) * asz;
 }
 
@@ -258,16 +242,13 @@ static bool offloaded_as(const struct ferry_layer_exec *ex, int t, int l, int *t
 	return ex->sp.offloaded & (1u << *tt);
 }
 
-static ferry_status copy_out(struct ferry_layer_exec *ex, ferry_stream_t s, int t, int l, size_t bytes)
+static void copy_out(struct ferry_layer_exec *ex, struct ferry_program *p, int t, int l, size_t bytes)
 {
-	ferry_status st;
-
-	if ((st = ferry_event_record(ex->produced, s)) ||
-	    (st = ferry_stream_wait_event(ex->d2h, ex->produced)) ||
-	    (st = ferry_memcpy_async(ex->d2h, host_ptr(ex, t, l), act_ptr(ex, t, l), bytes,
-				     FERRY_COPY_D2H)))
-		return st;
-	return ferry_event_record(*d2h_event(ex, t, l), ex->d2h);
+	ferry_emit_record(p, ex->compute, ex->produced, l);
+	ferry_emit_wait(p, ex->d2h, ex->produced, l);
+	ferry_emit_copy(p, ex->d2h, host_ptr(ex, t, l), act_ptr(ex, t, l), bytes, FERRY_COPY_D2H, l,
+			ex->decl->tensors[t].name);
+	ferry_emit_record(p, ex->d2h, d2h_event(ex, t, l), l);
 }
 
 static size_t tensor_bytes(const struct ferry_layer_exec *ex, int t, int B, int T)
@@ -277,20 +258,26 @@ static size_t tensor_bytes(const struct ferry_layer_exec *ex, int t, int B, int 
 	return ferry_layer_tensor_numel(ex->decl, t, &d) * ex->sp.elem[t];
 }
 
-ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T,
+/* "query_proj" (forward) or "d query_proj" (backward): what op o makes. */
+static const char *op_label(const struct ferry_layer_decl *decl, int o, bool backward, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s%.40s", backward ? "d " : "", decl->tensors[decl->ops[o].out[0]].name);
+	return buf;
+}
+
+ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward)
 {
 	const struct ferry_layer_decl *decl = ex->decl;
 	bool offload = for_backward && offloads(ex);
 	struct ferry_op_call c;
-	ferry_status st;
+	char label[56];
 
 	if (B < 1 || T < 1 || (int64_t)B * T > (int64_t)ex->B * ex->T || T > ex->T)
 		return ferry_error(FERRY_ERR_INVALID, "batch %dx%d exceeds the executor's %dx%d",
 				   B, T, ex->B, ex->T);
-	if (offload && ex->sp.input_offloaded &&
-	    (st = copy_out(ex, s, decl->input, 0, tensor_bytes(ex, decl->input, B, T))))
-		return st;
+	if (offload && ex->sp.input_offloaded)
+		copy_out(ex, p, decl->input, 0, tensor_bytes(ex, decl->input, B, T));
 	for (int l = 0; l < ex->L; l++) {
 		for (int o = 0; o < decl->n_ops; o++) {
 			const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
@@ -299,18 +286,15 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_
 			make_call(ex, o, l, B, T, &c);
 			/* a ring slot is rewritten only after its last copy-out */
 			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring &&
-				    (st = ferry_stream_wait_event(s, *d2h_event(ex, t, tl))))
-					return st;
-			if ((st = ferry_stream_run_op(s, &c)))
-				return st;
+				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring)
+					ferry_emit_wait(p, ex->compute, d2h_event(ex, t, tl), l);
+			ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, false, label, sizeof(label)));
 			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl) &&
-				    (st = copy_out(ex, s, t, tl, tensor_bytes(ex, t, B, T))))
-					return st;
+				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl))
+					copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
 		}
 	}
-	return FERRY_OK;
+	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
 }
 
 /* The last R layers' tensors are still in their ring slots after the
@@ -321,24 +305,21 @@ static bool resident(const struct ferry_layer_exec *ex, int j)
 }
 
 /* Copies layer j's offloaded tensors back into ring slot j % R. */
-static ferry_status prefetch(struct ferry_layer_exec *ex, int j, int B, int T)
+static void prefetch(struct ferry_layer_exec *ex, struct ferry_program *p, int j, int B, int T)
 {
 	int slot = j % ex->sp.ring;
-	ferry_status st;
 
 	if (resident(ex, j))
-		return FERRY_OK;
-	if ((st = ferry_stream_wait_event(ex->h2d, ex->bwd_done[slot])))
-		return st;
+		return;
+	ferry_emit_wait(p, ex->h2d, ex->bwd_done[slot], j);
 	for (int t = 0; t < ex->sp.n_tensors; t++) {
 		if (!(ex->sp.offloaded & (1u << t)))
 			continue;
-		if ((st = ferry_stream_wait_event(ex->h2d, *d2h_event(ex, t, j))) ||
-		    (st = ferry_memcpy_async(ex->h2d, act_ptr(ex, t, j), host_ptr(ex, t, j),
-					     tensor_bytes(ex, t, B, T), FERRY_COPY_H2D)))
-			return st;
+		ferry_emit_wait(p, ex->h2d, d2h_event(ex, t, j), j);
+		ferry_emit_copy(p, ex->h2d, act_ptr(ex, t, j), host_ptr(ex, t, j), tensor_bytes(ex, t, B, T),
+				FERRY_COPY_H2D, j, ex->decl->tensors[t].name);
 	}
-	return ferry_event_record(ex->prefetch_ready[slot], ex->h2d);
+	ferry_emit_record(p, ex->h2d, ex->prefetch_ready[slot], j);
 }
 
 static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
@@ -354,29 +335,38 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 	return ex->grad[t];
 }
 
-static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s, int l, int B, int T)
+/* Every activation gradient but the incoming one starts from zero; what
+ * the policy dropped is recomputed from what it kept. */
+static void backward_prepare(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T)
 {
 	const struct ferry_layer_decl *decl = ex->decl;
-	int io_out = ex->io_cur;
 	struct ferry_op_call c;
-	ferry_status st;
+	char label[56];
 
-	/* every activation gradient but the incoming one starts from zero */
 	for (int t = 0; t < decl->n_tensors; t++) {
-		char *g = grad_of(ex, t, io_out);
-
-		if (g && t != decl->output &&
-		    (st = ferry_memset_zero_async(s, g, tensor_bytes(ex, t, B, T))))
-			return st;
+		if ((ex->sp.has_grad & (1u << t)) && t != decl->output) {
+			snprintf(label, sizeof(label), "d %.50s", decl->tensors[t].name);
+			ferry_emit_zero(p, ex->compute, grad_of(ex, t, ex->io_cur), tensor_bytes(ex, t, B, T), l,
+					label);
+		}
 	}
-	/* what the policy dropped, recomputed from what it kept */
 	for (int o = 0; o < decl->n_ops; o++) {
 		if (!(ex->sp.recompute_ops & (1u << o)))
 			continue;
 		make_call(ex, o, l, B, T, &c);
-		if ((st = ferry_stream_run_op(s, &c)))
-			return st;
+		snprintf(label, sizeof(label), "recompute %.40s", decl->tensors[decl->ops[o].out[0]].name);
+		ferry_emit_op(p, ex->compute, &c, l, label);
 	}
+}
+
+static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T)
+{
+	const struct ferry_layer_decl *decl = ex->decl;
+	int io_out = ex->io_cur;
+	struct ferry_op_call c;
+	char label[56];
+
+	backward_prepare(ex, p, l, B, T);
 	for (int o = decl->n_ops - 1; o >= 0; o--) {
 		const struct ferry_op_decl *op = &decl->ops[o];
 		const struct ferry_op_info *info = ferry_op_info(op->kind);
@@ -388,41 +378,39 @@ static ferry_status backward_layer(struct ferry_layer_exec *ex, ferry_stream_t s
 		for (int i = 0; i < info->n_in; i++)
 			c.din[i] = grad_of(ex, op->in[i], io_out);
 		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0)
+			if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
 				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
 					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i));
-		if ((st = ferry_stream_run_op(s, &c)))
-			return st;
+		ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, true, label, sizeof(label)));
 	}
+	ferry_emit_grads_done(p, ex->compute, l);
 	ex->io_cur = !io_out; /* this layer's input gradient feeds layer l-1 */
-	return FERRY_OK;
 }
 
-ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T)
+ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T)
 {
 	int L = ex->L, depth = ex->sp.depth;
 	bool offload = offloads(ex);
-	ferry_status st;
 
+	ex->io_cur = 0;
 	for (int j = L - 1; offload && j >= 0 && j >= L - 1 - depth; j--)
-		if ((st = prefetch(ex, j, B, T)))
-			return st;
+		prefetch(ex, p, j, B, T);
 	for (int l = L - 1; l >= 0; l--) {
 		int slot = l % ex->sp.ring;
 
-		if (offload && !resident(ex, l) && (st = ferry_stream_wait_event(s, ex->prefetch_ready[slot])))
-			return st;
+		if (offload && !resident(ex, l))
+			ferry_emit_wait(p, ex->compute, ex->prefetch_ready[slot], l);
 		/* a resident layer's slots may still be being copied out, and a
 		 * recomputation rewrites (the same values into) kept tensors */
 		for (int t = 0; offload && resident(ex, l) && t < ex->sp.n_tensors; t++)
-			if ((ex->sp.offloaded & (1u << t)) &&
-			    (st = ferry_stream_wait_event(s, *d2h_event(ex, t, l))))
-				return st;
-		if ((st = backward_layer(ex, s, l, B, T)))
-			return st;
-		if (offload && ((st = ferry_event_record(ex->bwd_done[slot], s)) ||
-				(l - depth - 1 >= 0 && (st = prefetch(ex, l - depth - 1, B, T)))))
-			return st;
+			if (ex->sp.offloaded & (1u << t))
+				ferry_emit_wait(p, ex->compute, d2h_event(ex, t, l), l);
+		backward_layer(ex, p, l, B, T);
+		if (offload) {
+			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);
+			if (l - depth - 1 >= 0)
+				prefetch(ex, p, l - depth - 1, B, T);
+		}
 	}
-	return FERRY_OK;
+	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
 }

@@ -10,6 +10,7 @@
 
 #include "ferry/backend.h"
 #include "offload/stack_plan.h"
+#include "plan/schedule.h"
 
 struct ferry_layer_exec;
 
@@ -34,9 +35,12 @@ struct ferry_stack_storage {
 };
 
 /* dims: the largest batch's; scalars (indexed by enum ferry_op_scalar, may
- * be NULL when no op takes one): the model's constants.  Creates the copy
- * streams and events an offloading plan needs. */
-ferry_status ferry_layer_exec_create(ferry_backend_t be, const struct ferry_layer_decl *decl,
+ * be NULL when no op takes one): the model's constants.  The stack's ops
+ * run on stream `compute`; an offloading plan adds the copy streams and
+ * the events ordering its copies to res.  Storage may be all NULL for a dry
+ * build (a schedule to print, never run). */
+ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int compute,
+				     const struct ferry_layer_decl *decl,
 				     const struct ferry_dims *dims, const float *scalars,
 				     const struct ferry_weight_table *weights,
 				     const struct ferry_stack_plan *plan,
@@ -52,13 +56,14 @@ void *ferry_layer_exec_output(struct ferry_layer_exec *ex);
 void *ferry_layer_exec_output_grad(struct ferry_layer_exec *ex);
 const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
 
-/* Enqueues the forward pass on stream s for a batch of up to B x T.  With
+/* Emits the forward pass into p for a batch of up to B x T.  With
  * for_backward, offloaded tensors are copied out for a backward pass. */
-ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, ferry_stream_t s, int B, int T,
+ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward) FERRY_MUST_CHECK;
-/* Enqueues the backward pass (after a forward with for_backward); weight
- * gradients accumulate into the weight table's grad_base. */
-ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, ferry_stream_t s, int B,
+/* Emits the backward pass (after a forward with for_backward); weight
+ * gradients accumulate into the weight table's grad_base; after each
+ * layer, a "gradients complete" marker. */
+ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B,
 				       int T) FERRY_MUST_CHECK;
 
 #endif

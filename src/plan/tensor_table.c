@@ -334,8 +334,11 @@ void *ferry_tensor_ptr(const struct ferry_tensor_table *tt, const struct ferry_t
 	if (i < 0)
 		return NULL;
 	e = &tt->e[i];
-	base = e->site == FERRY_SITE_DEVICE ? ferry_buffer_ptr(a->dev[e->buffer]) : a->host[e->buffer];
-	return base + e->offset;
+	if (e->site == FERRY_SITE_DEVICE)
+		base = a->dev[e->buffer] ? ferry_buffer_ptr(a->dev[e->buffer]) : NULL;
+	else
+		base = a->host[e->buffer];
+	return base ? base + e->offset : NULL; /* NULL: not allocated (a dry build) */
 }
 
 const char *ferry_tensor_kind_name(enum ferry_tensor_kind kind)

@@ -14,16 +14,30 @@ static const char *const CMD = "plan";
 static void usage(void)
 {
 	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
-	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE]\n"
+	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE] [--schedule]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
 	       "memory_analysis (argument, output, alias, temp, total, peak), the host memory\n"
 	       "by purpose, and for every named activation of a layer its bytes and where it\n"
 	       "lives under the policy.  --json writes one JSON object (to FILE, or stdout).\n"
 	       "With --device-mem, says whether the plan fits and which presets would.\n"
+	       "--schedule: also every task of one training step as it is prepared before\n"
+	       "step 1 (stream, layer, op or copy, tensor), with the step's one host\n"
+	       "synchronisation.\n"
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
 	       "\n%s", model_flags_help);
+}
+
+static int print_schedule(const struct ferry_model_config *cfg, const struct ferry_train_opts *o)
+{
+	struct ferry_schedule_info s;
+
+	if (ferry_model_schedule(cfg, o->B, o->T, &o->exec, &s) != FERRY_OK)
+		return cli_fail(CMD);
+	plan_print_schedule(stdout, &s);
+	ferry_schedule_info_free(&s);
+	return 0;
 }
 
 int cmd_plan(int argc, char **argv)
@@ -32,7 +46,7 @@ int cmd_plan(int argc, char **argv)
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
 	const char *json_path = NULL;
-	bool shape_given = false, json = false, tutorial;
+	bool shape_given = false, json = false, schedule = false, tutorial;
 	int rows = 256, rc = 0;
 	ferry_status st;
 
@@ -50,6 +64,8 @@ int cmd_plan(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--rows")) {
 			if (arg_int(CMD, argc, argv, i++, &rows))
 				return 2;
+		} else if (!strcmp(argv[i], "--schedule")) {
+			schedule = true;
 		} else if (!strcmp(argv[i], "--json")) {
 			json = true;
 			if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -97,6 +113,8 @@ int cmd_plan(int argc, char **argv)
 	} else {
 		plan_print_text(stdout, &plan);
 	}
+	if (schedule && !tutorial && !json && print_schedule(&cfg, &o))
+		return 1;
 	if (o.device_mem) {
 		char fits[1024] = "";
 		int n = tutorial ? 0 : ferry_model_fitting_presets(&cfg, o.B, o.T, &o.exec, o.device_mem,

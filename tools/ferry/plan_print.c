@@ -43,6 +43,12 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 	line(f, "temp", m->temp_bytes, NULL);
 	line(f, "total", m->total_bytes, "(argument + output + temp - alias)");
 	line(f, "peak", m->peak_bytes, "(live bytes over the step)");
+	fprintf(f, "\nby kind (%d tensors in the table):\n", p->n_table_entries);
+	fprintf(f, "  %-22s %14s %14s\n", "", "device bytes", "host bytes");
+	for (int k = 0; k < FERRY_TK_COUNT; k++)
+		if (m->device_kind_bytes[k] || m->host_kind_bytes[k])
+			fprintf(f, "  %-22s %14zu %14zu\n", ferry_tensor_kind_name((enum ferry_tensor_kind)k),
+				m->device_kind_bytes[k], m->host_kind_bytes[k]);
 	fprintf(f, "\nhost memory:\n");
 	line(f, "activations", m->host_activation_bytes, "(offloaded, all layers)");
 	line(f, "total", m->host_total_bytes, NULL);
@@ -96,6 +102,15 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 		m->peak_bytes);
 	fprintf(f, " \"host\": {\"activations_bytes\": %zu, \"total_bytes\": %zu},\n",
 		m->host_activation_bytes, m->host_total_bytes);
+	fprintf(f, " \"by_kind\": {");
+	for (int k = 0, first = 1; k < FERRY_TK_COUNT; k++) {
+		if (!m->device_kind_bytes[k] && !m->host_kind_bytes[k])
+			continue;
+		fprintf(f, "%s\"%s\": {\"device_bytes\": %zu, \"host_bytes\": %zu}", first ? "" : ", ",
+			ferry_tensor_kind_name((enum ferry_tensor_kind)k), m->device_kind_bytes[k], m->host_kind_bytes[k]);
+		first = 0;
+	}
+	fprintf(f, "},\n");
 	if (device_mem)
 		fprintf(f, " \"device_mem\": %zu, \"fits\": %s,\n", device_mem,
 			m->peak_bytes <= device_mem ? "true" : "false");
@@ -120,4 +135,35 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 			p->buffers[i].bytes);
 	}
 	fprintf(f, "]}\n");
+}
+
+void plan_print_schedule(FILE *f, const struct ferry_schedule_info *s)
+{
+	fprintf(f, "\nschedule of one training step: %d tasks on %d streams (", s->n_tasks, s->n_streams);
+	for (int k = 0; k < s->n_streams; k++) {
+		int n = 0;
+
+		for (int i = 0; i < s->n_tasks; i++)
+			n += !strcmp(s->tasks[i].stream, s->streams[k]);
+		fprintf(f, "%s%s %d", k ? ", " : "", s->streams[k], n);
+	}
+	fprintf(f, "), %d events, %d host synchronisation%s per step\n", s->n_events, s->host_syncs,
+		s->host_syncs == 1 ? "" : "s");
+	fprintf(f, "  %5s  %-14s %-8s %5s  %-18s %-40s %12s\n", "#", "program", "stream", "layer", "task",
+		"tensor / event", "bytes");
+	for (int i = 0; i < s->n_tasks; i++) {
+		const struct ferry_sched_task_info *t = &s->tasks[i];
+		char layer[16] = "-";
+
+		if (i == s->sync_after)
+			fprintf(f, "  ----- host synchronisation: the loss and the gradient norm reach the host; "
+				   "the clipped update is queued -----\n");
+		if (t->layer >= 0)
+			snprintf(layer, sizeof(layer), "%d", t->layer);
+		fprintf(f, "  %5d  %-14s %-8s %5s  %-18s ", i, t->program, t->stream, layer, t->kind);
+		if (t->bytes)
+			fprintf(f, "%-40s %12zu\n", t->what, t->bytes);
+		else
+			fprintf(f, "%s\n", t->what);
+	}
 }

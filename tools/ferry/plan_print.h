@@ -13,4 +13,7 @@ void plan_print_text(FILE *f, const struct ferry_plan *p);
 /* device_mem 0: no "fits" field. */
 void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem);
 
+/* Every task of a training step's schedule, in submission order. */
+void plan_print_schedule(FILE *f, const struct ferry_schedule_info *s);
+
 #endif

@@ -1,0 +1,331 @@
+/*
+ * Compiling a model's step into programs of tasks (plan/schedule.h): the
+ * prologue and epilogue here, the layer stack by the offload engine.
+ *
+ * Stage tensors bound to the stack (the prologue's output, the epilogue's
+ * input) are the engine's storage, and so are their gradients.  Nothing
+ * here knows which model it compiles.
+ */
+#include "exec/model_internal.h"
+#include "backend/backend_impl.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The prologue or the epilogue: a declaration, its roles, table indices. */
+struct stage {
+	const struct ferry_layer_decl *d;
+	const struct ferry_stage_tensor *roles;
+	const int *index, *grad_index;
+};
+
+static struct stage prologue_of(const struct ferry_model *m)
+{
+	return (struct stage){ m->md->prologue, m->md->prologue_roles, m->tt.ix.prologue,
+			       m->tt.ix.prologue_grad };
+}
+
+static struct stage epilogue_of(const struct ferry_model *m)
+{
+	return (struct stage){ m->md->epilogue, m->md->epilogue_roles, m->tt.ix.epilogue,
+			       m->tt.ix.epilogue_grad };
+}
+
+static void *entry(const struct ferry_model *m, int i)
+{
+	return ferry_tensor_ptr(&m->tt, &m->mem, i);
+}
+
+/* The gradient buffer (all parameters' gradients, in array order). */
+static void *grads_base(const struct ferry_model *m)
+{
+	ferry_buffer_t b = m->mem.dev[m->tt.ix.grads_buffer];
+
+	return b ? ferry_buffer_ptr(b) : NULL;
+}
+
+static void *stage_ptr(const struct ferry_model *m, const struct stage *s, int t)
+{
+	switch (s->roles[t].role) {
+	case FERRY_ROLE_STACK_INPUT: return ferry_layer_exec_input(m->layers);
+	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output(m->layers);
+	case FERRY_ROLE_ALIAS: return stage_ptr(m, s, s->roles[t].alias_of);
+	default: return entry(m, s->index[t]);
+	}
+}
+
+static bool stage_has_grad(const struct stage *s, int t)
+{
+	if (!(ferry_layer_differentiable(s->d) & (1u << t)))
+		return false;
+	switch (s->roles[t].role) {
+	case FERRY_ROLE_STACK_INPUT:
+	case FERRY_ROLE_STACK_OUTPUT:
+	case FERRY_ROLE_ACT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The address of stage tensor t's gradient (NULL: none, or a dry build). */
+static void *stage_grad(const struct ferry_model *m, const struct stage *s, int t)
+{
+	if (!stage_has_grad(s, t))
+		return NULL;
+	switch (s->roles[t].role) {
+	case FERRY_ROLE_STACK_INPUT: return (void *)ferry_layer_exec_input_grad(m->layers);
+	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output_grad(m->layers);
+	default: return s->roles[t].grad_in_place ? stage_ptr(m, s, t) : entry(m, s->grad_index[t]);
+	}
+}
+
+/* Stage tensor index of a role (tokens, targets, losses), or -1. */
+static int role_tensor(const struct stage *s, enum ferry_tensor_role role)
+{
+	for (int t = 0; t < s->d->n_tensors; t++)
+		if (s->roles[t].role == role)
+			return t;
+	return -1;
+}
+
+/* Op o's forward call in a stage (stage parameters are not per layer). */
+static void stage_call(const struct ferry_model *m, const struct stage *s, int o, int B, int T,
+		       struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &s->d->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
+
+	ferry_op_call_shape(s->d, o, &d, m->scalars, c);
+	for (int i = 0; i < info->n_out; i++)
+		c->out[i] = stage_ptr(m, s, op->out[i]);
+	for (int i = 0; i < info->n_in; i++)
+		c->in[i] = stage_ptr(m, s, op->in[i]);
+	for (int i = 0; i < info->n_w; i++)
+		if (op->w[i].param >= 0 && m->wptr[op->w[i].param])
+			c->w[i] = (char *)m->wptr[op->w[i].param] +
+				  (size_t)op->w[i].block * ferry_op_weight_view(c, i) * m->asz;
+	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_SOFTMAX_XENT)
+		c->tokens = stage_ptr(m, s, op->tokens);
+}
+
+static void stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	struct ferry_op_call c;
+
+	for (int o = 0; o < s->d->n_ops; o++) {
+		stage_call(m, s, o, B, T, &c);
+		ferry_emit_op(p, m->compute, &c, -1, s->d->tensors[s->d->ops[o].out[0]].name);
+	}
+}
+
+/* Gradients accumulate, so each starts at zero, except the stage output's
+ * (it arrives from outside) and those written in place. */
+static void stage_zero_grads(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
+	char label[56];
+
+	for (int t = 0; t < s->d->n_tensors; t++) {
+		if (!stage_has_grad(s, t) || t == s->d->output || s->roles[t].grad_in_place)
+			continue;
+		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[t].name);
+		ferry_emit_zero(p, m->compute, stage_grad(m, s, t), ferry_layer_tensor_numel(s->d, t, &d) * m->asz,
+				-1, label);
+	}
+}
+
+static void stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	struct ferry_op_call c;
+	char label[56];
+
+	stage_zero_grads(m, p, s, B, T);
+	for (int o = s->d->n_ops - 1; o >= 0; o--) {
+		const struct ferry_op_decl *op = &s->d->ops[o];
+		const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+		stage_call(m, s, o, B, T, &c);
+		c.backward = true;
+		for (int i = 0; i < info->n_out; i++)
+			c.dout[i] = stage_grad(m, s, op->out[i]);
+		for (int i = 0; i < info->n_in; i++)
+			c.din[i] = stage_grad(m, s, op->in[i]);
+		for (int i = 0; i < info->n_w; i++)
+			if (op->w[i].param >= 0 && m->gptr[op->w[i].param])
+				c.dw[i] = m->gptr[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
+		if (op->kind == FERRY_OP_SOFTMAX_XENT)
+			c.scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
+		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[op->out[0]].name);
+		ferry_emit_op(p, m->compute, &c, -1, label);
+	}
+}
+
+/* Uploads the batch from the host staging buffers (targets: zeros without,
+ * any valid target will do when the loss is not read), runs the forward,
+ * and with targets copies the per-row losses to the host. */
+static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
+{
+	struct stage pro = prologue_of(m), epi = epilogue_of(m);
+	size_t N = (size_t)k->B * k->T;
+	void *tgt = stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_TARGETS));
+	ferry_status st;
+
+	ferry_emit_copy(p, m->compute, stage_ptr(m, &pro, role_tensor(&pro, FERRY_ROLE_TOKENS)), m->host_tokens,
+			N * sizeof(int32_t), FERRY_COPY_H2D, -1, "tokens");
+	if (k->targets)
+		ferry_emit_copy(p, m->compute, tgt, m->host_targets, N * sizeof(int32_t), FERRY_COPY_H2D, -1,
+				"targets");
+	else
+		ferry_emit_zero(p, m->compute, tgt, N * sizeof(int32_t), -1, "targets");
+	stage_forward(m, p, &pro, k->B, k->T);
+	if ((st = ferry_layer_exec_forward(m->layers, p, k->B, k->T, k->for_backward)))
+		return st;
+	stage_forward(m, p, &epi, k->B, k->T);
+	if (k->targets)
+		ferry_emit_copy(p, m->compute, m->host_losses, stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_LOSSES)),
+				N * sizeof(float), FERRY_COPY_D2H, -1, "losses");
+	return FERRY_OK;
+}
+
+static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
+{
+	struct stage pro = prologue_of(m), epi = epilogue_of(m);
+	ferry_status st;
+
+	stage_backward(m, p, &epi, k->B, k->T);
+	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
+		return st;
+	stage_backward(m, p, &pro, k->B, k->T);
+	return FERRY_OK;
+}
+
+/* The global gradient norm: one reduction over the gradient buffer. */
+static void emit_norm(ferry_model_t m, struct ferry_program *p)
+{
+	void *sumsq = entry(m, m->tt.ix.grad_norm);
+	struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
+
+	ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
+	c.in[0] = grads_base(m);
+	c.n = (long)m->tt.n_params;
+	c.result = sumsq;
+	ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
+	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
+}
+
+/* AdamW of every parameter tensor; learning rate, betas, epsilon, step
+ * and the clipping scale are patched in per step, weight decay is
+ * scalar[4] x this tensor's decay flag. */
+static void emit_update(ferry_model_t m, struct ferry_program *p)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+		struct ferry_op_call c = { .kind = FERRY_OP_ADAMW };
+		struct ferry_task *t;
+
+		if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+			continue;
+		c.param = entry(m, ix->param[q]);
+		c.param_copy = entry(m, ix->copy[q]);
+		c.out[0] = entry(m, ix->mom[q]);
+		c.out[1] = entry(m, ix->var[q]);
+		c.in[0] = entry(m, ix->grad[q]);
+		c.n = (long)pi.numel;
+		c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
+		snprintf(label, sizeof(label), "adamw %.40s", pi.name);
+		ferry_emit_op(p, m->compute, &c, -1, label);
+		if (!p->failed && (t = &p->t[p->n - 1]))
+			t->patch = FERRY_PATCH_ADAMW;
+	}
+}
+
+ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)
+{
+	ferry_status st = FERRY_OK;
+
+	switch (k->kind) {
+	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
+	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
+	case FERRY_PROG_NORM: emit_norm(m, p); break;
+	case FERRY_PROG_UPDATE: emit_update(m, p); break;
+	case FERRY_PROG_ZERO:
+		ferry_emit_zero(p, m->compute, grads_base(m), m->tt.n_params * sizeof(float), -1,
+				"weight gradients");
+		break;
+	}
+	if (!st && p->failed)
+		st = ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory");
+	return st;
+}
+
+static bool same_key(const struct ferry_prog_key *a, const struct ferry_prog_key *b)
+{
+	return a->kind == b->kind && a->B == b->B && a->T == b->T && a->for_backward == b->for_backward &&
+	       a->targets == b->targets;
+}
+
+static const char *prog_name(enum ferry_prog_kind k)
+{
+	static const char *const names[] = { "forward", "backward", "gradient norm", "update", "zero gradients" };
+
+	return names[k];
+}
+
+ferry_status ferry_model_program(ferry_model_t m, const struct ferry_prog_key *key,
+				 const struct ferry_program **out)
+{
+	struct ferry_program *p;
+	ferry_status st;
+	int i;
+
+	for (i = 0; i < m->n_progs; i++)
+		if (same_key(&m->prog_key[i], key)) {
+			*out = &m->prog[i];
+			return FERRY_OK;
+		}
+	if (m->n_progs < FERRY_PROG_CACHE)
+		i = m->n_progs++;
+	else
+		i = FERRY_PROG_CACHE - 1;
+	p = &m->prog[i];
+	ferry_program_release(p);
+	ferry_program_init(p, prog_name(key->kind));
+	m->prog_key[i] = *key;
+	if ((st = ferry_model_emit(m, key, p))) {
+		ferry_program_release(p);
+		m->prog_key[i].kind = (enum ferry_prog_kind)-1; /* matches nothing */
+		return st;
+	}
+	*out = p;
+	return FERRY_OK;
+}
+
+/* FLOPs of a stage's matrix products and attention, forward and backward. */
+static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T)
+{
+	struct ferry_dims dims = ferry_model_dims(&m->cfg, B, T);
+	struct ferry_op_call c;
+	double f = 0;
+
+	for (int o = 0; o < d->n_ops; o++) {
+		if (!ferry_op_info(d->ops[o].kind)->is_dot && d->ops[o].kind != FERRY_OP_ATTENTION)
+			continue;
+		ferry_op_call_shape(d, o, &dims, m->scalars, &c);
+		f += ferry_op_flops(&c);
+		c.backward = true;
+		f += ferry_op_flops(&c);
+	}
+	return f;
+}
+
+double ferry_model_step_flops(ferry_model_t m, int B, int T)
+{
+	return stage_flops(m, m->md->prologue, B, T) + m->cfg.layers * stage_flops(m, m->md->layer, B, T) +
+	       stage_flops(m, m->md->epilogue, B, T);
+}

@@ -1,0 +1,71 @@
+/*
+ * Internal: a declared model on a backend (model.c: lifecycle and the
+ * public calls; build.c: compiling a step into programs of tasks).
+ */
+#ifndef FERRY_EXEC_MODEL_INTERNAL_H
+#define FERRY_EXEC_MODEL_INTERNAL_H
+
+#include "ferry/model.h"
+#include "offload/engine.h"
+#include "plan/schedule.h"
+#include "plan/tensor_table.h"
+
+/* What a program does, for a batch of B x T. */
+enum ferry_prog_kind {
+	FERRY_PROG_FORWARD,  /* upload the batch, forward; with targets, losses to the host */
+	FERRY_PROG_BACKWARD, /* backward of the last forward */
+	FERRY_PROG_NORM,     /* the squared gradient norm, to the host */
+	FERRY_PROG_UPDATE,   /* AdamW on every parameter tensor (patched per step) */
+	FERRY_PROG_ZERO,     /* zero the weight gradients */
+};
+
+struct ferry_prog_key {
+	enum ferry_prog_kind kind;
+	int B, T;
+	bool for_backward, targets;
+};
+
+#define FERRY_PROG_CACHE 8
+
+struct ferry_model {
+	ferry_backend_t be;          /* NULL: a dry build (a schedule to print) */
+	struct ferry_tensor_table tt;
+	struct ferry_table_alloc mem;
+	const struct ferry_model_decl *md;
+	struct ferry_model_config cfg;
+	int B, T;                     /* largest batch */
+	int cur_B, cur_T;             /* of the last forward */
+	bool have_targets;
+	enum ferry_dtype act;
+	size_t asz;                   /* bytes per activation element */
+	float scalars[FERRY_OP_SCALAR_COUNT];
+	void *wptr[FERRY_MODEL_MAX_PARAMS];   /* what kernels read: params or their copy */
+	float *gptr[FERRY_MODEL_MAX_PARAMS];  /* fp32 gradients */
+	size_t stride[FERRY_MODEL_MAX_PARAMS];
+	struct ferry_layer_exec *layers;
+	struct ferry_sched_resources res;
+	int compute;                  /* the compute stream's index */
+	struct ferry_sched_runtime rt;
+	int n_progs;                  /* programs built so far, kept for reuse */
+	struct ferry_prog_key prog_key[FERRY_PROG_CACHE];
+	struct ferry_program prog[FERRY_PROG_CACHE];
+	int32_t *host_tokens, *host_targets; /* [B*T] staging the batch uploads read */
+	float *host_losses;           /* [B*T] */
+	double *host_sumsq;
+};
+
+/* Builds the model's tensor table, and with a backend allocates it and
+ * creates streams and events (be NULL: a dry build). */
+ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, ferry_model_t *out) FERRY_MUST_CHECK;
+
+/* The program for key, built on first use and kept (up to
+ * FERRY_PROG_CACHE; after that a program is rebuilt into the last slot). */
+ferry_status ferry_model_program(ferry_model_t m, const struct ferry_prog_key *key,
+				 const struct ferry_program **out) FERRY_MUST_CHECK;
+
+/* Emits what key says into p. */
+ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *key, struct ferry_program *p)
+	FERRY_MUST_CHECK;
+
+#endif

@@ -1,0 +1,248 @@
+/* Prepared schedules: building programs of tasks, and replaying them. */
+#include "plan/schedule.h"
+#include "backend/backend_impl.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ferry_sched_stream(struct ferry_sched_resources *r, const char *name)
+{
+	for (int i = 0; i < r->n_streams; i++)
+		if (!strcmp(r->stream_name[i], name))
+			return i;
+	if (r->n_streams == FERRY_SCHED_MAX_STREAMS) {
+		r->failed = true;
+		return -1;
+	}
+	snprintf(r->stream_name[r->n_streams], sizeof(r->stream_name[0]), "%s", name);
+	return r->n_streams++;
+}
+
+int ferry_sched_event(struct ferry_sched_resources *r, const char *name)
+{
+	if (r->n_events == r->events_cap) {
+		int cap = r->events_cap ? 2 * r->events_cap : 16;
+		char (*n)[40] = ferry_calloc((size_t)cap, sizeof(*n));
+
+		if (!n) {
+			r->failed = true;
+			return -1;
+		}
+		if (r->event_name)
+			memcpy(n, r->event_name, (size_t)r->n_events * sizeof(*n));
+		ferry_free(r->event_name);
+		r->event_name = n;
+		r->events_cap = cap;
+	}
+	snprintf(r->event_name[r->n_events], sizeof(r->event_name[0]), "%.39s", name);
+	return r->n_events++;
+}
+
+void ferry_sched_resources_release(struct ferry_sched_resources *r)
+{
+	ferry_free(r->event_name);
+	memset(r, 0, sizeof(*r));
+}
+
+void ferry_program_init(struct ferry_program *p, const char *name)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "%s", name);
+}
+
+void ferry_program_release(struct ferry_program *p)
+{
+	ferry_free(p->t);
+	p->t = NULL;
+	p->n = p->cap = 0;
+}
+
+struct ferry_task *ferry_program_add(struct ferry_program *p, const struct ferry_task *t)
+{
+	if (p->failed)
+		return NULL;
+	if (p->n == p->cap) {
+		int cap = p->cap ? 2 * p->cap : 256;
+		struct ferry_task *n = ferry_malloc((size_t)cap * sizeof(*n));
+
+		if (!n) {
+			p->failed = true;
+			return NULL;
+		}
+		if (p->t)
+			memcpy(n, p->t, (size_t)p->n * sizeof(*n));
+		ferry_free(p->t);
+		p->t = n;
+		p->cap = cap;
+	}
+	p->t[p->n] = *t;
+	return &p->t[p->n++];
+}
+
+static struct ferry_task task(enum ferry_task_kind kind, int stream, int layer, const char *label)
+{
+	struct ferry_task t;
+
+	memset(&t, 0, sizeof(t));
+	t.kind = kind;
+	t.stream = stream;
+	t.layer = layer;
+	t.event = -1;
+	if (label)
+		snprintf(t.label, sizeof(t.label), "%.55s", label);
+	return t;
+}
+
+void ferry_emit_op(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+		   const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_OP, stream, layer, label);
+
+	t.call = *c;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_copy(struct ferry_program *p, int stream, void *dst, const void *src, size_t bytes,
+		     enum ferry_copy_kind kind, int layer, const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_COPY, stream, layer, label);
+
+	t.dst = dst;
+	t.src = src;
+	t.bytes = bytes;
+	t.copy_kind = kind;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_zero(struct ferry_program *p, int stream, void *dst, size_t bytes, int layer,
+		     const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_ZERO, stream, layer, label);
+
+	t.dst = dst;
+	t.bytes = bytes;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_record(struct ferry_program *p, int stream, int event, int layer)
+{
+	struct ferry_task t = task(FERRY_TASK_RECORD, stream, layer, NULL);
+
+	t.event = event;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_wait(struct ferry_program *p, int stream, int event, int layer)
+{
+	struct ferry_task t = task(FERRY_TASK_WAIT, stream, layer, NULL);
+
+	t.event = event;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer)
+{
+	struct ferry_task t = task(FERRY_TASK_GRADS_DONE, stream, layer, "weight gradients complete");
+
+	ferry_program_add(p, &t);
+}
+
+ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
+					struct ferry_sched_runtime *rt)
+{
+	ferry_status st = FERRY_OK;
+
+	memset(rt, 0, sizeof(*rt));
+	rt->be = be;
+	if (r->failed)
+		return ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory while building");
+	if (r->n_events) {
+		rt->event = ferry_calloc((size_t)r->n_events, sizeof(ferry_event_t));
+		if (!rt->event)
+			return ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory");
+	}
+	for (int i = 0; i < r->n_streams && !st; i++, rt->n_streams++)
+		st = ferry_stream_create(be, r->stream_name[i], &rt->stream[i]);
+	for (int i = 0; i < r->n_events && !st; i++, rt->n_events++)
+		st = ferry_event_create(be, &rt->event[i]);
+	if (st)
+		ferry_sched_runtime_free(rt);
+	return st;
+}
+
+void ferry_sched_runtime_free(struct ferry_sched_runtime *rt)
+{
+	/* streams drain before they go, so no task still uses an event */
+	for (int i = 0; i < rt->n_streams; i++)
+		ferry_stream_free(rt->stream[i]);
+	for (int i = 0; i < rt->n_events; i++)
+		ferry_event_free(rt->event[i]);
+	ferry_free(rt->event);
+	memset(rt, 0, sizeof(*rt));
+}
+
+static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sched_runtime *rt,
+			      const struct ferry_step_values *v)
+{
+	struct ferry_op_call c;
+
+	if (t->patch == FERRY_PATCH_NONE)
+		return ferry_stream_run_op(rt->stream[t->stream], &t->call);
+	if (!v)
+		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
+	c = t->call;
+	c.scalar[0] = v->lr;
+	c.scalar[1] = v->beta1;
+	c.scalar[2] = v->beta2;
+	c.scalar[3] = v->eps;
+	c.scalar[4] = t->call.scalar[4] * v->weight_decay;
+	c.scalar[5] = v->grad_scale;
+	c.step = v->step;
+	return ferry_stream_run_op(rt->stream[t->stream], &c);
+}
+
+ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
+				  const struct ferry_step_values *v)
+{
+	ferry_status st = FERRY_OK;
+
+	if (p->failed)
+		return ferry_error(FERRY_ERR_NOMEM, "schedule %s: out of host memory while building", p->name);
+	for (int i = 0; i < p->n && !st; i++) {
+		const struct ferry_task *t = &p->t[i];
+		ferry_stream_t s = rt->stream[t->stream];
+
+		switch (t->kind) {
+		case FERRY_TASK_OP: st = submit_op(t, rt, v); break;
+		case FERRY_TASK_COPY: st = ferry_memcpy_async(s, t->dst, t->src, t->bytes, t->copy_kind); break;
+		case FERRY_TASK_ZERO: st = ferry_memset_zero_async(s, t->dst, t->bytes); break;
+		case FERRY_TASK_RECORD: st = ferry_event_record(rt->event[t->event], s); break;
+		case FERRY_TASK_WAIT: st = ferry_stream_wait_event(s, rt->event[t->event]); break;
+		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
+		}
+	}
+	return st;
+}
+
+const char *ferry_task_kind_name(enum ferry_task_kind k)
+{
+	switch (k) {
+	case FERRY_TASK_OP: return "op";
+	case FERRY_TASK_COPY: return "copy";
+	case FERRY_TASK_ZERO: return "zero";
+	case FERRY_TASK_RECORD: return "record";
+	case FERRY_TASK_WAIT: return "wait";
+	case FERRY_TASK_GRADS_DONE: return "grads done";
+	}
+	return "?";
+}
+
+int ferry_program_count(const struct ferry_program *p, int stream)
+{
+	int n = 0;
+
+	for (int i = 0; i < p->n; i++)
+		n += p->t[i].stream == stream;
+	return n;
+}

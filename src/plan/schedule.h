@@ -1,0 +1,128 @@
+/*
+ * Internal: a training step as a prepared schedule.
+ *
+ * Before step 1 the executor compiles each thing a step does (the training
+ * step, a loss-only forward) into a program: a list of tasks in submission
+ * order, each on a named stream (compute, device-to-host, host-to-device):
+ * run an op, copy, zero memory, record or wait for an event, mark "layer l's
+ * weight gradients are complete".  Every task is labelled with its tensor
+ * names and layer, so `ferry plan --schedule` can print it, a trace can
+ * record it and a cost model can simulate it.  Every step replays the
+ * program; only values that change per step (learning rate, step number)
+ * are patched in at submission.
+ *
+ * Streams and events are indices into the schedule's resources, shared by
+ * all its programs; a runtime maps them onto a backend's streams and events.
+ * A program built without a backend (a dry build, for printing) has NULL
+ * addresses; it is never replayed.
+ */
+#ifndef FERRY_PLAN_SCHEDULE_H
+#define FERRY_PLAN_SCHEDULE_H
+
+#include "ferry/backend.h"
+#include "ops/op.h"
+
+#define FERRY_SCHED_MAX_STREAMS 4
+
+enum ferry_task_kind {
+	FERRY_TASK_OP,         /* run call (forward or backward) */
+	FERRY_TASK_COPY,       /* copy bytes from src to dst */
+	FERRY_TASK_ZERO,       /* zero bytes at dst */
+	FERRY_TASK_RECORD,     /* record event */
+	FERRY_TASK_WAIT,       /* the stream waits for event */
+	FERRY_TASK_GRADS_DONE, /* marker: layer's weight gradients are complete */
+};
+
+/* Values a replay fills in (per step). */
+enum ferry_task_patch {
+	FERRY_PATCH_NONE,
+	FERRY_PATCH_ADAMW, /* call.scalar[0..5] and call.step from the optimizer */
+};
+
+struct ferry_task {
+	enum ferry_task_kind kind;
+	enum ferry_task_patch patch;
+	int stream;
+	int event;              /* RECORD, WAIT */
+	int layer;              /* -1: not a layer's */
+	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
+	struct ferry_op_call call;
+	void *dst;
+	const void *src;
+	size_t bytes;
+	enum ferry_copy_kind copy_kind;
+};
+
+struct ferry_program {
+	char name[32];
+	int n, cap;
+	struct ferry_task *t;
+	bool failed;            /* out of memory while building: refused at replay */
+};
+
+struct ferry_sched_resources {
+	int n_streams;
+	char stream_name[FERRY_SCHED_MAX_STREAMS][16];
+	int n_events, events_cap;
+	char (*event_name)[40];
+	bool failed;
+};
+
+/* ---- building ------------------------------------------------------------------ */
+
+int ferry_sched_stream(struct ferry_sched_resources *r, const char *name);
+/* A new event's index (-1 out of memory: r->failed is set). */
+int ferry_sched_event(struct ferry_sched_resources *r, const char *name);
+void ferry_sched_resources_release(struct ferry_sched_resources *r);
+
+void ferry_program_init(struct ferry_program *p, const char *name);
+void ferry_program_release(struct ferry_program *p);
+/* Appends a task (copied); returns it, or NULL when out of memory (then
+ * p->failed is set and the program is refused at replay). */
+struct ferry_task *ferry_program_add(struct ferry_program *p, const struct ferry_task *t);
+
+void ferry_emit_op(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+		   const char *label);
+void ferry_emit_copy(struct ferry_program *p, int stream, void *dst, const void *src, size_t bytes,
+		     enum ferry_copy_kind kind, int layer, const char *label);
+void ferry_emit_zero(struct ferry_program *p, int stream, void *dst, size_t bytes, int layer,
+		     const char *label);
+void ferry_emit_record(struct ferry_program *p, int stream, int event, int layer);
+void ferry_emit_wait(struct ferry_program *p, int stream, int event, int layer);
+void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer);
+
+/* ---- running ------------------------------------------------------------------- */
+
+/* A schedule's streams and events on a backend. */
+struct ferry_sched_runtime {
+	ferry_backend_t be;
+	int n_streams, n_events;
+	ferry_stream_t stream[FERRY_SCHED_MAX_STREAMS];
+	ferry_event_t *event;
+};
+
+ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
+					struct ferry_sched_runtime *rt) FERRY_MUST_CHECK;
+void ferry_sched_runtime_free(struct ferry_sched_runtime *rt);
+
+/* Per-step values patched into AdamW tasks at submission: scalar[0..3] =
+ * lr, betas, eps; scalar[4] (the task's decay flag, 1 or 0) times
+ * weight_decay; scalar[5] = grad_scale (global-norm clipping); step. */
+struct ferry_step_values {
+	float lr, beta1, beta2, eps, weight_decay, grad_scale;
+	int step;
+};
+
+/* Submits every task of p in order (asynchronously: nothing waits for the
+ * device).  values may be NULL when p has no patched task. */
+ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
+				  const struct ferry_step_values *values) FERRY_MUST_CHECK;
+
+/* ---- reading ------------------------------------------------------------------- */
+
+const char *ferry_task_kind_name(enum ferry_task_kind k);
+/* Tasks of p on stream s; host synchronisations p implies are none: the
+ * caller synchronises once, after the program. */
+int ferry_program_count(const struct ferry_program *p, int stream);
+
+#endif
