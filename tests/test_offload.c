@@ -1,6 +1,7 @@
 /*
- * Activation placement end to end, on GPT-2 and on the JAX tutorial's
- * network, for every preset policy and a few parameterised ones:
+ * Activation placement end to end, on GPT-2, on Llama and on the JAX
+ * tutorial's network, for every preset policy and a few parameterised ones
+ * (each model's own, naming its tensors):
  *  - losses and gradients over several training steps are bit-identical to
  *    everything_saveable's (recomputation and copies change no value);
  *  - the device arena's measured peak equals the plan's peak, before and
@@ -17,128 +18,200 @@
 
 #define STEPS 3
 
-static const char *const extra_policies[] = {
+/* A model trained under every policy: its config, batch and the policies
+ * of its own that name its tensors (after the presets). */
+struct omodel {
+	const char *name;
+	struct ferry_model_config cfg;
+	int B, T;
+	const char *const *own;
+	int n_own;
+};
+
+static const char *const gpt2_policies[] = {
 	"save_only_these_names(query_proj, context)",
 	"save_and_offload_only_these_names([mlpwi], [query_proj, key_proj, value_proj, decoder_layer_input])",
 	"custom:decoder_layer_input=offload,pre_attention_norm=offload,attention_lse=device,mlp_activation=offload",
 	"custom:decoder_layer_input=offload",
 };
 
-static const char *policy_at(int i)
+/* Llama's names: the projections after the rotary embedding (query_proj,
+ * key_proj) and before it (query_unrotated, key_unrotated, read only when
+ * the rotation is recomputed), the SwiGLU MLP's gate (mlpwi_0), up (mlpwi_1)
+ * and product (mlpwi). */
+static const char *const llama_policies[] = {
+	"save_only_these_names(query_proj, key_proj, value_proj, context)",
+	"save_and_offload_only_these_names([mlpwi_0, mlpwi_1], [query_proj, key_proj, value_proj, decoder_layer_input])",
+	"save_and_offload_only_these_names([query_proj], [context, out_proj, mlpwi, mlpwo])",
+	/* the rotary embedding and attention recomputed from offloaded inputs */
+	"custom:decoder_layer_input=offload,query_unrotated=offload,key_unrotated=offload,value_proj=offload,"
+	"attention_lse=device,mlpwi_0=offload,mlpwi_1=offload",
+	/* every matrix product's output offloaded */
+	"custom:query_proj=offload,key_proj=offload,value_proj=offload,context=offload,out_proj=offload,"
+	"mlpwi_0=offload,mlpwi_1=offload,mlpwi=offload,mlpwo=offload,decoder_layer_input=offload",
+	"custom:pre_self_attention_norm=offload,post_self_attention_norm=device,attention_lse=offload,"
+	"query_unrotated=device,mlpwi=remat,mlpwo=offload",
+	"custom:decoder_layer_input=offload",
+};
+
+#define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static const struct omodel gpt2 = {
+	"gpt2",
+	{ .max_seq = 16, .vocab = 37, .padded_vocab = 64, .layers = 5, .heads = 2, .channels = 16 },
+	2, 12, gpt2_policies, COUNT(gpt2_policies),
+};
+
+/* grouped-query attention (2 query heads per key/value head), untied head */
+static const struct omodel llama = {
+	"llama",
+	{ .arch = "llama", .max_seq = 16, .vocab = 37, .layers = 5, .heads = 4, .kv_heads = 2, .channels = 32,
+	  .ffn = 48 },
+	2, 12, llama_policies, COUNT(llama_policies),
+};
+
+static const char *policy_at(const struct omodel *om, int i)
 {
 	int np = ferry_policy_preset_count();
 
-	return i < np ? ferry_policy_preset_name(i) : extra_policies[i - np];
+	return i < np ? ferry_policy_preset_name(i) : om->own[i - np];
 }
 
-static int n_policies(void)
+static int n_policies(const struct omodel *om)
 {
-	return ferry_policy_preset_count() + (int)(sizeof(extra_policies) / sizeof(extra_policies[0]));
+	return ferry_policy_preset_count() + om->n_own;
 }
 
-struct gpt2_run {
+struct train_run {
 	float loss[STEPS];
 	float *grads;   /* after the last step */
 	float *params;  /* after the last step */
 };
 
-static const struct ferry_model_config gcfg = { .max_seq = 16, .vocab = 37, .padded_vocab = 64,
-					       .layers = 5, .heads = 2, .channels = 16 };
-enum { GB = 2, GT = 12 };
-
-static void gpt2_tokens(int32_t *in, int32_t *tg, int step)
+static void make_tokens(const struct omodel *om, int32_t *in, int32_t *tg, int step)
 {
-	for (int i = 0; i < GB * GT; i++) {
-		in[i] = (i * 7 + step * 3 + i / 5) % gcfg.vocab;
-		tg[i] = (i * 11 + step * 5 + 1) % gcfg.vocab;
+	for (int i = 0; i < om->B * om->T; i++) {
+		in[i] = (i * 7 + step * 3 + i / 5) % om->cfg.vocab;
+		tg[i] = (i * 11 + step * 5 + 1) % om->cfg.vocab;
 	}
 }
 
-/* Trains STEPS steps under a policy; returns 0 if the policy is refused. */
-static int gpt2_train(const char *policy, int depth, struct gpt2_run *r)
+/* Trains STEPS steps under a policy; returns the parameter count, 0 if the
+ * policy is refused. */
+static int model_train(const struct omodel *om, const char *policy, int depth, struct train_run *r)
 {
 	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = depth };
 	struct ferry_adamw opt = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	struct ferry_plan plan;
 	ferry_backend_t be;
 	ferry_model_t m;
-	int32_t in[GB * GT], tg[GB * GT];
-	size_t n;
+	const int BT = om->B * om->T;
+	int32_t *in = TALLOC(int32_t, BT), *tg = TALLOC(int32_t, BT);
+	size_t n = 0;
 	float norm;
 
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "%s: plan: %s", policy, ferry_last_error());
+	memset(&plan, 0, sizeof(plan));
+	CHECK(ferry_model_plan(&om->cfg, om->B, om->T, &o, &plan) == FERRY_OK, "%s %s: plan: %s", om->name, policy,
+	      ferry_last_error());
+	/* a policy that says "offload" moves activations to the host, and only
+	 * such a policy does */
+	CHECK((plan.mem.host_activation_bytes > 0) == (strstr(policy, "offload") != NULL),
+	      "%s %s: %zu bytes of activations offloaded", om->name, policy, plan.mem.host_activation_bytes);
 	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "backend");
-	if (ferry_model_create(be, &gcfg, GB, GT, &o, &m) != FERRY_OK) {
-		CHECK(0, "%s: create: %s", policy, ferry_last_error());
+	if (ferry_model_create(be, &om->cfg, om->B, om->T, &o, &m) != FERRY_OK) {
+		CHECK(0, "%s %s: create: %s", om->name, policy, ferry_last_error());
 		ferry_backend_close(be);
+		free(in);
+		free(tg);
 		return 0;
 	}
-	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu after create",
-	      policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
+	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s %s: measured peak %zu == plan %zu after create",
+	      om->name, policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
 	CHECK(ferry_model_init_random(m, 7) == FERRY_OK, "init");
 	for (int s = 0; s < STEPS; s++) {
-		gpt2_tokens(in, tg, s);
-		CHECK(ferry_model_forward(m, in, tg, GB, GT, &r->loss[s]) == FERRY_OK, "forward");
+		make_tokens(om, in, tg, s);
+		CHECK(ferry_model_forward(m, in, tg, om->B, om->T, &r->loss[s]) == FERRY_OK, "forward");
 		CHECK(ferry_model_zero_grad(m) == FERRY_OK, "zero");
 		CHECK(ferry_model_backward(m) == FERRY_OK, "backward: %s", ferry_last_error());
 		if (s < STEPS - 1)
 			CHECK(ferry_model_update(m, &opt, s + 1, &norm) == FERRY_OK, "update");
 	}
-	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu after steps",
-	      policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
+	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s %s: measured peak %zu == plan %zu after steps",
+	      om->name, policy, ferry_backend_mem_peak(be), plan.mem.peak_bytes);
 	n = ferry_model_num_params(m);
 	r->grads = TALLOC(float, n);
 	r->params = TALLOC(float, n);
 	CHECK(ferry_model_get_grads(m, r->grads) == FERRY_OK && ferry_model_get_params(m, r->params) == FERRY_OK, "get");
 	ferry_model_free(m);
 	ferry_backend_close(be);
+	free(in);
+	free(tg);
 	return (int)n;
 }
 
-static void test_gpt2_policies(void)
+static void test_policies(const struct omodel *om)
 {
-	struct gpt2_run ref, r;
-	int n = gpt2_train("everything_saveable", 0, &ref);
+	struct train_run ref, r;
+	int n = model_train(om, "everything_saveable", 0, &ref);
+	int n_same = 0;
 
-	for (int i = 0; i < n_policies(); i++) {
+	if (!n)
+		return;
+	CHECK(ref.loss[0] != ref.loss[STEPS - 1], "%s: training changes the loss", om->name);
+	for (int i = 0; i < n_policies(om); i++) {
 		for (int depth = 1; depth <= 8; depth += 7) { /* 8 > L: clamped to the stack */
-			const char *p = policy_at(i);
+			const char *p = policy_at(om, i);
 			int same_loss = 1;
 
-			if (gpt2_train(p, depth, &r) != n)
+			if (model_train(om, p, depth, &r) != n)
 				continue;
 			for (int s = 0; s < STEPS; s++)
 				same_loss &= memcmp(&r.loss[s], &ref.loss[s], sizeof(float)) == 0;
-			CHECK(same_loss, "gpt2 %s depth %d: losses differ (%.9g vs %.9g)", p, depth,
+			CHECK(same_loss, "%s %s depth %d: losses differ (%.9g vs %.9g)", om->name, p, depth,
 			      r.loss[STEPS - 1], ref.loss[STEPS - 1]);
 			CHECK(memcmp(r.grads, ref.grads, n * sizeof(float)) == 0,
-			      "gpt2 %s depth %d: gradients differ", p, depth);
+			      "%s %s depth %d: gradients differ (nerr %.3e)", om->name, p, depth,
+			      nerr_ff(r.grads, ref.grads, n));
 			CHECK(memcmp(r.params, ref.params, n * sizeof(float)) == 0,
-			      "gpt2 %s depth %d: parameters differ", p, depth);
+			      "%s %s depth %d: parameters differ (nerr %.3e)", om->name, p, depth,
+			      nerr_ff(r.params, ref.params, n));
+			n_same += same_loss && !memcmp(r.grads, ref.grads, n * sizeof(float)) &&
+				  !memcmp(r.params, ref.params, n * sizeof(float));
 			free(r.grads);
 			free(r.params);
 		}
 	}
-	printf("gpt2: %d policies x 2 prefetch depths bit-identical to everything_saveable\n", n_policies());
+	printf("%s: %d of %d runs (%d policies x prefetch depths 1 and 8) bit-identical to everything_saveable\n",
+	       om->name, n_same, 2 * n_policies(om), n_policies(om));
 	free(ref.grads);
 	free(ref.params);
+}
+
+static const struct ferry_plan_tensor *plan_tensor(const struct ferry_plan *p, const char *name)
+{
+	for (int i = 0; i < p->n_tensors; i++)
+		if (!strcmp(p->tensors[i].name, name))
+			return &p->tensors[i];
+	return NULL;
 }
 
 /* The plan says what each policy does; check the headline facts. */
 static void test_gpt2_plans(void)
 {
+	const struct ferry_model_config *gcfg = &gpt2.cfg;
+	const int GB = gpt2.B, GT = gpt2.T;
 	struct ferry_plan all, none, off;
 	struct ferry_exec_opts o = { .policy = "everything_saveable", .prefetch_depth = 0 };
 
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &all) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(gcfg, GB, GT, &o, &all) == FERRY_OK, "plan");
 	o.policy = "nothing_saveable";
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &none) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(gcfg, GB, GT, &o, &none) == FERRY_OK, "plan");
 	o.policy = "qkv_proj_offloaded";
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &off) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(gcfg, GB, GT, &o, &off) == FERRY_OK, "plan");
 	CHECK(all.n_recompute_ops == 0 && all.mem.host_total_bytes == 0, "everything_saveable keeps all");
 	CHECK(none.mem.peak_bytes < all.mem.peak_bytes && none.n_recompute_ops > 0, "remat saves device memory");
 	/* q, k and v: 3 tensors x L layers x B*T*C floats on the host */
-	CHECK(off.mem.host_activation_bytes == (size_t)3 * gcfg.layers * GB * GT * gcfg.channels * 4,
+	CHECK(off.mem.host_activation_bytes == (size_t)3 * gcfg->layers * GB * GT * gcfg->channels * 4,
 	      "qkv offloaded: host bytes %zu", off.mem.host_activation_bytes);
 	CHECK(all.mem.total_bytes == all.mem.peak_bytes, "total == peak when all is planned up front");
 	CHECK(!strcmp(all.buffers[0].name, "params") && all.mem.alias_bytes == 3 * all.buffers[0].bytes,
@@ -152,6 +225,48 @@ static void test_gpt2_plans(void)
 		if (!strcmp(t->name, "pre_attention_norm"))
 			CHECK(t->recomputed && !t->stored, "pre_attention_norm recomputed");
 	}
+}
+
+/* The same for Llama, whose key and value projections are narrower than
+ * its queries (grouped-query attention). */
+static void test_llama_plans(void)
+{
+	const struct ferry_model_config *c = &llama.cfg;
+	const size_t L = (size_t)c->layers, BT = (size_t)llama.B * llama.T, HS = (size_t)c->channels / c->heads;
+	const size_t QD = (size_t)c->heads * HS, KVD = (size_t)c->kv_heads * HS;
+	struct ferry_plan all, none, off, rot;
+	struct ferry_exec_opts o = { .policy = "everything_saveable" };
+	const struct ferry_plan_tensor *t;
+
+	CHECK(ferry_model_plan(c, llama.B, llama.T, &o, &all) == FERRY_OK, "llama plan: %s", ferry_last_error());
+	o.policy = "nothing_saveable";
+	CHECK(ferry_model_plan(c, llama.B, llama.T, &o, &none) == FERRY_OK, "llama plan");
+	o.policy = "qkv_proj_offloaded";
+	CHECK(ferry_model_plan(c, llama.B, llama.T, &o, &off) == FERRY_OK, "llama plan");
+	CHECK(all.n_recompute_ops == 0 && all.mem.host_total_bytes == 0, "llama: everything_saveable keeps all");
+	CHECK(none.mem.peak_bytes < all.mem.peak_bytes && none.n_recompute_ops > 0, "llama: remat saves memory");
+	/* q (QD wide), k and v (KVD wide) of every layer on the host */
+	CHECK(off.mem.host_activation_bytes == L * BT * (QD + 2 * KVD) * 4, "llama qkv offloaded: host bytes %zu, "
+	      "expected %zu", off.mem.host_activation_bytes, L * BT * (QD + 2 * KVD) * 4);
+	t = plan_tensor(&off, "key_proj");
+	CHECK(t && t->placement == FERRY_PLACE_OFFLOAD && t->stored && t->layer_bytes == BT * KVD * 4 &&
+	      t->host_bytes == L * BT * KVD * 4, "llama: key_proj offloaded, %zu bytes per layer",
+	      t ? t->layer_bytes : 0);
+	/* the unrotated projections: not read by any backward while the rotated
+	 * ones are kept, read by the rotation's recomputation otherwise */
+	t = plan_tensor(&all, "query_unrotated");
+	CHECK(t && !t->needed && !t->stored, "llama: query_unrotated not kept beside query_proj");
+	o.policy = "custom:query_unrotated=offload,key_unrotated=offload,value_proj=device";
+	CHECK(ferry_model_plan(c, llama.B, llama.T, &o, &rot) == FERRY_OK, "llama plan: %s", ferry_last_error());
+	t = plan_tensor(&rot, "query_unrotated");
+	CHECK(t && t->needed && t->stored && t->placement == FERRY_PLACE_OFFLOAD && t->host_bytes == L * BT * QD * 4,
+	      "llama: query_unrotated offloaded for the rotation's recomputation");
+	t = plan_tensor(&rot, "query_proj");
+	CHECK(t && t->recomputed && !t->stored, "llama: query_proj recomputed from query_unrotated");
+	o.policy = "save_only_these_names(mlp_activation)"; /* GPT-2's name */
+	CHECK(ferry_model_plan(c, llama.B, llama.T, &o, &rot) == FERRY_ERR_INVALID &&
+	      strstr(ferry_last_error(), "mlpwi_0"), "llama: a GPT-2 name refused, listing Llama's: %s",
+	      ferry_last_error());
 }
 
 /* ---- the tutorial network ------------------------------------------------- */
@@ -273,7 +388,7 @@ static void test_failures(void)
 
 		CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "backend");
 		ferry_fault_fail_after(k);
-		st = ferry_model_create(be, &gcfg, GB, GT, &o, &m);
+		st = ferry_model_create(be, &gpt2.cfg, gpt2.B, gpt2.T, &o, &m);
 		ferry_fault_fail_after(-1);
 		ferry_model_free(m);
 		m = NULL;
@@ -286,33 +401,35 @@ static void test_failures(void)
 	}
 	CHECK(nomem > 20, "every host allocation of an offloading model can fail cleanly (%d)", nomem);
 
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_OK, "plan");
+	CHECK(ferry_model_plan(&gpt2.cfg, gpt2.B, gpt2.T, &o, &plan) == FERRY_OK, "plan");
 	CHECK(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes - 256 },
 				 &be) == FERRY_OK, "small backend");
-	CHECK(ferry_model_create(be, &gcfg, GB, GT, &o, &m) == FERRY_ERR_DEVICE_MEM && m == NULL,
+	CHECK(ferry_model_create(be, &gpt2.cfg, gpt2.B, gpt2.T, &o, &m) == FERRY_ERR_DEVICE_MEM && m == NULL,
 	      "one unit short of the plan is refused");
 	CHECK(ferry_backend_mem_live(be) == 0, "nothing left allocated");
 	ferry_backend_close(be);
 	CHECK(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes }, &be) == FERRY_OK,
 	      "exact backend");
-	CHECK(ferry_model_create(be, &gcfg, GB, GT, &o, &m) == FERRY_OK, "exactly the plan fits");
+	CHECK(ferry_model_create(be, &gpt2.cfg, gpt2.B, gpt2.T, &o, &m) == FERRY_OK, "exactly the plan fits");
 	ferry_model_free(m);
 	ferry_backend_close(be);
 
 	o.policy = "save_only_these_names(nonsense)";
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "unknown name refused");
+	CHECK(ferry_model_plan(&gpt2.cfg, gpt2.B, gpt2.T, &o, &plan) == FERRY_ERR_INVALID, "unknown name refused");
 	CHECK(strstr(ferry_last_error(), "query_proj") != NULL, "lists the model's names: %s", ferry_last_error());
 	o.policy = "custom:decoder_layer_input=remat";
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "input remat refused");
+	CHECK(ferry_model_plan(&gpt2.cfg, gpt2.B, gpt2.T, &o, &plan) == FERRY_ERR_INVALID, "input remat refused");
 	o.policy = "everything_saveable";
 	o.prefetch_depth = -1;
-	CHECK(ferry_model_plan(&gcfg, GB, GT, &o, &plan) == FERRY_ERR_INVALID, "bad depth refused");
+	CHECK(ferry_model_plan(&gpt2.cfg, gpt2.B, gpt2.T, &o, &plan) == FERRY_ERR_INVALID, "bad depth refused");
 }
 
 int main(void)
 {
 	test_gpt2_plans();
-	test_gpt2_policies();
+	test_llama_plans();
+	test_policies(&gpt2);
+	test_policies(&llama);
 	test_tutorial_gradient();
 	test_tutorial_policies();
 	test_failures();
