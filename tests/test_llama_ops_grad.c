@@ -210,8 +210,8 @@ static double rmsnorm_loss(void *p)
 
 static void rmsnorm_bwd(GradCase *c, float **g)
 {
-	rmsnorm_backward(g[0], g[1], c->R, c->x[0], c->x[1], c->rstd, c->N,
-			 c->C);
+	ferry_cpu_rmsnorm_backward(g[0], g[1], c->R, c->x[0], c->x[1], c->rstd,
+				   c->N, c->C);
 }
 
 static void test_rmsnorm(uint64_t seed, int N, int C, float eps, float scale,
@@ -233,7 +233,7 @@ static void test_rmsnorm(uint64_t seed, int N, int C, float eps, float scale,
 	out_new(&c, &rng, n);
 	c.rstd = TALLOC(float, N);
 
-	rmsnorm_forward(c.out, c.rstd, inp, w, N, C, eps);
+	ferry_cpu_rmsnorm_forward(c.out, c.rstd, inp, w, N, C, eps);
 	double *rd = TALLOC(double, N);
 	ref_rmsnorm_forward(c.outd, rd, c.xd[0], c.xd[1], N, C, (double)eps);
 	const double fe =
@@ -259,7 +259,7 @@ static double rope_loss(void *p)
 
 static void rope_bwd(GradCase *c, float **g)
 {
-	rope_backward(g[0], c->R, c->B, c->T, c->NH, c->HS, c->theta);
+	ferry_cpu_rope_backward(g[0], c->R, c->B, c->T, c->NH, c->HS, c->theta);
 }
 
 static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
@@ -277,7 +277,7 @@ static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
 	c.freqs = TALLOC(double, (long)T * (HS / 2));
 	ref_rope_freqs(c.freqs, T, HS, (double)theta, 1);
 
-	rope_forward(c.out, x, B, T, NH, HS, theta);
+	ferry_cpu_rope_forward(c.out, x, B, T, NH, HS, theta);
 	ref_rope_forward(c.outd, c.xd[0], c.freqs, B, T, NH, HS);
 	const double fe = nerr_fd(c.out, c.outd, n);
 	char label[96];
@@ -312,7 +312,7 @@ static void test_rope_long(uint64_t seed, int T, int HS, float theta)
 	double *fr = TALLOC(double, (long)T * half);
 	fill_normal(&rng, x, n, 1.0f);
 	to_double(xd, x, n);
-	rope_forward(y, x, 1, T, NH, HS, theta);
+	ferry_cpu_rope_forward(y, x, 1, T, NH, HS, theta);
 
 	ref_rope_freqs(fr, T, HS, (double)theta, 1);
 	ref_rope_forward(yd, xd, fr, 1, T, NH, HS);
@@ -359,7 +359,7 @@ static double swiglu_loss(void *p)
 
 static void swiglu_bwd(GradCase *c, float **g)
 {
-	swiglu_backward(g[0], g[1], c->R, c->x[0], c->x[1], c->nout);
+	ferry_cpu_swiglu_backward(g[0], g[1], c->R, c->x[0], c->x[1], c->nout);
 }
 
 static void test_swiglu(uint64_t seed, long n, float scale)
@@ -376,16 +376,16 @@ static void test_swiglu(uint64_t seed, long n, float scale)
 	args_sync(&c);
 	out_new(&c, &rng, n);
 
-	swiglu_forward(c.out, gate, up, n);
+	ferry_cpu_swiglu_forward(c.out, gate, up, n);
 	ref_swiglu_forward(c.outd, c.xd[0], c.xd[1], n);
 	const double fe = nerr_fd(c.out, c.outd, n);
 	/* out aliasing gate, then up */
 	float *y = TALLOC(float, n);
 	memcpy(y, gate, sizeof(float) * (size_t)n);
-	swiglu_forward(y, y, up, n);
+	ferry_cpu_swiglu_forward(y, y, up, n);
 	int alias_ok = bits_equal(y, c.out, n);
 	memcpy(y, up, sizeof(float) * (size_t)n);
-	swiglu_forward(y, gate, y, n);
+	ferry_cpu_swiglu_forward(y, gate, y, n);
 	alias_ok &= bits_equal(y, c.out, n);
 	char label[96];
 	snprintf(label, sizeof label, "swiglu n=%ld scale=%g", n,
@@ -407,8 +407,8 @@ static void test_swiglu_extremes(void)
 	float up[6], out[6], dg[6] = {0}, du[6] = {0}, dout[6];
 	for (int i = 0; i < 6; i++)
 		up[i] = dout[i] = 1.0f;
-	swiglu_forward(out, gate, up, 6);
-	swiglu_backward(dg, du, dout, gate, up, 6);
+	ferry_cpu_swiglu_forward(out, gate, up, 6);
+	ferry_cpu_swiglu_backward(dg, du, dout, gate, up, 6);
 	int ok = 1;
 	for (int i = 0; i < 6; i++) {
 		const double x = gate[i];
@@ -436,8 +436,9 @@ static double gqa_loss(void *p)
 
 static void gqa_bwd(GradCase *c, float **g)
 {
-	attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2],
-			   c->out, c->lse, c->B, c->T, c->C, c->NH, c->NKV);
+	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
+				     c->x[2], c->out, c->lse, c->B, c->T, c->C,
+				     c->NH, c->NKV);
 }
 
 /* [B, T, NKV * HS] -> [B, T, NH * HS], kv head h / G copied to head h
@@ -487,14 +488,14 @@ static double check_gqa_vs_repeat(GradCase *c, const char *label)
 
 	repeat_kv(kr, c->x[1], B, T, NH, NKV, HS);
 	repeat_kv(vr, c->x[2], B, T, NH, NKV, HS);
-	attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH);
+	ferry_cpu_attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH);
 	CHECK(bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl),
 	      "%s: forward != repeat_kv + multi-head, bit for bit", label);
 
-	attention_backward(dq, dkr, dvr, c->R, c->x[0], kr, vr, o, lse, B, T,
-			   C, NH, NH);
-	attention_backward(gq, gk, gv, c->R, c->x[0], c->x[1], c->x[2], c->out,
-			   c->lse, B, T, C, NH, NKV);
+	ferry_cpu_attention_backward(dq, dkr, dvr, c->R, c->x[0], kr, vr, o,
+				     lse, B, T, C, NH, NH);
+	ferry_cpu_attention_backward(gq, gk, gv, c->R, c->x[0], c->x[1],
+				     c->x[2], c->out, c->lse, B, T, C, NH, NKV);
 	CHECK(bits_equal(gq, dq, n),
 	      "%s: dq != repeat_kv + multi-head, bit for bit", label);
 	sum_kv_groups(sk, dkr, B, T, NH, NKV, HS);
@@ -533,8 +534,9 @@ static int check_heads_alone(GradCase *c)
 		g[a] = TALLOC(float, nh);
 		full[a] = TALLOC(float, n);
 	}
-	attention_backward(full[0], full[1], full[2], c->R, c->x[0], c->x[1],
-			   c->x[2], c->out, c->lse, B, T, C, NH, NH);
+	ferry_cpu_attention_backward(full[0], full[1], full[2], c->R, c->x[0],
+				     c->x[1], c->x[2], c->out, c->lse, B, T, C,
+				     NH, NH);
 	for (int h = 0; h < NH; h++) {
 		const float *srcs[4] = {c->x[0], c->x[1], c->x[2], c->R};
 		for (int a = 0; a < 4; a++)
@@ -543,9 +545,10 @@ static int check_heads_alone(GradCase *c)
 				       sizeof(float) * (size_t)HS);
 		for (int a = 0; a < 3; a++)
 			memset(g[a], 0, sizeof(float) * (size_t)nh);
-		attention_forward(o, lse, s[0], s[1], s[2], B, T, HS, 1, 1);
-		attention_backward(g[0], g[1], g[2], s[3], s[0], s[1], s[2], o,
-				   lse, B, T, HS, 1, 1);
+		ferry_cpu_attention_forward(o, lse, s[0], s[1], s[2], B, T, HS,
+					    1, 1);
+		ferry_cpu_attention_backward(g[0], g[1], g[2], s[3], s[0], s[1],
+					     s[2], o, lse, B, T, HS, 1, 1);
 		for (long r = 0; r < (long)B * T; r++) {
 			ok &= bits_equal(o + r * HS, c->out + r * C + h * HS,
 					 HS);
@@ -589,7 +592,7 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
-	attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV);
+	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV);
 	double *lsed = TALLOC(double, nl);
 	ref_attention_gqa_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B,
 				  T, C, NH, NKV);
@@ -680,14 +683,14 @@ static void test_cpu_op_calls(void)
 	c.in[0] = x;
 	c.w[0] = w;
 	ferry_cpu_run_op(&c);
-	rmsnorm_forward(o2, s2, x, w, N, C, 1e-5f);
+	ferry_cpu_rmsnorm_forward(o2, s2, x, w, N, C, 1e-5f);
 	ok &= bits_equal(o1, o2, n) && bits_equal(s1, s2, N);
 	c.backward = true;
 	c.dout[0] = d;
 	c.din[0] = g1;
 	c.dw[0] = dw1;
 	ferry_cpu_run_op(&c);
-	rmsnorm_backward(g2, dw2, d, x, w, s2, N, C);
+	ferry_cpu_rmsnorm_backward(g2, dw2, d, x, w, s2, N, C);
 	ok &= bits_equal(g1, g2, n) && bits_equal(dw1, dw2, C);
 
 	/* rope */
@@ -699,13 +702,13 @@ static void test_cpu_op_calls(void)
 	p.out[0] = o1;
 	p.in[0] = x;
 	ferry_cpu_run_op(&p);
-	rope_forward(o2, x, B, T, NH, HS, 10000.0f);
+	ferry_cpu_rope_forward(o2, x, B, T, NH, HS, 10000.0f);
 	ok &= bits_equal(o1, o2, n);
 	p.backward = true;
 	p.dout[0] = d;
 	p.din[0] = g1;
 	ferry_cpu_run_op(&p);
-	rope_backward(g2, d, B, T, NH, HS, 10000.0f);
+	ferry_cpu_rope_backward(g2, d, B, T, NH, HS, 10000.0f);
 	ok &= bits_equal(g1, g2, n);
 
 	/* swiglu */
@@ -716,14 +719,14 @@ static void test_cpu_op_calls(void)
 	s.in[0] = x;
 	s.in[1] = y;
 	ferry_cpu_run_op(&s);
-	swiglu_forward(o2, x, y, n);
+	ferry_cpu_swiglu_forward(o2, x, y, n);
 	ok &= bits_equal(o1, o2, n);
 	s.backward = true;
 	s.dout[0] = d;
 	s.din[0] = g1;
 	s.din[1] = h1;
 	ferry_cpu_run_op(&s);
-	swiglu_backward(g2, h2, d, x, y, n);
+	ferry_cpu_swiglu_backward(g2, h2, d, x, y, n);
 	ok &= bits_equal(g1, g2, n) && bits_equal(h1, h2, n);
 	CHECK(ok, "rmsnorm/rope/swiglu op calls differ from the kernels");
 
@@ -739,7 +742,8 @@ static void test_cpu_op_calls(void)
 		a.in[1] = y;
 		a.in[2] = d;
 		ferry_cpu_run_op(&a);
-		attention_forward(o2, s2, x, y, d, B, T, C, NH, nkv ? nkv : NH);
+		ferry_cpu_attention_forward(o2, s2, x, y, d, B, T, C, NH,
+					    nkv ? nkv : NH);
 		aok &= bits_equal(o1, o2, n) && bits_equal(s1, s2, N * NH);
 		memset(g1, 0, sizeof(float) * (size_t)n);
 		memset(g2, 0, sizeof(float) * (size_t)n);
@@ -753,8 +757,8 @@ static void test_cpu_op_calls(void)
 		a.din[1] = h1;
 		a.din[2] = r1;
 		ferry_cpu_run_op(&a);
-		attention_backward(g2, h2, r2, x, x, y, d, o2, s2, B, T, C, NH,
-				   nkv ? nkv : NH);
+		ferry_cpu_attention_backward(g2, h2, r2, x, x, y, d, o2, s2, B,
+					     T, C, NH, nkv ? nkv : NH);
 		aok &= bits_equal(g1, g2, n) && bits_equal(h1, h2, nk) &&
 		       bits_equal(r1, r2, nk);
 	}

@@ -184,7 +184,8 @@ static double encoder_loss(void *p)
 
 static void encoder_bwd(GradCase *c, float **g)
 {
-	encoder_backward(g[0], g[1], c->R, c->tokens, c->B, c->T, c->C);
+	ferry_cpu_encoder_backward(g[0], g[1], c->R, c->tokens, c->B, c->T,
+				   c->C);
 }
 
 static void test_encoder(uint64_t seed, int B, int T, int C, int V)
@@ -203,7 +204,7 @@ static void test_encoder(uint64_t seed, int B, int T, int C, int V)
 		c.tokens[i] = rng_int(&rng, V);
 	out_new(&c, &rng, (long)B * T * C);
 
-	encoder_forward(c.out, c.tokens, wte, wpe, B, T, C);
+	ferry_cpu_encoder_forward(c.out, c.tokens, wte, wpe, B, T, C);
 	ref_encoder_forward(c.outd, c.tokens, c.xd[0], c.xd[1], B, T, C);
 	const double fe = nerr_fd(c.out, c.outd, c.nout);
 	char label[96];
@@ -227,8 +228,8 @@ static double layernorm_loss(void *p)
 
 static void layernorm_bwd(GradCase *c, float **g)
 {
-	layernorm_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->mean,
-			   c->rstd, c->N, c->C);
+	ferry_cpu_layernorm_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
+				     c->mean, c->rstd, c->N, c->C);
 }
 
 static void test_layernorm(uint64_t seed, int N, int C, float offset)
@@ -250,7 +251,7 @@ static void test_layernorm(uint64_t seed, int N, int C, float offset)
 	c.mean = TALLOC(float, N);
 	c.rstd = TALLOC(float, N);
 
-	layernorm_forward(c.out, c.mean, c.rstd, inp, w, b, N, C);
+	ferry_cpu_layernorm_forward(c.out, c.mean, c.rstd, inp, w, b, N, C);
 	double *md = TALLOC(double, N), *rd = TALLOC(double, N);
 	ref_layernorm_forward(c.outd, md, rd, c.xd[0], c.xd[1], c.xd[2], N, C);
 	double fe = nerr_fd(c.out, c.outd, c.nout);
@@ -281,8 +282,8 @@ static double matmul_loss(void *p)
 
 static void matmul_bwd(GradCase *c, float **g)
 {
-	matmul_backward(g[0], g[1], c->nargs == 3 ? g[2] : NULL, c->R, c->x[0],
-			c->x[1], c->N, c->C, c->OC);
+	ferry_cpu_matmul_backward(g[0], g[1], c->nargs == 3 ? g[2] : NULL, c->R,
+				  c->x[0], c->x[1], c->N, c->C, c->OC);
 }
 
 static void test_matmul(uint64_t seed, int N, int C, int OC, int with_bias)
@@ -303,7 +304,7 @@ static void test_matmul(uint64_t seed, int N, int C, int OC, int with_bias)
 
 	/* garbage in out: the forward must overwrite it */
 	fill_uniform(&rng, c.out, c.nout, 100.0f, 200.0f);
-	matmul_forward(c.out, inp, w, b, N, C, OC);
+	ferry_cpu_matmul_forward(c.out, inp, w, b, N, C, OC);
 	ref_matmul_forward(c.outd, c.xd[0], c.xd[1], b ? c.xd[2] : NULL, N, C,
 			   OC);
 	const double fe = nerr_fd(c.out, c.outd, c.nout);
@@ -328,8 +329,9 @@ static double attention_loss(void *p)
 
 static void attention_bwd(GradCase *c, float **g)
 {
-	attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2],
-			   c->out, c->lse, c->B, c->T, c->C, c->NH, c->NH);
+	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
+				     c->x[2], c->out, c->lse, c->B, c->T, c->C,
+				     c->NH, c->NH);
 }
 
 enum { ATT_RANDOM, ATT_RAMP_UP, ATT_RAMP_DOWN };
@@ -367,7 +369,7 @@ static void test_attention(uint64_t seed, int B, int T, int C, int NH,
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
-	attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NH);
+	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NH);
 	double *lsed = TALLOC(double, nl);
 	ref_attention_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C,
 			      NH);
@@ -399,7 +401,7 @@ static double gelu_loss(void *p)
 
 static void gelu_bwd(GradCase *c, float **g)
 {
-	gelu_backward(g[0], c->R, c->x[0], c->nout);
+	ferry_cpu_gelu_backward(g[0], c->R, c->x[0], c->nout);
 }
 
 static void test_gelu(uint64_t seed, long n, float scale)
@@ -413,13 +415,13 @@ static void test_gelu(uint64_t seed, long n, float scale)
 	args_sync(&c);
 	out_new(&c, &rng, n);
 
-	gelu_forward(c.out, x, n);
+	ferry_cpu_gelu_forward(c.out, x, n);
 	ref_gelu_forward(c.outd, c.xd[0], n);
 	double fe = nerr_fd(c.out, c.outd, n);
 	/* in place */
 	float *y = TALLOC(float, n);
 	memcpy(y, x, sizeof(float) * (size_t)n);
-	gelu_forward(y, y, n);
+	ferry_cpu_gelu_forward(y, y, n);
 	const double ie = nerr_ff(y, c.out, n);
 	char label[96];
 	snprintf(label, sizeof label, "gelu n=%ld scale=%g", n, (double)scale);
@@ -442,7 +444,7 @@ static double residual_loss(void *p)
 
 static void residual_bwd(GradCase *c, float **g)
 {
-	residual_backward(g[0], g[1], c->R, c->nout);
+	ferry_cpu_residual_backward(g[0], g[1], c->R, c->nout);
 }
 
 static void test_residual(uint64_t seed, long n)
@@ -458,7 +460,7 @@ static void test_residual(uint64_t seed, long n)
 	args_sync(&c);
 	out_new(&c, &rng, n);
 
-	residual_forward(c.out, a, b, n);
+	ferry_cpu_residual_forward(c.out, a, b, n);
 	ref_residual_forward(c.outd, c.xd[0], c.xd[1], n);
 	const double fe = nerr_fd(c.out, c.outd, n);
 	char label[96];
@@ -468,10 +470,10 @@ static void test_residual(uint64_t seed, long n)
 	/* in place (out = a) and da == db (one tensor used twice) */
 	float *y = TALLOC(float, n), *g = TALLOC(float, n);
 	memcpy(y, a, sizeof(float) * (size_t)n);
-	residual_forward(y, y, b, n);
+	ferry_cpu_residual_forward(y, y, b, n);
 	CHECK(nerr_ff(y, c.out, n) == 0.0, "%s: in-place forward differs",
 	      label);
-	residual_backward(g, g, c.R, n);
+	ferry_cpu_residual_backward(g, g, c.R, n);
 	CHECK(nerr_scaled_ff(g, c.R, 2.0, n) == 0.0, "%s: da == db not 2 dout",
 	      label);
 
@@ -524,7 +526,7 @@ static void test_softmax_xent(uint64_t seed, int N, int V, int Vp, float scale,
 
 	/* forward */
 	fill_uniform(&rng, probs, n, -5.0f, 5.0f); /* garbage, overwritten */
-	softmax_xent_forward(losses, probs, logits, tg, N, V, Vp);
+	ferry_cpu_softmax_xent_forward(losses, probs, logits, tg, N, V, Vp);
 	ref_softmax_xent_forward(lossd, pd, ld, tg, N, V, Vp);
 	const double le = nerr_fd(losses, lossd, N), pe = nerr_fd(probs, pd, n);
 	CHECK(le < FWD_TOL, "%s: loss error %.3g", label, le);
@@ -538,14 +540,14 @@ static void test_softmax_xent(uint64_t seed, int N, int V, int Vp, float scale,
 	/* probs aliasing logits */
 	float *inplace = TALLOC(float, n);
 	memcpy(inplace, logits, sizeof(float) * (size_t)n);
-	softmax_xent_forward(losses2, inplace, inplace, tg, N, V, Vp);
+	ferry_cpu_softmax_xent_forward(losses2, inplace, inplace, tg, N, V, Vp);
 	CHECK(nerr_ff(inplace, probs, n) == 0.0 &&
 		      nerr_ff(losses2, losses, N) == 0.0,
 	      "%s: in-place forward differs", label);
 
 	/* backward of the mean loss: dloss = 1 / N */
 	fill_uniform(&rng, dl, n, -7.0f, 7.0f); /* garbage: backward WRITES */
-	softmax_xent_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
+	ferry_cpu_softmax_xent_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
 	XentCtx ctx = {ld, tg, N, V, Vp};
 	fd_grad(num, ld, n, xent_loss, &ctx, FD_STEP);
 	const double ge = nerr_fd(dl, num, n);
@@ -559,12 +561,13 @@ static void test_softmax_xent(uint64_t seed, int N, int V, int Vp, float scale,
 	/* write semantics: same result whatever was in the buffer, and twice
 	 * gives the same (not double) */
 	memset(dl2, 0, sizeof(float) * (size_t)n);
-	softmax_xent_backward(dl2, probs, tg, 1.0f / N, N, V, Vp);
-	softmax_xent_backward(dl2, probs, tg, 1.0f / N, N, V, Vp);
+	ferry_cpu_softmax_xent_backward(dl2, probs, tg, 1.0f / N, N, V, Vp);
+	ferry_cpu_softmax_xent_backward(dl2, probs, tg, 1.0f / N, N, V, Vp);
 	CHECK(nerr_ff(dl2, dl, n) == 0.0, "%s: backward does not overwrite",
 	      label);
 	/* dlogits aliasing probs */
-	softmax_xent_backward(inplace, inplace, tg, 1.0f / N, N, V, Vp);
+	ferry_cpu_softmax_xent_backward(inplace, inplace, tg, 1.0f / N, N, V,
+					Vp);
 	CHECK(nerr_ff(inplace, dl, n) == 0.0, "%s: in-place backward differs",
 	      label);
 
@@ -609,8 +612,8 @@ static double adamw_run(uint64_t seed, long n, int steps, AdamHp hp,
 	for (int t = 1; t <= steps; t++) {
 		fill_normal(&rng, g, n, 0.1f);
 		to_double(gd, g, n);
-		adamw_update(p, m, v, g, n, hp.lr, hp.beta1, hp.beta2, hp.eps,
-			     hp.wd, hp.scale, t);
+		ferry_cpu_adamw_update(p, m, v, g, n, hp.lr, hp.beta1, hp.beta2,
+				       hp.eps, hp.wd, hp.scale, t);
 		ref_adamw_update(pd, md, vd, gd, n, hp.lr, hp.beta1, hp.beta2,
 				 hp.eps, hp.wd, hp.scale, t);
 	}
@@ -697,7 +700,7 @@ static void test_sum_squares(long n)
 	double ref = 0.0;
 	for (long i = 0; i < n; i++)
 		ref += (double)x[i] * (double)x[i];
-	const double got = sum_squares(x, n);
+	const double got = ferry_cpu_sum_squares(x, n);
 	const double e = fabs(got - ref) / fmax(1e-300, fabs(ref));
 	char label[96];
 	snprintf(label, sizeof label, "sum_squares n=%ld", n);

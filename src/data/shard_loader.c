@@ -9,6 +9,7 @@
  */
 #include "ferry/data.h"
 #include "core/error.h"
+#include "core/file_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,14 +17,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "shard tokens are little-endian uint16 read without swapping");
 
-#define SHARD_HEADER_INTS 256
-#define SHARD_HEADER_BYTES ((off_t)(SHARD_HEADER_INTS * sizeof(int32_t)))
+#define SHARD_HEADER_BYTES ((off_t)FERRY_FILE_HEADER_BYTES)
 
 struct shard {
 	const char *path; /* points into ferry_loader.names */
@@ -50,73 +49,45 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static const int32_t shard_versions[] = { FERRY_SHARD_VERSION };
+static const struct ferry_file_format shard_format = {
+	.kind = "llm.c token shard",
+	.header = "shard",
+	.magic = FERRY_SHARD_MAGIC,
+	.versions = shard_versions,
+	.n_versions = sizeof(shard_versions) / sizeof(shard_versions[0]),
+	.version_note = "uint16 tokens",
+};
+
 /* Validates one shard file; *tokens gets its token count. */
 static ferry_status check_shard(const char *path, int64_t *tokens)
 {
-	int32_t hdr[SHARD_HEADER_INTS];
-	ferry_status st = FERRY_OK;
-	struct stat sb;
-	off_t expect;
-	ssize_t got;
+	int32_t hdr[FERRY_FILE_HEADER_INTS];
+	ferry_status st;
+	int64_t size = 0, expect;
 	int fd;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
-				   strerror(errno));
-	if (fstat(fd, &sb) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot stat: %s", path,
-				 strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		st = ferry_error(FERRY_ERR_FORMAT, "%s: not a regular file",
-				 path);
-		goto out;
-	}
-	if (sb.st_size < SHARD_HEADER_BYTES) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: file is %lld bytes, too short for the %lld-byte shard header",
-				 path, (long long)sb.st_size,
-				 (long long)SHARD_HEADER_BYTES);
-		goto out;
-	}
-	got = pread(fd, hdr, sizeof(hdr), 0);
-	if (got != (ssize_t)sizeof(hdr)) {
-		st = ferry_error(FERRY_ERR_IO, "%s: error reading header: %s",
-				 path, got < 0 ? strerror(errno) : "short read");
-		goto out;
-	}
-	if (hdr[0] != FERRY_SHARD_MAGIC) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: bad magic %d, expected %d (llm.c token shard)",
-				 path, hdr[0], FERRY_SHARD_MAGIC);
-		goto out;
-	}
-	if (hdr[1] != FERRY_SHARD_VERSION) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: version %d not supported, need %d (uint16 tokens)",
-				 path, hdr[1], FERRY_SHARD_VERSION);
-		goto out;
-	}
+	st = ferry_file_header_open(path, &shard_format, hdr, &fd, &size);
+	if (st)
+		return st;
 	if (hdr[2] < 0) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: negative token count %d in header", path,
 				 hdr[2]);
 		goto out;
 	}
-	expect = SHARD_HEADER_BYTES + (off_t)hdr[2] * 2;
-	if (sb.st_size < expect) {
+	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * 2;
+	if (size < expect) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: truncated: header says %d tokens (%lld bytes), file has %lld bytes",
 				 path, hdr[2], (long long)expect,
-				 (long long)sb.st_size);
+				 (long long)size);
 		goto out;
 	}
-	if (sb.st_size > expect) {
+	if (size > expect) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: %lld trailing bytes after the %d tokens the header announces",
-				 path, (long long)(sb.st_size - expect), hdr[2]);
+				 path, (long long)(size - expect), hdr[2]);
 		goto out;
 	}
 	*tokens = hdr[2];

@@ -4,16 +4,23 @@
  */
 #include "ferry/data.h"
 #include "core/error.h"
+#include "core/file_header.h"
 
-#include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #define TOK_MAGIC 20240328
-#define TOK_HEADER_INTS 256
-#define TOK_HEADER_BYTES (TOK_HEADER_INTS * (long long)sizeof(int32_t))
+
+/* Version 2 added the EOT id to the header. */
+static const int32_t tok_versions[] = { 1, 2 };
+static const struct ferry_file_format tok_format = {
+	.kind = "llm.c tokenizer",
+	.header = "tokenizer",
+	.magic = TOK_MAGIC,
+	.versions = tok_versions,
+	.n_versions = sizeof(tok_versions) / sizeof(tok_versions[0]),
+};
 
 struct ferry_tokenizer {
 	int vocab;
@@ -44,45 +51,16 @@ static ferry_status open_bytes(struct ferry_tokenizer *t)
 
 static ferry_status open_file(struct ferry_tokenizer *t, const char *path)
 {
-	int32_t hdr[TOK_HEADER_INTS];
+	int32_t hdr[FERRY_FILE_HEADER_INTS];
 	ferry_status st = FERRY_OK;
 	size_t body, at, w;
-	struct stat sb;
-	FILE *f;
-	int i;
+	int64_t size = 0;
+	int fd, i;
 
-	f = fopen(path, "rb");
-	if (!f)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
-				   strerror(errno));
-	if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		st = ferry_error(FERRY_ERR_IO, "%s: not a readable regular file",
-				 path);
-		goto out;
-	}
-	if ((long long)sb.st_size < TOK_HEADER_BYTES) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: file is %lld bytes, too short for the %lld-byte tokenizer header",
-				 path, (long long)sb.st_size, TOK_HEADER_BYTES);
-		goto out;
-	}
-	if (fread(hdr, sizeof(hdr), 1, f) != 1) {
-		st = ferry_error(FERRY_ERR_IO, "%s: error reading header", path);
-		goto out;
-	}
-	if (hdr[0] != TOK_MAGIC) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: bad magic %d, expected %d (llm.c tokenizer)",
-				 path, hdr[0], TOK_MAGIC);
-		goto out;
-	}
-	if (hdr[1] != 1 && hdr[1] != 2) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: version %d not supported, need 1 or 2", path,
-				 hdr[1]);
-		goto out;
-	}
-	body = (size_t)(sb.st_size - TOK_HEADER_BYTES);
+	st = ferry_file_header_open(path, &tok_format, hdr, &fd, &size);
+	if (st)
+		return st;
+	body = (size_t)(size - FERRY_FILE_HEADER_BYTES);
 	t->vocab = hdr[2];
 	/* Version 1 predates the EOT field; it was only written for GPT-2,
 	 * whose EOT is the last token (50256). */
@@ -112,7 +90,7 @@ static ferry_status open_file(struct ferry_tokenizer *t, const char *path)
 				 "%s: out of memory for %d tokens", path, t->vocab);
 		goto out;
 	}
-	if (fread(t->bytes, 1, body, f) != body) {
+	if (ferry_file_read_full(fd, t->bytes, body) != (ssize_t)body) {
 		st = ferry_error(FERRY_ERR_IO, "%s: error reading tokens", path);
 		goto out;
 	}
@@ -144,7 +122,7 @@ static ferry_status open_file(struct ferry_tokenizer *t, const char *path)
 				 "%s: %zu trailing bytes after %d tokens", path,
 				 body - at, t->vocab);
 out:
-	fclose(f);
+	close(fd);
 	return st;
 }
 

@@ -33,7 +33,13 @@ void ferry_arena_release(struct ferry_arena *a);
  * alignment.  FERRY_ERR_DEVICE_MEM if no free range is large enough. */
 ferry_status ferry_arena_alloc(struct ferry_arena *a, size_t size,
 			       size_t *offset) FERRY_MUST_CHECK;
-void ferry_arena_free(struct ferry_arena *a, size_t offset, size_t size);
+/* Returns the range to the free list, coalescing it with its neighbours.
+ * A range with live neighbours on both sides needs a free-list entry of its
+ * own: when all max_fragments are taken, FERRY_ERR_DEVICE_MEM, and the range
+ * stays counted as live (lost until ferry_arena_release; the arena stays
+ * consistent and never hands it out).  Not FERRY_MUST_CHECK: a caller that
+ * frees in a void function (ferry_buffer_free) has nobody to pass it to. */
+ferry_status ferry_arena_free(struct ferry_arena *a, size_t offset, size_t size);
 
 size_t ferry_arena_largest_free(const struct ferry_arena *a);
 

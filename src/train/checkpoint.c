@@ -7,78 +7,78 @@
  */
 #include "ferry/checkpoint.h"
 #include "core/error.h"
+#include "core/file_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "checkpoint files are little-endian and read without swapping");
 _Static_assert(sizeof(float) == 4, "checkpoints store IEEE fp32");
 
-#define HEADER_INTS 256
-#define HEADER_BYTES (HEADER_INTS * (int64_t)sizeof(int32_t))
+#define HEADER_INTS FERRY_FILE_HEADER_INTS
+#define HEADER_BYTES FERRY_FILE_HEADER_BYTES
 
 /* llm.c writes version 5 for bf16 parameters; name it in the error. */
 #define LLMC_BF16_VERSION 5
 
+static const int32_t model_versions[] = { FERRY_CHECKPOINT_VERSION };
+static const struct ferry_file_version_name model_named[] = {
+	{ LLMC_BF16_VERSION, "bf16" },
+};
+static const struct ferry_file_format model_format = {
+	.kind = "llm.c model checkpoint",
+	.header = "model",
+	.magic = FERRY_CHECKPOINT_MAGIC,
+	.versions = model_versions,
+	.n_versions = sizeof(model_versions) / sizeof(model_versions[0]),
+	.version_note = "fp32",
+	.named = model_named,
+	.n_named = sizeof(model_named) / sizeof(model_named[0]),
+};
+
+static const int32_t state_versions[] = { FERRY_STATE_VERSION };
+static const struct ferry_file_format state_format = {
+	.kind = "ferry training state",
+	.header = "training state",
+	.magic = FERRY_STATE_MAGIC,
+	.versions = state_versions,
+	.n_versions = sizeof(state_versions) / sizeof(state_versions[0]),
+};
+
 /* ---- reading helpers -------------------------------------------------------- */
 
-static ferry_status open_for_read(const char *path, FILE **out, int64_t *size)
+static ferry_status open_for_read(const char *path,
+				  const struct ferry_file_format *fmt,
+				  int32_t hdr[HEADER_INTS], int *fd,
+				  int64_t *size)
 {
-	struct stat sb;
-	FILE *f;
-
 	if (!path)
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint path is NULL");
-	f = fopen(path, "rb");
-	if (!f)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
-				   strerror(errno));
-	if (fstat(fileno(f), &sb) != 0) {
-		int e = errno;
-
-		fclose(f);
-		return ferry_error(FERRY_ERR_IO, "%s: cannot stat: %s", path,
-				   strerror(e));
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		fclose(f);
-		return ferry_error(FERRY_ERR_IO, "%s: not a regular file", path);
-	}
-	*out = f;
-	*size = (int64_t)sb.st_size;
-	return FERRY_OK;
+	return ferry_file_header_open(path, fmt, hdr, fd, size);
 }
 
 /* Reads exactly n bytes; the file length was checked already, so a short
  * read means an I/O error or a file that changed under us. */
-static ferry_status read_exact(FILE *f, const char *path, void *buf, size_t n,
+static ferry_status read_exact(int fd, const char *path, void *buf, size_t n,
 			       const char *what)
 {
-	if (n == 0 || fread(buf, 1, n, f) == n)
+	ssize_t got;
+
+	if (n == 0)
 		return FERRY_OK;
-	if (ferror(f))
+	got = ferry_file_read_full(fd, buf, n);
+	if (got == (ssize_t)n)
+		return FERRY_OK;
+	if (got < 0)
 		return ferry_error(FERRY_ERR_IO, "%s: error reading %s: %s",
 				   path, what, strerror(errno));
 	return ferry_error(FERRY_ERR_FORMAT,
 			   "%s: unexpected end of file reading %s", path, what);
-}
-
-/* Reads the 1 KiB header of a file of `size` bytes. */
-static ferry_status read_header(FILE *f, const char *path, int64_t size,
-				int32_t hdr[HEADER_INTS], const char *kind)
-{
-	if (size < HEADER_BYTES)
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: file is %lld bytes, too short for the %lld-byte %s header",
-				   path, (long long)size, (long long)HEADER_BYTES,
-				   kind);
-	return read_exact(f, path, hdr, HEADER_BYTES, "header");
 }
 
 static ferry_status check_length(const char *path, int64_t size,
@@ -97,10 +97,10 @@ static ferry_status check_length(const char *path, int64_t size,
 }
 
 /*
- * Opens a model file, validates header and length, and leaves f positioned at
- * the first parameter.  On success *n_total is the parameter count.
+ * Opens a model file, validates header and length, and leaves fd positioned
+ * at the first parameter.  On success *n_total is the parameter count.
  */
-static ferry_status model_open(const char *path, FILE **out,
+static ferry_status model_open(const char *path, int *out,
 			       struct ferry_model_config *cfg, size_t *n_total)
 {
 	int32_t hdr[HEADER_INTS];
@@ -108,32 +108,11 @@ static ferry_status model_open(const char *path, FILE **out,
 	ferry_status st;
 	int64_t size = 0;
 	size_t n;
-	FILE *f = NULL;
+	int fd = -1;
 
-	st = open_for_read(path, &f, &size);
+	st = open_for_read(path, &model_format, hdr, &fd, &size);
 	if (st)
 		return st;
-	st = read_header(f, path, size, hdr, "model");
-	if (st)
-		goto fail;
-	if (hdr[0] != FERRY_CHECKPOINT_MAGIC) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: bad magic %d, expected %d (llm.c model checkpoint)",
-				 path, hdr[0], FERRY_CHECKPOINT_MAGIC);
-		goto fail;
-	}
-	if (hdr[1] == LLMC_BF16_VERSION) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: version %d (bf16) not supported, need %d (fp32)",
-				 path, hdr[1], FERRY_CHECKPOINT_VERSION);
-		goto fail;
-	}
-	if (hdr[1] != FERRY_CHECKPOINT_VERSION) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: version %d not supported, need %d (fp32)",
-				 path, hdr[1], FERRY_CHECKPOINT_VERSION);
-		goto fail;
-	}
 	c.max_seq = hdr[2];
 	c.vocab = hdr[3];
 	c.layers = hdr[4];
@@ -155,12 +134,12 @@ static ferry_status model_open(const char *path, FILE **out,
 			  "header + parameters");
 	if (st)
 		goto fail;
-	*out = f;
+	*out = fd;
 	*cfg = c;
 	*n_total = n;
 	return FERRY_OK;
 fail:
-	fclose(f);
+	close(fd);
 	return st;
 }
 
@@ -170,15 +149,15 @@ ferry_status ferry_checkpoint_read_config(const char *path,
 	struct ferry_model_config c;
 	ferry_status st;
 	size_t n;
-	FILE *f;
+	int fd;
 
 	if (!cfg)
 		return ferry_error(FERRY_ERR_INVALID, "%s: config output is NULL",
 				   path ? path : "(null)");
-	st = model_open(path, &f, &c, &n);
+	st = model_open(path, &fd, &c, &n);
 	if (st)
 		return st;
-	fclose(f); /* read-only: a close error cannot lose data */
+	close(fd); /* read-only: a close error cannot lose data */
 	*cfg = c;
 	return FERRY_OK;
 }
@@ -190,13 +169,13 @@ ferry_status ferry_checkpoint_read(const char *path,
 	struct ferry_model_config c;
 	ferry_status st;
 	size_t n;
-	FILE *f;
+	int fd;
 
 	if (!cfg || !params)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "%s: config or parameter buffer is NULL",
 				   path ? path : "(null)");
-	st = model_open(path, &f, &c, &n);
+	st = model_open(path, &fd, &c, &n);
 	if (st)
 		return st;
 	if (n != n_params) {
@@ -205,12 +184,12 @@ ferry_status ferry_checkpoint_read(const char *path,
 				 path, n, n_params);
 		goto out;
 	}
-	st = read_exact(f, path, params, n * sizeof(float), "parameters");
+	st = read_exact(fd, path, params, n * sizeof(float), "parameters");
 	if (st)
 		goto out;
 	*cfg = c;
 out:
-	fclose(f);
+	close(fd);
 	return st;
 }
 
@@ -433,30 +412,15 @@ ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 	struct ferry_train_state s;
 	ferry_status rc;
 	int64_t size = 0, n;
-	FILE *f = NULL;
+	int fd = -1;
 
 	if (!st || !m || !v)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "%s: NULL state or moment buffer",
 				   path ? path : "(null)");
-	rc = open_for_read(path, &f, &size);
+	rc = open_for_read(path, &state_format, hdr, &fd, &size);
 	if (rc)
 		return rc;
-	rc = read_header(f, path, size, hdr, "training state");
-	if (rc)
-		goto out;
-	if (hdr[0] != FERRY_STATE_MAGIC) {
-		rc = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: bad magic %d, expected %d (ferry training state)",
-				 path, hdr[0], FERRY_STATE_MAGIC);
-		goto out;
-	}
-	if (hdr[1] != FERRY_STATE_VERSION) {
-		rc = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: version %d not supported, need %d", path,
-				 hdr[1], FERRY_STATE_VERSION);
-		goto out;
-	}
 	n = get64(hdr, 4);
 	s.step = get64(hdr, 2);
 	s.data_shard = get64(hdr, 6);
@@ -491,14 +455,14 @@ ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 				 path, (long long)n, n_params);
 		goto out;
 	}
-	rc = read_exact(f, path, m, n_params * sizeof(float), "AdamW m");
+	rc = read_exact(fd, path, m, n_params * sizeof(float), "AdamW m");
 	if (rc)
 		goto out;
-	rc = read_exact(f, path, v, n_params * sizeof(float), "AdamW v");
+	rc = read_exact(fd, path, v, n_params * sizeof(float), "AdamW v");
 	if (rc)
 		goto out;
 	*st = s;
 out:
-	fclose(f);
+	close(fd);
 	return rc;
 }

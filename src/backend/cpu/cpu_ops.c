@@ -16,68 +16,79 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
 		if (!c->backward)
-			encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]), c->B, c->T, c->C);
+			ferry_cpu_encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]),
+						  c->B, c->T, c->C);
 		else
-			encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), c->tokens, c->B, c->T, c->C);
+			ferry_cpu_encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]),
+						   c->tokens, c->B, c->T, c->C);
 		break;
 	case FERRY_OP_LAYERNORM:
 		if (!c->backward)
-			layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]), CF(c->in[0]), CF(c->w[0]),
-					  CF(c->w[1]), N, c->C);
+			ferry_cpu_layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]),
+						    CF(c->in[0]), CF(c->w[0]), CF(c->w[1]), N,
+						    c->C);
 		else
-			layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), CF(c->in[0]),
-					   CF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N, c->C);
+			ferry_cpu_layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
+						     CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]),
+						     CF(c->out[1]), CF(c->out[2]), N, c->C);
 		break;
 	case FERRY_OP_MATMUL:
 		if (!c->backward)
-			matmul_forward(F(c->out[0]), CF(c->in[0]), CF(c->w[0]), CF(c->w[1]), N, c->C, c->OC);
+			ferry_cpu_matmul_forward(F(c->out[0]), CF(c->in[0]), CF(c->w[0]),
+						 CF(c->w[1]), N, c->C, c->OC);
 		else
-			matmul_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), CF(c->in[0]),
-					CF(c->w[0]), N, c->C, c->OC);
+			ferry_cpu_matmul_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
+						  CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]), N,
+						  c->C, c->OC);
 		break;
 	case FERRY_OP_ATTENTION:
 		if (!c->backward)
-			attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->in[1]), CF(c->in[2]),
-					  c->B, c->T, c->C, c->NH, NKV);
+			ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+						    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
+						    c->NH, NKV);
 		else
-			attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]), CF(c->dout[0]),
-					   CF(c->in[0]), CF(c->in[1]), CF(c->in[2]), CF(c->out[0]),
-					   CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV);
+			ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
+						     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
+						     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
+						     c->B, c->T, c->C, c->NH, NKV);
 		break;
 	case FERRY_OP_GELU:
 		if (!c->backward)
-			gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
+			ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
 		else
-			gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
+			ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_RESIDUAL:
 		if (!c->backward)
-			residual_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+			ferry_cpu_residual_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
 		else
-			residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]), c->n);
+			ferry_cpu_residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
+						    c->n);
 		break;
 	case FERRY_OP_SOFTMAX_XENT:
 		if (!c->backward)
-			softmax_xent_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->tokens, N, c->V, c->Vp);
+			ferry_cpu_softmax_xent_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+						       c->tokens, N, c->V, c->Vp);
 		else
-			softmax_xent_backward(F(c->din[0]), CF(c->out[1]), c->tokens, c->scalar[0], N, c->V,
-					      c->Vp);
+			ferry_cpu_softmax_xent_backward(F(c->din[0]), CF(c->out[1]), c->tokens,
+							c->scalar[0], N, c->V, c->Vp);
 		break;
 	case FERRY_OP_ADAMW:
-		adamw_update(c->param, F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n, c->scalar[0],
-			     c->scalar[1], c->scalar[2], c->scalar[3], c->scalar[4], c->scalar[5], c->step);
+		ferry_cpu_adamw_update(c->param, F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n,
+				       c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
+				       c->scalar[4], c->scalar[5], c->step);
 		break;
 	case FERRY_OP_SUM_SQUARES:
-		*c->result += sum_squares(CF(c->in[0]), c->n);
+		*c->result += ferry_cpu_sum_squares(CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_SUM:
-		*c->result += sum_all(CF(c->in[0]), c->n);
+		*c->result += ferry_cpu_sum_all(CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_FILL:
-		fill(F(c->out[0]), c->scalar[0], c->n);
+		ferry_cpu_fill(F(c->out[0]), c->scalar[0], c->n);
 		break;
 	case FERRY_OP_SGD:
-		sgd_update(c->param, CF(c->in[0]), c->scalar[0], c->n);
+		ferry_cpu_sgd_update(c->param, CF(c->in[0]), c->scalar[0], c->n);
 		break;
 	case FERRY_OP_CAST: /* fp32 to fp32 */
 		if (c->out[0] != c->in[0])
@@ -85,25 +96,27 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 		break;
 	case FERRY_OP_RMSNORM:
 		if (!c->backward)
-			rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->w[0]), N, c->C,
-					c->scalar[0]);
+			ferry_cpu_rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+						  CF(c->w[0]), N, c->C, c->scalar[0]);
 		else
-			rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]),
-					 CF(c->out[1]), N, c->C);
+			ferry_cpu_rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]),
+						   CF(c->in[0]), CF(c->w[0]), CF(c->out[1]), N,
+						   c->C);
 		break;
 	case FERRY_OP_ROPE:
 		if (!c->backward)
-			rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH, c->C / c->NH, c->scalar[0]);
+			ferry_cpu_rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH,
+					       c->C / c->NH, c->scalar[0]);
 		else
-			rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH, c->C / c->NH,
-				      c->scalar[0]);
+			ferry_cpu_rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH,
+						c->C / c->NH, c->scalar[0]);
 		break;
 	case FERRY_OP_SWIGLU:
 		if (!c->backward)
-			swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+			ferry_cpu_swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
 		else
-			swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
-					c->n);
+			ferry_cpu_swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
+						  CF(c->in[0]), CF(c->in[1]), c->n);
 		break;
 	case FERRY_OP_COUNT:
 		assert(0);

@@ -36,9 +36,10 @@ static void adamw_range(float *restrict param, float *restrict m,
 	}
 }
 
-void adamw_update(float *param, float *m, float *v, const float *grad, long n,
-		  float lr, float beta1, float beta2, float eps,
-		  float weight_decay, float grad_scale, int t)
+void ferry_cpu_adamw_update(float *param, float *m, float *v, const float *grad,
+			    long n, float lr, float beta1, float beta2,
+			    float eps, float weight_decay, float grad_scale,
+			    int t)
 {
 	const float inv_bc1 = (float)(1.0 / (1.0 - pow(beta1, t)));
 	const float inv_bc2 = (float)(1.0 / (1.0 - pow(beta2, t)));

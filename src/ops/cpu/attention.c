@@ -90,8 +90,9 @@ static inline float attend_row(float *restrict ot, const float *restrict qt,
 	return m + logf(l);
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k,
-		       const float *v, int B, int T, int C, int NH, int NKV)
+void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
+				 const float *k, const float *v, int B, int T,
+				 int C, int NH, int NKV)
 {
 	assert(NKV > 0 && NH % NKV == 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
@@ -153,10 +154,11 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 	}
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout,
-			const float *q, const float *k, const float *v,
-			const float *out, const float *lse, int B, int T, int C,
-			int NH, int NKV)
+void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
+				  const float *dout, const float *q,
+				  const float *k, const float *v,
+				  const float *out, const float *lse, int B,
+				  int T, int C, int NH, int NKV)
 {
 	if (!dq && !dk && !dv)
 		return;

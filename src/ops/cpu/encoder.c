@@ -28,8 +28,9 @@ static void thread_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
-void encoder_forward(float *out, const int32_t *tokens, const float *wte,
-		     const float *wpe, int B, int T, int C)
+void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
+			       const float *wte, const float *wpe, int B, int T,
+			       int C)
 {
 	const long N = (long)B * T;
 #pragma omp parallel for schedule(static)
@@ -46,8 +47,8 @@ void encoder_forward(float *out, const int32_t *tokens, const float *wte,
 	}
 }
 
-void encoder_backward(float *dwte, float *dwpe, const float *dout,
-		      const int32_t *tokens, int B, int T, int C)
+void ferry_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+				const int32_t *tokens, int B, int T, int C)
 {
 	if (!dwte && !dwpe)
 		return;

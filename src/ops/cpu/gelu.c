@@ -15,7 +15,7 @@
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
 
-void gelu_forward(float *out, const float *inp, long n)
+void ferry_cpu_gelu_forward(float *out, const float *inp, long n)
 {
 #pragma omp parallel for schedule(static)
 	for (long i = 0; i < n; i++) {
@@ -25,7 +25,8 @@ void gelu_forward(float *out, const float *inp, long n)
 	}
 }
 
-void gelu_backward(float *dinp, const float *dout, const float *inp, long n)
+void ferry_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
+			     long n)
 {
 	if (!dinp)
 		return;

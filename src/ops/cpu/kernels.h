@@ -13,6 +13,10 @@
  * (+=) into every gradient they are given, so callers zero gradients once and
  * several consumers of one tensor simply add up.  A NULL gradient pointer
  * means "not wanted" and is skipped.
+ *
+ * Names carry the prefix ferry_cpu_: libferry.a defines no global symbol
+ * outside ferry_ (tests/cli/exports.sh), so a user's own encoder_forward or
+ * fill never collides with ours at link time.
  */
 #ifndef FERRY_OPS_CPU_KERNELS_H
 #define FERRY_OPS_CPU_KERNELS_H
@@ -21,26 +25,28 @@
 
 /* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]; wpe may be NULL (no position
  * table: rotary models), and then also dwpe. */
-void encoder_forward(float *out, const int32_t *tokens, const float *wte,
-		     const float *wpe, int B, int T, int C);
-void encoder_backward(float *dwte, float *dwpe, const float *dout,
-		      const int32_t *tokens, int B, int T, int C);
+void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
+			       const float *wte, const float *wpe, int B, int T,
+			       int C);
+void ferry_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+				const int32_t *tokens, int B, int T, int C);
 
 /* out = (inp - mean) * rstd * weight + bias per row of C; saves mean[N] and
  * rstd[N] (rstd = 1 / sqrt(var + 1e-5), biased variance). */
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-		       const float *weight, const float *bias, int N, int C);
-void layernorm_backward(float *dinp, float *dweight, float *dbias,
-			const float *dout, const float *inp,
-			const float *weight, const float *mean,
-			const float *rstd, int N, int C);
+void ferry_cpu_layernorm_forward(float *out, float *mean, float *rstd,
+				 const float *inp, const float *weight,
+				 const float *bias, int N, int C);
+void ferry_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+				  const float *dout, const float *inp,
+				  const float *weight, const float *mean,
+				  const float *rstd, int N, int C);
 
 /* out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]; bias may be NULL. */
-void matmul_forward(float *out, const float *inp, const float *weight,
-		    const float *bias, int N, int C, int OC);
-void matmul_backward(float *dinp, float *dweight, float *dbias,
-		     const float *dout, const float *inp, const float *weight,
-		     int N, int C, int OC);
+void ferry_cpu_matmul_forward(float *out, const float *inp, const float *weight,
+			      const float *bias, int N, int C, int OC);
+void ferry_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
+			       const float *dout, const float *inp,
+			       const float *weight, int N, int C, int OC);
 
 /* Causal multi-head attention, query head h on channels [h*HS, (h+1)*HS) of
  * q and out (both [B, T, C], C = NH * HS).  Grouped-query attention: k and
@@ -49,20 +55,22 @@ void matmul_backward(float *dinp, float *dweight, float *dbias,
  * h / (NH / NKV), as Hugging Face's repeat_kv.  Scores are q.k / sqrt(HS).
  * Saves lse[B, NH, T], the log-sum-exp of each query's scores, instead of
  * the T x T probabilities; backward recomputes them from q, k and lse. */
-void attention_forward(float *out, float *lse, const float *q, const float *k,
-		       const float *v, int B, int T, int C, int NH, int NKV);
-void attention_backward(float *dq, float *dk, float *dv, const float *dout,
-			const float *q, const float *k, const float *v,
-			const float *out, const float *lse, int B, int T,
-			int C, int NH, int NKV);
+void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
+				 const float *k, const float *v, int B, int T,
+				 int C, int NH, int NKV);
+void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
+				  const float *dout, const float *q,
+				  const float *k, const float *v,
+				  const float *out, const float *lse, int B,
+				  int T, int C, int NH, int NKV);
 
 /* RMSNorm (Llama): rstd = 1 / sqrt(mean(x^2) + eps) over each row of C,
  * out = x * rstd * weight (no mean, no bias); saves rstd[N]. */
-void rmsnorm_forward(float *out, float *rstd, const float *inp,
-		     const float *weight, int N, int C, float eps);
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout,
-		      const float *inp, const float *weight, const float *rstd,
-		      int N, int C);
+void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
+			       const float *weight, int N, int C, float eps);
+void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+				const float *inp, const float *weight,
+				const float *rstd, int N, int C);
 
 /* Rotary position embedding, Hugging Face rotate_half convention, on
  * inp/out [B, T, NH, HS] (HS even, out and inp distinct).  Row (b, t) has
@@ -70,49 +78,55 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout,
  *   out[i]        = x[i] cos - x[i + HS/2] sin
  *   out[i + HS/2] = x[i + HS/2] cos + x[i] sin
  * Backward (the op is linear) applies the inverse rotation to dout. */
-void rope_forward(float *out, const float *inp, int B, int T, int NH, int HS,
-		  float theta);
-void rope_backward(float *dinp, const float *dout, int B, int T, int NH,
-		   int HS, float theta);
+void ferry_cpu_rope_forward(float *out, const float *inp, int B, int T, int NH,
+			    int HS, float theta);
+void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
+			     int NH, int HS, float theta);
 
 /* SwiGLU: out = silu(gate) * up, silu(x) = x * sigmoid(x), n values. */
-void swiglu_forward(float *out, const float *gate, const float *up, long n);
-void swiglu_backward(float *dgate, float *dup, const float *dout,
-		     const float *gate, const float *up, long n);
+void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,
+			      long n);
+void ferry_cpu_swiglu_backward(float *dgate, float *dup, const float *dout,
+			       const float *gate, const float *up, long n);
 
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-void gelu_forward(float *out, const float *inp, long n);
-void gelu_backward(float *dinp, const float *dout, const float *inp, long n);
+void ferry_cpu_gelu_forward(float *out, const float *inp, long n);
+void ferry_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
+			     long n);
 
 /* out = a + b */
-void residual_forward(float *out, const float *a, const float *b, long n);
-void residual_backward(float *da, float *db, const float *dout, long n);
+void ferry_cpu_residual_forward(float *out, const float *a, const float *b,
+				long n);
+void ferry_cpu_residual_backward(float *da, float *db, const float *dout,
+				 long n);
 
 /* Softmax cross-entropy over the first V of Vp columns (padding columns get
  * probability 0).  losses[i] = -log softmax(logits[i])[targets[i]].
  * probs may alias logits (computed in place). */
-void softmax_xent_forward(float *losses, float *probs, const float *logits,
-			  const int32_t *targets, int N, int V, int Vp);
+void ferry_cpu_softmax_xent_forward(float *losses, float *probs,
+				    const float *logits, const int32_t *targets,
+				    int N, int V, int Vp);
 /* dlogits = dloss * (probs - onehot(targets)), padding columns 0.  WRITES
  * (does not accumulate); dlogits may alias probs. */
-void softmax_xent_backward(float *dlogits, const float *probs,
-			   const int32_t *targets, float dloss, int N, int V,
-			   int Vp);
+void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
+				     const int32_t *targets, float dloss, int N,
+				     int V, int Vp);
 
 /* AdamW on n values, step t >= 1 (bias correction), gradient multiplied by
  * grad_scale first (global-norm clipping), decoupled weight decay. */
-void adamw_update(float *param, float *m, float *v, const float *grad, long n,
-		  float lr, float beta1, float beta2, float eps,
-		  float weight_decay, float grad_scale, int t);
+void ferry_cpu_adamw_update(float *param, float *m, float *v, const float *grad,
+			    long n, float lr, float beta1, float beta2,
+			    float eps, float weight_decay, float grad_scale,
+			    int t);
 
 /* Sum of squares of x, accumulated in double (for the global gradient norm). */
-double sum_squares(const float *x, long n);
+double ferry_cpu_sum_squares(const float *x, long n);
 
 /* Sum of x, accumulated in double, deterministic for a fixed thread count. */
-double sum_all(const float *x, long n);
+double ferry_cpu_sum_all(const float *x, long n);
 /* x[:n] = value */
-void fill(float *x, float value, long n);
+void ferry_cpu_fill(float *x, float value, long n);
 /* param -= lr * grad */
-void sgd_update(float *param, const float *grad, float lr, long n);
+void ferry_cpu_sgd_update(float *param, const float *grad, float lr, long n);
 
 #endif

@@ -33,8 +33,9 @@ static void thread_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-		       const float *weight, const float *bias, int N, int C)
+void ferry_cpu_layernorm_forward(float *out, float *mean, float *rstd,
+				 const float *inp, const float *weight,
+				 const float *bias, int N, int C)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
@@ -59,10 +60,10 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 	}
 }
 
-void layernorm_backward(float *dinp, float *dweight, float *dbias,
-			const float *dout, const float *inp,
-			const float *weight, const float *mean,
-			const float *rstd, int N, int C)
+void ferry_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+				  const float *dout, const float *inp,
+				  const float *weight, const float *mean,
+				  const float *rstd, int N, int C)
 {
 	if (dinp) {
 #pragma omp parallel for schedule(static)

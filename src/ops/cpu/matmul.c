@@ -28,8 +28,8 @@ static void thread_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
-void matmul_forward(float *out, const float *inp, const float *weight,
-		    const float *bias, int N, int C, int OC)
+void ferry_cpu_matmul_forward(float *out, const float *inp, const float *weight,
+			      const float *bias, int N, int C, int OC)
 {
 	float beta = 0.0f;
 	if (bias) {
@@ -45,9 +45,9 @@ void matmul_forward(float *out, const float *inp, const float *weight,
 		    inp, C, weight, C, beta, out, OC);
 }
 
-void matmul_backward(float *dinp, float *dweight, float *dbias,
-		     const float *dout, const float *inp, const float *weight,
-		     int N, int C, int OC)
+void ferry_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
+			       const float *dout, const float *inp,
+			       const float *weight, int N, int C, int OC)
 {
 	if (dinp)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,

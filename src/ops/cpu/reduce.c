@@ -46,24 +46,24 @@ static double blocked_sum(const float *x, long n, int squares)
 	return acc;
 }
 
-double sum_squares(const float *x, long n)
+double ferry_cpu_sum_squares(const float *x, long n)
 {
 	return blocked_sum(x, n, 1);
 }
 
-double sum_all(const float *x, long n)
+double ferry_cpu_sum_all(const float *x, long n)
 {
 	return blocked_sum(x, n, 0);
 }
 
-void fill(float *x, float value, long n)
+void ferry_cpu_fill(float *x, float value, long n)
 {
 #pragma omp parallel for simd schedule(static)
 	for (long i = 0; i < n; i++)
 		x[i] = value;
 }
 
-void sgd_update(float *param, const float *grad, float lr, long n)
+void ferry_cpu_sgd_update(float *param, const float *grad, float lr, long n)
 {
 #pragma omp parallel for simd schedule(static)
 	for (long i = 0; i < n; i++)

@@ -10,14 +10,16 @@
  */
 #include "ops/cpu/kernels.h"
 
-void residual_forward(float *out, const float *a, const float *b, long n)
+void ferry_cpu_residual_forward(float *out, const float *a, const float *b,
+				long n)
 {
 #pragma omp parallel for simd schedule(static)
 	for (long i = 0; i < n; i++)
 		out[i] = a[i] + b[i];
 }
 
-void residual_backward(float *da, float *db, const float *dout, long n)
+void ferry_cpu_residual_backward(float *da, float *db, const float *dout,
+				 long n)
 {
 	if (da) {
 #pragma omp parallel for simd schedule(static)

@@ -33,8 +33,8 @@ static void column_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
-void rmsnorm_forward(float *out, float *rstd, const float *inp,
-		     const float *weight, int N, int C, float eps)
+void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
+			       const float *weight, int N, int C, float eps)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
@@ -52,9 +52,9 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp,
 	}
 }
 
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout,
-		      const float *inp, const float *weight, const float *rstd,
-		      int N, int C)
+void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+				const float *inp, const float *weight,
+				const float *rstd, int N, int C)
 {
 	if (dinp) {
 #pragma omp parallel for schedule(static)

@@ -105,14 +105,14 @@ static void rope_apply(float *out, const float *inp, int B, int T, int NH,
 	}
 }
 
-void rope_forward(float *out, const float *inp, int B, int T, int NH, int HS,
-		  float theta)
+void ferry_cpu_rope_forward(float *out, const float *inp, int B, int T, int NH,
+			    int HS, float theta)
 {
 	rope_apply(out, inp, B, T, NH, HS, theta, 1);
 }
 
-void rope_backward(float *dinp, const float *dout, int B, int T, int NH,
-		   int HS, float theta)
+void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
+			     int NH, int HS, float theta)
 {
 	if (!dinp)
 		return;

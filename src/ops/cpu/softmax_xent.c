@@ -55,8 +55,9 @@ static double row_sum(const float *p, int V)
 	return z;
 }
 
-void softmax_xent_forward(float *losses, float *probs, const float *logits,
-			  const int32_t *targets, int N, int V, int Vp)
+void ferry_cpu_softmax_xent_forward(float *losses, float *probs,
+				    const float *logits, const int32_t *targets,
+				    int N, int V, int Vp)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
@@ -77,9 +78,9 @@ void softmax_xent_forward(float *losses, float *probs, const float *logits,
 	}
 }
 
-void softmax_xent_backward(float *dlogits, const float *probs,
-			   const int32_t *targets, float dloss, int N, int V,
-			   int Vp)
+void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
+				     const int32_t *targets, float dloss, int N,
+				     int V, int Vp)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {

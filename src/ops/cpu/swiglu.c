@@ -14,7 +14,8 @@
 
 #include "ops/cpu/fastmath.h"
 
-void swiglu_forward(float *out, const float *gate, const float *up, long n)
+void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,
+			      long n)
 {
 #pragma omp parallel for simd schedule(static)
 	for (long i = 0; i < n; i++) {
@@ -24,8 +25,8 @@ void swiglu_forward(float *out, const float *gate, const float *up, long n)
 	}
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout,
-		     const float *gate, const float *up, long n)
+void ferry_cpu_swiglu_backward(float *dgate, float *dup, const float *dout,
+			       const float *gate, const float *up, long n)
 {
 	if (!dgate && !dup)
 		return;
