@@ -11,7 +11,6 @@
  *    per step, counted by the backend.
  */
 #include "ferry/model.h"
-#include "backend/backend_impl.h"
 #include "test_util.h"
 
 #include <string.h>
@@ -95,12 +94,12 @@ static void train(ferry_backend_t be, const struct scase *c, bool prepared, floa
 			in[i] = rng_int(&rng, c->cfg.vocab);
 			tg[i] = rng_int(&rng, c->cfg.vocab);
 		}
-		before = be->host_syncs;
+		before = ferry_backend_host_syncs(be);
 		if (prepared) {
 			CHECK(ferry_model_step_submit(m, in, tg, c->B, c->T) == FERRY_OK, "submit: %s", ferry_last_error());
 			CHECK(ferry_model_step_finish(m, &opt, step, &loss[step - 1], NULL) == FERRY_OK, "finish: %s",
 			      ferry_last_error());
-			*syncs_per_step = be->host_syncs - before;
+			*syncs_per_step = ferry_backend_host_syncs(be) - before;
 		} else {
 			CHECK(ferry_model_forward(m, in, tg, c->B, c->T, &loss[step - 1]) == FERRY_OK, "forward");
 			CHECK(ferry_model_zero_grad(m) == FERRY_OK, "zero_grad");

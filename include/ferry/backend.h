@@ -87,6 +87,11 @@ size_t ferry_backend_mem_live(ferry_backend_t be);
 size_t ferry_backend_mem_peak(ferry_backend_t be);
 void ferry_backend_mem_reset_peak(ferry_backend_t be);
 
+/* How many times the host has waited for a stream or an event
+ * (ferry_stream_synchronize, ferry_event_synchronize) since open: a
+ * training step costs one. */
+long ferry_backend_host_syncs(ferry_backend_t be);
+
 /* Per op kind and direction: calls, seconds and FLOPs since the backend
  * was opened with .profile (or since the last reset).  The CPU backend
  * times its ops; the CUDA backend does not yet (no entries).  Returns the number of

@@ -204,6 +204,11 @@ void ferry_stream_free(ferry_stream_t s)
 	ferry_free(s);
 }
 
+long ferry_backend_host_syncs(ferry_backend_t be)
+{
+	return __atomic_load_n(&be->host_syncs, __ATOMIC_RELAXED);
+}
+
 ferry_status ferry_stream_synchronize(ferry_stream_t s)
 {
 	__atomic_add_fetch(&s->be->host_syncs, 1, __ATOMIC_RELAXED);

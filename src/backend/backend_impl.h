@@ -7,11 +7,11 @@
 #define FERRY_BACKEND_IMPL_H
 
 #include "ferry/backend.h"
+#include "backend/run_op.h"
 #include "memory/arena.h"
 #include "ops/op.h"
 
 #define FERRY_BACKEND_IFACE_VERSION 1
-#define FERRY_BUFFER_ALIGN 256
 
 struct ferry_backend_iface {
 	int version;
@@ -76,10 +76,6 @@ struct ferry_event {
 	void *ctx;
 };
 
-/* Runs one op on the stream (the engine's entry point; not public API since
- * ferry_op_call is internal). */
-ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call)
-	FERRY_MUST_CHECK;
 
 extern const struct ferry_backend_iface ferry_cpu_backend_iface;
 #ifdef FERRY_HAVE_CUDA

@@ -7,7 +7,6 @@
  * here knows which model it compiles.
  */
 #include "exec/model_internal.h"
-#include "backend/backend_impl.h"
 #include "core/error.h"
 
 #include <stdio.h>

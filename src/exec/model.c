@@ -10,7 +10,7 @@
  * runs.
  */
 #include "exec/model_internal.h"
-#include "backend/backend_impl.h"
+#include "backend/run_op.h"
 #include "core/error.h"
 
 #include <math.h>

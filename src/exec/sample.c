@@ -3,15 +3,16 @@
 #include "ferry/train.h"
 #include "core/error.h"
 
-static uint64_t xorshift64(uint64_t *s)
+/* splitmix64: every output is a strong mix of the state, so small seeds
+ * (1337, 1, 2, ...) give well-spread first draws.  (A raw xorshift from a
+ * small seed starts near 0, and the first token drawn was always token 0.) */
+static uint64_t splitmix64(uint64_t *s)
 {
-	uint64_t x = *s ? *s : 0x2545F4914F6CDD1Dull;
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
 
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
 }
 
 ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
@@ -42,7 +43,7 @@ ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int 
 
 		for (int v = 0; v < cfg->vocab; v++)
 			total += probs[v];
-		u = (double)(xorshift64(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+		u = (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
 		for (int v = 0; v < cfg->vocab; v++) {
 			acc += probs[v];
 			if (u < acc) {

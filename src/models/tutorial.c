@@ -4,7 +4,7 @@
  * epilogue = sum of the output, whose gradient is all ones.
  */
 #include "ferry/tutorial.h"
-#include "backend/backend_impl.h"
+#include "backend/run_op.h"
 #include "core/error.h"
 #include "offload/engine.h"
 

@@ -19,7 +19,6 @@
  * slot's previous user (layer j + R >= l) has always been submitted.
  */
 #include "offload/engine.h"
-#include "backend/backend_impl.h"
 #include "core/error.h"
 
 #include <stdio.h>

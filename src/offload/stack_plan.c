@@ -1,5 +1,5 @@
 #include "offload/stack_plan.h"
-#include "backend/backend_impl.h"
+#include "backend/run_op.h"
 #include "core/error.h"
 
 #include <stdio.h>

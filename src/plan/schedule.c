@@ -1,6 +1,6 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
 #include "plan/schedule.h"
-#include "backend/backend_impl.h"
+#include "backend/run_op.h"
 #include "core/error.h"
 
 #include <stdio.h>

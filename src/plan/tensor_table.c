@@ -9,7 +9,6 @@
  * of its own; offloaded layer activations share one host buffer.
  */
 #include "plan/tensor_table.h"
-#include "backend/backend_impl.h"
 #include "core/error.h"
 
 #include <stdio.h>

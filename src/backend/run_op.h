@@ -1,0 +1,19 @@
+/*
+ * Internal: what the layers above the backends (the executor, the offload
+ * engine, the planner) need of them beyond the public backend.h, without
+ * the implementations' vtable: running one op on a stream (ferry_op_call
+ * is internal) and the arena's alignment, which plans round sizes to.
+ */
+#ifndef FERRY_BACKEND_RUN_OP_H
+#define FERRY_BACKEND_RUN_OP_H
+
+#include "ferry/backend.h"
+#include "ops/op.h"
+
+/* Every device buffer starts at, and is sized in, multiples of this. */
+#define FERRY_BUFFER_ALIGN 256
+
+/* Runs one op on the stream, asynchronously. */
+ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call) FERRY_MUST_CHECK;
+
+#endif
