@@ -16,9 +16,14 @@ struct ferry_train_opts {
 	const char *backend;      /* "cpu" (default) or "cuda" */
 	size_t device_mem;        /* device arena bytes; 0 = all */
 	int threads;              /* CPU threads; 0 = all cores */
-	struct ferry_model_config model; /* shape for a fresh model */
-	const char *checkpoint;   /* start from this llm.c checkpoint (or NULL) */
-	const char *resume;       /* resume from this checkpoint + its .state */
+	struct ferry_model_config model; /* shape for a fresh model; with a
+				     checkpoint, only model.arch counts: when
+				     set, it must be the checkpoint's model */
+	const char *checkpoint;   /* start from this checkpoint (or NULL): an llm.c
+				     file (GPT-2) or a Hugging Face directory
+				     (Llama), see ferry/hf_checkpoint.h */
+	const char *resume;       /* resume from this checkpoint + its training
+				     state (FILE.state, DIR/ferry_state.bin) */
 	const char *data;         /* training shards (glob) */
 	const char *val_data;     /* validation shards (glob) or NULL */
 	int B, T;
@@ -69,8 +74,11 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *o
  * start, forward only). */
 ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
 	FERRY_MUST_CHECK;
-/* Writes the model (llm.c format) to path and the training state to
- * path.state, each atomically. */
+/* Writes the model in its own kind of checkpoint and its training state,
+ * each file atomically: GPT-2 as an llm.c file at path plus path.state, a
+ * Llama as a Hugging Face directory at path (config.json, model.safetensors)
+ * plus path/ferry_state.bin.  The state records a hash of the parameters, so
+ * a resume refuses a model and state from different saves. */
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
 /* Writes "name (bytes), ..." for the presets whose plan fits in capacity

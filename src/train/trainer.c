@@ -2,6 +2,7 @@
 #include "ferry/train.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
+#include "ferry/hf_checkpoint.h"
 #include "ferry/policy.h"
 #include "core/error.h"
 
@@ -16,7 +17,10 @@ struct ferry_trainer {
 	ferry_model_t model;
 	ferry_loader_t train, val;
 	struct ferry_plan plan;
-	int32_t *inputs, *targets;     /* host [B*T] */
+	int32_t *inputs, *targets;     /* host [2][B*T]: this step's batch, then ... */
+	int32_t *next_inputs, *next_targets; /* ... and the next, read while the device works */
+	bool have_next;
+	int64_t pos_shard, pos_offset; /* the loader's position after this step's batch */
 	int step;                      /* optimizer steps taken */
 	uint64_t rng;
 	bool resumed;
@@ -45,13 +49,9 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-static char *state_path(const char *model_path, char *buf, size_t n)
-{
-	snprintf(buf, n, "%s.state", model_path);
-	return buf;
-}
-
-/* Loads parameters (and with resume, optimizer state and position). */
+/* Loads parameters (and with resume, optimizer state and position) from
+ * either kind of checkpoint: an llm.c FILE with FILE.state, or a Hugging
+ * Face directory with DIR/ferry_state.bin. */
 static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume)
 {
 	size_t n = ferry_model_num_params(tr->model);
@@ -64,16 +64,18 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
 	if (st)
 		return st;
-	st = ferry_checkpoint_read(path, &cfg, buf, n);
+	st = ferry_checkpoint_any_read(path, &cfg, buf, n);
 	if (!st)
 		st = ferry_model_set_params(tr->model, buf);
 	if (st || !resume)
 		goto out;
-	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
+	st = ferry_checkpoint_state_path(path, ferry_checkpoint_is_hf(path), sp, sizeof(sp));
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
 	if (!st)
 		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
 	if (!st)
-		st = ferry_state_read(state_path(path, sp, sizeof(sp)), &st_info, mom, var, n);
+		st = ferry_state_read(sp, &st_info, mom, var, n);
 	if (!st && st_info.params_hash != ferry_params_hash(buf, n))
 		st = ferry_error(FERRY_ERR_FORMAT, "%s and %s are from different saves (was a save "
 				 "interrupted?): refusing to resume from the mix", path, sp);
@@ -95,6 +97,20 @@ out:
 	ferry_host_free(tr->be, var);
 	ferry_host_free(tr->be, mom);
 	ferry_host_free(tr->be, buf);
+	return st;
+}
+
+/* The model of the checkpoint at path, of either kind: the checkpoint says
+ * which model it is, and a model asked for (opts->model.arch) must agree. */
+static ferry_status start_config(const struct ferry_train_opts *opts, const char *path,
+				 struct ferry_model_config *cfg)
+{
+	ferry_status st = ferry_checkpoint_any_read_config(path, cfg);
+
+	if (!st && opts->model.arch[0] && strcmp(opts->model.arch, cfg->arch) != 0)
+		st = ferry_error(FERRY_ERR_INVALID, "model %s asked for, but %s holds a %s (%s)", opts->model.arch,
+				 path, cfg->arch,
+				 ferry_checkpoint_is_hf(path) ? "Hugging Face checkpoint" : "llm.c checkpoint");
 	return st;
 }
 
@@ -155,11 +171,8 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 		return ferry_error(FERRY_ERR_INVALID, "learning rate must be positive");
 	if (!opts->data)
 		return ferry_error(FERRY_ERR_INVALID, "no training data given");
-	if (start) {
-		st = ferry_checkpoint_read_config(start, &cfg);
-		if (st)
-			return st;
-	}
+	if (start && (st = start_config(opts, start, &cfg)))
+		return st;
 	st = ferry_model_config_complete(&cfg);
 	if (st)
 		return st;
@@ -194,9 +207,13 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	st = ferry_model_create(tr->be, &cfg, opts->B, opts->T, &tr->opts.exec, &tr->model);
 	if (st)
 		goto fail;
-	st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->inputs);
+	st = ferry_host_alloc(tr->be, 2 * N * sizeof(int32_t), (void **)&tr->inputs);
 	if (!st)
-		st = ferry_host_alloc(tr->be, N * sizeof(int32_t), (void **)&tr->targets);
+		st = ferry_host_alloc(tr->be, 2 * N * sizeof(int32_t), (void **)&tr->targets);
+	if (!st) {
+		tr->next_inputs = tr->inputs + N;
+		tr->next_targets = tr->targets + N;
+	}
 	if (st)
 		goto fail;
 	if (start)
@@ -232,6 +249,20 @@ ferry_model_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr) { return &tr->plan; }
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
 
+/* This step's batch: the one read ahead during the last step, if any. */
+static ferry_status next_batch(ferry_trainer_t tr)
+{
+	size_t N = (size_t)tr->opts.B * tr->opts.T;
+
+	if (tr->have_next) {
+		memcpy(tr->inputs, tr->next_inputs, N * sizeof(int32_t));
+		memcpy(tr->targets, tr->next_targets, N * sizeof(int32_t));
+		tr->have_next = false;
+		return FERRY_OK;
+	}
+	return ferry_loader_next(tr->train, tr->inputs, tr->targets);
+}
+
 ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m)
 {
 	const struct ferry_train_opts *o = &tr->opts;
@@ -241,16 +272,15 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 
 	memset(m, 0, sizeof(*m));
 	opt.lr = ferry_lr_schedule(tr->step, o->steps, o->warmup, o->lr, o->final_lr_frac);
-	st = ferry_loader_next(tr->train, tr->inputs, tr->targets);
-	if (!st)
-		st = ferry_model_forward(tr->model, tr->inputs, tr->targets, o->B, o->T, &m->loss);
-	if (!st)
-		st = ferry_model_zero_grad(tr->model);
-	if (!st)
-		st = ferry_model_backward(tr->model);
-	if (!st)
-		st = ferry_model_update(tr->model, &opt, tr->step + 1, &m->grad_norm);
-	if (st)
+	if ((st = next_batch(tr)))
+		return st;
+	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
+	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
+		return st;
+	/* the host reads the next batch while the device runs this one */
+	if (tr->step + 1 < o->steps && ferry_loader_next(tr->train, tr->next_inputs, tr->next_targets) == FERRY_OK)
+		tr->have_next = true;
+	if ((st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm)))
 		return st;
 	tr->step++;
 	m->step = tr->step;
@@ -310,7 +340,11 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 	char sp[4096];
 	ferry_status st;
 
-	ferry_loader_position(tr->train, &info.data_shard, &info.data_offset);
+	/* where the saved run's next batch starts, not the one read ahead */
+	info.data_shard = tr->pos_shard;
+	info.data_offset = tr->pos_offset;
+	if (!tr->have_next)
+		ferry_loader_position(tr->train, &info.data_shard, &info.data_offset);
 	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
 	if (!st)
 		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
@@ -320,12 +354,15 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		st = ferry_model_get_params(tr->model, buf);
 	if (!st)
 		st = ferry_model_get_opt_state(tr->model, mom, var);
+	if (!st)
+		st = ferry_checkpoint_state_path(path, !strcmp(ferry_model_config(tr->model)->arch, "llama"), sp,
+						 sizeof(sp));
 	if (!st) {
 		info.params_hash = ferry_params_hash(buf, n);
-		st = ferry_checkpoint_write(path, ferry_model_config(tr->model), buf);
+		st = ferry_checkpoint_any_write(path, ferry_model_config(tr->model), buf);
 	}
 	if (!st)
-		st = ferry_state_write(state_path(path, sp, sizeof(sp)), &info, mom, var, n);
+		st = ferry_state_write(sp, &info, mom, var, n);
 	ferry_host_free(tr->be, var);
 	ferry_host_free(tr->be, mom);
 	ferry_host_free(tr->be, buf);

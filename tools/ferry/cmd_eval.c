@@ -1,7 +1,7 @@
 /* ferry eval: mean loss of a checkpoint over the first N batches. */
 #include "cli_args.h"
 #include "commands.h"
-#include "ferry/checkpoint.h"
+#include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/train.h"
 
@@ -13,8 +13,12 @@ static const char *const CMD = "eval";
 
 static void usage(void)
 {
-	printf("usage: ferry eval --checkpoint FILE --data GLOB [--batch B] [--seq T] [--batches N]\n"
+	printf("usage: ferry eval --checkpoint PATH --data GLOB [--batch B] [--seq T] [--batches N]\n"
 	       "                  [--backend NAME] [--threads N] [--device-mem SIZE]\n"
+	       "\n"
+	       "PATH is an llm.c model file (GPT-2) or a Hugging Face Llama directory\n"
+	       "(config.json + model.safetensors or shards; fp32, bf16 or fp16), e.g.\n"
+	       "  ferry eval --checkpoint llama_run --data 'data/mytext_val_*.bin' --seq 128\n"
 	       "\n"
 	       "Forward passes over the first N batches of the shards, in order, no\n"
 	       "shuffling; prints the mean cross-entropy as the last line: 'loss <value>'.\n"
@@ -58,7 +62,7 @@ int cmd_eval(int argc, char **argv)
 	if (!strcmp(backend, "auto"))
 		backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
 
-	if (ferry_checkpoint_read_config(ckpt, &cfg) != FERRY_OK)
+	if (ferry_checkpoint_any_read_config(ckpt, &cfg) != FERRY_OK)
 		return cli_fail(CMD);
 	if (ferry_backend_open(backend, &bo, &be) != FERRY_OK)
 		return cli_fail(CMD);
@@ -70,11 +74,12 @@ int cmd_eval(int argc, char **argv)
 		fprintf(stderr, "ferry eval: out of memory for %zu parameters\n", n);
 		goto out;
 	}
-	if (ferry_checkpoint_read(ckpt, &cfg, params, n) != FERRY_OK ||
+	if (ferry_checkpoint_any_read(ckpt, &cfg, params, n) != FERRY_OK ||
 	    ferry_model_set_params(m, params) != FERRY_OK ||
 	    ferry_evaluate(m, data, B, T, batches, &loss) != FERRY_OK)
 		goto fail;
-	printf("checkpoint %s: %d layers, %d channels, vocab %d\n", ckpt, cfg.layers, cfg.channels, cfg.vocab);
+	printf("checkpoint %s: %s, %d layers, %d channels, vocab %d\n", ckpt, cfg.arch, cfg.layers, cfg.channels,
+	       cfg.vocab);
 	printf("batches %d of %d x %d tokens from %s\n", batches, B, T, data);
 	printf("loss %.6f\n", loss);
 	rc = 0;

@@ -4,6 +4,7 @@
 #include "model_flags.h"
 #include "demo_data.h"
 #include "ferry/data.h"
+#include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/train.h"
 
@@ -36,13 +37,21 @@ static void usage(void)
 	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
 	       "  --seed S              initialisation and sampling seed (default 1337)\n"
 	       "output:\n"
-	       "  --save FILE           write the model (llm.c format) and FILE.state at the end;\n"
-	       "                        {step} in FILE is replaced by the step number\n"
+	       "  --save PATH           write the model and its training state at the end: GPT-2\n"
+	       "                        as an llm.c FILE + FILE.state, Llama as a Hugging Face\n"
+	       "                        directory (config.json, model.safetensors, fp32, and\n"
+	       "                        ferry_state.bin); {step} in PATH becomes the step number\n"
 	       "  --save-every N        ... and every N steps\n"
 	       "  --json FILE           one JSON record per step\n"
 	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
 	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n"
-	       "%s", model_flags_help);
+	       "%s"
+	       "\n"
+	       "a Llama, from random weights, then from its checkpoint directory:\n"
+	       "  ferry train --model llama --layers 4 --channels 128 --heads 4 --kv-heads 2 --steps 400 \\\n"
+	       "              --save llama_run\n"
+	       "  ferry train --checkpoint llama_run --steps 200 --lr 3e-4 --save llama_tuned\n",
+	       model_flags_help);
 }
 
 struct train_cli {
@@ -170,7 +179,11 @@ static int save(ferry_trainer_t tr, const char *pattern)
 
 	if (ferry_trainer_save(tr, path) != FERRY_OK)
 		return cli_fail(CMD);
-	printf("saved %s and %s.state\n", path, path);
+	if (!strcmp(ferry_model_config(ferry_trainer_model(tr))->arch, "llama"))
+		printf("saved %s/ (" FERRY_HF_CONFIG_NAME ", " FERRY_HF_WEIGHTS_NAME ", " FERRY_HF_STATE_NAME ")\n",
+		       path);
+	else
+		printf("saved %s and %s.state\n", path, path);
 	return 0;
 }
 
@@ -230,6 +243,9 @@ int cmd_train(int argc, char **argv)
 		if (model_flags_config(CMD, &c.o, &cfg))
 			return 1;
 		if (ferry_model_plan(&cfg, c.o.B, c.o.T, &c.o.exec, &plan) != FERRY_OK)
+			return cli_fail(CMD);
+		/* a save path of the wrong kind is refused now, not after training */
+		if (c.save && ferry_checkpoint_check_save_path(save_path(c.save, c.o.steps), &cfg) != FERRY_OK)
 			return cli_fail(CMD);
 	}
 	if (!c.o.data) {

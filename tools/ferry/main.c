@@ -9,7 +9,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"ferry " FERRY_VERSION_STRING " - train GPT-2 models, offloading to host memory\n"
+		"ferry " FERRY_VERSION_STRING " - train GPT-2 and Llama models, offloading to host memory\n"
 		"\n"
 		"usage: ferry <command> [flags]\n"
 		"\n"

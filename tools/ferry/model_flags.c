@@ -1,14 +1,15 @@
 #include "model_flags.h"
 #include "cli_args.h"
-#include "ferry/checkpoint.h"
 #include "ferry/data.h"
+#include "ferry/hf_checkpoint.h"
 #include "ferry/backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
 const char model_flags_help[] =
-	"model (ignored with --checkpoint/--resume, which carry their own shape):\n"
+	"model (shape flags are ignored with --checkpoint/--resume, which carry their own\n"
+	"shape and model; --model, if given, must name the checkpoint's model):\n"
 	"  --model NAME          gpt2 (default) or llama\n"
 	"  --layers N --channels N --heads N --vocab N --max-seq N\n"
 	"                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
@@ -16,8 +17,12 @@ const char model_flags_help[] =
 	"  --ffn N               llama: MLP width (default 8/3 x channels, rounded up to 64)\n"
 	"  --rope-theta X        llama: rotary embedding base (default 10000)\n"
 	"  --tied-head           llama: the LM head is the token embedding (default: its own)\n"
-	"  --checkpoint FILE     start from an llm.c checkpoint (fp32, version 3)\n"
-	"  --resume FILE         continue from FILE and FILE.state (from --save)\n"
+	"  --checkpoint PATH     start from a checkpoint: a regular file is an llm.c GPT-2\n"
+	"                        (fp32, version 3); a directory (or its config.json or a\n"
+	"                        .safetensors file) is a Hugging Face Llama: config.json +\n"
+	"                        model.safetensors or sharded, fp32, bf16 or fp16\n"
+	"  --resume PATH         continue from a --save: FILE and FILE.state, or a Llama\n"
+	"                        directory with its ferry_state.bin\n"
 	"batch and memory:\n"
 	"  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
 	"  --policy P            where each activation lives (default everything_saveable):\n"
@@ -35,7 +40,9 @@ void model_flags_default(struct ferry_train_opts *o)
 {
 	ferry_train_opts_default(o);
 	o->backend = "auto";
-	o->model = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
+	/* arch "": not chosen (GPT-2 for a fresh model, the checkpoint's model
+	 * with --checkpoint/--resume) */
+	o->model = (struct ferry_model_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
 						.layers = 6, .heads = 6, .channels = 192 };
 	o->B = 8;
 	o->T = 128;
@@ -60,7 +67,6 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 	} else if (IS("--model")) {
 		const char *name = NULL;
 
-		*shape_given = true;
 		r = arg_value(cmd, argc, argv, i, &name);
 		if (!r && snprintf(m->arch, sizeof(m->arch), "%s", name) >= (int)sizeof(m->arch)) {
 			fprintf(stderr, "ferry %s: unknown model '%s' (models: %s)\n", cmd, name,
@@ -123,10 +129,17 @@ int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 	const char *start = o->resume ? o->resume : o->checkpoint;
 
 	if (start) {
-		if (ferry_checkpoint_read_config(start, cfg) == FERRY_OK)
-			return 0;
-		cli_fail(cmd);
-		return -1;
+		if (ferry_checkpoint_any_read_config(start, cfg) != FERRY_OK) {
+			cli_fail(cmd);
+			return -1;
+		}
+		if (o->model.arch[0] && strcmp(o->model.arch, cfg->arch) != 0) {
+			fprintf(stderr, "ferry %s: --model %s, but %s is a %s checkpoint (%s)\n", cmd,
+				o->model.arch, start, !strcmp(cfg->arch, "llama") ? "Llama" : "GPT-2",
+				ferry_checkpoint_is_hf(start) ? "Hugging Face config.json" : "llm.c format");
+			return -1;
+		}
+		return 0;
 	}
 	*cfg = o->model;
 	if (ferry_model_config_complete(cfg) == FERRY_OK)

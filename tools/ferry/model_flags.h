@@ -13,7 +13,8 @@ void model_flags_default(struct ferry_train_opts *o);
 /* If argv[i] is one of these flags, parses it (and its value) into o and
  * returns how many arguments it took (1 or 2); returns 0 for another flag,
  * -1 (after printing why) for a bad value.  *shape_given is set by shape
- * flags. */
+ * flags (not by --model, which sets o->model.arch; left empty it means
+ * GPT-2 for a fresh model and whatever a checkpoint holds). */
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given);
 
@@ -25,8 +26,10 @@ extern const char model_flags_help[];
  * Returns -1 (after printing) for an unknown backend. */
 int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log);
 
-/* The model shape: from --checkpoint/--resume when given, else the flags
- * (padding the vocabulary).  Prints the error and returns -1 on failure. */
+/* The model shape: from --checkpoint/--resume when given (either kind of
+ * checkpoint; a --model that names another model is an error), else the
+ * flags (padding the vocabulary).  Prints the error and returns -1 on
+ * failure. */
 int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 		       struct ferry_model_config *cfg);
 

@@ -1,0 +1,696 @@
+/*
+ * Llama checkpoints in Hugging Face's layout (config.json + safetensors),
+ * and the dispatch between them and llm.c's model files.  See
+ * include/ferry/hf_checkpoint.h.
+ */
+#include "ferry/hf_checkpoint.h"
+#include "ferry/checkpoint.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INV_FREQ_SUFFIX ".rotary_emb.inv_freq"
+/* Longest tensor name ferry makes: a declared name plus a layer number. */
+#define NAME_MAX_LEN 256
+/* Parameter tensors of a declaration (Llama has 12). */
+#define MAX_PARAMS 32
+
+/* ---- paths ------------------------------------------------------------------------ */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+
+	return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? slash + 1 : path;
+}
+
+static bool is_dir(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool ferry_checkpoint_is_hf(const char *path)
+{
+	if (!path)
+		return false;
+	return is_dir(path) || ends_with(path, ".safetensors") || ends_with(path, ".json");
+}
+
+/* A copy of the directory part of path ("." when none). */
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+	char *d = ferry_malloc(n + 2);
+
+	if (!d)
+		return NULL;
+	if (!slash)
+		snprintf(d, 2, ".");
+	else
+		snprintf(d, n + 1, "%s", path);
+	return d;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir), m = strlen(name);
+	bool slash = n && dir[n - 1] == '/';
+	char *p = ferry_malloc(n + m + 2);
+
+	if (!p)
+		return NULL;
+	snprintf(p, n + m + 2, "%s%s%s", dir, slash ? "" : "/", name);
+	return p;
+}
+
+static char *dup_str(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = ferry_malloc(n);
+
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
+
+/* Where a checkpoint path's parts are: dir holds config.json and the state
+ * file; weights is what ferry_safetensors_open gets. */
+struct hf_paths {
+	char *dir, *config, *weights;
+};
+
+static void paths_free(struct hf_paths *p)
+{
+	ferry_free(p->dir);
+	ferry_free(p->config);
+	ferry_free(p->weights);
+	memset(p, 0, sizeof(*p));
+}
+
+static ferry_status paths_resolve(const char *path, struct hf_paths *p)
+{
+	memset(p, 0, sizeof(*p));
+	if (is_dir(path)) {
+		p->dir = dup_str(path);
+		p->weights = dup_str(path);
+	} else if (!strcmp(base_name(path), FERRY_HF_CONFIG_NAME)) {
+		p->dir = dir_of(path);
+		p->weights = dir_of(path);
+	} else { /* *.safetensors, or an index *.json */
+		p->dir = dir_of(path);
+		p->weights = dup_str(path);
+	}
+	p->config = p->dir ? join(p->dir, FERRY_HF_CONFIG_NAME) : NULL;
+	if (p->dir && p->config && p->weights)
+		return FERRY_OK;
+	paths_free(p);
+	return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
+}
+
+ferry_status ferry_checkpoint_state_path(const char *path, bool hf, char *buf, size_t n)
+{
+	struct stat sb;
+	int len;
+
+	if (!path || !buf)
+		return ferry_error(FERRY_ERR_INVALID, "state path: NULL argument");
+	if (!hf) {
+		len = snprintf(buf, n, "%s.state", path);
+	} else if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+		/* a file in the checkpoint directory */
+		const char *slash = strrchr(path, '/');
+
+		if (slash)
+			len = snprintf(buf, n, "%.*s/%s", (int)(slash - path), path, FERRY_HF_STATE_NAME);
+		else
+			len = snprintf(buf, n, "%s", FERRY_HF_STATE_NAME);
+	} else {
+		size_t m = strlen(path);
+
+		len = snprintf(buf, n, "%s%s%s", path, m && path[m - 1] == '/' ? "" : "/",
+			       FERRY_HF_STATE_NAME);
+	}
+	if (len < 0 || (size_t)len >= n)
+		return ferry_error(FERRY_ERR_INVALID, "%s: path too long for its training state file", path);
+	return FERRY_OK;
+}
+
+/* ---- config.json <-> model config ----------------------------------------------- */
+
+ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const char *path,
+				      struct ferry_model_config *cfg)
+{
+	struct ferry_model_config c;
+	float theta, eps;
+
+	if (!hf || !cfg)
+		return ferry_error(FERRY_ERR_INVALID, "ferry_hf_config_to_model: NULL argument");
+	if (!path)
+		path = FERRY_HF_CONFIG_NAME;
+	if (strcmp(hf->model_type, "llama") != 0)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: model_type '%s' is not a Llama", path,
+				   hf->model_type);
+	theta = (float)hf->rope_theta;
+	eps = (float)hf->rms_norm_eps;
+	/* 0 would mean "the default" to the model config: refuse it here */
+	if (!(eps > 0) || !isfinite(eps) || !isfinite(theta))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: rms_norm_eps %g or rope_theta %g is out of the range of a float", path,
+				   hf->rms_norm_eps, hf->rope_theta);
+	memset(&c, 0, sizeof(c));
+	snprintf(c.arch, sizeof(c.arch), "llama");
+	c.channels = hf->hidden_size;
+	c.ffn = hf->intermediate_size;
+	c.heads = hf->num_attention_heads;
+	c.kv_heads = hf->num_key_value_heads;
+	c.head_size = hf->head_dim;
+	c.layers = hf->num_hidden_layers;
+	c.vocab = hf->vocab_size;
+	c.padded_vocab = hf->vocab_size;
+	c.max_seq = hf->max_position_embeddings;
+	c.rope_theta = theta;
+	c.norm_eps = eps;
+	c.tie_embeddings = hf->tie_word_embeddings ? 1 : -1;
+	if (ferry_model_config_complete(&c) != FERRY_OK) {
+		char why[384];
+
+		snprintf(why, sizeof(why), "%s", ferry_last_error());
+		return ferry_error(FERRY_ERR_FORMAT, "%s: not a model ferry can build: %s", path, why);
+	}
+	*cfg = c;
+	return FERRY_OK;
+}
+
+/* The shortest decimal that reads back (through a double) as f. */
+static double short_decimal(float f)
+{
+	char buf[64];
+
+	for (int p = 1; p <= 9; p++) {
+		snprintf(buf, sizeof(buf), "%.*g", p, (double)f);
+		if ((float)strtod(buf, NULL) == f)
+			return strtod(buf, NULL);
+	}
+	return (double)f;
+}
+
+/* cfg completed, a Llama with Vp == V; *out gets the completed copy. */
+static ferry_status llama_config(const struct ferry_model_config *cfg, const char *what,
+				 struct ferry_model_config *out)
+{
+	struct ferry_model_config c = *cfg;
+
+	if (strcmp(c.arch, "llama") != 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: Hugging Face checkpoints hold Llama models, not '%s'", what,
+				   c.arch[0] ? c.arch : "gpt2");
+	if (ferry_model_config_complete(&c) != FERRY_OK) {
+		char why[384];
+
+		snprintf(why, sizeof(why), "%s", ferry_last_error());
+		return ferry_error(FERRY_ERR_INVALID, "%s: invalid model config: %s", what, why);
+	}
+	if (c.padded_vocab != c.vocab)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: a Hugging Face checkpoint has vocab_size rows: padded vocabulary %d must "
+				   "equal the vocabulary %d", what, c.padded_vocab, c.vocab);
+	*out = c;
+	return FERRY_OK;
+}
+
+ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, struct ferry_hf_config *hf)
+{
+	struct ferry_model_config c;
+	struct ferry_hf_config h;
+	ferry_status st;
+
+	if (!cfg || !hf)
+		return ferry_error(FERRY_ERR_INVALID, "ferry_model_config_to_hf: NULL argument");
+	st = llama_config(cfg, "config.json", &c);
+	if (st)
+		return st;
+	memset(&h, 0, sizeof(h));
+	snprintf(h.model_type, sizeof(h.model_type), "llama");
+	h.hidden_size = c.channels;
+	h.intermediate_size = c.ffn;
+	h.num_attention_heads = c.heads;
+	h.num_key_value_heads = c.kv_heads;
+	h.num_hidden_layers = c.layers;
+	h.vocab_size = c.vocab;
+	h.max_position_embeddings = c.max_seq;
+	h.head_dim = c.head_size;
+	h.rope_theta = short_decimal(c.rope_theta);
+	h.rms_norm_eps = short_decimal(c.norm_eps);
+	h.tie_word_embeddings = c.tie_embeddings > 0;
+	snprintf(h.torch_dtype, sizeof(h.torch_dtype), "float32");
+	*hf = h;
+	return FERRY_OK;
+}
+
+static bool same_model(const struct ferry_model_config *a, const struct ferry_model_config *b)
+{
+	return !strcmp(a->arch, b->arch) && a->max_seq == b->max_seq && a->vocab == b->vocab &&
+	       a->padded_vocab == b->padded_vocab && a->layers == b->layers && a->heads == b->heads &&
+	       a->kv_heads == b->kv_heads && a->channels == b->channels &&
+	       a->head_size == b->head_size && a->ffn == b->ffn && a->norm_eps == b->norm_eps &&
+	       a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings;
+}
+
+/* Every parameter tensor of a completed config, in declaration order. */
+static ferry_status param_infos(const struct ferry_model_config *cfg, struct ferry_param_info *pi,
+				int *np)
+{
+	ferry_status st;
+
+	*np = ferry_model_param_tensors(cfg);
+	if (*np > MAX_PARAMS)
+		return ferry_error(FERRY_ERR_INVALID, "model '%s' declares %d parameter tensors, more than %d",
+				   cfg->arch, *np, MAX_PARAMS);
+	for (int p = 0; p < *np; p++) {
+		st = ferry_model_param_info(cfg, p, &pi[p]);
+		if (st)
+			return st;
+		if (pi[p].present && !pi[p].hf_name)
+			return ferry_error(FERRY_ERR_INVALID, "parameter %s of model '%s' has no Hugging Face name",
+					   pi[p].name, cfg->arch);
+	}
+	return FERRY_OK;
+}
+
+/* ---- reading ----------------------------------------------------------------------- */
+
+ferry_status ferry_hf_checkpoint_read_config(const char *path, struct ferry_model_config *cfg)
+{
+	struct ferry_hf_config hf;
+	struct hf_paths p;
+	ferry_status st;
+
+	if (!path || !cfg)
+		return ferry_error(FERRY_ERR_INVALID, "ferry_hf_checkpoint_read_config: NULL argument");
+	st = paths_resolve(path, &p);
+	if (st)
+		return st;
+	st = ferry_hf_config_read(p.config, &hf);
+	if (!st)
+		st = ferry_hf_config_to_model(&hf, p.config, cfg);
+	paths_free(&p);
+	return st;
+}
+
+/* Whether name is "<prefix><layer><suffix>" for fmt = "<prefix>%d<suffix>"
+ * and a layer in [0, layers), or fmt itself when it takes no layer. */
+static bool name_matches(const char *fmt, int layers, const char *name)
+{
+	const char *pct = strstr(fmt, "%d"), *s;
+	size_t pre;
+	long v = 0;
+
+	if (!layers || !pct)
+		return !strcmp(fmt, name);
+	pre = (size_t)(pct - fmt);
+	if (strncmp(fmt, name, pre) != 0)
+		return false;
+	s = name + pre;
+	if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+		return false; /* digits, no sign, no leading zero */
+	while (*s >= '0' && *s <= '9' && v < layers)
+		v = v * 10 + (*s++ - '0');
+	return v < layers && !strcmp(s, pct + 2);
+}
+
+static const char *index_str(char *buf, size_t n, const struct ferry_param_info *pi, size_t at)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (int d = 0; d < pi->ndim && used < n; d++) {
+		size_t stride = 1;
+
+		for (int e = d + 1; e < pi->ndim; e++)
+			stride *= (size_t)pi->shape[e];
+		used += (size_t)snprintf(buf + used, n - used, "%s%zu", d ? ", " : "[", at / stride);
+		at %= stride;
+	}
+	if (used < n)
+		snprintf(buf + used, n - used, "]");
+	return buf;
+}
+
+/* The first non-finite value of x[0..n), or n. */
+static size_t first_non_finite(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(x[i]))
+			return i;
+	return n;
+}
+
+/* The tensor name of parameter pi's layer l. */
+static void tensor_name(char *buf, size_t n, const struct ferry_param_info *pi, int l)
+{
+	if (pi->layers)
+		snprintf(buf, n, pi->hf_name, l);
+	else
+		snprintf(buf, n, "%s", pi->hf_name);
+}
+
+/* Every tensor of the file is a parameter of cfg's model (or one ferry may
+ * ignore: a tied head's stored copy, rotary inv_freq buffers). */
+static ferry_status check_no_strangers(ferry_safetensors_t h, const struct ferry_model_config *cfg,
+				       const struct ferry_param_info *pi, int np, const char *config_path)
+{
+	for (int i = 0; i < ferry_safetensors_count(h); i++) {
+		const struct ferry_st_tensor *t = ferry_safetensors_tensor(h, i);
+		bool known = ends_with(t->name, INV_FREQ_SUFFIX);
+
+		for (int p = 0; p < np && !known; p++)
+			known = pi[p].hf_name && name_matches(pi[p].hf_name, pi[p].layers, t->name);
+		if (!known)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: unexpected tensor %s: not a parameter of the %d-layer Llama "
+					   "that %s describes", t->file, t->name, cfg->layers, config_path);
+	}
+	return FERRY_OK;
+}
+
+static ferry_status read_params(ferry_safetensors_t h, const char *weights,
+				const struct ferry_model_config *cfg, const struct ferry_param_info *infos,
+				int np, const char *config_path, float *params)
+{
+	ferry_status st;
+
+	for (int p = 0; p < np; p++) {
+		const struct ferry_param_info *pi = &infos[p];
+
+		if (!pi->present)
+			continue; /* the tied LM head: the embedding is read */
+		for (int l = 0; l < (pi->layers ? pi->layers : 1); l++) {
+			const struct ferry_st_tensor *t;
+			float *dst = params + pi->offset + (size_t)l * pi->layer_numel;
+			char name[NAME_MAX_LEN], at[160];
+			size_t bad;
+
+			tensor_name(name, sizeof(name), pi, l);
+			t = ferry_safetensors_find(h, name);
+			if (!t) {
+				if (!strcmp(pi->name, "lm_head"))
+					return ferry_error(FERRY_ERR_FORMAT,
+							   "%s: tensor %s is missing (%s has tie_word_embeddings "
+							   "false: the LM head must be stored)",
+							   weights, name, config_path);
+				return ferry_error(FERRY_ERR_FORMAT,
+						   "%s: tensor %s is missing (%s describes a %d-layer Llama)",
+						   weights, name, config_path, cfg->layers);
+			}
+			st = ferry_safetensors_read_f32(h, name, pi->shape, pi->ndim, dst);
+			if (st)
+				return st;
+			bad = first_non_finite(dst, pi->layer_numel);
+			if (bad < pi->layer_numel)
+				return ferry_error(FERRY_ERR_FORMAT, "%s: tensor %s holds a non-finite value (%g) at %s",
+						   t->file, name, (double)dst[bad], index_str(at, sizeof(at), pi, bad));
+		}
+	}
+	return FERRY_OK;
+}
+
+ferry_status ferry_hf_checkpoint_read(const char *path, struct ferry_model_config *cfg,
+				      float *params, size_t n_params)
+{
+	struct ferry_param_info pi[MAX_PARAMS];
+	struct ferry_model_config c;
+	struct ferry_hf_config hf;
+	ferry_safetensors_t h = NULL;
+	struct hf_paths p;
+	ferry_status st;
+	size_t n;
+	int np = 0;
+
+	if (!path || !cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID, "%s: config or parameter buffer is NULL",
+				   path ? path : "(null)");
+	st = paths_resolve(path, &p);
+	if (st)
+		return st;
+	st = ferry_hf_config_read(p.config, &hf);
+	if (!st)
+		st = ferry_hf_config_to_model(&hf, p.config, &c);
+	if (st)
+		goto out;
+	n = ferry_model_config_num_params(&c);
+	if (n != n_params) {
+		st = ferry_error(FERRY_ERR_INVALID, "%s: model has %zu parameters, buffer holds %zu", path, n,
+				 n_params);
+		goto out;
+	}
+	st = param_infos(&c, pi, &np);
+	if (!st)
+		st = ferry_safetensors_open(p.weights, &h);
+	if (!st)
+		st = check_no_strangers(h, &c, pi, np, p.config);
+	if (!st)
+		st = read_params(h, p.weights, &c, pi, np, p.config, params);
+	if (!st)
+		*cfg = c;
+out:
+	ferry_safetensors_close(h);
+	paths_free(&p);
+	return st;
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+/* fsync of a directory, so removals and renames in it survive a power
+ * loss; best effort (some file systems refuse to fsync directories). */
+static void sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+static ferry_status make_dir(const char *dir)
+{
+	struct stat sb;
+
+	if (mkdir(dir, 0777) == 0) {
+		char *parent = dir_of(dir);
+
+		if (parent) /* the new entry itself is durable */
+			sync_dir(parent);
+		ferry_free(parent);
+		return FERRY_OK;
+	}
+	if (errno == EEXIST && stat(dir, &sb) == 0) {
+		if (S_ISDIR(sb.st_mode))
+			return FERRY_OK;
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s exists and is not a directory: a Llama is saved as a Hugging Face "
+				   "checkpoint directory (config.json + model.safetensors)", dir);
+	}
+	return ferry_error(FERRY_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir,
+			   strerror(errno));
+}
+
+static ferry_status remove_file(const char *dir, const char *name, bool *removed)
+{
+	char *p = join(dir, name);
+	ferry_status st = FERRY_OK;
+
+	if (!p)
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", dir);
+	if (unlink(p) == 0)
+		*removed = true;
+	else if (errno != ENOENT)
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot remove the previous weights: %s", p, strerror(errno));
+	ferry_free(p);
+	return st;
+}
+
+/* When dir holds a checkpoint whose config.json differs from c (or weights
+ * without a readable config.json), its weights go first: a crash between
+ * the config and the weights must not pair c with another model's weights. */
+static ferry_status drop_other_weights(const char *dir, const struct ferry_model_config *c)
+{
+	struct ferry_model_config old;
+	struct ferry_hf_config hf;
+	struct stat sb;
+	bool removed = false;
+	char *config = join(dir, FERRY_HF_CONFIG_NAME);
+	ferry_status st;
+
+	if (!config)
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", dir);
+	if (stat(config, &sb) == 0) {
+		st = ferry_hf_config_read(config, &hf);
+		if (st == FERRY_ERR_NOMEM)
+			goto out;
+		if (!st && ferry_hf_config_to_model(&hf, config, &old) == FERRY_OK && same_model(&old, c))
+			goto out; /* same model: the weights are replaced atomically */
+	}
+	st = remove_file(dir, FERRY_HF_WEIGHTS_NAME, &removed);
+	if (!st)
+		st = remove_file(dir, FERRY_HF_INDEX_NAME, &removed);
+	if (removed)
+		sync_dir(dir);
+out:
+	ferry_free(config);
+	return st;
+}
+
+/* The tensors to write, in Hugging Face's order: the embedding, layer by
+ * layer, then the final norm and the head; names[k * NAME_MAX_LEN] holds
+ * w[k]'s name.  A value that is not finite refuses the save (before
+ * anything is written). */
+static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
+			    const struct ferry_param_info *pi, int np, const float *params,
+			    struct ferry_st_write *w, char *names, int count)
+{
+	int k = 0;
+
+	for (int pass = 0; pass < 3; pass++) {
+		for (int l = 0; l < (pass == 1 ? c->layers : 1); l++) {
+			for (int p = 0; p < np; p++) {
+				bool embed = !strcmp(pi[p].name, "embed_tokens");
+				char *name = names + (size_t)k * NAME_MAX_LEN, at[160];
+				const float *src = params + pi[p].offset + (size_t)l * pi[p].layer_numel;
+				size_t bad;
+
+				if (!pi[p].present || (pass == 1) != (pi[p].layers > 0) || (pass == 0 && !embed) ||
+				    (pass == 2 && embed))
+					continue;
+				if (k == count)
+					return ferry_error(FERRY_ERR_INVALID, "%s: more than %d tensors", dir, count);
+				tensor_name(name, NAME_MAX_LEN, &pi[p], l);
+				bad = first_non_finite(src, pi[p].layer_numel);
+				if (bad < pi[p].layer_numel)
+					return ferry_error(FERRY_ERR_INVALID,
+							   "%s: not saved: %s holds a non-finite value (%g) at %s", dir,
+							   name, (double)src[bad], index_str(at, sizeof(at), &pi[p], bad));
+				w[k] = (struct ferry_st_write){ .name = name, .dtype = FERRY_ST_F32, .ndim = pi[p].ndim,
+								.data = src };
+				for (int d = 0; d < pi[p].ndim; d++)
+					w[k].shape[d] = pi[p].shape[d];
+				k++;
+			}
+		}
+	}
+	if (k != count)
+		return ferry_error(FERRY_ERR_INVALID, "%s: %d of %d tensors laid out", dir, k, count);
+	return FERRY_OK;
+}
+
+ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,
+				       const float *params)
+{
+	struct ferry_param_info pi[MAX_PARAMS];
+	struct ferry_model_config c;
+	struct ferry_hf_config hf;
+	struct ferry_st_write *w = NULL;
+	char *names = NULL, *weights = NULL;
+	int np = 0, count = 0;
+	ferry_status st;
+
+	if (!dir || !cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL directory, config or parameters");
+	st = llama_config(cfg, dir, &c);
+	if (!st)
+		st = ferry_model_config_to_hf(&c, &hf);
+	if (!st)
+		st = param_infos(&c, pi, &np);
+	if (st)
+		return st;
+	for (int p = 0; p < np; p++)
+		if (pi[p].present)
+			count += pi[p].layers ? pi[p].layers : 1; /* layers <= 2^20: no overflow */
+	w = ferry_calloc((size_t)count, sizeof(*w));
+	names = ferry_malloc((size_t)count * NAME_MAX_LEN);
+	weights = join(dir, FERRY_HF_WEIGHTS_NAME);
+	if (!w || !names || !weights)
+		st = ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory for %d tensors", dir, count);
+	if (!st)
+		st = lay_out(dir, &c, pi, np, params, w, names, count);
+	/* config.json before the weights; another model's weights go first */
+	if (!st)
+		st = make_dir(dir);
+	if (!st)
+		st = drop_other_weights(dir, &c);
+	if (!st)
+		st = ferry_hf_config_write(dir, &hf);
+	if (!st)
+		st = ferry_safetensors_write(weights, w, count, "pt");
+	ferry_free(weights);
+	ferry_free(names);
+	ferry_free(w);
+	return st;
+}
+
+/* ---- either kind -------------------------------------------------------------------- */
+
+ferry_status ferry_checkpoint_any_read_config(const char *path, struct ferry_model_config *cfg)
+{
+	if (ferry_checkpoint_is_hf(path))
+		return ferry_hf_checkpoint_read_config(path, cfg);
+	return ferry_checkpoint_read_config(path, cfg);
+}
+
+ferry_status ferry_checkpoint_any_read(const char *path, struct ferry_model_config *cfg,
+				       float *params, size_t n_params)
+{
+	if (ferry_checkpoint_is_hf(path))
+		return ferry_hf_checkpoint_read(path, cfg, params, n_params);
+	return ferry_checkpoint_read(path, cfg, params, n_params);
+}
+
+ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
+{
+	struct stat sb;
+
+	if (!path || !cfg)
+		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL path or config");
+	if (!strcmp(cfg->arch, "llama")) {
+		if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+			return ferry_error(FERRY_ERR_INVALID,
+					   "%s exists and is not a directory: a Llama is saved as a Hugging Face "
+					   "checkpoint directory (config.json + model.safetensors)", path);
+	} else if (is_dir(path)) {
+		return ferry_error(FERRY_ERR_INVALID, "%s is a directory: a GPT-2 is saved as an llm.c model file",
+				   path);
+	}
+	return FERRY_OK;
+}
+
+ferry_status ferry_checkpoint_any_write(const char *path, const struct ferry_model_config *cfg,
+					const float *params)
+{
+	ferry_status st;
+
+	if (!path || !cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL path, config or parameters");
+	st = ferry_checkpoint_check_save_path(path, cfg);
+	if (st)
+		return st;
+	if (!strcmp(cfg->arch, "llama"))
+		return ferry_hf_checkpoint_write(path, cfg, params);
+	return ferry_checkpoint_write(path, cfg, params);
+}
