@@ -209,15 +209,161 @@ static void json_record(FILE *f, const struct ferry_step_metrics *m, float val_l
 	fflush(f);
 }
 
+/* A bad shape, policy or save path is refused before any work, even the
+ * demo data; then the data and the JSON log are opened. */
+static int prepare(struct train_cli *c, FILE **json)
+{
+	struct ferry_model_config cfg;
+	struct ferry_plan plan;
+
+	if ((c->o.checkpoint || c->o.resume) && c->shape_given)
+		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
+				"shape flags are ignored\n");
+	ferry_set_threads(c->o.threads);
+	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg))
+		return 1;
+	if (ferry_model_plan(&cfg, c->o.B, c->o.T, &c->o.exec, &plan) != FERRY_OK)
+		return cli_fail(CMD);
+	/* a save path of the wrong kind is refused now, not after training */
+	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
+		return cli_fail(CMD);
+	if (!c->o.data) {
+		if (ferry_demo_data_ensure(stdout) != 0)
+			return 1;
+		c->o.data = FERRY_DEMO_PREFIX "_train_*.bin";
+		if (!c->o.val_data && ferry_demo_data_has_val())
+			c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
+	}
+	if (c->json && !(*json = fopen(c->json, "w"))) {
+		fprintf(stderr, "ferry train: cannot write %s\n", c->json);
+		return 1;
+	}
+	return 0;
+}
+
+static void print_resume_note(ferry_trainer_t tr, const struct train_cli *c)
+{
+	int steps, warmup, at = ferry_trainer_step_count(tr);
+	float lr, frac;
+
+	printf("resumed at step %d\n", at);
+	if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
+	    (steps != c->o.steps || warmup != c->o.warmup || lr != c->o.lr || frac != c->o.final_lr_frac))
+		fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
+				"(warmup %d, lr %.2e, final %.2f); from step %d this run follows %d steps "
+				"(warmup %d, lr %.2e, final %.2f), so the learning rate changes to %.2e\n",
+			steps, warmup, lr, frac, at, c->o.steps, c->o.warmup, c->o.lr, c->o.final_lr_frac,
+			ferry_lr_schedule(at, c->o.steps, c->o.warmup, c->o.lr, c->o.final_lr_frac));
+}
+
+static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
+{
+	ferry_model_t m = ferry_trainer_model(tr);
+	const struct ferry_model_config *cfg = ferry_model_config(m);
+	const struct ferry_plan *p = ferry_trainer_plan(tr);
+
+	printf("model: %s, %d layers, %d channels, %d heads", cfg->arch, cfg->layers, cfg->channels, cfg->heads);
+	if (cfg->kv_heads != cfg->heads)
+		printf(" (%d key/value)", cfg->kv_heads);
+	printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
+	       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
+	       ferry_model_num_params(m) / 1e6);
+	printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
+	       c->o.B, c->o.T, c->o.steps, c->o.lr, c->o.warmup, c->o.final_lr_frac,
+	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
+	printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
+	       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
+	       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0, p->n_recompute_ops, p->n_ops);
+	if (c->o.resume)
+		print_resume_note(tr, c);
+}
+
+/* What the summary reports. */
+struct run_stats {
+	int first_step, n;
+	double total_ms;
+	double *step_ms;      /* [steps]: for the median */
+	float loss[10];       /* the last ten training losses */
+	float val_loss;
+};
+
+static void record(struct run_stats *r, const struct ferry_step_metrics *m, float val_loss)
+{
+	r->total_ms += m->step_ms;
+	if (r->step_ms)
+		r->step_ms[r->n] = m->step_ms;
+	r->loss[r->n % 10] = m->loss;
+	r->n++;
+	if (!isnan(val_loss))
+		r->val_loss = val_loss;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median step time (the first step, which warms caches, left out when
+ * there are others) and the mean of the last ten losses: one step's time
+ * or loss is noise on a shared machine. */
+static void print_summary(ferry_trainer_t tr, const struct train_cli *c, struct run_stats *r)
+{
+	int k = r->n > 1 ? 1 : 0, last = r->n < 10 ? r->n : 10;
+	double med = 0, loss = 0;
+
+	if (!r->n) {
+		printf("\nsummary: no steps taken (the run is at step %d of %d)\n", ferry_trainer_step_count(tr),
+		       c->o.steps);
+		return;
+	}
+	if (r->step_ms) {
+		qsort(r->step_ms + k, (size_t)(r->n - k), sizeof(double), cmp_double);
+		med = r->step_ms[k + (r->n - k) / 2];
+	}
+	for (int i = 0; i < last; i++)
+		loss += r->loss[i];
+	printf("\nsummary: %d steps in %.1f s, %.1f ms/step (median), %.0f tokens/s, train loss %.4f "
+	       "(mean of the last %d)", r->n, r->total_ms / 1e3, med, med > 0 ? c->o.B * c->o.T / (med / 1e3) : 0.0,
+	       loss / last, last);
+	if (!isnan(r->val_loss))
+		printf(", validation loss %.4f", r->val_loss);
+	printf(", device peak %.1f MiB\n", ferry_backend_mem_peak(ferry_trainer_backend(tr)) / 1048576.0);
+}
+
+/* One step, its validation, line, JSON record and periodic save. */
+static int one_step(ferry_trainer_t tr, const struct train_cli *c, FILE *json, struct run_stats *r)
+{
+	struct ferry_step_metrics m;
+	float val_loss = NAN;
+
+	if (ferry_trainer_step(tr, &m) != FERRY_OK)
+		return cli_fail(CMD);
+	if (c->o.val_data && ((c->val_every && m.step % c->val_every == 0) || m.step == c->o.steps) &&
+	    ferry_trainer_validate(tr, c->val_batches, &val_loss) != FERRY_OK)
+		return cli_fail(CMD);
+	record(r, &m, val_loss);
+	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.1f ms | %8.0f tok/s", m.step, c->o.steps, m.loss,
+	       m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
+	if (!isnan(val_loss))
+		printf(" | val loss %.4f", val_loss);
+	printf("\n");
+	fflush(stdout);
+	if (json)
+		json_record(json, &m, val_loss);
+	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != c->o.steps)
+		return save(tr, c->save);
+	return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct train_cli c;
+	struct run_stats r = { .val_loss = NAN };
 	ferry_trainer_t tr = NULL;
 	FILE *json = NULL;
-	int rc, first_step;
-	double total_ms = 0, steady_ms = 0;
-	int steady_n = 0;
-	float last_loss = NAN, first_loss = NAN;
+	int rc;
 
 	memset(&c, 0, sizeof(c));
 	model_flags_default(&c.o);
@@ -229,133 +375,27 @@ int cmd_train(int argc, char **argv)
 	rc = parse(argc, argv, &c);
 	if (rc)
 		return rc == 1 ? 0 : rc;
-	if ((c.o.checkpoint || c.o.resume) && c.shape_given)
-		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
-				"shape flags are ignored\n");
-	ferry_set_threads(c.o.threads);
-	if (model_flags_backend(CMD, &c.o, stdout))
-		return 1;
-	{
-		/* a bad shape or policy is refused before any work, even the demo data */
-		struct ferry_model_config cfg;
-		struct ferry_plan plan;
-
-		if (model_flags_config(CMD, &c.o, &cfg))
-			return 1;
-		if (ferry_model_plan(&cfg, c.o.B, c.o.T, &c.o.exec, &plan) != FERRY_OK)
-			return cli_fail(CMD);
-		/* a save path of the wrong kind is refused now, not after training */
-		if (c.save && ferry_checkpoint_check_save_path(save_path(c.save, c.o.steps), &cfg) != FERRY_OK)
-			return cli_fail(CMD);
-	}
-	if (!c.o.data) {
-		if (ferry_demo_data_ensure(stdout) != 0)
-			return 1;
-		c.o.data = FERRY_DEMO_PREFIX "_train_*.bin";
-		if (!c.o.val_data && ferry_demo_data_has_val())
-			c.o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
-	}
-	if (c.json) {
-		json = fopen(c.json, "w");
-		if (!json) {
-			fprintf(stderr, "ferry train: cannot write %s\n", c.json);
-			return 1;
-		}
-	}
+	if ((rc = prepare(&c, &json)))
+		goto out;
 	if (ferry_trainer_create(&c.o, &tr) != FERRY_OK) {
 		rc = cli_fail(CMD);
 		goto out;
 	}
-	{
-		ferry_model_t m = ferry_trainer_model(tr);
-		const struct ferry_model_config *cfg = ferry_model_config(m);
-
-		printf("model: %s, %d layers, %d channels, %d heads", cfg->arch, cfg->layers, cfg->channels,
-		       cfg->heads);
-		if (cfg->kv_heads != cfg->heads)
-			printf(" (%d key/value)", cfg->kv_heads);
-		printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
-		       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
-		       ferry_model_num_params(m) / 1e6);
-		printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
-		       c.o.B, c.o.T, c.o.steps, c.o.lr, c.o.warmup, c.o.final_lr_frac,
-		       ferry_backend_name(ferry_trainer_backend(tr)),
-		       ferry_backend_description(ferry_trainer_backend(tr)));
-		const struct ferry_plan *p = ferry_trainer_plan(tr);
-
-		printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
-		       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
-		       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0,
-		       p->n_recompute_ops, p->n_ops);
-		if (c.o.resume) {
-			int steps, warmup;
-			float lr, frac;
-
-			printf("resumed at step %d\n", ferry_trainer_step_count(tr));
-			if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
-			    (steps != c.o.steps || warmup != c.o.warmup || lr != c.o.lr || frac != c.o.final_lr_frac))
-				fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
-						"(warmup %d, lr %.2e, final %.2f); from step %d this run follows %d steps "
-						"(warmup %d, lr %.2e, final %.2f), so the learning rate changes to %.2e\n",
-					steps, warmup, lr, frac, ferry_trainer_step_count(tr), c.o.steps, c.o.warmup,
-					c.o.lr, c.o.final_lr_frac,
-					ferry_lr_schedule(ferry_trainer_step_count(tr), c.o.steps, c.o.warmup, c.o.lr,
-							  c.o.final_lr_frac));
-		}
-	}
-	first_step = ferry_trainer_step_count(tr);
-	rc = 0;
-	while (ferry_trainer_step_count(tr) < c.o.steps) {
-		struct ferry_step_metrics m;
-		float val_loss = NAN;
-
-		if (ferry_trainer_step(tr, &m) != FERRY_OK) {
-			rc = cli_fail(CMD);
+	print_banner(tr, &c);
+	r.first_step = ferry_trainer_step_count(tr);
+	r.step_ms = calloc((size_t)(c.o.steps > r.first_step ? c.o.steps - r.first_step : 1), sizeof(double));
+	while (ferry_trainer_step_count(tr) < c.o.steps)
+		if ((rc = one_step(tr, &c, json, &r)))
 			goto out;
-		}
-		if (c.o.val_data && ((c.val_every && m.step % c.val_every == 0) || m.step == c.o.steps)) {
-			if (ferry_trainer_validate(tr, c.val_batches, &val_loss) != FERRY_OK) {
-				rc = cli_fail(CMD);
-				goto out;
-			}
-		}
-		if (isnan(first_loss))
-			first_loss = m.loss;
-		last_loss = m.loss;
-		total_ms += m.step_ms;
-		if (m.step > first_step + 1) { /* the first step warms caches up */
-			steady_ms += m.step_ms;
-			steady_n++;
-		}
-		printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.1f ms | %8.0f tok/s",
-		       m.step, c.o.steps, m.loss, m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
-		if (!isnan(val_loss))
-			printf(" | val loss %.4f", val_loss);
-		printf("\n");
-		fflush(stdout);
-		if (json)
-			json_record(json, &m, val_loss);
-		if (c.save && c.save_every && m.step % c.save_every == 0 && m.step != c.o.steps &&
-		    (rc = save(tr, c.save)))
-			goto out;
-	}
 	if (c.save && (rc = save(tr, c.save)))
 		goto out;
-	{
-		int done = ferry_trainer_step_count(tr) - first_step;
-
-		printf("\nsummary: %d steps in %.1f s, loss %.4f -> %.4f, %.1f ms/step, %.0f tokens/s "
-		       "(steady state), device peak %.1f MiB\n",
-		       done, total_ms / 1e3, first_loss, last_loss,
-		       steady_n ? steady_ms / steady_n : total_ms / (done ? done : 1),
-		       steady_n ? (double)c.o.B * c.o.T * steady_n / (steady_ms / 1e3) : 0.0,
-		       ferry_backend_mem_peak(ferry_trainer_backend(tr)) / 1048576.0);
-	}
+	print_summary(tr, &c, &r);
 	if (c.sample)
 		print_sample(tr, &c);
 out:
 	if (json)
 		fclose(json);
+	free(r.step_ms);
 	ferry_trainer_free(tr);
 	return rc;
 }
