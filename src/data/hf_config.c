@@ -217,19 +217,15 @@ static ferry_status check_config(const struct ferry_hf_config *c,
 	return FERRY_OK;
 }
 
-static ferry_status parse_config(json_t *root, const char *path,
-				 struct ferry_hf_config *c)
+/* model_type "llama", or without one an architectures list naming
+ * LlamaForCausalLM. */
+static ferry_status check_llama(json_t *root, const char *path)
 {
-	json_t *j, *rp;
-	ferry_status st;
+	json_t *j = get(root, "model_type"), *a;
 	char d[64];
 	size_t i;
+	int found = 0;
 
-	if (!json_is_object(root))
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: not a JSON object", path);
-
-	j = get(root, "model_type");
 	if (j) {
 		if (!json_is_string(j) || strcmp(json_string_value(j), "llama"))
 			return ferry_error(FERRY_ERR_FORMAT,
@@ -237,21 +233,26 @@ static ferry_status parse_config(json_t *root, const char *path,
 					   path,
 					   json_is_string(j) ? json_string_value(j)
 							     : describe(j, d, sizeof(d)));
-	} else {
-		json_t *a = get(root, "architectures");
-		int found = 0;
-
-		for (i = 0; json_is_array(a) && i < json_array_size(a); i++) {
-			const char *s = json_string_value(json_array_get(a, i));
-
-			found |= s && !strcmp(s, "LlamaForCausalLM");
-		}
-		if (!found)
-			return ferry_error(FERRY_ERR_FORMAT,
-					   "%s: no model_type, and architectures does not list LlamaForCausalLM: not a Llama",
-					   path);
+		return FERRY_OK;
 	}
-	snprintf(c->model_type, sizeof(c->model_type), "llama");
+	a = get(root, "architectures");
+	for (i = 0; json_is_array(a) && i < json_array_size(a); i++) {
+		const char *s = json_string_value(json_array_get(a, i));
+
+		found |= s && !strcmp(s, "LlamaForCausalLM");
+	}
+	if (!found)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: no model_type, and architectures does not list LlamaForCausalLM: not a Llama",
+				   path);
+	return FERRY_OK;
+}
+
+/* The integer sizes, LlamaConfig's defaults for those absent. */
+static ferry_status read_sizes(json_t *root, const char *path,
+			       struct ferry_hf_config *c)
+{
+	ferry_status st;
 
 	if ((st = get_int(root, path, "vocab_size", DEF_VOCAB, &c->vocab_size)) ||
 	    (st = get_int(root, path, "hidden_size", DEF_HIDDEN, &c->hidden_size)) ||
@@ -270,10 +271,17 @@ static ferry_status parse_config(json_t *root, const char *path,
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: hidden_size (%d) is not divisible by num_attention_heads (%d)",
 				   path, c->hidden_size, c->num_attention_heads);
-	st = get_int(root, path, "head_dim",
-		     c->hidden_size / c->num_attention_heads, &c->head_dim);
-	if (st)
-		return st;
+	return get_int(root, path, "head_dim",
+		       c->hidden_size / c->num_attention_heads, &c->head_dim);
+}
+
+/* rope_theta, rms_norm_eps, tie_word_embeddings and the dtype. */
+static ferry_status read_numerics(json_t *root, const char *path,
+				  struct ferry_hf_config *c)
+{
+	json_t *j, *rp;
+	ferry_status st;
+	char d[64];
 
 	/* transformers 5 moved rope_theta into rope_parameters. */
 	rp = get(root, "rope_parameters");
@@ -296,12 +304,18 @@ static ferry_status parse_config(json_t *root, const char *path,
 	c->tie_word_embeddings = j && json_is_true(j);
 
 	/* transformers 5 renamed torch_dtype to dtype. */
-	st = get_string(root, path, get(root, "torch_dtype") ? "torch_dtype" : "dtype",
-			"float32", c->torch_dtype, sizeof(c->torch_dtype));
-	if (st)
-		return st;
+	return get_string(root, path,
+			  get(root, "torch_dtype") ? "torch_dtype" : "dtype",
+			  "float32", c->torch_dtype, sizeof(c->torch_dtype));
+}
 
-	/* What ferry's Llama does not compute is refused, not ignored. */
+/* What ferry's Llama does not compute is refused, not ignored. */
+static ferry_status check_supported(json_t *root, const char *path)
+{
+	ferry_status st;
+	json_t *j;
+	char d[64];
+
 	if ((st = check_rope(root, path, "rope_scaling")) ||
 	    (st = check_rope(root, path, "rope_parameters")))
 		return st;
@@ -317,7 +331,25 @@ static ferry_status parse_config(json_t *root, const char *path,
 	if (json_is_true(get(root, "mlp_bias")))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: mlp_bias true is not supported", path);
+	return FERRY_OK;
+}
 
+static ferry_status parse_config(json_t *root, const char *path,
+				 struct ferry_hf_config *c)
+{
+	ferry_status st;
+
+	if (!json_is_object(root))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: not a JSON object", path);
+	st = check_llama(root, path);
+	if (st)
+		return st;
+	snprintf(c->model_type, sizeof(c->model_type), "llama");
+	if ((st = read_sizes(root, path, c)) ||
+	    (st = read_numerics(root, path, c)) ||
+	    (st = check_supported(root, path)))
+		return st;
 	return check_config(c, path, FERRY_ERR_FORMAT,
 			    get(root, "head_dim") != NULL);
 }
@@ -395,42 +427,16 @@ static ferry_status emit_text(int fd, const char *tmp, void *ctx)
 	return ferry_st_write_all(fd, tmp, t->s, t->n);
 }
 
-ferry_status ferry_hf_config_write(const char *dir,
-				   const struct ferry_hf_config *cfg)
+/* config.json's fields for cfg, in transformers' order, into *out (the
+ * caller releases it); dtype is the torch_dtype to write. */
+static ferry_status build_config_json(const struct ferry_hf_config *cfg,
+				      const char *dtype, const char *path,
+				      json_t **out)
 {
-	const char *dtype;
-	struct text txt;
-	ferry_status st;
-	json_t *root = NULL, *arch = NULL;
-	char *path = NULL, *buf = NULL;
-	size_t n, flags;
-	int prec, bad;
+	json_t *root = json_object(), *arch = json_array();
+	int bad;
 
-	if (!dir || !cfg)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "ferry_hf_config_write: dir or cfg is NULL");
-	n = strlen(dir);
-	path = ferry_malloc(n + sizeof("/" CONFIG_NAME));
-	if (!path)
-		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory", dir);
-	memcpy(path, dir, n);
-	if (n == 0 || dir[n - 1] != '/')
-		path[n++] = '/';
-	memcpy(path + n, CONFIG_NAME, sizeof(CONFIG_NAME));
-
-	st = check_config(cfg, path, FERRY_ERR_INVALID, 1);
-	if (st)
-		goto out;
-	dtype = cfg->torch_dtype[0] ? cfg->torch_dtype : "float32";
-	if (!memchr(cfg->torch_dtype, '\0', sizeof(cfg->torch_dtype))) {
-		st = ferry_error(FERRY_ERR_INVALID,
-				 "%s: torch_dtype is not a terminated string",
-				 path);
-		goto out;
-	}
-
-	root = json_object();
-	arch = json_array();
+	*out = root;
 	bad = !root || !arch ||
 	      json_array_append_new(arch, json_string("LlamaForCausalLM")) ||
 	      json_object_set(root, "architectures", arch) ||
@@ -455,33 +461,81 @@ ferry_status ferry_hf_config_write(const char *dir,
 				  json_boolean(cfg->tie_word_embeddings)) ||
 	      json_object_set_new(root, "attention_bias", json_false()) ||
 	      json_object_set_new(root, "mlp_bias", json_false());
-	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype))) {
-		st = ferry_error(FERRY_ERR_INVALID,
-				 "%s: torch_dtype is not valid UTF-8", path);
-		goto out;
-	}
-	if (bad) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "%s: out of memory building the JSON", path);
-		goto out;
-	}
+	json_decref(arch);
+	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: torch_dtype is not valid UTF-8", path);
+	if (bad)
+		return ferry_error(FERRY_ERR_NOMEM,
+				   "%s: out of memory building the JSON", path);
+	return FERRY_OK;
+}
+
+/* root indented as transformers writes it, reals printed with the digits
+ * that read back exactly, and a final newline: *buf (the caller frees it),
+ * *len bytes. */
+static ferry_status encode_config_json(json_t *root,
+				       const struct ferry_hf_config *cfg,
+				       const char *path, char **buf,
+				       size_t *len)
+{
+	size_t n, flags;
+	int prec;
+
 	prec = real_digits(cfg->rope_theta);
 	if (real_digits(cfg->rms_norm_eps) > prec)
 		prec = real_digits(cfg->rms_norm_eps);
 	flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(prec);
 	n = json_dumpb(root, NULL, 0, flags);
-	buf = n ? ferry_malloc(n + 1) : NULL;
-	if (!buf || json_dumpb(root, buf, n, flags) != n) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "%s: out of memory encoding the JSON", path);
+	*buf = n ? ferry_malloc(n + 1) : NULL;
+	if (!*buf || json_dumpb(root, *buf, n, flags) != n)
+		return ferry_error(FERRY_ERR_NOMEM,
+				   "%s: out of memory encoding the JSON", path);
+	(*buf)[n] = '\n';
+	*len = n + 1;
+	return FERRY_OK;
+}
+
+ferry_status ferry_hf_config_write(const char *dir,
+				   const struct ferry_hf_config *cfg)
+{
+	const char *dtype;
+	struct text txt;
+	ferry_status st;
+	json_t *root = NULL;
+	char *path = NULL, *buf = NULL;
+	size_t n;
+
+	if (!dir || !cfg)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "ferry_hf_config_write: dir or cfg is NULL");
+	n = strlen(dir);
+	path = ferry_malloc(n + sizeof("/" CONFIG_NAME));
+	if (!path)
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory", dir);
+	memcpy(path, dir, n);
+	if (n == 0 || dir[n - 1] != '/')
+		path[n++] = '/';
+	memcpy(path + n, CONFIG_NAME, sizeof(CONFIG_NAME));
+
+	st = check_config(cfg, path, FERRY_ERR_INVALID, 1);
+	if (st)
+		goto out;
+	dtype = cfg->torch_dtype[0] ? cfg->torch_dtype : "float32";
+	if (!memchr(cfg->torch_dtype, '\0', sizeof(cfg->torch_dtype))) {
+		st = ferry_error(FERRY_ERR_INVALID,
+				 "%s: torch_dtype is not a terminated string",
+				 path);
 		goto out;
 	}
-	buf[n] = '\n';
+	st = build_config_json(cfg, dtype, path, &root);
+	if (!st)
+		st = encode_config_json(root, cfg, path, &buf, &txt.n);
+	if (st)
+		goto out;
 	txt.s = buf;
-	txt.n = n + 1;
 	st = ferry_st_atomic_write(path, emit_text, &txt);
 out:
-	json_decref(arch);
 	json_decref(root);
 	ferry_free(buf);
 	ferry_free(path);

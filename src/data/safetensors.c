@@ -454,38 +454,25 @@ static int json_u64(json_t *j, uint64_t *v)
 	return 1;
 }
 
-/* Validates one header entry into e (name not yet set); offsets relative
- * to the data section, checked against its size. */
-static ferry_status parse_entry(const char *path, const char *name, json_t *v,
-				uint64_t data_size, struct st_entry *e)
+/* The dtype of tensor name from its header string jd; the format's other
+ * dtypes are refused as unsupported, anything else as unknown. */
+static ferry_status parse_dtype(const char *path, const char *name, json_t *jd,
+				enum ferry_st_dtype *dtype)
 {
-	json_t *jd, *js, *jo;
 	const char *ds;
-	uint64_t b, end, numel = 1, nbytes;
-	size_t i, nd;
+	size_t i;
 
-	if (!json_is_object(v))
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: tensor %s: entry is not a JSON object",
-				   path, name);
-	jd = json_object_get(v, "dtype");
-	js = json_object_get(v, "shape");
-	jo = json_object_get(v, "data_offsets");
-	if (!jd || !js || !jo)
-		return ferry_error(FERRY_ERR_FORMAT, "%s: tensor %s has no %s",
-				   path, name,
-				   !jd ? "dtype" : !js ? "shape" : "data_offsets");
 	if (!json_is_string(jd))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: tensor %s: dtype is not a string", path,
 				   name);
 	ds = json_string_value(jd);
 	if (!strcmp(ds, "F32")) {
-		e->t.dtype = FERRY_ST_F32;
+		*dtype = FERRY_ST_F32;
 	} else if (!strcmp(ds, "BF16")) {
-		e->t.dtype = FERRY_ST_BF16;
+		*dtype = FERRY_ST_BF16;
 	} else if (!strcmp(ds, "F16")) {
-		e->t.dtype = FERRY_ST_F16;
+		*dtype = FERRY_ST_F16;
 	} else {
 		for (i = 0; i < sizeof(other_dtypes) / sizeof(other_dtypes[0]); i++)
 			if (!strcmp(ds, other_dtypes[i]))
@@ -496,6 +483,17 @@ static ferry_status parse_entry(const char *path, const char *name, json_t *v,
 				   "%s: tensor %s has unknown dtype '%.32s'",
 				   path, name, ds);
 	}
+	return FERRY_OK;
+}
+
+/* The shape of tensor name from its header array js into e (whose dtype is
+ * set), and its size in bytes, checked for overflow. */
+static ferry_status parse_shape(const char *path, const char *name, json_t *js,
+				struct st_entry *e, uint64_t *nbytes)
+{
+	uint64_t numel = 1;
+	size_t i, nd;
+
 	if (!json_is_array(js))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: tensor %s: shape is not an array", path,
@@ -520,11 +518,23 @@ static ferry_status parse_entry(const char *path, const char *name, json_t *v,
 					   path, name);
 	}
 	if (__builtin_mul_overflow(numel, (uint64_t)ferry_st_dtype_size(e->t.dtype),
-				   &nbytes) ||
-	    nbytes > (uint64_t)SIZE_MAX / 2)
+				   nbytes) ||
+	    *nbytes > (uint64_t)SIZE_MAX / 2)
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: tensor %s: shape overflows", path,
 				   name);
+	e->t.numel = (size_t)numel;
+	return FERRY_OK;
+}
+
+/* Checks the data_offsets jo of tensor e (shape and dtype set, nbytes
+ * long) against its size and the data section's, and sets its offset. */
+static ferry_status parse_offsets(const char *path, const char *name,
+				  json_t *jo, uint64_t nbytes,
+				  uint64_t data_size, struct st_entry *e)
+{
+	uint64_t b, end;
+
 	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
 	    !json_u64(json_array_get(jo, 0), &b) ||
 	    !json_u64(json_array_get(jo, 1), &end) || end < b)
@@ -538,7 +548,8 @@ static ferry_status parse_entry(const char *path, const char *name, json_t *v,
 				   "%s: tensor %s: shape %s of %s is %llu bytes, but data_offsets [%llu, %llu] span %llu",
 				   path, name,
 				   shape_str(s, sizeof(s), e->t.shape, e->t.ndim),
-				   ds, (unsigned long long)nbytes,
+				   ferry_st_dtype_name(e->t.dtype),
+				   (unsigned long long)nbytes,
 				   (unsigned long long)b,
 				   (unsigned long long)end,
 				   (unsigned long long)(end - b));
@@ -549,9 +560,38 @@ static ferry_status parse_entry(const char *path, const char *name, json_t *v,
 				   path, name, (unsigned long long)b,
 				   (unsigned long long)end,
 				   (unsigned long long)data_size);
-	e->t.numel = (size_t)numel;
-	e->t.nbytes = (size_t)nbytes;
 	e->t.offset = b;
+	return FERRY_OK;
+}
+
+/* Validates one header entry into e (name not yet set); offsets relative
+ * to the data section, checked against its size. */
+static ferry_status parse_entry(const char *path, const char *name, json_t *v,
+				uint64_t data_size, struct st_entry *e)
+{
+	json_t *jd, *js, *jo;
+	uint64_t nbytes = 0;
+	ferry_status st;
+
+	if (!json_is_object(v))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: tensor %s: entry is not a JSON object",
+				   path, name);
+	jd = json_object_get(v, "dtype");
+	js = json_object_get(v, "shape");
+	jo = json_object_get(v, "data_offsets");
+	if (!jd || !js || !jo)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: tensor %s has no %s",
+				   path, name,
+				   !jd ? "dtype" : !js ? "shape" : "data_offsets");
+	st = parse_dtype(path, name, jd, &e->t.dtype);
+	if (!st)
+		st = parse_shape(path, name, js, e, &nbytes);
+	if (!st)
+		st = parse_offsets(path, name, jo, nbytes, data_size, e);
+	if (st)
+		return st;
+	e->t.nbytes = (size_t)nbytes;
 	return FERRY_OK;
 }
 
@@ -566,20 +606,15 @@ static int cmp_offset(const void *a, const void *b)
 	return 0;
 }
 
-/* Opens shard si, validates its header and appends its tensors (in data
- * order) and metadata. */
-static ferry_status load_shard(struct ferry_safetensors *h, int si)
+/* Opens shard sh, checks its 8-byte header length against the file and
+ * reads the JSON header into *buf (*len bytes; the caller frees it). */
+static ferry_status read_shard_header(struct st_shard *sh, char **buf,
+				      uint64_t *len)
 {
-	struct st_shard *sh = &h->shards[si];
 	const char *path = sh->path;
 	unsigned char len8[8];
 	ferry_status st;
-	json_error_t jerr;
-	json_t *root = NULL, *val;
-	const char *key;
-	uint64_t n, data_start, data_size, pos;
-	char *buf = NULL;
-	int first = h->n_tensors, i;
+	uint64_t n;
 
 	st = open_regular(path, &sh->fd, &sh->size);
 	if (st)
@@ -606,94 +641,132 @@ static ferry_status load_shard(struct ferry_safetensors *h, int si)
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: header length %llu is too small for a JSON object",
 				   path, (unsigned long long)n);
-	data_start = 8 + n;
-	data_size = sh->size - data_start;
-	buf = ferry_malloc((size_t)n);
-	if (!buf)
+	*buf = ferry_malloc((size_t)n);
+	if (!*buf)
 		return ferry_error(FERRY_ERR_NOMEM,
 				   "%s: out of memory for the %llu-byte header",
 				   path, (unsigned long long)n);
-	st = read_full(sh->fd, path, buf, (size_t)n, 8, "the header");
-	if (st)
-		goto out;
-	if (buf[0] != '{') {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: header is not a JSON object (does not start with '{')",
-				 path);
-		goto out;
-	}
-	root = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: header is not valid JSON: %s (at byte %d)",
-				 path, jerr.text, jerr.position);
-		goto out;
-	}
-	if (!json_is_object(root)) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: header is not a JSON object", path);
-		goto out;
-	}
+	*len = n;
+	return read_full(sh->fd, path, *buf, (size_t)n, 8, "the header");
+}
+
+/* The n-byte header buf of path as a JSON object (*root: the caller's to
+ * release, NULL on failure). */
+static ferry_status parse_header_json(const char *path, const char *buf,
+				      uint64_t n, json_t **root)
+{
+	json_error_t jerr;
+
+	if (buf[0] != '{')
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: header is not a JSON object (does not start with '{')",
+				   path);
+	*root = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+	if (!*root)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: header is not valid JSON: %s (at byte %d)",
+				   path, jerr.text, jerr.position);
+	if (!json_is_object(*root))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: header is not a JSON object", path);
+	return FERRY_OK;
+}
+
+/* Appends the tensors of shard si's header root (in header order) and keeps
+ * its metadata; data_size bounds the offsets. */
+static ferry_status add_shard_entries(struct ferry_safetensors *h, int si,
+				      json_t *root, uint64_t data_size)
+{
+	const char *path = h->shards[si].path, *key;
+	ferry_status st;
+	json_t *val;
+
 	st = grow_tensors(h, json_object_size(root), path);
 	if (st)
-		goto out;
+		return st;
 	json_object_foreach(root, key, val) {
 		struct st_entry *e = &h->tensors[h->n_tensors];
 
 		if (!strcmp(key, "__metadata__")) {
 			st = add_metadata(h, path, val);
 			if (st)
-				goto out;
+				return st;
 			continue;
 		}
 		memset(e, 0, sizeof(*e));
 		st = parse_entry(path, key, val, data_size, e);
 		if (st)
-			goto out;
+			return st;
 		e->t.name = dup_str(key);
-		if (!e->t.name) {
-			st = nomem(path);
-			goto out;
-		}
-		e->t.file = sh->path;
+		if (!e->t.name)
+			return nomem(path);
+		e->t.file = h->shards[si].path;
 		e->shard = si;
 		h->n_tensors++;
 	}
+	return FERRY_OK;
+}
 
-	/* The tensors must tile the data section: no overlaps, no holes. */
+/* Sorts tensors first.. (one shard's) by offset and checks that they tile
+ * its data_size-byte data section: no overlaps, no holes. */
+static ferry_status check_tiling(struct ferry_safetensors *h, const char *path,
+				 int first, uint64_t data_size)
+{
+	uint64_t pos = 0;
+	int i;
+
 	if (h->n_tensors > first)
 		qsort(h->tensors + first, (size_t)(h->n_tensors - first),
 		      sizeof(h->tensors[0]), cmp_offset);
-	pos = 0;
 	for (i = first; i < h->n_tensors; i++) {
 		struct ferry_st_tensor *t = &h->tensors[i].t;
 
-		if (t->offset < pos) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: tensor %s (bytes %llu..%llu of the data) overlaps tensor %s",
-					 path, t->name,
-					 (unsigned long long)t->offset,
-					 (unsigned long long)(t->offset + t->nbytes),
-					 h->tensors[i - 1].t.name);
-			goto out;
-		}
-		if (t->offset > pos) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: bytes %llu..%llu of the data belong to no tensor (a hole before tensor %s)",
-					 path, (unsigned long long)pos,
-					 (unsigned long long)t->offset, t->name);
-			goto out;
-		}
+		if (t->offset < pos)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: tensor %s (bytes %llu..%llu of the data) overlaps tensor %s",
+					   path, t->name,
+					   (unsigned long long)t->offset,
+					   (unsigned long long)(t->offset + t->nbytes),
+					   h->tensors[i - 1].t.name);
+		if (t->offset > pos)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: bytes %llu..%llu of the data belong to no tensor (a hole before tensor %s)",
+					   path, (unsigned long long)pos,
+					   (unsigned long long)t->offset, t->name);
 		pos = t->offset + t->nbytes;
 	}
-	if (pos != data_size) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: %llu bytes of data follow the last tensor (the data section is %llu bytes, the tensors %llu)",
-				 path, (unsigned long long)(data_size - pos),
-				 (unsigned long long)data_size,
-				 (unsigned long long)pos);
+	if (pos != data_size)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: %llu bytes of data follow the last tensor (the data section is %llu bytes, the tensors %llu)",
+				   path, (unsigned long long)(data_size - pos),
+				   (unsigned long long)data_size,
+				   (unsigned long long)pos);
+	return FERRY_OK;
+}
+
+/* Opens shard si, validates its header and appends its tensors (in data
+ * order) and metadata. */
+static ferry_status load_shard(struct ferry_safetensors *h, int si)
+{
+	struct st_shard *sh = &h->shards[si];
+	uint64_t n = 0, data_start, data_size;
+	json_t *root = NULL;
+	char *buf = NULL;
+	int first = h->n_tensors, i;
+	ferry_status st;
+
+	st = read_shard_header(sh, &buf, &n);
+	if (st)
 		goto out;
-	}
+	data_start = 8 + n;
+	data_size = sh->size - data_start;
+	st = parse_header_json(sh->path, buf, n, &root);
+	if (!st)
+		st = add_shard_entries(h, si, root, data_size);
+	if (!st)
+		st = check_tiling(h, sh->path, first, data_size);
+	if (st)
+		goto out;
 	for (i = first; i < h->n_tensors; i++)
 		h->tensors[i].t.offset += data_start;
 out:
@@ -753,136 +826,156 @@ static void add_shard(struct ferry_safetensors *h, char *path)
 	s->size = 0;
 }
 
+/* Reads index_path (into *text, the caller's to free), parses it (*root,
+ * the caller's to release) and finds its weight_map: *map, *n entries. */
+static ferry_status read_index(const char *index_path, char **text,
+			       json_t **root, json_t **map, size_t *n)
+{
+	json_error_t jerr;
+	ferry_status st;
+	size_t len;
+
+	st = ferry_st_read_small_file(index_path, ST_MAX_INDEX, text, &len);
+	if (st)
+		return st;
+	*root = json_loadb(*text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!*root)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: not valid JSON: %s (line %d, column %d)",
+				   index_path, jerr.text, jerr.line, jerr.column);
+	*map = json_object_get(*root, "weight_map");
+	if (!json_is_object(*map))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: no \"weight_map\" object", index_path);
+	*n = json_object_size(*map);
+	if (*n == 0)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: weight_map is empty",
+				   index_path);
+	if (*n > INT_MAX / 4)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: too many tensors",
+				   index_path);
+	return FERRY_OK;
+}
+
+/* The distinct file names of weight_map map (n entries), sorted: *names
+ * (the caller frees the array; the strings are map's), *u of them. */
+static ferry_status index_shard_names(const char *index_path, json_t *map,
+				      size_t n, const char ***names, size_t *u)
+{
+	const char *key;
+	json_t *val;
+	size_t i = 0, k;
+
+	*names = ferry_malloc(sizeof(**names) * n);
+	if (!*names)
+		return nomem(index_path);
+	json_object_foreach(map, key, val) {
+		const char *f = json_string_value(val);
+
+		if (!f)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: weight_map[\"%s\"] is not a file name string",
+					   index_path, key);
+		if (!*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, ".."))
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: weight_map[\"%s\"] = \"%s\" is not a file name in the checkpoint's directory",
+					   index_path, key, f);
+		(*names)[i++] = f;
+	}
+	qsort(*names, n, sizeof(**names), cmp_str_ptr);
+	for (k = 0, i = 0; i < n; i++)
+		if (i == 0 || strcmp((*names)[i], (*names)[i - 1]))
+			(*names)[k++] = (*names)[i];
+	*u = k;
+	return FERRY_OK;
+}
+
+/* Adds the u shards names[] (files in dir, each of which must exist), loads
+ * them and indexes their tensors by name. */
+static ferry_status load_index_shards(struct ferry_safetensors *h,
+				      const char *index_path, const char *dir,
+				      const char **names, size_t u)
+{
+	ferry_status st;
+	size_t i;
+
+	h->shards = ferry_calloc(u, sizeof(*h->shards));
+	if (!h->shards)
+		return nomem(index_path);
+	for (i = 0; i < u; i++) {
+		char *p = path_join(dir, names[i]);
+		struct stat sb;
+
+		if (!p)
+			return nomem(index_path);
+		add_shard(h, p);
+		if (stat(p, &sb) != 0)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s names shard %s, which is missing: %s",
+					   index_path, p, strerror(errno));
+	}
+	for (i = 0; i < u; i++) {
+		st = load_shard(h, (int)i);
+		if (st)
+			return st;
+	}
+	return build_name_index(h);
+}
+
+/* The index's weight_map (n entries) and the loaded shards must agree,
+ * both ways. */
+static ferry_status check_index_matches(struct ferry_safetensors *h,
+					const char *index_path, json_t *map,
+					size_t n)
+{
+	const char *key;
+	json_t *val;
+	int k;
+
+	json_object_foreach(map, key, val) {
+		const struct ferry_st_tensor *t = ferry_safetensors_find(h, key);
+		const char *f = json_string_value(val), *slash;
+
+		if (!t)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: weight_map puts %s in %s, which does not hold it",
+					   index_path, key, f);
+		slash = strrchr(t->file, '/');
+		if (strcmp(slash ? slash + 1 : t->file, f))
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: weight_map puts %s in %s, but it is in %s",
+					   index_path, key, f, t->file);
+	}
+	if ((size_t)h->n_tensors == n)
+		return FERRY_OK;
+	for (k = 0; k < h->n_tensors; k++)
+		if (!json_object_get(map, h->tensors[k].t.name))
+			break;
+	return ferry_error(FERRY_ERR_FORMAT,
+			   "%s: %s holds tensor %s, which weight_map does not list",
+			   index_path,
+			   k < h->n_tensors ? h->tensors[k].t.file : "a shard",
+			   k < h->n_tensors ? h->tensors[k].t.name : "?");
+}
+
 /* A sharded checkpoint: index_path's weight_map names the shards, which are
  * files in dir. */
 static ferry_status load_index(struct ferry_safetensors *h,
 			       const char *index_path, const char *dir)
 {
-	ferry_status st;
-	json_error_t jerr;
-	json_t *root = NULL, *map, *val;
-	const char *key, **names = NULL;
-	size_t len, n, i, u;
+	json_t *root = NULL, *map = NULL;
+	const char **names = NULL;
+	size_t n = 0, u = 0;
 	char *text = NULL;
+	ferry_status st;
 
-	st = ferry_st_read_small_file(index_path, ST_MAX_INDEX, &text, &len);
-	if (st)
-		return st;
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: not valid JSON: %s (line %d, column %d)",
-				 index_path, jerr.text, jerr.line, jerr.column);
-		goto out;
-	}
-	map = json_object_get(root, "weight_map");
-	if (!json_is_object(map)) {
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: no \"weight_map\" object", index_path);
-		goto out;
-	}
-	n = json_object_size(map);
-	if (n == 0) {
-		st = ferry_error(FERRY_ERR_FORMAT, "%s: weight_map is empty",
-				 index_path);
-		goto out;
-	}
-	if (n > INT_MAX / 4) {
-		st = ferry_error(FERRY_ERR_FORMAT, "%s: too many tensors",
-				 index_path);
-		goto out;
-	}
-	names = ferry_malloc(sizeof(*names) * n);
-	if (!names) {
-		st = nomem(index_path);
-		goto out;
-	}
-	i = 0;
-	json_object_foreach(map, key, val) {
-		const char *f = json_string_value(val);
-
-		if (!f) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: weight_map[\"%s\"] is not a file name string",
-					 index_path, key);
-			goto out;
-		}
-		if (!*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: weight_map[\"%s\"] = \"%s\" is not a file name in the checkpoint's directory",
-					 index_path, key, f);
-			goto out;
-		}
-		names[i++] = f;
-	}
-	qsort(names, n, sizeof(*names), cmp_str_ptr);
-	for (u = 0, i = 0; i < n; i++)
-		if (i == 0 || strcmp(names[i], names[i - 1]))
-			names[u++] = names[i];
-
-	h->shards = ferry_calloc(u, sizeof(*h->shards));
-	if (!h->shards) {
-		st = nomem(index_path);
-		goto out;
-	}
-	for (i = 0; i < u; i++) {
-		char *p = path_join(dir, names[i]);
-		struct stat sb;
-
-		if (!p) {
-			st = nomem(index_path);
-			goto out;
-		}
-		add_shard(h, p);
-		if (stat(p, &sb) != 0) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s names shard %s, which is missing: %s",
-					 index_path, p, strerror(errno));
-			goto out;
-		}
-	}
-	for (i = 0; i < u; i++) {
-		st = load_shard(h, (int)i);
-		if (st)
-			goto out;
-	}
-	st = build_name_index(h);
-	if (st)
-		goto out;
-
-	/* The index and the shards must agree, both ways. */
-	json_object_foreach(map, key, val) {
-		const struct ferry_st_tensor *t = ferry_safetensors_find(h, key);
-		const char *f = json_string_value(val), *slash;
-
-		if (!t) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: weight_map puts %s in %s, which does not hold it",
-					 index_path, key, f);
-			goto out;
-		}
-		slash = strrchr(t->file, '/');
-		if (strcmp(slash ? slash + 1 : t->file, f)) {
-			st = ferry_error(FERRY_ERR_FORMAT,
-					 "%s: weight_map puts %s in %s, but it is in %s",
-					 index_path, key, f, t->file);
-			goto out;
-		}
-	}
-	if ((size_t)h->n_tensors != n) {
-		int k;
-
-		for (k = 0; k < h->n_tensors; k++)
-			if (!json_object_get(map, h->tensors[k].t.name))
-				break;
-		st = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: %s holds tensor %s, which weight_map does not list",
-				 index_path,
-				 k < h->n_tensors ? h->tensors[k].t.file : "a shard",
-				 k < h->n_tensors ? h->tensors[k].t.name : "?");
-		goto out;
-	}
-out:
+	st = read_index(index_path, &text, &root, &map, &n);
+	if (!st)
+		st = index_shard_names(index_path, map, n, &names, &u);
+	if (!st)
+		st = load_index_shards(h, index_path, dir, names, u);
+	if (!st)
+		st = check_index_matches(h, index_path, map, n);
 	ferry_free(names);
 	json_decref(root);
 	ferry_free(text);
@@ -896,12 +989,85 @@ static int ends_with(const char *s, const char *suffix)
 	return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* Loads the handle's one shard (already added) and indexes its tensors. */
+static ferry_status load_single(struct ferry_safetensors *h)
+{
+	ferry_status st = load_shard(h, 0);
+
+	return st ? st : build_name_index(h);
+}
+
+/* A checkpoint directory: model.safetensors, or else the index of a
+ * sharded checkpoint. */
+static ferry_status open_dir(struct ferry_safetensors *h, const char *path)
+{
+	ferry_status st;
+	struct stat sb;
+	char *p = path_join(path, ST_SINGLE);
+
+	if (!p)
+		return nomem(path);
+	if (stat(p, &sb) == 0) {
+		h->shards = ferry_calloc(1, sizeof(*h->shards));
+		if (!h->shards) {
+			ferry_free(p);
+			return nomem(path);
+		}
+		add_shard(h, p);
+		return load_single(h);
+	}
+	ferry_free(p);
+	p = path_join(path, ST_INDEX);
+	if (!p)
+		return nomem(path);
+	if (stat(p, &sb) != 0)
+		st = ferry_error(FERRY_ERR_IO, "%s: holds neither %s nor %s",
+				 path, ST_SINGLE, ST_INDEX);
+	else
+		st = load_index(h, p, path);
+	ferry_free(p);
+	return st;
+}
+
+/* An index file named directly: its shards are in its directory. */
+static ferry_status open_index_file(struct ferry_safetensors *h,
+				    const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	ferry_status st;
+	char *dir = dup_str(path);
+
+	if (!dir)
+		return nomem(path);
+	if (!slash)
+		dir[0] = '\0';
+	else
+		dir[slash - path + (slash == path)] = '\0';
+	st = load_index(h, path, dir);
+	ferry_free(dir);
+	return st;
+}
+
+/* One safetensors file. */
+static ferry_status open_file(struct ferry_safetensors *h, const char *path)
+{
+	char *p;
+
+	h->shards = ferry_calloc(1, sizeof(*h->shards));
+	p = dup_str(path);
+	if (!h->shards || !p) {
+		ferry_free(p);
+		return nomem(path);
+	}
+	add_shard(h, p);
+	return load_single(h);
+}
+
 ferry_status ferry_safetensors_open(const char *path, ferry_safetensors_t *out)
 {
 	struct ferry_safetensors *h;
 	ferry_status st;
 	struct stat sb;
-	char *p = NULL, *dir = NULL;
 
 	if (!path || !out)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -917,76 +1083,18 @@ ferry_status ferry_safetensors_open(const char *path, ferry_safetensors_t *out)
 		ferry_free(h);
 		return nomem(path);
 	}
-
-	if (S_ISDIR(sb.st_mode)) {
-		p = path_join(path, ST_SINGLE);
-		if (!p) {
-			st = nomem(path);
-			goto fail;
-		}
-		if (stat(p, &sb) == 0) {
-			h->shards = ferry_calloc(1, sizeof(*h->shards));
-			if (!h->shards) {
-				st = nomem(path);
-				goto fail;
-			}
-			add_shard(h, p);
-			p = NULL;
-			st = load_shard(h, 0);
-			if (!st)
-				st = build_name_index(h);
-		} else {
-			ferry_free(p);
-			p = path_join(path, ST_INDEX);
-			if (!p) {
-				st = nomem(path);
-				goto fail;
-			}
-			if (stat(p, &sb) != 0) {
-				st = ferry_error(FERRY_ERR_IO,
-						 "%s: holds neither %s nor %s",
-						 path, ST_SINGLE, ST_INDEX);
-				goto fail;
-			}
-			st = load_index(h, p, path);
-		}
-	} else if (S_ISREG(sb.st_mode) && ends_with(path, ".json")) {
-		const char *slash = strrchr(path, '/');
-
-		dir = dup_str(path);
-		if (!dir) {
-			st = nomem(path);
-			goto fail;
-		}
-		if (!slash)
-			dir[0] = '\0';
-		else
-			dir[slash - path + (slash == path)] = '\0';
-		st = load_index(h, path, dir);
-	} else {
-		h->shards = ferry_calloc(1, sizeof(*h->shards));
-		p = dup_str(path);
-		if (!h->shards || !p) {
-			st = nomem(path);
-			goto fail;
-		}
-		add_shard(h, p);
-		p = NULL;
-		st = load_shard(h, 0);
-		if (!st)
-			st = build_name_index(h);
+	if (S_ISDIR(sb.st_mode))
+		st = open_dir(h, path);
+	else if (S_ISREG(sb.st_mode) && ends_with(path, ".json"))
+		st = open_index_file(h, path);
+	else
+		st = open_file(h, path);
+	if (st) {
+		ferry_safetensors_close(h);
+		return st;
 	}
-	if (st)
-		goto fail;
-	ferry_free(p);
-	ferry_free(dir);
 	*out = h;
 	return FERRY_OK;
-fail:
-	ferry_free(p);
-	ferry_free(dir);
-	ferry_safetensors_close(h);
-	return st;
 }
 
 int ferry_safetensors_count(ferry_safetensors_t h)
@@ -1356,18 +1464,113 @@ oom:
 			   "%s: out of memory building the header", path);
 }
 
+/* Checks tensor k of a write (name, dtype, shape, size, data) and sets
+ * *numel; *total, the bytes of the tensors so far, grows by its size. */
+static ferry_status check_write_tensor(const char *path,
+				       const struct ferry_st_write *t, int k,
+				       uint64_t *total, size_t *numel)
+{
+	uint64_t m = 1, nb;
+	int d;
+
+	if (!t->name || !*t->name || !strcmp(t->name, "__metadata__"))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: tensor %d has no name, or a reserved one",
+				   path, k);
+	if (!dtype_valid(t->dtype))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: tensor %s has a bad dtype (%d)", path,
+				   t->name, (int)t->dtype);
+	if (t->ndim < 0 || t->ndim > FERRY_ST_MAX_DIMS)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: tensor %s has %d dimensions (0..%d allowed)",
+				   path, t->name, t->ndim, FERRY_ST_MAX_DIMS);
+	for (d = 0; d < t->ndim; d++) {
+		if (t->shape[d] < 0 ||
+		    __builtin_mul_overflow(m, (uint64_t)t->shape[d], &m))
+			return ferry_error(FERRY_ERR_INVALID,
+					   "%s: tensor %s has a bad shape",
+					   path, t->name);
+	}
+	if (__builtin_mul_overflow(m, (uint64_t)ferry_st_dtype_size(t->dtype), &nb) ||
+	    __builtin_add_overflow(*total, nb, total) ||
+	    *total > (uint64_t)INT64_MAX / 2 || m > SIZE_MAX / sizeof(float))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: tensor %s is too large", path, t->name);
+	if (m > 0 && !t->data)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: tensor %s has no data", path, t->name);
+	*numel = (size_t)m;
+	return FERRY_OK;
+}
+
+/* Checks the n tensors of a write, their names distinct (sorted: scratch
+ * for n pointers), and sets numel[] and *need_buf (the bytes of conversion
+ * buffer the writer needs). */
+static ferry_status check_write_tensors(const char *path,
+					const struct ferry_st_write *t, int n,
+					const struct ferry_st_write **sorted,
+					size_t *numel, size_t *need_buf)
+{
+	uint64_t total = 0;
+	ferry_status st;
+	int k;
+
+	for (k = 0; k < n; k++) {
+		st = check_write_tensor(path, &t[k], k, &total, &numel[k]);
+		if (st)
+			return st;
+		if (t[k].dtype != FERRY_ST_F32 || ST_BIG_ENDIAN)
+			*need_buf = ST_WRITE_CHUNK;
+		sorted[k] = &t[k];
+	}
+	if (n > 1)
+		qsort(sorted, (size_t)n, sizeof(*sorted), cmp_write_name);
+	for (k = 1; k < n; k++) {
+		if (!strcmp(sorted[k - 1]->name, sorted[k]->name))
+			return ferry_error(FERRY_ERR_INVALID,
+					   "%s: tensor name %s appears twice", path,
+					   sorted[k]->name);
+	}
+	return FERRY_OK;
+}
+
+/* The file's first bytes: the 8-byte length, then root as compact JSON
+ * padded with spaces to a multiple of 8; *header (the caller frees it),
+ * *bytes long. */
+static ferry_status encode_header(const char *path, json_t *root,
+				  unsigned char **header, size_t *bytes)
+{
+	size_t json_len, padded;
+
+	json_len = json_dumpb(root, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (json_len == 0)
+		return ferry_error(FERRY_ERR_NOMEM,
+				   "%s: out of memory encoding the header", path);
+	padded = (json_len + 7) & ~(size_t)7;
+	*header = ferry_malloc(8 + padded);
+	if (!*header)
+		return nomem(path);
+	if (json_dumpb(root, (char *)*header + 8, json_len,
+		       JSON_COMPACT | JSON_PRESERVE_ORDER) != json_len)
+		return ferry_error(FERRY_ERR_NOMEM,
+				   "%s: out of memory encoding the header", path);
+	memset(*header + 8 + json_len, ' ', padded - json_len);
+	store_le64(*header, padded);
+	*bytes = 8 + padded;
+	return FERRY_OK;
+}
+
 ferry_status ferry_safetensors_write(const char *path,
 				     const struct ferry_st_write *t, int n,
 				     const char *metadata_format)
 {
 	const struct ferry_st_write **sorted = NULL;
 	struct write_ctx c = { 0 };
-	size_t *numel = NULL, json_len, padded, need_buf = 0;
+	size_t *numel = NULL, need_buf = 0, header_bytes = 0;
 	unsigned char *header = NULL;
-	uint64_t total = 0;
 	json_t *root = NULL;
 	ferry_status st;
-	int k, d;
 
 	if (!path || !*path)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -1381,91 +1584,13 @@ ferry_status ferry_safetensors_write(const char *path,
 		st = nomem(path);
 		goto out;
 	}
-	for (k = 0; k < n; k++) {
-		uint64_t m = 1, nb;
-
-		if (!t[k].name || !*t[k].name ||
-		    !strcmp(t[k].name, "__metadata__")) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor %d has no name, or a reserved one",
-					 path, k);
-			goto out;
-		}
-		if (!dtype_valid(t[k].dtype)) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor %s has a bad dtype (%d)", path,
-					 t[k].name, (int)t[k].dtype);
-			goto out;
-		}
-		if (t[k].ndim < 0 || t[k].ndim > FERRY_ST_MAX_DIMS) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor %s has %d dimensions (0..%d allowed)",
-					 path, t[k].name, t[k].ndim,
-					 FERRY_ST_MAX_DIMS);
-			goto out;
-		}
-		for (d = 0; d < t[k].ndim; d++) {
-			if (t[k].shape[d] < 0 ||
-			    __builtin_mul_overflow(m, (uint64_t)t[k].shape[d], &m)) {
-				st = ferry_error(FERRY_ERR_INVALID,
-						 "%s: tensor %s has a bad shape",
-						 path, t[k].name);
-				goto out;
-			}
-		}
-		if (__builtin_mul_overflow(m, (uint64_t)ferry_st_dtype_size(t[k].dtype), &nb) ||
-		    __builtin_add_overflow(total, nb, &total) ||
-		    total > (uint64_t)INT64_MAX / 2 || m > SIZE_MAX / sizeof(float)) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor %s is too large", path,
-					 t[k].name);
-			goto out;
-		}
-		if (m > 0 && !t[k].data) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor %s has no data", path,
-					 t[k].name);
-			goto out;
-		}
-		numel[k] = (size_t)m;
-		if (t[k].dtype != FERRY_ST_F32 || ST_BIG_ENDIAN)
-			need_buf = ST_WRITE_CHUNK;
-		sorted[k] = &t[k];
-	}
-	if (n > 1)
-		qsort(sorted, (size_t)n, sizeof(*sorted), cmp_write_name);
-	for (k = 1; k < n; k++) {
-		if (!strcmp(sorted[k - 1]->name, sorted[k]->name)) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s: tensor name %s appears twice", path,
-					 sorted[k]->name);
-			goto out;
-		}
-	}
-
-	st = build_header(path, t, n, numel, metadata_format, &root);
+	st = check_write_tensors(path, t, n, sorted, numel, &need_buf);
+	if (!st)
+		st = build_header(path, t, n, numel, metadata_format, &root);
+	if (!st)
+		st = encode_header(path, root, &header, &header_bytes);
 	if (st)
 		goto out;
-	json_len = json_dumpb(root, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	if (json_len == 0) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "%s: out of memory encoding the header", path);
-		goto out;
-	}
-	padded = (json_len + 7) & ~(size_t)7;
-	header = ferry_malloc(8 + padded);
-	if (!header) {
-		st = nomem(path);
-		goto out;
-	}
-	if (json_dumpb(root, (char *)header + 8, json_len,
-		       JSON_COMPACT | JSON_PRESERVE_ORDER) != json_len) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "%s: out of memory encoding the header", path);
-		goto out;
-	}
-	memset(header + 8 + json_len, ' ', padded - json_len);
-	store_le64(header, padded);
 	if (need_buf) {
 		c.buf = ferry_malloc(need_buf);
 		if (!c.buf) {
@@ -1477,7 +1602,7 @@ ferry_status ferry_safetensors_write(const char *path,
 	c.n = n;
 	c.numel = numel;
 	c.header = header;
-	c.header_bytes = 8 + padded;
+	c.header_bytes = header_bytes;
 	st = ferry_st_atomic_write(path, emit_tensors, &c);
 out:
 	json_decref(root);

@@ -110,21 +110,9 @@ static void settle(struct ferry_loader *l)
 	}
 }
 
-ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
-			       int vocab, ferry_loader_t *out)
+static ferry_status check_open_args(const char *glob_pattern, int B, int T,
+				    int vocab)
 {
-	struct ferry_loader *l = NULL;
-	int64_t largest = 0;
-	ferry_status st;
-	glob_t g;
-	size_t i, names_len = 0;
-	char **sorted = NULL;
-	char *p;
-	int grc;
-
-	if (!out)
-		return ferry_error(FERRY_ERR_INVALID, "loader output is NULL");
-	*out = NULL;
 	if (!glob_pattern || !*glob_pattern)
 		return ferry_error(FERRY_ERR_INVALID, "empty data file pattern");
 	if (B <= 0 || T <= 0)
@@ -139,59 +127,60 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 	if (vocab <= 0)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "vocab must be positive (got %d)", vocab);
+	return FERRY_OK;
+}
 
-	memset(&g, 0, sizeof(g));
-	grc = glob(glob_pattern, 0, NULL, &g);
-	if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
-		st = ferry_error(FERRY_ERR_IO, "no files match '%s'",
-				 glob_pattern);
-		goto fail_glob;
-	}
-	if (grc == GLOB_NOSPACE) {
-		st = ferry_error(FERRY_ERR_NOMEM, "out of memory matching '%s'",
-				 glob_pattern);
-		goto fail_glob;
-	}
-	if (grc != 0) {
-		st = ferry_error(FERRY_ERR_IO, "cannot read directories matching '%s'",
-				 glob_pattern);
-		goto fail_glob;
-	}
-	if (g.gl_pathc > INT_MAX) {
-		st = ferry_error(FERRY_ERR_INVALID, "too many files match '%s'",
-				 glob_pattern);
-		goto fail_glob;
-	}
+/* The files matching glob_pattern into g (which the caller globfrees,
+ * success or not): at least one, at most INT_MAX. */
+static ferry_status glob_shards(const char *glob_pattern, glob_t *g)
+{
+	int grc;
 
-	l = ferry_calloc(1, sizeof(*l));
-	if (!l) {
-		st = ferry_error(FERRY_ERR_NOMEM, "out of memory opening '%s'",
-				 glob_pattern);
-		goto fail_glob;
-	}
-	l->fd = -1;
-	l->fd_shard = -1;
-	l->n_shards = (int)g.gl_pathc;
-	l->per_batch = (int64_t)B * T;
-	l->vocab = vocab;
+	memset(g, 0, sizeof(*g));
+	grc = glob(glob_pattern, 0, NULL, g);
+	if (grc == GLOB_NOMATCH || (grc == 0 && g->gl_pathc == 0))
+		return ferry_error(FERRY_ERR_IO, "no files match '%s'",
+				   glob_pattern);
+	if (grc == GLOB_NOSPACE)
+		return ferry_error(FERRY_ERR_NOMEM, "out of memory matching '%s'",
+				   glob_pattern);
+	if (grc != 0)
+		return ferry_error(FERRY_ERR_IO, "cannot read directories matching '%s'",
+				   glob_pattern);
+	if (g->gl_pathc > INT_MAX)
+		return ferry_error(FERRY_ERR_INVALID, "too many files match '%s'",
+				   glob_pattern);
+	return FERRY_OK;
+}
+
+/* Allocates l's shard table, names and staging buffer, and fills the table
+ * with the files of g in byte order, each validated, and the total count.
+ * *largest: the most tokens one shard has. */
+static ferry_status add_shards(struct ferry_loader *l, const glob_t *g,
+			       const char *glob_pattern, int64_t *largest)
+{
+	size_t i, names_len = 0;
+	char **sorted;
+	ferry_status st = FERRY_OK;
+	char *p;
 
 	/* Sort ourselves: glob's order follows the locale's collation. */
-	sorted = ferry_malloc(g.gl_pathc * sizeof(*sorted));
-	l->shards = ferry_calloc(g.gl_pathc, sizeof(*l->shards));
+	sorted = ferry_malloc(g->gl_pathc * sizeof(*sorted));
+	l->shards = ferry_calloc(g->gl_pathc, sizeof(*l->shards));
 	l->stage = ferry_malloc(((size_t)l->per_batch + 1) * sizeof(uint16_t));
-	for (i = 0; i < g.gl_pathc; i++)
-		names_len += strlen(g.gl_pathv[i]) + 1;
+	for (i = 0; i < g->gl_pathc; i++)
+		names_len += strlen(g->gl_pathv[i]) + 1;
 	l->names = ferry_malloc(names_len);
 	if (!sorted || !l->shards || !l->stage || !l->names) {
 		st = ferry_error(FERRY_ERR_NOMEM, "out of memory opening '%s'",
 				 glob_pattern);
-		goto fail;
+		goto out;
 	}
-	memcpy(sorted, g.gl_pathv, g.gl_pathc * sizeof(*sorted));
-	qsort(sorted, g.gl_pathc, sizeof(*sorted), cmp_str);
+	memcpy(sorted, g->gl_pathv, g->gl_pathc * sizeof(*sorted));
+	qsort(sorted, g->gl_pathc, sizeof(*sorted), cmp_str);
 
 	p = l->names;
-	for (i = 0; i < g.gl_pathc; i++) {
+	for (i = 0; i < g->gl_pathc; i++) {
 		size_t len = strlen(sorted[i]) + 1;
 
 		memcpy(p, sorted[i], len);
@@ -199,27 +188,57 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 		p += len;
 		st = check_shard(p - len, &l->shards[i].tokens);
 		if (st)
-			goto fail;
+			goto out;
 		l->total_tokens += l->shards[i].tokens;
-		if (l->shards[i].tokens > largest)
-			largest = l->shards[i].tokens;
+		if (l->shards[i].tokens > *largest)
+			*largest = l->shards[i].tokens;
 	}
-	if (largest < l->per_batch + 1) {
+out:
+	ferry_free(sorted);
+	return st;
+}
+
+ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
+			       int vocab, ferry_loader_t *out)
+{
+	struct ferry_loader *l = NULL;
+	int64_t largest = 0;
+	ferry_status st;
+	glob_t g;
+
+	if (!out)
+		return ferry_error(FERRY_ERR_INVALID, "loader output is NULL");
+	*out = NULL;
+	st = check_open_args(glob_pattern, B, T, vocab);
+	if (st)
+		return st;
+	st = glob_shards(glob_pattern, &g);
+	if (st)
+		goto out;
+	l = ferry_calloc(1, sizeof(*l));
+	if (!l) {
+		st = ferry_error(FERRY_ERR_NOMEM, "out of memory opening '%s'",
+				 glob_pattern);
+		goto out;
+	}
+	l->fd = -1;
+	l->fd_shard = -1;
+	l->n_shards = (int)g.gl_pathc;
+	l->per_batch = (int64_t)B * T;
+	l->vocab = vocab;
+	st = add_shards(l, &g, glob_pattern, &largest);
+	if (!st && largest < l->per_batch + 1)
 		st = ferry_error(FERRY_ERR_INVALID,
 				 "'%s': no shard has the %lld tokens one batch needs (B*T+1, B=%d, T=%d); the largest has %lld",
 				 glob_pattern, (long long)l->per_batch + 1, B, T,
 				 (long long)largest);
-		goto fail;
+	if (st) {
+		ferry_loader_free(l);
+		goto out;
 	}
 	settle(l);
-	ferry_free(sorted);
-	globfree(&g);
 	*out = l;
-	return FERRY_OK;
-fail:
-	ferry_free(sorted);
-	ferry_loader_free(l);
-fail_glob:
+out:
 	globfree(&g);
 	return st;
 }

@@ -337,14 +337,9 @@ out:
 	return st;
 }
 
-ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
-				  const struct ferry_data_opts *opts,
-				  struct ferry_data_stats *stats)
+static ferry_status check_text_args(const char *const *paths, int n_paths,
+				    const struct ferry_data_opts *opts)
 {
-	struct writer *train = NULL, *val = NULL;
-	struct builder *b = NULL;
-	unsigned char *buf = NULL;
-	ferry_status st;
 	int i;
 
 	if (!paths || n_paths <= 0 || !opts)
@@ -367,16 +362,13 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 		return ferry_error(FERRY_ERR_INVALID,
 				   "document separator is longer than %d bytes",
 				   SEP_MAX - 2);
+	return FERRY_OK;
+}
 
-	train = ferry_calloc(1, sizeof(*train));
-	val = ferry_calloc(1, sizeof(*val));
-	b = ferry_calloc(1, sizeof(*b));
-	buf = ferry_malloc(READ_BUF_BYTES);
-	if (!train || !val || !b || !buf) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "out of memory converting text to shards");
-		goto out;
-	}
+/* Sets up the two writers and the builder that feeds them from opts. */
+static void builder_init(struct builder *b, struct writer *train,
+			 struct writer *val, const struct ferry_data_opts *opts)
+{
 	train->prefix = val->prefix = opts->out_prefix;
 	train->split = "train";
 	val->split = "val";
@@ -390,26 +382,59 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 
 		b->k = k < 1.0 ? 1 : k > (double)LONG_MAX / 2 ? LONG_MAX / 2 : (long)k;
 	}
+}
+
+/* Feeds every input file through b (buf: READ_BUF_BYTES of scratch), then
+ * completes both splits' last shards and removes stale ones. */
+static ferry_status convert_files(struct builder *b, const char *const *paths,
+				  int n_paths, unsigned char *buf)
+{
+	ferry_status st;
+	int i;
 
 	for (i = 0; i < n_paths; i++) {
 		st = read_file(b, paths[i], buf);
 		if (st)
-			goto out;
+			return st;
 	}
-	if (b->documents == 0) {
-		st = ferry_error(FERRY_ERR_INVALID,
-				 "no text in %d input file%s (first: %s)",
-				 n_paths, n_paths == 1 ? "" : "s", paths[0]);
-		goto out;
-	}
-	st = writer_close(train);
+	if (b->documents == 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "no text in %d input file%s (first: %s)",
+				   n_paths, n_paths == 1 ? "" : "s", paths[0]);
+	st = writer_close(b->train);
 	if (!st)
-		st = writer_close(val);
+		st = writer_close(b->val);
 	if (st)
+		return st;
+	remove_stale(b->train, b->train->index);
+	remove_stale(b->val, b->val->index);
+	return FERRY_OK;
+}
+
+ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
+				  const struct ferry_data_opts *opts,
+				  struct ferry_data_stats *stats)
+{
+	struct writer *train = NULL, *val = NULL;
+	struct builder *b = NULL;
+	unsigned char *buf = NULL;
+	ferry_status st;
+
+	st = check_text_args(paths, n_paths, opts);
+	if (st)
+		return st;
+	train = ferry_calloc(1, sizeof(*train));
+	val = ferry_calloc(1, sizeof(*val));
+	b = ferry_calloc(1, sizeof(*b));
+	buf = ferry_malloc(READ_BUF_BYTES);
+	if (!train || !val || !b || !buf) {
+		st = ferry_error(FERRY_ERR_NOMEM,
+				 "out of memory converting text to shards");
 		goto out;
-	remove_stale(train, train->index);
-	remove_stale(val, val->index);
-	if (stats) {
+	}
+	builder_init(b, train, val, opts);
+	st = convert_files(b, paths, n_paths, buf);
+	if (!st && stats) {
 		stats->documents = b->documents;
 		stats->train_tokens = train->total;
 		stats->val_tokens = val->total;

@@ -61,21 +61,13 @@ static void derive_needed(const struct ferry_layer_decl *decl, struct ferry_stac
 	sp->stored |= 1u << decl->input; /* the scan carry is always kept */
 }
 
-ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
-				   const struct ferry_dims *dims,
-				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
+/* A valid declaration, a prefetch depth and a layer count in range, and
+ * every activation's bytes for L + 1 layers within int64. */
+static ferry_status check_plan_args(const struct ferry_layer_decl *decl, const struct ferry_dims *dims,
+				    int depth, int64_t L)
 {
-	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
-	enum ferry_placement place[FERRY_LAYER_MAX_TENSORS];
-	int index[FERRY_LAYER_MAX_TENSORS], n_view;
-	struct ferry_policy *pol = NULL;
-	const char *policy = opts ? opts->policy : NULL;
-	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
-	int64_t L = dims->v[FERRY_DIM_L];
-	ferry_status st;
+	ferry_status st = ferry_layer_decl_check(decl);
 
-	memset(sp, 0, sizeof(*sp));
-	st = ferry_layer_decl_check(decl);
 	if (st)
 		return st;
 	if (depth < 1 || depth > 64)
@@ -92,6 +84,19 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 			return ferry_error(FERRY_ERR_INVALID, "%s: activation '%s' is too large for memory sizes",
 					   decl->model, decl->tensors[t].name);
 	}
+	return FERRY_OK;
+}
+
+/* sp->place[] of the tensors the policy sees (NULL: everything_saveable). */
+static ferry_status apply_policy(const struct ferry_layer_decl *decl, const char *policy,
+				 struct ferry_stack_plan *sp)
+{
+	struct ferry_policy_tensor pt[FERRY_LAYER_MAX_TENSORS];
+	enum ferry_placement place[FERRY_LAYER_MAX_TENSORS];
+	int index[FERRY_LAYER_MAX_TENSORS], n_view;
+	struct ferry_policy *pol = NULL;
+	ferry_status st;
+
 	st = ferry_policy_parse(policy ? policy : "everything_saveable", &pol);
 	if (st)
 		return st;
@@ -102,6 +107,60 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 		return st;
 	for (int i = 0; i < n_view; i++)
 		sp->place[index[i]] = place[i];
+	return FERRY_OK;
+}
+
+/* Tensor t's element and slot size, its kind of device slot and how many,
+ * its host bytes when offloaded, and its share of the gradient bytes. */
+static void plan_slots(const struct ferry_layer_decl *decl, const struct ferry_dims *dims,
+		       struct ferry_stack_plan *sp, int t)
+{
+	size_t elem = ferry_layer_tensor_is_stat(decl, t) ? sizeof(float) : ferry_dtype_size(sp->act_dtype);
+	size_t bytes = ferry_layer_tensor_numel(decl, t, dims) * elem;
+	size_t sz = align_bytes(bytes);
+	bool stored = sp->stored & (1u << t);
+
+	sp->elem[t] = elem;
+	sp->slot_bytes[t] = sz;
+	if (t == decl->output) {
+		sp->kind[t] = FERRY_SLOT_NONE;
+		sp->slots[t] = 0;
+	} else if (t == decl->input) {
+		sp->kind[t] = FERRY_SLOT_INPUT;
+		sp->slots[t] = sp->input_offloaded ? sp->ring + 1 : sp->L + 1;
+	} else if (stored && sp->place[t] == FERRY_PLACE_DEVICE) {
+		sp->kind[t] = FERRY_SLOT_PER_LAYER;
+		sp->slots[t] = sp->L;
+	} else if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
+		sp->kind[t] = FERRY_SLOT_RING;
+		sp->slots[t] = sp->ring;
+	} else {
+		sp->kind[t] = FERRY_SLOT_SHARED;
+		sp->slots[t] = 1;
+	}
+	if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
+		sp->offloaded |= 1u << t;
+		sp->host_bytes[t] = bytes;
+	}
+	if ((sp->has_grad & (1u << t)) && t != decl->output)
+		sp->grad_bytes += sz;
+}
+
+ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
+				   const struct ferry_dims *dims,
+				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
+{
+	const char *policy = opts ? opts->policy : NULL;
+	int depth = opts && opts->prefetch_depth ? opts->prefetch_depth : FERRY_DEFAULT_PREFETCH_DEPTH;
+	int64_t L = dims->v[FERRY_DIM_L];
+	ferry_status st;
+
+	memset(sp, 0, sizeof(*sp));
+	st = check_plan_args(decl, dims, depth, L);
+	if (!st)
+		st = apply_policy(decl, policy, sp);
+	if (st)
+		return st;
 
 	sp->n_tensors = decl->n_tensors;
 	sp->n_ops = decl->n_ops;
@@ -118,37 +177,8 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	derive_needed(decl, sp);
 	sp->input_offloaded = sp->place[decl->input] == FERRY_PLACE_OFFLOAD;
 
-	for (int t = 0; t < decl->n_tensors; t++) {
-		size_t elem = ferry_layer_tensor_is_stat(decl, t) ? sizeof(float) : ferry_dtype_size(sp->act_dtype);
-		size_t bytes = ferry_layer_tensor_numel(decl, t, dims) * elem;
-		size_t sz = align_bytes(bytes);
-		bool stored = sp->stored & (1u << t);
-
-		sp->elem[t] = elem;
-		sp->slot_bytes[t] = sz;
-		if (t == decl->output) {
-			sp->kind[t] = FERRY_SLOT_NONE;
-			sp->slots[t] = 0;
-		} else if (t == decl->input) {
-			sp->kind[t] = FERRY_SLOT_INPUT;
-			sp->slots[t] = sp->input_offloaded ? sp->ring + 1 : sp->L + 1;
-		} else if (stored && sp->place[t] == FERRY_PLACE_DEVICE) {
-			sp->kind[t] = FERRY_SLOT_PER_LAYER;
-			sp->slots[t] = sp->L;
-		} else if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
-			sp->kind[t] = FERRY_SLOT_RING;
-			sp->slots[t] = sp->ring;
-		} else {
-			sp->kind[t] = FERRY_SLOT_SHARED;
-			sp->slots[t] = 1;
-		}
-		if (stored && sp->place[t] == FERRY_PLACE_OFFLOAD) {
-			sp->offloaded |= 1u << t;
-			sp->host_bytes[t] = bytes;
-		}
-		if ((sp->has_grad & (1u << t)) && t != decl->output)
-			sp->grad_bytes += sz;
-	}
+	for (int t = 0; t < decl->n_tensors; t++)
+		plan_slots(decl, dims, sp, t);
 	/* the input's gradient and the output's alternate between two slots */
 	sp->grad_bytes += sp->slot_bytes[decl->input];
 	return FERRY_OK;

@@ -173,6 +173,127 @@ static void print_files(const char *prefix, const char *split, int n)
 		printf("  wrote %s_%s_%06d.bin\n", prefix, split, i);
 }
 
+/* The value of flag a (one of --out, --doc-sep, --val-fraction,
+ * --shard-tokens) into opts; 0, or -1 after a message. */
+static int set_data_flag(const char *a, const char *value,
+			 struct ferry_data_opts *opts, int *sep_given)
+{
+	if (!strcmp(a, "--out")) {
+		opts->out_prefix = value;
+	} else if (!strcmp(a, "--doc-sep")) {
+		opts->doc_sep = value;
+		*sep_given = 1;
+	} else if (!strcmp(a, "--val-fraction")) {
+		if (parse_double(a, value, &opts->val_fraction))
+			return -1;
+		if (!(opts->val_fraction >= 0.0 && opts->val_fraction <= 1.0)) {
+			fprintf(stderr,
+				"ferry data: --val-fraction must be in [0, 1], got %s\n",
+				value);
+			return -1;
+		}
+	} else {
+		if (parse_long(a, value, &opts->shard_tokens))
+			return -1;
+		if (opts->shard_tokens <= 0 || opts->shard_tokens > INT_MAX) {
+			fprintf(stderr,
+				"ferry data: --shard-tokens must be in [1, %d], got %s\n",
+				INT_MAX, value);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Flags into opts, files into args[0..*n_args); flags and files may be
+ * mixed, and after "--" everything is a file.  0, 1 after --help, or -1
+ * after a message. */
+static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
+			   const char **args, int *n_args, int *sep_given)
+{
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--")) {
+			while (++i < argc)
+				args[(*n_args)++] = argv[i];
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0') {
+			args[(*n_args)++] = a;
+			continue;
+		}
+		if (strcmp(a, "--out") && strcmp(a, "--doc-sep") &&
+		    strcmp(a, "--val-fraction") && strcmp(a, "--shard-tokens")) {
+			fprintf(stderr, "ferry data: unknown flag %s\n", a);
+			fprintf(stderr, "try 'ferry data --help'\n");
+			return -1;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "ferry data: %s needs a value\n", a);
+			fprintf(stderr, "try 'ferry data --help'\n");
+			return -1;
+		}
+		if (set_data_flag(a, argv[++i], opts, sep_given))
+			return -1;
+	}
+	if (!*opts->out_prefix) {
+		fprintf(stderr, "ferry data: --out must not be empty\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* The demo corpus into *demo: the fortune files (documents separated by
+ * "%" unless --doc-sep was given), or else the licenses.  Returns their
+ * count, or -1 after a message. */
+static int demo_corpus(struct ferry_data_opts *opts, int sep_given,
+		       char ***demo)
+{
+	int n = list_dir(FORTUNE_DIR, 1, demo);
+
+	if (n < 0)
+		return -1;
+	if (n > 0) {
+		if (!sep_given)
+			opts->doc_sep = "%";
+		printf("ferry data: demo corpus: %d fortune files in %s\n",
+		       n, FORTUNE_DIR);
+		return n;
+	}
+	n = list_dir(LICENSE_DIR, 0, demo);
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		fprintf(stderr,
+			"ferry data: no FILE given and no demo corpus: neither %s nor %s has files (apt-get install fortunes)\n",
+			FORTUNE_DIR, LICENSE_DIR);
+		return -1;
+	}
+	printf("ferry data: %s not found (apt-get install fortunes); using the %d licenses in %s instead, one document per file\n",
+	       FORTUNE_DIR, n, LICENSE_DIR);
+	return n;
+}
+
+static void print_stats(const char *prefix, int n_files,
+			const struct ferry_data_stats *stats)
+{
+	printf("ferry data: %ld documents from %d file%s\n", stats->documents,
+	       n_files, n_files == 1 ? "" : "s");
+	printf("  train: %ld tokens in %d shard%s\n", stats->train_tokens,
+	       stats->train_shards, stats->train_shards == 1 ? "" : "s");
+	printf("  val:   %ld tokens in %d shard%s\n", stats->val_tokens,
+	       stats->val_shards, stats->val_shards == 1 ? "" : "s");
+	print_files(prefix, "train", stats->train_shards);
+	print_files(prefix, "val", stats->val_shards);
+}
+
 int cmd_data(int argc, char **argv)
 {
 	struct ferry_data_opts opts = {
@@ -182,99 +303,27 @@ int cmd_data(int argc, char **argv)
 		.shard_tokens = 100000000,
 	};
 	struct ferry_data_stats stats;
-	int sep_given = 0, n_args = 0, n_demo = 0, n_files, rc = 2, i;
+	int sep_given = 0, n_args = 0, n_demo = 0, n_files, rc = 2, parsed;
 	const char **args, *const *files;
 	char **demo = NULL;
 
-	/* Flags and files may be mixed; after "--" everything is a file. */
 	args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*args));
 	if (!args) {
 		fprintf(stderr, "ferry data: out of memory\n");
 		return 1;
 	}
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			rc = 0;
-			goto out;
-		}
-		if (!strcmp(a, "--")) {
-			while (++i < argc)
-				args[n_args++] = argv[i];
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0') {
-			args[n_args++] = a;
-			continue;
-		}
-		if (strcmp(a, "--out") && strcmp(a, "--doc-sep") &&
-		    strcmp(a, "--val-fraction") && strcmp(a, "--shard-tokens")) {
-			fprintf(stderr, "ferry data: unknown flag %s\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			goto out;
-		}
-		if (i + 1 >= argc) {
-			fprintf(stderr, "ferry data: %s needs a value\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			goto out;
-		}
-		if (!strcmp(a, "--out")) {
-			opts.out_prefix = argv[++i];
-		} else if (!strcmp(a, "--doc-sep")) {
-			opts.doc_sep = argv[++i];
-			sep_given = 1;
-		} else if (!strcmp(a, "--val-fraction")) {
-			if (parse_double(a, argv[++i], &opts.val_fraction))
-				goto out;
-			if (!(opts.val_fraction >= 0.0 && opts.val_fraction <= 1.0)) {
-				fprintf(stderr,
-					"ferry data: --val-fraction must be in [0, 1], got %s\n",
-					argv[i]);
-				goto out;
-			}
-		} else {
-			if (parse_long(a, argv[++i], &opts.shard_tokens))
-				goto out;
-			if (opts.shard_tokens <= 0 || opts.shard_tokens > INT_MAX) {
-				fprintf(stderr,
-					"ferry data: --shard-tokens must be in [1, %d], got %s\n",
-					INT_MAX, argv[i]);
-				goto out;
-			}
-		}
-	}
-	if (!*opts.out_prefix) {
-		fprintf(stderr, "ferry data: --out must not be empty\n");
+	parsed = parse_data_args(argc, argv, &opts, args, &n_args, &sep_given);
+	if (parsed) {
+		rc = parsed > 0 ? 0 : 2;
 		goto out;
 	}
 	rc = 1;
 	files = args;
 	n_files = n_args;
-
 	if (n_files == 0) {
-		n_demo = list_dir(FORTUNE_DIR, 1, &demo);
+		n_demo = demo_corpus(&opts, sep_given, &demo);
 		if (n_demo < 0)
 			goto out;
-		if (n_demo > 0) {
-			if (!sep_given)
-				opts.doc_sep = "%";
-			printf("ferry data: demo corpus: %d fortune files in %s\n",
-			       n_demo, FORTUNE_DIR);
-		} else {
-			n_demo = list_dir(LICENSE_DIR, 0, &demo);
-			if (n_demo < 0)
-				goto out;
-			if (n_demo == 0) {
-				fprintf(stderr,
-					"ferry data: no FILE given and no demo corpus: neither %s nor %s has files (apt-get install fortunes)\n",
-					FORTUNE_DIR, LICENSE_DIR);
-				goto out;
-			}
-			printf("ferry data: %s not found (apt-get install fortunes); using the %d licenses in %s instead, one document per file\n",
-			       FORTUNE_DIR, n_demo, LICENSE_DIR);
-		}
 		files = (const char *const *)demo;
 		n_files = n_demo;
 	}
@@ -285,14 +334,7 @@ int cmd_data(int argc, char **argv)
 		fprintf(stderr, "ferry data: %s\n", ferry_last_error());
 		goto out;
 	}
-	printf("ferry data: %ld documents from %d file%s\n", stats.documents,
-	       n_files, n_files == 1 ? "" : "s");
-	printf("  train: %ld tokens in %d shard%s\n", stats.train_tokens,
-	       stats.train_shards, stats.train_shards == 1 ? "" : "s");
-	printf("  val:   %ld tokens in %d shard%s\n", stats.val_tokens,
-	       stats.val_shards, stats.val_shards == 1 ? "" : "s");
-	print_files(opts.out_prefix, "train", stats.train_shards);
-	print_files(opts.out_prefix, "val", stats.val_shards);
+	print_stats(opts.out_prefix, n_files, &stats);
 	rc = 0;
 out:
 	free_list(demo, n_demo > 0 ? n_demo : 0);

@@ -40,19 +40,21 @@ static int print_schedule(const struct ferry_model_config *cfg, const struct fer
 	return 0;
 }
 
-int cmd_plan(int argc, char **argv)
-{
+/* What ferry plan was asked for. */
+struct plan_args {
 	struct ferry_train_opts o;
-	struct ferry_model_config cfg;
-	struct ferry_plan plan;
-	const char *json_path = NULL;
-	bool shape_given = false, json = false, schedule = false, tutorial;
-	int rows = 256, rc = 0;
-	ferry_status st;
+	const char *json_path;
+	bool shape_given, json, schedule, tutorial;
+	int rows;
+};
 
-	model_flags_default(&o);
+/* The flags into a; -1 to go on, or the exit code (after --help, 0, or
+ * after a message, 2). */
+static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
+{
+	model_flags_default(&a->o);
 	for (int i = 1; i < argc; i++) {
-		int r = model_flag(CMD, argc, argv, i, &o, &shape_given);
+		int r = model_flag(CMD, argc, argv, i, &a->o, &a->shape_given);
 
 		if (r < 0)
 			return 2;
@@ -62,73 +64,112 @@ int cmd_plan(int argc, char **argv)
 			usage();
 			return 0;
 		} else if (!strcmp(argv[i], "--rows")) {
-			if (arg_int(CMD, argc, argv, i++, &rows))
+			if (arg_int(CMD, argc, argv, i++, &a->rows))
 				return 2;
 		} else if (!strcmp(argv[i], "--schedule")) {
-			schedule = true;
+			a->schedule = true;
 		} else if (!strcmp(argv[i], "--json")) {
-			json = true;
+			a->json = true;
 			if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-				json_path = argv[++i];
+				a->json_path = argv[++i];
 		} else {
 			return cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
 		}
 	}
-	tutorial = !strcmp(o.model.arch, "tutorial");
+	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
 	/* a plan for cuda is made without opening it: no GPU needed here */
-	if (strcmp(o.backend, "auto") == 0)
-		o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
-	o.exec.act_dtype = ferry_backend_act_dtype(o.backend);
+	if (strcmp(a->o.backend, "auto") == 0)
+		a->o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+	a->o.exec.act_dtype = ferry_backend_act_dtype(a->o.backend);
+	return -1;
+}
 
-	if (tutorial) {
-		struct ferry_tutorial_config tc = { 10, rows, 256, false };
+/* The plan of the tutorial network or of the model (then also its config
+ * into *cfg); -1 to go on, or the exit code after a message. */
+static int make_plan(struct plan_args *a, struct ferry_model_config *cfg, struct ferry_plan *plan)
+{
+	ferry_status st;
 
-		if (shape_given) {
-			tc.layers = o.model.layers;
-			tc.channels = o.model.channels;
+	if (a->tutorial) {
+		struct ferry_tutorial_config tc = { 10, a->rows, 256, false };
+
+		if (a->shape_given) {
+			tc.layers = a->o.model.layers;
+			tc.channels = a->o.model.channels;
 		}
-		st = ferry_tutorial_plan(&tc, &o.exec, &plan);
+		st = ferry_tutorial_plan(&tc, &a->o.exec, plan);
 	} else {
-		if (model_flags_config(CMD, &o, &cfg))
+		if (model_flags_config(CMD, &a->o, cfg))
 			return 1;
-		st = ferry_model_plan(&cfg, o.B, o.T, &o.exec, &plan);
+		st = ferry_model_plan(cfg, a->o.B, a->o.T, &a->o.exec, plan);
 	}
-	if (st)
-		return cli_fail(CMD);
+	return st ? cli_fail(CMD) : -1;
+}
 
-	if (json) {
-		FILE *f = json_path ? fopen(json_path, "w") : stdout;
+/* The plan as JSON, to the file or stdout; -1 to go on, or the exit code:
+ * after writing to stdout, whether the plan fits. */
+static int write_plan_json(const struct plan_args *a, const struct ferry_plan *plan)
+{
+	FILE *f = a->json_path ? fopen(a->json_path, "w") : stdout;
 
-		if (!f) {
-			fprintf(stderr, "ferry plan: cannot write %s\n", json_path);
-			return 1;
-		}
-		plan_print_json(f, &plan, o.device_mem);
-		if (json_path && fclose(f) != 0) {
-			fprintf(stderr, "ferry plan: cannot write %s\n", json_path);
-			return 1;
-		}
-		if (!json_path) /* the JSON says whether it fits; so does the status */
-			return o.device_mem && plan.mem.peak_bytes > o.device_mem ? 1 : 0;
+	if (!f) {
+		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
+		return 1;
+	}
+	plan_print_json(f, plan, a->o.device_mem);
+	if (a->json_path && fclose(f) != 0) {
+		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
+		return 1;
+	}
+	if (!a->json_path) /* the JSON says whether it fits; so does the status */
+		return a->o.device_mem && plan->mem.peak_bytes > a->o.device_mem ? 1 : 0;
+	return -1;
+}
+
+/* With --device-mem: whether the plan fits, and if not, which presets
+ * would.  The exit code: 1 when it does not fit. */
+static int report_fit(const struct plan_args *a, const struct ferry_model_config *cfg,
+		      const struct ferry_plan *plan)
+{
+	const struct ferry_train_opts *o = &a->o;
+	char fits[1024] = "";
+	int n;
+
+	if (!o->device_mem)
+		return 0;
+	n = a->tutorial ? 0 : ferry_model_fitting_presets(cfg, o->B, o->T, &o->exec, o->device_mem, fits,
+							   sizeof(fits));
+	if (plan->mem.peak_bytes <= o->device_mem) {
+		printf("\nfits: needs %zu of %zu bytes of device memory\n", plan->mem.peak_bytes, o->device_mem);
+		return 0;
+	}
+	printf("\ndoes not fit: needs %zu bytes of device memory, the device has %zu\n", plan->mem.peak_bytes,
+	       o->device_mem);
+	if (!a->tutorial)
+		printf("presets that fit: %s\n", n ? fits : "none");
+	return 1;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+	struct plan_args a = { .rows = 256 };
+	struct ferry_model_config cfg;
+	struct ferry_plan plan;
+	int rc;
+
+	rc = parse_plan_flags(argc, argv, &a);
+	if (rc < 0)
+		rc = make_plan(&a, &cfg, &plan);
+	if (rc >= 0)
+		return rc;
+	if (a.json) {
+		rc = write_plan_json(&a, &plan);
+		if (rc >= 0)
+			return rc;
 	} else {
 		plan_print_text(stdout, &plan);
 	}
-	if (schedule && !tutorial && !json && print_schedule(&cfg, &o))
+	if (a.schedule && !a.tutorial && !a.json && print_schedule(&cfg, &a.o))
 		return 1;
-	if (o.device_mem) {
-		char fits[1024] = "";
-		int n = tutorial ? 0 : ferry_model_fitting_presets(&cfg, o.B, o.T, &o.exec, o.device_mem,
-								 fits, sizeof(fits));
-
-		if (plan.mem.peak_bytes <= o.device_mem) {
-			printf("\nfits: needs %zu of %zu bytes of device memory\n", plan.mem.peak_bytes, o.device_mem);
-		} else {
-			printf("\ndoes not fit: needs %zu bytes of device memory, the device has %zu\n",
-			       plan.mem.peak_bytes, o.device_mem);
-			if (!tutorial)
-				printf("presets that fit: %s\n", n ? fits : "none");
-			rc = 1;
-		}
-	}
-	return rc;
+	return report_fit(&a, &cfg, &plan);
 }

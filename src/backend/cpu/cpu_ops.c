@@ -8,71 +8,117 @@
 #define F(p) ((float *)(p))
 #define CF(p) ((const float *)(p))
 
-void ferry_cpu_run_op(const struct ferry_op_call *c)
+/* The forward kernel of a model op. */
+static void run_forward(const struct ferry_op_call *c)
 {
 	int N = c->B * c->T;
 	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		if (!c->backward)
-			ferry_cpu_encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]),
-						  c->B, c->T, c->C);
-		else
-			ferry_cpu_encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]),
-						   c->tokens, c->B, c->T, c->C);
+		ferry_cpu_encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]),
+					  c->B, c->T, c->C);
 		break;
 	case FERRY_OP_LAYERNORM:
-		if (!c->backward)
-			ferry_cpu_layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]),
-						    CF(c->in[0]), CF(c->w[0]), CF(c->w[1]), N,
-						    c->C);
-		else
-			ferry_cpu_layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
-						     CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]),
-						     CF(c->out[1]), CF(c->out[2]), N, c->C);
+		ferry_cpu_layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]),
+					    CF(c->in[0]), CF(c->w[0]), CF(c->w[1]), N,
+					    c->C);
 		break;
 	case FERRY_OP_MATMUL:
-		if (!c->backward)
-			ferry_cpu_matmul_forward(F(c->out[0]), CF(c->in[0]), CF(c->w[0]),
-						 CF(c->w[1]), N, c->C, c->OC);
-		else
-			ferry_cpu_matmul_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
-						  CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]), N,
-						  c->C, c->OC);
+		ferry_cpu_matmul_forward(F(c->out[0]), CF(c->in[0]), CF(c->w[0]),
+					 CF(c->w[1]), N, c->C, c->OC);
 		break;
 	case FERRY_OP_ATTENTION:
-		if (!c->backward)
-			ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
-						    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
-						    c->NH, NKV);
-		else
-			ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
-						     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
-						     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
-						     c->B, c->T, c->C, c->NH, NKV);
+		ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+					    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
+					    c->NH, NKV);
 		break;
 	case FERRY_OP_GELU:
-		if (!c->backward)
-			ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
-		else
-			ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
+		ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_RESIDUAL:
-		if (!c->backward)
-			ferry_cpu_residual_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
-		else
-			ferry_cpu_residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
-						    c->n);
+		ferry_cpu_residual_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
 		break;
 	case FERRY_OP_SOFTMAX_XENT:
-		if (!c->backward)
-			ferry_cpu_softmax_xent_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
-						       c->tokens, N, c->V, c->Vp);
-		else
-			ferry_cpu_softmax_xent_backward(F(c->din[0]), CF(c->out[1]), c->tokens,
-							c->scalar[0], N, c->V, c->Vp);
+		ferry_cpu_softmax_xent_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+					       c->tokens, N, c->V, c->Vp);
 		break;
+	case FERRY_OP_RMSNORM:
+		ferry_cpu_rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+					  CF(c->w[0]), N, c->C, c->scalar[0]);
+		break;
+	case FERRY_OP_ROPE:
+		ferry_cpu_rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH,
+				       c->C / c->NH, c->scalar[0]);
+		break;
+	case FERRY_OP_SWIGLU:
+		ferry_cpu_swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+		break;
+	default:
+		assert(0); /* not a model op: ferry_cpu_run_op routes those */
+	}
+}
+
+/* The backward kernel of a model op. */
+static void run_backward(const struct ferry_op_call *c)
+{
+	int N = c->B * c->T;
+	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
+
+	switch (c->kind) {
+	case FERRY_OP_ENCODER:
+		ferry_cpu_encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]),
+					   c->tokens, c->B, c->T, c->C);
+		break;
+	case FERRY_OP_LAYERNORM:
+		ferry_cpu_layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
+					     CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]),
+					     CF(c->out[1]), CF(c->out[2]), N, c->C);
+		break;
+	case FERRY_OP_MATMUL:
+		ferry_cpu_matmul_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
+					  CF(c->dout[0]), CF(c->in[0]), CF(c->w[0]), N,
+					  c->C, c->OC);
+		break;
+	case FERRY_OP_ATTENTION:
+		ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
+					     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
+					     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
+					     c->B, c->T, c->C, c->NH, NKV);
+		break;
+	case FERRY_OP_GELU:
+		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
+		break;
+	case FERRY_OP_RESIDUAL:
+		ferry_cpu_residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
+					    c->n);
+		break;
+	case FERRY_OP_SOFTMAX_XENT:
+		ferry_cpu_softmax_xent_backward(F(c->din[0]), CF(c->out[1]), c->tokens,
+						c->scalar[0], N, c->V, c->Vp);
+		break;
+	case FERRY_OP_RMSNORM:
+		ferry_cpu_rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]),
+					   CF(c->in[0]), CF(c->w[0]), CF(c->out[1]), N,
+					   c->C);
+		break;
+	case FERRY_OP_ROPE:
+		ferry_cpu_rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH,
+					c->C / c->NH, c->scalar[0]);
+		break;
+	case FERRY_OP_SWIGLU:
+		ferry_cpu_swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
+					  CF(c->in[0]), CF(c->in[1]), c->n);
+		break;
+	default:
+		assert(0); /* not a model op: ferry_cpu_run_op routes those */
+	}
+}
+
+/* Optimizer steps, reductions, fills and casts: no backward. */
+static void run_param_op(const struct ferry_op_call *c)
+{
+	switch (c->kind) {
 	case FERRY_OP_ADAMW:
 		ferry_cpu_adamw_update(c->param, F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n,
 				       c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
@@ -94,29 +140,36 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 		if (c->out[0] != c->in[0])
 			memcpy(c->out[0], c->in[0], (size_t)c->n * sizeof(float));
 		break;
+	default:
+		assert(0); /* a model op: ferry_cpu_run_op routes those */
+	}
+}
+
+void ferry_cpu_run_op(const struct ferry_op_call *c)
+{
+	switch (c->kind) {
+	case FERRY_OP_ENCODER:
+	case FERRY_OP_LAYERNORM:
+	case FERRY_OP_MATMUL:
+	case FERRY_OP_ATTENTION:
+	case FERRY_OP_GELU:
+	case FERRY_OP_RESIDUAL:
+	case FERRY_OP_SOFTMAX_XENT:
 	case FERRY_OP_RMSNORM:
-		if (!c->backward)
-			ferry_cpu_rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
-						  CF(c->w[0]), N, c->C, c->scalar[0]);
-		else
-			ferry_cpu_rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]),
-						   CF(c->in[0]), CF(c->w[0]), CF(c->out[1]), N,
-						   c->C);
-		break;
 	case FERRY_OP_ROPE:
-		if (!c->backward)
-			ferry_cpu_rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH,
-					       c->C / c->NH, c->scalar[0]);
-		else
-			ferry_cpu_rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH,
-						c->C / c->NH, c->scalar[0]);
-		break;
 	case FERRY_OP_SWIGLU:
 		if (!c->backward)
-			ferry_cpu_swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+			run_forward(c);
 		else
-			ferry_cpu_swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
-						  CF(c->in[0]), CF(c->in[1]), c->n);
+			run_backward(c);
+		break;
+	case FERRY_OP_ADAMW:
+	case FERRY_OP_SUM_SQUARES:
+	case FERRY_OP_SUM:
+	case FERRY_OP_FILL:
+	case FERRY_OP_SGD:
+	case FERRY_OP_CAST:
+		run_param_op(c);
 		break;
 	case FERRY_OP_COUNT:
 		assert(0);

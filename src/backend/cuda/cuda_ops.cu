@@ -81,106 +81,166 @@ static int ws_fits(const struct ferry_cuda_ops *ops, size_t need, const struct f
 	return 0;
 }
 
-extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c,
-				 char *err, size_t err_len)
+/* Refuses (with a message) a backward whose scratch would not fit. */
+static int scratch_fits(const struct ferry_cuda_ops *ops, const struct ferry_op_call *c, char *err,
+			size_t err_len)
 {
 	int N = c->B * c->T;
-	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
-	cudaError_t e = cudaSuccess;
 
 	if (c->backward && c->kind == FERRY_OP_LAYERNORM &&
 	    !ws_fits(ops, ferry_cuda_layernorm_backward_ws_bytes(N, c->C), c, err, err_len))
-		return -1;
+		return 0;
 	if (c->backward && c->kind == FERRY_OP_ATTENTION &&
 	    !ws_fits(ops, ferry_cuda_attention_backward_ws_bytes(c->B, c->T, c->C, c->NH), c, err, err_len))
-		return -1;
+		return 0;
 	if (c->backward && c->kind == FERRY_OP_RMSNORM && c->dw[0] &&
 	    !ws_fits(ops, ferry_cuda_rmsnorm_backward_ws_bytes(N, c->C), c, err, err_len))
-		return -1;
+		return 0;
+	return 1;
+}
+
+/* The forward kernel of a model op (matmul aside: cuBLAS). */
+static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
+{
+	int N = c->B * c->T;
+	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		e = !c->backward ? ferry_cuda_encoder_forward(s, BF(c->out[0]), c->tokens, CBF(c->w[0]), CBF(c->w[1]),
-							      c->B, c->T, c->C)
-				 : ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens,
-							       c->B, c->T, c->C);
-		break;
+		return ferry_cuda_encoder_forward(s, BF(c->out[0]), c->tokens, CBF(c->w[0]), CBF(c->w[1]), c->B,
+						  c->T, c->C);
 	case FERRY_OP_LAYERNORM:
-		e = !c->backward ? ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]),
-								CBF(c->in[0]), CBF(c->w[0]), CBF(c->w[1]), N, c->C)
-				 : ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]),
-								 CBF(c->dout[0]), CBF(c->in[0]), CBF(c->w[0]),
-								 CF(c->out[1]), CF(c->out[2]), N, c->C, ops->ws,
-								 ops->ws_bytes);
-		break;
-	case FERRY_OP_MATMUL:
-		if (!c->backward)
-			return ferry_cuda_matmul_forward(ops->blas, s, c->out[0], c->in[0], c->w[0], c->w[1], N, c->C,
-							 c->OC, err, err_len);
-		return ferry_cuda_matmul_backward(ops->blas, s, c->din[0], F(c->dw[0]), F(c->dw[1]), c->dout[0],
-						  c->in[0], c->w[0], N, c->C, c->OC, err, err_len);
+		return ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]), CBF(c->in[0]),
+						    CBF(c->w[0]), CBF(c->w[1]), N, c->C);
 	case FERRY_OP_ATTENTION:
-		e = !c->backward ? ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]),
-								CBF(c->in[1]), CBF(c->in[2]), c->B, c->T, c->C, c->NH,
-								NKV)
-				 : ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
-								 CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]),
-								 CBF(c->in[2]), CBF(c->out[0]), CF(c->out[1]), c->B,
-								 c->T, c->C, c->NH, NKV, ops->ws, ops->ws_bytes);
-		break;
+		return ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->in[1]),
+						    CBF(c->in[2]), c->B, c->T, c->C, c->NH, NKV);
 	case FERRY_OP_GELU:
-		e = !c->backward ? ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n)
-				 : (c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]),
-									 CBF(c->in[0]), c->n)
-					      : cudaSuccess);
-		break;
+		return ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n);
 	case FERRY_OP_RESIDUAL:
-		e = !c->backward ? ferry_cuda_residual_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n)
-				 : ferry_cuda_residual_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), c->n);
-		break;
+		return ferry_cuda_residual_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
 	case FERRY_OP_SOFTMAX_XENT:
-		e = !c->backward ? ferry_cuda_softmax_xent_forward(s, F(c->out[0]), BF(c->out[1]), CBF(c->in[0]),
-								   c->tokens, N, c->V, c->Vp)
-				 : ferry_cuda_softmax_xent_backward(s, BF(c->din[0]), CBF(c->out[1]), c->tokens,
-								    c->scalar[0], N, c->V, c->Vp);
+		return ferry_cuda_softmax_xent_forward(s, F(c->out[0]), BF(c->out[1]), CBF(c->in[0]), c->tokens, N,
+						       c->V, c->Vp);
+	case FERRY_OP_RMSNORM:
+		return ferry_cuda_rmsnorm_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->w[0]), N,
+						  c->C, c->scalar[0]);
+	case FERRY_OP_ROPE:
+		return ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C, c->NH,
+					       c->scalar[0]);
+	case FERRY_OP_SWIGLU:
+		return ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
+	default:
+		return cudaErrorInvalidValue; /* not routed here by ferry_cuda_run_op */
+	}
+}
+
+/* The backward kernel of a model op (matmul aside: cuBLAS); the scratch was
+ * checked by scratch_fits. */
+static cudaError_t run_backward(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c)
+{
+	int N = c->B * c->T;
+	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
+
+	switch (c->kind) {
+	case FERRY_OP_ENCODER:
+		return ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens, c->B,
+						   c->T, c->C);
+	case FERRY_OP_LAYERNORM:
+		return ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]),
+						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,
+						     c->C, ops->ws, ops->ws_bytes);
+	case FERRY_OP_ATTENTION:
+		return ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
+						     CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]), CBF(c->in[2]),
+						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,
+						     ops->ws, ops->ws_bytes);
+	case FERRY_OP_GELU:
+		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n)
+				 : cudaSuccess;
+	case FERRY_OP_RESIDUAL:
+		return ferry_cuda_residual_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), c->n);
+	case FERRY_OP_SOFTMAX_XENT:
+		return ferry_cuda_softmax_xent_backward(s, BF(c->din[0]), CBF(c->out[1]), c->tokens, c->scalar[0],
+							N, c->V, c->Vp);
+	case FERRY_OP_RMSNORM:
+		return ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]), CBF(c->in[0]),
+						   CBF(c->w[0]), CF(c->out[1]), N, c->C, ops->ws, ops->ws_bytes);
+	case FERRY_OP_ROPE:
+		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C, c->NH,
+						c->scalar[0]);
+	case FERRY_OP_SWIGLU:
+		return ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), CBF(c->in[0]),
+						  CBF(c->in[1]), c->n);
+	default:
+		return cudaErrorInvalidValue; /* not routed here by ferry_cuda_run_op */
+	}
+}
+
+/* Optimizer steps, reductions, fills and casts: no backward. */
+static cudaError_t run_param_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c)
+{
+	switch (c->kind) {
+	case FERRY_OP_ADAMW:
+		return ferry_cuda_adamw(s, c->param, BF(c->param_copy), F(c->out[0]), F(c->out[1]), CF(c->in[0]),
+					c->n, c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
+					c->scalar[4], c->scalar[5], c->step);
+	case FERRY_OP_SUM_SQUARES:
+		return ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+	case FERRY_OP_SUM:
+		return ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+	case FERRY_OP_FILL:
+		return ferry_cuda_fill(s, BF(c->out[0]), c->scalar[0], c->n);
+	case FERRY_OP_SGD:
+		return ferry_cuda_sgd(s, c->param, BF(c->param_copy), CF(c->in[0]), c->scalar[0], c->n);
+	case FERRY_OP_CAST:
+		return ferry_cuda_cast(s, BF(c->out[0]), CF(c->in[0]), c->n);
+	default:
+		return cudaErrorInvalidValue; /* not routed here by ferry_cuda_run_op */
+	}
+}
+
+/* Matmul through cuBLAS, which reports its own errors. */
+static int run_matmul(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c, char *err,
+		      size_t err_len)
+{
+	int N = c->B * c->T;
+
+	if (!c->backward)
+		return ferry_cuda_matmul_forward(ops->blas, s, c->out[0], c->in[0], c->w[0], c->w[1], N, c->C, c->OC,
+						 err, err_len);
+	return ferry_cuda_matmul_backward(ops->blas, s, c->din[0], F(c->dw[0]), F(c->dw[1]), c->dout[0], c->in[0],
+					  c->w[0], N, c->C, c->OC, err, err_len);
+}
+
+extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c,
+				 char *err, size_t err_len)
+{
+	cudaError_t e = cudaSuccess;
+
+	if (!scratch_fits(ops, c, err, err_len))
+		return -1;
+	switch (c->kind) {
+	case FERRY_OP_MATMUL:
+		return run_matmul(ops, s, c, err, err_len);
+	case FERRY_OP_ENCODER:
+	case FERRY_OP_LAYERNORM:
+	case FERRY_OP_ATTENTION:
+	case FERRY_OP_GELU:
+	case FERRY_OP_RESIDUAL:
+	case FERRY_OP_SOFTMAX_XENT:
+	case FERRY_OP_RMSNORM:
+	case FERRY_OP_ROPE:
+	case FERRY_OP_SWIGLU:
+		e = !c->backward ? run_forward(s, c) : run_backward(ops, s, c);
 		break;
 	case FERRY_OP_ADAMW:
-		e = ferry_cuda_adamw(s, c->param, BF(c->param_copy), F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n,
-				     c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3], c->scalar[4],
-				     c->scalar[5], c->step);
-		break;
 	case FERRY_OP_SUM_SQUARES:
-		e = ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
-		break;
 	case FERRY_OP_SUM:
-		e = ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
-		break;
 	case FERRY_OP_FILL:
-		e = ferry_cuda_fill(s, BF(c->out[0]), c->scalar[0], c->n);
-		break;
 	case FERRY_OP_SGD:
-		e = ferry_cuda_sgd(s, c->param, BF(c->param_copy), CF(c->in[0]), c->scalar[0], c->n);
-		break;
 	case FERRY_OP_CAST:
-		e = ferry_cuda_cast(s, BF(c->out[0]), CF(c->in[0]), c->n);
-		break;
-	case FERRY_OP_RMSNORM:
-		e = !c->backward ? ferry_cuda_rmsnorm_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]),
-							      CBF(c->w[0]), N, c->C, c->scalar[0])
-				 : ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]),
-							       CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), N,
-							       c->C, ops->ws, ops->ws_bytes);
-		break;
-	case FERRY_OP_ROPE:
-		e = !c->backward ? ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C,
-							   c->NH, c->scalar[0])
-				 : ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C,
-							    c->NH, c->scalar[0]);
-		break;
-	case FERRY_OP_SWIGLU:
-		e = !c->backward ? ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n)
-				 : ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]),
-							      CBF(c->in[0]), CBF(c->in[1]), c->n);
+		e = run_param_op(ops, s, c);
 		break;
 	case FERRY_OP_COUNT:
 		snprintf(err, err_len, "bad op kind");

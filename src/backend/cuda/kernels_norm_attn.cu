@@ -418,6 +418,28 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	}
 }
 
+/* Kernel B's last step: adds one key's group sums, dk += scale * dka and
+ * dv += dva, to row r2 of dk and dv (either may be NULL: not wanted),
+ * rounding to bf16 once.  Inlined: the kernel's machine code is the same as
+ * with this loop written in it. */
+template <int EPL>
+static __device__ __forceinline__ void attn_backward_kv_store(bf16 *dk, bf16 *dv, size_t r2,
+							      const float (&dka)[EPL],
+							      const float (&dva)[EPL], int HS,
+							      float scale, int lane)
+{
+#pragma unroll
+	for (int e = 0; e < EPL; e++) {
+		const int i = e * 32 + lane;
+		if (i < HS) {
+			if (dk)
+				dk[r2 + i] = f2bf(bf2f(dk[r2 + i]) + scale * dka[e]);
+			if (dv)
+				dv[r2 + i] = f2bf(bf2f(dv[r2 + i]) + dva[e]);
+		}
+	}
+}
+
 /* Kernel B: warp per (b, kv head kh, key t2); grid B*NKV*nkb blocks, block
  * x -> kv head x / nkb, key block x % nkb (small t2 = most queries first).
  * For each query head h = kh*G + g of the group (g = 0..G-1 in order) and
@@ -500,16 +522,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 			}
 		}
 	}
-#pragma unroll
-	for (int e = 0; e < EPL; e++) {
-		const int i = e * 32 + lane;
-		if (i < HS) {
-			if (dk)
-				dk[r2 + i] = f2bf(bf2f(dk[r2 + i]) + scale * dka[e]);
-			if (dv)
-				dv[r2 + i] = f2bf(bf2f(dv[r2 + i]) + dva[e]);
-		}
-	}
+	attn_backward_kv_store<EPL>(dk, dv, r2, dka, dva, HS, scale, lane);
 }
 
 /* ---- softmax + cross-entropy ----------------------------------------------- */
