@@ -109,6 +109,8 @@ struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
 	int prefetch_depth;     /* 0: default (2) */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
+	const char *backend;    /* whose kernels run it, for their scratch
+				   (NULL: none needed, as on the CPU) */
 };
 
 /* ---- the prepared schedule of a training step ------------------------------------

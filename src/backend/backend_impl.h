@@ -40,6 +40,9 @@ struct ferry_backend_iface {
 	ferry_status (*memset_zero_async)(struct ferry_stream *s, void *dst, size_t size);
 	/* runs one op on the stream, asynchronously */
 	ferry_status (*run_op)(struct ferry_stream *s, const struct ferry_op_call *call);
+	/* optional: bytes of scratch the kernels of a call need (a pure
+	 * function of its sizes: planning calls it with no device open) */
+	size_t (*op_scratch)(const struct ferry_op_call *call);
 };
 
 /* Op timings, filled by backends that profile (indexed [kind][backward]). */

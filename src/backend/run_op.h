@@ -13,6 +13,10 @@
 /* Every device buffer starts at, and is sized in, multiples of this. */
 #define FERRY_BUFFER_ALIGN 256
 
+/* Bytes of scratch the named backend's kernels need for a call (0 for an
+ * unknown backend or one that needs none); no device is opened. */
+size_t ferry_backend_op_scratch(const char *backend, const struct ferry_op_call *call);
+
 /* Runs one op on the stream, asynchronously. */
 ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call) FERRY_MUST_CHECK;
 

@@ -89,6 +89,15 @@ static int role_tensor(const struct stage *s, enum ferry_tensor_role role)
 	return -1;
 }
 
+/* The tensor table's kernel workspace, for the backends that need one. */
+static void with_workspace(const struct ferry_model *m, struct ferry_op_call *c)
+{
+	if (m->tt.ix.workspace >= 0) {
+		c->ws = entry(m, m->tt.ix.workspace);
+		c->ws_bytes = m->tt.e[m->tt.ix.workspace].bytes;
+	}
+}
+
 /* Op o's forward call in a stage (stage parameters are not per layer). */
 static void stage_call(const struct ferry_model *m, const struct stage *s, int o, int B, int T,
 		       struct ferry_op_call *c)
@@ -98,6 +107,7 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
 
 	ferry_op_call_shape(s->d, o, &d, m->scalars, c);
+	with_workspace(m, c);
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = stage_ptr(m, s, op->out[i]);
 	for (int i = 0; i < info->n_in; i++)
@@ -210,6 +220,7 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p)
 	ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
 	c.in[0] = grads_base(m);
 	c.n = (long)m->tt.n_params;
+	with_workspace(m, &c);
 	c.result = sumsq;
 	ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
 	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");

@@ -87,6 +87,11 @@ static ferry_status create_stack(struct ferry_model *m)
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad) };
 
+	if (m->tt.ix.workspace >= 0) {
+		mem.ws = entry(m, m->tt.ix.workspace);
+		mem.ws_bytes = m->tt.e[m->tt.ix.workspace].bytes;
+	}
+
 	for (int t = 0; t < d->n_tensors; t++) {
 		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
 		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
@@ -162,6 +167,7 @@ ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_con
 
 	*out = NULL;
 	o.act_dtype = ferry_backend_caps(be).act_dtype; /* the backend decides */
+	o.backend = ferry_backend_name(be);
 	if ((st = ferry_model_build(be, cfg, B, T, &o, &m)))
 		return st;
 	if (ferry_backend_caps(be).max_head_size && m->cfg.head_size > ferry_backend_caps(be).max_head_size) {

@@ -215,6 +215,8 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 	size_t asz = ferry_dtype_size(ex->sp.act_dtype);
 
 	ferry_op_call_shape(ex->decl, o, &d, ex->scalars, c);
+	c->ws = ex->mem.ws;
+	c->ws_bytes = ex->mem.ws_bytes;
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = act_ptr(ex, op->out[i], l);
 	for (int i = 0; i < info->n_in; i++)

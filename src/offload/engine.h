@@ -32,6 +32,8 @@ struct ferry_stack_storage {
 	void *act[FERRY_LAYER_MAX_TENSORS];
 	void *grad;
 	void *host[FERRY_LAYER_MAX_TENSORS];
+	void *ws;          /* kernel scratch for every op (NULL: none) */
+	size_t ws_bytes;
 };
 
 /* dims: the largest batch's; scalars (indexed by enum ferry_op_scalar, may

@@ -11,6 +11,7 @@
 #define FERRY_OPS_OP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -89,6 +90,10 @@ struct ferry_op_call {
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
 				       rmsnorm: [0] eps; rope: [0] theta */
 	int step;                   /* adamw: t >= 1 */
+	void *ws;                   /* kernel scratch the executor provides (the
+				       tensor table's workspace); NULL: the
+				       backend's own */
+	size_t ws_bytes;
 };
 
 /* FLOPs of one call (forward or backward), for benchmarks and planning. */

@@ -9,6 +9,7 @@
  * of its own; offloaded layer activations share one host buffer.
  */
 #include "plan/tensor_table.h"
+#include "backend/run_op.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -191,6 +192,50 @@ static int add_stack(struct ferry_tensor_table *tt)
 	return 0;
 }
 
+/* The most scratch any op of a declared program needs on the backend, at
+ * the largest batch, forward or backward. */
+static size_t program_scratch(const struct ferry_tensor_table *tt, const struct ferry_layer_decl *d,
+			      const char *backend)
+{
+	float scalars[FERRY_OP_SCALAR_COUNT];
+	struct ferry_op_call c;
+	size_t most = 0;
+
+	ferry_model_scalars(&tt->cfg, scalars);
+	for (int o = 0; o < d->n_ops; o++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			size_t need;
+
+			ferry_op_call_shape(d, o, &tt->dims, scalars, &c);
+			c.backward = bwd;
+			need = ferry_backend_op_scratch(backend, &c);
+			most = need > most ? need : most;
+		}
+	return most;
+}
+
+/* Kernel scratch, when the backend's kernels need any: one workspace for
+ * every op (they run on one stream), including the gradient norm's
+ * reduction over all parameters. */
+static int add_workspace(struct ferry_tensor_table *tt, const char *backend)
+{
+	struct ferry_op_call norm = { .kind = FERRY_OP_SUM_SQUARES, .n = (long)tt->n_params };
+	size_t most = ferry_backend_op_scratch(backend, &norm), n;
+
+	tt->ix.workspace = -1;
+	if ((n = program_scratch(tt, tt->md->prologue, backend)) > most)
+		most = n;
+	if ((n = program_scratch(tt, tt->md->layer, backend)) > most)
+		most = n;
+	if ((n = program_scratch(tt, tt->md->epilogue, backend)) > most)
+		most = n;
+	if (!most)
+		return 0;
+	tt->ix.workspace = add_single(tt, "kernel workspace", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WORKSPACE,
+				      FERRY_F32, most, FERRY_PLACE_DEVICE);
+	return tt->ix.workspace;
+}
+
 static ferry_status check_batch(const struct ferry_model_config *cfg, int B, int T)
 {
 	if (B < 1 || T < 1)
@@ -252,6 +297,8 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	if (r >= 0)
 		r = tt->ix.grad_norm = add_single(tt, "grad norm", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						  FERRY_TK_WORKSPACE, FERRY_F32, sizeof(double), FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		r = add_workspace(tt, opts ? opts->backend : NULL);
 	if (r >= 0)
 		r = add_stack(tt);
 	if (r == -2) {

@@ -81,6 +81,7 @@ static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 	if (strcmp(a->o.backend, "auto") == 0)
 		a->o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
 	a->o.exec.act_dtype = ferry_backend_act_dtype(a->o.backend);
+	a->o.exec.backend = a->o.backend;
 	return -1;
 }
 

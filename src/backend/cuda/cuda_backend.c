@@ -360,4 +360,5 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.memcpy_async = cuda_memcpy_async,
 	.memset_zero_async = cuda_memset_zero_async,
 	.run_op = cuda_run_op,
+	.op_scratch = ferry_cuda_op_scratch,
 };

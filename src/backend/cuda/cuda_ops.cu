@@ -10,15 +10,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* One cuBLAS handle and one scratch workspace per backend.  Sharing them is
- * safe because ferry's models run their ops on one stream (copies use the
- * others) and launchers needing more scratch than ws_bytes refuse
- * (layernorm backward needs 512 * C bytes, rmsnorm backward 256 * C,
- * attention backward 4 * B*NH*T). */
+/* One cuBLAS handle per backend.  Kernel scratch (layernorm backward needs
+ * 512 * C bytes, rmsnorm backward 256 * C, attention backward 4 * B*NH*T,
+ * reductions a few KiB) comes with the call when a model runs it (the
+ * tensor table's workspace, planned and in the arena); a call without one
+ * (an op run directly, as the GPU tests do) uses the backend's own, taken
+ * on first need.  Sharing either is safe because ferry's models run their
+ * ops on one stream (copies use the others); a launcher needing more
+ * scratch than it is given refuses. */
 struct ferry_cuda_ops {
 	struct ferry_cuda_blas *blas;
-	void *ws;
+	void *ws;         /* the backend's own scratch, for calls without one */
 	size_t ws_bytes;
+};
+
+struct scratch {
+	void *p;
+	size_t bytes;
 };
 
 #define BF(p) ((bf16 *)(p))
@@ -29,7 +37,6 @@ struct ferry_cuda_ops {
 extern "C" int ferry_cuda_ops_create(struct ferry_cuda_ops **out, size_t ws_bytes, char *err, size_t err_len)
 {
 	struct ferry_cuda_ops *ops = (struct ferry_cuda_ops *)calloc(1, sizeof(*ops));
-	cudaError_t e;
 
 	*out = NULL;
 	if (!ops) {
@@ -40,14 +47,7 @@ extern "C" int ferry_cuda_ops_create(struct ferry_cuda_ops **out, size_t ws_byte
 		free(ops);
 		return -1;
 	}
-	e = cudaMalloc(&ops->ws, ws_bytes);
-	if (e != cudaSuccess) {
-		snprintf(err, err_len, "cudaMalloc of a %zu-byte workspace: %s", ws_bytes, cudaGetErrorString(e));
-		ferry_cuda_blas_free(ops->blas);
-		free(ops);
-		return -1;
-	}
-	ops->ws_bytes = ws_bytes;
+	ops->ws_bytes = ws_bytes; /* allocated on first need */
 	*out = ops;
 	return 0;
 }
@@ -70,33 +70,54 @@ static int launched(cudaError_t e, const struct ferry_op_call *c, char *err, siz
 	return -1;
 }
 
-/* A clear error when a launcher's scratch would not fit the workspace. */
-static int ws_fits(const struct ferry_cuda_ops *ops, size_t need, const struct ferry_op_call *c, char *err,
-		   size_t err_len)
-{
-	if (need <= ops->ws_bytes)
-		return 1;
-	snprintf(err, err_len, "%s backward needs %zu bytes of scratch, the workspace has %zu",
-		 ferry_op_info(c->kind)->name, need, ops->ws_bytes);
-	return 0;
-}
-
-/* Refuses (with a message) a backward whose scratch would not fit. */
-static int scratch_fits(const struct ferry_cuda_ops *ops, const struct ferry_op_call *c, char *err,
-			size_t err_len)
+/* Bytes of scratch a call's kernels need. */
+static size_t op_scratch_need(const struct ferry_op_call *c)
 {
 	int N = c->B * c->T;
 
-	if (c->backward && c->kind == FERRY_OP_LAYERNORM &&
-	    !ws_fits(ops, ferry_cuda_layernorm_backward_ws_bytes(N, c->C), c, err, err_len))
+	switch (c->kind) {
+	case FERRY_OP_LAYERNORM:
+		return c->backward ? ferry_cuda_layernorm_backward_ws_bytes(N, c->C) : 0;
+	case FERRY_OP_ATTENTION:
+		return c->backward ? ferry_cuda_attention_backward_ws_bytes(c->B, c->T, c->C, c->NH) : 0;
+	case FERRY_OP_RMSNORM:
+		return c->backward ? ferry_cuda_rmsnorm_backward_ws_bytes(N, c->C) : 0;
+	case FERRY_OP_SUM_SQUARES:
+	case FERRY_OP_SUM:
+		return ferry_cuda_sum_ws_bytes();
+	default:
 		return 0;
-	if (c->backward && c->kind == FERRY_OP_ATTENTION &&
-	    !ws_fits(ops, ferry_cuda_attention_backward_ws_bytes(c->B, c->T, c->C, c->NH), c, err, err_len))
+	}
+}
+
+extern "C" size_t ferry_cuda_op_scratch(const struct ferry_op_call *c)
+{
+	return op_scratch_need(c);
+}
+
+/* The call's scratch, or the backend's own (allocated on first need);
+ * a clear error when what is there would not fit. */
+static int scratch_for(struct ferry_cuda_ops *ops, const struct ferry_op_call *c, struct scratch *out, char *err,
+		       size_t err_len)
+{
+	size_t need = op_scratch_need(c);
+	cudaError_t e;
+
+	*out = (struct scratch){ c->ws, c->ws_bytes };
+	if (!need || (c->ws && c->ws_bytes >= need))
+		return 1;
+	if (!ops->ws && need <= ops->ws_bytes && (e = cudaMalloc(&ops->ws, ops->ws_bytes)) != cudaSuccess) {
+		ops->ws = NULL;
+		snprintf(err, err_len, "cudaMalloc of a %zu-byte kernel workspace: %s", ops->ws_bytes,
+			 cudaGetErrorString(e));
 		return 0;
-	if (c->backward && c->kind == FERRY_OP_RMSNORM && c->dw[0] &&
-	    !ws_fits(ops, ferry_cuda_rmsnorm_backward_ws_bytes(N, c->C), c, err, err_len))
-		return 0;
-	return 1;
+	}
+	*out = (struct scratch){ ops->ws, ops->ws_bytes };
+	if (need <= out->bytes)
+		return 1;
+	snprintf(err, err_len, "%s %s needs %zu bytes of scratch, the workspace has %zu", ferry_op_info(c->kind)->name,
+		 c->backward ? "backward" : "forward", need, c->ws ? c->ws_bytes : ops->ws_bytes);
+	return 0;
 }
 
 /* The forward kernel of a model op (matmul aside: cuBLAS). */
@@ -135,9 +156,9 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 	}
 }
 
-/* The backward kernel of a model op (matmul aside: cuBLAS); the scratch was
- * checked by scratch_fits. */
-static cudaError_t run_backward(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c)
+/* The backward kernel of a model op (matmul aside: cuBLAS); ws was
+ * checked by scratch_for. */
+static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct ferry_op_call *c)
 {
 	int N = c->B * c->T;
 	int NKV = c->NKV ? c->NKV : c->NH; /* attention's key/value heads */
@@ -149,12 +170,12 @@ static cudaError_t run_backward(struct ferry_cuda_ops *ops, cudaStream_t s, cons
 	case FERRY_OP_LAYERNORM:
 		return ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]),
 						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,
-						     c->C, ops->ws, ops->ws_bytes);
+						     c->C, ws.p, ws.bytes);
 	case FERRY_OP_ATTENTION:
 		return ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
 						     CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]), CBF(c->in[2]),
 						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,
-						     ops->ws, ops->ws_bytes);
+						     ws.p, ws.bytes);
 	case FERRY_OP_GELU:
 		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n)
 				 : cudaSuccess;
@@ -165,7 +186,7 @@ static cudaError_t run_backward(struct ferry_cuda_ops *ops, cudaStream_t s, cons
 							N, c->V, c->Vp);
 	case FERRY_OP_RMSNORM:
 		return ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]), CBF(c->in[0]),
-						   CBF(c->w[0]), CF(c->out[1]), N, c->C, ops->ws, ops->ws_bytes);
+						   CBF(c->w[0]), CF(c->out[1]), N, c->C, ws.p, ws.bytes);
 	case FERRY_OP_ROPE:
 		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C, c->NH,
 						c->scalar[0]);
@@ -178,7 +199,7 @@ static cudaError_t run_backward(struct ferry_cuda_ops *ops, cudaStream_t s, cons
 }
 
 /* Optimizer steps, reductions, fills and casts: no backward. */
-static cudaError_t run_param_op(struct ferry_cuda_ops *ops, cudaStream_t s, const struct ferry_op_call *c)
+static cudaError_t run_param_op(struct scratch ws, cudaStream_t s, const struct ferry_op_call *c)
 {
 	switch (c->kind) {
 	case FERRY_OP_ADAMW:
@@ -186,9 +207,9 @@ static cudaError_t run_param_op(struct ferry_cuda_ops *ops, cudaStream_t s, cons
 					c->n, c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
 					c->scalar[4], c->scalar[5], c->step);
 	case FERRY_OP_SUM_SQUARES:
-		return ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+		return ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ws.p, ws.bytes);
 	case FERRY_OP_SUM:
-		return ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ops->ws, ops->ws_bytes);
+		return ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ws.p, ws.bytes);
 	case FERRY_OP_FILL:
 		return ferry_cuda_fill(s, BF(c->out[0]), c->scalar[0], c->n);
 	case FERRY_OP_SGD:
@@ -217,8 +238,9 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 				 char *err, size_t err_len)
 {
 	cudaError_t e = cudaSuccess;
+	struct scratch ws;
 
-	if (!scratch_fits(ops, c, err, err_len))
+	if (!scratch_for(ops, c, &ws, err, err_len))
 		return -1;
 	switch (c->kind) {
 	case FERRY_OP_MATMUL:
@@ -232,7 +254,7 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 	case FERRY_OP_RMSNORM:
 	case FERRY_OP_ROPE:
 	case FERRY_OP_SWIGLU:
-		e = !c->backward ? run_forward(s, c) : run_backward(ops, s, c);
+		e = !c->backward ? run_forward(s, c) : run_backward(ws, s, c);
 		break;
 	case FERRY_OP_ADAMW:
 	case FERRY_OP_SUM_SQUARES:
@@ -240,7 +262,7 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 	case FERRY_OP_FILL:
 	case FERRY_OP_SGD:
 	case FERRY_OP_CAST:
-		e = run_param_op(ops, s, c);
+		e = run_param_op(ws, s, c);
 		break;
 	case FERRY_OP_COUNT:
 		snprintf(err, err_len, "bad op kind");

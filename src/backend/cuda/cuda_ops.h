@@ -12,10 +12,14 @@ extern "C" {
 
 struct ferry_cuda_ops;
 
-/* Creates the cuBLAS handle and the kernels' scratch workspace (ws_bytes
- * of device memory, outside the planned arena).  0 or -1 with err set. */
+/* Creates the cuBLAS handle; ws_bytes of device memory (outside the
+ * planned arena) become the kernels' scratch for calls that bring none,
+ * allocated on first need.  0 or -1 with err set. */
 int ferry_cuda_ops_create(struct ferry_cuda_ops **out, size_t ws_bytes, char *err, size_t err_len);
 void ferry_cuda_ops_free(struct ferry_cuda_ops *ops);
+
+/* Bytes of scratch a call's kernels need (no device needed). */
+size_t ferry_cuda_op_scratch(const struct ferry_op_call *c);
 
 /* Enqueues op c on stream s.  0, or -1 with err naming the op and the
  * CUDA/cuBLAS error (launch errors included; errors while the kernel runs

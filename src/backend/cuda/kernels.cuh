@@ -83,6 +83,8 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 					  size_t ws_bytes);
 /* Scratch bytes the two launchers above need in ws. */
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
+/* Scratch of ferry_cuda_sum and ferry_cuda_sum_squares. */
+size_t ferry_cuda_sum_ws_bytes(void);
 size_t ferry_cuda_attention_backward_ws_bytes(int B, int T, int C, int NH);
 
 /* losses[N] (float) and probs (bf16, may alias logits) over the first V of

@@ -432,6 +432,11 @@ static cudaError_t blocked_sum(cudaStream_t s, double *result, const T *x, long 
 	return cudaGetLastError();
 }
 
+extern "C" size_t ferry_cuda_sum_ws_bytes(void)
+{
+	return SUM_BLOCKS * sizeof(double);
+}
+
 extern "C" cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, const float *x, long n, void *ws,
 					      size_t ws_bytes)
 {
