@@ -62,6 +62,17 @@ out:
 	return ms;
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench_policies [--backend cpu|cuda] [--layers N] [--channels N] [--heads N]\n"
+		   "                      [--batch B] [--seq T] [--steps N] [--depth D] [POLICY...]\n"
+		   "\n"
+		   "For each policy (default: every preset), the planned device and host memory,\n"
+		   "the measured device peak and the median time of --steps training steps of\n"
+		   "GPT-2 (1..64, default 3), side by side.  Defaults: 6 layers, 384 channels,\n"
+		   "6 heads, batch 4 x 256, prefetch depth 2, cpu.\n");
+}
+
 int main(int argc, char **argv)
 {
 	struct ferry_model_config cfg = { .max_seq = 256, .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
@@ -69,8 +80,18 @@ int main(int argc, char **argv)
 	int n_pol = 0, B = 4, T = 256, steps = 3, depth = 2;
 	double base = 0;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		}
 	ferry_blas_relaunch_if_slow(argv);
 	for (int i = 1; i < argc; i++) {
+		if (!strncmp(argv[i], "--", 2) && i + 1 == argc) {
+			fprintf(stderr, "bench: %s needs a value\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
 		if (!strncmp(argv[i], "--", 2) && i + 1 < argc) {
 			int v = atoi(argv[i + 1]);
 

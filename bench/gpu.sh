@@ -4,6 +4,17 @@
 # bench/results/<date>_<gpu>_<commit>.txt.  One command:
 #   bash bench/gpu.sh
 set -uo pipefail
+case "${1:-}" in
+-h | --help)
+	echo "usage: bash bench/gpu.sh"
+	echo
+	echo "On a machine with an NVIDIA GPU: builds ferry with the CUDA backend, runs the"
+	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
+	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
+	exit 0 ;;
+"") ;;
+*) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '_')

@@ -2,6 +2,15 @@
 # Installs what ferry needs on Debian 12 (as root) and builds it into build/.
 # Safe to run again: installs only what is missing, rebuilds incrementally.
 set -euo pipefail
+case "${1:-}" in
+-h | --help)
+	echo "usage: bash scripts/setup.sh [PRESET]"
+	echo
+	echo "Installs what ferry needs on Debian 12 with apt-get (as root; only what is"
+	echo "missing) and builds the CMake preset PRESET (default, asan or tsan; default:"
+	echo "default) into its build directory."
+	exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 
 # gcc/cmake/make build it; OpenBLAS (OpenMP build) runs its matrix products;

@@ -4,6 +4,14 @@
 # BLAS single-threaded there, since libgomp is not instrumented), then the
 # optimised build.  Tests that need a GPU skip (exit 77).
 set -euo pipefail
+case "${1:-}" in
+-h | --help)
+	echo "usage: bash scripts/test.sh"
+	echo
+	echo "Builds the default, asan and tsan presets (scripts/setup.sh) and runs the test"
+	echo "suite on each (ctest).  No arguments."
+	exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh default

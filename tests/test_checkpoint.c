@@ -1,15 +1,26 @@
 /* Model checkpoint and training state files: layout, round trips, atomic
- * writes, and every kind of bad file the readers must reject. */
+ * writes, every kind of bad file the readers must reject (non-finite
+ * parameters, corrupted state checksums included), version-1 states, and the
+ * commit protocol of a model and its state: every write of a save failing
+ * in turn, the state a killed save left behind recovered, stale temporaries
+ * removed, destinations that must not be replaced and over-long paths
+ * refused. */
 #include "ferry/checkpoint.h"
+#include "ferry/hf_checkpoint.h"
 #include "ferry/model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "file_test_util.h"
@@ -62,8 +73,8 @@ static uint32_t next_u32(void)
 	return (uint32_t)(rng >> 16);
 }
 
-/* Random bit patterns (NaN payloads, denormals, -0 included): the round
- * trip must be bitwise. */
+/* Random finite bit patterns (denormals, huge values, -0 included): the
+ * round trip must be bitwise.  (Non-finite values are refused.) */
 static void fill_random(float *p, size_t n)
 {
 	size_t i;
@@ -71,6 +82,8 @@ static void fill_random(float *p, size_t n)
 	for (i = 0; i < n; i++) {
 		uint32_t u = next_u32();
 
+		if (((u >> 23) & 0xff) == 0xff)
+			u &= ~(1u << 23); /* exponent 254: finite */
 		memcpy(&p[i], &u, sizeof(u));
 	}
 }
@@ -205,10 +218,15 @@ static void test_model_roundtrip(void)
 
 	/* A failed write (tmp name blocked by a directory) leaves the old
 	 * file as it was. */
-	CHECK(mkdir(tpath("model.bin.tmp"), 0755) == 0);
-	CHECK_ERR(ferry_checkpoint_write(path, &small, a), FERRY_ERR_IO,
-		  "model.bin.tmp");
-	CHECK(rmdir(tpath("model.bin.tmp")) == 0);
+	{
+		char blocked[64];
+
+		snprintf(blocked, sizeof(blocked), "model.bin.tmp.%ld", (long)getpid());
+		CHECK(mkdir(tpath(blocked), 0755) == 0);
+		CHECK_ERR(ferry_checkpoint_write(path, &small, a), FERRY_ERR_IO,
+			  blocked);
+		CHECK(rmdir(tpath(blocked)) == 0);
+	}
 	CHECK_OK(ferry_checkpoint_read(path, &c, back, n));
 	CHECK(!memcmp(back, b, n * sizeof(float)));
 
@@ -389,7 +407,7 @@ static void test_state(void)
 	CHECK(file_size(path) == 1024 + 8 * 1000);
 
 	raw = read_raw(path, &size);
-	CHECK(raw[0] == 20241121 && raw[1] == 1);
+	CHECK(raw[0] == 20241121 && raw[1] == 2);
 	memcpy(&i64, raw + 2, 8);
 	CHECK(i64 == 12345678901ll);
 	CHECK(raw[2] == (int32_t)(12345678901ll & 0xffffffff) && raw[3] == 2);
@@ -400,7 +418,7 @@ static void test_state(void)
 	memcpy(&i64, raw + 8, 8);
 	CHECK(i64 == 999);
 	for (i = 12; i < 256; i++)
-		CHECK(raw[i] == 0);
+		CHECK(raw[i] == 0 || i == 34 || i == 35); /* [34..35]: checksum */
 	CHECK(!memcmp(raw + 256, m, n * 4) && !memcmp(raw + 256 + n, v, n * 4));
 	memcpy(hdr, raw, sizeof(hdr));
 	free(raw);
@@ -448,10 +466,10 @@ static void test_state(void)
 					   n),
 			  FERRY_ERR_FORMAT, "bad magic 42");
 		hdr[0] = 20241121;
-		hdr[1] = 2;
+		hdr[1] = 3;
 		write_raw(tpath("ver.state"), hdr, 1024, big, n * 8);
 		CHECK_ERR(ferry_state_read(tpath("ver.state"), &back, m2, v2, n),
-			  FERRY_ERR_FORMAT, "version 2");
+			  FERRY_ERR_FORMAT, "version 3 not supported, need 1 or 2");
 		hdr[1] = 1;
 		i64 = -5;
 		memcpy(hdr + 6, &i64, 8);
@@ -483,6 +501,384 @@ static void test_state(void)
 	free(v2);
 }
 
+/* ---- non-finite values, checksums, version 1 -------------------------------------- */
+
+/* Offset of parameter `name`'s layer l, element at, in small's array. */
+static size_t param_at(const char *name, int l, size_t at)
+{
+	struct ferry_param_info pi;
+	int p = ferry_model_param_find(&small, name);
+
+	if (p < 0 || ferry_model_param_info(&small, p, &pi) != FERRY_OK) {
+		fprintf(stderr, "no parameter %s\n", name);
+		exit(1);
+	}
+	return pi.offset + (size_t)l * pi.layer_numel + at;
+}
+
+static void poke_float(const char *path, long offset, float f)
+{
+	FILE *fp = fopen(path, "r+b");
+
+	if (!fp || fseek(fp, offset, SEEK_SET) != 0 || fwrite(&f, 4, 1, fp) != 1 || fclose(fp) != 0) {
+		fprintf(stderr, "cannot patch %s\n", path);
+		exit(1);
+	}
+}
+
+static void test_non_finite(void)
+{
+	const char *path = tpath("nan.bin");
+	struct ferry_model_config c;
+	const size_t n = 784;
+	float *a = calloc(n, 4), *back = calloc(n, 4);
+	size_t q = param_at("qkvw", 1, 5); /* qkvw is [12, 4] per layer: [1, 1] */
+	long size;
+	char *keep;
+
+	if (!a || !back)
+		exit(1);
+	fill_random(a, n);
+	CHECK_OK(ferry_checkpoint_write(path, &small, a));
+	poke_float(path, 1024 + 4 * (long)q, NAN);
+	CHECK_ERR(ferry_checkpoint_read(path, &c, back, n), FERRY_ERR_FORMAT,
+		  "nan.bin: tensor qkvw of layer 1 holds a non-finite value (nan) at [1, 1]");
+	CHECK_OK(ferry_checkpoint_read_config(path, &c)); /* the header alone is fine */
+	poke_float(path, 1024 + 4 * (long)q, a[q]);
+	poke_float(path, 1024 + 4 * (long)param_at("wte", 0, 3), -INFINITY);
+	CHECK_ERR(ferry_checkpoint_read(path, &c, back, n), FERRY_ERR_FORMAT,
+		  "tensor wte holds a non-finite value (-inf) at [0, 3]");
+
+	/* writers refuse them before writing anything */
+	CHECK_OK(ferry_checkpoint_write(path, &small, a));
+	keep = read_raw(path, &size);
+	a[q] = NAN;
+	CHECK_ERR(ferry_checkpoint_write(path, &small, a), FERRY_ERR_INVALID,
+		  "not saved: qkvw of layer 1 holds a non-finite value (nan) at [1, 1]");
+	{
+		long size2;
+		char *now = read_raw(path, &size2);
+
+		CHECK(size2 == size && !memcmp(now, keep, (size_t)size));
+		free(now);
+	}
+	free(keep);
+	free(a);
+	free(back);
+}
+
+static void test_state_v2(void)
+{
+	const char *path = tpath("v2.state");
+	const size_t n = 300;
+	struct ferry_train_state st = { .step = 5, .data_shard = 1, .data_offset = 40, .data_shards = 2,
+					.rng = 99, .params_hash = 0x1234, .total_steps = 50, .warmup = 3,
+					.lr = 1e-3f, .final_lr_frac = 0.25f, .B = 8, .T = 64, .seed = 4242,
+					.adamw = { .beta1 = 0.8f, .beta2 = 0.9f, .eps = 1e-6f, .weight_decay = 0.05f,
+						   .grad_clip = 2.0f },
+					.data_hash = 0xfeedull };
+	struct ferry_train_state back;
+	float *m = malloc(n * 4), *v = malloc(n * 4), *m2 = malloc(n * 4), *v2 = malloc(n * 4);
+	int32_t *raw;
+	long size;
+
+	if (!m || !v || !m2 || !v2)
+		exit(1);
+	fill_random(m, n);
+	fill_random(v, n);
+	snprintf(st.data, sizeof(st.data), "data/train_*.bin"); /* 16 bytes */
+	CHECK_OK(ferry_state_write(path, &st, m, v, n));
+	CHECK(file_size(path) == 1024 + 16 + 8 * 300);
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
+	CHECK(back.version == 2 && back.B == 8 && back.T == 64 && back.seed == 4242 &&
+	      back.data_hash == 0xfeedull && !strcmp(back.data, "data/train_*.bin") &&
+	      back.adamw.beta1 == 0.8f && back.adamw.beta2 == 0.9f && back.adamw.eps == 1e-6f &&
+	      back.adamw.weight_decay == 0.05f && back.adamw.grad_clip == 2.0f && back.total_steps == 50 &&
+	      back.warmup == 3 && back.lr == 1e-3f && back.final_lr_frac == 0.25f && back.step == 5);
+	CHECK(!memcmp(m, m2, n * 4) && !memcmp(v, v2, n * 4));
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_state_read_info(path, &back));
+	CHECK(back.step == 5 && !strcmp(back.data, "data/train_*.bin"));
+
+	/* one flipped bit anywhere is refused */
+	{
+		unsigned char *bytes;
+		long offs[] = { 1024 + 16 + 4 * 17, 1024 + 16 + 4 * 300 + 4 * 299 + 3, 1024 + 3, 8 * 4 };
+
+		for (size_t k = 0; k < sizeof(offs) / sizeof(offs[0]); k++) {
+			bytes = read_raw(path, &size);
+			bytes[offs[k]] ^= 0x10;
+			write_raw(tpath("flip.state"), bytes, (size_t)size, NULL, 0);
+			free(bytes);
+			CHECK_ERR(ferry_state_read(tpath("flip.state"), &back, m2, v2, n), FERRY_ERR_FORMAT,
+				  "checksum mismatch");
+		}
+	}
+	/* the writer refuses non-finite moments */
+	{
+		float v7 = v[7];
+
+		v[7] = NAN;
+		CHECK_ERR(ferry_state_write(tpath("nanm.state"), &st, m, v, n), FERRY_ERR_INVALID,
+			  "AdamW moment 7 is not finite");
+		CHECK(!exists(tpath("nanm.state")));
+		v[7] = v7;
+	}
+
+	/* a version-1 file (no fields past [20], no glob, no checksum) reads */
+	raw = read_raw(path, &size);
+	raw[1] = 1;
+	memset(raw + 21, 0, (256 - 21) * 4);
+	write_raw(tpath("v1.state"), raw, 1024, (char *)raw + 1024 + 16, n * 8);
+	free(raw);
+	memset(&back, 0xff, sizeof(back));
+	CHECK_OK(ferry_state_read(tpath("v1.state"), &back, m2, v2, n));
+	CHECK(back.version == 1 && back.step == 5 && back.total_steps == 50 && back.lr == 1e-3f &&
+	      back.data_shards == 2 && back.B == 0 && back.T == 0 && back.seed == 0 && back.data_hash == 0 &&
+	      back.data[0] == 0);
+	CHECK(!memcmp(m, m2, n * 4) && !memcmp(v, v2, n * 4));
+	free(m);
+	free(v);
+	free(m2);
+	free(v2);
+}
+
+/* ---- the commit protocol ------------------------------------------------------------- */
+
+static long dead_pid(void)
+{
+	pid_t p = fork();
+
+	if (p == 0)
+		_exit(0);
+	waitpid(p, NULL, 0);
+	return (long)p;
+}
+
+/* Entries beside the checkpoint named base that are temporaries. */
+static int temporaries(const char *base)
+{
+	DIR *dp = opendir(dir);
+	struct dirent *e;
+	size_t n = strlen(base);
+	int count = 0;
+
+	while (dp && (e = readdir(dp)))
+		if (!strncmp(e->d_name, base, n) && (strstr(e->d_name + n, ".tmp") || strstr(e->d_name + n, ".old"))) {
+			fprintf(stderr, "  temporary: %s\n", e->d_name);
+			count++;
+		}
+	if (dp)
+		closedir(dp);
+	return count;
+}
+
+struct pair {
+	float *p, *m, *v;
+	struct ferry_train_state st;
+};
+
+#define NP 784
+
+static void pair_make(struct pair *x, int64_t step)
+{
+	x->p = malloc(NP * 4);
+	x->m = malloc(NP * 4);
+	x->v = malloc(NP * 4);
+	if (!x->p || !x->m || !x->v)
+		exit(1);
+	fill_random(x->p, NP);
+	fill_random(x->m, NP);
+	fill_random(x->v, NP);
+	memset(&x->st, 0, sizeof(x->st));
+	x->st.step = step;
+	x->st.total_steps = 100;
+	x->st.lr = 1e-3f;
+	x->st.B = 2;
+	x->st.T = 4;
+	x->st.params_hash = ferry_params_hash(x->p, NP);
+	snprintf(x->st.data, sizeof(x->st.data), "shards_%lld_*.bin", (long long)step);
+}
+
+static void pair_free(struct pair *x)
+{
+	free(x->p);
+	free(x->m);
+	free(x->v);
+}
+
+/* path and path.state hold x, exactly. */
+static bool holds(const char *path, const struct pair *x)
+{
+	static float p[NP], m[NP], v[NP];
+	struct ferry_model_config c;
+	struct ferry_train_state st;
+	char sp[4300];
+
+	snprintf(sp, sizeof(sp), "%s.state", path);
+	return ferry_checkpoint_read(path, &c, p, NP) == FERRY_OK && !memcmp(p, x->p, sizeof(p)) &&
+	       ferry_state_read(sp, &st, m, v, NP) == FERRY_OK && !memcmp(m, x->m, sizeof(m)) &&
+	       !memcmp(v, x->v, sizeof(v)) && st.step == x->st.step && st.params_hash == ferry_params_hash(p, NP) &&
+	       !strcmp(st.data, x->st.data);
+}
+
+static ferry_status save(const char *path, const struct pair *x)
+{
+	return ferry_checkpoint_save(path, &small, x->p, &x->st, x->m, x->v, NP);
+}
+
+/* Every write-path operation of a save fails in turn, as on a full disk:
+ * the previous pair stays, whole, and no temporary is left. */
+static void test_commit_full_disk(struct pair *a, struct pair *b)
+{
+	const char *path = tpath("pair.bin");
+	int failed = 0;
+
+	for (long k = 0; k < 100; k++) {
+		ferry_status st;
+
+		CHECK_OK(save(path, a));
+		ferry_fault_fail_write_after(k);
+		st = save(path, b);
+		ferry_fault_fail_write_after(-1);
+		CHECK(temporaries("pair.bin") == 0);
+		if (st == FERRY_OK) {
+			CHECK(holds(path, b));
+			break;
+		}
+		CHECK_ERR(st, FERRY_ERR_IO, "No space left on device");
+		CHECK(holds(path, a));
+		failed++;
+	}
+	printf("a save survives each of its %d writes failing (the previous pair intact, no temporary left)\n",
+	       failed);
+	CHECK(failed == 8); /* model: header, parameters, fsync; state: header, glob, m, v, fsync */
+}
+
+/* The moment a kill -9 between the two renames leaves: the new model in
+ * place, the old state, the new state as a dead process's temporary. */
+static void test_commit_recovery(struct pair *a, struct pair *b)
+{
+	const char *path = tpath("pair.bin");
+	char name[128];
+	long pid = dead_pid(), pid2 = dead_pid();
+
+	CHECK_OK(save(path, a));
+	CHECK_OK(ferry_checkpoint_write(path, &small, b->p));
+	snprintf(name, sizeof(name), "pair.bin.state.tmp.%ld", pid);
+	CHECK_OK(ferry_state_write(tpath(name), &b->st, b->m, b->v, NP));
+	/* a killed save's partial temporaries (both still there: no commit) */
+	snprintf(name, sizeof(name), "pair.bin.tmp.%ld", pid2);
+	write_raw(tpath(name), "partial", 7, NULL, 0);
+	snprintf(name, sizeof(name), "pair.bin.state.tmp.%ld", pid2);
+	CHECK_OK(ferry_state_write(tpath(name), &b->st, b->m, b->v, NP));
+	/* a live process's temporary is not touched */
+	write_raw(tpath("pair.bin.tmp.1"), "live", 4, NULL, 0);
+	CHECK(!holds(path, b) && !holds(path, a));
+	CHECK_OK(ferry_checkpoint_recover(path));
+	CHECK(holds(path, b));
+	CHECK(exists(tpath("pair.bin.tmp.1")));
+	unlink(tpath("pair.bin.tmp.1"));
+	CHECK(temporaries("pair.bin") == 0);
+
+	/* a corrupted candidate is not paired: the mix stays refused */
+	CHECK_OK(save(path, a));
+	CHECK_OK(ferry_checkpoint_write(path, &small, b->p));
+	snprintf(name, sizeof(name), "pair.bin.state.tmp.%ld", pid);
+	CHECK_OK(ferry_state_write(tpath(name), &b->st, b->m, b->v, NP));
+	poke_float(tpath(name), 1024 + 20 + 4 * 3, 0.5f);
+	CHECK_OK(ferry_checkpoint_recover(path));
+	CHECK(!holds(path, b));
+	CHECK(temporaries("pair.bin") == 0);
+	/* the next save makes a whole pair again */
+	CHECK_OK(save(path, a));
+	CHECK(holds(path, a));
+}
+
+static void test_commit_paths(struct pair *a)
+{
+	char deep[4200], name[300], cwd[4096];
+	size_t at;
+	long size;
+	char *keep;
+
+	/* destinations that must not be replaced */
+	CHECK(symlink("pair.bin", tpath("link.bin")) == 0);
+	CHECK_ERR(save(tpath("link.bin"), a), FERRY_ERR_INVALID, "link.bin is a symbolic link");
+	CHECK_ERR(ferry_checkpoint_write(tpath("link.bin"), &small, a->p), FERRY_ERR_INVALID, "symbolic link");
+	CHECK(symlink("elsewhere", tpath("s.bin.state")) == 0);
+	CHECK_ERR(ferry_checkpoint_check_save_path(tpath("s.bin"), &small), FERRY_ERR_INVALID,
+		  "s.bin.state (the state file of the save) is a symbolic link");
+	CHECK(mkfifo(tpath("fifo.bin"), 0600) == 0);
+	CHECK_ERR(save(tpath("fifo.bin"), a), FERRY_ERR_INVALID, "not a regular file (a device, FIFO or socket)");
+	CHECK_ERR(ferry_checkpoint_check_save_path("/dev/null", &small), FERRY_ERR_INVALID,
+		  "/dev/null is not a regular file");
+	{
+		struct stat sb;
+
+		CHECK(lstat(tpath("link.bin"), &sb) == 0 && S_ISLNK(sb.st_mode));
+		CHECK(lstat(tpath("fifo.bin"), &sb) == 0 && S_ISFIFO(sb.st_mode));
+		CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+	}
+	CHECK_ERR(ferry_checkpoint_check_save_path(tpath("no/such/dir/x.bin"), &small), FERRY_ERR_IO,
+		  "cannot save there");
+
+	/* a 4088-byte path: a pair there (made through a short relative name)
+	 * stays whole; the save is refused with the whole story */
+	snprintf(deep, sizeof(deep), "%s", dir);
+	while (strlen(deep) + 201 < 4088 - 40) {
+		at = strlen(deep);
+		deep[at++] = '/';
+		memset(deep + at, 'd', 200);
+		deep[at + 200] = 0;
+		CHECK(mkdir(deep, 0700) == 0);
+	}
+	at = strlen(deep);
+	deep[at++] = '/';
+	memset(deep + at, 'm', 4088 - at);
+	deep[4088] = 0;
+	CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+	*strrchr(deep, '/') = 0;
+	CHECK(chdir(deep) == 0);
+	deep[strlen(deep)] = '/';
+	CHECK_OK(save(strrchr(deep, '/') + 1, a));
+	CHECK(chdir(cwd) == 0);
+	CHECK(strlen(deep) == 4088);
+	keep = read_raw(deep, &size);
+	CHECK_ERR(ferry_checkpoint_check_save_path(deep, &small), FERRY_ERR_INVALID,
+		  "over the system's limit of 4095 bytes for a path");
+	CHECK_ERR(save(deep, a), FERRY_ERR_INVALID, "save path too long");
+	CHECK(strlen(ferry_last_error()) < 450); /* whole: the error buffer holds 511 */
+	printf("over-long path: %s\n", ferry_last_error());
+	CHECK(holds(deep, a));
+	free(keep);
+
+	/* a name that fits but whose temporaries' names would not */
+	memset(name, 'n', 250);
+	name[250] = 0;
+	CHECK_ERR(ferry_checkpoint_check_save_path(tpath(name), &small), FERRY_ERR_INVALID,
+		  "over the system's limit of 255 bytes for a name");
+}
+
+static void test_commit(void)
+{
+	struct pair a, b;
+
+	pair_make(&a, 3);
+	pair_make(&b, 4);
+	CHECK_OK(save(tpath("pair.bin"), &a));
+	CHECK(holds(tpath("pair.bin"), &a));
+	CHECK_OK(save(tpath("pair.bin"), &b));
+	CHECK(holds(tpath("pair.bin"), &b));
+	CHECK(temporaries("pair.bin") == 0);
+	test_commit_full_disk(&a, &b);
+	test_commit_recovery(&a, &b);
+	test_commit_paths(&a);
+	pair_free(&a);
+	pair_free(&b);
+}
+
 int main(void)
 {
 	scratch_dir_make("test_checkpoint");
@@ -490,6 +886,9 @@ int main(void)
 	test_model_roundtrip();
 	test_model_bad();
 	test_state();
+	test_non_finite();
+	test_state_v2();
+	test_commit();
 
 	return scratch_finish("test_checkpoint");
 }

@@ -22,12 +22,18 @@ import os
 import struct
 import sys
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:  # pragma: no cover
-    print(f"skipped: {e}")
-    sys.exit(77)
+np = torch = None  # imported by main() once the arguments are read, so --help needs neither
+
+
+def import_torch():
+    global np, torch
+    try:
+        import numpy
+        import torch as torch_module
+    except ImportError as e:  # pragma: no cover
+        print(f"skipped: {e}")
+        sys.exit(77)
+    np, torch = numpy, torch_module
 
 
 def load_safetensors(path):
@@ -127,6 +133,7 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batches", type=int, default=10)
     a = ap.parse_args()
+    import_torch()
 
     with open(os.path.join(a.checkpoint, "config.json")) as f:
         cfg = json.load(f)

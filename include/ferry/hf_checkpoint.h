@@ -87,14 +87,16 @@ ferry_status ferry_hf_checkpoint_read(const char *path, struct ferry_model_confi
  * with storage, per layer under its Hugging Face name), creating dir (not
  * its parents) when it does not exist.  Parameters must be finite (a
  * diverged model is refused, FERRY_ERR_INVALID, before anything is
- * written, so the previous checkpoint stays).  Each file is written
- * atomically (a temporary, fsync, rename); config.json first, then the
- * weights.  When dir already holds a checkpoint of another configuration,
- * its weights (model.safetensors, model.safetensors.index.json) are removed
- * before the new config.json is written, so a crash at any point leaves the
- * old checkpoint, the new one, or a directory that is refused for missing
- * weights, never a config.json with weights of another model.  Shards an
- * older index named are left alone. */
+ * written, so the previous checkpoint stays).  The directory is replaced as
+ * a whole, by the protocol of include/ferry/checkpoint.h: the new one is
+ * written as dir.tmp.<pid>/ beside it (so dir's parent must be writable),
+ * then swapped in atomically; a crash or failure at any point leaves the
+ * old checkpoint or the new one, never a mix.  Files of dir that are not
+ * part of a checkpoint (anything but config.json, model.safetensors,
+ * model.safetensors.index.json and model-NNNNN-of-NNNNN.safetensors shards)
+ * are kept, hard-linked into the new directory, subdirectories included;
+ * so is an existing ferry_state.bin (ferry_checkpoint_save writes a new one
+ * with the weights). */
 ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,
 				       const float *params) FERRY_MUST_CHECK;
 
@@ -118,8 +120,15 @@ ferry_status ferry_checkpoint_any_read(const char *path, struct ferry_model_conf
  * GPT-2 to an existing directory, is refused (FERRY_ERR_INVALID). */
 ferry_status ferry_checkpoint_any_write(const char *path, const struct ferry_model_config *cfg,
 					const float *params) FERRY_MUST_CHECK;
-/* The kind check of ferry_checkpoint_any_write alone, so a caller can refuse
- * a save path before hours of training rather than at the save. */
+/* Whether a save (ferry_checkpoint_save) to path could be committed, checked
+ * before hours of training rather than at the save: the path's kind (a
+ * Llama to a path that is a file, GPT-2 to a directory: FERRY_ERR_INVALID);
+ * a destination that must not be replaced (a symbolic link, a device, FIFO
+ * or socket, for the model or its state file: FERRY_ERR_INVALID); names
+ * that would not fit the system's limits once the temporaries' suffixes
+ * are added (FERRY_ERR_INVALID, with the lengths); and that the directory
+ * the temporaries go to accepts them, by creating and removing the longest
+ * one (FERRY_ERR_IO).  Nothing is left behind. */
 ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
 	FERRY_MUST_CHECK;
 

@@ -36,10 +36,20 @@ void ferry_blas_relaunch_if_slow(char **argv);
  * (was Prescott)", "set by OPENBLAS_CORETYPE". */
 const char *ferry_blas_core_origin(void);
 
-/* Threads for ferry's kernels and for BLAS; n <= 0 means all cores. */
+/* Threads for ferry's kernels and for BLAS; n <= 0 means all cores, and
+ * more than ferry_max_threads() means that many (an OpenMP team of tens of
+ * thousands of threads takes minutes to start and then fails). */
 void ferry_set_threads(int n);
+/* FERRY_THREADS_PER_CORE times the cores. */
+#define FERRY_THREADS_PER_CORE 4
+int ferry_max_threads(void);
 int ferry_get_threads(void);
 int ferry_cpu_count(void);
+/* The single-precision matrix-product rate this process gets from BLAS on
+ * its current threads, in FLOP/s: the best of three n x n x n sgemms after
+ * a warm-up one (n = 1024 takes about 0.1 s at 100 GFLOP/s); 0 when n < 1
+ * or memory runs out.  A peak to set a model's FLOP rate against. */
+double ferry_cpu_sgemm_flops(int n);
 /* "AMD EPYC 7B13" or "unknown CPU"; SIMD features as a short string. */
 const char *ferry_cpu_name(void);
 const char *ferry_cpu_features(void);

@@ -12,6 +12,26 @@
 extern "C" {
 #endif
 
+/* Bits of ferry_train_opts.given: the options a caller set explicitly.  On
+ * a resume every option whose bit is clear is taken from the saved run's
+ * state (when the state recorded it; a version-1 state records the
+ * schedule only), and the ones given that differ from the saved run are
+ * overrides (ferry_trainer_resume_overrides).  Without a resume the bits
+ * do not matter. */
+enum {
+	FERRY_GIVEN_BATCH = 1u << 0,        /* B */
+	FERRY_GIVEN_SEQ = 1u << 1,          /* T */
+	FERRY_GIVEN_STEPS = 1u << 2,
+	FERRY_GIVEN_LR = 1u << 3,
+	FERRY_GIVEN_WARMUP = 1u << 4,
+	FERRY_GIVEN_FINAL_LR = 1u << 5,     /* final_lr_frac */
+	FERRY_GIVEN_DATA = 1u << 6,         /* the training glob */
+	FERRY_GIVEN_SEED = 1u << 7,
+	FERRY_GIVEN_WEIGHT_DECAY = 1u << 8, /* adamw.weight_decay */
+	FERRY_GIVEN_GRAD_CLIP = 1u << 9,    /* adamw.grad_clip */
+	FERRY_GIVEN_ADAMW = 1u << 10,       /* adamw.beta1, beta2, eps */
+};
+
 struct ferry_train_opts {
 	const char *backend;      /* "cpu" (default) or "cuda" */
 	size_t device_mem;        /* device arena bytes; 0 = all */
@@ -33,6 +53,7 @@ struct ferry_train_opts {
 	struct ferry_adamw adamw; /* lr is taken from the schedule */
 	uint64_t seed;
 	struct ferry_exec_opts exec; /* activation policy, prefetch depth */
+	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
 };
 
 /* Defaults: cpu, B 4, T 64, lr 6e-4, final 0.1, warmup 0, AdamW (0.9, 0.95,
@@ -50,16 +71,35 @@ typedef struct ferry_trainer *ferry_trainer_t;
 
 /* Plans memory first: a configuration whose plan exceeds the device arena is
  * refused (FERRY_ERR_DEVICE_MEM) before anything is allocated, with the
- * bytes it needs and the presets that would fit. */
+ * bytes it needs and the presets that would fit.
+ *
+ * With opts->resume: the checkpoint is recovered first
+ * (ferry_checkpoint_recover), then each option not in opts->given is taken
+ * from its state.  The data: without FERRY_GIVEN_DATA the saved run's glob
+ * is used (opts->data may be NULL) and must match the same shards (paths
+ * and sizes) as at the save, else FERRY_ERR_INVALID ("the data changed");
+ * with it, data that differs from the saved run's is an override and is
+ * read from its start.  (A version-1 state recorded only the shard count:
+ * a different count is refused without FERRY_GIVEN_DATA, an override with
+ * it.)  A state whose step does not fit an int is refused. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
 /* The plan the trainer works to. */
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr);
+/* The options in effect: opts of ferry_trainer_create with, after a resume,
+ * those not given taken from the saved run (steps, B, T, data, ...).
+ * Valid until ferry_trainer_free. */
+const struct ferry_train_opts *ferry_trainer_opts(ferry_trainer_t tr);
 /* After a resume: the learning-rate schedule the saved run followed (a
  * resume with other --steps/--warmup/--lr values follows the new schedule
  * from the saved step on, which callers may want to point out). */
 bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *warmup, float *lr,
 				    float *final_lr_frac);
+/* After a resume: the given options that differ from the saved run, as
+ * "batch 16 (saved 8), lr 0.001 (saved 0.002), data 'b_*.bin' (saved
+ * 'a_*.bin'; read from its start)" into buf (n bytes, always terminated;
+ * "" when none).  Returns how many differ (0 without a resume). */
+int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n);
 void ferry_trainer_free(ferry_trainer_t tr);
 
 /* Steps already taken (non-zero after a resume). */
@@ -67,19 +107,32 @@ int ferry_trainer_step_count(ferry_trainer_t tr);
 ferry_model_t ferry_trainer_model(ferry_trainer_t tr);
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr);
 
-/* One optimizer step on the next training batch. */
+/* One optimizer step on the next training batch.  A loss or gradient norm
+ * that is not finite stops training: FERRY_ERR_INVALID, "step 12: the loss
+ * is nan (gradient norm nan): training diverged (learning rate ...);
+ * stopped, ...", and from then on every step and save of this trainer is
+ * refused, so nothing is saved over the last good checkpoint. */
 ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *out)
 	FERRY_MUST_CHECK;
 /* Mean loss over the first n batches of the validation data (from its
  * start, forward only). */
 ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
 	FERRY_MUST_CHECK;
-/* Writes the model in its own kind of checkpoint and its training state,
- * each file atomically: GPT-2 as an llm.c file at path plus path.state, a
- * Llama as a Hugging Face directory at path (config.json, model.safetensors)
- * plus path/ferry_state.bin.  The state records a hash of the parameters, so
- * a resume refuses a model and state from different saves. */
+/* Saves the model in its own kind of checkpoint and its training state as
+ * one commit (ferry_checkpoint_save, see ferry/checkpoint.h): GPT-2 as an
+ * llm.c file at path plus path.state, a Llama as a Hugging Face directory
+ * at path (config.json, model.safetensors, ferry_state.bin).  The state
+ * records a hash of the parameters, so a resume refuses a model and state
+ * from different saves.  A path whose files are training or validation
+ * shards is refused (ferry_trainer_check_save_path). */
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
+/* Everything ferry_trainer_save checks before writing, for a caller to
+ * refuse a save path before step 1: ferry_checkpoint_check_save_path for
+ * this model, and that no file the save would replace (the model, its
+ * state; a directory's checkpoint files) is one of the training or
+ * validation shards (same device and inode, or for a file not yet there the
+ * same real path): FERRY_ERR_INVALID naming both. */
+ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
 /* Writes "name (bytes), ..." for the presets whose plan fits in capacity
  * bytes into buf; returns how many fit. */
@@ -94,11 +147,21 @@ float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac
 ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
 
+/* How ferry_model_sample draws each token. */
+struct ferry_sample_opts {
+	float temperature; /* probabilities as softmax(logits / temperature):
+			      1 the model's own, below 1 sharper, above 1
+			      flatter; 0 always takes the most probable token */
+	int top_k;         /* draw among the k most probable tokens only;
+			      0 = all */
+};
+
 /* Appends n sampled tokens to a sequence of *len tokens (buffer of cap),
- * sliding the context window to the model's T; temperature 1, top-k 0 = all.
- * rng is advanced. */
+ * sliding the context window to the model's T.  opts NULL: temperature 1,
+ * all tokens.  rng is advanced (one draw per token); the same rng state,
+ * model and opts give the same tokens. */
 ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
-			       uint64_t *rng) FERRY_MUST_CHECK;
+			       const struct ferry_sample_opts *opts, uint64_t *rng) FERRY_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Declared by OpenBLAS but not in every cblas.h. */
@@ -95,10 +96,17 @@ const char *ferry_blas_core_origin(void)
 	return "detected by OpenBLAS";
 }
 
+int ferry_max_threads(void)
+{
+	return FERRY_THREADS_PER_CORE * omp_get_num_procs();
+}
+
 void ferry_set_threads(int n)
 {
 	if (n <= 0)
 		n = omp_get_num_procs();
+	if (n > ferry_max_threads())
+		n = ferry_max_threads();
 	omp_set_num_threads(n);
 	openblas_set_num_threads(n);
 }
@@ -142,4 +150,38 @@ const char *ferry_cpu_name(void)
 const char *ferry_cpu_features(void)
 {
 	return cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2+fma" : "sse";
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double ferry_cpu_sgemm_flops(int n)
+{
+	size_t nn = (size_t)(n > 0 ? n : 1) * (size_t)(n > 0 ? n : 1);
+	float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)), *c = malloc(nn * sizeof(float));
+	double best = 0;
+
+	if (n >= 1 && a && b && c) {
+		for (size_t i = 0; i < nn; i++) {
+			a[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+			b[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+		}
+		for (int r = 0; r < 4; r++) {
+			double t = seconds_now();
+
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+			t = seconds_now() - t;
+			if (r > 0 && t > 0 && 2.0 * n * n * (double)n / t > best)
+				best = 2.0 * n * n * (double)n / t;
+		}
+	}
+	free(a);
+	free(b);
+	free(c);
+	return best;
 }

@@ -1,6 +1,7 @@
 /*
  * Model checkpoints in llm.c's format and ferry's training state file.
- * See include/ferry/checkpoint.h for both layouts.
+ * See include/ferry/checkpoint.h for both layouts; the commit of a model
+ * and its state together is src/train/commit.c.
  *
  * Files are raw little-endian int32/fp32 and are read and written straight
  * from memory, so this code only works on little-endian hosts.
@@ -8,12 +9,15 @@
 #include "ferry/checkpoint.h"
 #include "core/error.h"
 #include "core/file_header.h"
+#include "train/commit.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -25,6 +29,9 @@ _Static_assert(sizeof(float) == 4, "checkpoints store IEEE fp32");
 
 /* llm.c writes version 5 for bf16 parameters; name it in the error. */
 #define LLMC_BF16_VERSION 5
+
+/* Bytes read per call by the streaming checks. */
+#define STREAM_BYTES ((size_t)1 << 20)
 
 static const int32_t model_versions[] = { FERRY_CHECKPOINT_VERSION };
 static const struct ferry_file_version_name model_named[] = {
@@ -41,7 +48,7 @@ static const struct ferry_file_format model_format = {
 	.n_named = sizeof(model_named) / sizeof(model_named[0]),
 };
 
-static const int32_t state_versions[] = { FERRY_STATE_VERSION };
+static const int32_t state_versions[] = { 1, FERRY_STATE_VERSION };
 static const struct ferry_file_format state_format = {
 	.kind = "ferry training state",
 	.header = "training state",
@@ -49,6 +56,88 @@ static const struct ferry_file_format state_format = {
 	.versions = state_versions,
 	.n_versions = sizeof(state_versions) / sizeof(state_versions[0]),
 };
+
+/* ---- hashes ------------------------------------------------------------------- */
+
+uint64_t ferry_ckpt_fnv_words(uint64_t h, const void *p, size_t nbytes)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i + 4 <= nbytes; i += 4) {
+		uint32_t w;
+
+		memcpy(&w, b + i, sizeof(w));
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+uint64_t ferry_params_hash(const float *params, size_t n)
+{
+	/* FNV-1a over 32-bit words: fast, and any changed value changes it */
+	return ferry_ckpt_fnv_words(FERRY_FNV_INIT, params, n * sizeof(float));
+}
+
+/* ---- non-finite values ------------------------------------------------------------ */
+
+static void index_str(char *buf, size_t n, const struct ferry_param_info *pi, size_t at)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (int d = 0; d < pi->ndim && used < n; d++) {
+		size_t stride = 1;
+
+		for (int e = d + 1; e < pi->ndim; e++)
+			stride *= (size_t)pi->shape[e]; /* <= layer_numel: no overflow */
+		used += (size_t)snprintf(buf + used, n - used, "%s%zu", d ? ", " : "[", at / stride);
+		at %= stride;
+	}
+	if (used < n)
+		snprintf(buf + used, n - used, "]");
+}
+
+ferry_status ferry_ckpt_check_finite(const char *file, const struct ferry_model_config *cfg,
+				     const float *params, size_t n, ferry_status code, const char *what)
+{
+	char sb[FERRY_CKPT_SHORT], at[160], name[256];
+	struct ferry_param_info pi = { .name = "?" };
+	size_t bad = 0, rel, layer = 0;
+
+	while (bad < n && isfinite(params[bad]))
+		bad++;
+	if (bad == n)
+		return FERRY_OK;
+	for (int p = 0; p < ferry_model_param_tensors(cfg); p++) {
+		struct ferry_param_info q;
+
+		if (ferry_model_param_info(cfg, p, &q) == FERRY_OK && q.present && bad >= q.offset &&
+		    bad - q.offset < q.numel) {
+			pi = q;
+			break;
+		}
+	}
+	rel = bad - pi.offset;
+	if (pi.layers && pi.layer_numel) {
+		layer = rel / pi.layer_numel;
+		rel %= pi.layer_numel;
+	}
+	/* the name the file's users know: Hugging Face's when there is one */
+	if (pi.hf_name && pi.layers)
+		snprintf(name, sizeof(name), pi.hf_name, (int)layer);
+	else if (pi.hf_name)
+		snprintf(name, sizeof(name), "%s", pi.hf_name);
+	else if (pi.layers)
+		snprintf(name, sizeof(name), "%s of layer %zu", pi.name, layer);
+	else
+		snprintf(name, sizeof(name), "%s", pi.name);
+	if (pi.ndim)
+		index_str(at, sizeof(at), &pi, rel);
+	else
+		snprintf(at, sizeof(at), "parameter %zu", bad);
+	return ferry_error(code, "%s: %s%s holds a non-finite value (%g) at %s", ferry_ckpt_short(file, sb),
+			   *what ? what : "tensor ", name, (double)params[bad], at);
+}
 
 /* ---- reading helpers -------------------------------------------------------- */
 
@@ -106,7 +195,7 @@ static ferry_status model_open(const char *path, int *out,
 	int32_t hdr[HEADER_INTS];
 	struct ferry_model_config c = { .arch = "gpt2" };
 	ferry_status st;
-	int64_t size = 0;
+	int64_t size = 0, bytes;
 	size_t n;
 	int fd = -1;
 
@@ -127,11 +216,13 @@ static ferry_status model_open(const char *path, int *out,
 				 path, why);
 		goto fail;
 	}
-	/* the check bounds n so that 1024 + 4n fits in int64. */
 	n = ferry_model_config_num_params(&c);
-	st = check_length(path, size,
-			  HEADER_BYTES + (int64_t)n * (int64_t)sizeof(float),
-			  "header + parameters");
+	if (n > (size_t)INT64_MAX || __builtin_mul_overflow((int64_t)n, (int64_t)sizeof(float), &bytes) ||
+	    __builtin_add_overflow(bytes, HEADER_BYTES, &bytes)) {
+		st = ferry_error(FERRY_ERR_FORMAT, "%s: %zu parameters do not fit a file", path, n);
+		goto fail;
+	}
+	st = check_length(path, size, bytes, "header + parameters");
 	if (st)
 		goto fail;
 	*out = fd;
@@ -185,6 +276,8 @@ ferry_status ferry_checkpoint_read(const char *path,
 		goto out;
 	}
 	st = read_exact(fd, path, params, n * sizeof(float), "parameters");
+	if (!st)
+		st = ferry_ckpt_check_finite(path, &c, params, n, FERRY_ERR_FORMAT, "");
 	if (st)
 		goto out;
 	*cfg = c;
@@ -193,7 +286,38 @@ out:
 	return st;
 }
 
-/* ---- atomic writes ------------------------------------------------------------ */
+ferry_status ferry_ckpt_model_hash(const char *path, uint64_t *hash)
+{
+	struct ferry_model_config c;
+	uint64_t h = FERRY_FNV_INIT;
+	ferry_status st;
+	size_t n, left;
+	char *buf;
+	int fd;
+
+	st = model_open(path, &fd, &c, &n);
+	if (st)
+		return st;
+	buf = ferry_malloc(STREAM_BYTES);
+	if (!buf) {
+		close(fd);
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
+	}
+	for (left = n * sizeof(float); !st && left;) {
+		size_t k = left < STREAM_BYTES ? left : STREAM_BYTES;
+
+		st = read_exact(fd, path, buf, k, "parameters");
+		h = ferry_ckpt_fnv_words(h, buf, k);
+		left -= k;
+	}
+	ferry_free(buf);
+	close(fd);
+	if (!st)
+		*hash = h;
+	return st;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
 
 struct chunk {
 	const void *data;
@@ -201,118 +325,125 @@ struct chunk {
 	const char *what;
 };
 
-uint64_t ferry_params_hash(const float *params, size_t n)
-{
-	/* FNV-1a over 32-bit words: fast, and any changed value changes it */
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (size_t i = 0; i < n; i++) {
-		uint32_t w;
-
-		memcpy(&w, &params[i], sizeof(w));
-		h = (h ^ w) * 0x100000001b3ull;
-	}
-	return h;
-}
-
 /* fsync of the directory holding path, so a rename survives a power loss;
  * best effort (some file systems refuse to fsync directories). */
 static void sync_dir(const char *path)
 {
-	char dir[4096];
 	const char *slash = strrchr(path, '/');
+	char *dir = NULL;
 	int fd;
 
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else if (slash == path)
-		snprintf(dir, sizeof(dir), "/");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	fd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (slash && slash != path) {
+		dir = ferry_malloc((size_t)(slash - path) + 1);
+		if (!dir)
+			return;
+		memcpy(dir, path, (size_t)(slash - path));
+		dir[slash - path] = 0;
+	}
+	fd = open(dir ? dir : slash ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0) {
 		fsync(fd);
 		close(fd);
 	}
+	ferry_free(dir);
 }
 
-/*
- * Writes the chunks to "<path>.tmp", flushes and fsyncs it, then renames it
- * over path.  On any failure the tmp file is removed and path is untouched.
- */
-static ferry_status write_atomic(const char *path, const struct chunk *chunks,
-				 int n_chunks)
+static ferry_status write_all(int fd, const char *name, const struct chunk *c)
 {
+	const char *p = c->data;
+	size_t left = c->bytes;
+
+	while (left) {
+		ssize_t w = ferry_ckpt_fault() ? -1 : write(fd, p, left);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return ferry_error(FERRY_ERR_IO, "%s: error writing %s: %s", name, c->what,
+					   w < 0 ? strerror(errno) : "no progress");
+		p += w;
+		left -= (size_t)w;
+	}
+	return FERRY_OK;
+}
+
+/* Creates file, writes the chunks, fsyncs and closes it; removes it on
+ * failure.  An existing file of that name is refused, except once: a
+ * leftover of this process (the names carry its pid) is replaced. */
+static ferry_status write_file(const char *file, const struct chunk *chunks, int n_chunks)
+{
+	char sb[FERRY_CKPT_SHORT];
+	const char *name = ferry_ckpt_short(file, sb);
 	ferry_status st = FERRY_OK;
+	int fd = -1;
+
+	for (int tries = 0; fd < 0; tries++) {
+		fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+		if (fd < 0 && errno == EEXIST && tries == 0 && unlink(file) == 0)
+			continue;
+		if (fd < 0)
+			return ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", name, strerror(errno));
+	}
+	for (int i = 0; i < n_chunks && !st; i++)
+		st = write_all(fd, name, &chunks[i]);
+	/* the data must be on disk before a rename makes it visible */
+	if (!st && (ferry_ckpt_fault() || fsync(fd) != 0))
+		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", name, strerror(errno));
+	if (close(fd) != 0 && !st)
+		st = ferry_error(FERRY_ERR_IO, "%s: close failed: %s", name, strerror(errno));
+	if (st)
+		unlink(file);
+	return st;
+}
+
+/* The single-file writers' destination: absent or a regular file. */
+static ferry_status check_replaceable(const char *path)
+{
+	char sb[FERRY_CKPT_SHORT];
+	struct stat s;
+
+	if (lstat(path, &s) != 0 || S_ISREG(s.st_mode) || S_ISDIR(s.st_mode))
+		return FERRY_OK; /* a directory: the rename fails and says so */
+	return ferry_error(FERRY_ERR_INVALID, "%s is %s, not a regular file: refusing to replace it",
+			   ferry_ckpt_short(path, sb), S_ISLNK(s.st_mode) ? "a symbolic link" : "a device, FIFO or socket");
+}
+
+/* Writes "<path>.tmp.<pid>", then renames it over path. */
+static ferry_status write_atomic(const char *path, const struct chunk *chunks, int n_chunks)
+{
+	char sb[FERRY_CKPT_SHORT];
 	size_t len = strlen(path);
-	FILE *f = NULL;
+	ferry_status st;
 	char *tmp;
-	int i, rc;
 
-	tmp = ferry_malloc(len + sizeof(".tmp"));
+	st = check_replaceable(path);
+	if (st)
+		return st;
+	tmp = ferry_malloc(len + 32);
 	if (!tmp)
-		return ferry_error(FERRY_ERR_NOMEM,
-				   "%s: out of memory for the temporary name",
-				   path);
-	memcpy(tmp, path, len);
-	memcpy(tmp + len, ".tmp", sizeof(".tmp"));
-
-	f = fopen(tmp, "wb");
-	if (!f) {
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", tmp,
-				 strerror(errno));
-		goto out;
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory for the temporary name",
+				   ferry_ckpt_short(path, sb));
+	snprintf(tmp, len + 32, "%s.tmp.%ld", path, (long)getpid());
+	st = write_file(tmp, chunks, n_chunks);
+	if (!st && rename(tmp, path) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot rename the temporary over it: %s",
+				 ferry_ckpt_short(path, sb), strerror(errno));
+		unlink(tmp);
 	}
-	for (i = 0; i < n_chunks; i++) {
-		if (chunks[i].bytes &&
-		    fwrite(chunks[i].data, 1, chunks[i].bytes, f) !=
-			    chunks[i].bytes) {
-			st = ferry_error(FERRY_ERR_IO, "%s: error writing %s: %s",
-					 tmp, chunks[i].what, strerror(errno));
-			goto fail;
-		}
-	}
-	if (fflush(f) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: error writing: %s", tmp,
-				 strerror(errno));
-		goto fail;
-	}
-	/* The data must be on disk before the rename makes it visible. */
-	if (fsync(fileno(f)) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", tmp,
-				 strerror(errno));
-		goto fail;
-	}
-	rc = fclose(f);
-	f = NULL;
-	if (rc != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: close failed: %s", tmp,
-				 strerror(errno));
-		goto fail;
-	}
-	if (rename(tmp, path) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot rename %s over it: %s",
-				 path, tmp, strerror(errno));
-		goto fail;
-	}
-	sync_dir(path); /* make the rename itself durable */
-	goto out;
-fail:
-	if (f)
-		fclose(f);
-	remove(tmp);
-out:
+	if (!st)
+		sync_dir(path); /* make the rename itself durable */
 	ferry_free(tmp);
 	return st;
 }
 
-ferry_status ferry_checkpoint_write(const char *path,
-				    const struct ferry_model_config *cfg,
-				    const float *params)
+/* The model file's header and chunks; FERRY_ERR_INVALID for a config or
+ * parameters that cannot be saved. */
+static ferry_status model_chunks(const char *path, const struct ferry_model_config *cfg,
+				 const float *params, int32_t hdr[HEADER_INTS], struct chunk chunks[2])
 {
-	int32_t hdr[HEADER_INTS] = { 0 };
+	char sb[FERRY_CKPT_SHORT];
 	struct ferry_model_config c;
-	struct chunk chunks[2];
+	ferry_status st;
 	size_t n;
 
 	if (!path || !cfg || !params)
@@ -321,30 +452,58 @@ ferry_status ferry_checkpoint_write(const char *path,
 	c = *cfg;
 	if (strcmp(c.arch, "gpt2") != 0)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: llm.c model files hold GPT-2 only, not %s", path, c.arch);
+				   "%s: llm.c model files hold GPT-2 only, not %s", ferry_ckpt_short(path, sb), c.arch);
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[256];
 
 		snprintf(why, sizeof(why), "%s", ferry_last_error());
 		return ferry_error(FERRY_ERR_INVALID, "%s: invalid model config: %s",
-				   path, why);
+				   ferry_ckpt_short(path, sb), why);
 	}
-	cfg = &c;
-	n = ferry_model_config_num_params(cfg);
+	n = ferry_model_config_num_params(&c);
+	if (n > SIZE_MAX / sizeof(float))
+		return ferry_error(FERRY_ERR_INVALID, "%s: %zu parameters do not fit memory", path, n);
+	st = ferry_ckpt_check_finite(path, &c, params, n, FERRY_ERR_INVALID, "not saved: ");
+	if (st)
+		return st;
+	memset(hdr, 0, HEADER_BYTES);
 	hdr[0] = FERRY_CHECKPOINT_MAGIC;
 	hdr[1] = FERRY_CHECKPOINT_VERSION;
-	hdr[2] = cfg->max_seq;
-	hdr[3] = cfg->vocab;
-	hdr[4] = cfg->layers;
-	hdr[5] = cfg->heads;
-	hdr[6] = cfg->channels;
-	hdr[7] = cfg->padded_vocab;
-	chunks[0] = (struct chunk){ hdr, sizeof(hdr), "header" };
+	hdr[2] = c.max_seq;
+	hdr[3] = c.vocab;
+	hdr[4] = c.layers;
+	hdr[5] = c.heads;
+	hdr[6] = c.channels;
+	hdr[7] = c.padded_vocab;
+	chunks[0] = (struct chunk){ hdr, HEADER_BYTES, "header" };
 	chunks[1] = (struct chunk){ params, n * sizeof(float), "parameters" };
-	return write_atomic(path, chunks, 2);
+	return FERRY_OK;
+}
+
+ferry_status ferry_checkpoint_write(const char *path,
+				    const struct ferry_model_config *cfg,
+				    const float *params)
+{
+	int32_t hdr[HEADER_INTS];
+	struct chunk chunks[2];
+	ferry_status st = model_chunks(path, cfg, params, hdr, chunks);
+
+	return st ? st : write_atomic(path, chunks, 2);
+}
+
+ferry_status ferry_ckpt_write_model(const char *file, const struct ferry_model_config *cfg,
+				    const float *params)
+{
+	int32_t hdr[HEADER_INTS];
+	struct chunk chunks[2];
+	ferry_status st = model_chunks(file, cfg, params, hdr, chunks);
+
+	return st ? st : write_file(file, chunks, 2);
 }
 
 /* ---- training state ---------------------------------------------------------- */
+
+#define CHECKSUM_AT 34
 
 /* int64 fields live in two consecutive int32 slots, low half first. */
 static void put64(int32_t *hdr, int at, int64_t v)
@@ -360,109 +519,335 @@ static int64_t get64(const int32_t *hdr, int at)
 	return v;
 }
 
+static void putf(int32_t *hdr, int at, float v)
+{
+	memcpy(&hdr[at], &v, sizeof(v));
+}
+
+static float getf(const int32_t *hdr, int at)
+{
+	float v;
+
+	memcpy(&v, &hdr[at], sizeof(v));
+	return v;
+}
+
+/* The glob's bytes in the file: padded to whole words. */
+static size_t glob_padded(size_t len)
+{
+	return (len + 3) & ~(size_t)3;
+}
+
 /* n parameters -> two fp32 arrays; false when the file would not fit. */
 static int state_bytes_ok(size_t n)
 {
-	return n <= (size_t)((INT64_MAX - HEADER_BYTES) / 8) &&
-	       n <= SIZE_MAX / sizeof(float);
+	return n <= (size_t)((INT64_MAX - HEADER_BYTES - FERRY_STATE_GLOB_MAX - 4) / 8) &&
+	       n <= SIZE_MAX / 8;
 }
 
-ferry_status ferry_state_write(const char *path,
-			       const struct ferry_train_state *st,
-			       const float *m, const float *v, size_t n_params)
+/* Moments must be finite: a diverged optimizer is not saved. */
+static ferry_status check_moments(const char *path, const float *m, const float *v, size_t n)
 {
-	int32_t hdr[HEADER_INTS] = { 0 };
-	struct chunk chunks[3];
+	char sb[FERRY_CKPT_SHORT];
 
-	if (!path || !st || !m || !v)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "state write: NULL path, state or moments");
-	if (n_params == 0 || !state_bytes_ok(n_params))
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: bad parameter count %zu", path, n_params);
-	if (st->step < 0 || st->data_shard < 0 || st->data_offset < 0)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: negative step (%lld) or data position (%lld, %lld)",
-				   path, (long long)st->step,
-				   (long long)st->data_shard,
-				   (long long)st->data_offset);
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(m[i]) || !isfinite(v[i]))
+			return ferry_error(FERRY_ERR_INVALID,
+					   "%s: not saved: AdamW moment %zu is not finite (m %g, v %g)",
+					   ferry_ckpt_short(path, sb), i, (double)m[i], (double)v[i]);
+	return FERRY_OK;
+}
+
+static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_t n, size_t glen)
+{
+	memset(hdr, 0, HEADER_BYTES);
 	hdr[0] = FERRY_STATE_MAGIC;
 	hdr[1] = FERRY_STATE_VERSION;
 	put64(hdr, 2, st->step);
-	put64(hdr, 4, (int64_t)n_params);
+	put64(hdr, 4, (int64_t)n);
 	put64(hdr, 6, st->data_shard);
 	put64(hdr, 8, st->data_offset);
 	put64(hdr, 10, (int64_t)st->rng);
 	put64(hdr, 12, (int64_t)st->params_hash);
 	put64(hdr, 14, st->total_steps);
 	hdr[16] = st->warmup;
-	memcpy(&hdr[17], &st->lr, sizeof(float));
-	memcpy(&hdr[18], &st->final_lr_frac, sizeof(float));
+	putf(hdr, 17, st->lr);
+	putf(hdr, 18, st->final_lr_frac);
 	put64(hdr, 19, st->data_shards);
-	chunks[0] = (struct chunk){ hdr, sizeof(hdr), "header" };
-	chunks[1] = (struct chunk){ m, n_params * sizeof(float), "AdamW m" };
-	chunks[2] = (struct chunk){ v, n_params * sizeof(float), "AdamW v" };
-	return write_atomic(path, chunks, 3);
+	hdr[21] = st->B;
+	hdr[22] = st->T;
+	put64(hdr, 23, (int64_t)st->seed);
+	put64(hdr, 25, (int64_t)st->data_hash);
+	hdr[27] = (int32_t)glen;
+	putf(hdr, 28, st->adamw.weight_decay);
+	putf(hdr, 29, st->adamw.grad_clip);
+	putf(hdr, 30, st->adamw.beta1);
+	putf(hdr, 31, st->adamw.beta2);
+	putf(hdr, 32, st->adamw.eps);
+}
+
+/* Checks the arguments and lays out the file: header (with its checksum),
+ * the padded glob (in gbuf), m, v. */
+static ferry_status state_chunks(const char *path, const struct ferry_train_state *st, const float *m,
+				 const float *v, size_t n, int32_t *hdr, char *gbuf, struct chunk chunks[4])
+{
+	char sb[FERRY_CKPT_SHORT];
+	const char *name = path ? ferry_ckpt_short(path, sb) : "(null)";
+	size_t glen;
+	uint64_t h;
+
+	if (!path || !st || !m || !v)
+		return ferry_error(FERRY_ERR_INVALID, "state write: NULL path, state or moments");
+	if (n == 0 || !state_bytes_ok(n))
+		return ferry_error(FERRY_ERR_INVALID, "%s: bad parameter count %zu", name, n);
+	if (st->step < 0 || st->data_shard < 0 || st->data_offset < 0 || st->B < 0 || st->T < 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: negative step (%lld), data position (%lld, %lld) or batch (%d x %d)",
+				   name, (long long)st->step, (long long)st->data_shard,
+				   (long long)st->data_offset, st->B, st->T);
+	glen = strnlen(st->data, sizeof(st->data));
+	if (glen > FERRY_STATE_GLOB_MAX)
+		return ferry_error(FERRY_ERR_INVALID, "%s: the training glob is longer than %d bytes", name,
+				   FERRY_STATE_GLOB_MAX);
+	if (check_moments(path, m, v, n))
+		return FERRY_ERR_INVALID;
+	state_header(hdr, st, n, glen);
+	memset(gbuf, 0, glob_padded(glen) + 4);
+	memcpy(gbuf, st->data, glen);
+	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, hdr, HEADER_BYTES);
+	h = ferry_ckpt_fnv_words(h, gbuf, glob_padded(glen));
+	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
+	h = ferry_ckpt_fnv_words(h, v, n * sizeof(float));
+	put64(hdr, CHECKSUM_AT, (int64_t)h);
+	chunks[0] = (struct chunk){ hdr, HEADER_BYTES, "header" };
+	chunks[1] = (struct chunk){ gbuf, glob_padded(glen), "training glob" };
+	chunks[2] = (struct chunk){ m, n * sizeof(float), "AdamW m" };
+	chunks[3] = (struct chunk){ v, n * sizeof(float), "AdamW v" };
+	return FERRY_OK;
+}
+
+ferry_status ferry_state_write(const char *path,
+			       const struct ferry_train_state *st,
+			       const float *m, const float *v, size_t n_params)
+{
+	int32_t hdr[HEADER_INTS];
+	char gbuf[FERRY_STATE_GLOB_MAX + 8];
+	struct chunk chunks[4];
+	ferry_status rc = state_chunks(path, st, m, v, n_params, hdr, gbuf, chunks);
+
+	return rc ? rc : write_atomic(path, chunks, 4);
+}
+
+ferry_status ferry_ckpt_write_state(const char *file, const struct ferry_train_state *st,
+				    const float *m, const float *v, size_t n_params)
+{
+	int32_t hdr[HEADER_INTS];
+	char gbuf[FERRY_STATE_GLOB_MAX + 8];
+	struct chunk chunks[4];
+	ferry_status rc = state_chunks(file, st, m, v, n_params, hdr, gbuf, chunks);
+
+	return rc ? rc : write_file(file, chunks, 4);
+}
+
+/* The header's fields into *s; checks them and the file's length.  *n: the
+ * parameter count, *glen: the glob's length (0 for version 1). */
+static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t size,
+				struct ferry_train_state *s, int64_t *n, size_t *glen)
+{
+	memset(s, 0, sizeof(*s));
+	s->version = hdr[1];
+	*n = get64(hdr, 4);
+	s->step = get64(hdr, 2);
+	s->data_shard = get64(hdr, 6);
+	s->data_offset = get64(hdr, 8);
+	s->rng = (uint64_t)get64(hdr, 10);
+	s->params_hash = (uint64_t)get64(hdr, 12);
+	s->total_steps = get64(hdr, 14);
+	s->warmup = hdr[16];
+	s->lr = getf(hdr, 17);
+	s->final_lr_frac = getf(hdr, 18);
+	s->data_shards = get64(hdr, 19);
+	*glen = 0;
+	if (s->version >= 2) {
+		s->B = hdr[21];
+		s->T = hdr[22];
+		s->seed = (uint64_t)get64(hdr, 23);
+		s->data_hash = (uint64_t)get64(hdr, 25);
+		*glen = hdr[27] < 0 ? SIZE_MAX : (size_t)hdr[27];
+		s->adamw = (struct ferry_adamw){ .weight_decay = getf(hdr, 28), .grad_clip = getf(hdr, 29),
+						 .beta1 = getf(hdr, 30), .beta2 = getf(hdr, 31),
+						 .eps = getf(hdr, 32) };
+	}
+	if (*n <= 0 || !state_bytes_ok((size_t)*n))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bad parameter count %lld in header", path,
+				   (long long)*n);
+	if (s->step < 0 || s->data_shard < 0 || s->data_offset < 0 || s->data_shards < 0 ||
+	    s->total_steps < 0 || s->warmup < 0 || s->B < 0 || s->T < 0)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: negative step (%lld), data position (%lld, %lld of %lld shards), "
+				   "schedule (%lld, warmup %d) or batch (%d x %d)",
+				   path, (long long)s->step, (long long)s->data_shard, (long long)s->data_offset,
+				   (long long)s->data_shards, (long long)s->total_steps, s->warmup, s->B, s->T);
+	if (*glen > FERRY_STATE_GLOB_MAX)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bad training glob length %d in header", path, hdr[27]);
+	return check_length(path, size, HEADER_BYTES + (int64_t)glob_padded(*glen) + *n * 8,
+			    s->version >= 2 ? "header + training glob + AdamW m and v" : "header + AdamW m and v");
+}
+
+static ferry_status checksum_matches(const char *path, const int32_t *hdr, uint64_t h)
+{
+	uint64_t want = (uint64_t)get64(hdr, CHECKSUM_AT);
+
+	if (h == want)
+		return FERRY_OK;
+	return ferry_error(FERRY_ERR_FORMAT,
+			   "%s: checksum mismatch (header says %016llx, contents give %016llx): the file is "
+			   "corrupted", path, (unsigned long long)want, (unsigned long long)h);
+}
+
+/* The checksum's start: the header with its checksum slots zeroed. */
+static uint64_t header_hash(const int32_t *hdr)
+{
+	int32_t h[HEADER_INTS];
+
+	memcpy(h, hdr, sizeof(h));
+	put64(h, CHECKSUM_AT, 0);
+	return ferry_ckpt_fnv_words(FERRY_FNV_INIT, h, sizeof(h));
+}
+
+/* Opens a state file and parses its header; fd is left after the header. */
+static ferry_status state_open(const char *path, int *fd, int32_t *hdr, struct ferry_train_state *s,
+			       int64_t *n, size_t *glen)
+{
+	int64_t size = 0;
+	ferry_status rc = open_for_read(path, &state_format, hdr, fd, &size);
+
+	if (!rc && (rc = state_parse(path, hdr, size, s, n, glen)) != FERRY_OK) {
+		close(*fd);
+		*fd = -1;
+	}
+	return rc;
 }
 
 ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 			      float *m, float *v, size_t n_params)
 {
 	int32_t hdr[HEADER_INTS];
+	char gbuf[FERRY_STATE_GLOB_MAX + 8];
 	struct ferry_train_state s;
 	ferry_status rc;
-	int64_t size = 0, n;
+	int64_t n;
+	size_t glen;
 	int fd = -1;
 
 	if (!st || !m || !v)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "%s: NULL state or moment buffer",
 				   path ? path : "(null)");
-	rc = open_for_read(path, &state_format, hdr, &fd, &size);
+	rc = state_open(path, &fd, hdr, &s, &n, &glen);
 	if (rc)
 		return rc;
-	n = get64(hdr, 4);
-	s.step = get64(hdr, 2);
-	s.data_shard = get64(hdr, 6);
-	s.data_offset = get64(hdr, 8);
-	s.rng = (uint64_t)get64(hdr, 10);
-	s.params_hash = (uint64_t)get64(hdr, 12);
-	s.total_steps = get64(hdr, 14);
-	s.warmup = hdr[16];
-	memcpy(&s.lr, &hdr[17], sizeof(float));
-	memcpy(&s.final_lr_frac, &hdr[18], sizeof(float));
-	s.data_shards = get64(hdr, 19);
-	if (n <= 0 || !state_bytes_ok((size_t)n)) {
-		rc = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: bad parameter count %lld in header", path,
-				 (long long)n);
-		goto out;
-	}
-	if (s.step < 0 || s.data_shard < 0 || s.data_offset < 0) {
-		rc = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: negative step (%lld) or data position (%lld, %lld)",
-				 path, (long long)s.step, (long long)s.data_shard,
-				 (long long)s.data_offset);
-		goto out;
-	}
-	rc = check_length(path, size, HEADER_BYTES + n * 8,
-			  "header + AdamW m and v");
-	if (rc)
-		goto out;
 	if ((uint64_t)n != (uint64_t)n_params) {
 		rc = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: state is for %lld parameters, model has %zu",
 				 path, (long long)n, n_params);
 		goto out;
 	}
-	rc = read_exact(fd, path, m, n_params * sizeof(float), "AdamW m");
+	rc = read_exact(fd, path, gbuf, glob_padded(glen), "training glob");
+	if (!rc)
+		rc = read_exact(fd, path, m, n_params * sizeof(float), "AdamW m");
+	if (!rc)
+		rc = read_exact(fd, path, v, n_params * sizeof(float), "AdamW v");
+	if (!rc && s.version >= 2) {
+		uint64_t h = ferry_ckpt_fnv_words(header_hash(hdr), gbuf, glob_padded(glen));
+
+		h = ferry_ckpt_fnv_words(h, m, n_params * sizeof(float));
+		rc = checksum_matches(path, hdr, ferry_ckpt_fnv_words(h, v, n_params * sizeof(float)));
+	}
 	if (rc)
 		goto out;
-	rc = read_exact(fd, path, v, n_params * sizeof(float), "AdamW v");
-	if (rc)
-		goto out;
+	memcpy(s.data, gbuf, glen);
+	s.data[glen] = 0;
 	*st = s;
 out:
 	close(fd);
+	return rc;
+}
+
+ferry_status ferry_state_read_info(const char *path, struct ferry_train_state *st)
+{
+	int32_t hdr[HEADER_INTS];
+	char gbuf[FERRY_STATE_GLOB_MAX + 8];
+	struct ferry_train_state s;
+	ferry_status rc;
+	int64_t n;
+	size_t glen;
+	int fd = -1;
+
+	if (!st)
+		return ferry_error(FERRY_ERR_INVALID, "%s: NULL state", path ? path : "(null)");
+	rc = state_open(path, &fd, hdr, &s, &n, &glen);
+	if (rc)
+		return rc;
+	rc = read_exact(fd, path, gbuf, glob_padded(glen), "training glob");
+	close(fd);
+	if (rc)
+		return rc;
+	memcpy(s.data, gbuf, glen);
+	s.data[glen] = 0;
+	*st = s;
+	return FERRY_OK;
+}
+
+ferry_status ferry_ckpt_state_hash(const char *path, uint64_t *params_hash)
+{
+	int32_t hdr[HEADER_INTS];
+	struct ferry_train_state s;
+	ferry_status rc;
+	int64_t n;
+	size_t glen;
+	int fd = -1;
+
+	rc = state_open(path, &fd, hdr, &s, &n, &glen);
+	if (rc)
+		return rc;
+	close(fd);
+	*params_hash = s.params_hash;
+	return FERRY_OK;
+}
+
+ferry_status ferry_ckpt_state_verify(const char *path, uint64_t *params_hash)
+{
+	int32_t hdr[HEADER_INTS];
+	struct ferry_train_state s;
+	ferry_status rc;
+	uint64_t h;
+	int64_t n;
+	size_t glen, left;
+	char *buf;
+	int fd = -1;
+
+	rc = state_open(path, &fd, hdr, &s, &n, &glen);
+	if (rc)
+		return rc;
+	buf = ferry_malloc(STREAM_BYTES);
+	if (!buf) {
+		close(fd);
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
+	}
+	h = header_hash(hdr);
+	for (left = glob_padded(glen) + (size_t)n * 8; !rc && left && s.version >= 2;) {
+		size_t k = left < STREAM_BYTES ? left : STREAM_BYTES;
+
+		rc = read_exact(fd, path, buf, k, "the state");
+		h = ferry_ckpt_fnv_words(h, buf, k);
+		left -= k;
+	}
+	if (!rc && s.version >= 2)
+		rc = checksum_matches(path, hdr, h);
+	ferry_free(buf);
+	close(fd);
+	if (!rc)
+		*params_hash = s.params_hash;
 	return rc;
 }

@@ -6,6 +6,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/checkpoint.h"
 #include "core/error.h"
+#include "train/commit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -264,15 +265,6 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 	return FERRY_OK;
 }
 
-static bool same_model(const struct ferry_model_config *a, const struct ferry_model_config *b)
-{
-	return !strcmp(a->arch, b->arch) && a->max_seq == b->max_seq && a->vocab == b->vocab &&
-	       a->padded_vocab == b->padded_vocab && a->layers == b->layers && a->heads == b->heads &&
-	       a->kv_heads == b->kv_heads && a->channels == b->channels &&
-	       a->head_size == b->head_size && a->ffn == b->ffn && a->norm_eps == b->norm_eps &&
-	       a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings;
-}
-
 /* Every parameter tensor of a completed config, in declaration order. */
 static ferry_status param_infos(const struct ferry_model_config *cfg, struct ferry_param_info *pi,
 				int *np)
@@ -477,87 +469,6 @@ out:
 
 /* ---- writing ----------------------------------------------------------------------- */
 
-/* fsync of a directory, so removals and renames in it survive a power
- * loss; best effort (some file systems refuse to fsync directories). */
-static void sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-}
-
-static ferry_status make_dir(const char *dir)
-{
-	struct stat sb;
-
-	if (mkdir(dir, 0777) == 0) {
-		char *parent = dir_of(dir);
-
-		if (parent) /* the new entry itself is durable */
-			sync_dir(parent);
-		ferry_free(parent);
-		return FERRY_OK;
-	}
-	if (errno == EEXIST && stat(dir, &sb) == 0) {
-		if (S_ISDIR(sb.st_mode))
-			return FERRY_OK;
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s exists and is not a directory: a Llama is saved as a Hugging Face "
-				   "checkpoint directory (config.json + model.safetensors)", dir);
-	}
-	return ferry_error(FERRY_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir,
-			   strerror(errno));
-}
-
-static ferry_status remove_file(const char *dir, const char *name, bool *removed)
-{
-	char *p = join(dir, name);
-	ferry_status st = FERRY_OK;
-
-	if (!p)
-		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", dir);
-	if (unlink(p) == 0)
-		*removed = true;
-	else if (errno != ENOENT)
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot remove the previous weights: %s", p, strerror(errno));
-	ferry_free(p);
-	return st;
-}
-
-/* When dir holds a checkpoint whose config.json differs from c (or weights
- * without a readable config.json), its weights go first: a crash between
- * the config and the weights must not pair c with another model's weights. */
-static ferry_status drop_other_weights(const char *dir, const struct ferry_model_config *c)
-{
-	struct ferry_model_config old;
-	struct ferry_hf_config hf;
-	struct stat sb;
-	bool removed = false;
-	char *config = join(dir, FERRY_HF_CONFIG_NAME);
-	ferry_status st;
-
-	if (!config)
-		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", dir);
-	if (stat(config, &sb) == 0) {
-		st = ferry_hf_config_read(config, &hf);
-		if (st == FERRY_ERR_NOMEM)
-			goto out;
-		if (!st && ferry_hf_config_to_model(&hf, config, &old) == FERRY_OK && same_model(&old, c))
-			goto out; /* same model: the weights are replaced atomically */
-	}
-	st = remove_file(dir, FERRY_HF_WEIGHTS_NAME, &removed);
-	if (!st)
-		st = remove_file(dir, FERRY_HF_INDEX_NAME, &removed);
-	if (removed)
-		sync_dir(dir);
-out:
-	ferry_free(config);
-	return st;
-}
-
 /* The tensors to write, in Hugging Face's order: the embedding, layer by
  * layer, then the final norm and the head; names[k * NAME_MAX_LEN] holds
  * w[k]'s name.  A value that is not finite refuses the save (before
@@ -600,7 +511,7 @@ static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 	return FERRY_OK;
 }
 
-ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,
+ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
 				       const float *params)
 {
 	struct ferry_param_info pi[MAX_PARAMS];
@@ -611,8 +522,6 @@ ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model
 	int np = 0, count = 0;
 	ferry_status st;
 
-	if (!dir || !cfg || !params)
-		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL directory, config or parameters");
 	st = llama_config(cfg, dir, &c);
 	if (!st)
 		st = ferry_model_config_to_hf(&c, &hf);
@@ -624,17 +533,12 @@ ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model
 		if (pi[p].present)
 			count += pi[p].layers ? pi[p].layers : 1; /* layers <= 2^20: no overflow */
 	w = ferry_calloc((size_t)count, sizeof(*w));
-	names = ferry_malloc((size_t)count * NAME_MAX_LEN);
+	names = ferry_calloc((size_t)count, NAME_MAX_LEN);
 	weights = join(dir, FERRY_HF_WEIGHTS_NAME);
 	if (!w || !names || !weights)
 		st = ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory for %d tensors", dir, count);
 	if (!st)
 		st = lay_out(dir, &c, pi, np, params, w, names, count);
-	/* config.json before the weights; another model's weights go first */
-	if (!st)
-		st = make_dir(dir);
-	if (!st)
-		st = drop_other_weights(dir, &c);
 	if (!st)
 		st = ferry_hf_config_write(dir, &hf);
 	if (!st)
@@ -643,6 +547,20 @@ ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model
 	ferry_free(names);
 	ferry_free(w);
 	return st;
+}
+
+ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,
+				       const float *params)
+{
+	struct ferry_model_config c;
+	ferry_status st;
+
+	if (!dir || !cfg || !params)
+		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL directory, config or parameters");
+	st = llama_config(cfg, dir, &c);
+	if (st)
+		return st;
+	return ferry_checkpoint_save(dir, &c, params, NULL, NULL, NULL, 0);
 }
 
 /* ---- either kind -------------------------------------------------------------------- */
@@ -660,24 +578,6 @@ ferry_status ferry_checkpoint_any_read(const char *path, struct ferry_model_conf
 	if (ferry_checkpoint_is_hf(path))
 		return ferry_hf_checkpoint_read(path, cfg, params, n_params);
 	return ferry_checkpoint_read(path, cfg, params, n_params);
-}
-
-ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
-{
-	struct stat sb;
-
-	if (!path || !cfg)
-		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL path or config");
-	if (!strcmp(cfg->arch, "llama")) {
-		if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-			return ferry_error(FERRY_ERR_INVALID,
-					   "%s exists and is not a directory: a Llama is saved as a Hugging Face "
-					   "checkpoint directory (config.json + model.safetensors)", path);
-	} else if (is_dir(path)) {
-		return ferry_error(FERRY_ERR_INVALID, "%s is a directory: a GPT-2 is saved as an llm.c model file",
-				   path);
-	}
-	return FERRY_OK;
 }
 
 ferry_status ferry_checkpoint_any_write(const char *path, const struct ferry_model_config *cfg,

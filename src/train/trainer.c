@@ -5,14 +5,20 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/policy.h"
 #include "core/error.h"
+#include "train/commit.h"
 
+#include <glob.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 struct ferry_trainer {
-	struct ferry_train_opts opts;
+	struct ferry_train_opts opts;  /* in effect: after a resume, not-given ones from the state */
 	ferry_backend_t be;
 	ferry_model_t model;
 	ferry_loader_t train, val;
@@ -22,9 +28,13 @@ struct ferry_trainer {
 	bool have_next;
 	int64_t pos_shard, pos_offset; /* the loader's position after this step's batch */
 	int step;                      /* optimizer steps taken */
+	int diverged_at;               /* the step whose loss was not finite (0: none) */
 	uint64_t rng;
+	uint64_t data_hash;            /* the training shards' paths and sizes */
 	bool resumed;
+	bool data_override;            /* resumed on other data than the saved run's */
 	struct ferry_train_state saved; /* what the resumed state recorded */
+	char state_path[4096];
 };
 
 void ferry_train_opts_default(struct ferry_train_opts *o)
@@ -49,6 +59,214 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+static const char *short_path(const char *path, char buf[FERRY_CKPT_SHORT])
+{
+	return ferry_ckpt_short(path, buf);
+}
+
+/* ---- the training data's identity ----------------------------------------------------- */
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The files of a glob in the loader's order (strcmp); *files points into g.
+ * The caller frees *files and globfrees g, success or not. */
+static ferry_status glob_files(const char *pattern, glob_t *g, const char ***files)
+{
+	memset(g, 0, sizeof(*g));
+	*files = NULL;
+	if (glob(pattern, 0, NULL, g) != 0 || g->gl_pathc == 0)
+		return ferry_error(FERRY_ERR_IO, "no files match '%s'", pattern);
+	if (g->gl_pathc > SIZE_MAX / sizeof(**files) || !(*files = ferry_malloc(g->gl_pathc * sizeof(**files))))
+		return ferry_error(FERRY_ERR_NOMEM, "out of memory matching '%s'", pattern);
+	memcpy(*files, g->gl_pathv, g->gl_pathc * sizeof(**files));
+	qsort(*files, g->gl_pathc, sizeof(**files), cmp_str);
+	return FERRY_OK;
+}
+
+/* What identifies the training data: each shard's real path and size, in
+ * the loader's order. */
+static ferry_status data_hash(const char *pattern, uint64_t *out)
+{
+	const char **files;
+	uint64_t h = FERRY_FNV_INIT;
+	glob_t g;
+	ferry_status st = glob_files(pattern, &g, &files);
+
+	for (size_t i = 0; !st && i < g.gl_pathc; i++) {
+		char *real = realpath(files[i], NULL);
+		const char *name = real ? real : files[i];
+		struct stat sb;
+		int64_t size = stat(files[i], &sb) == 0 ? (int64_t)sb.st_size : -1;
+
+		h = fnv_bytes(h, name, strlen(name) + 1);
+		h = fnv_bytes(h, &size, sizeof(size));
+		free(real);
+	}
+	ferry_free(files);
+	globfree(&g);
+	if (!st)
+		*out = h;
+	return st;
+}
+
+/* ---- resuming: the saved run's options ------------------------------------------------- */
+
+/* Every option not given is the saved run's, where the state recorded it
+ * (a version-1 state: the schedule only). */
+static void take_saved(struct ferry_train_opts *o, const struct ferry_train_state *s)
+{
+	unsigned g = o->given;
+	bool sched = s->total_steps > 0; /* recorded */
+
+	if (!(g & FERRY_GIVEN_STEPS) && sched)
+		o->steps = (int)s->total_steps;
+	if (!(g & FERRY_GIVEN_WARMUP) && sched)
+		o->warmup = s->warmup;
+	if (!(g & FERRY_GIVEN_LR) && s->lr > 0 && isfinite(s->lr))
+		o->lr = s->lr;
+	if (!(g & FERRY_GIVEN_FINAL_LR) && sched)
+		o->final_lr_frac = s->final_lr_frac;
+	if (s->version < 2)
+		return;
+	if (!(g & FERRY_GIVEN_BATCH) && s->B > 0)
+		o->B = s->B;
+	if (!(g & FERRY_GIVEN_SEQ) && s->T > 0)
+		o->T = s->T;
+	if (!(g & FERRY_GIVEN_SEED))
+		o->seed = s->seed;
+	if (!(g & FERRY_GIVEN_WEIGHT_DECAY))
+		o->adamw.weight_decay = s->adamw.weight_decay;
+	if (!(g & FERRY_GIVEN_GRAD_CLIP))
+		o->adamw.grad_clip = s->adamw.grad_clip;
+	if (!(g & FERRY_GIVEN_ADAMW)) {
+		o->adamw.beta1 = s->adamw.beta1;
+		o->adamw.beta2 = s->adamw.beta2;
+		o->adamw.eps = s->adamw.eps;
+	}
+	if (!(g & FERRY_GIVEN_DATA) && s->data[0])
+		o->data = s->data;
+}
+
+/* The saved run's state header, before anything is built from it. */
+static ferry_status read_saved(ferry_trainer_t tr)
+{
+	const char *path = tr->opts.resume;
+	const struct ferry_train_state *s = &tr->saved;
+	char sb[FERRY_CKPT_SHORT];
+	ferry_status st;
+
+	st = ferry_checkpoint_state_path(path, ferry_checkpoint_is_hf(path), tr->state_path,
+					 sizeof(tr->state_path));
+	if (!st)
+		st = ferry_state_read_info(tr->state_path, &tr->saved);
+	if (st)
+		return st;
+	if (s->step > INT_MAX || s->total_steps > INT_MAX || s->data_shards > INT_MAX)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: step %lld of a %lld-step schedule (%lld data shards) does not fit ferry's "
+				   "counters (at most %d): refusing to resume at a wrong step",
+				   short_path(tr->state_path, sb), (long long)s->step, (long long)s->total_steps,
+				   (long long)s->data_shards, INT_MAX);
+	take_saved(&tr->opts, s);
+	return FERRY_OK;
+}
+
+static ferry_status check_opts(const struct ferry_train_opts *o)
+{
+	if (o->B < 1 || o->T < 1)
+		return ferry_error(FERRY_ERR_INVALID, "batch size (%d) and sequence length (%d) must be positive",
+				   o->B, o->T);
+	if (o->steps < 0 || o->warmup < 0)
+		return ferry_error(FERRY_ERR_INVALID, "steps (%d) and warmup (%d) must not be negative", o->steps,
+				   o->warmup);
+	if (!(o->lr > 0) || !isfinite(o->lr))
+		return ferry_error(FERRY_ERR_INVALID, "learning rate must be positive");
+	if (!isfinite(o->final_lr_frac))
+		return ferry_error(FERRY_ERR_INVALID, "final learning-rate fraction must be finite");
+	if (!o->data)
+		return ferry_error(FERRY_ERR_INVALID, "no training data given");
+	return FERRY_OK;
+}
+
+/* Where a resumed run reads on: the saved position in the same data; the
+ * start of other data given explicitly; other data not given is refused. */
+static ferry_status resume_position(ferry_trainer_t tr, const struct ferry_train_state *s, int64_t *shard,
+				    int64_t *offset)
+{
+	bool given = tr->opts.given & FERRY_GIVEN_DATA, hashed = s->version >= 2 && s->data[0];
+	int now = ferry_loader_num_shards(tr->train);
+	char sb[FERRY_CKPT_SHORT];
+
+	if (hashed ? s->data_hash == tr->data_hash : s->data_shards == now) {
+		*shard = s->data_shard;
+		*offset = s->data_offset;
+		return FERRY_OK;
+	}
+	if (given) {
+		tr->data_override = true;
+		*shard = *offset = 0;
+		return FERRY_OK;
+	}
+	if (hashed)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s was saved at shard %lld of %lld of '%s', whose files changed since (%d shards "
+				   "now, or other paths or sizes): the data changed; give the data explicitly to "
+				   "train on it from its start", short_path(tr->state_path, sb), (long long)s->data_shard,
+				   (long long)s->data_shards, s->data, now);
+	return ferry_error(FERRY_ERR_INVALID, "%s was saved at shard %lld of %lld, but '%s' now matches "
+			   "%d shards: the data changed", short_path(tr->state_path, sb), (long long)s->data_shard,
+			   (long long)s->data_shards, tr->opts.data, now);
+}
+
+/* The optimizer state and data position of a resume (params are set). */
+static ferry_status load_state(ferry_trainer_t tr, const char *path, const float *params, size_t n)
+{
+	struct ferry_train_state s;
+	float *mom = NULL, *var = NULL;
+	int64_t shard = 0, offset = 0;
+	char sb[2][FERRY_CKPT_SHORT];
+	ferry_status st;
+
+	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
+	if (!st)
+		st = ferry_state_read(tr->state_path, &s, mom, var, n);
+	if (!st && s.params_hash != ferry_params_hash(params, n))
+		st = ferry_error(FERRY_ERR_FORMAT, "%s and %s are from different saves (was a save "
+				 "interrupted?): refusing to resume from the mix", short_path(path, sb[0]),
+				 short_path(tr->state_path, sb[1]));
+	if (!st)
+		st = resume_position(tr, &s, &shard, &offset);
+	if (!st)
+		st = ferry_model_set_opt_state(tr->model, mom, var);
+	if (!st)
+		st = ferry_loader_seek(tr->train, shard, offset);
+	if (!st) {
+		tr->step = (int)s.step;
+		tr->rng = s.rng;
+		if ((tr->opts.given & FERRY_GIVEN_SEED) && s.version >= 2 && tr->opts.seed != s.seed)
+			tr->rng = tr->opts.seed;
+		tr->resumed = true;
+		tr->saved = s;
+	}
+	ferry_host_free(tr->be, var);
+	ferry_host_free(tr->be, mom);
+	return st;
+}
+
 /* Loads parameters (and with resume, optimizer state and position) from
  * either kind of checkpoint: an llm.c FILE with FILE.state, or a Hugging
  * Face directory with DIR/ferry_state.bin. */
@@ -56,46 +274,18 @@ static ferry_status load_start(ferry_trainer_t tr, const char *path, bool resume
 {
 	size_t n = ferry_model_num_params(tr->model);
 	struct ferry_model_config cfg;
-	struct ferry_train_state st_info;
-	float *buf = NULL, *mom = NULL, *var = NULL;
-	char sp[4096];
+	float *buf = NULL;
 	ferry_status st;
 
+	if (n > SIZE_MAX / sizeof(float))
+		return ferry_error(FERRY_ERR_INVALID, "%zu parameters do not fit host memory", n);
 	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
-	if (st)
-		return st;
-	st = ferry_checkpoint_any_read(path, &cfg, buf, n);
+	if (!st)
+		st = ferry_checkpoint_any_read(path, &cfg, buf, n);
 	if (!st)
 		st = ferry_model_set_params(tr->model, buf);
-	if (st || !resume)
-		goto out;
-	st = ferry_checkpoint_state_path(path, ferry_checkpoint_is_hf(path), sp, sizeof(sp));
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
-	if (!st)
-		st = ferry_state_read(sp, &st_info, mom, var, n);
-	if (!st && st_info.params_hash != ferry_params_hash(buf, n))
-		st = ferry_error(FERRY_ERR_FORMAT, "%s and %s are from different saves (was a save "
-				 "interrupted?): refusing to resume from the mix", path, sp);
-	if (!st && st_info.data_shards != ferry_loader_num_shards(tr->train))
-		st = ferry_error(FERRY_ERR_INVALID, "%s was saved at shard %lld of %lld, but '%s' now matches "
-				 "%d shards: the data changed", sp, (long long)st_info.data_shard,
-				 (long long)st_info.data_shards, tr->opts.data, ferry_loader_num_shards(tr->train));
-	if (!st)
-		st = ferry_model_set_opt_state(tr->model, mom, var);
-	if (!st)
-		st = ferry_loader_seek(tr->train, st_info.data_shard, st_info.data_offset);
-	if (!st) {
-		tr->step = (int)st_info.step;
-		tr->rng = st_info.rng;
-		tr->resumed = true;
-		tr->saved = st_info;
-	}
-out:
-	ferry_host_free(tr->be, var);
-	ferry_host_free(tr->be, mom);
+	if (!st && resume)
+		st = load_state(tr, path, buf, n);
 	ferry_host_free(tr->be, buf);
 	return st;
 }
@@ -152,81 +342,96 @@ static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_model_conf
 			   tr->plan.policy, need, cap, fits);
 }
 
+/* On a resume: recovers the checkpoint and takes the options not given
+ * from its state; checks the options and works out the model's config. */
+static ferry_status settle_options(ferry_trainer_t tr, struct ferry_model_config *cfg)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	const char *start = o->resume ? o->resume : o->checkpoint;
+	ferry_status st = FERRY_OK;
+
+	*cfg = o->model;
+	if (start)
+		st = ferry_checkpoint_recover(start);
+	if (!st && o->resume)
+		st = read_saved(tr);
+	if (!st)
+		st = check_opts(o);
+	if (!st && start)
+		st = start_config(o, start, cfg);
+	if (!st)
+		st = ferry_model_config_complete(cfg);
+	if (!st && o->T > cfg->max_seq)
+		st = ferry_error(FERRY_ERR_INVALID, "sequence length %d is longer than the model's maximum %d",
+				 o->T, cfg->max_seq);
+	return st;
+}
+
+/* Backend, model, loaders and batch buffers, after the plan fits. */
+static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *cfg)
+{
+	struct ferry_train_opts *o = &tr->opts;
+	struct ferry_backend_opts bo = { .device_mem = o->device_mem, .threads = o->threads };
+	size_t N, bytes;
+	ferry_status st;
+
+	if (__builtin_mul_overflow((size_t)o->B, (size_t)o->T, &N) ||
+	    __builtin_mul_overflow(N, 2 * sizeof(int32_t), &bytes))
+		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", o->B, o->T);
+	st = ferry_model_plan(cfg, o->B, o->T, &o->exec, &tr->plan);
+	if (!st)
+		st = ferry_backend_open(o->backend, &bo, &tr->be);
+	if (!st)
+		st = check_fits(tr, cfg);
+	if (!st)
+		st = ferry_loader_open(o->data, o->B, o->T, cfg->vocab, &tr->train);
+	if (!st && o->val_data)
+		st = ferry_loader_open(o->val_data, o->B, o->T, cfg->vocab, &tr->val);
+	if (!st)
+		st = ferry_model_create(tr->be, cfg, o->B, o->T, &o->exec, &tr->model);
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&tr->inputs);
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&tr->targets);
+	if (!st) {
+		tr->next_inputs = tr->inputs + N;
+		tr->next_targets = tr->targets + N;
+		st = data_hash(o->data, &tr->data_hash);
+	}
+	return st;
+}
+
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 {
-	struct ferry_backend_opts bo = { .device_mem = opts->device_mem, .threads = opts->threads };
-	struct ferry_model_config cfg = opts->model;
-	const char *start = opts->resume ? opts->resume : opts->checkpoint;
+	struct ferry_model_config cfg;
 	ferry_trainer_t tr;
 	ferry_status st;
-	size_t N = (size_t)opts->B * opts->T;
 
 	*out = NULL;
-	if (opts->B < 1 || opts->T < 1)
-		return ferry_error(FERRY_ERR_INVALID, "batch size (%d) and sequence length (%d) must be positive",
-				   opts->B, opts->T);
-	if (opts->steps < 0)
-		return ferry_error(FERRY_ERR_INVALID, "steps (%d) must not be negative", opts->steps);
-	if (!(opts->lr > 0) || !isfinite(opts->lr))
-		return ferry_error(FERRY_ERR_INVALID, "learning rate must be positive");
-	if (!opts->data)
-		return ferry_error(FERRY_ERR_INVALID, "no training data given");
-	if (start && (st = start_config(opts, start, &cfg)))
-		return st;
-	st = ferry_model_config_complete(&cfg);
-	if (st)
-		return st;
-	if (opts->T > cfg.max_seq)
-		return ferry_error(FERRY_ERR_INVALID, "sequence length %d is longer than the model's maximum %d",
-				   opts->T, cfg.max_seq);
-
+	if (!opts)
+		return ferry_error(FERRY_ERR_INVALID, "trainer: NULL options");
 	tr = ferry_calloc(1, sizeof(*tr));
 	if (!tr)
 		return ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
 	tr->opts = *opts;
 	tr->opts.backend = opts->backend ? opts->backend : "cpu";
 	tr->opts.exec.act_dtype = ferry_backend_act_dtype(tr->opts.backend);
-	tr->rng = opts->seed;
-	st = ferry_model_plan(&cfg, opts->B, opts->T, &tr->opts.exec, &tr->plan);
-	if (st)
-		goto fail;
-	st = ferry_backend_open(tr->opts.backend, &bo, &tr->be);
-	if (st)
-		goto fail;
-	st = check_fits(tr, &cfg);
-	if (st)
-		goto fail;
-	st = ferry_loader_open(opts->data, opts->B, opts->T, cfg.vocab, &tr->train);
-	if (st)
-		goto fail;
-	if (opts->val_data) {
-		st = ferry_loader_open(opts->val_data, opts->B, opts->T, cfg.vocab, &tr->val);
-		if (st)
-			goto fail;
-	}
-	st = ferry_model_create(tr->be, &cfg, opts->B, opts->T, &tr->opts.exec, &tr->model);
-	if (st)
-		goto fail;
-	st = ferry_host_alloc(tr->be, 2 * N * sizeof(int32_t), (void **)&tr->inputs);
-	if (!st)
-		st = ferry_host_alloc(tr->be, 2 * N * sizeof(int32_t), (void **)&tr->targets);
+	tr->opts.exec.backend = tr->opts.backend;
+	st = settle_options(tr, &cfg);
 	if (!st) {
-		tr->next_inputs = tr->inputs + N;
-		tr->next_targets = tr->targets + N;
+		tr->rng = tr->opts.seed;
+		st = build(tr, &cfg);
 	}
-	if (st)
-		goto fail;
-	if (start)
-		st = load_start(tr, start, opts->resume != NULL);
-	else
-		st = ferry_model_init_random(tr->model, opts->seed);
-	if (st)
-		goto fail;
+	if (!st && (opts->resume || opts->checkpoint))
+		st = load_start(tr, opts->resume ? opts->resume : opts->checkpoint, opts->resume != NULL);
+	else if (!st)
+		st = ferry_model_init_random(tr->model, tr->opts.seed);
+	if (st) {
+		ferry_trainer_free(tr);
+		return st;
+	}
 	*out = tr;
 	return FERRY_OK;
-fail:
-	ferry_trainer_free(tr);
-	return st;
 }
 
 void ferry_trainer_free(ferry_trainer_t tr)
@@ -248,11 +453,12 @@ int ferry_trainer_step_count(ferry_trainer_t tr) { return tr->step; }
 ferry_model_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr) { return &tr->plan; }
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
+const struct ferry_train_opts *ferry_trainer_opts(ferry_trainer_t tr) { return &tr->opts; }
 
 /* This step's batch: the one read ahead during the last step, if any. */
 static ferry_status next_batch(ferry_trainer_t tr)
 {
-	size_t N = (size_t)tr->opts.B * tr->opts.T;
+	size_t N = (size_t)tr->opts.B * tr->opts.T; /* checked by build() */
 
 	if (tr->have_next) {
 		memcpy(tr->inputs, tr->next_inputs, N * sizeof(int32_t));
@@ -271,6 +477,9 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	ferry_status st;
 
 	memset(m, 0, sizeof(*m));
+	if (tr->diverged_at)
+		return ferry_error(FERRY_ERR_INVALID, "training diverged at step %d: no further steps",
+				   tr->diverged_at);
 	opt.lr = ferry_lr_schedule(tr->step, o->steps, o->warmup, o->lr, o->final_lr_frac);
 	if ((st = next_batch(tr)))
 		return st;
@@ -280,7 +489,17 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	/* the host reads the next batch while the device runs this one */
 	if (tr->step + 1 < o->steps && ferry_loader_next(tr->train, tr->next_inputs, tr->next_targets) == FERRY_OK)
 		tr->have_next = true;
-	if ((st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm)))
+	st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm);
+	if ((!st || st == FERRY_ERR_INVALID) && (!isfinite(m->loss) || !isfinite(m->grad_norm))) {
+		/* parameters whose loss or gradient is not finite are no longer
+		 * worth saving: this trainer takes no further step or save */
+		tr->diverged_at = tr->step + 1;
+		return ferry_error(FERRY_ERR_INVALID,
+				   "step %d: the loss is %g (gradient norm %g): training diverged (learning rate "
+				   "%g); stopped, and nothing is saved over the last checkpoint", tr->diverged_at,
+				   (double)m->loss, (double)m->grad_norm, (double)opt.lr);
+	}
+	if (st)
 		return st;
 	tr->step++;
 	m->step = tr->step;
@@ -328,24 +547,164 @@ bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *w
 	return true;
 }
 
+/* "what X (saved Y)" into a growing list. */
+struct said {
+	char *buf;
+	size_t n, used;
+	int count;
+};
+
+__attribute__((format(printf, 2, 3))) static void say(struct said *w, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	w->count++;
+	if (w->used + 1 >= w->n)
+		return;
+	if (w->count > 1)
+		w->used += (size_t)snprintf(w->buf + w->used, w->n - w->used, ", ");
+	if (w->used + 1 >= w->n)
+		return;
+	va_start(ap, fmt);
+	k = vsnprintf(w->buf + w->used, w->n - w->used, fmt, ap);
+	va_end(ap);
+	if (k > 0)
+		w->used += (size_t)k < w->n - w->used ? (size_t)k : w->n - w->used - 1;
+}
+
+static void say_data(struct said *w, ferry_trainer_t tr)
+{
+	const struct ferry_train_state *s = &tr->saved;
+
+	if (!tr->data_override)
+		return;
+	if (s->version >= 2 && s->data[0] && strcmp(s->data, tr->opts.data) != 0)
+		say(w, "data '%s' (saved '%s'; read from its start)", tr->opts.data, s->data);
+	else if (s->version >= 2 && s->data[0])
+		say(w, "data '%s' (its files changed since the save; read from its start)", tr->opts.data);
+	else
+		say(w, "data '%s' (%d shards, saved with %lld; read from its start)", tr->opts.data,
+		    ferry_loader_num_shards(tr->train), (long long)s->data_shards);
+}
+
+int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	const struct ferry_train_state *s = &tr->saved;
+	struct said w = { buf, n, 0, 0 };
+	unsigned g = o->given;
+	bool v2 = s->version >= 2, sched = s->total_steps > 0;
+
+	if (n)
+		buf[0] = 0;
+	if (!tr->resumed)
+		return 0;
+	if ((g & FERRY_GIVEN_BATCH) && v2 && s->B > 0 && o->B != s->B)
+		say(&w, "batch %d (saved %d)", o->B, s->B);
+	if ((g & FERRY_GIVEN_SEQ) && v2 && s->T > 0 && o->T != s->T)
+		say(&w, "seq %d (saved %d)", o->T, s->T);
+	if ((g & FERRY_GIVEN_STEPS) && sched && o->steps != s->total_steps)
+		say(&w, "steps %d (saved %lld)", o->steps, (long long)s->total_steps);
+	if ((g & FERRY_GIVEN_LR) && s->lr > 0 && o->lr != s->lr)
+		say(&w, "lr %g (saved %g)", (double)o->lr, (double)s->lr);
+	if ((g & FERRY_GIVEN_WARMUP) && sched && o->warmup != s->warmup)
+		say(&w, "warmup %d (saved %d)", o->warmup, s->warmup);
+	if ((g & FERRY_GIVEN_FINAL_LR) && sched && o->final_lr_frac != s->final_lr_frac)
+		say(&w, "final lr fraction %g (saved %g)", (double)o->final_lr_frac, (double)s->final_lr_frac);
+	if ((g & FERRY_GIVEN_WEIGHT_DECAY) && v2 && o->adamw.weight_decay != s->adamw.weight_decay)
+		say(&w, "weight decay %g (saved %g)", (double)o->adamw.weight_decay, (double)s->adamw.weight_decay);
+	if ((g & FERRY_GIVEN_GRAD_CLIP) && v2 && o->adamw.grad_clip != s->adamw.grad_clip)
+		say(&w, "grad clip %g (saved %g)", (double)o->adamw.grad_clip, (double)s->adamw.grad_clip);
+	if ((g & FERRY_GIVEN_ADAMW) && v2 &&
+	    (o->adamw.beta1 != s->adamw.beta1 || o->adamw.beta2 != s->adamw.beta2 || o->adamw.eps != s->adamw.eps))
+		say(&w, "AdamW betas %g, %g, eps %g (saved %g, %g, %g)", (double)o->adamw.beta1,
+		    (double)o->adamw.beta2, (double)o->adamw.eps, (double)s->adamw.beta1, (double)s->adamw.beta2,
+		    (double)s->adamw.eps);
+	if ((g & FERRY_GIVEN_SEED) && v2 && o->seed != s->seed)
+		say(&w, "seed %llu (saved %llu)", (unsigned long long)o->seed, (unsigned long long)s->seed);
+	say_data(&w, tr);
+	return w.count;
+}
+
+/* No file the save would replace is a training or validation shard. */
+static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
+{
+	const char *globs[2] = { tr->opts.data, tr->opts.val_data };
+	const char *what[2] = { "training shard", "validation shard" };
+	bool hf = !strcmp(ferry_model_config(tr->model)->arch, "llama");
+	ferry_status st = FERRY_OK;
+
+	for (int k = 0; k < 2 && !st; k++) {
+		const char **files;
+		glob_t g;
+
+		if (!globs[k])
+			continue;
+		st = glob_files(globs[k], &g, &files);
+		if (st == FERRY_ERR_IO)
+			st = FERRY_OK; /* nothing there, nothing to replace */
+		for (size_t i = 0; !st && files && i < g.gl_pathc; i++)
+			st = ferry_ckpt_check_not_input(path, hf, files[i], what[k]);
+		ferry_free(files);
+		globfree(&g);
+	}
+	return st;
+}
+
+ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path)
+{
+	ferry_status st = ferry_checkpoint_check_save_path(path, ferry_model_config(tr->model));
+
+	return st ? st : check_inputs(tr, path);
+}
+
+/* The training state a save records. */
+static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+
+	memset(s, 0, sizeof(*s));
+	s->step = tr->step;
+	s->rng = tr->rng;
+	s->data_shards = ferry_loader_num_shards(tr->train);
+	s->total_steps = o->steps;
+	s->warmup = o->warmup;
+	s->lr = o->lr;
+	s->final_lr_frac = o->final_lr_frac;
+	s->B = o->B;
+	s->T = o->T;
+	s->seed = o->seed;
+	s->adamw = o->adamw;
+	s->adamw.lr = 0;
+	s->data_hash = tr->data_hash;
+	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
+		snprintf(s->data, sizeof(s->data), "%s", o->data);
+	/* where the saved run's next batch starts, not the one read ahead */
+	s->data_shard = tr->pos_shard;
+	s->data_offset = tr->pos_offset;
+	if (!tr->have_next)
+		ferry_loader_position(tr->train, &s->data_shard, &s->data_offset);
+}
+
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
 	size_t n = ferry_model_num_params(tr->model);
-	const struct ferry_train_opts *o = &tr->opts;
-	struct ferry_train_state info = {
-		.step = tr->step, .rng = tr->rng, .data_shards = ferry_loader_num_shards(tr->train),
-		.total_steps = o->steps, .warmup = o->warmup, .lr = o->lr, .final_lr_frac = o->final_lr_frac,
-	};
+	struct ferry_train_state info;
 	float *buf = NULL, *mom = NULL, *var = NULL;
-	char sp[4096];
+	char sb[FERRY_CKPT_SHORT];
 	ferry_status st;
 
-	/* where the saved run's next batch starts, not the one read ahead */
-	info.data_shard = tr->pos_shard;
-	info.data_offset = tr->pos_offset;
-	if (!tr->have_next)
-		ferry_loader_position(tr->train, &info.data_shard, &info.data_offset);
-	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
+	if (!path)
+		return ferry_error(FERRY_ERR_INVALID, "save: NULL path");
+	if (tr->diverged_at)
+		return ferry_error(FERRY_ERR_INVALID, "%s: not saved: training diverged at step %d (its loss was "
+				   "not finite); the last checkpoint is kept", short_path(path, sb), tr->diverged_at);
+	if (n > SIZE_MAX / sizeof(float))
+		return ferry_error(FERRY_ERR_INVALID, "%zu parameters do not fit host memory", n);
+	st = check_inputs(tr, path);
+	if (!st)
+		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
 	if (!st)
 		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
 	if (!st)
@@ -354,15 +713,11 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		st = ferry_model_get_params(tr->model, buf);
 	if (!st)
 		st = ferry_model_get_opt_state(tr->model, mom, var);
-	if (!st)
-		st = ferry_checkpoint_state_path(path, !strcmp(ferry_model_config(tr->model)->arch, "llama"), sp,
-						 sizeof(sp));
 	if (!st) {
+		state_of(tr, &info);
 		info.params_hash = ferry_params_hash(buf, n);
-		st = ferry_checkpoint_any_write(path, ferry_model_config(tr->model), buf);
+		st = ferry_checkpoint_save(path, ferry_model_config(tr->model), buf, &info, mom, var, n);
 	}
-	if (!st)
-		st = ferry_state_write(sp, &info, mom, var, n);
 	ferry_host_free(tr->be, var);
 	ferry_host_free(tr->be, mom);
 	ferry_host_free(tr->be, buf);
@@ -374,12 +729,14 @@ ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T
 {
 	ferry_loader_t loader = NULL;
 	int32_t *in = NULL, *tg = NULL;
-	size_t N = (size_t)B * T;
+	size_t N = 0;
 	double sum = 0;
 	ferry_status st;
 
 	if (n_batches < 1)
 		return ferry_error(FERRY_ERR_INVALID, "number of batches (%d) must be positive", n_batches);
+	if (B < 1 || T < 1 || __builtin_mul_overflow((size_t)B, (size_t)T, &N) || N > SIZE_MAX / sizeof(int32_t))
+		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d: sizes must be positive and fit memory", B, T);
 	st = ferry_loader_open(data_glob, B, T, ferry_model_config(m)->vocab, &loader);
 	if (st)
 		return st;

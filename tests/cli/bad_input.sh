@@ -32,7 +32,8 @@ expect_error "zero batch" "positive" "$FERRY" train "${TINY[@]}" --batch 0 --dat
 expect_error "non-numeric flag" "--steps expects an integer" "$FERRY" train --steps ten
 expect_error "unknown flag" "unknown flag '--bogus'" "$FERRY" train --bogus
 expect_error "unknown command" "unknown command 'fly'" sh -c "'$FERRY' fly 2>&1 >/dev/null | head -1 >&2; exit 2"
-expect_error "device memory too small" "bytes of device memory, the device has 65536; presets that fit: none" "$FERRY" train "${TINY[@]}" --device-mem 64K --data 'corpus_train_*.bin'
+expect_error "device memory no model fits in" "--device-mem 64K: at least 1M" "$FERRY" train "${TINY[@]}" --device-mem 64K --data 'corpus_train_*.bin'
+expect_error "device memory without a unit" "--device-mem 80: a size needs a unit" "$FERRY" train "${TINY[@]}" --device-mem 80 --data 'corpus_train_*.bin'
 
 # A save that cannot complete leaves the previous checkpoint intact.
 cp good.bin keep.bin

@@ -40,17 +40,23 @@ expect_error "layer input recomputed" "cannot be recomputed" "$FERRY" train "${T
 expect_error "bad prefetch depth" "--prefetch-depth must be at least 1" "$FERRY" plan --prefetch-depth 0
 expect_error "the layer output is not placeable" "unknown name 'decoder_layer_output'" "$FERRY" plan --policy custom:decoder_layer_output=offload
 
-# A plan over --device-mem: refused before step 1 with what it needs and what fits.
-"$FERRY" plan "${SHAPE[@]}" --json all.json >/dev/null
-"$FERRY" plan "${SHAPE[@]}" --policy nothing_saveable --json none.json >/dev/null
-mem=$(( ($(json_field all.json peak_bytes) + $(json_field none.json peak_bytes)) / 2 ))
-expect_error "over the device" "presets that fit: nothing_saveable" "$FERRY" train "${TRAIN[@]}" --device-mem "$mem"
-grep -q "needs $(json_field all.json peak_bytes) bytes" err.txt || fail "says how many bytes it needs"
+# A plan over --device-mem: refused before step 1 with what it needs (in
+# MiB) and what fits.  (--device-mem has a unit and is at least 1M: a
+# larger shape than the rest.)
+BIG=(--layers 2 --channels 64 --heads 2 --max-seq 64 --batch 8 --seq 64)
+"$FERRY" plan "${BIG[@]}" --json all.json >/dev/null
+"$FERRY" plan "${BIG[@]}" --policy nothing_saveable --json none.json >/dev/null
+mem=$(( ($(json_field all.json peak_bytes) + $(json_field none.json peak_bytes)) / 2 / 1024 ))K
+expect_error "over the device" "presets that fit: nothing_saveable" "$FERRY" train "${BIG[@]}" --data 'corpus_train_*.bin' \
+	--steps 3 --sample 0 --threads 2 --device-mem "$mem"
+need=$(awk -v b="$(json_field all.json peak_bytes)" 'BEGIN { printf "%.1f MiB", b / 1048576 }')
+grep -q "needs $need of device memory" err.txt || fail "says it needs $need: $(cat err.txt)"
 grep -q "^step" out.txt && fail "no step ran"
-expect_ok "the suggested preset runs there" "$FERRY" train "${TRAIN[@]}" --device-mem "$mem" --policy nothing_saveable
-"$FERRY" plan "${SHAPE[@]}" --device-mem "$mem" >out.txt; rc=$?
+expect_ok "the suggested preset runs there" "$FERRY" train "${BIG[@]}" --data 'corpus_train_*.bin' --steps 3 --sample 0 \
+	--threads 2 --device-mem "$mem" --policy nothing_saveable
+"$FERRY" plan "${BIG[@]}" --device-mem "$mem" >out.txt; rc=$?
 [ $rc -eq 1 ] && grep -q "does not fit" out.txt || fail "plan says it does not fit (rc $rc)"
-"$FERRY" plan "${SHAPE[@]}" --device-mem "$mem" --json >out.txt; rc=$?
+"$FERRY" plan "${BIG[@]}" --device-mem "$mem" --json >out.txt; rc=$?
 [ $rc -eq 1 ] && grep -q '"fits": false' out.txt || fail "plan --json says it does not fit (rc $rc)"
 
 expect_ok "the JAX tutorial example" "$FERRY" example

@@ -49,7 +49,7 @@ int cmd_eval(int argc, char **argv)
 		else if (!strcmp(f, "--seq")) r = arg_int(CMD, argc, argv, i, &T);
 		else if (!strcmp(f, "--batches")) r = arg_int(CMD, argc, argv, i, &batches);
 		else if (!strcmp(f, "--backend")) r = arg_value(CMD, argc, argv, i, &backend);
-		else if (!strcmp(f, "--threads")) r = arg_int(CMD, argc, argv, i, &bo.threads);
+		else if (!strcmp(f, "--threads")) r = arg_threads(CMD, argc, argv, i, &bo.threads);
 		else if (!strcmp(f, "--device-mem")) r = arg_size(CMD, argc, argv, i, &bo.device_mem);
 		else
 			return cli_usage_error(CMD, "unknown flag '%s'", f);

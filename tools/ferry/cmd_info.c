@@ -9,7 +9,7 @@
 int cmd_info(int argc, char **argv)
 {
 	if (argc > 1) {
-		if (strcmp(argv[1], "--help") == 0) {
+		if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 			printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
 			       "can run here, the devices, the BLAS kernels and threads.\n");
 			return 0;

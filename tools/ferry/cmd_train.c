@@ -3,11 +3,17 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "demo_data.h"
+#include "generate.h"
+#include "interrupt.h"
+#include "train_report.h"
+#include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
+#include "ferry/policy.h"
 #include "ferry/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +32,8 @@ static void usage(void)
 	       "data:\n"
 	       "  --data GLOB           training shards (llm.c format)\n"
 	       "  --val-data GLOB       validation shards\n"
-	       "  --val-every N         validate every N steps (default 0: at the end only)\n"
+	       "  --val-every N         validate every N steps (default: a tenth of --steps, at\n"
+	       "                        least 1; 0: at the end only), and at the end\n"
 	       "  --val-batches N       batches per validation (default 8)\n"
 	       "optimisation:\n"
 	       "  --steps N             total optimizer steps (default 400)\n"
@@ -42,9 +49,22 @@ static void usage(void)
 	       "                        directory (config.json, model.safetensors, fp32, and\n"
 	       "                        ferry_state.bin); {step} in PATH becomes the step number\n"
 	       "  --save-every N        ... and every N steps\n"
-	       "  --json FILE           one JSON record per step\n"
+	       "  --json FILE           one JSON record per step, written through before the next\n"
+	       "                        step; FILE may be a FIFO or /dev/stdout; a write that\n"
+	       "                        fails (a full disk) stops the run, saving to --save\n"
 	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
+	       "  --sample-temperature T  ... drawn at temperature T (default 0.8: a little\n"
+	       "                        sharper than the model; 1 = as the model says; see\n"
+	       "                        ferry sample)\n"
 	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n"
+	       "  --peak-flops X        the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
+	       "                        model FLOP utilisation (MFU) on each line; default on\n"
+	       "                        the CPU: a 1024^3 sgemm measured at the start; on a\n"
+	       "                        GPU: none, no MFU shown\n"
+	       "\n"
+	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
+	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
+	       "second Ctrl-C quits at once.\n"
 	       "%s"
 	       "\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
@@ -57,56 +77,71 @@ static void usage(void)
 struct train_cli {
 	struct ferry_train_opts o;
 	const char *save, *json, *tokenizer;
-	int save_every, val_every, val_batches, sample;
+	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
+	float sample_temperature;
+	double peak_flops;                              /* --peak-flops, 0: not given */
 	bool shape_given;
 };
 
-static int parse(int argc, char **argv, struct train_cli *c)
+/* The options a resume takes from the saved run unless given (the bits
+ * of struct ferry_train_opts.given); the model flags set them too. */
+static unsigned given_bit(const char *flag)
 {
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		int r = model_flag(CMD, argc, argv, i, &c->o, &c->shape_given);
+	static const struct {
+		const char *flag;
+		unsigned bit;
+	} bits[] = {
+		{ "--batch", FERRY_GIVEN_BATCH }, { "--seq", FERRY_GIVEN_SEQ }, { "--steps", FERRY_GIVEN_STEPS },
+		{ "--lr", FERRY_GIVEN_LR }, { "--warmup", FERRY_GIVEN_WARMUP },
+		{ "--final-lr-frac", FERRY_GIVEN_FINAL_LR }, { "--data", FERRY_GIVEN_DATA },
+		{ "--seed", FERRY_GIVEN_SEED }, { "--weight-decay", FERRY_GIVEN_WEIGHT_DECAY },
+		{ "--grad-clip", FERRY_GIVEN_GRAD_CLIP },
+	};
 
-		if (r < 0)
-			return 2;
-		if (r > 0) {
-			i += r - 1;
-			continue;
-		}
+	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+		if (!strcmp(flag, bits[i].flag))
+			return bits[i].bit;
+	return 0;
+}
+
+/* One flag of train's own at argv[i]: 0 parsed, -1 bad value, 1 unknown. */
+static int train_flag(int argc, char **argv, int i, struct train_cli *c)
+{
+	const char *f = argv[i];
+
 #define IS(name) (strcmp(f, name) == 0)
-		if (IS("--help") || IS("-h")) {
-			usage();
-			return 1;
-		} else if (IS("--data")) r = arg_value(CMD, argc, argv, i, &c->o.data);
-		else if (IS("--val-data")) r = arg_value(CMD, argc, argv, i, &c->o.val_data);
-		else if (IS("--val-every")) r = arg_int(CMD, argc, argv, i, &c->val_every);
-		else if (IS("--val-batches")) r = arg_int(CMD, argc, argv, i, &c->val_batches);
-		else if (IS("--steps")) r = arg_int(CMD, argc, argv, i, &c->o.steps);
-		else if (IS("--lr")) r = arg_float(CMD, argc, argv, i, &c->o.lr);
-		else if (IS("--warmup")) r = arg_int(CMD, argc, argv, i, &c->o.warmup);
-		else if (IS("--final-lr-frac")) r = arg_float(CMD, argc, argv, i, &c->o.final_lr_frac);
-		else if (IS("--weight-decay")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.weight_decay);
-		else if (IS("--grad-clip")) r = arg_float(CMD, argc, argv, i, &c->o.adamw.grad_clip);
-		else if (IS("--seed")) r = arg_u64(CMD, argc, argv, i, &c->o.seed);
-		else if (IS("--save")) r = arg_value(CMD, argc, argv, i, &c->save);
-		else if (IS("--save-every")) r = arg_int(CMD, argc, argv, i, &c->save_every);
-		else if (IS("--json")) r = arg_value(CMD, argc, argv, i, &c->json);
-		else if (IS("--sample")) r = arg_int(CMD, argc, argv, i, &c->sample);
-		else if (IS("--tokenizer")) r = arg_value(CMD, argc, argv, i, &c->tokenizer);
-		else
-			return cli_usage_error(CMD, "unknown flag '%s'", f);
+	if (IS("--data")) return arg_value(CMD, argc, argv, i, &c->o.data);
+	if (IS("--val-data")) return arg_value(CMD, argc, argv, i, &c->o.val_data);
+	if (IS("--val-every")) return arg_int(CMD, argc, argv, i, &c->val_every);
+	if (IS("--val-batches")) return arg_int(CMD, argc, argv, i, &c->val_batches);
+	if (IS("--steps")) return arg_int(CMD, argc, argv, i, &c->o.steps);
+	if (IS("--lr")) return arg_float(CMD, argc, argv, i, &c->o.lr);
+	if (IS("--warmup")) return arg_int(CMD, argc, argv, i, &c->o.warmup);
+	if (IS("--final-lr-frac")) return arg_float(CMD, argc, argv, i, &c->o.final_lr_frac);
+	if (IS("--weight-decay")) return arg_float(CMD, argc, argv, i, &c->o.adamw.weight_decay);
+	if (IS("--grad-clip")) return arg_float(CMD, argc, argv, i, &c->o.adamw.grad_clip);
+	if (IS("--seed")) return arg_u64(CMD, argc, argv, i, &c->o.seed);
+	if (IS("--save")) return arg_value(CMD, argc, argv, i, &c->save);
+	if (IS("--save-every")) return arg_int(CMD, argc, argv, i, &c->save_every);
+	if (IS("--json")) return arg_value(CMD, argc, argv, i, &c->json);
+	if (IS("--sample")) return arg_int(CMD, argc, argv, i, &c->sample);
+	if (IS("--sample-temperature")) return arg_float(CMD, argc, argv, i, &c->sample_temperature);
+	if (IS("--tokenizer")) return arg_value(CMD, argc, argv, i, &c->tokenizer);
+	if (IS("--peak-flops")) return arg_rate(CMD, argc, argv, i, &c->peak_flops);
 #undef IS
-		if (r)
-			return 2;
-		i++;
-	}
+	return 1;
+}
+
+static int check_values(struct train_cli *c)
+{
 	if (c->o.checkpoint && c->o.resume)
 		return cli_usage_error(CMD, "--checkpoint and --resume are exclusive");
-	if (c->save_every < 0 || c->val_every < 0 || c->val_batches < 1 || c->sample < 0 ||
-	    c->o.warmup < 0)
+	if (c->save_every < 0 || c->val_every < -1 || c->val_batches < 1 || c->sample < 0 || c->o.warmup < 0)
 		return cli_usage_error(CMD, "counts must not be negative");
 	if (c->sample > 1000000)
 		return cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
+	if (!(c->sample_temperature >= 0))
+		return cli_usage_error(CMD, "--sample-temperature must not be negative");
 	if (!(c->o.lr > 0) || !isfinite(c->o.lr))
 		return cli_usage_error(CMD, "--lr must be a positive number that fits a float");
 	if (!(c->o.final_lr_frac >= 0 && c->o.final_lr_frac <= 1))
@@ -116,9 +151,45 @@ static int parse(int argc, char **argv, struct train_cli *c)
 		return cli_usage_error(CMD, "--weight-decay and --grad-clip must not be negative");
 	if (c->save_every && !c->save)
 		fprintf(stderr, "ferry train: note: --save-every has no effect without --save\n");
-	if (c->val_every && !c->o.val_data)
+	if (c->val_every > 0 && !c->o.val_data)
 		fprintf(stderr, "ferry train: note: --val-every has no effect without --val-data\n");
 	return 0;
+}
+
+/* 1 after --help, 2 after a usage error, else 0. */
+static int parse(int argc, char **argv, struct train_cli *c)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i];
+		int r = model_flag(CMD, argc, argv, i, &c->o, &c->shape_given);
+
+		if (r < 0)
+			return 2;
+		if (r > 0) {
+			c->o.given |= given_bit(f);
+			i += r - 1;
+			continue;
+		}
+		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+			usage();
+			return 1;
+		}
+		r = train_flag(argc, argv, i, c);
+		if (r > 0)
+			return cli_usage_error(CMD, "unknown flag '%s'", f);
+		if (r)
+			return 2;
+		c->o.given |= given_bit(f);
+		i++;
+	}
+	return check_values(c);
+}
+
+/* The options in effect: after a resume, those not given come from the
+ * saved run. */
+static const struct ferry_train_opts *run_opts(ferry_trainer_t tr)
+{
+	return ferry_trainer_opts(tr);
 }
 
 static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
@@ -126,37 +197,25 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 	ferry_model_t m = ferry_trainer_model(tr);
 	ferry_tokenizer_t tok = NULL;
 	int32_t *seq;
-	int len = 1, cap = c->sample + 1;
-	uint64_t rng = c->o.seed;
+	int len = 1;
+	uint64_t rng = run_opts(tr)->seed;
 
 	if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK) {
 		fprintf(stderr, "ferry train: no sample: %s\n", ferry_last_error());
 		return;
 	}
-	seq = malloc((size_t)cap * sizeof(*seq));
+	seq = malloc(((size_t)c->sample + 1) * sizeof(*seq));
 	if (!seq) {
 		ferry_tokenizer_free(tok);
 		return;
 	}
 	/* start from the end-of-text token, as at a document's start */
 	seq[0] = ferry_tokenizer_eot(tok) < ferry_model_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
-	if (ferry_model_sample(m, seq, &len, cap, c->sample, &rng) != FERRY_OK) {
-		fprintf(stderr, "ferry train: sampling failed: %s\n", ferry_last_error());
-	} else {
-		printf("\n--- sample (%d tokens) ---\n", c->sample);
-		for (int i = 1; i < len; i++) {
-			int n;
-			const char *s = ferry_tokenizer_decode(tok, seq[i], &n);
-
-			if (s)
-				fwrite(s, 1, (size_t)n, stdout);
-			else if (seq[i] == ferry_tokenizer_eot(tok))
-				printf("\n<|endoftext|>\n");
-			else
-				printf("<%d>", seq[i]);
-		}
-		printf("\n--- end of sample ---\n");
-	}
+	printf("\n--- sample (%d tokens, temperature %.2f) ---\n", c->sample, c->sample_temperature);
+	fflush(stdout);
+	generate(CMD, m, tok, seq, &len, c->sample, &(struct ferry_sample_opts){ c->sample_temperature, 0 }, &rng,
+		 stdout);
+	printf("\n--- end of sample ---\n");
 	free(seq);
 	ferry_tokenizer_free(tok);
 }
@@ -184,6 +243,7 @@ static int save(ferry_trainer_t tr, const char *pattern)
 		       path);
 	else
 		printf("saved %s and %s.state\n", path, path);
+	fflush(stdout);
 	return 0;
 }
 
@@ -197,24 +257,80 @@ static size_t stack_bytes(const struct ferry_plan *p)
 	return n;
 }
 
-static void json_record(FILE *f, const struct ferry_step_metrics *m, float val_loss)
+/* A plan over --device-mem is refused here, before any work, in MiB (the
+ * trainer refuses it too, for a device whose size only it knows). */
+static int check_device_mem(const struct train_cli *c, const struct ferry_model_config *cfg,
+			    const struct ferry_plan *plan)
 {
-	fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
-		   "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"device_peak_bytes\": %zu",
-		m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens_per_s,
-		m->device_peak_bytes);
-	if (!isnan(val_loss))
-		fprintf(f, ", \"val_loss\": %.6f", val_loss);
-	fprintf(f, "}\n");
-	fflush(f);
+	char need[32], have[32], fits[1024] = "", one[32];
+	size_t used = 0;
+
+	if (!c->o.device_mem || plan->mem.peak_bytes <= c->o.device_mem)
+		return 0;
+	for (int i = 0; i < ferry_policy_preset_count(); i++) {
+		struct ferry_exec_opts o = c->o.exec;
+		struct ferry_plan p;
+
+		o.policy = ferry_policy_preset_name(i);
+		if (ferry_model_plan(cfg, c->o.B, c->o.T, &o, &p) == FERRY_OK && p.mem.peak_bytes <= c->o.device_mem &&
+		    used + 80 < sizeof(fits))
+			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%s)", used ? ", " : "",
+						 o.policy, cli_bytes(p.mem.peak_bytes, one));
+	}
+	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that "
+		"fit: %s\n", plan->policy, cli_bytes(plan->mem.peak_bytes, need), cli_bytes(c->o.device_mem, have),
+		used ? fits : "none: use a smaller batch or model");
+	return 1;
 }
 
-/* A bad shape, policy or save path is refused before any work, even the
- * demo data; then the data and the JSON log are opened. */
+/* The log of --json: anything that opens for writing (a file, truncated; a
+ * FIFO; /dev/stdout), every write checked. */
+static int open_json(const struct train_cli *c, FILE **json)
+{
+	if (!c->json)
+		return 0;
+	*json = fopen(c->json, "w");
+	if (!*json) {
+		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+/* A resume takes the batch, sequence and data of the saved run unless
+ * given: the batch shape for the checks before any work (0 when the state
+ * does not say: the trainer checks then), and the demo corpus's validation
+ * split when the run was on the demo corpus. */
+static void from_saved_run(struct train_cli *c, int *B, int *T)
+{
+	static struct ferry_train_state st;
+	char sp[4096];
+
+	*B = c->o.B;
+	*T = c->o.T;
+	if (!c->o.resume)
+		return;
+	if (ferry_checkpoint_state_path(c->o.resume, ferry_checkpoint_is_hf(c->o.resume), sp, sizeof(sp)) != FERRY_OK ||
+	    ferry_state_read_info(sp, &st) != FERRY_OK) {
+		*B = *T = 0; /* the trainer says what is wrong */
+		return;
+	}
+	if (!(c->o.given & FERRY_GIVEN_BATCH))
+		*B = st.B;
+	if (!(c->o.given & FERRY_GIVEN_SEQ))
+		*T = st.T;
+	if (!c->o.data && !c->o.val_data && !strcmp(st.data, FERRY_DEMO_PREFIX "_train_*.bin") &&
+	    ferry_demo_data_has_val())
+		c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
+}
+
+/* A bad shape, policy, size or save path is refused before any work, even
+ * the demo data; then the data and the JSON log are opened. */
 static int prepare(struct train_cli *c, FILE **json)
 {
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
+	int B, T;
 
 	if ((c->o.checkpoint || c->o.resume) && c->shape_given)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
@@ -222,38 +338,69 @@ static int prepare(struct train_cli *c, FILE **json)
 	ferry_set_threads(c->o.threads);
 	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg))
 		return 1;
-	if (ferry_model_plan(&cfg, c->o.B, c->o.T, &c->o.exec, &plan) != FERRY_OK)
-		return cli_fail(CMD);
+	from_saved_run(c, &B, &T);
+	if (B > 0 && T > 0) {
+		struct train_cli shape = *c;
+
+		shape.o.B = B;
+		shape.o.T = T;
+		if (ferry_model_plan(&cfg, B, T, &c->o.exec, &plan) != FERRY_OK)
+			return cli_fail(CMD);
+		if (check_device_mem(&shape, &cfg, &plan))
+			return 1;
+	}
 	/* a save path of the wrong kind is refused now, not after training */
 	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
 		return cli_fail(CMD);
-	if (!c->o.data) {
+	if (!c->o.data && !c->o.resume) {
 		if (ferry_demo_data_ensure(stdout) != 0)
 			return 1;
 		c->o.data = FERRY_DEMO_PREFIX "_train_*.bin";
 		if (!c->o.val_data && ferry_demo_data_has_val())
 			c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
 	}
-	if (c->json && !(*json = fopen(c->json, "w"))) {
-		fprintf(stderr, "ferry train: cannot write %s\n", c->json);
-		return 1;
-	}
-	return 0;
+	return open_json(c, json);
 }
 
-static void print_resume_note(ferry_trainer_t tr, const struct train_cli *c)
+static void print_resume_note(ferry_trainer_t tr)
 {
+	const struct ferry_train_opts *o = run_opts(tr);
 	int steps, warmup, at = ferry_trainer_step_count(tr);
 	float lr, frac;
+	char over[1024];
 
-	printf("resumed at step %d\n", at);
+	printf("resumed at step %d", at);
+	if (ferry_trainer_resume_overrides(tr, over, sizeof(over)) > 0)
+		printf("; given, unlike the saved run: %s", over);
+	printf("\n");
 	if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
-	    (steps != c->o.steps || warmup != c->o.warmup || lr != c->o.lr || frac != c->o.final_lr_frac))
+	    (steps != o->steps || warmup != o->warmup || lr != o->lr || frac != o->final_lr_frac))
 		fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
 				"(warmup %d, lr %.2e, final %.2f); from step %d this run follows %d steps "
 				"(warmup %d, lr %.2e, final %.2f), so the learning rate changes to %.2e\n",
-			steps, warmup, lr, frac, at, c->o.steps, c->o.warmup, c->o.lr, c->o.final_lr_frac,
-			ferry_lr_schedule(at, c->o.steps, c->o.warmup, c->o.lr, c->o.final_lr_frac));
+			steps, warmup, lr, frac, at, o->steps, o->warmup, o->lr, o->final_lr_frac,
+			ferry_lr_schedule(at, o->steps, o->warmup, o->lr, o->final_lr_frac));
+}
+
+/* What MFU is measured against: --peak-flops, else on the CPU an sgemm
+ * measured now; on a GPU nothing (the line shows no MFU). */
+static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train_report *r)
+{
+	const char *be = ferry_backend_name(ferry_trainer_backend(tr));
+
+	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T);
+	r->peak_flops = c->peak_flops;
+	if (r->peak_flops > 0) {
+		printf("MFU: %.2f GFLOP per step (the model's) against --peak-flops %.4g GFLOP/s\n",
+		       r->step_flops / 1e9, r->peak_flops / 1e9);
+	} else if (!strcmp(be, "cpu")) {
+		r->peak_flops = ferry_cpu_sgemm_flops(1024);
+		printf("MFU: %.2f GFLOP per step (the model's) against %.1f GFLOP/s, a 1024^3 sgemm on %d threads "
+		       "measured now (--peak-flops sets it)\n", r->step_flops / 1e9, r->peak_flops / 1e9,
+		       ferry_get_threads());
+	} else {
+		printf("MFU: not shown; give the device's peak with --peak-flops (e.g. 989T, an H100's dense bf16)\n");
+	}
 }
 
 static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
@@ -261,6 +408,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	ferry_model_t m = ferry_trainer_model(tr);
 	const struct ferry_model_config *cfg = ferry_model_config(m);
 	const struct ferry_plan *p = ferry_trainer_plan(tr);
+	const struct ferry_train_opts *o = run_opts(tr);
 
 	printf("model: %s, %d layers, %d channels, %d heads", cfg->arch, cfg->layers, cfg->channels, cfg->heads);
 	if (cfg->kv_heads != cfg->heads)
@@ -269,133 +417,161 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
 	       ferry_model_num_params(m) / 1e6);
 	printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
-	       c->o.B, c->o.T, c->o.steps, c->o.lr, c->o.warmup, c->o.final_lr_frac,
+	       o->B, o->T, o->steps, o->lr, o->warmup, o->final_lr_frac,
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
 	printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
 	       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
 	       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0, p->n_recompute_ops, p->n_ops);
-	if (c->o.resume)
-		print_resume_note(tr, c);
+	if (o->val_data && c->val_every)
+		printf("validation: every %d step%s and at the end, %d batches of %s\n", c->val_every,
+		       c->val_every == 1 ? "" : "s", c->val_batches, o->val_data);
+	else if (o->val_data)
+		printf("validation: at the end, %d batches of %s\n", c->val_batches, o->val_data);
+	if (o->resume)
+		print_resume_note(tr);
 }
 
-/* What the summary reports. */
-struct run_stats {
-	int first_step, n;
-	double total_ms;
-	double *step_ms;      /* [steps]: for the median */
-	float loss[10];       /* the last ten training losses */
-	float val_loss;
+/* Why a run ended before its last step. */
+enum { STOPPED_BY_SIGNAL = -2, STOPPED_BY_JSON = -3 };
+
+struct run {
+	ferry_trainer_t tr;
+	struct train_cli *c;
+	struct train_report rep;
+	int saved_step; /* the step of the last save, -1 none */
 };
 
-static void record(struct run_stats *r, const struct ferry_step_metrics *m, float val_loss)
+/* One step, its validation, line, JSON record and periodic save: 0, 1 for
+ * a failure (printed), or STOPPED_BY_JSON. */
+static int one_step(struct run *run)
 {
-	r->total_ms += m->step_ms;
-	if (r->step_ms)
-		r->step_ms[r->n] = m->step_ms;
-	r->loss[r->n % 10] = m->loss;
-	r->n++;
-	if (!isnan(val_loss))
-		r->val_loss = val_loss;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* The median step time (the first step, which warms caches, left out when
- * there are others) and the mean of the last ten losses: one step's time
- * or loss is noise on a shared machine. */
-static void print_summary(ferry_trainer_t tr, const struct train_cli *c, struct run_stats *r)
-{
-	int k = r->n > 1 ? 1 : 0, last = r->n < 10 ? r->n : 10;
-	double med = 0, loss = 0;
-
-	if (!r->n) {
-		printf("\nsummary: no steps taken (the run is at step %d of %d)\n", ferry_trainer_step_count(tr),
-		       c->o.steps);
-		return;
-	}
-	if (r->step_ms) {
-		qsort(r->step_ms + k, (size_t)(r->n - k), sizeof(double), cmp_double);
-		med = r->step_ms[k + (r->n - k) / 2];
-	}
-	for (int i = 0; i < last; i++)
-		loss += r->loss[i];
-	printf("\nsummary: %d steps in %.1f s, %.1f ms/step (median), %.0f tokens/s, train loss %.4f "
-	       "(mean of the last %d)", r->n, r->total_ms / 1e3, med, med > 0 ? c->o.B * c->o.T / (med / 1e3) : 0.0,
-	       loss / last, last);
-	if (!isnan(r->val_loss))
-		printf(", validation loss %.4f", r->val_loss);
-	printf(", device peak %.1f MiB\n", ferry_backend_mem_peak(ferry_trainer_backend(tr)) / 1048576.0);
-}
-
-/* One step, its validation, line, JSON record and periodic save. */
-static int one_step(ferry_trainer_t tr, const struct train_cli *c, FILE *json, struct run_stats *r)
-{
+	const struct train_cli *c = run->c;
+	const struct ferry_train_opts *o = run_opts(run->tr);
 	struct ferry_step_metrics m;
 	float val_loss = NAN;
 
-	if (ferry_trainer_step(tr, &m) != FERRY_OK)
+	if (ferry_trainer_step(run->tr, &m) != FERRY_OK)
 		return cli_fail(CMD);
-	if (c->o.val_data && ((c->val_every && m.step % c->val_every == 0) || m.step == c->o.steps) &&
-	    ferry_trainer_validate(tr, c->val_batches, &val_loss) != FERRY_OK)
+	if (o->val_data && ((c->val_every && m.step % c->val_every == 0) || m.step == o->steps) &&
+	    ferry_trainer_validate(run->tr, c->val_batches, &val_loss) != FERRY_OK)
 		return cli_fail(CMD);
-	record(r, &m, val_loss);
-	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.1f ms | %8.0f tok/s", m.step, c->o.steps, m.loss,
-	       m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
-	if (!isnan(val_loss))
-		printf(" | val loss %.4f", val_loss);
-	printf("\n");
-	fflush(stdout);
-	if (json)
-		json_record(json, &m, val_loss);
-	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != c->o.steps)
-		return save(tr, c->save);
+	if (report_step(&run->rep, &m, val_loss))
+		return STOPPED_BY_JSON;
+	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != o->steps) {
+		if (save(run->tr, c->save))
+			return 1;
+		run->saved_step = m.step;
+	}
 	return 0;
+}
+
+/* Steps until the last, a failure, a signal or a JSON write error. */
+static int run_steps(struct run *run)
+{
+	int rc;
+
+	while (ferry_trainer_step_count(run->tr) < run_opts(run->tr)->steps) {
+		if ((rc = one_step(run)))
+			return rc;
+		if (interrupt_signal())
+			return STOPPED_BY_SIGNAL;
+	}
+	return 0;
+}
+
+/* Where the run stands, for the message of a run stopped early. */
+static void print_saved(const struct train_cli *c, int step, bool saved)
+{
+	const char *path = save_path(c->save ? c->save : "", step);
+
+	if (c->save)
+		fprintf(stderr, "%s %s; continue with --resume %s\n", saved ? "saved" : "already saved to", path, path);
+	else
+		fprintf(stderr, "not saved (no --save)\n");
+}
+
+/* After the steps: the save (unless this step was saved already), why the
+ * run stopped, the summary.  Returns the exit code. */
+static int finish_run(struct run *run, int why)
+{
+	const struct train_cli *c = run->c;
+	int step = ferry_trainer_step_count(run->tr), steps = run_opts(run->tr)->steps;
+	bool saved = false;
+
+	if (c->save && run->saved_step != step) {
+		if (save(run->tr, c->save))
+			return 1;
+		saved = true;
+	}
+	if (why == STOPPED_BY_JSON) {
+		fprintf(stderr, "ferry train: cannot write --json %s: %s; stopped after step %d of %d, ", c->json,
+			strerror(run->rep.json_errno), step, steps);
+		print_saved(c, step, saved);
+	} else if (why == STOPPED_BY_SIGNAL) {
+		fprintf(stderr, "ferry train: stopped by %s after step %d of %d, ", interrupt_name(interrupt_signal()),
+			step, steps);
+		print_saved(c, step, saved);
+	}
+	report_summary(&run->rep, ferry_backend_mem_peak(ferry_trainer_backend(run->tr)), step);
+	fflush(stdout);
+	return why == STOPPED_BY_JSON ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
+}
+
+/* The trainer is made; the steps, the save, the summary and the sample. */
+static int train(struct run *run)
+{
+	const struct ferry_train_opts *o = run_opts(run->tr);
+	struct train_cli *c = run->c;
+	int rc;
+
+	if (c->save && ferry_trainer_check_save_path(run->tr, save_path(c->save, o->steps)) != FERRY_OK)
+		return cli_fail(CMD);
+	if (c->val_every < 0) /* the default: ten validations in a run */
+		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
+	run->rep.B = o->B;
+	run->rep.T = o->T;
+	print_banner(run->tr, c);
+	set_peak(run->tr, c, &run->rep);
+	fflush(stdout);
+	report_begin(&run->rep, ferry_trainer_step_count(run->tr), o->steps);
+	rc = run_steps(run);
+	if (rc > 0)
+		return rc;
+	rc = finish_run(run, rc);
+	if (!rc && c->sample && !interrupt_signal())
+		print_sample(run->tr, c);
+	if (report_close_json(&run->rep) && rc != 1) {
+		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));
+		return 1;
+	}
+	return rc ? rc : interrupt_signal() ? 128 + interrupt_signal() : 0;
 }
 
 int cmd_train(int argc, char **argv)
 {
-	struct train_cli c;
-	struct run_stats r = { .val_loss = NAN };
-	ferry_trainer_t tr = NULL;
-	FILE *json = NULL;
+	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f };
+	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 
-	memset(&c, 0, sizeof(c));
 	model_flags_default(&c.o);
 	c.o.steps = 400;
 	c.o.lr = 2e-3f;
 	c.o.warmup = 20;
-	c.val_batches = 8;
-	c.sample = 256;
 	rc = parse(argc, argv, &c);
 	if (rc)
 		return rc == 1 ? 0 : rc;
-	if ((rc = prepare(&c, &json)))
-		goto out;
-	if (ferry_trainer_create(&c.o, &tr) != FERRY_OK) {
-		rc = cli_fail(CMD);
-		goto out;
+	if ((rc = prepare(&c, &run.rep.json)) == 0) {
+		run.rep.json_path = c.json;
+		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
+			rc = cli_fail(CMD);
 	}
-	print_banner(tr, &c);
-	r.first_step = ferry_trainer_step_count(tr);
-	r.step_ms = calloc((size_t)(c.o.steps > r.first_step ? c.o.steps - r.first_step : 1), sizeof(double));
-	while (ferry_trainer_step_count(tr) < c.o.steps)
-		if ((rc = one_step(tr, &c, json, &r)))
-			goto out;
-	if (c.save && (rc = save(tr, c.save)))
-		goto out;
-	print_summary(tr, &c, &r);
-	if (c.sample)
-		print_sample(tr, &c);
-out:
-	if (json)
-		fclose(json);
-	free(r.step_ms);
-	ferry_trainer_free(tr);
+	if (!rc) {
+		/* Ctrl-C from here on finishes the step and saves */
+		interrupt_install();
+		rc = train(&run);
+		interrupt_restore();
+	}
+	report_end(&run.rep);
+	ferry_trainer_free(run.tr);
 	return rc;
 }

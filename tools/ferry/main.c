@@ -1,9 +1,12 @@
 /* ferry: the command-line trainer. */
+#include "cli_args.h"
 #include "commands.h"
 #include "ferry/ferry.h"
 #include "ferry/platform.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f)
@@ -16,12 +19,46 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  train   train a model (default: a small GPT-2 on the demo corpus)\n"
 		"  eval    mean loss of a checkpoint over the first batches of a data set\n"
+		"  sample  generate text from a checkpoint, from a prompt\n"
 		"  plan    the device and host memory a configuration needs, per activation\n"
 		"  example the JAX host-offloading tutorial's network, with and without offloading\n"
 		"  data    turn text files into token shards (llm.c format)\n"
 		"  info    backends, devices, BLAS kernels, threads\n"
 		"\n"
-		"Run 'ferry <command> --help' for a command's flags.\n");
+		"Run 'ferry <command> --help' for a command's flags.  Flags take their value\n"
+		"as the next argument or after '=': --steps 100 or --steps=100.\n");
+}
+
+/* A command's argv checked against its flags ("--flag=value" split, unknown
+ * flags refused with suggestions), then the command. */
+static int run_command(int (*run)(int, char **), int argc, char **argv)
+{
+	const struct cli_spec *spec = cli_spec_find(argv[0]);
+	char **args;
+	int n, rc;
+
+	if (!spec)
+		return run(argc, argv);
+	rc = cli_normalize(spec, argc, argv, &n, &args);
+	if (rc)
+		return rc;
+	rc = run(n, args);
+	free(args);
+	return rc;
+}
+
+/* Output lost to a full disk or a closed pipe is a failure, not exit 0. */
+static int finish(int rc)
+{
+	int err;
+
+	errno = 0;
+	err = fflush(stdout) ? errno : 0;
+	if (err || ferror(stdout)) {
+		fprintf(stderr, "ferry: writing standard output: %s\n", strerror(err ? err : EIO));
+		return rc ? rc : 1;
+	}
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -30,7 +67,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*run)(int, char **);
 	} commands[] = {
-		{ "train", cmd_train }, { "eval", cmd_eval }, { "data", cmd_data },
+		{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
 		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example },
 	};
 
@@ -39,20 +76,20 @@ int main(int argc, char **argv)
 
 	if (argc < 2) {
 		usage(stdout);
-		return 0;
+		return finish(0);
 	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(stdout);
-		return 0;
+		return finish(0);
 	}
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("ferry %s\n", FERRY_VERSION_STRING);
-		return 0;
+		return finish(0);
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
-			return commands[i].run(argc - 1, argv + 1);
+			return finish(run_command(commands[i].run, argc - 1, argv + 1));
 	fprintf(stderr, "ferry: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;

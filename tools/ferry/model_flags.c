@@ -33,8 +33,9 @@ const char model_flags_help[] =
 	"                        `ferry plan` lists the model's names\n"
 	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
 	"  --backend NAME        auto (default: cuda if a GPU is found, else cpu), cpu, cuda\n"
-	"  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
-	"  --threads N           CPU threads (default: all cores)\n";
+	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
+	"                        (K, M, G, T: powers of 1024; default: all)\n"
+	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n";
 
 void model_flags_default(struct ferry_train_opts *o)
 {
@@ -93,13 +94,8 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		}
 	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
 	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
-	else if (IS("--threads")) {
-		r = arg_int(cmd, argc, argv, i, &o->threads);
-		if (!r && o->threads < 0) {
-			fprintf(stderr, "ferry %s: --threads must not be negative\n", cmd);
-			r = -1;
-		}
-	} else
+	else if (IS("--threads")) r = arg_threads(cmd, argc, argv, i, &o->threads);
+	else
 		return 0;
 #undef IS
 	return r ? -1 : 2;
@@ -120,6 +116,7 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 		return -1;
 	}
 	o->exec.act_dtype = ferry_backend_act_dtype(o->backend);
+	o->exec.backend = o->backend;
 	return 0;
 }
 

@@ -7,7 +7,7 @@
  * its Taylor series to degree 7 (truncation error < r^8 / 8! ~ 5e-9, below
  * half an ulp); 2^n built in the exponent bits.  ln 2 is split in a high
  * part exact in float and a low part so r keeps its precision.  Inputs are
- * clamped to [-87, 88], where e^x is a normal float.
+ * clamped to [-87, 88], where e^x is a normal float; NaN gives NaN.
  */
 #ifndef FERRY_OPS_CPU_FASTMATH_H
 #define FERRY_OPS_CPU_FASTMATH_H
@@ -35,7 +35,8 @@ static inline float fast_expf(float x)
 	p = p * r + 0.5f;
 	p = p * r + 1.0f;
 	p = p * r + 1.0f;
-	bits = ((int32_t)n + 127) << 23;
+	/* a NaN input stays NaN (in p); converting it to int would be undefined */
+	bits = ((int32_t)(n == n ? n : 0.0f) + 127) << 23;
 	memcpy(&scale, &bits, sizeof(scale));
 	return p * scale;
 }

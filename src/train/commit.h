@@ -1,0 +1,64 @@
+/*
+ * Internal: what the checkpoint writers and the commit protocol
+ * (src/train/commit.c, described in include/ferry/checkpoint.h) share.
+ */
+#ifndef FERRY_TRAIN_COMMIT_H
+#define FERRY_TRAIN_COMMIT_H
+
+#include "ferry/checkpoint.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Room for a path shortened for a message (ferry_ckpt_short). */
+#define FERRY_CKPT_SHORT 176
+
+/* path itself when short, else its start, "...", and its end: messages stay
+ * on one line and are never cut by the error buffer. */
+const char *ferry_ckpt_short(const char *path, char buf[FERRY_CKPT_SHORT]);
+
+/* The write fault hook (ferry_fault_fail_write_after): true when this
+ * write-path operation is to fail; errno is then ENOSPC. */
+bool ferry_ckpt_fault(void);
+
+/* FNV-1a, 64 bits, over 32-bit words (nbytes a multiple of 4), continuing h. */
+#define FERRY_FNV_INIT 0xcbf29ce484222325ull
+uint64_t ferry_ckpt_fnv_words(uint64_t h, const void *p, size_t nbytes);
+
+/* The first parameter that is not finite, named by tensor (Hugging Face's
+ * name when it has one), layer and index: FERRY_OK when all are finite,
+ * else code with "FILE: tensor qkvw of layer 1 holds a non-finite value
+ * (nan) at [3, 2]" (what "": a reader) or "FILE: not saved: qkvw of layer
+ * 1 holds ..." (what "not saved: ": a writer). */
+ferry_status ferry_ckpt_check_finite(const char *file, const struct ferry_model_config *cfg,
+				     const float *params, size_t n, ferry_status code, const char *what);
+
+/* Create file (which must not exist; this process's own leftover of that
+ * name is replaced), write the model / the state, fsync, close.  On failure
+ * the file is removed.  No rename: the commit protocol renames. */
+ferry_status ferry_ckpt_write_model(const char *file, const struct ferry_model_config *cfg,
+				    const float *params);
+ferry_status ferry_ckpt_write_state(const char *file, const struct ferry_train_state *st,
+				    const float *m, const float *v, size_t n_params);
+
+/* Streaming checks for recovery (no buffer of the model's size): the
+ * parameter hash of an llm.c model file, and a state file's parameter hash
+ * after checking its length and (version 2) its checksum. */
+ferry_status ferry_ckpt_model_hash(const char *path, uint64_t *hash);
+ferry_status ferry_ckpt_state_verify(const char *path, uint64_t *params_hash);
+/* The parameter hash a state file's header records (header and length
+ * checked, nothing else read). */
+ferry_status ferry_ckpt_state_hash(const char *path, uint64_t *params_hash);
+
+/* FERRY_ERR_INVALID when a save to path (a Hugging Face directory when hf)
+ * would replace the file input (what: "training shard"), compared by device
+ * and inode, or by real path for a file the save would create. */
+ferry_status ferry_ckpt_check_not_input(const char *path, bool hf, const char *input, const char *what);
+
+/* Writes config.json and model.safetensors of a Llama into the existing
+ * directory dir (the commit's temporary); parameters must be finite. */
+ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
+				       const float *params);
+
+#endif

@@ -1,0 +1,298 @@
+/* ferry sample: text from a checkpoint, after a prompt. */
+#include "cli_args.h"
+#include "commands.h"
+#include "generate.h"
+#include "interrupt.h"
+#include "ferry/checkpoint.h"
+#include "ferry/data.h"
+#include "ferry/hf_checkpoint.h"
+#include "ferry/platform.h"
+#include "ferry/train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const CMD = "sample";
+
+static void usage(void)
+{
+	printf("usage: ferry sample --checkpoint PATH [--prompt TEXT | --prompt-tokens IDS] [--tokens N]\n"
+	       "                    [--temperature T] [--top-k K] [--seed S] [--context N]\n"
+	       "                    [--tokenizer FILE]\n"
+	       "                    [--backend NAME] [--threads N] [--device-mem SIZE]\n"
+	       "\n"
+	       "Prints the prompt, then N tokens drawn from the model one after the other, on\n"
+	       "standard output as they come (Ctrl-C stops).  PATH is what `ferry train --save`\n"
+	       "wrote or any checkpoint `ferry eval` reads (an llm.c GPT-2 file, a Hugging Face\n"
+	       "Llama directory).\n"
+	       "\n"
+	       "  --prompt TEXT         the text to continue, as the start of a document (after\n"
+	       "                        an end-of-text token); byte-level models only (vocabulary\n"
+	       "                        257, as `ferry data` makes)\n"
+	       "  --prompt-tokens IDS   the prompt as token ids, e.g. 15496,11,995, used as given;\n"
+	       "                        for BPE models: llm.c's tokenizer file holds each token's\n"
+	       "                        bytes but not the merge rules that encoding text needs,\n"
+	       "                        so take the ids from the model's own tokenizer (GPT-2:\n"
+	       "                        tiktoken.get_encoding('gpt2').encode(text))\n"
+	       "                        (neither: start from the end-of-text token)\n"
+	       "  --tokens N            tokens to draw (default 256)\n"
+	       "  --temperature T       1 (default) draws from the model's probabilities; below 1\n"
+	       "                        sharper, above 1 flatter; 0 always takes the most\n"
+	       "                        probable token\n"
+	       "  --top-k K             draw among the K most probable tokens only (default 0: all)\n"
+	       "  --seed S              the draws' seed (default 1337): same seed, same text\n"
+	       "  --context N           tokens the model sees, the last N (default: the sequence\n"
+	       "                        length it was trained at, from its training state when\n"
+	       "                        there is one, else its maximum: positions it never\n"
+	       "                        trained on make gibberish)\n"
+	       "  --tokenizer FILE      llm.c tokenizer file (gpt2_tokenizer.bin) to print a BPE\n"
+	       "                        model's tokens; without it tokens are bytes\n"
+	       "  --backend NAME        auto (default), cpu or cuda\n"
+	       "  --threads N           CPU threads (default: all cores)\n"
+	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
+	       "\n"
+	       "  ferry sample --checkpoint model.bin --prompt 'The ' --tokens 200 --temperature 0.8\n");
+}
+
+struct sample_cli {
+	const char *ckpt, *prompt, *prompt_tokens, *tokenizer, *backend;
+	struct ferry_backend_opts bo;
+	struct ferry_sample_opts so;
+	int tokens, context;
+	uint64_t seed;
+};
+
+/* 1 after --help, 2 after a usage error, else 0. */
+static int parse(int argc, char **argv, struct sample_cli *c)
+{
+	for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
+		const char *f = argv[i];
+		int r;
+
+#define IS(name) (strcmp(f, name) == 0)
+		if (IS("--help") || IS("-h")) {
+			usage();
+			return 1;
+		} else if (IS("--checkpoint")) r = arg_value(CMD, argc, argv, i, &c->ckpt);
+		else if (IS("--prompt")) r = arg_value(CMD, argc, argv, i, &c->prompt);
+		else if (IS("--prompt-tokens")) r = arg_value(CMD, argc, argv, i, &c->prompt_tokens);
+		else if (IS("--tokens")) r = arg_int(CMD, argc, argv, i, &c->tokens);
+		else if (IS("--temperature")) r = arg_float(CMD, argc, argv, i, &c->so.temperature);
+		else if (IS("--top-k")) r = arg_int(CMD, argc, argv, i, &c->so.top_k);
+		else if (IS("--seed")) r = arg_u64(CMD, argc, argv, i, &c->seed);
+		else if (IS("--context")) r = arg_int(CMD, argc, argv, i, &c->context);
+		else if (IS("--tokenizer")) r = arg_value(CMD, argc, argv, i, &c->tokenizer);
+		else if (IS("--backend")) r = arg_value(CMD, argc, argv, i, &c->backend);
+		else if (IS("--threads")) r = arg_threads(CMD, argc, argv, i, &c->bo.threads);
+		else if (IS("--device-mem")) r = arg_size(CMD, argc, argv, i, &c->bo.device_mem);
+		else
+			return cli_usage_error(CMD, "unknown flag '%s'", f);
+#undef IS
+		if (r)
+			return 2;
+	}
+	if (!c->ckpt)
+		return cli_usage_error(CMD, "--checkpoint is required");
+	if (c->prompt && c->prompt_tokens)
+		return cli_usage_error(CMD, "--prompt and --prompt-tokens are exclusive");
+	if (c->tokens < 0 || c->tokens > 1000000)
+		return cli_usage_error(CMD, "--tokens %d: between 0 and 1000000", c->tokens);
+	if (!(c->so.temperature >= 0))
+		return cli_usage_error(CMD, "--temperature must not be negative");
+	if (c->so.top_k < 0)
+		return cli_usage_error(CMD, "--top-k must not be negative (0: all tokens)");
+	if (c->context < 0)
+		return cli_usage_error(CMD, "--context must be positive");
+	return 0;
+}
+
+/* "12,5,7" into ids[]; returns the count, or -1 after a message. */
+static int parse_ids(const char *s, int vocab, int32_t *ids, int cap)
+{
+	int n = 0;
+
+	while (*s) {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(s, &end, 10);
+		if (errno || end == s || (*end && *end != ',') || v < 0 || v >= vocab || n >= cap) {
+			fprintf(stderr, "ferry sample: --prompt-tokens: token %d ('%.*s') is not an id below the "
+				"model's vocabulary of %d\n", n + 1, (int)strcspn(s, ","), s, vocab);
+			return -1;
+		}
+		ids[n++] = (int32_t)v;
+		s = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+/* The prompt as tokens into seq (room for cap): the ids given, or EOT and
+ * the text's bytes, or EOT alone.  Returns the count, or -1 after a
+ * message. */
+static int prompt_tokens(const struct sample_cli *c, ferry_tokenizer_t tok, int vocab, int32_t *seq, int cap)
+{
+	int eot = ferry_tokenizer_eot(tok), n = 0;
+
+	if (c->prompt_tokens)
+		return parse_ids(c->prompt_tokens, vocab, seq, cap);
+	seq[n++] = eot < vocab ? eot : 0;
+	if (!c->prompt)
+		return n;
+	if (c->tokenizer) {
+		fprintf(stderr, "ferry sample: --prompt needs a byte-level model: %s (llm.c's tokenizer file) holds "
+			"each token's bytes but not the merge rules that encoding text needs; give the prompt "
+			"as ids with --prompt-tokens\n", c->tokenizer);
+		return -1;
+	}
+	for (const unsigned char *p = (const unsigned char *)c->prompt; *p; p++) {
+		if (*p >= vocab) {
+			fprintf(stderr, "ferry sample: --prompt: byte 0x%02x is outside the model's vocabulary of %d "
+				"(not a byte-level model: give --prompt-tokens)\n", *p, vocab);
+			return -1;
+		}
+		seq[n++] = *p;
+	}
+	return n;
+}
+
+/* How many tokens the model sees: --context, else the sequence length of
+ * the run that saved it (its training state says, when next to it), else
+ * its maximum; never more than its maximum.  *why says which. */
+static int context_len(const struct sample_cli *c, const struct ferry_model_config *cfg, const char **why)
+{
+	static struct ferry_train_state st;
+	char sp[4096];
+	int n = cfg->max_seq;
+
+	*why = "the model's maximum";
+	if (c->context) {
+		n = c->context;
+		*why = "--context";
+	} else if (ferry_checkpoint_state_path(c->ckpt, ferry_checkpoint_is_hf(c->ckpt), sp, sizeof(sp)) == FERRY_OK &&
+		   access(sp, F_OK) == 0 && ferry_state_read_info(sp, &st) == FERRY_OK && st.T > 0) {
+		n = st.T;
+		*why = "the sequence length it was trained at";
+	}
+	return n < cfg->max_seq ? n : cfg->max_seq;
+}
+
+/* The checkpoint's model on a backend, seeing up to T tokens. */
+static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_model_t *m)
+{
+	struct ferry_model_config cfg;
+	const char *backend = c->backend;
+	float *params = NULL;
+	int rc = 1;
+
+	if (!strcmp(backend, "auto"))
+		backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+	if (ferry_checkpoint_any_read_config(c->ckpt, &cfg) != FERRY_OK ||
+	    ferry_backend_open(backend, &c->bo, be) != FERRY_OK ||
+	    ferry_model_create(*be, &cfg, 1, T, NULL, m) != FERRY_OK)
+		return cli_fail(CMD);
+	params = malloc(ferry_model_num_params(*m) * sizeof(float));
+	if (!params)
+		fprintf(stderr, "ferry sample: out of memory for %zu parameters\n", ferry_model_num_params(*m));
+	else if (ferry_checkpoint_any_read(c->ckpt, &cfg, params, ferry_model_num_params(*m)) != FERRY_OK ||
+		 ferry_model_set_params(*m, params) != FERRY_OK)
+		cli_fail(CMD);
+	else
+		rc = 0;
+	free(params);
+	return rc;
+}
+
+/* The prompt into seq (allocated), checked against the model; the
+ * tokenizer that prints them. */
+static int prepare(const struct sample_cli *c, const struct ferry_model_config *cfg, ferry_tokenizer_t *tok,
+		   int32_t **seq, int *len)
+{
+	size_t cap = (c->prompt ? strlen(c->prompt) : 0) + (c->prompt_tokens ? strlen(c->prompt_tokens) : 0) + 1 +
+		     (size_t)c->tokens;
+
+	if (ferry_tokenizer_open(c->tokenizer, tok) != FERRY_OK)
+		return cli_fail(CMD);
+	if (!c->tokenizer && cfg->vocab > FERRY_BYTE_VOCAB) {
+		fprintf(stderr, "ferry sample: the model's vocabulary has %d tokens, not bytes (%d): give "
+			"--tokenizer FILE (llm.c's gpt2_tokenizer.bin) to print them\n", cfg->vocab, FERRY_BYTE_VOCAB);
+		return 1;
+	}
+	*seq = malloc(cap * sizeof(int32_t));
+	if (!*seq) {
+		fprintf(stderr, "ferry sample: out of memory\n");
+		return 1;
+	}
+	*len = prompt_tokens(c, *tok, cfg->vocab, *seq, (int)cap);
+	if (*len < 0)
+		return 2;
+	if (*len == 0) {
+		fprintf(stderr, "ferry sample: --prompt-tokens is empty\n");
+		return 2;
+	}
+	return 0;
+}
+
+/* Prompt and continuation on stdout; what was asked for on stderr. */
+static int run(const struct sample_cli *c, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int len,
+	       const char *why)
+{
+	const struct ferry_model_config *cfg = ferry_model_config(m);
+	uint64_t rng = c->seed;
+	int rc, start = len;
+	char k[16] = "all";
+
+	if (c->so.top_k)
+		snprintf(k, sizeof(k), "%d", c->so.top_k);
+	fprintf(stderr, "ferry sample: %s: %s, %d layers, %d channels, vocab %d; %d tokens after a prompt of %d, "
+		"temperature %.2f, top-k %s, seed %llu, context %d (%s)\n", c->ckpt, cfg->arch, cfg->layers,
+		cfg->channels, cfg->vocab, c->tokens, len, c->so.temperature, k, (unsigned long long)c->seed,
+		ferry_model_max_seq_len(m), why);
+	for (int i = c->prompt_tokens ? 0 : 1; i < len; i++) /* the prompt, without the EOT we put first */
+		generate_print_token(tok, seq[i], stdout);
+	fflush(stdout);
+	interrupt_install();
+	rc = generate(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, stdout);
+	interrupt_restore();
+	printf("\n");
+	if (!rc && interrupt_signal()) {
+		fprintf(stderr, "ferry sample: stopped by %s after %d of %d tokens\n",
+			interrupt_name(interrupt_signal()), len - start, c->tokens);
+		return 128 + interrupt_signal();
+	}
+	return rc;
+}
+
+int cmd_sample(int argc, char **argv)
+{
+	struct sample_cli c = { .backend = "auto", .so = { 1.0f, 0 }, .tokens = 256, .seed = 1337 };
+	struct ferry_model_config cfg;
+	ferry_tokenizer_t tok = NULL;
+	ferry_backend_t be = NULL;
+	ferry_model_t m = NULL;
+	int32_t *seq = NULL;
+	int rc, len = 0, context;
+	const char *why;
+
+	rc = parse(argc, argv, &c);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	ferry_set_threads(c.bo.threads);
+	if (ferry_checkpoint_any_read_config(c.ckpt, &cfg) != FERRY_OK)
+		return cli_fail(CMD);
+	context = context_len(&c, &cfg, &why);
+	rc = prepare(&c, &cfg, &tok, &seq, &len);
+	if (!rc)
+		rc = load(&c, len + c.tokens < context ? len + c.tokens : context, &be, &m);
+	if (!rc)
+		rc = run(&c, m, tok, seq, len, why);
+	free(seq);
+	ferry_tokenizer_free(tok);
+	ferry_model_free(m);
+	ferry_backend_close(be);
+	return rc;
+}

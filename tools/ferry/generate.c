@@ -1,0 +1,30 @@
+#include "generate.h"
+#include "cli_args.h"
+#include "interrupt.h"
+
+void generate_print_token(ferry_tokenizer_t tok, int id, FILE *out)
+{
+	int n;
+	const char *s = ferry_tokenizer_decode(tok, id, &n);
+
+	if (s)
+		fwrite(s, 1, (size_t)n, out);
+	else if (id == ferry_tokenizer_eot(tok))
+		fputs("\n<|endoftext|>\n", out);
+	else
+		fprintf(out, "<%d>", id);
+}
+
+int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
+	     const struct ferry_sample_opts *o, uint64_t *rng, FILE *out)
+{
+	/* one token per call: each is a forward pass anyway (no KV cache), and
+	 * the text appears as it is made */
+	for (int i = 0; i < n && !interrupt_signal(); i++) {
+		if (ferry_model_sample(m, seq, len, *len + 1, 1, o, rng) != FERRY_OK)
+			return cli_fail(cmd);
+		generate_print_token(tok, seq[*len - 1], out);
+		fflush(out);
+	}
+	return 0;
+}

@@ -1,0 +1,169 @@
+#include "train_report.h"
+#include "cli_args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const char *report_duration(double s, char *buf, size_t n)
+{
+	long t = lround(s > 0 ? s : 0);
+
+	if (t < 60)
+		snprintf(buf, n, "%lds", t);
+	else if (t < 3600)
+		snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+	else
+		snprintf(buf, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+	return buf;
+}
+
+int report_begin(struct train_report *r, int first_step, int steps)
+{
+	r->first_step = first_step;
+	r->steps = steps;
+	r->n = 0;
+	r->total_ms = 0;
+	r->val_loss = NAN;
+	r->shown_peak = 0;
+	r->t0 = now_s();
+	r->step_ms = calloc((size_t)(steps > first_step ? steps - first_step : 1), sizeof(double));
+	return r->step_ms ? 0 : -1;
+}
+
+static void record(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
+{
+	r->total_ms += m->step_ms;
+	if (r->step_ms && m->step - r->first_step <= r->steps - r->first_step)
+		r->step_ms[r->n] = m->step_ms;
+	r->loss[r->n % 10] = m->loss;
+	r->n++;
+	if (!isnan(val_loss))
+		r->val_loss = val_loss;
+}
+
+/* Model FLOP utilisation of a step, or a negative number when no peak is
+ * known. */
+static double mfu(const struct train_report *r, double step_ms)
+{
+	if (!(r->peak_flops > 0) || !(step_ms > 0))
+		return -1;
+	return r->step_flops / (step_ms / 1e3) / r->peak_flops;
+}
+
+static int json_record(struct train_report *r, const struct ferry_step_metrics *m, float val_loss, double elapsed)
+{
+	FILE *f = r->json;
+	int bad;
+
+	if (!f || r->json_errno)
+		return r->json_errno ? -1 : 0;
+	errno = 0;
+	bad = fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+			 "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"device_peak_bytes\": %zu, \"elapsed_s\": %.3f",
+		      m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens_per_s, m->device_peak_bytes,
+		      elapsed) < 0;
+	if (!bad && mfu(r, m->step_ms) >= 0)
+		bad = fprintf(f, ", \"mfu\": %.4f", mfu(r, m->step_ms)) < 0;
+	if (!bad && !isnan(val_loss))
+		bad = fprintf(f, ", \"val_loss\": %.6f", val_loss) < 0;
+	/* every record reaches the file (or pipe) before the next step */
+	if (bad || fprintf(f, "}\n") < 0 || fflush(f) != 0 || ferror(f)) {
+		r->json_errno = errno ? errno : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
+{
+	double elapsed = now_s() - r->t0, u = mfu(r, m->step_ms);
+	int done = m->step - r->first_step;
+	char el[32], eta[32], mem[32];
+
+	record(r, m, val_loss);
+	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s", m->step, r->steps, m->loss,
+	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
+	if (u >= 0)
+		printf(" | MFU %4.1f%%", 100 * u);
+	printf(" | %s, ETA %s", report_duration(elapsed, el, sizeof(el)),
+	       report_duration(done > 0 ? elapsed / done * (r->steps - m->step) : 0, eta, sizeof(eta)));
+	if (!isnan(val_loss))
+		printf(" | val loss %.4f", val_loss);
+	if (m->device_peak_bytes != r->shown_peak) {
+		printf(" | device peak %s", cli_bytes(m->device_peak_bytes, mem));
+		r->shown_peak = m->device_peak_bytes;
+	}
+	printf("\n");
+	fflush(stdout);
+	return json_record(r, m, val_loss, elapsed);
+}
+
+int report_close_json(struct train_report *r)
+{
+	int failed = r->json_errno != 0;
+
+	if (!r->json)
+		return 0;
+	errno = 0;
+	if (fclose(r->json) != 0 && !failed) {
+		r->json_errno = errno ? errno : EIO;
+		failed = 1;
+	}
+	r->json = NULL;
+	return failed ? -1 : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median step time (the first step, which warms caches, left out when
+ * there are others) and the mean of the last ten losses: one step's time
+ * or loss is noise on a shared machine. */
+void report_summary(const struct train_report *r, size_t device_peak, int at_step)
+{
+	int k = r->n > 1 ? 1 : 0, last = r->n < 10 ? r->n : 10;
+	double med = 0, loss = 0;
+	char mem[32];
+
+	if (!r->n) {
+		printf("\nsummary: no steps taken (the run is at step %d of %d)\n", at_step, r->steps);
+		return;
+	}
+	if (r->step_ms) {
+		qsort(r->step_ms + k, (size_t)(r->n - k), sizeof(double), cmp_double);
+		med = r->step_ms[k + (r->n - k) / 2];
+	}
+	for (int i = 0; i < last; i++)
+		loss += r->loss[i];
+	printf("\nsummary: %d step%s in %.1f s, %.1f ms/step (median), %.0f tokens/s", r->n, r->n == 1 ? "" : "s",
+	       r->total_ms / 1e3, med,
+	       med > 0 ? r->B * r->T / (med / 1e3) : 0.0);
+	if (mfu(r, med) >= 0)
+		printf(", MFU %.1f%%", 100 * mfu(r, med));
+	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
+	if (!isnan(r->val_loss))
+		printf(", validation loss %.4f", r->val_loss);
+	printf(", device peak %s\n", cli_bytes(device_peak, mem));
+}
+
+void report_end(struct train_report *r)
+{
+	report_close_json(r);
+	free(r->step_ms);
+	r->step_ms = NULL;
+}

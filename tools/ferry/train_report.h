@@ -1,0 +1,42 @@
+/* What `ferry train` reports while it runs: a line per step (loss, speed,
+ * model FLOP utilisation, elapsed time and ETA, the device peak when it
+ * changes), the --json records, and the summary at the end. */
+#ifndef FERRY_TOOLS_TRAIN_REPORT_H
+#define FERRY_TOOLS_TRAIN_REPORT_H
+
+#include <stdio.h>
+#include "ferry/train.h"
+
+struct train_report {
+	int steps, B, T;           /* the run: total steps, batch */
+	double step_flops;         /* the model's FLOPs per step */
+	double peak_flops;         /* FLOP/s that MFU is against; 0: unknown, not shown */
+	FILE *json;                /* --json, or NULL */
+	const char *json_path;
+	int json_errno;            /* the first write error of the JSON log */
+	double t0;                 /* seconds, monotonic: when the first step began */
+	int first_step, n;         /* the step the run started at; steps taken */
+	double total_ms, *step_ms; /* step_ms[n]: for the median */
+	float loss[10], val_loss;  /* the last ten losses; the last validation */
+	size_t shown_peak;         /* device peak on the last line that showed it */
+};
+
+/* Sets up r for a run of steps from first_step (JSON log json, may be
+ * NULL).  Returns 0, or -1 when out of memory (the median is then left
+ * out). */
+int report_begin(struct train_report *r, int first_step, int steps);
+/* One step: its line on stdout and its JSON record.  Returns 0, or -1 when
+ * the record could not be written (r->json_errno says why; the caller
+ * stops the run). */
+int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss);
+/* Closes the JSON log: -1 when it (or any record before) failed to reach
+ * the file. */
+int report_close_json(struct train_report *r);
+/* The summary line; at_step and of_steps say where a run without steps
+ * stands. */
+void report_summary(const struct train_report *r, size_t device_peak, int at_step);
+void report_end(struct train_report *r);
+/* "42s", "3m07s", "2h05m". */
+const char *report_duration(double seconds, char *buf, size_t n);
+
+#endif
