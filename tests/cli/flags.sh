@@ -88,6 +88,12 @@ expect_error "negative threads" "--threads must not be negative" "$FERRY" plan -
 expect_error "--json to a full disk" "cannot write --json /dev/full: No space left on device; stopped after step 1 of 5, not saved" \
 	"$FERRY" train "${TINY[@]}" "${DATA[@]}" --steps 5 --json /dev/full
 expect_error "--json a directory" "cannot write --json .: Is a directory" "$FERRY" train "${TINY[@]}" "${DATA[@]}" --json .
+cp corpus_train_000000.bin shard_before.bin
+expect_error "--json over a training shard" "--json corpus_train_000000.bin is one of this run's inputs (data or checkpoint): refusing to overwrite it" \
+	"$FERRY" train "${TINY[@]}" "${DATA[@]}" --json corpus_train_000000.bin
+cmp -s corpus_train_000000.bin shard_before.bin || fail "the shard was damaged"
+expect_error "--json over the checkpoint's state" "refusing to overwrite it" \
+	"$FERRY" train --checkpoint spaced.bin --batch 2 --seq 16 "${DATA[@]}" --sample 0 --json spaced.bin.state
 expect_ok "--json to standard output" "$FERRY" train "${TINY[@]}" "${DATA[@]}" --steps 3 --json /dev/stdout
 [ "$(grep -c '^{"step": ' out.txt)" -eq 3 ] || fail "3 records on stdout"
 if command -v mkfifo >/dev/null; then

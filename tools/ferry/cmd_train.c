@@ -14,11 +14,15 @@
 #include "ferry/train.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const CMD = "train";
 
@@ -27,7 +31,8 @@ static void usage(void)
 	printf("usage: ferry train [flags]\n"
 	       "\n"
 	       "With no flags, trains a small GPT-2 on the demo corpus (Debian's fortunes,\n"
-	       "tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) and prints a sample.\n"
+	       "shuffled and tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) for about two\n"
+	       "minutes on 2 cores and prints a sample.\n"
 	       "\n"
 	       "data:\n"
 	       "  --data GLOB           training shards (llm.c format)\n"
@@ -36,9 +41,9 @@ static void usage(void)
 	       "                        least 1; 0: at the end only), and at the end\n"
 	       "  --val-batches N       batches per validation (default 8)\n"
 	       "optimisation:\n"
-	       "  --steps N             total optimizer steps (default 400)\n"
-	       "  --lr X                peak learning rate (default 2e-3)\n"
-	       "  --warmup N            linear warmup steps (default 20)\n"
+	       "  --steps N             total optimizer steps (default 2200)\n"
+	       "  --lr X                peak learning rate (default 3e-3)\n"
+	       "  --warmup N            linear warmup steps (default 50)\n"
 	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
 	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
 	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
@@ -50,8 +55,9 @@ static void usage(void)
 	       "                        ferry_state.bin); {step} in PATH becomes the step number\n"
 	       "  --save-every N        ... and every N steps\n"
 	       "  --json FILE           one JSON record per step, written through before the next\n"
-	       "                        step; FILE may be a FIFO or /dev/stdout; a write that\n"
-	       "                        fails (a full disk) stops the run, saving to --save\n"
+	       "                        step; FILE may be a FIFO or /dev/stdout, not a file the\n"
+	       "                        run reads; a write that fails (a full disk) stops the\n"
+	       "                        run, saving to --save\n"
 	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
 	       "  --sample-temperature T  ... drawn at temperature T (default 0.8: a little\n"
 	       "                        sharper than the model; 1 = as the model says; see\n"
@@ -283,15 +289,64 @@ static int check_device_mem(const struct train_cli *c, const struct ferry_model_
 	return 1;
 }
 
-/* The log of --json: anything that opens for writing (a file, truncated; a
- * FIFO; /dev/stdout), every write checked. */
-static int open_json(const struct train_cli *c, FILE **json)
+/* Whether a file matching the glob is the file st describes. */
+static bool glob_has(const char *pattern, const struct stat *st)
 {
+	glob_t g;
+	bool found = false;
+
+	if (!pattern || glob(pattern, 0, NULL, &g) != 0)
+		return false;
+	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+		struct stat s;
+
+		found = stat(g.gl_pathv[i], &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino;
+	}
+	globfree(&g);
+	return found;
+}
+
+/* Whether st is one of the run's inputs: a shard, the checkpoint it
+ * starts from (its state file, the files of its directory). */
+static bool is_input(const struct ferry_train_opts *o, const struct stat *st)
+{
+	const char *start = o->resume ? o->resume : o->checkpoint;
+	char pattern[4200];
+
+	if (glob_has(o->data, st) || glob_has(o->val_data, st))
+		return true;
+	if (!start)
+		return false;
+	snprintf(pattern, sizeof(pattern), "%s%s", start, ferry_checkpoint_is_hf(start) ? "/*" : "*");
+	return glob_has(pattern, st);
+}
+
+/* The log of --json: anything that opens for writing (a file, truncated; a
+ * FIFO; /dev/stdout), every write checked, but never one of the run's
+ * inputs (truncating it would lose them). */
+static int open_json(const struct train_cli *c, const struct ferry_train_opts *o, FILE **json)
+{
+	struct stat st;
+	int fd;
+
 	if (!c->json)
 		return 0;
-	*json = fopen(c->json, "w");
-	if (!*json) {
+	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0 || fstat(fd, &st) != 0) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	if (S_ISREG(st.st_mode) && is_input(o, &st)) {
+		fprintf(stderr, "ferry train: --json %s is one of this run's inputs (data or checkpoint): "
+			"refusing to overwrite it\n", c->json);
+		close(fd);
+		return 1;
+	}
+	if ((S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) || !(*json = fdopen(fd, "w"))) {
+		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
+		close(fd);
 		return 1;
 	}
 	return 0;
@@ -325,8 +380,8 @@ static void from_saved_run(struct train_cli *c, int *B, int *T)
 }
 
 /* A bad shape, policy, size or save path is refused before any work, even
- * the demo data; then the data and the JSON log are opened. */
-static int prepare(struct train_cli *c, FILE **json)
+ * the demo data; then the data is prepared. */
+static int prepare(struct train_cli *c)
 {
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
@@ -359,7 +414,7 @@ static int prepare(struct train_cli *c, FILE **json)
 		if (!c->o.val_data && ferry_demo_data_has_val())
 			c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
 	}
-	return open_json(c, json);
+	return 0;
 }
 
 static void print_resume_note(ferry_trainer_t tr)
@@ -554,16 +609,19 @@ int cmd_train(int argc, char **argv)
 	int rc;
 
 	model_flags_default(&c.o);
-	c.o.steps = 400;
-	c.o.lr = 2e-3f;
-	c.o.warmup = 20;
+	/* the demo: words form within about two minutes on 2 cores (docs/performance.md) */
+	c.o.steps = 2200;
+	c.o.lr = 3e-3f;
+	c.o.warmup = 50;
 	rc = parse(argc, argv, &c);
 	if (rc)
 		return rc == 1 ? 0 : rc;
-	if ((rc = prepare(&c, &run.rep.json)) == 0) {
+	if ((rc = prepare(&c)) == 0) {
 		run.rep.json_path = c.json;
 		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
 			rc = cli_fail(CMD);
+		else
+			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
 	}
 	if (!rc) {
 		/* Ctrl-C from here on finishes the step and saves */

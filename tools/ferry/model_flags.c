@@ -12,7 +12,7 @@ const char model_flags_help[] =
 	"shape and model; --model, if given, must name the checkpoint's model):\n"
 	"  --model NAME          gpt2 (default) or llama\n"
 	"  --layers N --channels N --heads N --vocab N --max-seq N\n"
-	"                        default 6, 192, 6, 257 (bytes + EOT), 256\n"
+	"                        default 2, 128, 4, 257 (bytes + EOT), 256\n"
 	"  --kv-heads N          llama: key/value heads, dividing --heads (default = heads)\n"
 	"  --ffn N               llama: MLP width (default 8/3 x channels, rounded up to 64)\n"
 	"  --rope-theta X        llama: rotary embedding base (default 10000)\n"
@@ -24,7 +24,7 @@ const char model_flags_help[] =
 	"  --resume PATH         continue from a --save: FILE and FILE.state, or a Llama\n"
 	"                        directory with its ferry_state.bin\n"
 	"batch and memory:\n"
-	"  --batch B --seq T     batch size and sequence length (default 8, 128)\n"
+	"  --batch B --seq T     batch size and sequence length (default 16, 64)\n"
 	"  --policy P            where each activation lives (default everything_saveable):\n"
 	"                        a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
 	"                        save_only_these_names(query_proj,key_proj), full, minimal,\n"
@@ -44,9 +44,9 @@ void model_flags_default(struct ferry_train_opts *o)
 	/* arch "": not chosen (GPT-2 for a fresh model, the checkpoint's model
 	 * with --checkpoint/--resume) */
 	o->model = (struct ferry_model_config){ .max_seq = 256, .vocab = FERRY_BYTE_VOCAB,
-						.layers = 6, .heads = 6, .channels = 192 };
-	o->B = 8;
-	o->T = 128;
+						.layers = 2, .heads = 4, .channels = 128 };
+	o->B = 16;
+	o->T = 64;
 }
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
