@@ -38,8 +38,8 @@ static double time_policy(const struct ferry_model_config *cfg, int B, int T, in
 	    ferry_model_init_random(m, 1))
 		goto out;
 	for (int i = 0; i < B * T; i++) {
-		in[i] = (i * 7919 + 13) % cfg->vocab;
-		tg[i] = (i * 104729 + 7) % cfg->vocab;
+		in[i] = (int32_t)(((long)i * 7919 + 13) % cfg->vocab);
+		tg[i] = (int32_t)(((long)i * 104729 + 7) % cfg->vocab);
 	}
 	for (int s = -1; s < steps; s++) {
 		double t = now_s();
@@ -65,11 +65,12 @@ out:
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench_policies [--backend cpu|cuda] [--layers N] [--channels N] [--heads N]\n"
+		   "                      [--model gpt2|llama] [--kv-heads N] [--ffn N] [--vocab N]\n"
 		   "                      [--batch B] [--seq T] [--steps N] [--depth D] [POLICY...]\n"
 		   "\n"
 		   "For each policy (default: every preset), the planned device and host memory,\n"
 		   "the measured device peak and the median time of --steps training steps of\n"
-		   "GPT-2 (1..64, default 3), side by side.  Defaults: 6 layers, 384 channels,\n"
+		   "the model (1..64, default 3), side by side.  Defaults: 6 layers, 384 channels,\n"
 		   "6 heads, batch 4 x 256, prefetch depth 2, cpu.\n");
 }
 
@@ -99,6 +100,10 @@ int main(int argc, char **argv)
 			else if (!strcmp(argv[i], "--layers")) cfg.layers = v;
 			else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
 			else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
+			else if (!strcmp(argv[i], "--model")) snprintf(cfg.arch, sizeof(cfg.arch), "%s", argv[i + 1]);
+			else if (!strcmp(argv[i], "--kv-heads")) cfg.kv_heads = v;
+			else if (!strcmp(argv[i], "--ffn")) cfg.ffn = v;
+			else if (!strcmp(argv[i], "--vocab")) cfg.vocab = v;
 			else if (!strcmp(argv[i], "--batch")) B = v;
 			else if (!strcmp(argv[i], "--seq")) T = cfg.max_seq = v;
 			else if (!strcmp(argv[i], "--steps")) steps = v;
@@ -122,15 +127,19 @@ int main(int argc, char **argv)
 			if (strcmp(ferry_policy_preset_name(i), "everything_saveable"))
 				policies[n_pol++] = ferry_policy_preset_name(i);
 	}
-	cfg.padded_vocab = ferry_pad_vocab(cfg.vocab);
+	if (ferry_model_config_complete(&cfg) != FERRY_OK) {
+		fprintf(stderr, "bench: %s\n", ferry_last_error());
+		return 2;
+	}
 	ferry_set_threads(0);
-	printf("GPT-2 %d layers, %d channels, batch %d x %d, prefetch depth %d, %s backend (%d CPU threads)\n",
-	       cfg.layers, cfg.channels, B, T, depth, backend, ferry_get_threads());
+	printf("%s %d layers, %d channels, %d heads (%d kv), ffn %d, vocab %d, batch %d x %d, prefetch depth %d, "
+	       "%s backend (%d CPU threads)\n", cfg.arch, cfg.layers, cfg.channels, cfg.heads, cfg.kv_heads, cfg.ffn,
+	       cfg.vocab, B, T, depth, backend, ferry_get_threads());
 	printf("%-34s %10s %10s %10s %6s %9s %7s\n", "policy", "device MiB", "measured", "host MiB",
-	       "remat", "ms/step", "vs all");
+	       "remat", "ms/step", "vs 1st");
 	for (int i = 0; i < n_pol; i++) {
 		struct ferry_exec_opts o = { .policy = policies[i], .prefetch_depth = depth,
-					     .act_dtype = ferry_backend_act_dtype(backend) };
+					     .act_dtype = ferry_backend_act_dtype(backend), .backend = backend };
 		struct ferry_plan plan;
 		size_t measured = 0;
 		double ms;
@@ -142,7 +151,7 @@ int main(int argc, char **argv)
 		ms = time_policy(&cfg, B, T, steps, &o, &measured);
 		if (ms < 0)
 			continue;
-		if (i == 0)
+		if (base == 0) /* the first policy that ran (the first one did not fit, say) */
 			base = ms;
 		printf("%-34.34s %10.1f %10.1f %10.1f %3d/%-2d %9.1f %6.2fx\n", policies[i],
 		       plan.mem.peak_bytes / 1048576.0, measured / 1048576.0,

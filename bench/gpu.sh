@@ -3,6 +3,8 @@
 # the GPU tests and the benchmarks, and writes everything to
 # bench/results/<date>_<gpu>_<commit>.txt.  One command:
 #   bash bench/gpu.sh
+# A machine without OpenBLAS or jansson and without a package network: run
+# `bash scripts/gpu_deps.sh` on a Debian machine first and bring .gpu-deps/.
 set -uo pipefail
 case "${1:-}" in
 -h | --help)
@@ -11,13 +13,14 @@ case "${1:-}" in
 	echo "On a machine with an NVIDIA GPU: builds ferry with the CUDA backend, runs the"
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
+	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests."
 	exit 0 ;;
 "") ;;
 *) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '_')
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -c 'A-Za-z0-9_.\n-' '_')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 out="bench/results/$(date -u +%Y-%m-%d)_${gpu:-nogpu}_${commit}.txt"
 mkdir -p bench/results
@@ -25,8 +28,30 @@ exec > >(tee "$out") 2>&1
 
 echo "# ferry GPU run: ${gpu:-no GPU found}, $(date -u +%FT%TZ), commit $commit"
 nvidia-smi 2>/dev/null | head -15
-cmake --preset default | grep "ferry:" || exit 1
-cmake --preset default | grep -q "CUDA backend on" || { echo "no CUDA backend in this build"; exit 1; }
+
+cmake_args=()
+# Debian packages brought along (scripts/gpu_deps.sh), unpacked into a
+# folder of their own when the system lacks them
+if [ -d .gpu-deps/debs ] && [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
+	root="$PWD/.gpu-deps/root"
+	mkdir -p "$root"
+	for deb in .gpu-deps/debs/*.deb; do dpkg -x "$deb" "$root" || exit 1; done
+	cmake_args+=("-DFERRY_DEPS_ROOT=$root")
+	export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	echo "dependencies: unpacked from .gpu-deps/debs into $root"
+fi
+# whichever build tool is present
+if ! command -v make >/dev/null && command -v ninja >/dev/null; then cmake_args+=(-G Ninja); fi
+
+# (the configure log is read whole: grep -q would end cmake with SIGPIPE)
+conf=$(cmake --preset default "${cmake_args[@]}" 2>&1)
+conf_rc=$?
+printf '%s\n' "$conf" | grep -E "ferry:|Error|error" || true
+[ $conf_rc -eq 0 ] || { printf '%s\n' "$conf"; exit 1; }
+case "$conf" in
+*"CUDA backend on"*) ;;
+*) echo "no CUDA backend in this build (nvcc not found)"; exit 1 ;;
+esac
 cmake --build --preset default -j "$(nproc)" || exit 1
 ./build/ferry info
 rc=0
@@ -34,11 +59,20 @@ rc=0
 export FERRY_REQUIRE_GPU=1
 echo; echo "## GPU tests"
 ctest --test-dir build -L gpu --output-on-failure || rc=1
-echo; echo "## GPT-2 124M step, batch 4 x 64 (issue 2's shape) and batch 16 x 1024"
-./build/bench/bench_gpt2_step --backend cuda --steps 10 || rc=1
-./build/bench/bench_gpt2_step --backend cuda --batch 16 --seq 1024 --steps 10 || rc=1
+[ -n "${FERRY_GPU_SKIP_BENCH:-}" ] && exit $rc
+echo; echo "## GPT-2 124M step (bf16, everything kept): batch 16 x 1024 and 48 x 1024"
+./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 16 --seq 1024 --steps 5 || rc=1
+./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 48 --seq 1024 --steps 3 || rc=1
+echo; echo "## copy bandwidth: ferry's copies against plain cudaMemcpyAsync"
+./build/bench/bench_copy --backend cuda || rc=1
 echo; echo "## policies side by side, GPT-2 124M, batch 16 x 1024"
-./build/bench/bench_policies --backend cuda --layers 12 --channels 768 --heads 12 --batch 16 --seq 1024 \
-	--steps 5 || rc=1
+./build/bench/bench_policies --backend cuda --layers 12 --channels 768 --heads 12 --vocab 50257 --batch 16 \
+	--seq 1024 --steps 3 everything_saveable dots_saveable nothing_saveable qkv_proj_offloaded \
+	minimal_offloaded || rc=1
+echo; echo "## a wide Llama (4 layers, 4096 channels, sequence 4096) at a batch where keeping everything"
+echo "## does not fit in 80 GB (ferry plan says so) but recomputation does"
+./build/bench/bench_policies --backend cuda --model llama --layers 4 --channels 4096 --heads 32 --kv-heads 8 \
+	--ffn 11008 --vocab 32000 --batch 24 --seq 4096 --steps 2 everything_saveable nothing_saveable \
+	qkv_proj_offloaded minimal_offloaded || rc=1
 echo; echo "results: $out"
 exit $rc

@@ -27,7 +27,8 @@ static void batch(int32_t *in, int32_t *tg, int s)
  * (if not NULL).  Returns the measured device peak. */
 static size_t train(const char *backend, const char *policy, float *loss, float *g0, size_t *planned)
 {
-	struct ferry_exec_opts o = { .policy = policy, .act_dtype = ferry_backend_act_dtype(backend) };
+	struct ferry_exec_opts o = { .policy = policy, .act_dtype = ferry_backend_act_dtype(backend),
+				     .backend = backend };
 	struct ferry_adamw opt = { 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
 	struct ferry_plan plan;
 	ferry_backend_t be;
@@ -44,8 +45,11 @@ static size_t train(const char *backend, const char *policy, float *loss, float 
 		CHECK(0, "open %s: %s", backend, ferry_last_error());
 		return 0;
 	}
-	CHECK(ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK, "create %s %s: %s", backend, policy,
-	      ferry_last_error());
+	if (ferry_model_create(be, &cfg, B, T, &o, &m) != FERRY_OK) {
+		CHECK(0, "create %s %s: %s", backend, policy, ferry_last_error());
+		ferry_backend_close(be);
+		return 0;
+	}
 	CHECK(ferry_model_init_random(m, 5) == FERRY_OK, "init");
 	for (int s = 0; s < STEPS; s++) {
 		batch(in, tg, s);

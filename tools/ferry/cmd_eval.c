@@ -1,6 +1,7 @@
 /* ferry eval: mean loss of a checkpoint over the first N batches. */
 #include "cli_args.h"
 #include "commands.h"
+#include "model_flags.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/train.h"
@@ -60,7 +61,7 @@ int cmd_eval(int argc, char **argv)
 		return cli_usage_error(CMD, "--checkpoint and --data are required");
 	ferry_set_threads(bo.threads);
 	if (!strcmp(backend, "auto"))
-		backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+		backend = cli_auto_backend();
 
 	if (ferry_checkpoint_any_read_config(ckpt, &cfg) != FERRY_OK)
 		return cli_fail(CMD);

@@ -79,7 +79,7 @@ static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
 	/* a plan for cuda is made without opening it: no GPU needed here */
 	if (strcmp(a->o.backend, "auto") == 0)
-		a->o.backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+		a->o.backend = cli_auto_backend();
 	a->o.exec.act_dtype = ferry_backend_act_dtype(a->o.backend);
 	a->o.exec.backend = a->o.backend;
 	return -1;

@@ -1,6 +1,7 @@
 /* ferry sample: text from a checkpoint, after a prompt. */
 #include "cli_args.h"
 #include "commands.h"
+#include "model_flags.h"
 #include "generate.h"
 #include "interrupt.h"
 #include "ferry/checkpoint.h"
@@ -50,7 +51,8 @@ static void usage(void)
 	       "                        trained on make gibberish)\n"
 	       "  --tokenizer FILE      llm.c tokenizer file (gpt2_tokenizer.bin) to print a BPE\n"
 	       "                        model's tokens; without it tokens are bytes\n"
-	       "  --backend NAME        auto (default), cpu or cuda\n"
+	       "  --backend NAME        auto (default: $FERRY_BACKEND, else cuda if a GPU is found,\n"
+	       "                        else cpu), cpu or cuda\n"
 	       "  --threads N           CPU threads (default: all cores)\n"
 	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
 	       "\n"
@@ -190,7 +192,7 @@ static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_mo
 	int rc = 1;
 
 	if (!strcmp(backend, "auto"))
-		backend = ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+		backend = cli_auto_backend();
 	if (ferry_checkpoint_any_read_config(c->ckpt, &cfg) != FERRY_OK ||
 	    ferry_backend_open(backend, &c->bo, be) != FERRY_OK ||
 	    ferry_model_create(*be, &cfg, 1, T, NULL, m) != FERRY_OK)

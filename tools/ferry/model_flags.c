@@ -5,6 +5,7 @@
 #include "ferry/backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char model_flags_help[] =
@@ -32,7 +33,8 @@ const char model_flags_help[] =
 	"                        custom:query_proj=offload,context=device (others remat);\n"
 	"                        `ferry plan` lists the model's names\n"
 	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
-	"  --backend NAME        auto (default: cuda if a GPU is found, else cpu), cpu, cuda\n"
+	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
+	"                        is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
 	"                        (K, M, G, T: powers of 1024; default: all)\n"
 	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n";
@@ -101,10 +103,27 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 	return r ? -1 : 2;
 }
 
+const char *cli_auto_backend(void)
+{
+	const char *env = getenv("FERRY_BACKEND");
+
+	if (env && *env && strcmp(env, "auto"))
+		return env;
+	return ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
+}
+
 int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 {
 	if (strcmp(o->backend, "auto") == 0) {
-		if (ferry_backend_probe("cuda") == FERRY_OK) {
+		const char *env = getenv("FERRY_BACKEND");
+
+		if (env && *env && strcmp(env, "auto")) {
+			o->backend = env;
+			if (ferry_backend_probe(o->backend) != FERRY_OK) {
+				cli_fail(cmd);
+				return -1;
+			}
+		} else if (ferry_backend_probe("cuda") == FERRY_OK) {
 			o->backend = "cuda";
 		} else {
 			if (log)

@@ -21,6 +21,10 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 /* Help text for those flags. */
 extern const char model_flags_help[];
 
+/* What --backend auto means: $FERRY_BACKEND when set (tests pin the
+ * backend so), else cuda when a GPU can be opened, else cpu. */
+const char *cli_auto_backend(void);
+
 /* Resolves --backend auto (the default): cuda when a GPU can be opened,
  * else cpu, printing why to `log`; sets the activation type plans use.
  * Returns -1 (after printing) for an unknown backend. */

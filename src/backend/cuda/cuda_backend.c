@@ -38,7 +38,20 @@ struct cuda_backend {
 	struct ferry_cuda_ops *ops;
 	struct host_block *host;   /* live host allocations, to free each its way */
 	char host_note[160];       /* how host memory is being allocated */
+	struct op_timer *timers;   /* profiling: ops timed, not yet read */
+	int n_timers, cap_timers, n_pending;
 };
+
+/* Profiling (ferry_backend_opts.profile): a pair of timing events around
+ * each op, read back at the next host synchronisation. */
+struct op_timer {
+	cudaEvent_t start, end;
+	int kind;
+	bool backward;
+	double flops;
+};
+
+static void free_timers(struct cuda_backend *cb);
 
 static ferry_status cuda_fail(cudaError_t e, const char *what)
 {
@@ -117,6 +130,7 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 	if ((st = ferry_arena_init(&be->arena, cap, FERRY_BUFFER_ALIGN, 4096)))
 		goto out_ops;
 	if (be->arena.capacity && (e = cudaMalloc(&base, be->arena.capacity)) != cudaSuccess) {
+		cudaGetLastError(); /* not to be reported by the next launch as its own */
 		st = ferry_error(FERRY_ERR_DEVICE_MEM, "cuda: cannot allocate a %zu-byte device arena: %s",
 				 be->arena.capacity, cudaGetErrorString(e));
 		goto out_arena;
@@ -165,6 +179,7 @@ static void cuda_close(struct ferry_backend *be)
 		be->iface->host_free(be, b->p);
 	}
 	cudaFree(be->device_base);
+	free_timers(cb);
 	ferry_cuda_ops_free(cb->ops);
 	ferry_arena_release(&be->arena);
 	ferry_free(cb);
@@ -245,9 +260,75 @@ static void cuda_stream_destroy(struct ferry_stream *s)
 	cudaStreamDestroy((cudaStream_t)s->ctx);
 }
 
+/* Adds the times of the ops timed so far to the backend's table; called
+ * after a host synchronisation, when their events have completed. */
+static void read_timers(struct ferry_backend *be)
+{
+	struct cuda_backend *cb = be->ctx;
+	int done = 0;
+
+	for (int i = 0; i < cb->n_pending; i++) {
+		struct op_timer *t = &cb->timers[i];
+		struct ferry_op_timing *tm = &be->timing[t->kind][t->backward];
+		float ms = 0;
+
+		if (cudaEventQuery(t->end) != cudaSuccess) { /* on a stream not yet waited for */
+			cudaGetLastError();
+			cb->timers[done] = *t;
+			cb->timers[i] = (struct op_timer){ 0 };
+			done++;
+			continue;
+		}
+		cudaEventElapsedTime(&ms, t->start, t->end);
+		tm->seconds += ms * 1e-3;
+		tm->flops += t->flops;
+		tm->calls++;
+	}
+	cudaGetLastError();
+	cb->n_pending = done;
+}
+
+static void free_timers(struct cuda_backend *cb)
+{
+	for (int i = 0; i < cb->n_timers; i++) {
+		cudaEventDestroy(cb->timers[i].start);
+		cudaEventDestroy(cb->timers[i].end);
+	}
+	ferry_free(cb->timers);
+}
+
+/* The next free pair of timing events (created on first use). */
+static struct op_timer *take_timer(struct cuda_backend *cb)
+{
+	if (cb->n_pending == cb->cap_timers) {
+		int cap = cb->cap_timers ? 2 * cb->cap_timers : 1024;
+		struct op_timer *t = ferry_calloc((size_t)cap, sizeof(*t));
+
+		if (!t)
+			return NULL;
+		if (cb->n_timers)
+			memcpy(t, cb->timers, sizeof(*t) * (size_t)cb->n_timers);
+		ferry_free(cb->timers);
+		cb->timers = t;
+		cb->cap_timers = cap;
+	}
+	if (cb->n_pending == cb->n_timers) {
+		struct op_timer *t = &cb->timers[cb->n_timers];
+
+		if (cudaEventCreate(&t->start) != cudaSuccess || cudaEventCreate(&t->end) != cudaSuccess) {
+			cudaGetLastError();
+			return NULL;
+		}
+		cb->n_timers++;
+	}
+	return &cb->timers[cb->n_pending++];
+}
+
 static ferry_status cuda_stream_synchronize(struct ferry_stream *s)
 {
 	CHECK_CUDA(cudaStreamSynchronize((cudaStream_t)s->ctx), "stream synchronize");
+	if (s->be->profile)
+		read_timers(s->be);
 	return FERRY_OK;
 }
 
@@ -298,6 +379,8 @@ static ferry_status cuda_event_synchronize(struct ferry_event *ev)
 	struct cuda_event *ce = ev->ctx;
 
 	CHECK_CUDA(cudaEventSynchronize(ce->e), "event synchronize");
+	if (ev->be->profile)
+		read_timers(ev->be);
 	return FERRY_OK;
 }
 
@@ -333,10 +416,19 @@ static ferry_status cuda_memset_zero_async(struct ferry_stream *s, void *dst, si
 static ferry_status cuda_run_op(struct ferry_stream *s, const struct ferry_op_call *call)
 {
 	struct cuda_backend *cb = s->be->ctx;
+	struct op_timer *t = s->be->profile ? take_timer(cb) : NULL;
 	char err[256];
 
+	if (t) {
+		t->kind = call->kind;
+		t->backward = call->backward;
+		t->flops = ferry_op_flops(call);
+		cudaEventRecord(t->start, (cudaStream_t)s->ctx);
+	}
 	if (ferry_cuda_run_op(cb->ops, (cudaStream_t)s->ctx, call, err, sizeof(err)))
 		return ferry_error(FERRY_ERR_BACKEND, "cuda: %s", err);
+	if (t)
+		cudaEventRecord(t->end, (cudaStream_t)s->ctx);
 	return FERRY_OK;
 }
 

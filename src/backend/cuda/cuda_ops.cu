@@ -108,6 +108,7 @@ static int scratch_for(struct ferry_cuda_ops *ops, const struct ferry_op_call *c
 		return 1;
 	if (!ops->ws && need <= ops->ws_bytes && (e = cudaMalloc(&ops->ws, ops->ws_bytes)) != cudaSuccess) {
 		ops->ws = NULL;
+		cudaGetLastError(); /* clear it: the next launch must not report it as its own */
 		snprintf(err, err_len, "cudaMalloc of a %zu-byte kernel workspace: %s", ops->ws_bytes,
 			 cudaGetErrorString(e));
 		return 0;

@@ -81,6 +81,15 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
 					  const float *lse, int B, int T, int C, int NH, int NKV, void *ws,
 					  size_t ws_bytes);
+/* kernels_flash_attn.cu: the same on tensor cores, for head sizes 32, 64,
+ * 96, 128 with 16-byte aligned arrays; cudaErrorNotSupported for other
+ * shapes (then the kernels above run).  Dws: B * NH * T floats. */
+cudaError_t ferry_cuda_flash_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
+					       const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV);
+cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv,
+						const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+						const bf16 *out, const float *lse, float *Dws, int B, int T,
+						int C, int NH, int NKV);
 /* Scratch bytes the two launchers above need in ws. */
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
 /* Scratch of ferry_cuda_sum and ferry_cuda_sum_squares. */

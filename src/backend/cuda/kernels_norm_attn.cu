@@ -30,6 +30,8 @@
  *    (2) sum of the partials over row blocks in order, += dweight/dbias;
  *    (3) dinp, one warp per row.  (1) runs before (3), so the sums read dout
  *    before any dinp is written.
+ *  - attention: head sizes 32, 64, 96 and 128 run on tensor cores
+ *    (kernels_flash_attn.cu); the kernels here take every other shape.
  *  - attention_forward: one warp per (b, h, query t); lane L holds elements
  *    i = e*32 + L (e < EPL = ceil(HS/32)) of q_t and of the output
  *    accumulator.  Keys 0..t are visited KU at a time: KU independent
@@ -673,6 +675,10 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0)
 		return cudaSuccess;
+	/* tensor cores where the shape allows (kernels_flash_attn.cu) */
+	cudaError_t fe = ferry_cuda_flash_attention_forward(s, out, lse, q, k, v, B, T, C, NH, NH / G);
+	if (fe != cudaErrorNotSupported)
+		return fe;
 	const float scale = 1.0f / sqrtf((float)HS);
 	const unsigned grid = (unsigned)((long)B * NH * nqb);
 	const int threads = ATT_WARPS * 32;
@@ -710,6 +716,10 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 	if (!ws_ok(ws, ws_bytes, ferry_cuda_attention_backward_ws_bytes(B, T, C, NH)))
 		return cudaErrorInvalidValue;
 	float *Dws = (float *)ws;
+	cudaError_t fe = ferry_cuda_flash_attention_backward(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C,
+							     NH, NH / G);
+	if (fe != cudaErrorNotSupported)
+		return fe;
 	const float scale = 1.0f / sqrtf((float)HS);
 	const unsigned grid = (unsigned)((long)B * NH * nb);
 	const unsigned grid_kv = (unsigned)((long)B * (NH / G) * nb);
