@@ -13,7 +13,8 @@ case "${1:-}" in
 	echo "On a machine with an NVIDIA GPU: builds ferry with the CUDA backend, runs the"
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
-	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests."
+	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_COMMIT=HASH names"
+	echo "the commit when the tree has no (or a stale) git history."
 	exit 0 ;;
 "") ;;
 *) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
@@ -21,7 +22,8 @@ esac
 cd "$(dirname "$0")/.."
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -c 'A-Za-z0-9_.\n-' '_')
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# FERRY_COMMIT names the commit where the tree was copied without its git history
+commit=${FERRY_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 out="bench/results/$(date -u +%Y-%m-%d)_${gpu:-nogpu}_${commit}.txt"
 mkdir -p bench/results
 exec > >(tee "$out") 2>&1
