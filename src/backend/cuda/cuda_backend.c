@@ -37,6 +37,7 @@ struct cuda_backend {
 	size_t total_mem;
 	struct ferry_cuda_ops *ops;
 	struct host_block *host;   /* live host allocations, to free each its way */
+	enum host_kind host_kind;  /* the kind tried first (FERRY_CUDA_HOST_MEMORY) */
 	char host_note[160];       /* how host memory is being allocated */
 	struct op_timer *timers;   /* profiling: ops timed, not yet read */
 	int n_timers, cap_timers, n_pending;
@@ -52,6 +53,7 @@ struct op_timer {
 };
 
 static void free_timers(struct cuda_backend *cb);
+static int host_kind_from_env(void);
 
 static ferry_status cuda_fail(cudaError_t e, const char *what)
 {
@@ -114,6 +116,12 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 		return ferry_error(FERRY_ERR_NOMEM, "cuda backend: out of host memory");
 	cb->device = opts->device_index;
 	snprintf(cb->host_note, sizeof(cb->host_note), "pinned (cudaHostAlloc)");
+	if (host_kind_from_env() < 0) {
+		ferry_free(cb);
+		return ferry_error(FERRY_ERR_INVALID, "FERRY_CUDA_HOST_MEMORY='%s': pinned, registered or pageable",
+				   getenv("FERRY_CUDA_HOST_MEMORY"));
+	}
+	cb->host_kind = (enum host_kind)host_kind_from_env();
 	if ((e = cudaSetDevice(cb->device)) != cudaSuccess ||
 	    (e = cudaGetDeviceProperties(&prop, cb->device)) != cudaSuccess ||
 	    (e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) {
@@ -185,16 +193,33 @@ static void cuda_close(struct ferry_backend *be)
 	ferry_free(cb);
 }
 
+/* FERRY_CUDA_HOST_MEMORY=registered|pageable starts host allocations at
+ * that fallback (the tests use it; so can a machine short of pinned
+ * memory); unset or "pinned": cudaHostAlloc first.  -1: not understood. */
+static int host_kind_from_env(void)
+{
+	const char *v = getenv("FERRY_CUDA_HOST_MEMORY");
+
+	if (!v || !*v || !strcmp(v, "pinned"))
+		return HOST_PINNED;
+	if (!strcmp(v, "registered"))
+		return HOST_REGISTERED;
+	if (!strcmp(v, "pageable"))
+		return HOST_PAGEABLE;
+	return -1;
+}
+
 static ferry_status cuda_host_alloc(struct ferry_backend *be, size_t size, void **out)
 {
 	struct cuda_backend *cb = be->ctx;
 	struct host_block *b = ferry_malloc(sizeof(*b));
-	cudaError_t e;
+	cudaError_t e = cudaErrorMemoryAllocation;
 
 	if (!b)
 		return ferry_error(FERRY_ERR_NOMEM, "cuda host buffer: out of host memory");
 	b->kind = HOST_PINNED;
-	e = cudaHostAlloc(&b->p, size ? size : 1, cudaHostAllocDefault);
+	if (cb->host_kind == HOST_PINNED)
+		e = cudaHostAlloc(&b->p, size ? size : 1, cudaHostAllocDefault);
 	if (e != cudaSuccess) {
 		/* pinning failed: try ordinary memory registered with CUDA, then
 		 * plain pageable memory (copies get slower, but still work) */
@@ -204,17 +229,19 @@ static ferry_status cuda_host_alloc(struct ferry_backend *be, size_t size, void 
 			ferry_free(b);
 			return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory", size);
 		}
-		if (cudaHostRegister(b->p, size ? size : 1, cudaHostRegisterDefault) == cudaSuccess) {
+		if (cb->host_kind != HOST_PAGEABLE &&
+		    cudaHostRegister(b->p, size ? size : 1, cudaHostRegisterDefault) == cudaSuccess) {
 			b->kind = HOST_REGISTERED;
-			snprintf(cb->host_note, sizeof(cb->host_note),
-				 "registered (cudaHostAlloc failed: %s)", cudaGetErrorString(e));
+			snprintf(cb->host_note, sizeof(cb->host_note), "registered (%s)",
+				 cb->host_kind == HOST_PINNED ? cudaGetErrorString(e) : "FERRY_CUDA_HOST_MEMORY");
 		} else {
 			cudaGetLastError();
 			b->kind = HOST_PAGEABLE;
 			be->caps.host_pinned = false;
 			snprintf(cb->host_note, sizeof(cb->host_note),
-				 "pageable: pinning failed (%s), copies will not overlap fully",
-				 cudaGetErrorString(e));
+				 "pageable (%s): copies will not overlap fully",
+				 cb->host_kind == HOST_PAGEABLE ? "FERRY_CUDA_HOST_MEMORY" :
+				 cb->host_kind == HOST_PINNED ? cudaGetErrorString(e) : "registering failed");
 		}
 		describe(be);
 	}

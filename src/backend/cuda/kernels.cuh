@@ -32,7 +32,8 @@ extern "C" {
 /* out[b,t,:] = wte[tok] + wpe[t] */
 cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
 				       const bf16 *wte, const bf16 *wpe, int B, int T, int C);
-/* dwte[tok] += dout; dwpe[t] += dout (float grads; atomics allowed) */
+/* dwte[tok] += dout rows; dwpe[t] += dout (float grads), each in the CPU's
+ * row order: the same bits as the CPU backend, run to run */
 cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
 					const int32_t *tokens, int B, int T, int C);
 cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n);

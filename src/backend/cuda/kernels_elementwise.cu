@@ -13,9 +13,10 @@
  * Launch shape: 256 threads per block, grid-stride loops over long indices,
  * at most 65535 blocks.  Sizes <= 0 launch nothing and return cudaSuccess.
  *
- * Determinism: everything here gives the same bits run to run except
- * encoder_backward's dwte, which uses float atomicAdd (rows holding the same
- * token add in an unspecified order).  The sums use a fixed number of blocks
+ * Determinism: everything here gives the same bits run to run.
+ * encoder_backward's dwte has one owner block per token present (the block
+ * of its first row), which adds that token's rows in row order, as the CPU
+ * does: no atomics.  The sums use a fixed number of blocks
  * and a fixed combination tree, independent of the GPU, and
  * bias_backward a fixed per-column tree.
  */
@@ -92,32 +93,71 @@ static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, 
 	}
 }
 
-/* One thread per (t, c), walking the batch in order b = 0..B-1.
- * dwpe[t, c]: owned by this thread alone, accumulated in the CPU's order
- * (dwpe += dout[b=0], += dout[b=1], ...): deterministic.
- * dwte[tokens[b, t], c]: the same token can occur at several (b, t), so
- * threads of different t collide: float atomicAdd, NONDETERMINISTIC order
- * (differences at the level of fp32 rounding). */
-static __global__ void encoder_backward_kernel(float *dwte, float *dwpe, const bf16 *dout,
-					       const int32_t *tokens, int B, int T, int C)
+/* dwpe[t] += the rows at position t, batch by batch (the CPU's order):
+ * one thread per (t, c), which owns its element. */
+static __global__ void encoder_backward_kernel(float *dwpe, const bf16 *dout, int B, int T, int C)
 {
 	const long TC = (long)T * C;
 
 	GRID_STRIDE(i, TC) {
 		const long t = i / C;
 		const long c = i - t * C;
-		float acc = dwpe ? dwpe[i] : 0.0f;
+		float acc = dwpe[i];
 
-		for (int b = 0; b < B; b++) {
-			const long row = (long)b * T + t;
-			const float d = f32(dout[row * C + c]);
+		for (int b = 0; b < B; b++)
+			acc += f32(dout[((long)b * T + t) * C + c]);
+		dwpe[i] = acc; /* i == t * C + c */
+	}
+}
 
-			if (dwte)
-				atomicAdd(&dwte[(long)tokens[row] * C + c], d);
-			acc += d;
+/* Whether a row before n holds token tok (the block's threads look at
+ * THREADS rows each round and stop at the first round with a hit). */
+static __device__ bool earlier_row_holds(const int32_t *tokens, long n, int32_t tok)
+{
+	for (long base = 0; base < n; base += THREADS) {
+		const long m = base + threadIdx.x;
+		if (__syncthreads_or(m < n && tokens[m] == tok))
+			return true;
+	}
+	return false;
+}
+
+/* dwte[tok] += dout rows holding tok, in row order.  Block per row n; the
+ * block of a token's first row owns that token's gradient row: it finds the
+ * token's rows THREADS at a time, lists them in order in shared memory
+ * (ballot + popc), then adds them one after another. */
+static __global__ void __launch_bounds__(THREADS)
+	embedding_backward_kernel(float *dwte, const bf16 *dout, const int32_t *tokens, long N, int C)
+{
+	__shared__ long rows[THREADS];
+	__shared__ int warp_hits[THREADS / 32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const long n = blockIdx.x;
+	const int32_t tok = tokens[n];
+
+	if (earlier_row_holds(tokens, n, tok))
+		return; /* the whole block: another block owns tok */
+	float *g = dwte + (long)tok * C;
+	for (long base = n; base < N; base += THREADS) {
+		const long m = base + threadIdx.x;
+		const bool hit = m < N && tokens[m] == tok;
+		const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+		int before = 0, total = 0;
+
+		if (lane == 0)
+			warp_hits[warp] = __popc(ballot);
+		__syncthreads();
+		for (int w = 0; w < THREADS / 32; w++) {
+			before += w < warp ? warp_hits[w] : 0;
+			total += warp_hits[w];
 		}
-		if (dwpe)
-			dwpe[i] = acc; /* i == t * C + c */
+		if (hit)
+			rows[before + __popc(ballot & ((1u << lane) - 1u))] = m;
+		__syncthreads();
+		for (int i = 0; i < total; i++)
+			for (int c = threadIdx.x; c < C; c += THREADS)
+				g[c] += f32(dout[rows[i] * C + c]);
+		__syncthreads(); /* rows[] and warp_hits[] are reused */
 	}
 }
 
@@ -135,9 +175,16 @@ extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, con
 extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
 						   const int32_t *tokens, int B, int T, int C)
 {
+	const long N = (long)B * T;
+
 	if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe))
 		return cudaSuccess;
-	encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwte, dwpe, dout, tokens, B, T, C);
+	if (dwpe)
+		encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwpe, dout, B, T, C);
+	if (dwte && N <= 0x7fffffffL)
+		embedding_backward_kernel<<<(unsigned)N, THREADS, 0, s>>>(dwte, dout, tokens, N, C);
+	else if (dwte)
+		return cudaErrorInvalidValue;
 	return cudaGetLastError();
 }
 
