@@ -414,6 +414,8 @@ int main(void)
 	test_encoder(4, 1024, 768, 50257); /* GPT-2 124M's embedding at sequence 1024 */
 	test_encoder(2, 300, 96, 3);        /* one token in every row: one long run */
 	test_softmax_xent(33, 1000, 1024);
+	test_softmax_xent(9, 1003, 1008); /* a vector of 8 half vocabulary, half padding */
+	test_softmax_xent(7, 100, 101);   /* rows that are not 16-byte vectors */
 	test_small_ops(70001);
 	test_optimizer(50001);
 	test_huge_logits(); /* closes the backend */

@@ -4,15 +4,27 @@
  * Shard file: 256 int32 header [0] 20240520 magic, [1] 1 version,
  * [2] number of tokens; then that many uint16 tokens.
  *
- * The loader reads B*T+1 consecutive tokens per batch: inputs are the first
- * B*T, targets the same shifted by one.  It walks the shards of a glob in
- * sorted order (strcmp), batch after batch, advancing B*T tokens per batch (so
- * one batch's last target is the next batch's first input, as in llm.c); when
- * a shard has fewer than B*T+1 tokens left it moves to the next shard
- * (wrapping around after the last; shards shorter than one batch are skipped).
+ * In order (the default of ferry_loader_open), the loader reads B*T+1
+ * consecutive tokens per batch: inputs are the first B*T, targets the same
+ * shifted by one.  It walks the shards of a glob in sorted order (strcmp),
+ * batch after batch, advancing B*T tokens per batch (so one batch's last
+ * target is the next batch's first input, as in llm.c); when a shard has
+ * fewer than B*T+1 tokens left it moves to the next shard (wrapping around
+ * after the last; shards shorter than one batch are skipped).
+ *
+ * Shuffled (ferry_loader_shuffle, llm.c's shuffling): a shard of n tokens
+ * holds (n-1)/T samples of T+1 tokens, sample i starting at token i*T.  Each
+ * epoch visits the shards in a random order, and each shard's samples in a
+ * random order, B samples to a batch (the last B-1 or fewer of a shard wait
+ * for another epoch's order); row b of a batch is one sample, its first T
+ * tokens the inputs, its last T the targets.  Both orders are permutations
+ * drawn from (seed, epoch) and (seed, epoch, shard) alone, so a position
+ * (epoch, shard, offset) and the seed give the same batches on any run.
  */
 #ifndef FERRY_DATA_H
 #define FERRY_DATA_H
+
+#include <stdbool.h>
 
 #include "ferry/ferry.h"
 
@@ -38,16 +50,33 @@ void ferry_loader_free(ferry_loader_t loader);
 ferry_status ferry_loader_next(ferry_loader_t loader, int32_t *inputs,
 			       int32_t *targets) FERRY_MUST_CHECK;
 
-/* Position of the next batch (shard index in sorted order, token offset in
- * it), to save in a checkpoint and restore.  It always names a shard with a
- * full batch left.  A failed ferry_loader_next does not move it. */
+/* Switches to the shuffled order drawn from seed and moves to its start
+ * (epoch 0).  Allocates the orders' tables (FERRY_ERR_NOMEM); ferry_loader_next
+ * still allocates nothing. */
+ferry_status ferry_loader_shuffle(ferry_loader_t loader, uint64_t seed)
+	FERRY_MUST_CHECK;
+bool ferry_loader_shuffled(ferry_loader_t loader);
+
+/* Position of the next batch, to save in a checkpoint and restore: the
+ * shard's index in sorted order and, in order, the token offset in it;
+ * shuffled, the index of the batch's first sample in the shard's order of
+ * this epoch (ferry_loader_epoch; always 0 in order).  It always names a
+ * shard with a full batch left.  A failed ferry_loader_next does not move
+ * it. */
 void ferry_loader_position(ferry_loader_t loader, int64_t *shard,
 			   int64_t *offset);
+int64_t ferry_loader_epoch(ferry_loader_t loader);
 /* Requires 0 <= shard < num_shards and 0 <= offset <= that shard's tokens
- * (FERRY_ERR_INVALID otherwise); an offset with less than a batch left moves
- * on to the next usable shard, as ferry_loader_next would. */
+ * (in order) or samples (shuffled) (FERRY_ERR_INVALID otherwise); an offset
+ * with less than a batch left moves on to the next usable shard, as
+ * ferry_loader_next would.  Shuffled, the position is in the current epoch;
+ * ferry_loader_seek_epoch names the epoch (>= 0; in order only 0). */
 ferry_status ferry_loader_seek(ferry_loader_t loader, int64_t shard,
 			       int64_t offset) FERRY_MUST_CHECK;
+ferry_status ferry_loader_seek_epoch(ferry_loader_t loader, int64_t epoch,
+				     int64_t shard, int64_t offset)
+	FERRY_MUST_CHECK;
+/* Back to the first batch (of epoch 0). */
 void ferry_loader_rewind(ferry_loader_t loader);
 
 int ferry_loader_num_shards(ferry_loader_t loader);

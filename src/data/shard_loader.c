@@ -6,6 +6,13 @@
  * no allocation and no stdio on the training path.  Batches advance by B*T
  * tokens, so the last target of one batch is the first input of the next
  * (llm.c does the same).
+ *
+ * Shuffled, the position is (epoch, rank k in the epoch's shard order, index
+ * of the next sample in the shard's sample order).  The two orders are
+ * Fisher-Yates shuffles driven by splitmix64 from a hash of (seed, epoch) and
+ * (seed, epoch, shard), built into tables allocated by ferry_loader_shuffle
+ * whenever the position enters another epoch or shard; a batch is B preads
+ * of T+1 tokens.
  */
 #include "ferry/data.h"
 #include "core/error.h"
@@ -42,6 +49,17 @@ struct ferry_loader {
 	int64_t off;
 	int fd;            /* open shard, or -1 */
 	int fd_shard;      /* which shard fd is */
+	/* shuffled order (ferry_loader_shuffle): off counts samples */
+	bool shuffled;
+	int64_t T;
+	uint64_t seed;
+	int64_t epoch;
+	int k;             /* rank of cur in order[] */
+	int *order;        /* this epoch's shard order */
+	int64_t order_epoch; /* the epoch order[] is for (-1: none) */
+	uint32_t *perm;    /* cur's samples in this epoch's order */
+	int perm_shard;    /* the shard and epoch perm[] is for */
+	int64_t perm_epoch;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -96,12 +114,112 @@ out:
 	return st;
 }
 
+/* ---- the shuffled order ------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The generator of one order: a hash of the seed, the epoch and which
+ * order (-1 the shards', else a shard's samples). */
+static uint64_t order_state(uint64_t seed, int64_t epoch, int64_t which)
+{
+	uint64_t s = seed;
+
+	s = splitmix64(&s) ^ (uint64_t)epoch;
+	s = splitmix64(&s) ^ (uint64_t)which;
+	splitmix64(&s);
+	return s;
+}
+
+/* A uniform draw in [0, n) (Lemire's multiply; the bias is below 2^-32 for
+ * the table sizes here). */
+static uint64_t draw_below(uint64_t *state, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)splitmix64(state) * n) >> 64);
+}
+
+static int64_t shard_samples(const struct ferry_loader *l, int shard)
+{
+	return (l->shards[shard].tokens - 1) / l->T;
+}
+
+/* order[] for the current epoch, unless it is that already. */
+static void make_order(struct ferry_loader *l)
+{
+	uint64_t st;
+
+	if (l->order_epoch == l->epoch)
+		return;
+	st = order_state(l->seed, l->epoch, -1);
+	for (int i = 0; i < l->n_shards; i++)
+		l->order[i] = i;
+	for (int i = l->n_shards - 1; i > 0; i--) {
+		int j = (int)draw_below(&st, (uint64_t)i + 1), t = l->order[i];
+
+		l->order[i] = l->order[j];
+		l->order[j] = t;
+	}
+	l->order_epoch = l->epoch;
+}
+
+/* perm[] for shard cur in the current epoch, unless it is that already. */
+static void make_perm(struct ferry_loader *l)
+{
+	int64_t n = shard_samples(l, l->cur);
+	uint64_t st;
+
+	if (l->perm_shard == l->cur && l->perm_epoch == l->epoch)
+		return;
+	st = order_state(l->seed, l->epoch, l->cur);
+	for (int64_t i = 0; i < n; i++)
+		l->perm[i] = (uint32_t)i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)draw_below(&st, (uint64_t)i + 1);
+		uint32_t t = l->perm[i];
+
+		l->perm[i] = l->perm[j];
+		l->perm[j] = t;
+	}
+	l->perm_shard = l->cur;
+	l->perm_epoch = l->epoch;
+}
+
+/* Shuffled: forward, shard by shard of the epoch's order and epoch by epoch,
+ * until B samples are left. */
+static void settle_shuffled(struct ferry_loader *l)
+{
+	int64_t B = l->per_batch / l->T;
+
+	make_order(l);
+	l->cur = l->order[l->k];
+	while (shard_samples(l, l->cur) - l->off < B) {
+		l->off = 0;
+		if (++l->k == l->n_shards) {
+			l->k = 0;
+			l->epoch++;
+			make_order(l);
+		}
+		l->cur = l->order[l->k];
+	}
+	make_perm(l);
+}
+
 /* Moves the position forward, shard by shard (wrapping), until a full batch
  * of per_batch+1 tokens is left.  open() guaranteed such a shard exists. */
 static void settle(struct ferry_loader *l)
 {
 	int i;
 
+	if (l->shuffled) {
+		settle_shuffled(l);
+		return;
+	}
 	for (i = 0; i <= l->n_shards; i++) {
 		if (l->shards[l->cur].tokens - l->off >= l->per_batch + 1)
 			return;
@@ -223,8 +341,11 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 	}
 	l->fd = -1;
 	l->fd_shard = -1;
+	l->order_epoch = -1;
+	l->perm_shard = -1;
 	l->n_shards = (int)g.gl_pathc;
 	l->per_batch = (int64_t)B * T;
+	l->T = T;
 	l->vocab = vocab;
 	st = add_shards(l, &g, glob_pattern, &largest);
 	if (!st && largest < l->per_batch + 1)
@@ -250,69 +371,119 @@ void ferry_loader_free(ferry_loader_t l)
 	if (l->fd >= 0)
 		close(l->fd);
 	ferry_free(l->stage);
+	ferry_free(l->order);
+	ferry_free(l->perm);
 	ferry_free(l->names);
 	ferry_free(l->shards);
 	ferry_free(l);
 }
 
-ferry_status ferry_loader_next(ferry_loader_t l, int32_t *inputs,
-			       int32_t *targets)
+/* The descriptor of shard cur, opened when the position entered it. */
+static ferry_status open_current(struct ferry_loader *l)
 {
-	const struct shard *sh;
-	size_t want, got = 0;
-	int64_t i, n;
+	const struct shard *sh = &l->shards[l->cur];
 
-	if (!l || !inputs || !targets)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "loader next: NULL loader or batch buffer");
-	sh = &l->shards[l->cur];
-	if (l->fd_shard != l->cur) {
-		if (l->fd >= 0)
-			close(l->fd);
-		l->fd_shard = -1;
-		l->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-		if (l->fd < 0)
-			return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s",
-					   sh->path, strerror(errno));
-		l->fd_shard = l->cur;
-	}
+	if (l->fd_shard == l->cur)
+		return FERRY_OK;
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd_shard = -1;
+	l->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+	if (l->fd < 0)
+		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", sh->path,
+				   strerror(errno));
+	l->fd_shard = l->cur;
+	return FERRY_OK;
+}
 
-	n = l->per_batch;
-	want = ((size_t)n + 1) * sizeof(uint16_t);
+/* n tokens of shard cur from token `at` into dst, each checked < vocab. */
+static ferry_status read_tokens(struct ferry_loader *l, int64_t at,
+				uint16_t *dst, int64_t n)
+{
+	const struct shard *sh = &l->shards[l->cur];
+	size_t want = (size_t)n * sizeof(uint16_t), got = 0;
+
 	while (got < want) {
-		ssize_t r = pread(l->fd, (char *)l->stage + got, want - got,
-				  SHARD_HEADER_BYTES +
-					  (off_t)l->off * 2 + (off_t)got);
+		ssize_t r = pread(l->fd, (char *)dst + got, want - got,
+				  SHARD_HEADER_BYTES + (off_t)at * 2 +
+					  (off_t)got);
 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return ferry_error(FERRY_ERR_IO,
 					   "%s: error reading tokens at %lld: %s",
-					   sh->path, (long long)l->off,
+					   sh->path, (long long)at,
 					   strerror(errno));
 		if (r == 0)
 			return ferry_error(FERRY_ERR_FORMAT,
 					   "%s: file shrank: no tokens at %lld (checked at open)",
 					   sh->path,
-					   (long long)(l->off + (int64_t)got / 2));
+					   (long long)(at + (int64_t)got / 2));
 		got += (size_t)r;
 	}
-
-	for (i = 0; i <= n; i++) {
-		if (l->stage[i] >= l->vocab)
+	for (int64_t i = 0; i < n; i++)
+		if (dst[i] >= l->vocab)
 			return ferry_error(FERRY_ERR_FORMAT,
 					   "%s: token %u at index %lld is >= vocab %d",
-					   sh->path, l->stage[i],
-					   (long long)(l->off + i), l->vocab);
-	}
+					   sh->path, dst[i], (long long)(at + i),
+					   l->vocab);
+	return FERRY_OK;
+}
+
+/* In order: B*T+1 consecutive tokens from off. */
+static ferry_status next_in_order(struct ferry_loader *l, int32_t *inputs,
+				  int32_t *targets)
+{
+	int64_t i, n = l->per_batch;
+	ferry_status st = read_tokens(l, l->off, l->stage, n + 1);
+
+	if (st)
+		return st;
 	for (i = 0; i < n; i++) {
 		inputs[i] = l->stage[i];
 		targets[i] = l->stage[i + 1];
 	}
 	l->off += n;
-	settle(l);
 	return FERRY_OK;
+}
+
+/* Shuffled: the next B samples of the shard's order, one row each. */
+static ferry_status next_shuffled(struct ferry_loader *l, int32_t *inputs,
+				  int32_t *targets)
+{
+	int64_t T = l->T, B = l->per_batch / T;
+	uint16_t *row = l->stage;
+	ferry_status st;
+
+	for (int64_t b = 0; b < B; b++) {
+		st = read_tokens(l, (int64_t)l->perm[l->off + b] * T, row, T + 1);
+		if (st)
+			return st;
+		for (int64_t t = 0; t < T; t++) {
+			inputs[b * T + t] = row[t];
+			targets[b * T + t] = row[t + 1];
+		}
+	}
+	l->off += B;
+	return FERRY_OK;
+}
+
+ferry_status ferry_loader_next(ferry_loader_t l, int32_t *inputs,
+			       int32_t *targets)
+{
+	ferry_status st;
+
+	if (!l || !inputs || !targets)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "loader next: NULL loader or batch buffer");
+	st = open_current(l);
+	if (!st)
+		st = l->shuffled ? next_shuffled(l, inputs, targets) :
+				   next_in_order(l, inputs, targets);
+	if (!st)
+		settle(l);
+	return st;
 }
 
 void ferry_loader_position(ferry_loader_t l, int64_t *shard, int64_t *offset)
@@ -323,23 +494,55 @@ void ferry_loader_position(ferry_loader_t l, int64_t *shard, int64_t *offset)
 		*offset = l ? l->off : 0;
 }
 
-ferry_status ferry_loader_seek(ferry_loader_t l, int64_t shard, int64_t offset)
+int64_t ferry_loader_epoch(ferry_loader_t l)
 {
+	return l && l->shuffled ? l->epoch : 0;
+}
+
+bool ferry_loader_shuffled(ferry_loader_t l)
+{
+	return l && l->shuffled;
+}
+
+ferry_status ferry_loader_seek_epoch(ferry_loader_t l, int64_t epoch,
+				     int64_t shard, int64_t offset)
+{
+	int64_t end;
+
 	if (!l)
 		return ferry_error(FERRY_ERR_INVALID, "loader seek: NULL loader");
+	if (epoch < 0 || (epoch > 0 && !l->shuffled))
+		return ferry_error(FERRY_ERR_INVALID,
+				   "data position: epoch %lld of %s data",
+				   (long long)epoch,
+				   l->shuffled ? "shuffled" : "in-order");
 	if (shard < 0 || shard >= l->n_shards)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "data position: shard %lld out of range (%d shards)",
 				   (long long)shard, l->n_shards);
-	if (offset < 0 || offset > l->shards[shard].tokens)
+	end = l->shuffled ? shard_samples(l, (int)shard) :
+			    l->shards[shard].tokens;
+	if (offset < 0 || offset > end)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "data position: offset %lld out of range for %s (%lld tokens)",
+				   "data position: offset %lld out of range for %s (%lld %s)",
 				   (long long)offset, l->shards[shard].path,
-				   (long long)l->shards[shard].tokens);
+				   (long long)end,
+				   l->shuffled ? "samples" : "tokens");
 	l->cur = (int)shard;
 	l->off = offset;
+	if (l->shuffled) {
+		l->epoch = epoch;
+		make_order(l);
+		for (l->k = 0; l->order[l->k] != l->cur; l->k++)
+			;
+	}
 	settle(l);
 	return FERRY_OK;
+}
+
+ferry_status ferry_loader_seek(ferry_loader_t l, int64_t shard, int64_t offset)
+{
+	return ferry_loader_seek_epoch(l, ferry_loader_epoch(l), shard, offset);
 }
 
 void ferry_loader_rewind(ferry_loader_t l)
@@ -348,7 +551,41 @@ void ferry_loader_rewind(ferry_loader_t l)
 		return;
 	l->cur = 0;
 	l->off = 0;
+	l->epoch = 0;
+	l->k = 0;
 	settle(l);
+}
+
+ferry_status ferry_loader_shuffle(ferry_loader_t l, uint64_t seed)
+{
+	int64_t most = 0;
+
+	if (!l)
+		return ferry_error(FERRY_ERR_INVALID, "loader shuffle: NULL loader");
+	for (int i = 0; i < l->n_shards; i++)
+		if (shard_samples(l, i) > most)
+			most = shard_samples(l, i);
+	/* (the staging buffer of B*T+1 tokens holds a sample's T+1) */
+	if (!l->shuffled) {
+		int *order = ferry_malloc((size_t)l->n_shards * sizeof(*order));
+		uint32_t *perm = ferry_malloc((size_t)most * sizeof(*perm));
+
+		if (!order || !perm) {
+			ferry_free(order);
+			ferry_free(perm);
+			return ferry_error(FERRY_ERR_NOMEM,
+					   "out of memory for the shuffled order of %d shards",
+					   l->n_shards);
+		}
+		l->order = order;
+		l->perm = perm;
+		l->shuffled = true;
+	}
+	l->seed = seed;
+	l->order_epoch = l->perm_epoch = -1;
+	l->perm_shard = -1;
+	ferry_loader_rewind(l);
+	return FERRY_OK;
 }
 
 int ferry_loader_num_shards(ferry_loader_t l)

@@ -79,6 +79,50 @@ static __device__ __forceinline__ void fa_mm_abt(float *S, const bf16 *A, const 
 	}
 }
 
+/* The warp's 16 rows of A (bf16, row stride HS + FA_PAD) as matrix_a
+ * fragments: loaded once and kept in registers while the inner tiles
+ * change. */
+template <int HS>
+static __device__ __forceinline__ void fa_load_rows(frag_a (&a)[HS / 16], const bf16 *A)
+{
+#pragma unroll
+	for (int k = 0; k < HS / 16; k++)
+		wmma::load_matrix_sync(a[k], A + k * 16, HS + FA_PAD);
+}
+
+/* fa_mm_abt with A already in fragments. */
+template <int HS>
+static __device__ __forceinline__ void fa_mm_abt(float *S, const frag_a (&a)[HS / 16], const bf16 *B)
+{
+#pragma unroll
+	for (int n = 0; n < FA_TILE / 16; n++) {
+		frag_c c;
+		wmma::fill_fragment(c, 0.0f);
+#pragma unroll
+		for (int k = 0; k < HS / 16; k++) {
+			frag_bt b;
+			wmma::load_matrix_sync(b, B + n * 16 * (HS + FA_PAD) + k * 16, HS + FA_PAD);
+			wmma::mma_sync(c, a[k], b, c);
+		}
+		wmma::store_matrix_sync(S + n * 16, c, FA_SLD, wmma::mem_row_major);
+	}
+}
+
+/* A warp's 16 rows as the A operand of fa_mm_abt: held in registers
+ * (HOIST) or read from shared memory each time (large heads, whose
+ * fragments and accumulators would not fit in registers together). */
+template <int HS, bool HOIST> struct fa_rows;
+template <int HS> struct fa_rows<HS, true> {
+	frag_a f[HS / 16];
+	__device__ void init(const bf16 *A) { fa_load_rows<HS>(f, A); }
+	__device__ void mm(float *S, const bf16 *B) const { fa_mm_abt<HS>(S, f, B); }
+};
+template <int HS> struct fa_rows<HS, false> {
+	const bf16 *A;
+	__device__ void init(const bf16 *a) { A = a; }
+	__device__ void mm(float *S, const bf16 *B) const { fa_mm_abt<HS>(S, A, B); }
+};
+
 /* acc[16][HS] += P[16][64] (bf16, row stride FA_PLD) V[64][HS] (bf16, row
  * stride HS + FA_PAD).  One warp. */
 template <int HS>
@@ -176,12 +220,15 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 	fa_load_tile<HS>(&sm.q[0][0], qh, C, q0, T);
 	for (int i = lane; i < 16 * (HS + 4); i += 32)
 		(&sm.o[warp][0][0])[i] = 0.0f;
+	__syncthreads();
+	frag_a qf[HS / 16]; /* the warp's queries, for every key tile */
+	fa_load_rows<HS>(qf, &sm.q[warp * 16][0]);
 	for (int kt = 0; kt <= qt; kt++) {
 		__syncthreads(); /* the previous tile's K, V are no longer read */
 		fa_load_tile<HS>(&sm.k[0][0], k + kvoff, CK, kt * FA_TILE, T);
 		fa_load_tile<HS>(&sm.v[0][0], v + kvoff, CK, kt * FA_TILE, T);
 		__syncthreads();
-		fa_mm_abt<HS>(&sm.s[warp][0][0], &sm.q[warp * 16][0], &sm.k[0][0]);
+		fa_mm_abt<HS>(&sm.s[warp][0][0], qf, &sm.k[0][0]);
 		__syncwarp();
 		fa_softmax_row<HS>(sm.s[warp][r], sm.p[warp][r], sm.o[warp][r], qrow, kt * FA_TILE, T, scale, m, l);
 		__syncwarp();
@@ -250,13 +297,17 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
 	for (int n = 0; n < HS / 16; n++)
 		wmma::fill_fragment(acc[n], 0.0f);
+	__syncthreads();
+	frag_a qf[HS / 16], gf[HS / 16]; /* the warp's q and dO rows, for every key tile */
+	fa_load_rows<HS>(qf, &sm.a[warp * 16][0]);
+	fa_load_rows<HS>(gf, &sm.b[warp * 16][0]);
 	for (int kt = 0; kt <= qt; kt++) {
 		__syncthreads();
 		fa_load_tile<HS>(&sm.c[0][0], k + kvoff, CK, kt * FA_TILE, T);
 		fa_load_tile<HS>(&sm.d[0][0], v + kvoff, CK, kt * FA_TILE, T);
 		__syncthreads();
-		fa_mm_abt<HS>(&sm.s[warp][0][0][0], &sm.a[warp * 16][0], &sm.c[0][0]); /* S = Q K^T */
-		fa_mm_abt<HS>(&sm.s[warp][1][0][0], &sm.b[warp * 16][0], &sm.d[0][0]); /* dP = dO V^T */
+		fa_mm_abt<HS>(&sm.s[warp][0][0][0], qf, &sm.c[0][0]); /* S = Q K^T */
+		fa_mm_abt<HS>(&sm.s[warp][1][0][0], gf, &sm.d[0][0]); /* dP = dO V^T */
 		__syncwarp();
 		for (int c = half * 32; c < half * 32 + 32; c++) {
 			const int key = kt * FA_TILE + c;
@@ -294,6 +345,10 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 		wmma::fill_fragment(dka[n], 0.0f);
 		wmma::fill_fragment(dva[n], 0.0f);
 	}
+	__syncthreads();
+	fa_rows<HS, (HS <= 64)> kr, vr; /* the warp's keys and values, for every query tile */
+	kr.init(&sm.a[warp * 16][0]);
+	vr.init(&sm.b[warp * 16][0]);
 	for (int g = 0; g < G; g++) {
 		const int h = kh * G + g;
 		const size_t head = (size_t)b * T * C + (size_t)h * HS, srow = ((size_t)b * NH + h) * T;
@@ -307,8 +362,8 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 				sm.D[i] = q0 + i < T ? Dws[srow + q0 + i] : 0.0f;
 			}
 			__syncthreads();
-			fa_mm_abt<HS>(&sm.s[warp][0][0][0], &sm.a[warp * 16][0], &sm.c[0][0]); /* S^T = K Q^T */
-			fa_mm_abt<HS>(&sm.s[warp][1][0][0], &sm.b[warp * 16][0], &sm.d[0][0]); /* dP^T = V dO^T */
+			kr.mm(&sm.s[warp][0][0][0], &sm.c[0][0]); /* S^T = K Q^T */
+			vr.mm(&sm.s[warp][1][0][0], &sm.d[0][0]); /* dP^T = V dO^T */
 			__syncwarp();
 			for (int c = half * 32; c < half * 32 + 32; c++) {
 				const int qi = q0 + c;
