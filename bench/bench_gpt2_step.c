@@ -76,14 +76,15 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: bench_gpt2_step [--model gpt2|llama] [--layers N] [--channels N] [--heads N]\n"
 		   "                       [--vocab N] [--max-seq N] [--batch B] [--seq T] [--steps N]\n"
-		   "                       [--threads N] [--backend cpu|cuda] [--policy P]\n"
+		   "                       [--threads N] [--backend cpu|cuda] [--policy P] [--trace FILE]\n"
 		   "\n"
 		   "Times a training step (forward, backward, AdamW) of a model: the median of\n"
 		   "--steps timed steps after a warm-up one, the model's FLOP/s and, on the CPU\n"
 		   "backend, that as a fraction of a 2048^3 sgemm measured in the same run, then\n"
 		   "where the time goes per op.  Defaults: the GPT-2 124M shape (12 layers, 768\n"
 		   "channels, 12 heads, vocabulary 50257, max sequence 1024) at batch 4 x 64,\n"
-		   "5 steps, all cores, cpu, everything_saveable.\n");
+		   "5 steps, all cores, cpu, everything_saveable.  --trace writes the last step's\n"
+		   "tasks as Chrome trace JSON (Perfetto opens it).\n");
 }
 
 static int check(ferry_status st, const char *what)
@@ -146,7 +147,7 @@ int main(int argc, char **argv)
 					 .channels = 768 };
 	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	int B = 4, T = 64, steps = 5, threads = 0;
-	const char *backend = "cpu", *policy = NULL;
+	const char *backend = "cpu", *policy = NULL, *trace = NULL;
 	ferry_backend_t be;
 	ferry_model_t m;
 	int32_t *in, *tg;
@@ -170,6 +171,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
 		else if (!strcmp(argv[i], "--model")) snprintf(cfg.arch, sizeof(cfg.arch), "%s", argv[i + 1]);
 		else if (!strcmp(argv[i], "--policy")) policy = argv[i + 1];
+		else if (!strcmp(argv[i], "--trace")) trace = argv[i + 1];
 		else if (!strcmp(argv[i], "--layers")) cfg.layers = v;
 		else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
 		else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
@@ -226,11 +228,16 @@ int main(int argc, char **argv)
 		double t = now_s();
 
 		/* the trainer's step (one host synchronisation), then a wait for
-		 * its queued update so that the step is timed whole */
+		 * its queued update so that the step is timed whole; the last
+		 * one traced when asked (written after it is timed) */
+		if (trace && s == steps - 1)
+			check(ferry_model_trace_begin(m), "trace");
 		check(ferry_model_step_submit(m, in, tg, B, T), "step");
 		check(ferry_model_step_finish(m, &opt, s + 2, &loss, &norm), "step");
 		check(ferry_model_sync(m), "update");
 		t = now_s() - t;
+		if (trace && s == steps - 1)
+			check(ferry_model_trace_end(m, trace), "trace");
 		if (s >= 0)
 			times[s] = t;
 		else

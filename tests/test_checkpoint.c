@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "file_test_util.h"
+#include "train/commit.h"
 
 static long file_size(const char *path)
 {
@@ -407,7 +408,7 @@ static void test_state(void)
 	CHECK(file_size(path) == 1024 + 8 * 1000);
 
 	raw = read_raw(path, &size);
-	CHECK(raw[0] == 20241121 && raw[1] == 2);
+	CHECK(raw[0] == 20241121 && raw[1] == 3);
 	memcpy(&i64, raw + 2, 8);
 	CHECK(i64 == 12345678901ll);
 	CHECK(raw[2] == (int32_t)(12345678901ll & 0xffffffff) && raw[3] == 2);
@@ -466,10 +467,10 @@ static void test_state(void)
 					   n),
 			  FERRY_ERR_FORMAT, "bad magic 42");
 		hdr[0] = 20241121;
-		hdr[1] = 3;
+		hdr[1] = 4;
 		write_raw(tpath("ver.state"), hdr, 1024, big, n * 8);
 		CHECK_ERR(ferry_state_read(tpath("ver.state"), &back, m2, v2, n),
-			  FERRY_ERR_FORMAT, "version 3 not supported, need 1 or 2");
+			  FERRY_ERR_FORMAT, "version 4 not supported, need 1, 2 or 3");
 		hdr[1] = 1;
 		i64 = -5;
 		memcpy(hdr + 6, &i64, 8);
@@ -567,6 +568,23 @@ static void test_non_finite(void)
 	free(back);
 }
 
+/* A version-3 file back as a version-2 one: the order fields zeroed, the
+ * version 2, the checksum computed again (over header, glob, m, v). */
+static void write_as_v2(const char *from, const char *to, size_t glob_bytes, size_t n)
+{
+	long size;
+	int32_t *raw = read_raw(from, &size);
+	uint64_t h;
+
+	raw[1] = 2;
+	memset(raw + 34, 0, 6 * 4); /* the checksum and [36..39] */
+	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, raw, (size_t)size);
+	CHECK((size_t)size == 1024 + glob_bytes + n * 8);
+	memcpy(raw + 34, &h, 8);
+	write_raw(to, raw, (size_t)size, NULL, 0);
+	free(raw);
+}
+
 static void test_state_v2(void)
 {
 	const char *path = tpath("v2.state");
@@ -576,7 +594,7 @@ static void test_state_v2(void)
 					.lr = 1e-3f, .final_lr_frac = 0.25f, .B = 8, .T = 64, .seed = 4242,
 					.adamw = { .beta1 = 0.8f, .beta2 = 0.9f, .eps = 1e-6f, .weight_decay = 0.05f,
 						   .grad_clip = 2.0f },
-					.data_hash = 0xfeedull };
+					.data_hash = 0xfeedull, .shuffle = 1, .data_epoch = 3 };
 	struct ferry_train_state back;
 	float *m = malloc(n * 4), *v = malloc(n * 4), *m2 = malloc(n * 4), *v2 = malloc(n * 4);
 	int32_t *raw;
@@ -591,7 +609,8 @@ static void test_state_v2(void)
 	CHECK(file_size(path) == 1024 + 16 + 8 * 300);
 	memset(&back, 0, sizeof(back));
 	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
-	CHECK(back.version == 2 && back.B == 8 && back.T == 64 && back.seed == 4242 &&
+	CHECK(back.version == 3 && back.shuffle == 1 && back.data_epoch == 3 && back.B == 8 && back.T == 64 &&
+	      back.seed == 4242 &&
 	      back.data_hash == 0xfeedull && !strcmp(back.data, "data/train_*.bin") &&
 	      back.adamw.beta1 == 0.8f && back.adamw.beta2 == 0.9f && back.adamw.eps == 1e-6f &&
 	      back.adamw.weight_decay == 0.05f && back.adamw.grad_clip == 2.0f && back.total_steps == 50 &&
@@ -625,6 +644,20 @@ static void test_state_v2(void)
 		CHECK(!exists(tpath("nanm.state")));
 		v[7] = v7;
 	}
+
+	/* a version-2 file (no data order: in order) reads */
+	write_as_v2(path, tpath("v2only.state"), 16, n);
+	memset(&back, 0xff, sizeof(back));
+	CHECK_OK(ferry_state_read(tpath("v2only.state"), &back, m2, v2, n));
+	CHECK(back.version == 2 && back.shuffle == 0 && back.data_epoch == 0 && back.B == 8 && back.seed == 4242 &&
+	      !strcmp(back.data, "data/train_*.bin"));
+	/* a data order other than 0 and 1 is refused */
+	raw = read_raw(path, &size);
+	raw[36] = 2;
+	write_raw(tpath("order.state"), raw, (size_t)size, NULL, 0);
+	free(raw);
+	CHECK_ERR(ferry_state_read(tpath("order.state"), &back, m2, v2, n), FERRY_ERR_FORMAT,
+		  "data order 2 in header");
 
 	/* a version-1 file (no fields past [20], no glob, no checksum) reads */
 	raw = read_raw(path, &size);

@@ -217,6 +217,123 @@ static void test_loader(void)
 	ferry_loader_free(NULL);
 }
 
+/* One shuffled batch: each row must be a whole sample (T+1 consecutive
+ * tokens from token s*T of one shard, s < its samples); ids[b] gets
+ * shard * 100 + s.  Shards as test_loader writes them: base 100 + 50 * i. */
+static int shuffled_batch(ferry_loader_t l, int *ids)
+{
+	static const int samples[3] = { 7, 1, 4 }; /* (tokens - 1) / T */
+	int32_t in[B * T], tg[B * T];
+	int ok = 1;
+
+	if (ferry_loader_next(l, in, tg) != FERRY_OK)
+		return 0;
+	for (int b = 0; b < B; b++) {
+		int shard = (in[b * T] - 100) / 50, s = (in[b * T] - 100 - 50 * shard) / T;
+
+		ok &= shard >= 0 && shard < 3 && s < samples[shard] && (in[b * T] - 100) % T == 0;
+		for (int t = 0; t < T; t++)
+			ok &= in[b * T + t] == in[b * T] + t && tg[b * T + t] == in[b * T] + t + 1;
+		ids[b] = shard * 100 + s;
+	}
+	return ok;
+}
+
+/* llm.c's shuffling: an epoch visits every usable shard, B samples to a
+ * batch, no sample twice; the orders come from the seed and the position
+ * alone (a seek in a fresh loader continues them exactly); other seeds
+ * and epochs give other orders, unlike the in-order walk. */
+static void test_loader_shuffled(void)
+{
+	const char *pat = tpath("ok_*.bin");
+	int ids[3][5 * B], again[5 * B], seen[300] = { 0 };
+	ferry_loader_t l = NULL, l2 = NULL;
+	int64_t s, o, e;
+	int i, ok = 1, differ = 0;
+
+	/* shard 0: 30 tokens, 7 samples, 3 batches; shard 1: 1 sample, none;
+	 * shard 2: 20 tokens, 4 samples, 2 batches: 5 batches an epoch */
+	CHECK_OK(ferry_loader_open(pat, B, T, 1000, &l));
+	CHECK_OK(ferry_loader_open(pat, B, T, 1000, &l2));
+	if (!l || !l2)
+		return;
+	CHECK(!ferry_loader_shuffled(l));
+	CHECK_OK(ferry_loader_shuffle(l, 1337));
+	CHECK(ferry_loader_shuffled(l) && ferry_loader_epoch(l) == 0);
+	for (e = 0; e < 3; e++)
+		for (i = 0; i < 5; i++) {
+			ok &= shuffled_batch(l, &ids[e][i * B]);
+			ok &= ferry_loader_epoch(l) == e + (i == 4);
+		}
+	/* every shuffled row is a whole sample; 5 batches an epoch */
+	CHECK(ok);
+	for (i = 0; i < 5 * B; i++)
+		seen[ids[0][i]]++;
+	for (i = 0, ok = 1; i < 300; i++)
+		ok &= seen[i] <= 1;
+	/* no sample twice in an epoch */
+	CHECK(ok);
+	for (i = 0, o = 0, s = 0; i < 7; i++)
+		o += seen[i] == 1;
+	for (i = 0; i < 4; i++)
+		s += seen[200 + i] == 1;
+	/* 6 of shard 0's 7 samples, all 4 of shard 2's, none of shard 1 */
+	CHECK(o == 6 && s == 4 && seen[100] == 0);
+	/* epochs have their own orders */
+	CHECK(memcmp(ids[0], ids[1], sizeof(ids[0])) || memcmp(ids[1], ids[2], sizeof(ids[0])));
+
+	/* the in-order walk reads samples 0, 1, 2, ... of shard 0 first */
+	for (i = 0; i < 5 * B; i++)
+		differ |= ids[0][i] != (i < 6 ? i : 200 + i - 6);
+	/* shuffled differs from the in-order walk */
+	CHECK(differ);
+
+	/* same seed: same batches; a seek to a saved position continues them */
+	CHECK_OK(ferry_loader_shuffle(l2, 1337));
+	for (i = 0, ok = 1; i < 5; i++)
+		ok &= shuffled_batch(l2, &again[i * B]);
+	/* the seed reproduces the order */
+	CHECK(ok && !memcmp(again, ids[0], sizeof(again)));
+	for (i = 0; i < 2; i++)
+		ok &= shuffled_batch(l2, again);
+	ferry_loader_position(l2, &s, &o);
+	e = ferry_loader_epoch(l2);
+	/* after 7 batches: epoch 1, a whole batch in */
+	CHECK(e == 1 && o % B == 0);
+	ferry_loader_free(l2);
+	CHECK_OK(ferry_loader_open(pat, B, T, 1000, &l2));
+	CHECK_OK(ferry_loader_shuffle(l2, 1337));
+	CHECK_OK(ferry_loader_seek_epoch(l2, e, s, o));
+	for (i = 0; i < 3; i++)
+		ok &= shuffled_batch(l2, &again[i * B]);
+	/* a seek continues the saved order */
+	CHECK(ok && !memcmp(again, &ids[1][2 * B], 3 * B * sizeof(int)));
+	ferry_loader_rewind(l2);
+	/* rewind: epoch 0 again */
+	CHECK(shuffled_batch(l2, again) && !memcmp(again, ids[0], B * sizeof(int)));
+	CHECK_ERR(ferry_loader_seek_epoch(l2, -1, 0, 0), FERRY_ERR_INVALID, "epoch -1");
+	CHECK_ERR(ferry_loader_seek_epoch(l2, 0, 0, 8), FERRY_ERR_INVALID, "(7 samples)");
+
+	/* another seed, another order */
+	CHECK_OK(ferry_loader_shuffle(l2, 1338));
+	for (i = 0, ok = 1; i < 5; i++)
+		ok &= shuffled_batch(l2, &again[i * B]);
+	/* seed 1338 differs from 1337 */
+	CHECK(ok && memcmp(again, ids[0], sizeof(again)));
+	ferry_loader_free(l2);
+
+	/* the in-order walk knows no epochs; allocation failures leave it so */
+	CHECK_OK(ferry_loader_open(pat, B, T, 1000, &l2));
+	CHECK_ERR(ferry_loader_seek_epoch(l2, 1, 0, 0), FERRY_ERR_INVALID, "in-order");
+	ferry_fault_fail_after(0);
+	CHECK_ERR(ferry_loader_shuffle(l2, 1), FERRY_ERR_NOMEM, "shuffled order");
+	ferry_fault_fail_after(-1);
+	CHECK(!ferry_loader_shuffled(l2));
+	expect_batch(l2, 0, 0, 100, __LINE__);
+	ferry_loader_free(l2);
+	ferry_loader_free(l);
+}
+
 static void test_loader_bad(void)
 {
 	uint16_t tok[64];
@@ -330,7 +447,7 @@ static int count_tmp_files(void)
 	char pat[4200];
 	int n;
 
-	snprintf(pat, sizeof(pat), "%s/*.tmp", dir);
+	snprintf(pat, sizeof(pat), "%s/*.tmp*", dir);
 	if (glob(pat, 0, NULL, &g) != 0)
 		return 0;
 	n = (int)g.gl_pathc;
@@ -456,6 +573,24 @@ static void test_text(void)
 
 		CHECK_ERR(ferry_data_from_text(missing, 2, &o, &st), FERRY_ERR_IO,
 			  "missing.txt");
+		/* a failing run leaves the previous corpus of its prefix as it
+		 * was, though it had written shards of other text before */
+		{
+			const char *other[2] = { tpath("other.txt"), tpath("missing.txt") };
+			uint16_t before[256];
+			int nb;
+
+			write_bytes(other[0], "other text, long enough for shards\n", 35);
+			read_split(prefix, "train", 3, before, &nb, 256);
+			o.out_prefix = prefix;
+			o.shard_tokens = 5;
+			CHECK_ERR(ferry_data_from_text(other, 2, &o, &st), FERRY_ERR_IO, "missing.txt");
+			o.shard_tokens = 1000;
+			read_split(prefix, "train", 3, got, &ng, 256);
+			CHECK(ng == nb && !memcmp(got, before, (size_t)nb * 2));
+			CHECK(count_tmp_files() == 0);
+			o.out_prefix = tpath("err");
+		}
 		write_bytes(tpath("seps.txt"), "%\n%\n", 4);
 		CHECK_ERR(ferry_data_from_text(empty_in, 1, &o, &st),
 			  FERRY_ERR_INVALID, "seps.txt");
@@ -676,6 +811,7 @@ int main(void)
 {
 	scratch_dir_make("test_data");
 	test_loader();
+	test_loader_shuffled();
 	test_loader_bad();
 	test_text();
 	test_text_chunks();

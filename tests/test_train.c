@@ -188,9 +188,9 @@ static void test_resume(void)
 	free(resumed);
 }
 
-/* A run saved at step 5 of 12 (B 4, T 12, warmup 3, two shards) and the
- * unbroken run's parameters. */
-static float *saved_run(const char *name)
+/* A run saved at step 5 of 12 (B 4, T 12, warmup 3, two shards, batches
+ * shuffled or in order) and the unbroken run's parameters. */
+static float *saved_run(const char *name, bool shuffle)
 {
 	struct ferry_train_opts o = tiny_opts();
 	struct ferry_step_metrics m;
@@ -198,6 +198,7 @@ static float *saved_run(const char *name)
 	float *straight;
 	size_t n;
 
+	o.shuffle = shuffle;
 	o.data = path_in("long_*.bin");
 	o.steps = 12;
 	o.warmup = 3;
@@ -238,7 +239,7 @@ static void resume_equals(struct ferry_train_opts *o, const char *name, const fl
  * marking it given is the saved run's. */
 static void test_resume_takes_saved(void)
 {
-	float *straight = saved_run("opts.bin");
+	float *straight = saved_run("opts.bin", true);
 	struct ferry_train_opts o = tiny_opts();
 	ferry_trainer_t tr = NULL;
 	char why[512];
@@ -254,6 +255,7 @@ static void test_resume_takes_saved(void)
 	o.adamw.weight_decay = 0.5f;
 	o.adamw.grad_clip = 0.0f;
 	o.adamw.beta1 = 0.5f;
+	o.shuffle = false;
 	o.data = NULL;
 	o.resume = path_in("opts.bin");
 	CHECK(ferry_trainer_create(&o, &tr) == FERRY_OK, "resume: %s", ferry_last_error());
@@ -262,7 +264,8 @@ static void test_resume_takes_saved(void)
 
 		CHECK(e->B == 4 && e->T == 12 && e->steps == 12 && e->warmup == 3 && e->lr == 6e-4f &&
 		      e->final_lr_frac == 0.1f && e->seed == 1337 && e->adamw.weight_decay == 0.1f &&
-		      e->adamw.grad_clip == 1.0f && e->adamw.beta1 == 0.9f && !strcmp(e->data, path_in("long_*.bin")),
+		      e->adamw.grad_clip == 1.0f && e->adamw.beta1 == 0.9f && e->shuffle &&
+		      !strcmp(e->data, path_in("long_*.bin")),
 		      "the saved run's options: B %d T %d steps %d warmup %d lr %g data %s", e->B, e->T, e->steps,
 		      e->warmup, (double)e->lr, e->data);
 		CHECK(ferry_trainer_resume_overrides(tr, why, sizeof(why)) == 0 && !why[0], "no overrides: %s", why);
@@ -292,13 +295,35 @@ static void test_resume_takes_saved(void)
 		ferry_trainer_free(tr);
 	}
 	free(straight);
+
+	/* an in-order run resumes in order; another order given is an
+	 * override, read from the data's start */
+	straight = saved_run("order.bin", false);
+	o = tiny_opts();
+	o.data = NULL;
+	resume_equals(&o, "order.bin", straight, "an in-order run");
+	o = tiny_opts();
+	o.data = NULL;
+	o.given = FERRY_GIVEN_SHUFFLE;
+	o.resume = path_in("order.bin");
+	tr = NULL;
+	CHECK(ferry_trainer_create(&o, &tr) == FERRY_OK, "resume shuffled: %s", ferry_last_error());
+	if (tr) {
+		int k = ferry_trainer_resume_overrides(tr, why, sizeof(why));
+
+		CHECK(k == 1 && !strcmp(why, "shuffled batches (saved in order; read from the data's start)"),
+		      "the order override (%d): %s", k, why);
+		ferry_trainer_free(tr);
+	}
+	free(straight);
 }
 
-/* A version-1 state (schedule only) resumes; its missing fields are the
- * caller's.  A step past INT_MAX is refused, not truncated. */
+/* A version-1 state (schedule only) resumes, its batches in order as the
+ * ferry that wrote it read them; its missing fields are the caller's.  A
+ * step past INT_MAX is refused, not truncated. */
 static void test_resume_old_and_big(void)
 {
-	float *straight = saved_run("old.bin");
+	float *straight = saved_run("old.bin", false);
 	struct ferry_train_opts o = tiny_opts();
 	struct ferry_train_state st;
 	ferry_trainer_t tr = NULL;
@@ -326,6 +351,7 @@ static void test_resume_old_and_big(void)
 	free(rest);
 	o.data = path_in("long_*.bin"); /* not recorded: the caller's */
 	o.steps = 99;                   /* recorded: the saved run's */
+	o.shuffle = true;               /* a version-1 run's were in order */
 	resume_equals(&o, "old.bin", straight, "a version-1 state");
 
 	/* step 2^32: refused, not resumed at step 0 */
@@ -457,7 +483,8 @@ static void test_bad_configs(void)
 		ferry_trainer_free(tr);
 	}
 	o = tiny_opts(); o.device_mem = 64 << 10; /* 64 KiB: the model needs more */
-	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 293376 bytes of device memory, the device has 65536; presets that fit: none");
+	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 286.5 KiB of device memory (293376 bytes), the device has 64.0 KiB; presets that "
+		       "fit: none");
 	o = tiny_opts(); o.data = path_in("nothing_*.bin");
 	expect_refused(&o, FERRY_ERR_IO, "nothing_");
 	o = tiny_opts(); o.checkpoint = path_in("repeat.bin"); /* a shard is no checkpoint */

@@ -83,6 +83,10 @@ struct ferry_backend_caps ferry_backend_caps(ferry_backend_t be);
 
 /* Device arena accounting. */
 size_t ferry_backend_mem_capacity(ferry_backend_t be);
+/* Why the arena's capacity is less than the device has, when the backend
+ * chose it so (the CPU backend under a cgroup limit or `ulimit -v`: "3/4 of
+ * ulimit -v, 1.5 GiB"); "" otherwise. */
+const char *ferry_backend_mem_note(ferry_backend_t be);
 size_t ferry_backend_mem_live(ferry_backend_t be);
 size_t ferry_backend_mem_peak(ferry_backend_t be);
 void ferry_backend_mem_reset_peak(ferry_backend_t be);
@@ -142,6 +146,14 @@ ferry_status ferry_event_record(ferry_event_t ev, ferry_stream_t s)
 ferry_status ferry_event_synchronize(ferry_event_t ev) FERRY_MUST_CHECK;
 /* Whether the last recorded work has run (false if never recorded). */
 bool ferry_event_done(ferry_event_t ev);
+/* An event whose completion time can be read with ferry_event_elapsed (for
+ * traces; plain events may cost less where a backend times nothing). */
+ferry_status ferry_event_create_timed(ferry_backend_t be, ferry_event_t *out)
+	FERRY_MUST_CHECK;
+/* Seconds from the completion of `from` to that of `to` (negative if `to`
+ * completed first); both timed, recorded and complete. */
+ferry_status ferry_event_elapsed(ferry_event_t from, ferry_event_t to, double *seconds)
+	FERRY_MUST_CHECK;
 
 /* ---- copies -------------------------------------------------------------------------
  * Asynchronous copy of size bytes on stream s.  dst and src are device

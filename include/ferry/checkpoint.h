@@ -11,7 +11,7 @@
  *
  * Training state file (ferry's own, "<model>.state" next to an llm.c file,
  * DIR/ferry_state.bin in a Hugging Face directory): 256 int32 header
- *   [0] 20241121 magic, [1] 2 version, [2..3] step (int64, little-endian
+ *   [0] 20241121 magic, [1] 3 version, [2..3] step (int64, little-endian
  *   halves), [4..5] number of parameters (int64), [6..7] data shard index
  *   (int64), [8..9] data token offset (int64), [10..11] rng state (uint64),
  *   [12..13] hash of the model file's parameters (uint64), [14..15] total
@@ -23,14 +23,19 @@
  *   shard's real path and size, in the loader's order), [27] length in
  *   bytes of the training glob, [28] weight decay, [29] gradient clip,
  *   [30] beta1, [31] beta2, [32] epsilon (fp32 bits), [33] 0, [34..35]
- *   checksum (uint64, below); [36..255] reserved, written as zeros;
- * then (version 2) the training glob, zero-padded to a multiple of 4 bytes;
+ *   checksum (uint64, below);
+ *   version 3 adds: [36] 1 when the batches are shuffled (ferry/data.h),
+ *   0 in order, [37] 0, [38..39] the data position's epoch (int64; the
+ *   shard index and offset [6..9] are then a shuffled position);
+ *   [40..255] reserved, written as zeros;
+ * then (version >= 2) the training glob, zero-padded to a multiple of 4 bytes;
  * then AdamW m (fp32, n) and v (fp32, n).
  * The checksum is 64-bit FNV-1a over the file's 32-bit little-endian words
  * with [34..35] taken as zero: header, glob, m and v; a reader recomputes it
- * and refuses a file whose bytes changed.  Version 1 files (no fields past
- * [20], no glob, no checksum) are still read: their missing fields read as
- * 0 / "" and struct ferry_train_state.version says 1.
+ * and refuses a file whose bytes changed.  Version 1 and 2 files are still
+ * read (version 1: no fields past [20], no glob, no checksum): their
+ * missing fields read as 0 / "" (batches in order) and struct
+ * ferry_train_state.version says which.
  *
  * ---- The commit protocol: a model and its state saved together -----------------
  *
@@ -101,7 +106,7 @@ extern "C" {
 #define FERRY_CHECKPOINT_MAGIC 20240326
 #define FERRY_CHECKPOINT_VERSION 3
 #define FERRY_STATE_MAGIC 20241121
-#define FERRY_STATE_VERSION 2
+#define FERRY_STATE_VERSION 3
 /* The longest training glob a state file records (bytes, without the NUL). */
 #define FERRY_STATE_GLOB_MAX 4095
 
@@ -139,12 +144,15 @@ struct ferry_train_state {
 	int32_t warmup;
 	float lr, final_lr_frac;
 	/* version 2; a version-1 file reads 0 / "" for each of these */
-	int32_t version;     /* the file's (set by the reader; writers write 2) */
+	int32_t version;     /* the file's (set by the reader; writers write 3) */
 	int32_t B, T;        /* batch size and sequence length */
 	uint64_t seed;
 	struct ferry_adamw adamw; /* beta1, beta2, eps, weight decay, clip (not lr) */
 	uint64_t data_hash;  /* the training shards' paths and sizes */
 	char data[FERRY_STATE_GLOB_MAX + 1]; /* the training glob */
+	/* version 3; older files read 0 (in order) */
+	int32_t shuffle;     /* 1: data_shard/offset are a shuffled position */
+	int64_t data_epoch;  /* ... in this epoch */
 };
 
 /* A 64-bit hash of parameter values, tying a state file to its model. */

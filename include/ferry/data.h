@@ -109,8 +109,11 @@ struct ferry_data_stats {
 	int train_shards, val_shards;
 };
 
-/* Tokenizes text files into shards (each written atomically: tmp + rename).
- * Every byte is a token; each non-empty document is preceded by
+/* Tokenizes text files into shards.  They are written as temporaries
+ * (<name>.tmp.<pid>) and renamed into place only once every input was read
+ * and every shard written, so a failure (an unreadable input, a full disk)
+ * leaves the previous corpus of the prefix as it was and no temporary
+ * behind.  Every byte is a token; each non-empty document is preceded by
  * FERRY_BYTE_EOT (empty documents are skipped and not counted).  A split
  * with no documents writes no file.  Shards of the same prefix and split
  * numbered past this run's last one (left by an earlier run) are deleted, so

@@ -47,6 +47,11 @@ const char *ferry_last_error(void);
 /* A short name for a status code ("invalid argument", ...). */
 const char *ferry_status_name(ferry_status status);
 
+/* A size as people read it: "512 bytes", "64.0 KiB", "27.7 MiB",
+ * "1.50 GiB" (powers of 1024), into buf, which it returns. */
+#define FERRY_SIZE_CHARS 32
+const char *ferry_format_size(uint64_t bytes, char buf[FERRY_SIZE_CHARS]);
+
 /* ---- fault injection (tests) ------------------------------------------------
  * Every host allocation in libferry goes through one hook.  After
  * ferry_fault_fail_after(n), the n+1-th allocation from now fails (returns

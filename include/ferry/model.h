@@ -159,6 +159,14 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 /* Waits until everything queued has run. */
 ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 
+/* Traces every task the model submits from now (ops, copies, zeroing;
+ * each timed on its stream) until ferry_model_trace_end, which waits for
+ * them and writes Chrome trace JSON to path, whole or not at all:
+ * Perfetto (ui.perfetto.dev) opens it, one track per stream, one slice
+ * per task named by its tensor, with its program, layer and bytes. */
+ferry_status ferry_model_trace_begin(ferry_model_t m) FERRY_MUST_CHECK;
+ferry_status ferry_model_trace_end(ferry_model_t m, const char *path) FERRY_MUST_CHECK;
+
 /* The model's FLOPs for one training step (forward + backward) at B x T,
  * without recomputation: the sum of its ops' FLOPs. */
 double ferry_model_step_flops(ferry_model_t m, int B, int T);

@@ -30,6 +30,9 @@ extern "C" {
 
 #define FERRY_PLAN_MAX_TENSORS 32
 #define FERRY_PLAN_MAX_BUFFERS 48
+/* A plan whose tensors add up to more (4 EiB, 2^62 bytes) is refused: no
+ * machine has it, and every total of a plan's bytes then fits 64 bits. */
+#define FERRY_PLAN_MAX_BYTES ((uint64_t)1 << 62)
 
 enum ferry_buffer_kind {
 	FERRY_BUF_ARGUMENT,
@@ -104,10 +107,19 @@ struct ferry_plan {
 
 const char *ferry_buffer_kind_name(enum ferry_buffer_kind kind);
 
+/* Where AdamW's state (fp32 master weights and both moments) lives. */
+enum ferry_optim_place {
+	FERRY_OPTIM_DEVICE, /* in device memory (the default) */
+	FERRY_OPTIM_STREAM, /* in host memory: each slice (a layer, or a chunk that size) passes
+			       through a two-slot device ring for its update, while the device
+			       keeps only the weights the kernels read */
+};
+
 /* Options for building a model's executor: the policy and the prefetch depth. */
 struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
 	int prefetch_depth;     /* 0: default (2) */
+	enum ferry_optim_place optimizer; /* --offload-optimizer */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */

@@ -13,6 +13,7 @@
 #define FERRY_PLATFORM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "ferry/ferry.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,30 @@ double ferry_cpu_sgemm_flops(int n);
 /* "AMD EPYC 7B13" or "unknown CPU"; SIMD features as a short string. */
 const char *ferry_cpu_name(void);
 const char *ferry_cpu_features(void);
+
+/* ---- memory this process may use --------------------------------------------
+ * The CPU backend's device arena is host memory: by default it takes what
+ * the machine has, unless a cgroup limit (a container, systemd's
+ * MemoryMax) or `ulimit -v` allows less, where touching more would get the
+ * run OOM-killed or its reservation refused. */
+#define FERRY_NO_LIMIT UINT64_MAX
+
+struct ferry_memory_limit {
+	uint64_t bytes;        /* the least of the three */
+	const char *bound;     /* which one: "physical memory", "the cgroup
+				  memory limit" or "ulimit -v" */
+	uint64_t physical;     /* the machine's RAM */
+	uint64_t cgroup;       /* ferry_cgroup_memory_limit(""), or FERRY_NO_LIMIT */
+	uint64_t address_space; /* RLIMIT_AS less what the process has
+				   mapped, or FERRY_NO_LIMIT */
+};
+void ferry_memory_limit(struct ferry_memory_limit *out);
+/* The memory limit of this process's cgroup, read from the files under
+ * root ("" for the system's own; tests pass a directory that holds
+ * proc/self/cgroup and sys/fs/cgroup/...): the least memory.max (cgroup
+ * v2) or memory.limit_in_bytes (v1) of its cgroup and every cgroup above
+ * it; FERRY_NO_LIMIT when none is set or none can be read. */
+uint64_t ferry_cgroup_memory_limit(const char *root);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@ enum {
 	FERRY_GIVEN_WEIGHT_DECAY = 1u << 8, /* adamw.weight_decay */
 	FERRY_GIVEN_GRAD_CLIP = 1u << 9,    /* adamw.grad_clip */
 	FERRY_GIVEN_ADAMW = 1u << 10,       /* adamw.beta1, beta2, eps */
+	FERRY_GIVEN_SHUFFLE = 1u << 11,
 };
 
 struct ferry_train_opts {
@@ -45,7 +46,11 @@ struct ferry_train_opts {
 	const char *resume;       /* resume from this checkpoint + its training
 				     state (FILE.state, DIR/ferry_state.bin) */
 	const char *data;         /* training shards (glob) */
-	const char *val_data;     /* validation shards (glob) or NULL */
+	const char *val_data;     /* validation shards (glob) or NULL; read
+				     in order from its start each time */
+	bool shuffle;             /* training batches in the shuffled order
+				     drawn from seed (ferry/data.h), else in
+				     order */
 	int B, T;
 	int steps;                /* optimizer steps to reach (total) */
 	float lr, final_lr_frac;  /* cosine decay from lr to lr * final_lr_frac */
@@ -57,7 +62,7 @@ struct ferry_train_opts {
 };
 
 /* Defaults: cpu, B 4, T 64, lr 6e-4, final 0.1, warmup 0, AdamW (0.9, 0.95,
- * 1e-8, weight decay 0.1, clip 1.0), seed 1337. */
+ * 1e-8, weight decay 0.1, clip 1.0), seed 1337, shuffled batches. */
 void ferry_train_opts_default(struct ferry_train_opts *o);
 
 struct ferry_step_metrics {
@@ -81,7 +86,11 @@ typedef struct ferry_trainer *ferry_trainer_t;
  * with it, data that differs from the saved run's is an override and is
  * read from its start.  (A version-1 state recorded only the shard count:
  * a different count is refused without FERRY_GIVEN_DATA, an override with
- * it.)  A state whose step does not fit an int is refused. */
+ * it.)  The order: the saved run's (states before version 3: in order)
+ * unless FERRY_GIVEN_SHUFFLE; another order than the saved run's is an
+ * override, read from the data's start.  The same data in the same order
+ * continues at the saved position, so a resumed run reads the batches an
+ * unbroken run would.  A state whose step does not fit an int is refused. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
 /* The plan the trainer works to. */

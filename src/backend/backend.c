@@ -116,6 +116,7 @@ void ferry_backend_close(ferry_backend_t be)
 
 const char *ferry_backend_name(ferry_backend_t be) { return be->iface->name; }
 const char *ferry_backend_description(ferry_backend_t be) { return be->description; }
+const char *ferry_backend_mem_note(ferry_backend_t be) { return be->mem_note; }
 struct ferry_backend_caps ferry_backend_caps(ferry_backend_t be) { return be->caps; }
 size_t ferry_backend_mem_capacity(ferry_backend_t be) { return be->arena.capacity; }
 size_t ferry_backend_mem_live(ferry_backend_t be) { return be->arena.live; }
@@ -230,23 +231,46 @@ ferry_status ferry_stream_wait_event(ferry_stream_t s, ferry_event_t ev)
 	return s->be->iface->stream_wait_event(s, ev);
 }
 
-ferry_status ferry_event_create(ferry_backend_t be, ferry_event_t *out)
+static ferry_status event_create(ferry_backend_t be, bool timed, ferry_event_t *out)
 {
 	struct ferry_event *ev;
 	ferry_status st;
 
 	*out = NULL;
+	if (timed && !be->iface->event_elapsed)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s backend: events cannot be timed", be->iface->name);
 	ev = ferry_calloc(1, sizeof(*ev));
 	if (!ev)
 		return ferry_error(FERRY_ERR_NOMEM, "event: out of host memory");
 	ev->be = be;
-	st = be->iface->event_create(be, ev);
+	st = timed && be->iface->event_create_timed ? be->iface->event_create_timed(be, ev)
+						    : be->iface->event_create(be, ev);
 	if (st) {
 		ferry_free(ev);
 		return st;
 	}
 	*out = ev;
 	return FERRY_OK;
+}
+
+ferry_status ferry_event_create(ferry_backend_t be, ferry_event_t *out)
+{
+	return event_create(be, false, out);
+}
+
+ferry_status ferry_event_create_timed(ferry_backend_t be, ferry_event_t *out)
+{
+	return event_create(be, true, out);
+}
+
+ferry_status ferry_event_elapsed(ferry_event_t from, ferry_event_t to, double *seconds)
+{
+	*seconds = 0;
+	if (from->be != to->be)
+		return ferry_error(FERRY_ERR_INVALID, "event_elapsed: events of two backends");
+	if (!from->be->iface->event_elapsed)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s backend: events cannot be timed", from->be->iface->name);
+	return from->be->iface->event_elapsed(from, to, seconds);
 }
 
 void ferry_event_free(ferry_event_t ev)

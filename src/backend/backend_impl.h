@@ -43,6 +43,10 @@ struct ferry_backend_iface {
 	/* optional: bytes of scratch the kernels of a call need (a pure
 	 * function of its sizes: planning calls it with no device open) */
 	size_t (*op_scratch)(const struct ferry_op_call *call);
+	/* optional: an event that can be timed (NULL: event_create's are) */
+	ferry_status (*event_create_timed)(struct ferry_backend *be, struct ferry_event *ev);
+	/* optional: seconds between two completed timed events */
+	ferry_status (*event_elapsed)(struct ferry_event *from, struct ferry_event *to, double *seconds);
 };
 
 /* Op timings, filled by backends that profile (indexed [kind][backward]). */
@@ -61,6 +65,8 @@ struct ferry_backend {
 	char description[256];
 	void *ctx;           /* the implementation's own state */
 	long host_syncs;     /* times the host waited for a stream or event */
+	char mem_note[128];  /* why the arena is smaller than the device, when
+				the backend chose so ("" otherwise) */
 };
 
 struct ferry_buffer {

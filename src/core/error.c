@@ -37,6 +37,21 @@ const char *ferry_status_name(ferry_status status)
 	return "unknown error";
 }
 
+const char *ferry_format_size(uint64_t n, char buf[FERRY_SIZE_CHARS])
+{
+	if (n < 1024)
+		snprintf(buf, FERRY_SIZE_CHARS, "%llu bytes", (unsigned long long)n);
+	else if (n < (1ull << 20))
+		snprintf(buf, FERRY_SIZE_CHARS, "%.1f KiB", n / 1024.0);
+	else if (n < (1ull << 30))
+		snprintf(buf, FERRY_SIZE_CHARS, "%.1f MiB", n / 1048576.0);
+	else if (n < (1ull << 40))
+		snprintf(buf, FERRY_SIZE_CHARS, "%.2f GiB", n / 1073741824.0);
+	else
+		snprintf(buf, FERRY_SIZE_CHARS, "%.2f TiB", n / 1099511627776.0);
+	return buf;
+}
+
 /* Fault injection: countdown of allocations until one fails; -1 = off. */
 static atomic_long fail_countdown = -1;
 

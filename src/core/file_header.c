@@ -89,6 +89,21 @@ static ferry_status check_version(const char *path,
 			   version, need);
 }
 
+const char *ferry_file_kind(unsigned mode)
+{
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	return S_ISREG(mode) ? "a regular file" : "of an unknown kind";
+}
+
 /* Opens path read-only if, and only if, it is a regular file. */
 static ferry_status open_regular(const char *path, int *out, int64_t *size)
 {
@@ -99,7 +114,8 @@ static ferry_status open_regular(const char *path, int *out, int64_t *size)
 		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
 				   strerror(errno));
 	if (!S_ISREG(sb.st_mode))
-		return ferry_error(FERRY_ERR_IO, "%s: not a regular file", path);
+		return ferry_error(FERRY_ERR_IO, "%s: not a regular file (%s)", path,
+				   ferry_file_kind(sb.st_mode));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
@@ -113,7 +129,8 @@ static ferry_status open_regular(const char *path, int *out, int64_t *size)
 	}
 	if (!S_ISREG(sb.st_mode)) {
 		close(fd);
-		return ferry_error(FERRY_ERR_IO, "%s: not a regular file", path);
+		return ferry_error(FERRY_ERR_IO, "%s: not a regular file (%s)", path,
+				   ferry_file_kind(sb.st_mode));
 	}
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {

@@ -49,6 +49,11 @@ struct ferry_file_format {
 	int n_named;
 };
 
+/* "a FIFO", "a directory", "a character device", ...: what a file that is
+ * not a regular one is, for the refusal "<path>: not a regular file (a
+ * FIFO)". */
+const char *ferry_file_kind(unsigned mode);
+
 /*
  * Opens path for reading and reads and checks its header.
  *

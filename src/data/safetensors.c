@@ -11,6 +11,7 @@
 #include "ferry/safetensors.h"
 
 #include "core/error.h"
+#include "core/file_header.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -238,16 +239,16 @@ static ferry_status open_regular(const char *path, int *fd_out,
 		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
 				   strerror(errno));
 	if (!S_ISREG(sb.st_mode))
-		return ferry_error(FERRY_ERR_IO, "%s: not a regular file",
-				   path);
+		return ferry_error(FERRY_ERR_IO, "%s: not a regular file (%s)",
+				   path, ferry_file_kind(sb.st_mode));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
 				   strerror(errno));
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		close(fd);
-		return ferry_error(FERRY_ERR_IO, "%s: not a regular file",
-				   path);
+		return ferry_error(FERRY_ERR_IO, "%s: not a regular file (%s)",
+				   path, ferry_file_kind(sb.st_mode));
 	}
 	*fd_out = fd;
 	*size = (uint64_t)sb.st_size;

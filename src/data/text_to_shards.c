@@ -14,9 +14,13 @@
  *    i > 1 and i % k == 0 (the k-th, 2k-th, ...), to train otherwise: the
  *    first document always trains;
  *  - each split is cut into shards of at most shard_tokens tokens; documents
- *    may straddle shards.  Each shard is written as "<name>.tmp" and renamed
- *    when complete; stale higher-numbered shards of an earlier run with the
- *    same prefix are removed so a glob sees only this run's output.
+ *    may straddle shards.  Each shard is written as "<name>.tmp.<pid>" and
+ *    fsynced; only when every input was read and every shard is complete
+ *    are they renamed into place, so a failure (an unreadable input, a full
+ *    disk) leaves the previous corpus of that prefix as it was, and removes
+ *    this run's temporaries.  Then stale higher-numbered shards of an
+ *    earlier run with the same prefix are removed so a glob sees only this
+ *    run's output.
  */
 #include "ferry/data.h"
 #include "core/error.h"
@@ -63,6 +67,15 @@ static ferry_status shard_name(const struct writer *w, int index,
 	return FERRY_OK;
 }
 
+/* The temporary shard `index` is written to, until the commit. */
+static ferry_status tmp_name(const struct writer *w, int index, char *out, size_t size)
+{
+	char suffix[32];
+
+	snprintf(suffix, sizeof(suffix), ".tmp.%ld", (long)getpid());
+	return shard_name(w, index, out, size, suffix);
+}
+
 static ferry_status writer_open(struct writer *w)
 {
 	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
@@ -70,7 +83,7 @@ static ferry_status writer_open(struct writer *w)
 
 	st = shard_name(w, w->index, w->path, sizeof(w->path), "");
 	if (!st)
-		st = shard_name(w, w->index, w->tmp, sizeof(w->tmp), ".tmp");
+		st = tmp_name(w, w->index, w->tmp, sizeof(w->tmp));
 	if (st)
 		return st;
 	w->f = fopen(w->tmp, "wb");
@@ -111,7 +124,8 @@ static void writer_abort(struct writer *w)
 	remove(w->tmp);
 }
 
-/* Completes the open shard: header, flush, fsync, close, rename. */
+/* Completes the open shard: header, flush, fsync, close; it stays a
+ * temporary until writer_commit. */
 static ferry_status writer_close(struct writer *w)
 {
 	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
@@ -145,12 +159,6 @@ static ferry_status writer_close(struct writer *w)
 		remove(w->tmp);
 		return st;
 	}
-	if (rename(w->tmp, w->path) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot rename to %s: %s",
-				 w->tmp, w->path, strerror(errno));
-		remove(w->tmp);
-		return st;
-	}
 	w->index++;
 	return FERRY_OK;
 fail:
@@ -177,6 +185,35 @@ static ferry_status writer_put(struct writer *w, uint16_t tok)
 	}
 	if (w->in_shard == w->shard_tokens)
 		return writer_close(w);
+	return FERRY_OK;
+}
+
+/* Removes this run's temporaries: the open shard's and the completed ones. */
+static void writer_discard(struct writer *w)
+{
+	char tmp[PATH_MAX];
+
+	writer_abort(w);
+	for (int i = 0; i < w->index; i++)
+		if (!tmp_name(w, i, tmp, sizeof(tmp)))
+			remove(tmp);
+	w->index = 0;
+}
+
+/* Renames the completed shards into place, from the first; a failure
+ * stops there (the caller discards the rest). */
+static ferry_status writer_commit(struct writer *w, int *done)
+{
+	char tmp[PATH_MAX], path[PATH_MAX];
+
+	for (*done = 0; *done < w->index; (*done)++) {
+		if (tmp_name(w, *done, tmp, sizeof(tmp)) ||
+		    shard_name(w, *done, path, sizeof(path), ""))
+			return FERRY_ERR_INVALID;
+		if (rename(tmp, path) != 0)
+			return ferry_error(FERRY_ERR_IO, "%s: cannot rename to %s: %s",
+					   tmp, path, strerror(errno));
+	}
 	return FERRY_OK;
 }
 
@@ -390,7 +427,7 @@ static ferry_status convert_files(struct builder *b, const char *const *paths,
 				  int n_paths, unsigned char *buf)
 {
 	ferry_status st;
-	int i;
+	int i, done;
 
 	for (i = 0; i < n_paths; i++) {
 		st = read_file(b, paths[i], buf);
@@ -404,6 +441,11 @@ static ferry_status convert_files(struct builder *b, const char *const *paths,
 	st = writer_close(b->train);
 	if (!st)
 		st = writer_close(b->val);
+	/* everything is written: now the previous corpus may go */
+	if (!st)
+		st = writer_commit(b->train, &done);
+	if (!st)
+		st = writer_commit(b->val, &done);
 	if (st)
 		return st;
 	remove_stale(b->train, b->train->index);
@@ -442,10 +484,10 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 		stats->val_shards = val->index;
 	}
 out:
-	if (train)
-		writer_abort(train);
-	if (val)
-		writer_abort(val);
+	if (st && train)
+		writer_discard(train);
+	if (st && val)
+		writer_discard(val);
 	ferry_free(buf);
 	ferry_free(b);
 	ferry_free(val);

@@ -255,6 +255,76 @@ static void emit_update(ferry_model_t m, struct ferry_program *p)
 	}
 }
 
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+/* Slice [off, off + n) of parameter q through ring slot `slot`: master
+ * weights and moments to the device, AdamW there next to the gradients
+ * and the compute copy, and back to the host. */
+static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int slot,
+				int layer)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const size_t bytes = n * sizeof(float), chunk = ix->opt_chunk;
+	float *ring = at(entry(m, ix->opt_ring), (size_t)slot * 3 * chunk * sizeof(float));
+	void *dev[3] = { ring, at(ring, chunk * sizeof(float)), at(ring, 2 * chunk * sizeof(float)) };
+	void *host[3] = { at(entry(m, ix->param[q]), off * sizeof(float)), at(entry(m, ix->mom[q]), off * sizeof(float)),
+			  at(entry(m, ix->var[q]), off * sizeof(float)) };
+	static const char *const part[3] = { "master", "adamw m", "adamw v" };
+	const char *name = m->tt.e[ix->param[q]].name;
+	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
+	char label[56];
+
+	ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], layer);
+	for (int i = 0; i < 3; i++) {
+		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
+		ferry_emit_copy(p, m->opt_h2d, dev[i], host[i], bytes, FERRY_COPY_H2D, layer, label);
+	}
+	ferry_emit_record(p, m->opt_h2d, m->opt_staged[slot], layer);
+	ferry_emit_wait(p, m->compute, m->opt_staged[slot], layer);
+	c.param = dev[0];
+	c.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
+	c.out[0] = dev[1];
+	c.out[1] = dev[2];
+	c.in[0] = at(entry(m, ix->grad[q]), off * sizeof(float));
+	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
+	snprintf(label, sizeof(label), "adamw %.40s", name);
+	ferry_emit_op(p, m->compute, &c, layer, label);
+	if (!p->failed)
+		p->t[p->n - 1].patch = FERRY_PATCH_ADAMW;
+	ferry_emit_record(p, m->compute, m->opt_updated[slot], layer);
+	ferry_emit_wait(p, m->opt_d2h, m->opt_updated[slot], layer);
+	for (int i = 0; i < 3; i++) {
+		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
+		ferry_emit_copy(p, m->opt_d2h, host[i], dev[i], bytes, FERRY_COPY_D2H, layer, label);
+	}
+	ferry_emit_record(p, m->opt_d2h, m->opt_free[slot], layer);
+}
+
+/* AdamW with its state on the host, slice by slice through two ring slots,
+ * so one slice's copies overlap the next one's update. */
+static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
+{
+	const size_t chunk = m->tt.ix.opt_chunk;
+	int k = 0;
+
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+			continue;
+		for (size_t off = 0; off < pi.numel; off += chunk, k++) {
+			size_t n = pi.numel - off < chunk ? pi.numel - off : chunk;
+			int layer = pi.layers && pi.layer_numel == chunk ? (int)(off / chunk) : -1;
+
+			emit_streamed_slice(m, p, q, off, n, k % 2, layer);
+		}
+	}
+}
+
 ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)
 {
 	ferry_status st = FERRY_OK;
@@ -263,7 +333,12 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
 	case FERRY_PROG_NORM: emit_norm(m, p); break;
-	case FERRY_PROG_UPDATE: emit_update(m, p); break;
+	case FERRY_PROG_UPDATE:
+		if (m->tt.ix.opt_ring >= 0)
+			emit_update_streamed(m, p);
+		else
+			emit_update(m, p);
+		break;
 	case FERRY_PROG_ZERO:
 		ferry_emit_zero(p, m->compute, grads_base(m), m->tt.n_params * sizeof(float), -1,
 				"weight gradients");

@@ -23,9 +23,16 @@ static void *entry(const struct ferry_model *m, int i)
 	return ferry_tensor_ptr(&m->tt, &m->mem, i);
 }
 
+/* A table buffer's address: device memory, or host memory (the optimizer
+ * state when it is streamed). */
 static void *buffer(const struct ferry_model *m, int b)
 {
-	return ferry_buffer_ptr(m->mem.dev[b]);
+	return m->tt.buffers[b].site == FERRY_SITE_HOST ? m->mem.host[b] : ferry_buffer_ptr(m->mem.dev[b]);
+}
+
+static bool on_host(const struct ferry_model *m, int b)
+{
+	return m->tt.buffers[b].site == FERRY_SITE_HOST;
 }
 
 const struct ferry_model_config *ferry_model_config(ferry_model_t m) { return &m->cfg; }
@@ -40,6 +47,7 @@ void ferry_model_free(ferry_model_t m)
 	for (int i = 0; i < m->n_progs; i++)
 		ferry_program_release(&m->prog[i]);
 	ferry_layer_exec_free(m->layers);
+	ferry_trace_release(&m->trace); /* its events: the streams have drained */
 	ferry_sched_resources_release(&m->res);
 	ferry_tensor_table_free(&m->mem);
 	ferry_tensor_table_release(&m->tt);
@@ -112,6 +120,26 @@ static ferry_status alloc_host(struct ferry_model *m)
 	return ferry_host_alloc(m->be, sizeof(double), (void **)&m->host_sumsq);
 }
 
+/* The streams and events of the optimizer's ring (out of memory shows as
+ * res.failed, refused when the runtime is made). */
+static void add_optimizer_streams(struct ferry_model *m)
+{
+	static const char *const what[3] = { "optimizer slice staged", "optimizer slice updated",
+					     "optimizer slot free" };
+	char name[40];
+
+	m->opt_h2d = ferry_sched_stream(&m->res, "h2d");
+	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
+	for (int slot = 0; slot < 2; slot++) {
+		int *ev[3] = { &m->opt_staged[slot], &m->opt_updated[slot], &m->opt_free[slot] };
+
+		for (int i = 0; i < 3; i++) {
+			snprintf(name, sizeof(name), "%s [%d]", what[i], slot);
+			*ev[i] = ferry_sched_event(&m->res, name);
+		}
+	}
+}
+
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, ferry_model_t *out)
 {
@@ -136,6 +164,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);
+	if (m->tt.ix.opt_ring >= 0)
+		add_optimizer_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
 	*out = m;
@@ -149,12 +179,15 @@ static ferry_status zero_state(struct ferry_model *m)
 {
 	size_t n = m->tt.n_params * sizeof(float);
 	ferry_stream_t s = m->rt.stream[m->compute];
-	ferry_status st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.mom_buffer), n);
+	const int bufs[] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer, m->tt.ix.grads_buffer };
+	ferry_status st = FERRY_OK;
 
-	if (!st)
-		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.var_buffer), n);
-	if (!st)
-		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.grads_buffer), n);
+	for (int i = 0; i < 3 && !st; i++) {
+		if (on_host(m, bufs[i]))
+			memset(buffer(m, bufs[i]), 0, n);
+		else
+			st = ferry_memset_zero_async(s, buffer(m, bufs[i]), n);
+	}
 	return st ? st : ferry_stream_synchronize(s);
 }
 
@@ -269,26 +302,77 @@ static ferry_status copy_sync(ferry_model_t m, void *dst, const void *src, size_
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
-ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
+/* Waits for every stream: host buffers that copies write are then final. */
+static ferry_status sync_all(ferry_model_t m)
 {
-	void *dev = buffer(m, m->tt.ix.params_buffer);
-	ferry_status st = ferry_memcpy_async(compute(m), dev, params, m->tt.n_params * sizeof(float),
-					     FERRY_COPY_H2D);
-	struct ferry_op_call c = { .kind = FERRY_OP_CAST };
+	ferry_status st = FERRY_OK;
 
-	if (!st && m->tt.ix.copy_buffer >= 0) { /* the copy the kernels read */
-		c.out[0] = buffer(m, m->tt.ix.copy_buffer);
-		c.in[0] = dev;
-		c.n = (long)m->tt.n_params;
-		st = ferry_stream_run_op(compute(m), &c);
+	for (int i = 0; i < m->rt.n_streams && !st; i++)
+		st = ferry_stream_synchronize(m->rt.stream[i]);
+	return st;
+}
+
+/* n bytes of table buffer b to or from host memory: a device buffer
+ * through a copy, a host one directly once the streams have drained. */
+static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
+{
+	ferry_status st;
+
+	if (!on_host(m, b))
+		return copy_sync(m, dst, buffer(m, b), n, FERRY_COPY_D2H);
+	if (!(st = sync_all(m)))
+		memcpy(dst, buffer(m, b), n);
+	return st;
+}
+
+static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t n)
+{
+	ferry_status st;
+
+	if (!on_host(m, b))
+		return copy_sync(m, buffer(m, b), src, n, FERRY_COPY_H2D);
+	if (!(st = sync_all(m)))
+		memcpy(buffer(m, b), src, n);
+	return st;
+}
+
+/* The compute copy from the master weights: a cast on the device, through
+ * the optimizer ring's first slot when the master weights are on the host. */
+static ferry_status refresh_copy(ferry_model_t m)
+{
+	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
+	const float *master = buffer(m, m->tt.ix.params_buffer);
+	char *copy = buffer(m, m->tt.ix.copy_buffer);
+	ferry_status st = FERRY_OK;
+
+	for (size_t off = 0; off < total && !st; off += chunk) {
+		struct ferry_op_call c = { .kind = FERRY_OP_CAST, .n = (long)(total - off < chunk ? total - off : chunk) };
+
+		c.out[0] = copy + off * m->asz;
+		c.in[0] = master + off;
+		if (on_host(m, m->tt.ix.params_buffer)) {
+			c.in[0] = entry(m, m->tt.ix.opt_ring);
+			st = ferry_memcpy_async(compute(m), (void *)c.in[0], master + off, (size_t)c.n * sizeof(float),
+						FERRY_COPY_H2D);
+		}
+		if (!st)
+			st = ferry_stream_run_op(compute(m), &c);
 	}
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
+{
+	ferry_status st = buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+
+	if (!st && m->tt.ix.copy_buffer >= 0) /* the copy the kernels read */
+		st = refresh_copy(m);
+	return st;
+}
+
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
-	return copy_sync(m, params, buffer(m, m->tt.ix.params_buffer), m->tt.n_params * sizeof(float),
-			 FERRY_COPY_D2H);
+	return buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
@@ -300,17 +384,17 @@ ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = copy_sync(m, buffer(m, m->tt.ix.mom_buffer), mom, n, FERRY_COPY_H2D);
+	ferry_status st = buffer_write(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : copy_sync(m, buffer(m, m->tt.ix.var_buffer), var, n, FERRY_COPY_H2D);
+	return st ? st : buffer_write(m, m->tt.ix.var_buffer, var, n);
 }
 
 ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = copy_sync(m, mom, buffer(m, m->tt.ix.mom_buffer), n, FERRY_COPY_D2H);
+	ferry_status st = buffer_read(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : copy_sync(m, var, buffer(m, m->tt.ix.var_buffer), n, FERRY_COPY_D2H);
+	return st ? st : buffer_read(m, m->tt.ix.var_buffer, var, n);
 }
 
 /* ---- steps ---------------------------------------------------------------------- */
@@ -329,7 +413,7 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 	const struct ferry_program *p;
 	ferry_status st = ferry_model_program(m, key, &p);
 
-	return st ? st : ferry_program_submit(p, &m->rt, v);
+	return st ? st : ferry_program_submit_traced(p, &m->rt, v, &m->trace);
 }
 
 /* Checks the batch, stages it for upload and submits the forward. */
@@ -521,5 +605,30 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 
 ferry_status ferry_model_sync(ferry_model_t m)
 {
-	return ferry_stream_synchronize(compute(m));
+	return sync_all(m);
+}
+
+ferry_status ferry_model_trace_begin(ferry_model_t m)
+{
+	if (!m->be)
+		return ferry_error(FERRY_ERR_INVALID, "trace: the model has no backend");
+	return ferry_trace_begin(&m->trace, m->be, compute(m));
+}
+
+ferry_status ferry_model_trace_end(ferry_model_t m, const char *path)
+{
+	char about[400];
+	ferry_status st = FERRY_OK;
+
+	if (!m->trace.on)
+		return ferry_error(FERRY_ERR_INVALID, "trace: ferry_model_trace_begin was not called");
+	for (int i = 0; i < m->rt.n_streams && !st; i++)
+		st = ferry_stream_synchronize(m->rt.stream[i]);
+	if (st) {
+		m->trace.on = false;
+		return st;
+	}
+	snprintf(about, sizeof(about), "ferry: %s %d layers, %d channels, batch %d x %d on %s", m->cfg.arch,
+		 m->cfg.layers, m->cfg.channels, m->cur_B, m->cur_T, ferry_backend_description(m->be));
+	return ferry_trace_write(&m->trace, &m->res, about, path);
 }

@@ -8,6 +8,7 @@
 #include "ferry/model.h"
 #include "offload/engine.h"
 #include "plan/schedule.h"
+#include "plan/trace.h"
 #include "plan/tensor_table.h"
 
 /* What a program does, for a batch of B x T. */
@@ -52,6 +53,11 @@ struct ferry_model {
 	int32_t *host_tokens, *host_targets; /* [B*T] staging the batch uploads read */
 	float *host_losses;           /* [B*T] */
 	double *host_sumsq;
+	struct ferry_sched_trace trace; /* on between trace_begin and trace_end */
+	/* optimizer streaming (tt.ix.opt_ring >= 0): its streams, and per ring
+	 * slot the events "staged", "updated", "free again" */
+	int opt_h2d, opt_d2h;
+	int opt_staged[2], opt_updated[2], opt_free[2];
 };
 
 /* Builds the model's tensor table, and with a backend allocates it and

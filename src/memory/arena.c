@@ -35,12 +35,13 @@ void ferry_arena_release(struct ferry_arena *a)
 
 ferry_status ferry_arena_alloc(struct ferry_arena *a, size_t size, size_t *offset)
 {
+	char sz[4][FERRY_SIZE_CHARS];
 	size_t need;
 
 	if (size > a->capacity) /* also keeps the rounding below from wrapping */
-		return ferry_error(FERRY_ERR_DEVICE_MEM,
-				   "device arena full: asked for %zu bytes, the arena has %zu", size,
-				   a->capacity);
+		return ferry_error(FERRY_ERR_DEVICE_MEM, "device arena full: asked for %s (%zu bytes), the arena "
+				   "has %s", ferry_format_size(size, sz[0]), size,
+				   ferry_format_size(a->capacity, sz[1]));
 	need = round_up(size ? size : 1, a->alignment);
 
 	for (int i = 0; i < a->n_free; i++) {
@@ -61,9 +62,9 @@ ferry_status ferry_arena_alloc(struct ferry_arena *a, size_t size, size_t *offse
 		return FERRY_OK;
 	}
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
-			   "device arena full: asked for %zu bytes with %zu of %zu live "
-			   "(largest free block %zu)",
-			   need, a->live, a->capacity, ferry_arena_largest_free(a));
+			   "device arena full: asked for %s (%zu bytes) with %s of %s live (largest free block %s)",
+			   ferry_format_size(need, sz[0]), need, ferry_format_size(a->live, sz[1]),
+			   ferry_format_size(a->capacity, sz[2]), ferry_format_size(ferry_arena_largest_free(a), sz[3]));
 }
 
 ferry_status ferry_arena_free(struct ferry_arena *a, size_t offset, size_t size)

@@ -61,7 +61,8 @@ static ferry_status check(const struct ferry_tutorial_config *cfg)
 	if (cfg->layers < 1 || cfg->rows < 1 || cfg->channels < 1 || cfg->layers > 4096 ||
 	    cfg->rows > (1 << 20) || cfg->channels > (1 << 16))
 		return ferry_error(FERRY_ERR_INVALID, "tutorial network: layers %d, rows %d, channels %d "
-				   "must be positive", cfg->layers, cfg->rows, cfg->channels);
+				   "must be positive and at most 4096, %d and %d", cfg->layers, cfg->rows,
+				   cfg->channels, 1 << 20, 1 << 16);
 	return FERRY_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
 #include "plan/schedule.h"
+#include "plan/trace.h"
 #include "backend/run_op.h"
 #include "core/error.h"
 
@@ -205,6 +206,12 @@ static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sch
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
 				  const struct ferry_step_values *v)
 {
+	return ferry_program_submit_traced(p, rt, v, NULL);
+}
+
+ferry_status ferry_program_submit_traced(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
+					 const struct ferry_step_values *v, struct ferry_sched_trace *tr)
+{
 	ferry_status st = FERRY_OK;
 
 	if (p->failed)
@@ -213,6 +220,8 @@ ferry_status ferry_program_submit(const struct ferry_program *p, const struct fe
 		const struct ferry_task *t = &p->t[i];
 		ferry_stream_t s = rt->stream[t->stream];
 
+		if ((st = ferry_trace_task(tr, p, t, s, false)))
+			break;
 		switch (t->kind) {
 		case FERRY_TASK_OP: st = submit_op(t, rt, v); break;
 		case FERRY_TASK_COPY: st = ferry_memcpy_async(s, t->dst, t->src, t->bytes, t->copy_kind); break;
@@ -221,6 +230,8 @@ ferry_status ferry_program_submit(const struct ferry_program *p, const struct fe
 		case FERRY_TASK_WAIT: st = ferry_stream_wait_event(s, rt->event[t->event]); break;
 		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
 		}
+		if (!st)
+			st = ferry_trace_task(tr, p, t, s, true);
 	}
 	return st;
 }

@@ -117,6 +117,12 @@ struct ferry_step_values {
  * device).  values may be NULL when p has no patched task. */
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
 				  const struct ferry_step_values *values) FERRY_MUST_CHECK;
+/* The same, adding each task to the trace tr when it is on (plan/trace.h;
+ * NULL: none). */
+struct ferry_sched_trace;
+ferry_status ferry_program_submit_traced(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
+					 const struct ferry_step_values *values, struct ferry_sched_trace *tr)
+	FERRY_MUST_CHECK;
 
 /* ---- reading ------------------------------------------------------------------- */
 

@@ -76,10 +76,10 @@ static int add_single(struct ferry_tensor_table *tt, const char *name, enum ferr
 
 /* One buffer with an entry per present parameter, at its array offset. */
 static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
-			   enum ferry_buffer_kind mem, enum ferry_tensor_kind kind, enum ferry_dtype dtype,
-			   int *index)
+			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
+			   enum ferry_dtype dtype, int *index)
 {
-	int buf = add_buffer(tt, buf_name, FERRY_SITE_DEVICE, mem, kind);
+	int buf = add_buffer(tt, buf_name, site, mem, kind);
 	char name[64];
 
 	for (int p = 0; p < tt->md->n_params; p++) {
@@ -92,11 +92,69 @@ static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, 
 			continue;
 		snprintf(name, sizeof(name), "%s%s", prefix, pi.name);
 		index[p] = add_entry(tt, buf, name, kind, -1, dtype, pi.numel * ferry_dtype_size(dtype),
-				     FERRY_PLACE_DEVICE);
+				     site == FERRY_SITE_HOST ? FERRY_PLACE_OFFLOAD : FERRY_PLACE_DEVICE);
 		if (index[p] < 0)
 			return index[p];
 	}
 	return buf;
+}
+
+/* Floats per optimizer slice: a layer's slice of the largest stacked
+ * parameter (the whole largest parameter when none is stacked); larger
+ * unstacked parameters go in several slices. */
+static size_t optimizer_chunk(const struct ferry_tensor_table *tt)
+{
+	size_t layer = 0, whole = 1;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present)
+			continue;
+		if (pi.layers && pi.layer_numel > layer)
+			layer = pi.layer_numel;
+		if (pi.numel > whole)
+			whole = pi.numel;
+	}
+	return layer ? layer : whole;
+}
+
+/* Parameters, gradients, AdamW moments, the compute copy and, when the
+ * optimizer state is streamed, its device ring: master weights and
+ * moments then live on the host, and the kernels read a device copy (in
+ * the activation type, fp32 included).  Returns < 0 on failure. */
+static int add_params(struct ferry_tensor_table *tt, bool stream)
+{
+	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
+	int r;
+
+	tt->ix.copy_buffer = tt->ix.opt_ring = -1;
+	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
+		tt->ix.copy[p] = -1;
+	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
+						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
+	if (r >= 0)
+		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad);
+	if (r >= 0)
+		r = tt->ix.mom_buffer = add_param_group(tt, stream ? "host: adamw m" : "adamw m", "adamw m:", opt,
+							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom);
+	if (r >= 0)
+		r = tt->ix.var_buffer = add_param_group(tt, stream ? "host: adamw v" : "adamw v", "adamw v:", opt,
+							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var);
+	/* derived from the parameters, kept across steps */
+	if (r >= 0 && (tt->act_dtype != FERRY_F32 || stream))
+		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_SITE_DEVICE,
+							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+							 tt->ix.copy);
+	if (r >= 0 && stream) {
+		/* two slots, each a slice of master weights, m and v */
+		tt->ix.opt_chunk = optimizer_chunk(tt);
+		r = tt->ix.opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+						 FERRY_TK_OPT_STATE, FERRY_F32, 2 * 3 * tt->ix.opt_chunk * sizeof(float),
+						 FERRY_PLACE_DEVICE);
+	}
+	return r;
 }
 
 static bool is_stat(const struct ferry_layer_decl *d, int t)
@@ -250,6 +308,23 @@ static ferry_status check_batch(const struct ferry_model_config *cfg, int B, int
 	return FERRY_OK;
 }
 
+/* The sum of every entry's bytes, device and host, within
+ * FERRY_PLAN_MAX_BYTES: then no buffer's or plan's total wraps. */
+static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int T)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < tt->n; i++)
+		if (__builtin_add_overflow(total, (uint64_t)tt->e[i].bytes, &total) ||
+		    total > FERRY_PLAN_MAX_BYTES)
+			return ferry_error(FERRY_ERR_INVALID,
+					   "%s, %d layers of %d channels, batch %d x %d: its tensors add up to more than "
+					   "4 EiB (2^62 bytes), more than any machine has: use fewer layers, a smaller "
+					   "batch or shorter sequences", tt->cfg.arch, tt->cfg.layers, tt->cfg.channels,
+					   B, T);
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -272,24 +347,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, opts, &tt->sp)))
 		return st;
 
-	r = tt->ix.params_buffer = add_param_group(tt, "params", "", FERRY_BUF_DONATED, FERRY_TK_WEIGHT,
-						   FERRY_F32, tt->ix.param);
-	if (r >= 0)
-		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_BUF_TEMP, FERRY_TK_GRAD,
-							  FERRY_F32, tt->ix.grad);
-	if (r >= 0)
-		r = tt->ix.mom_buffer = add_param_group(tt, "adamw m", "adamw m:", FERRY_BUF_DONATED,
-							FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom);
-	if (r >= 0)
-		r = tt->ix.var_buffer = add_param_group(tt, "adamw v", "adamw v:", FERRY_BUF_DONATED,
-							FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var);
-	tt->ix.copy_buffer = -1;
-	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
-		tt->ix.copy[p] = -1;
-	/* derived from the parameters, kept across steps */
-	if (r >= 0 && tt->act_dtype != FERRY_F32)
-		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_BUF_TEMP,
-							 FERRY_TK_WEIGHT_COPY, tt->act_dtype, tt->ix.copy);
+	r = add_params(tt, opts && opts->optimizer == FERRY_OPTIM_STREAM);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
 	if (r >= 0)
@@ -310,7 +368,9 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return ferry_error(FERRY_ERR_INVALID, "%s: more than %d buffers in the tensor table",
 				   cfg.arch, FERRY_TABLE_MAX_BUFFERS);
 	}
-	return FERRY_OK;
+	if ((st = check_total(tt, B, T)))
+		ferry_tensor_table_release(tt);
+	return st;
 }
 
 void ferry_tensor_table_release(struct ferry_tensor_table *tt)

@@ -64,6 +64,8 @@ struct ferry_table_index {
 	int grad_norm;
 	int workspace;                          /* kernel scratch; -1: none needed */
 	int params_buffer, grads_buffer, mom_buffer, var_buffer, copy_buffer;
+	int opt_ring;                           /* optimizer streaming: the device ring, -1: none */
+	size_t opt_chunk;                       /* floats per slice of a ring slot's array */
 };
 
 struct ferry_tensor_table {

@@ -48,7 +48,7 @@ static const struct ferry_file_format model_format = {
 	.n_named = sizeof(model_named) / sizeof(model_named[0]),
 };
 
-static const int32_t state_versions[] = { 1, FERRY_STATE_VERSION };
+static const int32_t state_versions[] = { 1, 2, FERRY_STATE_VERSION };
 static const struct ferry_file_format state_format = {
 	.kind = "ferry training state",
 	.header = "training state",
@@ -584,6 +584,8 @@ static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_
 	putf(hdr, 30, st->adamw.beta1);
 	putf(hdr, 31, st->adamw.beta2);
 	putf(hdr, 32, st->adamw.eps);
+	hdr[36] = st->shuffle ? 1 : 0;
+	put64(hdr, 38, st->data_epoch);
 }
 
 /* Checks the arguments and lays out the file: header (with its checksum),
@@ -600,11 +602,12 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 		return ferry_error(FERRY_ERR_INVALID, "state write: NULL path, state or moments");
 	if (n == 0 || !state_bytes_ok(n))
 		return ferry_error(FERRY_ERR_INVALID, "%s: bad parameter count %zu", name, n);
-	if (st->step < 0 || st->data_shard < 0 || st->data_offset < 0 || st->B < 0 || st->T < 0)
+	if (st->step < 0 || st->data_shard < 0 || st->data_offset < 0 || st->data_epoch < 0 || st->B < 0 ||
+	    st->T < 0)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: negative step (%lld), data position (%lld, %lld) or batch (%d x %d)",
+				   "%s: negative step (%lld), data position (%lld, %lld, epoch %lld) or batch (%d x %d)",
 				   name, (long long)st->step, (long long)st->data_shard,
-				   (long long)st->data_offset, st->B, st->T);
+				   (long long)st->data_offset, (long long)st->data_epoch, st->B, st->T);
 	glen = strnlen(st->data, sizeof(st->data));
 	if (glen > FERRY_STATE_GLOB_MAX)
 		return ferry_error(FERRY_ERR_INVALID, "%s: the training glob is longer than %d bytes", name,
@@ -678,16 +681,24 @@ static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t si
 						 .beta1 = getf(hdr, 30), .beta2 = getf(hdr, 31),
 						 .eps = getf(hdr, 32) };
 	}
+	if (s->version >= 3) {
+		s->shuffle = hdr[36];
+		s->data_epoch = get64(hdr, 38);
+	}
 	if (*n <= 0 || !state_bytes_ok((size_t)*n))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: bad parameter count %lld in header", path,
 				   (long long)*n);
 	if (s->step < 0 || s->data_shard < 0 || s->data_offset < 0 || s->data_shards < 0 ||
-	    s->total_steps < 0 || s->warmup < 0 || s->B < 0 || s->T < 0)
+	    s->data_epoch < 0 || s->total_steps < 0 || s->warmup < 0 || s->B < 0 || s->T < 0)
 		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: negative step (%lld), data position (%lld, %lld of %lld shards), "
+				   "%s: negative step (%lld), data position (%lld, %lld of %lld shards, epoch %lld), "
 				   "schedule (%lld, warmup %d) or batch (%d x %d)",
 				   path, (long long)s->step, (long long)s->data_shard, (long long)s->data_offset,
-				   (long long)s->data_shards, (long long)s->total_steps, s->warmup, s->B, s->T);
+				   (long long)s->data_shards, (long long)s->data_epoch, (long long)s->total_steps,
+				   s->warmup, s->B, s->T);
+	if (s->shuffle != 0 && s->shuffle != 1)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: data order %d in header (0 in order, 1 shuffled)", path,
+				   s->shuffle);
 	if (*glen > FERRY_STATE_GLOB_MAX)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: bad training glob length %d in header", path, hdr[27]);
 	return check_length(path, size, HEADER_BYTES + (int64_t)glob_padded(*glen) + *n * 8,

@@ -26,13 +26,14 @@ struct ferry_trainer {
 	int32_t *inputs, *targets;     /* host [2][B*T]: this step's batch, then ... */
 	int32_t *next_inputs, *next_targets; /* ... and the next, read while the device works */
 	bool have_next;
-	int64_t pos_shard, pos_offset; /* the loader's position after this step's batch */
+	int64_t pos_shard, pos_offset, pos_epoch; /* the loader's position after this step's batch */
 	int step;                      /* optimizer steps taken */
 	int diverged_at;               /* the step whose loss was not finite (0: none) */
 	uint64_t rng;
 	uint64_t data_hash;            /* the training shards' paths and sizes */
 	bool resumed;
 	bool data_override;            /* resumed on other data than the saved run's */
+	bool order_override;           /* ... or in another order */
 	struct ferry_train_state saved; /* what the resumed state recorded */
 	char state_path[4096];
 };
@@ -49,6 +50,7 @@ void ferry_train_opts_default(struct ferry_train_opts *o)
 	o->adamw = (struct ferry_adamw){ .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 					 .weight_decay = 0.1f, .grad_clip = 1.0f };
 	o->seed = 1337;
+	o->shuffle = true;
 }
 
 static double now_ms(void)
@@ -136,6 +138,8 @@ static void take_saved(struct ferry_train_opts *o, const struct ferry_train_stat
 		o->warmup = s->warmup;
 	if (!(g & FERRY_GIVEN_LR) && s->lr > 0 && isfinite(s->lr))
 		o->lr = s->lr;
+	if (!(g & FERRY_GIVEN_SHUFFLE))
+		o->shuffle = s->shuffle; /* before version 3: in order */
 	if (!(g & FERRY_GIVEN_FINAL_LR) && sched)
 		o->final_lr_frac = s->final_lr_frac;
 	if (s->version < 2)
@@ -200,23 +204,29 @@ static ferry_status check_opts(const struct ferry_train_opts *o)
 	return FERRY_OK;
 }
 
-/* Where a resumed run reads on: the saved position in the same data; the
- * start of other data given explicitly; other data not given is refused. */
-static ferry_status resume_position(ferry_trainer_t tr, const struct ferry_train_state *s, int64_t *shard,
-				    int64_t *offset)
+/* Where a resumed run reads on: the saved position in the same data and
+ * order; the start of other data given explicitly, or of the same data in
+ * another order; other data not given is refused.  pos: shard, offset,
+ * epoch. */
+static ferry_status resume_position(ferry_trainer_t tr, const struct ferry_train_state *s, int64_t pos[3])
 {
 	bool given = tr->opts.given & FERRY_GIVEN_DATA, hashed = s->version >= 2 && s->data[0];
 	int now = ferry_loader_num_shards(tr->train);
 	char sb[FERRY_CKPT_SHORT];
 
+	pos[0] = pos[1] = pos[2] = 0;
 	if (hashed ? s->data_hash == tr->data_hash : s->data_shards == now) {
-		*shard = s->data_shard;
-		*offset = s->data_offset;
+		if ((s->shuffle != 0) != tr->opts.shuffle) {
+			tr->order_override = true;
+			return FERRY_OK;
+		}
+		pos[0] = s->data_shard;
+		pos[1] = s->data_offset;
+		pos[2] = s->data_epoch;
 		return FERRY_OK;
 	}
 	if (given) {
 		tr->data_override = true;
-		*shard = *offset = 0;
 		return FERRY_OK;
 	}
 	if (hashed)
@@ -235,7 +245,7 @@ static ferry_status load_state(ferry_trainer_t tr, const char *path, const float
 {
 	struct ferry_train_state s;
 	float *mom = NULL, *var = NULL;
-	int64_t shard = 0, offset = 0;
+	int64_t pos[3];
 	char sb[2][FERRY_CKPT_SHORT];
 	ferry_status st;
 
@@ -249,11 +259,12 @@ static ferry_status load_state(ferry_trainer_t tr, const char *path, const float
 				 "interrupted?): refusing to resume from the mix", short_path(path, sb[0]),
 				 short_path(tr->state_path, sb[1]));
 	if (!st)
-		st = resume_position(tr, &s, &shard, &offset);
+		st = resume_position(tr, &s, pos);
 	if (!st)
 		st = ferry_model_set_opt_state(tr->model, mom, var);
-	if (!st)
-		st = ferry_loader_seek(tr->train, shard, offset);
+	/* (other data or order: the loader is at its start) */
+	if (!st && !tr->data_override && !tr->order_override)
+		st = ferry_loader_seek_epoch(tr->train, pos[2], pos[0], pos[1]);
 	if (!st) {
 		tr->step = (int)s.step;
 		tr->rng = s.rng;
@@ -307,6 +318,7 @@ static ferry_status start_config(const struct ferry_train_opts *opts, const char
 int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
 {
+	char size[FERRY_SIZE_CHARS];
 	size_t used = 0;
 	int count = 0;
 
@@ -321,8 +333,8 @@ int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int
 			continue;
 		count++;
 		if (used + 80 < n)
-			used += (size_t)snprintf(buf + used, n - used, "%s%s (%zu bytes)", used ? ", " : "",
-						 o.policy, p.mem.peak_bytes);
+			used += (size_t)snprintf(buf + used, n - used, "%s%s (%s)", used ? ", " : "", o.policy,
+						 ferry_format_size(p.mem.peak_bytes, size));
 	}
 	return count;
 }
@@ -331,15 +343,18 @@ int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int
 static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_model_config *cfg)
 {
 	size_t cap = ferry_backend_mem_capacity(tr->be), need = tr->plan.mem.peak_bytes;
-	char fits[1024];
+	const char *note = ferry_backend_mem_note(tr->be);
+	char fits[1024], sizes[2][FERRY_SIZE_CHARS];
 
 	if (need <= cap)
 		return FERRY_OK;
 	if (!ferry_model_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
 		snprintf(fits, sizeof(fits), "none: use a smaller batch or model");
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
-			   "policy %s needs %zu bytes of device memory, the device has %zu; presets that fit: %s",
-			   tr->plan.policy, need, cap, fits);
+			   "policy %s needs %s of device memory (%zu bytes), the device has %s%s%s%s; presets that "
+			   "fit: %s", tr->plan.policy, ferry_format_size(need, sizes[0]), need,
+			   ferry_format_size(cap, sizes[1]), note[0] ? " (" : "", note,
+			   note[0] ? "; --device-mem sets it)" : "", fits);
 }
 
 /* On a resume: recovers the checkpoint and takes the options not given
@@ -385,6 +400,8 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 		st = check_fits(tr, cfg);
 	if (!st)
 		st = ferry_loader_open(o->data, o->B, o->T, cfg->vocab, &tr->train);
+	if (!st && o->shuffle)
+		st = ferry_loader_shuffle(tr->train, o->seed);
 	if (!st && o->val_data)
 		st = ferry_loader_open(o->val_data, o->B, o->T, cfg->vocab, &tr->val);
 	if (!st)
@@ -484,6 +501,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	if ((st = next_batch(tr)))
 		return st;
 	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
+	tr->pos_epoch = ferry_loader_epoch(tr->train);
 	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
 		return st;
 	/* the host reads the next batch while the device runs this one */
@@ -623,6 +641,9 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 		    (double)s->adamw.eps);
 	if ((g & FERRY_GIVEN_SEED) && v2 && o->seed != s->seed)
 		say(&w, "seed %llu (saved %llu)", (unsigned long long)o->seed, (unsigned long long)s->seed);
+	if (tr->order_override)
+		say(&w, "%s batches (saved %s; read from the data's start)", o->shuffle ? "shuffled" : "in-order",
+		    s->shuffle ? "shuffled" : "in order");
 	say_data(&w, tr);
 	return w.count;
 }
@@ -681,10 +702,14 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
 		snprintf(s->data, sizeof(s->data), "%s", o->data);
 	/* where the saved run's next batch starts, not the one read ahead */
+	s->shuffle = ferry_loader_shuffled(tr->train);
 	s->data_shard = tr->pos_shard;
 	s->data_offset = tr->pos_offset;
-	if (!tr->have_next)
+	s->data_epoch = tr->pos_epoch;
+	if (!tr->have_next) {
 		ferry_loader_position(tr->train, &s->data_shard, &s->data_offset);
+		s->data_epoch = ferry_loader_epoch(tr->train);
+	}
 }
 
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)

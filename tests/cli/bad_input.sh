@@ -35,6 +35,67 @@ expect_error "unknown command" "unknown command 'fly'" sh -c "'$FERRY' fly 2>&1 
 expect_error "device memory no model fits in" "--device-mem 64K: at least 1M" "$FERRY" train "${TINY[@]}" --device-mem 64K --data 'corpus_train_*.bin'
 expect_error "device memory without a unit" "--device-mem 80: a size needs a unit" "$FERRY" train "${TINY[@]}" --device-mem 80 --data 'corpus_train_*.bin'
 
+# A FIFO or a device as an input (checkpoint, its state, a Hugging Face
+# directory's files, shards, tokenizer) is refused at once, saying what it
+# is; none is opened for reading (a FIFO would block until a writer came).
+# A --tokenizer is checked before training, not at the sample.
+if command -v mkfifo >/dev/null; then
+	mkfifo in.fifo
+	T20=(timeout 20 "$FERRY")
+	expect_error "a FIFO checkpoint" "in.fifo: not a regular file (a FIFO)" "${T20[@]}" train --checkpoint in.fifo \
+		--data 'corpus_train_*.bin'
+	expect_error "a FIFO shard" "in.fifo: not a regular file (a FIFO)" "${T20[@]}" train "${TINY[@]}" --data in.fifo
+	expect_error "eval of a FIFO shard" "in.fifo: not a regular file (a FIFO)" "${T20[@]}" eval --checkpoint good.bin \
+		--data in.fifo --batch 2 --seq 16
+	expect_error "a FIFO tokenizer" "in.fifo: not a regular file (a FIFO)" "${T20[@]}" train "${TINY[@]}" \
+		--data 'corpus_train_*.bin' --steps 1 --tokenizer in.fifo
+	grep -q "^step" out.txt && fail "trained before refusing the tokenizer"
+	expect_error "sample with a FIFO tokenizer" "in.fifo: not a regular file (a FIFO)" "${T20[@]}" sample \
+		--checkpoint good.bin --tokenizer in.fifo --tokens 3
+	cp good.bin fifo_state.bin && mkfifo fifo_state.bin.state
+	expect_error "a FIFO state" "fifo_state.bin.state: not a regular file (a FIFO)" "${T20[@]}" train \
+		--resume fifo_state.bin --steps 3
+	expect_ok "a Llama checkpoint" "$FERRY" train --model llama --layers 1 --channels 16 --heads 2 --kv-heads 1 \
+		--max-seq 32 --batch 2 --seq 16 --sample 0 --steps 1 --data 'corpus_train_*.bin' --save hf
+	for f in config.json model.safetensors ferry_state.bin; do
+		rm -rf hf_fifo && cp -r hf hf_fifo && rm hf_fifo/$f && mkfifo hf_fifo/$f
+		expect_error "a FIFO $f" "hf_fifo/$f: not a regular file (a FIFO)" "${T20[@]}" train --resume hf_fifo --steps 2
+	done
+fi
+expect_error "a device as checkpoint" "/dev/zero: not a regular file (a character device)" \
+	timeout 20 "$FERRY" eval --checkpoint /dev/zero --data 'corpus_val_*.bin'
+expect_error "a device as shards" "/dev/zero: not a regular file (a character device)" \
+	timeout 20 "$FERRY" train "${TINY[@]}" --data /dev/zero
+
+# ferry data that cannot finish (an input missing after others were read and
+# whole shards written) leaves the previous corpus as it was, and no
+# temporaries.
+cp corpus_train_000000.bin train_before.bin && cp corpus_val_000000.bin val_before.bin
+expect_error "ferry data with a missing input" "missing.txt: cannot open: No such file or directory" \
+	"$FERRY" data --out corpus --shard-tokens 1000 text9.txt missing.txt
+cmp -s corpus_train_000000.bin train_before.bin && cmp -s corpus_val_000000.bin val_before.bin ||
+	fail "ferry data replaced the corpus before it failed"
+[ ! -e corpus_train_000001.bin ] || fail "a shard of the failed run was left"
+ls ./*.tmp* 2>/dev/null && fail "ferry data left temporaries"
+
+# Under `ulimit -v` the CPU backend's default arena is 3/4 of the address
+# space the limit leaves (it used to reserve all of RAM, and fail); a plan
+# over it is refused naming --device-mem, and so is a --device-mem the limit
+# cannot reserve.  (Not under the sanitizers: their shadow memory needs more
+# address space than such a limit allows.)
+if grep -q "__asan_init\|__tsan_init" "$FERRY"; then
+	echo "skipped: ulimit -v (sanitizer build)"
+else
+	LIMIT=(env OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 MALLOC_ARENA_MAX=2 bash -c 'ulimit -v 3000000 && exec "$@"' limit)
+	expect_ok "a run under ulimit -v" "${LIMIT[@]}" "$FERRY" train "${TINY[@]}" --threads 2 --data 'corpus_train_*.bin' --steps 1
+	grep -q "device arena .* (3/4 of the .* GiB that ulimit -v leaves)" out.txt || fail "the arena fits the limit: $(grep arena out.txt)"
+	expect_error "a plan over ulimit -v" "(3/4 of the" "${LIMIT[@]}" "$FERRY" train --layers 12 --channels 768 --heads 12 \
+		--max-seq 1024 --batch 16 --seq 1024 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 1
+	grep -q "GiB that ulimit -v leaves; --device-mem sets it); presets that fit" err.txt || fail "names --device-mem: $(cat err.txt)"
+	expect_error "a --device-mem over ulimit -v" "cannot reserve a 4.00 GiB device arena: Cannot allocate memory; give a smaller --device-mem" \
+		"${LIMIT[@]}" "$FERRY" train "${TINY[@]}" --threads 2 --data 'corpus_train_*.bin' --steps 1 --device-mem 4G
+fi
+
 # A save that cannot complete leaves the previous checkpoint intact.
 cp good.bin keep.bin
 mkdir -p ro && cp good.bin ro/keep.bin && chmod 500 ro

@@ -47,6 +47,30 @@ grep -q "note: the saved run followed a schedule of 6 steps" err.txt || fail "sa
 cmp -s run_6.bin resumed.bin || fail "resumed checkpoint differs from the unbroken run's"
 cmp -s run_6.bin.state resumed.bin.state || fail "resumed optimizer state differs"
 
+# Shuffled batches (the default), llm.c's way: resumed in epoch 1 == the
+# unbroken run, bit for bit; in order (--shuffle off) is another run, and
+# resumes exactly too; a resume in another order says so.
+B16=(--layers 2 --channels 16 --heads 2 --max-seq 32 --batch 16 --seq 32 --sample 0 --threads 2 --data 'corpus_train_*.bin')
+expect_ok "shuffled, straight" "$FERRY" train "${B16[@]}" --steps 24 --save shuf.bin
+grep -q "batch 16 x 32 tokens shuffled" out.txt || fail "the banner says shuffled: $(grep ^batch out.txt)"
+expect_ok "shuffled, saved at 10 and 20" "$FERRY" train "${B16[@]}" --steps 24 --save-every 10 --save 'shuf_{step}.bin'
+# state header [36] shuffled, [38..39] the position's epoch
+[ "$(od -An -td4 -j $((36 * 4)) -N4 shuf_20.bin.state | tr -d ' ')" = 1 ] || fail "the state records shuffling"
+[ "$(od -An -td8 -j $((38 * 4)) -N8 shuf_20.bin.state | tr -d ' ')" = 1 ] || fail "step 20 is in epoch 1"
+expect_ok "shuffled, resumed in epoch 1" "$FERRY" train --resume shuf_20.bin --sample 0 --threads 2 --save shuf_r.bin
+grep -q "resumed at step 20$" out.txt || fail "resumed without overrides: $(grep resumed out.txt)"
+cmp -s shuf.bin shuf_r.bin || fail "the resumed shuffled run differs from the unbroken one"
+cmp -s shuf.bin.state shuf_r.bin.state || fail "the resumed shuffled state differs"
+expect_ok "in order, saved at 20" "$FERRY" train "${B16[@]}" --steps 24 --shuffle off --save-every 20 --save 'seq_{step}.bin'
+grep -q "batch 16 x 32 tokens in order" out.txt || fail "the banner says in order: $(grep ^batch out.txt)"
+cmp -s seq_24.bin shuf.bin && fail "in order and shuffled trained the same"
+expect_ok "in order, resumed" "$FERRY" train --resume seq_20.bin --sample 0 --threads 2 --save seq_r.bin
+cmp -s seq_24.bin seq_r.bin || fail "the resumed in-order run differs from the unbroken one"
+expect_ok "resumed in another order" "$FERRY" train --resume shuf_10.bin --shuffle off --steps 11 --sample 0 --threads 2
+grep -q "in-order batches (saved shuffled; read from the data's start)" out.txt ||
+	fail "the banner names the order override: $(grep resumed out.txt)"
+expect_error "--shuffle takes on or off" "--shuffle expects on or off, got 'yes'" "$FERRY" train "${B16[@]}" --shuffle yes
+
 # Starting from an llm.c checkpoint keeps its shape.
 expect_ok "from a checkpoint" "$FERRY" train --checkpoint straight.bin --data 'corpus_train_*.bin' --batch 2 --seq 16 --steps 1 --sample 20
 grep -q "2 layers, 16 channels" out.txt || fail "shape from the checkpoint"

@@ -77,6 +77,25 @@ expect_error "over the device, in MiB" \
 grep -Eq '[0-9]{5}' err.txt && fail "a raw byte count in: $(cat err.txt)"
 expect_error "nothing fits" "--device-mem gives 1.0 MiB; presets that fit: none: use a smaller batch or model" \
 	"$FERRY" train "${BIG[@]}" "${DATA[@]}" --device-mem 1M
+PLAN_BIG=("${BIG[@]:0:10}")
+"$FERRY" plan "${PLAN_BIG[@]}" --device-mem 8M >out.txt
+grep -q "^does not fit: needs 9.6 MiB of device memory, the device has 8.0 MiB (" out.txt ||
+	fail "plan's refusal in MiB: $(grep 'fit' out.txt)"
+grep -q "^fits: needs 9.6 MiB of the 2.00 GiB of device memory (" <("$FERRY" plan "${PLAN_BIG[@]}" --device-mem 2G) ||
+	fail "plan's fit in MiB"
+
+# Sizes that overflow 32 or 64 bits are refused, or sized right: a sequence
+# of 2^28 (a layer input of 2^28 x 128 fp32 is 2^37 bytes) does not fit
+# 80G; tensors adding up past 2^62 bytes are refused, not wrapped round
+expect_error "2^31 layers" "layers (2147483647) must be at most 1048576" "$FERRY" plan --layers 2147483647
+expect_error "a huge batch" "batch 2147483647 x 64 is too large" "$FERRY" plan --batch 2147483647
+expect_error "huge channels" "channels (2147483647) is too large" "$FERRY" plan --channels 2147483647 --heads 1
+expect_error "a vocabulary of 2^31" "vocab (2147483647) is too large" "$FERRY" plan --vocab 2147483647
+"$FERRY" plan --batch 1 --seq 268435456 --max-seq 268435456 --device-mem 80G --json >seq28.json; rc=$?
+[ $rc -eq 1 ] && grep -q '"fits": false' seq28.json || fail "a 2^28 sequence does not fit 80G (rc $rc)"
+grep -q '"decoder_layer_input",[^}]*"layer_bytes": 137438953472' seq28.json || fail "a 2^28 sequence's layer input is 2^37 bytes"
+expect_error "tensors past 2^62 bytes" "batch 1 x 268435456: its tensors add up to more than 4 EiB" \
+	"$FERRY" plan --layers 32768 --channels 32768 --heads 16 --batch 1 --seq 268435456 --max-seq 268435456 --device-mem 80G
 
 # Threads: at most 4 per core, refused at once
 expect_error "100000 threads" "--threads 100000: this machine has" timeout 20 "$FERRY" train --threads 100000

@@ -59,6 +59,22 @@ expect_ok "the suggested preset runs there" "$FERRY" train "${BIG[@]}" --data 'c
 "$FERRY" plan "${BIG[@]}" --device-mem "$mem" --json >out.txt; rc=$?
 [ $rc -eq 1 ] && grep -q '"fits": false' out.txt || fail "plan --json says it does not fit (rc $rc)"
 
+# Optimizer state streamed through the host: the same checkpoint bytes,
+# less device memory in the plan; a trace of the second step.
+expect_ok "train, optimizer on the device" "$FERRY" train "${TRAIN[@]}" --save dev.bin
+expect_ok "train, optimizer streamed, traced" "$FERRY" train "${TRAIN[@]}" --offload-optimizer stream \
+	--policy qkv_proj_offloaded --save host.bin --trace step.json
+cmp -s dev.bin host.bin && cmp -s dev.bin.state host.bin.state || fail "--offload-optimizer stream: other bits saved"
+grep -q "trace of step 2 written to step.json" out.txt || fail "the trace is announced"
+head -c 15 step.json | grep -q '{"traceEvents"' || fail "step.json is a Chrome trace"
+for kind in "copy to host" "copy to device" op; do
+	grep -q "\"cat\":\"$kind\"" step.json || fail "the trace has $kind slices"
+done
+"$FERRY" plan "${SHAPE[@]}" --json dev.json >/dev/null
+"$FERRY" plan "${SHAPE[@]}" --offload-optimizer stream --json host.json >/dev/null
+[ "$(json_field host.json peak_bytes)" -lt "$(json_field dev.json peak_bytes)" ] || fail "streamed: a smaller device plan"
+expect_error "optimizer mode" "--offload-optimizer 'gpu': device or stream" "$FERRY" plan --offload-optimizer gpu
+
 expect_ok "the JAX tutorial example" "$FERRY" example
 grep -q "results match within tolerance: True" out.txt || fail "example results match"
 grep -q "activation offloading reduces temp by 10.75 MB" out.txt || fail "example saving"

@@ -74,6 +74,20 @@ int arg_float(const char *cmd, int argc, char **argv, int i, float *out)
 	return 0;
 }
 
+int arg_on_off(const char *cmd, int argc, char **argv, int i, bool *out)
+{
+	const char *s;
+
+	if (arg_value(cmd, argc, argv, i, &s))
+		return -1;
+	if (strcmp(s, "on") && strcmp(s, "off")) {
+		fprintf(stderr, "ferry %s: %s expects on or off, got '%s'\n", cmd, argv[i], s);
+		return -1;
+	}
+	*out = !strcmp(s, "on");
+	return 0;
+}
+
 /* The unit after a size's number: its multiplier, or 0 when there is
  * none or it is not one of K, M, G, T with an optional i, iB or B. */
 static double size_unit(const char *u)
@@ -168,19 +182,6 @@ int arg_rate(const char *cmd, int argc, char **argv, int i, double *out)
 	}
 	*out = v;
 	return 0;
-}
-
-const char *cli_bytes(size_t n, char *buf)
-{
-	if (n < 1024)
-		snprintf(buf, 32, "%zu bytes", n);
-	else if (n < ((size_t)1 << 20))
-		snprintf(buf, 32, "%.1f KiB", n / 1024.0);
-	else if (n < ((size_t)1 << 30))
-		snprintf(buf, 32, "%.1f MiB", n / 1048576.0);
-	else
-		snprintf(buf, 32, "%.2f GiB", n / 1073741824.0);
-	return buf;
 }
 
 int cli_fail(const char *cmd)

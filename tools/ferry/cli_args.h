@@ -12,6 +12,8 @@ int arg_value(const char *cmd, int argc, char **argv, int i, const char **out);
 int arg_int(const char *cmd, int argc, char **argv, int i, int *out);
 int arg_u64(const char *cmd, int argc, char **argv, int i, uint64_t *out);
 int arg_float(const char *cmd, int argc, char **argv, int i, float *out);
+/* "on" or "off". */
+int arg_on_off(const char *cmd, int argc, char **argv, int i, bool *out);
 /* A memory size with a unit: K, M, G or T (powers of 1024), optionally
  * followed by "i", "iB" or "B" ("512M", "1.5GiB").  A number without a unit
  * and sizes below 1 MiB are refused: "--device-mem 80" never means 80
@@ -25,10 +27,6 @@ int arg_threads(const char *cmd, int argc, char **argv, int i, int *out);
 /* A rate with an optional SI suffix (k, M, G, T, P = powers of 1000), e.g.
  * "150G" or "1.5e11"; positive. */
 int arg_rate(const char *cmd, int argc, char **argv, int i, double *out);
-
-/* "123 bytes", "64.0 KiB", "12.5 MiB", "1.50 GiB": sizes as people read
- * them, for every message the CLI prints.  Returns buf (>= 32 bytes). */
-const char *cli_bytes(size_t n, char *buf);
 
 /* Prints "ferry <cmd>: <ferry_last_error()>" and returns 1. */
 int cli_fail(const char *cmd);

@@ -16,7 +16,7 @@ static const struct cli_flag model_list[] = {
 	{ "--tied-head", CLI_SWITCH }, { "--checkpoint", CLI_VALUE }, { "--resume", CLI_VALUE },
 	{ "--batch", CLI_VALUE }, { "--seq", CLI_VALUE }, { "--policy", CLI_VALUE },
 	{ "--prefetch-depth", CLI_VALUE }, { "--backend", CLI_VALUE }, { "--device-mem", CLI_VALUE },
-	{ "--threads", CLI_VALUE }, { NULL, CLI_SWITCH },
+	{ "--threads", CLI_VALUE }, { "--offload-optimizer", CLI_VALUE }, { NULL, CLI_SWITCH },
 };
 
 /* cmd_train.c */
@@ -26,8 +26,9 @@ static const struct cli_flag train_list[] = {
 	{ "--warmup", CLI_VALUE }, { "--final-lr-frac", CLI_VALUE }, { "--weight-decay", CLI_VALUE },
 	{ "--grad-clip", CLI_VALUE }, { "--seed", CLI_VALUE }, { "--save", CLI_VALUE },
 	{ "--save-every", CLI_VALUE }, { "--json", CLI_VALUE }, { "--sample", CLI_VALUE },
-	{ "--sample-temperature", CLI_VALUE },
-	{ "--tokenizer", CLI_VALUE }, { "--peak-flops", CLI_VALUE }, { NULL, CLI_SWITCH },
+	{ "--sample-temperature", CLI_VALUE }, { "--shuffle", CLI_VALUE },
+	{ "--tokenizer", CLI_VALUE }, { "--peak-flops", CLI_VALUE }, { "--trace", CLI_VALUE },
+	{ NULL, CLI_SWITCH },
 };
 
 /* cmd_plan.c, besides the model flags */

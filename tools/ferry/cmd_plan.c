@@ -133,7 +133,7 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 		      const struct ferry_plan *plan)
 {
 	const struct ferry_train_opts *o = &a->o;
-	char fits[1024] = "";
+	char fits[1024] = "", need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS];
 	int n;
 
 	if (!o->device_mem)
@@ -141,11 +141,14 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 	n = a->tutorial ? 0 : ferry_model_fitting_presets(cfg, o->B, o->T, &o->exec, o->device_mem, fits,
 							   sizeof(fits));
 	if (plan->mem.peak_bytes <= o->device_mem) {
-		printf("\nfits: needs %zu of %zu bytes of device memory\n", plan->mem.peak_bytes, o->device_mem);
+		printf("\nfits: needs %s of the %s of device memory (%zu of %zu bytes)\n",
+		       ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(o->device_mem, have),
+		       plan->mem.peak_bytes, o->device_mem);
 		return 0;
 	}
-	printf("\ndoes not fit: needs %zu bytes of device memory, the device has %zu\n", plan->mem.peak_bytes,
-	       o->device_mem);
+	printf("\ndoes not fit: needs %s of device memory, the device has %s (%zu and %zu bytes)\n",
+	       ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(o->device_mem, have),
+	       plan->mem.peak_bytes, o->device_mem);
 	if (!a->tutorial)
 		printf("presets that fit: %s\n", n ? fits : "none");
 	return 1;

@@ -40,6 +40,10 @@ static void usage(void)
 	       "  --val-every N         validate every N steps (default: a tenth of --steps, at\n"
 	       "                        least 1; 0: at the end only), and at the end\n"
 	       "  --val-batches N       batches per validation (default 8)\n"
+	       "  --shuffle on|off      training batches in a shuffled order drawn from --seed,\n"
+	       "                        as llm.c does (default on; a resume keeps the saved\n"
+	       "                        run's), or shard after shard in order; validation\n"
+	       "                        always reads in order from the start\n"
 	       "optimisation:\n"
 	       "  --steps N             total optimizer steps (default 2200)\n"
 	       "  --lr X                peak learning rate (default 3e-3)\n"
@@ -47,7 +51,8 @@ static void usage(void)
 	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
 	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
 	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
-	       "  --seed S              initialisation and sampling seed (default 1337)\n"
+	       "  --seed S              initialisation, batch order and sampling seed\n"
+	       "                        (default 1337)\n"
 	       "output:\n"
 	       "  --save PATH           write the model and its training state at the end: GPT-2\n"
 	       "                        as an llm.c FILE + FILE.state, Llama as a Hugging Face\n"
@@ -67,6 +72,9 @@ static void usage(void)
 	       "                        model FLOP utilisation (MFU) on each line; default on\n"
 	       "                        the CPU: a 1024^3 sgemm measured at the start; on a\n"
 	       "                        GPU: none, no MFU shown\n"
+	       "  --trace FILE          write this run's second step (its first if it has one)\n"
+	       "                        as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
+	       "                        every op and copy on its stream's track\n"
 	       "\n"
 	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
 	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
@@ -82,7 +90,7 @@ static void usage(void)
 
 struct train_cli {
 	struct ferry_train_opts o;
-	const char *save, *json, *tokenizer;
+	const char *save, *json, *tokenizer, *trace;
 	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
@@ -101,7 +109,7 @@ static unsigned given_bit(const char *flag)
 		{ "--lr", FERRY_GIVEN_LR }, { "--warmup", FERRY_GIVEN_WARMUP },
 		{ "--final-lr-frac", FERRY_GIVEN_FINAL_LR }, { "--data", FERRY_GIVEN_DATA },
 		{ "--seed", FERRY_GIVEN_SEED }, { "--weight-decay", FERRY_GIVEN_WEIGHT_DECAY },
-		{ "--grad-clip", FERRY_GIVEN_GRAD_CLIP },
+		{ "--grad-clip", FERRY_GIVEN_GRAD_CLIP }, { "--shuffle", FERRY_GIVEN_SHUFFLE },
 	};
 
 	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
@@ -134,6 +142,8 @@ static int train_flag(int argc, char **argv, int i, struct train_cli *c)
 	if (IS("--sample-temperature")) return arg_float(CMD, argc, argv, i, &c->sample_temperature);
 	if (IS("--tokenizer")) return arg_value(CMD, argc, argv, i, &c->tokenizer);
 	if (IS("--peak-flops")) return arg_rate(CMD, argc, argv, i, &c->peak_flops);
+	if (IS("--trace")) return arg_value(CMD, argc, argv, i, &c->trace);
+	if (IS("--shuffle")) return arg_on_off(CMD, argc, argv, i, &c->o.shuffle);
 #undef IS
 	return 1;
 }
@@ -281,10 +291,10 @@ static int check_device_mem(const struct train_cli *c, const struct ferry_model_
 		if (ferry_model_plan(cfg, c->o.B, c->o.T, &o, &p) == FERRY_OK && p.mem.peak_bytes <= c->o.device_mem &&
 		    used + 80 < sizeof(fits))
 			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%s)", used ? ", " : "",
-						 o.policy, cli_bytes(p.mem.peak_bytes, one));
+						 o.policy, ferry_format_size(p.mem.peak_bytes, one));
 	}
 	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that "
-		"fit: %s\n", plan->policy, cli_bytes(plan->mem.peak_bytes, need), cli_bytes(c->o.device_mem, have),
+		"fit: %s\n", plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have),
 		used ? fits : "none: use a smaller batch or model");
 	return 1;
 }
@@ -407,6 +417,14 @@ static int prepare(struct train_cli *c)
 	/* a save path of the wrong kind is refused now, not after training */
 	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
 		return cli_fail(CMD);
+	/* and so is a tokenizer that cannot print the sample */
+	if (c->tokenizer) {
+		ferry_tokenizer_t tok;
+
+		if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK)
+			return cli_fail(CMD);
+		ferry_tokenizer_free(tok);
+	}
 	if (!c->o.data && !c->o.resume) {
 		if (ferry_demo_data_ensure(stdout) != 0)
 			return 1;
@@ -471,8 +489,8 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
 	       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
 	       ferry_model_num_params(m) / 1e6);
-	printf("batch %d x %d tokens, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
-	       o->B, o->T, o->steps, o->lr, o->warmup, o->final_lr_frac,
+	printf("batch %d x %d tokens %s, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
+	       o->B, o->T, o->shuffle ? "shuffled" : "in order", o->steps, o->lr, o->warmup, o->final_lr_frac,
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
 	printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
 	       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
@@ -494,7 +512,29 @@ struct run {
 	struct train_cli *c;
 	struct train_report rep;
 	int saved_step; /* the step of the last save, -1 none */
+	int first_step; /* the step count this run started from (a resume's) */
 };
+
+/* A step, traced when it is the one --trace asks for (the run's second,
+ * or its only one): 0, or 1 after a message. */
+static int trace_step(struct run *run, struct ferry_step_metrics *m)
+{
+	const struct train_cli *c = run->c;
+	ferry_model_t model = ferry_trainer_model(run->tr);
+	const int done = ferry_trainer_step_count(run->tr) - run->first_step;
+	const bool traced = c->trace && (done == 1 || (done == 0 && run_opts(run->tr)->steps - run->first_step == 1));
+
+	if (traced && ferry_model_trace_begin(model) != FERRY_OK)
+		return cli_fail(CMD);
+	if (ferry_trainer_step(run->tr, m) != FERRY_OK)
+		return cli_fail(CMD);
+	if (traced) {
+		if (ferry_model_trace_end(model, c->trace) != FERRY_OK)
+			return cli_fail(CMD);
+		printf("trace of step %d written to %s (open it at ui.perfetto.dev)\n", m->step, c->trace);
+	}
+	return 0;
+}
 
 /* One step, its validation, line, JSON record and periodic save: 0, 1 for
  * a failure (printed), or STOPPED_BY_JSON. */
@@ -505,8 +545,8 @@ static int one_step(struct run *run)
 	struct ferry_step_metrics m;
 	float val_loss = NAN;
 
-	if (ferry_trainer_step(run->tr, &m) != FERRY_OK)
-		return cli_fail(CMD);
+	if (trace_step(run, &m))
+		return 1;
 	if (o->val_data && ((c->val_every && m.step % c->val_every == 0) || m.step == o->steps) &&
 	    ferry_trainer_validate(run->tr, c->val_batches, &val_loss) != FERRY_OK)
 		return cli_fail(CMD);
@@ -622,6 +662,7 @@ int cmd_train(int argc, char **argv)
 			rc = cli_fail(CMD);
 		else
 			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
+		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
 	}
 	if (!rc) {
 		/* Ctrl-C from here on finishes the step and saves */

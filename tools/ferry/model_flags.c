@@ -33,6 +33,9 @@ const char model_flags_help[] =
 	"                        custom:query_proj=offload,context=device (others remat);\n"
 	"                        `ferry plan` lists the model's names\n"
 	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
+	"  --offload-optimizer M where AdamW's state lives: device (default), or stream:\n"
+	"                        master weights and moments in host memory, each layer's\n"
+	"                        slice updated in a two-slot device ring\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
@@ -49,6 +52,22 @@ void model_flags_default(struct ferry_train_opts *o)
 						.layers = 2, .heads = 4, .channels = 128 };
 	o->B = 16;
 	o->T = 64;
+}
+
+/* --offload-optimizer device|stream; 0 or -1 after a message. */
+static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum ferry_optim_place *out)
+{
+	const char *v;
+
+	if (arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (!strcmp(v, "device") || !strcmp(v, "stream")) {
+		*out = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : FERRY_OPTIM_DEVICE;
+		return 0;
+	}
+	fprintf(stderr, "ferry %s: --offload-optimizer '%s': device or stream%s\n", cmd, v,
+		!strcmp(v, "cpu") ? " (cpu, AdamW on host threads, is not built yet)" : "");
+	return -1;
 }
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
@@ -94,6 +113,8 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 			fprintf(stderr, "ferry %s: --prefetch-depth must be at least 1\n", cmd);
 			r = -1;
 		}
+	} else if (IS("--offload-optimizer")) {
+		r = optimizer_flag(cmd, argc, argv, i, &o->exec.optimizer);
 	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
 	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
 	else if (IS("--threads")) r = arg_threads(cmd, argc, argv, i, &o->threads);

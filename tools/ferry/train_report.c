@@ -101,7 +101,7 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	if (!isnan(val_loss))
 		printf(" | val loss %.4f", val_loss);
 	if (m->device_peak_bytes != r->shown_peak) {
-		printf(" | device peak %s", cli_bytes(m->device_peak_bytes, mem));
+		printf(" | device peak %s", ferry_format_size(m->device_peak_bytes, mem));
 		r->shown_peak = m->device_peak_bytes;
 	}
 	printf("\n");
@@ -158,7 +158,7 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
 	if (!isnan(r->val_loss))
 		printf(", validation loss %.4f", r->val_loss);
-	printf(", device peak %s\n", cli_bytes(device_peak, mem));
+	printf(", device peak %s\n", ferry_format_size(device_peak, mem));
 }
 
 void report_end(struct train_report *r)

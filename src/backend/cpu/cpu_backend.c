@@ -3,6 +3,10 @@
  *
  * Device memory is one anonymous mmap of the arena's capacity (reserved, not
  * committed: pages are touched only when used), carved by memory/arena.c.
+ * Its default capacity is the machine's RAM, or 3/4 of a cgroup limit or of
+ * the address space `ulimit -v` leaves when that is less (the other quarter
+ * for host buffers, thread stacks and the libraries), so that a plan too
+ * big for the limit is refused up front instead of being OOM-killed.
  * Each stream is a worker thread draining a bounded FIFO of tasks (ops,
  * copies, event records and waits), so a copy on one stream really runs
  * while an op runs on another.  Events carry two counters: how many times
@@ -14,6 +18,9 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
+#include "ferry/platform.h"
+
+#include <errno.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +38,7 @@ struct cpu_event {
 	pthread_cond_t cond;
 	uint64_t recorded;  /* records submitted */
 	uint64_t completed; /* highest record that has run */
+	double t_done;      /* when it ran (CLOCK_MONOTONIC seconds), for traces */
 };
 
 struct task {
@@ -112,9 +120,13 @@ static void run_task(struct cpu_stream *cs, struct task *t)
 	case TASK_RECORD: {
 		struct cpu_event *ev = t->u.event.ev;
 
+		const double now = now_s();
+
 		pthread_mutex_lock(&ev->lock);
-		if (t->u.event.ticket > ev->completed)
+		if (t->u.event.ticket > ev->completed) {
 			ev->completed = t->u.event.ticket;
+			ev->t_done = now;
+		}
 		pthread_cond_broadcast(&ev->cond);
 		pthread_mutex_unlock(&ev->lock);
 		break;
@@ -170,11 +182,23 @@ static void submit(struct ferry_stream *s, const struct task *t)
 	pthread_mutex_unlock(&cs->lock);
 }
 
-static size_t physical_memory(void)
+/* The arena's capacity without --device-mem, and why into note. */
+static size_t default_capacity(char *note, size_t n)
 {
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	struct ferry_memory_limit lim;
+	char gib[32];
+	uint64_t cap;
 
-	return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 32;
+	ferry_memory_limit(&lim);
+	cap = lim.bytes;
+	if (lim.bytes < lim.physical) {
+		cap = lim.bytes / 4 * 3;
+		if (lim.bytes == lim.address_space)
+			snprintf(note, n, "3/4 of the %s that ulimit -v leaves", ferry_format_size(lim.bytes, gib));
+		else
+			snprintf(note, n, "3/4 of the cgroup memory limit of %s", ferry_format_size(lim.bytes, gib));
+	}
+	return cap > SIZE_MAX ? SIZE_MAX : (size_t)cap;
 }
 
 static ferry_status cpu_probe(void)
@@ -185,8 +209,9 @@ static ferry_status cpu_probe(void)
 static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backend_opts *opts)
 {
 	struct cpu_backend *cb;
-	size_t cap = opts->device_mem ? opts->device_mem : physical_memory();
+	size_t cap = opts->device_mem ? opts->device_mem : default_capacity(be->mem_note, sizeof(be->mem_note));
 	int threads = opts->threads > 0 ? opts->threads : omp_get_max_threads();
+	char size[32];
 	ferry_status st;
 	void *base;
 
@@ -200,8 +225,8 @@ static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backen
 	base = mmap(NULL, cb->map_size, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (base == MAP_FAILED) {
-		st = ferry_error(FERRY_ERR_NOMEM,
-				 "cpu backend: cannot reserve a %zu-byte device arena", cb->map_size);
+		st = ferry_error(FERRY_ERR_NOMEM, "cpu backend: cannot reserve a %s device arena: %s; give a smaller "
+				 "--device-mem", ferry_format_size(cb->map_size, size), strerror(errno));
 		goto out_arena;
 	}
 	cb->threads = threads;
@@ -212,9 +237,9 @@ static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backen
 		.async = true, .events = true, .host_pinned = false, .unified = true,
 		.compute_units = threads, .act_dtype = FERRY_F32,
 	};
-	snprintf(be->description, sizeof(be->description),
-		 "CPU: %d threads, device arena %.2f GiB", threads,
-		 (double)be->arena.capacity / (1024.0 * 1024 * 1024));
+	snprintf(be->description, sizeof(be->description), "CPU: %d threads, device arena %s%s%s%s", threads,
+		 ferry_format_size(be->arena.capacity, size), be->mem_note[0] ? " (" : "", be->mem_note,
+		 be->mem_note[0] ? ")" : "");
 	return FERRY_OK;
 
 out_arena:
@@ -236,10 +261,13 @@ static void cpu_close(struct ferry_backend *be)
 
 static ferry_status cpu_host_alloc(struct ferry_backend *be, size_t size, void **out)
 {
+	char sz[FERRY_SIZE_CHARS];
+
 	(void)be;
 	*out = ferry_aligned_alloc(FERRY_BUFFER_ALIGN, size);
 	if (!*out)
-		return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory", size);
+		return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %s of host memory (%zu bytes)",
+				   ferry_format_size(size, sz), size);
 	return FERRY_OK;
 }
 
@@ -369,6 +397,20 @@ static ferry_status cpu_stream_wait_event(struct ferry_stream *s, struct ferry_e
 	return FERRY_OK;
 }
 
+static ferry_status cpu_event_elapsed(struct ferry_event *from, struct ferry_event *to, double *seconds)
+{
+	struct cpu_event *a = from->ctx, *b = to->ctx;
+	bool done;
+
+	pthread_mutex_lock(&a->lock);
+	pthread_mutex_lock(&b->lock);
+	done = a->recorded && b->recorded && a->completed == a->recorded && b->completed == b->recorded;
+	*seconds = b->t_done - a->t_done;
+	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_unlock(&a->lock);
+	return done ? FERRY_OK : ferry_error(FERRY_ERR_INVALID, "event_elapsed: an event not recorded or not complete");
+}
+
 static ferry_status cpu_event_synchronize(struct ferry_event *ev)
 {
 	struct cpu_event *ce = ev->ctx;
@@ -437,6 +479,7 @@ const struct ferry_backend_iface ferry_cpu_backend_iface = {
 	.event_record = cpu_event_record,
 	.event_synchronize = cpu_event_synchronize,
 	.event_done = cpu_event_done,
+	.event_elapsed = cpu_event_elapsed, /* every event is timed */
 	.memcpy_async = cpu_memcpy_async,
 	.memset_zero_async = cpu_memset_zero_async,
 	.run_op = cpu_run_op,

@@ -123,6 +123,8 @@ static void run_param_op(const struct ferry_op_call *c)
 		ferry_cpu_adamw_update(c->param, F(c->out[0]), F(c->out[1]), CF(c->in[0]), c->n,
 				       c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
 				       c->scalar[4], c->scalar[5], c->step);
+		if (c->param_copy) /* the weights the kernels read (fp32 here) */
+			memcpy(c->param_copy, c->param, (size_t)c->n * sizeof(float));
 		break;
 	case FERRY_OP_SUM_SQUARES:
 		*c->result += ferry_cpu_sum_squares(CF(c->in[0]), c->n);

@@ -384,6 +384,34 @@ static ferry_status cuda_event_create(struct ferry_backend *be, struct ferry_eve
 	return FERRY_OK;
 }
 
+static ferry_status cuda_event_create_timed(struct ferry_backend *be, struct ferry_event *ev)
+{
+	struct cuda_event *ce = ferry_calloc(1, sizeof(*ce));
+	cudaError_t e;
+
+	(void)be;
+	if (!ce)
+		return ferry_error(FERRY_ERR_NOMEM, "event: out of host memory");
+	if ((e = cudaEventCreate(&ce->e)) != cudaSuccess) {
+		ferry_free(ce);
+		return cuda_fail(e, "creating a timed event");
+	}
+	ev->ctx = ce;
+	return FERRY_OK;
+}
+
+static ferry_status cuda_event_elapsed(struct ferry_event *from, struct ferry_event *to, double *seconds)
+{
+	struct cuda_event *a = from->ctx, *b = to->ctx;
+	float ms = 0;
+
+	if (!a->recorded || !b->recorded)
+		return ferry_error(FERRY_ERR_INVALID, "event_elapsed: an event never recorded");
+	CHECK_CUDA(cudaEventElapsedTime(&ms, a->e, b->e), "event elapsed time");
+	*seconds = ms * 1e-3;
+	return FERRY_OK;
+}
+
 static void cuda_event_destroy(struct ferry_event *ev)
 {
 	struct cuda_event *ce = ev->ctx;
@@ -480,4 +508,6 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.memset_zero_async = cuda_memset_zero_async,
 	.run_op = cuda_run_op,
 	.op_scratch = ferry_cuda_op_scratch,
+	.event_create_timed = cuda_event_create_timed,
+	.event_elapsed = cuda_event_elapsed,
 };

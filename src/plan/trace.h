@@ -1,0 +1,51 @@
+/*
+ * Internal: a trace of the tasks a schedule ran, for Perfetto.
+ *
+ * While a trace is on, every op, copy and zero a program submits is
+ * bracketed by two timed events on its stream; after the work has run,
+ * their completion times (relative to an origin event) give each task's
+ * slice.  ferry_trace_write() writes Chrome trace JSON, which Perfetto
+ * (ui.perfetto.dev) and chrome://tracing open: one track per stream, one
+ * slice per task named by its tensor, with its program, layer and bytes.
+ */
+#ifndef FERRY_PLAN_TRACE_H
+#define FERRY_PLAN_TRACE_H
+
+#include "plan/schedule.h"
+
+struct ferry_trace_slice {
+	char label[56];
+	char program[32];
+	enum ferry_task_kind kind;
+	enum ferry_copy_kind copy_kind;
+	int stream, layer;
+	size_t bytes;
+	int ev0, ev1; /* its events in the pool */
+};
+
+struct ferry_sched_trace {
+	ferry_backend_t be;
+	bool on;
+	ferry_event_t origin;
+	int n, cap;                    /* slices */
+	struct ferry_trace_slice *s;
+	int n_ev, cap_ev, used_ev;     /* timed events: created, room, in use */
+	ferry_event_t *ev;
+};
+
+/* Starts a trace (any earlier one is dropped): the origin is recorded on
+ * stream `origin`. */
+ferry_status ferry_trace_begin(struct ferry_sched_trace *tr, ferry_backend_t be, ferry_stream_t origin)
+	FERRY_MUST_CHECK;
+/* Around a task's submission on stream s: before (after == false) records
+ * its start event and adds its slice; after records its end event. */
+ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_program *p,
+			      const struct ferry_task *t, ferry_stream_t s, bool after) FERRY_MUST_CHECK;
+/* After the traced work has run (the caller synchronised every stream):
+ * writes the trace to path (whole or not at all) and ends it.  stream
+ * names come from res; about describes the run (backend, model). */
+ferry_status ferry_trace_write(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+			       const char *about, const char *path) FERRY_MUST_CHECK;
+void ferry_trace_release(struct ferry_sched_trace *tr);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * Traces of a training step (ferry_model_trace_begin/_end), read back as
+ * the JSON Perfetto reads:
+ *  - one named track per stream, and on each exactly the ops, copies and
+ *    zeroings the prepared schedule puts there (ferry_model_schedule), by
+ *    tensor name and layer;
+ *  - the order the schedule's events impose: each host-to-device copy of an
+ *    offloaded tensor starts after its device-to-host copy ended;
+ *  - copies overlap compute where the schedule lets them: a device-to-host
+ *    copy of the first layer ends before compute's last slice starts;
+ *  - the training itself is unchanged by tracing (same loss bits), and a
+ *    trace to a path that cannot be written is refused, leaving nothing.
+ */
+#include "ferry/model.h"
+#include "test_util.h"
+
+#include <jansson.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct ferry_model_config cfg = { .max_seq = 32, .vocab = 97, .layers = 4, .heads = 2,
+					      .channels = 64 };
+enum { B = 2, T = 32 };
+static const char *const policy = "qkv_proj_offloaded";
+
+static void batch(int32_t *in, int32_t *tg)
+{
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 13 + i / 7) % cfg.vocab;
+		tg[i] = (in[i] * 5 + 3) % cfg.vocab;
+	}
+}
+
+/* Two steps (the second traced to path when given); the last loss. */
+static float train(const char *path)
+{
+	struct ferry_adamw opt = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
+	struct ferry_exec_opts o = { .policy = policy };
+	ferry_backend_t be;
+	ferry_model_t m;
+	int32_t in[B * T], tg[B * T];
+	float loss = 0, norm;
+
+	batch(in, tg);
+	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "open");
+	CHECK(ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK, "create: %s", ferry_last_error());
+	CHECK(ferry_model_init_random(m, 3) == FERRY_OK, "init");
+	for (int s = 1; s <= 2; s++) {
+		if (s == 2 && path)
+			CHECK(ferry_model_trace_begin(m) == FERRY_OK, "trace begin: %s", ferry_last_error());
+		CHECK(ferry_model_step_submit(m, in, tg, B, T) == FERRY_OK &&
+			      ferry_model_step_finish(m, &opt, s, &loss, &norm) == FERRY_OK,
+		      "step: %s", ferry_last_error());
+		if (s == 2 && path)
+			CHECK(ferry_model_trace_end(m, path) == FERRY_OK, "trace end: %s", ferry_last_error());
+	}
+	CHECK(ferry_model_sync(m) == FERRY_OK, "sync");
+	ferry_model_free(m);
+	ferry_backend_close(be);
+	return loss;
+}
+
+struct slice {
+	char stream[16], name[56];
+	int layer;
+	double ts, end;
+};
+
+/* The trace's slices, their streams named from the thread_name records. */
+static int read_trace(const char *path, struct slice *out, int max)
+{
+	json_error_t err;
+	json_t *root = json_load_file(path, 0, &err), *ev, *e;
+	char names[8][16] = { { 0 } };
+	size_t i;
+	int n = 0;
+
+	CHECK(root != NULL, "trace %s parses: %s (line %d)", path, err.text, err.line);
+	if (!root)
+		return 0;
+	ev = json_object_get(root, "traceEvents");
+	CHECK(json_is_array(ev), "traceEvents is an array");
+	json_array_foreach(ev, i, e) {
+		const char *ph = json_string_value(json_object_get(e, "ph"));
+		int tid = (int)json_integer_value(json_object_get(e, "tid"));
+
+		if (ph && !strcmp(ph, "M") && !strcmp(json_string_value(json_object_get(e, "name")), "thread_name") &&
+		    tid >= 0 && tid < 8)
+			snprintf(names[tid], sizeof(names[tid]), "%s",
+				 json_string_value(json_object_get(json_object_get(e, "args"), "name")));
+	}
+	json_array_foreach(ev, i, e) {
+		const char *ph = json_string_value(json_object_get(e, "ph"));
+		int tid = (int)json_integer_value(json_object_get(e, "tid"));
+
+		if (!ph || strcmp(ph, "X") || n >= max)
+			continue;
+		CHECK(tid >= 0 && tid < 8 && names[tid][0], "slice on a named track (tid %d)", tid);
+		snprintf(out[n].stream, sizeof(out[n].stream), "%s", tid >= 0 && tid < 8 ? names[tid] : "?");
+		snprintf(out[n].name, sizeof(out[n].name), "%s", json_string_value(json_object_get(e, "name")));
+		out[n].layer = (int)json_integer_value(json_object_get(json_object_get(e, "args"), "layer"));
+		out[n].ts = json_number_value(json_object_get(e, "ts"));
+		out[n].end = out[n].ts + json_number_value(json_object_get(e, "dur"));
+		CHECK(json_number_value(json_object_get(e, "dur")) >= 0 && out[n].ts >= 0, "%s: times >= 0",
+		      out[n].name);
+		n++;
+	}
+	json_decref(root);
+	return n;
+}
+
+static bool traced_kind(const char *kind)
+{
+	return !strncmp(kind, "op", 2) || !strcmp(kind, "copy") || !strcmp(kind, "zero");
+}
+
+/* Every op, copy and zero of the schedule is a slice on its stream, once. */
+static void check_tasks(struct slice *sl, int n)
+{
+	struct ferry_exec_opts o = { .policy = policy };
+	struct ferry_schedule_info info;
+	int expected = 0;
+	bool *used = calloc((size_t)n, sizeof(bool));
+
+	CHECK(ferry_model_schedule(&cfg, B, T, &o, &info) == FERRY_OK, "schedule");
+	for (int i = 0; i < info.n_tasks; i++) {
+		const struct ferry_sched_task_info *t = &info.tasks[i];
+		int found = -1;
+
+		if (!traced_kind(t->kind))
+			continue;
+		expected++;
+		for (int j = 0; j < n && found < 0; j++)
+			if (!used[j] && !strcmp(sl[j].stream, t->stream) && !strcmp(sl[j].name, t->what) &&
+			    sl[j].layer == t->layer)
+				found = j;
+		CHECK(found >= 0, "task %d (%s %s '%s' layer %d) is in the trace", i, t->stream, t->kind, t->what,
+		      t->layer);
+		if (found >= 0)
+			used[found] = true;
+	}
+	CHECK(n == expected, "the trace has %d slices, the schedule %d tasks to time", n, expected);
+	printf("  %d slices, one for each of the schedule's %d ops, copies and zeroings\n", n, expected);
+	ferry_schedule_info_free(&info);
+	free(used);
+}
+
+/* Host-to-device copies after their device-to-host copies; a first-layer
+ * offload finished while compute still ran. */
+static void check_order(const struct slice *sl, int n)
+{
+	double compute_last = 0, first_offload_end = -1;
+	int h2d = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(sl[i].stream, "compute") && sl[i].ts > compute_last)
+			compute_last = sl[i].ts;
+		if (!strcmp(sl[i].stream, "d2h") && sl[i].layer == 0 && first_offload_end < 0)
+			first_offload_end = sl[i].end;
+	}
+	for (int i = 0; i < n; i++) {
+		if (strcmp(sl[i].stream, "h2d"))
+			continue;
+		h2d++;
+		for (int j = 0; j < n; j++)
+			if (!strcmp(sl[j].stream, "d2h") && !strcmp(sl[j].name, sl[i].name) && sl[j].layer == sl[i].layer)
+				CHECK(sl[j].end <= sl[i].ts, "%s layer %d: back to the device (%.1f us) after out (%.1f us)",
+				      sl[i].name, sl[i].layer, sl[i].ts, sl[j].end);
+	}
+	CHECK(h2d > 0, "the trace has host-to-device copies");
+	CHECK(first_offload_end >= 0 && first_offload_end < compute_last,
+	      "a first-layer offload (ended %.1f us) overlaps compute (last slice at %.1f us)", first_offload_end,
+	      compute_last);
+}
+
+int main(void)
+{
+	const char *base = getenv("FERRY_TEST_TMP");
+	char dir[512], path[600], bad[600];
+	struct slice *sl = calloc(4096, sizeof(*sl));
+	int n;
+
+	snprintf(dir, sizeof(dir), "%s/ferry_trace.XXXXXX", base && *base ? base : "/tmp");
+	if (!mkdtemp(dir) || !sl) {
+		perror("scratch directory");
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/step.json", dir);
+	CHECK(train(path) == train(NULL), "tracing leaves the training's bits alone");
+	n = read_trace(path, sl, 4096);
+	check_tasks(sl, n);
+	check_order(sl, n);
+
+	/* a trace that cannot be written: an error, and no file left */
+	snprintf(bad, sizeof(bad), "%s/no such dir/step.json", dir);
+	{
+		ferry_backend_t be;
+		ferry_model_t m;
+		struct ferry_exec_opts o = { .policy = policy };
+
+		CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK &&
+			      ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK, "create");
+		CHECK(ferry_model_trace_end(m, path) == FERRY_ERR_INVALID, "trace_end without trace_begin is refused");
+		CHECK(ferry_model_trace_begin(m) == FERRY_OK && ferry_model_trace_end(m, bad) == FERRY_ERR_IO,
+		      "an unwritable trace path is an I/O error: %s", ferry_last_error());
+		ferry_model_free(m);
+		ferry_backend_close(be);
+	}
+	free(sl);
+	if (!getenv("FERRY_KEEP_TRACE"))
+		unlink(path);
+	if (!getenv("FERRY_KEEP_TRACE"))
+		CHECK(rmdir(dir) == 0, "nothing else was left in %s", dir);
+	return test_exit_code();
+}
