@@ -167,6 +167,19 @@ ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 ferry_status ferry_model_trace_begin(ferry_model_t m) FERRY_MUST_CHECK;
 ferry_status ferry_model_trace_end(ferry_model_t m, const char *path) FERRY_MUST_CHECK;
 
+/* A trace in figures: from the first task's start to the last one's end,
+ * and per stream the time its tasks ran. */
+struct ferry_trace_stats {
+	double span_s;
+	int n_streams;
+	char stream[4][16];
+	double busy_s[4];
+};
+/* ferry_model_trace_end, writing the file only when path is not NULL, and
+ * the figures into *stats. */
+ferry_status ferry_model_trace_end_stats(ferry_model_t m, const char *path, struct ferry_trace_stats *stats)
+	FERRY_MUST_CHECK;
+
 /* The model's FLOPs for one training step (forward + backward) at B x T,
  * without recomputation: the sum of its ops' FLOPs. */
 double ferry_model_step_flops(ferry_model_t m, int B, int T);

@@ -617,6 +617,13 @@ ferry_status ferry_model_trace_begin(ferry_model_t m)
 
 ferry_status ferry_model_trace_end(ferry_model_t m, const char *path)
 {
+	if (!path)
+		return ferry_error(FERRY_ERR_INVALID, "trace: no path");
+	return ferry_model_trace_end_stats(m, path, NULL);
+}
+
+ferry_status ferry_model_trace_end_stats(ferry_model_t m, const char *path, struct ferry_trace_stats *stats)
+{
 	char about[400];
 	ferry_status st = FERRY_OK;
 
@@ -630,5 +637,5 @@ ferry_status ferry_model_trace_end(ferry_model_t m, const char *path)
 	}
 	snprintf(about, sizeof(about), "ferry: %s %d layers, %d channels, batch %d x %d on %s", m->cfg.arch,
 		 m->cfg.layers, m->cfg.channels, m->cur_B, m->cur_T, ferry_backend_description(m->be));
-	return ferry_trace_write(&m->trace, &m->res, about, path);
+	return ferry_trace_finish(&m->trace, &m->res, about, path, stats);
 }

@@ -4,6 +4,7 @@
  */
 #include "plan/trace.h"
 #include "core/error.h"
+#include "ferry/model.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -158,19 +159,59 @@ static json_t *trace_json(const struct ferry_sched_trace *tr, const struct ferry
 	return root;
 }
 
+/* Span and busy time per stream (tasks of one stream never overlap). */
+static void trace_stats(const struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+			const double *times, double t0, struct ferry_trace_stats *st)
+{
+	double end = t0;
+
+	memset(st, 0, sizeof(*st));
+	st->n_streams = res->n_streams < 4 ? res->n_streams : 4;
+	for (int s = 0; s < st->n_streams; s++)
+		snprintf(st->stream[s], sizeof(st->stream[s]), "%s", res->stream_name[s]);
+	for (int i = 0; i < tr->n; i++) {
+		if (tr->s[i].stream < 4)
+			st->busy_s[tr->s[i].stream] += times[2 * i + 1] - times[2 * i];
+		if (times[2 * i + 1] > end)
+			end = times[2 * i + 1];
+	}
+	st->span_s = end - t0;
+}
+
+/* The trace as JSON into path, whole or not at all. */
+static ferry_status write_json(json_t *root, const char *path)
+{
+	char tmp[4200];
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
+		return ferry_error(FERRY_ERR_INVALID, "trace: path too long");
+	if (json_dump_file(root, tmp, JSON_COMPACT) != 0) {
+		unlink(tmp);
+		return ferry_error(FERRY_ERR_IO, "cannot write the trace to %s", tmp);
+	}
+	if (rename(tmp, path) != 0) {
+		unlink(tmp);
+		return ferry_error(FERRY_ERR_IO, "cannot rename the trace to %s", path);
+	}
+	return FERRY_OK;
+}
+
 ferry_status ferry_trace_write(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 			       const char *about, const char *path)
 {
+	return ferry_trace_finish(tr, res, about, path, NULL);
+}
+
+ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+				const char *about, const char *path, struct ferry_trace_stats *stats)
+{
 	double *times, t0;
-	char tmp[4200];
 	json_t *root;
 	ferry_status st;
 
 	if (!tr->on)
 		return ferry_error(FERRY_ERR_INVALID, "trace: none was started");
 	tr->on = false;
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
-		return ferry_error(FERRY_ERR_INVALID, "trace: path too long");
 	times = ferry_calloc((size_t)(tr->n ? 2 * tr->n : 1), sizeof(double));
 	if (!times)
 		return ferry_error(FERRY_ERR_NOMEM, "trace: out of host memory");
@@ -178,21 +219,19 @@ ferry_status ferry_trace_write(struct ferry_sched_trace *tr, const struct ferry_
 		ferry_free(times);
 		return st;
 	}
+	if (stats)
+		trace_stats(tr, res, times, t0, stats);
+	if (!path) {
+		ferry_free(times);
+		return FERRY_OK;
+	}
 	root = trace_json(tr, res, about, times, t0);
 	ferry_free(times);
 	if (!root)
 		return ferry_error(FERRY_ERR_NOMEM, "trace: out of host memory");
-	if (json_dump_file(root, tmp, JSON_COMPACT) != 0) {
-		json_decref(root);
-		unlink(tmp);
-		return ferry_error(FERRY_ERR_IO, "cannot write the trace to %s", tmp);
-	}
+	st = write_json(root, path);
 	json_decref(root);
-	if (rename(tmp, path) != 0) {
-		unlink(tmp);
-		return ferry_error(FERRY_ERR_IO, "cannot rename the trace to %s", path);
-	}
-	return FERRY_OK;
+	return st;
 }
 
 void ferry_trace_release(struct ferry_sched_trace *tr)

@@ -46,6 +46,12 @@ ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_p
  * names come from res; about describes the run (backend, model). */
 ferry_status ferry_trace_write(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 			       const char *about, const char *path) FERRY_MUST_CHECK;
+/* The same, path NULL: no file; stats (may be NULL): span and busy time per
+ * stream. */
+struct ferry_trace_stats;
+ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+				const char *about, const char *path, struct ferry_trace_stats *stats)
+	FERRY_MUST_CHECK;
 void ferry_trace_release(struct ferry_sched_trace *tr);
 
 #endif

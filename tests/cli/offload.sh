@@ -75,6 +75,15 @@ done
 [ "$(json_field host.json peak_bytes)" -lt "$(json_field dev.json peak_bytes)" ] || fail "streamed: a smaller device plan"
 expect_error "optimizer mode" "--offload-optimizer 'gpu': device or stream" "$FERRY" plan --offload-optimizer gpu
 
+# ferry bench: policies side by side in one process; one that cannot run
+# is a row saying why, not a failure
+expect_ok "bench" "$FERRY" bench "${SHAPE[@]}" --steps 2 --threads 2 --json bench.json nothing_saveable \
+	qkv_proj_offloaded bogus
+grep -q "^qkv_proj_offloaded .*x " out.txt || fail "bench prints a row per policy: $(cat out.txt)"
+grep -q "^bogus  *does not run: unknown policy 'bogus'" out.txt || fail "bench says why a policy does not run"
+[ "$(grep -c '"runs": true' bench.json)" = 2 ] && grep -q '"runs": false' bench.json || fail "bench --json rows"
+grep -q '"vs_full_remat": 1.0000' bench.json || fail "bench: full recomputation is the 1.00x row"
+
 expect_ok "the JAX tutorial example" "$FERRY" example
 grep -q "results match within tolerance: True" out.txt || fail "example results match"
 grep -q "activation offloading reduces temp by 10.75 MB" out.txt || fail "example saving"

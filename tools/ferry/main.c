@@ -22,6 +22,7 @@ static void usage(FILE *f)
 		"  sample  generate text from a checkpoint, from a prompt\n"
 		"  plan    the device and host memory a configuration needs, per activation\n"
 		"  example the JAX host-offloading tutorial's network, with and without offloading\n"
+		"  bench   policies side by side on one model: step time, memory, compute idle\n"
 		"  data    turn text files into token shards (llm.c format)\n"
 		"  info    backends, devices, BLAS kernels, threads\n"
 		"\n"
@@ -68,7 +69,7 @@ int main(int argc, char **argv)
 		int (*run)(int, char **);
 	} commands[] = {
 		{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
-		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example },
+		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example }, { "bench", cmd_bench },
 	};
 
 	/* Before anything calls BLAS: make sure its fast kernels are in use. */

@@ -1,0 +1,254 @@
+/* ferry bench: placements side by side on one model and batch, in one process. */
+#include "cli_args.h"
+#include "commands.h"
+#include "model_flags.h"
+#include "ferry/model.h"
+#include "ferry/platform.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const CMD = "bench";
+
+#define MAX_PLACEMENTS 32
+
+static void usage(void)
+{
+	printf("usage: ferry bench [model, batch and memory flags of ferry train] [--steps N]\n"
+	       "                   [--json FILE] [POLICY ...]\n"
+	       "\n"
+	       "Trains the same model on the same batches under each policy (default: full\n"
+	       "recomputation, everything kept, dots_saveable, qkv_proj_offloaded,\n"
+	       "minimal_offloaded) in this one process and prints, side by side: the median\n"
+	       "step time of --steps timed steps (default 5) after a warm-up one, the ratio to\n"
+	       "full recomputation (nothing_saveable), the measured device peak, the host\n"
+	       "memory the plan puts there, and how long the compute stream stood idle in a\n"
+	       "traced step (waiting for copies, or for the host).  A policy that does not\n"
+	       "fit --device-mem is listed with why.  --json FILE writes the rows too.\n"
+	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
+	       "\n%s", model_flags_help);
+}
+
+struct row {
+	const char *policy;
+	bool ok;
+	char why[200];
+	double ms, idle_ms;
+	size_t peak, host;
+};
+
+struct bench_args {
+	struct ferry_train_opts o;
+	const char *json;
+	const char *policies[MAX_PLACEMENTS];
+	int n, steps;
+	bool shape_given;
+};
+
+static int parse(int argc, char **argv, struct bench_args *a)
+{
+	model_flags_default(&a->o);
+	a->steps = 5;
+	for (int i = 1; i < argc; i++) {
+		int r = model_flag(CMD, argc, argv, i, &a->o, &a->shape_given);
+
+		if (r < 0)
+			return 2;
+		if (r > 0) {
+			i += r - 1;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage();
+			return 0;
+		} else if (!strcmp(argv[i], "--steps")) {
+			if (arg_int(CMD, argc, argv, i++, &a->steps))
+				return 2;
+			if (a->steps < 1 || a->steps > 1000)
+				return cli_usage_error(CMD, "--steps must be 1..1000");
+		} else if (!strcmp(argv[i], "--json")) {
+			if (arg_value(CMD, argc, argv, i++, &a->json))
+				return 2;
+		} else if (!strncmp(argv[i], "--", 2)) {
+			return cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
+		} else if (a->n < MAX_PLACEMENTS) {
+			a->policies[a->n++] = argv[i];
+		} else {
+			return cli_usage_error(CMD, "at most %d policies", MAX_PLACEMENTS);
+		}
+	}
+	if (!a->n) {
+		static const char *const dflt[] = { "nothing_saveable", "everything_saveable", "dots_saveable",
+						    "qkv_proj_offloaded", "minimal_offloaded" };
+		for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
+			a->policies[a->n++] = dflt[i];
+	}
+	return -1;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* Synthetic batches, the same for every policy. */
+static void batch(int vocab, int32_t *in, int32_t *tg, long n, int s)
+{
+	for (long i = 0; i < n; i++) {
+		in[i] = (int32_t)((i * 7919 + s * 104729 + 13) % vocab);
+		tg[i] = (int32_t)((i * 104729 + s * 7919 + 7) % vocab);
+	}
+}
+
+/* Warm-up, timed steps, and one more traced; fills r (r->why on failure). */
+static void run_steps(ferry_model_t m, const struct bench_args *a, int32_t *in, int32_t *tg, struct row *r)
+{
+	struct ferry_adamw opt = a->o.adamw;
+	const int vocab = ferry_model_config(m)->vocab;
+	double *ms = malloc(sizeof(double) * (size_t)a->steps);
+	struct ferry_trace_stats ts;
+	float loss, norm;
+	ferry_status st = ms ? FERRY_OK : FERRY_ERR_NOMEM;
+
+	opt.lr = 1e-4f;
+	for (int s = 0; s <= a->steps + 1 && !st; s++) {
+		const double t0 = now_ms();
+
+		batch(vocab, in, tg, (long)a->o.B * a->o.T, s);
+		if (s == a->steps + 1 && (st = ferry_model_trace_begin(m)))
+			break;
+		if ((st = ferry_model_step_submit(m, in, tg, a->o.B, a->o.T)) ||
+		    (st = ferry_model_step_finish(m, &opt, s + 1, &loss, &norm)) || (st = ferry_model_sync(m)))
+			break;
+		if (s >= 1 && s <= a->steps)
+			ms[s - 1] = now_ms() - t0;
+	}
+	if (!st && !(st = ferry_model_trace_end_stats(m, NULL, &ts))) {
+		qsort(ms, (size_t)a->steps, sizeof(double), cmp_double);
+		r->ms = ms[a->steps / 2];
+		r->idle_ms = (ts.span_s - ts.busy_s[0]) * 1e3; /* stream 0 is compute */
+		r->ok = true;
+	} else {
+		snprintf(r->why, sizeof(r->why), "%s", ferry_last_error());
+	}
+	free(ms);
+}
+
+/* One policy: its plan, a model, its steps. */
+static void bench_one(const struct bench_args *a, const struct ferry_model_config *cfg, ferry_backend_t be,
+		      struct row *r)
+{
+	struct ferry_exec_opts o = a->o.exec;
+	struct ferry_plan plan;
+	ferry_model_t m = NULL;
+	long n = (long)a->o.B * a->o.T;
+	int32_t *in = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
+
+	o.policy = r->policy;
+	ferry_backend_mem_reset_peak(be);
+	if (!in || !tg) {
+		snprintf(r->why, sizeof(r->why), "out of host memory");
+	} else if (ferry_model_plan(cfg, a->o.B, a->o.T, &o, &plan) != FERRY_OK ||
+		   ferry_model_create(be, cfg, a->o.B, a->o.T, &o, &m) != FERRY_OK ||
+		   ferry_model_init_random(m, a->o.seed) != FERRY_OK) {
+		snprintf(r->why, sizeof(r->why), "%s", ferry_last_error());
+	} else {
+		for (int k = 0; k < FERRY_TK_COUNT; k++)
+			r->host += plan.mem.host_kind_bytes[k];
+		run_steps(m, a, in, tg, r);
+		r->peak = ferry_backend_mem_peak(be);
+	}
+	ferry_model_free(m);
+	free(in);
+	free(tg);
+}
+
+static void print_rows(const struct row *rows, int n, double base)
+{
+	char peak[FERRY_SIZE_CHARS], host[FERRY_SIZE_CHARS];
+
+	printf("%-34s %10s %8s %12s %12s %14s\n", "policy", "ms/step", "vs remat", "device peak", "host",
+	       "compute idle");
+	for (int i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+
+		if (!r->ok) {
+			printf("%-34.34s  does not run: %s\n", r->policy, r->why);
+			continue;
+		}
+		char ratio[16] = "-";
+
+		if (base > 0)
+			snprintf(ratio, sizeof(ratio), "%.2fx", r->ms / base);
+		printf("%-34.34s %10.1f %8s %12s %12s %11.1f ms\n", r->policy, r->ms, ratio,
+		       ferry_format_size(r->peak, peak), ferry_format_size(r->host, host), r->idle_ms);
+	}
+}
+
+static int write_json(const char *path, const struct row *rows, int n, double base)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		fprintf(stderr, "ferry bench: cannot write --json %s\n", path);
+		return 1;
+	}
+	fprintf(f, "[");
+	for (int i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+
+		fprintf(f, "%s\n {\"policy\": \"%s\", \"runs\": %s", i ? "," : "", r->policy, r->ok ? "true" : "false");
+		if (r->ok)
+			fprintf(f, ", \"ms_per_step\": %.3f, \"vs_full_remat\": %.4f, \"device_peak_bytes\": %zu, "
+				   "\"host_bytes\": %zu, \"compute_idle_ms\": %.3f", r->ms, base > 0 ? r->ms / base : 0.0,
+				r->peak, r->host, r->idle_ms);
+		fprintf(f, "}");
+	}
+	fprintf(f, "\n]\n");
+	if (fclose(f) != 0) {
+		fprintf(stderr, "ferry bench: cannot write --json %s\n", path);
+		return 1;
+	}
+	return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	struct bench_args a = { 0 };
+	struct row rows[MAX_PLACEMENTS] = { { 0 } };
+	struct ferry_model_config cfg;
+	ferry_backend_t be;
+	double base = 0;
+	int rc = parse(argc, argv, &a);
+
+	if (rc >= 0)
+		return rc;
+	ferry_set_threads(a.o.threads);
+	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg))
+		return 1;
+	if (ferry_backend_open(a.o.backend, &(struct ferry_backend_opts){ .device_mem = a.o.device_mem,
+									  .threads = a.o.threads }, &be) != FERRY_OK)
+		return cli_fail(CMD);
+	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
+	       ferry_backend_description(be));
+	for (int i = 0; i < a.n; i++) {
+		rows[i].policy = a.policies[i];
+		bench_one(&a, &cfg, be, &rows[i]);
+		if (rows[i].ok && !strcmp(rows[i].policy, "nothing_saveable"))
+			base = rows[i].ms;
+	}
+	ferry_backend_close(be);
+	print_rows(rows, a.n, base);
+	return a.json ? write_json(a.json, rows, a.n, base) : 0;
+}
