@@ -1,10 +1,11 @@
 /*
- * Optimizer-state offloading, `stream` mode (ferry_exec_opts.optimizer =
- * FERRY_OPTIM_STREAM): master weights and AdamW moments in host memory,
- * each slice updated in a two-slot device ring.
+ * Optimizer-state offloading (ferry_exec_opts.optimizer): `stream`, master
+ * weights and AdamW moments in host memory, each slice updated in a
+ * two-slot device ring; `cpu`, the same state updated on the host by the
+ * fused CPU AdamW, gradients down and weights up slice by slice.
  *  - Training GPT-2 and Llama for several steps, with clipping that bites,
  *    under two activation policies, gives losses, parameters and moments
- *    bit-identical to the state kept on the device;
+ *    bit-identical to the state kept on the device, in both modes;
  *  - the plan moves 12 bytes per parameter (master, m, v) to the host and
  *    keeps on the device only the compute copy, the gradients and the ring;
  *  - parameters and optimizer state written are read back the same.
@@ -77,19 +78,24 @@ static void check_same(const struct tcase *c)
 	size_t n = ferry_model_config_num_params(&c->cfg);
 
 	train(c, FERRY_OPTIM_DEVICE, &dev);
-	train(c, FERRY_OPTIM_STREAM, &host);
-	CHECK(!memcmp(dev.loss, host.loss, sizeof(dev.loss)), "%s: the same losses", c->name);
-	CHECK(!memcmp(dev.params, host.params, n * sizeof(float)), "%s: the same parameters", c->name);
-	CHECK(!memcmp(dev.mom, host.mom, n * sizeof(float)) && !memcmp(dev.var, host.var, n * sizeof(float)),
-	      "%s: the same moments", c->name);
-	printf("  %-28s %d steps, loss %.5f -> %.5f, bit-identical with the state on the host\n", c->name, STEPS,
-	       host.loss[0], host.loss[STEPS - 1]);
+	for (int mode = FERRY_OPTIM_STREAM; mode <= FERRY_OPTIM_CPU; mode++) {
+		const char *how = mode == FERRY_OPTIM_STREAM ? "streamed" : "on host threads";
+
+		train(c, (enum ferry_optim_place)mode, &host);
+		CHECK(!memcmp(dev.loss, host.loss, sizeof(dev.loss)), "%s %s: the same losses", c->name, how);
+		CHECK(!memcmp(dev.params, host.params, n * sizeof(float)), "%s %s: the same parameters", c->name,
+		      how);
+		CHECK(!memcmp(dev.mom, host.mom, n * sizeof(float)) && !memcmp(dev.var, host.var, n * sizeof(float)),
+		      "%s %s: the same moments", c->name, how);
+		printf("  %-28s %d steps, loss %.5f -> %.5f, bit-identical with AdamW's state %s\n", c->name,
+		       STEPS, host.loss[0], host.loss[STEPS - 1], how);
+		free(host.params);
+		free(host.mom);
+		free(host.var);
+	}
 	free(dev.params);
 	free(dev.mom);
 	free(dev.var);
-	free(host.params);
-	free(host.mom);
-	free(host.var);
 }
 
 /* 12 bytes per parameter leave the device for the host; the device keeps
@@ -97,7 +103,7 @@ static void check_same(const struct tcase *c)
 static void check_plan(const struct tcase *c)
 {
 	struct ferry_exec_opts o = { .policy = c->policy }, s = o;
-	struct ferry_plan pd, ps;
+	struct ferry_plan pd, ps, pc;
 	size_t n = ferry_model_config_num_params(&c->cfg);
 
 	s.optimizer = FERRY_OPTIM_STREAM;
@@ -107,6 +113,11 @@ static void check_plan(const struct tcase *c)
 	      "%s: master weights and moments on the host (%zu + %zu bytes for %zu parameters)", c->name,
 	      ps.mem.host_kind_bytes[FERRY_TK_WEIGHT], ps.mem.host_kind_bytes[FERRY_TK_OPT_STATE], n);
 	CHECK(pd.mem.host_kind_bytes[FERRY_TK_OPT_STATE] == 0, "%s: none there by default", c->name);
+	s.optimizer = FERRY_OPTIM_CPU;
+	CHECK(ferry_model_plan(&c->cfg, B, T, &s, &pc) == FERRY_OK, "cpu plan");
+	CHECK(pc.mem.host_kind_bytes[FERRY_TK_OPT_STATE] == 8 * n && pc.mem.host_kind_bytes[FERRY_TK_GRAD] == 4 * n &&
+		      pc.mem.peak_bytes < ps.mem.peak_bytes,
+	      "%s, AdamW on host threads: state and a gradient copy on the host, no ring on the device", c->name);
 	CHECK(ps.mem.peak_bytes < pd.mem.peak_bytes, "%s: the device needs less (%zu < %zu)", c->name,
 	      ps.mem.peak_bytes, pd.mem.peak_bytes);
 	printf("  %-28s device %zu -> %zu bytes, host +%zu\n", c->name, pd.mem.peak_bytes, ps.mem.peak_bytes,

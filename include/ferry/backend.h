@@ -167,6 +167,11 @@ enum ferry_copy_kind {
 ferry_status ferry_memcpy_async(ferry_stream_t s, void *dst, const void *src,
 				size_t size, enum ferry_copy_kind kind)
 	FERRY_MUST_CHECK;
+/* Runs fn(arg) on a host thread when stream s reaches it, in stream order
+ * (CUDA: cudaLaunchHostFunc).  fn must not call ferry or CUDA; arg must stay
+ * valid until it has run. */
+ferry_status ferry_stream_host_fn(ferry_stream_t s, void (*fn)(void *arg), void *arg) FERRY_MUST_CHECK;
+
 /* Sets size bytes of device memory to zero, on stream s. */
 ferry_status ferry_memset_zero_async(ferry_stream_t s, void *dst, size_t size)
 	FERRY_MUST_CHECK;

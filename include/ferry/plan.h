@@ -113,6 +113,9 @@ enum ferry_optim_place {
 	FERRY_OPTIM_STREAM, /* in host memory: each slice (a layer, or a chunk that size) passes
 			       through a two-slot device ring for its update, while the device
 			       keeps only the weights the kernels read */
+	FERRY_OPTIM_CPU,    /* in host memory, updated there by host threads (the fused CPU
+			       AdamW): each slice's gradients come to the host, its updated
+			       weights go back to the device's compute copy */
 };
 
 /* Options for building a model's executor: the policy and the prefetch depth. */

@@ -297,6 +297,16 @@ bool ferry_event_done(ferry_event_t ev)
 	return ev->be->iface->event_done(ev);
 }
 
+ferry_status ferry_stream_host_fn(ferry_stream_t s, void (*fn)(void *), void *arg)
+{
+	if (!fn)
+		return ferry_error(FERRY_ERR_INVALID, "host_fn: no function");
+	if (!s->be->iface->host_fn)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s backend: no host functions on streams",
+				   s->be->iface->name);
+	return s->be->iface->host_fn(s, fn, arg);
+}
+
 ferry_status ferry_memcpy_async(ferry_stream_t s, void *dst, const void *src, size_t size,
 				enum ferry_copy_kind kind)
 {

@@ -43,6 +43,8 @@ struct ferry_backend_iface {
 	/* optional: bytes of scratch the kernels of a call need (a pure
 	 * function of its sizes: planning calls it with no device open) */
 	size_t (*op_scratch)(const struct ferry_op_call *call);
+	/* runs fn(arg) on the host in stream order */
+	ferry_status (*host_fn)(struct ferry_stream *s, void (*fn)(void *), void *arg);
 	/* optional: an event that can be timed (NULL: event_create's are) */
 	ferry_status (*event_create_timed)(struct ferry_backend *be, struct ferry_event *ev);
 	/* optional: seconds between two completed timed events */

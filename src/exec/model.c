@@ -140,6 +140,17 @@ static void add_optimizer_streams(struct ferry_model *m)
 	}
 }
 
+/* The streams and events of AdamW on host threads. */
+static void add_cpu_optimizer_streams(struct ferry_model *m)
+{
+	m->opt_h2d = ferry_sched_stream(&m->res, "h2d");
+	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
+	m->opt_cpu_stream = ferry_sched_stream(&m->res, "cpu optimizer");
+	m->opt_grads_home = ferry_sched_event(&m->res, "gradient slice on the host");
+	m->opt_host_done = ferry_sched_event(&m->res, "slice updated on the host");
+	m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
+}
+
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, ferry_model_t *out)
 {
@@ -166,6 +177,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	bind_params(m);
 	if (m->tt.ix.opt_ring >= 0)
 		add_optimizer_streams(m);
+	if (m->tt.ix.opt_cpu)
+		add_cpu_optimizer_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
 	*out = m;
@@ -336,10 +349,44 @@ static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t
 	return st;
 }
 
+/* fp32 -> bf16 bits, round to nearest even (as the CPU AdamW's copy). */
+static uint16_t bf16_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* With AdamW on host threads: the compute copy uploaded from the host
+ * master (fp32), or from its bf16 bits made here. */
+static ferry_status upload_copy(ferry_model_t m)
+{
+	const float *master = buffer(m, m->tt.ix.params_buffer);
+	const void *src = master;
+	ferry_status st;
+
+	if (m->tt.ix.host_copy_buffer >= 0) { /* the kernels read bf16 */
+		uint16_t *bits = buffer(m, m->tt.ix.host_copy_buffer);
+
+		for (size_t i = 0; i < m->tt.n_params; i++)
+			bits[i] = bf16_bits(master[i]);
+		src = bits;
+	}
+	st = ferry_memcpy_async(compute(m), buffer(m, m->tt.ix.copy_buffer), src, m->tt.n_params * m->asz,
+				FERRY_COPY_H2D);
+	return st ? st : ferry_stream_synchronize(compute(m));
+}
+
 /* The compute copy from the master weights: a cast on the device, through
  * the optimizer ring's first slot when the master weights are on the host. */
 static ferry_status refresh_copy(ferry_model_t m)
 {
+	if (m->tt.ix.opt_cpu)
+		return upload_copy(m);
 	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
 	const float *master = buffer(m, m->tt.ix.params_buffer);
 	char *copy = buffer(m, m->tt.ix.copy_buffer);

@@ -58,6 +58,9 @@ struct ferry_model {
 	 * slot the events "staged", "updated", "free again" */
 	int opt_h2d, opt_d2h;
 	int opt_staged[2], opt_updated[2], opt_free[2];
+	/* AdamW on host threads (tt.ix.opt_cpu): its stream, and the events
+	 * "a slice's gradients are on the host", "updated", "all uploaded" */
+	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
 };
 
 /* Builds the model's tensor table, and with a backend allocates it and

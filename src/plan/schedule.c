@@ -1,10 +1,12 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
 #include "plan/schedule.h"
 #include "plan/trace.h"
+#include "optim/cpu_adamw.h"
 #include "backend/run_op.h"
 #include "core/error.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int ferry_sched_stream(struct ferry_sched_resources *r, const char *name)
@@ -149,6 +151,16 @@ void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer)
 	ferry_program_add(p, &t);
 }
 
+void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			   const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_HOST, stream, layer, label);
+
+	t.call = *c;
+	t.patch = FERRY_PATCH_ADAMW;
+	ferry_program_add(p, &t);
+}
+
 ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
 					struct ferry_sched_runtime *rt)
 {
@@ -183,6 +195,21 @@ void ferry_sched_runtime_free(struct ferry_sched_runtime *rt)
 	memset(rt, 0, sizeof(*rt));
 }
 
+/* t's call with this step's optimizer values. */
+static struct ferry_op_call patched(const struct ferry_task *t, const struct ferry_step_values *v)
+{
+	struct ferry_op_call c = t->call;
+
+	c.scalar[0] = v->lr;
+	c.scalar[1] = v->beta1;
+	c.scalar[2] = v->beta2;
+	c.scalar[3] = v->eps;
+	c.scalar[4] = t->call.scalar[4] * v->weight_decay;
+	c.scalar[5] = v->grad_scale;
+	c.step = v->step;
+	return c;
+}
+
 static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sched_runtime *rt,
 			      const struct ferry_step_values *v)
 {
@@ -192,15 +219,36 @@ static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sch
 		return ferry_stream_run_op(rt->stream[t->stream], &t->call);
 	if (!v)
 		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
-	c = t->call;
-	c.scalar[0] = v->lr;
-	c.scalar[1] = v->beta1;
-	c.scalar[2] = v->beta2;
-	c.scalar[3] = v->eps;
-	c.scalar[4] = t->call.scalar[4] * v->weight_decay;
-	c.scalar[5] = v->grad_scale;
-	c.step = v->step;
+	c = patched(t, v);
 	return ferry_stream_run_op(rt->stream[t->stream], &c);
+}
+
+/* A host task's AdamW: the fused CPU kernel on host memory. */
+static void run_host_adamw(void *arg)
+{
+	const struct ferry_op_call *c = arg;
+	struct ferry_cpu_adamw_args a = {
+		.param = c->param, .m = c->out[0], .v = c->out[1], .grad = c->in[0], .param_bf16 = c->param_copy,
+		.n = c->n, .lr = c->scalar[0], .beta1 = c->scalar[1], .beta2 = c->scalar[2], .eps = c->scalar[3],
+		.weight_decay = c->scalar[4], .grad_scale = c->scalar[5], .step = c->step,
+	};
+
+	/* the arguments and the path were checked when the model was made */
+	if (ferry_cpu_adamw_step(&a) != FERRY_OK)
+		abort(); /* unreachable: nothing to report it to on this thread */
+}
+
+/* Patches the host task in place (the previous step's has run: the step's
+ * forward waited for its weights) and queues it. */
+static ferry_status submit_host(const struct ferry_task *t, const struct ferry_sched_runtime *rt,
+				const struct ferry_step_values *v)
+{
+	struct ferry_task *w = (struct ferry_task *)t;
+
+	if (!v)
+		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
+	w->host = patched(t, v);
+	return ferry_stream_host_fn(rt->stream[t->stream], run_host_adamw, &w->host);
 }
 
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
@@ -229,6 +277,7 @@ ferry_status ferry_program_submit_traced(const struct ferry_program *p, const st
 		case FERRY_TASK_RECORD: st = ferry_event_record(rt->event[t->event], s); break;
 		case FERRY_TASK_WAIT: st = ferry_stream_wait_event(s, rt->event[t->event]); break;
 		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
+		case FERRY_TASK_HOST: st = submit_host(t, rt, v); break;
 		}
 		if (!st)
 			st = ferry_trace_task(tr, p, t, s, true);
@@ -245,6 +294,7 @@ const char *ferry_task_kind_name(enum ferry_task_kind k)
 	case FERRY_TASK_RECORD: return "record";
 	case FERRY_TASK_WAIT: return "wait";
 	case FERRY_TASK_GRADS_DONE: return "grads done";
+	case FERRY_TASK_HOST: return "host";
 	}
 	return "?";
 }

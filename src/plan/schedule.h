@@ -31,6 +31,8 @@ enum ferry_task_kind {
 	FERRY_TASK_RECORD,     /* record event */
 	FERRY_TASK_WAIT,       /* the stream waits for event */
 	FERRY_TASK_GRADS_DONE, /* marker: layer's weight gradients are complete */
+	FERRY_TASK_HOST,       /* AdamW (call) on host memory, by a host thread
+				  in the stream's order (optim/cpu_adamw.h) */
 };
 
 /* Values a replay fills in (per step). */
@@ -47,6 +49,9 @@ struct ferry_task {
 	int layer;              /* -1: not a layer's */
 	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
 	struct ferry_op_call call;
+	struct ferry_op_call host; /* HOST: the call as patched for this step;
+				      the host thread reads it when it runs
+				      (after the previous step's has run) */
 	void *dst;
 	const void *src;
 	size_t bytes;
@@ -90,6 +95,10 @@ void ferry_emit_zero(struct ferry_program *p, int stream, void *dst, size_t byte
 void ferry_emit_record(struct ferry_program *p, int stream, int event, int layer);
 void ferry_emit_wait(struct ferry_program *p, int stream, int event, int layer);
 void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer);
+/* AdamW on host memory (call: param, out[0] m, out[1] v, in[0] grad,
+ * param_copy NULL or bf16 bits of the result), patched per step. */
+void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			   const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

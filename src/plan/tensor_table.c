@@ -10,6 +10,7 @@
  */
 #include "plan/tensor_table.h"
 #include "backend/run_op.h"
+#include "optim/cpu_adamw.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -123,14 +124,31 @@ static size_t optimizer_chunk(const struct ferry_tensor_table *tt)
  * optimizer state is streamed, its device ring: master weights and
  * moments then live on the host, and the kernels read a device copy (in
  * the activation type, fp32 included).  Returns < 0 on failure. */
-static int add_params(struct ferry_tensor_table *tt, bool stream)
+/* With AdamW on host threads: the gradients' host copy and, when the
+ * kernels read bf16, the update's bf16 result to upload. */
+static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 {
+	int r = add_param_group(tt, "host: grads", "host grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				FERRY_F32, tt->ix.host_grad);
+
+	tt->ix.opt_cpu = true;
+	tt->ix.opt_chunk = optimizer_chunk(tt);
+	if (r >= 0 && tt->act_dtype != FERRY_F32)
+		r = tt->ix.host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
+							      FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+							      tt->act_dtype, tt->ix.host_copy);
+	return r;
+}
+
+static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where)
+{
+	const bool stream = where != FERRY_OPTIM_DEVICE; /* the state on the host */
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
 	int r;
 
-	tt->ix.copy_buffer = tt->ix.opt_ring = -1;
+	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
-		tt->ix.copy[p] = -1;
+		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = -1;
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
 	if (r >= 0)
@@ -147,6 +165,8 @@ static int add_params(struct ferry_tensor_table *tt, bool stream)
 		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_SITE_DEVICE,
 							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
 							 tt->ix.copy);
+	if (r >= 0 && where == FERRY_OPTIM_CPU)
+		return add_cpu_optimizer(tt);
 	if (r >= 0 && stream) {
 		/* two slots, each a slice of master weights, m and v */
 		tt->ix.opt_chunk = optimizer_chunk(tt);
@@ -347,7 +367,13 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, opts, &tt->sp)))
 		return st;
 
-	r = add_params(tt, opts && opts->optimizer == FERRY_OPTIM_STREAM);
+	if (opts && opts->optimizer == FERRY_OPTIM_CPU && !ferry_cpu_adamw_isa())
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
+				   "this CPU does not run");
+	if (opts && (opts->optimizer < FERRY_OPTIM_DEVICE || opts->optimizer > FERRY_OPTIM_CPU))
+		return ferry_error(FERRY_ERR_INVALID, "optimizer placement %d: device, stream or cpu",
+				   (int)opts->optimizer);
+	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
 	if (r >= 0)

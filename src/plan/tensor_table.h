@@ -66,6 +66,10 @@ struct ferry_table_index {
 	int params_buffer, grads_buffer, mom_buffer, var_buffer, copy_buffer;
 	int opt_ring;                           /* optimizer streaming: the device ring, -1: none */
 	size_t opt_chunk;                       /* floats per slice of a ring slot's array */
+	bool opt_cpu;                           /* AdamW on host threads (FERRY_OPTIM_CPU) */
+	int host_grad[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu: gradients on the host */
+	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu, bf16: the update's bf16 result, -1: none */
+	int host_copy_buffer;                   /* their buffer, -1: none */
 };
 
 struct ferry_tensor_table {

@@ -90,7 +90,8 @@ ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_p
 	ferry_status st;
 	int e = -1;
 
-	if (!tr || !tr->on || (t->kind != FERRY_TASK_OP && t->kind != FERRY_TASK_COPY && t->kind != FERRY_TASK_ZERO))
+	if (!tr || !tr->on ||
+	    (t->kind != FERRY_TASK_OP && t->kind != FERRY_TASK_COPY && t->kind != FERRY_TASK_ZERO && t->kind != FERRY_TASK_HOST))
 		return FERRY_OK;
 	if (!after && (st = add_slice(tr, p, t)))
 		return st;

@@ -73,7 +73,9 @@ done
 "$FERRY" plan "${SHAPE[@]}" --json dev.json >/dev/null
 "$FERRY" plan "${SHAPE[@]}" --offload-optimizer stream --json host.json >/dev/null
 [ "$(json_field host.json peak_bytes)" -lt "$(json_field dev.json peak_bytes)" ] || fail "streamed: a smaller device plan"
-expect_error "optimizer mode" "--offload-optimizer 'gpu': device or stream" "$FERRY" plan --offload-optimizer gpu
+expect_ok "train, AdamW on host threads" "$FERRY" train "${TRAIN[@]}" --offload-optimizer cpu --save cpu.bin
+cmp -s dev.bin cpu.bin && cmp -s dev.bin.state cpu.bin.state || fail "--offload-optimizer cpu: other bits saved"
+expect_error "optimizer mode" "--offload-optimizer 'gpu': device, stream or cpu" "$FERRY" plan --offload-optimizer gpu
 
 # ferry bench: policies side by side in one process; one that cannot run
 # is a row saying why, not a failure

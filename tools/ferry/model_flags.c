@@ -33,9 +33,10 @@ const char model_flags_help[] =
 	"                        custom:query_proj=offload,context=device (others remat);\n"
 	"                        `ferry plan` lists the model's names\n"
 	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
-	"  --offload-optimizer M where AdamW's state lives: device (default), or stream:\n"
+	"  --offload-optimizer M where AdamW's state lives: device (default); stream:\n"
 	"                        master weights and moments in host memory, each layer's\n"
-	"                        slice updated in a two-slot device ring\n"
+	"                        slice updated in a two-slot device ring; cpu: in host\n"
+	"                        memory, updated by host threads (fused CPU AdamW)\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
@@ -61,12 +62,12 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 
 	if (arg_value(cmd, argc, argv, i, &v))
 		return -1;
-	if (!strcmp(v, "device") || !strcmp(v, "stream")) {
-		*out = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : FERRY_OPTIM_DEVICE;
+	if (!strcmp(v, "device") || !strcmp(v, "stream") || !strcmp(v, "cpu")) {
+		*out = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : !strcmp(v, "cpu") ? FERRY_OPTIM_CPU
+										       : FERRY_OPTIM_DEVICE;
 		return 0;
 	}
-	fprintf(stderr, "ferry %s: --offload-optimizer '%s': device or stream%s\n", cmd, v,
-		!strcmp(v, "cpu") ? " (cpu, AdamW on host threads, is not built yet)" : "");
+	fprintf(stderr, "ferry %s: --offload-optimizer '%s': device, stream or cpu\n", cmd, v);
 	return -1;
 }
 

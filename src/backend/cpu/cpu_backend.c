@@ -31,7 +31,7 @@
 
 #define QUEUE_CAPACITY 1024
 
-enum task_type { TASK_OP, TASK_COPY, TASK_MEMSET, TASK_RECORD, TASK_WAIT, TASK_STOP };
+enum task_type { TASK_OP, TASK_COPY, TASK_MEMSET, TASK_RECORD, TASK_WAIT, TASK_HOST, TASK_STOP };
 
 struct cpu_event {
 	pthread_mutex_t lock;
@@ -46,6 +46,7 @@ struct task {
 	union {
 		struct ferry_op_call op;
 		struct { void *dst; const void *src; size_t size; } copy;
+		struct { void (*fn)(void *); void *arg; } host;
 		struct { struct cpu_event *ev; uint64_t ticket; } event;
 	} u;
 };
@@ -133,6 +134,9 @@ static void run_task(struct cpu_stream *cs, struct task *t)
 	}
 	case TASK_WAIT:
 		event_wait_ticket(t->u.event.ev, t->u.event.ticket);
+		break;
+	case TASK_HOST:
+		t->u.host.fn(t->u.host.arg);
 		break;
 	case TASK_STOP:
 		break;
@@ -453,6 +457,16 @@ static ferry_status cpu_memset_zero_async(struct ferry_stream *s, void *dst, siz
 	return FERRY_OK;
 }
 
+static ferry_status cpu_host_fn(struct ferry_stream *s, void (*fn)(void *), void *arg)
+{
+	struct task t = { .type = TASK_HOST };
+
+	t.u.host.fn = fn;
+	t.u.host.arg = arg;
+	submit(s, &t);
+	return FERRY_OK;
+}
+
 static ferry_status cpu_run_op(struct ferry_stream *s, const struct ferry_op_call *call)
 {
 	struct task t = { .type = TASK_OP };
@@ -482,5 +496,6 @@ const struct ferry_backend_iface ferry_cpu_backend_iface = {
 	.event_elapsed = cpu_event_elapsed, /* every event is timed */
 	.memcpy_async = cpu_memcpy_async,
 	.memset_zero_async = cpu_memset_zero_async,
+	.host_fn = cpu_host_fn,
 	.run_op = cpu_run_op,
 };

@@ -462,6 +462,12 @@ static ferry_status cuda_memcpy_async(struct ferry_stream *s, void *dst, const v
 	return FERRY_OK;
 }
 
+static ferry_status cuda_host_fn(struct ferry_stream *s, void (*fn)(void *), void *arg)
+{
+	CHECK_CUDA(cudaLaunchHostFunc((cudaStream_t)s->ctx, fn, arg), "host function");
+	return FERRY_OK;
+}
+
 static ferry_status cuda_memset_zero_async(struct ferry_stream *s, void *dst, size_t size)
 {
 	CHECK_CUDA(cudaMemsetAsync(dst, 0, size, (cudaStream_t)s->ctx), "memset");
@@ -506,6 +512,7 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.event_done = cuda_event_done,
 	.memcpy_async = cuda_memcpy_async,
 	.memset_zero_async = cuda_memset_zero_async,
+	.host_fn = cuda_host_fn,
 	.run_op = cuda_run_op,
 	.op_scratch = ferry_cuda_op_scratch,
 	.event_create_timed = cuda_event_create_timed,
