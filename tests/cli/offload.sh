@@ -66,6 +66,13 @@ expect_ok "train, optimizer streamed, traced" "$FERRY" train "${TRAIN[@]}" --off
 	--policy qkv_proj_offloaded --save host.bin --trace step.json
 cmp -s dev.bin host.bin && cmp -s dev.bin.state host.bin.state || fail "--offload-optimizer stream: other bits saved"
 grep -q "trace of step 2 written to step.json" out.txt || fail "the trace is announced"
+cp corpus_train_000.bin keep.bin 2>/dev/null || cp "$(ls corpus_train_*.bin | head -1)" keep.bin
+expect_error "a trace onto an input" "is one of this run's inputs: refusing to replace it" "$FERRY" train \
+	"${TRAIN[@]}" --trace "$(ls corpus_train_*.bin | head -1)"
+cmp -s keep.bin "$(ls corpus_train_*.bin | head -1)" || fail "the input is untouched"
+expect_error "a trace in a missing directory" "cannot write --trace no/such/dir/t.json" "$FERRY" train \
+	"${TRAIN[@]}" --trace no/such/dir/t.json
+grep -q "^step" out.txt && fail "no step ran before the trace path was refused"
 head -c 15 step.json | grep -q '{"traceEvents"' || fail "step.json is a Chrome trace"
 for kind in "copy to host" "copy to device" op; do
 	grep -q "\"cat\":\"$kind\"" step.json || fail "the trace has $kind slices"

@@ -362,6 +362,32 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 	return 0;
 }
 
+/* --trace is written at step 2 (replacing the file whole); before step 1:
+ * not one of the run's inputs, not something other than a file, and in a
+ * directory this process can write. */
+static int check_trace_path(const struct train_cli *c, const struct ferry_train_opts *o)
+{
+	char dir[4096];
+	struct stat st;
+	const char *slash;
+
+	if (!c->trace)
+		return 0;
+	if (stat(c->trace, &st) == 0 && (!S_ISREG(st.st_mode) || is_input(o, &st))) {
+		fprintf(stderr, "ferry train: --trace %s is %s: refusing to replace it\n", c->trace,
+			S_ISREG(st.st_mode) ? "one of this run's inputs" : "not a regular file");
+		return 1;
+	}
+	slash = strrchr(c->trace, '/');
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - c->trace) + (slash == c->trace) : 1,
+		 slash ? c->trace : ".");
+	if (access(dir, W_OK) != 0) {
+		fprintf(stderr, "ferry train: cannot write --trace %s: %s: %s\n", c->trace, dir, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
 /* A resume takes the batch, sequence and data of the saved run unless
  * given: the batch shape for the checks before any work (0 when the state
  * does not say: the trainer checks then), and the demo corpus's validation
@@ -660,7 +686,7 @@ int cmd_train(int argc, char **argv)
 		run.rep.json_path = c.json;
 		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
 			rc = cli_fail(CMD);
-		else
+		else if (!(rc = check_trace_path(&c, run_opts(run.tr))))
 			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
 		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
 	}
