@@ -10,6 +10,7 @@
  * runs.
  */
 #include "exec/model_internal.h"
+#include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
 
@@ -349,18 +350,6 @@ static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t
 	return st;
 }
 
-/* fp32 -> bf16 bits, round to nearest even (as the CPU AdamW's copy). */
-static uint16_t bf16_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
-
 /* With AdamW on host threads: the compute copy uploaded from the host
  * master (fp32), or from its bf16 bits made here. */
 static ferry_status upload_copy(ferry_model_t m)
@@ -373,7 +362,7 @@ static ferry_status upload_copy(ferry_model_t m)
 		uint16_t *bits = buffer(m, m->tt.ix.host_copy_buffer);
 
 		for (size_t i = 0; i < m->tt.n_params; i++)
-			bits[i] = bf16_bits(master[i]);
+			bits[i] = ferry_st_f32_to_bf16(master[i]); /* as the CPU AdamW rounds */
 		src = bits;
 	}
 	st = ferry_memcpy_async(compute(m), buffer(m, m->tt.ix.copy_buffer), src, m->tt.n_params * m->asz,
