@@ -172,6 +172,15 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 	}
 }
 
+/* The per-row losses of a B x T batch to the host. */
+static void emit_losses_copy(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
+{
+	struct stage epi = epilogue_of(m);
+
+	ferry_emit_copy(p, m->compute, m->host_losses, stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_LOSSES)),
+			(size_t)k->B * k->T * sizeof(float), FERRY_COPY_D2H, -1, "losses");
+}
+
 /* Uploads the batch from the host staging buffers (targets: zeros without,
  * any valid target will do when the loss is not read), runs the forward,
  * and with targets copies the per-row losses to the host. */
@@ -193,9 +202,8 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 	if ((st = ferry_layer_exec_forward(m->layers, p, k->B, k->T, k->for_backward)))
 		return st;
 	stage_forward(m, p, &epi, k->B, k->T);
-	if (k->targets)
-		ferry_emit_copy(p, m->compute, m->host_losses, stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_LOSSES)),
-				N * sizeof(float), FERRY_COPY_D2H, -1, "losses");
+	if (k->targets && !k->loss_later)
+		emit_losses_copy(m, p, k);
 	return FERRY_OK;
 }
 
@@ -211,12 +219,15 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	return FERRY_OK;
 }
 
-/* The global gradient norm: one reduction over the gradient buffer. */
-static void emit_norm(ferry_model_t m, struct ferry_program *p)
+/* The global gradient norm: one reduction over the gradient buffer (and
+ * in a training step, the losses its forward left on the device). */
+static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
 {
 	void *sumsq = entry(m, m->tt.ix.grad_norm);
 	struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
 
+	if (k->loss_later)
+		emit_losses_copy(m, p, k);
 	ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
 	c.in[0] = grads_base(m);
 	c.n = (long)m->tt.n_params;
@@ -384,7 +395,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	switch (k->kind) {
 	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
-	case FERRY_PROG_NORM: emit_norm(m, p); break;
+	case FERRY_PROG_NORM: emit_norm(m, p, k); break;
 	case FERRY_PROG_UPDATE:
 		if (m->tt.ix.opt_cpu)
 			emit_update_cpu(m, p);
@@ -406,7 +417,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 static bool same_key(const struct ferry_prog_key *a, const struct ferry_prog_key *b)
 {
 	return a->kind == b->kind && a->B == b->B && a->T == b->T && a->for_backward == b->for_backward &&
-	       a->targets == b->targets;
+	       a->targets == b->targets && a->loss_later == b->loss_later;
 }
 
 static const char *prog_name(enum ferry_prog_kind k)

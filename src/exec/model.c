@@ -454,9 +454,9 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 
 /* Checks the batch, stages it for upload and submits the forward. */
 static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
-				   bool for_backward)
+				   bool for_backward, bool loss_later)
 {
-	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL };
+	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL, loss_later };
 	size_t N = (size_t)B * T;
 	ferry_status st;
 
@@ -494,7 +494,7 @@ static float mean_loss(const ferry_model_t m)
 ferry_status ferry_model_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
 				 int T, float *loss)
 {
-	ferry_status st = submit_forward(m, inputs, targets, B, T, targets != NULL);
+	ferry_status st = submit_forward(m, inputs, targets, B, T, targets != NULL, false);
 
 	if (!st)
 		st = ferry_stream_synchronize(compute(m));
@@ -510,7 +510,7 @@ ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int3
 
 	if (!targets)
 		return ferry_error(FERRY_ERR_INVALID, "a loss needs targets");
-	st = submit_forward(m, inputs, targets, B, T, false);
+	st = submit_forward(m, inputs, targets, B, T, false, false);
 	if (!st)
 		st = ferry_stream_synchronize(compute(m));
 	if (!st && loss)
@@ -562,7 +562,7 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 
 static ferry_status submit_backward(ferry_model_t m)
 {
-	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true };
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false };
 
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -613,12 +613,13 @@ ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, 
 ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
 				     int T)
 {
-	struct ferry_prog_key zero = { .kind = FERRY_PROG_ZERO }, norm = { .kind = FERRY_PROG_NORM };
+	struct ferry_prog_key zero = { .kind = FERRY_PROG_ZERO };
+	struct ferry_prog_key norm = { .kind = FERRY_PROG_NORM, .B = B, .T = T, .targets = true, .loss_later = true };
 	ferry_status st;
 
 	if (!targets)
 		return ferry_error(FERRY_ERR_INVALID, "a training step needs targets");
-	if ((st = run(m, &zero, NULL)) || (st = submit_forward(m, inputs, targets, B, T, true)) ||
+	if ((st = run(m, &zero, NULL)) || (st = submit_forward(m, inputs, targets, B, T, true, true)) ||
 	    (st = submit_backward(m)))
 		return st;
 	return run(m, &norm, NULL);

@@ -24,6 +24,12 @@ struct ferry_prog_key {
 	enum ferry_prog_kind kind;
 	int B, T;
 	bool for_backward, targets;
+	/* the training step: the forward leaves the per-row losses on the
+	 * device and the gradient-norm program copies them to the host (the
+	 * host reads the loss only at the step's end; a copy on the compute
+	 * stream mid-step would queue behind the offload copies sharing the
+	 * copy engine and stall the compute stream until they drain) */
+	bool loss_later;
 };
 
 #define FERRY_PROG_CACHE 8
