@@ -13,8 +13,10 @@ case "${1:-}" in
 	echo "On a machine with an NVIDIA GPU: builds ferry with the CUDA backend, runs the"
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
-	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_COMMIT=HASH names"
-	echo "the commit when the tree has no (or a stale) git history."
+	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_GPU_SECTIONS"
+	echo "picks sections (default: \"tests gpt2 copy policies wide\"; the build always"
+	echo "runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
+	echo "history.  JSON rows and a Perfetto trace go next to the log (same name stem)."
 	exit 0 ;;
 "") ;;
 *) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
@@ -57,24 +59,52 @@ esac
 cmake --build --preset default -j "$(nproc)" || exit 1
 ./build/ferry info
 rc=0
+sections=${FERRY_GPU_SECTIONS:-tests gpt2 copy policies wide}
+[ -n "${FERRY_GPU_SKIP_BENCH:-}" ] && sections=tests
+has() { case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+stem=${out%.txt}
 # the GPU tests fail instead of skipping when no GPU is usable
 export FERRY_REQUIRE_GPU=1
-echo; echo "## GPU tests"
-ctest --test-dir build -L gpu --output-on-failure || rc=1
-[ -n "${FERRY_GPU_SKIP_BENCH:-}" ] && exit $rc
-echo; echo "## GPT-2 124M step (bf16, everything kept): batch 16 x 1024 and 48 x 1024"
-./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 16 --seq 1024 --steps 5 || rc=1
-./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 48 --seq 1024 --steps 3 || rc=1
-echo; echo "## copy bandwidth: ferry's copies against plain cudaMemcpyAsync"
-./build/bench/bench_copy --backend cuda || rc=1
-echo; echo "## policies side by side, GPT-2 124M, batch 16 x 1024"
-./build/bench/bench_policies --backend cuda --layers 12 --channels 768 --heads 12 --vocab 50257 --batch 16 \
-	--seq 1024 --steps 3 everything_saveable dots_saveable nothing_saveable qkv_proj_offloaded \
-	minimal_offloaded || rc=1
-echo; echo "## a wide Llama (4 layers, 4096 channels, sequence 4096) at a batch where keeping everything"
-echo "## does not fit in 80 GB (ferry plan says so) but recomputation does"
-./build/bench/bench_policies --backend cuda --model llama --layers 4 --channels 4096 --heads 32 --kv-heads 8 \
-	--ffn 11008 --vocab 32000 --batch 24 --seq 4096 --steps 2 everything_saveable nothing_saveable \
-	qkv_proj_offloaded minimal_offloaded || rc=1
+if has tests; then
+	echo; echo "## GPU tests"
+	ctest --test-dir build -L gpu --output-on-failure || rc=1
+fi
+if has gpt2; then
+	echo; echo "## GPT-2 124M step (bf16, everything kept): batch 16 x 1024 and 48 x 1024"
+	./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 16 --seq 1024 --steps 5 || rc=1
+	./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 48 --seq 1024 --steps 3 || rc=1
+fi
+if has copy; then
+	echo; echo "## copy bandwidth: ferry's copies against plain cudaMemcpyAsync"
+	./build/bench/bench_copy --backend cuda || rc=1
+fi
+if has policies; then
+	echo; echo "## policies side by side, GPT-2 124M, batch 16 x 1024"
+	./build/ferry bench --backend cuda --layers 12 --channels 768 --heads 12 --vocab 50257 --max-seq 1024 \
+		--batch 16 --seq 1024 --steps 3 --json "${stem}_gpt2_policies.json" nothing_saveable \
+		everything_saveable dots_saveable qkv_proj_offloaded minimal_offloaded || rc=1
+fi
+if has wide; then
+	# attention's output and statistics cost the most to recompute per byte
+	# (a T^2 product); the projections next; the MLP's 2 x 11008-wide
+	# outputs the least
+	attn="context=offload,attention_lse=offload,query_unrotated=offload,key_unrotated=offload"
+	attn="$attn,value_proj=offload,out_proj=offload"
+	wide=(--backend cuda --model llama --layers 4 --channels 4096 --heads 32 --kv-heads 8 --ffn 11008
+	      --vocab 32000 --max-seq 4096 --batch 24 --seq 4096)
+	echo; echo "## a wide Llama (4 layers, 4096 channels, sequence 4096) at a batch where keeping everything"
+	echo "## does not fit in 80 GB (ferry plan says so) but recomputation does"
+	./build/ferry bench "${wide[@]}" --steps 3 --json "${stem}_wide.json" nothing_saveable \
+		qkv_proj_offloaded minimal_offloaded "custom:$attn" \
+		"custom:$attn,mlpwi_0=offload,mlpwi_1=offload" || rc=1
+	echo; echo "## the same, AdamW's state on the host (streamed; CPU AdamW)"
+	for mode in stream cpu; do
+		./build/ferry bench "${wide[@]}" --steps 2 --offload-optimizer $mode \
+			--json "${stem}_wide_optimizer_$mode.json" nothing_saveable "custom:$attn" || rc=1
+	done
+	echo; echo "## one traced step (Perfetto): ${stem}_wide_trace.json"
+	./build/ferry train "${wide[@]}" --policy "custom:$attn" --steps 2 --trace "${stem}_wide_trace.json" \
+		--sample 0 || rc=1
+fi
 echo; echo "results: $out"
 exit $rc
