@@ -3,10 +3,17 @@
  * worked out by hand below: a copy hidden under compute, a copy exposed, the
  * two directions on separate engines (with and without slowing each other)
  * and on one shared engine, the host's synchronisation inside the step, and
- * a wait on an event not yet recorded.
+ * a wait on an event not yet recorded.  Then a calibration built by hand:
+ * task durations looked up in it (an op at its shape, another shape of the
+ * kind from its FLOP rate, copies scaled from the nearest size), and its
+ * file read back, refused for another machine.
  */
+#include "plan/calibration.h"
 #include "plan/cost_model.h"
 #include "test_util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string.h>
 
@@ -173,8 +180,88 @@ static void wait_before_record(void)
 	hand_release(&h);
 }
 
+static struct ferry_op_call matmul(int B, int T, int C, int OC)
+{
+	struct ferry_op_call c;
+
+	memset(&c, 0, sizeof(c));
+	c.kind = FERRY_OP_MATMUL;
+	c.B = B, c.T = T, c.C = C, c.OC = OC;
+	return c;
+}
+
+static struct ferry_calibration *hand_calibration(void)
+{
+	struct ferry_calibration *c = ferry_calib_new();
+	struct ferry_op_call k = matmul(2, 8, 16, 32);
+	struct ferry_calib_op e = { .kind = FERRY_OP_MATMUL, .B = 2, .T = 8, .C = 16, .OC = 32, .seconds = 0.5 };
+
+	e.flops = ferry_op_flops(&k);
+	CHECK(ferry_calib_add_op(c, &e) == FERRY_OK, "add op");
+	ferry_calib_add_copy(c, &(struct ferry_calib_copy){ 1000, 1e-3, 2e-3, 3e-3, 3e-3 });
+	ferry_calib_add_copy(c, &(struct ferry_calib_copy){ 100000, 0.1, 0.1, 0.15, 0.15 });
+	c->zero_Bps = 1e6;
+	c->adamw_floats_per_s = 1e3;
+	snprintf(c->fingerprint, sizeof(c->fingerprint), "cpu=test;backend=none");
+	return c;
+}
+
+static void lookups(void)
+{
+	struct ferry_calibration *c = hand_calibration();
+	struct ferry_task t;
+	bool est = false;
+
+	memset(&t, 0, sizeof(t));
+	t.kind = FERRY_TASK_OP;
+	t.call = matmul(2, 8, 16, 32);
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 0.5) && !est, "the op at its shape");
+	t.call = matmul(4, 8, 16, 32); /* twice the FLOPs */
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 1.0) && est, "another shape: from the FLOP rate");
+	t.kind = FERRY_TASK_COPY;
+	t.copy_kind = FERRY_COPY_H2D;
+	t.bytes = 2000; /* nearest 1000: 2e-3 each, twice the bytes */
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 4e-3), "copy scaled from the nearest size");
+	CHECK(NEAR(ferry_calib_copy_seconds(c, 50000, FERRY_COPY_D2H, true), 0.075), "both at once, 100000's");
+	/* ratios 3, 1.5, 1.5, 1.5: median 1.5 */
+	CHECK(NEAR(ferry_calib_both_slowdown(c), 1.5), "slowdown %g", ferry_calib_both_slowdown(c));
+	t.kind = FERRY_TASK_ZERO;
+	t.bytes = 500000;
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 0.5), "zeroing at its bandwidth");
+	t.kind = FERRY_TASK_HOST;
+	t.call.n = 3000;
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 3), "host AdamW at its rate");
+	ferry_calibration_free(c);
+}
+
+static void file_round_trip(void)
+{
+	struct ferry_calibration *c = hand_calibration(), *back = NULL;
+	const char *dir = getenv("FERRY_TEST_TMP");
+	char path[512];
+	struct ferry_op_call k = matmul(2, 8, 16, 32);
+
+	snprintf(path, sizeof(path), "%s/calib_%d/sub/c.json", dir ? dir : "/tmp", (int)getpid());
+	CHECK(ferry_calibration_save(c, path) == FERRY_OK, "save: %s", ferry_last_error());
+	CHECK(ferry_calibration_load(path, "cpu=test;backend=none", &back) == FERRY_OK, "load: %s", ferry_last_error());
+	if (back) {
+		CHECK(back->n_ops == 1 && ferry_calib_find(back, &k) && NEAR(ferry_calib_find(back, &k)->seconds, 0.5),
+		      "ops read back");
+		CHECK(back->n_copy == 2 && NEAR(back->copy[1].d2h_both_s, 0.15) && NEAR(back->adamw_floats_per_s, 1e3),
+		      "copies and rates read back");
+	}
+	ferry_calibration_free(back);
+	CHECK(ferry_calibration_load(path, "cpu=other;backend=none", &back) == FERRY_ERR_FORMAT && !back,
+	      "another machine's calibration is refused");
+	CHECK(strstr(ferry_last_error(), "another machine") != NULL, "says why: %s", ferry_last_error());
+	unlink(path);
+	ferry_calibration_free(c);
+}
+
 int main(void)
 {
+	lookups();
+	file_round_trip();
 	offload_overlap(3, 7, 0);
 	offload_overlap(6, 9, 2);
 	engines();

@@ -81,6 +81,7 @@ static ferry_status add_slice(struct ferry_sched_trace *tr, const struct ferry_p
 	sl->layer = t->layer;
 	sl->bytes = t->kind == FERRY_TASK_OP ? 0 : t->bytes;
 	sl->ev0 = sl->ev1 = -1;
+	sl->task = t;
 	return FERRY_OK;
 }
 
@@ -233,6 +234,16 @@ ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry
 	st = write_json(root, path);
 	json_decref(root);
 	return st;
+}
+
+ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times)
+{
+	double t0;
+
+	if (!tr->on)
+		return ferry_error(FERRY_ERR_INVALID, "trace: none was started");
+	tr->on = false;
+	return read_times(tr, times, &t0);
 }
 
 void ferry_trace_release(struct ferry_sched_trace *tr)

@@ -21,6 +21,7 @@ struct ferry_trace_slice {
 	int stream, layer;
 	size_t bytes;
 	int ev0, ev1; /* its events in the pool */
+	const struct ferry_task *task; /* valid while its program is */
 };
 
 struct ferry_sched_trace {
@@ -52,6 +53,9 @@ struct ferry_trace_stats;
 ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 				const char *about, const char *path, struct ferry_trace_stats *stats)
 	FERRY_MUST_CHECK;
+/* The same, writing nothing: each slice's start and end, in seconds from
+ * the origin, into times[2i] and times[2i + 1] (tr->n slices). */
+ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times) FERRY_MUST_CHECK;
 void ferry_trace_release(struct ferry_sched_trace *tr);
 
 #endif

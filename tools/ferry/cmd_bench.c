@@ -1,4 +1,5 @@
 /* ferry bench: placements side by side on one model and batch, in one process. */
+#include "calib_cache.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
@@ -28,6 +29,9 @@ static void usage(void)
 	       "memory the plan puts there, and how long the compute stream stood idle in a\n"
 	       "traced step (waiting for copies, or for the host).  A policy that does not\n"
 	       "fit --device-mem is listed with why.  --json FILE writes the rows too.\n"
+	       "With a calibration of this machine (ferry calibrate, same flags), each row\n"
+	       "also has the cost model's predicted step time, its error against the\n"
+	       "measured one, and the transfer time it predicts the compute stream waits.\n"
 	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
 	       "\n%s", model_flags_help);
 }
@@ -38,6 +42,8 @@ struct row {
 	char why[200];
 	double ms, idle_ms;
 	size_t peak, host;
+	bool predicted;
+	struct ferry_prediction pred;
 };
 
 struct bench_args {
@@ -174,12 +180,22 @@ static void bench_one(const struct bench_args *a, const struct ferry_model_confi
 	free(tg);
 }
 
+/* "  12.3 (+4%)  0.5 ms": the prediction, its error, its exposed transfer time. */
+static const char *predicted(const struct row *r, char *buf, size_t n)
+{
+	if (!r->predicted)
+		return "           -";
+	snprintf(buf, n, "%7.1f (%+.0f%%) %6.1f ms", r->pred.step_s * 1e3, (r->pred.step_s * 1e3 / r->ms - 1) * 100,
+		 r->pred.exposed_copy_s * 1e3);
+	return buf;
+}
+
 static void print_rows(const struct row *rows, int n, double base)
 {
-	char peak[FERRY_SIZE_CHARS], host[FERRY_SIZE_CHARS];
+	char peak[FERRY_SIZE_CHARS], host[FERRY_SIZE_CHARS], pred[64];
 
-	printf("%-34s %10s %8s %12s %12s %14s\n", "policy", "ms/step", "vs remat", "device peak", "host",
-	       "compute idle");
+	printf("%-34s %10s %8s %12s %12s %14s  %s\n", "policy", "ms/step", "vs remat", "device peak", "host",
+	       "compute idle", "predicted (error) exposed");
 	for (int i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 
@@ -191,8 +207,9 @@ static void print_rows(const struct row *rows, int n, double base)
 
 		if (base > 0)
 			snprintf(ratio, sizeof(ratio), "%.2fx", r->ms / base);
-		printf("%-34.34s %10.1f %8s %12s %12s %11.1f ms\n", r->policy, r->ms, ratio,
-		       ferry_format_size(r->peak, peak), ferry_format_size(r->host, host), r->idle_ms);
+		printf("%-34.34s %10.1f %8s %12s %12s %11.1f ms  %s\n", r->policy, r->ms, ratio,
+		       ferry_format_size(r->peak, peak), ferry_format_size(r->host, host), r->idle_ms,
+		       predicted(r, pred, sizeof(pred)));
 	}
 }
 
@@ -213,6 +230,10 @@ static int write_json(const char *path, const struct row *rows, int n, double ba
 			fprintf(f, ", \"ms_per_step\": %.3f, \"vs_full_remat\": %.4f, \"device_peak_bytes\": %zu, "
 				   "\"host_bytes\": %zu, \"compute_idle_ms\": %.3f", r->ms, base > 0 ? r->ms / base : 0.0,
 				r->peak, r->host, r->idle_ms);
+		if (r->ok && r->predicted)
+			fprintf(f, ", \"predicted_ms\": %.3f, \"predicted_exposed_copy_ms\": %.3f, "
+				   "\"predicted_device_peak_bytes\": %zu", r->pred.step_s * 1e3,
+				r->pred.exposed_copy_s * 1e3, r->pred.device_peak_bytes);
 		fprintf(f, "}");
 	}
 	fprintf(f, "\n]\n");
@@ -229,6 +250,8 @@ int cmd_bench(int argc, char **argv)
 	struct row rows[MAX_PLACEMENTS] = { { 0 } };
 	struct ferry_model_config cfg;
 	ferry_backend_t be;
+	ferry_calibration_t calib = NULL;
+	char path[4200] = "";
 	double base = 0;
 	int rc = parse(argc, argv, &a);
 
@@ -242,12 +265,18 @@ int cmd_bench(int argc, char **argv)
 		return cli_fail(CMD);
 	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
 	       ferry_backend_description(be));
+	if (calib_cache_load(be, &calib, path, sizeof(path)) != FERRY_OK)
+		printf("no predictions: %s\n", ferry_last_error());
 	for (int i = 0; i < a.n; i++) {
-		rows[i].policy = a.policies[i];
+		struct ferry_exec_opts o = a.o.exec;
+
+		rows[i].policy = o.policy = a.policies[i];
+		rows[i].predicted = calib && ferry_model_predict(&cfg, a.o.B, a.o.T, &o, calib, &rows[i].pred) == FERRY_OK;
 		bench_one(&a, &cfg, be, &rows[i]);
 		if (rows[i].ok && !strcmp(rows[i].policy, "nothing_saveable"))
 			base = rows[i].ms;
 	}
+	ferry_calibration_free(calib);
 	ferry_backend_close(be);
 	print_rows(rows, a.n, base);
 	return a.json ? write_json(a.json, rows, a.n, base) : 0;
