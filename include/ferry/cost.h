@@ -90,6 +90,56 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,
 				 struct ferry_prediction *out) FERRY_MUST_CHECK;
 
+/* ---- --policy auto ----------------------------------------------------------------
+ * Chooses, per activation name of a layer (shared by every layer), keep on
+ * the device, offload or recompute, to minimise the predicted step time
+ * among placements whose plan fits device_mem (0: any) and host_mem (0:
+ * any).  The search starts from the best preset that fits (or the one
+ * nearest to fitting) and moves one name at a time to the placement that
+ * helps most, until no move helps. */
+#define FERRY_AUTO_MAX_NAMES 32
+#define FERRY_AUTO_MAX_PRESETS 24
+
+struct ferry_auto_choice {
+	char name[48];
+	enum ferry_placement place;
+	size_t layer_bytes;
+	bool needed;            /* read by the backward pass (else nothing to place) */
+	/* the final placement with this name moved to each placement instead:
+	   whether it fits, its predicted step time and its peak */
+	bool alt_valid[3], alt_fits[3];
+	double alt_s[3];
+	size_t alt_peak[3];
+	double copy_s;          /* offloaded: its copies out and back, all layers, alone */
+};
+
+struct ferry_auto_preset {
+	char name[40];
+	bool valid, fits;
+	double step_s;
+	size_t peak, host;
+};
+
+struct ferry_auto_result {
+	char policy[1024];      /* the choice as a custom: spec */
+	bool fits;
+	struct ferry_prediction pred;
+	int layers;
+	int n;
+	struct ferry_auto_choice c[FERRY_AUTO_MAX_NAMES];
+	int n_presets;
+	struct ferry_auto_preset presets[FERRY_AUTO_MAX_PRESETS];
+	char start[40];         /* the preset the search started from */
+	int evaluations;
+	double search_s;
+	size_t device_mem, host_mem;
+};
+/* Errors: a bad shape; no placement fits (the message names the least
+ * device memory any needs). */
+ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+			       ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,14 +79,15 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 	memset(out, 0, sizeof(*out));
 	if (!c)
 		return ferry_error(FERRY_ERR_INVALID, "predict: no calibration");
-	if ((st = ferry_model_plan(cfg, B, T, opts, &plan)))
-		return st;
-	out->device_peak_bytes = plan.mem.peak_bytes;
-	for (int k = 0; k < FERRY_TK_COUNT; k++)
-		out->host_bytes += plan.mem.host_kind_bytes[k];
 	if ((st = ferry_model_build(NULL, cfg, B, T, opts, &m)))
 		return st;
-	st = simulate(m, c, B, T, out);
+	/* the plan ferry_model_plan makes, from the same table */
+	if (!(st = ferry_tensor_table_plan(&m->tt, &plan))) {
+		out->device_peak_bytes = plan.mem.peak_bytes;
+		for (int k = 0; k < FERRY_TK_COUNT; k++)
+			out->host_bytes += plan.mem.host_kind_bytes[k];
+		st = simulate(m, c, B, T, out);
+	}
 	ferry_model_free(m);
 	return st;
 }

@@ -22,7 +22,9 @@ expect_ok "calibrate another batch" "$FERRY" calibrate "${SHAPE[@]}" --batch 4 -
 n2=$(grep -c '"op":' "$cache")
 [ "$n2" -gt "$n1" ] || fail "a second calibration adds shapes ($n1 -> $n2)"
 
-expect_ok "info" env FERRY_THREADS= "$FERRY" info
+expect_ok "info" "$FERRY" info
+grep -q "^calibrations in $XDG_CACHE_HOME/ferry:" out.txt && grep -q "device=CPU: 1 threads" out.txt &&
+	grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || { fail "info lists the calibration"; cat out.txt >&2; }
 expect_ok "bench with predictions" "$FERRY" bench "${SHAPE[@]}" --steps 1 --json bench.json nothing_saveable \
 	qkv_proj_offloaded
 grep -qE '^qkv_proj_offloaded .* [0-9.]+ \([+-][0-9]+%\) +[0-9.]+ ms$' out.txt ||
@@ -53,6 +55,29 @@ expect_ok "bench with a broken cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 not
 grep -q "no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||
 	{ fail "a broken cache is refused"; cat out.txt >&2; }
 cp good.json "$cache"
+
+# --policy auto: the choice, in words and JSON, and a plan that fits
+expect_ok "plan --policy auto" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M
+grep -q "^--policy auto: " out.txt && grep -q "^presets, predicted on this machine:" out.txt &&
+	grep -qE "^  [a-z_]+ +(kept on the device|offloaded|recomputed in the backward pass)" out.txt &&
+	grep -q "^fits: needs" out.txt || { fail "plan --policy auto says what it chose and why"; cat out.txt >&2; }
+expect_ok "plan --policy auto --json" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M --json auto.json
+python3 - auto.json <<'PY' || fail "plan --policy auto --json: the choice and its plan"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a, p = d["auto"], d["plan"]
+assert a["fits"] and a["device_peak_bytes"] <= 2 << 20, a
+assert p["policy"] == a["policy"][:len(p["policy"])], (p["policy"], a["policy"])
+assert a["choices"] and all(c["placement"] in ("device", "offload", "remat") for c in a["choices"]), a
+best = min(x["predicted_ms"] for x in a["presets"] if x["valid"] and x["fits"])
+assert a["predicted_ms"] <= best * 1.03, (a["predicted_ms"], best)
+PY
+make_corpus
+expect_ok "train --policy auto" "$FERRY" train "${SHAPE[@]}" --policy auto --device-mem 2M --data 'corpus_train_*.bin' \
+	--steps 2 --sample 0
+grep -q "^--policy auto: custom:" out.txt || { fail "train --policy auto prints its choice"; cat out.txt >&2; }
+expect_error "auto without a calibration" "--policy auto needs this machine's calibration" \
+	env XDG_CACHE_HOME="$WORK/empty" "$FERRY" plan "${SHAPE[@]}" --policy auto
 
 expect_error "calibrate --repeats 0" "--repeats must be 1..100" "$FERRY" calibrate --repeats 0
 finish

@@ -1,7 +1,9 @@
 /* The calibration cache from the command line: where it is, what it says. */
 #include "calib_cache.h"
 
+#include <dirent.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 ferry_status calib_cache_load(ferry_backend_t be, ferry_calibration_t *out, char *path, size_t path_n)
@@ -42,4 +44,41 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 			s.shared_copy_engine ? " (one engine for both)" : "");
 	fprintf(f, "%sdevice zeroing %.2f GB/s, device copies %.2f GB/s, CPU AdamW %.1f M floats/s\n", indent,
 		gbps(s.zero_Bps), gbps(s.d2d_Bps), s.adamw_floats_per_s / 1e6);
+}
+
+void calib_print_all(FILE *f)
+{
+	char path[4200], dir[4200], *slash;
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	if (ferry_calibration_cache_path("", path, sizeof(path)) != FERRY_OK)
+		return;
+	snprintf(dir, sizeof(dir), "%s", path);
+	if ((slash = strrchr(dir, '/')))
+		*slash = 0;
+	if (!(d = opendir(dir))) {
+		fprintf(f, "calibrations: none in %s (ferry calibrate makes one)\n", dir);
+		return;
+	}
+	fprintf(f, "calibrations in %s:\n", dir);
+	while ((e = readdir(d))) {
+		ferry_calibration_t c;
+
+		if (strncmp(e->d_name, "calibration-", 12) || !strstr(e->d_name, ".json") ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path))
+			continue;
+		n++;
+		fprintf(f, "  %s:\n", e->d_name);
+		if (ferry_calibration_load(path, NULL, &c) != FERRY_OK) {
+			fprintf(f, "    refused: %s\n", ferry_last_error());
+			continue;
+		}
+		calib_print(f, c, "    ");
+		ferry_calibration_free(c);
+	}
+	closedir(d);
+	if (!n)
+		fprintf(f, "  none (ferry calibrate makes one)\n");
 }

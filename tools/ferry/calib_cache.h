@@ -8,6 +8,9 @@
 /* Loads the cache of be's machine into *out; on failure returns the status
  * and leaves ferry_last_error() saying why (none, stale, foreign). */
 ferry_status calib_cache_load(ferry_backend_t be, ferry_calibration_t *out, char *path, size_t path_n);
+/* Every calibration in the cache directory (other thread counts, other
+ * backends), or why one cannot be used. */
+void calib_print_all(FILE *f);
 /* The figures, one per line, indented by `indent`. */
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent);
 #endif

@@ -59,5 +59,6 @@ int cmd_info(int argc, char **argv)
 		print_calibration(be);
 		ferry_backend_close(be);
 	}
+	calib_print_all(stdout);
 	return 0;
 }
