@@ -6,7 +6,12 @@
  * their completion times (relative to an origin event) give each task's
  * slice.  ferry_trace_write() writes Chrome trace JSON, which Perfetto
  * (ui.perfetto.dev) and chrome://tracing open: one track per stream, one
- * slice per task named by its tensor, with its program, layer and bytes.
+ * slice per task named by its tensor, with its program, layer and bytes,
+ * and counters: the device arena's live bytes and the host memory the
+ * model holds (both fixed over a step: every buffer is allocated before
+ * step 1), and the offloaded activations held on the host, which rise as
+ * the forward pass copies them out and fall as the backward pass brings
+ * them back.
  */
 #ifndef FERRY_PLAN_TRACE_H
 #define FERRY_PLAN_TRACE_H
@@ -32,6 +37,8 @@ struct ferry_sched_trace {
 	struct ferry_trace_slice *s;
 	int n_ev, cap_ev, used_ev;     /* timed events: created, room, in use */
 	ferry_event_t *ev;
+	size_t device_live;            /* the arena's live bytes when it began */
+	size_t host_bytes;             /* host memory of the traced model (its owner sets it) */
 };
 
 /* Starts a trace (any earlier one is dropped): the origin is recorded on
