@@ -85,10 +85,13 @@ static void print_choice(FILE *f, const struct ferry_auto_result *r, const struc
 	char size[FERRY_SIZE_CHARS];
 
 	ferry_format_size(c->layer_bytes, size);
-	if (c->place == FERRY_PLACE_OFFLOAD)
-		fprintf(f, "  %-26s offloaded: %.2f ms of copies a step (%d layers x %s out and back), under the "
-			   "compute but for what the step waits on copies (%.2f ms, all tensors)", c->name,
-			c->copy_s * 1e3, r->layers, size, r->pred.exposed_copy_s * 1e3);
+	if (c->place == FERRY_PLACE_OFFLOAD && r->pred.exposed_copy_s < 0.01 * r->pred.copy_s)
+		fprintf(f, "  %-26s offloaded: %.2f ms of copies a step (%d layers x %s out and back), hidden "
+			   "under compute", c->name, c->copy_s * 1e3, r->layers, size);
+	else if (c->place == FERRY_PLACE_OFFLOAD)
+		fprintf(f, "  %-26s offloaded: %.2f ms of copies a step (%d layers x %s out and back), under "
+			   "compute but for %.2f ms the step waits on copies (all tensors)", c->name, c->copy_s * 1e3,
+			r->layers, size, r->pred.exposed_copy_s * 1e3);
 	else if (c->place == FERRY_PLACE_DEVICE)
 		fprintf(f, "  %-26s kept on the device (%d layers x %s)", c->name, r->layers, size);
 	else
