@@ -94,6 +94,21 @@ static int parse(int argc, char **argv, struct args *a)
 	return -1;
 }
 
+/* The 1-minute load average ("?" where unknown): how busy the machine was. */
+static const char *loadavg(char *buf, size_t n)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	snprintf(buf, n, "?");
+	if (f) {
+		if (!fgets(buf, (int)n, f))
+			snprintf(buf, n, "?");
+		buf[strcspn(buf, " ")] = 0;
+		fclose(f);
+	}
+	return buf;
+}
+
 static ferry_status step(ferry_model_t m, int B, int T, int s)
 {
 	static int32_t in[1 << 16], tg[1 << 16];
@@ -178,6 +193,7 @@ int main(int argc, char **argv)
 	static struct pol p[MAX_POL];
 	ferry_backend_t be;
 	ferry_calibration_t cal;
+	char load[64];
 	int rc = parse(argc, argv, &a);
 
 	if (rc >= 0)
@@ -194,8 +210,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_cost_model: %s\n", ferry_last_error());
 		return 1;
 	}
-	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds\n", a.cfg.arch, a.cfg.layers,
-	       a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds);
+	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; load average %s on %d cores\n",
+	       a.cfg.arch, a.cfg.layers, a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds,
+	       loadavg(load, sizeof(load)), ferry_cpu_count());
 	for (int i = 0; i < a.n; i++) {
 		struct ferry_exec_opts o = cal_opts;
 
@@ -216,6 +233,7 @@ int main(int argc, char **argv)
 				p[i].ok = false;
 			p[i].ms[r] = (now_s() - t0) * 1e3;
 		}
+	printf("load average after the rounds: %s\n", loadavg(load, sizeof(load)));
 	report(&a, p);
 	for (int i = 0; i < a.n; i++)
 		ferry_model_free(p[i].m);

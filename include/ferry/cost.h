@@ -70,6 +70,9 @@ struct ferry_calib_summary {
 	double other_flops;          /* the same over the other ops (memory-bound) */
 	double d2d_Bps, zero_Bps;    /* device copies and zeroing */
 	double adamw_floats_per_s;   /* the CPU AdamW */
+	double op_spread;            /* how much calls of one op at one shape vary: the median over
+					shapes of their interquartile range over their median (a busy
+					machine: large) */
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

@@ -138,11 +138,22 @@ static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, str
 	return st;
 }
 
-/* The median of each shape's samples into c. */
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* The median of each shape's samples into c, and how much they vary. */
 static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 {
 	ferry_status st = FERRY_OK;
+	double *spread = ferry_calloc((size_t)a->n + 1, sizeof(double));
+	int n_spread = 0;
 
+	if (!spread)
+		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
 	qsort(a->v, (size_t)a->n, sizeof(*a->v), cmp_sample);
 	for (int i = 0; i < a->n && !st;) {
 		int j = i;
@@ -152,9 +163,16 @@ static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 		struct ferry_calib_op e = a->v[i].op;
 
 		e.seconds = (j - i) % 2 ? a->v[i + (j - i) / 2].s : (a->v[i + (j - i) / 2 - 1].s + a->v[i + (j - i) / 2].s) / 2;
+		if (j - i >= 4 && e.seconds > 0) /* samples sorted by duration within a shape */
+			spread[n_spread++] = (a->v[i + 3 * (j - i) / 4].s - a->v[i + (j - i) / 4].s) / e.seconds;
 		st = ferry_calib_add_op(c, &e);
 		i = j;
 	}
+	if (n_spread) {
+		qsort(spread, (size_t)n_spread, sizeof(double), cmp_double);
+		c->op_spread = spread[n_spread / 2];
+	}
+	ferry_free(spread);
 	if (a->zero_s > 0)
 		c->zero_Bps = a->zero_bytes / a->zero_s;
 	if (a->d2d_s > 0)

@@ -211,6 +211,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->d2d_Bps = c->d2d_Bps;
 	out->zero_Bps = c->zero_Bps;
 	out->adamw_floats_per_s = c->adamw_floats_per_s;
+	out->op_spread = c->op_spread;
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

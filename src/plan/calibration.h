@@ -36,6 +36,7 @@ struct ferry_calibration {
 	struct ferry_calib_copy copy[FERRY_CALIB_MAX_COPY];
 	double d2d_Bps, zero_Bps;      /* 0: not measured */
 	double adamw_floats_per_s;
+	double op_spread;              /* median over shapes of (q3 - q1) / median of the calls */
 };
 
 /* Adds (or replaces) the entry of op's shape. */

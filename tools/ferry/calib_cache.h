@@ -11,6 +11,8 @@ ferry_status calib_cache_load(ferry_backend_t be, ferry_calibration_t *out, char
 /* Every calibration in the cache directory (other thread counts, other
  * backends), or why one cannot be used. */
 void calib_print_all(FILE *f);
+/* Above this op spread, a calibration was made on a busy machine. */
+#define CALIB_BUSY_SPREAD 0.25
 /* The figures, one per line, indented by `indent`. */
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent);
 #endif
