@@ -10,6 +10,10 @@
  *    copy ends before compute's last slice starts (ordering the events
  *    imply; overlap in time is not asserted, a loaded machine may not show
  *    it);
+ *  - counters: the device arena's live bytes and the host bytes are the
+ *    memory plan's; the offloaded activations held on the host never go
+ *    below zero, peak at the bytes the schedule's forward copies out, and
+ *    end at what its backward does not bring back;
  *  - the training itself is unchanged by tracing (same loss bits), and a
  *    trace to a path that cannot be written is refused, leaving nothing.
  */
@@ -111,6 +115,78 @@ static int read_trace(const char *path, struct slice *out, int max)
 	return n;
 }
 
+struct counters {
+	double device, host, held_max, held_last, held_min;
+	int n_held;
+};
+
+/* The counter tracks ("C" events) of the trace. */
+static void read_counters(const char *path, struct counters *c)
+{
+	json_t *root = json_load_file(path, 0, NULL), *ev, *e;
+	size_t i;
+
+	memset(c, 0, sizeof(*c));
+	c->device = c->host = -1;
+	if (!root)
+		return;
+	ev = json_object_get(root, "traceEvents");
+	json_array_foreach(ev, i, e) {
+		const char *ph = json_string_value(json_object_get(e, "ph")), *name;
+		json_t *args = json_object_get(e, "args");
+
+		if (!ph || strcmp(ph, "C"))
+			continue;
+		name = json_string_value(json_object_get(e, "name"));
+		if (!strcmp(name, "device memory"))
+			c->device = json_number_value(json_object_get(args, "live bytes"));
+		else if (!strcmp(name, "host memory (tier 0: DRAM)"))
+			c->host = json_number_value(json_object_get(args, "bytes"));
+		else if (!strcmp(name, "offloaded activations on the host")) {
+			double v = json_number_value(json_object_get(args, "bytes"));
+
+			c->held_last = v;
+			c->held_max = v > c->held_max ? v : c->held_max;
+			c->held_min = v < c->held_min ? v : c->held_min;
+			c->n_held++;
+		}
+	}
+	json_decref(root);
+}
+
+static void check_counters(const char *path)
+{
+	struct ferry_exec_opts o = { .policy = policy };
+	struct ferry_schedule_info info;
+	struct ferry_plan plan;
+	struct counters c;
+	double out = 0, back = 0, host = 0;
+
+	read_counters(path, &c);
+	CHECK(ferry_model_plan(&cfg, B, T, &o, &plan) == FERRY_OK && ferry_model_schedule(&cfg, B, T, &o, &info) == FERRY_OK,
+	      "plan and schedule");
+	for (int k = 0; k < FERRY_TK_COUNT; k++)
+		host += (double)plan.mem.host_kind_bytes[k];
+	for (int i = 0; i < info.n_tasks; i++) {
+		const struct ferry_sched_task_info *t = &info.tasks[i];
+
+		if (!strcmp(t->kind, "copy") && !strcmp(t->program, "forward") && !strcmp(t->stream, "d2h"))
+			out += (double)t->bytes;
+		if (!strcmp(t->kind, "copy") && !strcmp(t->program, "backward") && !strcmp(t->stream, "h2d"))
+			back += (double)t->bytes;
+	}
+	CHECK(c.device == (double)plan.mem.peak_bytes, "device counter %.0f, the plan's peak %zu", c.device,
+	      plan.mem.peak_bytes);
+	CHECK(c.host == host && host > 0, "host counter %.0f, the plan's host bytes %.0f", c.host, host);
+	CHECK(c.n_held > 2 && c.held_min == 0 && c.held_max == out && out > 0,
+	      "held on the host: %d values, least %.0f, most %.0f; the forward copies out %.0f", c.n_held, c.held_min,
+	      c.held_max, out);
+	CHECK(c.held_last == out - back, "held at the end %.0f, out %.0f less back %.0f", c.held_last, out, back);
+	printf("  counters: device %.0f bytes, host %.0f bytes, offloaded activations up to %.0f bytes\n", c.device,
+	       c.host, c.held_max);
+	ferry_schedule_info_free(&info);
+}
+
 static bool traced_kind(const char *kind)
 {
 	return !strncmp(kind, "op", 2) || !strcmp(kind, "copy") || !strcmp(kind, "zero");
@@ -192,6 +268,7 @@ int main(void)
 	n = read_trace(path, sl, 4096);
 	check_tasks(sl, n);
 	check_order(sl, n);
+	check_counters(path);
 
 	/* a trace that cannot be written: an error, and no file left */
 	snprintf(bad, sizeof(bad), "%s/no such dir/step.json", dir);

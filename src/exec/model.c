@@ -649,7 +649,13 @@ ferry_status ferry_model_trace_begin(ferry_model_t m)
 {
 	if (!m->be)
 		return ferry_error(FERRY_ERR_INVALID, "trace: the model has no backend");
-	return ferry_trace_begin(&m->trace, m->be, compute(m));
+	ferry_status st = ferry_trace_begin(&m->trace, m->be, compute(m));
+
+	m->trace.host_bytes = 0; /* for the trace's host memory counter */
+	for (int b = 0; b < m->tt.n_buffers; b++)
+		if (m->tt.buffers[b].site == FERRY_SITE_HOST)
+			m->trace.host_bytes += m->tt.buffers[b].bytes;
+	return st;
 }
 
 ferry_status ferry_model_trace_end(ferry_model_t m, const char *path)

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@ ferry_status ferry_trace_begin(struct ferry_sched_trace *tr, ferry_backend_t be,
 	if (tr->be && tr->be != be)
 		ferry_trace_release(tr);
 	tr->be = be;
+	tr->device_live = ferry_backend_mem_live(be);
 	tr->n = 0;
 	tr->used_ev = 0;
 	tr->on = false;
@@ -81,6 +83,7 @@ static ferry_status add_slice(struct ferry_sched_trace *tr, const struct ferry_p
 	sl->layer = t->layer;
 	sl->bytes = t->kind == FERRY_TASK_OP ? 0 : t->bytes;
 	sl->ev0 = sl->ev1 = -1;
+	sl->task = t;
 	return FERRY_OK;
 }
 
@@ -143,6 +146,63 @@ static ferry_status read_times(const struct ferry_sched_trace *tr, double *times
 	return FERRY_OK;
 }
 
+static json_t *counter(const char *name, const char *key, double ts, double value)
+{
+	return json_pack("{s:s, s:s, s:i, s:f, s:{s:f}}", "ph", "C", "name", name, "pid", 1, "ts", ts, "args", key,
+			 value);
+}
+
+/* Offloaded activations on the host: + when a forward copy out of a
+ * layer's tensor ends, - when a backward copy in ends (the losses the
+ * forward sends the host are not a layer's). */
+static double held_delta(const struct ferry_trace_slice *sl)
+{
+	if (sl->kind != FERRY_TASK_COPY || sl->layer < 0)
+		return 0;
+	if (sl->copy_kind == FERRY_COPY_D2H && !strcmp(sl->program, "forward"))
+		return (double)sl->bytes;
+	if (sl->copy_kind == FERRY_COPY_H2D && !strcmp(sl->program, "backward"))
+		return -(double)sl->bytes;
+	return 0;
+}
+
+static int cmp_change(const void *a, const void *b)
+{
+	const double *x = a, *y = b;
+
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The counter tracks (times in microseconds from t0). */
+static void add_counters(json_t *ev, const struct ferry_sched_trace *tr, const double *times, double t0)
+{
+	const char *held = "offloaded activations on the host";
+	double end = 0, *ch = ferry_calloc((size_t)(2 * tr->n + 2), sizeof(double)), level = 0;
+	int n = 0;
+
+	for (int i = 0; i < tr->n; i++) {
+		double t = (times[2 * i + 1] - t0) * 1e6, d = held_delta(&tr->s[i]);
+
+		end = t > end ? t : end;
+		if (ch && d != 0)
+			ch[2 * n] = t, ch[2 * n + 1] = d, n++;
+	}
+	for (int k = 0; k < 2; k++) {
+		json_array_append_new(ev, counter("device memory", "live bytes", k ? end : 0, (double)tr->device_live));
+		json_array_append_new(ev, counter("host memory (tier 0: DRAM)", "bytes", k ? end : 0,
+						  (double)tr->host_bytes));
+	}
+	json_array_append_new(ev, counter(held, "bytes", 0, 0));
+	if (!ch)
+		return;
+	qsort(ch, (size_t)n, 2 * sizeof(double), cmp_change);
+	for (int i = 0; i < n; i++) {
+		level += ch[2 * i + 1];
+		json_array_append_new(ev, counter(held, "bytes", ch[2 * i], level));
+	}
+	ferry_free(ch);
+}
+
 static json_t *trace_json(const struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 			  const char *about, const double *times, double t0)
 {
@@ -156,6 +216,7 @@ static json_t *trace_json(const struct ferry_sched_trace *tr, const struct ferry
 						    res->stream_name[s]));
 	for (int i = 0; i < tr->n; i++)
 		json_array_append_new(ev, slice_json(&tr->s[i], times[2 * i], times[2 * i + 1], t0));
+	add_counters(ev, tr, times, t0);
 	root = json_pack("{s:o, s:s}", "traceEvents", ev, "displayTimeUnit", "ms");
 	return root;
 }
@@ -233,6 +294,16 @@ ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry
 	st = write_json(root, path);
 	json_decref(root);
 	return st;
+}
+
+ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times)
+{
+	double t0;
+
+	if (!tr->on)
+		return ferry_error(FERRY_ERR_INVALID, "trace: none was started");
+	tr->on = false;
+	return read_times(tr, times, &t0);
 }
 
 void ferry_trace_release(struct ferry_sched_trace *tr)

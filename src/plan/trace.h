@@ -6,7 +6,12 @@
  * their completion times (relative to an origin event) give each task's
  * slice.  ferry_trace_write() writes Chrome trace JSON, which Perfetto
  * (ui.perfetto.dev) and chrome://tracing open: one track per stream, one
- * slice per task named by its tensor, with its program, layer and bytes.
+ * slice per task named by its tensor, with its program, layer and bytes,
+ * and counters: the device arena's live bytes and the host memory the
+ * model holds (both fixed over a step: every buffer is allocated before
+ * step 1), and the offloaded activations held on the host, which rise as
+ * the forward pass copies them out and fall as the backward pass brings
+ * them back.
  */
 #ifndef FERRY_PLAN_TRACE_H
 #define FERRY_PLAN_TRACE_H
@@ -21,6 +26,7 @@ struct ferry_trace_slice {
 	int stream, layer;
 	size_t bytes;
 	int ev0, ev1; /* its events in the pool */
+	const struct ferry_task *task; /* valid while its program is */
 };
 
 struct ferry_sched_trace {
@@ -31,6 +37,8 @@ struct ferry_sched_trace {
 	struct ferry_trace_slice *s;
 	int n_ev, cap_ev, used_ev;     /* timed events: created, room, in use */
 	ferry_event_t *ev;
+	size_t device_live;            /* the arena's live bytes when it began */
+	size_t host_bytes;             /* host memory of the traced model (its owner sets it) */
 };
 
 /* Starts a trace (any earlier one is dropped): the origin is recorded on
@@ -52,6 +60,9 @@ struct ferry_trace_stats;
 ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 				const char *about, const char *path, struct ferry_trace_stats *stats)
 	FERRY_MUST_CHECK;
+/* The same, writing nothing: each slice's start and end, in seconds from
+ * the origin, into times[2i] and times[2i + 1] (tr->n slices). */
+ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times) FERRY_MUST_CHECK;
 void ferry_trace_release(struct ferry_sched_trace *tr);
 
 #endif

@@ -44,7 +44,7 @@ expect_error "info takes no flags" "unknown flag '--verbose'" "$FERRY" info --ve
 # flag lists (tools/ferry/cli_flags.c) and the help agree.  One run per
 # command, each flag followed by a "1" (a value, or a file after a switch);
 # --help first, so nothing else runs.
-for cmd in train plan eval sample data info example; do
+for cmd in train plan eval sample data info example calibrate; do
 	checks=$((checks + 1))
 	"$FERRY" $cmd --help >help.txt 2>&1 || { fail "$cmd --help: exit $?"; continue; }
 	flags=$({ grep -E '^ +--' help.txt | sed -E 's/^ +//; s/  .*//'; grep -oE '\[--[a-z][a-z-]*' help.txt; } |

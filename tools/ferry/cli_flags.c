@@ -42,6 +42,11 @@ static const struct cli_flag bench_list[] = {
 	{ "--steps", CLI_VALUE }, { "--json", CLI_VALUE }, { NULL, CLI_SWITCH },
 };
 
+/* cmd_calibrate.c, besides the model flags */
+static const struct cli_flag calibrate_list[] = {
+	{ "--repeats", CLI_VALUE }, { "--quick", CLI_SWITCH }, { NULL, CLI_SWITCH },
+};
+
 /* cmd_eval.c */
 static const struct cli_flag eval_list[] = {
 	{ "--checkpoint", CLI_VALUE }, { "--data", CLI_VALUE }, { "--batch", CLI_VALUE },
@@ -67,6 +72,7 @@ static const struct cli_flag data_list[] = {
 static const struct cli_flag *const train_lists[] = { model_list, train_list, NULL };
 static const struct cli_flag *const plan_lists[] = { model_list, plan_list, NULL };
 static const struct cli_flag *const bench_lists[] = { model_list, bench_list, NULL };
+static const struct cli_flag *const calibrate_lists[] = { model_list, calibrate_list, NULL };
 static const struct cli_flag *const eval_lists[] = { eval_list, NULL };
 static const struct cli_flag *const sample_lists[] = { sample_list, NULL };
 static const struct cli_flag *const data_lists[] = { data_list, NULL };
@@ -77,6 +83,7 @@ static const struct cli_spec specs[] = {
 	{ "eval", eval_lists, false },   { "sample", sample_lists, false },
 	{ "data", data_lists, true },    { "info", no_lists, false },
 	{ "example", no_lists, false },  { "bench", bench_lists, true },
+	{ "calibrate", calibrate_lists, false },
 };
 
 const struct cli_spec *cli_spec_find(const char *cmd)

@@ -1,4 +1,6 @@
 /* ferry bench: placements side by side on one model and batch, in one process. */
+#include "auto_policy.h"
+#include "calib_cache.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
@@ -28,6 +30,10 @@ static void usage(void)
 	       "memory the plan puts there, and how long the compute stream stood idle in a\n"
 	       "traced step (waiting for copies, or for the host).  A policy that does not\n"
 	       "fit --device-mem is listed with why.  --json FILE writes the rows too.\n"
+	       "With a calibration of this machine (ferry calibrate, same flags), each row\n"
+	       "also has the cost model's predicted step time, its error against the\n"
+	       "measured one, and the transfer time it predicts the compute stream waits.\n"
+	       "POLICY auto: --policy auto's choice on this machine (see ferry plan --help).\n"
 	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
 	       "\n%s", model_flags_help);
 }
@@ -38,6 +44,10 @@ struct row {
 	char why[200];
 	double ms, idle_ms;
 	size_t peak, host;
+	bool predicted;
+	struct ferry_prediction pred;
+	const char *spec;            /* what runs: the policy, or auto's choice */
+	struct ferry_auto_result *autor;
 };
 
 struct bench_args {
@@ -145,6 +155,27 @@ static void run_steps(ferry_model_t m, const struct bench_args *a, int32_t *in, 
 	free(ms);
 }
 
+/* --policy auto's row: the search on this machine's calibration, under
+ * --device-mem (or the arena's capacity); 1 when it cannot run. */
+static int choose_auto(const struct bench_args *a, const struct ferry_model_config *cfg, ferry_backend_t be,
+		       ferry_calibration_t calib, struct row *r)
+{
+	size_t cap = a->o.device_mem ? a->o.device_mem : ferry_backend_mem_capacity(be);
+
+	if (!calib) {
+		snprintf(r->why, sizeof(r->why), "auto needs this machine's calibration: run ferry calibrate");
+		return 1;
+	}
+	if (!(r->autor = calloc(1, sizeof(*r->autor))) || auto_policy_search(&a->o, cfg, calib, cap, r->autor) != FERRY_OK) {
+		snprintf(r->why, sizeof(r->why), "%s", r->autor ? ferry_last_error() : "out of host memory");
+		return 1;
+	}
+	r->spec = r->autor->policy;
+	printf("auto: %s (predicted %.1f ms, %d placements searched)\n", r->spec, r->autor->pred.step_s * 1e3,
+	       r->autor->evaluations);
+	return 0;
+}
+
 /* One policy: its plan, a model, its steps. */
 static void bench_one(const struct bench_args *a, const struct ferry_model_config *cfg, ferry_backend_t be,
 		      struct row *r)
@@ -155,7 +186,7 @@ static void bench_one(const struct bench_args *a, const struct ferry_model_confi
 	long n = (long)a->o.B * a->o.T;
 	int32_t *in = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
 
-	o.policy = r->policy;
+	o.policy = r->spec;
 	ferry_backend_mem_reset_peak(be);
 	if (!in || !tg) {
 		snprintf(r->why, sizeof(r->why), "out of host memory");
@@ -174,12 +205,22 @@ static void bench_one(const struct bench_args *a, const struct ferry_model_confi
 	free(tg);
 }
 
+/* "  12.3 (+4%)  0.5 ms": the prediction, its error, its exposed transfer time. */
+static const char *predicted(const struct row *r, char *buf, size_t n)
+{
+	if (!r->predicted)
+		return "           -";
+	snprintf(buf, n, "%7.1f (%+.0f%%) %6.1f ms", r->pred.step_s * 1e3, (r->pred.step_s * 1e3 / r->ms - 1) * 100,
+		 r->pred.exposed_copy_s * 1e3);
+	return buf;
+}
+
 static void print_rows(const struct row *rows, int n, double base)
 {
-	char peak[FERRY_SIZE_CHARS], host[FERRY_SIZE_CHARS];
+	char peak[FERRY_SIZE_CHARS], host[FERRY_SIZE_CHARS], pred[64];
 
-	printf("%-34s %10s %8s %12s %12s %14s\n", "policy", "ms/step", "vs remat", "device peak", "host",
-	       "compute idle");
+	printf("%-34s %10s %8s %12s %12s %14s  %s\n", "policy", "ms/step", "vs remat", "device peak", "host",
+	       "compute idle", "predicted (error) exposed");
 	for (int i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 
@@ -191,8 +232,9 @@ static void print_rows(const struct row *rows, int n, double base)
 
 		if (base > 0)
 			snprintf(ratio, sizeof(ratio), "%.2fx", r->ms / base);
-		printf("%-34.34s %10.1f %8s %12s %12s %11.1f ms\n", r->policy, r->ms, ratio,
-		       ferry_format_size(r->peak, peak), ferry_format_size(r->host, host), r->idle_ms);
+		printf("%-34.34s %10.1f %8s %12s %12s %11.1f ms  %s\n", r->policy, r->ms, ratio,
+		       ferry_format_size(r->peak, peak), ferry_format_size(r->host, host), r->idle_ms,
+		       predicted(r, pred, sizeof(pred)));
 	}
 }
 
@@ -209,10 +251,16 @@ static int write_json(const char *path, const struct row *rows, int n, double ba
 		const struct row *r = &rows[i];
 
 		fprintf(f, "%s\n {\"policy\": \"%s\", \"runs\": %s", i ? "," : "", r->policy, r->ok ? "true" : "false");
+		if (r->autor && r->spec)
+			fprintf(f, ", \"auto_policy\": \"%s\"", r->spec);
 		if (r->ok)
 			fprintf(f, ", \"ms_per_step\": %.3f, \"vs_full_remat\": %.4f, \"device_peak_bytes\": %zu, "
 				   "\"host_bytes\": %zu, \"compute_idle_ms\": %.3f", r->ms, base > 0 ? r->ms / base : 0.0,
 				r->peak, r->host, r->idle_ms);
+		if (r->ok && r->predicted)
+			fprintf(f, ", \"predicted_ms\": %.3f, \"predicted_exposed_copy_ms\": %.3f, "
+				   "\"predicted_device_peak_bytes\": %zu", r->pred.step_s * 1e3,
+				r->pred.exposed_copy_s * 1e3, r->pred.device_peak_bytes);
 		fprintf(f, "}");
 	}
 	fprintf(f, "\n]\n");
@@ -229,6 +277,8 @@ int cmd_bench(int argc, char **argv)
 	struct row rows[MAX_PLACEMENTS] = { { 0 } };
 	struct ferry_model_config cfg;
 	ferry_backend_t be;
+	ferry_calibration_t calib = NULL;
+	char path[4200] = "";
 	double base = 0;
 	int rc = parse(argc, argv, &a);
 
@@ -242,13 +292,25 @@ int cmd_bench(int argc, char **argv)
 		return cli_fail(CMD);
 	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
 	       ferry_backend_description(be));
+	if (calib_cache_load(be, &calib, path, sizeof(path)) != FERRY_OK)
+		printf("no predictions: %s\n", ferry_last_error());
 	for (int i = 0; i < a.n; i++) {
-		rows[i].policy = a.policies[i];
+		struct ferry_exec_opts o = a.o.exec;
+
+		rows[i].policy = rows[i].spec = a.policies[i];
+		if (is_auto_policy(rows[i].policy) && choose_auto(&a, &cfg, be, calib, &rows[i]))
+			continue;
+		o.policy = rows[i].spec;
+		rows[i].predicted = calib && ferry_model_predict(&cfg, a.o.B, a.o.T, &o, calib, &rows[i].pred) == FERRY_OK;
 		bench_one(&a, &cfg, be, &rows[i]);
 		if (rows[i].ok && !strcmp(rows[i].policy, "nothing_saveable"))
 			base = rows[i].ms;
 	}
+	ferry_calibration_free(calib);
 	ferry_backend_close(be);
 	print_rows(rows, a.n, base);
-	return a.json ? write_json(a.json, rows, a.n, base) : 0;
+	rc = a.json ? write_json(a.json, rows, a.n, base) : 0;
+	for (int i = 0; i < a.n; i++)
+		free(rows[i].autor);
+	return rc;
 }

@@ -1,4 +1,5 @@
 /* ferry info: what this build and machine offer. */
+#include "calib_cache.h"
 #include "commands.h"
 #include "ferry/backend.h"
 #include "ferry/platform.h"
@@ -6,12 +7,28 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The cached calibration of this machine and backend, or why there is none. */
+static void print_calibration(ferry_backend_t be)
+{
+	ferry_calibration_t c;
+	char path[4200] = "";
+
+	if (calib_cache_load(be, &c, path, sizeof(path)) != FERRY_OK) {
+		printf("        calibration: none usable (%s)\n", ferry_last_error());
+		return;
+	}
+	printf("        calibration (%s):\n", path);
+	calib_print(stdout, c, "          ");
+	ferry_calibration_free(c);
+}
+
 int cmd_info(int argc, char **argv)
 {
 	if (argc > 1) {
 		if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 			printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
-			       "can run here, the devices, the BLAS kernels and threads.\n");
+			       "can run here, the devices, the BLAS kernels and threads, and each\n"
+			       "device's cached calibration (ferry calibrate), or why there is none.\n");
 			return 0;
 		}
 		fprintf(stderr, "ferry info: unexpected argument '%s'\n", argv[1]);
@@ -39,7 +56,9 @@ int cmd_info(int argc, char **argv)
 		printf("  %-5s %s\n", name, ferry_backend_description(be));
 		printf("        async %s, events %s, pinned host memory %s\n", caps.async ? "yes" : "no",
 		       caps.events ? "yes" : "no", caps.host_pinned ? "yes" : "no");
+		print_calibration(be);
 		ferry_backend_close(be);
 	}
+	calib_print_all(stdout);
 	return 0;
 }

@@ -1,4 +1,6 @@
 /* ferry plan: the memory a configuration needs, before step 1. */
+#include "auto_policy.h"
+#include "auto_policy.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
@@ -21,6 +23,10 @@ static void usage(void)
 	       "by purpose, and for every named activation of a layer its bytes and where it\n"
 	       "lives under the policy.  --json writes one JSON object (to FILE, or stdout).\n"
 	       "With --device-mem, says whether the plan fits and which presets would.\n"
+	       "--policy auto: chooses per activation name keep, offload or recompute for the\n"
+	       "least predicted step time that fits --device-mem, from this machine's\n"
+	       "calibration (ferry calibrate), says why, and plans that; with --json the\n"
+	       "object is {\"auto\": the choice, \"plan\": the plan}.\n"
 	       "--schedule: also every task of one training step as it is prepared before\n"
 	       "step 1 (stream, layer, op or copy, tensor), with the step's one host\n"
 	       "synchronisation.\n"
@@ -109,7 +115,8 @@ static int make_plan(struct plan_args *a, struct ferry_model_config *cfg, struct
 
 /* The plan as JSON, to the file or stdout; -1 to go on, or the exit code:
  * after writing to stdout, whether the plan fits. */
-static int write_plan_json(const struct plan_args *a, const struct ferry_plan *plan)
+static int write_plan_json(const struct plan_args *a, const struct ferry_plan *plan,
+			   const struct ferry_auto_result *autor)
 {
 	FILE *f = a->json_path ? fopen(a->json_path, "w") : stdout;
 
@@ -117,13 +124,37 @@ static int write_plan_json(const struct plan_args *a, const struct ferry_plan *p
 		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
 		return 1;
 	}
+	if (autor) {
+		fprintf(f, "{\"auto\": ");
+		auto_policy_json(f, autor);
+		fprintf(f, ",\n\"plan\": ");
+	}
 	plan_print_json(f, plan, a->o.device_mem);
+	if (autor)
+		fprintf(f, "}\n");
 	if (a->json_path && fclose(f) != 0) {
 		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
 		return 1;
 	}
 	if (!a->json_path) /* the JSON says whether it fits; so does the status */
 		return a->o.device_mem && plan->mem.peak_bytes > a->o.device_mem ? 1 : 0;
+	return -1;
+}
+
+/* --policy auto: the search, its report (not with --json to stdout, which
+ * holds one JSON object), then the chosen spec is planned. */
+static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, struct ferry_auto_result *r)
+{
+	if (a->tutorial) {
+		fprintf(stderr, "ferry plan: --policy auto is for gpt2 and llama models\n");
+		return 2;
+	}
+	if (model_flags_config(CMD, &a->o, cfg))
+		return 1;
+	if (auto_policy_resolve(CMD, &a->o, cfg, r, a->json && !a->json_path ? NULL : stdout))
+		return 1;
+	if (!(a->json && !a->json_path))
+		printf("\n");
 	return -1;
 }
 
@@ -159,15 +190,19 @@ int cmd_plan(int argc, char **argv)
 	struct plan_args a = { .rows = 256 };
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
+	static struct ferry_auto_result autor;
 	int rc;
 
+	autor.n = -1;
 	rc = parse_plan_flags(argc, argv, &a);
+	if (rc < 0 && is_auto_policy(a.o.exec.policy))
+		rc = resolve_auto(&a, &cfg, &autor);
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0)
 		return rc;
 	if (a.json) {
-		rc = write_plan_json(&a, &plan);
+		rc = write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
 		if (rc >= 0)
 			return rc;
 	} else {

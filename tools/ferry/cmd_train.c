@@ -11,6 +11,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/policy.h"
+#include "auto_policy.h"
 #include "ferry/train.h"
 
 #include <errno.h>
@@ -429,6 +430,12 @@ static int prepare(struct train_cli *c)
 	ferry_set_threads(c->o.threads);
 	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg))
 		return 1;
+	if (is_auto_policy(c->o.exec.policy)) {
+		static struct ferry_auto_result autor; /* holds the chosen spec */
+
+		if (auto_policy_resolve(CMD, &c->o, &cfg, &autor, stdout))
+			return 1;
+	}
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {
 		struct train_cli shape = *c;

@@ -12,5 +12,6 @@ int cmd_data(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_example(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

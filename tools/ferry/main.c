@@ -23,8 +23,9 @@ static void usage(FILE *f)
 		"  plan    the device and host memory a configuration needs, per activation\n"
 		"  example the JAX host-offloading tutorial's network, with and without offloading\n"
 		"  bench   policies side by side on one model: step time, memory, compute idle\n"
+		"  calibrate measure this machine for the cost model (ferry bench, --policy auto)\n"
 		"  data    turn text files into token shards (llm.c format)\n"
-		"  info    backends, devices, BLAS kernels, threads\n"
+		"  info    backends, devices, BLAS kernels, threads, calibrations\n"
 		"\n"
 		"Run 'ferry <command> --help' for a command's flags.  Flags take their value\n"
 		"as the next argument or after '=': --steps 100 or --steps=100.\n");
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
 	} commands[] = {
 		{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
 		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example }, { "bench", cmd_bench },
+		{ "calibrate", cmd_calibrate },
 	};
 
 	/* Before anything calls BLAS: make sure its fast kernels are in use. */

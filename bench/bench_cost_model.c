@@ -1,0 +1,243 @@
+/*
+ * The cost model against reality: for every policy preset (or the
+ * policies given), the predicted step time and the measured one, side by
+ * side, on one backend (CPU by default).
+ *
+ *   bench_cost_model [--backend cpu|cuda] [--model gpt2|llama] [--layers 2]
+ *                    [--channels 128] [--heads 4] [--batch 16] [--seq 64]
+ *                    [--threads 1] [--rounds 15] [--repeats 5] [policy ...]
+ *
+ * First a calibration in this process (ferry_calibrate: --repeats traced
+ * steps under nothing_saveable, copies at the model's transfer sizes), no
+ * cache involved.  Then every policy's model is made and warmed up, and
+ * --rounds rounds each time one full step (ferry_model_step_submit, _finish,
+ * ferry_model_sync) of every policy in turn: interleaved, so that other
+ * work on the machine slows every policy alike.  Printed per policy: the
+ * prediction, the measured median and minimum, the error of the prediction
+ * against each, and whether the peak device memory predicted equals the
+ * arena's measured peak; then the largest and mean errors.
+ */
+#include "ferry/cost.h"
+#include "ferry/model.h"
+#include "ferry/platform.h"
+#include "ferry/policy.h"
+#include "bench_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_POL 32
+#define MAX_ROUNDS 200
+
+struct pol {
+	const char *name;
+	ferry_model_t m;
+	struct ferry_prediction pred;
+	double ms[MAX_ROUNDS];
+	size_t peak;
+	bool ok;
+};
+
+struct args {
+	const char *backend;
+	struct ferry_model_config cfg;
+	int B, T, threads, rounds, repeats, n;
+	const char *pol[MAX_POL];
+};
+
+static void usage(void)
+{
+	printf("usage: bench_cost_model [--backend cpu|cuda] [--model gpt2|llama] [--layers N] [--channels N]\n"
+	       "                        [--heads N] [--batch B] [--seq T] [--threads N] [--rounds R]\n"
+	       "                        [--repeats N] [policy ...]\n"
+	       "Calibrates in-process, then times every policy (default: every preset) in interleaved\n"
+	       "rounds and prints predicted against measured step time (median and minimum).\n");
+}
+
+static int parse(int argc, char **argv, struct args *a)
+{
+	*a = (struct args){ .backend = "cpu", .B = 16, .T = 64, .threads = 1, .rounds = 15, .repeats = 5 };
+	a->cfg = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 256, .vocab = 257, .layers = 2, .heads = 4,
+					      .channels = 128 };
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int *ip = !strcmp(f, "--layers") ? &a->cfg.layers : !strcmp(f, "--channels") ? &a->cfg.channels :
+			  !strcmp(f, "--heads") ? &a->cfg.heads : !strcmp(f, "--batch") ? &a->B :
+			  !strcmp(f, "--seq") ? &a->T : !strcmp(f, "--threads") ? &a->threads :
+			  !strcmp(f, "--rounds") ? &a->rounds : !strcmp(f, "--repeats") ? &a->repeats : NULL;
+
+		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+			usage();
+			exit(0);
+		} else if (ip && v) {
+			*ip = atoi(v), i++;
+		} else if (!strcmp(f, "--backend") && v) {
+			a->backend = v, i++;
+		} else if (!strcmp(f, "--model") && v) {
+			snprintf(a->cfg.arch, sizeof(a->cfg.arch), "%s", v), i++;
+		} else if (f[0] == '-' || a->n == MAX_POL) {
+			fprintf(stderr, "bench_cost_model: bad argument '%s'\n", f);
+			return 2;
+		} else {
+			a->pol[a->n++] = f;
+		}
+	}
+	if (!strcmp(a->cfg.arch, "llama"))
+		a->cfg.ffn = 0, a->cfg.vocab = 257;
+	if (a->rounds < 1 || a->rounds > MAX_ROUNDS)
+		a->rounds = 15;
+	if (!a->n)
+		for (int i = 0; i < ferry_policy_preset_count() && i < MAX_POL; i++)
+			a->pol[a->n++] = ferry_policy_preset_name(i);
+	return -1;
+}
+
+/* The 1-minute load average ("?" where unknown): how busy the machine was. */
+static const char *loadavg(char *buf, size_t n)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	snprintf(buf, n, "?");
+	if (f) {
+		if (!fgets(buf, (int)n, f))
+			snprintf(buf, n, "?");
+		buf[strcspn(buf, " ")] = 0;
+		fclose(f);
+	}
+	return buf;
+}
+
+static ferry_status step(ferry_model_t m, int B, int T, int s)
+{
+	static int32_t in[1 << 16], tg[1 << 16];
+	struct ferry_adamw opt = { 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
+	int vocab = ferry_model_config(m)->vocab;
+	float loss, norm;
+	ferry_status st;
+
+	for (long i = 0; i < (long)B * T && i < (1 << 16); i++) {
+		in[i] = (int32_t)((i * 7919 + s * 104729 + 13) % vocab);
+		tg[i] = (int32_t)((i * 104729 + s * 7919 + 7) % vocab);
+	}
+	if ((st = ferry_model_step_submit(m, in, tg, B, T)) || (st = ferry_model_step_finish(m, &opt, s + 1, &loss, &norm)))
+		return st;
+	return ferry_model_sync(m);
+}
+
+/* Median over rounds of policy i's step time over the first policy's, the
+ * same round (other work on the machine slows both alike). */
+static double ratio_median(const struct args *a, const struct pol *p, int i)
+{
+	double v[MAX_ROUNDS];
+
+	for (int r = 0; r < a->rounds; r++)
+		v[r] = p[i].ms[r] / p[0].ms[r];
+	return median(v, a->rounds);
+}
+
+struct errs {
+	double worst, sum;
+	int n, within;
+};
+
+static void count(struct errs *e, double err)
+{
+	e->worst = fmax(e->worst, fabs(err));
+	e->sum += fabs(err);
+	e->within += fabs(err) <= 0.10;
+	e->n++;
+}
+
+static void report(const struct args *a, struct pol *p)
+{
+	struct errs med_e = { 0 }, min_e = { 0 }, rat_e = { 0 };
+
+	printf("%-34s %9s %9s %9s %8s %8s %8s %8s %9s %5s\n", "policy", "predicted", "median", "min", "spread", "vs med",
+	       "vs min", "ratio", "pred.ratio", "peak");
+	for (int i = 0; i < a->n; i++) {
+		double v[MAX_ROUNDS], med, mn, pr = p[i].pred.step_s * 1e3, rat, prat;
+
+		if (!p[i].ok || !p[0].ok) {
+			printf("%-34.34s does not run\n", p[i].name);
+			continue;
+		}
+		memcpy(v, p[i].ms, sizeof(double) * (size_t)a->rounds);
+		med = median(v, a->rounds);
+		mn = v[0];
+		rat = ratio_median(a, p, i);
+		prat = p[i].pred.step_s / p[0].pred.step_s;
+		printf("%-34.34s %9.2f %9.2f %9.2f %7.0f%% %+7.1f%% %+7.1f%% %8.3f %9.3f %5s\n", p[i].name, pr, med, mn,
+		       (v[3 * a->rounds / 4] - v[a->rounds / 4]) / med * 100, (pr / med - 1) * 100, (pr / mn - 1) * 100,
+		       rat, prat, p[i].peak == p[i].pred.device_peak_bytes ? "exact" : "WRONG");
+		count(&med_e, pr / med - 1);
+		count(&min_e, pr / mn - 1);
+		count(&rat_e, prat / rat - 1);
+	}
+	if (!med_e.n)
+		return;
+	printf("(spread: interquartile range of the measured steps over their median; ratio: to %s, the median of "
+	       "per-round ratios)\n", p[0].name);
+	printf("error against the median: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n", 100 * med_e.sum / med_e.n,
+	       100 * med_e.worst, med_e.within, med_e.n);
+	printf("error against the minimum: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n",
+	       100 * min_e.sum / min_e.n, 100 * min_e.worst, min_e.within, min_e.n);
+	printf("error of the ratio to %s: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n", p[0].name,
+	       100 * rat_e.sum / rat_e.n, 100 * rat_e.worst, rat_e.within, rat_e.n);
+}
+
+int main(int argc, char **argv)
+{
+	struct args a;
+	static struct pol p[MAX_POL];
+	ferry_backend_t be;
+	ferry_calibration_t cal;
+	char load[64];
+	int rc = parse(argc, argv, &a);
+
+	if (rc >= 0)
+		return rc;
+	ferry_set_threads(a.threads);
+	if (ferry_model_config_complete(&a.cfg) ||
+	    ferry_backend_open(a.backend, &(struct ferry_backend_opts){ .threads = a.threads }, &be)) {
+		fprintf(stderr, "bench_cost_model: %s\n", ferry_last_error());
+		return 1;
+	}
+	struct ferry_exec_opts cal_opts = { .policy = "nothing_saveable", .act_dtype = ferry_backend_act_dtype(a.backend),
+					    .backend = a.backend };
+	if (ferry_calibrate(be, &a.cfg, a.B, a.T, &cal_opts, a.repeats, NULL, &cal)) {
+		fprintf(stderr, "bench_cost_model: %s\n", ferry_last_error());
+		return 1;
+	}
+	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; load average %s on %d cores\n",
+	       a.cfg.arch, a.cfg.layers, a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds,
+	       loadavg(load, sizeof(load)), ferry_cpu_count());
+	for (int i = 0; i < a.n; i++) {
+		struct ferry_exec_opts o = cal_opts;
+
+		size_t before = ferry_backend_mem_live(be); /* the models made before stay */
+
+		o.policy = p[i].name = a.pol[i];
+		ferry_backend_mem_reset_peak(be);
+		p[i].ok = !ferry_model_predict(&a.cfg, a.B, a.T, &o, cal, &p[i].pred) &&
+			  !ferry_model_create(be, &a.cfg, a.B, a.T, &o, &p[i].m) && !ferry_model_init_random(p[i].m, 1) &&
+			  !step(p[i].m, a.B, a.T, 0);
+		p[i].peak = ferry_backend_mem_peak(be) - before;
+	}
+	for (int r = 0; r < a.rounds; r++)
+		for (int i = 0; i < a.n; i++) {
+			double t0 = now_s();
+
+			if (p[i].ok && step(p[i].m, a.B, a.T, r + 1))
+				p[i].ok = false;
+			p[i].ms[r] = (now_s() - t0) * 1e3;
+		}
+	printf("load average after the rounds: %s\n", loadavg(load, sizeof(load)));
+	report(&a, p);
+	for (int i = 0; i < a.n; i++)
+		ferry_model_free(p[i].m);
+	ferry_calibration_free(cal);
+	ferry_backend_close(be);
+	return 0;
+}

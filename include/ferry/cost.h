@@ -1,0 +1,149 @@
+/*
+ * Calibration and the cost model: how long a training step takes under a
+ * placement, predicted before step 1.
+ *
+ * A calibration holds what one machine and backend measured: each op's
+ * duration at the shapes a model's step runs it (from a traced step), the
+ * host<->device copy time per transfer size in each direction, alone and
+ * with the other direction copying at once, device-side copy and zeroing
+ * bandwidth, and the CPU AdamW rate.  It is cached per machine, under
+ * $XDG_CACHE_HOME/ferry (or ~/.cache/ferry), keyed by a fingerprint of the
+ * machine (CPU, cores, memory, backend, device, threads, ferry's version);
+ * a cache made elsewhere, by another version, or too long ago is refused.
+ *
+ * The cost model (ferry_model_predict) replays the model's prepared
+ * schedule in a discrete-event simulation with those durations: streams in
+ * order, waits on events, the host's synchronisation, copy engines.  Its
+ * peak device memory is the memory plan's, exactly.
+ */
+#ifndef FERRY_COST_H
+#define FERRY_COST_H
+#include <stdbool.h>
+#include "ferry/ferry.h"
+#include "ferry/backend.h"
+#include "ferry/model.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_calibration *ferry_calibration_t;
+
+/* A calibration cache older than this is stale (machines change: drivers,
+ * BIOS settings, other tenants). */
+#define FERRY_CALIBRATION_MAX_AGE_DAYS 30
+
+/* "cpu=AMD EPYC;cores=2;mem=23.5GiB;backend=cpu;device=CPU: 2 threads;
+ * ferry=0.1.0": what a calibration is valid for. */
+ferry_status ferry_machine_fingerprint(ferry_backend_t be, char *buf, size_t n) FERRY_MUST_CHECK;
+/* The cache file of a fingerprint: <cache dir>/ferry/calibration-<hash>.json. */
+ferry_status ferry_calibration_cache_path(const char *fingerprint, char *buf, size_t n) FERRY_MUST_CHECK;
+
+/* Measures on be, at cfg's shapes for batches of B x T: one warm-up step
+ * and `repeats` traced steps of a model under opts (each op's median
+ * duration), copies at the sizes of the model's layer activations, the CPU
+ * AdamW.  base (NULL: none) is an earlier calibration of the same machine
+ * whose measurements the new one keeps where it measures nothing new. */
+ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
+			     ferry_calibration_t *out) FERRY_MUST_CHECK;
+/* Reads path; refuses (FERRY_ERR_FORMAT, saying why and what to run) a
+ * file that is not a calibration, one whose fingerprint is not
+ * `fingerprint` (NULL: any), one by another ferry version, or one older
+ * than FERRY_CALIBRATION_MAX_AGE_DAYS.  FERRY_ERR_IO when there is none. */
+ferry_status ferry_calibration_load(const char *path, const char *fingerprint, ferry_calibration_t *out)
+	FERRY_MUST_CHECK;
+/* Writes whole or not at all, making the directory if needed. */
+ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path) FERRY_MUST_CHECK;
+void ferry_calibration_free(ferry_calibration_t c);
+
+/* A calibration in figures (ferry info, ferry calibrate). */
+struct ferry_calib_summary {
+	char fingerprint[400];
+	char version[16];
+	long long created;           /* Unix seconds */
+	int n_op_shapes, n_copy_sizes;
+	size_t copy_bytes;           /* the largest transfer size measured */
+	double d2h_Bps, h2d_Bps;     /* at that size, each direction alone */
+	double d2h_both_Bps, h2d_both_Bps; /* both directions at once */
+	bool shared_copy_engine;     /* both at once take as long as one after the other */
+	double matmul_flops;         /* FLOP/s over all the matrix products measured */
+	double other_flops;          /* the same over the other ops (memory-bound) */
+	double d2d_Bps, zero_Bps;    /* device copies and zeroing */
+	double adamw_floats_per_s;   /* the CPU AdamW */
+	double op_spread;            /* how much calls of one op at one shape vary: the median over
+					shapes of their interquartile range over their median (a busy
+					machine: large) */
+};
+void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
+
+/* What the cost model predicts for one step of ferry_model_step_submit +
+ * _finish + ferry_model_sync. */
+struct ferry_prediction {
+	double step_s;          /* wall time of the step */
+	double exposed_copy_s;  /* the compute stream waiting for host<->device copies */
+	double compute_s;       /* busy time of the compute stream */
+	double copy_s;          /* host<->device copy time */
+	double host_s;          /* host threads (the CPU AdamW) */
+	size_t device_peak_bytes; /* the memory plan's peak, exact */
+	size_t host_bytes;      /* host memory the plan puts there */
+	int n_tasks;
+	int estimated_ops;      /* ops not measured at their shape: from their kind's FLOP rate */
+};
+ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, int T,
+				 const struct ferry_exec_opts *opts, ferry_calibration_t c,
+				 struct ferry_prediction *out) FERRY_MUST_CHECK;
+
+/* ---- --policy auto ----------------------------------------------------------------
+ * Chooses, per activation name of a layer (shared by every layer), keep on
+ * the device, offload or recompute, to minimise the predicted step time
+ * among placements whose plan fits device_mem (0: any) and host_mem (0:
+ * any).  The search starts from the best preset that fits (or the one
+ * nearest to fitting) and moves one name at a time to the placement that
+ * helps most, until no move helps. */
+#define FERRY_AUTO_MAX_NAMES 32
+#define FERRY_AUTO_MAX_PRESETS 24
+
+struct ferry_auto_choice {
+	char name[48];
+	enum ferry_placement place;
+	size_t layer_bytes;
+	bool needed;            /* read by the backward pass (else nothing to place) */
+	/* the final placement with this name moved to each placement instead:
+	   whether it fits, its predicted step time and its peak */
+	bool alt_valid[3], alt_fits[3];
+	double alt_s[3];
+	size_t alt_peak[3];
+	double copy_s;          /* offloaded: its copies out and back, all layers, alone */
+};
+
+struct ferry_auto_preset {
+	char name[40];
+	bool valid, fits;
+	double step_s;
+	size_t peak, host;
+};
+
+struct ferry_auto_result {
+	char policy[1024];      /* the choice as a custom: spec */
+	bool fits;
+	struct ferry_prediction pred;
+	int layers;
+	int n;
+	struct ferry_auto_choice c[FERRY_AUTO_MAX_NAMES];
+	int n_presets;
+	struct ferry_auto_preset presets[FERRY_AUTO_MAX_PRESETS];
+	char start[40];         /* the preset the search started from */
+	int evaluations;
+	double search_s;
+	size_t device_mem, host_mem;
+};
+/* Errors: a bad shape; no placement fits (the message names the least
+ * device memory any needs). */
+ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+			       ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,97 @@
+/*
+ * Host<->device copy times for a calibration: per size, each direction
+ * alone on its own stream, then both directions at once (where one copy
+ * engine serves both, or both contend for memory bandwidth, that is
+ * slower).  Times are wall time over a batch of copies after a warm-up one.
+ */
+#include "plan/calibration.h"
+#include "core/error.h"
+
+#include <time.h>
+
+struct copy_rig {
+	ferry_backend_t be;
+	ferry_stream_t d2h, h2d;
+	ferry_buffer_t dev;
+	char *host;
+	size_t max;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* k copies of b bytes in each direction asked for, at once; seconds per copy. */
+static ferry_status timed(struct copy_rig *r, size_t b, int k, bool out, bool in, double *s)
+{
+	char *dev = ferry_buffer_ptr(r->dev);
+	double t0 = now_s();
+	ferry_status st = FERRY_OK;
+
+	for (int i = 0; i < k && !st; i++) {
+		if (out)
+			st = ferry_memcpy_async(r->d2h, r->host, dev, b, FERRY_COPY_D2H);
+		if (!st && in)
+			st = ferry_memcpy_async(r->h2d, dev + r->max, r->host + r->max, b, FERRY_COPY_H2D);
+	}
+	if (!st)
+		st = ferry_stream_synchronize(r->d2h);
+	if (!st)
+		st = ferry_stream_synchronize(r->h2d);
+	*s = (now_s() - t0) / k;
+	return st;
+}
+
+static ferry_status measure_size(struct copy_rig *r, size_t b, int repeats, struct ferry_calib_copy *out)
+{
+	/* about 32 MiB per measurement, 3 to 64 copies; more with more repeats */
+	size_t k = ((size_t)32 << 20) / (b ? b : 1);
+	int n = (int)(k < 3 ? 3 : k > 64 ? 64 : k) * (repeats > 1 ? 2 : 1);
+	double warm;
+	ferry_status st;
+
+	out->bytes = b;
+	if ((st = timed(r, b, 1, true, true, &warm)) || (st = timed(r, b, n, true, false, &out->d2h_s)) ||
+	    (st = timed(r, b, n, false, true, &out->h2d_s)) || (st = timed(r, b, n, true, true, &out->d2h_both_s)))
+		return st;
+	out->h2d_both_s = out->d2h_both_s;
+	return FERRY_OK;
+}
+
+ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
+					struct ferry_calibration *c)
+{
+	struct copy_rig r = { .be = be };
+	ferry_status st;
+
+	for (int i = 0; i < n; i++)
+		if (sizes[i] > r.max)
+			r.max = sizes[i];
+	if (!r.max)
+		return FERRY_OK;
+	st = ferry_stream_create(be, "calibrate d2h", &r.d2h);
+	if (!st)
+		st = ferry_stream_create(be, "calibrate h2d", &r.h2d);
+	if (!st)
+		st = ferry_buffer_alloc(be, 2 * r.max, &r.dev);
+	if (!st)
+		st = ferry_host_alloc(be, 2 * r.max, (void **)&r.host);
+	for (int i = 0; i < n && !st; i++) {
+		struct ferry_calib_copy cp;
+
+		if (!(st = measure_size(&r, sizes[i], repeats, &cp)))
+			ferry_calib_add_copy(c, &cp);
+	}
+	if (r.host)
+		ferry_host_free(be, r.host);
+	ferry_buffer_free(r.dev);
+	if (r.h2d)
+		ferry_stream_free(r.h2d);
+	if (r.d2h)
+		ferry_stream_free(r.d2h);
+	return st;
+}

@@ -1,0 +1,61 @@
+/*
+ * Internal: a calibration's tables (ferry/cost.h), how a task's duration is
+ * looked up in them, and how they are stored (calibration.c).
+ */
+#ifndef FERRY_PLAN_CALIBRATION_H
+#define FERRY_PLAN_CALIBRATION_H
+
+#include "ferry/cost.h"
+#include "plan/schedule.h"
+
+/* An op at one shape: its median duration. */
+struct ferry_calib_op {
+	enum ferry_op_kind kind;
+	bool backward;
+	int B, T, C, NH, OC, V, Vp, NKV;
+	long n;
+	double seconds, flops;
+};
+
+/* Host<->device copies of one size: seconds per copy. */
+struct ferry_calib_copy {
+	size_t bytes;
+	double d2h_s, h2d_s;           /* each direction alone */
+	double d2h_both_s, h2d_both_s; /* both directions at once */
+};
+
+#define FERRY_CALIB_MAX_COPY 48
+
+struct ferry_calibration {
+	char fingerprint[400];
+	char version[16];
+	long long created;
+	int n_ops, cap_ops;
+	struct ferry_calib_op *ops;
+	int n_copy;
+	struct ferry_calib_copy copy[FERRY_CALIB_MAX_COPY];
+	double d2d_Bps, zero_Bps;      /* 0: not measured */
+	double adamw_floats_per_s;
+	double op_spread;              /* median over shapes of (q3 - q1) / median of the calls */
+};
+
+/* Adds (or replaces) the entry of op's shape. */
+ferry_status ferry_calib_add_op(struct ferry_calibration *c, const struct ferry_calib_op *op) FERRY_MUST_CHECK;
+/* Adds (or replaces) a copy size. */
+void ferry_calib_add_copy(struct ferry_calibration *c, const struct ferry_calib_copy *cp);
+/* The entry of a call's shape (NULL: none). */
+const struct ferry_calib_op *ferry_calib_find(const struct ferry_calibration *c, const struct ferry_op_call *call);
+/* How long a task takes on its own; *estimated is set when an op was not
+ * measured at its shape (then from its kind's FLOP rate). */
+double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *estimated);
+/* A copy's duration in one direction, alone or with the other direction
+ * copying at once, scaled from the nearest size measured. */
+double ferry_calib_copy_seconds(const struct ferry_calibration *c, size_t bytes, enum ferry_copy_kind k, bool both);
+/* The median of both-at-once over alone, over the sizes measured (1: none). */
+double ferry_calib_both_slowdown(const struct ferry_calibration *c);
+struct ferry_calibration *ferry_calib_new(void);
+/* Measures host<->device copies of each size on be (calibrate_copies.c). */
+ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
+					struct ferry_calibration *c) FERRY_MUST_CHECK;
+
+#endif

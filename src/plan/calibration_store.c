@@ -1,0 +1,196 @@
+/*
+ * A calibration as a JSON file (the per-machine cache): written whole or
+ * not at all, read back refusing anything made for another machine, by
+ * another version, or too long ago.
+ */
+#include "plan/calibration.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FORMAT_NAME "ferry calibration"
+
+static json_t *op_json(const struct ferry_calib_op *o)
+{
+	return json_pack("{s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:f, s:f}", "op",
+			 ferry_op_info(o->kind)->name, "backward", o->backward, "B", o->B, "T", o->T, "C", o->C, "NH",
+			 o->NH, "OC", o->OC, "V", o->V, "Vp", o->Vp, "NKV", o->NKV, "n", (json_int_t)o->n, "seconds",
+			 o->seconds, "flops", o->flops);
+}
+
+static json_t *to_json(const struct ferry_calibration *c)
+{
+	json_t *ops = json_array(), *copies = json_array();
+
+	for (int i = 0; i < c->n_ops; i++)
+		json_array_append_new(ops, op_json(&c->ops[i]));
+	for (int i = 0; i < c->n_copy; i++) {
+		const struct ferry_calib_copy *p = &c->copy[i];
+
+		json_array_append_new(copies, json_pack("{s:I, s:f, s:f, s:f, s:f}", "bytes", (json_int_t)p->bytes,
+							"d2h_s", p->d2h_s, "h2d_s", p->h2d_s, "d2h_both_s",
+							p->d2h_both_s, "h2d_both_s", p->h2d_both_s));
+	}
+	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:o, s:o}", "format", FORMAT_NAME, "version",
+			 c->version, "fingerprint", c->fingerprint, "created", (json_int_t)c->created, "d2d_Bps",
+			 c->d2d_Bps, "zero_Bps", c->zero_Bps, "adamw_floats_per_s", c->adamw_floats_per_s, "op_spread",
+			 c->op_spread, "copies", copies, "ops", ops);
+}
+
+/* mkdir -p of path's directory. */
+static ferry_status make_dirs(const char *path)
+{
+	char d[4096];
+
+	if (snprintf(d, sizeof(d), "%s", path) >= (int)sizeof(d))
+		return ferry_error(FERRY_ERR_INVALID, "calibration: path too long");
+	for (char *p = d + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(d, 0755) != 0 && errno != EEXIST)
+			return ferry_error(FERRY_ERR_IO, "cannot make directory %s: %s", d, strerror(errno));
+		*p = '/';
+	}
+	return FERRY_OK;
+}
+
+ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path)
+{
+	char tmp[4200];
+	json_t *root;
+	ferry_status st;
+	int rc;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
+		return ferry_error(FERRY_ERR_INVALID, "calibration: path too long");
+	if ((st = make_dirs(path)))
+		return st;
+	if (!(root = to_json(c)))
+		return ferry_error(FERRY_ERR_NOMEM, "calibration: out of host memory");
+	rc = json_dump_file(root, tmp, JSON_INDENT(1));
+	json_decref(root);
+	if (rc != 0 || rename(tmp, path) != 0) {
+		unlink(tmp);
+		return ferry_error(FERRY_ERR_IO, "cannot write the calibration to %s", path);
+	}
+	return FERRY_OK;
+}
+
+static int op_kind(const char *name)
+{
+	for (int k = 0; k < FERRY_OP_COUNT; k++)
+		if (!strcmp(ferry_op_info((enum ferry_op_kind)k)->name, name))
+			return k;
+	return -1;
+}
+
+static ferry_status read_ops(const json_t *ops, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(ops, i, o) {
+		struct ferry_calib_op e;
+		const char *name = "";
+		int bwd = 0;
+		json_int_t n = 0;
+		ferry_status st;
+
+		memset(&e, 0, sizeof(e));
+		if (json_unpack(o, "{s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:F, s:F}", "op", &name,
+				"backward", &bwd, "B", &e.B, "T", &e.T, "C", &e.C, "NH", &e.NH, "OC", &e.OC, "V", &e.V,
+				"Vp", &e.Vp, "NKV", &e.NKV, "n", &n, "seconds", &e.seconds, "flops", &e.flops) != 0 ||
+		    op_kind(name) < 0)
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: op entry %zu is malformed", path, i);
+		e.kind = (enum ferry_op_kind)op_kind(name);
+		e.backward = bwd;
+		e.n = (long)n;
+		if ((st = ferry_calib_add_op(c, &e)))
+			return st;
+	}
+	return FERRY_OK;
+}
+
+static ferry_status read_copies(const json_t *copies, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(copies, i, o) {
+		struct ferry_calib_copy p;
+		json_int_t b = 0;
+
+		if (json_unpack(o, "{s:I, s:F, s:F, s:F, s:F}", "bytes", &b, "d2h_s", &p.d2h_s, "h2d_s", &p.h2d_s,
+				"d2h_both_s", &p.d2h_both_s, "h2d_both_s", &p.h2d_both_s) != 0 || b <= 0)
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: copy entry %zu is malformed", path, i);
+		p.bytes = (size_t)b;
+		ferry_calib_add_copy(c, &p);
+	}
+	return FERRY_OK;
+}
+
+/* The header: refuses what is not for this machine and version, or old. */
+static ferry_status check_header(const json_t *root, const char *fingerprint, struct ferry_calibration *c,
+				 const char *path)
+{
+	const char *fmt = "", *ver = "", *fp = "";
+	json_int_t created = 0;
+	double age_days;
+
+	if (json_unpack((json_t *)root, "{s:s, s:s, s:s, s:I, s:F, s:F, s:F, s?F}", "format", &fmt, "version", &ver,
+			"fingerprint", &fp, "created", &created, "d2d_Bps", &c->d2d_Bps, "zero_Bps", &c->zero_Bps,
+			"adamw_floats_per_s", &c->adamw_floats_per_s, "op_spread", &c->op_spread) != 0 ||
+	    strcmp(fmt, FORMAT_NAME))
+		return ferry_error(FERRY_ERR_FORMAT, "%s is not a ferry calibration: run `ferry calibrate`", path);
+	if (strcmp(ver, FERRY_VERSION_STRING))
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s was made by ferry %s, this is %s: stale, run "
+				   "`ferry calibrate` again", path, ver, FERRY_VERSION_STRING);
+	if (fingerprint && strcmp(fp, fingerprint))
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s was made for another machine or backend (%s), "
+				   "this is %s: run `ferry calibrate` here", path, fp, fingerprint);
+	age_days = difftime(time(NULL), (time_t)created) / 86400.0;
+	if (age_days > FERRY_CALIBRATION_MAX_AGE_DAYS || age_days < -1)
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s is %.0f days old (at most %d): stale, run "
+				   "`ferry calibrate` again", path, age_days, FERRY_CALIBRATION_MAX_AGE_DAYS);
+	snprintf(c->version, sizeof(c->version), "%s", ver);
+	snprintf(c->fingerprint, sizeof(c->fingerprint), "%s", fp);
+	c->created = (long long)created;
+	return FERRY_OK;
+}
+
+ferry_status ferry_calibration_load(const char *path, const char *fingerprint, ferry_calibration_t *out)
+{
+	json_error_t err;
+	json_t *root;
+	struct ferry_calibration *c;
+	ferry_status st;
+
+	*out = NULL;
+	if (access(path, R_OK) != 0)
+		return ferry_error(FERRY_ERR_IO, "no calibration at %s: run `ferry calibrate` first", path);
+	if (!(root = json_load_file(path, 0, &err)))
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s (line %d): run `ferry calibrate` again",
+				   path, err.text, err.line);
+	if (!(c = ferry_calib_new())) {
+		json_decref(root);
+		return ferry_error(FERRY_ERR_NOMEM, "calibration: out of host memory");
+	}
+	st = check_header(root, fingerprint, c, path);
+	if (!st)
+		st = read_ops(json_object_get(root, "ops"), c, path);
+	if (!st)
+		st = read_copies(json_object_get(root, "copies"), c, path);
+	json_decref(root);
+	if (st)
+		ferry_calibration_free(c);
+	else
+		*out = c;
+	return st;
+}

@@ -1,0 +1,50 @@
+/*
+ * Internal: the cost model, a discrete-event simulation of a prepared
+ * schedule (plan/schedule.h).
+ *
+ * Given the programs a step submits, in order, and how long each task takes
+ * on its own, it replays them as the backend would: every stream runs its
+ * tasks in submission order; a wait holds its stream until the record it
+ * refers to (the last one of that event submitted before it) has been
+ * reached; the host's synchronisation inside a step (after the gradient
+ * norm) holds everything submitted after it until the compute stream has
+ * run everything before it.  Copies between host and device run on copy
+ * engines: one per direction, slowed by a factor while both directions move
+ * at once, or a single engine both directions share (one copy at a time).
+ *
+ * What it gives: the step time, how long the compute stream waited for
+ * copies (exposed transfer time), and each stream's busy time.  Memory is
+ * not simulated: every buffer is allocated before step 1, so the peak is the
+ * tensor table's plan, exactly (exec/predict.c reports it).
+ */
+#ifndef FERRY_PLAN_COST_MODEL_H
+#define FERRY_PLAN_COST_MODEL_H
+
+#include "plan/schedule.h"
+
+struct ferry_sim_params {
+	bool shared_copy_engine; /* host<->device copies of both directions share one engine */
+	double both_slowdown;    /* separate engines: a copy's duration is multiplied by this while
+				    the other direction copies too (1: no effect) */
+	double sync_s;           /* the host's synchronisation and resubmission inside the step */
+};
+
+struct ferry_sim_result {
+	double step_s;          /* from the first task's start to the last one's end */
+	double exposed_copy_s;  /* the compute stream waiting for events recorded on copy streams */
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
+	double copy_s;          /* host<->device copy time, all directions */
+	int n_tasks;
+};
+
+/* Simulates the programs progs[0..n) submitted in order, the host
+ * synchronising on the compute stream after program sync_after (-1: never).
+ * dur holds each task's duration on its own, the programs' tasks one after
+ * the other (RECORD, WAIT and GRADS_DONE take none: their entries are
+ * ignored).  Errors: a schedule that can never finish (a wait on an event
+ * no stream will record). */
+ferry_status ferry_sim_run(const struct ferry_program *const *progs, int n, int sync_after, int compute_stream,
+			   const double *dur, const struct ferry_sim_params *prm, struct ferry_sim_result *out)
+	FERRY_MUST_CHECK;
+
+#endif

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# ferry calibrate and its cache: the measurements land in the cache of this
+# machine ($XDG_CACHE_HOME/ferry), ferry info shows them, ferry bench
+# predicts from them (column and --json); a cache made for another machine,
+# by another version or too long ago is refused, saying why and what to run.
+. "$(dirname "$0")/lib.bash"
+export XDG_CACHE_HOME=$WORK/cache
+SHAPE=(--backend cpu --layers 2 --channels 32 --heads 2 --max-seq 32 --batch 2 --seq 16 --threads 1)
+
+expect_ok "calibrate --quick" "$FERRY" calibrate "${SHAPE[@]}" --quick
+grep -q "saved to $XDG_CACHE_HOME/ferry/calibration-" out.txt || fail "calibrate says where it saved"
+cache=$(ls "$XDG_CACHE_HOME"/ferry/calibration-*.json 2>/dev/null)
+[ "$(echo "$cache" | wc -w)" -eq 1 ] || fail "one cache file, not: $cache"
+grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=' "$cache" || fail "the fingerprint names the machine"
+grep -q '"op": "matmul"' "$cache" || fail "matrix products measured"
+grep -q '"d2h_both_s"' "$cache" || fail "copies measured both ways at once"
+grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || fail "calibrate prints the figures"
+
+# a second run with another shape keeps the first one's ops
+n1=$(grep -c '"op":' "$cache")
+expect_ok "calibrate another batch" "$FERRY" calibrate "${SHAPE[@]}" --batch 4 --quick
+n2=$(grep -c '"op":' "$cache")
+[ "$n2" -gt "$n1" ] || fail "a second calibration adds shapes ($n1 -> $n2)"
+
+expect_ok "info" "$FERRY" info
+grep -q "^calibrations in $XDG_CACHE_HOME/ferry:" out.txt && grep -q "device=CPU: 1 threads" out.txt &&
+	grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || { fail "info lists the calibration"; cat out.txt >&2; }
+expect_ok "bench with predictions" "$FERRY" bench "${SHAPE[@]}" --steps 1 --json bench.json nothing_saveable \
+	qkv_proj_offloaded
+grep -qE '^qkv_proj_offloaded .* [0-9.]+ \([+-][0-9]+%\) +[0-9.]+ ms$' out.txt ||
+	{ fail "bench prints a prediction per row"; cat out.txt >&2; }
+grep -q '"predicted_ms": [0-9.]*' bench.json || fail "bench --json has predicted_ms"
+python3 - bench.json <<'PY' || fail "bench --json: the predicted peak is the measured one"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert all(r["predicted_device_peak_bytes"] == r["device_peak_bytes"] for r in rows), rows
+PY
+
+cp "$cache" good.json
+sed -i 's/"fingerprint": "cpu=/"fingerprint": "cpu=Another CPU /' "$cache"
+expect_ok "bench with a foreign cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+grep -q "no predictions: calibration .* was made for another machine or backend" out.txt ||
+	{ fail "a foreign cache is refused"; cat out.txt >&2; }
+cp good.json "$cache"
+sed -i 's/"version": "[^"]*"/"version": "0.0.1"/' "$cache"
+expect_ok "bench with a cache of another version" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+grep -q "was made by ferry 0.0.1, this is .*: stale, run \`ferry calibrate\` again" out.txt ||
+	{ fail "another version's cache is refused"; cat out.txt >&2; }
+cp good.json "$cache"
+sed -i 's/"created": [0-9]*/"created": 1000000000/' "$cache"
+expect_ok "bench with an old cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+grep -q "days old (at most 30): stale" out.txt || { fail "an old cache is refused"; cat out.txt >&2; }
+echo "not json" >"$cache"
+expect_ok "bench with a broken cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+grep -q "no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||
+	{ fail "a broken cache is refused"; cat out.txt >&2; }
+cp good.json "$cache"
+
+# --policy auto: the choice, in words and JSON, and a plan that fits
+expect_ok "plan --policy auto" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M
+grep -q "^--policy auto: " out.txt && grep -q "^presets, predicted on this machine:" out.txt &&
+	grep -qE "^  [a-z_]+ +(kept on the device|offloaded|recomputed in the backward pass)" out.txt &&
+	grep -q "^fits: needs" out.txt || { fail "plan --policy auto says what it chose and why"; cat out.txt >&2; }
+expect_ok "plan --policy auto --json" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M --json auto.json
+python3 - auto.json <<'PY' || fail "plan --policy auto --json: the choice and its plan"
+import json, sys
+d = json.load(open(sys.argv[1]))
+a, p = d["auto"], d["plan"]
+assert a["fits"] and a["device_peak_bytes"] <= 2 << 20, a
+assert p["policy"] == a["policy"][:len(p["policy"])], (p["policy"], a["policy"])
+assert a["choices"] and all(c["placement"] in ("device", "offload", "remat") for c in a["choices"]), a
+best = min(x["predicted_ms"] for x in a["presets"] if x["valid"] and x["fits"])
+assert a["predicted_ms"] <= best * 1.03, (a["predicted_ms"], best)
+PY
+make_corpus
+expect_ok "train --policy auto" "$FERRY" train "${SHAPE[@]}" --policy auto --device-mem 2M --data 'corpus_train_*.bin' \
+	--steps 2 --sample 0
+grep -q "^--policy auto: custom:" out.txt || { fail "train --policy auto prints its choice"; cat out.txt >&2; }
+expect_error "auto without a calibration" "--policy auto needs this machine's calibration" \
+	env XDG_CACHE_HOME="$WORK/empty" "$FERRY" plan "${SHAPE[@]}" --policy auto
+
+expect_error "calibrate --repeats 0" "--repeats must be 1..100" "$FERRY" calibrate --repeats 0
+finish

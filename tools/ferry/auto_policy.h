@@ -1,0 +1,22 @@
+/* --policy auto on the command line (ferry plan, train, bench): the
+ * search on this machine's calibration, and its choice in words and JSON. */
+#ifndef FERRY_TOOLS_AUTO_POLICY_H
+#define FERRY_TOOLS_AUTO_POLICY_H
+#include <stdbool.h>
+#include <stdio.h>
+#include "ferry/cost.h"
+#include "ferry/train.h"
+
+bool is_auto_policy(const char *policy);
+/* Opens o's backend to find this machine's calibration (closing it again),
+ * runs the search under o->device_mem and the host's memory limit, prints
+ * the choice to `log` (NULL: nothing), and points o->exec.policy at the
+ * chosen spec (kept in *r).  0, or 1 after printing the error. */
+int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
+			struct ferry_auto_result *r, FILE *log);
+/* The same with a calibration and a device capacity at hand (ferry bench). */
+ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
+				ferry_calibration_t c, size_t device_mem, struct ferry_auto_result *r);
+void auto_policy_print(FILE *f, const struct ferry_auto_result *r);
+void auto_policy_json(FILE *f, const struct ferry_auto_result *r);
+#endif

@@ -1,0 +1,87 @@
+/* The calibration cache from the command line: where it is, what it says. */
+#include "calib_cache.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+ferry_status calib_cache_load(ferry_backend_t be, ferry_calibration_t *out, char *path, size_t path_n)
+{
+	char fp[512];
+	ferry_status st;
+
+	*out = NULL;
+	if ((st = ferry_machine_fingerprint(be, fp, sizeof(fp))) ||
+	    (st = ferry_calibration_cache_path(fp, path, path_n)))
+		return st;
+	return ferry_calibration_load(path, fp, out);
+}
+
+static double gbps(double bps)
+{
+	return bps / 1e9;
+}
+
+void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
+{
+	struct ferry_calib_summary s;
+	char when[64], size[FERRY_SIZE_CHARS];
+	time_t t;
+
+	ferry_calibration_summary(c, &s);
+	t = (time_t)s.created;
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&t));
+	fprintf(f, "%smachine: %s\n", indent, s.fingerprint);
+	fprintf(f, "%smeasured: %s by ferry %s; %d op shapes, %d transfer sizes\n", indent, when, s.version,
+		s.n_op_shapes, s.n_copy_sizes);
+	fprintf(f, "%smatrix products: %.1f GFLOP/s; other ops: %.1f GFLOP/s (memory-bound)\n", indent,
+		s.matmul_flops / 1e9, s.other_flops / 1e9);
+	if (s.n_copy_sizes)
+		fprintf(f, "%scopies of %s: device-to-host %.2f GB/s, host-to-device %.2f GB/s alone; "
+			   "%.2f and %.2f GB/s both at once%s\n", indent, ferry_format_size(s.copy_bytes, size),
+			gbps(s.d2h_Bps), gbps(s.h2d_Bps), gbps(s.d2h_both_Bps), gbps(s.h2d_both_Bps),
+			s.shared_copy_engine ? " (one engine for both)" : "");
+	fprintf(f, "%sdevice zeroing %.2f GB/s, device copies %.2f GB/s, CPU AdamW %.1f M floats/s\n", indent,
+		gbps(s.zero_Bps), gbps(s.d2d_Bps), s.adamw_floats_per_s / 1e6);
+	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)%s\n", indent,
+		s.op_spread * 100, s.op_spread > CALIB_BUSY_SPREAD ? ": the machine looked busy, calibrate again "
+								     "when it is quiet" : "");
+}
+
+void calib_print_all(FILE *f)
+{
+	char path[4200], dir[4200], *slash;
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	if (ferry_calibration_cache_path("", path, sizeof(path)) != FERRY_OK)
+		return;
+	snprintf(dir, sizeof(dir), "%s", path);
+	if ((slash = strrchr(dir, '/')))
+		*slash = 0;
+	if (!(d = opendir(dir))) {
+		fprintf(f, "calibrations: none in %s (ferry calibrate makes one)\n", dir);
+		return;
+	}
+	fprintf(f, "calibrations in %s:\n", dir);
+	while ((e = readdir(d))) {
+		ferry_calibration_t c;
+
+		if (strncmp(e->d_name, "calibration-", 12) || !strstr(e->d_name, ".json") ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path))
+			continue;
+		n++;
+		fprintf(f, "  %s:\n", e->d_name);
+		if (ferry_calibration_load(path, NULL, &c) != FERRY_OK) {
+			fprintf(f, "    refused: %s\n", ferry_last_error());
+			continue;
+		}
+		calib_print(f, c, "    ");
+		ferry_calibration_free(c);
+	}
+	closedir(d);
+	if (!n)
+		fprintf(f, "  none (ferry calibrate makes one)\n");
+}
