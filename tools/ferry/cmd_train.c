@@ -2,6 +2,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "demo_data.h"
 #include "generate.h"
 #include "interrupt.h"
@@ -427,7 +428,8 @@ static int prepare(struct train_cli *c)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
-	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg))
+	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg) ||
+	    tier_flags_setup(CMD, &c->o))
 		return 1;
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {
@@ -526,6 +528,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		       c->val_every == 1 ? "" : "s", c->val_batches, o->val_data);
 	else if (o->val_data)
 		printf("validation: at the end, %d batches of %s\n", c->val_batches, o->val_data);
+	tier_flags_print_placement(stdout, o);
 	if (o->resume)
 		print_resume_note(tr);
 }
@@ -698,5 +701,6 @@ int cmd_train(int argc, char **argv)
 	}
 	report_end(&run.rep);
 	ferry_trainer_free(run.tr);
+	tier_flags_release(&c.o);
 	return rc;
 }

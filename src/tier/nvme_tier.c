@@ -1,0 +1,56 @@
+/*
+ * The NVMe tier's memory: state placed there has no host memory, only file
+ * bytes.  An allocation reserves them in the run's file and hands out an
+ * inaccessible address range of the same size that stands for them, so the
+ * offload engine can carve it by offset like any host buffer and turn each
+ * copy to or from it into a file write or read (ferry_host_tiers_nvme_at).
+ */
+#include "tier/host_tiers_internal.h"
+#include "tier/nvme_tier.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)
+{
+	size_t mapped = (r->bytes + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
+	ferry_status st;
+	void *p;
+
+	if (!h->nvme && (st = ferry_nvme_file_create(h->nvme_dir, &h->nvme)))
+		return st;
+	if (!mapped)
+		mapped = FERRY_NVME_ALIGN;
+	if ((st = ferry_nvme_file_reserve(h->nvme, h->nvme_used + mapped)))
+		return st;
+	/* PROT_NONE, no memory behind it: a stray access faults at once */
+	p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return ferry_error(FERRY_ERR_NOMEM, "NVMe tier: cannot reserve addresses: %s", strerror(errno));
+	r->p = p;
+	r->mapped = mapped;
+	r->nvme = true;
+	r->file_offset = h->nvme_used;
+	h->nvme_used += mapped;
+	return FERRY_OK;
+}
+
+struct ferry_nvme_file *ferry_host_tiers_nvme_at(ferry_host_tiers_t h, const void *p, uint64_t *offset)
+{
+	for (struct tier_region *r = h ? h->regions : NULL; r; r = r->next) {
+		const char *base = r->p;
+
+		if (r->nvme && (const char *)p >= base && (const char *)p < base + r->mapped) {
+			*offset = r->file_offset + (uint64_t)((const char *)p - base);
+			return h->nvme;
+		}
+	}
+	return NULL;
+}
+
+const char *ferry_host_tiers_nvme_mode(ferry_host_tiers_t h)
+{
+	return h && h->nvme ? ferry_nvme_file_mode(h->nvme) : NULL;
+}
