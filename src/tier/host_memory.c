@@ -142,7 +142,7 @@ ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, en
 	if (!r)
 		return ferry_error(FERRY_ERR_NOMEM, "host tiers: out of host memory");
 	r->bytes = bytes;
-	st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, r) : map_on_tier(h, t, r);
+	st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, be, r) : map_on_tier(h, t, r);
 	if (!st && be && !r->nvme && be->iface->host_register && (st = be->iface->host_register(be, r->p, r->mapped)))
 		munmap(r->p, r->mapped);
 	if (st) {
@@ -168,5 +168,10 @@ void ferry_host_tiers_release(ferry_host_tiers_t h, void *p)
 	if (r->registered && r->registered->iface->host_unregister)
 		r->registered->iface->host_unregister(r->registered, r->p);
 	munmap(r->p, r->mapped);
+	if (r->nvme) {
+		ferry_free(r);
+		ferry_tier_nvme_released(h);
+		return;
+	}
 	ferry_free(r);
 }

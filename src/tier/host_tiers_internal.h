@@ -26,6 +26,10 @@ struct ferry_host_tiers {
 	char nvme_dir[512];
 	struct ferry_nvme_file *nvme; /* created at the first NVMe allocation */
 	uint64_t nvme_used;
+	/* a device that is not host memory moves NVMe bytes through these
+	 * (pinned by the backend): [0] device to file, [1] file to device */
+	ferry_backend_t stage_be;
+	void *stage[2];
 	struct tier_region *regions;
 };
 
@@ -43,6 +47,12 @@ ferry_status ferry_tier_bind(const struct ferry_topology *topo, const struct fer
 
 /* An NVMe region: file bytes reserved for r->bytes, and an address range
  * (never readable) that stands for them. */
-ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r) FERRY_MUST_CHECK;
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, ferry_backend_t be, struct tier_region *r)
+	FERRY_MUST_CHECK;
+/* After an NVMe region's release: the last one closes (removes) the file. */
+void ferry_tier_nvme_released(struct ferry_host_tiers *h);
+
+/* Bytes of each staging buffer. */
+#define FERRY_TIER_STAGE_BYTES (4u << 20)
 
 #endif

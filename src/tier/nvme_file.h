@@ -5,12 +5,15 @@
  * cache) where the file system allows it; I/O through io_uring (liburing)
  * with registered staging buffers and several chunk requests in flight,
  * or pread/pwrite where io_uring is refused (seccomp, old kernels) or not
- * built in.  FERRY_NVME_IO=pread forces the fallback (the tests run both).
+ * built in.  FERRY_NVME_IO=pread forces that fallback, FERRY_NVME_IO=nodirect
+ * the page cache, both "pread,nodirect" (the tests run every one).
  *
- * Offsets are multiples of FERRY_NVME_ALIGN; a transfer of n bytes uses
- * the file up to the next multiple (the caller owns that padding).  One
- * file serves one thread at a time per direction: writes and reads each
- * have their own staging buffers and ring.
+ * Any byte range can be written and read: blocks a write covers only in
+ * part are read first (read-modify-write), so neighbouring ranges written
+ * one after the other keep each other's bytes.  One thread at a time per
+ * direction: writes and reads each have their own staging buffers and
+ * ring (a read may run beside a write of other bytes of the same block:
+ * the write puts back the bytes it does not own unchanged).
  */
 #ifndef FERRY_TIER_NVME_FILE_H
 #define FERRY_TIER_NVME_FILE_H
@@ -31,6 +34,11 @@ ferry_status ferry_nvme_file_reserve(struct ferry_nvme_file *f, uint64_t size) F
 ferry_status ferry_nvme_write(struct ferry_nvme_file *f, uint64_t offset, const void *src, size_t n)
 	FERRY_MUST_CHECK;
 ferry_status ferry_nvme_read(struct ferry_nvme_file *f, uint64_t offset, void *dst, size_t n) FERRY_MUST_CHECK;
+/* I/O run on a stream's host thread has nobody to return an error to: the
+ * file keeps the first (keep; any thread), and the executor reports it
+ * after the step (status: FERRY_OK, or that error again). */
+void ferry_nvme_file_keep(struct ferry_nvme_file *f, ferry_status st);
+ferry_status ferry_nvme_file_status(struct ferry_nvme_file *f) FERRY_MUST_CHECK;
 /* Closes and removes the file (NULL: nothing). */
 void ferry_nvme_file_close(struct ferry_nvme_file *f);
 
