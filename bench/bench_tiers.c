@@ -12,7 +12,8 @@
  * Defaults: the tiers dram, every single node, cxl when there are CPU-less
  * nodes and nvme when --nvme-dir is given; 256 MiB copies; 16M parameters
  * (448 MiB of AdamW state); 5 rounds; GB/s (1e9 bytes/s) and ms are medians.
- * "libc" is memory from malloc (the first-touch default) for reference.
+ * "no tier": the backend's host memory (ferry_host_alloc) for copies, malloc for
+ * AdamW (first touch), for reference.
  * AdamW moves 28 bytes per parameter.  Copies on the CPU backend are
  * memcpy between host memory and its arena; on CUDA, DMA to and from the
  * tier memory registered with cudaHostRegister.
@@ -157,6 +158,9 @@ static void time_copies(const struct args *a, ferry_backend_t be, const char *ti
 	if (h ? ferry_host_tiers_alloc(h, be, FERRY_TK_ACTIVATION, a->size, &host) : ferry_host_alloc(be, a->size, &host))
 		die("tier memory");
 	f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
+	out[0] = out[1] = 0;
+	if (f && strcmp(ferry_backend_name(be), "cpu")) /* device memory is not host memory */
+		goto done;
 	if (!f)
 		memset(host, 1, a->size);
 	for (int r = 0; r < a->rounds; r++)
@@ -176,6 +180,7 @@ static void time_copies(const struct args *a, ferry_backend_t be, const char *ti
 		}
 	for (int d = 0; d < 2; d++)
 		out[d] = a->size / median(t[d], a->rounds) / 1e9;
+done:
 	if (h)
 		ferry_host_tiers_release(h, host);
 	else
@@ -239,7 +244,10 @@ int main(int argc, char **argv)
 		time_copies(&a, be, tier, gbs);
 		if (!tier || strcmp(tier, "nvme"))
 			ms = time_adamw(&a, tier);
-		printf("  %-26s %12.2f %12.2f", tier ? tier : "libc (malloc)", gbs[1], gbs[0]);
+		if (gbs[0] > 0)
+			printf("  %-26s %12.2f %12.2f", tier ? tier : "no tier", gbs[1], gbs[0]);
+		else /* the NVMe tier on a GPU: staged copies, measured in training */
+			printf("  %-26s %12s %12s", tier, "-", "-");
 		if (ms > 0)
 			printf(" %12.2f %10.2f\n", ms, 28.0 * a.params / (ms * 1e-3) / 1e9);
 		else
