@@ -43,7 +43,7 @@ const char model_flags_help[] =
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
 	"                        (K, M, G, T: powers of 1024; default: all)\n"
 	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n"
-	"host memory tiers (docs/offloading.md, \"Host memory tiers\"):\n"
+	"host memory tiers (docs/tiers.md):\n"
 	"  --host-tier KIND=TIER,...  where host state lives; KIND: activations, params,\n"
 	"                        grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
 	"                        nodes, interleaved), interleave:N*W+M*V, nvme (activations),\n"
