@@ -42,11 +42,16 @@ ferry_status ferry_tier_mbind(void *p, size_t bytes, enum tier_policy policy, co
 			return ferry_error(FERRY_ERR_INVALID, "mbind: node %d out of range", nodes[i]);
 		mask[nodes[i] / WORD_BITS] |= 1ul << (nodes[i] % WORD_BITS);
 	}
-	if (mbind(p, bytes, mode, mask, MASK_WORDS * WORD_BITS + 1, 0) != 0)
-		return ferry_error(errno == EINVAL ? FERRY_ERR_UNSUPPORTED : FERRY_ERR_NOMEM,
-				   "mbind(%s, node %d%s): %s",
+	if (mbind(p, bytes, mode, mask, MASK_WORDS * WORD_BITS + 1, 0) != 0) {
+		int e = errno;
+
+		return ferry_error(e == EINVAL || e == ENOSYS || e == EPERM ? FERRY_ERR_UNSUPPORTED : FERRY_ERR_NOMEM,
+				   "mbind(%s, node %d%s): %s%s",
 				   mode == MPOL_BIND ? "bind" : mode == MPOL_INTERLEAVE ? "interleave" : "weighted interleave",
-				   nodes[0], n > 1 ? " and others" : "", strerror(errno));
+				   nodes[0], n > 1 ? " and others" : "", strerror(e),
+				   e == EPERM || e == ENOSYS ? " (a container's seccomp profile allows it with CAP_SYS_NICE; "
+							       "--host-tier off uses no tiers)" : "");
+	}
 	return FERRY_OK;
 }
 

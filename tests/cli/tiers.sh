@@ -29,6 +29,9 @@ expect_ok "plan, AdamW on host threads" "$FERRY" plan "${SHAPE[@]}" --policy min
 grep -qE "^  dram \(node 0\) .* params .* grads .* optimizer" out.txt || fail "cpu: what the CPU computes on in DRAM"
 grep -qE "^  cxl .* activations" out.txt || fail "cpu: activations on CXL"
 
+expect_ok "plan --host-tier off" "$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --host-tier off
+grep -q "host tiers" out.txt && fail "--host-tier off: no tiers"
+
 checks=$((checks + 1))
 "$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --topology tiny.txt --host-tier activations=node:1 >out.txt 2>&1
 rc=$?

@@ -48,7 +48,9 @@ const char model_flags_help[] =
 	"                        grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
 	"                        nodes, interleaved), interleave:N*W+M*V, nvme (activations),\n"
 	"                        auto (default: what the CPU computes on in DRAM, streamed\n"
-	"                        state on CXL, what does not fit on DRAM, then NVMe)\n"
+	"                        state on CXL, what does not fit on DRAM, then NVMe);\n"
+	"                        off: no tiers (the backend's host memory; the default on a\n"
+	"                        machine without CPU-less nodes and without these flags)\n"
 	"  --topology FILE       simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
 	"                        (default: this machine's, from /sys/devices/system/node)\n"
 	"  --nvme-dir DIR        the NVMe tier's file goes there (created, sized, removed)\n";

@@ -26,6 +26,8 @@ int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 	bool cxl = false;
 
 	o->exec.host_tiers = NULL;
+	if (given.spec && !strcmp(given.spec, "off"))
+		return 0; /* the backend's host memory, whatever the machine has */
 	if (ferry_host_tiers_create(&to, &h) != FERRY_OK) {
 		cli_fail(cmd);
 		return -1;
