@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 
 # gcc/cmake/make build it; OpenBLAS (OpenMP build) runs its matrix products;
 # jansson reads and writes Hugging Face checkpoints' JSON; fortunes is the
-# demo corpus.
-packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev fortunes)
+# demo corpus; libnuma binds host memory tiers to NUMA nodes and liburing
+# runs the NVMe tier's I/O.
+packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev fortunes libnuma-dev liburing-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

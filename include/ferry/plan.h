@@ -126,6 +126,8 @@ struct ferry_exec_opts {
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */
+	struct ferry_host_tiers *host_tiers; /* where host state lives (ferry/tier.h;
+						NULL: the backend's host memory) */
 };
 
 /* ---- the prepared schedule of a training step ------------------------------------

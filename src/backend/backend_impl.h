@@ -49,6 +49,10 @@ struct ferry_backend_iface {
 	ferry_status (*event_create_timed)(struct ferry_backend *be, struct ferry_event *ev);
 	/* optional: seconds between two completed timed events */
 	ferry_status (*event_elapsed)(struct ferry_event *from, struct ferry_event *to, double *seconds);
+	/* optional: registers host memory allocated elsewhere (a host tier's
+	 * NUMA-bound pages) for DMA, and undoes it (CUDA: cudaHostRegister) */
+	ferry_status (*host_register)(struct ferry_backend *be, void *p, size_t size);
+	void (*host_unregister)(struct ferry_backend *be, void *p);
 };
 
 /* Op timings, filled by backends that profile (indexed [kind][backward]). */

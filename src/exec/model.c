@@ -13,6 +13,7 @@
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
+#include "tier/nvme_tier.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -94,7 +95,7 @@ static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride };
-	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad) };
+	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
 		mem.ws = entry(m, m->tt.ix.workspace);
@@ -577,7 +578,11 @@ ferry_status ferry_model_backward(ferry_model_t m)
 {
 	ferry_status st = submit_backward(m);
 
-	return st ? st : ferry_stream_synchronize(compute(m));
+	if (!st)
+		st = ferry_stream_synchronize(compute(m));
+	/* the NVMe tier's file I/O ran on the copy streams' host threads: the
+	 * backward's reads, which it waited for, report their errors here */
+	return st ? st : ferry_host_tiers_io_status(m->tt.host_tiers);
 }
 
 /* After the gradient norm has reached the host: clips and submits AdamW

@@ -20,6 +20,7 @@
  */
 #include "offload/engine.h"
 #include "core/error.h"
+#include "tier/nvme_tier.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -247,8 +248,10 @@ static void copy_out(struct ferry_layer_exec *ex, struct ferry_program *p, int t
 {
 	ferry_emit_record(p, ex->compute, ex->produced, l);
 	ferry_emit_wait(p, ex->d2h, ex->produced, l);
-	ferry_emit_copy(p, ex->d2h, host_ptr(ex, t, l), act_ptr(ex, t, l), bytes, FERRY_COPY_D2H, l,
-			ex->decl->tensors[t].name);
+	if (!ferry_tier_emit_copy(p, ex->d2h, ex->mem.tiers, host_ptr(ex, t, l), act_ptr(ex, t, l), bytes,
+				  FERRY_COPY_D2H, l, ex->decl->tensors[t].name))
+		ferry_emit_copy(p, ex->d2h, host_ptr(ex, t, l), act_ptr(ex, t, l), bytes, FERRY_COPY_D2H, l,
+				ex->decl->tensors[t].name);
 	ferry_emit_record(p, ex->d2h, d2h_event(ex, t, l), l);
 }
 
@@ -317,8 +320,10 @@ static void prefetch(struct ferry_layer_exec *ex, struct ferry_program *p, int j
 		if (!(ex->sp.offloaded & (1u << t)))
 			continue;
 		ferry_emit_wait(p, ex->h2d, d2h_event(ex, t, j), j);
-		ferry_emit_copy(p, ex->h2d, act_ptr(ex, t, j), host_ptr(ex, t, j), tensor_bytes(ex, t, B, T),
-				FERRY_COPY_H2D, j, ex->decl->tensors[t].name);
+		if (!ferry_tier_emit_copy(p, ex->h2d, ex->mem.tiers, host_ptr(ex, t, j), act_ptr(ex, t, j),
+					  tensor_bytes(ex, t, B, T), FERRY_COPY_H2D, j, ex->decl->tensors[t].name))
+			ferry_emit_copy(p, ex->h2d, act_ptr(ex, t, j), host_ptr(ex, t, j), tensor_bytes(ex, t, B, T),
+					FERRY_COPY_H2D, j, ex->decl->tensors[t].name);
 	}
 	ferry_emit_record(p, ex->h2d, ex->prefetch_ready[slot], j);
 }

@@ -34,6 +34,8 @@ struct ferry_stack_storage {
 	void *host[FERRY_LAYER_MAX_TENSORS];
 	void *ws;          /* kernel scratch for every op (NULL: none) */
 	size_t ws_bytes;
+	struct ferry_host_tiers *tiers; /* host copies' tiers (NULL: none): an
+					   NVMe-tier copy is file I/O */
 };
 
 /* dims: the largest batch's; scalars (indexed by enum ferry_op_scalar, may

@@ -3,6 +3,7 @@
 #include "plan/trace.h"
 #include "optim/cpu_adamw.h"
 #include "backend/run_op.h"
+#include "tier/nvme_file.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -161,6 +162,21 @@ void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct fer
 	ferry_program_add(p, &t);
 }
 
+void ferry_emit_file(struct ferry_program *p, int stream, struct ferry_nvme_file *file, uint64_t offset,
+		     void *dst, const void *src, size_t bytes, enum ferry_copy_kind kind, int layer,
+		     const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_FILE, stream, layer, label);
+
+	t.file = file;
+	t.file_offset = offset;
+	t.dst = dst;
+	t.src = src;
+	t.bytes = bytes;
+	t.copy_kind = kind;
+	ferry_program_add(p, &t);
+}
+
 ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
 					struct ferry_sched_runtime *rt)
 {
@@ -251,6 +267,18 @@ static ferry_status submit_host(const struct ferry_task *t, const struct ferry_s
 	return ferry_stream_host_fn(rt->stream[t->stream], run_host_adamw, &w->host);
 }
 
+/* On the stream's host thread: an I/O error is kept by the file and
+ * reported after the step (ferry_nvme_file_status). */
+static void run_file_io(void *arg)
+{
+	const struct ferry_task *t = arg;
+
+	if (t->copy_kind == FERRY_COPY_D2H)
+		ferry_nvme_file_keep(t->file, ferry_nvme_write(t->file, t->file_offset, t->src, t->bytes));
+	else
+		ferry_nvme_file_keep(t->file, ferry_nvme_read(t->file, t->file_offset, t->dst, t->bytes));
+}
+
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
 				  const struct ferry_step_values *v)
 {
@@ -278,6 +306,7 @@ ferry_status ferry_program_submit_traced(const struct ferry_program *p, const st
 		case FERRY_TASK_WAIT: st = ferry_stream_wait_event(s, rt->event[t->event]); break;
 		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
 		case FERRY_TASK_HOST: st = submit_host(t, rt, v); break;
+		case FERRY_TASK_FILE: st = ferry_stream_host_fn(s, run_file_io, (void *)t); break;
 		}
 		if (!st)
 			st = ferry_trace_task(tr, p, t, s, true);
@@ -295,6 +324,7 @@ const char *ferry_task_kind_name(enum ferry_task_kind k)
 	case FERRY_TASK_WAIT: return "wait";
 	case FERRY_TASK_GRADS_DONE: return "grads done";
 	case FERRY_TASK_HOST: return "host";
+	case FERRY_TASK_FILE: return "file";
 	}
 	return "?";
 }

@@ -33,6 +33,9 @@ enum ferry_task_kind {
 	FERRY_TASK_GRADS_DONE, /* marker: layer's weight gradients are complete */
 	FERRY_TASK_HOST,       /* AdamW (call) on host memory, by a host thread
 				  in the stream's order (optim/cpu_adamw.h) */
+	FERRY_TASK_FILE,       /* host memory to or from the NVMe tier's file
+				  (D2H: write src there, H2D: read into dst), by
+				  a host thread in the stream's order */
 };
 
 /* Values a replay fills in (per step). */
@@ -56,6 +59,8 @@ struct ferry_task {
 	const void *src;
 	size_t bytes;
 	enum ferry_copy_kind copy_kind;
+	struct ferry_nvme_file *file; /* FILE: the file, and where in it */
+	uint64_t file_offset;
 };
 
 struct ferry_program {
@@ -99,6 +104,11 @@ void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer);
  * param_copy NULL or bf16 bits of the result), patched per step. */
 void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
 			   const char *label);
+
+/* bytes between host memory (dst or src, by kind) and file at offset. */
+void ferry_emit_file(struct ferry_program *p, int stream, struct ferry_nvme_file *file, uint64_t offset,
+		     void *dst, const void *src, size_t bytes, enum ferry_copy_kind kind, int layer,
+		     const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

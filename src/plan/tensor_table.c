@@ -12,6 +12,7 @@
 #include "backend/run_op.h"
 #include "optim/cpu_adamw.h"
 #include "core/error.h"
+#include "ferry/tier.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -361,6 +362,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	tt->cfg = cfg;
 	tt->dims = ferry_model_dims(&cfg, B, T);
 	tt->act_dtype = opts ? opts->act_dtype : FERRY_F32;
+	tt->host_tiers = opts ? opts->host_tiers : NULL;
 	tt->n_params = ferry_model_config_num_params(&cfg);
 	snprintf(tt->policy, sizeof(tt->policy), "%s",
 		 opts && opts->policy ? opts->policy : "everything_saveable");
@@ -437,9 +439,22 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 
 	memset(a, 0, sizeof(*a));
 	a->be = be;
+	a->tiers = tt->host_tiers;
+	if (a->tiers) {
+		size_t host_kind_bytes[FERRY_TK_COUNT] = { 0 };
+
+		for (int i = 0; i < tt->n_buffers; i++)
+			if (tt->buffers[i].site == FERRY_SITE_HOST)
+				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
+		if ((st = ferry_host_tiers_place(a->tiers, host_kind_bytes, NULL)))
+			return st;
+	}
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
 		if (tt->buffers[i].site == FERRY_SITE_DEVICE)
 			st = ferry_buffer_alloc(be, tt->buffers[i].bytes, &a->dev[i]);
+		else if (a->tiers)
+			st = ferry_host_tiers_alloc(a->tiers, be, tt->buffers[i].kind, tt->buffers[i].bytes,
+						    &a->host[i]);
 		else
 			st = ferry_host_alloc(be, tt->buffers[i].bytes, &a->host[i]);
 	}
@@ -452,7 +467,9 @@ void ferry_tensor_table_free(struct ferry_table_alloc *a)
 {
 	for (int i = 0; i < a->n; i++) {
 		ferry_buffer_free(a->dev[i]);
-		if (a->host[i])
+		if (a->host[i] && a->tiers)
+			ferry_host_tiers_release(a->tiers, a->host[i]);
+		else if (a->host[i])
 			ferry_host_free(a->be, a->host[i]);
 	}
 	memset(a, 0, sizeof(*a));

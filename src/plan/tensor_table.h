@@ -85,6 +85,7 @@ struct ferry_tensor_table {
 	int n_buffers;
 	struct ferry_table_buffer buffers[FERRY_TABLE_MAX_BUFFERS];
 	struct ferry_table_index ix;
+	struct ferry_host_tiers *host_tiers; /* opts->host_tiers: host buffers' tiers */
 };
 
 /* Builds the table of cfg's model (completed with
@@ -103,13 +104,15 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 /* The table's buffers, allocated on a backend. */
 struct ferry_table_alloc {
 	ferry_backend_t be;
+	struct ferry_host_tiers *tiers; /* the host buffers' (NULL: the backend's) */
 	int n;
 	ferry_buffer_t dev[FERRY_TABLE_MAX_BUFFERS];
 	void *host[FERRY_TABLE_MAX_BUFFERS];
 };
 
 /* Allocates every buffer in table order (device buffers from the arena,
- * host buffers pinned where the backend can). */
+ * host buffers pinned where the backend can, or on their host tiers,
+ * placed first: a tier too small fails before anything is allocated). */
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a) FERRY_MUST_CHECK;
 void ferry_tensor_table_free(struct ferry_table_alloc *a);

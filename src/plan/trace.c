@@ -94,7 +94,8 @@ ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_p
 	int e = -1;
 
 	if (!tr || !tr->on ||
-	    (t->kind != FERRY_TASK_OP && t->kind != FERRY_TASK_COPY && t->kind != FERRY_TASK_ZERO && t->kind != FERRY_TASK_HOST))
+	    (t->kind != FERRY_TASK_OP && t->kind != FERRY_TASK_COPY && t->kind != FERRY_TASK_ZERO && t->kind != FERRY_TASK_HOST &&
+	     t->kind != FERRY_TASK_FILE))
 		return FERRY_OK;
 	if (!after && (st = add_slice(tr, p, t)))
 		return st;
@@ -112,6 +113,8 @@ static const char *slice_kind(const struct ferry_trace_slice *sl)
 	if (sl->kind == FERRY_TASK_COPY)
 		return sl->copy_kind == FERRY_COPY_D2H ? "copy to host" :
 		       sl->copy_kind == FERRY_COPY_H2D ? "copy to device" : "copy on device";
+	if (sl->kind == FERRY_TASK_FILE)
+		return sl->copy_kind == FERRY_COPY_D2H ? "write to NVMe" : "read from NVMe";
 	return ferry_task_kind_name(sl->kind);
 }
 

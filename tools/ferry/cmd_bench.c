@@ -4,6 +4,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "ferry/model.h"
 #include "ferry/platform.h"
 
@@ -285,11 +286,14 @@ int cmd_bench(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	ferry_set_threads(a.o.threads);
-	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg))
+	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg) ||
+	    tier_flags_setup(CMD, &a.o))
 		return 1;
 	if (ferry_backend_open(a.o.backend, &(struct ferry_backend_opts){ .device_mem = a.o.device_mem,
-									  .threads = a.o.threads }, &be) != FERRY_OK)
+									  .threads = a.o.threads }, &be) != FERRY_OK) {
+		tier_flags_release(&a.o);
 		return cli_fail(CMD);
+	}
 	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
 	       ferry_backend_description(be));
 	if (calib_cache_load(be, &calib, path, sizeof(path)) != FERRY_OK)
@@ -308,6 +312,7 @@ int cmd_bench(int argc, char **argv)
 	}
 	ferry_calibration_free(calib);
 	ferry_backend_close(be);
+	tier_flags_release(&a.o);
 	print_rows(rows, a.n, base);
 	rc = a.json ? write_json(a.json, rows, a.n, base) : 0;
 	for (int i = 0; i < a.n; i++)

@@ -4,6 +4,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "plan_print.h"
 #include "ferry/tutorial.h"
 #include "ferry/backend.h"
@@ -195,20 +196,27 @@ int cmd_plan(int argc, char **argv)
 
 	autor.n = -1;
 	rc = parse_plan_flags(argc, argv, &a);
+	if (rc < 0 && tier_flags_setup(CMD, &a.o))
+		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
-	if (rc >= 0)
+	if (rc >= 0) {
+		tier_flags_release(&a.o);
 		return rc;
+	}
 	if (a.json) {
 		rc = write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
-		if (rc >= 0)
-			return rc;
 	} else {
 		plan_print_text(stdout, &plan);
+		/* host tiers: bytes by tier and kind; a tier too small refuses */
+		rc = tier_flags_print_plan(stdout, CMD, &a.o, &plan) ? 1 : -1;
 	}
-	if (a.schedule && !a.tutorial && !a.json && print_schedule(&cfg, &a.o))
-		return 1;
-	return report_fit(&a, &cfg, &plan);
+	if (rc < 0 && a.schedule && !a.tutorial && !a.json && print_schedule(&cfg, &a.o))
+		rc = 1;
+	if (rc < 0)
+		rc = report_fit(&a, &cfg, &plan);
+	tier_flags_release(&a.o);
+	return rc;
 }

@@ -2,6 +2,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "demo_data.h"
 #include "generate.h"
 #include "interrupt.h"
@@ -428,7 +429,8 @@ static int prepare(struct train_cli *c)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
-	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg))
+	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg) ||
+	    tier_flags_setup(CMD, &c->o))
 		return 1;
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */
@@ -533,6 +535,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		       c->val_every == 1 ? "" : "s", c->val_batches, o->val_data);
 	else if (o->val_data)
 		printf("validation: at the end, %d batches of %s\n", c->val_batches, o->val_data);
+	tier_flags_print_placement(stdout, o);
 	if (o->resume)
 		print_resume_note(tr);
 }
@@ -705,5 +708,6 @@ int cmd_train(int argc, char **argv)
 	}
 	report_end(&run.rep);
 	ferry_trainer_free(run.tr);
+	tier_flags_release(&c.o);
 	return rc;
 }

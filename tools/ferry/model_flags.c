@@ -1,4 +1,5 @@
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "cli_args.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
@@ -42,7 +43,18 @@ const char model_flags_help[] =
 	"                        is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
 	"                        (K, M, G, T: powers of 1024; default: all)\n"
-	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n";
+	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n"
+	"host memory tiers (docs/tiers.md):\n"
+	"  --host-tier KIND=TIER,...  where host state lives; KIND: activations, params,\n"
+	"                        grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
+	"                        nodes, interleaved), interleave:N*W+M*V, nvme (activations),\n"
+	"                        auto (default: what the CPU computes on in DRAM, streamed\n"
+	"                        state on CXL, what does not fit on DRAM, then NVMe);\n"
+	"                        off: no tiers (the backend's host memory; the default on a\n"
+	"                        machine without CPU-less nodes and without these flags)\n"
+	"  --topology FILE       simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
+	"                        (default: this machine's, from /sys/devices/system/node)\n"
+	"  --nvme-dir DIR        the NVMe tier's file goes there (created, sized, removed)\n";
 
 void model_flags_default(struct ferry_train_opts *o)
 {
@@ -79,6 +91,8 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 	const char *f = argv[i];
 	int r;
 
+	if ((r = tier_flag(cmd, argc, argv, i)) != 0)
+		return r;
 #define IS(name) (strcmp(f, name) == 0)
 	if (IS("--layers") || IS("--channels") || IS("--heads") || IS("--vocab") || IS("--max-seq") ||
 	    IS("--kv-heads") || IS("--ffn")) {

@@ -271,6 +271,29 @@ static void cuda_host_free(struct ferry_backend *be, void *p)
 	ferry_free(b);
 }
 
+/* Host tiers' memory (NUMA-bound by mbind, then touched): registered so
+ * copies to and from it are DMA, as from cudaHostAlloc's.  A failure is an
+ * error: tier memory that silently stayed pageable would hide a slowdown. */
+static ferry_status cuda_host_register(struct ferry_backend *be, void *p, size_t size)
+{
+	cudaError_t e;
+
+	(void)be;
+	e = cudaHostRegister(p, size, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return ferry_error(FERRY_ERR_BACKEND, "cudaHostRegister of %zu bytes of tier memory: %s", size,
+				   cudaGetErrorString(e));
+	}
+	return FERRY_OK;
+}
+
+static void cuda_host_unregister(struct ferry_backend *be, void *p)
+{
+	(void)be;
+	cudaHostUnregister(p);
+}
+
 static ferry_status cuda_stream_create(struct ferry_backend *be, struct ferry_stream *s)
 {
 	cudaStream_t cs;
@@ -501,6 +524,8 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.close = cuda_close,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
 	.stream_create = cuda_stream_create,
 	.stream_destroy = cuda_stream_destroy,
 	.stream_synchronize = cuda_stream_synchronize,

@@ -1,0 +1,166 @@
+/*
+ * Host memory tiers: where the host copies of training state live.
+ *
+ * A machine's host memory is a set of NUMA nodes: nodes with CPUs (local
+ * DRAM) and CPU-less nodes (how Linux shows CXL memory expanders).  A tier
+ * names some of them, or a file on an NVMe drive:
+ *
+ *   dram            the nodes with CPUs (bound there)
+ *   node:N          NUMA node N
+ *   cxl             every CPU-less node, interleaved page by page ("striped
+ *                   across cards")
+ *   interleave:N*W+M*V...
+ *                   nodes N, M, ... with weights W, V (default 1): the
+ *                   kernel's weighted interleave where it has it and its
+ *                   weights give these ratios, else ranges of pages bound
+ *                   node by node (mbind) in those ratios
+ *   nvme            one file in --nvme-dir, created, sized and removed by
+ *                   ferry (offloaded activations only)
+ *   auto            the default for the kind, below
+ *
+ * Kinds of host state: activations (offloaded), params (master weights and
+ * their host copies), grads (host gradients), optimizer (AdamW moments).
+ * The default follows arXiv 2507.03305: state the CPU computes on (all of
+ * it with --offload-optimizer cpu) stays in local DRAM; streamed state goes
+ * to CXL memory, striped across its nodes, when the machine has any; what
+ * does not fit there goes to DRAM, and then, with --nvme-dir, to NVMe
+ * (activations only).  An explicitly named tier that is too small is an
+ * error that says which tiers would hold the state.
+ *
+ * A topology description file declares simulated nodes (capacity, CPUs or
+ * not) so placement and capacity logic can be exercised on any machine:
+ *
+ *   # node ID cpus N mem SIZE [free SIZE]
+ *   node 0 cpus 2 mem 16G
+ *   node 1 cpus 0 mem 64G
+ *
+ * Memory of a simulated topology is not bound (the nodes do not exist).
+ */
+#ifndef FERRY_TIER_H
+#define FERRY_TIER_H
+
+#include <stdbool.h>
+#include "ferry/ferry.h"
+#include "ferry/backend.h"
+#include "ferry/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_MAX_NODES 64
+
+struct ferry_numa_node {
+	int id;
+	int cpus;         /* 0: CPU-less (CXL-like) */
+	uint64_t capacity; /* bytes */
+	uint64_t free;     /* bytes free when discovered */
+};
+
+struct ferry_topology {
+	int n;
+	struct ferry_numa_node node[FERRY_MAX_NODES]; /* by increasing id */
+	bool simulated;            /* from a description file: nothing is bound */
+	bool weighted_interleave;  /* the kernel has MPOL_WEIGHTED_INTERLEAVE */
+	char source[256];          /* the sysfs folder or the file it came from */
+};
+
+/* The machine's nodes from sysfs_dir (NULL: /sys/devices/system/node):
+ * each nodeN/ with its cpulist and meminfo.  Without that folder (no NUMA
+ * support), one node 0 with all CPUs and memory. */
+ferry_status ferry_topology_discover(const char *sysfs_dir, struct ferry_topology *t) FERRY_MUST_CHECK;
+/* A description file, as above.  Errors name the line. */
+ferry_status ferry_topology_load(const char *path, struct ferry_topology *t) FERRY_MUST_CHECK;
+/* Node id's entry, NULL when there is none. */
+const struct ferry_numa_node *ferry_topology_node(const struct ferry_topology *t, int id);
+
+enum ferry_host_kind {
+	FERRY_HOST_ACTIVATIONS,
+	FERRY_HOST_PARAMS,
+	FERRY_HOST_GRADS,
+	FERRY_HOST_OPTIMIZER,
+	FERRY_HOST_KINDS
+};
+const char *ferry_host_kind_name(enum ferry_host_kind k);
+/* The host kind a tensor kind's host bytes count as. */
+enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k);
+
+enum ferry_tier_type {
+	FERRY_TIER_AUTO,
+	FERRY_TIER_DRAM,
+	FERRY_TIER_NODE,
+	FERRY_TIER_CXL,
+	FERRY_TIER_INTERLEAVE,
+	FERRY_TIER_NVME,
+};
+
+/* A tier resolved against a topology: its nodes and their weights. */
+struct ferry_tier {
+	enum ferry_tier_type type;
+	int n;
+	int node[FERRY_MAX_NODES];
+	unsigned weight[FERRY_MAX_NODES];
+};
+
+/* "cxl (nodes 1,2 interleaved)" and the like, into buf. */
+const char *ferry_tier_describe(const struct ferry_tier *t, char *buf, size_t n);
+
+typedef struct ferry_host_tiers *ferry_host_tiers_t;
+
+struct ferry_host_tiers_opts {
+	const char *spec;          /* --host-tier KIND=TIER,... (NULL: all auto) */
+	const char *topology_file; /* --topology (NULL: discover) */
+	const char *sysfs_dir;     /* discovery's folder (NULL: the real one; tests) */
+	const char *nvme_dir;      /* --nvme-dir (NULL: no NVMe tier) */
+	enum ferry_optim_place optimizer; /* decides what the CPU computes on */
+};
+
+/* Discovers or loads the topology and resolves the spec against it.
+ * Errors: a bad spec, a node that does not exist, cxl on a machine
+ * without CPU-less nodes, nvme without --nvme-dir or for state other than
+ * activations, an --nvme-dir that cannot hold a file. */
+ferry_status ferry_host_tiers_create(const struct ferry_host_tiers_opts *o, ferry_host_tiers_t *out)
+	FERRY_MUST_CHECK;
+void ferry_host_tiers_free(ferry_host_tiers_t h);
+const struct ferry_topology *ferry_host_tiers_topology(ferry_host_tiers_t h);
+
+/* Where each kind goes and how many bytes each tier gets. */
+#define FERRY_MAX_TIERS 8
+struct ferry_tier_use {
+	struct ferry_tier tier;
+	uint64_t bytes[FERRY_HOST_KINDS];
+	uint64_t total, capacity; /* capacity: free bytes of its nodes, or of the disk */
+};
+struct ferry_tier_report {
+	int n;
+	struct ferry_tier_use use[FERRY_MAX_TIERS];
+	int tier_of[FERRY_HOST_KINDS]; /* index into use[], -1: the kind has no bytes */
+};
+
+/* Places host bytes by tensor kind (a plan's host_kind_bytes) on tiers and
+ * checks every tier's capacity; on success the placement is what later
+ * allocations use.  FERRY_ERR_INVALID when a tier is too small, the message
+ * naming the kind, its bytes, the tier's capacity and the tiers that would
+ * hold it.  report may be NULL. */
+ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+				    struct ferry_tier_report *report) FERRY_MUST_CHECK;
+
+/* The placement ferry_host_tiers_place made last (n = 0 before). */
+void ferry_host_tiers_report(ferry_host_tiers_t h, struct ferry_tier_report *report);
+/* How the NVMe tier's file does I/O, once it exists ("io_uring ...",
+ * "pread/pwrite ..."); NULL before. */
+const char *ferry_host_tiers_nvme_mode(ferry_host_tiers_t h);
+
+/* Host memory of a placed kind on its tier (page-aligned, zeroed), and its
+ * release.  On CUDA the memory is registered for DMA (cudaHostRegister) by
+ * the backend be (NULL: not registered). */
+ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_tensor_kind kind,
+				    size_t bytes, void **out) FERRY_MUST_CHECK;
+/* Whether p came from ferry_host_tiers_alloc (and was not freed). */
+bool ferry_host_tiers_owns(ferry_host_tiers_t h, const void *p);
+void ferry_host_tiers_release(ferry_host_tiers_t h, void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

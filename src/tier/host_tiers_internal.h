@@ -1,0 +1,58 @@
+/* Internal: the host tiers object, shared by its spec, placement, memory
+ * and NVMe parts. */
+#ifndef FERRY_TIER_HOST_TIERS_INTERNAL_H
+#define FERRY_TIER_HOST_TIERS_INTERNAL_H
+
+#include "ferry/tier.h"
+#include "tier/nvme_file.h"
+
+/* One allocation handed out by ferry_host_tiers_alloc. */
+struct tier_region {
+	struct tier_region *next;
+	void *p;
+	size_t bytes, mapped;
+	ferry_backend_t registered; /* the backend it is registered with, or NULL */
+	bool nvme;                  /* an address range standing for file bytes */
+	uint64_t file_offset;       /* nvme: where its bytes start in the file */
+};
+
+struct ferry_host_tiers {
+	struct ferry_topology topo;
+	enum ferry_optim_place optimizer;
+	struct ferry_tier asked[FERRY_HOST_KINDS]; /* FERRY_TIER_AUTO: the default */
+	struct ferry_tier placed[FERRY_HOST_KINDS];
+	bool is_placed;
+	struct ferry_tier_report report; /* the last placement's */
+	char nvme_dir[512];
+	struct ferry_nvme_file *nvme; /* created at the first NVMe allocation */
+	uint64_t nvme_used;
+	/* a device that is not host memory moves NVMe bytes through these
+	 * (pinned by the backend): [0] device to file, [1] file to device */
+	ferry_backend_t stage_be;
+	void *stage[2];
+	struct tier_region *regions;
+};
+
+/* Parses a --host-tier spec into asked[] (resolved against the topology). */
+ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec) FERRY_MUST_CHECK;
+/* Resolves one tier name ("dram", "node:1", ...) against the topology. */
+ferry_status ferry_tier_resolve(const struct ferry_host_tiers *h, const char *name, struct ferry_tier *out)
+	FERRY_MUST_CHECK;
+bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b);
+
+/* Binds [p, p + bytes) to the tier's nodes (mbind); nothing on a simulated
+ * topology. */
+ferry_status ferry_tier_bind(const struct ferry_topology *topo, const struct ferry_tier *t, void *p, size_t bytes)
+	FERRY_MUST_CHECK;
+
+/* An NVMe region: file bytes reserved for r->bytes, and an address range
+ * (never readable) that stands for them. */
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, ferry_backend_t be, struct tier_region *r)
+	FERRY_MUST_CHECK;
+/* After an NVMe region's release: the last one closes (removes) the file. */
+void ferry_tier_nvme_released(struct ferry_host_tiers *h);
+
+/* Bytes of each staging buffer. */
+#define FERRY_TIER_STAGE_BYTES (4u << 20)
+
+#endif

@@ -1,0 +1,23 @@
+/* Internal: how the executor finds the NVMe file behind a host address. */
+#ifndef FERRY_TIER_NVME_TIER_H
+#define FERRY_TIER_NVME_TIER_H
+
+#include "ferry/tier.h"
+#include "tier/nvme_file.h"
+
+/* The NVMe file holding address p (from an NVMe-tier allocation) and p's
+ * offset in it; NULL when p is ordinary memory. */
+struct ferry_nvme_file *ferry_host_tiers_nvme_at(ferry_host_tiers_t h, const void *p, uint64_t *offset);
+
+struct ferry_program;
+/* If host is NVMe-tier memory, emits the copy of bytes between it and the
+ * device address dev (kind: D2H writes the file, H2D reads it) on stream,
+ * through pinned staging buffers where the device is not host memory, and
+ * returns true; false (nothing emitted) for ordinary host memory. */
+bool ferry_tier_emit_copy(struct ferry_program *p, int stream, ferry_host_tiers_t h, void *host, void *dev,
+			  size_t bytes, enum ferry_copy_kind kind, int layer, const char *label);
+/* The first NVMe I/O error of the steps so far (after their streams are
+ * synchronised), or FERRY_OK. */
+ferry_status ferry_host_tiers_io_status(ferry_host_tiers_t h) FERRY_MUST_CHECK;
+
+#endif

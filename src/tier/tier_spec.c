@@ -1,0 +1,229 @@
+/*
+ * Tier names and the --host-tier spec, resolved against a topology:
+ * which nodes a tier means and with which weights.
+ */
+#include "tier/host_tiers_internal.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[FERRY_HOST_KINDS] = { "activations", "params", "grads", "optimizer" };
+
+const char *ferry_host_kind_name(enum ferry_host_kind k)
+{
+	return k >= 0 && k < FERRY_HOST_KINDS ? kind_names[k] : "?";
+}
+
+enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k)
+{
+	switch (k) {
+	case FERRY_TK_WEIGHT:
+	case FERRY_TK_WEIGHT_COPY: return FERRY_HOST_PARAMS;
+	case FERRY_TK_GRAD: return FERRY_HOST_GRADS;
+	case FERRY_TK_OPT_STATE: return FERRY_HOST_OPTIMIZER;
+	default: return FERRY_HOST_ACTIVATIONS;
+	}
+}
+
+bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b)
+{
+	if (a->type != b->type || a->n != b->n)
+		return false;
+	for (int i = 0; i < a->n; i++)
+		if (a->node[i] != b->node[i] || a->weight[i] != b->weight[i])
+			return false;
+	return true;
+}
+
+static void node_list(const struct ferry_topology *topo, char *buf, size_t n)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < topo->n && len < n; i++)
+		len += (size_t)snprintf(buf + len, n - len, "%s%d (%s)", i ? ", " : "", topo->node[i].id,
+					topo->node[i].cpus ? "CPUs" : "no CPUs");
+}
+
+/* The nodes with CPUs (cpus != 0) or without them, that have memory. */
+static void nodes_where(const struct ferry_topology *topo, bool cpus, struct ferry_tier *out)
+{
+	out->n = 0;
+	for (int i = 0; i < topo->n; i++)
+		if ((topo->node[i].cpus > 0) == cpus && topo->node[i].capacity > 0) {
+			out->node[out->n] = topo->node[i].id;
+			out->weight[out->n++] = 1;
+		}
+}
+
+static ferry_status check_node(const struct ferry_host_tiers *h, const char *name, long id)
+{
+	const struct ferry_numa_node *nd = id >= 0 && id < 1 << 20 ? ferry_topology_node(&h->topo, (int)id) : NULL;
+	char list[512];
+
+	if (!nd) {
+		node_list(&h->topo, list, sizeof(list));
+		return ferry_error(FERRY_ERR_INVALID, "host tier '%s': no NUMA node %ld (%s has: %s)", name, id,
+				   h->topo.source, list);
+	}
+	if (!nd->capacity)
+		return ferry_error(FERRY_ERR_INVALID, "host tier '%s': node %ld has no memory", name, id);
+	return FERRY_OK;
+}
+
+/* "1*3+2*1+3": nodes with weights (1 to 255, the kernel's range). */
+static ferry_status parse_interleave(const struct ferry_host_tiers *h, const char *name, const char *s,
+				     struct ferry_tier *out)
+{
+	ferry_status st;
+
+	out->type = FERRY_TIER_INTERLEAVE;
+	out->n = 0;
+	do {
+		char *end;
+		long id = strtol(s, &end, 10), w = 1;
+
+		if (end == s)
+			return ferry_error(FERRY_ERR_INVALID, "host tier '%s': expected interleave:N*W+M*V+...", name);
+		if ((st = check_node(h, name, id)))
+			return st;
+		s = end;
+		if (*s == '*') {
+			w = strtol(s + 1, &end, 10);
+			if (end == s + 1 || w < 1 || w > 255)
+				return ferry_error(FERRY_ERR_INVALID, "host tier '%s': weights are 1 to 255", name);
+			s = end;
+		}
+		for (int i = 0; i < out->n; i++)
+			if (out->node[i] == id)
+				return ferry_error(FERRY_ERR_INVALID, "host tier '%s': node %ld twice", name, id);
+		if (out->n == FERRY_MAX_NODES)
+			return ferry_error(FERRY_ERR_INVALID, "host tier '%s': too many nodes", name);
+		out->node[out->n] = (int)id;
+		out->weight[out->n++] = (unsigned)w;
+	} while (*s == '+' && *++s);
+	if (*s)
+		return ferry_error(FERRY_ERR_INVALID, "host tier '%s': unexpected '%s'", name, s);
+	return FERRY_OK;
+}
+
+ferry_status ferry_tier_resolve(const struct ferry_host_tiers *h, const char *name, struct ferry_tier *out)
+{
+	char list[512];
+
+	memset(out, 0, sizeof(*out));
+	if (!strcmp(name, "auto")) {
+		out->type = FERRY_TIER_AUTO;
+	} else if (!strcmp(name, "dram")) {
+		out->type = FERRY_TIER_DRAM;
+		nodes_where(&h->topo, true, out);
+	} else if (!strcmp(name, "cxl")) {
+		out->type = FERRY_TIER_CXL;
+		nodes_where(&h->topo, false, out);
+		if (out->n == 0) {
+			node_list(&h->topo, list, sizeof(list));
+			return ferry_error(FERRY_ERR_INVALID, "host tier 'cxl': no CPU-less NUMA node with memory "
+					   "in %s (nodes: %s); --topology FILE declares simulated ones",
+					   h->topo.source, list);
+		}
+	} else if (!strncmp(name, "node:", 5)) {
+		char *end;
+		long id = strtol(name + 5, &end, 10);
+		ferry_status st;
+
+		if (end == name + 5 || *end)
+			return ferry_error(FERRY_ERR_INVALID, "host tier '%s': expected node:N", name);
+		if ((st = check_node(h, name, id)))
+			return st;
+		*out = (struct ferry_tier){ .type = FERRY_TIER_NODE, .n = 1, .node = { (int)id }, .weight = { 1 } };
+	} else if (!strncmp(name, "interleave:", 11)) {
+		return parse_interleave(h, name, name + 11, out);
+	} else if (!strcmp(name, "nvme")) {
+		if (!h->nvme_dir[0])
+			return ferry_error(FERRY_ERR_INVALID, "host tier 'nvme' needs --nvme-dir DIR (where its file goes)");
+		out->type = FERRY_TIER_NVME;
+	} else {
+		return ferry_error(FERRY_ERR_INVALID, "unknown host tier '%s' (dram, node:N, cxl, "
+				   "interleave:N*W+M*V, nvme, auto)", name);
+	}
+	return FERRY_OK;
+}
+
+/* KIND=TIER into h->asked; seen marks kinds given already. */
+static ferry_status parse_item(struct ferry_host_tiers *h, char *item, bool seen[FERRY_HOST_KINDS])
+{
+	char *eq = strchr(item, '=');
+	struct ferry_tier t;
+	ferry_status st;
+	int k;
+
+	if (!eq)
+		return ferry_error(FERRY_ERR_INVALID, "--host-tier '%s': expected KIND=TIER (kinds: activations, "
+				   "params, grads, optimizer, all)", item);
+	*eq = '\0';
+	for (k = 0; k < FERRY_HOST_KINDS && strcmp(item, kind_names[k]); k++)
+		;
+	if (k == FERRY_HOST_KINDS && strcmp(item, "all"))
+		return ferry_error(FERRY_ERR_INVALID, "--host-tier: unknown kind '%s' (activations, params, "
+				   "grads, optimizer, all)", item);
+	if ((st = ferry_tier_resolve(h, eq + 1, &t)))
+		return st;
+	for (int i = 0; i < FERRY_HOST_KINDS; i++) {
+		if (k != FERRY_HOST_KINDS && i != k)
+			continue;
+		if (seen[i])
+			return ferry_error(FERRY_ERR_INVALID, "--host-tier: %s given twice", kind_names[i]);
+		if (t.type == FERRY_TIER_NVME && i != FERRY_HOST_ACTIVATIONS && k != FERRY_HOST_KINDS)
+			return ferry_error(FERRY_ERR_INVALID, "--host-tier %s=nvme: the NVMe tier holds offloaded "
+					   "activations only", kind_names[i]);
+		if (t.type == FERRY_TIER_NVME && i != FERRY_HOST_ACTIVATIONS)
+			continue; /* all=nvme: the kinds NVMe can hold */
+		seen[i] = true;
+		h->asked[i] = t;
+	}
+	return FERRY_OK;
+}
+
+ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
+{
+	bool seen[FERRY_HOST_KINDS] = { false };
+	char buf[1024], *save = NULL, *item;
+	ferry_status st = FERRY_OK;
+
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		h->asked[k].type = FERRY_TIER_AUTO;
+	if (!spec || !*spec)
+		return FERRY_OK;
+	if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf))
+		return ferry_error(FERRY_ERR_INVALID, "--host-tier: longer than %zu characters", sizeof(buf) - 1);
+	for (item = strtok_r(buf, ",", &save); item && !st; item = strtok_r(NULL, ",", &save))
+		st = parse_item(h, item, seen);
+	return st;
+}
+
+const char *ferry_tier_describe(const struct ferry_tier *t, char *buf, size_t n)
+{
+	static const char *const names[] = { "auto", "dram", "node", "cxl", "interleave", "nvme" };
+	size_t len = (size_t)snprintf(buf, n, "%s", names[t->type]);
+	bool weighted = false;
+
+	if (t->type == FERRY_TIER_NVME || t->type == FERRY_TIER_AUTO)
+		return buf;
+	for (int i = 0; i < t->n; i++)
+		weighted |= t->weight[i] != 1;
+	if (t->type == FERRY_TIER_NODE && t->n == 1) {
+		snprintf(buf + len, n - len, ":%d", t->node[0]);
+		return buf;
+	}
+	len += (size_t)snprintf(buf + len, n - len, " (node%s ", t->n > 1 ? "s" : "");
+	for (int i = 0; i < t->n && len < n; i++) {
+		len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? "," : "", t->node[i]);
+		if (weighted && len < n)
+			len += (size_t)snprintf(buf + len, n - len, "*%u", t->weight[i]);
+	}
+	if (len < n)
+		snprintf(buf + len, n - len, "%s)", t->n > 1 && t->type != FERRY_TIER_DRAM ? " interleaved" : "");
+	return buf;
+}

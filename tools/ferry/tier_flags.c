@@ -1,0 +1,112 @@
+#include "tier_flags.h"
+#include "cli_args.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+	const char *spec, *topology, *nvme_dir;
+} given;
+
+int tier_flag(const char *cmd, int argc, char **argv, int i)
+{
+	const char **dst = !strcmp(argv[i], "--host-tier") ? &given.spec
+			   : !strcmp(argv[i], "--topology") ? &given.topology
+			   : !strcmp(argv[i], "--nvme-dir") ? &given.nvme_dir : NULL;
+
+	if (!dst)
+		return 0;
+	return arg_value(cmd, argc, argv, i, dst) ? -1 : 2;
+}
+
+int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
+{
+	struct ferry_host_tiers_opts to = { given.spec, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
+	ferry_host_tiers_t h;
+	bool cxl = false;
+
+	o->exec.host_tiers = NULL;
+	if (given.spec && !strcmp(given.spec, "off"))
+		return 0; /* the backend's host memory, whatever the machine has */
+	if (ferry_host_tiers_create(&to, &h) != FERRY_OK) {
+		cli_fail(cmd);
+		return -1;
+	}
+	for (int i = 0; i < ferry_host_tiers_topology(h)->n; i++) {
+		const struct ferry_numa_node *nd = &ferry_host_tiers_topology(h)->node[i];
+
+		cxl |= nd->cpus == 0 && nd->capacity > 0;
+	}
+	if (!given.spec && !given.topology && !given.nvme_dir && !cxl) {
+		ferry_host_tiers_free(h); /* one kind of memory: nothing to choose */
+		return 0;
+	}
+	o->exec.host_tiers = h;
+	return 0;
+}
+
+static void print_use(FILE *out, const struct ferry_tier_use *u)
+{
+	char name[160], sz[FERRY_SIZE_CHARS], cap[FERRY_SIZE_CHARS];
+
+	fprintf(out, "  %-34s %10s of %10s free:", ferry_tier_describe(&u->tier, name, sizeof(name)),
+		ferry_format_size(u->total, sz), ferry_format_size(u->capacity, cap));
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		if (u->bytes[k])
+			fprintf(out, " %s %s", ferry_host_kind_name(k), ferry_format_size(u->bytes[k], sz));
+	fprintf(out, "\n");
+}
+
+int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
+{
+	ferry_host_tiers_t h = o->exec.host_tiers;
+	const struct ferry_topology *t;
+	struct ferry_tier_report r;
+	char sz[FERRY_SIZE_CHARS];
+
+	if (!h)
+		return 0;
+	t = ferry_host_tiers_topology(h);
+	fprintf(out, "\nhost tiers (%s%s):\n", t->simulated ? "simulated, " : "", t->source);
+	for (int i = 0; i < t->n; i++)
+		fprintf(out, "  node %d: %s, %s free\n", t->node[i].id,
+			t->node[i].cpus ? "CPUs" : "no CPUs (CXL)", ferry_format_size(t->node[i].free, sz));
+	if (ferry_host_tiers_place(h, plan->mem.host_kind_bytes, &r) != FERRY_OK) {
+		fprintf(out, "does not fit: %s\n", ferry_last_error());
+		return 1;
+	}
+	if (!r.n)
+		fprintf(out, "  no host state\n");
+	for (int u = 0; u < r.n; u++)
+		print_use(out, &r.use[u]);
+	(void)cmd;
+	return 0;
+}
+
+void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o)
+{
+	struct ferry_tier_report r;
+	const char *mode;
+	char name[160], sz[FERRY_SIZE_CHARS];
+
+	if (!o->exec.host_tiers)
+		return;
+	ferry_host_tiers_report(o->exec.host_tiers, &r);
+	fprintf(out, "host tiers:");
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		if (r.tier_of[k] >= 0 && r.n)
+			fprintf(out, " %s %s on %s;", ferry_host_kind_name(k),
+				ferry_format_size(r.use[r.tier_of[k]].bytes[k], sz),
+				ferry_tier_describe(&r.use[r.tier_of[k]].tier, name, sizeof(name)));
+	if (!r.n)
+		fprintf(out, " no host state;");
+	mode = ferry_host_tiers_nvme_mode(o->exec.host_tiers);
+	fprintf(out, "%s%s%s\n", mode ? " NVMe file: " : "", mode ? mode : "",
+		ferry_host_tiers_topology(o->exec.host_tiers)->simulated ? " (simulated topology: not bound)" : "");
+}
+
+void tier_flags_release(struct ferry_train_opts *o)
+{
+	ferry_host_tiers_free(o->exec.host_tiers);
+	o->exec.host_tiers = NULL;
+}

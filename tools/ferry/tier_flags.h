@@ -1,0 +1,28 @@
+/* --host-tier, --topology, --nvme-dir (ferry train, plan, bench): where
+ * host state lives (ferry/tier.h). */
+#ifndef FERRY_TOOLS_TIER_FLAGS_H
+#define FERRY_TOOLS_TIER_FLAGS_H
+
+#include <stdio.h>
+#include "ferry/tier.h"
+#include "ferry/train.h"
+
+/* If argv[i] is one of these flags, takes its value: returns 2; 0 for
+ * another flag, -1 after a message. */
+int tier_flag(const char *cmd, int argc, char **argv, int i);
+
+/* Creates the host tiers when a flag asked for them, or when the machine
+ * has CPU-less (CXL) nodes, into o->exec.host_tiers (else leaves it NULL:
+ * the backend's host memory, as before tiers).  After the optimizer flag.
+ * -1 after a message. */
+int tier_flags_setup(const char *cmd, struct ferry_train_opts *o);
+
+/* Places the plan's host bytes and prints them by tier and kind (nothing
+ * without tiers).  1 after printing why they do not fit. */
+int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan);
+/* The placement the model was allocated with, one line (nothing without). */
+void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o);
+
+void tier_flags_release(struct ferry_train_opts *o);
+
+#endif
