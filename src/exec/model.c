@@ -615,19 +615,32 @@ ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, 
 	return ferry_stream_synchronize(compute(m));
 }
 
+void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_PROGRAMS])
+{
+	const struct ferry_prog_key k[FERRY_STEP_PROGRAMS] = {
+		{ .kind = FERRY_PROG_ZERO },
+		{ FERRY_PROG_FORWARD, B, T, true, true, true },
+		{ FERRY_PROG_BACKWARD, B, T, true, true, false },
+		{ FERRY_PROG_NORM, B, T, false, true, true },
+		{ .kind = FERRY_PROG_UPDATE },
+	};
+
+	memcpy(keys, k, sizeof(k));
+}
+
 ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
 				     int T)
 {
-	struct ferry_prog_key zero = { .kind = FERRY_PROG_ZERO };
-	struct ferry_prog_key norm = { .kind = FERRY_PROG_NORM, .B = B, .T = T, .targets = true, .loss_later = true };
+	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
 	ferry_status st;
 
 	if (!targets)
 		return ferry_error(FERRY_ERR_INVALID, "a training step needs targets");
-	if ((st = run(m, &zero, NULL)) || (st = submit_forward(m, inputs, targets, B, T, true, true)) ||
+	ferry_model_step_keys(B, T, keys);
+	if ((st = run(m, &keys[0], NULL)) || (st = submit_forward(m, inputs, targets, B, T, true, true)) ||
 	    (st = submit_backward(m)))
 		return st;
-	return run(m, &norm, NULL);
+	return run(m, &keys[3], NULL);
 }
 
 ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,

@@ -69,6 +69,11 @@ struct ferry_model {
 	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
 };
 
+/* The programs of a training step as ferry_model_step_submit and _finish
+ * run them: zero, forward, backward, norm (and losses), update. */
+#define FERRY_STEP_PROGRAMS 5
+void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_PROGRAMS]);
+
 /* Builds the model's tensor table, and with a backend allocates it and
  * creates streams and events (be NULL: a dry build). */
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,

@@ -37,25 +37,22 @@ static double *durations(const struct ferry_calibration *c, const struct ferry_p
 static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c, int B, int T,
 			     struct ferry_prediction *out)
 {
-	const struct ferry_prog_key keys[] = {
-		{ .kind = FERRY_PROG_ZERO }, { FERRY_PROG_FORWARD, B, T, true, true },
-		{ FERRY_PROG_BACKWARD, B, T, true, true }, { .kind = FERRY_PROG_NORM },
-		{ .kind = FERRY_PROG_UPDATE },
-	};
-	const struct ferry_program *p[5];
+	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
+	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
 	struct ferry_sim_params prm = { .both_slowdown = ferry_calib_both_slowdown(c) };
 	struct ferry_sim_result r;
 	ferry_status st = FERRY_OK;
 	double *d;
 
-	for (int i = 0; i < 5 && !st; i++)
+	ferry_model_step_keys(B, T, keys);
+	for (int i = 0; i < FERRY_STEP_PROGRAMS && !st; i++)
 		st = ferry_model_program(m, &keys[i], &p[i]);
 	if (st)
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
-	if (!(d = durations(c, p, 5, &out->estimated_ops)))
+	if (!(d = durations(c, p, FERRY_STEP_PROGRAMS, &out->estimated_ops)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
-	st = ferry_sim_run(p, 5, 3, m->compute, d, &prm, &r);
+	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
 	ferry_free(d);
 	if (st)
 		return st;

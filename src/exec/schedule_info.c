@@ -32,25 +32,22 @@ ferry_status ferry_model_schedule(const struct ferry_model_config *cfg, int B, i
 				  const struct ferry_exec_opts *opts, struct ferry_schedule_info *out)
 {
 	/* the step as ferry_model_step_submit and _finish run it */
-	const struct ferry_prog_key keys[] = {
-		{ .kind = FERRY_PROG_ZERO }, { FERRY_PROG_FORWARD, B, T, true, true, true },
-		{ FERRY_PROG_BACKWARD, B, T, true, true, false }, { FERRY_PROG_NORM, B, T, false, true, true },
-		{ .kind = FERRY_PROG_UPDATE },
-	};
-	const struct ferry_program *p[5];
+	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
+	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
 	ferry_model_t m;
 	ferry_status st;
 	int n = 0;
 
 	memset(out, 0, sizeof(*out));
+	ferry_model_step_keys(B, T, keys);
 	if ((st = ferry_model_build(NULL, cfg, B, T, opts, &m)))
 		return st;
-	for (int i = 0; i < 5 && !st; i++)
+	for (int i = 0; i < FERRY_STEP_PROGRAMS && !st; i++)
 		if (!(st = ferry_model_program(m, &keys[i], &p[i])))
 			n += p[i]->n;
 	if (!st && !(out->tasks = ferry_calloc((size_t)n, sizeof(*out->tasks))))
 		st = ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory");
-	for (int i = 0; i < 5 && !st; i++) {
+	for (int i = 0; i < FERRY_STEP_PROGRAMS && !st; i++) {
 		for (int k = 0; k < p[i]->n; k++)
 			describe(m, p[i], &p[i]->t[k], &out->tasks[out->n_tasks++]);
 		if (keys[i].kind == FERRY_PROG_NORM)
