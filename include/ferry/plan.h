@@ -95,6 +95,7 @@ struct ferry_plan {
 	int n_table_entries;  /* tensors in the model's tensor table */
 	int prefetch_depth;   /* layers prefetched ahead in backward */
 	int ring_slots;       /* device slots per offloaded tensor */
+	int param_ring_slots; /* --offload-params: the weight ring's slots (0: off) */
 	int n_tensors;
 	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
 	int n_recompute_ops;  /* ops of a layer re-run in backward */
@@ -123,6 +124,12 @@ struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
 	int prefetch_depth;     /* 0: default (2) */
 	enum ferry_optim_place optimizer; /* --offload-optimizer */
+	bool offload_params;    /* --offload-params: the layers' weights live on the host
+				   and pass through a device ring (prefetched param_prefetch
+				   layers ahead, in forward and again in backward), their
+				   gradients go to the host as each layer's backward ends;
+				   the optimizer must be stream or cpu */
+	int param_prefetch;     /* 0: default (1); the ring has min(N + 1, L) slots */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */

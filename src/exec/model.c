@@ -77,8 +77,56 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 
 /* Kernel and gradient addresses of every parameter; a tied one reads the
  * tensor it is tied to. */
+/* --offload-params: a stacked parameter's weights and gradient in ring
+ * slot 0, and where its layers are on the host. */
+static void bind_streamed(struct ferry_model *m, int p, const struct ferry_param_info *pi)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	struct ferry_weight_rings *r = &m->rings;
+	struct ferry_weight_stream *s = &r->s[r->n++];
+	char *w = entry(m, ix->wring);
+	float *g = entry(m, ix->gring);
+
+	m->wptr[p] = w ? w + ix->ring_off[p] * m->asz : NULL;
+	m->gptr[p] = g ? g + ix->ring_off[p] : NULL;
+	s->name = pi->name;
+	s->host = entry(m, ix->host_copy[p] >= 0 ? ix->host_copy[p] : ix->param[p]);
+	s->host_grad = entry(m, ix->grad[p]);
+	s->dev = m->wptr[p];
+	s->dev_grad = m->gptr[p];
+	s->numel = pi->layer_numel;
+}
+
+static void bind_offloaded(struct ferry_model *m)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	m->rings = (struct ferry_weight_rings){ .ring = ix->wring_slots, .grad_ring = ix->gring_slots,
+						.slot_numel = ix->ring_numel, .elem = m->asz,
+						.grad_slot0 = entry(m, ix->gring) };
+	for (int p = 0; p < m->md->n_params; p++) {
+		const struct ferry_param_decl *pd = &m->md->params[p];
+		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+			continue;
+		m->stride[p] = pi.layers ? pi.layer_numel : 0;
+		if (pi.layers && q == p) {
+			bind_streamed(m, p, &pi);
+			continue;
+		}
+		m->wptr[p] = entry(m, ix->copy[q]);
+		m->gptr[p] = entry(m, ix->dev_grad[q]);
+	}
+}
+
 static void bind_params(struct ferry_model *m)
 {
+	if (m->tt.ix.params_offloaded) {
+		bind_offloaded(m);
+		return;
+	}
 	for (int p = 0; p < m->md->n_params; p++) {
 		const struct ferry_param_decl *pd = &m->md->params[p];
 		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
@@ -93,7 +141,8 @@ static void bind_params(struct ferry_model *m)
 static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
-	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride };
+	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
+					 m->tt.ix.params_offloaded ? &m->rings : NULL };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad) };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -152,6 +201,17 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 	m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
 }
 
+/* --offload-params: the norm runs on the host, after every gradient has
+ * arrived there. */
+static void add_param_streams(struct ferry_model *m)
+{
+	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
+	m->opt_cpu_stream = ferry_sched_stream(&m->res, "cpu optimizer");
+	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
+	m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
+	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
+}
+
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, ferry_model_t *out)
 {
@@ -180,6 +240,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_optimizer_streams(m);
 	if (m->tt.ix.opt_cpu)
 		add_cpu_optimizer_streams(m);
+	if (m->tt.ix.params_offloaded)
+		add_param_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
 	*out = m;
@@ -196,6 +258,9 @@ static ferry_status zero_state(struct ferry_model *m)
 	const int bufs[] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer, m->tt.ix.grads_buffer };
 	ferry_status st = FERRY_OK;
 
+	if (m->tt.ix.dev_grad_buffer >= 0 && m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes)
+		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
+					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
 		if (on_host(m, bufs[i]))
 			memset(buffer(m, bufs[i]), 0, n);
@@ -370,10 +435,35 @@ static ferry_status upload_copy(ferry_model_t m)
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+/* --offload-params: the host's bf16 copy the rings are filled from (none
+ * in fp32: they read the master), and the unstacked parameters' device
+ * copy, uploaded from it. */
+static ferry_status refresh_offloaded(ferry_model_t m)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const float *master = buffer(m, ix->params_buffer);
+	ferry_status st = FERRY_OK;
+
+	if (ix->host_copy_buffer >= 0) {
+		uint16_t *bits = buffer(m, ix->host_copy_buffer);
+
+		for (size_t i = 0; i < m->tt.n_params; i++)
+			bits[i] = ferry_st_f32_to_bf16(master[i]); /* as the CPU AdamW rounds */
+	}
+	for (int q = 0; q < m->md->n_params && !st; q++)
+		if (ix->copy[q] >= 0)
+			st = ferry_memcpy_async(compute(m), entry(m, ix->copy[q]),
+						entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+						m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D);
+	return st ? st : ferry_stream_synchronize(compute(m));
+}
+
 /* The compute copy from the master weights: a cast on the device, through
  * the optimizer ring's first slot when the master weights are on the host. */
 static ferry_status refresh_copy(ferry_model_t m)
 {
+	if (m->tt.ix.params_offloaded)
+		return refresh_offloaded(m);
 	if (m->tt.ix.opt_cpu)
 		return upload_copy(m);
 	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
@@ -413,8 +503,7 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
-	return copy_sync(m, grads, buffer(m, m->tt.ix.grads_buffer), m->tt.n_params * sizeof(float),
-			 FERRY_COPY_D2H);
+	return buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)

@@ -61,6 +61,12 @@ struct ferry_model {
 	/* AdamW on host threads (tt.ix.opt_cpu): its stream, and the events
 	 * "a slice's gradients are on the host", "updated", "all uploaded" */
 	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
+	/* --offload-params (tt.ix.params_offloaded): the rings the engine
+	 * streams the layers through, and the events "the unstacked
+	 * parameters' gradients are written", "every gradient is on the host",
+	 * "the norm is computed" */
+	struct ferry_weight_rings rings;
+	int stage_grads_done, all_grads_home, norm_done;
 };
 
 /* Builds the model's tensor table, and with a backend allocates it and

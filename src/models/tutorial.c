@@ -258,7 +258,7 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 		t->stride[p] = t->wfloats / cfg->layers;
 	}
 	{
-		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride };
+		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, NULL };
 
 		int compute = ferry_sched_stream(&t->res, "compute");
 

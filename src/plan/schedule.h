@@ -31,8 +31,9 @@ enum ferry_task_kind {
 	FERRY_TASK_RECORD,     /* record event */
 	FERRY_TASK_WAIT,       /* the stream waits for event */
 	FERRY_TASK_GRADS_DONE, /* marker: layer's weight gradients are complete */
-	FERRY_TASK_HOST,       /* AdamW (call) on host memory, by a host thread
-				  in the stream's order (optim/cpu_adamw.h) */
+	FERRY_TASK_HOST,       /* AdamW (optim/cpu_adamw.h) or a sum of squares
+				  (call) on host memory, by a host thread in the
+				  stream's order */
 };
 
 /* Values a replay fills in (per step). */
@@ -99,6 +100,11 @@ void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer);
  * param_copy NULL or bf16 bits of the result), patched per step. */
 void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
 			   const char *label);
+
+/* *result = the sum of x[0..n)^2 over host memory, by a host thread in the
+ * stream's order (the CPU kernel's blocked sum: the CPU backend's bits). */
+void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
+				 const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

@@ -75,10 +75,11 @@ static int add_single(struct ferry_tensor_table *tt, const char *name, enum ferr
 	return add_entry(tt, add_buffer(tt, name, site, mem, kind), name, kind, -1, dtype, bytes, act);
 }
 
-/* One buffer with an entry per present parameter, at its array offset. */
-static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
-			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
-			   enum ferry_dtype dtype, int *index)
+/* One buffer with an entry per present parameter (or per unstacked one),
+ * in array order: with all of them, at its array offset. */
+static int add_param_subset(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
+			    enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
+			    enum ferry_dtype dtype, int *index, bool unstacked_only)
 {
 	int buf = add_buffer(tt, buf_name, site, mem, kind);
 	char name[64];
@@ -89,7 +90,7 @@ static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, 
 		index[p] = -1;
 		if (ferry_model_param_info(&tt->cfg, p, &pi))
 			return -1;
-		if (!pi.present)
+		if (!pi.present || (unstacked_only && pi.layers))
 			continue;
 		snprintf(name, sizeof(name), "%s%s", prefix, pi.name);
 		index[p] = add_entry(tt, buf, name, kind, -1, dtype, pi.numel * ferry_dtype_size(dtype),
@@ -98,6 +99,13 @@ static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, 
 			return index[p];
 	}
 	return buf;
+}
+
+static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
+			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
+			   enum ferry_dtype dtype, int *index)
+{
+	return add_param_subset(tt, buf_name, prefix, site, mem, kind, dtype, index, false);
 }
 
 /* Floats per optimizer slice: a layer's slice of the largest stacked
@@ -140,15 +148,98 @@ static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 	return r;
 }
 
-static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where)
+/* 64 elements: ring offsets keep kernels' vector loads aligned. */
+static size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* The weight and gradient rings of --offload-params: a slot holds one
+ * layer of every stacked parameter. */
+static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const int L = tt->cfg.layers;
+	size_t S = 0;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		ix->ring_off[p] = 0;
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		ix->ring_off[p] = S;
+		S += align64(pi.layer_numel);
+	}
+	ix->ring_numel = S;
+	ix->wring_slots = prefetch + 1 < L ? prefetch + 1 : L;
+	ix->gring_slots = L < 2 ? L : 2;
+	ix->wring = add_single(tt, "weight ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+			       tt->act_dtype, (size_t)ix->wring_slots * S * ferry_dtype_size(tt->act_dtype),
+			       FERRY_PLACE_DEVICE);
+	if (ix->wring < 0)
+		return ix->wring;
+	return ix->gring = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				      FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
+}
+
+/* --offload-params: master weights, gradients and AdamW's state on the
+ * host in the parameter array's layout (and the bf16 compute copy the
+ * rings are filled from, when the kernels read bf16); on the device the
+ * rings, and a compute copy and gradients of the unstacked parameters. */
+static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, int prefetch)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const bool bf16 = tt->act_dtype != FERRY_F32;
+	int r;
+
+	ix->params_offloaded = true;
+	r = ix->params_buffer = add_param_group(tt, "host: params", "", FERRY_SITE_HOST, FERRY_BUF_DONATED,
+						FERRY_TK_WEIGHT, FERRY_F32, ix->param);
+	if (r >= 0)
+		r = ix->grads_buffer = add_param_group(tt, "host: grads", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP,
+						       FERRY_TK_GRAD, FERRY_F32, ix->grad);
+	if (r >= 0)
+		r = ix->mom_buffer = add_param_group(tt, "host: adamw m", "adamw m:", FERRY_SITE_HOST,
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->mom);
+	if (r >= 0)
+		r = ix->var_buffer = add_param_group(tt, "host: adamw v", "adamw v:", FERRY_SITE_HOST,
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->var);
+	if (r >= 0 && bf16)
+		r = ix->host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
+							   FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+							   tt->act_dtype, ix->host_copy);
+	if (r >= 0)
+		r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:",
+						       FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+						       tt->act_dtype, ix->copy, true);
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true);
+	if (r >= 0)
+		r = add_param_rings(tt, prefetch);
+	ix->opt_chunk = optimizer_chunk(tt);
+	ix->opt_cpu = where == FERRY_OPTIM_CPU;
+	if (r >= 0 && where == FERRY_OPTIM_STREAM) /* master, m, v, gradient (+ the compute copy) */
+		r = ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+					      FERRY_TK_OPT_STATE, FERRY_F32,
+					      2 * ix->opt_chunk * (4 * sizeof(float) + (bf16 ? ferry_dtype_size(tt->act_dtype) : 0)),
+					      FERRY_PLACE_DEVICE);
+	return r;
+}
+
+static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, const struct ferry_exec_opts *o)
 {
 	const bool stream = where != FERRY_OPTIM_DEVICE; /* the state on the host */
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
 	int r;
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
+	tt->ix.wring = tt->ix.gring = tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
-		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = -1;
+		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = tt->ix.dev_grad[p] = -1;
+	if (o && o->offload_params)
+		return add_offloaded_params(tt, where, o->param_prefetch ? o->param_prefetch : 1);
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
 	if (r >= 0)
@@ -345,6 +436,21 @@ static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int 
 	return FERRY_OK;
 }
 
+/* --offload-params moves the master weights to the host: AdamW's state
+ * goes with them (stream or cpu). */
+static ferry_status check_param_opts(const struct ferry_exec_opts *o)
+{
+	if (!o || !o->offload_params)
+		return o && o->param_prefetch ? ferry_error(FERRY_ERR_INVALID, "--param-prefetch needs --offload-params")
+					      : FERRY_OK;
+	if (o->optimizer == FERRY_OPTIM_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--offload-params keeps the master weights on the host: AdamW's "
+				   "state goes there too, --offload-optimizer stream or cpu (not device)");
+	if (o->param_prefetch < 0 || o->param_prefetch > 64)
+		return ferry_error(FERRY_ERR_INVALID, "--param-prefetch %d: from 1 to 64 layers", o->param_prefetch);
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -373,7 +479,9 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	if (opts && (opts->optimizer < FERRY_OPTIM_DEVICE || opts->optimizer > FERRY_OPTIM_CPU))
 		return ferry_error(FERRY_ERR_INVALID, "optimizer placement %d: device, stream or cpu",
 				   (int)opts->optimizer);
-	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE);
+	if ((st = check_param_opts(opts)))
+		return st;
+	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE, opts);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
 	if (r >= 0)
@@ -417,6 +525,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->T = (int)tt->dims.v[FERRY_DIM_T];
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
+	plan->param_ring_slots = tt->ix.params_offloaded ? tt->ix.wring_slots : 0;
 	for (int i = 0; i < tt->n_buffers; i++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
 

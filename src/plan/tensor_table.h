@@ -70,6 +70,17 @@ struct ferry_table_index {
 	int host_grad[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu: gradients on the host */
 	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu, bf16: the update's bf16 result, -1: none */
 	int host_copy_buffer;                   /* their buffer, -1: none */
+	/* --offload-params: grad[q] and param[q] are host entries (the
+	 * parameter array's layout); the stacked parameters' layers pass
+	 * through device rings, the unstacked ones (embedding, head, final
+	 * norm) keep a device copy (copy[q]) and device gradients (dev_grad[q]) */
+	bool params_offloaded;
+	int wring, gring;                       /* the weight and gradient rings' entries, -1: off */
+	int wring_slots, gring_slots;
+	size_t ring_numel;                      /* elements per slot: one layer of each stacked parameter */
+	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
+	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
+	int dev_grad_buffer;                    /* their buffer, -1: none */
 };
 
 struct ferry_tensor_table {

@@ -36,6 +36,9 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 
 	fprintf(f, "plan: %s, %d layers, batch %d x %d, %s activations, policy %s, prefetch depth %d\n",
 		p->model, p->L, p->B, p->T, ferry_dtype_name(p->act_dtype), p->policy, p->prefetch_depth);
+	if (p->param_ring_slots)
+		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
+			   "ring on the device\n", p->param_ring_slots);
 	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
 	line(f, "argument", m->argument_bytes, NULL);
 	line(f, "output", m->output_bytes, NULL);
@@ -96,6 +99,7 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
 		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,
 		p->n_recompute_ops, p->n_ops);
+	fprintf(f, " \"param_ring_slots\": %d,\n", p->param_ring_slots);
 	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "
 		   "\"temp_bytes\": %zu, \"total_bytes\": %zu, \"peak_bytes\": %zu},\n",
 		m->argument_bytes, m->output_bytes, m->alias_bytes, m->temp_bytes, m->total_bytes,

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Parameter offloading from the command line: `ferry plan --offload-params`
+# shows the rings and the host's bytes and its peak is the one `ferry train`
+# measures; GPT-2 and Llama save the same bytes as with nothing offloaded,
+# with AdamW streamed or on host threads; a resumed run equals an unbroken
+# one; bad combinations are refused.
+. "$(dirname "$0")/lib.bash"
+make_corpus
+SHAPE=(--layers 3 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
+TRAIN=("${SHAPE[@]}" --data 'corpus_train_*.bin' --sample 0 --threads 2)
+
+json_field() { # json_field FILE KEY: the first number after "KEY":
+	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
+}
+
+expect_ok "plan --offload-params" "$FERRY" plan "${SHAPE[@]}" --offload-params --param-prefetch 2
+grep -q "parameters offloaded: the layers' weights and gradients on the host, 3-layer weight ring" out.txt ||
+	fail "plan names the ring: $(head -3 out.txt)"
+grep -q "^  weight ring " out.txt && grep -q "^  gradient ring " out.txt || fail "plan lists the rings"
+for policy in everything_saveable qkv_proj_offloaded; do
+	expect_ok "plan --json $policy" "$FERRY" plan "${SHAPE[@]}" --offload-params --policy $policy --json plan.json
+	[ "$(json_field plan.json param_ring_slots)" = 2 ] || fail "plan JSON: two slots at the default depth"
+	expect_ok "train $policy, parameters offloaded" "$FERRY" train "${TRAIN[@]}" --steps 3 --offload-params \
+		--policy $policy --json steps.jsonl
+	[ "$(json_field plan.json peak_bytes)" = "$(json_field steps.jsonl device_peak_bytes)" ] ||
+		fail "$policy: measured peak $(json_field steps.jsonl device_peak_bytes) != planned $(json_field plan.json peak_bytes)"
+done
+"$FERRY" plan "${SHAPE[@]}" --json dev.json >/dev/null
+[ "$(json_field plan.json peak_bytes)" -lt "$(json_field dev.json peak_bytes)" ] || fail "a smaller device plan"
+
+expect_ok "train, nothing offloaded" "$FERRY" train "${TRAIN[@]}" --steps 4 --save dev.bin
+for mode in cpu stream; do
+	expect_ok "train, parameters offloaded, optimizer $mode" "$FERRY" train "${TRAIN[@]}" --steps 4 --offload-params \
+		--offload-optimizer $mode --policy minimal_offloaded --save $mode.bin
+	cmp -s dev.bin $mode.bin && cmp -s dev.bin.state $mode.bin.state || fail "--offload-params, $mode: other bits saved"
+done
+expect_ok "train 2 steps, parameters offloaded" "$FERRY" train "${TRAIN[@]}" --steps 2 --offload-params --save half.bin
+expect_ok "resume, parameters offloaded" "$FERRY" train --resume half.bin --steps 4 --threads 2 --sample 0 \
+	--offload-params --save resumed.bin
+cmp -s dev.bin resumed.bin && cmp -s dev.bin.state resumed.bin.state || fail "resumed run differs from the unbroken one"
+
+LLAMA=(--model llama --layers 2 --channels 16 --heads 2 --kv-heads 1 --max-seq 32 --batch 2 --seq 16
+	--data 'corpus_train_*.bin' --sample 0 --threads 2)
+expect_ok "llama, nothing offloaded" "$FERRY" train "${LLAMA[@]}" --steps 3 --save ldev
+expect_ok "llama, parameters offloaded" "$FERRY" train "${LLAMA[@]}" --steps 3 --offload-params --save lhost
+cmp -s ldev/model.safetensors lhost/model.safetensors && cmp -s ldev/ferry_state.bin lhost/ferry_state.bin ||
+	fail "llama --offload-params: other bits saved"
+
+expect_error "the device optimizer" "--offload-optimizer stream or cpu (not device)" "$FERRY" plan --offload-params \
+	--offload-optimizer device
+expect_error "prefetch without offloading" "--param-prefetch needs --offload-params" "$FERRY" plan --param-prefetch 2
+expect_error "prefetch range" "--param-prefetch must be from 1 to 64" "$FERRY" plan --offload-params --param-prefetch 0
+finish
