@@ -119,6 +119,17 @@ enum ferry_optim_place {
 			       weights go back to the device's compute copy */
 };
 
+/* When AdamW on host threads (FERRY_OPTIM_CPU) updates a layer, given
+ * that clipping by the global norm needs every gradient first. */
+enum ferry_clip_order {
+	FERRY_CLIP_EXACT,       /* after the norm: every update waits for the backward */
+	FERRY_CLIP_SPECULATIVE, /* each layer as soon as its gradients are on the host,
+				   assuming no clipping, with an undo copy of its state;
+				   a step whose norm then needs clipping (or is not
+				   finite) is undone and redone (or only undone):
+				   the same bits either way (ferry_model_step_speculate) */
+};
+
 /* Options for building a model's executor: the policy and the prefetch depth. */
 struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
@@ -130,6 +141,7 @@ struct ferry_exec_opts {
 				   gradients go to the host as each layer's backward ends;
 				   the optimizer must be stream or cpu */
 	int param_prefetch;     /* 0: default (1); the ring has min(N + 1, L) slots */
+	enum ferry_clip_order clip_order; /* --clip-order, with optimizer cpu */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */

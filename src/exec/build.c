@@ -278,6 +278,10 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p)
 	c.result = sumsq;
 	ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
 	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
+	/* the step's synchronisation also waits for a speculative backward's
+	 * early updates: the next step re-patches their tasks in place */
+	if (m->tt.ix.speculative)
+		ferry_emit_wait(p, m->compute, m->opt_host_done, -1);
 }
 
 /* AdamW of every parameter tensor; learning rate, betas, epsilon, step
@@ -419,75 +423,18 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
 }
 
-/* Slice [off, off + n) of parameter q updated by a host thread: its
- * gradients to the host, the fused CPU AdamW there, the updated weights
- * (their bf16 bits, or the fp32 master) to the device's compute copy. */
-static void emit_cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int layer)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-	const size_t f32 = off * sizeof(float);
-	const char *name = m->tt.e[ix->param[q]].name;
-	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
-	char label[56];
-
-	if (!ix->params_offloaded) { /* else on the host already, before the norm */
-		snprintf(label, sizeof(label), "grad: %.40s", name);
-		ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), f32), at(entry(m, ix->grad[q]), f32),
-				n * sizeof(float), FERRY_COPY_D2H, layer, label);
-		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
-		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
-	}
-	c.param = at(entry(m, ix->param[q]), f32);
-	c.out[0] = at(entry(m, ix->mom[q]), f32);
-	c.out[1] = at(entry(m, ix->var[q]), f32);
-	c.in[0] = at(entry(m, ix->params_offloaded ? ix->grad[q] : ix->host_grad[q]), f32);
-	c.param_copy = ix->host_copy[q] >= 0 ? at(entry(m, ix->host_copy[q]), off * m->asz) : NULL;
-	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
-	snprintf(label, sizeof(label), "cpu adamw %.40s", name);
-	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
-	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, layer);
-	if (ix->copy[q] < 0) /* --offload-params: the rings load the layers from the host */
-		return;
-	ferry_emit_wait(p, m->opt_h2d, m->opt_host_done, layer);
-	snprintf(label, sizeof(label), "weights: %.40s", name);
-	ferry_emit_copy(p, m->opt_h2d, at(entry(m, ix->copy[q]), off * m->asz),
-			c.param_copy ? c.param_copy : c.param, n * m->asz, FERRY_COPY_H2D, layer, label);
-}
-
-/* AdamW on host threads, slice by slice, so one slice's transfers overlap
- * another's update; the compute stream waits for the last upload. */
-static void emit_update_cpu(ferry_model_t m, struct ferry_program *p)
-{
-	const size_t chunk = m->tt.ix.opt_chunk;
-
-	for (int q = 0; q < m->md->n_params; q++) {
-		struct ferry_param_info pi;
-
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
-			continue;
-		for (size_t off = 0; off < pi.numel; off += chunk) {
-			size_t n = pi.numel - off < chunk ? pi.numel - off : chunk;
-
-			emit_cpu_slice(m, p, q, off, n, pi.layers && pi.layer_numel == chunk ? (int)(off / chunk) : -1);
-		}
-	}
-	/* the next forward's weight loads (h2d) follow every host update */
-	ferry_emit_wait(p, m->opt_h2d, m->opt_host_done, -1);
-	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
-	ferry_emit_wait(p, m->compute, m->opt_uploaded, -1);
-}
-
 ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)
 {
 	ferry_status st = FERRY_OK;
 
+	m->emit_speculative = k->kind == FERRY_PROG_BACKWARD && k->variant == FERRY_BACKWARD_SPECULATIVE;
 	switch (k->kind) {
 	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
 	case FERRY_PROG_NORM: emit_norm(m, p); break;
 	case FERRY_PROG_UPDATE:
 		if (m->tt.ix.opt_cpu)
-			emit_update_cpu(m, p);
+			ferry_emit_update_cpu(m, p, (enum ferry_update_variant)k->variant);
 		else if (m->tt.ix.opt_ring >= 0)
 			emit_update_streamed(m, p);
 		else
@@ -510,7 +457,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 static bool same_key(const struct ferry_prog_key *a, const struct ferry_prog_key *b)
 {
 	return a->kind == b->kind && a->B == b->B && a->T == b->T && a->for_backward == b->for_backward &&
-	       a->targets == b->targets;
+	       a->targets == b->targets && a->variant == b->variant;
 }
 
 static const char *prog_name(enum ferry_prog_kind k)

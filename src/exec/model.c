@@ -199,6 +199,7 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 	m->opt_grads_home = ferry_sched_event(&m->res, "gradient slice on the host");
 	m->opt_host_done = ferry_sched_event(&m->res, "slice updated on the host");
 	m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
+	m->opt_layer_grads = ferry_sched_event(&m->res, "a layer's gradients written");
 }
 
 /* --offload-params: the norm runs on the host, after every gradient has
@@ -244,6 +245,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_param_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
+	if (m->tt.ix.opt_cpu) /* gradients to the host layer by layer */
+		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_cpu_update_after_layer, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -545,7 +548,7 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
 				   bool for_backward)
 {
-	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL };
+	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL, 0 };
 	size_t N = (size_t)B * T;
 	ferry_status st;
 
@@ -651,7 +654,7 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 
 static ferry_status submit_backward(ferry_model_t m)
 {
-	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true };
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, 0 };
 
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -669,21 +672,67 @@ ferry_status ferry_model_backward(ferry_model_t m)
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+static struct ferry_step_values step_values(const struct ferry_adamw *opt, int t)
+{
+	return (struct ferry_step_values){ opt->lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, 1.0f, t };
+}
+
+/* After a speculative backward: which update completes the step.  Early
+ * updates made with other values than the step's are redone too. */
+static enum ferry_update_variant speculation_outcome(const ferry_model_t m, const struct ferry_adamw *opt, int t,
+						     double norm)
+{
+	if (!isfinite(norm))
+		return FERRY_UPDATE_UNDO;
+	if ((opt->grad_clip > 0 && norm > opt->grad_clip) || t != m->spec_t ||
+	    memcmp(opt, &m->spec_opt, sizeof(*opt)))
+		return FERRY_UPDATE_REDO;
+	return FERRY_UPDATE_COMMIT;
+}
+
 /* After the gradient norm has reached the host: clips and submits AdamW
  * (asynchronously). */
 static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
 {
 	struct ferry_prog_key key = { .kind = FERRY_PROG_UPDATE };
-	struct ferry_step_values v = { opt->lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, 1.0f, t };
+	struct ferry_step_values v = step_values(opt, t);
 	double norm = sqrt(*m->host_sumsq);
+	ferry_status st;
 
 	if (gnorm)
 		*gnorm = (float)norm;
+	if (m->spec_pending) {
+		m->spec_pending = false;
+		key.variant = speculation_outcome(m, opt, t, norm);
+		m->spec_undone += key.variant != FERRY_UPDATE_COMMIT;
+		if (key.variant == FERRY_UPDATE_UNDO) { /* the state before the step, then the error */
+			if ((st = run(m, &key, &v)) || (st = sync_all(m)))
+				return st;
+		}
+	}
 	if (!isfinite(norm))
 		return ferry_error(FERRY_ERR_INVALID, "gradient norm is %f: training diverged", norm);
 	if (opt->grad_clip > 0 && norm > opt->grad_clip)
 		v.grad_scale = (float)(opt->grad_clip / norm);
 	return run(m, &key, &v);
+}
+
+ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
+{
+	if (!m->tt.ix.speculative)
+		return ferry_error(FERRY_ERR_INVALID, "speculative updates need ferry_exec_opts.clip_order "
+				   "FERRY_CLIP_SPECULATIVE (with the optimizer on host threads)");
+	if (t < 1)
+		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	m->spec_opt = *opt;
+	m->spec_t = t;
+	m->spec_armed = true;
+	return FERRY_OK;
+}
+
+int ferry_model_speculation_undone(ferry_model_t m)
+{
+	return m->spec_undone;
 }
 
 ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
@@ -699,6 +748,28 @@ ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, 
 	return ferry_stream_synchronize(compute(m));
 }
 
+/* The backward of the step just submitted, with early updates when a
+ * speculative step was armed. */
+static ferry_status submit_step_backward(ferry_model_t m)
+{
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true,
+				      FERRY_BACKWARD_SPECULATIVE };
+	struct ferry_step_values v;
+	ferry_status st;
+
+	if (!m->spec_armed)
+		return submit_backward(m);
+	m->spec_armed = false;
+	if (!m->have_targets)
+		return ferry_error(FERRY_ERR_INVALID, "backward needs a forward pass with targets");
+	m->have_targets = false;
+	v = step_values(&m->spec_opt, m->spec_t);
+	if ((st = run(m, &key, &v)))
+		return st;
+	m->spec_pending = true;
+	return FERRY_OK;
+}
+
 ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
 				     int T)
 {
@@ -708,10 +779,11 @@ ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, con
 	if (!targets)
 		return ferry_error(FERRY_ERR_INVALID, "a training step needs targets");
 	if ((st = run(m, &zero, NULL)) || (st = submit_forward(m, inputs, targets, B, T, true)) ||
-	    (st = submit_backward(m)))
+	    (st = submit_step_backward(m)))
 		return st;
 	return run(m, &norm, NULL);
 }
+
 
 ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
 				     float *gnorm)

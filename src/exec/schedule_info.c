@@ -33,8 +33,8 @@ ferry_status ferry_model_schedule(const struct ferry_model_config *cfg, int B, i
 {
 	/* the step as ferry_model_step_submit and _finish run it */
 	const struct ferry_prog_key keys[] = {
-		{ .kind = FERRY_PROG_ZERO }, { FERRY_PROG_FORWARD, B, T, true, true },
-		{ FERRY_PROG_BACKWARD, B, T, true, true }, { .kind = FERRY_PROG_NORM },
+		{ .kind = FERRY_PROG_ZERO }, { FERRY_PROG_FORWARD, B, T, true, true, 0 },
+		{ FERRY_PROG_BACKWARD, B, T, true, true, 0 }, { .kind = FERRY_PROG_NORM },
 		{ .kind = FERRY_PROG_UPDATE },
 	};
 	const struct ferry_program *p[5];

@@ -49,6 +49,7 @@ struct ferry_layer_exec {
 	struct ferry_weight_rings wr;
 	int w_ready[FERRY_WEIGHT_RING_MAX], w_free[FERRY_WEIGHT_RING_MAX];
 	int g_done[2], g_free[2];
+	struct ferry_layer_hook hook;
 };
 
 static bool offloads(const struct ferry_layer_exec *ex)
@@ -499,6 +500,11 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 	ex->io_cur = !io_out; /* this layer's input gradient feeds layer l-1 */
 }
 
+void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook)
+{
+	ex->hook = hook ? *hook : (struct ferry_layer_hook){ 0 };
+}
+
 static int slot_w(const struct ferry_layer_exec *ex, int l)
 {
 	return l % ex->wr.ring;
@@ -538,6 +544,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			if (l - depth - 1 >= 0)
 				prefetch(ex, p, l - depth - 1, B, T);
 		}
+		if (ex->hook.after_layer)
+			ex->hook.after_layer(ex->hook.ctx, p, l);
 	}
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
 }

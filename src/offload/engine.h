@@ -90,6 +90,16 @@ const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
  * for_backward, offloaded tensors are copied out for a backward pass. */
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward) FERRY_MUST_CHECK;
+/* Called as the backward pass is emitted, after layer l's weight
+ * gradients are complete on the compute stream (with weight rings, after
+ * their copies to the host are queued on the "d2h" stream): the caller may
+ * emit tasks that start on them (the CPU optimizer's early updates). */
+struct ferry_layer_hook {
+	void (*after_layer)(void *ctx, struct ferry_program *p, int layer);
+	void *ctx;
+};
+void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook);
+
 /* Emits the backward pass (after a forward with for_backward); weight
  * gradients accumulate into the weight table's grad_base; after each
  * layer, a "gradients complete" marker. */

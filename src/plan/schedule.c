@@ -162,11 +162,22 @@ void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct fer
 	ferry_program_add(p, &t);
 }
 
+void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			     const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_HOST, stream, layer, label);
+
+	t.call = *c;
+	t.host_job = FERRY_HOST_RESTORE;
+	ferry_program_add(p, &t);
+}
+
 void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
 				 const char *label)
 {
 	struct ferry_task t = task(FERRY_TASK_HOST, stream, -1, label);
 
+	t.host_job = FERRY_HOST_SUM_SQUARES;
 	t.call.kind = FERRY_OP_SUM_SQUARES;
 	t.call.in[0] = x;
 	t.call.n = n;
@@ -218,7 +229,7 @@ static struct ferry_op_call patched(const struct ferry_task *t, const struct fer
 	c.scalar[2] = v->beta2;
 	c.scalar[3] = v->eps;
 	c.scalar[4] = t->call.scalar[4] * v->weight_decay;
-	c.scalar[5] = v->grad_scale;
+	c.scalar[5] = t->patch == FERRY_PATCH_ADAMW_UNCLIPPED ? 1.0f : v->grad_scale;
 	c.step = v->step;
 	return c;
 }
@@ -241,20 +252,22 @@ static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sch
  * host memory. */
 static void run_host_task(void *arg)
 {
-	const struct ferry_op_call *c = arg;
+	const struct ferry_task *t = arg;
+	const struct ferry_op_call *c = &t->host;
 
-	if (c->kind == FERRY_OP_SUM_SQUARES) {
+	if (t->host_job == FERRY_HOST_SUM_SQUARES) {
 		*c->result = ferry_cpu_sum_squares(c->in[0], c->n);
 		return;
 	}
 	struct ferry_cpu_adamw_args a = {
 		.param = c->param, .m = c->out[0], .v = c->out[1], .grad = c->in[0], .param_bf16 = c->param_copy,
+		.save_param = c->din[0], .save_m = c->din[1], .save_v = c->din[2],
 		.n = c->n, .lr = c->scalar[0], .beta1 = c->scalar[1], .beta2 = c->scalar[2], .eps = c->scalar[3],
 		.weight_decay = c->scalar[4], .grad_scale = c->scalar[5], .step = c->step,
 	};
 
 	/* the arguments and the path were checked when the model was made */
-	if (ferry_cpu_adamw_step(&a) != FERRY_OK)
+	if ((t->host_job == FERRY_HOST_RESTORE ? ferry_cpu_adamw_restore(&a) : ferry_cpu_adamw_step(&a)) != FERRY_OK)
 		abort(); /* unreachable: nothing to report it to on this thread */
 }
 
@@ -271,7 +284,7 @@ static ferry_status submit_host(const struct ferry_task *t, const struct ferry_s
 		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
 	else
 		w->host = patched(t, v);
-	return ferry_stream_host_fn(rt->stream[t->stream], run_host_task, &w->host);
+	return ferry_stream_host_fn(rt->stream[t->stream], run_host_task, w);
 }
 
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,

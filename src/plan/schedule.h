@@ -40,6 +40,17 @@ enum ferry_task_kind {
 enum ferry_task_patch {
 	FERRY_PATCH_NONE,
 	FERRY_PATCH_ADAMW, /* call.scalar[0..5] and call.step from the optimizer */
+	FERRY_PATCH_ADAMW_UNCLIPPED, /* the same with grad_scale 1: a speculative
+					update, before the norm is known */
+};
+
+/* What a HOST task does. */
+enum ferry_host_job {
+	FERRY_HOST_ADAMW,       /* the fused CPU AdamW; din[0..2]: NULL, or undo
+				   copies of param, m, v made first */
+	FERRY_HOST_SUM_SQUARES, /* *result = sum of in[0][0..n)^2 */
+	FERRY_HOST_RESTORE,     /* param, m, v (out[0], out[1]) = the undo copies
+				   din[0..2]; param_copy (bf16) rounded again */
 };
 
 struct ferry_task {
@@ -50,6 +61,7 @@ struct ferry_task {
 	int layer;              /* -1: not a layer's */
 	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
 	struct ferry_op_call call;
+	enum ferry_host_job host_job;
 	struct ferry_op_call host; /* HOST: the call as patched for this step;
 				      the host thread reads it when it runs
 				      (after the previous step's has run) */
@@ -101,6 +113,10 @@ void ferry_emit_grads_done(struct ferry_program *p, int stream, int layer);
 void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
 			   const char *label);
 
+/* Puts back what a speculative host AdamW (c: its call, din[0..2] its
+ * undo copies) changed. */
+void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			     const char *label);
 /* *result = the sum of x[0..n)^2 over host memory, by a host thread in the
  * stream's order (the CPU kernel's blocked sum: the CPU backend's bits). */
 void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,

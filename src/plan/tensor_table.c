@@ -228,7 +228,46 @@ static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_
 	return r;
 }
 
+static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
+			     const struct ferry_exec_opts *o);
+
+/* The speculative clipping order's undo copies (only the stacked
+ * parameters are updated before the norm is known). */
+static int add_undo(struct ferry_tensor_table *tt)
+{
+	static const char *const what[3] = { "undo: master", "undo: adamw m", "undo: adamw v" };
+	int buf = add_buffer(tt, "host: optimizer undo copy", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE);
+	size_t n = 0;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		tt->ix.undo_off[p] = 0;
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		tt->ix.undo_off[p] = n;
+		n += pi.numel;
+	}
+	tt->ix.speculative = true;
+	for (int i = 0; i < 3; i++)
+		if ((tt->ix.undo[i] = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, n * sizeof(float),
+						FERRY_PLACE_OFFLOAD)) < 0)
+			return tt->ix.undo[i];
+	return buf;
+}
+
 static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, const struct ferry_exec_opts *o)
+{
+	int r = add_params_placed(tt, where, o);
+
+	tt->ix.undo[0] = tt->ix.undo[1] = tt->ix.undo[2] = -1;
+	if (r >= 0 && o && o->clip_order == FERRY_CLIP_SPECULATIVE)
+		r = add_undo(tt);
+	return r;
+}
+
+static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
+			     const struct ferry_exec_opts *o)
 {
 	const bool stream = where != FERRY_OPTIM_DEVICE; /* the state on the host */
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
@@ -440,6 +479,10 @@ static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int 
  * goes with them (stream or cpu). */
 static ferry_status check_param_opts(const struct ferry_exec_opts *o)
 {
+	if (o && o->clip_order != FERRY_CLIP_EXACT &&
+	    (o->clip_order != FERRY_CLIP_SPECULATIVE || o->optimizer != FERRY_OPTIM_CPU))
+		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative updates on host threads: it needs "
+				   "--offload-optimizer cpu");
 	if (!o || !o->offload_params)
 		return o && o->param_prefetch ? ferry_error(FERRY_ERR_INVALID, "--param-prefetch needs --offload-params")
 					      : FERRY_OK;

@@ -81,6 +81,12 @@ struct ferry_table_index {
 	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
+	/* FERRY_CLIP_SPECULATIVE: undo copies of the stacked parameters'
+	 * master, m and v; parameter q's layer l starts undo_off[q] + l *
+	 * layer_numel elements into each */
+	bool speculative;
+	int undo[3];                            /* entries, -1: none */
+	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
 };
 
 struct ferry_tensor_table {

@@ -46,6 +46,21 @@ expect_ok "llama, parameters offloaded" "$FERRY" train "${LLAMA[@]}" --steps 3 -
 cmp -s ldev/model.safetensors lhost/model.safetensors && cmp -s ldev/ferry_state.bin lhost/ferry_state.bin ||
 	fail "llama --offload-params: other bits saved"
 
+# The speculative clipping order: the same bytes as the exact one, with
+# clipping on no step (the default clip) and on every step (every early
+# update undone and redone).
+for clip in 1.0 0.01; do
+	expect_ok "exact, clip $clip" "$FERRY" train "${TRAIN[@]}" --steps 3 --grad-clip $clip --save exact.bin
+	for extra in "" --offload-params; do
+		expect_ok "speculative $extra, clip $clip" "$FERRY" train "${TRAIN[@]}" --steps 3 --grad-clip $clip \
+			--offload-optimizer cpu --clip-order speculative $extra --save spec.bin
+		cmp -s exact.bin spec.bin && cmp -s exact.bin.state spec.bin.state ||
+			fail "--clip-order speculative $extra, clip $clip: other bits saved"
+	done
+done
+expect_error "speculation needs host threads" "needs --offload-optimizer cpu" "$FERRY" plan --clip-order speculative
+expect_error "clip order name" "--clip-order 'late': exact or speculative" "$FERRY" plan --clip-order late
+
 expect_error "the device optimizer" "--offload-optimizer stream or cpu (not device)" "$FERRY" plan --offload-params \
 	--offload-optimizer device
 expect_error "prefetch without offloading" "--param-prefetch needs --offload-params" "$FERRY" plan --param-prefetch 2

@@ -43,6 +43,10 @@ const char model_flags_help[] =
 	"                        (embedding, head and final norm stay on the device);\n"
 	"                        AdamW's state goes to the host too (default cpu)\n"
 	"  --param-prefetch N    layers of weights loaded ahead (default 1)\n"
+	"  --clip-order O        with --offload-optimizer cpu: exact (default: every update\n"
+	"                        waits for the global norm) or speculative (each layer\n"
+	"                        updated as soon as its gradients are on the host, the\n"
+	"                        step undone and redone when the norm needs clipping)\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
@@ -132,6 +136,16 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
 			o->exec.optimizer = FERRY_OPTIM_CPU;
 		return 1;
+	} else if (IS("--clip-order")) {
+		const char *v = NULL;
+
+		r = arg_value(cmd, argc, argv, i, &v);
+		if (!r && strcmp(v, "exact") && strcmp(v, "speculative")) {
+			fprintf(stderr, "ferry %s: --clip-order '%s': exact or speculative\n", cmd, v);
+			r = -1;
+		}
+		if (!r)
+			o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
 	} else if (IS("--param-prefetch")) {
 		r = arg_int(cmd, argc, argv, i, &o->exec.param_prefetch);
 		if (!r && (o->exec.param_prefetch < 1 || o->exec.param_prefetch > 64)) {
