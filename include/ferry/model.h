@@ -172,6 +172,17 @@ ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adam
 /* Speculative steps put back so far (clipped, diverged or re-valued). */
 int ferry_model_speculation_undone(ferry_model_t m);
 
+/* Where the model's host buffers are (ferry_exec_opts.pinned_limit): one
+ * pinned pool sized before step 1, and pageable memory for the rest. */
+struct ferry_host_memory {
+	size_t pinned_bytes;   /* the pool (pageable after all when pin_failed) */
+	size_t pageable_bytes; /* the rest */
+	size_t limit;          /* the limit applied */
+	bool over_limit;       /* buffers that copies use are pageable: past the limit */
+	bool pin_failed;       /* the backend could not pin the pool: it is pageable */
+};
+void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out);
+
 /* Waits until everything queued has run. */
 ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 

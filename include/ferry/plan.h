@@ -83,6 +83,10 @@ struct ferry_memory_analysis {
 	size_t total_bytes, peak_bytes;
 	size_t host_activation_bytes; /* offloaded activations, all layers */
 	size_t host_total_bytes;
+	size_t host_pinned_bytes;   /* host buffers carved from the one pinned pool */
+	size_t host_pageable_bytes; /* the rest: past pinned_limit, or never copied
+				       (AdamW's moments on host threads, undo copies) */
+	size_t pinned_limit;        /* the limit applied */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
 };
@@ -142,6 +146,11 @@ struct ferry_exec_opts {
 				   the optimizer must be stream or cpu */
 	int param_prefetch;     /* 0: default (1); the ring has min(N + 1, L) slots */
 	enum ferry_clip_order clip_order; /* --clip-order, with optimizer cpu */
+	size_t pinned_limit;    /* --pinned-limit: host buffers that copies read or write
+				   come from one pinned pool (pinned where the backend can)
+				   of at most this many bytes, offloaded activations first;
+				   past it the rest are pageable.  0: half the memory
+				   ferry_memory_limit reports */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */

@@ -717,6 +717,15 @@ static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt
 	return run(m, &key, &v);
 }
 
+void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
+{
+	out->pinned_bytes = m->mem.pool ? m->tt.pinned_bytes : 0;
+	out->pageable_bytes = m->tt.pageable_bytes + (m->mem.pool ? 0 : m->tt.pinned_bytes);
+	out->limit = m->tt.pinned_limit;
+	out->over_limit = m->tt.over_pinned_limit;
+	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
+}
+
 ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
 {
 	if (!m->tt.ix.speculative)

@@ -12,6 +12,7 @@
 #include "backend/run_op.h"
 #include "optim/cpu_adamw.h"
 #include "core/error.h"
+#include "ferry/platform.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -494,6 +495,58 @@ static ferry_status check_param_opts(const struct ferry_exec_opts *o)
 	return FERRY_OK;
 }
 
+/* Whether copies read or write host buffer b (AdamW's moments updated on
+ * host threads, its master weights when a bf16 copy is what goes up, and
+ * the undo copies never leave the host). */
+static bool host_buffer_copied(const struct ferry_tensor_table *tt, int b)
+{
+	const struct ferry_table_index *ix = &tt->ix;
+
+	if (ix->opt_cpu && (b == ix->mom_buffer || b == ix->var_buffer))
+		return false;
+	if (ix->opt_cpu && ix->host_copy_buffer >= 0 && b == ix->params_buffer)
+		return false;
+	return !(ix->undo[0] >= 0 && b == tt->e[ix->undo[0]].buffer);
+}
+
+#define HOST_ALIGN 4096 /* pinned buffers are carved at page boundaries */
+
+static size_t host_aligned(size_t n)
+{
+	return (n + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+}
+
+/* Which host buffers the pinned pool holds: the copied ones, offloaded
+ * activations first (copied both ways every step), then in table order,
+ * until one does not fit the limit; the rest are pageable. */
+static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
+{
+	bool full = false;
+
+	if (!limit) {
+		struct ferry_memory_limit ml;
+
+		ferry_memory_limit(&ml);
+		limit = (size_t)(ml.bytes / 2);
+	}
+	tt->pinned_limit = limit;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < tt->n_buffers; i++) {
+			struct ferry_table_buffer *b = &tt->buffers[i];
+			bool first = b->kind == FERRY_TK_ACTIVATION;
+
+			if (b->site != FERRY_SITE_HOST || first != (pass == 0))
+				continue;
+			b->pinned = !full && host_buffer_copied(tt, i) && tt->pinned_bytes + host_aligned(b->bytes) <= limit;
+			if (b->pinned)
+				tt->pinned_bytes += host_aligned(b->bytes);
+			else
+				tt->pageable_bytes += b->bytes;
+			if (!b->pinned && host_buffer_copied(tt, i))
+				full = tt->over_pinned_limit = true;
+		}
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -547,6 +600,8 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	}
 	if ((st = check_total(tt, B, T)))
 		ferry_tensor_table_release(tt);
+	else
+		assign_pinning(tt, opts ? opts->pinned_limit : 0);
 	return st;
 }
 
@@ -579,21 +634,52 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 		if (tt->e[i].site == FERRY_SITE_HOST)
 			m->host_kind_bytes[tt->e[i].kind] += tt->e[i].bytes;
 	m->host_activation_bytes = m->host_kind_bytes[FERRY_TK_ACTIVATION];
+	m->host_pinned_bytes = tt->pinned_bytes;
+	m->host_pageable_bytes = tt->pageable_bytes;
+	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
+}
+
+/* The pinned pool, in one allocation before step 1.  A backend that
+ * cannot pin it (out of page-locked memory) leaves every buffer pageable:
+ * copies are slower, nothing fails. */
+static void alloc_pool(const struct ferry_tensor_table *tt, ferry_backend_t be, struct ferry_table_alloc *a)
+{
+	bool pinned_before = ferry_backend_caps(be).host_pinned;
+
+	if (!tt->pinned_bytes)
+		return;
+	if (ferry_host_alloc(be, tt->pinned_bytes, &a->pool) != FERRY_OK) {
+		a->pool = NULL;
+		a->pool_failed = true;
+		return;
+	}
+	a->pool_bytes = tt->pinned_bytes;
+	a->pool_pageable = pinned_before && !ferry_backend_caps(be).host_pinned;
 }
 
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a)
 {
 	ferry_status st = FERRY_OK;
+	size_t carved = 0;
 
 	memset(a, 0, sizeof(*a));
 	a->be = be;
+	alloc_pool(tt, be, a);
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
-		if (tt->buffers[i].site == FERRY_SITE_DEVICE)
-			st = ferry_buffer_alloc(be, tt->buffers[i].bytes, &a->dev[i]);
-		else
-			st = ferry_host_alloc(be, tt->buffers[i].bytes, &a->host[i]);
+		const struct ferry_table_buffer *b = &tt->buffers[i];
+
+		if (b->site == FERRY_SITE_DEVICE) {
+			st = ferry_buffer_alloc(be, b->bytes, &a->dev[i]);
+		} else if (b->pinned && a->pool) {
+			a->host[i] = (char *)a->pool + carved;
+			a->in_pool[i] = true;
+			carved += host_aligned(b->bytes);
+		} else if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, host_aligned(b->bytes ? b->bytes : 1)))) {
+			st = ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
+					 b->name);
+		}
 	}
 	if (st)
 		ferry_tensor_table_free(a);
@@ -604,9 +690,11 @@ void ferry_tensor_table_free(struct ferry_table_alloc *a)
 {
 	for (int i = 0; i < a->n; i++) {
 		ferry_buffer_free(a->dev[i]);
-		if (a->host[i])
-			ferry_host_free(a->be, a->host[i]);
+		if (a->host[i] && !a->in_pool[i])
+			ferry_free(a->host[i]);
 	}
+	if (a->pool)
+		ferry_host_free(a->be, a->pool);
 	memset(a, 0, sizeof(*a));
 }
 

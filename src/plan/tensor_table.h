@@ -46,6 +46,7 @@ struct ferry_table_buffer {
 	enum ferry_buffer_kind mem; /* device buffers: JAX's classification */
 	enum ferry_tensor_kind kind;
 	size_t bytes;
+	bool pinned;                /* host buffers: carved from the pinned pool */
 };
 
 #define FERRY_TABLE_MAX_BUFFERS 56
@@ -102,6 +103,9 @@ struct ferry_tensor_table {
 	int n_buffers;
 	struct ferry_table_buffer buffers[FERRY_TABLE_MAX_BUFFERS];
 	struct ferry_table_index ix;
+	size_t pinned_limit;          /* the limit applied (opts, or the default) */
+	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
+	bool over_pinned_limit;       /* some copied buffer is pageable for it */
 };
 
 /* Builds the table of cfg's model (completed with
@@ -117,12 +121,18 @@ void ferry_tensor_table_release(struct ferry_tensor_table *tt);
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
 
-/* The table's buffers, allocated on a backend. */
+/* The table's buffers, allocated on a backend: the pinned host buffers
+ * carved from one pool (ferry_host_alloc), the others pageable. */
 struct ferry_table_alloc {
 	ferry_backend_t be;
 	int n;
 	ferry_buffer_t dev[FERRY_TABLE_MAX_BUFFERS];
 	void *host[FERRY_TABLE_MAX_BUFFERS];
+	bool in_pool[FERRY_TABLE_MAX_BUFFERS];
+	void *pool;                   /* NULL: none (nothing to pin, or it failed) */
+	size_t pool_bytes;
+	bool pool_failed;             /* the pool could not be had: all pageable */
+	bool pool_pageable;           /* the backend gave it, but not pinned */
 };
 
 /* Allocates every buffer in table order (device buffers from the arena,

@@ -61,6 +61,24 @@ done
 expect_error "speculation needs host threads" "needs --offload-optimizer cpu" "$FERRY" plan --clip-order speculative
 expect_error "clip order name" "--clip-order 'late': exact or speculative" "$FERRY" plan --clip-order late
 
+# Pinned memory with a budget: the plan splits the host bytes, training
+# past the limit warns once and gives the same bits.
+WIDE=(--layers 4 --channels 64 --heads 2 --max-seq 32 --batch 2 --seq 16)
+expect_ok "plan --pinned-limit" "$FERRY" plan "${WIDE[@]}" --offload-optimizer stream --pinned-limit 1M --json pin.json
+[ "$(json_field pin.json pinned_limit)" = 1048576 ] || fail "plan JSON: the limit"
+[ "$(json_field pin.json pinned_bytes)" -le 1048576 ] && [ "$(json_field pin.json pageable_bytes)" -gt 0 ] ||
+	fail "plan JSON: at most 1M pinned, the rest pageable"
+expect_ok "train under a tight pinned limit" "$FERRY" train "${WIDE[@]}" --data 'corpus_train_*.bin' --sample 0 \
+	--threads 2 --steps 2 --offload-optimizer stream --pinned-limit 1M --save tight.bin
+[ "$(grep -c 'warning: .* of host buffers pinned (--pinned-limit 1.0 MiB)' err.txt)" = 1 ] ||
+	fail "one warning: $(cat err.txt)"
+expect_ok "train without a limit" "$FERRY" train "${WIDE[@]}" --data 'corpus_train_*.bin' --sample 0 \
+	--threads 2 --steps 2 --offload-optimizer stream --save loose.bin
+grep -q warning err.txt && fail "no warning without a limit: $(cat err.txt)"
+cmp -s tight.bin loose.bin && cmp -s tight.bin.state loose.bin.state || fail "--pinned-limit changed the bits"
+expect_ok "ferry info says how much a run pins" "$FERRY" info
+grep -q "^pinned host memory: a run pins at most --pinned-limit" out.txt || fail "info: pinned memory"
+
 expect_error "the device optimizer" "--offload-optimizer stream or cpu (not device)" "$FERRY" plan --offload-params \
 	--offload-optimizer device
 expect_error "prefetch without offloading" "--param-prefetch needs --offload-params" "$FERRY" plan --param-prefetch 2

@@ -49,6 +49,9 @@ const char model_flags_help[] =
 	"                        step undone and redone when the norm needs clipping)\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
+	"  --pinned-limit SIZE   host buffers that copies use come from one pinned pool of\n"
+	"                        at most this size, offloaded activations first; the rest\n"
+	"                        are pageable, with a warning (default: half the memory)\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
 	"                        (K, M, G, T: powers of 1024; default: all)\n"
 	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n";
@@ -154,6 +157,7 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		}
 	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
 	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
+	else if (IS("--pinned-limit")) r = arg_size(cmd, argc, argv, i, &o->exec.pinned_limit);
 	else if (IS("--threads")) r = arg_threads(cmd, argc, argv, i, &o->threads);
 	else
 		return 0;
