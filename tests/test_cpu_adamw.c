@@ -443,6 +443,59 @@ static void test_env(void)
 	state_free(&ref);
 }
 
+/* The speculative order's undo copy: a step that saves gives the same
+ * bits as one that does not, the copies hold the values before it, and a
+ * restore brings back those values (and their bf16 bits) exactly; on
+ * every path, across save blocks and thread chunks. */
+static void test_undo_copy(void)
+{
+	const struct adamw_case *c = &cases[10]; /* mixed: specials too, 300001 elements */
+	struct state init, ref, work;
+	float *save[3];
+
+	state_alloc(&init, c->n, c->off);
+	state_alloc(&ref, c->n, c->off);
+	state_alloc(&work, c->n, c->off);
+	for (int k = 0; k < 3; k++)
+		save[k] = TALLOC(float, c->n);
+	fill_state(&init, c->in, 99);
+	for (int isa = FERRY_CPU_ISA_SCALAR; isa <= FERRY_CPU_ISA_AVX512; isa++) {
+		if (!ferry_cpu_isa_available((enum ferry_cpu_isa)isa))
+			continue;
+		for (int threads = 1; threads <= 3; threads += 2) {
+			struct ferry_cpu_adamw_args a;
+
+			state_copy(&ref, &init);
+			a = args_for(c, &ref, c->t0, 1, threads, (enum ferry_cpu_isa)isa);
+			CHECK(ferry_cpu_adamw_step(&a) == FERRY_OK, "plain step");
+			state_copy(&work, &init);
+			a = args_for(c, &work, c->t0, 1, threads, (enum ferry_cpu_isa)isa);
+			a.save_param = save[0], a.save_m = save[1], a.save_v = save[2];
+			CHECK(ferry_cpu_adamw_step(&a) == FERRY_OK, "saving step: %s", ferry_last_error());
+			check_same(&work, &ref, 1, "a step with an undo copy");
+			CHECK(!memcmp(save[0], init.p, sizeof(float) * (size_t)c->n) &&
+				      !memcmp(save[1], init.m, sizeof(float) * (size_t)c->n) &&
+				      !memcmp(save[2], init.v, sizeof(float) * (size_t)c->n),
+			      "%s, %d threads: the undo copy holds the values before the step",
+			      ferry_cpu_isa_name((enum ferry_cpu_isa)isa), threads);
+			CHECK(ferry_cpu_adamw_restore(&a) == FERRY_OK, "restore");
+			check_same(&work, &init, 1, "restored");
+		}
+	}
+	{
+		struct ferry_cpu_adamw_args a = args_for(c, &work, 1, 0, 1, FERRY_CPU_ISA_AUTO);
+
+		a.save_param = save[0];
+		CHECK(ferry_cpu_adamw_step(&a) == FERRY_ERR_INVALID, "an undo copy needs all three arrays");
+		CHECK(ferry_cpu_adamw_restore(&a) == FERRY_ERR_INVALID, "a restore without the copies is refused");
+	}
+	for (int k = 0; k < 3; k++)
+		free(save[k]);
+	state_free(&init);
+	state_free(&ref);
+	state_free(&work);
+}
+
 int main(void)
 {
 	unsetenv("FERRY_CPU_ADAMW_ISA");
@@ -460,5 +513,6 @@ int main(void)
 	test_init();
 	test_errors();
 	test_env();
+	test_undo_copy();
 	return test_exit_code();
 }

@@ -156,6 +156,33 @@ ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, con
 				     int T) FERRY_MUST_CHECK;
 ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
 				     float *grad_norm) FERRY_MUST_CHECK;
+/* The speculative clipping order (ferry_exec_opts.clip_order
+ * FERRY_CLIP_SPECULATIVE, optimizer on host threads): arms the next
+ * ferry_model_step_submit to update each layer on the host as soon as its
+ * gradients are there, with AdamW step t's values and no clipping.
+ * ferry_model_step_finish then keeps those updates when the norm is finite
+ * and within opt->grad_clip (and opt and t are these), or puts the layers
+ * back and updates them again with the clipping scale, or, with a norm
+ * that is not finite, puts them back and fails as without speculation: the
+ * same bits as the exact order in every case.  Without it, a step runs in
+ * the exact order.  FERRY_ERR_INVALID: the model was made without the
+ * speculative order, t < 1. */
+ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
+	FERRY_MUST_CHECK;
+/* Speculative steps put back so far (clipped, diverged or re-valued). */
+int ferry_model_speculation_undone(ferry_model_t m);
+
+/* Where the model's host buffers are (ferry_exec_opts.pinned_limit): one
+ * pinned pool sized before step 1, and pageable memory for the rest. */
+struct ferry_host_memory {
+	size_t pinned_bytes;   /* the pool (pageable after all when pin_failed) */
+	size_t pageable_bytes; /* the rest */
+	size_t limit;          /* the limit applied */
+	bool over_limit;       /* buffers that copies use are pageable: past the limit */
+	bool pin_failed;       /* the backend could not pin the pool: it is pageable */
+};
+void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out);
+
 /* Waits until everything queued has run. */
 ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 

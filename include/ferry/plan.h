@@ -83,6 +83,10 @@ struct ferry_memory_analysis {
 	size_t total_bytes, peak_bytes;
 	size_t host_activation_bytes; /* offloaded activations, all layers */
 	size_t host_total_bytes;
+	size_t host_pinned_bytes;   /* host buffers carved from the one pinned pool */
+	size_t host_pageable_bytes; /* the rest: past pinned_limit, or never copied
+				       (AdamW's moments on host threads, undo copies) */
+	size_t pinned_limit;        /* the limit applied */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
 };
@@ -95,6 +99,7 @@ struct ferry_plan {
 	int n_table_entries;  /* tensors in the model's tensor table */
 	int prefetch_depth;   /* layers prefetched ahead in backward */
 	int ring_slots;       /* device slots per offloaded tensor */
+	int param_ring_slots; /* --offload-params: the weight ring's slots (0: off) */
 	int n_tensors;
 	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
 	int n_recompute_ops;  /* ops of a layer re-run in backward */
@@ -118,11 +123,34 @@ enum ferry_optim_place {
 			       weights go back to the device's compute copy */
 };
 
+/* When AdamW on host threads (FERRY_OPTIM_CPU) updates a layer, given
+ * that clipping by the global norm needs every gradient first. */
+enum ferry_clip_order {
+	FERRY_CLIP_EXACT,       /* after the norm: every update waits for the backward */
+	FERRY_CLIP_SPECULATIVE, /* each layer as soon as its gradients are on the host,
+				   assuming no clipping, with an undo copy of its state;
+				   a step whose norm then needs clipping (or is not
+				   finite) is undone and redone (or only undone):
+				   the same bits either way (ferry_model_step_speculate) */
+};
+
 /* Options for building a model's executor: the policy and the prefetch depth. */
 struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
 	int prefetch_depth;     /* 0: default (2) */
 	enum ferry_optim_place optimizer; /* --offload-optimizer */
+	bool offload_params;    /* --offload-params: the layers' weights live on the host
+				   and pass through a device ring (prefetched param_prefetch
+				   layers ahead, in forward and again in backward), their
+				   gradients go to the host as each layer's backward ends;
+				   the optimizer must be stream or cpu */
+	int param_prefetch;     /* 0: default (1); the ring has min(N + 1, L) slots */
+	enum ferry_clip_order clip_order; /* --clip-order, with optimizer cpu */
+	size_t pinned_limit;    /* --pinned-limit: host buffers that copies read or write
+				   come from one pinned pool (pinned where the backend can)
+				   of at most this many bytes, offloaded activations first;
+				   past it the rest are pageable.  0: half the memory
+				   ferry_memory_limit reports */
 	enum ferry_dtype act_dtype; /* the backend's (ferry_backend_act_dtype) */
 	const char *backend;    /* whose kernels run it, for their scratch
 				   (NULL: none needed, as on the CPU) */

@@ -36,10 +36,27 @@ static void *entry(const struct ferry_model *m, int i)
 	return ferry_tensor_ptr(&m->tt, &m->mem, i);
 }
 
+/* The first present parameter: its host entries start the parameter array. */
+static int first_param(const struct ferry_model *m)
+{
+	for (int q = 0; q < m->md->n_params; q++)
+		if (m->tt.ix.param[q] >= 0)
+			return q;
+	return 0;
+}
+
 /* The gradient buffer (all parameters' gradients, in array order). */
 static void *grads_base(const struct ferry_model *m)
 {
 	ferry_buffer_t b = m->mem.dev[m->tt.ix.grads_buffer];
+
+	return b ? ferry_buffer_ptr(b) : NULL;
+}
+
+/* --offload-params: the unstacked parameters' device gradients. */
+static void *dev_grads(const struct ferry_model *m)
+{
+	ferry_buffer_t b = m->mem.dev[m->tt.ix.dev_grad_buffer];
 
 	return b ? ferry_buffer_ptr(b) : NULL;
 }
@@ -207,6 +224,25 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 	return FERRY_OK;
 }
 
+/* --offload-params: after the last backward op, the unstacked parameters'
+ * gradients join the layers' on the host, and then every gradient is. */
+static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	ferry_emit_record(p, m->compute, m->stage_grads_done, -1);
+	ferry_emit_wait(p, m->opt_d2h, m->stage_grads_done, -1);
+	for (int q = 0; q < m->md->n_params; q++) {
+		if (ix->dev_grad[q] < 0)
+			continue;
+		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->opt_d2h, entry(m, ix->grad[q]), entry(m, ix->dev_grad[q]),
+				m->tt.e[ix->dev_grad[q]].bytes, FERRY_COPY_D2H, -1, label);
+	}
+	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+}
+
 static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
 {
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
@@ -216,18 +252,36 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 		return st;
 	stage_backward(m, p, &pro, k->B, k->T);
+	if (m->tt.ix.params_offloaded)
+		unstacked_grads_out(m, p);
 	return FERRY_OK;
 }
 
+/* --offload-params: the gradients are on the host, and so is their norm
+ * (the compute stream waits for it, so the step's one synchronisation
+ * covers it). */
+static void emit_host_norm(ferry_model_t m, struct ferry_program *p)
+{
+	ferry_emit_wait(p, m->opt_cpu_stream, m->all_grads_home, -1);
+	ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
+				    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
+	ferry_emit_record(p, m->opt_cpu_stream, m->norm_done, -1);
+	ferry_emit_wait(p, m->compute, m->norm_done, -1);
+}
+
 /* The global gradient norm: one reduction over the gradient buffer (and
- * in a training step, the losses its forward left on the device). */
+ * in a training step, first the losses its forward left on the device). */
 static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
 {
+	if (k->loss_later)
+		emit_losses_copy(m, p, k);
+	if (m->tt.ix.params_offloaded) {
+		emit_host_norm(m, p);
+		return;
+	}
 	void *sumsq = entry(m, m->tt.ix.grad_norm);
 	struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
 
-	if (k->loss_later)
-		emit_losses_copy(m, p, k);
 	ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
 	c.in[0] = grads_base(m);
 	c.n = (long)m->tt.n_params;
@@ -235,6 +289,10 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 	c.result = sumsq;
 	ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
 	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
+	/* the step's synchronisation also waits for a speculative backward's
+	 * early updates: the next step re-patches their tasks in place */
+	if (m->tt.ix.speculative)
+		ferry_emit_wait(p, m->compute, m->opt_host_done, -1);
 }
 
 /* AdamW of every parameter tensor; learning rate, betas, epsilon, step
@@ -275,32 +333,67 @@ static void *at(void *base, size_t bytes)
 /* Slice [off, off + n) of parameter q through ring slot `slot`: master
  * weights and moments to the device, AdamW there next to the gradients
  * and the compute copy, and back to the host. */
+/* An optimizer ring slot's arrays for slice [off, off + n) of parameter
+ * q, and their host homes: master, m, v, and with --offload-params the
+ * gradient (in) and the bf16 compute copy (out, when the host has one). */
+struct opt_slice {
+	int n_in, n_out;    /* arrays copied in; copied back (the first n_out, then the copy) */
+	void *dev[5], *host[5];
+	size_t bytes[5];
+	void *param_copy;   /* AdamW's compute-copy output */
+	bool copy_out;      /* dev[4] goes back to host[4] */
+};
+
+static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t n, int slot)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const size_t chunk = ix->opt_chunk, f32 = chunk * sizeof(float);
+	const int k = ix->params_offloaded ? 4 : 3;
+	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
+	const int home[4] = { ix->param[q], ix->mom[q], ix->var[q], ix->grad[q] };
+	struct opt_slice s = { .n_in = k, .n_out = 3 };
+
+	for (int i = 0; i < k; i++) {
+		s.dev[i] = at(ring, (size_t)i * f32);
+		s.host[i] = at(entry(m, home[i]), off * sizeof(float));
+		s.bytes[i] = n * sizeof(float);
+	}
+	if (!ix->params_offloaded) { /* the gradients and the compute copy are on the device */
+		s.dev[3] = at(entry(m, ix->grad[q]), off * sizeof(float));
+		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
+	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
+		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
+	} else if (ix->host_copy[q] >= 0) { /* the bf16 bits the rings load */
+		s.param_copy = s.dev[4] = at(ring, (size_t)k * f32);
+		s.host[4] = at(entry(m, ix->host_copy[q]), off * m->asz);
+		s.bytes[4] = n * m->asz;
+		s.copy_out = true;
+	}
+	return s;
+}
+
 static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int slot,
 				int layer)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	const size_t bytes = n * sizeof(float), chunk = ix->opt_chunk;
-	float *ring = at(entry(m, ix->opt_ring), (size_t)slot * 3 * chunk * sizeof(float));
-	void *dev[3] = { ring, at(ring, chunk * sizeof(float)), at(ring, 2 * chunk * sizeof(float)) };
-	void *host[3] = { at(entry(m, ix->param[q]), off * sizeof(float)), at(entry(m, ix->mom[q]), off * sizeof(float)),
-			  at(entry(m, ix->var[q]), off * sizeof(float)) };
-	static const char *const part[3] = { "master", "adamw m", "adamw v" };
+	struct opt_slice s = opt_slice_of(m, q, off, n, slot);
+	static const char *const part[5] = { "master", "adamw m", "adamw v", "grad", "weights" };
 	const char *name = m->tt.e[ix->param[q]].name;
 	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
 	char label[56];
 
 	ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], layer);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < s.n_in; i++) {
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_h2d, dev[i], host[i], bytes, FERRY_COPY_H2D, layer, label);
+		ferry_emit_copy(p, m->opt_h2d, s.dev[i], s.host[i], s.bytes[i], FERRY_COPY_H2D, layer, label);
 	}
 	ferry_emit_record(p, m->opt_h2d, m->opt_staged[slot], layer);
 	ferry_emit_wait(p, m->compute, m->opt_staged[slot], layer);
-	c.param = dev[0];
-	c.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
-	c.out[0] = dev[1];
-	c.out[1] = dev[2];
-	c.in[0] = at(entry(m, ix->grad[q]), off * sizeof(float));
+	c.param = s.dev[0];
+	c.param_copy = s.param_copy;
+	c.out[0] = s.dev[1];
+	c.out[1] = s.dev[2];
+	c.in[0] = s.dev[3];
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	snprintf(label, sizeof(label), "adamw %.40s", name);
 	ferry_emit_op(p, m->compute, &c, layer, label);
@@ -308,9 +401,11 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 		p->t[p->n - 1].patch = FERRY_PATCH_ADAMW;
 	ferry_emit_record(p, m->compute, m->opt_updated[slot], layer);
 	ferry_emit_wait(p, m->opt_d2h, m->opt_updated[slot], layer);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 5; i++) {
+		if (i >= s.n_out && !(i == 4 && s.copy_out))
+			continue;
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_d2h, host[i], dev[i], bytes, FERRY_COPY_D2H, layer, label);
+		ferry_emit_copy(p, m->opt_d2h, s.host[i], s.dev[i], s.bytes[i], FERRY_COPY_D2H, layer, label);
 	}
 	ferry_emit_record(p, m->opt_d2h, m->opt_free[slot], layer);
 }
@@ -334,79 +429,35 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 			emit_streamed_slice(m, p, q, off, n, k % 2, layer);
 		}
 	}
-}
-
-/* Slice [off, off + n) of parameter q updated by a host thread: its
- * gradients to the host, the fused CPU AdamW there, the updated weights
- * (their bf16 bits, or the fp32 master) to the device's compute copy. */
-static void emit_cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int layer)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-	const size_t f32 = off * sizeof(float);
-	const char *name = m->tt.e[ix->param[q]].name;
-	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
-	char label[56];
-
-	snprintf(label, sizeof(label), "grad: %.40s", name);
-	ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), f32), at(entry(m, ix->grad[q]), f32),
-			n * sizeof(float), FERRY_COPY_D2H, layer, label);
-	ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
-	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
-	c.param = at(entry(m, ix->param[q]), f32);
-	c.out[0] = at(entry(m, ix->mom[q]), f32);
-	c.out[1] = at(entry(m, ix->var[q]), f32);
-	c.in[0] = at(entry(m, ix->host_grad[q]), f32);
-	c.param_copy = ix->host_copy[q] >= 0 ? at(entry(m, ix->host_copy[q]), off * m->asz) : NULL;
-	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
-	snprintf(label, sizeof(label), "cpu adamw %.40s", name);
-	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
-	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, layer);
-	ferry_emit_wait(p, m->opt_h2d, m->opt_host_done, layer);
-	snprintf(label, sizeof(label), "weights: %.40s", name);
-	ferry_emit_copy(p, m->opt_h2d, at(entry(m, ix->copy[q]), off * m->asz),
-			c.param_copy ? c.param_copy : c.param, n * m->asz, FERRY_COPY_H2D, layer, label);
-}
-
-/* AdamW on host threads, slice by slice, so one slice's transfers overlap
- * another's update; the compute stream waits for the last upload. */
-static void emit_update_cpu(ferry_model_t m, struct ferry_program *p)
-{
-	const size_t chunk = m->tt.ix.opt_chunk;
-
-	for (int q = 0; q < m->md->n_params; q++) {
-		struct ferry_param_info pi;
-
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
-			continue;
-		for (size_t off = 0; off < pi.numel; off += chunk) {
-			size_t n = pi.numel - off < chunk ? pi.numel - off : chunk;
-
-			emit_cpu_slice(m, p, q, off, n, pi.layers && pi.layer_numel == chunk ? (int)(off / chunk) : -1);
-		}
-	}
-	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
-	ferry_emit_wait(p, m->compute, m->opt_uploaded, -1);
+	if (m->tt.ix.params_offloaded) /* the next forward's weight loads (h2d) follow the write-backs */
+		for (int slot = 0; slot < 2; slot++)
+			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
 }
 
 ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)
 {
 	ferry_status st = FERRY_OK;
 
+	m->emit_speculative = k->kind == FERRY_PROG_BACKWARD && k->variant == FERRY_BACKWARD_SPECULATIVE;
 	switch (k->kind) {
 	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
 	case FERRY_PROG_NORM: emit_norm(m, p, k); break;
 	case FERRY_PROG_UPDATE:
 		if (m->tt.ix.opt_cpu)
-			emit_update_cpu(m, p);
+			ferry_emit_update_cpu(m, p, (enum ferry_update_variant)k->variant);
 		else if (m->tt.ix.opt_ring >= 0)
 			emit_update_streamed(m, p);
 		else
 			emit_update(m, p);
 		break;
-	case FERRY_PROG_ZERO:
-		ferry_emit_zero(p, m->compute, grads_base(m), m->tt.n_params * sizeof(float), -1,
-				"weight gradients");
+	case FERRY_PROG_ZERO: /* with --offload-params the layers' zero their ring slot */
+		if (m->tt.ix.params_offloaded)
+			ferry_emit_zero(p, m->compute, dev_grads(m),
+					m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes, -1, "unstacked weight gradients");
+		else
+			ferry_emit_zero(p, m->compute, grads_base(m), m->tt.n_params * sizeof(float), -1,
+					"weight gradients");
 		break;
 	}
 	if (!st && p->failed)
@@ -417,7 +468,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 static bool same_key(const struct ferry_prog_key *a, const struct ferry_prog_key *b)
 {
 	return a->kind == b->kind && a->B == b->B && a->T == b->T && a->for_backward == b->for_backward &&
-	       a->targets == b->targets && a->loss_later == b->loss_later;
+	       a->targets == b->targets && a->loss_later == b->loss_later && a->variant == b->variant;
 }
 
 static const char *prog_name(enum ferry_prog_kind k)

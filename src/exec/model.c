@@ -78,8 +78,56 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 
 /* Kernel and gradient addresses of every parameter; a tied one reads the
  * tensor it is tied to. */
+/* --offload-params: a stacked parameter's weights and gradient in ring
+ * slot 0, and where its layers are on the host. */
+static void bind_streamed(struct ferry_model *m, int p, const struct ferry_param_info *pi)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	struct ferry_weight_rings *r = &m->rings;
+	struct ferry_weight_stream *s = &r->s[r->n++];
+	char *w = entry(m, ix->wring);
+	float *g = entry(m, ix->gring);
+
+	m->wptr[p] = w ? w + ix->ring_off[p] * m->asz : NULL;
+	m->gptr[p] = g ? g + ix->ring_off[p] : NULL;
+	s->name = pi->name;
+	s->host = entry(m, ix->host_copy[p] >= 0 ? ix->host_copy[p] : ix->param[p]);
+	s->host_grad = entry(m, ix->grad[p]);
+	s->dev = m->wptr[p];
+	s->dev_grad = m->gptr[p];
+	s->numel = pi->layer_numel;
+}
+
+static void bind_offloaded(struct ferry_model *m)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	m->rings = (struct ferry_weight_rings){ .ring = ix->wring_slots, .grad_ring = ix->gring_slots,
+						.slot_numel = ix->ring_numel, .elem = m->asz,
+						.grad_slot0 = entry(m, ix->gring) };
+	for (int p = 0; p < m->md->n_params; p++) {
+		const struct ferry_param_decl *pd = &m->md->params[p];
+		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+			continue;
+		m->stride[p] = pi.layers ? pi.layer_numel : 0;
+		if (pi.layers && q == p) {
+			bind_streamed(m, p, &pi);
+			continue;
+		}
+		m->wptr[p] = entry(m, ix->copy[q]);
+		m->gptr[p] = entry(m, ix->dev_grad[q]);
+	}
+}
+
 static void bind_params(struct ferry_model *m)
 {
+	if (m->tt.ix.params_offloaded) {
+		bind_offloaded(m);
+		return;
+	}
 	for (int p = 0; p < m->md->n_params; p++) {
 		const struct ferry_param_decl *pd = &m->md->params[p];
 		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
@@ -94,7 +142,8 @@ static void bind_params(struct ferry_model *m)
 static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
-	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride };
+	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
+					 m->tt.ix.params_offloaded ? &m->rings : NULL };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -151,6 +200,18 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 	m->opt_grads_home = ferry_sched_event(&m->res, "gradient slice on the host");
 	m->opt_host_done = ferry_sched_event(&m->res, "slice updated on the host");
 	m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
+	m->opt_layer_grads = ferry_sched_event(&m->res, "a layer's gradients written");
+}
+
+/* --offload-params: the norm runs on the host, after every gradient has
+ * arrived there. */
+static void add_param_streams(struct ferry_model *m)
+{
+	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
+	m->opt_cpu_stream = ferry_sched_stream(&m->res, "cpu optimizer");
+	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
+	m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
+	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
 }
 
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
@@ -181,8 +242,12 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_optimizer_streams(m);
 	if (m->tt.ix.opt_cpu)
 		add_cpu_optimizer_streams(m);
+	if (m->tt.ix.params_offloaded)
+		add_param_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
+	if (m->tt.ix.opt_cpu) /* gradients to the host layer by layer */
+		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_cpu_update_after_layer, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -197,6 +262,9 @@ static ferry_status zero_state(struct ferry_model *m)
 	const int bufs[] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer, m->tt.ix.grads_buffer };
 	ferry_status st = FERRY_OK;
 
+	if (m->tt.ix.dev_grad_buffer >= 0 && m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes)
+		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
+					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
 		if (on_host(m, bufs[i]))
 			memset(buffer(m, bufs[i]), 0, n);
@@ -371,10 +439,35 @@ static ferry_status upload_copy(ferry_model_t m)
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+/* --offload-params: the host's bf16 copy the rings are filled from (none
+ * in fp32: they read the master), and the unstacked parameters' device
+ * copy, uploaded from it. */
+static ferry_status refresh_offloaded(ferry_model_t m)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const float *master = buffer(m, ix->params_buffer);
+	ferry_status st = FERRY_OK;
+
+	if (ix->host_copy_buffer >= 0) {
+		uint16_t *bits = buffer(m, ix->host_copy_buffer);
+
+		for (size_t i = 0; i < m->tt.n_params; i++)
+			bits[i] = ferry_st_f32_to_bf16(master[i]); /* as the CPU AdamW rounds */
+	}
+	for (int q = 0; q < m->md->n_params && !st; q++)
+		if (ix->copy[q] >= 0)
+			st = ferry_memcpy_async(compute(m), entry(m, ix->copy[q]),
+						entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+						m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D);
+	return st ? st : ferry_stream_synchronize(compute(m));
+}
+
 /* The compute copy from the master weights: a cast on the device, through
  * the optimizer ring's first slot when the master weights are on the host. */
 static ferry_status refresh_copy(ferry_model_t m)
 {
+	if (m->tt.ix.params_offloaded)
+		return refresh_offloaded(m);
 	if (m->tt.ix.opt_cpu)
 		return upload_copy(m);
 	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
@@ -414,8 +507,7 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
-	return copy_sync(m, grads, buffer(m, m->tt.ix.grads_buffer), m->tt.n_params * sizeof(float),
-			 FERRY_COPY_D2H);
+	return buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
@@ -457,7 +549,7 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
 				   bool for_backward, bool loss_later)
 {
-	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL, loss_later };
+	struct ferry_prog_key key = { FERRY_PROG_FORWARD, B, T, for_backward, targets != NULL, loss_later, 0 };
 	size_t N = (size_t)B * T;
 	ferry_status st;
 
@@ -563,7 +655,7 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 
 static ferry_status submit_backward(ferry_model_t m)
 {
-	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false };
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
 
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
@@ -585,21 +677,76 @@ ferry_status ferry_model_backward(ferry_model_t m)
 	return st ? st : ferry_host_tiers_io_status(m->tt.host_tiers);
 }
 
+static struct ferry_step_values step_values(const struct ferry_adamw *opt, int t)
+{
+	return (struct ferry_step_values){ opt->lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, 1.0f, t };
+}
+
+/* After a speculative backward: which update completes the step.  Early
+ * updates made with other values than the step's are redone too. */
+static enum ferry_update_variant speculation_outcome(const ferry_model_t m, const struct ferry_adamw *opt, int t,
+						     double norm)
+{
+	if (!isfinite(norm))
+		return FERRY_UPDATE_UNDO;
+	if ((opt->grad_clip > 0 && norm > opt->grad_clip) || t != m->spec_t ||
+	    memcmp(opt, &m->spec_opt, sizeof(*opt)))
+		return FERRY_UPDATE_REDO;
+	return FERRY_UPDATE_COMMIT;
+}
+
 /* After the gradient norm has reached the host: clips and submits AdamW
  * (asynchronously). */
 static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
 {
 	struct ferry_prog_key key = { .kind = FERRY_PROG_UPDATE };
-	struct ferry_step_values v = { opt->lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, 1.0f, t };
+	struct ferry_step_values v = step_values(opt, t);
 	double norm = sqrt(*m->host_sumsq);
+	ferry_status st;
 
 	if (gnorm)
 		*gnorm = (float)norm;
+	if (m->spec_pending) {
+		m->spec_pending = false;
+		key.variant = speculation_outcome(m, opt, t, norm);
+		m->spec_undone += key.variant != FERRY_UPDATE_COMMIT;
+		if (key.variant == FERRY_UPDATE_UNDO) { /* the state before the step, then the error */
+			if ((st = run(m, &key, &v)) || (st = sync_all(m)))
+				return st;
+		}
+	}
 	if (!isfinite(norm))
 		return ferry_error(FERRY_ERR_INVALID, "gradient norm is %f: training diverged", norm);
 	if (opt->grad_clip > 0 && norm > opt->grad_clip)
 		v.grad_scale = (float)(opt->grad_clip / norm);
 	return run(m, &key, &v);
+}
+
+void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
+{
+	out->pinned_bytes = m->mem.pool ? m->tt.pinned_bytes : 0;
+	out->pageable_bytes = m->tt.pageable_bytes + (m->mem.pool ? 0 : m->tt.pinned_bytes);
+	out->limit = m->tt.pinned_limit;
+	out->over_limit = m->tt.over_pinned_limit;
+	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
+}
+
+ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
+{
+	if (!m->tt.ix.speculative)
+		return ferry_error(FERRY_ERR_INVALID, "speculative updates need ferry_exec_opts.clip_order "
+				   "FERRY_CLIP_SPECULATIVE (with the optimizer on host threads)");
+	if (t < 1)
+		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	m->spec_opt = *opt;
+	m->spec_t = t;
+	m->spec_armed = true;
+	return FERRY_OK;
+}
+
+int ferry_model_speculation_undone(ferry_model_t m)
+{
+	return m->spec_undone;
 }
 
 ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
@@ -619,13 +766,35 @@ void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_P
 {
 	const struct ferry_prog_key k[FERRY_STEP_PROGRAMS] = {
 		{ .kind = FERRY_PROG_ZERO },
-		{ FERRY_PROG_FORWARD, B, T, true, true, true },
-		{ FERRY_PROG_BACKWARD, B, T, true, true, false },
-		{ FERRY_PROG_NORM, B, T, false, true, true },
+		{ FERRY_PROG_FORWARD, B, T, true, true, true, 0 },
+		{ FERRY_PROG_BACKWARD, B, T, true, true, false, 0 },
+		{ FERRY_PROG_NORM, B, T, false, true, true, 0 },
 		{ .kind = FERRY_PROG_UPDATE },
 	};
 
 	memcpy(keys, k, sizeof(k));
+}
+
+/* The backward of the step just submitted, with early updates when a
+ * speculative step was armed. */
+static ferry_status submit_step_backward(ferry_model_t m)
+{
+	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false,
+				      FERRY_BACKWARD_SPECULATIVE };
+	struct ferry_step_values v;
+	ferry_status st;
+
+	if (!m->spec_armed)
+		return submit_backward(m);
+	m->spec_armed = false;
+	if (!m->have_targets)
+		return ferry_error(FERRY_ERR_INVALID, "backward needs a forward pass with targets");
+	m->have_targets = false;
+	v = step_values(&m->spec_opt, m->spec_t);
+	if ((st = run(m, &key, &v)))
+		return st;
+	m->spec_pending = true;
+	return FERRY_OK;
 }
 
 ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B,
@@ -638,10 +807,11 @@ ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, con
 		return ferry_error(FERRY_ERR_INVALID, "a training step needs targets");
 	ferry_model_step_keys(B, T, keys);
 	if ((st = run(m, &keys[0], NULL)) || (st = submit_forward(m, inputs, targets, B, T, true, true)) ||
-	    (st = submit_backward(m)))
+	    (st = submit_step_backward(m)))
 		return st;
 	return run(m, &keys[3], NULL);
 }
+
 
 ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
 				     float *gnorm)

@@ -20,6 +20,17 @@ enum ferry_prog_kind {
 	FERRY_PROG_ZERO,     /* zero the weight gradients */
 };
 
+/* Variants of a program (ferry_prog_key.variant). */
+enum ferry_update_variant {   /* FERRY_PROG_UPDATE, AdamW on host threads */
+	FERRY_UPDATE_FULL,    /* every parameter (and every other placement's update) */
+	FERRY_UPDATE_COMMIT,  /* after a speculative backward that needs no clipping:
+				 the unstacked parameters */
+	FERRY_UPDATE_REDO,    /* after one that does: the layers' undone and updated
+				 again with the clipping scale, then the unstacked */
+	FERRY_UPDATE_UNDO,    /* after one whose norm is not finite: undone only */
+};
+enum { FERRY_BACKWARD_SPECULATIVE = 1 }; /* FERRY_PROG_BACKWARD: with early updates */
+
 struct ferry_prog_key {
 	enum ferry_prog_kind kind;
 	int B, T;
@@ -30,6 +41,7 @@ struct ferry_prog_key {
 	 * stream mid-step would queue behind the offload copies sharing the
 	 * copy engine and stall the compute stream until they drain) */
 	bool loss_later;
+	int variant;                  /* enum ferry_update_variant or ferry_backward_variant */
 };
 
 #define FERRY_PROG_CACHE 8
@@ -67,12 +79,33 @@ struct ferry_model {
 	/* AdamW on host threads (tt.ix.opt_cpu): its stream, and the events
 	 * "a slice's gradients are on the host", "updated", "all uploaded" */
 	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
+	/* --offload-params (tt.ix.params_offloaded): the rings the engine
+	 * streams the layers through, and the events "the unstacked
+	 * parameters' gradients are written", "every gradient is on the host",
+	 * "the norm is computed" */
+	struct ferry_weight_rings rings;
+	int stage_grads_done, all_grads_home, norm_done;
+	/* AdamW on host threads: "layer l's gradients written" (the d2h copy
+	 * waits for it); the speculative order's step (armed by
+	 * ferry_model_step_speculate, pending between submit and finish) */
+	int opt_layer_grads;
+	bool emit_speculative;        /* while a speculative backward is emitted */
+	bool spec_armed, spec_pending;
+	struct ferry_adamw spec_opt;
+	int spec_t;
+	int spec_undone;              /* speculative steps undone (redone or diverged) */
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
  * run them: zero, forward, backward, norm (and losses), update. */
 #define FERRY_STEP_PROGRAMS 5
 void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_PROGRAMS]);
+
+/* AdamW on host threads (cpu_update.c): the update program, and the hook
+ * the engine calls after each layer's backward (gradients to the host and,
+ * in a speculative backward, that layer's early update). */
+void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant);
+void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int layer);
 
 /* Builds the model's tensor table, and with a backend allocates it and
  * creates streams and events (be NULL: a dry build). */

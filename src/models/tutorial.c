@@ -49,7 +49,32 @@ struct ferry_tutorial {
 	size_t stride[N_PARAMS];
 	struct ferry_layer_exec *layers;
 	double *host_loss;
+	/* --offload-params: w1, w2 and their gradients on the host, a weight
+	 * ring and a gradient ring on the device */
+	bool offload;
+	float *host_w, *host_grads;
+	ferry_buffer_t wring, gring;
+	struct ferry_weight_rings rings;
 };
+
+/* --offload-params: slots of the weight ring, and floats per slot (one
+ * layer of w1 and of w2). */
+static int ring_slots(const struct ferry_tutorial_config *cfg, const struct ferry_exec_opts *o)
+{
+	int depth = o && o->param_prefetch ? o->param_prefetch : 1;
+
+	return depth + 1 < cfg->layers ? depth + 1 : cfg->layers;
+}
+
+static size_t slot_floats(const struct ferry_tutorial_config *cfg)
+{
+	return 2 * (size_t)4 * cfg->channels * cfg->channels;
+}
+
+static bool offloads_params(const struct ferry_exec_opts *o)
+{
+	return o && o->offload_params;
+}
 
 size_t ferry_tutorial_weight_floats(const struct ferry_tutorial_config *cfg)
 {
@@ -127,6 +152,19 @@ static ferry_status stack_storage(const struct ferry_stack_plan *sp, struct ferr
 	return st;
 }
 
+/* Parameter offloading here covers the gradient computation in fp32 (the
+ * tutorial's second example); SGD in place would need the host's update. */
+static ferry_status check_offload(const struct ferry_tutorial_config *cfg, const struct ferry_exec_opts *o)
+{
+	if (cfg->train || (o->act_dtype != FERRY_F32))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "tutorial network: parameter offloading is built for the "
+				   "gradient computation in fp32 (the tutorial's example), not training or %s",
+				   ferry_dtype_name(o->act_dtype));
+	if (o->param_prefetch < 0 || o->param_prefetch > 64)
+		return ferry_error(FERRY_ERR_INVALID, "--param-prefetch %d: from 1 to 64 layers", o->param_prefetch);
+	return FERRY_OK;
+}
+
 ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 				 const struct ferry_exec_opts *opts, struct ferry_plan *plan)
 {
@@ -144,13 +182,24 @@ ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 	plan->B = 1;
 	plan->T = cfg->rows;
 	/* in the order ferry_tutorial_create allocates them */
-	ferry_plan_add_buffer(plan, "w1, w2", cfg->train ? FERRY_BUF_DONATED : FERRY_BUF_ARGUMENT,
-			      FERRY_TK_WEIGHT, 2 * wbytes);
-	if (opts && opts->act_dtype != FERRY_F32)
-		ferry_plan_add_buffer(plan, "w1, w2 (compute copy)", FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
-				      2 * ferry_tutorial_weight_floats(cfg) * ferry_dtype_size(opts->act_dtype));
-	ferry_plan_add_buffer(plan, "dw1, dw2", cfg->train ? FERRY_BUF_TEMP : FERRY_BUF_OUTPUT,
-			      FERRY_TK_GRAD, 2 * wbytes);
+	if (offloads_params(opts)) {
+		if ((st = check_offload(cfg, opts)))
+			return st;
+		plan->param_ring_slots = ring_slots(cfg, opts);
+		ferry_plan_add_buffer(plan, "weight ring", FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+				      (size_t)plan->param_ring_slots * slot_floats(cfg) * sizeof(float));
+		ferry_plan_add_buffer(plan, "gradient ring", FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				      2 * slot_floats(cfg) * sizeof(float));
+		plan->mem.host_kind_bytes[FERRY_TK_WEIGHT] = plan->mem.host_kind_bytes[FERRY_TK_GRAD] = 2 * wbytes;
+	} else {
+		ferry_plan_add_buffer(plan, "w1, w2", cfg->train ? FERRY_BUF_DONATED : FERRY_BUF_ARGUMENT,
+				      FERRY_TK_WEIGHT, 2 * wbytes);
+		if (opts && opts->act_dtype != FERRY_F32)
+			ferry_plan_add_buffer(plan, "w1, w2 (compute copy)", FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+					      2 * ferry_tutorial_weight_floats(cfg) * ferry_dtype_size(opts->act_dtype));
+		ferry_plan_add_buffer(plan, "dw1, dw2", cfg->train ? FERRY_BUF_TEMP : FERRY_BUF_OUTPUT,
+				      FERRY_TK_GRAD, 2 * wbytes);
+	}
 	ferry_plan_add_buffer(plan, "input", FERRY_BUF_ARGUMENT, FERRY_TK_BATCH,
 			      (size_t)cfg->rows * cfg->channels * sizeof(float));
 	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, FERRY_TK_LOSS, sizeof(double));
@@ -179,6 +228,10 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 	ferry_buffer_free(t->grads);
 	ferry_buffer_free(t->wcopy);
 	ferry_buffer_free(t->w);
+	ferry_buffer_free(t->wring);
+	ferry_buffer_free(t->gring);
+	ferry_host_free(t->be, t->host_w);
+	ferry_host_free(t->be, t->host_grads);
 	ferry_host_free(t->be, t->host_loss);
 	ferry_free(t);
 }
@@ -214,11 +267,61 @@ static ferry_status emit_grad(ferry_tutorial_t t, struct ferry_program *p, int s
 	c.n = (long)n;
 	c.scalar[0] = 1.0f;
 	ferry_emit_op(p, s, &c, -1, "d layer_output");
-	ferry_emit_zero(p, s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float), -1, "dw1, dw2");
+	if (!t->offload) /* else each layer's gradient slot is zeroed before its backward */
+		ferry_emit_zero(p, s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float), -1, "dw1, dw2");
 	if ((st = ferry_layer_exec_backward(t->layers, p, 1, t->cfg.rows)))
 		return st;
 	ferry_emit_copy(p, s, t->host_loss, ferry_buffer_ptr(t->loss), sizeof(double), FERRY_COPY_D2H, -1, "loss");
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "tutorial network: out of host memory") : FERRY_OK;
+}
+
+/* w1, w2 (and their compute copy) and the gradients on the device. */
+static ferry_status alloc_resident(ferry_tutorial_t t)
+{
+	ferry_status st;
+
+	if ((st = ferry_buffer_alloc(t->be, 2 * t->wfloats * sizeof(float), &t->w)) ||
+	    (t->act != FERRY_F32 &&
+	     (st = ferry_buffer_alloc(t->be, 2 * t->wfloats * ferry_dtype_size(t->act), &t->wcopy))) ||
+	    (st = ferry_buffer_alloc(t->be, 2 * t->wfloats * sizeof(float), &t->grads)))
+		return st;
+	for (int p = 0; p < N_PARAMS; p++) {
+		t->master[p] = (float *)ferry_buffer_ptr(t->w) + p * t->wfloats;
+		t->base[p] = t->wcopy ? (char *)ferry_buffer_ptr(t->wcopy) + p * t->wfloats * ferry_dtype_size(t->act)
+				      : (void *)t->master[p];
+		t->grad_base[p] = (float *)ferry_buffer_ptr(t->grads) + p * t->wfloats;
+		t->stride[p] = t->wfloats / t->cfg.layers;
+	}
+	return FERRY_OK;
+}
+
+/* --offload-params: w1, w2 and their gradients on the host; on the device
+ * a ring of layers of both and a two-slot gradient ring. */
+static ferry_status alloc_offloaded(ferry_tutorial_t t, const struct ferry_exec_opts *o)
+{
+	const size_t layer = t->wfloats / t->cfg.layers, S = slot_floats(&t->cfg);
+	struct ferry_weight_rings *r = &t->rings;
+	ferry_status st;
+
+	*r = (struct ferry_weight_rings){ .ring = ring_slots(&t->cfg, o), .grad_ring = t->cfg.layers < 2 ? 1 : 2,
+					  .slot_numel = S, .elem = sizeof(float), .n = N_PARAMS };
+	if ((st = ferry_buffer_alloc(t->be, (size_t)r->ring * S * sizeof(float), &t->wring)) ||
+	    (st = ferry_buffer_alloc(t->be, 2 * S * sizeof(float), &t->gring)) ||
+	    (st = ferry_host_alloc(t->be, 2 * t->wfloats * sizeof(float), (void **)&t->host_w)) ||
+	    (st = ferry_host_alloc(t->be, 2 * t->wfloats * sizeof(float), (void **)&t->host_grads)))
+		return st;
+	r->grad_slot0 = ferry_buffer_ptr(t->gring);
+	for (int p = 0; p < N_PARAMS; p++) {
+		struct ferry_weight_stream *w = &r->s[p];
+
+		t->master[p] = t->host_w + p * t->wfloats;
+		t->base[p] = (float *)ferry_buffer_ptr(t->wring) + p * layer;
+		t->grad_base[p] = (float *)ferry_buffer_ptr(t->gring) + p * layer;
+		t->stride[p] = layer;
+		*w = (struct ferry_weight_stream){ p == W1 ? "w1" : "w2", t->master[p], t->host_grads + p * t->wfloats,
+						   t->base[p], t->grad_base[p], layer };
+	}
+	return FERRY_OK;
 }
 
 ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutorial_config *cfg,
@@ -242,23 +345,15 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	t->wfloats = ferry_tutorial_weight_floats(cfg);
 	t->act = o.act_dtype;
 	ferry_program_init(&t->grad, "gradient");
-	if ((st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->w)) ||
-	    (t->act != FERRY_F32 &&
-	     (st = ferry_buffer_alloc(be, 2 * t->wfloats * ferry_dtype_size(t->act), &t->wcopy))) ||
-	    (st = ferry_buffer_alloc(be, 2 * t->wfloats * sizeof(float), &t->grads)) ||
-	    (st = ferry_buffer_alloc(be, (size_t)cfg->rows * cfg->channels * sizeof(float), &t->input)) ||
+	t->offload = offloads_params(&o);
+	if (t->offload ? (st = check_offload(cfg, &o)) || (st = alloc_offloaded(t, &o)) : (st = alloc_resident(t)))
+		goto fail;
+	if ((st = ferry_buffer_alloc(be, (size_t)cfg->rows * cfg->channels * sizeof(float), &t->input)) ||
 	    (st = ferry_buffer_alloc(be, sizeof(double), &t->loss)) ||
 	    (st = ferry_host_alloc(be, sizeof(double), (void **)&t->host_loss)))
 		goto fail;
-	for (int p = 0; p < N_PARAMS; p++) {
-		t->master[p] = (float *)ferry_buffer_ptr(t->w) + p * t->wfloats;
-		t->base[p] = t->wcopy ? (char *)ferry_buffer_ptr(t->wcopy) + p * t->wfloats * ferry_dtype_size(t->act)
-				      : (void *)t->master[p];
-		t->grad_base[p] = (float *)ferry_buffer_ptr(t->grads) + p * t->wfloats;
-		t->stride[p] = t->wfloats / cfg->layers;
-	}
 	{
-		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride };
+		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, t->offload ? &t->rings : NULL };
 
 		int compute = ferry_sched_stream(&t->res, "compute");
 
@@ -303,9 +398,14 @@ ferry_status ferry_tutorial_set(ferry_tutorial_t t, const float *w1, const float
 	size_t wb = t->wfloats * sizeof(float);
 	ferry_status st;
 
-	if ((st = sync_copy(t, t->master[W1], w1, wb, FERRY_COPY_H2D)) ||
-	    (st = sync_copy(t, t->master[W2], w2, wb, FERRY_COPY_H2D)) || (st = cast(t, t->wcopy, t->w, 2 * t->wfloats)))
+	if (t->offload) { /* host memory */
+		memcpy(t->master[W1], w1, wb);
+		memcpy(t->master[W2], w2, wb);
+	} else if ((st = sync_copy(t, t->master[W1], w1, wb, FERRY_COPY_H2D)) ||
+		   (st = sync_copy(t, t->master[W2], w2, wb, FERRY_COPY_H2D)) ||
+		   (st = cast(t, t->wcopy, t->w, 2 * t->wfloats))) {
 		return st;
+	}
 	return sync_copy(t, ferry_buffer_ptr(t->input), x,
 			 (size_t)t->cfg.rows * t->cfg.channels * sizeof(float), FERRY_COPY_H2D);
 }
@@ -313,16 +413,28 @@ ferry_status ferry_tutorial_set(ferry_tutorial_t t, const float *w1, const float
 ferry_status ferry_tutorial_get_grads(ferry_tutorial_t t, float *dw1, float *dw2)
 {
 	size_t wb = t->wfloats * sizeof(float);
-	ferry_status st = sync_copy(t, dw1, t->grad_base[W1], wb, FERRY_COPY_D2H);
+	ferry_status st;
 
+	if (t->offload) { /* on the host once every stream has drained (ferry_tutorial_grad) */
+		memcpy(dw1, t->host_grads, wb);
+		memcpy(dw2, t->host_grads + t->wfloats, wb);
+		return FERRY_OK;
+	}
+	st = sync_copy(t, dw1, t->grad_base[W1], wb, FERRY_COPY_D2H);
 	return st ? st : sync_copy(t, dw2, t->grad_base[W2], wb, FERRY_COPY_D2H);
 }
 
 ferry_status ferry_tutorial_get_weights(ferry_tutorial_t t, float *w1, float *w2)
 {
 	size_t wb = t->wfloats * sizeof(float);
-	ferry_status st = sync_copy(t, w1, t->master[W1], wb, FERRY_COPY_D2H);
+	ferry_status st;
 
+	if (t->offload) {
+		memcpy(w1, t->master[W1], wb);
+		memcpy(w2, t->master[W2], wb);
+		return FERRY_OK;
+	}
+	st = sync_copy(t, w1, t->master[W1], wb, FERRY_COPY_D2H);
 	return st ? st : sync_copy(t, w2, t->master[W2], wb, FERRY_COPY_D2H);
 }
 
@@ -330,8 +442,8 @@ ferry_status ferry_tutorial_grad(ferry_tutorial_t t, double *loss)
 {
 	ferry_status st = ferry_program_submit(&t->grad, &t->rt, NULL);
 
-	if (!st)
-		st = ferry_stream_synchronize(t->s);
+	for (int i = 0; i < t->rt.n_streams && !st; i++) /* the gradients' copies too */
+		st = ferry_stream_synchronize(t->rt.stream[i]);
 	if (!st && loss)
 		*loss = *t->host_loss;
 	return st;
@@ -342,6 +454,8 @@ ferry_status ferry_tutorial_sgd(ferry_tutorial_t t, float lr)
 	struct ferry_op_call c;
 	ferry_status st;
 
+	if (t->offload)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "tutorial network: SGD with the parameters offloaded");
 	memset(&c, 0, sizeof(c));
 	c.kind = FERRY_OP_SGD;
 	c.param = ferry_buffer_ptr(t->w);

@@ -43,6 +43,14 @@ struct ferry_layer_exec {
 	int produced;
 	int d2h_done[FERRY_LAYER_MAX_TENSORS * 65]; /* [t * ring + slot] */
 	int bwd_done[65], prefetch_ready[65];       /* [slot]; ring <= depth + 1 <= 65 */
+
+	/* parameter streaming (weights.rings): per weight slot "loaded" and
+	 * "read for the last time", per gradient slot "written", "copied out" */
+	bool wstream;
+	struct ferry_weight_rings wr;
+	int w_ready[FERRY_WEIGHT_RING_MAX], w_free[FERRY_WEIGHT_RING_MAX];
+	int g_done[2], g_free[2];
+	struct ferry_layer_hook hook;
 };
 
 static bool offloads(const struct ferry_layer_exec *ex)
@@ -92,6 +100,25 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 	ferry_free(ex);
 }
 
+/* The events that order the weight and gradient rings' copies. */
+static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
+{
+	char name[40];
+
+	for (int s = 0; s < ex->wr.ring; s++) {
+		snprintf(name, sizeof(name), "weights loaded [%d]", s);
+		ex->w_ready[s] = ferry_sched_event(res, name);
+		snprintf(name, sizeof(name), "weights read [%d]", s);
+		ex->w_free[s] = ferry_sched_event(res, name);
+	}
+	for (int s = 0; s < ex->wr.grad_ring; s++) {
+		snprintf(name, sizeof(name), "weight gradients written [%d]", s);
+		ex->g_done[s] = ferry_sched_event(res, name);
+		snprintf(name, sizeof(name), "weight gradients copied out [%d]", s);
+		ex->g_free[s] = ferry_sched_event(res, name);
+	}
+}
+
 /* The copy streams and the events offloading orders its copies with. */
 static ferry_status register_offload(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
 {
@@ -100,6 +127,10 @@ static ferry_status register_offload(struct ferry_layer_exec *ex, struct ferry_s
 
 	ex->d2h = ferry_sched_stream(res, "d2h");
 	ex->h2d = ferry_sched_stream(res, "h2d");
+	if (ex->wstream)
+		register_weight_rings(ex, res);
+	if (!offloads(ex))
+		return res->failed ? ferry_error(FERRY_ERR_NOMEM, "offload engine: out of host memory") : FERRY_OK;
 	ex->produced = ferry_sched_event(res, "produced");
 	for (int t = 0; t < sp->n_tensors; t++)
 		for (int s = 0; s < sp->ring && (sp->offloaded & (1u << t)); s++) {
@@ -144,7 +175,18 @@ ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int comp
 	ex->sp = *plan;
 	ex->mem = *storage;
 	ex->compute = compute;
-	if (offloads(ex))
+	if (weights->rings) {
+		if (weights->rings->ring < 1 || weights->rings->ring > FERRY_WEIGHT_RING_MAX ||
+		    weights->rings->grad_ring < 1 || weights->rings->grad_ring > 2) {
+			ferry_layer_exec_free(ex);
+			return ferry_error(FERRY_ERR_INVALID, "weight ring of %d slots: from 1 to %d",
+					   weights->rings->ring, FERRY_WEIGHT_RING_MAX);
+		}
+		ex->wstream = true;
+		ex->wr = *weights->rings;
+		ex->weights.rings = &ex->wr;
+	}
+	if (offloads(ex) || ex->wstream)
 		st = register_offload(ex, res);
 	if (st) {
 		ferry_layer_exec_free(ex);
@@ -191,9 +233,70 @@ const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex)
 /* Element offset of parameter w of layer l, for a call whose view of the
  * weight slot has `view` elements. */
 static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weight_ref w, int l,
-			    size_t view)
+			    size_t view, bool grad)
 {
-	return (size_t)l * ex->weights.layer_stride[w.param] + (size_t)w.block * view;
+	size_t layer = (size_t)l * ex->weights.layer_stride[w.param];
+
+	if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
+		layer = (size_t)(l % (grad ? ex->wr.grad_ring : ex->wr.ring)) * ex->wr.slot_numel;
+	return layer + (size_t)w.block * view;
+}
+
+/* base + bytes, or NULL in a dry build. */
+static void *at(const void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+/* Layer l's weights into slot l % ring, once the slot's last reader is
+ * done (the h2d stream's order then also follows the update before it). */
+static void weights_in(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
+{
+	const struct ferry_weight_rings *wr = &ex->wr;
+	int slot = l % wr->ring;
+	char label[56];
+
+	ferry_emit_wait(p, ex->h2d, ex->w_free[slot], l);
+	for (int i = 0; i < wr->n; i++) {
+		const struct ferry_weight_stream *s = &wr->s[i];
+		size_t bytes = s->numel * wr->elem;
+
+		snprintf(label, sizeof(label), "weights: %.40s", s->name);
+		ferry_emit_copy(p, ex->h2d, at(s->dev, (size_t)slot * wr->slot_numel * wr->elem),
+				at(s->host, (size_t)l * bytes), bytes, FERRY_COPY_H2D, l, label);
+	}
+	ferry_emit_record(p, ex->h2d, ex->w_ready[slot], l);
+}
+
+/* Layer l's weight gradients to the host as soon as its backward is done. */
+static void grads_out(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
+{
+	const struct ferry_weight_rings *wr = &ex->wr;
+	int slot = l % wr->grad_ring;
+	char label[56];
+
+	ferry_emit_record(p, ex->compute, ex->g_done[slot], l);
+	ferry_emit_wait(p, ex->d2h, ex->g_done[slot], l);
+	for (int i = 0; i < wr->n; i++) {
+		const struct ferry_weight_stream *s = &wr->s[i];
+
+		snprintf(label, sizeof(label), "grad: %.40s", s->name);
+		ferry_emit_copy(p, ex->d2h, at(s->host_grad, (size_t)l * s->numel * sizeof(float)),
+				at(s->dev_grad, (size_t)slot * wr->slot_numel * sizeof(float)), s->numel * sizeof(float),
+				FERRY_COPY_D2H, l, label);
+	}
+	ferry_emit_record(p, ex->d2h, ex->g_free[slot], l);
+}
+
+/* Before layer l's backward: its gradient slot, free again, from zero
+ * (the layer's ops accumulate into it). */
+static void grads_slot_ready(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
+{
+	int slot = l % ex->wr.grad_ring;
+
+	ferry_emit_wait(p, ex->compute, ex->g_free[slot], l);
+	ferry_emit_zero(p, ex->compute, at(ex->wr.grad_slot0, (size_t)slot * ex->wr.slot_numel * sizeof(float)),
+			ex->wr.slot_numel * sizeof(float), l, "weight gradient slot");
 }
 
 /* The batch's dimensions: the created ones with B and T replaced. */
@@ -226,7 +329,7 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 		if (op->w[i].param >= 0)
 			c->w[i] = !ex->weights.base[op->w[i].param] ? NULL :
 				  (const char *)ex->weights.base[op->w[i].param] +
-				  weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i)) * asz;
+				  weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i), false) * asz;
 }
 
 /* The tensor and layer an output of layer l is stored as, if it is
@@ -282,7 +385,11 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 				   B, T, ex->B, ex->T);
 	if (offload && ex->sp.input_offloaded)
 		copy_out(ex, p, decl->input, 0, tensor_bytes(ex, decl->input, B, T));
+	for (int l = 0; ex->wstream && l < ex->wr.ring; l++)
+		weights_in(ex, p, l);
 	for (int l = 0; l < ex->L; l++) {
+		if (ex->wstream)
+			ferry_emit_wait(p, ex->compute, ex->w_ready[l % ex->wr.ring], l);
 		for (int o = 0; o < decl->n_ops; o++) {
 			const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
 			int t, tl;
@@ -296,6 +403,11 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 			for (int i = 0; offload && i < info->n_out; i++)
 				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl))
 					copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
+		}
+		if (ex->wstream) {
+			ferry_emit_record(p, ex->compute, ex->w_free[l % ex->wr.ring], l);
+			if (l + ex->wr.ring < ex->L)
+				weights_in(ex, p, l + ex->wr.ring);
 		}
 	}
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
@@ -386,11 +498,21 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 		for (int i = 0; i < info->n_w; i++)
 			if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
 				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
-					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i));
+					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i), true);
 		ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, true, label, sizeof(label)));
 	}
 	ferry_emit_grads_done(p, ex->compute, l);
 	ex->io_cur = !io_out; /* this layer's input gradient feeds layer l-1 */
+}
+
+void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook)
+{
+	ex->hook = hook ? *hook : (struct ferry_layer_hook){ 0 };
+}
+
+static int slot_w(const struct ferry_layer_exec *ex, int l)
+{
+	return l % ex->wr.ring;
 }
 
 ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T)
@@ -411,12 +533,24 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 		for (int t = 0; offload && resident(ex, l) && t < ex->sp.n_tensors; t++)
 			if (ex->sp.offloaded & (1u << t))
 				ferry_emit_wait(p, ex->compute, d2h_event(ex, t, l), l);
+		if (ex->wstream && l < ex->L - ex->wr.ring) /* else still there from the forward */
+			ferry_emit_wait(p, ex->compute, ex->w_ready[slot_w(ex, l)], l);
+		if (ex->wstream)
+			grads_slot_ready(ex, p, l);
 		backward_layer(ex, p, l, B, T);
+		if (ex->wstream) {
+			ferry_emit_record(p, ex->compute, ex->w_free[slot_w(ex, l)], l);
+			grads_out(ex, p, l);
+			if (l - ex->wr.ring >= 0)
+				weights_in(ex, p, l - ex->wr.ring);
+		}
 		if (offload) {
 			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);
 			if (l - depth - 1 >= 0)
 				prefetch(ex, p, l - depth - 1, B, T);
 		}
+		if (ex->hook.after_layer)
+			ex->hook.after_layer(ex->hook.ctx, p, l);
 	}
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
 }

@@ -22,6 +22,34 @@ struct ferry_weight_table {
 	void *const *base;
 	float *const *grad_base;
 	const size_t *layer_stride;
+	struct ferry_weight_rings *rings; /* NULL: every layer's weights resident */
+};
+
+/* Parameter streaming (--offload-params): a stacked parameter p (one with
+ * a layer_stride) of layer l is at base[p] + (l % ring) * slot_numel
+ * elements, and its gradient at grad_base[p] + (l % grad_ring) *
+ * slot_numel.  Weights come from the host `prefetch` layers ahead, in
+ * forward and again in backward (the last `ring` layers of the forward
+ * stay for the backward); each layer's gradients go to the host as soon as
+ * its backward is done. */
+struct ferry_weight_stream {
+	const char *name;
+	const void *host;     /* layer 0's weights (kernel type); layer l at + l * bytes */
+	float *host_grad;     /* layer 0's gradient; layer l at + l * numel */
+	void *dev;            /* the weights in ring slot 0 */
+	float *dev_grad;      /* the gradient in ring slot 0 */
+	size_t numel;         /* one layer's elements */
+};
+
+#define FERRY_WEIGHT_RING_MAX 65
+
+struct ferry_weight_rings {
+	int ring, grad_ring;  /* slots */
+	size_t slot_numel;    /* elements between slots */
+	size_t elem;          /* bytes per weight element */
+	float *grad_slot0;    /* the gradient ring's first slot (zeroed per layer) */
+	int n;
+	struct ferry_weight_stream s[24];
 };
 
 /* Where the stack's activations live: device slots of tensor t (as the
@@ -64,6 +92,16 @@ const void *ferry_layer_exec_input_grad(struct ferry_layer_exec *ex);
  * for_backward, offloaded tensors are copied out for a backward pass. */
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward) FERRY_MUST_CHECK;
+/* Called as the backward pass is emitted, after layer l's weight
+ * gradients are complete on the compute stream (with weight rings, after
+ * their copies to the host are queued on the "d2h" stream): the caller may
+ * emit tasks that start on them (the CPU optimizer's early updates). */
+struct ferry_layer_hook {
+	void (*after_layer)(void *ctx, struct ferry_program *p, int layer);
+	void *ctx;
+};
+void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook);
+
 /* Emits the backward pass (after a forward with for_backward); weight
  * gradients accumulate into the weight table's grad_base; after each
  * layer, a "gradients complete" marker. */

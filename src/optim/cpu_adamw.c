@@ -56,16 +56,21 @@
 #define PAGE_ELEMS 1024L  /* a chunk is a multiple of this: 4 KiB of fp32 */
 #define MIN_CHUNK 32768L  /* smaller chunks cost more in fork/join than they save */
 
+struct adamw_job;
+typedef void (*adamw_range_fn_ptr)(const struct adamw_job *j, long lo, long hi);
+
 /* One call's pointers and per-call constants. */
 struct adamw_job {
 	float *param, *m, *v;
 	const float *grad;
 	const float *src; /* init only: param's initial values, or NULL */
 	uint16_t *pbf;
+	float *save[3];      /* undo copies of param, m, v, or NULL */
+	adamw_range_fn_ptr inner; /* with save: the path that updates a block */
 	float lr, b1, b2, omb1, omb2, eps, wd, gs, ibc1, ibc2;
 };
 
-typedef void (*adamw_range_fn)(const struct adamw_job *j, long lo, long hi);
+typedef adamw_range_fn_ptr adamw_range_fn;
 
 /* Both results computed, then one picked: no branch, so compilers
  * vectorise the portable loop with the copy too. */
@@ -217,6 +222,36 @@ __attribute__((target("avx2"))) static void range_avx2(const struct adamw_job *j
 	range_scalar(j, i, hi);
 }
 #endif /* ADAMW_X86 */
+
+/* ---- an undo copy ------------------------------------------------------ */
+
+#define SAVE_BLOCK 4096L /* 16 KiB per array: the block is still in cache when it is updated */
+
+/* Copies each block's param, m and v before the path updates it. */
+static void range_saving(const struct adamw_job *j, long lo, long hi)
+{
+	for (long b = lo; b < hi; b += SAVE_BLOCK) {
+		const long e = b + SAVE_BLOCK < hi ? b + SAVE_BLOCK : hi;
+		const size_t bytes = (size_t)(e - b) * sizeof(float);
+
+		memcpy(j->save[0] + b, j->param + b, bytes);
+		memcpy(j->save[1] + b, j->m + b, bytes);
+		memcpy(j->save[2] + b, j->v + b, bytes);
+		j->inner(j, b, e);
+	}
+}
+
+static void range_restore(const struct adamw_job *j, long lo, long hi)
+{
+	const size_t bytes = (size_t)(hi - lo) * sizeof(float);
+
+	memcpy(j->param + lo, j->save[0] + lo, bytes);
+	memcpy(j->m + lo, j->save[1] + lo, bytes);
+	memcpy(j->v + lo, j->save[2] + lo, bytes);
+	if (j->pbf)
+		for (long i = lo; i < hi; i++)
+			j->pbf[i] = bf16_rne(j->param[i]);
+}
 
 /* ---- choosing a path ------------------------------------------------- */
 
@@ -377,15 +412,34 @@ ferry_status ferry_cpu_adamw_step(const struct ferry_cpu_adamw_args *a)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "cpu adamw: this CPU lacks %s (best here: %s)",
 				   ferry_cpu_isa_name(isa), ferry_cpu_isa_name(ferry_cpu_isa_best()));
 
+	if ((a->save_param || a->save_m || a->save_v) && a->n > 0 && (!a->save_param || !a->save_m || !a->save_v))
+		return ferry_error(FERRY_ERR_INVALID, "cpu adamw: an undo copy needs all three arrays");
 	const struct adamw_job j = {
 		.param = a->param, .m = a->m, .v = a->v, .grad = a->grad, .pbf = a->param_bf16,
+		.save = { a->save_param, a->save_m, a->save_v }, .inner = range_for(isa),
 		.lr = a->lr, .b1 = a->beta1, .b2 = a->beta2,
 		.omb1 = 1.0f - a->beta1, .omb2 = 1.0f - a->beta2,
 		.eps = a->eps, .wd = a->weight_decay, .gs = a->grad_scale,
 		.ibc1 = (float)(1.0 / (1.0 - pow(a->beta1, a->step))),
 		.ibc2 = (float)(1.0 / (1.0 - pow(a->beta2, a->step))),
 	};
-	run_chunks(range_for(isa), &j, a->n, threads_of(a));
+	run_chunks(a->save_param ? range_saving : range_for(isa), &j, a->n, threads_of(a));
+	return FERRY_OK;
+}
+
+ferry_status ferry_cpu_adamw_restore(const struct ferry_cpu_adamw_args *a)
+{
+	ferry_status st = check_args(a, "cpu adamw restore");
+
+	if (st)
+		return st;
+	if (a->n > 0 && (!a->save_param || !a->save_m || !a->save_v))
+		return ferry_error(FERRY_ERR_INVALID, "cpu adamw restore: no undo copy");
+	const struct adamw_job j = {
+		.param = a->param, .m = a->m, .v = a->v, .pbf = a->param_bf16,
+		.save = { a->save_param, a->save_m, a->save_v },
+	};
+	run_chunks(range_restore, &j, a->n, threads_of(a));
 	return FERRY_OK;
 }
 

@@ -48,6 +48,9 @@ struct ferry_cpu_adamw_args {
 	float *m, *v;          /* [n] first and second moments, updated in place */
 	const float *grad;     /* [n] the gradient, read only */
 	uint16_t *param_bf16;  /* [n] or NULL: bf16 bits of the updated param */
+	float *save_param, *save_m, *save_v; /* [n] each, or all NULL: the values
+				before the step, copied there block by block just
+				before the block is updated (an undo copy) */
 	long n;                /* elements; 0 does nothing */
 	float lr, beta1, beta2, eps, weight_decay;
 	float grad_scale;      /* grad is multiplied by it first (clipping); 1 = none */
@@ -63,6 +66,11 @@ struct ferry_cpu_adamw_args {
  * AUTO) is not available on this CPU, or the variable names no path.
  * Nothing is written on error. */
 FERRY_MUST_CHECK ferry_status ferry_cpu_adamw_step(const struct ferry_cpu_adamw_args *a);
+
+/* Undoes a step that saved its inputs: param, m, v = the saved values
+ * (and param_bf16, when not NULL, = their bf16 bits).  Uses param, m, v,
+ * param_bf16, the save arrays, n and threads of a. */
+FERRY_MUST_CHECK ferry_status ferry_cpu_adamw_restore(const struct ferry_cpu_adamw_args *a);
 
 /* First touch: m = v = 0, param = param_src (when param_src is not NULL
  * and not param itself; it may not otherwise overlap), param_bf16 (when

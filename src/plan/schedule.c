@@ -2,6 +2,7 @@
 #include "plan/schedule.h"
 #include "plan/trace.h"
 #include "optim/cpu_adamw.h"
+#include "ops/cpu/kernels.h"
 #include "backend/run_op.h"
 #include "tier/nvme_file.h"
 #include "core/error.h"
@@ -177,6 +178,29 @@ void ferry_emit_file(struct ferry_program *p, int stream, struct ferry_nvme_file
 	ferry_program_add(p, &t);
 }
 
+void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			     const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_HOST, stream, layer, label);
+
+	t.call = *c;
+	t.host_job = FERRY_HOST_RESTORE;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
+				 const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_HOST, stream, -1, label);
+
+	t.host_job = FERRY_HOST_SUM_SQUARES;
+	t.call.kind = FERRY_OP_SUM_SQUARES;
+	t.call.in[0] = x;
+	t.call.n = n;
+	t.call.result = result;
+	ferry_program_add(p, &t);
+}
+
 ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
 					struct ferry_sched_runtime *rt)
 {
@@ -221,7 +245,7 @@ static struct ferry_op_call patched(const struct ferry_task *t, const struct fer
 	c.scalar[2] = v->beta2;
 	c.scalar[3] = v->eps;
 	c.scalar[4] = t->call.scalar[4] * v->weight_decay;
-	c.scalar[5] = v->grad_scale;
+	c.scalar[5] = t->patch == FERRY_PATCH_ADAMW_UNCLIPPED ? 1.0f : v->grad_scale;
 	c.step = v->step;
 	return c;
 }
@@ -239,18 +263,27 @@ static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sch
 	return ferry_stream_run_op(rt->stream[t->stream], &c);
 }
 
-/* A host task's AdamW: the fused CPU kernel on host memory. */
-static void run_host_adamw(void *arg)
+/* A host task: AdamW (the fused CPU kernel) or the sum of squares (the
+ * CPU backend's kernel, so the CPU backend's norm has the same bits) on
+ * host memory. */
+static void run_host_task(void *arg)
 {
-	const struct ferry_op_call *c = arg;
+	const struct ferry_task *t = arg;
+	const struct ferry_op_call *c = &t->host;
+
+	if (t->host_job == FERRY_HOST_SUM_SQUARES) {
+		*c->result = ferry_cpu_sum_squares(c->in[0], c->n);
+		return;
+	}
 	struct ferry_cpu_adamw_args a = {
 		.param = c->param, .m = c->out[0], .v = c->out[1], .grad = c->in[0], .param_bf16 = c->param_copy,
+		.save_param = c->din[0], .save_m = c->din[1], .save_v = c->din[2],
 		.n = c->n, .lr = c->scalar[0], .beta1 = c->scalar[1], .beta2 = c->scalar[2], .eps = c->scalar[3],
 		.weight_decay = c->scalar[4], .grad_scale = c->scalar[5], .step = c->step,
 	};
 
 	/* the arguments and the path were checked when the model was made */
-	if (ferry_cpu_adamw_step(&a) != FERRY_OK)
+	if ((t->host_job == FERRY_HOST_RESTORE ? ferry_cpu_adamw_restore(&a) : ferry_cpu_adamw_step(&a)) != FERRY_OK)
 		abort(); /* unreachable: nothing to report it to on this thread */
 }
 
@@ -261,10 +294,13 @@ static ferry_status submit_host(const struct ferry_task *t, const struct ferry_s
 {
 	struct ferry_task *w = (struct ferry_task *)t;
 
-	if (!v)
+	if (t->patch == FERRY_PATCH_NONE)
+		w->host = t->call;
+	else if (!v)
 		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
-	w->host = patched(t, v);
-	return ferry_stream_host_fn(rt->stream[t->stream], run_host_adamw, &w->host);
+	else
+		w->host = patched(t, v);
+	return ferry_stream_host_fn(rt->stream[t->stream], run_host_task, w);
 }
 
 /* On the stream's host thread: an I/O error is kept by the file and

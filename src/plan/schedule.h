@@ -31,8 +31,9 @@ enum ferry_task_kind {
 	FERRY_TASK_RECORD,     /* record event */
 	FERRY_TASK_WAIT,       /* the stream waits for event */
 	FERRY_TASK_GRADS_DONE, /* marker: layer's weight gradients are complete */
-	FERRY_TASK_HOST,       /* AdamW (call) on host memory, by a host thread
-				  in the stream's order (optim/cpu_adamw.h) */
+	FERRY_TASK_HOST,       /* AdamW (optim/cpu_adamw.h) or a sum of squares
+				  (call) on host memory, by a host thread in the
+				  stream's order */
 	FERRY_TASK_FILE,       /* host memory to or from the NVMe tier's file
 				  (D2H: write src there, H2D: read into dst), by
 				  a host thread in the stream's order */
@@ -42,6 +43,17 @@ enum ferry_task_kind {
 enum ferry_task_patch {
 	FERRY_PATCH_NONE,
 	FERRY_PATCH_ADAMW, /* call.scalar[0..5] and call.step from the optimizer */
+	FERRY_PATCH_ADAMW_UNCLIPPED, /* the same with grad_scale 1: a speculative
+					update, before the norm is known */
+};
+
+/* What a HOST task does. */
+enum ferry_host_job {
+	FERRY_HOST_ADAMW,       /* the fused CPU AdamW; din[0..2]: NULL, or undo
+				   copies of param, m, v made first */
+	FERRY_HOST_SUM_SQUARES, /* *result = sum of in[0][0..n)^2 */
+	FERRY_HOST_RESTORE,     /* param, m, v (out[0], out[1]) = the undo copies
+				   din[0..2]; param_copy (bf16) rounded again */
 };
 
 struct ferry_task {
@@ -52,6 +64,7 @@ struct ferry_task {
 	int layer;              /* -1: not a layer's */
 	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
 	struct ferry_op_call call;
+	enum ferry_host_job host_job;
 	struct ferry_op_call host; /* HOST: the call as patched for this step;
 				      the host thread reads it when it runs
 				      (after the previous step's has run) */
@@ -109,6 +122,14 @@ void ferry_emit_host_adamw(struct ferry_program *p, int stream, const struct fer
 void ferry_emit_file(struct ferry_program *p, int stream, struct ferry_nvme_file *file, uint64_t offset,
 		     void *dst, const void *src, size_t bytes, enum ferry_copy_kind kind, int layer,
 		     const char *label);
+/* Puts back what a speculative host AdamW (c: its call, din[0..2] its
+ * undo copies) changed. */
+void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct ferry_op_call *c, int layer,
+			     const char *label);
+/* *result = the sum of x[0..n)^2 over host memory, by a host thread in the
+ * stream's order (the CPU kernel's blocked sum: the CPU backend's bits). */
+void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
+				 const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

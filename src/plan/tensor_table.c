@@ -13,6 +13,7 @@
 #include "optim/cpu_adamw.h"
 #include "core/error.h"
 #include "ferry/tier.h"
+#include "ferry/platform.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -76,10 +77,11 @@ static int add_single(struct ferry_tensor_table *tt, const char *name, enum ferr
 	return add_entry(tt, add_buffer(tt, name, site, mem, kind), name, kind, -1, dtype, bytes, act);
 }
 
-/* One buffer with an entry per present parameter, at its array offset. */
-static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
-			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
-			   enum ferry_dtype dtype, int *index)
+/* One buffer with an entry per present parameter (or per unstacked one),
+ * in array order: with all of them, at its array offset. */
+static int add_param_subset(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
+			    enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
+			    enum ferry_dtype dtype, int *index, bool unstacked_only)
 {
 	int buf = add_buffer(tt, buf_name, site, mem, kind);
 	char name[64];
@@ -90,7 +92,7 @@ static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, 
 		index[p] = -1;
 		if (ferry_model_param_info(&tt->cfg, p, &pi))
 			return -1;
-		if (!pi.present)
+		if (!pi.present || (unstacked_only && pi.layers))
 			continue;
 		snprintf(name, sizeof(name), "%s%s", prefix, pi.name);
 		index[p] = add_entry(tt, buf, name, kind, -1, dtype, pi.numel * ferry_dtype_size(dtype),
@@ -99,6 +101,13 @@ static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, 
 			return index[p];
 	}
 	return buf;
+}
+
+static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
+			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
+			   enum ferry_dtype dtype, int *index)
+{
+	return add_param_subset(tt, buf_name, prefix, site, mem, kind, dtype, index, false);
 }
 
 /* Floats per optimizer slice: a layer's slice of the largest stacked
@@ -141,15 +150,137 @@ static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 	return r;
 }
 
-static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where)
+/* 64 elements: ring offsets keep kernels' vector loads aligned. */
+static size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* The weight and gradient rings of --offload-params: a slot holds one
+ * layer of every stacked parameter. */
+static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const int L = tt->cfg.layers;
+	size_t S = 0;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		ix->ring_off[p] = 0;
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		ix->ring_off[p] = S;
+		S += align64(pi.layer_numel);
+	}
+	ix->ring_numel = S;
+	ix->wring_slots = prefetch + 1 < L ? prefetch + 1 : L;
+	ix->gring_slots = L < 2 ? L : 2;
+	ix->wring = add_single(tt, "weight ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+			       tt->act_dtype, (size_t)ix->wring_slots * S * ferry_dtype_size(tt->act_dtype),
+			       FERRY_PLACE_DEVICE);
+	if (ix->wring < 0)
+		return ix->wring;
+	return ix->gring = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				      FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
+}
+
+/* --offload-params: master weights, gradients and AdamW's state on the
+ * host in the parameter array's layout (and the bf16 compute copy the
+ * rings are filled from, when the kernels read bf16); on the device the
+ * rings, and a compute copy and gradients of the unstacked parameters. */
+static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, int prefetch)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const bool bf16 = tt->act_dtype != FERRY_F32;
+	int r;
+
+	ix->params_offloaded = true;
+	r = ix->params_buffer = add_param_group(tt, "host: params", "", FERRY_SITE_HOST, FERRY_BUF_DONATED,
+						FERRY_TK_WEIGHT, FERRY_F32, ix->param);
+	if (r >= 0)
+		r = ix->grads_buffer = add_param_group(tt, "host: grads", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP,
+						       FERRY_TK_GRAD, FERRY_F32, ix->grad);
+	if (r >= 0)
+		r = ix->mom_buffer = add_param_group(tt, "host: adamw m", "adamw m:", FERRY_SITE_HOST,
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->mom);
+	if (r >= 0)
+		r = ix->var_buffer = add_param_group(tt, "host: adamw v", "adamw v:", FERRY_SITE_HOST,
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->var);
+	if (r >= 0 && bf16)
+		r = ix->host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
+							   FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+							   tt->act_dtype, ix->host_copy);
+	if (r >= 0)
+		r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:",
+						       FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+						       tt->act_dtype, ix->copy, true);
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true);
+	if (r >= 0)
+		r = add_param_rings(tt, prefetch);
+	ix->opt_chunk = optimizer_chunk(tt);
+	ix->opt_cpu = where == FERRY_OPTIM_CPU;
+	if (r >= 0 && where == FERRY_OPTIM_STREAM) /* master, m, v, gradient (+ the compute copy) */
+		r = ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+					      FERRY_TK_OPT_STATE, FERRY_F32,
+					      2 * ix->opt_chunk * (4 * sizeof(float) + (bf16 ? ferry_dtype_size(tt->act_dtype) : 0)),
+					      FERRY_PLACE_DEVICE);
+	return r;
+}
+
+static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
+			     const struct ferry_exec_opts *o);
+
+/* The speculative clipping order's undo copies (only the stacked
+ * parameters are updated before the norm is known). */
+static int add_undo(struct ferry_tensor_table *tt)
+{
+	static const char *const what[3] = { "undo: master", "undo: adamw m", "undo: adamw v" };
+	int buf = add_buffer(tt, "host: optimizer undo copy", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE);
+	size_t n = 0;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		tt->ix.undo_off[p] = 0;
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		tt->ix.undo_off[p] = n;
+		n += pi.numel;
+	}
+	tt->ix.speculative = true;
+	for (int i = 0; i < 3; i++)
+		if ((tt->ix.undo[i] = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, n * sizeof(float),
+						FERRY_PLACE_OFFLOAD)) < 0)
+			return tt->ix.undo[i];
+	return buf;
+}
+
+static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, const struct ferry_exec_opts *o)
+{
+	int r = add_params_placed(tt, where, o);
+
+	tt->ix.undo[0] = tt->ix.undo[1] = tt->ix.undo[2] = -1;
+	if (r >= 0 && o && o->clip_order == FERRY_CLIP_SPECULATIVE)
+		r = add_undo(tt);
+	return r;
+}
+
+static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
+			     const struct ferry_exec_opts *o)
 {
 	const bool stream = where != FERRY_OPTIM_DEVICE; /* the state on the host */
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
 	int r;
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
+	tt->ix.wring = tt->ix.gring = tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
-		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = -1;
+		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = tt->ix.dev_grad[p] = -1;
+	if (o && o->offload_params)
+		return add_offloaded_params(tt, where, o->param_prefetch ? o->param_prefetch : 1);
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
 	if (r >= 0)
@@ -346,6 +477,77 @@ static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int 
 	return FERRY_OK;
 }
 
+/* --offload-params moves the master weights to the host: AdamW's state
+ * goes with them (stream or cpu). */
+static ferry_status check_param_opts(const struct ferry_exec_opts *o)
+{
+	if (o && o->clip_order != FERRY_CLIP_EXACT &&
+	    (o->clip_order != FERRY_CLIP_SPECULATIVE || o->optimizer != FERRY_OPTIM_CPU))
+		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative updates on host threads: it needs "
+				   "--offload-optimizer cpu");
+	if (!o || !o->offload_params)
+		return o && o->param_prefetch ? ferry_error(FERRY_ERR_INVALID, "--param-prefetch needs --offload-params")
+					      : FERRY_OK;
+	if (o->optimizer == FERRY_OPTIM_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--offload-params keeps the master weights on the host: AdamW's "
+				   "state goes there too, --offload-optimizer stream or cpu (not device)");
+	if (o->param_prefetch < 0 || o->param_prefetch > 64)
+		return ferry_error(FERRY_ERR_INVALID, "--param-prefetch %d: from 1 to 64 layers", o->param_prefetch);
+	return FERRY_OK;
+}
+
+/* Whether copies read or write host buffer b (AdamW's moments updated on
+ * host threads, its master weights when a bf16 copy is what goes up, and
+ * the undo copies never leave the host). */
+static bool host_buffer_copied(const struct ferry_tensor_table *tt, int b)
+{
+	const struct ferry_table_index *ix = &tt->ix;
+
+	if (ix->opt_cpu && (b == ix->mom_buffer || b == ix->var_buffer))
+		return false;
+	if (ix->opt_cpu && ix->host_copy_buffer >= 0 && b == ix->params_buffer)
+		return false;
+	return !(ix->undo[0] >= 0 && b == tt->e[ix->undo[0]].buffer);
+}
+
+#define HOST_ALIGN 4096 /* pinned buffers are carved at page boundaries */
+
+static size_t host_aligned(size_t n)
+{
+	return (n + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+}
+
+/* Which host buffers the pinned pool holds: the copied ones, offloaded
+ * activations first (copied both ways every step), then in table order,
+ * until one does not fit the limit; the rest are pageable. */
+static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
+{
+	bool full = false;
+
+	if (!limit) {
+		struct ferry_memory_limit ml;
+
+		ferry_memory_limit(&ml);
+		limit = (size_t)(ml.bytes / 2);
+	}
+	tt->pinned_limit = limit;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < tt->n_buffers; i++) {
+			struct ferry_table_buffer *b = &tt->buffers[i];
+			bool first = b->kind == FERRY_TK_ACTIVATION;
+
+			if (b->site != FERRY_SITE_HOST || first != (pass == 0))
+				continue;
+			b->pinned = !full && host_buffer_copied(tt, i) && tt->pinned_bytes + host_aligned(b->bytes) <= limit;
+			if (b->pinned)
+				tt->pinned_bytes += host_aligned(b->bytes);
+			else
+				tt->pageable_bytes += b->bytes;
+			if (!b->pinned && host_buffer_copied(tt, i))
+				full = tt->over_pinned_limit = true;
+		}
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -375,7 +577,9 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	if (opts && (opts->optimizer < FERRY_OPTIM_DEVICE || opts->optimizer > FERRY_OPTIM_CPU))
 		return ferry_error(FERRY_ERR_INVALID, "optimizer placement %d: device, stream or cpu",
 				   (int)opts->optimizer);
-	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE);
+	if ((st = check_param_opts(opts)))
+		return st;
+	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE, opts);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
 	if (r >= 0)
@@ -398,6 +602,8 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	}
 	if ((st = check_total(tt, B, T)))
 		ferry_tensor_table_release(tt);
+	else
+		assign_pinning(tt, opts ? opts->pinned_limit : 0);
 	return st;
 }
 
@@ -419,6 +625,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->T = (int)tt->dims.v[FERRY_DIM_T];
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
+	plan->param_ring_slots = tt->ix.params_offloaded ? tt->ix.wring_slots : 0;
 	for (int i = 0; i < tt->n_buffers; i++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
 
@@ -429,13 +636,35 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 		if (tt->e[i].site == FERRY_SITE_HOST)
 			m->host_kind_bytes[tt->e[i].kind] += tt->e[i].bytes;
 	m->host_activation_bytes = m->host_kind_bytes[FERRY_TK_ACTIVATION];
+	m->host_pinned_bytes = tt->pinned_bytes;
+	m->host_pageable_bytes = tt->pageable_bytes;
+	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
+}
+
+/* The pinned pool, in one allocation before step 1.  A backend that
+ * cannot pin it (out of page-locked memory) leaves every buffer pageable:
+ * copies are slower, nothing fails. */
+static void alloc_pool(const struct ferry_tensor_table *tt, ferry_backend_t be, struct ferry_table_alloc *a)
+{
+	bool pinned_before = ferry_backend_caps(be).host_pinned;
+
+	if (!tt->pinned_bytes)
+		return;
+	if (ferry_host_alloc(be, tt->pinned_bytes, &a->pool) != FERRY_OK) {
+		a->pool = NULL;
+		a->pool_failed = true;
+		return;
+	}
+	a->pool_bytes = tt->pinned_bytes;
+	a->pool_pageable = pinned_before && !ferry_backend_caps(be).host_pinned;
 }
 
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a)
 {
 	ferry_status st = FERRY_OK;
+	size_t carved = 0;
 
 	memset(a, 0, sizeof(*a));
 	a->be = be;
@@ -448,15 +677,24 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
 		if ((st = ferry_host_tiers_place(a->tiers, host_kind_bytes, NULL)))
 			return st;
+	} else {
+		alloc_pool(tt, be, a); /* tier memory is registered by its tier */
 	}
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
-		if (tt->buffers[i].site == FERRY_SITE_DEVICE)
-			st = ferry_buffer_alloc(be, tt->buffers[i].bytes, &a->dev[i]);
-		else if (a->tiers)
-			st = ferry_host_tiers_alloc(a->tiers, be, tt->buffers[i].kind, tt->buffers[i].bytes,
-						    &a->host[i]);
-		else
-			st = ferry_host_alloc(be, tt->buffers[i].bytes, &a->host[i]);
+		const struct ferry_table_buffer *b = &tt->buffers[i];
+
+		if (b->site == FERRY_SITE_DEVICE) {
+			st = ferry_buffer_alloc(be, b->bytes, &a->dev[i]);
+		} else if (a->tiers) {
+			st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i]);
+		} else if (b->pinned && a->pool) {
+			a->host[i] = (char *)a->pool + carved;
+			a->in_pool[i] = true;
+			carved += host_aligned(b->bytes);
+		} else if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, host_aligned(b->bytes ? b->bytes : 1)))) {
+			st = ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
+					 b->name);
+		}
 	}
 	if (st)
 		ferry_tensor_table_free(a);
@@ -469,9 +707,11 @@ void ferry_tensor_table_free(struct ferry_table_alloc *a)
 		ferry_buffer_free(a->dev[i]);
 		if (a->host[i] && a->tiers)
 			ferry_host_tiers_release(a->tiers, a->host[i]);
-		else if (a->host[i])
-			ferry_host_free(a->be, a->host[i]);
+		else if (a->host[i] && !a->in_pool[i])
+			ferry_free(a->host[i]);
 	}
+	if (a->pool)
+		ferry_host_free(a->be, a->pool);
 	memset(a, 0, sizeof(*a));
 }
 

@@ -46,6 +46,7 @@ struct ferry_table_buffer {
 	enum ferry_buffer_kind mem; /* device buffers: JAX's classification */
 	enum ferry_tensor_kind kind;
 	size_t bytes;
+	bool pinned;                /* host buffers: carved from the pinned pool */
 };
 
 #define FERRY_TABLE_MAX_BUFFERS 56
@@ -70,6 +71,23 @@ struct ferry_table_index {
 	int host_grad[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu: gradients on the host */
 	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu, bf16: the update's bf16 result, -1: none */
 	int host_copy_buffer;                   /* their buffer, -1: none */
+	/* --offload-params: grad[q] and param[q] are host entries (the
+	 * parameter array's layout); the stacked parameters' layers pass
+	 * through device rings, the unstacked ones (embedding, head, final
+	 * norm) keep a device copy (copy[q]) and device gradients (dev_grad[q]) */
+	bool params_offloaded;
+	int wring, gring;                       /* the weight and gradient rings' entries, -1: off */
+	int wring_slots, gring_slots;
+	size_t ring_numel;                      /* elements per slot: one layer of each stacked parameter */
+	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
+	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
+	int dev_grad_buffer;                    /* their buffer, -1: none */
+	/* FERRY_CLIP_SPECULATIVE: undo copies of the stacked parameters'
+	 * master, m and v; parameter q's layer l starts undo_off[q] + l *
+	 * layer_numel elements into each */
+	bool speculative;
+	int undo[3];                            /* entries, -1: none */
+	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
 };
 
 struct ferry_tensor_table {
@@ -86,6 +104,9 @@ struct ferry_tensor_table {
 	struct ferry_table_buffer buffers[FERRY_TABLE_MAX_BUFFERS];
 	struct ferry_table_index ix;
 	struct ferry_host_tiers *host_tiers; /* opts->host_tiers: host buffers' tiers */
+	size_t pinned_limit;          /* the limit applied (opts, or the default) */
+	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
+	bool over_pinned_limit;       /* some copied buffer is pageable for it */
 };
 
 /* Builds the table of cfg's model (completed with
@@ -101,13 +122,19 @@ void ferry_tensor_table_release(struct ferry_tensor_table *tt);
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
 
-/* The table's buffers, allocated on a backend. */
+/* The table's buffers, allocated on a backend: the pinned host buffers
+ * carved from one pool (ferry_host_alloc), the others pageable. */
 struct ferry_table_alloc {
 	ferry_backend_t be;
 	struct ferry_host_tiers *tiers; /* the host buffers' (NULL: the backend's) */
 	int n;
 	ferry_buffer_t dev[FERRY_TABLE_MAX_BUFFERS];
 	void *host[FERRY_TABLE_MAX_BUFFERS];
+	bool in_pool[FERRY_TABLE_MAX_BUFFERS];
+	void *pool;                   /* NULL: none (nothing to pin, or it failed) */
+	size_t pool_bytes;
+	bool pool_failed;             /* the pool could not be had: all pageable */
+	bool pool_pageable;           /* the backend gave it, but not pinned */
 };
 
 /* Allocates every buffer in table order (device buffers from the arena,

@@ -16,8 +16,9 @@ static const struct cli_flag model_list[] = {
 	{ "--tied-head", CLI_SWITCH }, { "--checkpoint", CLI_VALUE }, { "--resume", CLI_VALUE },
 	{ "--batch", CLI_VALUE }, { "--seq", CLI_VALUE }, { "--policy", CLI_VALUE },
 	{ "--prefetch-depth", CLI_VALUE }, { "--backend", CLI_VALUE }, { "--device-mem", CLI_VALUE },
-	{ "--threads", CLI_VALUE }, { "--offload-optimizer", CLI_VALUE }, { "--host-tier", CLI_VALUE },
-	{ "--topology", CLI_VALUE }, { "--nvme-dir", CLI_VALUE }, { NULL, CLI_SWITCH },
+	{ "--threads", CLI_VALUE }, { "--offload-optimizer", CLI_VALUE }, { "--offload-params", CLI_SWITCH },
+	{ "--param-prefetch", CLI_VALUE }, { "--clip-order", CLI_VALUE }, { "--pinned-limit", CLI_VALUE },
+	{ "--host-tier", CLI_VALUE }, { "--topology", CLI_VALUE }, { "--nvme-dir", CLI_VALUE }, { NULL, CLI_SWITCH },
 };
 
 /* cmd_train.c */

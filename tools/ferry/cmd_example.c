@@ -31,9 +31,10 @@ struct run {
 	double loss;
 };
 
-static int run_policy(const struct ferry_tutorial_config *cfg, const char *policy, struct run *r)
+static int run_policy(const struct ferry_tutorial_config *cfg, const char *policy, bool offload_params,
+		      struct run *r)
 {
-	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = 0 };
+	struct ferry_exec_opts o = { .policy = policy, .prefetch_depth = 0, .offload_params = offload_params };
 	size_t nw = ferry_tutorial_weight_floats(cfg), nx = (size_t)cfg->rows * cfg->channels;
 	float *w = malloc(nw * sizeof(float)), *x = malloc(nx * sizeof(float));
 	ferry_backend_t be = NULL;
@@ -80,6 +81,9 @@ static void print_side_by_side(const char *title, const struct jax_figures *jax,
 	printf("  %-22s %12s %9.2f MB  (measured: %.2f MB)\n", "peak", "-", m->peak_bytes / MB,
 	       r->measured_peak / MB);
 	printf("  %-22s %12s %9.2f MB\n", "host (offloaded)", "-", m->host_total_bytes / MB);
+	if (r->plan.param_ring_slots)
+		printf("    %-14s w1, w2 and dw1, dw2 on the host; a %d-layer weight ring and a 2-layer gradient "
+		       "ring on the device\n", "parameters", r->plan.param_ring_slots);
 	for (int i = 0; i < r->plan.n_tensors; i++)
 		printf("    %-14s %9.2f MB per layer, %-8s -> %s\n", r->plan.tensors[i].name,
 		       r->plan.tensors[i].layer_bytes / MB, ferry_placement_name(r->plan.tensors[i].placement),
@@ -100,16 +104,18 @@ int cmd_example(int argc, char **argv)
 {
 	static const struct jax_figures jax_plain = { 17.25, 20.25, 57.50 };
 	static const struct jax_figures jax_offload = { 6.50, 20.25, 46.75 };
+	static const struct jax_figures jax_params = { 4.75, 0.25, 25.00 };
 	struct ferry_tutorial_config cfg = { 10, 256, 256, false };
-	struct run plain = { 0 }, offl = { 0 };
+	struct run plain = { 0 }, offl = { 0 }, params = { 0 };
 	size_t nw = ferry_tutorial_weight_floats(&cfg), C = (size_t)cfg.channels;
 	int rc = 1;
 
 	if (argc > 1) {
 		if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-			printf("usage: ferry example\n\nRuns the first example of JAX's host-offloading "
-			       "tutorial on ferry's CPU backend and\nprints its memory analysis beside "
-			       "JAX's reported figures (see docs/tutorial.md).\n");
+			printf("usage: ferry example\n\nRuns the first two examples of JAX's host-offloading "
+			       "tutorial (activation and\nparameter offloading) on ferry's CPU backend and "
+			       "prints their memory analysis\nbeside JAX's reported figures (see "
+			       "docs/tutorial.md).\n");
 			return 0;
 		}
 		return cli_usage_error(CMD, "unexpected argument '%s'", argv[1]);
@@ -118,8 +124,9 @@ int cmd_example(int argc, char **argv)
 	       "x %dx%d, w1 %dx%dx%zu, w2 %dx%zux%d, fp32, gradients of sum(output)\n\n",
 	       cfg.layers, cfg.rows, cfg.channels, cfg.layers, cfg.channels, 4 * C, cfg.layers, 4 * C,
 	       cfg.channels);
-	if (run_policy(&cfg, "everything_saveable", &plain) ||
-	    run_policy(&cfg, "save_and_offload_only_these_names([], [x])", &offl))
+	if (run_policy(&cfg, "everything_saveable", false, &plain) ||
+	    run_policy(&cfg, "save_and_offload_only_these_names([], [x])", false, &offl) ||
+	    run_policy(&cfg, "save_and_offload_only_these_names([], [x])", true, &params))
 		goto out;
 	print_side_by_side("without offloading", &jax_plain, &plain);
 	print_side_by_side("offloading \"x\"", &jax_offload, &offl);
@@ -135,12 +142,26 @@ int cmd_example(int argc, char **argv)
 	for (size_t j = 0; j < 5; j++)
 		printf("%s%.7e", j ? " " : "", offl.dw1[j * C]);
 	printf("]\n(JAX prints         [3.8312336e-07 3.8312336e-07 3.8312336e-07 3.8312336e-07 "
-	       "3.8312336e-07])\n");
+	       "3.8312336e-07])\n\n");
+	printf("JAX host-offloading tutorial, parameter offloading: the same network and \"x\" offloaded,\n"
+	       "w1 and w2 in host memory\n\n");
+	print_side_by_side("offloading \"x\" and the parameters", &jax_params, &params);
+	printf("parameter offloading reduces the argument by %.2f MB (JAX: %.2f MB), the total by %.2f MB "
+	       "(JAX: %.2f MB)\n", (offl.plan.mem.argument_bytes - (double)params.plan.mem.argument_bytes) / MB,
+	       jax_offload.argument - jax_params.argument,
+	       (offl.plan.mem.total_bytes - (double)params.plan.mem.total_bytes) / MB, jax_offload.total - jax_params.total);
+	printf("results match within tolerance: %s (bit for bit: %s)\n",
+	       allclose(params.dw1, offl.dw1, nw, 1e-5, 1e-5) && allclose(params.dw2, offl.dw2, nw, 1e-5, 1e-5)
+		       ? "True" : "False",
+	       !memcmp(params.dw1, offl.dw1, nw * sizeof(float)) && !memcmp(params.dw2, offl.dw2, nw * sizeof(float))
+		       ? "yes" : "no");
 	rc = 0;
 out:
 	free(plain.dw1);
 	free(plain.dw2);
 	free(offl.dw1);
 	free(offl.dw2);
+	free(params.dw1);
+	free(params.dw2);
 	return rc;
 }

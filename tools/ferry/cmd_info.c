@@ -38,6 +38,15 @@ int cmd_info(int argc, char **argv)
 	printf("cpu: %s (%d cores, %s)\n", ferry_cpu_name(), ferry_cpu_count(), ferry_cpu_features());
 	printf("blas: OpenBLAS, core %s, %s\n", ferry_blas_corename(), ferry_blas_core_origin());
 	printf("threads: %d\n", ferry_get_threads());
+	{
+		struct ferry_memory_limit ml;
+		char a[FERRY_SIZE_CHARS], b[FERRY_SIZE_CHARS];
+
+		ferry_memory_limit(&ml);
+		printf("pinned host memory: a run pins at most --pinned-limit, by default %s (half of %s, "
+		       "%s); `ferry plan` shows a run's pinned and pageable bytes\n",
+		       ferry_format_size(ml.bytes / 2, a), ml.bound, ferry_format_size(ml.bytes, b));
+	}
 	printf("backends:\n");
 	for (int i = 0; i < ferry_backend_count(); i++) {
 		const char *name = ferry_backend_name_at(i);

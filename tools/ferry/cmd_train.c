@@ -470,6 +470,23 @@ static int prepare(struct train_cli *c)
 	return 0;
 }
 
+/* Once, before step 1: host buffers that copies use but that are not
+ * pinned (past --pinned-limit, or pinning failed) make those copies slower. */
+static void warn_pageable(ferry_trainer_t tr)
+{
+	struct ferry_host_memory h;
+	char a[FERRY_SIZE_CHARS], b[FERRY_SIZE_CHARS], c[FERRY_SIZE_CHARS];
+
+	ferry_model_host_memory(ferry_trainer_model(tr), &h);
+	if (h.pin_failed)
+		fprintf(stderr, "ferry train: warning: pinning %s of host memory failed; it is pageable, copies "
+				"to and from it are slower\n", ferry_format_size(h.pinned_bytes + h.pageable_bytes, a));
+	else if (h.over_limit)
+		fprintf(stderr, "ferry train: warning: %s of host buffers pinned (--pinned-limit %s), the other %s "
+				"pageable: copies to and from them are slower\n", ferry_format_size(h.pinned_bytes, a),
+			ferry_format_size(h.limit, b), ferry_format_size(h.pageable_bytes, c));
+}
+
 static void print_resume_note(ferry_trainer_t tr)
 {
 	const struct ferry_train_opts *o = run_opts(tr);
@@ -696,7 +713,7 @@ int cmd_train(int argc, char **argv)
 		run.rep.json_path = c.json;
 		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
 			rc = cli_fail(CMD);
-		else if (!(rc = check_trace_path(&c, run_opts(run.tr))))
+		else if (warn_pageable(run.tr), !(rc = check_trace_path(&c, run_opts(run.tr))))
 			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
 		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
 	}

@@ -39,8 +39,21 @@ const char model_flags_help[] =
 	"                        master weights and moments in host memory, each layer's\n"
 	"                        slice updated in a two-slot device ring; cpu: in host\n"
 	"                        memory, updated by host threads (fused CPU AdamW)\n"
+	"  --offload-params      the layers' weights in host memory, loaded into a device\n"
+	"                        ring ahead of use in forward and backward; each layer's\n"
+	"                        gradients go to the host when its backward ends\n"
+	"                        (embedding, head and final norm stay on the device);\n"
+	"                        AdamW's state goes to the host too (default cpu)\n"
+	"  --param-prefetch N    layers of weights loaded ahead (default 1)\n"
+	"  --clip-order O        with --offload-optimizer cpu: exact (default: every update\n"
+	"                        waits for the global norm) or speculative (each layer\n"
+	"                        updated as soon as its gradients are on the host, the\n"
+	"                        step undone and redone when the norm needs clipping)\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
+	"  --pinned-limit SIZE   host buffers that copies use come from one pinned pool of\n"
+	"                        at most this size, offloaded activations first; the rest\n"
+	"                        are pageable, with a warning (default: half the memory)\n"
 	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
 	"                        (K, M, G, T: powers of 1024; default: all)\n"
 	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n"
@@ -83,6 +96,10 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 	fprintf(stderr, "ferry %s: --offload-optimizer '%s': device, stream or cpu\n", cmd, v);
 	return -1;
 }
+
+/* Whether --offload-optimizer was given (--offload-params defaults it to
+ * cpu otherwise). */
+static bool optimizer_given;
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given)
@@ -131,8 +148,31 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		}
 	} else if (IS("--offload-optimizer")) {
 		r = optimizer_flag(cmd, argc, argv, i, &o->exec.optimizer);
+		optimizer_given = true;
+	} else if (IS("--offload-params")) {
+		o->exec.offload_params = true;
+		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
+			o->exec.optimizer = FERRY_OPTIM_CPU;
+		return 1;
+	} else if (IS("--clip-order")) {
+		const char *v = NULL;
+
+		r = arg_value(cmd, argc, argv, i, &v);
+		if (!r && strcmp(v, "exact") && strcmp(v, "speculative")) {
+			fprintf(stderr, "ferry %s: --clip-order '%s': exact or speculative\n", cmd, v);
+			r = -1;
+		}
+		if (!r)
+			o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	} else if (IS("--param-prefetch")) {
+		r = arg_int(cmd, argc, argv, i, &o->exec.param_prefetch);
+		if (!r && (o->exec.param_prefetch < 1 || o->exec.param_prefetch > 64)) {
+			fprintf(stderr, "ferry %s: --param-prefetch must be from 1 to 64\n", cmd);
+			r = -1;
+		}
 	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
 	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
+	else if (IS("--pinned-limit")) r = arg_size(cmd, argc, argv, i, &o->exec.pinned_limit);
 	else if (IS("--threads")) r = arg_threads(cmd, argc, argv, i, &o->threads);
 	else
 		return 0;

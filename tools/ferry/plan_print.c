@@ -36,6 +36,9 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 
 	fprintf(f, "plan: %s, %d layers, batch %d x %d, %s activations, policy %s, prefetch depth %d\n",
 		p->model, p->L, p->B, p->T, ferry_dtype_name(p->act_dtype), p->policy, p->prefetch_depth);
+	if (p->param_ring_slots)
+		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
+			   "ring on the device\n", p->param_ring_slots);
 	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
 	line(f, "argument", m->argument_bytes, NULL);
 	line(f, "output", m->output_bytes, NULL);
@@ -52,6 +55,9 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 	fprintf(f, "\nhost memory:\n");
 	line(f, "activations", m->host_activation_bytes, "(offloaded, all layers)");
 	line(f, "total", m->host_total_bytes, NULL);
+	line(f, "pinned", m->host_pinned_bytes, "(one pool, before step 1; pinned where the backend can)");
+	line(f, "pageable", m->host_pageable_bytes, m->host_pageable_bytes && m->host_pinned_bytes + m->host_pageable_bytes >
+	     m->pinned_limit ? "(past --pinned-limit, or never copied)" : "(never copied: no need to pin)");
 	fprintf(f, "\nactivations (per layer; %d of %d layer ops recomputed in backward):\n",
 		p->n_recompute_ops, p->n_ops);
 	fprintf(f, "  %-26s %12s  %-8s %-30s %14s %14s\n", "name", "bytes/layer", "policy", "lives",
@@ -96,12 +102,15 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
 		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,
 		p->n_recompute_ops, p->n_ops);
+	fprintf(f, " \"param_ring_slots\": %d,\n", p->param_ring_slots);
 	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "
 		   "\"temp_bytes\": %zu, \"total_bytes\": %zu, \"peak_bytes\": %zu},\n",
 		m->argument_bytes, m->output_bytes, m->alias_bytes, m->temp_bytes, m->total_bytes,
 		m->peak_bytes);
-	fprintf(f, " \"host\": {\"activations_bytes\": %zu, \"total_bytes\": %zu},\n",
-		m->host_activation_bytes, m->host_total_bytes);
+	fprintf(f, " \"host\": {\"activations_bytes\": %zu, \"total_bytes\": %zu, \"pinned_bytes\": %zu, "
+		   "\"pageable_bytes\": %zu, \"pinned_limit\": %zu},\n",
+		m->host_activation_bytes, m->host_total_bytes, m->host_pinned_bytes, m->host_pageable_bytes,
+		m->pinned_limit);
 	fprintf(f, " \"by_kind\": {");
 	for (int k = 0, first = 1; k < FERRY_TK_COUNT; k++) {
 		if (!m->device_kind_bytes[k] && !m->host_kind_bytes[k])

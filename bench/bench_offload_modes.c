@@ -1,0 +1,196 @@
+/*
+ * Step time per offloading mode, and how much of the optimizer stays
+ * exposed: for each mode (AdamW on the device, streamed, on host threads in
+ * the exact and the speculative clipping order, each with and without the
+ * parameters offloaded), the median over the steps of: the whole step; the
+ * compute alone (the same step submitted again with no update: zeroing,
+ * forward, backward, the norm); their difference, the optimizer's exposed
+ * time; and the time from the norm reaching the host to the end of the
+ * update (in the speculative order the early updates are before that
+ * point: the step's synchronisation waits for them).  Each step is
+ * followed by its compute-only twin, so a burst of other work on the
+ * machine tends to hit both.  Also the measured device peak and the host
+ * bytes.
+ *
+ *   bench_offload_modes [--backend cpu|cuda] [--layers 12] [--channels 256]
+ *                       [--heads 4] [--batch 4] [--seq 128] [--steps 5]
+ *                       [--policy P] [--clip 0]
+ *
+ * --clip 0 (the default) clips no step, so the speculative order keeps
+ * every early update; a small --clip (0.01) redoes every step, the worst
+ * case.  On the CPU backend "device" and "host" are the same
+ * cores and memory: the host AdamW competes with the backward for them.
+ */
+#include "ferry/model.h"
+#include "ferry/platform.h"
+#include "bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mode {
+	const char *name;
+	enum ferry_optim_place optimizer;
+	bool params, speculative;
+};
+
+struct row {
+	double step_ms, compute_ms, tail_ms;
+	size_t peak, host;
+	int undone;
+	bool ok;
+};
+
+static const char *backend = "cpu";
+static float clip = 0.0f; /* off */
+
+static void tokens(const struct ferry_model_config *cfg, int32_t *in, int32_t *tg, int n, int s)
+{
+	for (int i = 0; i < n; i++) {
+		in[i] = (int32_t)(((long)i * 7919 + 13 + s) % cfg->vocab);
+		tg[i] = (int32_t)(((long)i * 104729 + 7 + s) % cfg->vocab);
+	}
+}
+
+/* One whole step (the speculative order armed where the mode says):
+ * t[0] until the norm is on the host (forward, backward, the norm, and in
+ * the speculative order the early updates), t[1] from then until the
+ * update has run: the optimizer's exposed time. */
+static int step(ferry_model_t m, const struct mode *md, const int32_t *in, const int32_t *tg, int B, int T, int t,
+		double *times)
+{
+	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, clip };
+	double t0 = now_s(), t1;
+	float loss, norm;
+
+	if (md->speculative && ferry_model_step_speculate(m, &opt, t))
+		return -1;
+	if (ferry_model_step_submit(m, in, tg, B, T) || ferry_model_step_finish(m, &opt, t, &loss, &norm))
+		return -1;
+	t1 = now_s();
+	if (ferry_model_sync(m))
+		return -1;
+	times[0] = (t1 - t0) * 1e3;
+	times[1] = (now_s() - t1) * 1e3;
+	return 0;
+}
+
+static void run_mode(const struct ferry_model_config *cfg, int B, int T, int steps, const char *policy,
+		     const struct mode *md, struct row *r)
+{
+	struct ferry_exec_opts o = { .policy = policy, .optimizer = md->optimizer, .offload_params = md->params,
+				     .clip_order = md->speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT };
+	ferry_backend_t be = NULL;
+	ferry_model_t m = NULL;
+	struct ferry_plan plan;
+	int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
+	double ts[64], tc[64], te[64];
+	int t = 1;
+
+	memset(r, 0, sizeof(*r));
+	if (!in || !tg || ferry_model_plan(cfg, B, T, &o, &plan) || ferry_backend_open(backend, NULL, &be) ||
+	    ferry_model_create(be, cfg, B, T, &o, &m) || ferry_model_init_random(m, 1))
+		goto out;
+	for (int s = -1; s < steps; s++) { /* step -1 warms up */
+		double x[2];
+
+		tokens(cfg, in, tg, B * T, s);
+		if (step(m, md, in, tg, B, T, t++, x))
+			goto out;
+		if (s >= 0) {
+			ts[s] = x[0] + x[1];
+			te[s] = x[1];
+		}
+		x[0] = now_s(); /* the compute alone: the same step with no update */
+		if (ferry_model_step_submit(m, in, tg, B, T) || ferry_model_sync(m))
+			goto out;
+		if (s >= 0)
+			tc[s] = (now_s() - x[0]) * 1e3;
+	}
+	r->step_ms = median(ts, steps);
+	r->compute_ms = median(tc, steps);
+	r->tail_ms = median(te, steps);
+	r->peak = ferry_backend_mem_peak(be);
+	r->host = plan.mem.host_total_bytes;
+	r->undone = md->speculative ? ferry_model_speculation_undone(m) : 0;
+	r->ok = true;
+out:
+	if (!r->ok)
+		fprintf(stderr, "bench_offload_modes: %s: %s\n", md->name, ferry_last_error());
+	ferry_model_free(m);
+	ferry_backend_close(be);
+	free(in);
+	free(tg);
+}
+
+static int usage(const char *argv0)
+{
+	printf("usage: %s [--backend cpu|cuda] [--layers 12] [--channels 256] [--heads 4] [--batch 4]\n"
+	       "       [--seq 128] [--steps 5] [--policy P] [--clip 0]\n"
+	       "Step time per offloading mode: until the gradient norm is on the host, and from\n"
+	       "then until the update has run (the optimizer's exposed time).\n", argv0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ferry_model_config cfg = { .arch = "gpt2", .max_seq = 128, .vocab = 257, .layers = 12, .heads = 4,
+					  .channels = 256 };
+	static const struct mode modes[] = {
+		{ "optimizer device", FERRY_OPTIM_DEVICE, false, false },
+		{ "optimizer stream", FERRY_OPTIM_STREAM, false, false },
+		{ "optimizer cpu, exact", FERRY_OPTIM_CPU, false, false },
+		{ "optimizer cpu, speculative", FERRY_OPTIM_CPU, false, true },
+		{ "params + optimizer stream", FERRY_OPTIM_STREAM, true, false },
+		{ "params + cpu, exact", FERRY_OPTIM_CPU, true, false },
+		{ "params + cpu, speculative", FERRY_OPTIM_CPU, true, true },
+	};
+	int B = 4, T = 128, steps = 5;
+	const char *policy = "everything_saveable";
+
+	ferry_blas_relaunch_if_slow(argv);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+			return usage(argv[0]);
+		if (!v) {
+			fprintf(stderr, "bench_offload_modes: %s needs a value\n", a);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--backend")) backend = v;
+		else if (!strcmp(a, "--layers")) cfg.layers = atoi(v);
+		else if (!strcmp(a, "--channels")) cfg.channels = atoi(v);
+		else if (!strcmp(a, "--heads")) cfg.heads = atoi(v);
+		else if (!strcmp(a, "--batch")) B = atoi(v);
+		else if (!strcmp(a, "--seq")) T = cfg.max_seq = atoi(v);
+		else if (!strcmp(a, "--steps")) steps = atoi(v);
+		else if (!strcmp(a, "--policy")) policy = v;
+		else if (!strcmp(a, "--clip")) clip = (float)atof(v);
+		else {
+			fprintf(stderr, "bench_offload_modes: unknown option %s (see --help)\n", a);
+			return 2;
+		}
+	}
+	if (steps < 1 || steps > 64) {
+		fprintf(stderr, "bench_offload_modes: --steps from 1 to 64\n");
+		return 2;
+	}
+	printf("gpt2 %d layers, %d channels, batch %d x %d, %s, clip %g, %s backend, median of %d steps\n",
+	       cfg.layers, cfg.channels, B, T, policy, clip, backend, steps);
+	printf("%-28s %9s %11s %11s %11s %7s %12s %12s\n", "mode", "step ms", "compute ms", "exposed ms",
+	       "after norm", "redone", "device peak", "host bytes");
+	for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+		struct row r;
+
+		run_mode(&cfg, B, T, steps, policy, &modes[k], &r);
+		if (!r.ok)
+			continue;
+		printf("%-28s %9.1f %11.1f %11.1f %11.1f %7d %12zu %12zu\n", modes[k].name, r.step_ms, r.compute_ms,
+		       r.step_ms - r.compute_ms, r.tail_ms, r.undone, r.peak, r.host);
+		fflush(stdout);
+	}
+	return 0;
+}

@@ -1,0 +1,216 @@
+/*
+ * AdamW on host threads (FERRY_OPTIM_CPU): its programs.
+ *
+ * Gradients come to the host layer by layer during the backward pass: the
+ * engine calls ferry_cpu_update_after_layer once a layer's weight
+ * gradients are complete, and it queues their copy on the device-to-host
+ * stream (with --offload-params the engine's gradient ring has already
+ * sent them).  The unstacked parameters' gradients (embedding, head, final
+ * norm) are complete only after the whole backward.
+ *
+ * Clipping by the global norm needs every gradient before any update:
+ *  - exact order: the update program runs after the norm, each layer's
+ *    slice of each stacked parameter, then the unstacked ones in chunks;
+ *  - speculative order: in a speculative backward each layer is updated on
+ *    a host thread as soon as its gradients are on the host, with
+ *    grad_scale 1 (what the exact order uses when the norm is within the
+ *    clip), the fused kernel first copying the slice's master, m and v to
+ *    an undo copy.  After the norm: no clipping needed, the COMMIT program
+ *    updates the unstacked parameters; clipping needed, REDO puts every
+ *    layer back from its undo copy and updates it again with the scale;
+ *    a norm that is not finite, UNDO puts them back only.  AdamW is
+ *    elementwise, so any slicing gives the same bits, and so does either
+ *    order.
+ * Updated weights go to the device's compute copy (the bf16 bits the same
+ * pass wrote, or the fp32 master): on the host-to-device stream after the
+ * exact update, on the host optimizer stream itself after a speculative
+ * one (so the activation prefetches on h2d never wait behind the host
+ * threads).  With --offload-params the stacked weights are not uploaded:
+ * the weight ring loads them from the host before their next use.  Every
+ * update program ends with the host-to-device stream waiting for the last
+ * host task and the compute stream for it, so the next step reads the
+ * updated weights.
+ */
+#include "exec/model_internal.h"
+
+#include <stdio.h>
+
+static void *entry(const struct ferry_model *m, int i)
+{
+	return ferry_tensor_ptr(&m->tt, &m->mem, i);
+}
+
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+/* Parameter q's AdamW call over [off, off + n) of its array on the host. */
+static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t n)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const size_t f32 = off * sizeof(float);
+	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
+
+	c.param = at(entry(m, ix->param[q]), f32);
+	c.out[0] = at(entry(m, ix->mom[q]), f32);
+	c.out[1] = at(entry(m, ix->var[q]), f32);
+	c.in[0] = at(entry(m, ix->params_offloaded ? ix->grad[q] : ix->host_grad[q]), f32);
+	c.param_copy = ix->host_copy[q] >= 0 ? at(entry(m, ix->host_copy[q]), off * m->asz) : NULL;
+	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
+	return c;
+}
+
+/* The undo copies of layer l of stacked parameter q, in c->din[0..2]. */
+static void with_undo(ferry_model_t m, int q, int l, size_t layer_numel, struct ferry_op_call *c)
+{
+	const size_t off = (m->tt.ix.undo_off[q] + (size_t)l * layer_numel) * sizeof(float);
+
+	for (int i = 0; i < 3; i++)
+		c->din[i] = at(entry(m, m->tt.ix.undo[i]), off);
+}
+
+/* The updated slice into the device's compute copy, on stream s (after
+ * the host task: s waits for it unless s is the host stream itself). */
+static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_t off, size_t n, int layer,
+		   const struct ferry_op_call *c)
+{
+	char label[56];
+
+	if (m->tt.ix.copy[q] < 0 || (m->tt.ix.params_offloaded && layer >= 0))
+		return; /* the weight ring loads it from the host */
+	if (s != m->opt_cpu_stream)
+		ferry_emit_wait(p, s, m->opt_host_done, layer);
+	snprintf(label, sizeof(label), "weights: %.40s", m->tt.e[m->tt.ix.param[q]].name);
+	ferry_emit_copy(p, s, at(entry(m, m->tt.ix.copy[q]), off * m->asz), c->param_copy ? c->param_copy : c->param,
+			n * m->asz, FERRY_COPY_H2D, layer, label);
+}
+
+/* Slice [off, off + n) of parameter q (layer `layer`, or -1), updated by a
+ * host thread: its gradients copied down first unless they are there. */
+static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int layer,
+		      bool copy_grad)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	struct ferry_op_call c = host_call(m, q, off, n);
+	char label[56];
+
+	if (copy_grad && !ix->params_offloaded) {
+		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), off * sizeof(float)),
+				at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, layer,
+				label);
+		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
+		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
+	}
+	snprintf(label, sizeof(label), "cpu adamw %.40s", m->tt.e[ix->param[q]].name);
+	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
+	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, layer);
+	upload(m, p, m->opt_h2d, q, off, n, layer, &c);
+}
+
+/* Layer l's slice of every stacked parameter: undone first (REDO, UNDO),
+ * then updated (FULL, REDO). */
+static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum ferry_update_variant variant)
+{
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+		struct ferry_op_call c;
+		char label[56];
+
+		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+			continue;
+		if (variant == FERRY_UPDATE_REDO || variant == FERRY_UPDATE_UNDO) {
+			c = host_call(m, q, (size_t)l * pi.layer_numel, pi.layer_numel);
+			with_undo(m, q, l, pi.layer_numel, &c);
+			snprintf(label, sizeof(label), "undo %.40s", pi.name);
+			ferry_emit_host_restore(p, m->opt_cpu_stream, &c, l, label);
+			ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, l);
+			if (variant == FERRY_UPDATE_UNDO)
+				upload(m, p, m->opt_h2d, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, &c);
+		}
+		if (variant == FERRY_UPDATE_FULL || variant == FERRY_UPDATE_REDO)
+			cpu_slice(m, p, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, false);
+	}
+}
+
+/* The unstacked parameters, in slices of the optimizer chunk. */
+static void unstacked_update(ferry_model_t m, struct ferry_program *p)
+{
+	const size_t chunk = m->tt.ix.opt_chunk;
+
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || pi.layers)
+			continue;
+		for (size_t off = 0; off < pi.numel; off += chunk)
+			cpu_slice(m, p, q, off, pi.numel - off < chunk ? pi.numel - off : chunk, -1, true);
+	}
+}
+
+void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant)
+{
+	/* the layers' gradients reached the host during the backward */
+	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, -1);
+	for (int l = 0; l < m->cfg.layers && variant != FERRY_UPDATE_COMMIT; l++)
+		layer_update(m, p, l, variant);
+	if (variant != FERRY_UPDATE_UNDO)
+		unstacked_update(m, p);
+	/* the next forward (its weight loads on h2d, its ops) follows every host task */
+	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, -1);
+	ferry_emit_wait(p, m->opt_h2d, m->opt_host_done, -1);
+	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
+	ferry_emit_wait(p, m->compute, m->opt_uploaded, -1);
+}
+
+/* Layer l's early update, before the norm is known: grad_scale 1, with an
+ * undo copy; its weights uploaded on the host stream itself. */
+static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
+{
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+		struct ferry_op_call c;
+		char label[56];
+
+		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+			continue;
+		c = host_call(m, q, (size_t)l * pi.layer_numel, pi.layer_numel);
+		with_undo(m, q, l, pi.layer_numel, &c);
+		snprintf(label, sizeof(label), "early adamw %.40s", pi.name);
+		ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, l, label);
+		if (!p->failed)
+			p->t[p->n - 1].patch = FERRY_PATCH_ADAMW_UNCLIPPED;
+		upload(m, p, m->opt_cpu_stream, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, &c);
+	}
+}
+
+void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
+{
+	ferry_model_t m = model;
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	if (!ix->params_offloaded) { /* else the gradient ring's copies are queued on d2h */
+		ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
+		ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, l);
+		for (int q = 0; q < m->md->n_params; q++) {
+			struct ferry_param_info pi;
+			size_t off;
+
+			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+				continue;
+			off = (size_t)l * pi.layer_numel * sizeof(float);
+			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
+			ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), off), at(entry(m, ix->grad[q]), off),
+					pi.layer_numel * sizeof(float), FERRY_COPY_D2H, l, label);
+		}
+	}
+	ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, l);
+	if (!m->emit_speculative)
+		return;
+	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, l);
+	speculative_layer(m, p, l);
+	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, l);
+}

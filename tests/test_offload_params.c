@@ -1,0 +1,191 @@
+/*
+ * Parameter offloading (ferry_exec_opts.offload_params): the layers'
+ * weights on the host, loaded into a device ring ahead of use in forward
+ * and backward, each layer's gradients sent to the host when its backward
+ * ends, AdamW's state on the host (stream or cpu).
+ *  - GPT-2 and Llama trained several steps with clipping that bites, under
+ *    every preset policy, both optimizer modes and two prefetch depths,
+ *    give losses, parameters, moments and the next gradients bit-identical
+ *    to everything on the device;
+ *  - the device arena's measured peak equals the plan's, which holds only
+ *    the rings of the stacked weights and gradients;
+ *  - bad combinations are refused before anything is allocated.
+ */
+#include "ferry/model.h"
+#include "ferry/policy.h"
+#include "test_util.h"
+
+#include <string.h>
+
+#define STEPS 3
+
+enum { B = 2, T = 16 };
+
+struct result {
+	float loss[STEPS];
+	float *params, *mom, *var, *grads;
+};
+
+static void batch(const struct ferry_model_config *cfg, int32_t *in, int32_t *tg, int s)
+{
+	for (int i = 0; i < B * T; i++) {
+		in[i] = (i * 13 + s * 7 + i / 5) % cfg->vocab;
+		tg[i] = (in[i] * 5 + 3) % cfg->vocab;
+	}
+}
+
+static void train(const char *name, const struct ferry_model_config *cfg, const struct ferry_exec_opts *o,
+		  struct result *r)
+{
+	/* grad_clip 0.05: the clipping scale is below 1 on every step */
+	struct ferry_adamw opt = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f };
+	struct ferry_plan plan;
+	ferry_backend_t be;
+	ferry_model_t m;
+	int32_t in[B * T], tg[B * T];
+	size_t n = ferry_model_config_num_params(cfg);
+	float norm;
+
+	CHECK(ferry_model_plan(cfg, B, T, o, &plan) == FERRY_OK, "%s plan: %s", name, ferry_last_error());
+	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "open");
+	CHECK(ferry_model_create(be, cfg, B, T, o, &m) == FERRY_OK, "%s create: %s", name, ferry_last_error());
+	CHECK(ferry_model_init_random(m, 5) == FERRY_OK, "init");
+	r->params = TALLOC(float, n);
+	r->mom = TALLOC(float, n);
+	r->var = TALLOC(float, n);
+	r->grads = TALLOC(float, n);
+	for (int s = 1; s <= STEPS; s++) {
+		batch(cfg, in, tg, s);
+		CHECK(ferry_model_step_submit(m, in, tg, B, T) == FERRY_OK &&
+			      ferry_model_step_finish(m, &opt, s, &r->loss[s - 1], &norm) == FERRY_OK,
+		      "%s step %d: %s", name, s, ferry_last_error());
+		CHECK(norm > opt.grad_clip, "%s step %d: clipping bites (norm %g)", name, s, norm);
+	}
+	/* the gradients of one more batch, through the separate calls */
+	batch(cfg, in, tg, STEPS + 1);
+	CHECK(ferry_model_forward(m, in, tg, B, T, NULL) == FERRY_OK && ferry_model_zero_grad(m) == FERRY_OK &&
+		      ferry_model_backward(m) == FERRY_OK, "%s: backward: %s", name, ferry_last_error());
+	CHECK(ferry_model_get_params(m, r->params) == FERRY_OK && ferry_model_get_opt_state(m, r->mom, r->var) ==
+		      FERRY_OK && ferry_model_get_grads(m, r->grads) == FERRY_OK, "read back");
+	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu", name,
+	      ferry_backend_mem_peak(be), plan.mem.peak_bytes);
+	ferry_model_free(m);
+	ferry_backend_close(be);
+}
+
+static void result_free(struct result *r)
+{
+	free(r->params);
+	free(r->mom);
+	free(r->var);
+	free(r->grads);
+}
+
+static void check_same(const char *name, const struct ferry_model_config *cfg, const struct result *ref,
+		       const struct result *got)
+{
+	size_t n = ferry_model_config_num_params(cfg) * sizeof(float);
+
+	CHECK(!memcmp(ref->loss, got->loss, sizeof(ref->loss)), "%s: the same losses", name);
+	CHECK(!memcmp(ref->params, got->params, n), "%s: the same parameters", name);
+	CHECK(!memcmp(ref->mom, got->mom, n) && !memcmp(ref->var, got->var, n), "%s: the same moments", name);
+	CHECK(!memcmp(ref->grads, got->grads, n), "%s: the same gradients", name);
+}
+
+/* Every preset policy x {stream, cpu} x prefetch {1, deeper than the
+ * stack} against the device's AdamW with nothing offloaded. */
+static void check_model(const char *model, const struct ferry_model_config *cfg)
+{
+	struct ferry_exec_opts dev = { 0 };
+	struct result ref;
+	char name[160];
+	int runs = 0;
+
+	train(model, cfg, &dev, &ref);
+	for (int i = 0; i < ferry_policy_preset_count(); i++)
+		for (int mode = FERRY_OPTIM_STREAM; mode <= FERRY_OPTIM_CPU; mode++)
+			for (int depth = 1; depth <= 8; depth += 7) {
+				struct ferry_exec_opts o = { .policy = ferry_policy_preset_name(i),
+							     .optimizer = (enum ferry_optim_place)mode,
+							     .offload_params = true, .param_prefetch = depth };
+				struct result got;
+
+				snprintf(name, sizeof(name), "%s %s, optimizer %s, prefetch %d", model, o.policy,
+					 mode == FERRY_OPTIM_STREAM ? "stream" : "cpu", depth);
+				train(name, cfg, &o, &got);
+				check_same(name, cfg, &ref, &got);
+				result_free(&got);
+				runs++;
+			}
+	printf("  %-6s %d runs with parameters offloaded: loss %.5f -> %.5f, bit-identical\n", model, runs,
+	       ref.loss[0], ref.loss[STEPS - 1]);
+	result_free(&ref);
+}
+
+/* The device keeps the rings, not the layers' weights and gradients. */
+static void check_plan(const char *model, const struct ferry_model_config *cfg)
+{
+	struct ferry_exec_opts cpu = { .optimizer = FERRY_OPTIM_CPU }, off = cpu;
+	struct ferry_plan a, b;
+	size_t n = ferry_model_config_num_params(cfg), stacked = 0, unstacked = 0;
+
+	for (int p = 0; p < ferry_model_param_tensors(cfg); p++) {
+		struct ferry_param_info pi;
+
+		CHECK(ferry_model_param_info(cfg, p, &pi) == FERRY_OK, "param info");
+		if (pi.present && pi.layers)
+			stacked += pi.layer_numel;
+		else if (pi.present)
+			unstacked += pi.numel;
+	}
+	off.offload_params = true;
+	CHECK(ferry_model_plan(cfg, B, T, &cpu, &a) == FERRY_OK && ferry_model_plan(cfg, B, T, &off, &b) == FERRY_OK,
+	      "plans");
+	CHECK(b.param_ring_slots == 2 && a.param_ring_slots == 0, "%s: two weight slots at depth 1", model);
+	/* fp32 on the CPU: two slots of one layer (each parameter rounded up to
+	 * 64 elements) plus the unstacked parameters, weights and gradients */
+	CHECK(b.mem.device_kind_bytes[FERRY_TK_WEIGHT_COPY] >= 4 * (2 * stacked + unstacked) &&
+		      b.mem.device_kind_bytes[FERRY_TK_WEIGHT_COPY] < 4 * (2 * stacked + unstacked) + 4096,
+	      "%s: device weights %zu bytes for %zu + 2 x %zu parameters", model,
+	      b.mem.device_kind_bytes[FERRY_TK_WEIGHT_COPY], unstacked, stacked);
+	CHECK(b.mem.host_kind_bytes[FERRY_TK_WEIGHT] == 4 * n && b.mem.host_kind_bytes[FERRY_TK_GRAD] == 4 * n &&
+		      b.mem.host_kind_bytes[FERRY_TK_OPT_STATE] == 8 * n, "%s: the host holds all of it", model);
+	CHECK(b.mem.peak_bytes < a.mem.peak_bytes, "%s: the device needs less (%zu < %zu)", model, b.mem.peak_bytes,
+	      a.mem.peak_bytes);
+	printf("  %-6s device weights %zu -> %zu bytes, peak %zu -> %zu\n", model,
+	       a.mem.device_kind_bytes[FERRY_TK_WEIGHT_COPY], b.mem.device_kind_bytes[FERRY_TK_WEIGHT_COPY],
+	       a.mem.peak_bytes, b.mem.peak_bytes);
+}
+
+static void check_refused(const struct ferry_model_config *cfg)
+{
+	struct ferry_exec_opts o = { .offload_params = true };
+	struct ferry_plan plan;
+
+	CHECK(ferry_model_plan(cfg, B, T, &o, &plan) == FERRY_ERR_INVALID &&
+		      strstr(ferry_last_error(), "--offload-optimizer stream or cpu"),
+	      "the device optimizer without its master weights is refused: %s", ferry_last_error());
+	o.optimizer = FERRY_OPTIM_CPU;
+	o.param_prefetch = 65;
+	CHECK(ferry_model_plan(cfg, B, T, &o, &plan) == FERRY_ERR_INVALID, "prefetch 65 refused");
+	o.offload_params = false;
+	o.param_prefetch = 2;
+	CHECK(ferry_model_plan(cfg, B, T, &o, &plan) == FERRY_ERR_INVALID, "--param-prefetch alone refused");
+}
+
+int main(void)
+{
+	struct ferry_model_config gpt2 = { .arch = "gpt2", .max_seq = 16, .vocab = 61, .layers = 4, .heads = 2,
+					   .channels = 32 };
+	struct ferry_model_config llama = { .arch = "llama", .max_seq = 16, .vocab = 67, .layers = 3, .heads = 4,
+					    .kv_heads = 2, .channels = 32, .ffn = 48 };
+
+	CHECK(ferry_model_config_complete(&gpt2) == FERRY_OK && ferry_model_config_complete(&llama) == FERRY_OK,
+	      "configs");
+	check_refused(&gpt2);
+	check_plan("gpt2", &gpt2);
+	check_plan("llama", &llama);
+	check_model("gpt2", &gpt2);
+	check_model("llama", &llama);
+	return test_exit_code();
+}
