@@ -4,8 +4,8 @@
  *
  *  - ops: one warm-up step, then `repeats` traced steps of the model; each
  *    op's duration is its traced slice (timed events on its stream around
- *    it), the median over every call at the same shape; zeroing and device
- *    copies give their bandwidth the same way;
+ *    it), the fastest call at the same shape; zeroing and device copies
+ *    give their bandwidth the same way (over all their calls);
  *  - host<->device copies at the sizes of the model's layer activations
  *    (what an offload moves): each direction alone, then both at once;
  *  - the CPU AdamW over a million floats.
@@ -145,7 +145,10 @@ static int cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-/* The median of each shape's samples into c, and how much they vary. */
+/* Each shape's fastest call into c (on a shared machine other work only
+ * ever adds time to a call, so the fastest is the op's own cost; on a
+ * quiet one it is within the calls' jitter of the median), and how much
+ * the calls vary. */
 static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 {
 	ferry_status st = FERRY_OK;
@@ -162,9 +165,11 @@ static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 			j++;
 		struct ferry_calib_op e = a->v[i].op;
 
-		e.seconds = (j - i) % 2 ? a->v[i + (j - i) / 2].s : (a->v[i + (j - i) / 2 - 1].s + a->v[i + (j - i) / 2].s) / 2;
-		if (j - i >= 4 && e.seconds > 0) /* samples sorted by duration within a shape */
-			spread[n_spread++] = (a->v[i + 3 * (j - i) / 4].s - a->v[i + (j - i) / 4].s) / e.seconds;
+		double med = (j - i) % 2 ? a->v[i + (j - i) / 2].s : (a->v[i + (j - i) / 2 - 1].s + a->v[i + (j - i) / 2].s) / 2;
+
+		e.seconds = a->v[i].s; /* samples sorted by duration within a shape */
+		if (j - i >= 4 && med > 0)
+			spread[n_spread++] = (a->v[i + 3 * (j - i) / 4].s - a->v[i + (j - i) / 4].s) / med;
 		st = ferry_calib_add_op(c, &e);
 		i = j;
 	}
