@@ -15,7 +15,12 @@
  * work on the machine slows every policy alike.  Printed per policy: the
  * prediction, the measured median and minimum, the error of the prediction
  * against each, and whether the peak device memory predicted equals the
- * arena's measured peak; then the largest and mean errors.
+ * arena's measured peak; then the largest and mean errors.  Then, since
+ * wall time on a shared machine includes the time other processes hold the
+ * cores, the process's CPU time per step (median) against the predicted
+ * busy time of all streams: a check of the calibrated task durations that
+ * the machine's load does not move (with --threads 1, the CPU backend's
+ * streams are one thread each and waiting threads sleep).
  */
 #include "ferry/cost.h"
 #include "ferry/model.h"
@@ -35,7 +40,7 @@ struct pol {
 	const char *name;
 	ferry_model_t m;
 	struct ferry_prediction pred;
-	double ms[MAX_ROUNDS];
+	double ms[MAX_ROUNDS], cpu_ms[MAX_ROUNDS]; /* wall time; CPU time of the whole process */
 	size_t peak;
 	bool ok;
 };
@@ -109,6 +114,16 @@ static const char *loadavg(char *buf, size_t n)
 	return buf;
 }
 
+/* CPU time of every thread of the process: what the step's tasks cost,
+ * without the time other work on the machine took the cores away. */
+static double cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static ferry_status step(ferry_model_t m, int B, int T, int s)
 {
 	static int32_t in[1 << 16], tg[1 << 16];
@@ -150,6 +165,27 @@ static void count(struct errs *e, double err)
 	e->n++;
 }
 
+/* The tasks' own cost, whatever the load: the process's CPU time per step
+ * (median) against the predicted busy time of all streams. */
+static void report_work(const struct args *a, struct pol *p)
+{
+	struct errs e = { 0 };
+
+	printf("\n%-34s %12s %12s %8s\n", "policy", "CPU ms/step", "pred. busy", "error");
+	for (int i = 0; i < a->n; i++) {
+		double v[MAX_ROUNDS], cpu, busy = (p[i].pred.compute_s + p[i].pred.copy_s + p[i].pred.host_s) * 1e3;
+
+		if (!p[i].ok)
+			continue;
+		memcpy(v, p[i].cpu_ms, sizeof(double) * (size_t)a->rounds);
+		cpu = median(v, a->rounds);
+		printf("%-34.34s %12.2f %12.2f %+7.1f%%\n", p[i].name, cpu, busy, (busy / cpu - 1) * 100);
+		count(&e, busy / cpu - 1);
+	}
+	printf("error of the predicted busy time against CPU time: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n",
+	       100 * e.sum / e.n, 100 * e.worst, e.within, e.n);
+}
+
 static void report(const struct args *a, struct pol *p)
 {
 	struct errs med_e = { 0 }, min_e = { 0 }, rat_e = { 0 };
@@ -185,6 +221,7 @@ static void report(const struct args *a, struct pol *p)
 	       100 * min_e.sum / min_e.n, 100 * min_e.worst, min_e.within, min_e.n);
 	printf("error of the ratio to %s: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n", p[0].name,
 	       100 * rat_e.sum / rat_e.n, 100 * rat_e.worst, rat_e.within, rat_e.n);
+	report_work(a, p);
 }
 
 int main(int argc, char **argv)
@@ -227,11 +264,12 @@ int main(int argc, char **argv)
 	}
 	for (int r = 0; r < a.rounds; r++)
 		for (int i = 0; i < a.n; i++) {
-			double t0 = now_s();
+			double t0 = now_s(), c0 = cpu_s();
 
 			if (p[i].ok && step(p[i].m, a.B, a.T, r + 1))
 				p[i].ok = false;
 			p[i].ms[r] = (now_s() - t0) * 1e3;
+			p[i].cpu_ms[r] = (cpu_s() - c0) * 1e3;
 		}
 	printf("load average after the rounds: %s\n", loadavg(load, sizeof(load)));
 	report(&a, p);

@@ -145,6 +145,24 @@ static void engines(void)
 	CHECK(NEAR(r.copy_s, 6), "shared: copy time %g", r.copy_s);
 }
 
+/* A compute op of 4 beside a copy of 2, compute at half speed while it
+ * runs: 1 of work done by 2, the other 3 alone: ends at 5. */
+static void shared_cores(void)
+{
+	struct hand h;
+	struct ferry_sim_result r;
+
+	hand_init(&h);
+	op(&h, 0, C, 4);
+	copy(&h, 0, D2H, FERRY_COPY_D2H, 2);
+	r = sim(&h, 1, -1, (struct ferry_sim_params){ .both_slowdown = 1, .copy_compute_slowdown = 2 });
+	CHECK(NEAR(r.step_s, 5) && NEAR(r.busy_s[C], 5) && NEAR(r.busy_s[D2H], 2), "shared cores: step %g, busy %g %g",
+	      r.step_s, r.busy_s[C], r.busy_s[D2H]);
+	r = sim(&h, 1, -1, (struct ferry_sim_params){ .both_slowdown = 1, .copy_compute_slowdown = 1 });
+	CHECK(NEAR(r.step_s, 4), "separate cores: step %g", r.step_s);
+	hand_release(&h);
+}
+
 /* Program 1: compute 2, an unrelated copy out of copy_s; the host
  * synchronises on compute (at 2, plus 0.5 to resubmit); program 2: compute
  * 1 from 2.5 to 3.5. */
@@ -268,5 +286,6 @@ int main(void)
 	host_sync(5, 5);
 	host_sync(1, 3.5);
 	wait_before_record();
+	shared_cores();
 	return test_exit_code();
 }

@@ -70,6 +70,8 @@ struct ferry_calib_summary {
 	double other_flops;          /* the same over the other ops (memory-bound) */
 	double d2d_Bps, zero_Bps;    /* device copies and zeroing */
 	double adamw_floats_per_s;   /* the CPU AdamW */
+	double copy_compute_slowdown; /* compute ops beside host<->device copies take this many
+					 times as long (0: not measured) */
 	double op_spread;            /* how much calls of one op at one shape vary: the median over
 					shapes of their interquartile range over their median (a busy
 					machine: large) */

@@ -4,10 +4,15 @@
  *
  *  - ops: one warm-up step, then `repeats` traced steps of the model; each
  *    op's duration is its traced slice (timed events on its stream around
- *    it), the median over every call at the same shape; zeroing and device
- *    copies give their bandwidth the same way;
+ *    it), the fastest call at the same shape; zeroing and device copies
+ *    give their bandwidth the same way (over all their calls);
  *  - host<->device copies at the sizes of the model's layer activations
  *    (what an offload moves): each direction alone, then both at once;
+ *  - how much copies slow compute: traced steps of the model with every
+ *    activation it can offload offloaded; the compute ops that ran beside a
+ *    copy for most of their time against those that ran beside none, each
+ *    over its calibrated duration (the ratio of the two medians; on a GPU
+ *    about 1, on the CPU backend, whose copies take cores, more);
  *  - the CPU AdamW over a million floats.
  */
 #include "exec/model_internal.h"
@@ -15,6 +20,7 @@
 #include "plan/calibration.h"
 #include "core/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -114,8 +120,8 @@ static void batch(int vocab, int32_t *in, int32_t *tg, long n, int s)
 	}
 }
 
-/* A warm-up step, then `repeats` traced ones. */
-static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, struct samples *a)
+/* Training step s (>= 0) on a synthetic batch, waited for. */
+static ferry_status one_step(ferry_model_t m, int B, int T, int s)
 {
 	struct ferry_adamw opt = { 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
 	long n = (long)B * T;
@@ -123,18 +129,25 @@ static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, str
 	ferry_status st = in && tg ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
 	float loss, norm;
 
-	for (int s = 0; s <= repeats && !st; s++) {
+	if (!st) {
 		batch(m->cfg.vocab, in, tg, n, s);
-		if (s > 0 && (st = ferry_model_trace_begin(m)))
-			break;
-		if ((st = ferry_model_step_submit(m, in, tg, B, T)) ||
-		    (st = ferry_model_step_finish(m, &opt, s + 1, &loss, &norm)) || (st = ferry_model_sync(m)))
-			break;
-		if (s > 0)
-			st = read_slices(m, a);
+		if (!(st = ferry_model_step_submit(m, in, tg, B, T)) &&
+		    !(st = ferry_model_step_finish(m, &opt, s + 1, &loss, &norm)))
+			st = ferry_model_sync(m);
 	}
 	ferry_free(in);
 	ferry_free(tg);
+	return st;
+}
+
+/* A warm-up step, then `repeats` traced ones. */
+static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, struct samples *a)
+{
+	ferry_status st = one_step(m, B, T, 0);
+
+	for (int s = 1; s <= repeats && !st; s++)
+		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, s)))
+			st = read_slices(m, a);
 	return st;
 }
 
@@ -145,7 +158,10 @@ static int cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-/* The median of each shape's samples into c, and how much they vary. */
+/* Each shape's fastest call into c (on a shared machine other work only
+ * ever adds time to a call, so the fastest is the op's own cost; on a
+ * quiet one it is within the calls' jitter of the median), and how much
+ * the calls vary. */
 static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 {
 	ferry_status st = FERRY_OK;
@@ -162,9 +178,11 @@ static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 			j++;
 		struct ferry_calib_op e = a->v[i].op;
 
-		e.seconds = (j - i) % 2 ? a->v[i + (j - i) / 2].s : (a->v[i + (j - i) / 2 - 1].s + a->v[i + (j - i) / 2].s) / 2;
-		if (j - i >= 4 && e.seconds > 0) /* samples sorted by duration within a shape */
-			spread[n_spread++] = (a->v[i + 3 * (j - i) / 4].s - a->v[i + (j - i) / 4].s) / e.seconds;
+		double med = (j - i) % 2 ? a->v[i + (j - i) / 2].s : (a->v[i + (j - i) / 2 - 1].s + a->v[i + (j - i) / 2].s) / 2;
+
+		e.seconds = a->v[i].s; /* samples sorted by duration within a shape */
+		if (j - i >= 4 && med > 0)
+			spread[n_spread++] = (a->v[i + 3 * (j - i) / 4].s - a->v[i + (j - i) / 4].s) / med;
 		st = ferry_calib_add_op(c, &e);
 		i = j;
 	}
@@ -195,6 +213,130 @@ static ferry_status calibrate_ops(ferry_backend_t be, const struct ferry_model_c
 	if (!st)
 		st = op_medians(&a, c);
 	ferry_free(a.v);
+	return st;
+}
+
+/* Of [a, b], the fraction that host<->device copies of the trace cover
+ * (copies of one direction never overlap each other: one stream each). */
+static double copy_cover(const struct ferry_sched_trace *tr, const double *t, double a, double b)
+{
+	double in = 0;
+
+	for (int j = 0; j < tr->n; j++) {
+		const struct ferry_task *k = tr->s[j].task;
+		double lo = t[2 * j] > a ? t[2 * j] : a, hi = t[2 * j + 1] < b ? t[2 * j + 1] : b;
+
+		if (k->kind == FERRY_TASK_COPY && k->copy_kind != FERRY_COPY_D2D && hi > lo)
+			in += hi - lo;
+	}
+	return b > a ? (in > b - a ? 1 : in / (b - a)) : 0;
+}
+
+/* One traced step's compute ops: per op its duration, its calibrated
+ * duration and the time copies ran beside it (op[3i..3i+2]). */
+static ferry_status overlap_ops(ferry_model_t m, const struct ferry_calibration *c, double *op, int *n, int max)
+{
+	struct ferry_sched_trace *tr = &m->trace;
+	double *t = ferry_calloc((size_t)(2 * tr->n + 1), sizeof(double));
+	ferry_status st;
+
+	if (!t)
+		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+	st = ferry_trace_collect(tr, t);
+	for (int i = 0; i < tr->n && !st; i++) {
+		const struct ferry_task *k = tr->s[i].task;
+		const struct ferry_calib_op *e = k->kind == FERRY_TASK_OP ? ferry_calib_find(c, &k->call) : NULL;
+		double cover;
+
+		if (!e || e->seconds <= 0 || k->stream != m->compute)
+			continue;
+		cover = copy_cover(tr, t, t[2 * i], t[2 * i + 1]);
+		if (*n < max) {
+			op[3 * *n] = t[2 * i + 1] - t[2 * i];
+			op[3 * *n + 1] = e->seconds;
+			op[3 * *n + 2] = cover * op[3 * *n];
+			(*n)++;
+		}
+	}
+	ferry_free(t);
+	return st;
+}
+
+/* The spec that offloads every activation the backward pass reads. */
+static void offload_all(const struct ferry_model_config *cfg, int B, int T, const struct ferry_exec_opts *opts,
+			char *spec, size_t n)
+{
+	struct ferry_exec_opts o = *opts;
+	struct ferry_plan plan;
+	size_t w = (size_t)snprintf(spec, n, "custom:");
+
+	o.policy = "everything_saveable";
+	if (ferry_model_plan(cfg, B, T, &o, &plan) != FERRY_OK)
+		return;
+	for (int i = 0; i < plan.n_tensors && w < n; i++)
+		if (plan.tensors[i].needed)
+			w += (size_t)snprintf(spec + w, n - w, "%s%s=offload", w > 7 ? "," : "", plan.tensors[i].name);
+}
+
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The slowdown f from ops (d, e, c): those beside no copy give the load's
+ * own inflation r (the median d / e); an op beside copies for a fraction p
+ * of its time, at f there, takes d = r e (1 + p (f - 1)), so each op beside
+ * copies for over 30% of its time gives f = 1 + (d / (r e) - 1) / p, and
+ * the median of those is the answer (medians: one op preempted by another
+ * process must not decide it).  0 when fewer than 3 ops ran beside copies. */
+static double slowdown(const double *op, int n)
+{
+	double *r = ferry_calloc((size_t)n + 1, sizeof(double)), inflation, f;
+	int k = 0;
+
+	if (!r)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (op[3 * i + 2] == 0)
+			r[k++] = op[3 * i] / op[3 * i + 1];
+	inflation = k >= 3 ? median_of(r, k) : 0;
+	k = 0;
+	for (int i = 0; inflation > 0 && i < n; i++) {
+		double p = op[3 * i + 2] / op[3 * i];
+
+		if (p > 0.3)
+			r[k++] = 1 + (op[3 * i] / (inflation * op[3 * i + 1]) - 1) / p;
+	}
+	f = k >= 3 ? median_of(r, k) : 0;
+	ferry_free(r);
+	return f <= 0 ? 0 : f < 1 ? 1 : f > 4 ? 4 : f;
+}
+
+/* How much copies slow compute (c->copy_compute_slowdown; left 0 when the
+ * offloading model does not fit or no op ran beside copies). */
+static ferry_status calibrate_overlap(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+				      const struct ferry_exec_opts *opts, int repeats, struct ferry_calibration *c)
+{
+	enum { MAX = 8192 };
+	struct ferry_exec_opts o = *opts;
+	char spec[2048];
+	double *ops = ferry_calloc(3 * MAX, sizeof(double));
+	int n = 0;
+	ferry_model_t m = NULL;
+	ferry_status st = ops ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+
+	offload_all(cfg, B, T, opts, spec, sizeof(spec));
+	o.policy = spec;
+	if (!st && ferry_model_create(be, cfg, B, T, &o, &m) == FERRY_OK && ferry_model_init_random(m, 1) == FERRY_OK)
+		st = one_step(m, B, T, 0); /* the warm-up step */
+	for (int r = 1; m && !st && r <= repeats; r++)
+		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, r)))
+			st = overlap_ops(m, c, ops, &n, MAX);
+	if (!st && slowdown(ops, n) > 0) /* else the earlier calibration's, if any */
+		c->copy_compute_slowdown = slowdown(ops, n);
+	ferry_model_free(m);
+	ferry_free(ops);
 	return st;
 }
 
@@ -267,9 +409,12 @@ ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config
 			ferry_calib_add_copy(c, &base->copy[i]);
 		c->d2d_Bps = base->d2d_Bps, c->zero_Bps = base->zero_Bps;
 		c->adamw_floats_per_s = base->adamw_floats_per_s;
+		c->copy_compute_slowdown = base->copy_compute_slowdown;
 	}
 	if (!st)
 		st = calibrate_ops(be, cfg, B, T, opts, repeats, c);
+	if (!st)
+		st = calibrate_overlap(be, cfg, B, T, opts, repeats, c);
 	n_sizes = st ? 0 : transfer_sizes(cfg, B, T, opts, sizes, 16);
 	if (!st && n_sizes)
 		st = ferry_calib_measure_copies(be, sizes, n_sizes, repeats, c);

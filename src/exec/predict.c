@@ -50,6 +50,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 	if (st)
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
+	prm.copy_compute_slowdown = c->copy_compute_slowdown;
 	if (!(d = durations(c, p, FERRY_STEP_PROGRAMS, &out->estimated_ops)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);

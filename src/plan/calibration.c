@@ -212,6 +212,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->zero_Bps = c->zero_Bps;
 	out->adamw_floats_per_s = c->adamw_floats_per_s;
 	out->op_spread = c->op_spread;
+	out->copy_compute_slowdown = c->copy_compute_slowdown;
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

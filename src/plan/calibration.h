@@ -37,6 +37,8 @@ struct ferry_calibration {
 	double d2d_Bps, zero_Bps;      /* 0: not measured */
 	double adamw_floats_per_s;
 	double op_spread;              /* median over shapes of (q3 - q1) / median of the calls */
+	double copy_compute_slowdown;  /* compute ops beside host<->device copies take this many times
+					  as long (0: not measured) */
 };
 
 /* Adds (or replaces) the entry of op's shape. */

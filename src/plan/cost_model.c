@@ -165,7 +165,10 @@ static double rate(const struct sim *s, int k)
 {
 	int e = s->engine_of[k];
 
-	if (e < 0 || s->prm->shared_copy_engine || !s->engine_busy[1 - e] || s->prm->both_slowdown <= 1)
+	if (e < 0) /* compute slowed while copies run */
+		return k == s->compute && (s->engine_busy[0] || s->engine_busy[1]) && s->prm->copy_compute_slowdown > 1
+			       ? 1 / s->prm->copy_compute_slowdown : 1;
+	if (s->prm->shared_copy_engine || !s->engine_busy[1 - e] || s->prm->both_slowdown <= 1)
 		return 1;
 	return 1 / s->prm->both_slowdown;
 }

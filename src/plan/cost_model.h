@@ -10,7 +10,8 @@
  * norm) holds everything submitted after it until the compute stream has
  * run everything before it.  Copies between host and device run on copy
  * engines: one per direction, slowed by a factor while both directions move
- * at once, or a single engine both directions share (one copy at a time).
+ * at once, or a single engine both directions share (one copy at a time);
+ * the compute stream may be slowed while copies run (shared cores).
  *
  * What it gives: the step time, how long the compute stream waited for
  * copies (exposed transfer time), and each stream's busy time.  Memory is
@@ -27,6 +28,9 @@ struct ferry_sim_params {
 	double both_slowdown;    /* separate engines: a copy's duration is multiplied by this while
 				    the other direction copies too (1: no effect) */
 	double sync_s;           /* the host's synchronisation and resubmission inside the step */
+	double copy_compute_slowdown; /* the compute stream's tasks take this many times as long while a
+					 host<->device copy runs (CPU backend: copies take cores and
+					 memory bandwidth; 1 or 0: no effect, as on a GPU) */
 };
 
 struct ferry_sim_result {

@@ -44,6 +44,8 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 			s.shared_copy_engine ? " (one engine for both)" : "");
 	fprintf(f, "%sdevice zeroing %.2f GB/s, device copies %.2f GB/s, CPU AdamW %.1f M floats/s\n", indent,
 		gbps(s.zero_Bps), gbps(s.d2d_Bps), s.adamw_floats_per_s / 1e6);
+	if (s.copy_compute_slowdown > 0)
+		fprintf(f, "%scompute ops beside copies take %.2fx as long\n", indent, s.copy_compute_slowdown);
 	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)%s\n", indent,
 		s.op_spread * 100, s.op_spread > CALIB_BUSY_SPREAD ? ": the machine looked busy, calibrate again "
 								     "when it is quiet" : "");
