@@ -44,6 +44,8 @@ checks=$((checks + 1))
 [ $? -eq 1 ] && grep -q "activations need .* on nvme, which has .* free" out.txt ||
 	{ fail "an NVMe disk too small is refused"; cat out.txt >&2; }
 
+expect_error "plan --json: tier too small" "host tier too small: activations need" \
+	"$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --topology tiny.txt --host-tier activations=node:1 --json
 expect_error "train: tier too small" "host tier too small: activations need" \
 	"$FERRY" train "${TRAIN[@]}" --topology tiny.txt --host-tier activations=node:1
 expect_error "a node that does not exist" "no NUMA node 9" "$FERRY" train "${TRAIN[@]}" --host-tier params=node:9

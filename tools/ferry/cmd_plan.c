@@ -172,7 +172,8 @@ int cmd_plan(int argc, char **argv)
 		return rc;
 	}
 	if (a.json) {
-		rc = write_plan_json(&a, &plan);
+		/* the JSON has no tier table, but a tier too small still refuses */
+		rc = tier_flags_check(CMD, &a.o, &plan) ? 1 : write_plan_json(&a, &plan);
 	} else {
 		plan_print_text(stdout, &plan);
 		/* host tiers: bytes by tier and kind; a tier too small refuses */
