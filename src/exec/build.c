@@ -8,6 +8,7 @@
  */
 #include "exec/model_internal.h"
 #include "core/error.h"
+#include "tier/nvme_tier.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -281,7 +282,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 	ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], layer);
 	for (int i = 0; i < 3; i++) {
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_h2d, dev[i], host[i], bytes, FERRY_COPY_H2D, layer, label);
+		if (!ferry_tier_emit_copy(p, m->opt_h2d, m->tt.host_tiers, host[i], dev[i], bytes, FERRY_COPY_H2D,
+					  layer, label)) /* NVMe: a file read */
+			ferry_emit_copy(p, m->opt_h2d, dev[i], host[i], bytes, FERRY_COPY_H2D, layer, label);
 	}
 	ferry_emit_record(p, m->opt_h2d, m->opt_staged[slot], layer);
 	ferry_emit_wait(p, m->compute, m->opt_staged[slot], layer);
@@ -299,7 +302,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 	ferry_emit_wait(p, m->opt_d2h, m->opt_updated[slot], layer);
 	for (int i = 0; i < 3; i++) {
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_d2h, host[i], dev[i], bytes, FERRY_COPY_D2H, layer, label);
+		if (!ferry_tier_emit_copy(p, m->opt_d2h, m->tt.host_tiers, host[i], dev[i], bytes, FERRY_COPY_D2H,
+					  layer, label))
+			ferry_emit_copy(p, m->opt_d2h, host[i], dev[i], bytes, FERRY_COPY_D2H, layer, label);
 	}
 	ferry_emit_record(p, m->opt_d2h, m->opt_free[slot], layer);
 }
