@@ -137,7 +137,7 @@ static void check_specs(const char *topo)
 	expect_spec_error("activations=dram,activations=cxl", topo, NULL, "activations given twice");
 	expect_spec_error("activations", topo, NULL, "expected KIND=TIER");
 	expect_spec_error("activations=nvme", topo, NULL, "needs --nvme-dir");
-	expect_spec_error("optimizer=nvme", topo, dir, "activations only");
+	expect_spec_error("grads=nvme", topo, dir, "the NVMe tier holds offloaded activations, and");
 	expect_spec_error("activations=interleave:1*0+2", topo, NULL, "weights are 1 to 255");
 	expect_spec_error("activations=interleave:1+1", topo, NULL, "node 1 twice");
 	expect_spec_error("activations=dram", topo, "/nonexistent/nvme", "/nonexistent/nvme");
@@ -204,6 +204,18 @@ static void check_default(const char *topo)
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_NVME &&
 		      placed(&r, FERRY_HOST_OPTIMIZER) == FERRY_TIER_DRAM,
 	      "DRAM taken by the optimizer: activations to NVMe: %s", ferry_last_error());
+	ferry_host_tiers_free(h);
+
+	/* streamed AdamW state may overflow to NVMe too; with the CPU AdamW it may not */
+	h = make(NULL, topo, dir, FERRY_OPTIM_STREAM);
+	kinds(b, 1500 * M, 400 * M, 4000 * M, 0);
+	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_CXL &&
+		      placed(&r, FERRY_HOST_PARAMS) == FERRY_TIER_CXL && placed(&r, FERRY_HOST_OPTIMIZER) == FERRY_TIER_NVME,
+	      "stream: 1.9 GiB on CXL, 4 GiB of moments past DRAM's 3 to NVMe: %s", ferry_last_error());
+	ferry_host_tiers_free(h);
+	h = make(NULL, topo, dir, FERRY_OPTIM_CPU);
+	kinds(b, 0, 1000 * M, 5000 * M, 0);
+	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID, "cpu: the optimizer never goes to NVMe");
 	ferry_host_tiers_free(h);
 
 	h = make(NULL, topo, NULL, FERRY_OPTIM_CPU);

@@ -95,6 +95,15 @@ static void errors(const char *dir)
 	CHECK(ferry_nvme_file_reserve(f, (uint64_t)sv.f_bavail * sv.f_frsize * 2 + (1ull << 30)) == FERRY_ERR_IO,
 	      "a reservation larger than the disk");
 	CHECK(strstr(ferry_last_error(), "free there") != NULL, "says what is free: %s", ferry_last_error());
+	/* an error on a stream's thread is kept, first one wins, and returned */
+	CHECK(ferry_nvme_file_status(f) == FERRY_OK, "no error yet");
+	ferry_nvme_file_keep(f, FERRY_OK);
+	CHECK(ferry_nvme_file_status(f) == FERRY_OK, "FERRY_OK keeps nothing");
+	ferry_nvme_file_keep(f, ferry_error(FERRY_ERR_IO, "first failure"));
+	ferry_nvme_file_keep(f, ferry_error(FERRY_ERR_INVALID, "second failure"));
+	ferry_error(FERRY_OK, "%s", "");
+	CHECK(ferry_nvme_file_status(f) == FERRY_ERR_IO && strstr(ferry_last_error(), "first failure"),
+	      "the first error comes back: %s", ferry_last_error());
 	ferry_nvme_file_close(f);
 }
 

@@ -15,7 +15,8 @@
  *                   weights give these ratios, else ranges of pages bound
  *                   node by node (mbind) in those ratios
  *   nvme            one file in --nvme-dir, created, sized and removed by
- *                   ferry (offloaded activations only)
+ *                   ferry (streamed state only: offloaded activations, and
+ *                   with --offload-optimizer stream params and optimizer)
  *   auto            the default for the kind, below
  *
  * Kinds of host state: activations (offloaded), params (master weights and
@@ -24,7 +25,7 @@
  * it with --offload-optimizer cpu) stays in local DRAM; streamed state goes
  * to CXL memory, striped across its nodes, when the machine has any; what
  * does not fit there goes to DRAM, and then, with --nvme-dir, to NVMe
- * (activations only).  An explicitly named tier that is too small is an
+ * (what it can hold).  An explicitly named tier that is too small is an
  * error that says which tiers would hold the state.
  *
  * A topology description file declares simulated nodes (capacity, CPUs or
@@ -117,8 +118,8 @@ struct ferry_host_tiers_opts {
 
 /* Discovers or loads the topology and resolves the spec against it.
  * Errors: a bad spec, a node that does not exist, cxl on a machine
- * without CPU-less nodes, nvme without --nvme-dir or for state other than
- * activations, an --nvme-dir that cannot hold a file. */
+ * without CPU-less nodes, nvme without --nvme-dir or for state the CPU
+ * computes on, an --nvme-dir that cannot hold a file. */
 ferry_status ferry_host_tiers_create(const struct ferry_host_tiers_opts *o, ferry_host_tiers_t *out)
 	FERRY_MUST_CHECK;
 void ferry_host_tiers_free(ferry_host_tiers_t h);

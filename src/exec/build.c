@@ -8,6 +8,7 @@
  */
 #include "exec/model_internal.h"
 #include "core/error.h"
+#include "tier/nvme_tier.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -385,7 +386,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 	ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], layer);
 	for (int i = 0; i < s.n_in; i++) {
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_h2d, s.dev[i], s.host[i], s.bytes[i], FERRY_COPY_H2D, layer, label);
+		if (!ferry_tier_emit_copy(p, m->opt_h2d, m->tt.host_tiers, s.host[i], s.dev[i], s.bytes[i],
+					  FERRY_COPY_H2D, layer, label)) /* NVMe: a file read */
+			ferry_emit_copy(p, m->opt_h2d, s.dev[i], s.host[i], s.bytes[i], FERRY_COPY_H2D, layer, label);
 	}
 	ferry_emit_record(p, m->opt_h2d, m->opt_staged[slot], layer);
 	ferry_emit_wait(p, m->compute, m->opt_staged[slot], layer);
@@ -405,7 +408,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 		if (i >= s.n_out && !(i == 4 && s.copy_out))
 			continue;
 		snprintf(label, sizeof(label), "%s: %.40s", part[i], name);
-		ferry_emit_copy(p, m->opt_d2h, s.host[i], s.dev[i], s.bytes[i], FERRY_COPY_D2H, layer, label);
+		if (!ferry_tier_emit_copy(p, m->opt_d2h, m->tt.host_tiers, s.host[i], s.dev[i], s.bytes[i],
+					  FERRY_COPY_D2H, layer, label))
+			ferry_emit_copy(p, m->opt_d2h, s.host[i], s.dev[i], s.bytes[i], FERRY_COPY_D2H, layer, label);
 	}
 	ferry_emit_record(p, m->opt_d2h, m->opt_free[slot], layer);
 }

@@ -266,9 +266,9 @@ static ferry_status zero_state(struct ferry_model *m)
 		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
 					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
-		if (on_host(m, bufs[i]))
+		if (on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers, buffer(m, bufs[i]), n, &st))
 			memset(buffer(m, bufs[i]), 0, n);
-		else
+		else if (!on_host(m, bufs[i]))
 			st = ferry_memset_zero_async(s, buffer(m, bufs[i]), n);
 	}
 	return st ? st : ferry_stream_synchronize(s);
@@ -403,7 +403,7 @@ static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
 
 	if (!on_host(m, b))
 		return copy_sync(m, dst, buffer(m, b), n, FERRY_COPY_D2H);
-	if (!(st = sync_all(m)))
+	if (!(st = sync_all(m)) && !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), dst, n, false, &st))
 		memcpy(dst, buffer(m, b), n);
 	return st;
 }
@@ -414,7 +414,8 @@ static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t
 
 	if (!on_host(m, b))
 		return copy_sync(m, buffer(m, b), src, n, FERRY_COPY_H2D);
-	if (!(st = sync_all(m)))
+	if (!(st = sync_all(m)) &&
+	    !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), (void *)src, n, true, &st))
 		memcpy(buffer(m, b), src, n);
 	return st;
 }
@@ -482,8 +483,10 @@ static ferry_status refresh_copy(ferry_model_t m)
 		c.in[0] = master + off;
 		if (on_host(m, m->tt.ix.params_buffer)) {
 			c.in[0] = entry(m, m->tt.ix.opt_ring);
-			st = ferry_memcpy_async(compute(m), (void *)c.in[0], master + off, (size_t)c.n * sizeof(float),
-						FERRY_COPY_H2D);
+			if (!ferry_host_tiers_upload(m->tt.host_tiers, compute(m), (void *)c.in[0], master + off,
+						     (size_t)c.n * sizeof(float), &st))
+				st = ferry_memcpy_async(compute(m), (void *)c.in[0], master + off,
+							(size_t)c.n * sizeof(float), FERRY_COPY_H2D);
 		}
 		if (!st)
 			st = ferry_stream_run_op(compute(m), &c);

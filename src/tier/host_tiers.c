@@ -142,7 +142,7 @@ static int default_order(const struct ferry_host_tiers *h, int k, struct ferry_t
 	int n = 0;
 	bool has_cxl = ferry_tier_resolve(h, "cxl", &cxl) == FERRY_OK;
 
-	ferry_last_error(); /* no CXL is not an error here */
+	/* (no CXL is not an error here: the default just skips it) */
 	if (ferry_tier_resolve(h, "dram", &dram) != FERRY_OK)
 		return 0;
 	if (has_cxl && !cpu_computes_on(h, k))
@@ -150,7 +150,7 @@ static int default_order(const struct ferry_host_tiers *h, int k, struct ferry_t
 	out[n++] = dram;
 	if (has_cxl && cpu_computes_on(h, k))
 		out[n++] = cxl;
-	if (h->nvme_dir[0] && k == FERRY_HOST_ACTIVATIONS)
+	if (h->nvme_dir[0] && ferry_tier_nvme_holds(h, k))
 		out[n++] = (struct ferry_tier){ .type = FERRY_TIER_NVME };
 	return n;
 }
@@ -176,13 +176,12 @@ static ferry_status refuse(const struct ferry_host_tiers *h, int k, uint64_t byt
 	for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
 		if (ferry_tier_resolve(h, candidates[i], &t) != FERRY_OK || ferry_tier_equal(&t, asked))
 			continue;
-		if ((t.type == FERRY_TIER_NVME && k != FERRY_HOST_ACTIVATIONS) || !take(&h->topo, &t, bytes,
+		if ((t.type == FERRY_TIER_NVME && !ferry_tier_nvme_holds(h, k)) || !take(&h->topo, &t, bytes,
 			(struct budget *)b, false))
 			continue;
 		len += (size_t)snprintf(fits + len, sizeof(fits) - len, "%s%s (%s free)", len ? ", " : "",
 					candidates[i], ferry_format_size(room(&h->topo, &t, b), has));
 	}
-	ferry_last_error();
 	ferry_tier_describe(asked, name, sizeof(name));
 	return ferry_error(FERRY_ERR_INVALID, "host tier too small: %s need %s (%llu bytes) on %s, which has %s "
 			   "free%s; would fit: %s", ferry_host_kind_name(k), ferry_format_size(bytes, need),

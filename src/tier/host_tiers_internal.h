@@ -39,6 +39,9 @@ ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
 ferry_status ferry_tier_resolve(const struct ferry_host_tiers *h, const char *name, struct ferry_tier *out)
 	FERRY_MUST_CHECK;
 bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b);
+/* Whether the NVMe tier can hold kind: what only travels to and from the
+ * device (offloaded activations; streamed optimizer state and weights). */
+bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind);
 
 /* Binds [p, p + bytes) to the tier's nodes (mbind); nothing on a simulated
  * topology. */

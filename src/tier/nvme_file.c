@@ -135,7 +135,12 @@ ferry_status ferry_nvme_file_create(const char *dir, struct ferry_nvme_file **ou
 			 NVME_DEPTH, NVME_CHUNK >> 10);
 	else
 		snprintf(f->mode, sizeof(f->mode), "pread/pwrite (io_uring: %s), %s",
-			 want_ring ? strerror(why) : "FERRY_NVME_IO",
+			 !want_ring ? "FERRY_NVME_IO" :
+#ifdef FERRY_HAVE_URING
+			 strerror(why),
+#else
+			 "built without liburing",
+#endif
 			 f->direct ? "O_DIRECT" : nodirect ? "page cache (FERRY_NVME_IO)" : "page cache (O_DIRECT refused)");
 	*out = f;
 	return FERRY_OK;

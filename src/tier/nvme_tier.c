@@ -119,3 +119,53 @@ ferry_status ferry_host_tiers_io_status(ferry_host_tiers_t h)
 {
 	return h && h->nvme ? ferry_nvme_file_status(h->nvme) : FERRY_OK;
 }
+
+bool ferry_host_tiers_file_io(ferry_host_tiers_t h, void *host, void *buf, size_t n, bool write, ferry_status *st)
+{
+	uint64_t off;
+	struct ferry_nvme_file *f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
+
+	if (!f)
+		return false;
+	*st = write ? ferry_nvme_write(f, off, buf, n) : ferry_nvme_read(f, off, buf, n);
+	return true;
+}
+
+bool ferry_host_tiers_file_zero(ferry_host_tiers_t h, void *host, size_t n, ferry_status *st)
+{
+	static const char zeros[1 << 16];
+	uint64_t off;
+	struct ferry_nvme_file *f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
+
+	if (!f)
+		return false;
+	*st = FERRY_OK;
+	for (size_t pos = 0; pos < n && !*st; pos += sizeof(zeros))
+		*st = ferry_nvme_write(f, off + pos, zeros, n - pos < sizeof(zeros) ? n - pos : sizeof(zeros));
+	return true;
+}
+
+bool ferry_host_tiers_upload(ferry_host_tiers_t h, ferry_stream_t s, void *dev, const void *host, size_t n,
+			     ferry_status *st)
+{
+	uint64_t off;
+	struct ferry_nvme_file *f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
+
+	if (!f)
+		return false;
+	/* dev may still be read by work queued before */
+	if ((*st = ferry_stream_synchronize(s)))
+		return true;
+	if (!h->stage[1]) { /* the device's memory is host memory */
+		*st = ferry_nvme_read(f, off, dev, n);
+		return true;
+	}
+	for (size_t pos = 0; pos < n && !*st; pos += FERRY_TIER_STAGE_BYTES) {
+		size_t len = n - pos < FERRY_TIER_STAGE_BYTES ? n - pos : FERRY_TIER_STAGE_BYTES;
+
+		if (!(*st = ferry_nvme_read(f, off + pos, h->stage[1], len)) &&
+		    !(*st = ferry_memcpy_async(s, (char *)dev + pos, h->stage[1], len, FERRY_COPY_H2D)))
+			*st = ferry_stream_synchronize(s);
+	}
+	return true;
+}

@@ -27,6 +27,13 @@ enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k)
 	}
 }
 
+bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind)
+{
+	/* streamed state only: nothing computes on it in host memory */
+	return kind == FERRY_HOST_ACTIVATIONS ||
+	       (h->optimizer == FERRY_OPTIM_STREAM && (kind == FERRY_HOST_PARAMS || kind == FERRY_HOST_OPTIMIZER));
+}
+
 bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b)
 {
 	if (a->type != b->type || a->n != b->n)
@@ -175,10 +182,11 @@ static ferry_status parse_item(struct ferry_host_tiers *h, char *item, bool seen
 			continue;
 		if (seen[i])
 			return ferry_error(FERRY_ERR_INVALID, "--host-tier: %s given twice", kind_names[i]);
-		if (t.type == FERRY_TIER_NVME && i != FERRY_HOST_ACTIVATIONS && k != FERRY_HOST_KINDS)
+		if (t.type == FERRY_TIER_NVME && !ferry_tier_nvme_holds(h, i) && k != FERRY_HOST_KINDS)
 			return ferry_error(FERRY_ERR_INVALID, "--host-tier %s=nvme: the NVMe tier holds offloaded "
-					   "activations only", kind_names[i]);
-		if (t.type == FERRY_TIER_NVME && i != FERRY_HOST_ACTIVATIONS)
+					   "activations, and with --offload-optimizer stream params and optimizer "
+					   "state", kind_names[i]);
+		if (t.type == FERRY_TIER_NVME && !ferry_tier_nvme_holds(h, i))
 			continue; /* all=nvme: the kinds NVMe can hold */
 		seen[i] = true;
 		h->asked[i] = t;

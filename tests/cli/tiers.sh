@@ -44,6 +44,8 @@ checks=$((checks + 1))
 [ $? -eq 1 ] && grep -q "activations need .* on nvme, which has .* free" out.txt ||
 	{ fail "an NVMe disk too small is refused"; cat out.txt >&2; }
 
+expect_error "plan --json: tier too small" "host tier too small: activations need" \
+	"$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --topology tiny.txt --host-tier activations=node:1 --json
 expect_error "train: tier too small" "host tier too small: activations need" \
 	"$FERRY" train "${TRAIN[@]}" --topology tiny.txt --host-tier activations=node:1
 expect_error "a node that does not exist" "no NUMA node 9" "$FERRY" train "${TRAIN[@]}" --host-tier params=node:9
@@ -60,6 +62,8 @@ expect_error "NVMe directory is a file" "not a directory" "$FERRY" train "${TRAI
 expect_error "bad topology file" "tiny_bad.txt:1: unknown key 'sockets'" \
 	sh -c "echo 'node 0 sockets 1' >tiny_bad.txt; exec \"\$0\" plan --topology tiny_bad.txt" "$FERRY"
 expect_error "unknown kind" "unknown kind 'weights'" "$FERRY" plan --host-tier weights=dram
+expect_error "AdamW on host threads reads its state in place" "the NVMe tier holds offloaded activations, and" \
+	"$FERRY" plan --offload-optimizer cpu --host-tier optimizer=nvme --nvme-dir nvme
 
 losses() { grep -o '"loss": [0-9.]*' "$1"; }
 expect_ok "train without tiers" "$FERRY" train "${TRAIN[@]}" --json ref.jsonl
@@ -67,7 +71,8 @@ i=0
 for tiers in "--host-tier all=dram" "--host-tier all=node:0" "--topology topology.txt" \
 	"--topology topology.txt --host-tier activations=interleave:1*3+2,params=node:2,optimizer=dram" \
 	"--host-tier activations=nvme --nvme-dir nvme" \
-	"--topology topology.txt --host-tier activations=nvme,params=cxl --nvme-dir nvme"; do
+	"--topology topology.txt --host-tier activations=nvme,params=cxl --nvme-dir nvme" \
+	"--host-tier all=nvme --nvme-dir nvme"; do
 	i=$((i + 1))
 	# shellcheck disable=SC2086
 	expect_ok "train $tiers" "$FERRY" train "${TRAIN[@]}" $tiers --json "run$i.jsonl"
@@ -76,4 +81,15 @@ for tiers in "--host-tier all=dram" "--host-tier all=node:0" "--topology topolog
 	[ -z "$(ls nvme)" ] || fail "$tiers: the NVMe file is left behind"
 done
 grep -q "NVMe file: " out.txt || fail "the banner says how the NVMe file does I/O"
+grep -q "params .* on nvme; optimizer .* on nvme" out.txt || fail "all=nvme: streamed AdamW state on NVMe too"
+
+# a checkpoint saved from the NVMe tier is the one saved without tiers
+expect_ok "save without tiers" "$FERRY" train "${TRAIN[@]}" --save plain.bin
+expect_ok "save from NVMe" "$FERRY" train "${TRAIN[@]}" --host-tier all=nvme --nvme-dir nvme --save nvme.bin
+cmp -s plain.bin nvme.bin && cmp -s plain.bin.state nvme.bin.state || fail "checkpoints differ with state on NVMe"
+expect_ok "resume onto NVMe" "$FERRY" train "${TRAIN[@]}" --resume nvme.bin --steps 5 --host-tier all=nvme \
+	--nvme-dir nvme --save nvme5.bin
+expect_ok "resume without tiers" "$FERRY" train "${TRAIN[@]}" --resume plain.bin --steps 5 --save plain5.bin
+cmp -s plain5.bin nvme5.bin && cmp -s plain5.bin.state nvme5.bin.state || fail "resumed checkpoints differ"
+[ -z "$(ls nvme)" ] || fail "an NVMe file is left behind"
 finish

@@ -207,7 +207,8 @@ int cmd_plan(int argc, char **argv)
 		return rc;
 	}
 	if (a.json) {
-		rc = write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
+		/* the JSON has no tier table, but a tier too small still refuses */
+		rc = tier_flags_check(CMD, &a.o, &plan) ? 1 : write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
 	} else {
 		plan_print_text(stdout, &plan);
 		/* host tiers: bytes by tier and kind; a tier too small refuses */

@@ -60,7 +60,7 @@ const char model_flags_help[] =
 	"host memory tiers (docs/tiers.md):\n"
 	"  --host-tier KIND=TIER,...  where host state lives; KIND: activations, params,\n"
 	"                        grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
-	"                        nodes, interleaved), interleave:N*W+M*V, nvme (activations),\n"
+	"                        nodes, interleaved), interleave:N*W+M*V, nvme (streamed state),\n"
 	"                        auto (default: what the CPU computes on in DRAM, streamed\n"
 	"                        state on CXL, what does not fit on DRAM, then NVMe);\n"
 	"                        off: no tiers (the backend's host memory; the default on a\n"

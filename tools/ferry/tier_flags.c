@@ -83,6 +83,15 @@ int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o
 	return 0;
 }
 
+int tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
+{
+	if (!o->exec.host_tiers || ferry_host_tiers_place(o->exec.host_tiers, plan->mem.host_kind_bytes, NULL) ==
+					   FERRY_OK)
+		return 0;
+	fprintf(stderr, "ferry %s: %s\n", cmd, ferry_last_error());
+	return 1;
+}
+
 void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o)
 {
 	struct ferry_tier_report r;

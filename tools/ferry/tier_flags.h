@@ -20,6 +20,9 @@ int tier_flags_setup(const char *cmd, struct ferry_train_opts *o);
 /* Places the plan's host bytes and prints them by tier and kind (nothing
  * without tiers).  1 after printing why they do not fit. */
 int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan);
+/* Places the plan's host bytes without printing them: 1 after printing
+ * (stderr) why they do not fit, else 0 (also without tiers). */
+int tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan);
 /* The placement the model was allocated with, one line (nothing without). */
 void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o);
 
