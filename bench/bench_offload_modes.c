@@ -150,6 +150,7 @@ int main(int argc, char **argv)
 	const char *policy = "everything_saveable";
 
 	ferry_blas_relaunch_if_slow(argv);
+	ferry_set_threads(0); /* OpenMP and OpenBLAS on the same threads, as ferry train runs them */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -178,8 +179,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_offload_modes: --steps from 1 to 64\n");
 		return 2;
 	}
-	printf("gpt2 %d layers, %d channels, batch %d x %d, %s, clip %g, %s backend, median of %d steps\n",
-	       cfg.layers, cfg.channels, B, T, policy, clip, backend, steps);
+	printf("gpt2 %d layers, %d channels, batch %d x %d, %s, clip %g, %s backend (%d CPU threads), median of "
+	       "%d steps\n", cfg.layers, cfg.channels, B, T, policy, clip, backend, ferry_get_threads(), steps);
 	printf("%-28s %9s %11s %11s %11s %7s %12s %12s\n", "mode", "step ms", "compute ms", "exposed ms",
 	       "after norm", "redone", "device peak", "host bytes");
 	for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
