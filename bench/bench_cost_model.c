@@ -250,6 +250,11 @@ int main(int argc, char **argv)
 	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; load average %s on %d cores\n",
 	       a.cfg.arch, a.cfg.layers, a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds,
 	       loadavg(load, sizeof(load)), ferry_cpu_count());
+	struct ferry_calib_summary cs;
+
+	ferry_calibration_summary(cal, &cs);
+	printf("calibrated outside the ops: %.1f us of compute-stream gap a task, %.2f ms of host work a step\n",
+	       cs.task_gap_s * 1e6, cs.step_host_s * 1e3);
 	for (int i = 0; i < a.n; i++) {
 		struct ferry_exec_opts o = cal_opts;
 

@@ -260,6 +260,8 @@ static void file_round_trip(void)
 	struct ferry_op_call k = matmul(2, 8, 16, 32);
 
 	snprintf(path, sizeof(path), "%s/calib_%d/sub/c.json", dir ? dir : "/tmp", (int)getpid());
+	c->task_gap_s = 2.5e-5;
+	c->step_host_s = 1.25e-3;
 	CHECK(ferry_calibration_save(c, path) == FERRY_OK, "save: %s", ferry_last_error());
 	CHECK(ferry_calibration_load(path, "cpu=test;backend=none", &back) == FERRY_OK, "load: %s", ferry_last_error());
 	if (back) {
@@ -267,6 +269,8 @@ static void file_round_trip(void)
 		      "ops read back");
 		CHECK(back->n_copy == 2 && NEAR(back->copy[1].d2h_both_s, 0.15) && NEAR(back->adamw_floats_per_s, 1e3),
 		      "copies and rates read back");
+		CHECK(NEAR(back->task_gap_s, 2.5e-5) && NEAR(back->step_host_s, 1.25e-3),
+		      "the gap per task and the host's time per step read back");
 	}
 	ferry_calibration_free(back);
 	CHECK(ferry_calibration_load(path, "cpu=other;backend=none", &back) == FERRY_ERR_FORMAT && !back,

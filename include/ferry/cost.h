@@ -75,6 +75,9 @@ struct ferry_calib_summary {
 	double op_spread;            /* how much calls of one op at one shape vary: the median over
 					shapes of their interquartile range over their median (a busy
 					machine: large) */
+	double task_gap_s;           /* the compute stream's idle time between two of its tasks
+					(dispatch, waits for the host) */
+	double step_host_s;          /* a step's wall time outside its tasks (the host's own work) */
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

@@ -13,6 +13,9 @@
  *    copy for most of their time against those that ran beside none, each
  *    over its calibrated duration (the ratio of the two medians; on a GPU
  *    about 1, on the CPU backend, whose copies take cores, more);
+ *  - what the traced slices do not cover: the compute stream's gaps
+ *    between tasks (per task) and the step's wall time outside the traced
+ *    span, from the same steps (the fastest one);
  *  - the CPU AdamW over a million floats.
  */
 #include "exec/model_internal.h"
@@ -34,6 +37,9 @@ struct samples {
 	int n, cap;
 	struct sample *v;
 	double zero_bytes, zero_s, d2d_bytes, d2d_s;
+	/* the fastest traced step's compute-stream gaps per task, and its
+	 * time outside the traced span (negative: none traced yet) */
+	double gap_s, outside_s;
 };
 
 static double now_s(void)
@@ -87,8 +93,32 @@ static int cmp_sample(const void *pa, const void *pb)
 	return (a->s > b->s) - (a->s < b->s);
 }
 
-/* One traced step's slices into the samples. */
-static ferry_status read_slices(ferry_model_t m, struct samples *a)
+/* What the slices of a step do not cover, from the compute stream's
+ * point of view: the gaps between its tasks (dispatch, waits for the host)
+ * per task, and the step's wall time outside the traced span (the host's
+ * own work: staging the batch, the loss, patching the update). */
+static void step_overheads(ferry_model_t m, const double *t, double wall, struct samples *a)
+{
+	const struct ferry_sched_trace *tr = &m->trace;
+	double lo = 0, hi = 0, busy = 0;
+	int n_c = 0;
+
+	for (int i = 0; i < tr->n; i++) {
+		lo = i == 0 || t[2 * i] < lo ? t[2 * i] : lo;
+		hi = i == 0 || t[2 * i + 1] > hi ? t[2 * i + 1] : hi;
+		if (tr->s[i].task->stream == m->compute)
+			busy += t[2 * i + 1] - t[2 * i], n_c++;
+	}
+	if (!n_c || hi <= lo)
+		return;
+	double gap = (hi - lo - busy) / n_c, outside = wall > hi - lo ? wall - (hi - lo) : 0;
+
+	if (a->gap_s < 0 || gap + outside / n_c < a->gap_s + a->outside_s / n_c)
+		a->gap_s = gap > 0 ? gap : 0, a->outside_s = outside;
+}
+
+/* One traced step's slices (and its wall time) into the samples. */
+static ferry_status read_slices(ferry_model_t m, double wall, struct samples *a)
 {
 	struct ferry_sched_trace *tr = &m->trace;
 	double *t = ferry_calloc((size_t)(2 * tr->n + 1), sizeof(double));
@@ -108,6 +138,8 @@ static ferry_status read_slices(ferry_model_t m, struct samples *a)
 		else if (k->kind == FERRY_TASK_COPY && k->copy_kind == FERRY_COPY_D2D)
 			a->d2d_bytes += (double)k->bytes, a->d2d_s += s;
 	}
+	if (!st)
+		step_overheads(m, t, wall, a);
 	ferry_free(t);
 	return st;
 }
@@ -145,9 +177,12 @@ static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, str
 {
 	ferry_status st = one_step(m, B, T, 0);
 
-	for (int s = 1; s <= repeats && !st; s++)
+	for (int s = 1; s <= repeats && !st; s++) {
+		double t0 = now_s();
+
 		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, s)))
-			st = read_slices(m, a);
+			st = read_slices(m, now_s() - t0, a);
+	}
 	return st;
 }
 
@@ -193,6 +228,8 @@ static ferry_status op_medians(struct samples *a, struct ferry_calibration *c)
 	ferry_free(spread);
 	if (a->zero_s > 0)
 		c->zero_Bps = a->zero_bytes / a->zero_s;
+	if (a->gap_s >= 0)
+		c->task_gap_s = a->gap_s, c->step_host_s = a->outside_s;
 	if (a->d2d_s > 0)
 		c->d2d_Bps = a->d2d_bytes / a->d2d_s;
 	return st;
@@ -207,6 +244,7 @@ static ferry_status calibrate_ops(ferry_backend_t be, const struct ferry_model_c
 	ferry_status st;
 
 	memset(&a, 0, sizeof(a));
+	a.gap_s = -1;
 	if (!(st = ferry_model_create(be, cfg, B, T, opts, &m)) && !(st = ferry_model_init_random(m, 1)))
 		st = traced_steps(m, B, T, repeats, &a);
 	ferry_model_free(m);

@@ -13,9 +13,17 @@
 
 #include <string.h>
 
-/* Each task's duration, the programs' tasks one after the other. */
+/* Whether tasks of this kind are traced slices (so counted in the gap). */
+static bool timed(enum ferry_task_kind k)
+{
+	return k == FERRY_TASK_OP || k == FERRY_TASK_COPY || k == FERRY_TASK_ZERO || k == FERRY_TASK_HOST ||
+	       k == FERRY_TASK_FILE;
+}
+
+/* Each task's duration, the programs' tasks one after the other; a
+ * compute-stream task also takes the stream's calibrated gap before it. */
 static double *durations(const struct ferry_calibration *c, const struct ferry_program *const *p, int n,
-			 int *estimated)
+			 int compute, int *estimated)
 {
 	int total = 0, k = 0;
 	double *d;
@@ -28,7 +36,10 @@ static double *durations(const struct ferry_calibration *c, const struct ferry_p
 		for (int j = 0; j < p[i]->n; j++) {
 			bool est = false;
 
-			d[k++] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
+			d[k] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
+			if (p[i]->t[j].stream == compute && timed(p[i]->t[j].kind))
+				d[k] += c->task_gap_s;
+			k++;
 			*estimated += est;
 		}
 	return d;
@@ -51,13 +62,13 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
 	prm.copy_compute_slowdown = c->copy_compute_slowdown;
-	if (!(d = durations(c, p, FERRY_STEP_PROGRAMS, &out->estimated_ops)))
+	if (!(d = durations(c, p, FERRY_STEP_PROGRAMS, m->compute, &out->estimated_ops)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
 	ferry_free(d);
 	if (st)
 		return st;
-	out->step_s = r.step_s;
+	out->step_s = r.step_s + c->step_host_s; /* the host's own work, outside the tasks */
 	out->exposed_copy_s = r.exposed_copy_s;
 	out->compute_s = r.busy_s[m->compute];
 	out->copy_s = r.copy_s;

@@ -213,6 +213,8 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->adamw_floats_per_s = c->adamw_floats_per_s;
 	out->op_spread = c->op_spread;
 	out->copy_compute_slowdown = c->copy_compute_slowdown;
+	out->task_gap_s = c->task_gap_s;
+	out->step_host_s = c->step_host_s;
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

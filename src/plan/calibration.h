@@ -39,6 +39,8 @@ struct ferry_calibration {
 	double op_spread;              /* median over shapes of (q3 - q1) / median of the calls */
 	double copy_compute_slowdown;  /* compute ops beside host<->device copies take this many times
 					  as long (0: not measured) */
+	double task_gap_s;             /* the compute stream's idle time between two of its tasks */
+	double step_host_s;            /* a step's wall time outside its tasks (the host's own work) */
 };
 
 /* Adds (or replaces) the entry of op's shape. */
