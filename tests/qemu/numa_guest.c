@@ -43,6 +43,13 @@ static void not_here(const char *what)
 }
 ferry_status ferry_host_alloc(ferry_backend_t be, size_t size, void **out) { (void)be; (void)size; (void)out; not_here("ferry_host_alloc"); return -1; }
 void ferry_host_free(ferry_backend_t be, void *p) { (void)be; (void)p; not_here("ferry_host_free"); }
+ferry_status ferry_stream_synchronize(ferry_stream_t s) { (void)s; not_here("ferry_stream_synchronize"); return -1; }
+ferry_status ferry_memcpy_async(ferry_stream_t s, void *dst, const void *src, size_t size, enum ferry_copy_kind kind)
+{
+	(void)s; (void)dst; (void)src; (void)size; (void)kind;
+	not_here("ferry_memcpy_async");
+	return -1;
+}
 void ferry_emit_copy(struct ferry_program *p, int stream, void *dst, const void *src, size_t bytes,
 		     enum ferry_copy_kind kind, int layer, const char *label)
 {
