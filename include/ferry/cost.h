@@ -92,7 +92,8 @@ struct ferry_prediction {
 	size_t device_peak_bytes; /* the memory plan's peak, exact */
 	size_t host_bytes;      /* host memory the plan puts there */
 	int n_tasks;
-	int estimated_ops;      /* ops not measured at their shape: from their kind's FLOP rate */
+	int estimated_ops;      /* tasks not measured: ops at other shapes (from their kind's FLOP
+				   rate) and the NVMe tier's I/O (as host copies: a lower bound) */
 };
 ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, int T,
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,

@@ -171,6 +171,11 @@ double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct 
 		return c->zero_Bps > 0 ? (double)t->bytes / c->zero_Bps : 0;
 	case FERRY_TASK_HOST:
 		return c->adamw_floats_per_s > 0 ? (double)t->call.n / c->adamw_floats_per_s : 0;
+	case FERRY_TASK_FILE:
+		/* the NVMe tier's I/O is not calibrated: as fast as a host copy of
+		 * its bytes at best, so a lower bound, and said to be estimated */
+		*estimated = true;
+		return ferry_calib_copy_seconds(c, t->bytes, t->copy_kind, false);
 	default:
 		return 0;
 	}
