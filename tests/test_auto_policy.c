@@ -106,6 +106,23 @@ int main(void)
 	      "half the least is refused: %s", r.policy);
 	CHECK(strstr(ferry_last_error(), "no placement fits") != NULL, "says why: %s", ferry_last_error());
 
+	/* below the least any activation placement needs with everything on
+	 * the device, moving AdamW's state (and the weights) off it fits */
+	{
+		static struct ferry_auto_result rs;
+		struct ferry_exec_opts so = { 0 };
+		struct ferry_plan plan;
+
+		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, lo - 1, 0, c, &rs) == FERRY_OK && rs.n_states == 5 &&
+		      (rs.optimizer != FERRY_OPTIM_DEVICE || rs.offload_params),
+		      "state search under %zu: %s", lo - 1, ferry_last_error());
+		so.policy = rs.policy, so.optimizer = rs.optimizer, so.offload_params = rs.offload_params;
+		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= lo - 1,
+		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, lo - 1);
+		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, hi, 0, c, &rs) == FERRY_OK &&
+		      ferry_policy_auto(&cfg, B, T, &o, hi, 0, c, &r) == FERRY_OK && rs.pred.step_s <= r.pred.step_s,
+		      "with the state placements too, never predicted slower: %g vs %g", rs.pred.step_s, r.pred.step_s);
+	}
 	scale_copies(c, 1e5);
 	CHECK(ferry_policy_auto(&cfg, B, T, &o, mid, 0, c, &r) == FERRY_OK && offloaded(&r) == 0,
 	      "slow copies: nothing offloaded, got %s", r.policy);

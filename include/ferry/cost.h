@@ -142,12 +142,25 @@ struct ferry_auto_result {
 	int evaluations;
 	double search_s;
 	size_t device_mem, host_mem;
+	/* where the parameters and AdamW's state live: as given, or as
+	 * ferry_policy_auto_state chose among n_states placements */
+	enum ferry_optim_place optimizer;
+	bool offload_params;
+	int n_states;
 };
 /* Errors: a bad shape; no placement fits (the message names the least
  * device memory any needs). */
 ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 			       ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
+/* ferry_policy_auto that also chooses where the parameters and AdamW's
+ * state live (opts' optimizer and offload_params ignored): on the device;
+ * AdamW's state streamed through it, or updated by host threads; each of
+ * those with the layers' weights on the host too.  The fastest predicted
+ * placement that fits, at equal time the one with less host memory. */
+ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B, int T,
+				     const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+				     ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -194,6 +194,7 @@ ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int 
 
 	memset(out, 0, sizeof(*out));
 	out->device_mem = device_mem, out->host_mem = host_mem;
+	out->optimizer = opts->optimizer, out->offload_params = opts->offload_params, out->n_states = 1;
 	if (!c)
 		return ferry_error(FERRY_ERR_INVALID, "--policy auto needs a calibration: run `ferry calibrate`");
 	if ((st = names(&s)))
@@ -216,5 +217,57 @@ ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int 
 		return ferry_error(FERRY_ERR_DEVICE_MEM, "--policy auto: no placement fits: the least device memory "
 				   "any needs is %s (--device-mem gives %s)", ferry_format_size(cur.peak, need),
 				   ferry_format_size(device_mem, (char[FERRY_SIZE_CHARS]){ 0 }));
+	return FERRY_OK;
+}
+
+/* The state placements ferry_policy_auto_state weighs, the given default
+ * first (offloaded weights need AdamW's state off the device too). */
+static const struct {
+	enum ferry_optim_place optimizer;
+	bool offload_params;
+} state_places[] = {
+	{ FERRY_OPTIM_DEVICE, false }, { FERRY_OPTIM_STREAM, false }, { FERRY_OPTIM_CPU, false },
+	{ FERRY_OPTIM_STREAM, true },  { FERRY_OPTIM_CPU, true },
+};
+
+ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B, int T,
+				     const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+				     ferry_calibration_t c, struct ferry_auto_result *out)
+{
+	const int n = (int)(sizeof(state_places) / sizeof(*state_places));
+	struct ferry_auto_result *r = ferry_calloc(1, sizeof(*r));
+	ferry_status first = FERRY_OK;
+	char why[512] = "";
+	int evaluations = 0;
+	bool have = false;
+	double t0 = now_s();
+
+	if (!r)
+		return ferry_error(FERRY_ERR_NOMEM, "--policy auto: out of host memory");
+	for (int i = 0; i < n; i++) {
+		struct ferry_exec_opts o = *opts;
+		ferry_status st;
+
+		o.optimizer = state_places[i].optimizer;
+		o.offload_params = state_places[i].offload_params;
+		st = ferry_policy_auto(cfg, B, T, &o, device_mem, host_mem, c, r);
+		evaluations += r->evaluations;
+		if (st) {
+			if (!first) /* the first refusal says why (the others say the same, or less) */
+				first = st, snprintf(why, sizeof(why), "%s", ferry_last_error());
+			continue;
+		}
+		if (!have || r->pred.step_s < out->pred.step_s * (1 - 1e-9) ||
+		    (r->pred.step_s <= out->pred.step_s * (1 + 1e-9) && r->pred.host_bytes < out->pred.host_bytes)) {
+			*out = *r;
+			have = true;
+		}
+	}
+	ferry_free(r);
+	if (!have)
+		return ferry_error(first, "%s", why);
+	out->evaluations = evaluations;
+	out->n_states = n;
+	out->search_s = now_s() - t0;
 	return FERRY_OK;
 }

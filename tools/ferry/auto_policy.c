@@ -3,6 +3,7 @@
 #include "auto_policy.h"
 #include "calib_cache.h"
 #include "cli_args.h"
+#include "model_flags.h"
 #include "ferry/platform.h"
 #include "ferry/policy.h"
 
@@ -14,11 +15,13 @@ bool is_auto_policy(const char *policy)
 }
 
 ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-				ferry_calibration_t c, size_t device_mem, struct ferry_auto_result *r)
+				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r)
 {
 	struct ferry_memory_limit ml;
 
 	ferry_memory_limit(&ml);
+	if (with_state)
+		return ferry_policy_auto_state(cfg, o->B, o->T, &o->exec, device_mem, (size_t)ml.bytes, c, r);
 	return ferry_policy_auto(cfg, o->B, o->T, &o->exec, device_mem, (size_t)ml.bytes, c, r);
 }
 
@@ -41,11 +44,13 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 		fprintf(stderr, "ferry %s: --policy auto needs this machine's calibration: %s\n", cmd, ferry_last_error());
 		return 1;
 	}
-	st = auto_policy_search(o, cfg, c, cap, r);
+	st = auto_policy_search(o, cfg, c, cap, !model_flags_state_given(), r);
 	ferry_calibration_free(c);
 	if (st)
 		return cli_fail(cmd);
 	o->exec.policy = r->policy;
+	o->exec.optimizer = r->optimizer;
+	o->exec.offload_params = r->offload_params;
 	if (log)
 		auto_policy_print(log, r);
 	return 0;
@@ -133,6 +138,13 @@ void auto_policy_print(FILE *f, const struct ferry_auto_result *r)
 		   "device peak %s of %s, host %s\n", r->pred.step_s * 1e3, r->pred.compute_s * 1e3,
 		r->pred.copy_s * 1e3, r->pred.exposed_copy_s * 1e3, ferry_format_size(r->pred.device_peak_bytes, peak),
 		ferry_format_size(r->device_mem, cap), ferry_format_size(r->pred.host_bytes, host));
+	if (r->n_states > 1)
+		fprintf(f, "  AdamW's state %s, the layers' weights %s (the fastest of %d placements of the parameters "
+			   "and optimizer state; --offload-optimizer or --offload-params fixes them)\n",
+			r->optimizer == FERRY_OPTIM_DEVICE   ? "on the device"
+			: r->optimizer == FERRY_OPTIM_STREAM ? "on the host, streamed through the device"
+							     : "on the host, updated by host threads",
+			r->offload_params ? "on the host" : "on the device", r->n_states);
 	fprintf(f, "per activation (one choice for all %d layers):\n", r->layers);
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed)
@@ -159,9 +171,12 @@ void auto_policy_json(FILE *f, const struct ferry_auto_result *r)
 	fprintf(f, "{\"policy\": \"%s\", \"fits\": %s, \"predicted_ms\": %.4f, \"compute_ms\": %.4f, "
 		   "\"copy_ms\": %.4f, \"exposed_copy_ms\": %.4f, \"device_peak_bytes\": %zu, \"host_bytes\": %zu, "
 		   "\"device_mem\": %zu, \"host_mem\": %zu, \"layers\": %d, \"start\": \"%s\", \"evaluations\": %d, "
-		   "\"search_s\": %.3f,\n  \"choices\": [", r->policy, r->fits ? "true" : "false", r->pred.step_s * 1e3,
+		   "\"search_s\": %.3f, \"optimizer\": \"%s\", \"offload_params\": %s, \"state_placements\": %d,\n"
+		   "  \"choices\": [", r->policy, r->fits ? "true" : "false", r->pred.step_s * 1e3,
 		r->pred.compute_s * 1e3, r->pred.copy_s * 1e3, r->pred.exposed_copy_s * 1e3, r->pred.device_peak_bytes,
-		r->pred.host_bytes, r->device_mem, r->host_mem, r->layers, r->start, r->evaluations, r->search_s);
+		r->pred.host_bytes, r->device_mem, r->host_mem, r->layers, r->start, r->evaluations, r->search_s,
+		r->optimizer == FERRY_OPTIM_DEVICE ? "device" : r->optimizer == FERRY_OPTIM_STREAM ? "stream" : "cpu",
+		r->offload_params ? "true" : "false", r->n_states);
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed) {
 			json_choice(f, &r->c[i], first);

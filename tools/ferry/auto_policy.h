@@ -9,14 +9,19 @@
 
 bool is_auto_policy(const char *policy);
 /* Opens o's backend to find this machine's calibration (closing it again),
- * runs the search under o->device_mem and the host's memory limit, prints
- * the choice to `log` (NULL: nothing), and points o->exec.policy at the
- * chosen spec (kept in *r).  0, or 1 after printing the error. */
+ * runs the search under o->device_mem and the host's memory limit (also
+ * choosing where the parameters and AdamW's state live unless
+ * --offload-optimizer or --offload-params was given), prints the choice to
+ * `log` (NULL: nothing), and points o->exec.policy at the chosen spec (kept
+ * in *r) and sets o->exec's optimizer and offload_params.  0, or 1 after
+ * printing the error. */
 int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
 			struct ferry_auto_result *r, FILE *log);
-/* The same with a calibration and a device capacity at hand (ferry bench). */
+/* The search with a calibration and a device capacity at hand (ferry bench:
+ * with_state false, every row keeps the flags' parameter and optimizer
+ * placement); with_state also chooses those (ferry_policy_auto_state). */
 ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-				ferry_calibration_t c, size_t device_mem, struct ferry_auto_result *r);
+				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r);
 void auto_policy_print(FILE *f, const struct ferry_auto_result *r);
 void auto_policy_json(FILE *f, const struct ferry_auto_result *r);
 #endif

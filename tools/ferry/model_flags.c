@@ -99,7 +99,12 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 
 /* Whether --offload-optimizer was given (--offload-params defaults it to
  * cpu otherwise). */
-static bool optimizer_given;
+static bool optimizer_given, params_given;
+
+bool model_flags_state_given(void)
+{
+	return optimizer_given || params_given;
+}
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given)
@@ -151,6 +156,7 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		optimizer_given = true;
 	} else if (IS("--offload-params")) {
 		o->exec.offload_params = true;
+		params_given = true;
 		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
 			o->exec.optimizer = FERRY_OPTIM_CPU;
 		return 1;
