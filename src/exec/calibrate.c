@@ -117,16 +117,22 @@ static void step_overheads(ferry_model_t m, const double *t, double wall, struct
 		a->gap_s = gap > 0 ? gap : 0, a->outside_s = outside;
 }
 
+/* The traced step's slice times (start, end per slice) into *t (freed by
+ * the caller with ferry_free, also on error). */
+static ferry_status trace_times(ferry_model_t m, double **t)
+{
+	*t = ferry_calloc((size_t)(2 * m->trace.n + 1), sizeof(double));
+	if (!*t)
+		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+	return ferry_trace_collect(&m->trace, *t);
+}
+
 /* One traced step's slices (and its wall time) into the samples. */
 static ferry_status read_slices(ferry_model_t m, double wall, struct samples *a)
 {
 	struct ferry_sched_trace *tr = &m->trace;
-	double *t = ferry_calloc((size_t)(2 * tr->n + 1), sizeof(double));
-	ferry_status st;
-
-	if (!t)
-		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
-	st = ferry_trace_collect(tr, t);
+	double *t;
+	ferry_status st = trace_times(m, &t);
 	for (int i = 0; i < tr->n && !st; i++) {
 		const struct ferry_task *k = tr->s[i].task;
 		double s = t[2 * i + 1] - t[2 * i];
@@ -275,12 +281,9 @@ static double copy_cover(const struct ferry_sched_trace *tr, const double *t, do
 static ferry_status overlap_ops(ferry_model_t m, const struct ferry_calibration *c, double *op, int *n, int max)
 {
 	struct ferry_sched_trace *tr = &m->trace;
-	double *t = ferry_calloc((size_t)(2 * tr->n + 1), sizeof(double));
-	ferry_status st;
+	double *t;
+	ferry_status st = trace_times(m, &t);
 
-	if (!t)
-		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
-	st = ferry_trace_collect(tr, t);
 	for (int i = 0; i < tr->n && !st; i++) {
 		const struct ferry_task *k = tr->s[i].task;
 		const struct ferry_calib_op *e = k->kind == FERRY_TASK_OP ? ferry_calib_find(c, &k->call) : NULL;

@@ -9,16 +9,10 @@
 #include "exec/model_internal.h"
 #include "plan/calibration.h"
 #include "plan/cost_model.h"
+#include "plan/trace.h"
 #include "core/error.h"
 
 #include <string.h>
-
-/* Whether tasks of this kind are traced slices (so counted in the gap). */
-static bool timed(enum ferry_task_kind k)
-{
-	return k == FERRY_TASK_OP || k == FERRY_TASK_COPY || k == FERRY_TASK_ZERO || k == FERRY_TASK_HOST ||
-	       k == FERRY_TASK_FILE;
-}
 
 /* Each task's duration, the programs' tasks one after the other; a
  * compute-stream task also takes the stream's calibrated gap before it. */
@@ -37,7 +31,7 @@ static double *durations(const struct ferry_calibration *c, const struct ferry_p
 			bool est = false;
 
 			d[k] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
-			if (p[i]->t[j].stream == compute && timed(p[i]->t[j].kind))
+			if (p[i]->t[j].stream == compute && ferry_trace_timed_kind(p[i]->t[j].kind))
 				d[k] += c->task_gap_s;
 			k++;
 			*estimated += est;

@@ -87,15 +87,19 @@ static ferry_status add_slice(struct ferry_sched_trace *tr, const struct ferry_p
 	return FERRY_OK;
 }
 
+bool ferry_trace_timed_kind(enum ferry_task_kind k)
+{
+	return k == FERRY_TASK_OP || k == FERRY_TASK_COPY || k == FERRY_TASK_ZERO || k == FERRY_TASK_HOST ||
+	       k == FERRY_TASK_FILE;
+}
+
 ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_program *p,
 			      const struct ferry_task *t, ferry_stream_t s, bool after)
 {
 	ferry_status st;
 	int e = -1;
 
-	if (!tr || !tr->on ||
-	    (t->kind != FERRY_TASK_OP && t->kind != FERRY_TASK_COPY && t->kind != FERRY_TASK_ZERO && t->kind != FERRY_TASK_HOST &&
-	     t->kind != FERRY_TASK_FILE))
+	if (!tr || !tr->on || !ferry_trace_timed_kind(t->kind))
 		return FERRY_OK;
 	if (!after && (st = add_slice(tr, p, t)))
 		return st;

@@ -63,6 +63,9 @@ ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry
 /* The same, writing nothing: each slice's start and end, in seconds from
  * the origin, into times[2i] and times[2i + 1] (tr->n slices). */
 ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times) FERRY_MUST_CHECK;
+/* Whether tasks of kind k are traced (a slice each); the others (records,
+ * waits, markers) take no time of their own. */
+bool ferry_trace_timed_kind(enum ferry_task_kind k);
 void ferry_trace_release(struct ferry_sched_trace *tr);
 
 #endif
