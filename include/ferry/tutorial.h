@@ -54,6 +54,50 @@ ferry_status ferry_tutorial_get_weights(ferry_tutorial_t t, float *w1, float *w2
 /* w -= lr * grad, in place. */
 ferry_status ferry_tutorial_sgd(ferry_tutorial_t t, float lr) FERRY_MUST_CHECK;
 
+/*
+ * The network of the tutorial's third example ("Optimizer state
+ * offloading"): L layers of x = gelu(x @ w) (tanh approximation), w [C, C]
+ * stored applied transposed as above, over a rows x C input; loss =
+ * mean((output - input)^2) + l2 * sum of every w^2; a step clips the
+ * gradients by their global norm (optax.clip_by_global_norm) and applies
+ * Adam (optax.adam, no weight decay) in place.  The tutorial: 4 layers,
+ * 7168 x 7168 everywhere, l2 0.001, clip 1.0, lr 0.1, betas 0.9, 0.999,
+ * eps 1e-8.  opts->optimizer: FERRY_OPTIM_DEVICE (the moments on the
+ * device) or FERRY_OPTIM_STREAM (in host memory, streamed through a
+ * two-slot device ring in slices of at most 32 MiB); opts->policy places
+ * x, y (= x @ w) and layer_output.
+ */
+struct ferry_tutorial_adam_config {
+	int layers, rows, channels;
+	float l2, clip;               /* clip 0: none */
+	float lr, beta1, beta2, eps;
+};
+
+typedef struct ferry_tutorial_adam *ferry_tutorial_adam_t;
+
+ferry_status ferry_tutorial_adam_plan(const struct ferry_tutorial_adam_config *cfg,
+				      const struct ferry_exec_opts *opts, struct ferry_plan *plan)
+	FERRY_MUST_CHECK;
+ferry_status ferry_tutorial_adam_create(ferry_backend_t be, const struct ferry_tutorial_adam_config *cfg,
+					const struct ferry_exec_opts *opts, ferry_tutorial_adam_t *out)
+	FERRY_MUST_CHECK;
+void ferry_tutorial_adam_free(ferry_tutorial_adam_t t);
+/* Floats of w: layers x C x C. */
+size_t ferry_tutorial_adam_weight_floats(const struct ferry_tutorial_adam_config *cfg);
+/* Weights [L, C, C] and input [rows, C] to the device; moments to zero and
+ * the step count to 0 (optax's init). */
+ferry_status ferry_tutorial_adam_set(ferry_tutorial_adam_t t, const float *w, const float *x)
+	FERRY_MUST_CHECK;
+/* One step; *loss is the loss at the weights before it, *grad_norm the
+ * global norm of its gradients (either may be NULL).  A norm that is not
+ * finite is refused (FERRY_ERR_INVALID) before anything is updated. */
+ferry_status ferry_tutorial_adam_step(ferry_tutorial_adam_t t, double *loss, double *grad_norm)
+	FERRY_MUST_CHECK;
+/* The weights, both moments and the last step's gradients (L2 term
+ * included, before clipping); any may be NULL. */
+ferry_status ferry_tutorial_adam_get(ferry_tutorial_adam_t t, float *w, float *mu, float *nu, float *dw)
+	FERRY_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

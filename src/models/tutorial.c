@@ -6,6 +6,7 @@
 #include "ferry/tutorial.h"
 #include "backend/run_op.h"
 #include "core/error.h"
+#include "models/tutorial_stack.h"
 #include "offload/engine.h"
 
 #include <stdio.h>
@@ -41,9 +42,7 @@ struct ferry_tutorial {
 	size_t wfloats;
 	enum ferry_dtype act;
 	ferry_buffer_t w, wcopy, grads, input, loss;
-	ferry_buffer_t act_buf[N_TENSORS], act_grad;
-	void *host;
-	struct ferry_stack_storage storage;
+	struct ferry_tutorial_stack stack;
 	void *base[N_PARAMS];        /* what the kernels read: w or its copy */
 	float *master[N_PARAMS], *grad_base[N_PARAMS];
 	size_t stride[N_PARAMS];
@@ -113,45 +112,6 @@ static ferry_status stack_plan(const struct ferry_tutorial_config *cfg,
 	return ferry_stack_plan_make(&tutorial_layer, &d, opts, sp);
 }
 
-/* The layer stack's storage (device slots, gradient workspace, host
- * copies): listed in a plan, or allocated into t.  One function does both
- * so the plan and the allocation cannot disagree. */
-static ferry_status stack_storage(const struct ferry_stack_plan *sp, struct ferry_plan *plan,
-				  ferry_tutorial_t t)
-{
-	size_t host = 0;
-	ferry_status st = FERRY_OK;
-	char name[64];
-
-	for (int i = 0; i < sp->n_tensors && !st; i++) {
-		size_t bytes = (size_t)sp->slots[i] * sp->slot_bytes[i];
-
-		if (sp->kind[i] == FERRY_SLOT_NONE)
-			continue;
-		snprintf(name, sizeof(name), "act:%.40s", tutorial_layer.tensors[i].name ? tutorial_layer.tensors[i].name : "?");
-		if (plan)
-			ferry_plan_add_buffer(plan, name, FERRY_BUF_TEMP, FERRY_TK_ACTIVATION, bytes);
-		else if (!(st = ferry_buffer_alloc(t->be, bytes, &t->act_buf[i])))
-			t->storage.act[i] = ferry_buffer_ptr(t->act_buf[i]);
-	}
-	if (plan) {
-		ferry_plan_add_buffer(plan, "activation gradients", FERRY_BUF_TEMP, FERRY_TK_ACT_GRAD,
-				      sp->grad_bytes);
-		return FERRY_OK;
-	}
-	if (!st && !(st = ferry_buffer_alloc(t->be, sp->grad_bytes, &t->act_grad)))
-		t->storage.grad = ferry_buffer_ptr(t->act_grad);
-	for (int i = 0; i < sp->n_tensors; i++)
-		host += (size_t)sp->L * sp->host_bytes[i];
-	if (!st && host && !(st = ferry_host_alloc(t->be, host, &t->host))) {
-		size_t off = 0;
-
-		for (int i = 0; i < sp->n_tensors; off += (size_t)sp->L * sp->host_bytes[i], i++)
-			t->storage.host[i] = sp->host_bytes[i] ? (char *)t->host + off : NULL;
-	}
-	return st;
-}
-
 /* Parameter offloading here covers the gradient computation in fp32 (the
  * tutorial's second example); SGD in place would need the host's update. */
 static ferry_status check_offload(const struct ferry_tutorial_config *cfg, const struct ferry_exec_opts *o)
@@ -204,9 +164,9 @@ ferry_status ferry_tutorial_plan(const struct ferry_tutorial_config *cfg,
 			      (size_t)cfg->rows * cfg->channels * sizeof(float));
 	ferry_plan_add_buffer(plan, "loss", FERRY_BUF_OUTPUT, FERRY_TK_LOSS, sizeof(double));
 	ferry_stack_plan_describe(&sp, &tutorial_layer, &d, plan);
-	stack_storage(&sp, plan, NULL);
-	for (int t = 0; t < sp.n_tensors; t++)
-		plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION] += (size_t)sp.L * sp.host_bytes[t];
+	if ((st = ferry_tutorial_stack_storage(&tutorial_layer, &sp, plan, NULL, NULL)))
+		return st;
+	plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION] = ferry_tutorial_stack_host_bytes(&sp);
 	plan->mem.host_activation_bytes = plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION];
 	return ferry_plan_finish(plan);
 }
@@ -219,10 +179,7 @@ void ferry_tutorial_free(ferry_tutorial_t t)
 	ferry_program_release(&t->grad);
 	ferry_sched_resources_release(&t->res);
 	ferry_layer_exec_free(t->layers);
-	for (int i = 0; i < N_TENSORS; i++)
-		ferry_buffer_free(t->act_buf[i]);
-	ferry_buffer_free(t->act_grad);
-	ferry_host_free(t->be, t->host);
+	ferry_tutorial_stack_free(&t->stack);
 	ferry_buffer_free(t->loss);
 	ferry_buffer_free(t->input);
 	ferry_buffer_free(t->grads);
@@ -357,9 +314,9 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 
 		int compute = ferry_sched_stream(&t->res, "compute");
 
-		if ((st = stack_storage(&sp, NULL, t)) ||
+		if ((st = ferry_tutorial_stack_storage(&tutorial_layer, &sp, NULL, be, &t->stack)) ||
 		    (st = ferry_layer_exec_create(&t->res, compute, &tutorial_layer, &d, NULL, &wt, &sp,
-						  &t->storage, &t->layers)) ||
+						  &t->stack.storage, &t->layers)) ||
 		    (st = emit_grad(t, &t->grad, compute)) ||
 		    (st = ferry_sched_runtime_create(be, &t->res, &t->rt)))
 			goto fail;

@@ -27,6 +27,7 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	/* rope is linear: d in is the inverse rotation of d out */
 	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false },
 	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false },
+	[FERRY_OP_SQUARED_ERROR] = { "squared_error", 2, 1, 0, 0, 0, false },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
@@ -72,6 +73,8 @@ double ferry_op_flops(const struct ferry_op_call *c)
 		return 2.0 * (double)c->n;
 	case FERRY_OP_SUM:
 		return (double)c->n;
+	case FERRY_OP_SQUARED_ERROR:
+		return 4.0 * (double)c->n;
 	case FERRY_OP_FILL:
 	case FERRY_OP_CAST:
 		return 0;

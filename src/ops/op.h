@@ -40,6 +40,9 @@ enum ferry_op_kind {
 				  theta in scalar[0]; position of row (b, t) is t;
 				  Hugging Face rotate_half convention */
 	FERRY_OP_SWIGLU,       /* out0 = silu(in0) * in1, n values; in0 gate, in1 up */
+	FERRY_OP_SQUARED_ERROR, /* e = in0 - in1 (in0 a prediction, in1 an fp32 target):
+				   *result += sum(e^2), out0 = scalar[0] * e, n values;
+				   a mean-squared-error loss and its gradient */
 	FERRY_OP_COUNT
 };
 
@@ -82,7 +85,7 @@ struct ferry_op_call {
 	void *din[FERRY_OP_MAX_IN];
 	void *dw[FERRY_OP_MAX_W];
 	const int32_t *tokens;      /* encoder: inputs; softmax_xent: targets */
-	double *result;             /* sum_squares, sum */
+	double *result;             /* sum_squares, sum, squared_error */
 	float *param;               /* adamw, sgd: fp32 parameters updated in place */
 	void *param_copy;           /* adamw, sgd: their activation-type copy, also
 				       updated (NULL when the type is fp32) */

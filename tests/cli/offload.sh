@@ -96,4 +96,13 @@ grep -q '"vs_full_remat": 1.0000' bench.json || fail "bench: full recomputation 
 expect_ok "the JAX tutorial example" "$FERRY" example
 grep -q "results match within tolerance: True" out.txt || fail "example results match"
 grep -q "activation offloading reduces temp by 10.75 MB" out.txt || fail "example saving"
+# the third example: planned at 7168 x 7168, run small; the arguments are JAX's
+grep -q "optimizer-state offloading reduces the total by 1.42 GB (JAX: 1.72 GB)" out.txt || fail "example 3 saving"
+[ "$(grep -c '  argument  *2.49 GB  *2.49 GB' out.txt)" = 1 ] && [ "$(grep -c '  argument  *0.96 GB  *0.96 GB' out.txt)" = 1 ] ||
+	fail "example 3 arguments"
+grep -q "device peak, planned = measured: yes and yes" out.txt || fail "example 3 peaks"
+grep -q "bit for bit the same: yes" out.txt || fail "example 3 modes agree"
+expect_ok "the example's third part at another size" "$FERRY" example --dim 96
+grep -q "3 steps at 96 x 96" out.txt || fail "--dim"
+expect_error "a --dim out of range" "--dim 0: from 1 to 16384" "$FERRY" example --dim 0
 finish

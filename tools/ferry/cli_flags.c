@@ -65,6 +65,9 @@ static const struct cli_flag sample_list[] = {
 	{ NULL, CLI_SWITCH },
 };
 
+/* cmd_example.c */
+static const struct cli_flag example_list[] = { { "--dim", CLI_VALUE }, { NULL, CLI_SWITCH } };
+
 /* cmd_data.c */
 static const struct cli_flag data_list[] = {
 	{ "--out", CLI_VALUE }, { "--doc-sep", CLI_VALUE }, { "--val-fraction", CLI_VALUE },
@@ -78,13 +81,14 @@ static const struct cli_flag *const calibrate_lists[] = { model_list, calibrate_
 static const struct cli_flag *const eval_lists[] = { eval_list, NULL };
 static const struct cli_flag *const sample_lists[] = { sample_list, NULL };
 static const struct cli_flag *const data_lists[] = { data_list, NULL };
+static const struct cli_flag *const example_lists[] = { example_list, NULL };
 static const struct cli_flag *const no_lists[] = { NULL };
 
 static const struct cli_spec specs[] = {
 	{ "train", train_lists, false }, { "plan", plan_lists, false },
 	{ "eval", eval_lists, false },   { "sample", sample_lists, false },
 	{ "data", data_lists, true },    { "info", no_lists, false },
-	{ "example", no_lists, false },  { "bench", bench_lists, true },
+	{ "example", example_lists, false },  { "bench", bench_lists, true },
 	{ "calibrate", calibrate_lists, false },
 };
 

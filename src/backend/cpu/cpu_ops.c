@@ -132,6 +132,9 @@ static void run_param_op(const struct ferry_op_call *c)
 	case FERRY_OP_SUM:
 		*c->result += ferry_cpu_sum_all(CF(c->in[0]), c->n);
 		break;
+	case FERRY_OP_SQUARED_ERROR:
+		*c->result += ferry_cpu_squared_error(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->scalar[0], c->n);
+		break;
 	case FERRY_OP_FILL:
 		ferry_cpu_fill(F(c->out[0]), c->scalar[0], c->n);
 		break;
@@ -168,6 +171,7 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	case FERRY_OP_ADAMW:
 	case FERRY_OP_SUM_SQUARES:
 	case FERRY_OP_SUM:
+	case FERRY_OP_SQUARED_ERROR:
 	case FERRY_OP_FILL:
 	case FERRY_OP_SGD:
 	case FERRY_OP_CAST:

@@ -84,6 +84,7 @@ static size_t op_scratch_need(const struct ferry_op_call *c)
 		return c->backward ? ferry_cuda_rmsnorm_backward_ws_bytes(N, c->C) : 0;
 	case FERRY_OP_SUM_SQUARES:
 	case FERRY_OP_SUM:
+	case FERRY_OP_SQUARED_ERROR:
 		return ferry_cuda_sum_ws_bytes();
 	default:
 		return 0;
@@ -211,6 +212,9 @@ static cudaError_t run_param_op(struct scratch ws, cudaStream_t s, const struct 
 		return ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ws.p, ws.bytes);
 	case FERRY_OP_SUM:
 		return ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ws.p, ws.bytes);
+	case FERRY_OP_SQUARED_ERROR:
+		return ferry_cuda_squared_error(s, c->result, BF(c->out[0]), CBF(c->in[0]), CF(c->in[1]), c->scalar[0],
+						c->n, ws.p, ws.bytes);
 	case FERRY_OP_FILL:
 		return ferry_cuda_fill(s, BF(c->out[0]), c->scalar[0], c->n);
 	case FERRY_OP_SGD:
@@ -260,6 +264,7 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 	case FERRY_OP_ADAMW:
 	case FERRY_OP_SUM_SQUARES:
 	case FERRY_OP_SUM:
+	case FERRY_OP_SQUARED_ERROR:
 	case FERRY_OP_FILL:
 	case FERRY_OP_SGD:
 	case FERRY_OP_CAST:

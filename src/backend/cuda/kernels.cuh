@@ -58,6 +58,10 @@ cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, const float *
 				   size_t ws_bytes);
 cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16 *x, long n, void *ws,
 			   size_t ws_bytes);
+/* e = pred - target: dpred = scale * e (bf16), *result (device double) +=
+ * sum(e^2), deterministic as the sums above, using ws. */
+cudaError_t ferry_cuda_squared_error(cudaStream_t s, double *result, bf16 *dpred, const bf16 *pred,
+				     const float *target, float scale, long n, void *ws, size_t ws_bytes);
 /* dbias[OC] += column sums of dout [N, OC] (float out, bf16 in) */
 cudaError_t ferry_cuda_bias_backward(cudaStream_t s, float *dbias, const bf16 *dout, int N, int OC);
 /* out[N, OC] += bias[OC] broadcast over rows */
@@ -93,7 +97,7 @@ cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *
 						int C, int NH, int NKV);
 /* Scratch bytes the two launchers above need in ws. */
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
-/* Scratch of ferry_cuda_sum and ferry_cuda_sum_squares. */
+/* Scratch of ferry_cuda_sum, ferry_cuda_sum_squares and ferry_cuda_squared_error. */
 size_t ferry_cuda_sum_ws_bytes(void);
 size_t ferry_cuda_attention_backward_ws_bytes(int B, int T, int C, int NH);
 

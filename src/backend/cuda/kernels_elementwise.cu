@@ -496,6 +496,52 @@ extern "C" cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16
 	return blocked_sum<bf16, false>(s, result, x, n, ws, ws_bytes);
 }
 
+/* Pass 1 of ferry_cuda_squared_error: block_sums_kernel's blocks and
+ * order over e^2, writing dpred on the way. */
+static __global__ void __launch_bounds__(SUM_THREADS)
+	squared_error_kernel(double *ws, bf16 *dpred, const bf16 *pred, const float *target, float scale, long n,
+			     long per)
+{
+	__shared__ double sh[SUM_THREADS];
+	const long lo = (long)blockIdx.x * per;
+	const long hi = lo + per < n ? lo + per : n;
+	double acc = 0.0;
+
+	for (long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
+		const float e = __bfloat162float(pred[i]) - target[i];
+
+		acc += (double)e * e;
+		dpred[i] = __float2bfloat16(scale * e);
+	}
+	sh[threadIdx.x] = acc;
+	__syncthreads();
+	for (int stride = SUM_THREADS / 2; stride > 0; stride >>= 1) {
+		if (threadIdx.x < stride)
+			sh[threadIdx.x] += sh[threadIdx.x + stride];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		ws[blockIdx.x] = sh[0];
+}
+
+extern "C" cudaError_t ferry_cuda_squared_error(cudaStream_t s, double *result, bf16 *dpred, const bf16 *pred,
+						const float *target, float scale, long n, void *ws, size_t ws_bytes)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	if (!result || !ws || ws_bytes < SUM_BLOCKS * sizeof(double) || (uintptr_t)ws % alignof(double) != 0)
+		return cudaErrorInvalidValue;
+
+	const long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+	cudaError_t e;
+
+	squared_error_kernel<<<SUM_BLOCKS, SUM_THREADS, 0, s>>>((double *)ws, dpred, pred, target, scale, n, per);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	finish_sum_kernel<<<1, 1, 0, s>>>(result, (const double *)ws);
+	return cudaGetLastError();
+}
+
 /* ---- bias ------------------------------------------------------------------------ */
 
 /* Block (BB_COLS x BB_ROWS threads) owns columns [blockIdx.x * BB_COLS, +BB_COLS).

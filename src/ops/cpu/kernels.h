@@ -124,6 +124,9 @@ double ferry_cpu_sum_squares(const float *x, long n);
 
 /* Sum of x, accumulated in double, deterministic for a fixed thread count. */
 double ferry_cpu_sum_all(const float *x, long n);
+/* e = pred - target: dpred = scale * e, returns sum(e^2) (blocked and
+ * ordered like the sums above: the same bits on any thread count). */
+double ferry_cpu_squared_error(float *dpred, const float *pred, const float *target, float scale, long n);
 /* x[:n] = value */
 void ferry_cpu_fill(float *x, float value, long n);
 /* param -= lr * grad */

@@ -56,6 +56,39 @@ double ferry_cpu_sum_all(const float *x, long n)
 	return blocked_sum(x, n, 0);
 }
 
+/* One block of ferry_cpu_squared_error, lanes as in block_sum. */
+static double block_squared_error(float *dpred, const float *pred, const float *target, float scale, long lo,
+				  long hi)
+{
+	double acc[LANES] = { 0 }, total = 0.0;
+
+	for (long i = lo; i < hi; i++) {
+		const float e = pred[i] - target[i];
+
+		acc[(i - lo) % LANES] += (double)e * e;
+		dpred[i] = scale * e;
+	}
+	for (int j = 0; j < LANES; j++)
+		total += acc[j];
+	return total;
+}
+
+double ferry_cpu_squared_error(float *dpred, const float *pred, const float *target, float scale, long n)
+{
+	double part[SUM_BLOCKS], acc = 0.0;
+	long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+
+#pragma omp parallel for schedule(static)
+	for (int b = 0; b < SUM_BLOCKS; b++) {
+		long lo = (long)b * per, hi = lo + per < n ? lo + per : n;
+
+		part[b] = lo < hi ? block_squared_error(dpred, pred, target, scale, lo, hi) : 0.0;
+	}
+	for (int b = 0; b < SUM_BLOCKS; b++)
+		acc += part[b];
+	return acc;
+}
+
 void ferry_cpu_fill(float *x, float value, long n)
 {
 #pragma omp parallel for simd schedule(static)
