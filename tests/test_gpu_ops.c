@@ -273,6 +273,30 @@ static void test_softmax_xent(int N, int V, int Vp)
 	free(tg);
 }
 
+/* The third tutorial network's loss: e = pred (bf16) - target (fp32), the
+ * sum of e^2 and d pred = scale * e. */
+static void test_squared_error(struct twin *pred, struct twin *target, struct twin *dpred, long n)
+{
+	struct ferry_op_call cc = { .kind = FERRY_OP_SQUARED_ERROR, .n = n, .scalar = { 0.25f } }, gc = cc;
+	double host_sum = 0, got = 0;
+	ferry_buffer_t rb;
+
+	CHECK(ferry_buffer_alloc(gpu, sizeof(double), &rb) == FERRY_OK, "result");
+	CHECK(ferry_memset_zero_async(gs, ferry_buffer_ptr(rb), sizeof(double)) == FERRY_OK, "zero");
+	cc.result = &host_sum;
+	gc.result = ferry_buffer_ptr(rb);
+	cc.in[0] = pred->h; gc.in[0] = pred->d;
+	cc.in[1] = target->h; gc.in[1] = target->d;
+	cc.out[0] = dpred->h; gc.out[0] = dpred->d;
+	run_pair("squared_error", &cc, &gc);
+	CHECK(ferry_memcpy_async(gs, &got, gc.result, sizeof(double), FERRY_COPY_D2H) == FERRY_OK &&
+	      ferry_stream_synchronize(gs) == FERRY_OK, "down");
+	printf("  %-34s %.9g vs %.9g\n", "squared error (sum)", got, host_sum);
+	CHECK(fabs(got - host_sum) <= 1e-9 * (1 + fabs(host_sum)), "squared error %.17g vs %.17g", got, host_sum);
+	compare("squared error gradient", dpred, 4e-3);
+	ferry_buffer_free(rb);
+}
+
 /* The tutorial network's ops: sum, fill, cast, and SGD with its bf16 copy. */
 static void test_small_ops(long n)
 {
@@ -304,6 +328,8 @@ static void test_small_ops(long n)
 	printf("  %-34s %.9g vs %.9g\n", "sum (bf16 input)", got, host_sum);
 	CHECK(fabs(got - host_sum) <= 1e-9 * (1 + fabs(host_sum)), "sum %.17g vs %.17g", got, host_sum);
 	ferry_buffer_free(rb);
+
+	test_squared_error(&x, &f, &o, n);
 
 	cc = (struct ferry_op_call){ .kind = FERRY_OP_SGD, .n = n, .scalar = { 0.1f } };
 	gc = cc;

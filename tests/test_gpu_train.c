@@ -116,6 +116,62 @@ static void test_tutorial(void)
 		free(g[i / 2][i % 2]);
 }
 
+/* One tutorial Adam run on `name`: first step's loss and norm, weights and
+ * moments after two steps. */
+static void adam_run(const char *name, enum ferry_optim_place where, const float *w0, const float *x,
+		     double *loss, double *norm, float *w, float *m)
+{
+	const struct ferry_tutorial_adam_config tc = { .layers = 3, .rows = 64, .channels = 96, .l2 = 1e-3f,
+						       .clip = 1.0f, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f,
+						       .eps = 1e-8f };
+	struct ferry_exec_opts o = { .policy = "nothing_saveable", .optimizer = where,
+				     .act_dtype = ferry_backend_act_dtype(name) };
+	struct ferry_plan plan;
+	ferry_backend_t be;
+	ferry_tutorial_adam_t t;
+
+	CHECK(ferry_tutorial_adam_plan(&tc, &o, &plan) == FERRY_OK, "adam plan %s", ferry_last_error());
+	CHECK(ferry_backend_open(name, &(struct ferry_backend_opts){ .device_mem = plan.mem.peak_bytes }, &be) ==
+		      FERRY_OK, "open %s", ferry_last_error());
+	CHECK(ferry_tutorial_adam_create(be, &tc, &o, &t) == FERRY_OK, "adam create %s", ferry_last_error());
+	CHECK(ferry_tutorial_adam_set(t, w0, x) == FERRY_OK, "adam set");
+	CHECK(ferry_tutorial_adam_step(t, loss, norm) == FERRY_OK, "adam step %s", ferry_last_error());
+	CHECK(ferry_tutorial_adam_step(t, NULL, NULL) == FERRY_OK, "adam step 2 %s", ferry_last_error());
+	CHECK(ferry_tutorial_adam_get(t, w, m, NULL, NULL) == FERRY_OK, "adam get");
+	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "tutorial adam %s: peak == plan", name);
+	ferry_tutorial_adam_free(t);
+	ferry_backend_close(be);
+}
+
+/* The tutorial's third network: the CUDA loss and norm against the CPU's,
+ * and its streamed optimizer state bit for bit its device-resident one. */
+static void test_tutorial_adam(void)
+{
+	const long nw = 3 * 96 * 96, nx = 64 * 96;
+	float *w0 = TALLOC(float, nw), *x = TALLOC(float, nx), *w[3], *m[3];
+	double loss[3], norm[3];
+	Rng rng = rng_new(4);
+
+	fill_normal(&rng, w0, nw, 0.1f);
+	fill_normal(&rng, x, nx, 1.0f);
+	for (int i = 0; i < 3; i++) {
+		w[i] = TALLOC(float, nw);
+		m[i] = TALLOC(float, nw);
+		adam_run(i ? "cuda" : "cpu", i == 2 ? FERRY_OPTIM_STREAM : FERRY_OPTIM_DEVICE, w0, x, &loss[i],
+			 &norm[i], w[i], m[i]);
+	}
+	printf("  tutorial adam: loss cpu %.6f cuda %.6f, norm cpu %.6f cuda %.6f\n", loss[0], loss[1], norm[0],
+	       norm[1]);
+	CHECK(fabs(loss[1] - loss[0]) <= 2e-2 * fabs(loss[0]), "tutorial adam loss %f vs %f", loss[1], loss[0]);
+	CHECK(fabs(norm[1] - norm[0]) <= 3e-2 * fabs(norm[0]), "tutorial adam norm %f vs %f", norm[1], norm[0]);
+	CHECK(!memcmp(w[1], w[2], nw * sizeof(float)) && !memcmp(m[1], m[2], nw * sizeof(float)),
+	      "tutorial adam on the GPU: streamed state differs from the device's");
+	free(w0);
+	free(x);
+	for (int i = 0; i < 3; i++)
+		free(w[i]), free(m[i]);
+}
+
 int main(void)
 {
 	struct ferry_model_config full = cfg;
@@ -178,6 +234,7 @@ int main(void)
 		printf("  %-34s final loss %.5f, device peak %zu\n", p, loss[STEPS - 1], peak);
 	}
 	test_tutorial();
+	test_tutorial_adam();
 	free(gc);
 	free(gg);
 	return test_exit_code();
