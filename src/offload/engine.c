@@ -199,10 +199,8 @@ ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int comp
 		if (t == decl->input) {
 			ex->io_grad[0] = g;
 			ex->io_grad[1] = g + plan->slot_bytes[t];
-			g += 2 * plan->slot_bytes[t];
 		} else {
-			ex->grad[t] = g;
-			g += plan->slot_bytes[t];
+			ex->grad[t] = g + plan->grad_off[t];
 		}
 	}
 	*out = ex;
@@ -453,21 +451,26 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 	return ex->grad[t];
 }
 
-/* Every activation gradient but the incoming one starts from zero; what
- * the policy dropped is recomputed from what it kept. */
+/* Zeroes the gradient of tensor t (before its first accumulation). */
+static void zero_grad(struct ferry_layer_exec *ex, struct ferry_program *p, int t, int io_out, int l, int B, int T)
+{
+	char label[56];
+
+	snprintf(label, sizeof(label), "d %.50s", ex->decl->tensors[t].name);
+	ferry_emit_zero(p, ex->compute, grad_of(ex, t, io_out), tensor_bytes(ex, t, B, T), l, label);
+}
+
+/* The input's gradient starts from zero (the others just before their
+ * first writer: they share the workspace); what the policy dropped is
+ * recomputed from what it kept. */
 static void backward_prepare(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T)
 {
 	const struct ferry_layer_decl *decl = ex->decl;
 	struct ferry_op_call c;
 	char label[56];
 
-	for (int t = 0; t < decl->n_tensors; t++) {
-		if ((ex->sp.has_grad & (1u << t)) && t != decl->output) {
-			snprintf(label, sizeof(label), "d %.50s", decl->tensors[t].name);
-			ferry_emit_zero(p, ex->compute, grad_of(ex, t, ex->io_cur), tensor_bytes(ex, t, B, T), l,
-					label);
-		}
-	}
+	if (ex->sp.has_grad & (1u << decl->input))
+		zero_grad(ex, p, decl->input, ex->io_cur, l, B, T);
 	for (int o = 0; o < decl->n_ops; o++) {
 		if (!(ex->sp.recompute_ops & (1u << o)))
 			continue;
@@ -489,6 +492,9 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 		const struct ferry_op_decl *op = &decl->ops[o];
 		const struct ferry_op_info *info = ferry_op_info(op->kind);
 
+		for (int t = 0; t < decl->n_tensors; t++)
+			if (ex->sp.grad_zero_op[t] == o)
+				zero_grad(ex, p, t, io_out, l, B, T);
 		make_call(ex, o, l, B, T, &c);
 		c.backward = true;
 		for (int i = 0; i < info->n_out; i++)

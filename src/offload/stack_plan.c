@@ -142,8 +142,74 @@ static void plan_slots(const struct ferry_layer_decl *decl, const struct ferry_d
 		sp->offloaded |= 1u << t;
 		sp->host_bytes[t] = bytes;
 	}
-	if ((sp->has_grad & (1u << t)) && t != decl->output)
-		sp->grad_bytes += sz;
+}
+
+/* The forward indices of the ops whose backward a gradient lives between:
+ * *first = its producer (reads it last), *last = its last reader (writes
+ * it first). */
+static void grad_life(const struct ferry_layer_decl *decl, int t, int *first, int *last)
+{
+	*first = *last = ferry_layer_producer(decl, t);
+	for (int o = 0; o < decl->n_ops; o++)
+		for (int i = 0; i < FERRY_OP_MAX_IN; i++)
+			if (decl->ops[o].in[i] == t && o > *last)
+				*last = o;
+}
+
+/* Lowest offset at which t's gradient meets no placed gradient whose life
+ * meets t's (first fit). */
+static size_t first_fit(const struct ferry_stack_plan *sp, unsigned placed, const int *first, const int *last,
+			int t)
+{
+	size_t off = 0;
+	bool moved = true;
+
+	while (moved) {
+		moved = false;
+		for (int u = 0; u < sp->n_tensors; u++) {
+			if (!(placed & (1u << u)) || first[u] > last[t] || first[t] > last[u])
+				continue;
+			if (off < sp->grad_off[u] + sp->slot_bytes[u] && sp->grad_off[u] < off + sp->slot_bytes[t]) {
+				off = sp->grad_off[u] + sp->slot_bytes[u];
+				moved = true;
+			}
+		}
+	}
+	return off;
+}
+
+/* Offsets of the gradients in the workspace, largest first, after the
+ * input's and output's two slots; sp->grad_bytes is the whole. */
+static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
+{
+	int first[FERRY_LAYER_MAX_TENSORS], last[FERRY_LAYER_MAX_TENSORS];
+	unsigned todo = 0, placed = 0;
+	size_t io = 2 * sp->slot_bytes[decl->input], end = 0;
+
+	for (int t = 0; t < decl->n_tensors; t++) {
+		sp->grad_zero_op[t] = -1;
+		if (!(sp->has_grad & (1u << t)) || t == decl->input || t == decl->output)
+			continue;
+		grad_life(decl, t, &first[t], &last[t]);
+		sp->grad_zero_op[t] = last[t];
+		todo |= 1u << t;
+	}
+	while (todo) {
+		int t = __builtin_ctz(todo);
+
+		for (int u = t + 1; u < decl->n_tensors; u++)
+			if ((todo & (1u << u)) && sp->slot_bytes[u] > sp->slot_bytes[t])
+				t = u;
+		sp->grad_off[t] = first_fit(sp, placed, first, last, t);
+		if (sp->grad_off[t] + sp->slot_bytes[t] > end)
+			end = sp->grad_off[t] + sp->slot_bytes[t];
+		placed |= 1u << t;
+		todo &= ~(1u << t);
+	}
+	for (int t = 0; t < decl->n_tensors; t++)
+		if (placed & (1u << t))
+			sp->grad_off[t] += io;
+	sp->grad_bytes = io + end;
 }
 
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
@@ -179,8 +245,7 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 
 	for (int t = 0; t < decl->n_tensors; t++)
 		plan_slots(decl, dims, sp, t);
-	/* the input's gradient and the output's alternate between two slots */
-	sp->grad_bytes += sp->slot_bytes[decl->input];
+	assign_grads(decl, sp);
 	return FERRY_OK;
 }
 

@@ -43,6 +43,13 @@ struct ferry_stack_plan {
 	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
 	size_t host_bytes[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
 	size_t grad_bytes;                          /* activation gradient workspace */
+	/* The workspace: the layer input's and output's gradients alternate in
+	 * its first two slots; every other gradient lives from the backward of
+	 * its last reader (where it is zeroed: grad_zero_op) to the backward of
+	 * its producer, and gradients whose lives do not meet share bytes
+	 * (grad_off: its offset in the workspace). */
+	size_t grad_off[FERRY_LAYER_MAX_TENSORS];
+	int grad_zero_op[FERRY_LAYER_MAX_TENSORS];
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.
