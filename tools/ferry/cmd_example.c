@@ -121,7 +121,7 @@ int cmd_example(int argc, char **argv)
 			       "backend and prints\ntheir memory analysis beside JAX's reported figures (see "
 			       "docs/tutorial.md).\n\n  --dim N   the third example's memory analysis is planned "
 			       "at the tutorial's\n            7168 x 7168; its steps run at N x N (default %d; "
-			       "7168 takes\n            minutes and about 6 GB of memory)\n", dim);
+			       "7168 takes\n            minutes and about 12 GB of memory)\n", dim);
 			return 0;
 		}
 		if (!strcmp(argv[i], "--dim")) {
