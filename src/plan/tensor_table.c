@@ -221,9 +221,9 @@ static int add_edge_entry(struct ferry_tensor_table *tt, int buf, const char *wh
 			 FERRY_PLACE_DEVICE);
 }
 
-/* --offload-embeddings: the edge region, laid out once per stage (the
- * compute copies of the parameters the stage reads, then their
- * gradients) from its start, as large as the larger layout. */
+/* --offload-embeddings: the edge region, laid out once per stage from
+ * its start (the compute copy and the gradient of each parameter the
+ * stage reads, in array order), as large as the larger layout. */
 static int add_edge_region(struct ferry_tensor_table *tt)
 {
 	static const char *const stage_name[2] = { "prologue", "epilogue" };

@@ -103,12 +103,12 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 }
 
 /* Whether --offload-optimizer was given (--offload-params defaults it to
- * cpu otherwise). */
-static bool optimizer_given, params_given;
+ * cpu otherwise), and --offload-params or --offload-embeddings. */
+static bool optimizer_given, params_given, embeddings_given;
 
 bool model_flags_state_given(void)
 {
-	return optimizer_given || params_given;
+	return optimizer_given || params_given || embeddings_given;
 }
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
@@ -166,7 +166,7 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 			o->exec.optimizer = FERRY_OPTIM_CPU;
 		return 1;
 	} else if (IS("--offload-embeddings")) {
-		o->exec.offload_embeddings = true; /* checked with the plan: it needs --offload-params */
+		o->exec.offload_embeddings = embeddings_given = true; /* the plan checks for --offload-params */
 		return 1;
 	} else if (IS("--clip-order")) {
 		const char *v = NULL;
