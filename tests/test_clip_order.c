@@ -6,8 +6,9 @@
  *  - Clipping on every step (every early update redone), on none (every
  *    one kept), and an optimizer value changed after arming (redone): the
  *    parameters, moments and losses are bit-identical to AdamW on the
- *    device, for GPT-2 and Llama, with and without --offload-params, under
- *    several activation policies; the model counts the steps it undid;
+ *    device, for GPT-2 and Llama, with and without --offload-params (and
+ *    --offload-embeddings), under several activation policies; the model
+ *    counts the steps it undid;
  *  - a step whose norm is not finite fails and leaves parameters and
  *    moments exactly as they were before it, as the exact order does;
  *  - speculation without the speculative order, or with another optimizer
@@ -90,8 +91,9 @@ static void result_free(struct result *r)
 
 /* Speculative runs against the device's AdamW: clipping on every step
  * (0.05), on none (1e9), and the lr changed after arming. */
-static void check_model(const char *model, const struct ferry_model_config *cfg, const char *policy,
-			bool offload_params)
+/* params: 0 on the device, 1 the layers' offloaded (--offload-params), 2
+ * the embeddings' and the head's too (--offload-embeddings). */
+static void check_model(const char *model, const struct ferry_model_config *cfg, const char *policy, int params)
 {
 	const float clips[3] = { 0.05f, 1e9f, 0.05f };
 	size_t n = ferry_model_config_num_params(cfg) * sizeof(float);
@@ -100,13 +102,14 @@ static void check_model(const char *model, const struct ferry_model_config *cfg,
 	for (int k = 0; k < 3; k++) {
 		struct run_opts dev = { .exec = { .policy = policy }, .clip = clips[k] };
 		struct run_opts spec = { .exec = { .policy = policy, .optimizer = FERRY_OPTIM_CPU,
-						   .offload_params = offload_params,
+						   .offload_params = params > 0, .offload_embeddings = params > 1,
 						   .clip_order = FERRY_CLIP_SPECULATIVE },
 					 .speculate = true, .clip = clips[k], .armed_lr = k == 2 ? 5e-3f : 0 };
 		struct result a, b;
 		const int want_undone = k == 1 ? 0 : STEPS;
 
-		snprintf(name, sizeof(name), "%s %s%s, clip %g%s", model, policy, offload_params ? ", params offloaded" : "",
+		snprintf(name, sizeof(name), "%s %s%s, clip %g%s", model, policy,
+			 params > 1 ? ", params and embeddings offloaded" : params ? ", params offloaded" : "",
 			 clips[k], k == 2 ? ", armed with another lr" : "");
 		train(name, cfg, &dev, &a);
 		train(name, cfg, &spec, &b);
@@ -193,11 +196,13 @@ int main(void)
 	CHECK(ferry_model_config_complete(&gpt2) == FERRY_OK && ferry_model_config_complete(&llama) == FERRY_OK,
 	      "configs");
 	check_refused(&gpt2);
-	check_model("gpt2", &gpt2, "everything_saveable", false);
-	check_model("gpt2", &gpt2, "qkv_proj_offloaded", true);
-	check_model("gpt2", &gpt2, "nothing_saveable", true);
-	check_model("llama", &llama, "minimal_offloaded", false);
-	check_model("llama", &llama, "everything_saveable", true);
+	check_model("gpt2", &gpt2, "everything_saveable", 0);
+	check_model("gpt2", &gpt2, "qkv_proj_offloaded", 1);
+	check_model("gpt2", &gpt2, "nothing_saveable", 1);
+	check_model("gpt2", &gpt2, "qkv_proj_offloaded", 2);
+	check_model("llama", &llama, "minimal_offloaded", 0);
+	check_model("llama", &llama, "everything_saveable", 1);
+	check_model("llama", &llama, "nothing_saveable", 2);
 	for (int spec = 0; spec < 2; spec++) {
 		check_diverged("gpt2", &gpt2, spec);
 		check_diverged("llama", &llama, spec);

@@ -100,6 +100,10 @@ struct ferry_plan {
 	int prefetch_depth;   /* layers prefetched ahead in backward */
 	int ring_slots;       /* device slots per offloaded tensor */
 	int param_ring_slots; /* --offload-params: the weight ring's slots (0: off) */
+	size_t edge_bytes;    /* --offload-embeddings: the edge region (0: off) */
+	int64_t edge_saved_bytes; /* the device copies and gradients of the unstacked
+				     parameters it replaces, less its size (below 0
+				     when its entries' alignment costs more) */
 	int n_tensors;
 	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
 	int n_recompute_ops;  /* ops of a layer re-run in backward */
@@ -145,6 +149,14 @@ struct ferry_exec_opts {
 				   gradients go to the host as each layer's backward ends;
 				   the optimizer must be stream or cpu */
 	int param_prefetch;     /* 0: default (1); the ring has min(N + 1, L) slots */
+	bool offload_embeddings; /* --offload-embeddings, with offload_params: the
+				   unstacked parameters (embeddings, head, final norm)
+				   live on the host too, loaded into one device edge
+				   region before the stage that reads them (prologue,
+				   epilogue; the epilogue's kept for its backward), their
+				   gradients copied to the host after that stage's
+				   backward (the size of the larger stage's weights and
+				   gradients on the device instead of all of them) */
 	enum ferry_clip_order clip_order; /* --clip-order, with optimizer cpu */
 	size_t pinned_limit;    /* --pinned-limit: host buffers that copies read or write
 				   come from one pinned pool (pinned where the backend can)

@@ -13,23 +13,33 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The prologue or the epilogue: a declaration, its roles, table indices. */
+/* The prologue or the epilogue: a declaration, its roles, table indices,
+ * where its ops find their parameters and gradients. */
 struct stage {
 	const struct ferry_layer_decl *d;
 	const struct ferry_stage_tensor *roles;
 	const int *index, *grad_index;
+	void *const *w;
+	float *const *g;
+	int edge;  /* FERRY_EDGE_PROLOGUE or _EPILOGUE */
 };
 
 static struct stage prologue_of(const struct ferry_model *m)
 {
-	return (struct stage){ m->md->prologue, m->md->prologue_roles, m->tt.ix.prologue,
-			       m->tt.ix.prologue_grad };
+	bool e = m->tt.ix.edges;
+
+	return (struct stage){ m->md->prologue, m->md->prologue_roles, m->tt.ix.prologue, m->tt.ix.prologue_grad,
+			       e ? m->edge_w[FERRY_EDGE_PROLOGUE] : m->wptr, e ? m->edge_g[FERRY_EDGE_PROLOGUE] : m->gptr,
+			       FERRY_EDGE_PROLOGUE };
 }
 
 static struct stage epilogue_of(const struct ferry_model *m)
 {
-	return (struct stage){ m->md->epilogue, m->md->epilogue_roles, m->tt.ix.epilogue,
-			       m->tt.ix.epilogue_grad };
+	bool e = m->tt.ix.edges;
+
+	return (struct stage){ m->md->epilogue, m->md->epilogue_roles, m->tt.ix.epilogue, m->tt.ix.epilogue_grad,
+			       e ? m->edge_w[FERRY_EDGE_EPILOGUE] : m->wptr, e ? m->edge_g[FERRY_EDGE_EPILOGUE] : m->gptr,
+			       FERRY_EDGE_EPILOGUE };
 }
 
 static void *entry(const struct ferry_model *m, int i)
@@ -131,8 +141,8 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 	for (int i = 0; i < info->n_in; i++)
 		c->in[i] = stage_ptr(m, s, op->in[i]);
 	for (int i = 0; i < info->n_w; i++)
-		if (op->w[i].param >= 0 && m->wptr[op->w[i].param])
-			c->w[i] = (char *)m->wptr[op->w[i].param] +
+		if (op->w[i].param >= 0 && s->w[op->w[i].param])
+			c->w[i] = (char *)s->w[op->w[i].param] +
 				  (size_t)op->w[i].block * ferry_op_weight_view(c, i) * m->asz;
 	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_SOFTMAX_XENT)
 		c->tokens = stage_ptr(m, s, op->tokens);
@@ -181,8 +191,8 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 		for (int i = 0; i < info->n_in; i++)
 			c.din[i] = stage_grad(m, s, op->in[i]);
 		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0 && m->gptr[op->w[i].param])
-				c.dw[i] = m->gptr[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
+			if (op->w[i].param >= 0 && s->g[op->w[i].param])
+				c.dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
 		if (op->kind == FERRY_OP_SOFTMAX_XENT)
 			c.scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
 		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[op->out[0]].name);
@@ -197,6 +207,92 @@ static void emit_losses_copy(ferry_model_t m, struct ferry_program *p, const str
 
 	ferry_emit_copy(p, m->compute, m->host_losses, stage_ptr(m, &epi, role_tensor(&epi, FERRY_ROLE_LOSSES)),
 			(size_t)k->B * k->T * sizeof(float), FERRY_COPY_D2H, -1, "losses");
+}
+
+/* ---- --offload-embeddings: the edge region ---------------------------------------- */
+
+/* Stage s's parameters into the edge region on the host-to-device stream
+ * (as the kernels read them: the host's bf16 copy, or the fp32 master),
+ * once the region's last reader and its last gradient copy-out are done.
+ * Before the prologue's backward (with_grads) also the gradients of the
+ * parameters the epilogue reads too, as its backward left them on the
+ * host: a tied embedding's head contribution, which the embedding's
+ * backward then adds to, in the order it does without the region.  The
+ * compute stream waits for the load. */
+static void edge_in(ferry_model_t m, struct ferry_program *p, int s, bool with_grads)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	ferry_emit_wait(p, m->param_h2d, m->edge_read, -1);
+	ferry_emit_wait(p, m->param_h2d, m->edge_out, -1);
+	for (int q = 0; q < m->md->n_params; q++) {
+		const int c = ix->edge_copy[s][q], g = ix->edge_grad[s][q];
+
+		if (c < 0)
+			continue;
+		snprintf(label, sizeof(label), "edge: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->param_h2d, entry(m, c), entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+				m->tt.e[c].bytes, FERRY_COPY_H2D, -1, label);
+		if (!with_grads || s != FERRY_EDGE_PROLOGUE || ix->edge_grad[FERRY_EDGE_EPILOGUE][q] < 0)
+			continue;
+		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->param_h2d, entry(m, g), entry(m, ix->grad[q]), m->tt.e[g].bytes, FERRY_COPY_H2D, -1,
+				label);
+	}
+	ferry_emit_record(p, m->param_h2d, m->edge_loaded, -1);
+	ferry_emit_wait(p, m->compute, m->edge_loaded, -1);
+}
+
+/* Before stage s's backward: the weight gradients that start from zero
+ * (all but those edge_in loaded). */
+static void edge_zero_grads(ferry_model_t m, struct ferry_program *p, int s)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	for (int q = 0; q < m->md->n_params; q++) {
+		const int g = ix->edge_grad[s][q];
+
+		if (g < 0 || (s == FERRY_EDGE_PROLOGUE && ix->edge_grad[FERRY_EDGE_EPILOGUE][q] >= 0))
+			continue;
+		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_zero(p, m->compute, entry(m, g), m->tt.e[g].bytes, -1, label);
+	}
+}
+
+/* After stage s's backward: the region read for the last time, and its
+ * gradients to the host on the device-to-host stream, where they replace
+ * what the parameter's gradient held (the prologue's include the
+ * epilogue's contribution). */
+static void edge_grads_out(ferry_model_t m, struct ferry_program *p, int s)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	ferry_emit_record(p, m->compute, m->edge_read, -1);
+	ferry_emit_wait(p, m->opt_d2h, m->edge_read, -1);
+	for (int q = 0; q < m->md->n_params; q++) {
+		const int g = ix->edge_grad[s][q];
+
+		if (g < 0)
+			continue;
+		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->opt_d2h, entry(m, ix->grad[q]), entry(m, g), m->tt.e[g].bytes, FERRY_COPY_D2H, -1,
+				label);
+	}
+	ferry_emit_record(p, m->opt_d2h, m->edge_out, -1);
+}
+
+/* A stage's forward, with its parameters loaded into the edge region
+ * first when they stream. */
+static void edge_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	if (m->tt.ix.edges)
+		edge_in(m, p, s->edge, false);
+	stage_forward(m, p, s, B, T);
+	if (m->tt.ix.edges)
+		ferry_emit_record(p, m->compute, m->edge_read, -1);
 }
 
 /* Uploads the batch from the host staging buffers (targets: zeros without,
@@ -216,10 +312,10 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 				"targets");
 	else
 		ferry_emit_zero(p, m->compute, tgt, N * sizeof(int32_t), -1, "targets");
-	stage_forward(m, p, &pro, k->B, k->T);
+	edge_stage_forward(m, p, &pro, k->B, k->T);
 	if ((st = ferry_layer_exec_forward(m->layers, p, k->B, k->T, k->for_backward)))
 		return st;
-	stage_forward(m, p, &epi, k->B, k->T);
+	edge_stage_forward(m, p, &epi, k->B, k->T); /* the epilogue's parameters stay for its backward */
 	if (k->targets && !k->loss_later)
 		emit_losses_copy(m, p, k);
 	return FERRY_OK;
@@ -249,12 +345,26 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
 	ferry_status st;
 
+	if (!m->tt.ix.edges) {
+		stage_backward(m, p, &epi, k->B, k->T);
+		if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
+			return st;
+		stage_backward(m, p, &pro, k->B, k->T);
+		if (m->tt.ix.params_offloaded)
+			unstacked_grads_out(m, p);
+		return FERRY_OK;
+	}
+	/* the epilogue's parameters are in the edge region since its forward */
+	edge_zero_grads(m, p, FERRY_EDGE_EPILOGUE);
 	stage_backward(m, p, &epi, k->B, k->T);
+	edge_grads_out(m, p, FERRY_EDGE_EPILOGUE);
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 		return st;
+	edge_in(m, p, FERRY_EDGE_PROLOGUE, true);
+	edge_zero_grads(m, p, FERRY_EDGE_PROLOGUE);
 	stage_backward(m, p, &pro, k->B, k->T);
-	if (m->tt.ix.params_offloaded)
-		unstacked_grads_out(m, p);
+	edge_grads_out(m, p, FERRY_EDGE_PROLOGUE);
+	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
 	return FERRY_OK;
 }
 
@@ -457,6 +567,8 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 			emit_update(m, p);
 		break;
 	case FERRY_PROG_ZERO: /* with --offload-params the layers' zero their ring slot */
+		if (m->tt.ix.edges) /* and the edge region's before each stage's backward */
+			break;
 		if (m->tt.ix.params_offloaded)
 			ferry_emit_zero(p, m->compute, dev_grads(m),
 					m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes, -1, "unstacked weight gradients");

@@ -119,6 +119,10 @@ static void bind_offloaded(struct ferry_model *m)
 		}
 		m->wptr[p] = entry(m, ix->copy[q]);
 		m->gptr[p] = entry(m, ix->dev_grad[q]);
+		for (int s = 0; s < 2 && ix->edges; s++) {
+			m->edge_w[s][p] = entry(m, ix->edge_copy[s][q]);
+			m->edge_g[s][p] = entry(m, ix->edge_grad[s][q]);
+		}
 	}
 }
 
@@ -212,6 +216,12 @@ static void add_param_streams(struct ferry_model *m)
 	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
 	m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
 	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
+	if (!m->tt.ix.edges)
+		return;
+	m->param_h2d = ferry_sched_stream(&m->res, "h2d");
+	m->edge_loaded = ferry_sched_event(&m->res, "edge region loaded");
+	m->edge_read = ferry_sched_event(&m->res, "edge region read");
+	m->edge_out = ferry_sched_event(&m->res, "edge gradients copied out");
 }
 
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
@@ -498,7 +508,7 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
 	ferry_status st = buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
-	if (!st && m->tt.ix.copy_buffer >= 0) /* the copy the kernels read */
+	if (!st && (m->tt.ix.copy_buffer >= 0 || m->tt.ix.params_offloaded)) /* the copy the kernels read */
 		st = refresh_copy(m);
 	return st;
 }

@@ -85,6 +85,14 @@ struct ferry_model {
 	 * "the norm is computed" */
 	struct ferry_weight_rings rings;
 	int stage_grads_done, all_grads_home, norm_done;
+	/* --offload-embeddings (tt.ix.edges): parameter p's kernel and
+	 * gradient addresses while stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE)
+	 * holds the edge region (NULL: that stage does not read it), and the
+	 * events "the region loaded" (h2d), "read for the last time"
+	 * (compute), "its gradients copied out" (d2h) */
+	void *edge_w[2][FERRY_MODEL_MAX_PARAMS];
+	float *edge_g[2][FERRY_MODEL_MAX_PARAMS];
+	int param_h2d, edge_loaded, edge_read, edge_out;
 	/* AdamW on host threads: "layer l's gradients written" (the d2h copy
 	 * waits for it); the speculative order's step (armed by
 	 * ferry_model_step_speculate, pending between submit and finish) */

@@ -185,14 +185,104 @@ static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
 				      FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
 }
 
+/* The parameters a stage's ops read, as a bit mask (a tied head reads
+ * the parameter it is tied to). */
+static unsigned stage_params(const struct ferry_tensor_table *tt, const struct ferry_layer_decl *d)
+{
+	unsigned mask = 0;
+
+	for (int o = 0; o < d->n_ops; o++) {
+		const struct ferry_op_info *info = ferry_op_info(d->ops[o].kind);
+
+		for (int i = 0; i < info->n_w; i++) {
+			int p = d->ops[o].w[i].param;
+
+			if (p >= 0 && !ferry_param_present(tt->md, &tt->cfg, p))
+				p = tt->md->params[p].tied_to;
+			if (p >= 0)
+				mask |= 1u << p;
+		}
+	}
+	return mask;
+}
+
+#define EDGE_ALIGN 256 /* the arena's: each edge entry starts where a buffer would */
+
+/* One entry of the edge region at the next aligned offset. */
+static int add_edge_entry(struct ferry_tensor_table *tt, int buf, const char *what, const struct ferry_param_info *pi,
+			  const char *stage, bool grad)
+{
+	char name[64];
+
+	tt->buffers[buf].bytes = (tt->buffers[buf].bytes + EDGE_ALIGN - 1) / EDGE_ALIGN * EDGE_ALIGN;
+	snprintf(name, sizeof(name), "%s: %.30s (%s)", what, pi->name, stage);
+	return add_entry(tt, buf, name, grad ? FERRY_TK_GRAD : FERRY_TK_WEIGHT_COPY, -1,
+			 grad ? FERRY_F32 : tt->act_dtype, pi->numel * (grad ? sizeof(float) : ferry_dtype_size(tt->act_dtype)),
+			 FERRY_PLACE_DEVICE);
+}
+
+/* --offload-embeddings: the edge region, laid out once per stage from
+ * its start (the compute copy and the gradient of each parameter the
+ * stage reads, in array order), as large as the larger layout. */
+static int add_edge_region(struct ferry_tensor_table *tt)
+{
+	static const char *const stage_name[2] = { "prologue", "epilogue" };
+	const struct ferry_layer_decl *stage[2] = { tt->md->prologue, tt->md->epilogue };
+	struct ferry_table_index *ix = &tt->ix;
+	int buf = add_buffer(tt, "edge region (embeddings, head)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+			     FERRY_TK_WEIGHT_COPY);
+	size_t most = 0;
+
+	ix->edges = true;
+	ix->edge_buffer = buf;
+	for (int s = 0; s < 2 && buf >= 0; s++) {
+		unsigned mask = stage_params(tt, stage[s]);
+
+		tt->buffers[buf].bytes = 0;
+		for (int q = 0; q < tt->md->n_params; q++) {
+			struct ferry_param_info pi;
+
+			if (!(mask & (1u << q)) || ferry_model_param_info(&tt->cfg, q, &pi) || !pi.present || pi.layers)
+				continue;
+			if ((ix->edge_copy[s][q] = add_edge_entry(tt, buf, "edge", &pi, stage_name[s], false)) < 0 ||
+			    (ix->edge_grad[s][q] = add_edge_entry(tt, buf, "edge grad", &pi, stage_name[s], true)) < 0)
+				return -2;
+		}
+		most = tt->buffers[buf].bytes > most ? tt->buffers[buf].bytes : most;
+	}
+	if (buf >= 0)
+		tt->buffers[buf].bytes = most;
+	return buf;
+}
+
+/* The unstacked parameters' device compute copy and gradients: all of
+ * them, or the edge region they pass through in turn. */
+static int add_unstacked(struct ferry_tensor_table *tt, const struct ferry_exec_opts *o)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	if (o->offload_embeddings)
+		return add_edge_region(tt);
+	r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:", FERRY_SITE_DEVICE,
+					       FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true);
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true);
+	return r;
+}
+
 /* --offload-params: master weights, gradients and AdamW's state on the
  * host in the parameter array's layout (and the bf16 compute copy the
  * rings are filled from, when the kernels read bf16); on the device the
- * rings, and a compute copy and gradients of the unstacked parameters. */
-static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, int prefetch)
+ * rings, and a compute copy and gradients of the unstacked parameters
+ * (or, with --offload-embeddings, the edge region). */
+static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_place where,
+				const struct ferry_exec_opts *o)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	const bool bf16 = tt->act_dtype != FERRY_F32;
+	const int prefetch = o->param_prefetch ? o->param_prefetch : 1;
 	int r;
 
 	ix->params_offloaded = true;
@@ -212,12 +302,7 @@ static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_
 							   FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
 							   tt->act_dtype, ix->host_copy);
 	if (r >= 0)
-		r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:",
-						       FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
-						       tt->act_dtype, ix->copy, true);
-	if (r >= 0)
-		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
-							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true);
+		r = add_unstacked(tt, o);
 	if (r >= 0)
 		r = add_param_rings(tt, prefetch);
 	ix->opt_chunk = optimizer_chunk(tt);
@@ -276,11 +361,14 @@ static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_pla
 	int r;
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
-	tt->ix.wring = tt->ix.gring = tt->ix.dev_grad_buffer = -1;
-	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
+	tt->ix.wring = tt->ix.gring = tt->ix.dev_grad_buffer = tt->ix.edge_buffer = -1;
+	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++) {
 		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = tt->ix.dev_grad[p] = -1;
+		for (int s = 0; s < 2; s++)
+			tt->ix.edge_copy[s][p] = tt->ix.edge_grad[s][p] = -1;
+	}
 	if (o && o->offload_params)
-		return add_offloaded_params(tt, where, o->param_prefetch ? o->param_prefetch : 1);
+		return add_offloaded_params(tt, where, o);
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
 	if (r >= 0)
@@ -485,6 +573,9 @@ static ferry_status check_param_opts(const struct ferry_exec_opts *o)
 	    (o->clip_order != FERRY_CLIP_SPECULATIVE || o->optimizer != FERRY_OPTIM_CPU))
 		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative updates on host threads: it needs "
 				   "--offload-optimizer cpu");
+	if (o && o->offload_embeddings && !o->offload_params)
+		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
+				   "--offload-params streams the layers: it needs --offload-params");
 	if (!o || !o->offload_params)
 		return o && o->param_prefetch ? ferry_error(FERRY_ERR_INVALID, "--param-prefetch needs --offload-params")
 					      : FERRY_OK;
@@ -614,6 +705,31 @@ void ferry_tensor_table_release(struct ferry_tensor_table *tt)
 	tt->n = tt->cap = 0;
 }
 
+static size_t arena_aligned(size_t n)
+{
+	return (n + EDGE_ALIGN - 1) / EDGE_ALIGN * EDGE_ALIGN;
+}
+
+/* --offload-embeddings: the edge region, and what the device would hold
+ * without it (the unstacked parameters' compute copy and gradients, two
+ * buffers) less its size. */
+static void edge_figures(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
+{
+	size_t numel = 0;
+
+	if (tt->ix.edge_buffer < 0)
+		return;
+	for (int q = 0; q < tt->md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (!ferry_model_param_info(&tt->cfg, q, &pi) && pi.present && !pi.layers)
+			numel += pi.numel;
+	}
+	plan->edge_bytes = arena_aligned(tt->buffers[tt->ix.edge_buffer].bytes);
+	plan->edge_saved_bytes = (int64_t)(arena_aligned(numel * ferry_dtype_size(tt->act_dtype)) +
+					   arena_aligned(numel * sizeof(float))) - (int64_t)plan->edge_bytes;
+}
+
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 {
 	struct ferry_memory_analysis *m = &plan->mem;
@@ -626,6 +742,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
 	plan->param_ring_slots = tt->ix.params_offloaded ? tt->ix.wring_slots : 0;
+	edge_figures(tt, plan);
 	for (int i = 0; i < tt->n_buffers; i++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
 

@@ -82,6 +82,15 @@ struct ferry_table_index {
 	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
+	/* --offload-embeddings (with --offload-params): no copy[q] nor
+	 * dev_grad[q]; one device edge region holds, in turn, the compute copy
+	 * and the gradients of what stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE)
+	 * reads: edge_copy[s][q] and edge_grad[s][q] (-1: stage s does not
+	 * read parameter q), the two stages' entries overlapping */
+	bool edges;
+	int edge_buffer;                        /* -1: off */
+	int edge_copy[2][FERRY_MODEL_MAX_PARAMS];
+	int edge_grad[2][FERRY_MODEL_MAX_PARAMS];
 	/* FERRY_CLIP_SPECULATIVE: undo copies of the stacked parameters'
 	 * master, m and v; parameter q's layer l starts undo_off[q] + l *
 	 * layer_numel elements into each */
@@ -89,6 +98,8 @@ struct ferry_table_index {
 	int undo[3];                            /* entries, -1: none */
 	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
 };
+
+enum { FERRY_EDGE_PROLOGUE, FERRY_EDGE_EPILOGUE };
 
 struct ferry_tensor_table {
 	const struct ferry_model_decl *md;

@@ -46,12 +46,49 @@ expect_ok "llama, parameters offloaded" "$FERRY" train "${LLAMA[@]}" --steps 3 -
 cmp -s ldev/model.safetensors lhost/model.safetensors && cmp -s ldev/ferry_state.bin lhost/ferry_state.bin ||
 	fail "llama --offload-params: other bits saved"
 
+# --offload-embeddings: the plan names the edge region and its peak is the
+# measured one; the same bytes saved as with nothing offloaded (GPT-2's
+# tied embedding, Llama's own head), and a resumed run equals an unbroken one.
+expect_ok "plan --offload-embeddings" "$FERRY" plan "${SHAPE[@]}" --offload-params --offload-embeddings --json edge.json
+grep -q '"edge_bytes": [1-9]' edge.json || fail "plan JSON: the edge region"
+expect_ok "plan --offload-embeddings, text" "$FERRY" plan "${SHAPE[@]}" --offload-params --offload-embeddings
+grep -q "^embeddings offloaded: the embeddings, head and final norm on the host, one [0-9]*-byte edge region" out.txt &&
+	grep -q "^  edge region (embeddings, head) " out.txt && ! grep -q "^  unstacked grads " out.txt ||
+	fail "plan lists the edge region: $(head -3 out.txt)"
+for mode in cpu stream; do
+	expect_ok "train, embeddings offloaded, optimizer $mode" "$FERRY" train "${TRAIN[@]}" --steps 4 --offload-params \
+		--offload-embeddings --offload-optimizer $mode --policy minimal_offloaded --save edge_$mode.bin \
+		--json edge.jsonl
+	cmp -s dev.bin edge_$mode.bin && cmp -s dev.bin.state edge_$mode.bin.state ||
+		fail "--offload-embeddings, $mode: other bits saved"
+done
+"$FERRY" plan "${SHAPE[@]}" --offload-params --offload-embeddings --offload-optimizer stream --policy minimal_offloaded \
+	--json edge.json >/dev/null
+[ "$(json_field edge.json peak_bytes)" = "$(json_field edge.jsonl device_peak_bytes)" ] ||
+	fail "--offload-embeddings: measured peak $(json_field edge.jsonl device_peak_bytes) != planned $(json_field edge.json peak_bytes)"
+expect_ok "train 2 steps, embeddings offloaded" "$FERRY" train "${TRAIN[@]}" --steps 2 --offload-params \
+	--offload-embeddings --save ehalf.bin
+expect_ok "resume, embeddings offloaded" "$FERRY" train --resume ehalf.bin --steps 4 --threads 2 --sample 0 \
+	--offload-params --offload-embeddings --save eresumed.bin
+cmp -s dev.bin eresumed.bin && cmp -s dev.bin.state eresumed.bin.state ||
+	fail "--offload-embeddings: resumed run differs from the unbroken one"
+expect_ok "llama, embeddings offloaded" "$FERRY" train "${LLAMA[@]}" --steps 3 --offload-params --offload-embeddings \
+	--save ledge
+cmp -s ldev/model.safetensors ledge/model.safetensors && cmp -s ldev/ferry_state.bin ledge/ferry_state.bin ||
+	fail "llama --offload-embeddings: other bits saved"
+expect_error "embeddings without the layers" "--offload-embeddings streams the embeddings and the head as" \
+	"$FERRY" plan --offload-embeddings
+grep -qF "it needs --offload-params" err.txt || fail "the message says what it needs: $(cat err.txt)"
+expect_ok "train --help lists --offload-embeddings" "$FERRY" train --help
+grep -q "^  --offload-embeddings " out.txt || fail "train --help: --offload-embeddings"
+
+
 # The speculative clipping order: the same bytes as the exact one, with
 # clipping on no step (the default clip) and on every step (every early
 # update undone and redone).
 for clip in 1.0 0.01; do
 	expect_ok "exact, clip $clip" "$FERRY" train "${TRAIN[@]}" --steps 3 --grad-clip $clip --save exact.bin
-	for extra in "" --offload-params; do
+	for extra in "" --offload-params "--offload-params --offload-embeddings"; do
 		expect_ok "speculative $extra, clip $clip" "$FERRY" train "${TRAIN[@]}" --steps 3 --grad-clip $clip \
 			--offload-optimizer cpu --clip-order speculative $extra --save spec.bin
 		cmp -s exact.bin spec.bin && cmp -s exact.bin.state spec.bin.state ||

@@ -42,8 +42,13 @@ const char model_flags_help[] =
 	"  --offload-params      the layers' weights in host memory, loaded into a device\n"
 	"                        ring ahead of use in forward and backward; each layer's\n"
 	"                        gradients go to the host when its backward ends\n"
-	"                        (embedding, head and final norm stay on the device);\n"
-	"                        AdamW's state goes to the host too (default cpu)\n"
+	"                        (embedding, head and final norm stay on the device\n"
+	"                        unless --offload-embeddings); AdamW's state goes to\n"
+	"                        the host too (default cpu)\n"
+	"  --offload-embeddings  with --offload-params: the embeddings, head and final\n"
+	"                        norm in host memory too, loaded into one device region\n"
+	"                        before the prologue and the epilogue (the larger one's\n"
+	"                        weights and gradients on the device, not all of them)\n"
 	"  --param-prefetch N    layers of weights loaded ahead (default 1)\n"
 	"  --clip-order O        with --offload-optimizer cpu: exact (default: every update\n"
 	"                        waits for the global norm) or speculative (each layer\n"
@@ -98,12 +103,12 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 }
 
 /* Whether --offload-optimizer was given (--offload-params defaults it to
- * cpu otherwise). */
-static bool optimizer_given, params_given;
+ * cpu otherwise), and --offload-params or --offload-embeddings. */
+static bool optimizer_given, params_given, embeddings_given;
 
 bool model_flags_state_given(void)
 {
-	return optimizer_given || params_given;
+	return optimizer_given || params_given || embeddings_given;
 }
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
@@ -159,6 +164,9 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 		params_given = true;
 		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
 			o->exec.optimizer = FERRY_OPTIM_CPU;
+		return 1;
+	} else if (IS("--offload-embeddings")) {
+		o->exec.offload_embeddings = embeddings_given = true; /* the plan checks for --offload-params */
 		return 1;
 	} else if (IS("--clip-order")) {
 		const char *v = NULL;

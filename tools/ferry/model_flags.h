@@ -9,8 +9,9 @@
 
 /* The defaults of `ferry train`: the demo model. */
 void model_flags_default(struct ferry_train_opts *o);
-/* Whether --offload-optimizer or --offload-params was given (else
- * --policy auto chooses where the parameters and AdamW's state live). */
+/* Whether --offload-optimizer, --offload-params or --offload-embeddings
+ * was given (else --policy auto chooses where the parameters and AdamW's
+ * state live). */
 bool model_flags_state_given(void);
 
 /* If argv[i] is one of these flags, parses it (and its value) into o and

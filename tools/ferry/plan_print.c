@@ -39,6 +39,10 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 	if (p->param_ring_slots)
 		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
 			   "ring on the device\n", p->param_ring_slots);
+	if (p->edge_bytes)
+		fprintf(f, "embeddings offloaded: the embeddings, head and final norm on the host, one %zu-byte "
+			   "edge region on the device (%lld bytes less than keeping them)\n", p->edge_bytes,
+			(long long)p->edge_saved_bytes);
 	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
 	line(f, "argument", m->argument_bytes, NULL);
 	line(f, "output", m->output_bytes, NULL);
@@ -102,7 +106,8 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
 		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,
 		p->n_recompute_ops, p->n_ops);
-	fprintf(f, " \"param_ring_slots\": %d,\n", p->param_ring_slots);
+	fprintf(f, " \"param_ring_slots\": %d, \"edge_bytes\": %zu, \"edge_saved_bytes\": %lld,\n",
+		p->param_ring_slots, p->edge_bytes, (long long)p->edge_saved_bytes);
 	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "
 		   "\"temp_bytes\": %zu, \"total_bytes\": %zu, \"peak_bytes\": %zu},\n",
 		m->argument_bytes, m->output_bytes, m->alias_bytes, m->temp_bytes, m->total_bytes,
