@@ -14,8 +14,8 @@ case "${1:-}" in
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
 	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_GPU_SECTIONS"
-	echo "picks sections (default: \"tests gpt2 copy policies wide\"; the build always"
-	echo "runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
+	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; the build"
+	echo "always runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
 	echo "history.  JSON rows and a Perfetto trace go next to the log (same name stem)."
 	exit 0 ;;
 "") ;;
@@ -59,7 +59,7 @@ esac
 cmake --build --preset default -j "$(nproc)" || exit 1
 ./build/ferry info
 rc=0
-sections=${FERRY_GPU_SECTIONS:-tests gpt2 copy policies wide}
+sections=${FERRY_GPU_SECTIONS:-tests gpt2 copy policies wide offload}
 [ -n "${FERRY_GPU_SKIP_BENCH:-}" ] && sections=tests
 has() { case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 stem=${out%.txt}
@@ -105,6 +105,19 @@ if has wide; then
 	echo; echo "## one traced step (Perfetto): ${stem}_wide_trace.json"
 	./build/ferry train "${wide[@]}" --policy "custom:$attn" --steps 2 --trace "${stem}_wide_trace.json" \
 		--sample 0 || rc=1
+fi
+if has offload; then
+	echo; echo "## GPT-2 124M, batch 8 x 1024: step time per optimizer and parameter placement"
+	./build/bench/bench_offload_modes --backend cuda --layers 12 --channels 768 --heads 12 --batch 8 --seq 1024 \
+		--steps 5 || rc=1
+	echo; echo "## a Llama with its own head (TinyLlama's shape): parameters offloaded, embeddings too"
+	llama=(--backend cuda --model llama --layers 22 --channels 2048 --heads 32 --kv-heads 4 --ffn 5632
+	       --vocab 32000 --max-seq 2048 --batch 8 --seq 2048)
+	for flags in "" "--offload-optimizer stream" "--offload-optimizer cpu --offload-params" \
+		"--offload-optimizer cpu --offload-params --offload-embeddings"; do
+		# shellcheck disable=SC2086 # the flags are words
+		./build/ferry bench "${llama[@]}" $flags --steps 3 nothing_saveable || rc=1
+	done
 fi
 echo; echo "results: $out"
 exit $rc
