@@ -453,6 +453,8 @@ ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config
 			ferry_calib_add_copy(c, &base->copy[i]);
 		c->d2d_Bps = base->d2d_Bps, c->zero_Bps = base->zero_Bps;
 		c->adamw_floats_per_s = base->adamw_floats_per_s;
+		c->cxl_copy_factor = base->cxl_copy_factor, c->cxl_adamw_factor = base->cxl_adamw_factor;
+		c->nvme_read_Bps = base->nvme_read_Bps, c->nvme_write_Bps = base->nvme_write_Bps;
 		c->copy_compute_slowdown = base->copy_compute_slowdown;
 	}
 	if (!st)
