@@ -214,13 +214,19 @@ int main(void)
 		static struct ferry_auto_result rs;
 		struct ferry_exec_opts so = { 0 };
 		struct ferry_plan plan;
+		size_t cap = lo - 1;
 
-		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, lo - 1, 0, c, &rs) == FERRY_OK && rs.n_states == 5 &&
+		/* (offloading can go below nothing_saveable's peak) */
+		for (int k = 0; k < 32 && ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_OK; k++)
+			cap = r.pred.device_peak_bytes - 1;
+		CHECK(ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_ERR_DEVICE_MEM, "below the device-only "
+		      "least %zu", cap);
+		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, cap, 0, c, &rs) == FERRY_OK && rs.n_states == 5 &&
 		      (rs.optimizer != FERRY_OPTIM_DEVICE || rs.offload_params),
-		      "state search under %zu: %s", lo - 1, ferry_last_error());
+		      "state search under %zu: %s", cap, ferry_last_error());
 		so.policy = rs.policy, so.optimizer = rs.optimizer, so.offload_params = rs.offload_params;
-		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= lo - 1,
-		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, lo - 1);
+		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= cap,
+		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, cap);
 		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, hi, 0, c, &rs) == FERRY_OK &&
 		      ferry_policy_auto(&cfg, B, T, &o, hi, 0, c, &r) == FERRY_OK && rs.pred.step_s <= r.pred.step_s,
 		      "with the state placements too, never predicted slower: %g vs %g", rs.pred.step_s, r.pred.step_s);

@@ -193,7 +193,8 @@ ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int 
  * state live (opts' optimizer and offload_params ignored): on the device;
  * AdamW's state streamed through it, or updated by host threads; each of
  * those with the layers' weights on the host too.  The fastest predicted
- * placement that fits, at equal time the one with less host memory. */
+ * placement that fits, at equal time (within 1%, below what the model
+ * resolves) the one with less host memory. */
 ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B, int T,
 				     const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 				     ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
