@@ -7,12 +7,21 @@
  *    preset predicted again here), and its own prediction is reproducible;
  *  - with copies made very slow it offloads nothing; with copies free it
  *    offloads where memory is tight (recomputation costs time, free copies
- *    do not).
+ *    do not);
+ *  - on host tiers of a simulated topology (a node with CPUs, one without:
+ *    CXL), it also chooses each kind's tier: with ample DRAM the streamed
+ *    state stays in DRAM (the default would put it on CXL, slower); with
+ *    DRAM too small for AdamW's state it spills to CXL and the placement
+ *    fits; it is never predicted slower than the default placement; with
+ *    no tier large enough it refuses, saying why.
  */
 #include "ferry/cost.h"
 #include "ferry/policy.h"
 #include "plan/calibration.h"
 #include "test_util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 static struct ferry_model_config cfg = { .arch = "gpt2", .max_seq = 64, .vocab = 257, .layers = 8, .heads = 2,
 					 .channels = 32 };
@@ -78,6 +87,99 @@ static void scale_copies(struct ferry_calibration *c, double f)
 	}
 }
 
+/* Host tiers on a simulated topology: node 0 with CPUs and dram_free
+ * bytes free, node 1 without CPUs (CXL) with cxl_free. */
+static ferry_host_tiers_t tiers(enum ferry_optim_place optimizer, unsigned long long dram_free,
+				unsigned long long cxl_free)
+{
+	char path[] = "/tmp/ferry-auto-topology-XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	struct ferry_host_tiers_opts o = { .topology_file = path, .optimizer = optimizer };
+	ferry_host_tiers_t h = NULL;
+
+	if (!f)
+		return NULL;
+	fprintf(f, "node 0 cpus 2 mem 64G free %llu\nnode 1 cpus 0 mem 64G free %llu\n", dram_free, cxl_free);
+	fclose(f);
+	if (ferry_host_tiers_create(&o, &h) != FERRY_OK)
+		fprintf(stderr, "tiers: %s\n", ferry_last_error());
+	unlink(path);
+	return h;
+}
+
+/* The host bytes of each kind for optimizer placement `place`. */
+static void kind_bytes(enum ferry_optim_place place, unsigned long long out[FERRY_HOST_KINDS])
+{
+	struct ferry_exec_opts o = { .policy = "everything_saveable", .optimizer = place };
+	struct ferry_plan plan;
+
+	memset(out, 0, sizeof(unsigned long long) * FERRY_HOST_KINDS);
+	if (ferry_model_plan(&cfg, B, T, &o, &plan) == FERRY_OK)
+		for (int k = 0; k < FERRY_TK_COUNT; k++)
+			out[ferry_host_kind_of((enum ferry_tensor_kind)k)] += plan.mem.host_kind_bytes[k];
+}
+
+static const char *chosen(const struct ferry_auto_result *r, enum ferry_host_kind k)
+{
+	const struct ferry_auto_tier_kind *kd = &r->tiers.kind[k];
+
+	return kd->chosen >= 0 ? kd->opt[kd->chosen].name : "(none)";
+}
+
+/* The choice as the tiers now place it: predicted again, fits. */
+static void placed_fits(ferry_calibration_t c, ferry_host_tiers_t h, const struct ferry_auto_result *r)
+{
+	struct ferry_exec_opts o = { .policy = r->policy, .optimizer = r->optimizer,
+				     .offload_params = r->offload_params, .host_tiers = h };
+	struct ferry_prediction p;
+
+	CHECK(ferry_model_predict(&cfg, B, T, &o, c, &p) == FERRY_OK && p.host_fits, "the choice fits its tiers: %s",
+	      ferry_last_error());
+	CHECK(fabs(p.step_s - r->pred.step_s) <= 1e-9 * r->pred.step_s, "predicted again %g, was %g", p.step_s,
+	      r->pred.step_s);
+	CHECK(!r->tiers.default_fits || r->pred.step_s <= r->tiers.default_s, "never slower than the default: %g > %g",
+	      r->pred.step_s, r->tiers.default_s);
+}
+
+static void host_tiers(ferry_calibration_t c)
+{
+	static struct ferry_auto_result r;
+	unsigned long long stream[FERRY_HOST_KINDS], cpu[FERRY_HOST_KINDS];
+	struct ferry_exec_opts o = { .optimizer = FERRY_OPTIM_STREAM };
+	ferry_host_tiers_t h;
+
+	kind_bytes(FERRY_OPTIM_STREAM, stream);
+	kind_bytes(FERRY_OPTIM_CPU, cpu);
+	CHECK(stream[FERRY_HOST_OPTIMIZER] > 0 && cpu[FERRY_HOST_OPTIMIZER] > 0, "state on the host");
+	/* ample DRAM: the streamed state stays there (the default: CXL) */
+	o.host_tiers = h = tiers(FERRY_OPTIM_STREAM, 1ull << 32, 1ull << 32);
+	CHECK(h && ferry_policy_auto(&cfg, B, T, &o, 0, 0, c, &r) == FERRY_OK, "ample: %s", ferry_last_error());
+	CHECK(r.tiers.active && !strcmp(chosen(&r, FERRY_HOST_OPTIMIZER), "dram") &&
+	      !strcmp(chosen(&r, FERRY_HOST_PARAMS), "dram"), "ample DRAM keeps the state there: %s", r.tiers.spec);
+	CHECK(r.tiers.default_fits && r.pred.step_s < r.tiers.default_s, "faster than the default on CXL: %g vs %g",
+	      r.pred.step_s, r.tiers.default_s);
+	placed_fits(c, h, &r);
+	ferry_host_tiers_free(h);
+	/* DRAM holds the weights and gradients but not AdamW's moments: they
+	 * spill to CXL, and the placement fits */
+	o.optimizer = FERRY_OPTIM_CPU;
+	o.host_tiers = h = tiers(FERRY_OPTIM_CPU, cpu[FERRY_HOST_PARAMS] + cpu[FERRY_HOST_GRADS] + 65536, 1ull << 32);
+	CHECK(h && ferry_policy_auto(&cfg, B, T, &o, 0, 0, c, &r) == FERRY_OK, "small DRAM: %s", ferry_last_error());
+	CHECK(!strcmp(chosen(&r, FERRY_HOST_OPTIMIZER), "cxl"), "the moments spill to CXL: %s", r.tiers.spec);
+	placed_fits(c, h, &r);
+	/* the state search too picks a placement that fits its tiers */
+	CHECK(ferry_policy_auto_state(&cfg, B, T, &o, 0, 0, c, &r) == FERRY_OK && r.tiers.active,
+	      "state search on tiers: %s", ferry_last_error());
+	placed_fits(c, h, &r);
+	ferry_host_tiers_free(h);
+	/* nothing holds the moments: refused, saying so */
+	o.host_tiers = h = tiers(FERRY_OPTIM_CPU, 65536, 65536);
+	CHECK(h && ferry_policy_auto(&cfg, B, T, &o, 0, 0, c, &r) != FERRY_OK &&
+	      strstr(ferry_last_error(), "host tiers") != NULL, "no tier holds it: %s", ferry_last_error());
+	ferry_host_tiers_free(h);
+}
+
 int main(void)
 {
 	struct ferry_exec_opts cal_opts = { .policy = "nothing_saveable" };
@@ -112,17 +214,24 @@ int main(void)
 		static struct ferry_auto_result rs;
 		struct ferry_exec_opts so = { 0 };
 		struct ferry_plan plan;
+		size_t cap = lo - 1;
 
-		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, lo - 1, 0, c, &rs) == FERRY_OK && rs.n_states == 5 &&
+		/* (offloading can go below nothing_saveable's peak) */
+		for (int k = 0; k < 32 && ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_OK; k++)
+			cap = r.pred.device_peak_bytes - 1;
+		CHECK(ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_ERR_DEVICE_MEM, "below the device-only "
+		      "least %zu", cap);
+		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, cap, 0, c, &rs) == FERRY_OK && rs.n_states == 5 &&
 		      (rs.optimizer != FERRY_OPTIM_DEVICE || rs.offload_params),
-		      "state search under %zu: %s", lo - 1, ferry_last_error());
+		      "state search under %zu: %s", cap, ferry_last_error());
 		so.policy = rs.policy, so.optimizer = rs.optimizer, so.offload_params = rs.offload_params;
-		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= lo - 1,
-		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, lo - 1);
+		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= cap,
+		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, cap);
 		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, hi, 0, c, &rs) == FERRY_OK &&
 		      ferry_policy_auto(&cfg, B, T, &o, hi, 0, c, &r) == FERRY_OK && rs.pred.step_s <= r.pred.step_s,
 		      "with the state placements too, never predicted slower: %g vs %g", rs.pred.step_s, r.pred.step_s);
 	}
+	host_tiers(c);
 	scale_copies(c, 1e5);
 	CHECK(ferry_policy_auto(&cfg, B, T, &o, mid, 0, c, &r) == FERRY_OK && offloaded(&r) == 0,
 	      "slow copies: nothing offloaded, got %s", r.policy);

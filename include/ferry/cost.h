@@ -22,6 +22,7 @@
 #include "ferry/ferry.h"
 #include "ferry/backend.h"
 #include "ferry/model.h"
+#include "ferry/tier.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -93,7 +94,10 @@ struct ferry_prediction {
 	size_t host_bytes;      /* host memory the plan puts there */
 	int n_tasks;
 	int estimated_ops;      /* tasks not measured: ops at other shapes (from their kind's FLOP
-				   rate) and the NVMe tier's I/O (as host copies: a lower bound) */
+				   rate) and the NVMe tier's I/O (at its default rates) */
+	bool host_fits;         /* the host tiers (opts->host_tiers) hold the host state; with
+				   tiers, each kind's copies and the CPU AdamW run at the speed
+				   of the tier it is placed on (where they fit) */
 };
 ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, int T,
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,
@@ -129,6 +133,34 @@ struct ferry_auto_preset {
 	size_t peak, host;
 };
 
+/* Host tiers (opts->host_tiers): where --policy auto put each kind of
+ * host state.  Kinds --host-tier names are as given; the others are moved
+ * one at a time to the tier that makes the step fastest while every tier
+ * holds what it gets, from the default placement (tier.h), until no move
+ * helps. */
+#define FERRY_AUTO_MAX_TIER_OPTIONS 8
+struct ferry_auto_tier_kind {
+	uint64_t bytes;          /* 0: the kind has no host state */
+	bool given;              /* --host-tier named its tier: not searched */
+	int chosen, dflt;        /* into opt[]: the choice, the default's (-1: none) */
+	int n;
+	struct {
+		char name[40];   /* "dram", "cxl", "node:1", "nvme" */
+		struct ferry_tier tier;
+		bool judged, fits; /* the other kinds as chosen, this one here */
+		double step_s;
+		double copy_speed, adamw_speed; /* against DRAM, as the cost model takes them */
+	} opt[FERRY_AUTO_MAX_TIER_OPTIONS];
+};
+struct ferry_auto_tiers {
+	bool active;             /* host tiers were given */
+	int searched;            /* placements judged */
+	char spec[256];          /* the searched kinds' choice as --host-tier KIND=TIER,... */
+	bool default_fits;
+	double default_s;        /* the default placement's prediction */
+	struct ferry_auto_tier_kind kind[FERRY_HOST_KINDS];
+};
+
 struct ferry_auto_result {
 	char policy[1024];      /* the choice as a custom: spec */
 	bool fits;
@@ -147,9 +179,13 @@ struct ferry_auto_result {
 	enum ferry_optim_place optimizer;
 	bool offload_params;
 	int n_states;
+	struct ferry_auto_tiers tiers;
 };
-/* Errors: a bad shape; no placement fits (the message names the least
- * device memory any needs). */
+/* With host tiers (opts->host_tiers) it also chooses each kind's tier (see
+ * struct ferry_auto_tiers) and leaves that choice in opts->host_tiers, as
+ * if --host-tier had named it.  Errors: a bad shape; no placement fits
+ * (the message names the least device memory any needs, or what the host
+ * tiers cannot hold). */
 ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 			       ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
@@ -157,7 +193,8 @@ ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int 
  * state live (opts' optimizer and offload_params ignored): on the device;
  * AdamW's state streamed through it, or updated by host threads; each of
  * those with the layers' weights on the host too.  The fastest predicted
- * placement that fits, at equal time the one with less host memory. */
+ * placement that fits, at equal time (within 1%, below what the model
+ * resolves) the one with less host memory. */
 ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B, int T,
 				     const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 				     ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;

@@ -5,7 +5,7 @@
  * layers, so a candidate costs one plan and one simulation whatever the
  * depth; a search takes a few dozen of them per pass.
  */
-#include "ferry/cost.h"
+#include "exec/auto_internal.h"
 #include "ferry/policy.h"
 #include "core/error.h"
 #include "plan/calibration.h"
@@ -43,7 +43,8 @@ static void judge(struct search *s, const char *spec, struct eval *e)
 	e->peak = e->pred.device_peak_bytes;
 	e->host = e->pred.host_bytes;
 	e->step_s = e->pred.step_s;
-	e->fits = (!s->device_mem || e->peak <= s->device_mem) && (!s->host_mem || e->host <= s->host_mem);
+	e->fits = (!s->device_mem || e->peak <= s->device_mem) && (!s->host_mem || e->host <= s->host_mem) &&
+		  e->pred.host_fits;
 }
 
 static size_t over(const struct search *s, const struct eval *e)
@@ -173,6 +174,20 @@ static bool pass(struct search *s, enum ferry_placement *place, struct eval *cur
 	return moved;
 }
 
+/* No activation placement fits: what the nearest needs, or that the host
+ * tiers hold none. */
+static ferry_status refuse(const struct eval *cur, size_t device_mem)
+{
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS];
+
+	if (cur->peak <= device_mem || !device_mem)
+		return ferry_error(FERRY_ERR_INVALID, "--policy auto: no placement fits the host memory or the host "
+				   "tiers (the nearest needs %s of host memory)", ferry_format_size(cur->host, need));
+	return ferry_error(FERRY_ERR_DEVICE_MEM, "--policy auto: no placement fits: the least device memory any "
+			   "needs is %s (--device-mem gives %s)", ferry_format_size(cur->peak, need),
+			   ferry_format_size(device_mem, have));
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -181,15 +196,15 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
-			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
-			       ferry_calibration_t c, struct ferry_auto_result *out)
+/* ferry_policy_auto without making the tier choice the tiers' own. */
+static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int T,
+				const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+				ferry_calibration_t c, struct ferry_auto_result *out)
 {
 	struct search s = { cfg, B, T, opts, device_mem, host_mem, c, out };
 	enum ferry_placement place[FERRY_AUTO_MAX_NAMES] = { 0 };
 	struct eval cur;
 	double t0 = now_s();
-	char need[FERRY_SIZE_CHARS];
 	ferry_status st;
 
 	memset(out, 0, sizeof(*out));
@@ -214,11 +229,30 @@ ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int 
 	out->pred = cur.pred;
 	out->search_s = now_s() - t0;
 	if (!cur.fits)
-		return ferry_error(FERRY_ERR_DEVICE_MEM, "--policy auto: no placement fits: the least device memory "
-				   "any needs is %s (--device-mem gives %s)", ferry_format_size(cur.peak, need),
-				   ferry_format_size(device_mem, (char[FERRY_SIZE_CHARS]){ 0 }));
-	return FERRY_OK;
+		return refuse(&cur, device_mem);
+	st = ferry_auto_tiers_search(cfg, B, T, opts, c, out);
+	out->evaluations += out->tiers.searched;
+	out->search_s = now_s() - t0;
+	return st;
 }
+
+ferry_status ferry_policy_auto(const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
+			       ferry_calibration_t c, struct ferry_auto_result *out)
+{
+	ferry_status st = policy_auto(cfg, B, T, opts, device_mem, host_mem, c, out);
+
+	if (!st)
+		ferry_auto_tiers_apply(opts->host_tiers, out);
+	return st;
+}
+
+/* State placements predicted within this fraction of each other take
+ * equal time: the model does not resolve less (bench_auto_state: the
+ * host threads' AdamW predicted 0.2% faster than the device's measured 5%
+ * slower on a busy 2-core machine, whose host thread had no core of its
+ * own), so the one with less host memory wins. */
+#define STATE_EQUAL 0.01
 
 /* The state placements ferry_policy_auto_state weighs, the given default
  * first (offloaded weights need AdamW's state off the device too). */
@@ -250,15 +284,15 @@ ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B
 
 		o.optimizer = state_places[i].optimizer;
 		o.offload_params = state_places[i].offload_params;
-		st = ferry_policy_auto(cfg, B, T, &o, device_mem, host_mem, c, r);
+		st = policy_auto(cfg, B, T, &o, device_mem, host_mem, c, r);
 		evaluations += r->evaluations;
 		if (st) {
 			if (!first) /* the first refusal says why (the others say the same, or less) */
 				first = st, snprintf(why, sizeof(why), "%s", ferry_last_error());
 			continue;
 		}
-		if (!have || r->pred.step_s < out->pred.step_s * (1 - 1e-9) ||
-		    (r->pred.step_s <= out->pred.step_s * (1 + 1e-9) && r->pred.host_bytes < out->pred.host_bytes)) {
+		if (!have || r->pred.step_s < out->pred.step_s * (1 - STATE_EQUAL) ||
+		    (r->pred.step_s <= out->pred.step_s * (1 + STATE_EQUAL) && r->pred.host_bytes < out->pred.host_bytes)) {
 			*out = *r;
 			have = true;
 		}
@@ -269,5 +303,6 @@ ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B
 	out->evaluations = evaluations;
 	out->n_states = n;
 	out->search_s = now_s() - t0;
+	ferry_auto_tiers_apply(opts->host_tiers, out);
 	return FERRY_OK;
 }

@@ -10,14 +10,88 @@
 #include "plan/calibration.h"
 #include "plan/cost_model.h"
 #include "plan/trace.h"
+#include "tier/host_tiers_internal.h"
 #include "core/error.h"
 
 #include <string.h>
 
+/* Each kind of host state's tier speed (all DRAM's without tiers). */
+struct tier_speeds {
+	struct ferry_tier_rate r[FERRY_HOST_KINDS];
+	bool nvme[FERRY_HOST_KINDS];
+};
+
+/* The kind of host state a host<->device copy moves, by what the executor
+ * names its tasks ("weights: qkvw", "master: ...", "grad: ...", "adamw m:
+ * ...", "adamw v: ..."; an activation's name otherwise). */
+static enum ferry_host_kind copy_kind_of(const struct ferry_task *t)
+{
+	static const struct {
+		const char *prefix;
+		enum ferry_host_kind kind;
+	} map[] = {
+		{ "weights: ", FERRY_HOST_PARAMS }, { "master: ", FERRY_HOST_PARAMS }, { "grad: ", FERRY_HOST_GRADS },
+		{ "adamw m: ", FERRY_HOST_OPTIMIZER }, { "adamw v: ", FERRY_HOST_OPTIMIZER },
+	};
+
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (!strncmp(t->label, map[i].prefix, strlen(map[i].prefix)))
+			return map[i].kind;
+	return FERRY_HOST_ACTIVATIONS;
+}
+
+/* Where the host tiers put the plan's host state, and each kind's speed
+ * there; false when they cannot hold it (then every kind at DRAM's). */
+static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c, const struct ferry_exec_opts *opts,
+			const struct ferry_plan *plan, struct tier_speeds *ts)
+{
+	ferry_host_tiers_t h = m->tt.host_tiers;
+	struct ferry_tier_report rep;
+
+	memset(ts, 0, sizeof(*ts));
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		ferry_calib_tier_rate(c, NULL, NULL, &ts->r[k]);
+	if (!h)
+		return true;
+	h->optimizer = opts->optimizer; /* decides what the CPU computes on */
+	if (ferry_host_tiers_place(h, plan->mem.host_kind_bytes, &rep) != FERRY_OK)
+		return false;
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		if (rep.tier_of[k] >= 0) {
+			const struct ferry_tier *t = &rep.use[rep.tier_of[k]].tier;
+
+			ferry_calib_tier_rate(c, &h->topo, t, &ts->r[k]);
+			ts->nvme[k] = t->type == FERRY_TIER_NVME;
+		}
+	return true;
+}
+
+/* A task's duration with its host state on its tier: copies and file I/O
+ * at their tier's speed, the CPU AdamW at the speed of where its 28 bytes
+ * a parameter live (weight and its update 8, gradient 4, moments 16). */
+static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, double s)
+{
+	const struct ferry_tier_rate *r;
+	bool file = t->kind == FERRY_TASK_FILE;
+
+	if ((t->kind == FERRY_TASK_COPY && t->copy_kind != FERRY_COPY_D2D) || file) {
+		enum ferry_host_kind k = copy_kind_of(t);
+
+		r = &ts->r[k];
+		if (ts->nvme[k] || file)
+			return (double)t->bytes / (t->copy_kind == FERRY_COPY_D2H ? r->write_Bps : r->read_Bps);
+		return s / r->copy;
+	}
+	if (t->kind == FERRY_TASK_HOST && t->patch == FERRY_PATCH_ADAMW)
+		return s * (8.0 / 28 / ts->r[FERRY_HOST_PARAMS].adamw + 4.0 / 28 / ts->r[FERRY_HOST_GRADS].adamw +
+			    16.0 / 28 / ts->r[FERRY_HOST_OPTIMIZER].adamw);
+	return s;
+}
+
 /* Each task's duration, the programs' tasks one after the other; a
  * compute-stream task also takes the stream's calibrated gap before it. */
-static double *durations(const struct ferry_calibration *c, const struct ferry_program *const *p, int n,
-			 int compute, int *estimated)
+static double *durations(const struct ferry_calibration *c, const struct tier_speeds *ts,
+			 const struct ferry_program *const *p, int n, int compute, int *estimated)
 {
 	int total = 0, k = 0;
 	double *d;
@@ -30,7 +104,7 @@ static double *durations(const struct ferry_calibration *c, const struct ferry_p
 		for (int j = 0; j < p[i]->n; j++) {
 			bool est = false;
 
-			d[k] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
+			d[k] = on_tier(ts, &p[i]->t[j], ferry_calib_task_seconds(c, &p[i]->t[j], &est));
 			if (p[i]->t[j].stream == compute && ferry_trace_timed_kind(p[i]->t[j].kind))
 				d[k] += c->task_gap_s;
 			k++;
@@ -39,8 +113,8 @@ static double *durations(const struct ferry_calibration *c, const struct ferry_p
 	return d;
 }
 
-static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c, int B, int T,
-			     struct ferry_prediction *out)
+static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c, const struct tier_speeds *ts,
+			     int B, int T, struct ferry_prediction *out)
 {
 	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
 	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
@@ -56,7 +130,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
 	prm.copy_compute_slowdown = c->copy_compute_slowdown;
-	if (!(d = durations(c, p, FERRY_STEP_PROGRAMS, m->compute, &out->estimated_ops)))
+	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &out->estimated_ops)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
 	ferry_free(d);
@@ -76,6 +150,7 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 				 struct ferry_prediction *out)
 {
 	struct ferry_plan plan;
+	struct tier_speeds ts;
 	ferry_model_t m;
 	ferry_status st;
 
@@ -89,7 +164,8 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 		out->device_peak_bytes = plan.mem.peak_bytes;
 		for (int k = 0; k < FERRY_TK_COUNT; k++)
 			out->host_bytes += plan.mem.host_kind_bytes[k];
-		st = simulate(m, c, B, T, out);
+		out->host_fits = tier_speeds(m, c, opts, &plan, &ts);
+		st = simulate(m, c, &ts, B, T, out);
 	}
 	ferry_model_free(m);
 	return st;

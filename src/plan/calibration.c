@@ -172,8 +172,9 @@ double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct 
 	case FERRY_TASK_HOST:
 		return c->adamw_floats_per_s > 0 ? (double)t->call.n / c->adamw_floats_per_s : 0;
 	case FERRY_TASK_FILE:
-		/* the NVMe tier's I/O is not calibrated: as fast as a host copy of
-		 * its bytes at best, so a lower bound, and said to be estimated */
+		/* the NVMe tier's I/O is not calibrated: a host copy of its bytes
+		 * here, which the prediction replaces by the tier's rates
+		 * (exec/predict.c); said to be estimated */
 		*estimated = true;
 		return ferry_calib_copy_seconds(c, t->bytes, t->copy_kind, false);
 	default:

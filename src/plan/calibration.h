@@ -41,6 +41,11 @@ struct ferry_calibration {
 					  as long (0: not measured) */
 	double task_gap_s;             /* the compute stream's idle time between two of its tasks */
 	double step_host_s;            /* a step's wall time outside its tasks (the host's own work) */
+	/* host tiers (plan/tier_rates.c; 0: the documented default): a CPU-less
+	 * node's speed against local DRAM for host<->device copies and for the
+	 * CPU AdamW, and the NVMe tier's file I/O */
+	double cxl_copy_factor, cxl_adamw_factor;
+	double nvme_read_Bps, nvme_write_Bps;
 };
 
 /* Adds (or replaces) the entry of op's shape. */
@@ -58,6 +63,29 @@ double ferry_calib_copy_seconds(const struct ferry_calibration *c, size_t bytes,
 /* The median of both-at-once over alone, over the sizes measured (1: none). */
 double ferry_calib_both_slowdown(const struct ferry_calibration *c);
 struct ferry_calibration *ferry_calib_new(void);
+
+/* ---- host tiers (tier_rates.c) ---- */
+struct ferry_topology;
+struct ferry_tier;
+/* A tier's speed against local DRAM: host<->device copies and the CPU
+ * AdamW on memory there take 1/copy and 1/adamw times as long; the NVMe
+ * tier's reads and writes run at read_Bps and write_Bps. */
+struct ferry_tier_rate {
+	double copy, adamw;
+	double read_Bps, write_Bps;
+	bool measured; /* from the calibration, not the defaults */
+};
+/* Defaults (docs/cost_model.md): a CPU-less (CXL) node copies at 0.5 and
+ * runs AdamW at 0.25 of DRAM's speed (arXiv 2507.03305: about 4x slower
+ * for the optimizer on CXL); a tier over several nodes serves each node's
+ * share at once (striping), at most as fast as DRAM; NVMe reads 2 GB/s and
+ * writes 1 GB/s (bench_nvme_tier on the development machine). */
+#define FERRY_TIER_CXL_COPY 0.5
+#define FERRY_TIER_CXL_ADAMW 0.25
+#define FERRY_TIER_NVME_READ_BPS 2e9
+#define FERRY_TIER_NVME_WRITE_BPS 1e9
+void ferry_calib_tier_rate(const struct ferry_calibration *c, const struct ferry_topology *topo,
+			   const struct ferry_tier *t, struct ferry_tier_rate *out);
 /* Measures host<->device copies of each size on be (calibrate_copies.c). */
 ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
 					struct ferry_calibration *c) FERRY_MUST_CHECK;

@@ -76,6 +76,31 @@ make_corpus
 expect_ok "train --policy auto" "$FERRY" train "${SHAPE[@]}" --policy auto --device-mem 2M --data 'corpus_train_*.bin' \
 	--steps 2 --sample 0
 grep -q "^--policy auto: custom:" out.txt || { fail "train --policy auto prints its choice"; cat out.txt >&2; }
+# with host tiers (a simulated node without CPUs: CXL), auto also chooses
+# each kind's tier: ample DRAM keeps the streamed state there (the default:
+# CXL), says why, and trains with it
+printf 'node 0 cpus 2 mem 64G\nnode 1 cpus 0 mem 64G\n' > cxl.txt
+expect_ok "plan --policy auto on tiers" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
+	--topology cxl.txt
+grep -q "^host tiers: params=dram,optimizer=dram (searched [0-9]* placements" out.txt &&
+	grep -q "^  optimizer .* on dram, not cxl where the default puts it; cxl would add" out.txt &&
+	grep -qE "^  dram \(node 0\) .* optimizer" out.txt || { fail "auto chooses the tiers and says why"; cat out.txt >&2; }
+expect_ok "plan --policy auto on tiers --json" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
+	--topology cxl.txt --json tiers.json
+python3 - tiers.json <<'PY' || fail "plan --policy auto --json: the tiers' choice"
+import json, sys
+t = json.load(open(sys.argv[1]))["auto"]["host_tiers"]
+assert t["spec"] == "params=dram,optimizer=dram" and t["default_fits"], t
+k = {x["kind"]: x for x in t["kinds"]}
+assert k["optimizer"]["tier"] == "dram" and k["optimizer"]["default"] == "cxl", k
+assert all(o["predicted_ms"] >= 0 for o in k["optimizer"]["options"]), k
+PY
+expect_ok "train --policy auto on tiers" "$FERRY" train "${SHAPE[@]}" --policy auto --offload-optimizer stream \
+	--topology cxl.txt --data 'corpus_train_*.bin' --steps 2 --sample 0
+grep -q "^host tiers: params .* on dram (node 0); optimizer .* on dram (node 0);" out.txt ||
+	{ fail "train --policy auto places the state where auto chose"; cat out.txt >&2; }
+expect_error "auto on tiers too small" "no placement fits the host memory or the host tiers" \
+	"$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer cpu --topology <(printf 'node 0 cpus 2 mem 1M free 4K\nnode 1 cpus 0 mem 1M free 4K\n')
 expect_error "auto without a calibration" "--policy auto needs this machine's calibration" \
 	env XDG_CACHE_HOME="$WORK/empty" "$FERRY" plan "${SHAPE[@]}" --policy auto
 

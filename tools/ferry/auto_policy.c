@@ -110,7 +110,8 @@ static void print_presets(FILE *f, const struct ferry_auto_result *r)
 	char need[FERRY_SIZE_CHARS];
 	const double me = r->pred.step_s;
 
-	fprintf(f, "presets, predicted on this machine:\n");
+	fprintf(f, "presets, predicted on this machine%s:\n",
+		r->tiers.active ? " (host state where the tiers' default puts it)" : "");
 	for (int i = 0; i < r->n_presets; i++) {
 		const struct ferry_auto_preset *p = &r->presets[i];
 
@@ -145,6 +146,7 @@ void auto_policy_print(FILE *f, const struct ferry_auto_result *r)
 			: r->optimizer == FERRY_OPTIM_STREAM ? "on the host, streamed through the device"
 							     : "on the host, updated by host threads",
 			r->offload_params ? "on the host" : "on the device", r->n_states);
+	auto_tiers_print(f, r);
 	fprintf(f, "per activation (one choice for all %d layers):\n", r->layers);
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed)
@@ -190,5 +192,7 @@ void auto_policy_json(FILE *f, const struct ferry_auto_result *r)
 			   "\"device_peak_bytes\": %zu, \"host_bytes\": %zu}", i ? "," : "", p->name,
 			p->valid ? "true" : "false", p->fits ? "true" : "false", p->step_s * 1e3, p->peak, p->host);
 	}
-	fprintf(f, "]}");
+	fprintf(f, "],\n  \"host_tiers\": ");
+	auto_tiers_json(f, r);
+	fprintf(f, "}");
 }

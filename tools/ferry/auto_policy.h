@@ -24,4 +24,7 @@ ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct f
 				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r);
 void auto_policy_print(FILE *f, const struct ferry_auto_result *r);
 void auto_policy_json(FILE *f, const struct ferry_auto_result *r);
+/* The host tiers' choice (nothing / null without host tiers). */
+void auto_tiers_print(FILE *f, const struct ferry_auto_result *r);
+void auto_tiers_json(FILE *f, const struct ferry_auto_result *r);
 #endif

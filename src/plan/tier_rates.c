@@ -1,0 +1,57 @@
+/*
+ * How fast each host tier is, for the cost model (plan/calibration.h): a
+ * node with CPUs is local DRAM (speed 1); a CPU-less node (CXL) runs at
+ * the calibration's factors or the documented defaults; a tier over
+ * several nodes has each node serve its share of every transfer at once
+ * (page-striped), so it takes as long as its slowest share, never less
+ * than DRAM; the NVMe tier at its file rates.
+ */
+#include "plan/calibration.h"
+#include "ferry/tier.h"
+
+#include <string.h>
+
+static double or_default(double v, double d)
+{
+	return v > 0 ? v : d;
+}
+
+/* Speed of tier t's nodes together, a node with CPUs at 1, one without at
+ * `cxl`: 1 / the longest of (node's share / node's speed), at most 1. */
+static double striped(const struct ferry_topology *topo, const struct ferry_tier *t, double cxl)
+{
+	double wsum = 0, longest = 0;
+
+	for (int i = 0; i < t->n; i++)
+		wsum += t->weight[i] ? t->weight[i] : 1;
+	for (int i = 0; i < t->n; i++) {
+		const struct ferry_numa_node *nd = ferry_topology_node(topo, t->node[i]);
+		double speed = nd && nd->cpus == 0 ? cxl : 1;
+		double share = (t->weight[i] ? t->weight[i] : 1) / wsum;
+
+		if (share / speed > longest)
+			longest = share / speed;
+	}
+	return longest > 1 ? 1 / longest : 1;
+}
+
+void ferry_calib_tier_rate(const struct ferry_calibration *c, const struct ferry_topology *topo,
+			   const struct ferry_tier *t, struct ferry_tier_rate *out)
+{
+	double cxl_copy = or_default(c ? c->cxl_copy_factor : 0, FERRY_TIER_CXL_COPY);
+	double cxl_adamw = or_default(c ? c->cxl_adamw_factor : 0, FERRY_TIER_CXL_ADAMW);
+
+	memset(out, 0, sizeof(*out));
+	out->copy = out->adamw = 1;
+	out->read_Bps = or_default(c ? c->nvme_read_Bps : 0, FERRY_TIER_NVME_READ_BPS);
+	out->write_Bps = or_default(c ? c->nvme_write_Bps : 0, FERRY_TIER_NVME_WRITE_BPS);
+	if (!t || !topo || t->type == FERRY_TIER_AUTO || t->type == FERRY_TIER_DRAM)
+		return;
+	if (t->type == FERRY_TIER_NVME) {
+		out->measured = c && c->nvme_read_Bps > 0 && c->nvme_write_Bps > 0;
+		return;
+	}
+	out->copy = striped(topo, t, cxl_copy);
+	out->adamw = striped(topo, t, cxl_adamw);
+	out->measured = c && c->cxl_copy_factor > 0 && c->cxl_adamw_factor > 0;
+}
