@@ -23,7 +23,8 @@ struct tier_speeds {
 
 /* The kind of host state a host<->device copy moves, by what the executor
  * names its tasks ("weights: qkvw", "master: ...", "grad: ...", "adamw m:
- * ...", "adamw v: ..."; an activation's name otherwise). */
+ * ...", "adamw v: ...", the edge region's "edge: ..." and "edge grad:
+ * ..."; an activation's name otherwise). */
 static enum ferry_host_kind copy_kind_of(const struct ferry_task *t)
 {
 	static const struct {
@@ -32,6 +33,7 @@ static enum ferry_host_kind copy_kind_of(const struct ferry_task *t)
 	} map[] = {
 		{ "weights: ", FERRY_HOST_PARAMS }, { "master: ", FERRY_HOST_PARAMS }, { "grad: ", FERRY_HOST_GRADS },
 		{ "adamw m: ", FERRY_HOST_OPTIMIZER }, { "adamw v: ", FERRY_HOST_OPTIMIZER },
+		{ "edge: ", FERRY_HOST_PARAMS }, { "edge grad: ", FERRY_HOST_GRADS },
 	};
 
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)

@@ -147,7 +147,9 @@ int example_adam(int dim)
 	struct ferry_tutorial_adam_config c = tutorial_config(7168);
 	struct ferry_exec_opts keep = { .optimizer = FERRY_OPTIM_DEVICE };
 	struct ferry_exec_opts str = { .optimizer = FERRY_OPTIM_STREAM };
-	struct ferry_exec_opts lean = { .optimizer = FERRY_OPTIM_STREAM, .policy = "nothing_saveable" };
+	/* ferry's leanest here: x offloaded one layer ahead, y recomputed */
+	struct ferry_exec_opts lean = { .optimizer = FERRY_OPTIM_STREAM, .prefetch_depth = 1,
+					.policy = "save_and_offload_only_these_names([], [x])" };
 	struct ferry_plan p_keep, p_str, p_lean;
 
 	printf("JAX host-offloading tutorial, optimizer state offloading: 4 layers of gelu(x @ w),\n"
@@ -160,7 +162,7 @@ int example_adam(int dim)
 	}
 	print_plan("without offloading", &jax_plain, &p_keep);
 	print_plan("optimizer state offloaded (--offload-optimizer stream)", &jax_offload, &p_str);
-	print_plan("optimizer state offloaded, layer activations recomputed (ferry only)", NULL, &p_lean);
+	print_plan("optimizer state and x offloaded (prefetch depth 1), y recomputed (ferry only)", NULL, &p_lean);
 	printf("optimizer-state offloading reduces the total by %.2f GB (JAX: %.2f GB)\n\n",
 	       (p_keep.mem.total_bytes - (double)p_str.mem.total_bytes) / GB, jax_plain.total - jax_offload.total);
 	return run_both(dim);
