@@ -60,9 +60,8 @@ struct place {
 };
 
 struct args {
-	const char *backend, *policy;
-	struct ferry_model_config cfg;
-	int B, T, threads, rounds, repeats;
+	struct bench_run run;
+	const char *policy;
 	size_t device_mem;
 };
 
@@ -78,38 +77,25 @@ static void usage(void)
 
 static int parse(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){ .backend = "cpu", .B = 16, .T = 64, .threads = 1, .rounds = 11, .repeats = 3 };
-	a->cfg = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 256, .vocab = 257, .layers = 2, .heads = 4,
-					      .channels = 128 };
+	*a = (struct args){ .run = bench_run_defaults(11, 3) };
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int *ip = !strcmp(f, "--layers") ? &a->cfg.layers : !strcmp(f, "--channels") ? &a->cfg.channels :
-			  !strcmp(f, "--heads") ? &a->cfg.heads : !strcmp(f, "--batch") ? &a->B :
-			  !strcmp(f, "--seq") ? &a->T : !strcmp(f, "--threads") ? &a->threads :
-			  !strcmp(f, "--rounds") ? &a->rounds : !strcmp(f, "--repeats") ? &a->repeats : NULL;
 
 		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
 			usage();
 			exit(0);
-		} else if (ip && v) {
-			*ip = atoi(v), i++;
-		} else if (!strcmp(f, "--backend") && v) {
-			a->backend = v, i++;
+		} else if (bench_run_flag(&a->run, f, v)) {
+			i++;
 		} else if (!strcmp(f, "--policy") && v) {
 			a->policy = v, i++;
 		} else if (!strcmp(f, "--device-mem") && v) {
 			a->device_mem = (size_t)strtoull(v, NULL, 10), i++;
-		} else if (!strcmp(f, "--model") && v) {
-			snprintf(a->cfg.arch, sizeof(a->cfg.arch), "%s", v), i++;
 		} else {
 			fprintf(stderr, "bench_auto_state: bad argument '%s'\n", f);
 			return 2;
 		}
 	}
-	if (!strcmp(a->cfg.arch, "llama"))
-		a->cfg.ffn = 0, a->cfg.vocab = 257;
-	if (a->rounds < 1 || a->rounds > MAX_ROUNDS)
-		a->rounds = 11;
+	bench_run_finish(&a->run, MAX_ROUNDS, 11);
 	return -1;
 }
 
@@ -142,7 +128,7 @@ static void prepare(const struct args *a, ferry_backend_t be, ferry_calibration_
 	o.offload_params = places[i].offload_params;
 	if (a->policy) {
 		snprintf(p->policy, sizeof(p->policy), "%s", a->policy);
-	} else if (ferry_policy_auto(&a->cfg, a->B, a->T, &o, cap, 0, cal, &r) == FERRY_OK) {
+	} else if (ferry_policy_auto(&a->run.cfg, a->run.B, a->run.T, &o, cap, 0, cal, &r) == FERRY_OK) {
 		snprintf(p->policy, sizeof(p->policy), "%s", r.policy);
 	} else {
 		fprintf(stderr, "%s: %s\n", places[i].name, ferry_last_error());
@@ -150,9 +136,9 @@ static void prepare(const struct args *a, ferry_backend_t be, ferry_calibration_
 	}
 	o.policy = p->policy;
 	ferry_backend_mem_reset_peak(be);
-	p->ok = !ferry_model_predict(&a->cfg, a->B, a->T, &o, cal, &p->pred) &&
-		!ferry_model_create(be, &a->cfg, a->B, a->T, &o, &p->m) && !ferry_model_init_random(p->m, 1) &&
-		!step(p->m, a->B, a->T, 0) && p->pred.device_peak_bytes <= cap;
+	p->ok = !ferry_model_predict(&a->run.cfg, a->run.B, a->run.T, &o, cal, &p->pred) &&
+		!ferry_model_create(be, &a->run.cfg, a->run.B, a->run.T, &o, &p->m) && !ferry_model_init_random(p->m, 1) &&
+		!step(p->m, a->run.B, a->run.T, 0) && p->pred.device_peak_bytes <= cap;
 	p->peak = ferry_backend_mem_peak(be) - before;
 	if (!p->ok)
 		fprintf(stderr, "%s: does not run: %s\n", places[i].name, ferry_last_error());
@@ -170,11 +156,11 @@ static double cpu_s(void)
 
 static void measure(const struct args *a, struct place *p)
 {
-	for (int r = 0; r < a->rounds; r++)
+	for (int r = 0; r < a->run.rounds; r++)
 		for (int i = 0; i < N_PLACES; i++) {
 			double t0 = now_s(), c0 = cpu_s();
 
-			if (p[i].ok && step(p[i].m, a->B, a->T, r + 1))
+			if (p[i].ok && step(p[i].m, a->run.B, a->run.T, r + 1))
 				p[i].ok = false;
 			p[i].ms[r] = (now_s() - t0) * 1e3;
 			p[i].cpu_ms[r] = (cpu_s() - c0) * 1e3;
@@ -182,14 +168,14 @@ static void measure(const struct args *a, struct place *p)
 	for (int i = 0; i < N_PLACES; i++) {
 		double v[MAX_ROUNDS], q[MAX_ROUNDS];
 
-		for (int r = 0; r < a->rounds; r++)
+		for (int r = 0; r < a->run.rounds; r++)
 			v[r] = p[i].ms[r], q[r] = p[i].ms[r] / p[0].ms[r];
-		p[i].med = median(v, a->rounds);
+		p[i].med = median(v, a->run.rounds);
 		p[i].min = v[0];
-		p[i].ratio = median(q, a->rounds);
-		for (int r = 0; r < a->rounds; r++)
+		p[i].ratio = median(q, a->run.rounds);
+		for (int r = 0; r < a->run.rounds; r++)
 			v[r] = p[i].cpu_ms[r];
-		p[i].cpu = median(v, a->rounds);
+		p[i].cpu = median(v, a->run.rounds);
 	}
 }
 
@@ -247,7 +233,7 @@ static void verdict(const struct args *a, ferry_calibration_t cal, const struct 
 	static struct ferry_auto_result r;
 	int pick = -1;
 
-	if (ferry_policy_auto_state(&a->cfg, a->B, a->T, base, cap, 0, cal, &r) != FERRY_OK) {
+	if (ferry_policy_auto_state(&a->run.cfg, a->run.B, a->run.T, base, cap, 0, cal, &r) != FERRY_OK) {
 		printf("auto: %s\n", ferry_last_error());
 		return;
 	}
@@ -277,21 +263,21 @@ int main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	ferry_set_threads(a.threads);
-	if (ferry_model_config_complete(&a.cfg) ||
-	    ferry_backend_open(a.backend, &(struct ferry_backend_opts){ .threads = a.threads }, &be)) {
+	ferry_set_threads(a.run.threads);
+	if (ferry_model_config_complete(&a.run.cfg) ||
+	    ferry_backend_open(a.run.backend, &(struct ferry_backend_opts){ .threads = a.run.threads }, &be)) {
 		fprintf(stderr, "bench_auto_state: %s\n", ferry_last_error());
 		return 1;
 	}
-	struct ferry_exec_opts base = { .policy = "nothing_saveable", .act_dtype = ferry_backend_act_dtype(a.backend),
-					.backend = a.backend };
-	if (ferry_calibrate(be, &a.cfg, a.B, a.T, &base, a.repeats, NULL, &cal)) {
+	struct ferry_exec_opts base = { .policy = "nothing_saveable", .act_dtype = ferry_backend_act_dtype(a.run.backend),
+					.backend = a.run.backend };
+	if (ferry_calibrate(be, &a.run.cfg, a.run.B, a.run.T, &base, a.run.repeats, NULL, &cal)) {
 		fprintf(stderr, "bench_auto_state: %s\n", ferry_last_error());
 		return 1;
 	}
 	cap = a.device_mem ? a.device_mem : ferry_backend_mem_capacity(be);
-	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; device memory %zu bytes\n", a.cfg.arch,
-	       a.cfg.layers, a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds, cap);
+	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; device memory %zu bytes\n", a.run.cfg.arch,
+	       a.run.cfg.layers, a.run.cfg.channels, a.run.B, a.run.T, ferry_backend_description(be), a.run.rounds, cap);
 	for (int i = 0; i < N_PLACES; i++)
 		prepare(&a, be, cal, &base, cap, i, &p[i]);
 	measure(&a, p);

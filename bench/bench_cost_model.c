@@ -46,9 +46,8 @@ struct pol {
 };
 
 struct args {
-	const char *backend;
-	struct ferry_model_config cfg;
-	int B, T, threads, rounds, repeats, n;
+	struct bench_run run;
+	int n;
 	const char *pol[MAX_POL];
 };
 
@@ -63,25 +62,15 @@ static void usage(void)
 
 static int parse(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){ .backend = "cpu", .B = 16, .T = 64, .threads = 1, .rounds = 15, .repeats = 5 };
-	a->cfg = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 256, .vocab = 257, .layers = 2, .heads = 4,
-					      .channels = 128 };
+	*a = (struct args){ .run = bench_run_defaults(15, 5) };
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int *ip = !strcmp(f, "--layers") ? &a->cfg.layers : !strcmp(f, "--channels") ? &a->cfg.channels :
-			  !strcmp(f, "--heads") ? &a->cfg.heads : !strcmp(f, "--batch") ? &a->B :
-			  !strcmp(f, "--seq") ? &a->T : !strcmp(f, "--threads") ? &a->threads :
-			  !strcmp(f, "--rounds") ? &a->rounds : !strcmp(f, "--repeats") ? &a->repeats : NULL;
 
 		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
 			usage();
 			exit(0);
-		} else if (ip && v) {
-			*ip = atoi(v), i++;
-		} else if (!strcmp(f, "--backend") && v) {
-			a->backend = v, i++;
-		} else if (!strcmp(f, "--model") && v) {
-			snprintf(a->cfg.arch, sizeof(a->cfg.arch), "%s", v), i++;
+		} else if (bench_run_flag(&a->run, f, v)) {
+			i++;
 		} else if (f[0] == '-' || a->n == MAX_POL) {
 			fprintf(stderr, "bench_cost_model: bad argument '%s'\n", f);
 			return 2;
@@ -89,10 +78,7 @@ static int parse(int argc, char **argv, struct args *a)
 			a->pol[a->n++] = f;
 		}
 	}
-	if (!strcmp(a->cfg.arch, "llama"))
-		a->cfg.ffn = 0, a->cfg.vocab = 257;
-	if (a->rounds < 1 || a->rounds > MAX_ROUNDS)
-		a->rounds = 15;
+	bench_run_finish(&a->run, MAX_ROUNDS, 15);
 	if (!a->n)
 		for (int i = 0; i < ferry_policy_preset_count() && i < MAX_POL; i++)
 			a->pol[a->n++] = ferry_policy_preset_name(i);
@@ -147,9 +133,9 @@ static double ratio_median(const struct args *a, const struct pol *p, int i)
 {
 	double v[MAX_ROUNDS];
 
-	for (int r = 0; r < a->rounds; r++)
+	for (int r = 0; r < a->run.rounds; r++)
 		v[r] = p[i].ms[r] / p[0].ms[r];
-	return median(v, a->rounds);
+	return median(v, a->run.rounds);
 }
 
 struct errs {
@@ -177,8 +163,8 @@ static void report_work(const struct args *a, struct pol *p)
 
 		if (!p[i].ok)
 			continue;
-		memcpy(v, p[i].cpu_ms, sizeof(double) * (size_t)a->rounds);
-		cpu = median(v, a->rounds);
+		memcpy(v, p[i].cpu_ms, sizeof(double) * (size_t)a->run.rounds);
+		cpu = median(v, a->run.rounds);
 		printf("%-34.34s %12.2f %12.2f %+7.1f%%\n", p[i].name, cpu, busy, (busy / cpu - 1) * 100);
 		count(&e, busy / cpu - 1);
 	}
@@ -199,13 +185,13 @@ static void report(const struct args *a, struct pol *p)
 			printf("%-34.34s does not run\n", p[i].name);
 			continue;
 		}
-		memcpy(v, p[i].ms, sizeof(double) * (size_t)a->rounds);
-		med = median(v, a->rounds);
+		memcpy(v, p[i].ms, sizeof(double) * (size_t)a->run.rounds);
+		med = median(v, a->run.rounds);
 		mn = v[0];
 		rat = ratio_median(a, p, i);
 		prat = p[i].pred.step_s / p[0].pred.step_s;
 		printf("%-34.34s %9.2f %9.2f %9.2f %7.0f%% %+7.1f%% %+7.1f%% %8.3f %9.3f %5s\n", p[i].name, pr, med, mn,
-		       (v[3 * a->rounds / 4] - v[a->rounds / 4]) / med * 100, (pr / med - 1) * 100, (pr / mn - 1) * 100,
+		       (v[3 * a->run.rounds / 4] - v[a->run.rounds / 4]) / med * 100, (pr / med - 1) * 100, (pr / mn - 1) * 100,
 		       rat, prat, p[i].peak == p[i].pred.device_peak_bytes ? "exact" : "WRONG");
 		count(&med_e, pr / med - 1);
 		count(&min_e, pr / mn - 1);
@@ -235,20 +221,20 @@ int main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	ferry_set_threads(a.threads);
-	if (ferry_model_config_complete(&a.cfg) ||
-	    ferry_backend_open(a.backend, &(struct ferry_backend_opts){ .threads = a.threads }, &be)) {
+	ferry_set_threads(a.run.threads);
+	if (ferry_model_config_complete(&a.run.cfg) ||
+	    ferry_backend_open(a.run.backend, &(struct ferry_backend_opts){ .threads = a.run.threads }, &be)) {
 		fprintf(stderr, "bench_cost_model: %s\n", ferry_last_error());
 		return 1;
 	}
-	struct ferry_exec_opts cal_opts = { .policy = "nothing_saveable", .act_dtype = ferry_backend_act_dtype(a.backend),
-					    .backend = a.backend };
-	if (ferry_calibrate(be, &a.cfg, a.B, a.T, &cal_opts, a.repeats, NULL, &cal)) {
+	struct ferry_exec_opts cal_opts = { .policy = "nothing_saveable", .act_dtype = ferry_backend_act_dtype(a.run.backend),
+					    .backend = a.run.backend };
+	if (ferry_calibrate(be, &a.run.cfg, a.run.B, a.run.T, &cal_opts, a.run.repeats, NULL, &cal)) {
 		fprintf(stderr, "bench_cost_model: %s\n", ferry_last_error());
 		return 1;
 	}
 	printf("%s: %d layers, %d channels, batch %d x %d on %s; %d rounds; load average %s on %d cores\n",
-	       a.cfg.arch, a.cfg.layers, a.cfg.channels, a.B, a.T, ferry_backend_description(be), a.rounds,
+	       a.run.cfg.arch, a.run.cfg.layers, a.run.cfg.channels, a.run.B, a.run.T, ferry_backend_description(be), a.run.rounds,
 	       loadavg(load, sizeof(load)), ferry_cpu_count());
 	struct ferry_calib_summary cs;
 
@@ -262,16 +248,16 @@ int main(int argc, char **argv)
 
 		o.policy = p[i].name = a.pol[i];
 		ferry_backend_mem_reset_peak(be);
-		p[i].ok = !ferry_model_predict(&a.cfg, a.B, a.T, &o, cal, &p[i].pred) &&
-			  !ferry_model_create(be, &a.cfg, a.B, a.T, &o, &p[i].m) && !ferry_model_init_random(p[i].m, 1) &&
-			  !step(p[i].m, a.B, a.T, 0);
+		p[i].ok = !ferry_model_predict(&a.run.cfg, a.run.B, a.run.T, &o, cal, &p[i].pred) &&
+			  !ferry_model_create(be, &a.run.cfg, a.run.B, a.run.T, &o, &p[i].m) && !ferry_model_init_random(p[i].m, 1) &&
+			  !step(p[i].m, a.run.B, a.run.T, 0);
 		p[i].peak = ferry_backend_mem_peak(be) - before;
 	}
-	for (int r = 0; r < a.rounds; r++)
+	for (int r = 0; r < a.run.rounds; r++)
 		for (int i = 0; i < a.n; i++) {
 			double t0 = now_s(), c0 = cpu_s();
 
-			if (p[i].ok && step(p[i].m, a.B, a.T, r + 1))
+			if (p[i].ok && step(p[i].m, a.run.B, a.run.T, r + 1))
 				p[i].ok = false;
 			p[i].ms[r] = (now_s() - t0) * 1e3;
 			p[i].cpu_ms[r] = (cpu_s() - c0) * 1e3;

@@ -72,9 +72,10 @@ size_t ferry_tutorial_adam_weight_floats(const struct ferry_tutorial_adam_config
  * no larger than 8 Mi floats (32 MiB) so the device ring stays small. */
 static size_t slice_floats(const struct ferry_tutorial_adam_config *cfg)
 {
-	size_t layer = (size_t)cfg->channels * cfg->channels, max = (size_t)1 << 23;
+	const size_t layer = (size_t)cfg->channels * cfg->channels, max = (size_t)1 << 23;
+	const size_t pieces = (layer + max - 1) / max; /* equal slices of a layer */
 
-	return layer < max ? layer : (layer + (layer + max - 1) / max - 1) / ((layer + max - 1) / max);
+	return (layer + pieces - 1) / pieces;
 }
 
 static ferry_status check(const struct ferry_tutorial_adam_config *cfg, const struct ferry_exec_opts *o)

@@ -33,6 +33,15 @@ static struct ferry_tutorial_adam_config tutorial_config(int dim)
 						    .eps = 1e-8f };
 }
 
+/* One line: JAX's figure (< 0: none) beside ferry's bytes, in GB. */
+static void print_row(const char *what, double jax, size_t bytes)
+{
+	if (jax < 0)
+		printf("  %-22s %12s %9.2f GB\n", what, "-", bytes / GB);
+	else
+		printf("  %-22s %9.2f GB %9.2f GB\n", what, jax, bytes / GB);
+}
+
 static void print_plan(const char *title, const struct jax_figures *jax, const struct ferry_plan *p)
 {
 	const struct ferry_memory_analysis *m = &p->mem;
@@ -40,16 +49,10 @@ static void print_plan(const char *title, const struct jax_figures *jax, const s
 
 	printf("%s (policy %s)\n", title, p->policy);
 	printf("  %-22s %12s %12s\n", "", "JAX", "ferry");
-	if (jax) {
-		printf("  %-22s %9.2f GB %9.2f GB\n", "temp", jax->temp, m->temp_bytes / GB);
-		printf("  %-22s %9.2f GB %9.2f GB\n", "argument", jax->argument, m->argument_bytes / GB);
-		printf("  %-22s %9.2f GB %9.2f GB\n", "total", jax->total, m->total_bytes / GB);
-	} else {
-		printf("  %-22s %12s %9.2f GB\n", "temp", "-", m->temp_bytes / GB);
-		printf("  %-22s %12s %9.2f GB\n", "argument", "-", m->argument_bytes / GB);
-		printf("  %-22s %12s %9.2f GB\n", "total", "-", m->total_bytes / GB);
-	}
-	printf("  %-22s %12s %9.2f GB\n", "host", "-", m->host_total_bytes / GB);
+	print_row("temp", jax ? jax->temp : -1, m->temp_bytes);
+	print_row("argument", jax ? jax->argument : -1, m->argument_bytes);
+	print_row("total", jax ? jax->total : -1, m->total_bytes);
+	print_row("host", -1, m->host_total_bytes);
 	for (int i = 0; i < p->n_buffers; i++)
 		printf("    %-28s %-8s %9.3f GB\n", p->buffers[i].name, ferry_buffer_kind_name(p->buffers[i].kind),
 		       p->buffers[i].bytes / GB);

@@ -418,23 +418,12 @@ static __device__ __forceinline__ double to_double(bf16 x)
 	return (double)__bfloat162float(x);
 }
 
-/* Pass 1: block b (of exactly SUM_BLOCKS, SUM_THREADS threads each) sums
- * x[b*per, min((b+1)*per, n)): thread j takes elements j, j + SUM_THREADS,
- * ... of that range, then a fixed shared-memory tree in double; ws[b] gets
- * the block's total.  The result depends only on n, not on the GPU. */
-template <typename T, bool SQUARES>
-static __global__ void __launch_bounds__(SUM_THREADS) block_sums_kernel(double *ws, const T *x, long n, long per)
+/* ws[blockIdx.x] = the sum of every thread's acc, by a fixed shared-memory
+ * tree in double (the same order on any GPU). */
+static __device__ void block_total(double *ws, double acc)
 {
 	__shared__ double sh[SUM_THREADS];
-	const long lo = (long)blockIdx.x * per;
-	const long hi = lo + per < n ? lo + per : n;
-	double acc = 0.0;
 
-	for (long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
-		const double d = to_double(x[i]);
-
-		acc += SQUARES ? d * d : d;
-	}
 	sh[threadIdx.x] = acc;
 	__syncthreads();
 	for (int stride = SUM_THREADS / 2; stride > 0; stride >>= 1) {
@@ -444,6 +433,25 @@ static __global__ void __launch_bounds__(SUM_THREADS) block_sums_kernel(double *
 	}
 	if (threadIdx.x == 0)
 		ws[blockIdx.x] = sh[0];
+}
+
+/* Pass 1: block b (of exactly SUM_BLOCKS, SUM_THREADS threads each) sums
+ * x[b*per, min((b+1)*per, n)): thread j takes elements j, j + SUM_THREADS,
+ * ... of that range, then a fixed shared-memory tree in double; ws[b] gets
+ * the block's total.  The result depends only on n, not on the GPU. */
+template <typename T, bool SQUARES>
+static __global__ void __launch_bounds__(SUM_THREADS) block_sums_kernel(double *ws, const T *x, long n, long per)
+{
+	const long lo = (long)blockIdx.x * per;
+	const long hi = lo + per < n ? lo + per : n;
+	double acc = 0.0;
+
+	for (long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
+		const double d = to_double(x[i]);
+
+		acc += SQUARES ? d * d : d;
+	}
+	block_total(ws, acc);
 }
 
 /* Pass 2: one thread adds the block sums in order (as the CPU does). */
@@ -502,7 +510,6 @@ static __global__ void __launch_bounds__(SUM_THREADS)
 	squared_error_kernel(double *ws, bf16 *dpred, const bf16 *pred, const float *target, float scale, long n,
 			     long per)
 {
-	__shared__ double sh[SUM_THREADS];
 	const long lo = (long)blockIdx.x * per;
 	const long hi = lo + per < n ? lo + per : n;
 	double acc = 0.0;
@@ -513,15 +520,7 @@ static __global__ void __launch_bounds__(SUM_THREADS)
 		acc += (double)e * e;
 		dpred[i] = __float2bfloat16(scale * e);
 	}
-	sh[threadIdx.x] = acc;
-	__syncthreads();
-	for (int stride = SUM_THREADS / 2; stride > 0; stride >>= 1) {
-		if (threadIdx.x < stride)
-			sh[threadIdx.x] += sh[threadIdx.x + stride];
-		__syncthreads();
-	}
-	if (threadIdx.x == 0)
-		ws[blockIdx.x] = sh[0];
+	block_total(ws, acc);
 }
 
 extern "C" cudaError_t ferry_cuda_squared_error(cudaStream_t s, double *result, bf16 *dpred, const bf16 *pred,
