@@ -239,8 +239,9 @@ int main(int argc, char **argv)
 	struct ferry_calib_summary cs;
 
 	ferry_calibration_summary(cal, &cs);
-	printf("calibrated outside the ops: %.1f us of compute-stream gap a task, %.2f ms of host work a step\n",
-	       cs.task_gap_s * 1e6, cs.step_host_s * 1e3);
+	printf("calibrated outside the ops: %.1f us of compute-stream gap a task, %.2f ms of host work a step; "
+	       "inside whole steps ops take %.2fx their fastest traced call\n",
+	       cs.task_gap_s * 1e6, cs.step_host_s * 1e3, cs.in_step_factor);
 	for (int i = 0; i < a.n; i++) {
 		struct ferry_exec_opts o = cal_opts;
 

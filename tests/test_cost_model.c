@@ -249,6 +249,18 @@ static void lookups(void)
 	t.kind = FERRY_TASK_HOST;
 	t.call.n = 3000;
 	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 3), "host AdamW at its rate");
+	/* the in-step factor scales what the traced slices measured (ops,
+	 * zeroing), not the separately measured copies and AdamW */
+	c->in_step_factor = 1.25;
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 3), "host AdamW unscaled");
+	t.kind = FERRY_TASK_ZERO;
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 0.625), "zeroing scaled");
+	t.kind = FERRY_TASK_OP;
+	t.call = matmul(2, 8, 16, 32);
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 0.625), "the op scaled");
+	t.kind = FERRY_TASK_COPY;
+	t.bytes = 2000;
+	CHECK(NEAR(ferry_calib_task_seconds(c, &t, &est), 4e-3), "host copies unscaled");
 	ferry_calibration_free(c);
 }
 
@@ -262,6 +274,7 @@ static void file_round_trip(void)
 	snprintf(path, sizeof(path), "%s/calib_%d/sub/c.json", dir ? dir : "/tmp", (int)getpid());
 	c->task_gap_s = 2.5e-5;
 	c->step_host_s = 1.25e-3;
+	c->in_step_factor = 1.0625;
 	CHECK(ferry_calibration_save(c, path) == FERRY_OK, "save: %s", ferry_last_error());
 	CHECK(ferry_calibration_load(path, "cpu=test;backend=none", &back) == FERRY_OK, "load: %s", ferry_last_error());
 	if (back) {
@@ -269,8 +282,9 @@ static void file_round_trip(void)
 		      "ops read back");
 		CHECK(back->n_copy == 2 && NEAR(back->copy[1].d2h_both_s, 0.15) && NEAR(back->adamw_floats_per_s, 1e3),
 		      "copies and rates read back");
-		CHECK(NEAR(back->task_gap_s, 2.5e-5) && NEAR(back->step_host_s, 1.25e-3),
-		      "the gap per task and the host's time per step read back");
+		CHECK(NEAR(back->task_gap_s, 2.5e-5) && NEAR(back->step_host_s, 1.25e-3) &&
+			      NEAR(back->in_step_factor, 1.0625),
+		      "the gap per task, the host's time per step and the in-step factor read back");
 	}
 	ferry_calibration_free(back);
 	CHECK(ferry_calibration_load(path, "cpu=other;backend=none", &back) == FERRY_ERR_FORMAT && !back,

@@ -79,6 +79,8 @@ struct ferry_calib_summary {
 	double task_gap_s;           /* the compute stream's idle time between two of its tasks
 					(dispatch, waits for the host) */
 	double step_host_s;          /* a step's wall time outside its tasks (the host's own work) */
+	double in_step_factor;       /* ops inside whole untraced steps take this many times their
+					fastest traced call (0: not measured) */
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

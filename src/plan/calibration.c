@@ -155,20 +155,22 @@ double ferry_calib_both_slowdown(const struct ferry_calibration *c)
 
 double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *estimated)
 {
+	/* what the traced slices measured runs slower inside a whole step */
+	const double in_step = c->in_step_factor > 0 ? c->in_step_factor : 1;
 	const struct ferry_calib_op *e;
 
 	switch (t->kind) {
 	case FERRY_TASK_OP:
 		if ((e = ferry_calib_find(c, &t->call)))
-			return e->seconds;
+			return in_step * e->seconds;
 		*estimated = true;
-		return kind_estimate(c, &t->call);
+		return in_step * kind_estimate(c, &t->call);
 	case FERRY_TASK_COPY:
 		if (t->copy_kind == FERRY_COPY_D2D)
-			return c->d2d_Bps > 0 ? (double)t->bytes / c->d2d_Bps : 0;
+			return c->d2d_Bps > 0 ? in_step * (double)t->bytes / c->d2d_Bps : 0;
 		return ferry_calib_copy_seconds(c, t->bytes, t->copy_kind, false);
 	case FERRY_TASK_ZERO:
-		return c->zero_Bps > 0 ? (double)t->bytes / c->zero_Bps : 0;
+		return c->zero_Bps > 0 ? in_step * (double)t->bytes / c->zero_Bps : 0;
 	case FERRY_TASK_HOST:
 		return c->adamw_floats_per_s > 0 ? (double)t->call.n / c->adamw_floats_per_s : 0;
 	case FERRY_TASK_FILE:
@@ -221,6 +223,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->copy_compute_slowdown = c->copy_compute_slowdown;
 	out->task_gap_s = c->task_gap_s;
 	out->step_host_s = c->step_host_s;
+	out->in_step_factor = c->in_step_factor;
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

@@ -41,6 +41,8 @@ struct ferry_calibration {
 					  as long (0: not measured) */
 	double task_gap_s;             /* the compute stream's idle time between two of its tasks */
 	double step_host_s;            /* a step's wall time outside its tasks (the host's own work) */
+	double in_step_factor;         /* a step's ops, zeroing and device copies take this many times
+					  their fastest traced call (0: not measured, 1) */
 	/* host tiers (plan/tier_rates.c; 0: the documented default): a CPU-less
 	 * node's speed against local DRAM for host<->device copies and for the
 	 * CPU AdamW, and the NVMe tier's file I/O */

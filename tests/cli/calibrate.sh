@@ -15,6 +15,9 @@ grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=' "$cache
 grep -q '"op": "matmul"' "$cache" || fail "matrix products measured"
 grep -q '"d2h_both_s"' "$cache" || fail "copies measured both ways at once"
 grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || fail "calibrate prints the figures"
+grep -qE '"in_step_factor": (0\.[5-9]|[1-3]\.)' "$cache" || fail "the in-step factor fitted to untraced steps"
+grep -q "inside whole steps the ops take [0-9.]*x their fastest traced call" out.txt ||
+	fail "calibrate prints the in-step factor"
 
 # a second run with another shape keeps the first one's ops
 n1=$(grep -c '"op":' "$cache")

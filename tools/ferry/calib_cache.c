@@ -48,6 +48,9 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 		fprintf(f, "%scompute ops beside copies take %.2fx as long\n", indent, s.copy_compute_slowdown);
 	fprintf(f, "%soutside the ops: %.1f us of compute-stream gap a task, %.2f ms of host work a step\n",
 		indent, s.task_gap_s * 1e6, s.step_host_s * 1e3);
+	if (s.in_step_factor > 0)
+		fprintf(f, "%sinside whole steps the ops take %.2fx their fastest traced call\n", indent,
+			s.in_step_factor);
 	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)%s\n", indent,
 		s.op_spread * 100, s.op_spread > CALIB_BUSY_SPREAD ? ": the machine looked busy, calibrate again "
 								     "when it is quiet" : "");
