@@ -17,7 +17,7 @@
  *    between tasks (per task) and the step's wall time outside the traced
  *    span, from the same steps (the fastest one);
  *  - the CPU AdamW at the model's parameter count;
- *  - last, the in-step factor: untraced steps' median wall time against
+ *  - last, the in-step factor: the fastest untraced step against
  *    the cost model's prediction from all of the above (fit_in_step).
  */
 #include "exec/model_internal.h"
@@ -43,7 +43,7 @@ struct samples {
 	/* the fastest traced step's compute-stream gaps per task, and its
 	 * time outside the traced span (negative: none traced yet) */
 	double gap_s, outside_s;
-	double untraced_s; /* the median untraced step's wall time (0: none) */
+	double untraced_s; /* the fastest untraced step's wall time (0: none) */
 };
 
 static double now_s(void)
@@ -190,7 +190,8 @@ static int cmp_double(const void *x, const void *y)
 }
 
 /* A warm-up step, `repeats` traced ones, then 2 repeats + 1 (at most 11)
- * untraced ones whose median wall time is a whole step as training runs. */
+ * untraced ones whose fastest is a whole step as training runs it (the
+ * fastest: other work on the machine only adds time, as for the ops). */
 static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, struct samples *a)
 {
 	enum { MAX_UNTRACED = 11 };
@@ -213,7 +214,7 @@ static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, str
 	}
 	if (!st) {
 		qsort(wall, (size_t)n, sizeof(double), cmp_double);
-		a->untraced_s = wall[n / 2];
+		a->untraced_s = wall[0];
 	}
 	return st;
 }
@@ -282,10 +283,9 @@ static ferry_status calibrate_ops(ferry_backend_t be, const struct ferry_model_c
 }
 
 /* The in-step factor: the fastest traced call of each op, summed, falls
- * short of a whole untraced step (calls run slower among the step's other
- * work than at their best; 5 to 15% on the CPU backend), so the factor on
- * the ops' durations at which the cost model predicts the measured median
- * step.  The prediction is close to linear in it: secant steps from 1
+ * short of the fastest whole untraced step (calls run slower among the
+ * step's other work than at their best: 5% on the CPU backend here), so
+ * the factor on the ops' durations at which the cost model predicts it.  The prediction is close to linear in it: secant steps from 1
  * and 2.  Kept within [0.5, 4]; left 0 (1) without a measured step. */
 static ferry_status fit_in_step(const struct ferry_model_config *cfg, int B, int T,
 				const struct ferry_exec_opts *opts, double untraced_s, struct ferry_calibration *c)

@@ -20,7 +20,7 @@ static void usage(void)
 	       "step (a warm-up step, then --repeats traced steps, default 3: each op's\n"
 	       "fastest timed slice at its shape), copies to and from the device at the sizes\n"
 	       "of the model's layer activations (each direction alone and both at once),\n"
-	       "device zeroing and copies, the CPU AdamW, and the median wall time of untraced\n"
+	       "device zeroing and copies, the CPU AdamW, and the fastest of several untraced\n"
 	       "steps (how much slower ops run inside whole steps than at their fastest).\n"
 	       "The results go to the cache of this machine ($XDG_CACHE_HOME/ferry or\n"
 	       "~/.cache/ferry, named by a fingerprint of CPU, cores, memory, backend, device,\n"
