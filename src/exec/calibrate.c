@@ -285,17 +285,23 @@ static ferry_status calibrate_ops(ferry_backend_t be, const struct ferry_model_c
 /* The in-step factor: the fastest traced call of each op, summed, falls
  * short of the fastest whole untraced step (calls run slower among the
  * step's other work than at their best: 5% on the CPU backend here), so
- * the factor on the ops' durations at which the cost model predicts it.  The prediction is close to linear in it: secant steps from 1
- * and 2.  Kept within [0.5, 4]; left 0 (1) without a measured step. */
+ * the factor on the ops' durations at which the cost model predicts it.
+ * The prediction is close to linear in it: secant steps from 1 and 2.
+ * Kept within [2/3, 1.5]: a whole step cannot dodge a busy machine as a
+ * fastest call can (2.1x and 4x came out under load); left 0 (1) without
+ * a measured step or where the ops do not move the prediction. */
+#define IN_STEP_MIN (2.0 / 3)
+#define IN_STEP_MAX 1.5
+
 static ferry_status fit_in_step(const struct ferry_model_config *cfg, int B, int T,
 				const struct ferry_exec_opts *opts, double untraced_s, struct ferry_calibration *c)
 {
-	double f0 = 1, f1 = 2, p0, p1;
+	double f0 = 1, f1 = 2, p0, p1, f;
 	struct ferry_prediction p;
 	ferry_status st;
 
 	c->in_step_factor = f0;
-	if (untraced_s <= 0 || (st = ferry_model_predict(cfg, B, T, opts, c, &p))) {
+	if (untraced_s <= 0 || ferry_model_predict(cfg, B, T, opts, c, &p)) {
 		c->in_step_factor = 0;
 		return FERRY_OK; /* nothing to fit: the durations stay as traced */
 	}
@@ -305,12 +311,15 @@ static ferry_status fit_in_step(const struct ferry_model_config *cfg, int B, int
 		if ((st = ferry_model_predict(cfg, B, T, opts, c, &p)))
 			return st;
 		p1 = p.step_s;
-		if (!(p1 > p0) || fabs(p1 - untraced_s) < 1e-3 * untraced_s)
+		if (!(p1 > p0 * (1 + 1e-9) || p1 < p0 * (1 - 1e-9))) {
+			f1 = it ? f1 : 0; /* the ops do not move the prediction */
 			break;
-		double f = f1 + (untraced_s - p1) * (f1 - f0) / (p1 - p0);
-
+		}
+		f = f1 + (untraced_s - p1) * (f1 - f0) / (p1 - p0);
 		f0 = f1, p0 = p1;
-		f1 = f < 0.5 ? 0.5 : f > 4 ? 4 : f;
+		f1 = f < IN_STEP_MIN ? IN_STEP_MIN : f > IN_STEP_MAX ? IN_STEP_MAX : f;
+		if (fabs(f1 - f0) < 1e-3)
+			break;
 	}
 	c->in_step_factor = f1;
 	return FERRY_OK;
