@@ -846,16 +846,34 @@ ferry_status ferry_model_sync(ferry_model_t m)
 	return sync_all(m);
 }
 
+/* The host tiers' share of the traced model's host memory, tier by tier. */
+static void trace_tiers(ferry_model_t m)
+{
+	struct ferry_tier_report rep;
+
+	m->trace.n_tiers = 0;
+	if (!m->tt.host_tiers)
+		return;
+	ferry_host_tiers_report(m->tt.host_tiers, &rep);
+	for (int i = 0; i < rep.n && m->trace.n_tiers < FERRY_TRACE_MAX_TIERS; i++) {
+		int k = m->trace.n_tiers++;
+
+		ferry_tier_describe(&rep.use[i].tier, m->trace.tier_name[k], sizeof(m->trace.tier_name[k]));
+		m->trace.tier_bytes[k] = rep.use[i].total;
+	}
+}
+
 ferry_status ferry_model_trace_begin(ferry_model_t m)
 {
 	if (!m->be)
 		return ferry_error(FERRY_ERR_INVALID, "trace: the model has no backend");
 	ferry_status st = ferry_trace_begin(&m->trace, m->be, compute(m));
 
-	m->trace.host_bytes = 0; /* for the trace's host memory counter */
+	m->trace.host_bytes = 0; /* for the trace's host memory counters */
 	for (int b = 0; b < m->tt.n_buffers; b++)
 		if (m->tt.buffers[b].site == FERRY_SITE_HOST)
 			m->trace.host_bytes += m->tt.buffers[b].bytes;
+	trace_tiers(m);
 	return st;
 }
 

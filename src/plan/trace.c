@@ -180,6 +180,25 @@ static int cmp_change(const void *a, const void *b)
 	return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
+/* Host memory at time ts: one counter per host tier, and what is outside
+ * the tiers (all of it without tiers: DRAM). */
+static void add_host_counters(json_t *ev, const struct ferry_sched_trace *tr, double ts)
+{
+	char name[96];
+	size_t tiered = 0;
+
+	for (int i = 0; i < tr->n_tiers; i++) {
+		snprintf(name, sizeof(name), "host memory (tier %d: %s)", i, tr->tier_name[i]);
+		json_array_append_new(ev, counter(name, "bytes", ts, (double)tr->tier_bytes[i]));
+		tiered += tr->tier_bytes[i];
+	}
+	if (!tr->n_tiers)
+		json_array_append_new(ev, counter("host memory (tier 0: DRAM)", "bytes", ts, (double)tr->host_bytes));
+	else if (tr->host_bytes > tiered)
+		json_array_append_new(ev, counter("host memory (outside the tiers: DRAM)", "bytes", ts,
+						  (double)(tr->host_bytes - tiered)));
+}
+
 /* The counter tracks (times in microseconds from t0). */
 static void add_counters(json_t *ev, const struct ferry_sched_trace *tr, const double *times, double t0)
 {
@@ -196,8 +215,7 @@ static void add_counters(json_t *ev, const struct ferry_sched_trace *tr, const d
 	}
 	for (int k = 0; k < 2; k++) {
 		json_array_append_new(ev, counter("device memory", "live bytes", k ? end : 0, (double)tr->device_live));
-		json_array_append_new(ev, counter("host memory (tier 0: DRAM)", "bytes", k ? end : 0,
-						  (double)tr->host_bytes));
+		add_host_counters(ev, tr, k ? end : 0);
 	}
 	json_array_append_new(ev, counter(held, "bytes", 0, 0));
 	if (!ch)

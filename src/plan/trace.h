@@ -29,6 +29,8 @@ struct ferry_trace_slice {
 	const struct ferry_task *task; /* valid while its program is */
 };
 
+#define FERRY_TRACE_MAX_TIERS 8
+
 struct ferry_sched_trace {
 	ferry_backend_t be;
 	bool on;
@@ -39,6 +41,10 @@ struct ferry_sched_trace {
 	ferry_event_t *ev;
 	size_t device_live;            /* the arena's live bytes when it began */
 	size_t host_bytes;             /* host memory of the traced model (its owner sets it) */
+	/* with host tiers, that memory tier by tier (n_tiers 0: all DRAM) */
+	int n_tiers;
+	char tier_name[FERRY_TRACE_MAX_TIERS][64];
+	size_t tier_bytes[FERRY_TRACE_MAX_TIERS];
 };
 
 /* Starts a trace (any earlier one is dropped): the origin is recorded on

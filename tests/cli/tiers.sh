@@ -83,6 +83,21 @@ done
 grep -q "NVMe file: " out.txt || fail "the banner says how the NVMe file does I/O"
 grep -q "params .* on nvme; optimizer .* on nvme" out.txt || fail "all=nvme: streamed AdamW state on NVMe too"
 
+# the trace's host memory, tier by tier
+expect_ok "trace on tiers" "$FERRY" train "${TRAIN[@]}" --topology topology.txt --nvme-dir nvme \
+	--host-tier activations=nvme,params=cxl,optimizer=dram --trace tiers.json
+python3 - tiers.json <<'PY' || fail "the trace has one host memory counter per tier"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+host = {e["name"]: e["args"]["bytes"] for e in ev if e.get("ph") == "C" and e["name"].startswith("host memory")}
+names = sorted(host)
+assert any(": nvme)" in n for n in names), names
+assert any(": cxl (node" in n for n in names), names
+assert any(": dram (node 0))" in n for n in names), names
+assert all(v > 0 for v in host.values()), host
+PY
+
+
 # a checkpoint saved from the NVMe tier is the one saved without tiers
 expect_ok "save without tiers" "$FERRY" train "${TRAIN[@]}" --save plain.bin
 expect_ok "save from NVMe" "$FERRY" train "${TRAIN[@]}" --host-tier all=nvme --nvme-dir nvme --save nvme.bin
