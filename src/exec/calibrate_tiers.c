@@ -10,7 +10,9 @@
  *  - the NVMe tier: writes, then reads, of the model's transfer sizes
  *    through the tier's own file I/O (nvme_file.c), in a file of at most
  *    NVME_BUDGET bytes that is unlinked as soon as it is open, so nothing is
- *    left in the directory even if calibration is killed.
+ *    left in the directory even if calibration is killed; each size's
+ *    fastest round, and the rate of one transfer of each size (the bytes
+ *    over the seconds), as a layer offloads one tensor of each name.
  */
 #include "exec/calibrate_internal.h"
 #include "optim/cpu_adamw.h"
@@ -180,22 +182,24 @@ ferry_status ferry_calib_measure_cxl(ferry_backend_t be, ferry_host_tiers_t h, c
 }
 
 /* One round: each size written count[i] times one after the other, then
- * read back; the bytes and seconds of each direction added to io[]. */
+ * read back; each size's seconds a transfer in each direction, where
+ * faster than an earlier round's, into best[dir][i]. */
 static ferry_status nvme_round(struct ferry_nvme_file *f, char *buf, const size_t *sz, const int *count, int k,
-			       double io[4])
+			       double best[2][FERRY_CALIB_MAX_SIZES])
 {
 	ferry_status st = FERRY_OK;
 
 	for (int dir = 0; dir < 2; dir++)
 		for (int i = 0; i < k && !st; i++) {
 			size_t stride = (sz[i] + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
-			double t0 = now_s();
+			double t0 = now_s(), s;
 
 			for (int j = 0; j < count[i] && !st; j++)
 				st = dir ? ferry_nvme_read(f, (uint64_t)j * stride, buf, sz[i])
 					 : ferry_nvme_write(f, (uint64_t)j * stride, buf, sz[i]);
-			io[2 * dir] += (double)sz[i] * count[i];
-			io[2 * dir + 1] += now_s() - t0;
+			s = (now_s() - t0) / count[i];
+			if (!st && (best[dir][i] == 0 || s < best[dir][i]))
+				best[dir][i] = s;
 		}
 	return st;
 }
@@ -219,7 +223,7 @@ ferry_status ferry_calib_measure_nvme(const char *dir, const size_t *sizes, int 
 	uint64_t file = 0;
 	struct ferry_nvme_file *f = NULL;
 	char *buf = NULL;
-	double best[2] = { 0, 0 };
+	double best[2][FERRY_CALIB_MAX_SIZES] = { { 0 } }, bytes = 0, secs[2] = { 0, 0 };
 	ferry_status st;
 
 	for (int i = 0; i < k; i++) {
@@ -240,16 +244,13 @@ ferry_status ferry_calib_measure_nvme(const char *dir, const size_t *sizes, int 
 		unlink(ferry_nvme_file_path(f));
 	if (!st)
 		st = ferry_nvme_file_reserve(f, file);
-	for (int r = 0; r < repeats && r < 3 && !st; r++) {
-		double io[4] = { 0, 0, 0, 0 };
-
-		if (!(st = nvme_round(f, buf, sz, count, k, io)))
-			for (int d = 0; d < 2; d++)
-				if (io[2 * d + 1] > 0 && io[2 * d] / io[2 * d + 1] > best[d])
-					best[d] = io[2 * d] / io[2 * d + 1];
-	}
-	if (!st && best[0] > 0 && best[1] > 0) {
-		c->nvme_write_Bps = best[0], c->nvme_read_Bps = best[1];
+	for (int r = 0; r < repeats && r < 3 && !st; r++)
+		st = nvme_round(f, buf, sz, count, k, best);
+	/* one transfer of each size, as a layer offloads one of each name */
+	for (int i = 0; i < k; i++)
+		bytes += (double)sz[i], secs[0] += best[0][i], secs[1] += best[1][i];
+	if (!st && secs[0] > 0 && secs[1] > 0) {
+		c->nvme_write_Bps = bytes / secs[0], c->nvme_read_Bps = bytes / secs[1];
 		keep_dir(dir, c);
 		snprintf(c->nvme_mode, sizeof(c->nvme_mode), "%s", ferry_nvme_file_mode(f));
 	}
