@@ -42,8 +42,14 @@ ferry_status ferry_calibration_cache_path(const char *fingerprint, char *buf, si
 /* Measures on be, at cfg's shapes for batches of B x T: one warm-up step
  * and `repeats` traced steps of a model under opts (each op's median
  * duration), copies at the sizes of the model's layer activations, the CPU
- * AdamW.  base (NULL: none) is an earlier calibration of the same machine
- * whose measurements the new one keeps where it measures nothing new. */
+ * AdamW.  With host tiers (opts->host_tiers; the model's steps run without
+ * them) also each CPU-less node of the tiers' topology against local DRAM
+ * (copies and the CPU AdamW on memory bound there; not on a simulated
+ * topology, whose nodes do not exist) and, with an NVMe directory, the
+ * NVMe tier's write and read rates through its file I/O (a file of at most
+ * 256 MiB, gone from the directory as soon as it is open).  base (NULL:
+ * none) is an earlier calibration of the same machine whose measurements
+ * the new one keeps where it measures nothing new. */
 ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
 			     ferry_calibration_t *out) FERRY_MUST_CHECK;
@@ -81,6 +87,22 @@ struct ferry_calib_summary {
 	double step_host_s;          /* a step's wall time outside its tasks (the host's own work) */
 	double in_step_factor;       /* ops inside whole untraced steps take this many times their
 					fastest traced call (0: not measured) */
+	/* host tiers, as the cost model takes them, each figure measured (by
+	 * ferry_calibrate with host tiers) or the documented default: a
+	 * CPU-less (CXL) node's speed against local DRAM for host<->device
+	 * copies and the CPU AdamW (the slowest node measured; each node's in
+	 * cxl_node[]), and the NVMe tier's file rates (measured in nvme_dir,
+	 * its file doing I/O as nvme_mode says) */
+	double cxl_copy_factor, cxl_adamw_factor;
+	bool cxl_copy_measured, cxl_adamw_measured;
+	int n_cxl_nodes;
+	struct {
+		int node;
+		double copy_factor, adamw_factor;
+	} cxl_node[16];
+	double nvme_read_Bps, nvme_write_Bps;
+	bool nvme_read_measured, nvme_write_measured;
+	char nvme_dir[512], nvme_mode[160];
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 
@@ -96,7 +118,8 @@ struct ferry_prediction {
 	size_t host_bytes;      /* host memory the plan puts there */
 	int n_tasks;
 	int estimated_ops;      /* tasks not measured: ops at other shapes (from their kind's FLOP
-				   rate) and the NVMe tier's I/O (at its default rates) */
+				   rate) and the NVMe tier's I/O where its rates were not
+				   calibrated (at the default rates) */
 	bool host_fits;         /* the host tiers (opts->host_tiers) hold the host state; with
 				   tiers, each kind's copies and the CPU AdamW run at the speed
 				   of the tier it is placed on (where they fit) */
@@ -152,6 +175,9 @@ struct ferry_auto_tier_kind {
 		bool judged, fits; /* the other kinds as chosen, this one here */
 		double step_s;
 		double copy_speed, adamw_speed; /* against DRAM, as the cost model takes them */
+		double read_Bps, write_Bps;     /* nvme: its file rates */
+		bool speed_measured;    /* from the calibration (else the documented defaults;
+					   false for dram, which is the reference) */
 	} opt[FERRY_AUTO_MAX_TIER_OPTIONS];
 };
 struct ferry_auto_tiers {

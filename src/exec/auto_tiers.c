@@ -54,6 +54,9 @@ static void add_option(struct tsearch *s, struct ferry_auto_tier_kind *k, const 
 	k->opt[k->n].tier = t;
 	k->opt[k->n].copy_speed = t.type == FERRY_TIER_NVME ? 0 : rate.copy;
 	k->opt[k->n].adamw_speed = t.type == FERRY_TIER_NVME ? 0 : rate.adamw;
+	k->opt[k->n].read_Bps = t.type == FERRY_TIER_NVME ? rate.read_Bps : 0;
+	k->opt[k->n].write_Bps = t.type == FERRY_TIER_NVME ? rate.write_Bps : 0;
+	k->opt[k->n].speed_measured = rate.measured;
 	k->n++;
 }
 

@@ -16,12 +16,14 @@
  *  - what the traced slices do not cover: the compute stream's gaps
  *    between tasks (per task) and the step's wall time outside the traced
  *    span, from the same steps (the fastest one);
- *  - the CPU AdamW at the model's parameter count;
+ *  - the CPU AdamW over the model's parameter count (1 to 16 million);
+ *  - with host tiers (opts->host_tiers), each CPU-less node against DRAM
+ *    and the NVMe tier's file I/O (calibrate_tiers.c);
  *  - last, the in-step factor: the fastest untraced step against
  *    the cost model's prediction from all of the above (fit_in_step).
  */
 #include "exec/model_internal.h"
-#include "optim/cpu_adamw.h"
+#include "exec/calibrate_internal.h"
 #include "plan/calibration.h"
 #include "core/error.h"
 
@@ -452,24 +454,14 @@ static ferry_status calibrate_overlap(ferry_backend_t be, const struct ferry_mod
  * step's update on the CPU backend). */
 static ferry_status calibrate_adamw(struct ferry_calibration *c, const struct ferry_model_config *cfg, int repeats)
 {
-	size_t np = ferry_model_config_num_params(cfg);
-	const long n = np < (1u << 20) ? 1L << 20 : np > (16u << 20) ? 16L << 20 : (long)np;
+	const long n = ferry_calib_adamw_floats(cfg);
 	float *buf = ferry_calloc((size_t)(4 * n), sizeof(float));
-	struct ferry_cpu_adamw_args a = { .n = n, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-					  .weight_decay = 0.1f, .grad_scale = 1, .step = 1 };
 	double best = 0;
-	ferry_status st = FERRY_OK;
+	ferry_status st;
 
 	if (!buf)
 		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
-	a.param = buf, a.m = buf + n, a.v = buf + 2 * n, a.grad = buf + 3 * n;
-	for (int r = 0; r <= repeats && !st; r++) {
-		double t0 = now_s();
-
-		st = ferry_cpu_adamw_step(&a);
-		if (r > 0 && (best == 0 || now_s() - t0 < best))
-			best = now_s() - t0;
-	}
+	st = ferry_calib_time_adamw(buf, n, repeats, &best);
 	ferry_free(buf);
 	if (!st && best > 0)
 		c->adamw_floats_per_s = (double)n / best;
@@ -497,43 +489,62 @@ static int transfer_sizes(const struct ferry_model_config *cfg, int B, int T, co
 	return n;
 }
 
+/* What this run does not measure again, from the earlier calibration. */
+static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_calibration *base)
+{
+	ferry_status st = FERRY_OK;
+
+	for (int i = 0; i < base->n_ops && !st; i++)
+		st = ferry_calib_add_op(c, &base->ops[i]);
+	for (int i = 0; i < base->n_copy; i++)
+		ferry_calib_add_copy(c, &base->copy[i]);
+	c->d2d_Bps = base->d2d_Bps, c->zero_Bps = base->zero_Bps;
+	c->adamw_floats_per_s = base->adamw_floats_per_s;
+	c->cxl_copy_factor = base->cxl_copy_factor, c->cxl_adamw_factor = base->cxl_adamw_factor;
+	c->n_cxl = base->n_cxl;
+	memcpy(c->cxl, base->cxl, sizeof(c->cxl));
+	c->nvme_read_Bps = base->nvme_read_Bps, c->nvme_write_Bps = base->nvme_write_Bps;
+	memcpy(c->nvme_dir, base->nvme_dir, sizeof(c->nvme_dir));
+	memcpy(c->nvme_mode, base->nvme_mode, sizeof(c->nvme_mode));
+	c->copy_compute_slowdown = base->copy_compute_slowdown;
+	return st;
+}
+
 ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
 			     ferry_calibration_t *out)
 {
 	struct ferry_calibration *c = ferry_calib_new();
-	size_t sizes[16];
+	/* the model's own runs on the backend's host memory: the tiers' figures
+	 * are against it, measured apart */
+	struct ferry_exec_opts o = *opts;
+	size_t sizes[FERRY_CALIB_MAX_SIZES];
 	double untraced_s = 0;
 	int n_sizes;
 	ferry_status st = c ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
 
 	*out = NULL;
+	o.host_tiers = NULL;
 	if (repeats < 1)
 		repeats = 1;
 	if (!st)
 		st = ferry_machine_fingerprint(be, c->fingerprint, sizeof(c->fingerprint));
-	for (int i = 0; base && !st && i < base->n_ops; i++) /* what this run does not measure again */
-		st = ferry_calib_add_op(c, &base->ops[i]);
-	if (!st && base) {
-		for (int i = 0; i < base->n_copy; i++)
-			ferry_calib_add_copy(c, &base->copy[i]);
-		c->d2d_Bps = base->d2d_Bps, c->zero_Bps = base->zero_Bps;
-		c->adamw_floats_per_s = base->adamw_floats_per_s;
-		c->cxl_copy_factor = base->cxl_copy_factor, c->cxl_adamw_factor = base->cxl_adamw_factor;
-		c->nvme_read_Bps = base->nvme_read_Bps, c->nvme_write_Bps = base->nvme_write_Bps;
-		c->copy_compute_slowdown = base->copy_compute_slowdown;
-	}
+	if (!st && base)
+		st = keep_base(c, base);
 	if (!st)
-		st = calibrate_ops(be, cfg, B, T, opts, repeats, c, &untraced_s);
+		st = calibrate_ops(be, cfg, B, T, &o, repeats, c, &untraced_s);
 	if (!st)
-		st = calibrate_overlap(be, cfg, B, T, opts, repeats, c);
-	n_sizes = st ? 0 : transfer_sizes(cfg, B, T, opts, sizes, 16);
+		st = calibrate_overlap(be, cfg, B, T, &o, repeats, c);
+	n_sizes = st ? 0 : transfer_sizes(cfg, B, T, &o, sizes, FERRY_CALIB_MAX_SIZES);
 	if (!st && n_sizes)
 		st = ferry_calib_measure_copies(be, sizes, n_sizes, repeats, c);
 	if (!st)
 		st = calibrate_adamw(c, cfg, repeats);
+	if (!st && opts->host_tiers)
+		st = ferry_calib_measure_tiers(be, opts->host_tiers, sizes, n_sizes, ferry_calib_adamw_floats(cfg),
+					       repeats, c);
 	if (!st)
-		st = fit_in_step(cfg, B, T, opts, untraced_s, c);
+		st = fit_in_step(cfg, B, T, &o, untraced_s, c);
 	if (st)
 		ferry_calibration_free(c);
 	else

@@ -69,9 +69,10 @@ static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c, cons
 }
 
 /* A task's duration with its host state on its tier: copies and file I/O
- * at their tier's speed, the CPU AdamW at the speed of where its 28 bytes
- * a parameter live (weight and its update 8, gradient 4, moments 16). */
-static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, double s)
+ * at their tier's speed (NVMe I/O at rates not calibrated: *est set), the
+ * CPU AdamW at the speed of where its 28 bytes a parameter live (weight
+ * and its update 8, gradient 4, moments 16). */
+static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, double s, bool *est)
 {
 	const struct ferry_tier_rate *r;
 	bool file = t->kind == FERRY_TASK_FILE;
@@ -80,8 +81,10 @@ static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, 
 		enum ferry_host_kind k = copy_kind_of(t);
 
 		r = &ts->r[k];
-		if (ts->nvme[k] || file)
+		if (ts->nvme[k] || file) {
+			*est |= ts->nvme[k] && !r->measured; /* (a file task: calibration.c says) */
 			return (double)t->bytes / (t->copy_kind == FERRY_COPY_D2H ? r->write_Bps : r->read_Bps);
+		}
 		return s / r->copy;
 	}
 	if (t->kind == FERRY_TASK_HOST && t->patch == FERRY_PATCH_ADAMW)
@@ -106,7 +109,8 @@ static double *durations(const struct ferry_calibration *c, const struct tier_sp
 		for (int j = 0; j < p[i]->n; j++) {
 			bool est = false;
 
-			d[k] = on_tier(ts, &p[i]->t[j], ferry_calib_task_seconds(c, &p[i]->t[j], &est));
+			d[k] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
+			d[k] = on_tier(ts, &p[i]->t[j], d[k], &est);
 			if (p[i]->t[j].stream == compute && ferry_trace_timed_kind(p[i]->t[j].kind))
 				d[k] += c->task_gap_s;
 			k++;

@@ -20,7 +20,6 @@ struct copy_rig {
 	ferry_stream_t d2h, h2d;
 	ferry_buffer_t dev;
 	char *host;
-	size_t max;
 	size_t window, off; /* bytes of each direction's window; the next copy's place in it */
 };
 
@@ -95,43 +94,70 @@ static ferry_status measure_size(struct copy_rig *r, size_t b, int repeats, stru
 	return st;
 }
 
-ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
-					struct ferry_calibration *c)
+static size_t window_of(const size_t *sizes, int n)
 {
-	struct copy_rig r = { .be = be };
-	ferry_status st;
+	size_t max = 0;
 
 	for (int i = 0; i < n; i++)
-		if (sizes[i] > r.max)
-			r.max = sizes[i];
-	if (!r.max)
+		if (sizes[i] > max)
+			max = sizes[i];
+	return !max ? 0 : 2 * max > COLD_WINDOW ? 2 * max : COLD_WINDOW;
+}
+
+size_t ferry_calib_copy_host_bytes(const size_t *sizes, int n)
+{
+	return 2 * window_of(sizes, n);
+}
+
+ferry_status ferry_calib_time_copies(ferry_backend_t be, char *host, const size_t *sizes, int n, int repeats,
+				     struct ferry_calib_copy *out)
+{
+	struct copy_rig r = { .be = be, .host = host };
+	ferry_status st;
+
+	r.window = window_of(sizes, n);
+	if (!r.window)
 		return FERRY_OK;
-	r.window = 2 * r.max > COLD_WINDOW ? 2 * r.max : COLD_WINDOW;
 	st = ferry_stream_create(be, "calibrate d2h", &r.d2h);
 	if (!st)
 		st = ferry_stream_create(be, "calibrate h2d", &r.h2d);
 	if (!st)
 		st = ferry_buffer_alloc(be, 2 * r.window, &r.dev);
 	if (!st)
-		st = ferry_host_alloc(be, 2 * r.window, (void **)&r.host);
-	if (!st) /* touched once, so no copy pays for the first touch of a page */
-		memset(r.host, 1, 2 * r.window);
-	if (!st)
 		st = ferry_memset_zero_async(r.h2d, ferry_buffer_ptr(r.dev), 2 * r.window);
 	if (!st)
 		st = ferry_stream_synchronize(r.h2d);
-	for (int i = 0; i < n && !st; i++) {
-		struct ferry_calib_copy cp;
-
-		if (!(st = measure_size(&r, sizes[i], repeats, &cp)))
-			ferry_calib_add_copy(c, &cp);
-	}
-	if (r.host)
-		ferry_host_free(be, r.host);
+	for (int i = 0; i < n && !st; i++)
+		st = measure_size(&r, sizes[i], repeats, &out[i]);
 	ferry_buffer_free(r.dev);
 	if (r.h2d)
 		ferry_stream_free(r.h2d);
 	if (r.d2h)
 		ferry_stream_free(r.d2h);
+	return st;
+}
+
+ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
+					struct ferry_calibration *c)
+{
+	size_t bytes = ferry_calib_copy_host_bytes(sizes, n);
+	struct ferry_calib_copy *cp;
+	char *host = NULL;
+	ferry_status st;
+
+	if (!bytes)
+		return FERRY_OK;
+	if (!(cp = ferry_calloc((size_t)n, sizeof(*cp))))
+		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+	st = ferry_host_alloc(be, bytes, (void **)&host);
+	if (!st) /* touched once, so no copy pays for the first touch of a page */
+		memset(host, 1, bytes);
+	if (!st)
+		st = ferry_calib_time_copies(be, host, sizes, n, repeats, cp);
+	for (int i = 0; i < n && !st; i++)
+		ferry_calib_add_copy(c, &cp[i]);
+	if (host)
+		ferry_host_free(be, host);
+	ferry_free(cp);
 	return st;
 }

@@ -174,14 +174,35 @@ double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct 
 	case FERRY_TASK_HOST:
 		return c->adamw_floats_per_s > 0 ? (double)t->call.n / c->adamw_floats_per_s : 0;
 	case FERRY_TASK_FILE:
-		/* the NVMe tier's I/O is not calibrated: a host copy of its bytes
-		 * here, which the prediction replaces by the tier's rates
-		 * (exec/predict.c); said to be estimated */
-		*estimated = true;
+		/* a host copy of its bytes here, which the prediction replaces by
+		 * the NVMe tier's rates (exec/predict.c); estimated when those are
+		 * the defaults */
+		*estimated |= !(c->nvme_read_Bps > 0 && c->nvme_write_Bps > 0);
 		return ferry_calib_copy_seconds(c, t->bytes, t->copy_kind, false);
 	default:
 		return 0;
 	}
+}
+
+/* The host tiers' figures, measured or the defaults. */
+static void tier_summary(const struct ferry_calibration *c, struct ferry_calib_summary *out)
+{
+	out->cxl_copy_measured = c->cxl_copy_factor > 0;
+	out->cxl_adamw_measured = c->cxl_adamw_factor > 0;
+	out->cxl_copy_factor = out->cxl_copy_measured ? c->cxl_copy_factor : FERRY_TIER_CXL_COPY;
+	out->cxl_adamw_factor = out->cxl_adamw_measured ? c->cxl_adamw_factor : FERRY_TIER_CXL_ADAMW;
+	for (int i = 0; i < c->n_cxl && out->n_cxl_nodes < (int)(sizeof(out->cxl_node) / sizeof(out->cxl_node[0]));
+	     i++) {
+		out->cxl_node[out->n_cxl_nodes].node = c->cxl[i].node;
+		out->cxl_node[out->n_cxl_nodes].copy_factor = c->cxl[i].copy;
+		out->cxl_node[out->n_cxl_nodes++].adamw_factor = c->cxl[i].adamw;
+	}
+	out->nvme_read_measured = c->nvme_read_Bps > 0;
+	out->nvme_write_measured = c->nvme_write_Bps > 0;
+	out->nvme_read_Bps = out->nvme_read_measured ? c->nvme_read_Bps : FERRY_TIER_NVME_READ_BPS;
+	out->nvme_write_Bps = out->nvme_write_measured ? c->nvme_write_Bps : FERRY_TIER_NVME_WRITE_BPS;
+	snprintf(out->nvme_dir, sizeof(out->nvme_dir), "%s", c->nvme_dir);
+	snprintf(out->nvme_mode, sizeof(out->nvme_mode), "%s", c->nvme_mode);
 }
 
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out)
@@ -224,6 +245,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->task_gap_s = c->task_gap_s;
 	out->step_host_s = c->step_host_s;
 	out->in_step_factor = c->in_step_factor;
+	tier_summary(c, out);
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

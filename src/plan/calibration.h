@@ -26,6 +26,13 @@ struct ferry_calib_copy {
 
 #define FERRY_CALIB_MAX_COPY 48
 
+/* A CPU-less (CXL) node's speed against local DRAM, measured. */
+struct ferry_calib_cxl {
+	int node;
+	double copy, adamw;
+};
+#define FERRY_CALIB_MAX_CXL 16
+
 struct ferry_calibration {
 	char fingerprint[400];
 	char version[16];
@@ -45,9 +52,14 @@ struct ferry_calibration {
 					  their fastest traced call (0: not measured, 1) */
 	/* host tiers (plan/tier_rates.c; 0: the documented default): a CPU-less
 	 * node's speed against local DRAM for host<->device copies and for the
-	 * CPU AdamW, and the NVMe tier's file I/O */
+	 * CPU AdamW (the slowest node measured; each node's own in cxl[]), and
+	 * the NVMe tier's file I/O (measured in nvme_dir, the file doing I/O
+	 * as nvme_mode says) */
 	double cxl_copy_factor, cxl_adamw_factor;
+	int n_cxl;
+	struct ferry_calib_cxl cxl[FERRY_CALIB_MAX_CXL];
 	double nvme_read_Bps, nvme_write_Bps;
+	char nvme_dir[512], nvme_mode[160];
 };
 
 /* Adds (or replaces) the entry of op's shape. */
@@ -91,5 +103,11 @@ void ferry_calib_tier_rate(const struct ferry_calibration *c, const struct ferry
 /* Measures host<->device copies of each size on be (calibrate_copies.c). */
 ferry_status ferry_calib_measure_copies(ferry_backend_t be, const size_t *sizes, int n, int repeats,
 					struct ferry_calibration *c) FERRY_MUST_CHECK;
+/* The same on host memory the caller gives (on a host tier, say): the
+ * bytes it needs for sizes (0: none), and the times of each size into
+ * out[i]; host is touched beforehand so no copy pays a first touch. */
+size_t ferry_calib_copy_host_bytes(const size_t *sizes, int n);
+ferry_status ferry_calib_time_copies(ferry_backend_t be, char *host, const size_t *sizes, int n, int repeats,
+				     struct ferry_calib_copy *out) FERRY_MUST_CHECK;
 
 #endif

@@ -26,8 +26,11 @@ static json_t *op_json(const struct ferry_calib_op *o)
 
 static json_t *to_json(const struct ferry_calibration *c)
 {
-	json_t *ops = json_array(), *copies = json_array();
+	json_t *ops = json_array(), *copies = json_array(), *cxl = json_array();
 
+	for (int i = 0; i < c->n_cxl; i++)
+		json_array_append_new(cxl, json_pack("{s:i, s:f, s:f}", "node", c->cxl[i].node, "copy_factor",
+						     c->cxl[i].copy, "adamw_factor", c->cxl[i].adamw));
 	for (int i = 0; i < c->n_ops; i++)
 		json_array_append_new(ops, op_json(&c->ops[i]));
 	for (int i = 0; i < c->n_copy; i++) {
@@ -37,15 +40,16 @@ static json_t *to_json(const struct ferry_calibration *c)
 							"d2h_s", p->d2h_s, "h2d_s", p->h2d_s, "d2h_both_s",
 							p->d2h_both_s, "h2d_both_s", p->h2d_both_s));
 	}
-	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:f, s:f, s:s, "
+			 "s:s, s:o, s:o}",
 			 "format", FORMAT_NAME, "version", c->version, "fingerprint", c->fingerprint, "created",
 			 (json_int_t)c->created, "d2d_Bps", c->d2d_Bps, "zero_Bps", c->zero_Bps, "adamw_floats_per_s",
 			 c->adamw_floats_per_s, "op_spread", c->op_spread, "copy_compute_slowdown",
 			 c->copy_compute_slowdown, "task_gap_s", c->task_gap_s, "step_host_s", c->step_host_s,
-			 "in_step_factor", c->in_step_factor, "cxl_copy_factor", c->cxl_copy_factor,
-			 "cxl_adamw_factor", c->cxl_adamw_factor,
-			 "nvme_read_Bps", c->nvme_read_Bps, "nvme_write_Bps", c->nvme_write_Bps, "copies", copies,
-			 "ops", ops);
+			 "in_step_factor", c->in_step_factor, "cxl_copy_factor", c->cxl_copy_factor, "cxl_adamw_factor",
+			 c->cxl_adamw_factor, "cxl_nodes", cxl, "nvme_read_Bps", c->nvme_read_Bps, "nvme_write_Bps",
+			 c->nvme_write_Bps, "nvme_dir", c->nvme_dir, "nvme_mode", c->nvme_mode, "copies", copies, "ops",
+			 ops);
 }
 
 /* mkdir -p of path's directory. */
@@ -141,22 +145,40 @@ static ferry_status read_copies(const json_t *copies, struct ferry_calibration *
 	return FERRY_OK;
 }
 
+/* Each CPU-less node's measured speed (absent: none measured). */
+static ferry_status read_cxl(const json_t *nodes, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(nodes, i, o) {
+		struct ferry_calib_cxl x;
+
+		if (json_unpack(o, "{s:i, s:F, s:F}", "node", &x.node, "copy_factor", &x.copy, "adamw_factor",
+				&x.adamw) != 0 || x.copy <= 0 || x.adamw <= 0)
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: cxl_nodes entry %zu is malformed", path, i);
+		if (c->n_cxl < FERRY_CALIB_MAX_CXL)
+			c->cxl[c->n_cxl++] = x;
+	}
+	return FERRY_OK;
+}
+
 /* The header: refuses what is not for this machine and version, or old. */
 static ferry_status check_header(const json_t *root, const char *fingerprint, struct ferry_calibration *c,
 				 const char *path)
 {
-	const char *fmt = "", *ver = "", *fp = "";
+	const char *fmt = "", *ver = "", *fp = "", *nvme_dir = "", *nvme_mode = "";
 	json_int_t created = 0;
 	double age_days;
 
-	if (json_unpack((json_t *)root, "{s:s, s:s, s:s, s:I, s:F, s:F, s:F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, s?F}",
-			"format", &fmt, "version", &ver, "fingerprint", &fp, "created", &created, "d2d_Bps",
-			&c->d2d_Bps, "zero_Bps", &c->zero_Bps, "adamw_floats_per_s", &c->adamw_floats_per_s,
-			"op_spread", &c->op_spread, "copy_compute_slowdown", &c->copy_compute_slowdown, "task_gap_s",
-			&c->task_gap_s, "step_host_s", &c->step_host_s, "in_step_factor", &c->in_step_factor,
-			"cxl_copy_factor", &c->cxl_copy_factor,
+	if (json_unpack((json_t *)root, "{s:s, s:s, s:s, s:I, s:F, s:F, s:F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, "
+			"s?F, s?s, s?s}", "format", &fmt, "version", &ver, "fingerprint", &fp, "created", &created,
+			"d2d_Bps", &c->d2d_Bps, "zero_Bps", &c->zero_Bps, "adamw_floats_per_s",
+			&c->adamw_floats_per_s, "op_spread", &c->op_spread, "copy_compute_slowdown",
+			&c->copy_compute_slowdown, "task_gap_s", &c->task_gap_s, "step_host_s", &c->step_host_s,
+			"in_step_factor", &c->in_step_factor, "cxl_copy_factor", &c->cxl_copy_factor,
 			"cxl_adamw_factor", &c->cxl_adamw_factor, "nvme_read_Bps", &c->nvme_read_Bps,
-			"nvme_write_Bps", &c->nvme_write_Bps) != 0 ||
+			"nvme_write_Bps", &c->nvme_write_Bps, "nvme_dir", &nvme_dir, "nvme_mode", &nvme_mode) != 0 ||
 	    strcmp(fmt, FORMAT_NAME))
 		return ferry_error(FERRY_ERR_FORMAT, "%s is not a ferry calibration: run `ferry calibrate`", path);
 	if (strcmp(ver, FERRY_VERSION_STRING))
@@ -171,6 +193,8 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 				   "`ferry calibrate` again", path, age_days, FERRY_CALIBRATION_MAX_AGE_DAYS);
 	snprintf(c->version, sizeof(c->version), "%s", ver);
 	snprintf(c->fingerprint, sizeof(c->fingerprint), "%s", fp);
+	snprintf(c->nvme_dir, sizeof(c->nvme_dir), "%s", nvme_dir);
+	snprintf(c->nvme_mode, sizeof(c->nvme_mode), "%s", nvme_mode);
 	c->created = (long long)created;
 	return FERRY_OK;
 }
@@ -197,6 +221,8 @@ ferry_status ferry_calibration_load(const char *path, const char *fingerprint, f
 		st = read_ops(json_object_get(root, "ops"), c, path);
 	if (!st)
 		st = read_copies(json_object_get(root, "copies"), c, path);
+	if (!st)
+		st = read_cxl(json_object_get(root, "cxl_nodes"), c, path);
 	json_decref(root);
 	if (st)
 		ferry_calibration_free(c);

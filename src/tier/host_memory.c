@@ -102,28 +102,58 @@ bool ferry_host_tiers_owns(ferry_host_tiers_t h, const void *p)
 	return h && p && find(h, p);
 }
 
-static ferry_status map_on_tier(struct ferry_host_tiers *h, const struct ferry_tier *t, struct tier_region *r)
+/* *mapped bytes (bytes rounded up to pages, at least one) at *p, bound to
+ * t's nodes and touched. */
+static ferry_status map_bound(const struct ferry_topology *topo, const struct ferry_tier *t, size_t bytes, void **p,
+			      size_t *mapped)
 {
 	size_t page = page_size();
 	ferry_status st;
-	void *p;
+	void *q;
 
-	r->mapped = (r->bytes + page - 1) / page * page;
-	p = mmap(NULL, r->mapped ? r->mapped : page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return ferry_error(FERRY_ERR_NOMEM, "host tier: cannot map %zu bytes: %s", r->bytes, strerror(errno));
-	if (!r->mapped)
-		r->mapped = page;
-	if ((st = ferry_tier_bind(&h->topo, t, p, r->mapped))) {
-		munmap(p, r->mapped);
+	*mapped = bytes ? (bytes + page - 1) / page * page : page;
+	q = mmap(NULL, *mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (q == MAP_FAILED)
+		return ferry_error(FERRY_ERR_NOMEM, "host tier: cannot map %zu bytes: %s", bytes, strerror(errno));
+	if ((st = ferry_tier_bind(topo, t, q, *mapped))) {
+		munmap(q, *mapped);
 		return st;
 	}
 	/* first touch, now: the pages are allocated on the tier's nodes before
 	 * step 1, and a shortage shows here rather than mid-step */
-	for (size_t off = 0; off < r->mapped; off += page)
-		((volatile char *)p)[off] = 0;
-	r->p = p;
+	for (size_t off = 0; off < *mapped; off += page)
+		((volatile char *)q)[off] = 0;
+	*p = q;
 	return FERRY_OK;
+}
+
+static ferry_status map_on_tier(struct ferry_host_tiers *h, const struct ferry_tier *t, struct tier_region *r)
+{
+	return map_bound(&h->topo, t, r->bytes, &r->p, &r->mapped);
+}
+
+ferry_status ferry_tier_map(const struct ferry_topology *topo, const struct ferry_tier *t, ferry_backend_t be,
+			    size_t bytes, void **out)
+{
+	size_t mapped;
+	ferry_status st = map_bound(topo, t, bytes, out, &mapped);
+
+	if (!st && be && be->iface->host_register && (st = be->iface->host_register(be, *out, mapped))) {
+		munmap(*out, mapped);
+		*out = NULL;
+	}
+	return st;
+}
+
+void ferry_tier_unmap(ferry_backend_t be, void *p, size_t bytes)
+{
+	size_t page = page_size();
+
+	if (!p)
+		return;
+	if (be && be->iface->host_unregister)
+		be->iface->host_unregister(be, p);
+	munmap(p, bytes ? (bytes + page - 1) / page * page : page);
 }
 
 ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_tensor_kind kind,

@@ -48,6 +48,15 @@ bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind);
 ferry_status ferry_tier_bind(const struct ferry_topology *topo, const struct ferry_tier *t, void *p, size_t bytes)
 	FERRY_MUST_CHECK;
 
+/* Host memory of bytes bound to tier t's nodes (not bound on a simulated
+ * topology), touched, and registered for DMA with be (NULL: not), as
+ * ferry_host_tiers_alloc makes it but outside any placement (calibration
+ * measures each tier on such memory); freed by ferry_tier_unmap with the
+ * same be and bytes. */
+ferry_status ferry_tier_map(const struct ferry_topology *topo, const struct ferry_tier *t, ferry_backend_t be,
+			    size_t bytes, void **out) FERRY_MUST_CHECK;
+void ferry_tier_unmap(ferry_backend_t be, void *p, size_t bytes);
+
 /* An NVMe region: file bytes reserved for r->bytes, and an address range
  * (never readable) that stands for them. */
 ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, ferry_backend_t be, struct tier_region *r)

@@ -3,6 +3,10 @@
 # machine ($XDG_CACHE_HOME/ferry), ferry info shows them, ferry bench
 # predicts from them (column and --json); a cache made for another machine,
 # by another version or too long ago is refused, saying why and what to run.
+# Host tiers: with --nvme-dir the NVMe tier's rates are measured (the
+# directory left empty) and info says so; the CXL figures stay the
+# defaults without CPU-less nodes or on simulated ones; --policy auto
+# judges the tiers at those figures and says which are measured.
 . "$(dirname "$0")/lib.bash"
 export XDG_CACHE_HOME=$WORK/cache
 SHAPE=(--backend cpu --layers 2 --channels 32 --heads 2 --max-seq 32 --batch 2 --seq 16 --threads 1)
@@ -28,6 +32,46 @@ n2=$(grep -c '"op":' "$cache")
 expect_ok "info" "$FERRY" info
 grep -q "^calibrations in $XDG_CACHE_HOME/ferry:" out.txt && grep -q "device=CPU: 1 threads" out.txt &&
 	grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || { fail "info lists the calibration"; cat out.txt >&2; }
+
+# host tiers: without CPU-less nodes (this machine) the CXL figures are the
+# defaults and info says so; --nvme-dir measures the NVMe tier there and
+# leaves the directory empty; a later calibration without it keeps them;
+# a simulated topology's nodes are not measured
+cpuless=0
+for n in /sys/devices/system/node/node[0-9]*; do
+	[ -r "$n/cpulist" ] && [ -z "$(tr -d ' \n' <"$n/cpulist")" ] && cpuless=$((cpuless + 1))
+done
+if [ "$cpuless" -eq 0 ]; then
+	grep -q "host tier cxl: copies at 0.50 (default), the CPU AdamW at 0.25 (default) of DRAM's speed; no CPU-less node measured" \
+		out.txt || { fail "info: the CXL figures are the defaults"; cat out.txt >&2; }
+fi
+grep -q "host tier nvme: reads 2.00 GB/s (default), writes 1.00 GB/s (default); ferry calibrate --nvme-dir DIR measures them" \
+	out.txt || { fail "info: the NVMe figures are the defaults"; cat out.txt >&2; }
+mkdir nvme
+expect_ok "calibrate --nvme-dir" "$FERRY" calibrate "${SHAPE[@]}" --quick --nvme-dir nvme
+[ -z "$(ls -A nvme)" ] || fail "calibrate --nvme-dir leaves files behind: $(ls -A nvme)"
+python3 - "$cache" <<'PY' || fail "the cache has the NVMe tier's rates"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["nvme_read_Bps"] > 0 and c["nvme_write_Bps"] > 0, c
+assert c["nvme_dir"].endswith("/nvme") and c["nvme_mode"], (c["nvme_dir"], c["nvme_mode"])
+PY
+expect_ok "calibrate without --nvme-dir" "$FERRY" calibrate "${SHAPE[@]}" --quick
+expect_ok "info after --nvme-dir" "$FERRY" info
+grep -qE "host tier nvme: reads [0-9.]+ GB/s \(measured\), writes [0-9.]+ GB/s \(measured\) in $(cd nvme && pwd -P) \(" \
+	out.txt || { fail "info: the NVMe rates measured, and where"; cat out.txt >&2; }
+printf 'node 0 cpus 2 mem 64G\nnode 1 cpus 0 mem 64G\n' > cxl.txt
+expect_ok "calibrate --topology" "$FERRY" calibrate "${SHAPE[@]}" --quick --topology cxl.txt
+grep -q "host tiers: node 1 of cxl.txt is simulated (--topology): not measured" out.txt ||
+	{ fail "calibrate says a simulated node is not measured"; cat out.txt >&2; }
+python3 - "$cache" <<'PY' || fail "a simulated node gives no CXL figure"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["cxl_copy_factor"] == 0 and c["cxl_adamw_factor"] == 0 and c["cxl_nodes"] == [], c["cxl_nodes"]
+assert c["nvme_read_Bps"] > 0, "the NVMe rates are kept"
+PY
+expect_error "calibrate --nvme-dir missing" "--nvme-dir nothere: No such file" \
+	"$FERRY" calibrate "${SHAPE[@]}" --quick --nvme-dir nothere
 expect_ok "bench with predictions" "$FERRY" bench "${SHAPE[@]}" --steps 1 --json bench.json nothing_saveable \
 	qkv_proj_offloaded
 grep -qE '^qkv_proj_offloaded .* [0-9.]+ \([+-][0-9]+%\) +[0-9.]+ ms$' out.txt ||
@@ -86,7 +130,7 @@ printf 'node 0 cpus 2 mem 64G\nnode 1 cpus 0 mem 64G\n' > cxl.txt
 expect_ok "plan --policy auto on tiers" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
 	--topology cxl.txt
 grep -q "^host tiers: params=dram,optimizer=dram (searched [0-9]* placements" out.txt &&
-	grep -q "^  optimizer .* on dram, not cxl where the default puts it; cxl would add" out.txt &&
+	grep -q "^  optimizer .* on dram, not cxl where the default puts it; cxl would add .* of DRAM's speed, defaults)" out.txt &&
 	grep -qE "^  dram \(node 0\) .* optimizer" out.txt || { fail "auto chooses the tiers and says why"; cat out.txt >&2; }
 expect_ok "plan --policy auto on tiers --json" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
 	--topology cxl.txt --json tiers.json
@@ -97,7 +141,14 @@ assert t["spec"] == "params=dram,optimizer=dram" and t["default_fits"], t
 k = {x["kind"]: x for x in t["kinds"]}
 assert k["optimizer"]["tier"] == "dram" and k["optimizer"]["default"] == "cxl", k
 assert all(o["predicted_ms"] >= 0 for o in k["optimizer"]["options"]), k
+cxl = [o for o in k["optimizer"]["options"] if o["tier"] == "cxl"][0]
+assert cxl["copy_speed"] == 0.5 and not cxl["speed_measured"], cxl
 PY
+# the NVMe tier as a candidate, at the rates calibrate measured
+expect_ok "plan --policy auto on tiers with NVMe" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
+	--topology cxl.txt --nvme-dir nvme
+grep -qE "^  optimizer .*; nvme would add [0-9.]+ ms \(file reads at [0-9.]+, writes at [0-9.]+ GB/s, measured\)" out.txt ||
+	{ fail "auto judges the NVMe tier at the measured rates"; cat out.txt >&2; }
 expect_ok "train --policy auto on tiers" "$FERRY" train "${SHAPE[@]}" --policy auto --offload-optimizer stream \
 	--topology cxl.txt --data 'corpus_train_*.bin' --steps 2 --sample 0
 grep -q "^host tiers: params .* on dram (node 0); optimizer .* on dram (node 0);" out.txt ||

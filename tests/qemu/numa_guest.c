@@ -8,20 +8,26 @@
  *   interleave:0+1  alternating pages, half on each
  *   interleave:0*3+1 ranges of 16 pages, three on node 0 for one on node 1
  *                   (striped with mbind, or the kernel's weighted interleave)
+ * and times copies of memory on node 1 against memory on DRAM, mapped as
+ * ferry calibrate maps a CXL node's (ferry_tier_map), printing both rates
+ * and their ratio (only > 0 and finite asserted: emulated memory).
  * Prints "NUMA-GUEST PASS" or "NUMA-GUEST FAIL ..." and powers the guest off.
  * Built static from the tier sources alone (tests/qemu/run.sh); the NVMe
  * tier and the backends are not linked, and the stubs below say so if
  * reached.
  */
 #include "ferry/tier.h"
+#include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
 #include "plan/schedule.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -123,6 +129,77 @@ static void expect_pattern(const char *spec, int run0, int run1)
 	printf("NUMA-GUEST %s: node 0 %d pages, node 1 %d pages\n", spec, count[0], count[1]);
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum { COPY_BYTES = 16 << 20, COPY_ROUNDS = 3 };
+
+/* Seconds of the fastest round of copies to and from `dev` (memory with
+ * CPUs, as the CPU backend's device memory is) of memory on tier `name`
+ * mapped as calibration maps it (ferry_tier_map); 0 after a failure. */
+static double copy_seconds(ferry_host_tiers_t h, const char *name, char *dev)
+{
+	struct ferry_tier t;
+	void *p = NULL;
+	double best = 0;
+
+	if (ferry_tier_resolve(h, name, &t) != FERRY_OK ||
+	    ferry_tier_map(ferry_host_tiers_topology(h), &t, NULL, COPY_BYTES, &p) != FERRY_OK) {
+		EXPECT(0, "%s: %s", name, ferry_last_error());
+		return 0;
+	}
+	{ /* the memory timed sits where the tier says */
+		int nodes[16], want = t.node[0];
+
+		EXPECT(ferry_tier_page_nodes(p, 16, (size_t)sysconf(_SC_PAGESIZE), nodes) == FERRY_OK,
+		       "%s: %s", name, ferry_last_error());
+		for (int i = 0; i < 16; i++)
+			EXPECT(nodes[i] == want, "%s: timed page %d on node %d", name, i, nodes[i]);
+	}
+	for (int r = 0; r < COPY_ROUNDS; r++) {
+		double t0 = now_s();
+
+		memcpy(dev, p, COPY_BYTES);
+		memcpy(p, dev, COPY_BYTES);
+		if (r == 0 || now_s() - t0 < best)
+			best = now_s() - t0;
+	}
+	ferry_tier_unmap(NULL, p, COPY_BYTES);
+	return best;
+}
+
+/* The copy rate on the CPU-less node against DRAM's, as ferry calibrate
+ * measures a CXL node (printed; under emulation only > 0 and finite is
+ * asserted). */
+static void copy_rates(void)
+{
+	struct ferry_host_tiers_opts o = { NULL, NULL, NULL, NULL, FERRY_OPTIM_STREAM };
+	ferry_host_tiers_t h = NULL;
+	struct ferry_tier dram;
+	void *dev = NULL;
+	double d, x;
+
+	if (ferry_host_tiers_create(&o, &h) != FERRY_OK || ferry_tier_resolve(h, "dram", &dram) != FERRY_OK ||
+	    ferry_tier_map(ferry_host_tiers_topology(h), &dram, NULL, COPY_BYTES, &dev) != FERRY_OK) {
+		EXPECT(0, "copy rates: %s", ferry_last_error());
+		ferry_host_tiers_free(h);
+		return;
+	}
+	d = copy_seconds(h, "dram", dev);
+	x = copy_seconds(h, "node:1", dev);
+	EXPECT(d > 0 && x > 0 && isfinite(d / x), "copy times dram %g s, node 1 %g s", d, x);
+	if (d > 0 && x > 0)
+		printf("NUMA-GUEST copies: dram %.2f GB/s, node 1 %.2f GB/s (factor %.2f)\n", 2.0 * COPY_BYTES / d / 1e9,
+		       2.0 * COPY_BYTES / x / 1e9, d / x);
+	ferry_tier_unmap(NULL, dev, COPY_BYTES);
+	ferry_host_tiers_free(h);
+}
+
 int main(void)
 {
 	struct ferry_topology t;
@@ -143,6 +220,7 @@ int main(void)
 		expect_pattern("all=interleave:0+1", 1, 1);
 		/* stripes of 16 pages per unit of weight (host_memory.c) */
 		expect_pattern("all=interleave:0*3+1", 48, 16);
+		copy_rates();
 	}
 	printf(failures ? "NUMA-GUEST FAIL (%d)\n" : "NUMA-GUEST PASS\n", failures);
 	fflush(stdout);

@@ -2,7 +2,8 @@
 # The real multi-node check: boots a Linux kernel in QEMU (no KVM needed)
 # with two NUMA nodes, node 1 without CPUs as CXL memory appears, and runs
 # numa_guest.c as /init, which checks with move_pages that every page of
-# each host tier sits on the node the tier names.  Skips (77) without
+# each host tier sits on the node the tier names, and times copies of
+# memory on node 1 against DRAM as ferry calibrate maps them.  Skips (77) without
 # qemu-system-x86_64, a kernel or a static C library.
 #   bash tests/qemu/run.sh SOURCE_DIR WORK_DIR
 # The kernel: $FERRY_QEMU_KERNEL, else .qemu/boot/vmlinuz-* in the source

@@ -3,14 +3,18 @@
 #include "auto_policy.h"
 #include "ferry/platform.h"
 
-/* Speeds against DRAM's, as the cost model takes them. */
+/* Speeds against DRAM's, as the cost model takes them, and whether they
+ * were calibrated (ferry calibrate) or are the defaults. */
 static void speeds(FILE *f, const struct ferry_auto_tier_kind *k, int j)
 {
+	const char *how = k->opt[j].speed_measured ? "measured" : "defaults";
+
 	if (k->opt[j].tier.type == FERRY_TIER_NVME)
-		fprintf(f, " (file I/O)");
+		fprintf(f, " (file reads at %.2f, writes at %.2f GB/s, %s)", k->opt[j].read_Bps / 1e9,
+			k->opt[j].write_Bps / 1e9, how);
 	else if (k->opt[j].copy_speed < 0.999 || k->opt[j].adamw_speed < 0.999)
-		fprintf(f, " (copies at %.2f, the CPU AdamW at %.2f of DRAM's speed)", k->opt[j].copy_speed,
-			k->opt[j].adamw_speed);
+		fprintf(f, " (copies at %.2f, the CPU AdamW at %.2f of DRAM's speed, %s)", k->opt[j].copy_speed,
+			k->opt[j].adamw_speed, how);
 }
 
 /* What each other tier the kind was tried on would do, against the choice. */
@@ -76,9 +80,11 @@ static void json_kind(FILE *f, int k, const struct ferry_auto_tier_kind *kd, boo
 		kd->dflt >= 0 ? kd->opt[kd->dflt].name : "");
 	for (int j = 0; j < kd->n; j++)
 		fprintf(f, "%s{\"tier\": \"%s\", \"judged\": %s, \"fits\": %s, \"predicted_ms\": %.4f, "
-			   "\"copy_speed\": %.3f, \"adamw_speed\": %.3f}", j ? ", " : "", kd->opt[j].name,
+			   "\"copy_speed\": %.3f, \"adamw_speed\": %.3f, \"read_Bps\": %.6g, \"write_Bps\": %.6g, "
+			   "\"speed_measured\": %s}", j ? ", " : "", kd->opt[j].name,
 			kd->opt[j].judged ? "true" : "false", kd->opt[j].fits ? "true" : "false", kd->opt[j].step_s * 1e3,
-			kd->opt[j].copy_speed, kd->opt[j].adamw_speed);
+			kd->opt[j].copy_speed, kd->opt[j].adamw_speed, kd->opt[j].read_Bps, kd->opt[j].write_Bps,
+			kd->opt[j].speed_measured ? "true" : "false");
 	fprintf(f, "]}");
 }
 

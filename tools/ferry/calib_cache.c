@@ -23,6 +23,28 @@ static double gbps(double bps)
 	return bps / 1e9;
 }
 
+static const char *how(bool measured)
+{
+	return measured ? "measured" : "default";
+}
+
+/* Each host tier's figures, measured or the default. */
+static void print_tiers(FILE *f, const struct ferry_calib_summary *s, const char *indent)
+{
+	fprintf(f, "%shost tier cxl: copies at %.2f (%s), the CPU AdamW at %.2f (%s) of DRAM's speed%s\n", indent,
+		s->cxl_copy_factor, how(s->cxl_copy_measured), s->cxl_adamw_factor, how(s->cxl_adamw_measured),
+		s->n_cxl_nodes > 1 ? " (the slowest node)" : s->n_cxl_nodes ? "" : "; no CPU-less node measured");
+	for (int i = 0; i < s->n_cxl_nodes; i++)
+		fprintf(f, "%s  node %d: copies at %.2f, the CPU AdamW at %.2f (measured)\n", indent,
+			s->cxl_node[i].node, s->cxl_node[i].copy_factor, s->cxl_node[i].adamw_factor);
+	fprintf(f, "%shost tier nvme: reads %.2f GB/s (%s), writes %.2f GB/s (%s)", indent, gbps(s->nvme_read_Bps),
+		how(s->nvme_read_measured), gbps(s->nvme_write_Bps), how(s->nvme_write_measured));
+	if (s->nvme_dir[0])
+		fprintf(f, " in %s (%s)\n", s->nvme_dir, s->nvme_mode);
+	else
+		fprintf(f, "; ferry calibrate --nvme-dir DIR measures them\n");
+}
+
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 {
 	struct ferry_calib_summary s;
@@ -54,6 +76,7 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)%s\n", indent,
 		s.op_spread * 100, s.op_spread > CALIB_BUSY_SPREAD ? ": the machine looked busy, calibrate again "
 								     "when it is quiet" : "");
+	print_tiers(f, &s, indent);
 }
 
 void calib_print_all(FILE *f)

@@ -4,6 +4,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "tier_flags.h"
 #include "ferry/platform.h"
 
 #include <stdio.h>
@@ -29,6 +30,15 @@ static void usage(void)
 	       "them.  The traced steps use --policy (default nothing_saveable: the least\n"
 	       "memory, and its recomputation runs every forward op twice).  --quick: one\n"
 	       "traced step.\n"
+	       "\n"
+	       "Host tiers (docs/tiers.md): on a machine with CPU-less (CXL) NUMA nodes, each\n"
+	       "node's speed against local DRAM, in the same run: copies to and from the\n"
+	       "device at those sizes, and the CPU AdamW, on memory bound to the node and to\n"
+	       "DRAM (not with --host-tier off, nor on a --topology file's simulated nodes).\n"
+	       "With --nvme-dir DIR, the NVMe tier's write and read rates in DIR through its\n"
+	       "own file I/O (at most 256 MiB, the file gone from DIR as soon as it is open).\n"
+	       "Figures not measured keep an earlier calibration's, else the documented\n"
+	       "defaults; `ferry info` says which.\n"
 	       "\n%s", model_flags_help);
 }
 
@@ -63,6 +73,29 @@ static int parse(int argc, char **argv, struct ferry_train_opts *o, int *repeats
 	return -1;
 }
 
+/* CPU-less nodes of the tiers' topology that were not measured, and why. */
+static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration_t c)
+{
+	const struct ferry_topology *t = o->exec.host_tiers ? ferry_host_tiers_topology(o->exec.host_tiers) : NULL;
+	struct ferry_calib_summary s;
+
+	ferry_calibration_summary(c, &s);
+	for (int i = 0; t && i < t->n; i++) {
+		bool seen = false;
+
+		if (t->node[i].cpus || !t->node[i].capacity)
+			continue;
+		for (int j = 0; j < s.n_cxl_nodes; j++)
+			seen |= s.cxl_node[j].node == t->node[i].id;
+		if (t->simulated)
+			printf("host tiers: node %d of %s is simulated (--topology): not measured\n", t->node[i].id,
+			       t->source);
+		else if (!seen)
+			printf("host tiers: CPU-less node %d not measured (too little free memory for the "
+			       "measurement)\n", t->node[i].id);
+	}
+}
+
 int cmd_calibrate(int argc, char **argv)
 {
 	struct ferry_train_opts o;
@@ -77,24 +110,29 @@ int cmd_calibrate(int argc, char **argv)
 	ferry_set_threads(o.threads);
 	if (model_flags_backend(CMD, &o, stdout) || model_flags_config(CMD, &o, &cfg))
 		return 1;
+	if (tier_flags_setup(CMD, &o))
+		return 1;
 	if (ferry_backend_open(o.backend, &(struct ferry_backend_opts){ .device_mem = o.device_mem,
-									.threads = o.threads }, &be) != FERRY_OK)
-		return cli_fail(CMD);
-	if (calib_cache_load(be, &old, path, sizeof(path)) != FERRY_OK && path[0])
-		printf("starting a new calibration: %s\n", ferry_last_error());
-	if (ferry_calibrate(be, &cfg, o.B, o.T, &o.exec, repeats, old, &c) != FERRY_OK ||
-	    ferry_calibration_save(c, path) != FERRY_OK) {
-		ferry_calibration_free(old);
-		ferry_calibration_free(c);
-		ferry_backend_close(be);
+									.threads = o.threads }, &be) != FERRY_OK) {
+		tier_flags_release(&o);
 		return cli_fail(CMD);
 	}
-	printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels,
-	       o.B, o.T, ferry_backend_description(be));
-	calib_print(stdout, c, "  ");
-	printf("saved to %s\n", path);
+	if (calib_cache_load(be, &old, path, sizeof(path)) != FERRY_OK && path[0])
+		printf("starting a new calibration: %s\n", ferry_last_error());
+	rc = ferry_calibrate(be, &cfg, o.B, o.T, &o.exec, repeats, old, &c) != FERRY_OK ||
+	     ferry_calibration_save(c, path) != FERRY_OK;
+	if (rc) {
+		cli_fail(CMD);
+	} else {
+		printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers,
+		       cfg.channels, o.B, o.T, ferry_backend_description(be));
+		print_tier_notes(&o, c);
+		calib_print(stdout, c, "  ");
+		printf("saved to %s\n", path);
+	}
 	ferry_calibration_free(old);
 	ferry_calibration_free(c);
 	ferry_backend_close(be);
-	return 0;
+	tier_flags_release(&o);
+	return rc;
 }
