@@ -10,7 +10,7 @@
  *    copy ends before compute's last slice starts;
  *  - compute overlaps copies wherever the schedule lets it, shown without
  *    relying on the machine's timing: with the device-to-host stream held
- *    back (a 300 ms host task queued on it first), compute runs the forward
+ *    back (a 1 s host task queued on it first), compute runs the forward
  *    of every layer whose offload slot is fresh before any copy starts,
  *    and the first layer that reuses a slot waits for that slot's copy;
  *  - counters: the device arena's live bytes and the host bytes are the
@@ -41,8 +41,26 @@ static void batch(int32_t *in, int32_t *tg)
 	}
 }
 
-/* Two steps (the second traced to path when given); the last loss. */
-static float train(const char *path)
+static void hold_back(void *arg)
+{
+	(void)arg;
+	usleep(1000 * 1000);
+}
+
+/* Queues hold_back on the model's device-to-host stream. */
+static void hold_back_copies(ferry_model_t m)
+{
+	int d2h = -1;
+
+	for (int i = 0; i < m->res.n_streams; i++)
+		d2h = strcmp(m->res.stream_name[i], "d2h") ? d2h : i;
+	CHECK(d2h >= 0 && ferry_stream_host_fn(m->rt.stream[d2h], hold_back, NULL) == FERRY_OK,
+	      "the device-to-host stream held back: %s", ferry_last_error());
+}
+
+/* Two steps (the second traced to path when given, its copies out held
+ * back 1 s when held); the last loss. */
+static float train(const char *path, bool held)
 {
 	struct ferry_adamw opt = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
 	struct ferry_exec_opts o = { .policy = policy };
@@ -52,12 +70,18 @@ static float train(const char *path)
 	float loss = 0, norm;
 
 	batch(in, tg);
-	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "open");
+	/* held: compute on one thread, so that no OpenMP barrier waits a time
+	 * slice for a descheduled team mate on a busy machine (8 ms an op,
+	 * measured, while two compilers ran) */
+	CHECK(ferry_backend_open("cpu", &(struct ferry_backend_opts){ .threads = held ? 1 : 0 }, &be) == FERRY_OK,
+	      "open");
 	CHECK(ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK, "create: %s", ferry_last_error());
 	CHECK(ferry_model_init_random(m, 3) == FERRY_OK, "init");
 	for (int s = 1; s <= 2; s++) {
 		if (s == 2 && path)
 			CHECK(ferry_model_trace_begin(m) == FERRY_OK, "trace begin: %s", ferry_last_error());
+		if (s == 2 && held)
+			hold_back_copies(m);
 		CHECK(ferry_model_step_submit(m, in, tg, B, T) == FERRY_OK &&
 			      ferry_model_step_finish(m, &opt, s, &loss, &norm) == FERRY_OK,
 		      "step: %s", ferry_last_error());
@@ -255,44 +279,6 @@ static void check_order(const struct slice *sl, int n)
 	      compute_last);
 }
 
-static void hold_back(void *arg)
-{
-	(void)arg;
-	usleep(300 * 1000);
-}
-
-/* The second step traced to path, its device-to-host stream held back. */
-static void train_held_back(const char *path)
-{
-	struct ferry_adamw opt = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f };
-	struct ferry_exec_opts o = { .policy = policy };
-	ferry_backend_t be;
-	ferry_model_t m;
-	int32_t in[B * T], tg[B * T];
-	float loss, norm;
-	int d2h = -1;
-
-	batch(in, tg);
-	CHECK(ferry_backend_open("cpu", NULL, &be) == FERRY_OK, "open");
-	CHECK(ferry_model_create(be, &cfg, B, T, &o, &m) == FERRY_OK && ferry_model_init_random(m, 3) == FERRY_OK,
-	      "create: %s", ferry_last_error());
-	for (int s = 1; s <= 2; s++) {
-		for (int i = 0; i < m->res.n_streams; i++)
-			d2h = strcmp(m->res.stream_name[i], "d2h") ? d2h : i;
-		CHECK(d2h >= 0, "the model has a device-to-host stream");
-		if (s == 2 && d2h >= 0)
-			CHECK(ferry_model_trace_begin(m) == FERRY_OK &&
-				      ferry_stream_host_fn(m->rt.stream[d2h], hold_back, NULL) == FERRY_OK,
-			      "trace, hold back: %s", ferry_last_error());
-		CHECK(ferry_model_step_submit(m, in, tg, B, T) == FERRY_OK &&
-			      ferry_model_step_finish(m, &opt, s, &loss, &norm) == FERRY_OK,
-		      "step: %s", ferry_last_error());
-	}
-	CHECK(ferry_model_trace_end(m, path) == FERRY_OK, "trace end: %s", ferry_last_error());
-	ferry_model_free(m);
-	ferry_backend_close(be);
-}
-
 /* With copies held back: the forward of layers 0 .. ring-1 (fresh slots)
  * is done before the first copy starts; layer `ring`'s first slice waits
  * for the copy out of the slot it reuses (layer 0's). */
@@ -339,12 +325,12 @@ int main(void)
 		return 1;
 	}
 	snprintf(path, sizeof(path), "%s/step.json", dir);
-	CHECK(train(path) == train(NULL), "tracing leaves the training's bits alone");
+	CHECK(train(path, false) == train(NULL, false), "tracing leaves the training's bits alone");
 	n = read_trace(path, sl, 4096);
 	check_tasks(sl, n);
 	check_order(sl, n);
 	check_counters(path);
-	train_held_back(path);
+	train(path, true);
 	n = read_trace(path, sl, 4096);
 	check_overlap(sl, n);
 
