@@ -195,6 +195,14 @@ static const struct ferry_plan_tensor *plan_tensor(const struct ferry_plan *p, c
 	return NULL;
 }
 
+static size_t buffer_bytes(const struct ferry_plan *p, const char *name)
+{
+	for (int i = 0; i < p->n_buffers; i++)
+		if (!strcmp(p->buffers[i].name, name))
+			return p->buffers[i].bytes;
+	return 0;
+}
+
 /* The plan says what each policy does; check the headline facts. */
 static void test_gpt2_plans(void)
 {
@@ -214,6 +222,12 @@ static void test_gpt2_plans(void)
 	CHECK(off.mem.host_activation_bytes == (size_t)3 * gcfg->layers * GB * GT * gcfg->channels * 4,
 	      "qkv offloaded: host bytes %zu", off.mem.host_activation_bytes);
 	CHECK(all.mem.total_bytes == all.mem.peak_bytes, "total == peak when all is planned up front");
+	/* activation gradients: the input's and output's, then at most 6
+	 * widths live at once (at mlpwi's backward: post_attention_residual's,
+	 * pre_mlp_norm's and the 4-wide mlpwi's, which the GELU's backward
+	 * wrote over mlp_activation's) */
+	CHECK(buffer_bytes(&all, "activation gradients") == 8 * (size_t)GB * GT * gcfg->channels * 4,
+	      "gradient workspace %zu bytes: 8 widths", buffer_bytes(&all, "activation gradients"));
 	CHECK(!strcmp(all.buffers[0].name, "params") && all.mem.alias_bytes == 3 * all.buffers[0].bytes,
 	      "params, m and v are donated");
 	for (int i = 0; i < off.n_tensors; i++) {

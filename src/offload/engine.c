@@ -444,6 +444,8 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 
 	if (!(ex->sp.has_grad & (1u << t)))
 		return NULL;
+	if (ex->sp.grad_alias[t] >= 0) /* written in place over this one */
+		t = ex->sp.grad_alias[t];
 	if (t == decl->output)
 		return ex->io_grad[io_out];
 	if (t == decl->input)
@@ -497,6 +499,7 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 				zero_grad(ex, p, t, io_out, l, B, T);
 		make_call(ex, o, l, B, T, &c);
 		c.backward = true;
+		c.grad_assign = ex->sp.grad_assign_ops & (1u << o);
 		for (int i = 0; i < info->n_out; i++)
 			c.dout[i] = grad_of(ex, op->out[i], io_out);
 		for (int i = 0; i < info->n_in; i++)

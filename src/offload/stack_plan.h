@@ -50,6 +50,14 @@ struct ferry_stack_plan {
 	 * (grad_off: its offset in the workspace). */
 	size_t grad_off[FERRY_LAYER_MAX_TENSORS];
 	int grad_zero_op[FERRY_LAYER_MAX_TENSORS];
+	/* The input of a bwd_in_place op (GELU) that only it reads, not the
+	 * layer input, the shape of its output: its gradient is that output's
+	 * gradient's bytes, which the op's backward overwrites element by
+	 * element (grad_assign_ops), so it has no bytes and no zeroing of its
+	 * own.  grad_alias: the tensor whose gradient bytes t's are (the end
+	 * of a chain of such ops; maybe the layer output), or -1. */
+	int grad_alias[FERRY_LAYER_MAX_TENSORS];
+	unsigned grad_assign_ops;
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.
