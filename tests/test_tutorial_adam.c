@@ -265,10 +265,14 @@ static size_t buffer_bytes(const char *name)
 }
 
 /* The gradient workspace is the two alternating layer input/output slots
- * alone: y's gradient is written over the output's by the GELU. */
+ * alone: y's gradient is written over the output's by the GELU.  x kept on
+ * the device: the input argument is its slot 0, so its own storage is the
+ * L layer outputs; x offloaded: its ring and the last output, the input
+ * copied in. */
 static void test_plan(void)
 {
 	struct ferry_tutorial_adam_config c = small;
+	struct ferry_exec_opts off = { .policy = "save_and_offload_only_these_names([], [x])" };
 	size_t width;
 
 	c.rows = 64; /* a width of 2 KiB, a multiple of the 256-byte alignment */
@@ -276,6 +280,12 @@ static void test_plan(void)
 	CHECK(ferry_tutorial_adam_plan(&c, NULL, &plan) == FERRY_OK, "plan: %s", ferry_last_error());
 	CHECK(buffer_bytes("activation gradients") == 2 * width, "gradient workspace %zu bytes, 2 x %zu",
 	      buffer_bytes("activation gradients"), width);
+	CHECK(buffer_bytes("input") == width && buffer_bytes("act:x") == (size_t)c.layers * width,
+	      "x kept: input %zu, x's slots %zu bytes", buffer_bytes("input"), buffer_bytes("act:x"));
+	CHECK(plan.tensors[0].device_slots == c.layers, "x kept: %d slots of its own", plan.tensors[0].device_slots);
+	CHECK(ferry_tutorial_adam_plan(&c, &off, &plan) == FERRY_OK, "plan: %s", ferry_last_error());
+	CHECK(buffer_bytes("input") == width && buffer_bytes("act:x") == (size_t)(plan.ring_slots + 1) * width,
+	      "x offloaded: input %zu, x's slots %zu bytes", buffer_bytes("input"), buffer_bytes("act:x"));
 }
 
 int main(void)

@@ -78,6 +78,11 @@ static char *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 	case FERRY_SLOT_NONE:
 		break;
 	}
+	if (sp->kind[t] == FERRY_SLOT_INPUT && sp->input_in_place) {
+		if (slot == 0)
+			return ex->mem.input0; /* the caller's buffer */
+		slot--;                        /* act[t] begins at slot 1 */
+	}
 	if (!ex->mem.act[t]) /* a dry build, for printing */
 		return NULL;
 	return (char *)ex->mem.act[t] + (size_t)slot * sp->slot_bytes[t];
@@ -161,6 +166,9 @@ ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int comp
 	*out = NULL;
 	if (plan->ring > 65)
 		return ferry_error(FERRY_ERR_INVALID, "offload ring of %d slots: at most 65", plan->ring);
+	if (plan->input_in_place && plan->input_offloaded)
+		return ferry_error(FERRY_ERR_INVALID, "an offloaded layer input cannot be read in place: its slots "
+				   "are a ring");
 	ex = ferry_calloc(1, sizeof(*ex));
 	if (!ex)
 		return ferry_error(FERRY_ERR_NOMEM, "layer executor: out of host memory");

@@ -279,6 +279,11 @@ static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack
 	sp->grad_bytes = io + end;
 }
 
+int ferry_stack_storage_slots(const struct ferry_stack_plan *sp, int t)
+{
+	return sp->slots[t] - (sp->kind[t] == FERRY_SLOT_INPUT && sp->input_in_place);
+}
+
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 				   const struct ferry_dims *dims,
 				   const struct ferry_exec_opts *opts, struct ferry_stack_plan *sp)
@@ -386,8 +391,8 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		pt->stored = sp->stored & (1u << t);
 		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
 		pt->layer_bytes = ferry_layer_tensor_numel(decl, t, dims) * sp->elem[t];
-		pt->device_slots = sp->slots[t];
-		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_bytes[t];
+		pt->device_slots = ferry_stack_storage_slots(sp, t);
+		pt->device_bytes = (size_t)pt->device_slots * sp->slot_bytes[t];
 		pt->host_bytes = (size_t)sp->L * sp->host_bytes[t];
 	}
 }

@@ -38,6 +38,11 @@ struct ferry_stack_plan {
 	bool input_offloaded;
 	enum ferry_slot_kind kind[FERRY_LAYER_MAX_TENSORS];
 	int slots[FERRY_LAYER_MAX_TENSORS];
+	/* Set by the caller, for an input kept on the device only: slot 0 of
+	 * the layer input is the caller's buffer (the stack reads its
+	 * argument in place), so the stack's own storage of it is one slot
+	 * smaller (ferry_stack_storage_slots). */
+	bool input_in_place;
 	enum ferry_dtype act_dtype;
 	size_t elem[FERRY_LAYER_MAX_TENSORS];       /* bytes per element */
 	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
@@ -67,6 +72,9 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 				   const struct ferry_dims *dims,
 				   const struct ferry_exec_opts *opts,
 				   struct ferry_stack_plan *out) FERRY_MUST_CHECK;
+
+/* Slots of tensor t in the stack's own device storage. */
+int ferry_stack_storage_slots(const struct ferry_stack_plan *sp, int t);
 
 /* Describes each of the layer's tensors (placement, bytes per layer,
  * device slots, host bytes) in plan->tensors. */
