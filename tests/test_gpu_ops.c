@@ -191,6 +191,15 @@ static void test_elementwise(long n)
 	SET(dout[0], d); SET(din[0], da);
 	run_pair("gelu backward", &cc, &gc);
 	compare("gelu backward", &da, 2e-2);
+	/* assigned in place over an output gradient of its own (d is used
+	 * below) */
+	struct twin di = twin(n, BF, NORMAL, 1);
+
+	cc.grad_assign = gc.grad_assign = true;
+	SET(dout[0], di); SET(din[0], di);
+	run_pair("gelu backward, assigned in place", &cc, &gc);
+	compare("gelu backward, assigned in place", &di, 2e-2);
+	twin_free(&di);
 
 	cc = (struct ferry_op_call){ .kind = FERRY_OP_RESIDUAL, .n = n };
 	gc = cc;

@@ -14,6 +14,7 @@
 #include "ferry/model.h"
 #include "ferry/policy.h"
 #include "ferry/tutorial.h"
+#include "offload/stack_plan.h"
 #include "test_util.h"
 
 #define STEPS 3
@@ -195,6 +196,14 @@ static const struct ferry_plan_tensor *plan_tensor(const struct ferry_plan *p, c
 	return NULL;
 }
 
+static size_t buffer_bytes(const struct ferry_plan *p, const char *name)
+{
+	for (int i = 0; i < p->n_buffers; i++)
+		if (!strcmp(p->buffers[i].name, name))
+			return p->buffers[i].bytes;
+	return 0;
+}
+
 /* The plan says what each policy does; check the headline facts. */
 static void test_gpt2_plans(void)
 {
@@ -214,6 +223,12 @@ static void test_gpt2_plans(void)
 	CHECK(off.mem.host_activation_bytes == (size_t)3 * gcfg->layers * GB * GT * gcfg->channels * 4,
 	      "qkv offloaded: host bytes %zu", off.mem.host_activation_bytes);
 	CHECK(all.mem.total_bytes == all.mem.peak_bytes, "total == peak when all is planned up front");
+	/* activation gradients: the input's and output's, then at most 6
+	 * widths live at once (at mlpwi's backward: post_attention_residual's,
+	 * pre_mlp_norm's and the 4-wide mlpwi's, which the GELU's backward
+	 * wrote over mlp_activation's) */
+	CHECK(buffer_bytes(&all, "activation gradients") == 8 * (size_t)GB * GT * gcfg->channels * 4,
+	      "gradient workspace %zu bytes: 8 widths", buffer_bytes(&all, "activation gradients"));
 	CHECK(!strcmp(all.buffers[0].name, "params") && all.mem.alias_bytes == 3 * all.buffers[0].bytes,
 	      "params, m and v are donated");
 	for (int i = 0; i < off.n_tensors; i++) {
@@ -435,8 +450,66 @@ static void test_failures(void)
 	CHECK(ferry_model_plan(&gpt2.cfg, gpt2.B, gpt2.T, &o, &plan) == FERRY_ERR_INVALID, "bad depth refused");
 }
 
+/* Layers of matmul (M) and gelu (G) over [B, T, C] tensors 0..n-1, tensor 0
+ * the input, the last the output. */
+#define BTC_T(nm) { .name = nm, .shape = { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } }
+#define OP(k, o, a, b, p) { .kind = k, .out = { o, -1, -1 }, .in = { a, b, -1 }, .w = { { p, 0 }, { -1, 0 } } }
+#define M(o, i) OP(FERRY_OP_MATMUL, o, i, -1, 0)
+#define G(o, i) OP(FERRY_OP_GELU, o, i, -1, -1)
+#define R(o, a, b) OP(FERRY_OP_RESIDUAL, o, a, b, -1)
+
+static void plan_layer(const struct ferry_layer_decl *d, struct ferry_stack_plan *sp, size_t *width)
+{
+	struct ferry_dims dims = { { 0 } };
+
+	dims.v[FERRY_DIM_B] = 2;
+	dims.v[FERRY_DIM_T] = 8;
+	dims.v[FERRY_DIM_C] = 16; /* a width of 1 KiB */
+	dims.v[FERRY_DIM_L] = 3;
+	*width = 2 * 8 * 16 * sizeof(float);
+	CHECK(ferry_stack_plan_make(d, &dims, NULL, sp) == FERRY_OK, "%s: %s", d->model, ferry_last_error());
+}
+
+/* A GELU's input gradient takes its output's bytes (assigned by the GELU's
+ * backward) only when the GELU alone reads it and it is not the layer
+ * input; chains of GELUs share one buffer; a GELU making the layer output
+ * writes into the output's gradient slot. */
+static void test_in_place_grads(void)
+{
+	static const struct ferry_layer_decl chain = {
+		.model = "chain", .n_tensors = 5,
+		.tensors = { BTC_T("x"), BTC_T("y"), BTC_T("z1"), BTC_T("z2"), BTC_T("out") },
+		.n_ops = 4, .ops = { M(1, 0), G(2, 1), G(3, 2), M(4, 3) }, .input = 0, .output = 4 };
+	static const struct ferry_layer_decl twice = {
+		.model = "twice", .n_tensors = 4, .tensors = { BTC_T("x"), BTC_T("y"), BTC_T("z"), BTC_T("out") },
+		.n_ops = 3, .ops = { M(1, 0), G(2, 1), R(3, 2, 1) }, .input = 0, .output = 3 };
+	static const struct ferry_layer_decl of_input = {
+		.model = "of_input", .n_tensors = 3, .tensors = { BTC_T("x"), BTC_T("z"), BTC_T("out") },
+		.n_ops = 2, .ops = { G(1, 0), M(2, 1) }, .input = 0, .output = 2 };
+	static const struct ferry_layer_decl last = {
+		.model = "last", .n_tensors = 3, .tensors = { BTC_T("x"), BTC_T("y"), BTC_T("out") },
+		.n_ops = 2, .ops = { M(1, 0), G(2, 1) }, .input = 0, .output = 2 };
+	struct ferry_stack_plan sp;
+	size_t w;
+
+	plan_layer(&chain, &sp, &w);
+	CHECK(sp.grad_alias[1] == 3 && sp.grad_alias[2] == 3 && sp.grad_alias[3] == -1 &&
+	      sp.grad_assign_ops == 0x6 && sp.grad_zero_op[1] == -1 && sp.grad_zero_op[2] == -1 &&
+	      sp.grad_bytes == 3 * w, "chain: y and z1 in z2's bytes (%zu bytes)", sp.grad_bytes);
+	plan_layer(&twice, &sp, &w);
+	CHECK(sp.grad_alias[1] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 4 * w,
+	      "y read twice: its own bytes (%zu)", sp.grad_bytes);
+	plan_layer(&of_input, &sp, &w);
+	CHECK(sp.grad_alias[0] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 3 * w,
+	      "the layer input: its own slot (%zu)", sp.grad_bytes);
+	plan_layer(&last, &sp, &w);
+	CHECK(sp.grad_alias[1] == 2 && sp.grad_assign_ops == 0x2 && sp.grad_bytes == 2 * w,
+	      "into the output's slot (%zu)", sp.grad_bytes);
+}
+
 int main(void)
 {
+	test_in_place_grads();
 	test_gpt2_plans();
 	test_llama_plans();
 	test_policies(&gpt2);

@@ -401,7 +401,7 @@ static double gelu_loss(void *p)
 
 static void gelu_bwd(GradCase *c, float **g)
 {
-	ferry_cpu_gelu_backward(g[0], c->R, c->x[0], c->nout);
+	ferry_cpu_gelu_backward(g[0], c->R, c->x[0], c->nout, false);
 }
 
 static void test_gelu(uint64_t seed, long n, float scale)
@@ -428,7 +428,22 @@ static void test_gelu(uint64_t seed, long n, float scale)
 	CHECK(fe < FWD_TOL, "%s: forward error %.3g", label, fe);
 	CHECK(ie == 0.0, "%s: in-place forward differs (%.3g)", label, ie);
 	const double ge = check_grads(&c, label);
+	/* assigned, over stale values and in place over dout: the same bits
+	 * as accumulated into zeros */
+	float *acc = TALLOC(float, n), *over = TALLOC(float, n), *inpl = TALLOC(float, n);
+	memset(acc, 0, sizeof(float) * (size_t)n);
+	ferry_cpu_gelu_backward(acc, c.R, x, n, false);
+	for (long i = 0; i < n; i++)
+		over[i] = 7.0f;
+	ferry_cpu_gelu_backward(over, c.R, x, n, true);
+	memcpy(inpl, c.R, sizeof(float) * (size_t)n);
+	ferry_cpu_gelu_backward(inpl, inpl, x, n, true);
+	CHECK(memcmp(over, acc, sizeof(float) * (size_t)n) == 0, "%s: assigned backward differs", label);
+	CHECK(memcmp(inpl, acc, sizeof(float) * (size_t)n) == 0, "%s: in-place backward differs", label);
 	report(label, fe, ge);
+	free(acc);
+	free(over);
+	free(inpl);
 	free(y);
 	case_free(&c);
 }

@@ -256,6 +256,38 @@ static void test_refusals(void)
 	free(w), free(x), free(after);
 }
 
+static size_t buffer_bytes(const char *name)
+{
+	for (int i = 0; i < plan.n_buffers; i++)
+		if (!strcmp(plan.buffers[i].name, name))
+			return plan.buffers[i].bytes;
+	return 0;
+}
+
+/* The gradient workspace is the two alternating layer input/output slots
+ * alone: y's gradient is written over the output's by the GELU.  x kept on
+ * the device: the input argument is its slot 0, so its own storage is the
+ * L layer outputs; x offloaded: its ring and the last output, the input
+ * copied in. */
+static void test_plan(void)
+{
+	struct ferry_tutorial_adam_config c = small;
+	struct ferry_exec_opts off = { .policy = "save_and_offload_only_these_names([], [x])" };
+	size_t width;
+
+	c.rows = 64; /* a width of 2 KiB, a multiple of the 256-byte alignment */
+	width = (size_t)c.rows * c.channels * sizeof(float);
+	CHECK(ferry_tutorial_adam_plan(&c, NULL, &plan) == FERRY_OK, "plan: %s", ferry_last_error());
+	CHECK(buffer_bytes("activation gradients") == 2 * width, "gradient workspace %zu bytes, 2 x %zu",
+	      buffer_bytes("activation gradients"), width);
+	CHECK(buffer_bytes("input") == width && buffer_bytes("act:x") == (size_t)c.layers * width,
+	      "x kept: input %zu, x's slots %zu bytes", buffer_bytes("input"), buffer_bytes("act:x"));
+	CHECK(plan.tensors[0].device_slots == c.layers, "x kept: %d slots of its own", plan.tensors[0].device_slots);
+	CHECK(ferry_tutorial_adam_plan(&c, &off, &plan) == FERRY_OK, "plan: %s", ferry_last_error());
+	CHECK(buffer_bytes("input") == width && buffer_bytes("act:x") == (size_t)(plan.ring_slots + 1) * width,
+	      "x offloaded: input %zu, x's slots %zu bytes", buffer_bytes("input"), buffer_bytes("act:x"));
+}
+
 int main(void)
 {
 	/* a layer of 2900 x 2900 floats is more than one 8 Mi-float ring slice */
@@ -273,5 +305,6 @@ int main(void)
 	wide.channels = 2900;
 	test_stream_matches_device(&wide, "nothing_saveable");
 	test_refusals();
+	test_plan();
 	return test_exit_code();
 }

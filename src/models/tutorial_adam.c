@@ -4,7 +4,8 @@
  * loss = mean((output - input)^2) + l2 * sum(w^2), gradients clipped by
  * their global norm, then Adam (optax.adam: no weight decay).
  *
- * A step is two programs.  "gradient": the input into the stack, forward,
+ * A step is two programs.  "gradient": the input into the stack (the stack
+ * reads the input argument in place when it can: see read_in_place), forward,
  * the squared error and its gradient, backward, the L2 term and its
  * gradient (dw += 2 l2 w), the squared norm of dw, and the three sums to
  * the host.  The host then computes the clipping scale, and "update" runs
@@ -114,6 +115,16 @@ static bool streamed(const struct ferry_exec_opts *o)
 	return o && o->optimizer == FERRY_OPTIM_STREAM;
 }
 
+/* The input argument is slot 0 of the stack's x when x is kept on the
+ * device and the activations are fp32 (no cast): nothing writes slot 0
+ * during a step (layers write their outputs from slot 1), so the input is
+ * not held twice.  An offloaded x's slot 0 is a ring slot, reused by later
+ * layers: then the input is copied in. */
+static void read_in_place(struct ferry_stack_plan *sp, enum ferry_dtype act)
+{
+	sp->input_in_place = act == FERRY_F32 && !sp->input_offloaded;
+}
+
 /* The device buffers, in the order ferry_tutorial_adam_create allocates
  * them. */
 static void plan_buffers(const struct ferry_tutorial_adam_config *cfg, const struct ferry_exec_opts *o,
@@ -150,6 +161,7 @@ ferry_status ferry_tutorial_adam_plan(const struct ferry_tutorial_adam_config *c
 	memset(plan, 0, sizeof(*plan));
 	if ((st = check(cfg, opts)) || (st = ferry_stack_plan_make(&adam_layer, &d, opts, &sp)))
 		return st;
+	read_in_place(&sp, act);
 	snprintf(plan->model, sizeof(plan->model), "tutorial_adam");
 	snprintf(plan->policy, sizeof(plan->policy), "%s",
 		 opts && opts->policy ? opts->policy : "everything_saveable");
@@ -240,7 +252,8 @@ static ferry_status emit_grad(ferry_tutorial_adam_t t)
 
 	c.out[0] = ferry_layer_exec_input(t->layers);
 	c.in[0] = ferry_buffer_ptr(t->input);
-	emit(t, c, n, "x");
+	if (c.out[0] != c.in[0]) /* else the stack reads the input in place */
+		emit(t, c, n, "x");
 	if ((st = ferry_layer_exec_forward(t->layers, &t->grad, 1, t->cfg.rows, true)))
 		return st;
 	emit_loss(t, n);
@@ -358,9 +371,13 @@ static ferry_status build(ferry_tutorial_adam_t t, const struct ferry_exec_opts 
 	t->stride = (size_t)t->cfg.channels * t->cfg.channels;
 
 	add_streams(t);
-	if ((st = ferry_stack_plan_make(&adam_layer, &d, o, &sp)) ||
-	    (st = ferry_tutorial_stack_storage(&adam_layer, &sp, NULL, t->be, &t->stack)) ||
-	    (st = ferry_layer_exec_create(&t->res, t->compute, &adam_layer, &d, NULL, &wt, &sp, &t->stack.storage,
+	if ((st = ferry_stack_plan_make(&adam_layer, &d, o, &sp)))
+		return st;
+	read_in_place(&sp, t->act);
+	if ((st = ferry_tutorial_stack_storage(&adam_layer, &sp, NULL, t->be, &t->stack)))
+		return st;
+	t->stack.storage.input0 = ferry_buffer_ptr(t->input); /* read when sp.input_in_place */
+	if ((st = ferry_layer_exec_create(&t->res, t->compute, &adam_layer, &d, NULL, &wt, &sp, &t->stack.storage,
 					  &t->layers)) ||
 	    (st = emit_grad(t)))
 		return st;

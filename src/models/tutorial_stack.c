@@ -35,7 +35,7 @@ ferry_status ferry_tutorial_stack_storage(const struct ferry_layer_decl *decl, c
 	if (st)
 		st->be = be;
 	for (int i = 0; i < sp->n_tensors && !s; i++) {
-		size_t bytes = (size_t)sp->slots[i] * sp->slot_bytes[i];
+		size_t bytes = (size_t)ferry_stack_storage_slots(sp, i) * sp->slot_bytes[i];
 
 		if (sp->kind[i] == FERRY_SLOT_NONE)
 			continue;

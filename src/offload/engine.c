@@ -78,6 +78,11 @@ static char *act_ptr(const struct ferry_layer_exec *ex, int t, int l)
 	case FERRY_SLOT_NONE:
 		break;
 	}
+	if (sp->kind[t] == FERRY_SLOT_INPUT && sp->input_in_place) {
+		if (slot == 0)
+			return ex->mem.input0; /* the caller's buffer */
+		slot--;                        /* act[t] begins at slot 1 */
+	}
 	if (!ex->mem.act[t]) /* a dry build, for printing */
 		return NULL;
 	return (char *)ex->mem.act[t] + (size_t)slot * sp->slot_bytes[t];
@@ -161,6 +166,9 @@ ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int comp
 	*out = NULL;
 	if (plan->ring > 65)
 		return ferry_error(FERRY_ERR_INVALID, "offload ring of %d slots: at most 65", plan->ring);
+	if (plan->input_in_place && plan->input_offloaded)
+		return ferry_error(FERRY_ERR_INVALID, "an offloaded layer input cannot be read in place: its slots "
+				   "are a ring");
 	ex = ferry_calloc(1, sizeof(*ex));
 	if (!ex)
 		return ferry_error(FERRY_ERR_NOMEM, "layer executor: out of host memory");
@@ -444,6 +452,8 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 
 	if (!(ex->sp.has_grad & (1u << t)))
 		return NULL;
+	if (ex->sp.grad_alias[t] >= 0) /* written in place over this one */
+		t = ex->sp.grad_alias[t];
 	if (t == decl->output)
 		return ex->io_grad[io_out];
 	if (t == decl->input)
@@ -497,6 +507,7 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 				zero_grad(ex, p, t, io_out, l, B, T);
 		make_call(ex, o, l, B, T, &c);
 		c.backward = true;
+		c.grad_assign = ex->sp.grad_assign_ops & (1u << o);
 		for (int i = 0; i < info->n_out; i++)
 			c.dout[i] = grad_of(ex, op->out[i], io_out);
 		for (int i = 0; i < info->n_in; i++)

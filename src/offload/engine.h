@@ -57,7 +57,9 @@ struct ferry_weight_rings {
  * workspace (sp->grad_bytes), and host copies of offloaded tensor t (L
  * layers).  The tensor table allocates them; the executor only reads them. */
 struct ferry_stack_storage {
-	void *act[FERRY_LAYER_MAX_TENSORS];
+	void *act[FERRY_LAYER_MAX_TENSORS]; /* the layer input's from slot 1
+					       when sp->input_in_place */
+	void *input0;      /* the layer input's slot 0 when sp->input_in_place */
 	void *grad;
 	void *host[FERRY_LAYER_MAX_TENSORS];
 	void *ws;          /* kernel scratch for every op (NULL: none) */

@@ -178,21 +178,85 @@ static size_t first_fit(const struct ferry_stack_plan *sp, unsigned placed, cons
 	return off;
 }
 
+static bool same_shape(const struct ferry_shape *a, const struct ferry_shape *b)
+{
+	if ((a->k ? a->k : 1) != (b->k ? b->k : 1))
+		return false;
+	for (int i = 0; i < FERRY_SHAPE_MAX_DIMS; i++) {
+		if (a->d[i] != b->d[i])
+			return false;
+		if (a->d[i] == FERRY_DIM_NONE)
+			break;
+	}
+	return true;
+}
+
+/* The output whose gradient bytes t's gradient may take over (see
+ * grad_alias), or -1; *op: the op whose backward then assigns it.  Another
+ * reader's backward would add into bytes the op overwrites, and the layer
+ * input's gradient has its own slot. */
+static int in_place_grad(const struct ferry_layer_decl *decl, const struct ferry_stack_plan *sp, int t, int *op)
+{
+	int readers = 0, u;
+
+	if (t == decl->input || !(sp->has_grad & (1u << t)))
+		return -1;
+	for (int o = 0; o < decl->n_ops; o++)
+		for (int i = 0; i < ferry_op_info(decl->ops[o].kind)->n_in; i++)
+			if (decl->ops[o].in[i] == t) {
+				*op = o;
+				readers++;
+			}
+	if (readers != 1 || !ferry_op_info(decl->ops[*op].kind)->bwd_in_place)
+		return -1;
+	u = decl->ops[*op].out[0];
+	if (!(sp->has_grad & (1u << u)) || sp->elem[u] != sp->elem[t] ||
+	    !same_shape(&decl->tensors[u].shape, &decl->tensors[t].shape))
+		return -1;
+	return u;
+}
+
+/* sp->grad_alias (each resolved to the end of its chain) and
+ * sp->grad_assign_ops. */
+static void plan_aliases(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
+{
+	int op = -1;
+
+	sp->grad_assign_ops = 0;
+	for (int t = 0; t < decl->n_tensors; t++) {
+		sp->grad_alias[t] = in_place_grad(decl, sp, t, &op);
+		if (sp->grad_alias[t] >= 0)
+			sp->grad_assign_ops |= 1u << op;
+	}
+	/* an op's output is made after its input: the chains end */
+	for (int t = 0; t < decl->n_tensors; t++)
+		while (sp->grad_alias[t] >= 0 && sp->grad_alias[sp->grad_alias[t]] >= 0)
+			sp->grad_alias[t] = sp->grad_alias[sp->grad_alias[t]];
+}
+
 /* Offsets of the gradients in the workspace, largest first, after the
- * input's and output's two slots; sp->grad_bytes is the whole. */
+ * input's and output's two slots; sp->grad_bytes is the whole.  An aliased
+ * gradient stretches its alias's life back to its own producer. */
 static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
 {
 	int first[FERRY_LAYER_MAX_TENSORS], last[FERRY_LAYER_MAX_TENSORS];
 	unsigned todo = 0, placed = 0;
 	size_t io = 2 * sp->slot_bytes[decl->input], end = 0;
 
+	plan_aliases(decl, sp);
 	for (int t = 0; t < decl->n_tensors; t++) {
 		sp->grad_zero_op[t] = -1;
-		if (!(sp->has_grad & (1u << t)) || t == decl->input || t == decl->output)
+		if (!(sp->has_grad & (1u << t)) || t == decl->input || t == decl->output || sp->grad_alias[t] >= 0)
 			continue;
 		grad_life(decl, t, &first[t], &last[t]);
 		sp->grad_zero_op[t] = last[t];
 		todo |= 1u << t;
+	}
+	for (int t = 0; t < decl->n_tensors; t++) {
+		int a = sp->grad_alias[t], p = ferry_layer_producer(decl, t);
+
+		if (a >= 0 && a != decl->output && p < first[a])
+			first[a] = p;
 	}
 	while (todo) {
 		int t = __builtin_ctz(todo);
@@ -209,7 +273,15 @@ static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack
 	for (int t = 0; t < decl->n_tensors; t++)
 		if (placed & (1u << t))
 			sp->grad_off[t] += io;
+	for (int t = 0; t < decl->n_tensors; t++)
+		if (sp->grad_alias[t] >= 0)
+			sp->grad_off[t] = sp->grad_off[sp->grad_alias[t]]; /* 0 for the layer output: unused */
 	sp->grad_bytes = io + end;
+}
+
+int ferry_stack_storage_slots(const struct ferry_stack_plan *sp, int t)
+{
+	return sp->slots[t] - (sp->kind[t] == FERRY_SLOT_INPUT && sp->input_in_place);
 }
 
 ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
@@ -319,8 +391,8 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		pt->stored = sp->stored & (1u << t);
 		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
 		pt->layer_bytes = ferry_layer_tensor_numel(decl, t, dims) * sp->elem[t];
-		pt->device_slots = sp->slots[t];
-		pt->device_bytes = (size_t)sp->slots[t] * sp->slot_bytes[t];
+		pt->device_slots = ferry_stack_storage_slots(sp, t);
+		pt->device_bytes = (size_t)pt->device_slots * sp->slot_bytes[t];
 		pt->host_bytes = (size_t)sp->L * sp->host_bytes[t];
 	}
 }

@@ -38,6 +38,11 @@ struct ferry_stack_plan {
 	bool input_offloaded;
 	enum ferry_slot_kind kind[FERRY_LAYER_MAX_TENSORS];
 	int slots[FERRY_LAYER_MAX_TENSORS];
+	/* Set by the caller, for an input kept on the device only: slot 0 of
+	 * the layer input is the caller's buffer (the stack reads its
+	 * argument in place), so the stack's own storage of it is one slot
+	 * smaller (ferry_stack_storage_slots). */
+	bool input_in_place;
 	enum ferry_dtype act_dtype;
 	size_t elem[FERRY_LAYER_MAX_TENSORS];       /* bytes per element */
 	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
@@ -50,6 +55,14 @@ struct ferry_stack_plan {
 	 * (grad_off: its offset in the workspace). */
 	size_t grad_off[FERRY_LAYER_MAX_TENSORS];
 	int grad_zero_op[FERRY_LAYER_MAX_TENSORS];
+	/* The input of a bwd_in_place op (GELU) that only it reads, not the
+	 * layer input, the shape of its output: its gradient is that output's
+	 * gradient's bytes, which the op's backward overwrites element by
+	 * element (grad_assign_ops), so it has no bytes and no zeroing of its
+	 * own.  grad_alias: the tensor whose gradient bytes t's are (the end
+	 * of a chain of such ops; maybe the layer output), or -1. */
+	int grad_alias[FERRY_LAYER_MAX_TENSORS];
+	unsigned grad_assign_ops;
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.
@@ -59,6 +72,9 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 				   const struct ferry_dims *dims,
 				   const struct ferry_exec_opts *opts,
 				   struct ferry_stack_plan *out) FERRY_MUST_CHECK;
+
+/* Slots of tensor t in the stack's own device storage. */
+int ferry_stack_storage_slots(const struct ferry_stack_plan *sp, int t);
 
 /* Describes each of the layer's tensors (placement, bytes per layer,
  * device slots, host bytes) in plan->tensors. */

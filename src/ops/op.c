@@ -13,7 +13,8 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_MATMUL] = { "matmul", 1, 1, 2, IN(0), 0, true },
 	/* flash-style backward: q, k, v, the output and the log-sum-exp */
 	[FERRY_OP_ATTENTION] = { "attention", 3, 2, 0, IN(0) | IN(1) | IN(2) | OUT(0) | OUT(1), 0x2, false },
-	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false },
+	/* elementwise: d in[i] needs only d out[i], so it may overwrite it */
+	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false, true },
 	[FERRY_OP_RESIDUAL] = { "residual", 2, 1, 0, 0, 0, false },
 	[FERRY_OP_SOFTMAX_XENT] = { "softmax_xent", 1, 2, 0, OUT(1), 0x3, false },
 	[FERRY_OP_ADAMW] = { "adamw", 1, 2, 1, 0, 0x3, false },

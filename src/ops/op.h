@@ -5,7 +5,8 @@
  *
  * Slots: an op has up to 3 inputs (in), 3 outputs (out) and 2 weights (w).
  * Backward receives the same pointers plus the gradients of the outputs
- * (dout), and accumulates into the gradients of inputs (din) and weights (dw).
+ * (dout), and accumulates into the gradients of inputs (din) and weights (dw)
+ * -- or, told to (grad_assign), a bwd_in_place op assigns its din[0].
  */
 #ifndef FERRY_OPS_OP_H
 #define FERRY_OPS_OP_H
@@ -60,6 +61,9 @@ struct ferry_op_info {
 	unsigned bwd_needs;      /* FERRY_NEEDS_IN / FERRY_NEEDS_OUT bits */
 	unsigned out_no_grad;    /* bit i: output i is a statistic, no gradient */
 	bool is_dot;             /* a matrix product (for dots_saveable) */
+	bool bwd_in_place;       /* unary and elementwise: backward may assign
+				    din[0] over dout[0] (grad_assign), each
+				    element read before it is written */
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);
@@ -93,6 +97,9 @@ struct ferry_op_call {
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
 				       rmsnorm: [0] eps; rope: [0] theta */
 	int step;                   /* adamw: t >= 1 */
+	bool grad_assign;           /* backward of a bwd_in_place op: din[0] =
+				       its gradient, not +=; din[0] may be
+				       dout[0] (the planner aliases them) */
 	void *ws;                   /* kernel scratch the executor provides (the
 				       tensor table's workspace); NULL: the
 				       backend's own */

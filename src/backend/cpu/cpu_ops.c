@@ -87,7 +87,8 @@ static void run_backward(const struct ferry_op_call *c)
 					     c->B, c->T, c->C, c->NH, NKV);
 		break;
 	case FERRY_OP_GELU:
-		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n);
+		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n,
+					c->grad_assign);
 		break;
 	case FERRY_OP_RESIDUAL:
 		ferry_cpu_residual_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),

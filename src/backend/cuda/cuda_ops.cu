@@ -179,7 +179,8 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,
 						     ws.p, ws.bytes);
 	case FERRY_OP_GELU:
-		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n)
+		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n,
+							    c->grad_assign)
 				 : cudaSuccess;
 	case FERRY_OP_RESIDUAL:
 		return ferry_cuda_residual_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), c->n);

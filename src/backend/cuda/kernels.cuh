@@ -37,7 +37,9 @@ cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t 
 cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
 					const int32_t *tokens, int B, int T, int C);
 cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n);
-cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp, long n);
+/* dinp += dout * gelu'(inp), or with assign dinp = ... (dinp may be dout) */
+cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp, long n,
+				     bool assign);
 cudaError_t ferry_cuda_residual_forward(cudaStream_t s, bf16 *out, const bf16 *a, const bf16 *b, long n);
 /* da += dout; db += dout (either may be NULL; da may equal db) */
 cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf16 *db, const bf16 *dout, long n);

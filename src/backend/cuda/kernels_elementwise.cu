@@ -231,8 +231,9 @@ static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
 	}
 }
 
-/* dinp += dout * d gelu / dx (dinp may alias dout) */
-static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n)
+/* dinp += dout * d gelu / dx, or with assign dinp = ... (dinp may alias
+ * dout: the in-place backward the planner chooses) */
+static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n, bool assign)
 {
 	GRID_STRIDE(i, n) {
 		const float x = f32(inp[i]);
@@ -243,7 +244,7 @@ static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const 
 		const float d = sg + 2.0f * x * sg * sm * du;
 		const float g = f32(dout[i]);
 
-		dinp[i] = b16(f32(dinp[i]) + g * d);
+		dinp[i] = b16((assign ? 0.0f : f32(dinp[i])) + g * d);
 	}
 }
 
@@ -256,11 +257,11 @@ extern "C" cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const 
 }
 
 extern "C" cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp,
-						long n)
+						long n, bool assign)
 {
 	if (n <= 0 || !dinp)
 		return cudaSuccess;
-	gelu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n);
+	gelu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n, assign);
 	return cudaGetLastError();
 }
 

@@ -5,8 +5,8 @@
  *   dy/dx = 0.5 (1 + tanh u)
  *         + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
  *
- * backward: dinp += dout * dy/dx.  out may alias inp (in-place forward);
- * dinp may alias dout.
+ * backward: dinp += dout * dy/dx, or with assign dinp = dout * dy/dx.  out
+ * may alias inp (in-place forward); dinp may alias dout.
  */
 #include "ops/cpu/kernels.h"
 
@@ -26,7 +26,7 @@ void ferry_cpu_gelu_forward(float *out, const float *inp, long n)
 }
 
 void ferry_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
-			     long n)
+			     long n, bool assign)
 {
 	if (!dinp)
 		return;
@@ -38,6 +38,6 @@ void ferry_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
 		const float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
 		const float d =
 			0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-		dinp[i] += dout[i] * d;
+		dinp[i] = (assign ? 0.0f : dinp[i]) + dout[i] * d;
 	}
 }

@@ -21,6 +21,7 @@
 #ifndef FERRY_OPS_CPU_KERNELS_H
 #define FERRY_OPS_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]; wpe may be NULL (no position
@@ -89,10 +90,11 @@ void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,
 void ferry_cpu_swiglu_backward(float *dgate, float *dup, const float *dout,
 			       const float *gate, const float *up, long n);
 
-/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ * Backward with assign overwrites dinp (which may be dout) instead. */
 void ferry_cpu_gelu_forward(float *out, const float *inp, long n);
 void ferry_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
-			     long n);
+			     long n, bool assign);
 
 /* out = a + b */
 void ferry_cpu_residual_forward(float *out, const float *a, const float *b,
