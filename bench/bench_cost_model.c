@@ -1,6 +1,7 @@
 /*
  * The cost model against reality: for every policy preset and for
- * --policy auto's choice (or the policies given; "auto" names the choice),
+ * --policy auto's choice (or the policies given; "auto" names the choice,
+ * "again" a second model of the first policy),
  * the predicted step time and the measured one, side by side, on one
  * backend (CPU by default), and auto against the fastest preset measured.
  *
@@ -86,6 +87,7 @@ static int parse(int argc, char **argv, struct args *a)
 		for (int i = 0; i < ferry_policy_preset_count() && i < MAX_POL - 1; i++)
 			a->pol[a->n++] = ferry_policy_preset_name(i);
 		a->pol[a->n++] = "auto";
+		a->pol[a->n++] = "again";
 	}
 	return -1;
 }
@@ -193,28 +195,82 @@ static bool is_preset(const char *name)
 	return false;
 }
 
-/* Auto's row against the preset measured fastest (median), by the median
- * of per-round ratios: issue 11 asks for at most 3% slower. */
+static double min_ms(const struct args *a, const struct pol *p)
+{
+	double m = p->ms[0];
+
+	for (int r = 1; r < a->run.rounds; r++)
+		m = fmin(m, p->ms[r]);
+	return m;
+}
+
+/* Whether two policies place every activation alike (then any measured
+ * difference between them is the machine's noise). */
+static bool same_placement(const struct args *a, const char *x, const char *y)
+{
+	static struct ferry_plan px, py;
+	struct ferry_exec_opts ox = { .policy = x }, oy = { .policy = y };
+
+	if (ferry_model_plan(&a->run.cfg, a->run.B, a->run.T, &ox, &px) ||
+	    ferry_model_plan(&a->run.cfg, a->run.B, a->run.T, &oy, &py) || px.n_tensors != py.n_tensors)
+		return false;
+	for (int t = 0; t < px.n_tensors; t++) /* what backward does not read has no place */
+		if (px.tensors[t].needed != py.tensors[t].needed || px.tensors[t].stored != py.tensors[t].stored ||
+		    px.tensors[t].recomputed != py.tensors[t].recomputed ||
+		    (px.tensors[t].needed && px.tensors[t].placement != py.tensors[t].placement))
+			return false;
+	return true;
+}
+
+/* Auto's row against the fastest preset measured, by the median of
+ * per-round ratios to the preset of least median, and by the fastest
+ * step against the least minimum (other work only adds time: the steadier
+ * of the two on a shared machine, and the one judged): issue 11 asks for
+ * at most 3% slower. */
 static void report_auto(const struct args *a, const struct pol *p)
 {
-	int au = -1, best = -1;
+	int au = -1, best = -1, best_min = -1;
 	double v[MAX_ROUNDS];
 
-	for (int i = 0; i < a->n; i++)
+	for (int i = 0; i < a->n; i++) {
 		if (p[i].ok && !strcmp(p[i].name, "auto"))
 			au = i;
-		else if (p[i].ok && is_preset(p[i].name) &&
-			 (best < 0 || median_ms(a, &p[i]) < median_ms(a, &p[best])))
+		if (!p[i].ok || !is_preset(p[i].name))
+			continue;
+		if (best < 0 || median_ms(a, &p[i]) < median_ms(a, &p[best]))
 			best = i;
+		if (best_min < 0 || min_ms(a, &p[i]) < min_ms(a, &p[best_min]))
+			best_min = i;
+	}
 	if (au < 0 || best < 0)
 		return;
 	for (int r = 0; r < a->run.rounds; r++)
 		v[r] = p[au].ms[r] / p[best].ms[r];
-	double rat = median(v, a->run.rounds);
+	double rat = median(v, a->run.rounds), rmin = min_ms(a, &p[au]) / min_ms(a, &p[best_min]);
 
-	printf("\nauto chose %s\nauto against the fastest preset measured (%s): per-round ratio %+.1f%% (%s 3%%), "
-	       "predicted %+.1f%%\n", p[au].spec, p[best].name, (rat - 1) * 100, rat <= 1.03 ? "within" : "NOT within",
-	       (p[au].pred.step_s / p[best].pred.step_s - 1) * 100);
+	printf("\nauto chose %s\n", p[au].spec);
+	for (int i = 0; i < a->n; i++)
+		if (p[i].ok && is_preset(p[i].name) && same_placement(a, p[au].spec, p[i].name))
+			printf("(the placement of %s)\n", p[i].name);
+	printf("auto against the fastest preset measured: per-round ratio to %s (least median) %+.1f%%; fastest step "
+	       "against %s's %+.1f%% (%s 3%%); predicted %+.1f%%\n", p[best].name, (rat - 1) * 100, p[best_min].name,
+	       (rmin - 1) * 100, rmin <= 1.03 ? "within" : "NOT within",
+	       (p[au].pred.step_s / p[best_min].pred.step_s - 1) * 100);
+}
+
+/* Two models of one schedule measured in the same rounds: how far apart
+ * the machine puts identical work (which model's memory, which core),
+ * the floor under every error above. */
+static void report_floor(const struct args *a, const struct pol *p)
+{
+	for (int i = 1; i < a->n; i++)
+		if (p[i].ok && p[0].ok && !strcmp(p[i].spec, p[0].spec)) {
+			double med = median_ms(a, &p[i]) / median_ms(a, &p[0]) - 1, mn = min_ms(a, &p[i]) / min_ms(a, &p[0]) - 1;
+
+			printf("\nthe same schedule in two models (%s): medians %+.1f%% apart, fastest steps %+.1f%%: what "
+			       "this machine does to identical work\n", p[0].name, med * 100, mn * 100);
+			return;
+		}
 }
 
 static void report(const struct args *a, struct pol *p)
@@ -253,6 +309,7 @@ static void report(const struct args *a, struct pol *p)
 	printf("error of the ratio to %s: mean %.1f%%, largest %.1f%%, %d of %d within 10%%\n", p[0].name,
 	       100 * rat_e.sum / rat_e.n, 100 * rat_e.worst, rat_e.within, rat_e.n);
 	report_work(a, p);
+	report_floor(a, p);
 	report_auto(a, p);
 }
 
@@ -307,8 +364,15 @@ int main(int argc, char **argv)
 
 		size_t before = ferry_backend_mem_live(be); /* the models made before stay */
 
+		static char again[64];
+
 		p[i].name = a.pol[i];
 		snprintf(p[i].spec, sizeof(p[i].spec), "%s", a.pol[i]);
+		if (!strcmp(a.pol[i], "again") && i > 0) { /* the same schedule, another model */
+			snprintf(again, sizeof(again), "%s (again)", a.pol[0]);
+			p[i].name = again;
+			snprintf(p[i].spec, sizeof(p[i].spec), "%s", a.pol[0]);
+		}
 		if (!strcmp(a.pol[i], "auto") && choose_auto(&a, cal, &o, p[i].spec, sizeof(p[i].spec)))
 			continue;
 		o.policy = p[i].spec;
