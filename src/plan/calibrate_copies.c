@@ -104,6 +104,19 @@ static size_t window_of(const size_t *sizes, int n)
 	return !max ? 0 : 2 * max > COLD_WINDOW ? 2 * max : COLD_WINDOW;
 }
 
+/* The window, within what the device arena has free (--device-mem may
+ * leave less than 2 x 128 MiB): then the copies go through what fits, at
+ * least the largest size, and may come partly from the caches. */
+static size_t fit_window(ferry_backend_t be, size_t window, const size_t *sizes, int n)
+{
+	const size_t slack = (size_t)1 << 20, cap = ferry_backend_mem_capacity(be), live = ferry_backend_mem_live(be);
+	size_t room = cap > live + slack ? (cap - live - slack) / 2 / 4096 * 4096 : 0, max = 0;
+
+	for (int i = 0; i < n; i++)
+		max = sizes[i] > max ? sizes[i] : max;
+	return window <= room ? window : room > max ? room : max;
+}
+
 size_t ferry_calib_copy_host_bytes(const size_t *sizes, int n)
 {
 	return 2 * window_of(sizes, n);
@@ -118,6 +131,7 @@ ferry_status ferry_calib_time_copies(ferry_backend_t be, char *host, const size_
 	r.window = window_of(sizes, n);
 	if (!r.window)
 		return FERRY_OK;
+	r.window = fit_window(be, r.window, sizes, n);
 	st = ferry_stream_create(be, "calibrate d2h", &r.d2h);
 	if (!st)
 		st = ferry_stream_create(be, "calibrate h2d", &r.h2d);

@@ -26,6 +26,10 @@ grep -q "inside whole steps the ops take [0-9.]*x their fastest traced call" out
 # a second run with another shape keeps the first one's ops
 n1=$(grep -c '"op":' "$cache")
 expect_ok "calibrate another batch" "$FERRY" calibrate "${SHAPE[@]}" --batch 4 --quick
+# a device arena smaller than the copies' 2 x 128 MiB window: they copy through what fits
+XDG_CACHE_HOME=$WORK/cache_small expect_ok "calibrate under --device-mem 8M" "$FERRY" calibrate "${SHAPE[@]}" \
+	--device-mem 8M --quick
+grep -q "copies of [0-9.]* KiB: device-to-host [0-9.]* GB/s" out.txt || fail "copies measured in a small arena"
 n2=$(grep -c '"op":' "$cache")
 [ "$n2" -gt "$n1" ] || fail "a second calibration adds shapes ($n1 -> $n2)"
 
