@@ -58,6 +58,8 @@ void ferry_program_init(struct ferry_program *p, const char *name)
 
 void ferry_program_release(struct ferry_program *p)
 {
+	for (int i = 0; i < p->n; i++)
+		ferry_free(p->t[i].host);
 	ferry_free(p->t);
 	p->t = NULL;
 	p->n = p->cap = 0;
@@ -269,7 +271,7 @@ static ferry_status submit_op(const struct ferry_task *t, const struct ferry_sch
 static void run_host_task(void *arg)
 {
 	const struct ferry_task *t = arg;
-	const struct ferry_op_call *c = &t->host;
+	const struct ferry_op_call *c = t->host;
 
 	if (t->host_job == FERRY_HOST_SUM_SQUARES) {
 		*c->result = ferry_cpu_sum_squares(c->in[0], c->n);
@@ -294,12 +296,11 @@ static ferry_status submit_host(const struct ferry_task *t, const struct ferry_s
 {
 	struct ferry_task *w = (struct ferry_task *)t;
 
-	if (t->patch == FERRY_PATCH_NONE)
-		w->host = t->call;
-	else if (!v)
+	if (t->patch != FERRY_PATCH_NONE && !v)
 		return ferry_error(FERRY_ERR_INVALID, "schedule: task '%s' needs per-step values", t->label);
-	else
-		w->host = patched(t, v);
+	if (!w->host && !(w->host = ferry_malloc(sizeof(*w->host))))
+		return ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory");
+	*w->host = t->patch == FERRY_PATCH_NONE ? t->call : patched(t, v);
 	return ferry_stream_host_fn(rt->stream[t->stream], run_host_task, w);
 }
 

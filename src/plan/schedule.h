@@ -65,9 +65,12 @@ struct ferry_task {
 	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
 	struct ferry_op_call call;
 	enum ferry_host_job host_job;
-	struct ferry_op_call host; /* HOST: the call as patched for this step;
-				      the host thread reads it when it runs
-				      (after the previous step's has run) */
+	struct ferry_op_call *host; /* HOST: the call as patched for this step
+				       (made at its first submission, freed with
+				       the program); the host thread reads it
+				       when it runs (after the previous step's
+				       has run).  A pointer: tasks stay small,
+				       and a dry build copies tens of thousands */
 	void *dst;
 	const void *src;
 	size_t bytes;
