@@ -223,12 +223,12 @@ static void test_gpt2_plans(void)
 	CHECK(off.mem.host_activation_bytes == (size_t)3 * gcfg->layers * GB * GT * gcfg->channels * 4,
 	      "qkv offloaded: host bytes %zu", off.mem.host_activation_bytes);
 	CHECK(all.mem.total_bytes == all.mem.peak_bytes, "total == peak when all is planned up front");
-	/* activation gradients: the input's and output's, then at most 6
-	 * widths live at once (at mlpwi's backward: post_attention_residual's,
-	 * pre_mlp_norm's and the 4-wide mlpwi's, which the GELU's backward
-	 * wrote over mlp_activation's) */
-	CHECK(buffer_bytes(&all, "activation gradients") == 8 * (size_t)GB * GT * gcfg->channels * 4,
-	      "gradient workspace %zu bytes: 8 widths", buffer_bytes(&all, "activation gradients"));
+	/* activation gradients: the input's or output's (the other is in the
+	 * last-output slot), then at most 6 widths live at once (at mlpwi's
+	 * backward: post_attention_residual's, pre_mlp_norm's and the 4-wide
+	 * mlpwi's, which the GELU's backward wrote over mlp_activation's) */
+	CHECK(buffer_bytes(&all, "activation gradients") == 7 * (size_t)GB * GT * gcfg->channels * 4,
+	      "gradient workspace %zu bytes: 7 widths", buffer_bytes(&all, "activation gradients"));
 	CHECK(!strcmp(all.buffers[0].name, "params") && all.mem.alias_bytes == 3 * all.buffers[0].bytes,
 	      "params, m and v are donated");
 	for (int i = 0; i < off.n_tensors; i++) {
@@ -495,15 +495,15 @@ static void test_in_place_grads(void)
 	plan_layer(&chain, &sp, &w);
 	CHECK(sp.grad_alias[1] == 3 && sp.grad_alias[2] == 3 && sp.grad_alias[3] == -1 &&
 	      sp.grad_assign_ops == 0x6 && sp.grad_zero_op[1] == -1 && sp.grad_zero_op[2] == -1 &&
-	      sp.grad_bytes == 3 * w, "chain: y and z1 in z2's bytes (%zu bytes)", sp.grad_bytes);
+	      sp.grad_bytes == 2 * w, "chain: y and z1 in z2's bytes (%zu bytes)", sp.grad_bytes);
 	plan_layer(&twice, &sp, &w);
-	CHECK(sp.grad_alias[1] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 4 * w,
+	CHECK(sp.grad_alias[1] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 3 * w,
 	      "y read twice: its own bytes (%zu)", sp.grad_bytes);
 	plan_layer(&of_input, &sp, &w);
-	CHECK(sp.grad_alias[0] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 3 * w,
+	CHECK(sp.grad_alias[0] == -1 && sp.grad_assign_ops == 0 && sp.grad_bytes == 2 * w,
 	      "the layer input: its own slot (%zu)", sp.grad_bytes);
 	plan_layer(&last, &sp, &w);
-	CHECK(sp.grad_alias[1] == 2 && sp.grad_assign_ops == 0x2 && sp.grad_bytes == 2 * w,
+	CHECK(sp.grad_alias[1] == 2 && sp.grad_assign_ops == 0x2 && sp.grad_bytes == w && sp.io_grad_in_last_output,
 	      "into the output's slot (%zu)", sp.grad_bytes);
 }
 

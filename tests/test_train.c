@@ -483,7 +483,7 @@ static void test_bad_configs(void)
 		ferry_trainer_free(tr);
 	}
 	o = tiny_opts(); o.device_mem = 64 << 10; /* 64 KiB: the model needs more */
-	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 253.5 KiB of device memory (259584 bytes), the device has 64.0 KiB; presets that "
+	expect_refused(&o, FERRY_ERR_DEVICE_MEM, "needs 250.5 KiB of device memory (256512 bytes), the device has 64.0 KiB; presets that "
 		       "fit: none");
 	o = tiny_opts(); o.data = path_in("nothing_*.bin");
 	expect_refused(&o, FERRY_ERR_IO, "nothing_");

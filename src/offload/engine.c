@@ -206,7 +206,8 @@ ferry_status ferry_layer_exec_create(struct ferry_sched_resources *res, int comp
 			continue;
 		if (t == decl->input) {
 			ex->io_grad[0] = g;
-			ex->io_grad[1] = g + plan->slot_bytes[t];
+			ex->io_grad[1] = plan->io_grad_in_last_output ? act_ptr(ex, t, ex->L)
+								      : g + plan->slot_bytes[t];
 		} else {
 			ex->grad[t] = g + plan->grad_off[t];
 		}

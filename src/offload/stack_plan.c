@@ -235,13 +235,17 @@ static void plan_aliases(const struct ferry_layer_decl *decl, struct ferry_stack
 }
 
 /* Offsets of the gradients in the workspace, largest first, after the
- * input's and output's two slots; sp->grad_bytes is the whole.  An aliased
- * gradient stretches its alias's life back to its own producer. */
+ * input's and output's slots (one of them the last-output slot where it
+ * can be); sp->grad_bytes is the whole.  An aliased gradient stretches its
+ * alias's life back to its own producer. */
 static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
 {
 	int first[FERRY_LAYER_MAX_TENSORS], last[FERRY_LAYER_MAX_TENSORS];
 	unsigned todo = 0, placed = 0;
-	size_t io = 2 * sp->slot_bytes[decl->input], end = 0;
+	size_t io, end = 0;
+
+	sp->io_grad_in_last_output = !(sp->needed & (1u << decl->output));
+	io = (sp->io_grad_in_last_output ? 1 : 2) * sp->slot_bytes[decl->input];
 
 	plan_aliases(decl, sp);
 	for (int t = 0; t < decl->n_tensors; t++) {

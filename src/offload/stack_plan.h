@@ -63,6 +63,13 @@ struct ferry_stack_plan {
 	 * of a chain of such ops; maybe the layer output), or -1. */
 	int grad_alias[FERRY_LAYER_MAX_TENSORS];
 	unsigned grad_assign_ops;
+	/* The second of the two alternating input/output gradient buffers is
+	 * the stack's last-output slot rather than workspace bytes: that slot
+	 * is dead once the epilogue's backward has read it, and the last
+	 * layer's backward writes its input gradient there first.  Set when no
+	 * backward op of the layer reads the layer output (else the slot is
+	 * still read while the gradient is written). */
+	bool io_grad_in_last_output;
 };
 
 /* Places the layer's tensors by the policy spec and derives the rest.

@@ -72,16 +72,16 @@ for size in 2G 2g 2GiB 2GB 1.5T 4096K; do
 done
 BIG=(--layers 2 --channels 64 --heads 2 --max-seq 64 --batch 8 --seq 64 --sample 0 --threads 2)
 expect_error "over the device, in MiB" \
-	"policy everything_saveable needs 8.2 MiB of device memory, --device-mem gives 8.0 MiB; presets that fit: nothing_saveable (6.3 MiB)" \
+	"policy everything_saveable needs 8.1 MiB of device memory, --device-mem gives 8.0 MiB; presets that fit: nothing_saveable (6.2 MiB)" \
 	"$FERRY" train "${BIG[@]}" "${DATA[@]}" --device-mem 8M
 grep -Eq '[0-9]{5}' err.txt && fail "a raw byte count in: $(cat err.txt)"
 expect_error "nothing fits" "--device-mem gives 1.0 MiB; presets that fit: none: use a smaller batch or model" \
 	"$FERRY" train "${BIG[@]}" "${DATA[@]}" --device-mem 1M
 PLAN_BIG=("${BIG[@]:0:10}")
 "$FERRY" plan "${PLAN_BIG[@]}" --device-mem 8M >out.txt
-grep -q "^does not fit: needs 8.2 MiB of device memory, the device has 8.0 MiB (" out.txt ||
+grep -q "^does not fit: needs 8.1 MiB of device memory, the device has 8.0 MiB (" out.txt ||
 	fail "plan's refusal in MiB: $(grep 'fit' out.txt)"
-grep -q "^fits: needs 8.2 MiB of the 2.00 GiB of device memory (" <("$FERRY" plan "${PLAN_BIG[@]}" --device-mem 2G) ||
+grep -q "^fits: needs 8.1 MiB of the 2.00 GiB of device memory (" <("$FERRY" plan "${PLAN_BIG[@]}" --device-mem 2G) ||
 	fail "plan's fit in MiB"
 
 # Sizes that overflow 32 or 64 bits are refused, or sized right: a sequence

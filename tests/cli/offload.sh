@@ -101,6 +101,9 @@ grep -q "optimizer-state offloading reduces the total by 1.42 GB (JAX: 1.72 GB)"
 [ "$(grep -c '  argument  *2.49 GB  *2.49 GB' out.txt)" = 1 ] && [ "$(grep -c '  argument  *0.96 GB  *0.96 GB' out.txt)" = 1 ] ||
 	fail "example 3 arguments"
 grep -q "device peak, planned = measured: yes and yes" out.txt || fail "example 3 peaks"
+# ferry's least totals: below JAX's 2.87 GB offloaded and 4.59 GB not
+grep -A4 "^optimizer state and x offloaded" out.txt | grep -q "  total  *-  *2.79 GB" || fail "example 3 leanest"
+grep -q "y recomputed (policy nothing_saveable, ferry only): total 4.40 GB" out.txt || fail "example 3 lean, device"
 grep -q "bit for bit the same: yes" out.txt || fail "example 3 modes agree"
 expect_ok "the example's third part at another size" "$FERRY" example --dim 96
 grep -q "3 steps at 96 x 96" out.txt || fail "--dim"
