@@ -14,12 +14,15 @@
  *
  *   bench_offload_modes [--backend cpu|cuda] [--layers 12] [--channels 256]
  *                       [--heads 4] [--batch 4] [--seq 128] [--steps 5]
- *                       [--policy P] [--clip 0]
+ *                       [--policy P] [--clip 0] [--threads 0]
  *
  * --clip 0 (the default) clips no step, so the speculative order keeps
  * every early update; a small --clip (0.01) redoes every step, the worst
  * case.  On the CPU backend "device" and "host" are the same
  * cores and memory: the host AdamW competes with the backward for them.
+ * --threads N gives every stream of the CPU backend N threads (0: all
+ * cores each): with N = 1 on two cores, the compute stream and the host
+ * AdamW's stream each have a core, as a GPU and its host would.
  */
 #include "ferry/model.h"
 #include "ferry/platform.h"
@@ -127,7 +130,7 @@ out:
 static int usage(const char *argv0)
 {
 	printf("usage: %s [--backend cpu|cuda] [--layers 12] [--channels 256] [--heads 4] [--batch 4]\n"
-	       "       [--seq 128] [--steps 5] [--policy P] [--clip 0]\n"
+	       "       [--seq 128] [--steps 5] [--policy P] [--clip 0] [--threads 0]\n"
 	       "Step time per offloading mode: until the gradient norm is on the host, and from\n"
 	       "then until the update has run (the optimizer's exposed time).\n", argv0);
 	return 0;
@@ -170,6 +173,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--steps")) steps = atoi(v);
 		else if (!strcmp(a, "--policy")) policy = v;
 		else if (!strcmp(a, "--clip")) clip = (float)atof(v);
+		else if (!strcmp(a, "--threads")) ferry_set_threads(atoi(v));
 		else {
 			fprintf(stderr, "bench_offload_modes: unknown option %s (see --help)\n", a);
 			return 2;
