@@ -617,6 +617,60 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 	case_free(&c);
 }
 
+/* Head sizes the tiled kernels specialise (64, 128), one they do not (32),
+ * and one above their stack tile (264: the row-by-row path), at sequences
+ * across several key tiles: the forward against the float64 reference
+ * everywhere, the gradients against central finite differences at
+ * `samples` random entries of each of q, k and v (every entry would take
+ * minutes at these sizes). */
+static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV, int HS, int samples)
+{
+	Rng rng = rng_new(seed);
+	const int C = NH * HS;
+	GradCase c = {.B = B, .T = T, .C = C, .NH = NH, .NKV = NKV};
+	const long n = (long)B * T * C, nkv = (long)B * T * NKV * HS, nl = (long)B * NH * T;
+	float *g[3];
+	double fe, ge = 0.0;
+	char label[96];
+
+	c.loss = gqa_loss;
+	fill_normal(&rng, arg_new(&c, "q", n), n, 1.0f);
+	fill_normal(&rng, arg_new(&c, "k", nkv), nkv, 1.0f);
+	fill_normal(&rng, arg_new(&c, "v", nkv), nkv, 1.0f);
+	args_sync(&c);
+	out_new(&c, &rng, n);
+	c.lse = TALLOC(float, nl);
+	double *lsed = TALLOC(double, nl);
+	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV);
+	ref_attention_gqa_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C, NH, NKV);
+	fe = fmax(nerr_fd(c.out, c.outd, n), nerr_fd(c.lse, lsed, nl));
+	snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+	CHECK(fe < ATT_FWD_TOL, "%s: forward error %.3g", label, fe);
+	for (int a = 0; a < 3; a++)
+		g[a] = TALLOC(float, c.n[a]); /* zeroed: the kernel accumulates */
+	gqa_bwd(&c, g);
+	for (int a = 0; a < 3; a++) {
+		double err = 0.0, mag = 0.0;
+
+		for (int i = 0; i < samples; i++) {
+			const long e = (long)rng_int(&rng, (int)c.n[a]);
+			double num;
+
+			fd_grad(&num, c.xd[a] + e, 1, gqa_loss, &c, 1e-6);
+			err = fmax(err, fabs(g[a][e] - num));
+			mag = fmax(mag, fabs(num));
+		}
+		err /= fmax(1e-6, mag);
+		CHECK(err < ATT_GRAD_TOL * 4, "%s: d%s error %.3g at %d sampled entries", label, c.argname[a], err,
+		      samples);
+		ge = fmax(ge, err);
+		free(g[a]);
+	}
+	report(label, fe, ATT_FWD_TOL, ge, ATT_GRAD_TOL * 4);
+	free(lsed);
+	case_free(&c);
+}
+
 /* ---- op table and CPU backend op calls ---------------------------------- */
 
 static void test_op_table(void)
@@ -816,6 +870,10 @@ int main(void)
 	test_gqa(44, 2, 1, 4, 2, 8);
 	test_gqa(45, 1, 9, 6, 3, 4);
 	test_gqa(46, 1, 70, 2, 1, 4); /* more keys than one tile */
+	test_attention_sampled(47, 1, 150, 4, 2, 64, 40);
+	test_attention_sampled(48, 2, 70, 2, 1, 128, 40);
+	test_attention_sampled(49, 1, 131, 2, 2, 32, 40);
+	test_attention_sampled(50, 1, 20, 1, 1, 264, 40);
 
 	test_cpu_op_calls();
 

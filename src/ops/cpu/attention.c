@@ -23,6 +23,15 @@
  * parallel over (b, h) only: each thread owns whole heads and no two threads
  * write the same memory.  All gradients accumulate in place; no scratch.
  *
+ * Scores are computed a key tile at a time against that tile transposed
+ * (kt[d][j]), so the products for the tile's keys are one vector FMA per
+ * channel d, summed over d in order, with no horizontal reduction per key:
+ * the forward takes blocks of ATT_QBLOCK query rows per transposed tile, the
+ * backward walks key tiles outermost and every later query inside (the order
+ * in which each dq, dk and dv row receives its terms is the row-by-row one).
+ * Head sizes above ATT_MAX_HS (a tile per thread on the stack) take the
+ * row-by-row path below with a dot product per key.
+ *
  * Grouped-query attention: k and v have NKV heads (rows of KVC = NKV * HS
  * channels) and query head h reads key/value head h / G, G = NH / NKV (Hugging
  * Face's repeat_kv, without the copy).  The arithmetic per query head is the
@@ -39,6 +48,8 @@
 #include <stddef.h>
 
 #define ATT_TILE 64
+#define ATT_QBLOCK 16
+#define ATT_MAX_HS 256
 
 static inline float dot(const float *restrict a, const float *restrict b, int n)
 {
@@ -90,6 +101,143 @@ static inline float attend_row(float *restrict ot, const float *restrict qt,
 	return m + logf(l);
 }
 
+static inline int min_int(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* Rows k0 .. k0+nk-1 (stride KVC) transposed: kt[d * ATT_TILE + j]. */
+static void transpose_tile(float *restrict kt, const float *restrict k, int k0, int nk, int KVC, int HS)
+{
+	for (int j = 0; j < nk; j++) {
+		const float *restrict kj = k + (size_t)(k0 + j) * KVC;
+		for (int d = 0; d < HS; d++)
+			kt[d * ATT_TILE + j] = kj[d];
+	}
+}
+
+/* s[j] = x . row j of the tile, j < n, summed over d in order. */
+static inline void tile_dots(float *restrict s, const float *restrict x, const float *restrict kt, int n,
+			     int HS)
+{
+	for (int j = 0; j < n; j++)
+		s[j] = 0.0f;
+	for (int d = 0; d < HS; d++) {
+		const float xd = x[d];
+		const float *restrict kd = kt + d * ATT_TILE;
+#pragma omp simd
+		for (int j = 0; j < n; j++)
+			s[j] += xd * kd[j];
+	}
+}
+
+/* acc[0 .. HS) += sum over j < n of w[j] * row (k0 + j) of x (stride KVC),
+ * j in order.  Called with a constant HS, the loops have fixed trip counts
+ * and acc stays in registers across the rows. */
+static inline __attribute__((always_inline)) void add_rows(float *restrict acc, const float *restrict w,
+							   const float *x, int k0, int n, int KVC, int HS)
+{
+	for (int j = 0; j < n; j++) {
+		const float *restrict xj = x + (size_t)(k0 + j) * KVC;
+		for (int i = 0; i < HS; i++)
+			acc[i] += w[j] * xj[i];
+	}
+}
+
+static void add_rows_any(float *restrict acc, const float *restrict w, const float *x, int k0, int n, int KVC,
+			 int HS)
+{
+	if (HS == 64)
+		add_rows(acc, w, x, k0, n, KVC, 64);
+	else if (HS == 128)
+		add_rows(acc, w, x, k0, n, KVC, 128);
+	else
+		add_rows(acc, w, x, k0, n, KVC, HS);
+}
+
+/* Query row t's part of one key tile (scores s, n keys from k0): the online
+ * softmax step of attend_row.  m, l: the row's running max and sum. */
+static inline void attend_tile_row(float *restrict ot, float *restrict s, float *m, float *l,
+				   const float *v, int k0, int n, int KVC, int HS, float scale)
+{
+	float tmax = -INFINITY;
+
+	for (int j = 0; j < n; j++) {
+		s[j] *= scale;
+		tmax = s[j] > tmax ? s[j] : tmax;
+	}
+	if (k0 == 0) {
+		*m = tmax;
+		*l = 0.0f;
+		for (int i = 0; i < HS; i++)
+			ot[i] = 0.0f;
+	} else if (tmax > *m) {
+		const float corr = fast_expf(*m - tmax);
+		*l *= corr;
+		for (int i = 0; i < HS; i++)
+			ot[i] *= corr;
+		*m = tmax;
+	}
+#pragma omp simd
+	for (int j = 0; j < n; j++) /* the exponentials vectorised, then summed in order */
+		s[j] = fast_expf(s[j] - *m);
+	for (int j = 0; j < n; j++)
+		*l += s[j];
+	add_rows_any(ot, s, v, k0, n, KVC, HS);
+}
+
+/* Query rows t0 .. t0+nq-1 of one head (q, out rows C apart; k, v rows KVC
+ * apart; lse of the head), each key tile transposed once for the block. */
+static void attend_block(float *out, float *lse, const float *q, const float *k, const float *v, int t0, int nq,
+			 int C, int KVC, int HS, float scale)
+{
+	float kt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], m[ATT_QBLOCK], l[ATT_QBLOCK];
+	const int last = t0 + nq - 1;
+
+	for (int k0 = 0; k0 <= last; k0 += ATT_TILE) {
+		const int nk = min_int(ATT_TILE, last + 1 - k0);
+
+		transpose_tile(kt, k, k0, nk, KVC, HS);
+		for (int r = 0; r < nq; r++) {
+			const int t = t0 + r;
+			const int n = min_int(nk, t + 1 - k0);
+
+			if (n <= 0)
+				continue;
+			tile_dots(s, q + (size_t)t * C, kt, n, HS);
+			attend_tile_row(out + (size_t)t * C, s, &m[r], &l[r], v, k0, n, KVC, HS, scale);
+		}
+	}
+	for (int r = 0; r < nq; r++) {
+		float *restrict ot = out + (size_t)(t0 + r) * C;
+		const float inv = 1.0f / l[r];
+
+		for (int i = 0; i < HS; i++)
+			ot[i] *= inv;
+		lse[t0 + r] = m[r] + logf(l[r]);
+	}
+}
+
+static void attention_forward_tiled(float *out, float *lse, const float *q, const float *k, const float *v,
+				    int B, int T, int C, int NH, int NKV)
+{
+	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
+	const int NQB = (T + ATT_QBLOCK - 1) / ATT_QBLOCK;
+	const float scale = 1.0f / sqrtf((float)HS);
+
+#pragma omp parallel for collapse(3) schedule(static, 1)
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++)
+			for (int qb = 0; qb < NQB; qb++) {
+				const size_t row0 = (size_t)b * T * C + (size_t)h * HS;
+				const size_t kvhead = (size_t)b * T * KVC + (size_t)(h / G) * HS;
+				const int t0 = qb * ATT_QBLOCK;
+
+				attend_block(out + row0, lse + ((size_t)b * NH + h) * T, q + row0, k + kvhead,
+					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), C, KVC, HS, scale);
+			}
+}
+
 void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
 				 int C, int NH, int NKV)
@@ -98,6 +246,10 @@ void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const float scale = 1.0f / sqrtf((float)HS);
 
+	if (HS <= ATT_MAX_HS) {
+		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV);
+		return;
+	}
 #pragma omp parallel for collapse(3) schedule(static, 1)
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < NH; h++)
@@ -154,6 +306,62 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 	}
 }
 
+/* One query row t against one key tile (n keys from k0; kt, vt: the tile's
+ * k and v transposed): p = exp(q.k scale - lse), dv += p dout,
+ * ds = p (dout.v - D) scale, dq_t += ds k, dk += ds q_t.  s, ds: ATT_TILE
+ * floats of scratch. */
+static inline void backward_tile_row(float *dq, float *dk, float *dv, const float *restrict qt,
+				     const float *restrict gt, float Dt, float lse_t, const float *k,
+				     const float *restrict kt, const float *restrict vt, int k0, int n,
+				     int KVC, int HS, float scale, float *restrict s, float *restrict ds)
+{
+	tile_dots(s, qt, kt, n, HS);
+#pragma omp simd
+	for (int j = 0; j < n; j++)
+		s[j] = fast_expf(s[j] * scale - lse_t);
+	for (int j = 0; dv && j < n; j++) {
+		float *restrict g = dv + (size_t)(k0 + j) * KVC;
+		for (int i = 0; i < HS; i++)
+			g[i] += s[j] * gt[i];
+	}
+	if (!dq && !dk)
+		return;
+	tile_dots(ds, gt, vt, n, HS);
+#pragma omp simd
+	for (int j = 0; j < n; j++)
+		ds[j] = s[j] * (ds[j] - Dt) * scale;
+	if (dq)
+		add_rows_any(dq, ds, k, k0, n, KVC, HS);
+	for (int j = 0; dk && j < n; j++) {
+		float *restrict g = dk + (size_t)(k0 + j) * KVC;
+		for (int i = 0; i < HS; i++)
+			g[i] += ds[j] * qt[i];
+	}
+}
+
+/* attend_head_backward, key tiles outermost: each tile's k and v are
+ * transposed once for every query at or after it. */
+static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const float *dout, const float *q,
+				       const float *k, const float *v, const float *out, const float *lse, int T,
+				       int C, int KVC, int HS, float scale)
+{
+	float kt[ATT_MAX_HS * ATT_TILE], vt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], ds[ATT_TILE];
+
+	for (int k0 = 0; k0 < T; k0 += ATT_TILE) {
+		const int nk = min_int(ATT_TILE, T - k0);
+
+		transpose_tile(kt, k, k0, nk, KVC, HS);
+		if (dq || dk)
+			transpose_tile(vt, v, k0, nk, KVC, HS);
+		for (int t = k0; t < T; t++) {
+			const size_t rt = (size_t)t * C;
+
+			backward_tile_row(dq ? dq + rt : NULL, dk, dv, q + rt, dout + rt, dot(dout + rt, out + rt, HS),
+					  lse[t], k, kt, vt, k0, min_int(nk, t + 1 - k0), KVC, HS, scale, s, ds);
+		}
+	}
+}
+
 void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *dout, const float *q,
 				  const float *k, const float *v,
@@ -173,7 +381,7 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 			for (int h = kh * G; h < (kh + 1) * G; h++) {
 				const size_t o =
 					(size_t)b * T * C + (size_t)h * HS;
-				attend_head_backward(
+				(HS <= ATT_MAX_HS ? attend_head_backward_tiled : attend_head_backward)(
 					dq ? dq + o : NULL,
 					dk ? dk + okv : NULL,
 					dv ? dv + okv : NULL, dout + o, q + o,
