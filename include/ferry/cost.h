@@ -33,8 +33,13 @@ typedef struct ferry_calibration *ferry_calibration_t;
  * BIOS settings, other tenants). */
 #define FERRY_CALIBRATION_MAX_AGE_DAYS 30
 
+/* The kernels' revision: bumped whenever a kernel's speed changes, so that
+ * calibrations measured on the old kernels are taken again (they are keyed
+ * on it).  2: the CPU attention tiled and the GELU backward vectorised. */
+#define FERRY_KERNELS_REVISION 2
+
 /* "cpu=AMD EPYC;cores=2;mem=23.5GiB;backend=cpu;device=CPU: 2 threads;
- * ferry=0.1.0": what a calibration is valid for. */
+ * ferry=0.1.0;kernels=2": what a calibration is valid for. */
 ferry_status ferry_machine_fingerprint(ferry_backend_t be, char *buf, size_t n) FERRY_MUST_CHECK;
 /* The cache file of a fingerprint: <cache dir>/ferry/calibration-<hash>.json. */
 ferry_status ferry_calibration_cache_path(const char *fingerprint, char *buf, size_t n) FERRY_MUST_CHECK;

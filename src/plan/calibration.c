@@ -259,9 +259,9 @@ ferry_status ferry_machine_fingerprint(ferry_backend_t be, char *buf, size_t n)
 	snprintf(dev, sizeof(dev), "%s", ferry_backend_description(be));
 	if ((cut = strstr(dev, ", device arena"))) /* the arena is a choice, not the machine */
 		*cut = 0;
-	if ((size_t)snprintf(buf, n, "cpu=%s;cores=%d;mem=%.1fGiB;backend=%s;device=%s;ferry=%s", ferry_cpu_name(),
-			     ferry_cpu_count(), mem / 1073741824.0, ferry_backend_name(be), dev,
-			     FERRY_VERSION_STRING) >= n)
+	if ((size_t)snprintf(buf, n, "cpu=%s;cores=%d;mem=%.1fGiB;backend=%s;device=%s;ferry=%s;kernels=%d",
+			     ferry_cpu_name(), ferry_cpu_count(), mem / 1073741824.0, ferry_backend_name(be), dev,
+			     FERRY_VERSION_STRING, FERRY_KERNELS_REVISION) >= n)
 		return ferry_error(FERRY_ERR_INVALID, "fingerprint: buffer too small");
 	return FERRY_OK;
 }

@@ -15,7 +15,8 @@ expect_ok "calibrate --quick" "$FERRY" calibrate "${SHAPE[@]}" --quick
 grep -q "saved to $XDG_CACHE_HOME/ferry/calibration-" out.txt || fail "calibrate says where it saved"
 cache=$(ls "$XDG_CACHE_HOME"/ferry/calibration-*.json 2>/dev/null)
 [ "$(echo "$cache" | wc -w)" -eq 1 ] || fail "one cache file, not: $cache"
-grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=' "$cache" || fail "the fingerprint names the machine"
+grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=[0-9.]*;kernels=[0-9]*"' "$cache" ||
+	fail "the fingerprint names the machine and the kernels' revision"
 grep -q '"op": "matmul"' "$cache" || fail "matrix products measured"
 grep -q '"d2h_both_s"' "$cache" || fail "copies measured both ways at once"
 grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || fail "calibrate prints the figures"
