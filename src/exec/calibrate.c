@@ -487,15 +487,8 @@ static int transfer_sizes(const struct ferry_model_config *cfg, int B, int T, co
 
 	if (ferry_model_plan(cfg, B, T, opts, &plan) != FERRY_OK)
 		return 0;
-	for (int i = 0; i < plan.n_tensors; i++) {
-		size_t b = plan.tensors[i].layer_bytes;
-		bool seen = b == 0;
-
-		for (int k = 0; k < n; k++)
-			seen |= sizes[k] == b;
-		if (!seen && n < max)
-			sizes[n++] = b;
-	}
+	for (int i = 0; i < plan.n_tensors; i++)
+		n = ferry_calib_add_size(sizes, n, max, plan.tensors[i].layer_bytes);
 	return n;
 }
 

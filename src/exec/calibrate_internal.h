@@ -9,6 +9,19 @@
 /* Transfer sizes a calibration measures at most. */
 #define FERRY_CALIB_MAX_SIZES 16
 
+/* Adds size b to the n distinct sizes in sizes (room for max) unless it is
+ * 0, already there, or there is no room; returns the new count. */
+static inline int ferry_calib_add_size(size_t *sizes, int n, int max, size_t b)
+{
+	bool seen = b == 0;
+
+	for (int k = 0; k < n; k++)
+		seen |= sizes[k] == b;
+	if (!seen && n < max)
+		sizes[n++] = b;
+	return n;
+}
+
 /* Floats the CPU AdamW is timed over for cfg: as many as its parameters,
  * 1 to 16 million (its state as large as a step's, out of the caches). */
 long ferry_calib_adamw_floats(const struct ferry_model_config *cfg);

@@ -75,15 +75,9 @@ static int tier_sizes(const size_t *sizes, int n, size_t *out)
 {
 	int k = 0;
 
-	for (int i = 0; i < n; i++) {
-		size_t b = sizes[i] < TIER_MAX_XFER ? sizes[i] : TIER_MAX_XFER;
-		bool seen = b == 0;
-
-		for (int j = 0; j < k; j++)
-			seen |= out[j] == b;
-		if (!seen && k < FERRY_CALIB_MAX_SIZES)
-			out[k++] = b;
-	}
+	for (int i = 0; i < n; i++)
+		k = ferry_calib_add_size(out, k, FERRY_CALIB_MAX_SIZES,
+					 sizes[i] < TIER_MAX_XFER ? sizes[i] : TIER_MAX_XFER);
 	return k;
 }
 

@@ -60,47 +60,6 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
 	return s;
 }
 
-/* One query row: q_t (HS values) against key/value rows 0..t (row stride
- * KVC).  Writes out_t and returns lse_t. */
-static inline float attend_row(float *restrict ot, const float *restrict qt,
-			       const float *k, const float *v, int t, int KVC,
-			       int HS, float scale)
-{
-	float s[ATT_TILE];
-	float m = 0.0f, l = 0.0f;
-
-	for (int k0 = 0; k0 <= t; k0 += ATT_TILE) {
-		const int nk = t + 1 - k0 < ATT_TILE ? t + 1 - k0 : ATT_TILE;
-		float tmax = -INFINITY;
-		for (int j = 0; j < nk; j++) {
-			s[j] = dot(qt, k + (size_t)(k0 + j) * KVC, HS) * scale;
-			tmax = s[j] > tmax ? s[j] : tmax;
-		}
-		if (k0 == 0) { /* first tile: start the running max */
-			m = tmax;
-			for (int i = 0; i < HS; i++)
-				ot[i] = 0.0f;
-		} else if (tmax > m) { /* new max: rescale what we have */
-			const float corr = fast_expf(m - tmax);
-			l *= corr;
-			for (int i = 0; i < HS; i++)
-				ot[i] *= corr;
-			m = tmax;
-		}
-		for (int j = 0; j < nk; j++) {
-			const float p = fast_expf(s[j] - m);
-			const float *restrict vj = v + (size_t)(k0 + j) * KVC;
-			l += p;
-			for (int i = 0; i < HS; i++)
-				ot[i] += p * vj[i];
-		}
-	}
-	const float inv = 1.0f / l;
-	for (int i = 0; i < HS; i++)
-		ot[i] *= inv;
-	return m + logf(l);
-}
-
 static inline int min_int(int a, int b)
 {
 	return a < b ? a : b;
@@ -156,7 +115,7 @@ static void add_rows_any(float *restrict acc, const float *restrict w, const flo
 }
 
 /* Query row t's part of one key tile (scores s, n keys from k0): the online
- * softmax step of attend_row.  m, l: the row's running max and sum. */
+ * softmax step.  m, l: the row's running max and sum. */
 static inline void attend_tile_row(float *restrict ot, float *restrict s, float *m, float *l,
 				   const float *v, int k0, int n, int KVC, int HS, float scale)
 {
@@ -184,6 +143,28 @@ static inline void attend_tile_row(float *restrict ot, float *restrict s, float 
 	for (int j = 0; j < n; j++)
 		*l += s[j];
 	add_rows_any(ot, s, v, k0, n, KVC, HS);
+}
+
+/* One query row: q_t (HS values) against key/value rows 0..t (row stride
+ * KVC), a dot product per key (head sizes too large for a transposed tile).
+ * Writes out_t and returns lse_t. */
+static float attend_row(float *restrict ot, const float *restrict qt, const float *k, const float *v, int t,
+			int KVC, int HS, float scale)
+{
+	float s[ATT_TILE], m = 0.0f, l = 0.0f;
+
+	for (int k0 = 0; k0 <= t; k0 += ATT_TILE) {
+		const int n = min_int(ATT_TILE, t + 1 - k0);
+
+		for (int j = 0; j < n; j++)
+			s[j] = dot(qt, k + (size_t)(k0 + j) * KVC, HS);
+		attend_tile_row(ot, s, &m, &l, v, k0, n, KVC, HS, scale);
+	}
+	const float inv = 1.0f / l;
+
+	for (int i = 0; i < HS; i++)
+		ot[i] *= inv;
+	return m + logf(l);
 }
 
 /* Query rows t0 .. t0+nq-1 of one head (q, out rows C apart; k, v rows KVC
