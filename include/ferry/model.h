@@ -167,6 +167,8 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
  * same bits as the exact order in every case.  Without it, a step runs in
  * the exact order.  FERRY_ERR_INVALID: the model was made without the
  * speculative order, t < 1. */
+/* Whether m was made with the speculative order (adam=host:cpu(speculative)). */
+bool ferry_model_speculative(ferry_model_t m);
 ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
 	FERRY_MUST_CHECK;
 /* Speculative steps put back so far (clipped, diverged or re-valued). */

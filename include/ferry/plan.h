@@ -23,6 +23,7 @@
 #include "ferry/ferry.h"
 #include "ferry/policy.h"
 #include "ferry/backend.h"
+#include "ferry/place.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,6 +95,8 @@ struct ferry_memory_analysis {
 struct ferry_plan {
 	char model[32];
 	char policy[256];
+	char place[FERRY_PLACE_CHARS]; /* every group's placement (ferry/place.h): --place
+					  given this reproduces the plan */
 	enum ferry_dtype act_dtype;
 	int B, T, L;
 	int n_table_entries;  /* tensors in the model's tensor table */
@@ -168,7 +171,18 @@ struct ferry_exec_opts {
 				   (NULL: none needed, as on the CPU) */
 	struct ferry_host_tiers *host_tiers; /* where host state lives (ferry/tier.h;
 						NULL: the backend's host memory) */
+	const char *place;      /* --place: placements written down (ferry/place.h),
+				   applied over what the flags above set (NULL: none) */
 };
+
+/* The placement of every group of training tensors that o asks for: its
+ * shorthand flags, then o->place over them, checked (ferry/place.h). */
+ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferry_places *out) FERRY_MUST_CHECK;
+/* The reverse: the shorthand flags that give p (every placement today
+ * has them); o->policy then points into p, and o->place is cleared. */
+void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p);
+/* AdamW's placement as the optimizer enum (host tiers decide by it). */
+enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
 
 /* ---- the prepared schedule of a training step ------------------------------------
  * Every task a training step submits, in order: on which stream, what it

@@ -26,7 +26,7 @@ struct stage {
 
 static struct stage prologue_of(const struct ferry_model *m)
 {
-	bool e = m->tt.ix.edges;
+	bool e = ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS);
 
 	return (struct stage){ m->md->prologue, m->md->prologue_roles, m->tt.ix.prologue, m->tt.ix.prologue_grad,
 			       e ? m->edge_w[FERRY_EDGE_PROLOGUE] : m->wptr, e ? m->edge_g[FERRY_EDGE_PROLOGUE] : m->gptr,
@@ -35,7 +35,7 @@ static struct stage prologue_of(const struct ferry_model *m)
 
 static struct stage epilogue_of(const struct ferry_model *m)
 {
-	bool e = m->tt.ix.edges;
+	bool e = ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS);
 
 	return (struct stage){ m->md->epilogue, m->md->epilogue_roles, m->tt.ix.epilogue, m->tt.ix.epilogue_grad,
 			       e ? m->edge_w[FERRY_EDGE_EPILOGUE] : m->wptr, e ? m->edge_g[FERRY_EDGE_EPILOGUE] : m->gptr,
@@ -288,10 +288,10 @@ static void edge_grads_out(ferry_model_t m, struct ferry_program *p, int s)
  * first when they stream. */
 static void edge_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
 {
-	if (m->tt.ix.edges)
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
 		edge_in(m, p, s->edge, false);
 	stage_forward(m, p, s, B, T);
-	if (m->tt.ix.edges)
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
 		ferry_emit_record(p, m->compute, m->edge_read, -1);
 }
 
@@ -345,12 +345,12 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
 	ferry_status st;
 
-	if (!m->tt.ix.edges) {
+	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) {
 		stage_backward(m, p, &epi, k->B, k->T);
 		if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 			return st;
 		stage_backward(m, p, &pro, k->B, k->T);
-		if (m->tt.ix.params_offloaded)
+		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 			unstacked_grads_out(m, p);
 		return FERRY_OK;
 	}
@@ -386,7 +386,7 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 {
 	if (k->loss_later)
 		emit_losses_copy(m, p, k);
-	if (m->tt.ix.params_offloaded) {
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		emit_host_norm(m, p);
 		return;
 	}
@@ -402,7 +402,7 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
 	/* the step's synchronisation also waits for a speculative backward's
 	 * early updates: the next step re-patches their tasks in place */
-	if (m->tt.ix.speculative)
+	if (ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->speculative)
 		ferry_emit_wait(p, m->compute, m->opt_host_done, -1);
 }
 
@@ -459,7 +459,7 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	const size_t chunk = ix->opt_chunk, f32 = chunk * sizeof(float);
-	const int k = ix->params_offloaded ? 4 : 3;
+	const int k = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? 4 : 3;
 	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
 	const int home[4] = { ix->param[q], ix->mom[q], ix->var[q], ix->grad[q] };
 	struct opt_slice s = { .n_in = k, .n_out = 3 };
@@ -469,7 +469,7 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 		s.host[i] = at(entry(m, home[i]), off * sizeof(float));
 		s.bytes[i] = n * sizeof(float);
 	}
-	if (!ix->params_offloaded) { /* the gradients and the compute copy are on the device */
+	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* the gradients and the compute copy are on the device */
 		s.dev[3] = at(entry(m, ix->grad[q]), off * sizeof(float));
 		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
 	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
@@ -544,7 +544,7 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 			emit_streamed_slice(m, p, q, off, n, k % 2, layer);
 		}
 	}
-	if (m->tt.ix.params_offloaded) /* the next forward's weight loads (h2d) follow the write-backs */
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
 }
@@ -559,7 +559,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
 	case FERRY_PROG_NORM: emit_norm(m, p, k); break;
 	case FERRY_PROG_UPDATE:
-		if (m->tt.ix.opt_cpu)
+		if (ferry_table_host_update(&m->tt))
 			ferry_emit_update_cpu(m, p, (enum ferry_update_variant)k->variant);
 		else if (m->tt.ix.opt_ring >= 0)
 			emit_update_streamed(m, p);
@@ -567,9 +567,9 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 			emit_update(m, p);
 		break;
 	case FERRY_PROG_ZERO: /* with --offload-params the layers' zero their ring slot */
-		if (m->tt.ix.edges) /* and the edge region's before each stage's backward */
+		if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) /* and the edge region's before each stage's backward */
 			break;
-		if (m->tt.ix.params_offloaded)
+		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 			ferry_emit_zero(p, m->compute, dev_grads(m),
 					m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes, -1, "unstacked weight gradients");
 		else

@@ -56,7 +56,7 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	c.param = at(entry(m, ix->param[q]), f32);
 	c.out[0] = at(entry(m, ix->mom[q]), f32);
 	c.out[1] = at(entry(m, ix->var[q]), f32);
-	c.in[0] = at(entry(m, ix->params_offloaded ? ix->grad[q] : ix->host_grad[q]), f32);
+	c.in[0] = at(entry(m, ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? ix->grad[q] : ix->host_grad[q]), f32);
 	c.param_copy = ix->host_copy[q] >= 0 ? at(entry(m, ix->host_copy[q]), off * m->asz) : NULL;
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	return c;
@@ -78,7 +78,7 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 {
 	char label[56];
 
-	if (m->tt.ix.copy[q] < 0 || (m->tt.ix.params_offloaded && layer >= 0))
+	if (m->tt.ix.copy[q] < 0 || (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && layer >= 0))
 		return; /* the weight ring loads it from the host */
 	if (s != m->opt_cpu_stream)
 		ferry_emit_wait(p, s, m->opt_host_done, layer);
@@ -96,7 +96,7 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 	struct ferry_op_call c = host_call(m, q, off, n);
 	char label[56];
 
-	if (copy_grad && !ix->params_offloaded) {
+	if (copy_grad && !ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
 		ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), off * sizeof(float)),
 				at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, layer,
@@ -192,7 +192,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	const struct ferry_table_index *ix = &m->tt.ix;
 	char label[56];
 
-	if (!ix->params_offloaded) { /* else the gradient ring's copies are queued on d2h */
+	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
 		ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
 		ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, l);
 		for (int q = 0; q < m->md->n_params; q++) {

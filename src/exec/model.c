@@ -119,7 +119,7 @@ static void bind_offloaded(struct ferry_model *m)
 		}
 		m->wptr[p] = entry(m, ix->copy[q]);
 		m->gptr[p] = entry(m, ix->dev_grad[q]);
-		for (int s = 0; s < 2 && ix->edges; s++) {
+		for (int s = 0; s < 2 && ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS); s++) {
 			m->edge_w[s][p] = entry(m, ix->edge_copy[s][q]);
 			m->edge_g[s][p] = entry(m, ix->edge_grad[s][q]);
 		}
@@ -128,7 +128,7 @@ static void bind_offloaded(struct ferry_model *m)
 
 static void bind_params(struct ferry_model *m)
 {
-	if (m->tt.ix.params_offloaded) {
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		bind_offloaded(m);
 		return;
 	}
@@ -147,7 +147,7 @@ static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
-					 m->tt.ix.params_offloaded ? &m->rings : NULL };
+					 ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? &m->rings : NULL };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -216,7 +216,7 @@ static void add_param_streams(struct ferry_model *m)
 	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
 	m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
 	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
-	if (!m->tt.ix.edges)
+	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
 		return;
 	m->param_h2d = ferry_sched_stream(&m->res, "h2d");
 	m->edge_loaded = ferry_sched_event(&m->res, "edge region loaded");
@@ -250,13 +250,13 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	bind_params(m);
 	if (m->tt.ix.opt_ring >= 0)
 		add_optimizer_streams(m);
-	if (m->tt.ix.opt_cpu)
+	if (ferry_table_host_update(&m->tt))
 		add_cpu_optimizer_streams(m);
-	if (m->tt.ix.params_offloaded)
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		add_param_streams(m);
 	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
-	if (m->tt.ix.opt_cpu) /* gradients to the host layer by layer */
+	if (ferry_table_host_update(&m->tt)) /* gradients to the host layer by layer */
 		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_cpu_update_after_layer, m });
 	*out = m;
 	return FERRY_OK;
@@ -477,9 +477,9 @@ static ferry_status refresh_offloaded(ferry_model_t m)
  * the optimizer ring's first slot when the master weights are on the host. */
 static ferry_status refresh_copy(ferry_model_t m)
 {
-	if (m->tt.ix.params_offloaded)
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		return refresh_offloaded(m);
-	if (m->tt.ix.opt_cpu)
+	if (ferry_table_host_update(&m->tt))
 		return upload_copy(m);
 	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
 	const float *master = buffer(m, m->tt.ix.params_buffer);
@@ -508,7 +508,7 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
 	ferry_status st = buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
-	if (!st && (m->tt.ix.copy_buffer >= 0 || m->tt.ix.params_offloaded)) /* the copy the kernels read */
+	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
 		st = refresh_copy(m);
 	return st;
 }
@@ -744,9 +744,14 @@ void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
 	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
 }
 
+bool ferry_model_speculative(ferry_model_t m)
+{
+	return ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->speculative;
+}
+
 ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adamw *opt, int t)
 {
-	if (!m->tt.ix.speculative)
+	if (!ferry_model_speculative(m))
 		return ferry_error(FERRY_ERR_INVALID, "speculative updates need ferry_exec_opts.clip_order "
 				   "FERRY_CLIP_SPECULATIVE (with the optimizer on host threads)");
 	if (t < 1)

@@ -44,7 +44,7 @@ static enum ferry_host_kind copy_kind_of(const struct ferry_task *t)
 
 /* Where the host tiers put the plan's host state, and each kind's speed
  * there; false when they cannot hold it (then every kind at DRAM's). */
-static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c, const struct ferry_exec_opts *opts,
+static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c,
 			const struct ferry_plan *plan, struct tier_speeds *ts)
 {
 	ferry_host_tiers_t h = m->tt.host_tiers;
@@ -55,7 +55,7 @@ static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c, cons
 		ferry_calib_tier_rate(c, NULL, NULL, &ts->r[k]);
 	if (!h)
 		return true;
-	h->optimizer = opts->optimizer; /* decides what the CPU computes on */
+	h->optimizer = ferry_places_optimizer(&m->tt.place); /* decides what the CPU computes on */
 	if (ferry_host_tiers_place(h, plan->mem.host_kind_bytes, &rep) != FERRY_OK)
 		return false;
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
@@ -146,7 +146,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 	out->exposed_copy_s = r.exposed_copy_s;
 	out->compute_s = r.busy_s[m->compute];
 	out->copy_s = r.copy_s;
-	out->host_s = m->tt.ix.opt_cpu ? r.busy_s[m->opt_cpu_stream] : 0;
+	out->host_s = ferry_table_host_update(&m->tt) ? r.busy_s[m->opt_cpu_stream] : 0;
 	out->n_tasks = r.n_tasks;
 	return FERRY_OK;
 }
@@ -170,7 +170,7 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 		out->device_peak_bytes = plan.mem.peak_bytes;
 		for (int k = 0; k < FERRY_TK_COUNT; k++)
 			out->host_bytes += plan.mem.host_kind_bytes[k];
-		out->host_fits = tier_speeds(m, c, opts, &plan, &ts);
+		out->host_fits = tier_speeds(m, c, &plan, &ts);
 		st = simulate(m, c, &ts, B, T, out);
 	}
 	ferry_model_free(m);

@@ -98,7 +98,6 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name,
  * refuses a plan whose buffer list overflowed. */
 ferry_status ferry_plan_finish(struct ferry_plan *plan) FERRY_MUST_CHECK;
 
-#define FERRY_DEFAULT_PREFETCH_DEPTH 2
 /* Layers a stack may have: slot counts (L + 1) and per-layer loops are int. */
 #define FERRY_MAX_LAYERS (1 << 20)
 

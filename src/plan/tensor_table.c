@@ -34,6 +34,20 @@ static int add_buffer(struct ferry_tensor_table *tt, const char *name, enum ferr
 	return tt->n_buffers++;
 }
 
+/* The group whose placement decides an entry of this kind, before the
+ * callers that know better say (stacked weights, rings, host copies). */
+static enum ferry_place_group kind_group(enum ferry_tensor_kind kind)
+{
+	switch (kind) {
+	case FERRY_TK_WEIGHT:
+	case FERRY_TK_OPT_STATE: return FERRY_GROUP_ADAM;
+	case FERRY_TK_WEIGHT_COPY:
+	case FERRY_TK_GRAD: return FERRY_GROUP_EDGE_WEIGHTS;
+	case FERRY_TK_ACTIVATION: return FERRY_GROUP_ACTIVATIONS;
+	default: return FERRY_GROUP_NONE;
+	}
+}
+
 /* Appends an entry at the end of buffer `buf`. */
 static int add_entry(struct ferry_tensor_table *tt, int buf, const char *name, enum ferry_tensor_kind kind,
 		     int layer, enum ferry_dtype dtype, size_t bytes, enum ferry_placement act)
@@ -63,6 +77,7 @@ static int add_entry(struct ferry_tensor_table *tt, int buf, const char *name, e
 	e->bytes = bytes;
 	e->site = tt->buffers[buf].site;
 	e->act = act;
+	e->group = kind_group(kind);
 	e->buffer = buf;
 	e->offset = tt->buffers[buf].bytes;
 	tt->buffers[buf].bytes += bytes;
@@ -77,11 +92,16 @@ static int add_single(struct ferry_tensor_table *tt, const char *name, enum ferr
 	return add_entry(tt, add_buffer(tt, name, site, mem, kind), name, kind, -1, dtype, bytes, act);
 }
 
+/* Entries of a parameter group placed by the weights' groups: the
+ * layers' or the edges' by whether the parameter is stacked. */
+#define BY_STACKING FERRY_GROUP_COUNT
+
 /* One buffer with an entry per present parameter (or per unstacked one),
- * in array order: with all of them, at its array offset. */
+ * in array order: with all of them, at its array offset; each entry in
+ * group `group` (or BY_STACKING). */
 static int add_param_subset(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
 			    enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
-			    enum ferry_dtype dtype, int *index, bool unstacked_only)
+			    enum ferry_dtype dtype, int *index, bool unstacked_only, int group)
 {
 	int buf = add_buffer(tt, buf_name, site, mem, kind);
 	char name[64];
@@ -99,15 +119,17 @@ static int add_param_subset(struct ferry_tensor_table *tt, const char *buf_name,
 				     site == FERRY_SITE_HOST ? FERRY_PLACE_OFFLOAD : FERRY_PLACE_DEVICE);
 		if (index[p] < 0)
 			return index[p];
+		tt->e[index[p]].group = group != BY_STACKING ? group
+				      : pi.layers ? FERRY_GROUP_LAYER_WEIGHTS : FERRY_GROUP_EDGE_WEIGHTS;
 	}
 	return buf;
 }
 
 static int add_param_group(struct ferry_tensor_table *tt, const char *buf_name, const char *prefix,
 			   enum ferry_site site, enum ferry_buffer_kind mem, enum ferry_tensor_kind kind,
-			   enum ferry_dtype dtype, int *index)
+			   enum ferry_dtype dtype, int *index, int group)
 {
-	return add_param_subset(tt, buf_name, prefix, site, mem, kind, dtype, index, false);
+	return add_param_subset(tt, buf_name, prefix, site, mem, kind, dtype, index, false, group);
 }
 
 /* Floats per optimizer slice: a layer's slice of the largest stacked
@@ -130,23 +152,19 @@ static size_t optimizer_chunk(const struct ferry_tensor_table *tt)
 	return layer ? layer : whole;
 }
 
-/* Parameters, gradients, AdamW moments, the compute copy and, when the
- * optimizer state is streamed, its device ring: master weights and
- * moments then live on the host, and the kernels read a device copy (in
- * the activation type, fp32 included).  Returns < 0 on failure. */
 /* With AdamW on host threads: the gradients' host copy and, when the
- * kernels read bf16, the update's bf16 result to upload. */
+ * kernels read bf16, the update's bf16 result to upload (both the
+ * update's, so they live where it runs). */
 static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 {
 	int r = add_param_group(tt, "host: grads", "host grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-				FERRY_F32, tt->ix.host_grad);
+				FERRY_F32, tt->ix.host_grad, FERRY_GROUP_ADAM);
 
-	tt->ix.opt_cpu = true;
 	tt->ix.opt_chunk = optimizer_chunk(tt);
 	if (r >= 0 && tt->act_dtype != FERRY_F32)
 		r = tt->ix.host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
 							      FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
-							      tt->act_dtype, tt->ix.host_copy);
+							      tt->act_dtype, tt->ix.host_copy, FERRY_GROUP_ADAM);
 	return r;
 }
 
@@ -156,8 +174,8 @@ static size_t align64(size_t n)
 	return (n + 63) & ~(size_t)63;
 }
 
-/* The weight and gradient rings of --offload-params: a slot holds one
- * layer of every stacked parameter. */
+/* The weight and gradient rings of layers.weights=host:stream(prefetch):
+ * a slot holds one layer of every stacked parameter. */
 static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -181,8 +199,11 @@ static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
 			       FERRY_PLACE_DEVICE);
 	if (ix->wring < 0)
 		return ix->wring;
-	return ix->gring = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-				      FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
+	ix->gring = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+			       FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
+	if (ix->gring >= 0)
+		tt->e[ix->wring].group = tt->e[ix->gring].group = FERRY_GROUP_LAYER_WEIGHTS;
+	return ix->gring;
 }
 
 /* The parameters a stage's ops read, as a bit mask (a tied head reads
@@ -221,7 +242,7 @@ static int add_edge_entry(struct ferry_tensor_table *tt, int buf, const char *wh
 			 FERRY_PLACE_DEVICE);
 }
 
-/* --offload-embeddings: the edge region, laid out once per stage from
+/* edges.weights=host:stream: the edge region, laid out once per stage from
  * its start (the compute copy and the gradient of each parameter the
  * stage reads, in array order), as large as the larger layout. */
 static int add_edge_region(struct ferry_tensor_table *tt)
@@ -233,7 +254,6 @@ static int add_edge_region(struct ferry_tensor_table *tt)
 			     FERRY_TK_WEIGHT_COPY);
 	size_t most = 0;
 
-	ix->edges = true;
 	ix->edge_buffer = buf;
 	for (int s = 0; s < 2 && buf >= 0; s++) {
 		unsigned mask = stage_params(tt, stage[s]);
@@ -257,57 +277,57 @@ static int add_edge_region(struct ferry_tensor_table *tt)
 
 /* The unstacked parameters' device compute copy and gradients: all of
  * them, or the edge region they pass through in turn. */
-static int add_unstacked(struct ferry_tensor_table *tt, const struct ferry_exec_opts *o)
+static int add_unstacked(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	int r;
 
-	if (o->offload_embeddings)
+	if (ferry_table_streamed(tt, FERRY_GROUP_EDGE_WEIGHTS))
 		return add_edge_region(tt);
 	r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:", FERRY_SITE_DEVICE,
-					       FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true);
+					       FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true,
+					       FERRY_GROUP_EDGE_WEIGHTS);
 	if (r >= 0)
 		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
-							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true);
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
+							   FERRY_GROUP_EDGE_WEIGHTS);
 	return r;
 }
 
-/* --offload-params: master weights, gradients and AdamW's state on the
- * host in the parameter array's layout (and the bf16 compute copy the
- * rings are filled from, when the kernels read bf16); on the device the
- * rings, and a compute copy and gradients of the unstacked parameters
- * (or, with --offload-embeddings, the edge region). */
-static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_place where,
-				const struct ferry_exec_opts *o)
+/* layers.weights=host:stream: master weights, gradients and AdamW's
+ * state on the host in the parameter array's layout (and the bf16
+ * compute copy the rings are filled from, when the kernels read bf16); on
+ * the device the rings, and a compute copy and gradients of the unstacked
+ * parameters (or, with edges.weights=host:stream, the edge region). */
+static int add_offloaded_params(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	const bool bf16 = tt->act_dtype != FERRY_F32;
-	const int prefetch = o->param_prefetch ? o->param_prefetch : 1;
 	int r;
 
-	ix->params_offloaded = true;
 	r = ix->params_buffer = add_param_group(tt, "host: params", "", FERRY_SITE_HOST, FERRY_BUF_DONATED,
-						FERRY_TK_WEIGHT, FERRY_F32, ix->param);
+						FERRY_TK_WEIGHT, FERRY_F32, ix->param, FERRY_GROUP_ADAM);
 	if (r >= 0)
 		r = ix->grads_buffer = add_param_group(tt, "host: grads", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP,
-						       FERRY_TK_GRAD, FERRY_F32, ix->grad);
+						       FERRY_TK_GRAD, FERRY_F32, ix->grad, FERRY_GROUP_ADAM);
 	if (r >= 0)
 		r = ix->mom_buffer = add_param_group(tt, "host: adamw m", "adamw m:", FERRY_SITE_HOST,
-						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->mom);
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->mom,
+						     FERRY_GROUP_ADAM);
 	if (r >= 0)
 		r = ix->var_buffer = add_param_group(tt, "host: adamw v", "adamw v:", FERRY_SITE_HOST,
-						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->var);
+						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->var,
+						     FERRY_GROUP_ADAM);
 	if (r >= 0 && bf16)
 		r = ix->host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
 							   FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
-							   tt->act_dtype, ix->host_copy);
+							   tt->act_dtype, ix->host_copy, FERRY_GROUP_ADAM);
 	if (r >= 0)
-		r = add_unstacked(tt, o);
+		r = add_unstacked(tt);
 	if (r >= 0)
-		r = add_param_rings(tt, prefetch);
+		r = add_param_rings(tt, ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->depth);
 	ix->opt_chunk = optimizer_chunk(tt);
-	ix->opt_cpu = where == FERRY_OPTIM_CPU;
-	if (r >= 0 && where == FERRY_OPTIM_STREAM) /* master, m, v, gradient (+ the compute copy) */
+	if (r >= 0 && !ferry_table_host_update(tt)) /* master, m, v, gradient (+ the compute copy) */
 		r = ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 					      FERRY_TK_OPT_STATE, FERRY_F32,
 					      2 * ix->opt_chunk * (4 * sizeof(float) + (bf16 ? ferry_dtype_size(tt->act_dtype) : 0)),
@@ -315,10 +335,7 @@ static int add_offloaded_params(struct ferry_tensor_table *tt, enum ferry_optim_
 	return r;
 }
 
-static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
-			     const struct ferry_exec_opts *o);
-
-/* The speculative clipping order's undo copies (only the stacked
+/* adam=host:cpu(speculative): the undo copies (only the stacked
  * parameters are updated before the norm is known). */
 static int add_undo(struct ferry_tensor_table *tt)
 {
@@ -335,7 +352,6 @@ static int add_undo(struct ferry_tensor_table *tt)
 		tt->ix.undo_off[p] = n;
 		n += pi.numel;
 	}
-	tt->ix.speculative = true;
 	for (int i = 0; i < 3; i++)
 		if ((tt->ix.undo[i] = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, n * sizeof(float),
 						FERRY_PLACE_OFFLOAD)) < 0)
@@ -343,20 +359,15 @@ static int add_undo(struct ferry_tensor_table *tt)
 	return buf;
 }
 
-static int add_params(struct ferry_tensor_table *tt, enum ferry_optim_place where, const struct ferry_exec_opts *o)
+/* Parameters, gradients, AdamW moments and the compute copy as the
+ * weights' and the optimizer's placements say.  With the optimizer state
+ * on the host (streamed through a device ring, or updated by host
+ * threads) the master weights and moments live there, and the kernels
+ * read a device copy (in the activation type, fp32 included).  Returns
+ * < 0 on failure. */
+static int add_params_placed(struct ferry_tensor_table *tt)
 {
-	int r = add_params_placed(tt, where, o);
-
-	tt->ix.undo[0] = tt->ix.undo[1] = tt->ix.undo[2] = -1;
-	if (r >= 0 && o && o->clip_order == FERRY_CLIP_SPECULATIVE)
-		r = add_undo(tt);
-	return r;
-}
-
-static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_place where,
-			     const struct ferry_exec_opts *o)
-{
-	const bool stream = where != FERRY_OPTIM_DEVICE; /* the state on the host */
+	const bool stream = ferry_table_place(tt, FERRY_GROUP_ADAM)->home == FERRY_HOME_HOST;
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
 	int r;
 
@@ -367,25 +378,28 @@ static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_pla
 		for (int s = 0; s < 2; s++)
 			tt->ix.edge_copy[s][p] = tt->ix.edge_grad[s][p] = -1;
 	}
-	if (o && o->offload_params)
-		return add_offloaded_params(tt, where, o);
+	if (ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS))
+		return add_offloaded_params(tt);
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
-						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param);
+						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param,
+						   FERRY_GROUP_ADAM);
 	if (r >= 0)
 		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
-							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad);
+							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad, BY_STACKING);
 	if (r >= 0)
 		r = tt->ix.mom_buffer = add_param_group(tt, stream ? "host: adamw m" : "adamw m", "adamw m:", opt,
-							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom);
+							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom,
+							FERRY_GROUP_ADAM);
 	if (r >= 0)
 		r = tt->ix.var_buffer = add_param_group(tt, stream ? "host: adamw v" : "adamw v", "adamw v:", opt,
-							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var);
+							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var,
+							FERRY_GROUP_ADAM);
 	/* derived from the parameters, kept across steps */
 	if (r >= 0 && (tt->act_dtype != FERRY_F32 || stream))
 		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_SITE_DEVICE,
 							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
-							 tt->ix.copy);
-	if (r >= 0 && where == FERRY_OPTIM_CPU)
+							 tt->ix.copy, BY_STACKING);
+	if (r >= 0 && ferry_table_host_update(tt))
 		return add_cpu_optimizer(tt);
 	if (r >= 0 && stream) {
 		/* two slots, each a slice of master weights, m and v */
@@ -394,6 +408,16 @@ static int add_params_placed(struct ferry_tensor_table *tt, enum ferry_optim_pla
 						 FERRY_TK_OPT_STATE, FERRY_F32, 2 * 3 * tt->ix.opt_chunk * sizeof(float),
 						 FERRY_PLACE_DEVICE);
 	}
+	return r;
+}
+
+static int add_params(struct ferry_tensor_table *tt)
+{
+	int r = add_params_placed(tt);
+
+	tt->ix.undo[0] = tt->ix.undo[1] = tt->ix.undo[2] = -1;
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative)
+		r = add_undo(tt);
 	return r;
 }
 
@@ -565,28 +589,6 @@ static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int 
 	return FERRY_OK;
 }
 
-/* --offload-params moves the master weights to the host: AdamW's state
- * goes with them (stream or cpu). */
-static ferry_status check_param_opts(const struct ferry_exec_opts *o)
-{
-	if (o && o->clip_order != FERRY_CLIP_EXACT &&
-	    (o->clip_order != FERRY_CLIP_SPECULATIVE || o->optimizer != FERRY_OPTIM_CPU))
-		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative updates on host threads: it needs "
-				   "--offload-optimizer cpu");
-	if (o && o->offload_embeddings && !o->offload_params)
-		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
-				   "--offload-params streams the layers: it needs --offload-params");
-	if (!o || !o->offload_params)
-		return o && o->param_prefetch ? ferry_error(FERRY_ERR_INVALID, "--param-prefetch needs --offload-params")
-					      : FERRY_OK;
-	if (o->optimizer == FERRY_OPTIM_DEVICE)
-		return ferry_error(FERRY_ERR_INVALID, "--offload-params keeps the master weights on the host: AdamW's "
-				   "state goes there too, --offload-optimizer stream or cpu (not device)");
-	if (o->param_prefetch < 0 || o->param_prefetch > 64)
-		return ferry_error(FERRY_ERR_INVALID, "--param-prefetch %d: from 1 to 64 layers", o->param_prefetch);
-	return FERRY_OK;
-}
-
 /* Whether copies read or write host buffer b (AdamW's moments updated on
  * host threads, its master weights when a bf16 copy is what goes up, and
  * the undo copies never leave the host). */
@@ -594,9 +596,9 @@ static bool host_buffer_copied(const struct ferry_tensor_table *tt, int b)
 {
 	const struct ferry_table_index *ix = &tt->ix;
 
-	if (ix->opt_cpu && (b == ix->mom_buffer || b == ix->var_buffer))
+	if (ferry_table_host_update(tt) && (b == ix->mom_buffer || b == ix->var_buffer))
 		return false;
-	if (ix->opt_cpu && ix->host_copy_buffer >= 0 && b == ix->params_buffer)
+	if (ferry_table_host_update(tt) && ix->host_copy_buffer >= 0 && b == ix->params_buffer)
 		return false;
 	return !(ix->undo[0] >= 0 && b == tt->e[ix->undo[0]].buffer);
 }
@@ -643,6 +645,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
 	struct ferry_model_config cfg = *cfg_in;
+	struct ferry_exec_opts act_opts = opts ? *opts : (struct ferry_exec_opts){ 0 };
 	ferry_status st;
 	int r;
 
@@ -657,20 +660,19 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	tt->act_dtype = opts ? opts->act_dtype : FERRY_F32;
 	tt->host_tiers = opts ? opts->host_tiers : NULL;
 	tt->n_params = ferry_model_config_num_params(&cfg);
-	snprintf(tt->policy, sizeof(tt->policy), "%s",
-		 opts && opts->policy ? opts->policy : "everything_saveable");
-	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, opts, &tt->sp)))
+	if ((st = ferry_exec_opts_places(opts, &tt->place)))
 		return st;
-
-	if (opts && opts->optimizer == FERRY_OPTIM_CPU && !ferry_cpu_adamw_isa())
+	snprintf(tt->policy, sizeof(tt->policy), "%.*s", (int)sizeof(tt->policy) - 1,
+		 tt->place.policy[0] ? tt->place.policy : "everything_saveable");
+	/* the activations as placed (--place may name them) */
+	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
+	act_opts.prefetch_depth = tt->place.act_prefetch;
+	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)))
+		return st;
+	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
-	if (opts && (opts->optimizer < FERRY_OPTIM_DEVICE || opts->optimizer > FERRY_OPTIM_CPU))
-		return ferry_error(FERRY_ERR_INVALID, "optimizer placement %d: device, stream or cpu",
-				   (int)opts->optimizer);
-	if ((st = check_param_opts(opts)))
-		return st;
-	r = add_params(tt, opts ? opts->optimizer : FERRY_OPTIM_DEVICE, opts);
+	r = add_params(tt);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
 	if (r >= 0)
@@ -710,7 +712,7 @@ static size_t arena_aligned(size_t n)
 	return (n + EDGE_ALIGN - 1) / EDGE_ALIGN * EDGE_ALIGN;
 }
 
-/* --offload-embeddings: the edge region, and what the device would hold
+/* edges.weights=host:stream: the edge region, and what the device would hold
  * without it (the unstacked parameters' compute copy and gradients, two
  * buffers) less its size. */
 static void edge_figures(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
@@ -733,6 +735,7 @@ static void edge_figures(const struct ferry_tensor_table *tt, struct ferry_plan 
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 {
 	struct ferry_memory_analysis *m = &plan->mem;
+	ferry_status st;
 
 	memset(plan, 0, sizeof(*plan));
 	snprintf(plan->model, sizeof(plan->model), "%s", tt->cfg.arch);
@@ -741,7 +744,9 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->T = (int)tt->dims.v[FERRY_DIM_T];
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
-	plan->param_ring_slots = tt->ix.params_offloaded ? tt->ix.wring_slots : 0;
+	plan->param_ring_slots = ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS) ? tt->ix.wring_slots : 0;
+	if ((st = ferry_places_format(&tt->place, plan->place, sizeof(plan->place))))
+		return st;
 	edge_figures(tt, plan);
 	for (int i = 0; i < tt->n_buffers; i++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];

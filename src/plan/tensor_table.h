@@ -36,6 +36,7 @@ struct ferry_tensor_entry {
 	enum ferry_site site;
 	int host_tier;
 	enum ferry_placement act;  /* activations: kept, offloaded or recomputed */
+	enum ferry_place_group group; /* whose placement put it here (ferry/place.h) */
 	int buffer;                /* the buffer it is carved from */
 	size_t offset;             /* bytes into that buffer */
 };
@@ -65,36 +66,32 @@ struct ferry_table_index {
 	int grad_norm;
 	int workspace;                          /* kernel scratch; -1: none needed */
 	int params_buffer, grads_buffer, mom_buffer, var_buffer, copy_buffer;
-	int opt_ring;                           /* optimizer streaming: the device ring, -1: none */
+	int opt_ring;                           /* adam=host:stream: the device ring, -1: none */
 	size_t opt_chunk;                       /* floats per slice of a ring slot's array */
-	bool opt_cpu;                           /* AdamW on host threads (FERRY_OPTIM_CPU) */
-	int host_grad[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu: gradients on the host */
-	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* opt_cpu, bf16: the update's bf16 result, -1: none */
+	int host_grad[FERRY_MODEL_MAX_PARAMS];  /* adam=host:cpu: gradients on the host */
+	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* adam on the host, bf16: the update's bf16 result, -1: none */
 	int host_copy_buffer;                   /* their buffer, -1: none */
-	/* --offload-params: grad[q] and param[q] are host entries (the
-	 * parameter array's layout); the stacked parameters' layers pass
+	/* layers.weights=host:stream: grad[q] and param[q] are host entries
+	 * (the parameter array's layout); the stacked parameters' layers pass
 	 * through device rings, the unstacked ones (embedding, head, final
 	 * norm) keep a device copy (copy[q]) and device gradients (dev_grad[q]) */
-	bool params_offloaded;
 	int wring, gring;                       /* the weight and gradient rings' entries, -1: off */
 	int wring_slots, gring_slots;
 	size_t ring_numel;                      /* elements per slot: one layer of each stacked parameter */
 	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
-	/* --offload-embeddings (with --offload-params): no copy[q] nor
-	 * dev_grad[q]; one device edge region holds, in turn, the compute copy
-	 * and the gradients of what stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE)
-	 * reads: edge_copy[s][q] and edge_grad[s][q] (-1: stage s does not
-	 * read parameter q), the two stages' entries overlapping */
-	bool edges;
+	/* edges.weights=host:stream: no copy[q] nor dev_grad[q]; one device
+	 * edge region holds, in turn, the compute copy and the gradients of
+	 * what stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE) reads: edge_copy[s][q]
+	 * and edge_grad[s][q] (-1: stage s does not read parameter q), the two
+	 * stages' entries overlapping */
 	int edge_buffer;                        /* -1: off */
 	int edge_copy[2][FERRY_MODEL_MAX_PARAMS];
 	int edge_grad[2][FERRY_MODEL_MAX_PARAMS];
-	/* FERRY_CLIP_SPECULATIVE: undo copies of the stacked parameters'
+	/* adam=host:cpu(speculative): undo copies of the stacked parameters'
 	 * master, m and v; parameter q's layer l starts undo_off[q] + l *
 	 * layer_numel elements into each */
-	bool speculative;
 	int undo[3];                            /* entries, -1: none */
 	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
 };
@@ -106,8 +103,9 @@ struct ferry_tensor_table {
 	struct ferry_model_config cfg;
 	struct ferry_dims dims;       /* at the largest batch */
 	enum ferry_dtype act_dtype;
+	struct ferry_places place;    /* every group's placement: what the table is built from */
 	struct ferry_stack_plan sp;
-	char policy[256];
+	char policy[256];             /* the activation policy as shown (truncated) */
 	size_t n_params;              /* floats in the parameter array */
 	int n, cap;
 	struct ferry_tensor_entry *e;
@@ -119,6 +117,25 @@ struct ferry_tensor_table {
 	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
 	bool over_pinned_limit;       /* some copied buffer is pageable for it */
 };
+
+/* Group g's placement. */
+static inline const struct ferry_place *ferry_table_place(const struct ferry_tensor_table *tt,
+							  enum ferry_place_group g)
+{
+	return &tt->place.group[g];
+}
+
+/* Whether group g streams through device rings from the host. */
+static inline bool ferry_table_streamed(const struct ferry_tensor_table *tt, enum ferry_place_group g)
+{
+	return tt->place.group[g].access == FERRY_ACCESS_STREAM;
+}
+
+/* Whether AdamW runs on host threads (adam=host:cpu). */
+static inline bool ferry_table_host_update(const struct ferry_tensor_table *tt)
+{
+	return tt->place.group[FERRY_GROUP_ADAM].update == FERRY_UPDATE_HOST;
+}
 
 /* Builds the table of cfg's model (completed with
  * ferry_model_config_complete) for batches of up to B x T.  Errors: a bad

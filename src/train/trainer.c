@@ -503,7 +503,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
 	tr->pos_epoch = ferry_loader_epoch(tr->train);
 	/* the speculative clipping order updates each layer during the backward */
-	if (o->exec.clip_order == FERRY_CLIP_SPECULATIVE &&
+	if (ferry_model_speculative(tr->model) &&
 	    (st = ferry_model_step_speculate(tr->model, &opt, tr->step + 1)))
 		return st;
 	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))

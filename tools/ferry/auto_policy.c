@@ -51,8 +51,16 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 	o->exec.policy = r->policy;
 	o->exec.optimizer = r->optimizer;
 	o->exec.offload_params = r->offload_params;
-	if (log)
+	if (log) {
+		struct ferry_places places;
+		char place[FERRY_PLACE_CHARS];
+
 		auto_policy_print(log, r);
+		/* the choice as placements, to give again with --place */
+		if (ferry_exec_opts_places(&o->exec, &places) == FERRY_OK &&
+		    ferry_places_format(&places, place, sizeof(place)) == FERRY_OK)
+			fprintf(log, "as placements: --place '%s'\n", place);
+	}
 	return 0;
 }
 

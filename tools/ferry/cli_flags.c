@@ -18,7 +18,7 @@ static const struct cli_flag model_list[] = {
 	{ "--prefetch-depth", CLI_VALUE }, { "--backend", CLI_VALUE }, { "--device-mem", CLI_VALUE },
 	{ "--threads", CLI_VALUE }, { "--offload-optimizer", CLI_VALUE }, { "--offload-params", CLI_SWITCH },
 	{ "--offload-embeddings", CLI_SWITCH }, { "--param-prefetch", CLI_VALUE }, { "--clip-order", CLI_VALUE },
-	{ "--pinned-limit", CLI_VALUE },
+	{ "--pinned-limit", CLI_VALUE }, { "--place", CLI_VALUE },
 	{ "--host-tier", CLI_VALUE }, { "--topology", CLI_VALUE }, { "--nvme-dir", CLI_VALUE }, { NULL, CLI_SWITCH },
 };
 

@@ -287,7 +287,7 @@ int cmd_bench(int argc, char **argv)
 		return rc;
 	ferry_set_threads(a.o.threads);
 	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg) ||
-	    tier_flags_setup(CMD, &a.o))
+	    model_flags_places(CMD, &a.o) || tier_flags_setup(CMD, &a.o))
 		return 1;
 	if (ferry_backend_open(a.o.backend, &(struct ferry_backend_opts){ .device_mem = a.o.device_mem,
 									  .threads = a.o.threads }, &be) != FERRY_OK) {

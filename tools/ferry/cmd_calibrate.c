@@ -110,7 +110,7 @@ int cmd_calibrate(int argc, char **argv)
 	ferry_set_threads(o.threads);
 	if (model_flags_backend(CMD, &o, stdout) || model_flags_config(CMD, &o, &cfg))
 		return 1;
-	if (tier_flags_setup(CMD, &o))
+	if (model_flags_places(CMD, &o) || tier_flags_setup(CMD, &o))
 		return 1;
 	if (ferry_backend_open(o.backend, &(struct ferry_backend_opts){ .device_mem = o.device_mem,
 									.threads = o.threads }, &be) != FERRY_OK) {

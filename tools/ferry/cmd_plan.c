@@ -196,6 +196,8 @@ int cmd_plan(int argc, char **argv)
 
 	autor.n = -1;
 	rc = parse_plan_flags(argc, argv, &a);
+	if (rc < 0 && model_flags_places(CMD, &a.o))
+		rc = 2;
 	if (rc < 0 && tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))

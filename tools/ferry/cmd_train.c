@@ -430,7 +430,7 @@ static int prepare(struct train_cli *c)
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
 	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg) ||
-	    tier_flags_setup(CMD, &c->o))
+	    model_flags_places(CMD, &c->o) || tier_flags_setup(CMD, &c->o))
 		return 1;
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */

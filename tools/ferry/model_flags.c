@@ -54,6 +54,12 @@ const char model_flags_help[] =
 	"                        waits for the global norm) or speculative (each layer\n"
 	"                        updated as soon as its gradients are on the host, the\n"
 	"                        step undone and redone when the norm needs clipping)\n"
+	"  --place SPEC          placements written down, over what the flags above set:\n"
+	"                        GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
+	"                        edges.weights=device|host:stream, adam=device|host:stream|\n"
+	"                        host:cpu|host:cpu(speculative), activations=POLICY,\n"
+	"                        activations.NAME=device|offload|remat, activations.prefetch=D;\n"
+	"                        `ferry plan` prints every configuration's (docs/design.md)\n"
 	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	"                        is found, else cpu), cpu, cuda\n"
 	"  --pinned-limit SIZE   host buffers that copies use come from one pinned pool of\n"
@@ -104,11 +110,71 @@ static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum fe
 
 /* Whether --offload-optimizer was given (--offload-params defaults it to
  * cpu otherwise), and --offload-params or --offload-embeddings. */
-static bool optimizer_given, params_given, embeddings_given;
+static bool optimizer_given, params_given, embeddings_given, place_given;
 
 bool model_flags_state_given(void)
 {
-	return optimizer_given || params_given || embeddings_given;
+	return optimizer_given || params_given || embeddings_given || place_given;
+}
+
+int model_flags_places(const char *cmd, struct ferry_train_opts *o)
+{
+	static struct ferry_places places; /* o->exec.policy points into it */
+
+	if (!o->exec.place)
+		return 0;
+	if (ferry_exec_opts_places(&o->exec, &places) != FERRY_OK) {
+		cli_fail(cmd);
+		return -1;
+	}
+	ferry_exec_opts_set_places(&o->exec, &places);
+	place_given = true;
+	return 0;
+}
+
+/* Where the weights and the optimizer state live: the shorthands, and
+ * --place written out; as model_flag returns. */
+static int state_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o)
+{
+	const char *f = argv[i];
+	int r;
+
+#define IS(name) (strcmp(f, name) == 0)
+	if (IS("--offload-optimizer")) {
+		r = optimizer_flag(cmd, argc, argv, i, &o->exec.optimizer);
+		optimizer_given = true;
+	} else if (IS("--offload-params")) {
+		o->exec.offload_params = true;
+		params_given = true;
+		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
+			o->exec.optimizer = FERRY_OPTIM_CPU;
+		return 1;
+	} else if (IS("--offload-embeddings")) {
+		o->exec.offload_embeddings = embeddings_given = true; /* the plan checks for --offload-params */
+		return 1;
+	} else if (IS("--clip-order")) {
+		const char *v = NULL;
+
+		r = arg_value(cmd, argc, argv, i, &v);
+		if (!r && strcmp(v, "exact") && strcmp(v, "speculative")) {
+			fprintf(stderr, "ferry %s: --clip-order '%s': exact or speculative\n", cmd, v);
+			r = -1;
+		}
+		if (!r)
+			o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	} else if (IS("--param-prefetch")) {
+		r = arg_int(cmd, argc, argv, i, &o->exec.param_prefetch);
+		if (!r && (o->exec.param_prefetch < 1 || o->exec.param_prefetch > 64)) {
+			fprintf(stderr, "ferry %s: --param-prefetch must be from 1 to 64\n", cmd);
+			r = -1;
+		}
+	} else if (IS("--place")) {
+		r = arg_value(cmd, argc, argv, i, &o->exec.place);
+	} else {
+		return 0;
+	}
+#undef IS
+	return r ? -1 : 2;
 }
 
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
@@ -156,34 +222,8 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
 			fprintf(stderr, "ferry %s: --prefetch-depth must be at least 1\n", cmd);
 			r = -1;
 		}
-	} else if (IS("--offload-optimizer")) {
-		r = optimizer_flag(cmd, argc, argv, i, &o->exec.optimizer);
-		optimizer_given = true;
-	} else if (IS("--offload-params")) {
-		o->exec.offload_params = true;
-		params_given = true;
-		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
-			o->exec.optimizer = FERRY_OPTIM_CPU;
-		return 1;
-	} else if (IS("--offload-embeddings")) {
-		o->exec.offload_embeddings = embeddings_given = true; /* the plan checks for --offload-params */
-		return 1;
-	} else if (IS("--clip-order")) {
-		const char *v = NULL;
-
-		r = arg_value(cmd, argc, argv, i, &v);
-		if (!r && strcmp(v, "exact") && strcmp(v, "speculative")) {
-			fprintf(stderr, "ferry %s: --clip-order '%s': exact or speculative\n", cmd, v);
-			r = -1;
-		}
-		if (!r)
-			o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
-	} else if (IS("--param-prefetch")) {
-		r = arg_int(cmd, argc, argv, i, &o->exec.param_prefetch);
-		if (!r && (o->exec.param_prefetch < 1 || o->exec.param_prefetch > 64)) {
-			fprintf(stderr, "ferry %s: --param-prefetch must be from 1 to 64\n", cmd);
-			r = -1;
-		}
+	} else if ((r = state_flag(cmd, argc, argv, i, o)) != 0) {
+		return r;
 	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
 	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
 	else if (IS("--pinned-limit")) r = arg_size(cmd, argc, argv, i, &o->exec.pinned_limit);

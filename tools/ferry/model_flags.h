@@ -22,6 +22,12 @@ bool model_flags_state_given(void);
 int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
 	       bool *shape_given);
 
+/* --place: its placements (over the flags') resolved into the flags, so
+ * every later step (host tiers, --policy auto) sees them.  Prints the
+ * error and returns -1 for a bad spec or placements that do not go
+ * together.  Call after parsing, before tier_flags_setup. */
+int model_flags_places(const char *cmd, struct ferry_train_opts *o);
+
 /* Help text for those flags. */
 extern const char model_flags_help[];
 

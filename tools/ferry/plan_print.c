@@ -36,6 +36,8 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 
 	fprintf(f, "plan: %s, %d layers, batch %d x %d, %s activations, policy %s, prefetch depth %d\n",
 		p->model, p->L, p->B, p->T, ferry_dtype_name(p->act_dtype), p->policy, p->prefetch_depth);
+	if (p->place[0])
+		fprintf(f, "placement: %s\n", p->place);
 	if (p->param_ring_slots)
 		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
 			   "ring on the device\n", p->param_ring_slots);
@@ -102,6 +104,8 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 	json_string(f, p->model);
 	fprintf(f, ", \"policy\": ");
 	json_string(f, p->policy);
+	fprintf(f, ", \"place\": ");
+	json_string(f, p->place);
 	fprintf(f, ", \"activation_dtype\": \"%s\"", ferry_dtype_name(p->act_dtype));
 	fprintf(f, ", \"layers\": %d, \"batch\": %d, \"seq\": %d, \"prefetch_depth\": %d, "
 		   "\"recomputed_ops\": %d, \"layer_ops\": %d,\n", p->L, p->B, p->T, p->prefetch_depth,

@@ -1,0 +1,121 @@
+/*
+ * Placement: where each group of training tensors lives, how it reaches
+ * the kernels, and where it is updated, as one value per group.
+ *
+ * Groups (the names --place and `ferry plan` use):
+ *   layers.weights  the stacked layers' weights as the kernels read them
+ *                   (the compute copy) and their gradients
+ *   edges.weights   the same for the unstacked parameters: embeddings, the
+ *                   head, the final norm
+ *   adam            AdamW's state: fp32 master weights and both moments
+ *   activations     the layer's named activations, by policy (policy.h)
+ *
+ * A placement is a home (device, or host memory), an access (resident:
+ * the kernels read it where it lives; stream(d): it passes through a
+ * device ring, d layers loaded ahead; recompute, for activations) and,
+ * for the optimizer state, where the update runs (device kernels, or host
+ * threads, optionally each layer as soon as its gradients arrive).
+ *
+ * Written down (--place, `ferry plan`'s "place"):
+ *
+ *   layers.weights=device | host:stream(D)
+ *   edges.weights=device  | host:stream
+ *   adam=device | host:stream | host:cpu | host:cpu(speculative)
+ *   activations=POLICY                 any --policy spec
+ *   activations.NAME=device|offload|remat   (one per name: a custom policy,
+ *                                      the names not listed recomputed)
+ *   activations.prefetch=D             offloaded activations loaded D layers ahead
+ *
+ * items separated by commas (commas inside brackets do not separate).
+ * Today's flags are shorthands: --offload-params is
+ * layers.weights=host:stream(1), --param-prefetch D sets its D,
+ * --offload-embeddings edges.weights=host:stream, --offload-optimizer
+ * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
+ * adam=host:cpu(speculative), --policy activations=, --prefetch-depth
+ * activations.prefetch=.  Host tiers are chosen per kind of host state by
+ * --host-tier (tier.h).
+ */
+#ifndef FERRY_PLACE_H
+#define FERRY_PLACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "ferry/ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ferry_home {
+	FERRY_HOME_DEVICE,
+	FERRY_HOME_HOST,
+};
+
+enum ferry_access {
+	FERRY_ACCESS_RESIDENT,  /* read where it lives */
+	FERRY_ACCESS_STREAM,    /* through a device ring, `depth` layers ahead */
+	FERRY_ACCESS_RECOMPUTE, /* produced again when needed (activations) */
+};
+
+enum ferry_update {
+	FERRY_UPDATE_NONE,   /* not optimizer state */
+	FERRY_UPDATE_DEVICE, /* AdamW kernels on the device */
+	FERRY_UPDATE_HOST,   /* the fused CPU AdamW on host threads */
+};
+
+struct ferry_place {
+	enum ferry_home home;
+	enum ferry_access access;
+	int depth;                /* stream: layers loaded ahead (0 for none) */
+	enum ferry_update update;
+	bool speculative;         /* update HOST: each layer as soon as its
+				     gradients are on the host, undone when the
+				     norm then needs clipping (FERRY_CLIP_SPECULATIVE) */
+};
+
+enum ferry_place_group {
+	FERRY_GROUP_LAYER_WEIGHTS,
+	FERRY_GROUP_EDGE_WEIGHTS,
+	FERRY_GROUP_ADAM,
+	FERRY_GROUP_COUNT,
+	FERRY_GROUP_NONE = -1, /* table entries no placement moves: the batch,
+				  activation gradients, workspace */
+	FERRY_GROUP_ACTIVATIONS = -2, /* placed by the activation policy */
+};
+
+/* Layers of offloaded activations loaded ahead in backward, by default. */
+#define FERRY_DEFAULT_PREFETCH_DEPTH 2
+
+#define FERRY_PLACE_POLICY_CHARS 1024 /* as --policy auto's choice (cost.h) */
+#define FERRY_PLACE_CHARS 2048
+
+/* Every group's placement, and the activation policy. */
+struct ferry_places {
+	struct ferry_place group[FERRY_GROUP_COUNT];
+	char policy[FERRY_PLACE_POLICY_CHARS]; /* "" : everything_saveable */
+	int act_prefetch;                      /* 0: the default (2) */
+};
+
+/* "layers.weights", "edges.weights", "adam". */
+const char *ferry_place_group_name(enum ferry_place_group g);
+
+/* The placements today's defaults give: everything on the device. */
+void ferry_places_default(struct ferry_places *p);
+
+/* Applies the items of spec (the syntax above) to *p, in order; a group
+ * not named keeps its placement.  Errors name the item and what it
+ * expected; *p is unchanged then. */
+ferry_status ferry_places_parse(const char *spec, struct ferry_places *p) FERRY_MUST_CHECK;
+
+/* Checks that the placements go together (streamed weights need the
+ * optimizer state on the host, ...); errors say which. */
+ferry_status ferry_places_check(const struct ferry_places *p) FERRY_MUST_CHECK;
+
+/* Every group's placement in the syntax above, parsed back to the same
+ * placements.  Errors: it does not fit n bytes. */
+ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n) FERRY_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Placements written down: `ferry plan` prints every group's placement
+# ("place" in --json, "placement:" in text), and --place with that string
+# alone reproduces the plan byte for byte (JSON, text and the schedule) for
+# GPT-2 and Llama under every offload mode and several policies; --place
+# trains the same bits as the flags it stands for; bad specs and
+# placements that do not go together are refused with one line.
+. "$(dirname "$0")/lib.bash"
+make_corpus
+GPT2=(--layers 3 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
+LLAMA=(--model llama --layers 3 --channels 16 --heads 2 --kv-heads 1 --max-seq 32 --batch 2 --seq 16)
+
+place_of() { # place_of FILE: the "place" string of a plan's JSON
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["place"])' "$1"
+}
+
+# round_trip NAME SHAPE... -- FLAGS...: the plan with the flags, and with
+# --place of its printed placements instead, are the same bytes.
+round_trip() {
+	local name=$1; shift
+	local shape=() flags=()
+	while [ "$1" != "--" ]; do shape+=("$1"); shift; done
+	shift
+	flags=("$@")
+	checks=$((checks + 1))
+	"$FERRY" plan "${shape[@]}" "${flags[@]}" --json a.json >/dev/null 2>err.txt || { fail "$name: plan: $(cat err.txt)"; return; }
+	local place
+	place=$(place_of a.json)
+	[ -n "$place" ] || { fail "$name: no place in the plan"; return; }
+	"$FERRY" plan "${shape[@]}" --place "$place" --json b.json >/dev/null 2>err.txt ||
+		{ fail "$name: plan --place '$place': $(cat err.txt)"; return; }
+	cmp -s a.json b.json || { fail "$name: --place '$place' gives another plan"; diff a.json b.json | head -5 >&2; return; }
+	"$FERRY" plan "${shape[@]}" "${flags[@]}" --schedule >a.txt 2>&1
+	"$FERRY" plan "${shape[@]}" --place "$place" --schedule >b.txt 2>&1
+	cmp -s a.txt b.txt || { fail "$name: --place gives another text plan or schedule"; diff a.txt b.txt | head -5 >&2; return; }
+	echo "ok: $name: $place"
+}
+
+for shape in GPT2 LLAMA; do
+	declare -n S=$shape
+	round_trip "$shape defaults" "${S[@]}" --
+	round_trip "$shape optimizer stream" "${S[@]}" -- --offload-optimizer stream --policy minimal_offloaded
+	round_trip "$shape optimizer cpu" "${S[@]}" -- --offload-optimizer cpu --policy nothing_saveable
+	round_trip "$shape speculative" "${S[@]}" -- --offload-optimizer cpu --clip-order speculative
+	round_trip "$shape params" "${S[@]}" -- --offload-params --policy qkv_proj_offloaded --prefetch-depth 3
+	round_trip "$shape params, stream" "${S[@]}" -- --offload-params --offload-optimizer stream --param-prefetch 2
+	round_trip "$shape params, embeddings" "${S[@]}" -- --offload-params --offload-embeddings --param-prefetch 3 \
+		--policy 'save_and_offload_only_these_names([out_proj], [query_proj, key_proj])'
+	round_trip "$shape custom policy" "${S[@]}" -- --policy custom:decoder_layer_input=offload,context=device
+	unset -n S
+done
+
+# the written placements are what the flags set
+"$FERRY" plan "${GPT2[@]}" --offload-params --offload-embeddings --param-prefetch 2 --clip-order speculative \
+	--json a.json >/dev/null
+[ "$(place_of a.json)" = "layers.weights=host:stream(2),edges.weights=host:stream,adam=host:cpu(speculative),activations=everything_saveable,activations.prefetch=2" ] ||
+	fail "the flags' placements: $(place_of a.json)"
+expect_ok "text plan names the placements" "$FERRY" plan "${GPT2[@]}" --offload-optimizer stream
+grep -qx "placement: layers.weights=device,edges.weights=device,adam=host:stream,activations=everything_saveable,activations.prefetch=2" out.txt ||
+	fail "plan prints 'placement:': $(sed -n 2p out.txt)"
+# --place over the flags: the item given wins, the others stay
+"$FERRY" plan "${GPT2[@]}" --offload-optimizer cpu --place 'activations.context=offload' --json a.json >/dev/null
+[ "$(place_of a.json)" = "layers.weights=device,edges.weights=device,adam=host:cpu,activations.context=offload,activations.prefetch=2" ] ||
+	fail "--place over flags: $(place_of a.json)"
+
+# --place trains the bits its flags train
+TRAIN=("${GPT2[@]}" --data 'corpus_train_*.bin' --sample 0 --threads 2 --steps 3)
+expect_ok "train with flags" "$FERRY" train "${TRAIN[@]}" --offload-params --offload-embeddings --policy minimal_offloaded \
+	--save flags.bin --json flags.jsonl
+expect_ok "train with --place" "$FERRY" train "${TRAIN[@]}" \
+	--place 'layers.weights=host:stream(1),edges.weights=host:stream,adam=host:cpu,activations=minimal_offloaded' \
+	--save place.bin --json place.jsonl
+cmp -s flags.bin place.bin && cmp -s flags.bin.state place.bin.state || fail "--place trains other bits than its flags"
+[ "$(grep -o '"loss": [^,]*' flags.jsonl)" = "$(grep -o '"loss": [^,]*' place.jsonl)" ] || fail "--place: other losses"
+
+# refusals, one line each
+expect_error "unknown group" "unknown group 'weights'" "$FERRY" plan --place weights=device
+expect_error "no value" "GROUP=PLACEMENT expected" "$FERRY" plan --place adam
+expect_error "bad adam" "--place adam=host: device, host:stream" "$FERRY" plan --place adam=host
+expect_error "bad depth" "host:stream(D), D layers loaded ahead (1 to 64)" "$FERRY" plan \
+	--place 'adam=host:cpu,layers.weights=host:stream(0)'
+expect_error "edges depth" "--place edges.weights=host:stream(2): device or host:stream" "$FERRY" plan \
+	--place 'edges.weights=host:stream(2)'
+expect_error "weights without the optimizer" "adam=host:stream or host:cpu in --place" "$FERRY" plan \
+	--place layers.weights=host:stream
+expect_error "edges without layers" "it needs --offload-params" "$FERRY" plan --place adam=host:cpu,edges.weights=host:stream
+expect_error "speculative on the device" "needs --offload-optimizer cpu" "$FERRY" plan --clip-order speculative
+# an item replaces its group's whole placement: adam=device drops the speculative order
+expect_ok "adam=device over speculative" "$FERRY" plan --offload-optimizer cpu --clip-order speculative --place adam=device
+grep -q "adam=device," out.txt || fail "adam=device replaces the speculative placement"
+expect_error "two activation forms" "use one form" "$FERRY" plan --place activations=full,activations.context=offload
+expect_error "unknown activation name" "context2" "$FERRY" plan --place activations.context2=offload
+expect_error "bad prefetch" "activations.prefetch=0" "$FERRY" plan --place activations.prefetch=0
+finish
