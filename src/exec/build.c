@@ -1,5 +1,5 @@
 /*
- * Compiling a model's step into programs of tasks (plan/schedule.h): the
+ * Compiling a model's step into programs of tasks (sched/schedule.h): the
  * prologue and epilogue here, the layer stack by the offload engine.
  *
  * Stage tensors bound to the stack (the prologue's output, the epilogue's

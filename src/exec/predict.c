@@ -9,7 +9,7 @@
 #include "exec/model_internal.h"
 #include "plan/calibration.h"
 #include "plan/cost_model.h"
-#include "plan/trace.h"
+#include "sched/trace.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
 

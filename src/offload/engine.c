@@ -1,6 +1,6 @@
 /*
  * The layer-stack engine.  See engine.h for what it does; here is how.
- * It does not run anything: it emits tasks into a program (plan/schedule.h)
+ * It does not run anything: it emits tasks into a program (sched/schedule.h)
  * that the executor replays every step.
  *
  * Forward, layer l, op o: if o writes an offloaded tensor t into ring slot

@@ -10,7 +10,7 @@
 
 #include "ferry/backend.h"
 #include "offload/stack_plan.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 struct ferry_layer_exec;
 

@@ -6,7 +6,7 @@
 #define FERRY_PLAN_CALIBRATION_H
 
 #include "ferry/cost.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 /* An op at one shape: its median duration. */
 struct ferry_calib_op {

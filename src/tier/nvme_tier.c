@@ -9,7 +9,7 @@
 #include "tier/nvme_tier.h"
 #include "core/error.h"
 #include "backend/backend_impl.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 #include <errno.h>
 #include <string.h>

@@ -19,7 +19,7 @@
 #include "ferry/tier.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 #include <math.h>
 #include <stdio.h>
