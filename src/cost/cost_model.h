@@ -18,8 +18,8 @@
  * not simulated: every buffer is allocated before step 1, so the peak is the
  * tensor table's plan, exactly (exec/predict.c reports it).
  */
-#ifndef FERRY_PLAN_COST_MODEL_H
-#define FERRY_PLAN_COST_MODEL_H
+#ifndef FERRY_COST_COST_MODEL_H
+#define FERRY_COST_COST_MODEL_H
 
 #include "sched/schedule.h"
 
