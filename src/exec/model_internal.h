@@ -6,7 +6,7 @@
 #define FERRY_EXEC_MODEL_INTERNAL_H
 
 #include "ferry/model.h"
-#include "offload/engine.h"
+#include "exec/engine.h"
 #include "sched/schedule.h"
 #include "sched/trace.h"
 #include "plan/tensor_table.h"

@@ -7,7 +7,7 @@
 #include "backend/run_op.h"
 #include "core/error.h"
 #include "models/tutorial_stack.h"
-#include "offload/engine.h"
+#include "exec/engine.h"
 
 #include <stdio.h>
 #include <string.h>

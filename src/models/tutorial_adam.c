@@ -17,7 +17,7 @@
 #include "backend/run_op.h"
 #include "core/error.h"
 #include "models/tutorial_stack.h"
-#include "offload/engine.h"
+#include "exec/engine.h"
 
 #include <math.h>
 #include <stdio.h>

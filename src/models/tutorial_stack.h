@@ -7,8 +7,8 @@
 #ifndef FERRY_MODELS_TUTORIAL_STACK_H
 #define FERRY_MODELS_TUTORIAL_STACK_H
 
-#include "offload/engine.h"
-#include "offload/stack_plan.h"
+#include "exec/engine.h"
+#include "plan/stack_plan.h"
 
 struct ferry_tutorial_stack {
 	ferry_backend_t be;

@@ -18,7 +18,7 @@
  * prefetch for layer l - depth - 1 is issued.  With R >= depth + 1 the
  * slot's previous user (layer j + R >= l) has always been submitted.
  */
-#include "offload/engine.h"
+#include "exec/engine.h"
 #include "core/error.h"
 #include "tier/nvme_tier.h"
 
