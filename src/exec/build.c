@@ -8,7 +8,7 @@
  */
 #include "exec/model_internal.h"
 #include "core/error.h"
-#include "tier/nvme_tier.h"
+#include "sched/tier_copy.h"
 
 #include <stdio.h>
 #include <string.h>

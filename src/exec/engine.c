@@ -20,7 +20,7 @@
  */
 #include "exec/engine.h"
 #include "core/error.h"
-#include "tier/nvme_tier.h"
+#include "sched/tier_copy.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -17,6 +17,7 @@
  * reached.
  */
 #include "ferry/tier.h"
+#include "backend/host_tiers.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
 #include "sched/schedule.h"
