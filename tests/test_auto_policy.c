@@ -17,7 +17,7 @@
  */
 #include "ferry/cost.h"
 #include "ferry/policy.h"
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "test_util.h"
 
 #include <stdlib.h>

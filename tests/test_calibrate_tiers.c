@@ -1,5 +1,5 @@
 /*
- * The host tiers' calibration (exec/calibrate_tiers.c, plan/tier_rates.c):
+ * The host tiers' calibration (cost/calibrate_tiers.c, cost/tier_rates.c):
  *  - tier speeds from a calibration on a simulated topology (node 0 with
  *    CPUs, nodes 1 and 2 without, node 3 without and not measured): each
  *    node at its own factors, a striped tier at its slowest share, a node
@@ -18,7 +18,7 @@
  *    the file I/O counted as estimated only without calibrated rates.
  */
 #include "test_util.h"
-#include "exec/calibrate_internal.h"
+#include "cost/calibrate_tiers.h"
 #include "tier/host_tiers_internal.h"
 
 #include <dirent.h>

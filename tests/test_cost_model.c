@@ -8,8 +8,8 @@
  * kind from its FLOP rate, copies scaled from the nearest size), and its
  * file read back, refused for another machine.
  */
-#include "plan/calibration.h"
-#include "plan/cost_model.h"
+#include "cost/calibration.h"
+#include "cost/cost_model.h"
 #include "test_util.h"
 
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include "ferry/model.h"
 #include "ferry/policy.h"
 #include "ferry/tutorial.h"
-#include "offload/stack_plan.h"
+#include "plan/stack_plan.h"
 #include "test_util.h"
 
 #define STEPS 3

@@ -15,6 +15,7 @@
  * AdamW one and three steps; sum_squares).
  */
 #include "ops/cpu/kernels.h"
+#include "optim/cpu_adamw.h"
 #include "ref_ops.h"
 #include "test_util.h"
 

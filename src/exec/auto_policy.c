@@ -8,7 +8,7 @@
 #include "exec/auto_internal.h"
 #include "ferry/policy.h"
 #include "core/error.h"
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 
 #include <stdio.h>
 #include <string.h>

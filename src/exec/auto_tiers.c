@@ -9,7 +9,7 @@
  * the step fastest, until no move helps; at equal time nothing moves.
  */
 #include "exec/auto_internal.h"
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
 

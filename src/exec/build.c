@@ -1,5 +1,5 @@
 /*
- * Compiling a model's step into programs of tasks (plan/schedule.h): the
+ * Compiling a model's step into programs of tasks (sched/schedule.h): the
  * prologue and epilogue here, the layer stack by the offload engine.
  *
  * Stage tensors bound to the stack (the prologue's output, the epilogue's
@@ -8,7 +8,7 @@
  */
 #include "exec/model_internal.h"
 #include "core/error.h"
-#include "tier/nvme_tier.h"
+#include "sched/tier_copy.h"
 
 #include <stdio.h>
 #include <string.h>

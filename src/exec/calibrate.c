@@ -23,8 +23,8 @@
  *    the cost model's prediction from all of the above (fit_in_step).
  */
 #include "exec/model_internal.h"
-#include "exec/calibrate_internal.h"
-#include "plan/calibration.h"
+#include "cost/calibrate_tiers.h"
+#include "cost/calibration.h"
 #include "core/error.h"
 
 #include <math.h>

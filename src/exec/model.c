@@ -13,6 +13,7 @@
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
+#include "sched/tier_copy.h"
 #include "tier/nvme_tier.h"
 
 #include <math.h>

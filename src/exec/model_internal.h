@@ -6,9 +6,9 @@
 #define FERRY_EXEC_MODEL_INTERNAL_H
 
 #include "ferry/model.h"
-#include "offload/engine.h"
-#include "plan/schedule.h"
-#include "plan/trace.h"
+#include "exec/engine.h"
+#include "sched/schedule.h"
+#include "sched/trace.h"
 #include "plan/tensor_table.h"
 
 /* What a program does, for a batch of B x T. */

@@ -1,15 +1,15 @@
 /*
  * ferry_model_predict: the cost model on a model's prepared schedule.  The
  * step's programs come from a dry build (no device), each task's duration
- * from the calibration, and the simulation (plan/cost_model.h) replays
+ * from the calibration, and the simulation (cost/cost_model.h) replays
  * them as ferry_model_step_submit, _finish and ferry_model_sync submit
  * them: zeroing, forward, backward, gradient norm, the host's
  * synchronisation, the update.  The peak is the memory plan's.
  */
 #include "exec/model_internal.h"
-#include "plan/calibration.h"
-#include "plan/cost_model.h"
-#include "plan/trace.h"
+#include "cost/calibration.h"
+#include "cost/cost_model.h"
+#include "sched/trace.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
 

@@ -4,7 +4,7 @@
  * A model declares its repeated layer once (tensors with names and shapes,
  * ops with their input, output and weight slots).  From the op table the
  * engine derives which tensors the backward pass reads (the layer's
- * residuals); a policy then places each (src/offload/).
+ * residuals); a policy then places each (src/plan/).
  */
 #ifndef FERRY_GRAPH_LAYER_H
 #define FERRY_GRAPH_LAYER_H

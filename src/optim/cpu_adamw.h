@@ -101,4 +101,14 @@ enum ferry_cpu_isa ferry_cpu_isa_best(void);
  * small arrays run on fewer threads.  *parts <= threads; 0 when n == 0. */
 long ferry_cpu_adamw_chunk(long n, int threads, int *parts);
 
+/* The AdamW op on the CPU (FERRY_OP_ADAMW, adamw_op.c): n values, step t
+ * >= 1 (bias correction), gradient multiplied by grad_scale first
+ * (global-norm clipping), decoupled weight decay; the fused step above on
+ * the best path.  Here, not in ops/cpu/kernels.h: the kernels do not call
+ * the optimizer; the CPU backend, above both, dispatches the op to it. */
+void ferry_cpu_adamw_update(float *param, float *m, float *v, const float *grad,
+			    long n, float lr, float beta1, float beta2,
+			    float eps, float weight_decay, float grad_scale,
+			    int t);
+
 #endif

@@ -20,7 +20,7 @@
 
 #include "ferry/plan.h"
 #include "graph/model_decl.h"
-#include "offload/stack_plan.h"
+#include "plan/stack_plan.h"
 
 enum ferry_site {
 	FERRY_SITE_DEVICE,

@@ -2,11 +2,11 @@
  * Host memory on a tier: an anonymous mapping bound to the tier's nodes
  * with mbind (libnuma's numaif.h) before its pages are first touched, so
  * every page is allocated where the tier says; then touched (committed
- * before step 1) and, on CUDA, registered for DMA.
+ * before step 1).  Registering it for DMA (CUDA) is the backend's
+ * (backend/host_tiers.c).
  */
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
-#include "backend/backend_impl.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -102,10 +102,8 @@ bool ferry_host_tiers_owns(ferry_host_tiers_t h, const void *p)
 	return h && p && find(h, p);
 }
 
-/* *mapped bytes (bytes rounded up to pages, at least one) at *p, bound to
- * t's nodes and touched. */
-static ferry_status map_bound(const struct ferry_topology *topo, const struct ferry_tier *t, size_t bytes, void **p,
-			      size_t *mapped)
+ferry_status ferry_tier_map_bound(const struct ferry_topology *topo, const struct ferry_tier *t, size_t bytes,
+				  void **p, size_t *mapped)
 {
 	size_t page = page_size();
 	ferry_status st;
@@ -129,35 +127,18 @@ static ferry_status map_bound(const struct ferry_topology *topo, const struct fe
 
 static ferry_status map_on_tier(struct ferry_host_tiers *h, const struct ferry_tier *t, struct tier_region *r)
 {
-	return map_bound(&h->topo, t, r->bytes, &r->p, &r->mapped);
+	return ferry_tier_map_bound(&h->topo, t, r->bytes, &r->p, &r->mapped);
 }
 
-ferry_status ferry_tier_map(const struct ferry_topology *topo, const struct ferry_tier *t, ferry_backend_t be,
-			    size_t bytes, void **out)
-{
-	size_t mapped;
-	ferry_status st = map_bound(topo, t, bytes, out, &mapped);
-
-	if (!st && be && be->iface->host_register && (st = be->iface->host_register(be, *out, mapped))) {
-		munmap(*out, mapped);
-		*out = NULL;
-	}
-	return st;
-}
-
-void ferry_tier_unmap(ferry_backend_t be, void *p, size_t bytes)
+void ferry_tier_unmap_bound(void *p, size_t bytes)
 {
 	size_t page = page_size();
 
-	if (!p)
-		return;
-	if (be && be->iface->host_unregister)
-		be->iface->host_unregister(be, p);
 	munmap(p, bytes ? (bytes + page - 1) / page * page : page);
 }
 
-ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_tensor_kind kind,
-				    size_t bytes, void **out)
+ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor_kind kind, size_t bytes,
+				   struct tier_region **out)
 {
 	enum ferry_host_kind k = ferry_host_kind_of(kind);
 	const struct ferry_tier *t = &h->placed[k];
@@ -172,17 +153,14 @@ ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, en
 	if (!r)
 		return ferry_error(FERRY_ERR_NOMEM, "host tiers: out of host memory");
 	r->bytes = bytes;
-	st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, be, r) : map_on_tier(h, t, r);
-	if (!st && be && !r->nvme && be->iface->host_register && (st = be->iface->host_register(be, r->p, r->mapped)))
-		munmap(r->p, r->mapped);
+	st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, r) : map_on_tier(h, t, r);
 	if (st) {
 		ferry_free(r);
 		return st;
 	}
-	r->registered = r->nvme ? NULL : be;
 	r->next = h->regions;
 	h->regions = r;
-	*out = r->p;
+	*out = r;
 	return FERRY_OK;
 }
 
@@ -195,8 +173,8 @@ void ferry_host_tiers_release(ferry_host_tiers_t h, void *p)
 	if (!(r = *pp))
 		return;
 	*pp = r->next;
-	if (r->registered && r->registered->iface->host_unregister)
-		r->registered->iface->host_unregister(r->registered, r->p);
+	if (r->unregister)
+		r->unregister(r->registered, r->p);
 	munmap(r->p, r->mapped);
 	if (r->nvme) {
 		ferry_free(r);

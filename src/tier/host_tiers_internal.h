@@ -11,7 +11,10 @@ struct tier_region {
 	struct tier_region *next;
 	void *p;
 	size_t bytes, mapped;
-	ferry_backend_t registered; /* the backend it is registered with, or NULL */
+	/* the backend it is registered with, or NULL, and what undoes that
+	 * (set by backend/host_tiers.c: a tier calls no backend itself) */
+	ferry_backend_t registered;
+	void (*unregister)(ferry_backend_t be, void *p);
 	bool nvme;                  /* an address range standing for file bytes */
 	uint64_t file_offset;       /* nvme: where its bytes start in the file */
 };
@@ -27,8 +30,11 @@ struct ferry_host_tiers {
 	struct ferry_nvme_file *nvme; /* created at the first NVMe allocation */
 	uint64_t nvme_used;
 	/* a device that is not host memory moves NVMe bytes through these
-	 * (pinned by the backend): [0] device to file, [1] file to device */
+	 * (pinned by the backend, backend/host_tiers.c; freed with stage_free
+	 * when the last NVMe region goes): [0] device to file, [1] file to
+	 * device */
 	ferry_backend_t stage_be;
+	void (*stage_free)(ferry_backend_t be, void *p);
 	void *stage[2];
 	struct tier_region *regions;
 };
@@ -48,18 +54,22 @@ bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind);
 ferry_status ferry_tier_bind(const struct ferry_topology *topo, const struct ferry_tier *t, void *p, size_t bytes)
 	FERRY_MUST_CHECK;
 
-/* Host memory of bytes bound to tier t's nodes (not bound on a simulated
- * topology), touched, and registered for DMA with be (NULL: not), as
- * ferry_host_tiers_alloc makes it but outside any placement (calibration
- * measures each tier on such memory); freed by ferry_tier_unmap with the
- * same be and bytes. */
-ferry_status ferry_tier_map(const struct ferry_topology *topo, const struct ferry_tier *t, ferry_backend_t be,
-			    size_t bytes, void **out) FERRY_MUST_CHECK;
-void ferry_tier_unmap(ferry_backend_t be, void *p, size_t bytes);
+/* *mapped bytes (bytes rounded up to pages, at least one) at *p, bound to
+ * t's nodes (not on a simulated topology) and touched; unmapped by
+ * ferry_tier_unmap_bound with the same bytes.  backend/host_tiers.c
+ * registers it with a backend (ferry_tier_map). */
+ferry_status ferry_tier_map_bound(const struct ferry_topology *topo, const struct ferry_tier *t, size_t bytes,
+				  void **p, size_t *mapped) FERRY_MUST_CHECK;
+void ferry_tier_unmap_bound(void *p, size_t bytes);
+/* A placement's allocation of bytes for tensors of kind, on the tier kind
+ * is placed on, linked into h->regions (ferry_host_tiers_release frees it);
+ * not registered with any backend yet. */
+ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor_kind kind, size_t bytes,
+				   struct tier_region **out) FERRY_MUST_CHECK;
 
 /* An NVMe region: file bytes reserved for r->bytes, and an address range
  * (never readable) that stands for them. */
-ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, ferry_backend_t be, struct tier_region *r)
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)
 	FERRY_MUST_CHECK;
 /* After an NVMe region's release: the last one closes (removes) the file. */
 void ferry_tier_nvme_released(struct ferry_host_tiers *h);

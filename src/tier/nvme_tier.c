@@ -4,30 +4,17 @@
  * inaccessible address range of the same size that stands for them, so the
  * offload engine can carve it by offset like any host buffer and turn each
  * copy to or from it into a file write or read (ferry_host_tiers_nvme_at).
+ * The copies themselves are schedule tasks (sched/tier_copy.c); the pinned
+ * staging buffers they go through come from the backend
+ * (backend/host_tiers.c).
  */
 #include "tier/host_tiers_internal.h"
 #include "tier/nvme_tier.h"
 #include "core/error.h"
-#include "backend/backend_impl.h"
-#include "plan/schedule.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
-
-/* Staging buffers for a backend whose device memory is not host memory. */
-static ferry_status make_staging(struct ferry_host_tiers *h, ferry_backend_t be)
-{
-	ferry_status st;
-
-	if (!be || be->caps.unified || h->stage[0])
-		return FERRY_OK;
-	h->stage_be = be;
-	for (int i = 0; i < 2; i++)
-		if ((st = ferry_host_alloc(be, FERRY_TIER_STAGE_BYTES, &h->stage[i])))
-			return st;
-	return FERRY_OK;
-}
 
 void ferry_tier_nvme_released(struct ferry_host_tiers *h)
 {
@@ -36,22 +23,20 @@ void ferry_tier_nvme_released(struct ferry_host_tiers *h)
 			return;
 	for (int i = 0; i < 2; i++)
 		if (h->stage[i])
-			ferry_host_free(h->stage_be, h->stage[i]);
+			h->stage_free(h->stage_be, h->stage[i]);
 	h->stage[0] = h->stage[1] = NULL;
 	ferry_nvme_file_close(h->nvme);
 	h->nvme = NULL;
 	h->nvme_used = 0;
 }
 
-ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, ferry_backend_t be, struct tier_region *r)
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)
 {
 	size_t mapped = (r->bytes + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
 	ferry_status st;
 	void *p;
 
 	if (!h->nvme && (st = ferry_nvme_file_create(h->nvme_dir, &h->nvme)))
-		return st;
-	if ((st = make_staging(h, be)))
 		return st;
 	if (!mapped)
 		mapped = FERRY_NVME_ALIGN;
@@ -87,34 +72,6 @@ const char *ferry_host_tiers_nvme_mode(ferry_host_tiers_t h)
 	return h && h->nvme ? ferry_nvme_file_mode(h->nvme) : NULL;
 }
 
-bool ferry_tier_emit_copy(struct ferry_program *p, int stream, ferry_host_tiers_t h, void *host, void *dev,
-			  size_t bytes, enum ferry_copy_kind kind, int layer, const char *label)
-{
-	uint64_t off;
-	struct ferry_nvme_file *f = host ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
-
-	if (!f)
-		return false;
-	if (!h->stage[0]) { /* the device's memory is host memory: straight to the file */
-		ferry_emit_file(p, stream, f, off, dev, dev, bytes, kind, layer, label);
-		return true;
-	}
-	for (size_t pos = 0; pos < bytes; pos += FERRY_TIER_STAGE_BYTES) {
-		size_t len = bytes - pos < FERRY_TIER_STAGE_BYTES ? bytes - pos : FERRY_TIER_STAGE_BYTES;
-		char *d = (char *)dev + pos;
-
-		/* stream order keeps a staging buffer's next use after its file I/O */
-		if (kind == FERRY_COPY_D2H) {
-			ferry_emit_copy(p, stream, h->stage[0], d, len, FERRY_COPY_D2H, layer, label);
-			ferry_emit_file(p, stream, f, off + pos, NULL, h->stage[0], len, kind, layer, label);
-		} else {
-			ferry_emit_file(p, stream, f, off + pos, h->stage[1], NULL, len, kind, layer, label);
-			ferry_emit_copy(p, stream, d, h->stage[1], len, FERRY_COPY_H2D, layer, label);
-		}
-	}
-	return true;
-}
-
 ferry_status ferry_host_tiers_io_status(ferry_host_tiers_t h)
 {
 	return h && h->nvme ? ferry_nvme_file_status(h->nvme) : FERRY_OK;
@@ -142,30 +99,5 @@ bool ferry_host_tiers_file_zero(ferry_host_tiers_t h, void *host, size_t n, ferr
 	*st = FERRY_OK;
 	for (size_t pos = 0; pos < n && !*st; pos += sizeof(zeros))
 		*st = ferry_nvme_write(f, off + pos, zeros, n - pos < sizeof(zeros) ? n - pos : sizeof(zeros));
-	return true;
-}
-
-bool ferry_host_tiers_upload(ferry_host_tiers_t h, ferry_stream_t s, void *dev, const void *host, size_t n,
-			     ferry_status *st)
-{
-	uint64_t off;
-	struct ferry_nvme_file *f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
-
-	if (!f)
-		return false;
-	/* dev may still be read by work queued before */
-	if ((*st = ferry_stream_synchronize(s)))
-		return true;
-	if (!h->stage[1]) { /* the device's memory is host memory */
-		*st = ferry_nvme_read(f, off, dev, n);
-		return true;
-	}
-	for (size_t pos = 0; pos < n && !*st; pos += FERRY_TIER_STAGE_BYTES) {
-		size_t len = n - pos < FERRY_TIER_STAGE_BYTES ? n - pos : FERRY_TIER_STAGE_BYTES;
-
-		if (!(*st = ferry_nvme_read(f, off + pos, h->stage[1], len)) &&
-		    !(*st = ferry_memcpy_async(s, (char *)dev + pos, h->stage[1], len, FERRY_COPY_H2D)))
-			*st = ferry_stream_synchronize(s);
-	}
 	return true;
 }

@@ -17,9 +17,10 @@
  * reached.
  */
 #include "ferry/tier.h"
+#include "backend/host_tiers.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 #include <math.h>
 #include <stdio.h>

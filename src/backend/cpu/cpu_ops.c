@@ -1,6 +1,7 @@
 /* Maps an op call's slots onto the CPU kernels' arguments (all fp32). */
 #include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
+#include "optim/cpu_adamw.h"
 
 #include <assert.h>
 #include <string.h>

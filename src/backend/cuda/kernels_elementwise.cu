@@ -347,7 +347,7 @@ extern "C" cudaError_t ferry_cuda_fill(cudaStream_t s, bf16 *out, float value, l
 
 /* ---- optimizers ---------------------------------------------------------------- */
 
-/* As adamw_range in src/ops/cpu/adamw.c.  Division and square root use the
+/* As the CPU AdamW (src/optim/cpu_adamw.c).  Division and square root use the
  * IEEE round-to-nearest intrinsics so that --use_fast_math does not turn
  * them into approximations. */
 static __global__ void adamw_kernel(float *param, bf16 *param_copy, float *m, float *v, const float *grad,

@@ -114,13 +114,6 @@ void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
 				     const int32_t *targets, float dloss, int N,
 				     int V, int Vp);
 
-/* AdamW on n values, step t >= 1 (bias correction), gradient multiplied by
- * grad_scale first (global-norm clipping), decoupled weight decay. */
-void ferry_cpu_adamw_update(float *param, float *m, float *v, const float *grad,
-			    long n, float lr, float beta1, float beta2,
-			    float eps, float weight_decay, float grad_scale,
-			    int t);
-
 /* Sum of squares of x, accumulated in double (for the global gradient norm). */
 double ferry_cpu_sum_squares(const float *x, long n);
 

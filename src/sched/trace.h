@@ -13,10 +13,10 @@
  * the forward pass copies them out and fall as the backward pass brings
  * them back.
  */
-#ifndef FERRY_PLAN_TRACE_H
-#define FERRY_PLAN_TRACE_H
+#ifndef FERRY_SCHED_TRACE_H
+#define FERRY_SCHED_TRACE_H
 
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 struct ferry_trace_slice {
 	char label[56];

@@ -16,32 +16,15 @@
 #include "ferry/tutorial.h"
 #include "backend/run_op.h"
 #include "core/error.h"
-#include "models/tutorial_stack.h"
-#include "offload/engine.h"
+#include "exec/tutorial_stack.h"
+#include "models/tutorial.h"
+#include "exec/engine.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-enum { X, Y, OUT, N_TENSORS };
 enum { SUM_ERROR, SUM_L2, SUM_GRAD, N_SUMS };
-
-static const struct ferry_layer_decl adam_layer = {
-	.model = "tutorial_adam",
-	.n_tensors = N_TENSORS,
-	.tensors = {
-		[X] = { "x", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
-		[Y] = { "y", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
-		[OUT] = { "layer_output", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
-	},
-	.n_ops = 2,
-	.ops = {
-		{ FERRY_OP_MATMUL, { Y, -1, -1 }, { X, -1, -1 }, { { 0, 0 }, { -1, 0 } } },
-		{ FERRY_OP_GELU, { OUT, -1, -1 }, { Y, -1, -1 }, { { -1, 0 }, { -1, 0 } } },
-	},
-	.input = X,
-	.output = OUT,
-};
 
 struct ferry_tutorial_adam {
 	ferry_backend_t be;
@@ -159,7 +142,7 @@ ferry_status ferry_tutorial_adam_plan(const struct ferry_tutorial_adam_config *c
 	ferry_status st;
 
 	memset(plan, 0, sizeof(*plan));
-	if ((st = check(cfg, opts)) || (st = ferry_stack_plan_make(&adam_layer, &d, opts, &sp)))
+	if ((st = check(cfg, opts)) || (st = ferry_stack_plan_make(&ferry_tutorial_adam_layer_decl, &d, opts, &sp)))
 		return st;
 	read_in_place(&sp, act);
 	snprintf(plan->model, sizeof(plan->model), "tutorial_adam");
@@ -168,8 +151,8 @@ ferry_status ferry_tutorial_adam_plan(const struct ferry_tutorial_adam_config *c
 	plan->B = 1;
 	plan->T = cfg->rows;
 	plan_buffers(cfg, opts, act, plan);
-	ferry_stack_plan_describe(&sp, &adam_layer, &d, plan);
-	if ((st = ferry_tutorial_stack_storage(&adam_layer, &sp, plan, NULL, NULL)))
+	ferry_stack_plan_describe(&sp, &ferry_tutorial_adam_layer_decl, &d, plan);
+	if ((st = ferry_tutorial_stack_storage(&ferry_tutorial_adam_layer_decl, &sp, plan, NULL, NULL)))
 		return st;
 	plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION] = ferry_tutorial_stack_host_bytes(&sp);
 	plan->mem.host_activation_bytes = plan->mem.host_kind_bytes[FERRY_TK_ACTIVATION];
@@ -371,13 +354,13 @@ static ferry_status build(ferry_tutorial_adam_t t, const struct ferry_exec_opts 
 	t->stride = (size_t)t->cfg.channels * t->cfg.channels;
 
 	add_streams(t);
-	if ((st = ferry_stack_plan_make(&adam_layer, &d, o, &sp)))
+	if ((st = ferry_stack_plan_make(&ferry_tutorial_adam_layer_decl, &d, o, &sp)))
 		return st;
 	read_in_place(&sp, t->act);
-	if ((st = ferry_tutorial_stack_storage(&adam_layer, &sp, NULL, t->be, &t->stack)))
+	if ((st = ferry_tutorial_stack_storage(&ferry_tutorial_adam_layer_decl, &sp, NULL, t->be, &t->stack)))
 		return st;
 	t->stack.storage.input0 = ferry_buffer_ptr(t->input); /* read when sp.input_in_place */
-	if ((st = ferry_layer_exec_create(&t->res, t->compute, &adam_layer, &d, NULL, &wt, &sp, &t->stack.storage,
+	if ((st = ferry_layer_exec_create(&t->res, t->compute, &ferry_tutorial_adam_layer_decl, &d, NULL, &wt, &sp, &t->stack.storage,
 					  &t->layers)) ||
 	    (st = emit_grad(t)))
 		return st;

@@ -2,7 +2,7 @@
  * A trace of the tasks a schedule ran (see trace.h): timed events around
  * each task, read back after the run, written as Chrome trace JSON.
  */
-#include "plan/trace.h"
+#include "sched/trace.h"
 #include "core/error.h"
 #include "ferry/model.h"
 

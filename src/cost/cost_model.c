@@ -4,7 +4,7 @@
  * progresses at its rate (1, or 1/both_slowdown for a copy while the other
  * direction copies on its own engine).
  */
-#include "plan/cost_model.h"
+#include "cost/cost_model.h"
 #include "core/error.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * Internal: the cost model, a discrete-event simulation of a prepared
- * schedule (plan/schedule.h).
+ * schedule (sched/schedule.h).
  *
  * Given the programs a step submits, in order, and how long each task takes
  * on its own, it replays them as the backend would: every stream runs its
@@ -18,10 +18,10 @@
  * not simulated: every buffer is allocated before step 1, so the peak is the
  * tensor table's plan, exactly (exec/predict.c reports it).
  */
-#ifndef FERRY_PLAN_COST_MODEL_H
-#define FERRY_PLAN_COST_MODEL_H
+#ifndef FERRY_COST_COST_MODEL_H
+#define FERRY_COST_COST_MODEL_H
 
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 struct ferry_sim_params {
 	bool shared_copy_engine; /* host<->device copies of both directions share one engine */

@@ -1,14 +1,14 @@
 /*
  * Internal: the layer stack both networks of JAX's host-offloading tutorial
- * run on (src/models/tutorial.c, tutorial_adam.c): its device slots,
+ * run on (exec/tutorial.c, tutorial_adam.c): its device slots,
  * activation-gradient workspace and host copies, listed in a plan or
  * allocated by one function so the two cannot disagree.
  */
-#ifndef FERRY_MODELS_TUTORIAL_STACK_H
-#define FERRY_MODELS_TUTORIAL_STACK_H
+#ifndef FERRY_EXEC_TUTORIAL_STACK_H
+#define FERRY_EXEC_TUTORIAL_STACK_H
 
-#include "offload/engine.h"
-#include "offload/stack_plan.h"
+#include "exec/engine.h"
+#include "plan/stack_plan.h"
 
 struct ferry_tutorial_stack {
 	ferry_backend_t be;

@@ -1,6 +1,6 @@
 /*
  * The layer-stack engine.  See engine.h for what it does; here is how.
- * It does not run anything: it emits tasks into a program (plan/schedule.h)
+ * It does not run anything: it emits tasks into a program (sched/schedule.h)
  * that the executor replays every step.
  *
  * Forward, layer l, op o: if o writes an offloaded tensor t into ring slot
@@ -18,9 +18,9 @@
  * prefetch for layer l - depth - 1 is issued.  With R >= depth + 1 the
  * slot's previous user (layer j + R >= l) has always been submitted.
  */
-#include "offload/engine.h"
+#include "exec/engine.h"
 #include "core/error.h"
-#include "tier/nvme_tier.h"
+#include "sched/tier_copy.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "models/tutorial_stack.h"
+#include "exec/tutorial_stack.h"
 
 #include <stdio.h>
 

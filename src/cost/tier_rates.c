@@ -1,5 +1,5 @@
 /*
- * How fast each host tier is, for the cost model (plan/calibration.h): a
+ * How fast each host tier is, for the cost model (cost/calibration.h): a
  * node with CPUs is local DRAM (speed 1); a CPU-less node (CXL) runs at
  * its own calibrated factors, else the slowest node's calibrated ones
  * (a node id the calibration did not see: a --topology file's), else the
@@ -8,7 +8,7 @@
  * its slowest share, never less than DRAM; the NVMe tier at its file
  * rates (calibrated, else the defaults).
  */
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "ferry/tier.h"
 
 #include <string.h>

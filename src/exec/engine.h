@@ -5,12 +5,12 @@
  * prefetched back on a host-to-device stream while later layers run their
  * backward pass), or recomputed before the layer's backward ops.
  */
-#ifndef FERRY_OFFLOAD_ENGINE_H
-#define FERRY_OFFLOAD_ENGINE_H
+#ifndef FERRY_EXEC_ENGINE_H
+#define FERRY_EXEC_ENGINE_H
 
 #include "ferry/backend.h"
-#include "offload/stack_plan.h"
-#include "plan/schedule.h"
+#include "plan/stack_plan.h"
+#include "sched/schedule.h"
 
 struct ferry_layer_exec;
 

@@ -1,6 +1,6 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
-#include "plan/schedule.h"
-#include "plan/trace.h"
+#include "sched/schedule.h"
+#include "sched/trace.h"
 #include "optim/cpu_adamw.h"
 #include "ops/cpu/kernels.h"
 #include "backend/run_op.h"

@@ -1,8 +1,8 @@
 /*
- * Calibrations (plan/calibration.h): the tables, task durations looked up
+ * Calibrations (cost/calibration.h): the tables, task durations looked up
  * in them, the machine's fingerprint, and the cache file (JSON).
  */
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "core/error.h"
 #include "ferry/platform.h"
 

@@ -1,4 +1,4 @@
-#include "offload/stack_plan.h"
+#include "plan/stack_plan.h"
 #include "backend/run_op.h"
 #include "core/error.h"
 

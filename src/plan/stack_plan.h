@@ -15,8 +15,8 @@
  *    input has L+1 slots on the device, or ring + 1 when offloaded (the
  *    extra slot holds the last layer's output for the epilogue).
  */
-#ifndef FERRY_OFFLOAD_STACK_PLAN_H
-#define FERRY_OFFLOAD_STACK_PLAN_H
+#ifndef FERRY_PLAN_STACK_PLAN_H
+#define FERRY_PLAN_STACK_PLAN_H
 
 #include "ferry/plan.h"
 #include "graph/layer.h"

@@ -2,11 +2,11 @@
  * Internal: a calibration's tables (ferry/cost.h), how a task's duration is
  * looked up in them, and how they are stored (calibration.c).
  */
-#ifndef FERRY_PLAN_CALIBRATION_H
-#define FERRY_PLAN_CALIBRATION_H
+#ifndef FERRY_COST_CALIBRATION_H
+#define FERRY_COST_CALIBRATION_H
 
 #include "ferry/cost.h"
-#include "plan/schedule.h"
+#include "sched/schedule.h"
 
 /* An op at one shape: its median duration. */
 struct ferry_calib_op {
@@ -50,7 +50,7 @@ struct ferry_calibration {
 	double step_host_s;            /* a step's wall time outside its tasks (the host's own work) */
 	double in_step_factor;         /* a step's ops, zeroing and device copies take this many times
 					  their fastest traced call (0: not measured, 1) */
-	/* host tiers (plan/tier_rates.c; 0: the documented default): a CPU-less
+	/* host tiers (cost/tier_rates.c; 0: the documented default): a CPU-less
 	 * node's speed against local DRAM for host<->device copies and for the
 	 * CPU AdamW (the slowest node measured; each node's own in cxl[]), and
 	 * the NVMe tier's file I/O (measured in nvme_dir, the file doing I/O

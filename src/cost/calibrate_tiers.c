@@ -1,5 +1,5 @@
 /*
- * The host tiers' speeds for a calibration (plan/tier_rates.c takes them):
+ * The host tiers' speeds for a calibration (cost/tier_rates.c takes them):
  *
  *  - each CPU-less (CXL) node against local DRAM (the nodes with CPUs) in
  *    the same run: host<->device copies at the model's transfer sizes, and
@@ -14,8 +14,9 @@
  *    fastest round, and the rate of one transfer of each size (the bytes
  *    over the seconds), as a layer offloads one tensor of each name.
  */
-#include "exec/calibrate_internal.h"
+#include "cost/calibrate_tiers.h"
 #include "optim/cpu_adamw.h"
+#include "backend/host_tiers.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/nvme_file.h"
 #include "core/error.h"

@@ -16,8 +16,8 @@
  * A program built without a backend (a dry build, for printing) has NULL
  * addresses; it is never replayed.
  */
-#ifndef FERRY_PLAN_SCHEDULE_H
-#define FERRY_PLAN_SCHEDULE_H
+#ifndef FERRY_SCHED_SCHEDULE_H
+#define FERRY_SCHED_SCHEDULE_H
 
 #include "ferry/backend.h"
 #include "ops/op.h"
@@ -160,7 +160,7 @@ struct ferry_step_values {
  * device).  values may be NULL when p has no patched task. */
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
 				  const struct ferry_step_values *values) FERRY_MUST_CHECK;
-/* The same, adding each task to the trace tr when it is on (plan/trace.h;
+/* The same, adding each task to the trace tr when it is on (sched/trace.h;
  * NULL: none). */
 struct ferry_sched_trace;
 ferry_status ferry_program_submit_traced(const struct ferry_program *p, const struct ferry_sched_runtime *rt,

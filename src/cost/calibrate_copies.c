@@ -9,7 +9,7 @@
  * buffer over and over would run from the cache, up to 4x faster than a
  * step's on the CPU backend.
  */
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "core/error.h"
 
 #include <string.h>

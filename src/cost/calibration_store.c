@@ -3,7 +3,7 @@
  * not at all, read back refusing anything made for another machine, by
  * another version, or too long ago.
  */
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 #include "core/error.h"
 
 #include <errno.h>

@@ -1,10 +1,10 @@
-/* Internal: the parts of ferry_calibrate (calibrate.c) that measure the
+/* Internal: the parts of ferry_calibrate (exec/calibrate.c) that measure the
  * host tiers (calibrate_tiers.c). */
-#ifndef FERRY_EXEC_CALIBRATE_INTERNAL_H
-#define FERRY_EXEC_CALIBRATE_INTERNAL_H
+#ifndef FERRY_COST_CALIBRATE_TIERS_H
+#define FERRY_COST_CALIBRATE_TIERS_H
 
 #include "ferry/cost.h"
-#include "plan/calibration.h"
+#include "cost/calibration.h"
 
 /* Transfer sizes a calibration measures at most. */
 #define FERRY_CALIB_MAX_SIZES 16

@@ -1,5 +1,5 @@
 /*
- * AdamW step and the sum of squares used for global-norm clipping.
+ * The AdamW op on the CPU (FERRY_OP_ADAMW; the CPU backend runs it here).
  *
  *   g = grad * grad_scale
  *   m = beta1 m + (1 - beta1) g,        v = beta2 v + (1 - beta2) g^2
@@ -7,7 +7,7 @@
  *   param -= lr (mhat / (sqrt(vhat) + eps) + weight_decay param)
  *
  * One streaming pass over param, m, v and grad; memory bound.  The pass is
- * the fused kernel of optim/cpu_adamw.c (AVX-512, AVX2 or portable C, chosen
+ * the fused kernel of cpu_adamw.c (AVX-512, AVX2 or portable C, chosen
  * at run time; threads on page-aligned chunks), which performs per element
  * exactly the operations of the loop this file used to hold,
  *
@@ -22,7 +22,6 @@
  * old loop's first lines into FMAs; the fused kernel never fuses, so gcc and
  * clang builds now agree.
  */
-#include "ops/cpu/kernels.h"
 #include "optim/cpu_adamw.h"
 
 void ferry_cpu_adamw_update(float *param, float *m, float *v, const float *grad,
