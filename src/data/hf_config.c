@@ -5,6 +5,7 @@
 #include "ferry/safetensors.h"
 
 #include "core/error.h"
+#include "graph/model_decl.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -217,34 +218,40 @@ static ferry_status check_config(const struct ferry_hf_config *c,
 	return FERRY_OK;
 }
 
-/* model_type "llama", or without one an architectures list naming
- * LlamaForCausalLM. */
-static ferry_status check_llama(json_t *root, const char *path)
+/* The model config.json describes (*md): its model_type's, or without one
+ * the first in its architectures list that ferry declares. */
+static ferry_status find_model(json_t *root, const char *path,
+			       const struct ferry_model_decl **md)
 {
 	json_t *j = get(root, "model_type"), *a;
-	char d[64];
+	const char *type = json_string_value(j);
+	char d[64], titles[FERRY_MODEL_LIST_CHARS], archs[FERRY_MODEL_LIST_CHARS];
 	size_t i;
-	int found = 0;
 
+	ferry_model_hf_list(FERRY_HF_TITLE, titles, sizeof(titles));
 	if (j) {
-		if (!json_is_string(j) || strcmp(json_string_value(j), "llama"))
+		*md = type ? ferry_model_decl_find_hf(type, NULL) : NULL;
+		if (!*md)
 			return ferry_error(FERRY_ERR_FORMAT,
-					   "%s: model_type '%.40s' is not a Llama",
+					   "%s: model_type '%.40s' is not a %s",
 					   path,
-					   json_is_string(j) ? json_string_value(j)
-							     : describe(j, d, sizeof(d)));
+					   type ? type : describe(j, d, sizeof(d)),
+					   titles);
 		return FERRY_OK;
 	}
 	a = get(root, "architectures");
-	for (i = 0; json_is_array(a) && i < json_array_size(a); i++) {
-		const char *s = json_string_value(json_array_get(a, i));
-
-		found |= s && !strcmp(s, "LlamaForCausalLM");
-	}
-	if (!found)
+	*md = NULL;
+	for (i = 0; json_is_array(a) && i < json_array_size(a) && !*md; i++)
+		*md = ferry_model_decl_find_hf(
+			NULL, json_string_value(json_array_get(a, i)));
+	if (!*md)
 		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: no model_type, and architectures does not list LlamaForCausalLM: not a Llama",
-				   path);
+				   "%s: no model_type, and architectures does not "
+				   "list %s: not a %s",
+				   path,
+				   ferry_model_hf_list(FERRY_HF_ARCHITECTURE, archs,
+						       sizeof(archs)),
+				   titles);
 	return FERRY_OK;
 }
 
@@ -337,15 +344,16 @@ static ferry_status check_supported(json_t *root, const char *path)
 static ferry_status parse_config(json_t *root, const char *path,
 				 struct ferry_hf_config *c)
 {
+	const struct ferry_model_decl *md;
 	ferry_status st;
 
 	if (!json_is_object(root))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: not a JSON object", path);
-	st = check_llama(root, path);
+	st = find_model(root, path, &md);
 	if (st)
 		return st;
-	snprintf(c->model_type, sizeof(c->model_type), "llama");
+	snprintf(c->model_type, sizeof(c->model_type), "%s", md->hf_model_type);
 	if ((st = read_sizes(root, path, c)) ||
 	    (st = read_numerics(root, path, c)) ||
 	    (st = check_supported(root, path)))
@@ -427,20 +435,34 @@ static ferry_status emit_text(int fd, const char *tmp, void *ctx)
 	return ferry_st_write_all(fd, tmp, t->s, t->n);
 }
 
+/* The model whose config.json is written for cfg: cfg->model_type's, or
+ * when ferry has none of that type the first kept in Hugging Face
+ * checkpoints (a config filled without a model_type). */
+static const struct ferry_model_decl *
+written_model(const struct ferry_hf_config *cfg)
+{
+	const struct ferry_model_decl *md =
+		ferry_model_decl_find_hf(cfg->model_type, NULL);
+
+	return md ? md : ferry_model_decl_of_format(FERRY_CKPT_HF);
+}
+
 /* config.json's fields for cfg, in transformers' order, into *out (the
  * caller releases it); dtype is the torch_dtype to write. */
 static ferry_status build_config_json(const struct ferry_hf_config *cfg,
 				      const char *dtype, const char *path,
 				      json_t **out)
 {
+	const struct ferry_model_decl *md = written_model(cfg);
 	json_t *root = json_object(), *arch = json_array();
 	int bad;
 
 	*out = root;
 	bad = !root || !arch ||
-	      json_array_append_new(arch, json_string("LlamaForCausalLM")) ||
+	      json_array_append_new(arch, json_string(md->hf_architecture)) ||
 	      json_object_set(root, "architectures", arch) ||
-	      json_object_set_new(root, "model_type", json_string("llama")) ||
+	      json_object_set_new(root, "model_type",
+				  json_string(md->hf_model_type)) ||
 	      json_object_set_new(root, "hidden_act", json_string("silu")) ||
 	      json_object_set_new(root, "hidden_size", json_integer(cfg->hidden_size)) ||
 	      json_object_set_new(root, "intermediate_size",
