@@ -206,8 +206,8 @@ ferry_status ferry_model_trace_end(ferry_model_t m, const char *path) FERRY_MUST
 struct ferry_trace_stats {
 	double span_s;
 	int n_streams;
-	char stream[4][16];
-	double busy_s[4];
+	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
 };
 /* ferry_model_trace_end, writing the file only when path is not NULL, and
  * the figures into *stats. */
