@@ -23,12 +23,9 @@
 #include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
 #include "ops/op.h"
+#include "grad_check.h"
 #include "ref_ops.h"
 #include "test_util.h"
-
-#define CONTRACT_TOL 1e-6
-#define FD_STEP 1e-6
-#define MAXA 4
 
 /* Normalised error bounds, per op (the fp32 kernels against float64).  The
  * measured errors are printed; the bounds leave a factor of about 10 over the
@@ -42,148 +39,11 @@
 #define ATT_FWD_TOL 2e-6
 #define ATT_GRAD_TOL 5e-6
 
-/* ---- generic gradient case (as tests/test_ops_grad.c) ------------------- */
-
-typedef struct GradCase GradCase;
-struct GradCase {
-	int nargs; /* differentiable inputs */
-	const char *argname[MAXA];
-	float *x[MAXA];	  /* fp32 inputs seen by the kernels */
-	double *xd[MAXA]; /* the same values in float64, for the loss */
-	long n[MAXA];
-	/* kernel backward with dout = R; grads[a] may be NULL */
-	void (*backward)(GradCase *c, float **grads);
-	/* float64 reference loss sum(ref_forward(xd) * Rd) */
-	double (*loss)(void *c);
-	double grad_tol;
-	int zero_grad_ok; /* some gradients are exactly 0 (attention, T = 1) */
-
-	/* op data */
-	int B, T, C, NH, NKV, HS, N;
-	float eps, theta;
-	long nout;
-	double *freqs; /* rope: [T, HS/2] */
-	float *R;
-	double *Rd;
-	double *outd; /* scratch for the reference forward */
-	float *out, *rstd, *lse; /* saved fp32 forward results */
-};
-
-static double dot_d(const double *a, const double *b, long n)
+/* out_new, with garbage in out: the forward must overwrite it. */
+static void out_new_dirty(GradCase *c, Rng *rng, long nout)
 {
-	double s = 0.0;
-	for (long i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-static float *arg_new(GradCase *c, const char *name, long n)
-{
-	const int a = c->nargs++;
-	c->argname[a] = name;
-	c->n[a] = n;
-	c->x[a] = TALLOC(float, n);
-	c->xd[a] = TALLOC(double, n);
-	return c->x[a];
-}
-
-/* Call after the fp32 inputs are filled. */
-static void args_sync(GradCase *c)
-{
-	for (int a = 0; a < c->nargs; a++)
-		to_double(c->xd[a], c->x[a], c->n[a]);
-}
-
-static void out_new(GradCase *c, Rng *rng, long nout)
-{
-	c->nout = nout;
-	c->R = TALLOC(float, nout);
-	c->Rd = TALLOC(double, nout);
-	c->outd = TALLOC(double, nout);
-	c->out = TALLOC(float, nout);
-	fill_uniform(rng, c->R, nout, -1.0f, 1.0f);
-	to_double(c->Rd, c->R, nout);
-	/* garbage in out: the forward must overwrite it */
+	out_new(c, rng, nout);
 	fill_uniform(rng, c->out, nout, 100.0f, 200.0f);
-}
-
-static void case_free(GradCase *c)
-{
-	for (int a = 0; a < c->nargs; a++) {
-		free(c->x[a]);
-		free(c->xd[a]);
-	}
-	free(c->freqs);
-	free(c->R);
-	free(c->Rd);
-	free(c->outd);
-	free(c->out);
-	free(c->rstd);
-	free(c->lse);
-}
-
-/* Gradient, accumulate and NULL checks; returns the worst gradient error. */
-static double check_grads(GradCase *c, const char *label)
-{
-	float *g1[MAXA] = {0}, *g2[MAXA] = {0}, *g3[MAXA] = {0};
-	double worst = 0.0;
-	for (int a = 0; a < c->nargs; a++) {
-		g1[a] = TALLOC(float, c->n[a]);
-		g2[a] = TALLOC(float, c->n[a]);
-		g3[a] = TALLOC(float, c->n[a]);
-	}
-
-	/* analytic vs numeric */
-	c->backward(c, g1);
-	for (int a = 0; a < c->nargs; a++) {
-		double *num = TALLOC(double, c->n[a]);
-		fd_grad(num, c->xd[a], c->n[a], c->loss, c, FD_STEP);
-		const double e = nerr_fd(g1[a], num, c->n[a]);
-		CHECK(e < c->grad_tol, "%s: d%s error %.3g (max|grad| %.3g)",
-		      label, c->argname[a], e, max_abs_d(num, c->n[a]));
-		CHECK(c->zero_grad_ok || max_abs_d(num, c->n[a]) > 0.0,
-		      "%s: d%s is all zero", label, c->argname[a]);
-		if (e > worst)
-			worst = e;
-		free(num);
-	}
-
-	/* accumulate: twice into the same buffers gives twice the gradient */
-	c->backward(c, g2);
-	c->backward(c, g2);
-	for (int a = 0; a < c->nargs; a++) {
-		const double e = nerr_scaled_ff(g2[a], g1[a], 2.0, c->n[a]);
-		CHECK(e < CONTRACT_TOL, "%s: d%s twice != 2x once (%.3g)",
-		      label, c->argname[a], e);
-	}
-
-	/* NULL: each gradient in turn is not wanted, the others unchanged */
-	for (int skip = 0; skip < c->nargs; skip++) {
-		float *g[MAXA] = {0};
-		for (int a = 0; a < c->nargs; a++) {
-			memset(g3[a], 0, sizeof(float) * (size_t)c->n[a]);
-			g[a] = a == skip ? NULL : g3[a];
-		}
-		c->backward(c, g);
-		for (int a = 0; a < c->nargs; a++) {
-			if (a == skip)
-				continue;
-			const double e = nerr_ff(g3[a], g1[a], c->n[a]);
-			CHECK(e < CONTRACT_TOL,
-			      "%s: d%s wrong when d%s is NULL (%.3g)", label,
-			      c->argname[a], c->argname[skip], e);
-		}
-	}
-	{
-		float *none[MAXA] = {0};
-		c->backward(c, none); /* all NULL: must not crash */
-	}
-	for (int a = 0; a < c->nargs; a++) {
-		free(g1[a]);
-		free(g2[a]);
-		free(g3[a]);
-	}
-	return worst;
 }
 
 static void report(const char *label, double fwd, double fwd_tol, double grad,
@@ -230,7 +90,7 @@ static void test_rmsnorm(uint64_t seed, int N, int C, float eps, float scale,
 		inp[i] += offset;
 	fill_uniform(&rng, w, C, 0.5f, 1.5f);
 	args_sync(&c);
-	out_new(&c, &rng, n);
+	out_new_dirty(&c, &rng, n);
 	c.rstd = TALLOC(float, N);
 
 	ferry_cpu_rmsnorm_forward(c.out, c.rstd, inp, w, N, C, eps);
@@ -273,7 +133,7 @@ static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
 	float *x = arg_new(&c, "inp", n);
 	fill_normal(&rng, x, n, 1.0f);
 	args_sync(&c);
-	out_new(&c, &rng, n);
+	out_new_dirty(&c, &rng, n);
 	c.freqs = TALLOC(double, (long)T * (HS / 2));
 	ref_rope_freqs(c.freqs, T, HS, (double)theta, 1);
 
@@ -374,7 +234,7 @@ static void test_swiglu(uint64_t seed, long n, float scale)
 	fill_normal(&rng, gate, n, scale);
 	fill_normal(&rng, up, n, 1.0f);
 	args_sync(&c);
-	out_new(&c, &rng, n);
+	out_new_dirty(&c, &rng, n);
 
 	ferry_cpu_swiglu_forward(c.out, gate, up, n);
 	ref_swiglu_forward(c.outd, c.xd[0], c.xd[1], n);
@@ -579,7 +439,8 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 	c.backward = gqa_bwd;
 	c.loss = gqa_loss;
 	c.grad_tol = ATT_GRAD_TOL;
-	c.zero_grad_ok = T == 1; /* one key: dq = dk = 0 */
+	/* one key: dq = dk = 0 */
+	c.nonzero = T == 1 ? GRAD_NONZERO_WAIVED : GRAD_NONZERO_REQUIRED;
 	const long n = (long)B * T * C, nkv = (long)B * T * NKV * HS;
 	float *q = arg_new(&c, "q", n);
 	float *k = arg_new(&c, "k", nkv);
@@ -588,7 +449,7 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 	fill_normal(&rng, k, nkv, 1.0f);
 	fill_normal(&rng, v, nkv, 1.0f);
 	args_sync(&c);
-	out_new(&c, &rng, n);
+	out_new_dirty(&c, &rng, n);
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
@@ -638,7 +499,7 @@ static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV,
 	fill_normal(&rng, arg_new(&c, "k", nkv), nkv, 1.0f);
 	fill_normal(&rng, arg_new(&c, "v", nkv), nkv, 1.0f);
 	args_sync(&c);
-	out_new(&c, &rng, n);
+	out_new_dirty(&c, &rng, n);
 	c.lse = TALLOC(float, nl);
 	double *lsed = TALLOC(double, nl);
 	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV);
@@ -656,7 +517,7 @@ static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV,
 			const long e = (long)rng_int(&rng, (int)c.n[a]);
 			double num;
 
-			fd_grad(&num, c.xd[a] + e, 1, gqa_loss, &c, 1e-6);
+			fd_grad(&num, c.xd[a] + e, 1, gqa_loss, &c, GRAD_FD_STEP);
 			err = fmax(err, fabs(g[a][e] - num));
 			mag = fmax(mag, fabs(num));
 		}

@@ -16,152 +16,12 @@
  */
 #include "ops/cpu/kernels.h"
 #include "optim/cpu_adamw.h"
+#include "grad_check.h"
 #include "ref_ops.h"
 #include "test_util.h"
 
 #define FWD_TOL 1e-5
 #define GRAD_TOL 1e-4
-#define CONTRACT_TOL 1e-6
-#define FD_STEP 1e-6
-#define MAXA 4
-
-/* ---- generic gradient case --------------------------------------------- */
-
-typedef struct GradCase GradCase;
-struct GradCase {
-	int nargs; /* differentiable inputs */
-	const char *argname[MAXA];
-	float *x[MAXA];	  /* fp32 inputs seen by the kernels */
-	double *xd[MAXA]; /* the same values in float64, for the loss */
-	long n[MAXA];
-	/* kernel backward with dout = R; grads[a] may be NULL */
-	void (*backward)(GradCase *c, float **grads);
-	/* float64 reference loss sum(ref_forward(xd) * Rd) */
-	double (*loss)(void *c);
-
-	/* op data (whatever the op needs) */
-	int B, T, C, NH, N, OC;
-	long nout;
-	int32_t *tokens;
-	float *R;
-	double *Rd;
-	double *outd;			/* scratch for the reference forward */
-	float *out, *mean, *rstd, *lse; /* saved fp32 forward results */
-};
-
-static double dot_d(const double *a, const double *b, long n)
-{
-	double s = 0.0;
-	for (long i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-static float *arg_new(GradCase *c, const char *name, long n)
-{
-	const int a = c->nargs++;
-	c->argname[a] = name;
-	c->n[a] = n;
-	c->x[a] = TALLOC(float, n);
-	c->xd[a] = TALLOC(double, n);
-	return c->x[a];
-}
-
-/* Call after the fp32 inputs are filled. */
-static void args_sync(GradCase *c)
-{
-	for (int a = 0; a < c->nargs; a++)
-		to_double(c->xd[a], c->x[a], c->n[a]);
-}
-
-static void out_new(GradCase *c, Rng *rng, long nout)
-{
-	c->nout = nout;
-	c->R = TALLOC(float, nout);
-	c->Rd = TALLOC(double, nout);
-	c->outd = TALLOC(double, nout);
-	c->out = TALLOC(float, nout);
-	fill_uniform(rng, c->R, nout, -1.0f, 1.0f);
-	to_double(c->Rd, c->R, nout);
-}
-
-static void case_free(GradCase *c)
-{
-	for (int a = 0; a < c->nargs; a++) {
-		free(c->x[a]);
-		free(c->xd[a]);
-	}
-	free(c->tokens);
-	free(c->R);
-	free(c->Rd);
-	free(c->outd);
-	free(c->out);
-	free(c->mean);
-	free(c->rstd);
-	free(c->lse);
-}
-
-/* Gradient, accumulate and NULL checks; returns the worst gradient error. */
-static double check_grads(GradCase *c, const char *label)
-{
-	float *g1[MAXA] = {0}, *g2[MAXA] = {0}, *g3[MAXA] = {0};
-	double worst = 0.0;
-	for (int a = 0; a < c->nargs; a++) {
-		g1[a] = TALLOC(float, c->n[a]);
-		g2[a] = TALLOC(float, c->n[a]);
-		g3[a] = TALLOC(float, c->n[a]);
-	}
-
-	/* analytic vs numeric */
-	c->backward(c, g1);
-	for (int a = 0; a < c->nargs; a++) {
-		double *num = TALLOC(double, c->n[a]);
-		fd_grad(num, c->xd[a], c->n[a], c->loss, c, FD_STEP);
-		const double e = nerr_fd(g1[a], num, c->n[a]);
-		CHECK(e < GRAD_TOL, "%s: d%s error %.3g (max|grad| %.3g)",
-		      label, c->argname[a], e, max_abs_d(num, c->n[a]));
-		if (e > worst)
-			worst = e;
-		free(num);
-	}
-
-	/* accumulate: twice into the same buffers gives twice the gradient */
-	c->backward(c, g2);
-	c->backward(c, g2);
-	for (int a = 0; a < c->nargs; a++) {
-		const double e = nerr_scaled_ff(g2[a], g1[a], 2.0, c->n[a]);
-		CHECK(e < CONTRACT_TOL, "%s: d%s twice != 2x once (%.3g)",
-		      label, c->argname[a], e);
-	}
-
-	/* NULL: each gradient in turn is not wanted, the others unchanged */
-	for (int skip = 0; skip < c->nargs; skip++) {
-		float *g[MAXA] = {0};
-		for (int a = 0; a < c->nargs; a++) {
-			memset(g3[a], 0, sizeof(float) * (size_t)c->n[a]);
-			g[a] = a == skip ? NULL : g3[a];
-		}
-		c->backward(c, g);
-		for (int a = 0; a < c->nargs; a++) {
-			if (a == skip)
-				continue;
-			const double e = nerr_ff(g3[a], g1[a], c->n[a]);
-			CHECK(e < CONTRACT_TOL,
-			      "%s: d%s wrong when d%s is NULL (%.3g)", label,
-			      c->argname[a], c->argname[skip], e);
-		}
-	}
-	{
-		float *none[MAXA] = {0};
-		c->backward(c, none); /* all NULL: must not crash */
-	}
-	for (int a = 0; a < c->nargs; a++) {
-		free(g1[a]);
-		free(g2[a]);
-		free(g3[a]);
-	}
-	return worst;
-}
 
 /* grad < 0: forward only */
 static void report(const char *label, double fwd, double grad)
@@ -192,7 +52,8 @@ static void encoder_bwd(GradCase *c, float **g)
 static void test_encoder(uint64_t seed, int B, int T, int C, int V)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {.B = B, .T = T, .C = C};
+	GradCase c = {.B = B, .T = T, .C = C,
+		      .grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = encoder_bwd;
 	c.loss = encoder_loss;
 	float *wte = arg_new(&c, "wte", (long)V * C);
@@ -236,7 +97,8 @@ static void layernorm_bwd(GradCase *c, float **g)
 static void test_layernorm(uint64_t seed, int N, int C, float offset)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {.N = N, .C = C};
+	GradCase c = {.N = N, .C = C,
+		      .grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = layernorm_bwd;
 	c.loss = layernorm_loss;
 	float *inp = arg_new(&c, "inp", (long)N * C);
@@ -290,7 +152,8 @@ static void matmul_bwd(GradCase *c, float **g)
 static void test_matmul(uint64_t seed, int N, int C, int OC, int with_bias)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {.N = N, .C = C, .OC = OC};
+	GradCase c = {.N = N, .C = C, .OC = OC,
+		      .grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = matmul_bwd;
 	c.loss = matmul_loss;
 	float *inp = arg_new(&c, "inp", (long)N * C);
@@ -344,7 +207,8 @@ static void test_attention(uint64_t seed, int B, int T, int C, int NH,
 			   float mag, int kind, int grads)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {.B = B, .T = T, .C = C, .NH = NH};
+	GradCase c = {.B = B, .T = T, .C = C, .NH = NH,
+		      .grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = attention_bwd;
 	c.loss = attention_loss;
 	const long n = (long)B * T * C;
@@ -408,7 +272,7 @@ static void gelu_bwd(GradCase *c, float **g)
 static void test_gelu(uint64_t seed, long n, float scale)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {0};
+	GradCase c = {.grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = gelu_bwd;
 	c.loss = gelu_loss;
 	float *x = arg_new(&c, "inp", n);
@@ -466,7 +330,7 @@ static void residual_bwd(GradCase *c, float **g)
 static void test_residual(uint64_t seed, long n)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {0};
+	GradCase c = {.grad_tol = GRAD_TOL, .nonzero = GRAD_NONZERO_OFF};
 	c.backward = residual_bwd;
 	c.loss = residual_loss;
 	float *a = arg_new(&c, "a", n);
@@ -565,7 +429,7 @@ static void test_softmax_xent(uint64_t seed, int N, int V, int Vp, float scale,
 	fill_uniform(&rng, dl, n, -7.0f, 7.0f); /* garbage: backward WRITES */
 	ferry_cpu_softmax_xent_backward(dl, probs, tg, 1.0f / N, N, V, Vp);
 	XentCtx ctx = {ld, tg, N, V, Vp};
-	fd_grad(num, ld, n, xent_loss, &ctx, FD_STEP);
+	fd_grad(num, ld, n, xent_loss, &ctx, GRAD_FD_STEP);
 	const double ge = nerr_fd(dl, num, n);
 	CHECK(ge < GRAD_TOL, "%s: dlogits error %.3g", label, ge);
 	pad_ok = 1;

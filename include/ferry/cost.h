@@ -144,7 +144,7 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 #define FERRY_AUTO_MAX_PRESETS 24
 
 struct ferry_auto_choice {
-	char name[48];
+	char name[FERRY_PLAN_NAME_CHARS]; /* the activation's (ferry_plan_tensor) */
 	enum ferry_placement place;
 	size_t layer_bytes;
 	bool needed;            /* read by the backward pass (else nothing to place) */

@@ -105,6 +105,11 @@ ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model
  * Hugging Face's (a Llama); any other path is an llm.c model file (GPT-2). */
 bool ferry_checkpoint_is_hf(const char *path);
 
+/* Whether cfg's model is saved as a Hugging Face directory (Llama), as its
+ * declaration says, rather than as an llm.c file (GPT-2, and a config
+ * naming no model ferry has). */
+bool ferry_checkpoint_model_is_hf(const struct ferry_model_config *cfg);
+
 /* The shape of the model in either kind of checkpoint (cfg->arch says
  * which model: "llama" for config.json's model_type llama, "gpt2" for llm.c's
  * magic). */

@@ -19,8 +19,11 @@
 extern "C" {
 #endif
 
+/* Bytes of a model's name, with its NUL. */
+#define FERRY_MODEL_ARCH_CHARS 16
+
 struct ferry_model_config {
-	char arch[16];    /* "gpt2" or "llama" */
+	char arch[FERRY_MODEL_ARCH_CHARS]; /* "gpt2" or "llama" */
 	int max_seq;      /* longest sequence (GPT-2: rows of the position table) */
 	int vocab;        /* V: real vocabulary size */
 	int padded_vocab; /* Vp >= V: rows of the token embedding (0: derived) */
@@ -43,8 +46,12 @@ struct ferry_model_config {
  * refused with the list of models. */
 ferry_status ferry_model_config_complete(struct ferry_model_config *cfg) FERRY_MUST_CHECK;
 
-/* "gpt2, llama" */
+/* "gpt2, llama": every model, the default first. */
 const char *ferry_model_arch_list(void);
+
+/* The model called arch in prose ("GPT-2" for "gpt2", "Llama" for "llama");
+ * arch itself when no model has that name. */
+const char *ferry_model_title(const char *arch);
 
 /* Vocabulary padded for the embedding table: up to a multiple of 128 above
  * 4096 (50257 -> 50304, as llm.c), else of 64 (257 -> 320). */
@@ -201,8 +208,8 @@ ferry_status ferry_model_trace_end(ferry_model_t m, const char *path) FERRY_MUST
 struct ferry_trace_stats {
 	double span_s;
 	int n_streams;
-	char stream[4][16];
-	double busy_s[4];
+	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
 };
 /* ferry_model_trace_end, writing the file only when path is not NULL, and
  * the figures into *stats. */

@@ -31,6 +31,8 @@ extern "C" {
 
 #define FERRY_PLAN_MAX_TENSORS 32
 #define FERRY_PLAN_MAX_BUFFERS 48
+/* Bytes of a buffer's or an activation's name, with its NUL. */
+#define FERRY_PLAN_NAME_CHARS 48
 /* A plan whose tensors add up to more (4 EiB, 2^62 bytes) is refused: no
  * machine has it, and every total of a plan's bytes then fits 64 bits. */
 #define FERRY_PLAN_MAX_BYTES ((uint64_t)1 << 62)
@@ -60,7 +62,7 @@ enum ferry_tensor_kind {
 const char *ferry_tensor_kind_name(enum ferry_tensor_kind kind);
 
 struct ferry_plan_buffer {
-	char name[48];
+	char name[FERRY_PLAN_NAME_CHARS];
 	enum ferry_buffer_kind kind;
 	enum ferry_tensor_kind tensor_kind;
 	size_t bytes;
@@ -68,7 +70,7 @@ struct ferry_plan_buffer {
 
 /* One named activation of the layer. */
 struct ferry_plan_tensor {
-	char name[48];
+	char name[FERRY_PLAN_NAME_CHARS];
 	enum ferry_placement placement; /* what the policy asked */
 	bool needed;          /* read by the backward pass or a recomputation */
 	bool stored;          /* kept from forward to backward (device or host) */
@@ -186,13 +188,19 @@ enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
 
 /* ---- the prepared schedule of a training step ------------------------------------
  * Every task a training step submits, in order: on which stream, what it
- * does, to which tensor, for which layer. */
+ * does, to which tensor, for which layer.  Names are cut to their arrays. */
+#define FERRY_SCHED_MAX_STREAMS 4
+#define FERRY_SCHED_NAME_CHARS 16  /* a program's or a stream's name, with its NUL */
+#define FERRY_SCHED_KIND_CHARS 24  /* a task's kind */
+#define FERRY_SCHED_LABEL_CHARS 56 /* what a task works on */
+
 struct ferry_sched_task_info {
-	char program[16];  /* "forward", "backward", "gradient norm", "update", ... */
-	char stream[16];   /* "compute", "d2h", "h2d" */
-	char kind[24];     /* "op matmul", "op matmul bwd", "copy", "zero", "record",
-			      "wait", "grads done" */
-	char what[56];     /* the tensor (or the event) it works on */
+	char program[FERRY_SCHED_NAME_CHARS]; /* "forward", "backward", "gradient norm",
+						 "update", ... */
+	char stream[FERRY_SCHED_NAME_CHARS];  /* "compute", "d2h", "h2d" */
+	char kind[FERRY_SCHED_KIND_CHARS];    /* "op matmul", "op matmul bwd", "copy", "zero",
+						 "record", "wait", "grads done" */
+	char what[FERRY_SCHED_LABEL_CHARS];   /* the tensor (or the event) it works on */
 	int layer;         /* -1: not a layer's */
 	size_t bytes;      /* copies and zeroing */
 	double flops;      /* ops */
@@ -202,7 +210,7 @@ struct ferry_schedule_info {
 	int n_tasks;
 	struct ferry_sched_task_info *tasks; /* owned; ferry_schedule_info_free */
 	int n_streams, n_events;
-	char streams[4][16];
+	char streams[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
 	int host_syncs;    /* host synchronisations per step */
 	int sync_after;    /* tasks submitted before the synchronisation */
 };

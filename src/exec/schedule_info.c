@@ -10,7 +10,7 @@ static void describe(const struct ferry_model *m, const struct ferry_program *p,
 		     struct ferry_sched_task_info *out)
 {
 	memset(out, 0, sizeof(*out));
-	snprintf(out->program, sizeof(out->program), "%.15s", p->name);
+	snprintf(out->program, sizeof(out->program), "%.*s", FERRY_SCHED_NAME_CHARS - 1, p->name);
 	snprintf(out->stream, sizeof(out->stream), "%s", m->res.stream_name[t->stream]);
 	out->layer = t->layer;
 	if (t->kind == FERRY_TASK_OP) {
@@ -56,7 +56,7 @@ ferry_status ferry_model_schedule(const struct ferry_model_config *cfg, int B, i
 	out->host_syncs = 1;
 	out->n_streams = m->res.n_streams;
 	out->n_events = m->res.n_events;
-	for (int s = 0; s < m->res.n_streams && s < 4; s++)
+	for (int s = 0; s < m->res.n_streams && s < FERRY_SCHED_MAX_STREAMS; s++)
 		snprintf(out->streams[s], sizeof(out->streams[s]), "%s", m->res.stream_name[s]);
 	ferry_model_free(m);
 	if (st)

@@ -3,25 +3,93 @@
 #include "core/error.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+/* Every model; the first is the default (a config that names none). */
 static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
 
 const struct ferry_model_decl *ferry_model_decl_find(const char *arch)
 {
-	if (arch && !arch[0]) /* a config that names no model is GPT-2's */
-		arch = "gpt2";
+	if (arch && !arch[0])
+		return models[0];
 	for (int i = 0; arch && i < N_MODELS; i++)
 		if (strcmp(models[i]->name, arch) == 0)
 			return models[i];
 	return NULL;
 }
 
+int ferry_model_decl_count(void)
+{
+	return N_MODELS;
+}
+
+const struct ferry_model_decl *ferry_model_decl_at(int i)
+{
+	return i >= 0 && i < N_MODELS ? models[i] : NULL;
+}
+
+const struct ferry_model_decl *ferry_model_decl_of_format(enum ferry_ckpt_format f)
+{
+	for (int i = 0; i < N_MODELS; i++)
+		if (models[i]->ckpt == f)
+			return models[i];
+	return NULL;
+}
+
+const struct ferry_model_decl *ferry_model_decl_find_hf(const char *model_type, const char *architecture)
+{
+	for (int i = 0; i < N_MODELS; i++) {
+		const struct ferry_model_decl *md = models[i];
+
+		if (md->ckpt != FERRY_CKPT_HF)
+			continue;
+		if (model_type ? !strcmp(md->hf_model_type, model_type)
+			       : architecture && !strcmp(md->hf_architecture, architecture))
+			return md;
+	}
+	return NULL;
+}
+
+const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < N_MODELS && used < n; i++)
+		if (models[i]->ckpt == FERRY_CKPT_HF)
+			used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " or " : "",
+						 what == FERRY_HF_TITLE ? models[i]->title
+									: models[i]->hf_architecture);
+	return buf;
+}
+
+/* "gpt2, llama": the names in the table's order, made once. */
+static char arch_list[N_MODELS * (FERRY_MODEL_ARCH_CHARS + 2)];
+static pthread_once_t arch_list_once = PTHREAD_ONCE_INIT;
+
+static void arch_list_make(void)
+{
+	size_t used = 0;
+
+	for (int i = 0; i < N_MODELS && used < sizeof(arch_list); i++)
+		used += (size_t)snprintf(arch_list + used, sizeof(arch_list) - used, "%s%s", i ? ", " : "",
+					 models[i]->name);
+}
+
 const char *ferry_model_arch_list(void)
 {
-	return "gpt2, llama";
+	pthread_once(&arch_list_once, arch_list_make);
+	return arch_list;
+}
+
+const char *ferry_model_title(const char *arch)
+{
+	const struct ferry_model_decl *md = ferry_model_decl_find(arch);
+
+	return md ? md->title : arch;
 }
 
 struct ferry_dims ferry_model_dims(const struct ferry_model_config *cfg, int B, int T)
@@ -115,9 +183,9 @@ ferry_status ferry_model_config_complete(struct ferry_model_config *cfg)
 
 	if (!cfg)
 		return ferry_error(FERRY_ERR_INVALID, "model config is NULL");
-	if (!cfg->arch[0])
-		snprintf(cfg->arch, sizeof(cfg->arch), "gpt2");
 	md = ferry_model_decl_find(cfg->arch);
+	if (md && !cfg->arch[0])
+		snprintf(cfg->arch, sizeof(cfg->arch), "%s", md->name);
 	if (!md)
 		return ferry_error(FERRY_ERR_INVALID, "unknown model '%s' (models: %s)", cfg->arch,
 				   ferry_model_arch_list());

@@ -166,6 +166,8 @@ static ferry_status gpt2_config_check(struct ferry_model_config *cfg)
 #define SC SHAPE(C_)
 const struct ferry_model_decl ferry_gpt2_decl = {
 	.name = "gpt2",
+	.title = "GPT-2",
+	.ckpt = FERRY_CKPT_LLMC,
 	.n_params = N_PARAMS,
 	.params = {
 		[WTE] = { "wte", NULL, SHAPE(FERRY_DIM_VP, C_), false, true, FERRY_INIT_NORMAL, .zero_pad_rows = true },

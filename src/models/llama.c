@@ -181,6 +181,10 @@ static ferry_status llama_config_check(struct ferry_model_config *cfg)
 #define P(name, hf, shape, per_layer, decay, init) { name, hf, shape, per_layer, decay, init }
 const struct ferry_model_decl ferry_llama_decl = {
 	.name = "llama",
+	.title = "Llama",
+	.ckpt = FERRY_CKPT_HF,
+	.hf_model_type = "llama",
+	.hf_architecture = "LlamaForCausalLM",
 	.n_params = N_PARAMS,
 	.params = {
 		[EMBED] = { "embed_tokens", "model.embed_tokens.weight", SHAPE(FERRY_DIM_VP, C_), false, true,

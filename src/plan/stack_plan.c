@@ -335,7 +335,7 @@ void ferry_plan_add_buffer(struct ferry_plan *plan, const char *name, enum ferry
 		return;
 	}
 	b = &plan->buffers[plan->n_buffers++];
-	snprintf(b->name, sizeof(b->name), "%.47s", name);
+	snprintf(b->name, sizeof(b->name), "%s", name);
 	b->kind = kind;
 	b->tensor_kind = tensor_kind;
 	b->bytes = (bytes + FERRY_BUFFER_ALIGN - 1) / FERRY_BUFFER_ALIGN * FERRY_BUFFER_ALIGN;
@@ -389,7 +389,7 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		struct ferry_plan_tensor *pt = &plan->tensors[t];
 		int o = ferry_layer_producer(decl, t);
 
-		snprintf(pt->name, sizeof(pt->name), "%.47s", decl->tensors[t].name);
+		snprintf(pt->name, sizeof(pt->name), "%s", decl->tensors[t].name);
 		pt->placement = sp->place[t];
 		pt->needed = sp->needed & (1u << t);
 		pt->stored = sp->stored & (1u << t);

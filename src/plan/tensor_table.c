@@ -27,7 +27,7 @@ static int add_buffer(struct ferry_tensor_table *tt, const char *name, enum ferr
 		return -1;
 	b = &tt->buffers[tt->n_buffers];
 	memset(b, 0, sizeof(*b));
-	snprintf(b->name, sizeof(b->name), "%.47s", name);
+	snprintf(b->name, sizeof(b->name), "%.*s", FERRY_PLAN_NAME_CHARS - 1, name);
 	b->site = site;
 	b->mem = mem;
 	b->kind = kind;

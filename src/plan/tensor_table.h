@@ -42,7 +42,7 @@ struct ferry_tensor_entry {
 };
 
 struct ferry_table_buffer {
-	char name[48];
+	char name[FERRY_PLAN_NAME_CHARS]; /* as the plan's buffer (ferry/plan.h) */
 	enum ferry_site site;
 	enum ferry_buffer_kind mem; /* device buffers: JAX's classification */
 	enum ferry_tensor_kind kind;

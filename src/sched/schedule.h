@@ -20,9 +20,8 @@
 #define FERRY_SCHED_SCHEDULE_H
 
 #include "ferry/backend.h"
+#include "ferry/plan.h"
 #include "ops/op.h"
-
-#define FERRY_SCHED_MAX_STREAMS 4
 
 enum ferry_task_kind {
 	FERRY_TASK_OP,         /* run call (forward or backward) */
@@ -62,7 +61,7 @@ struct ferry_task {
 	int stream;
 	int event;              /* RECORD, WAIT */
 	int layer;              /* -1: not a layer's */
-	char label[56];         /* what it works on: "query_proj", "adamw: wte" */
+	char label[FERRY_SCHED_LABEL_CHARS]; /* what it works on: "query_proj", "adamw: wte" */
 	struct ferry_op_call call;
 	enum ferry_host_job host_job;
 	struct ferry_op_call *host; /* HOST: the call as patched for this step
@@ -88,7 +87,7 @@ struct ferry_program {
 
 struct ferry_sched_resources {
 	int n_streams;
-	char stream_name[FERRY_SCHED_MAX_STREAMS][16];
+	char stream_name[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
 	int n_events, events_cap;
 	char (*event_name)[40];
 	bool failed;

@@ -253,11 +253,11 @@ static void trace_stats(const struct ferry_sched_trace *tr, const struct ferry_s
 	double end = t0;
 
 	memset(st, 0, sizeof(*st));
-	st->n_streams = res->n_streams < 4 ? res->n_streams : 4;
+	st->n_streams = res->n_streams < FERRY_SCHED_MAX_STREAMS ? res->n_streams : FERRY_SCHED_MAX_STREAMS;
 	for (int s = 0; s < st->n_streams; s++)
 		snprintf(st->stream[s], sizeof(st->stream[s]), "%s", res->stream_name[s]);
 	for (int i = 0; i < tr->n; i++) {
-		if (tr->s[i].stream < 4)
+		if (tr->s[i].stream < FERRY_SCHED_MAX_STREAMS)
 			st->busy_s[tr->s[i].stream] += times[2 * i + 1] - times[2 * i];
 		if (times[2 * i + 1] > end)
 			end = times[2 * i + 1];

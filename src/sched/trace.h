@@ -19,7 +19,7 @@
 #include "sched/schedule.h"
 
 struct ferry_trace_slice {
-	char label[56];
+	char label[FERRY_SCHED_LABEL_CHARS];
 	char program[32];
 	enum ferry_task_kind kind;
 	enum ferry_copy_kind copy_kind;

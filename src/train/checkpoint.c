@@ -9,6 +9,7 @@
 #include "ferry/checkpoint.h"
 #include "core/error.h"
 #include "core/file_header.h"
+#include "graph/model_decl.h"
 #include "train/commit.h"
 
 #include <errno.h>
@@ -185,6 +186,12 @@ static ferry_status check_length(const char *path, int64_t size,
 	return FERRY_OK;
 }
 
+/* The model an llm.c file holds: its header is that model's shape. */
+static const struct ferry_model_decl *llmc_model(void)
+{
+	return ferry_model_decl_of_format(FERRY_CKPT_LLMC);
+}
+
 /*
  * Opens a model file, validates header and length, and leaves fd positioned
  * at the first parameter.  On success *n_total is the parameter count.
@@ -193,7 +200,7 @@ static ferry_status model_open(const char *path, int *out,
 			       struct ferry_model_config *cfg, size_t *n_total)
 {
 	int32_t hdr[HEADER_INTS];
-	struct ferry_model_config c = { .arch = "gpt2" };
+	struct ferry_model_config c = { 0 };
 	ferry_status st;
 	int64_t size = 0, bytes;
 	size_t n;
@@ -202,6 +209,7 @@ static ferry_status model_open(const char *path, int *out,
 	st = open_for_read(path, &model_format, hdr, &fd, &size);
 	if (st)
 		return st;
+	snprintf(c.arch, sizeof(c.arch), "%s", llmc_model()->name);
 	c.max_seq = hdr[2];
 	c.vocab = hdr[3];
 	c.layers = hdr[4];
@@ -450,9 +458,9 @@ static ferry_status model_chunks(const char *path, const struct ferry_model_conf
 		return ferry_error(FERRY_ERR_INVALID,
 				   "checkpoint write: NULL path, config or parameters");
 	c = *cfg;
-	if (strcmp(c.arch, "gpt2") != 0)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: llm.c model files hold GPT-2 only, not %s", ferry_ckpt_short(path, sb), c.arch);
+	if (strcmp(c.arch, llmc_model()->name) != 0)
+		return ferry_error(FERRY_ERR_INVALID, "%s: llm.c model files hold %s only, not %s",
+				   ferry_ckpt_short(path, sb), llmc_model()->title, c.arch);
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[256];
 

@@ -458,7 +458,8 @@ static ferry_status check_not_special(struct names *nm, const char *path, const 
 			   sh(nm, 0, path), what);
 }
 
-static ferry_status check_dest(struct names *nm, bool hf)
+/* title: the model's, for a Hugging Face save (hf). */
+static ferry_status check_dest(struct names *nm, bool hf, const char *title)
 {
 	struct stat sb;
 
@@ -471,12 +472,13 @@ static ferry_status check_dest(struct names *nm, bool hf)
 		return FERRY_OK;
 	if (S_ISLNK(sb.st_mode))
 		return ferry_error(FERRY_ERR_INVALID,
-				   "%s is a symbolic link: a Llama's save replaces its directory as a whole; "
-				   "save to the directory's own path", sh(nm, 0, nm->path));
+				   "%s is a symbolic link: a %s's save replaces its directory as a whole; "
+				   "save to the directory's own path", sh(nm, 0, nm->path), title);
 	if (!S_ISDIR(sb.st_mode))
 		return ferry_error(FERRY_ERR_INVALID,
-				   "%s exists and is not a directory: a Llama is saved as a Hugging Face "
-				   "checkpoint directory (config.json + model.safetensors)", sh(nm, 0, nm->path));
+				   "%s exists and is not a directory: a %s is saved as a Hugging Face "
+				   "checkpoint directory (config.json + model.safetensors)", sh(nm, 0, nm->path),
+				   title);
 	return FERRY_OK;
 }
 
@@ -541,11 +543,6 @@ static ferry_status probe(struct names *nm, bool hf)
 	return FERRY_OK;
 }
 
-static bool is_llama(const struct ferry_model_config *cfg)
-{
-	return !strcmp(cfg->arch, "llama");
-}
-
 ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
 {
 	struct names nm;
@@ -556,11 +553,11 @@ ferry_status ferry_checkpoint_check_save_path(const char *path, const struct fer
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL path or config");
 	if (!*path)
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: empty save path");
-	hf = is_llama(cfg);
+	hf = ferry_checkpoint_model_is_hf(cfg);
 	st = names_make(path, hf, &nm);
 	if (st)
 		return st;
-	st = check_dest(&nm, hf);
+	st = check_dest(&nm, hf, ferry_model_title(cfg->arch));
 	if (!st)
 		st = check_lengths(&nm, hf);
 	if (!st)
@@ -918,7 +915,7 @@ ferry_status ferry_checkpoint_save(const char *path, const struct ferry_model_co
 	if (st && n_params != ferry_model_config_num_params(&c))
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint save: %zu moments for a model of %zu parameters",
 				   n_params, ferry_model_config_num_params(&c));
-	hf = is_llama(&c);
+	hf = ferry_checkpoint_model_is_hf(&c);
 	rc = ferry_checkpoint_check_save_path(path, &c);
 	/* a diverged model is refused before anything is written */
 	if (!rc)

@@ -6,6 +6,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/checkpoint.h"
 #include "core/error.h"
+#include "graph/model_decl.h"
 #include "train/commit.h"
 
 #include <errno.h>
@@ -51,6 +52,13 @@ bool ferry_checkpoint_is_hf(const char *path)
 	if (!path)
 		return false;
 	return is_dir(path) || ends_with(path, ".safetensors") || ends_with(path, ".json");
+}
+
+bool ferry_checkpoint_model_is_hf(const struct ferry_model_config *cfg)
+{
+	const struct ferry_model_decl *md = cfg ? ferry_model_decl_find(cfg->arch) : NULL;
+
+	return md && md->ckpt == FERRY_CKPT_HF;
 }
 
 /* A copy of the directory part of path ("." when none). */
@@ -158,16 +166,19 @@ ferry_status ferry_checkpoint_state_path(const char *path, bool hf, char *buf, s
 ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const char *path,
 				      struct ferry_model_config *cfg)
 {
+	const struct ferry_model_decl *md;
 	struct ferry_model_config c;
+	char titles[FERRY_MODEL_LIST_CHARS];
 	float theta, eps;
 
 	if (!hf || !cfg)
 		return ferry_error(FERRY_ERR_INVALID, "ferry_hf_config_to_model: NULL argument");
 	if (!path)
 		path = FERRY_HF_CONFIG_NAME;
-	if (strcmp(hf->model_type, "llama") != 0)
-		return ferry_error(FERRY_ERR_FORMAT, "%s: model_type '%s' is not a Llama", path,
-				   hf->model_type);
+	md = ferry_model_decl_find_hf(hf->model_type, NULL);
+	if (!md)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: model_type '%s' is not a %s", path, hf->model_type,
+				   ferry_model_hf_list(FERRY_HF_TITLE, titles, sizeof(titles)));
 	theta = (float)hf->rope_theta;
 	eps = (float)hf->rms_norm_eps;
 	/* 0 would mean "the default" to the model config: refuse it here */
@@ -176,7 +187,7 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 				   "%s: rms_norm_eps %g or rope_theta %g is out of the range of a float", path,
 				   hf->rms_norm_eps, hf->rope_theta);
 	memset(&c, 0, sizeof(c));
-	snprintf(c.arch, sizeof(c.arch), "llama");
+	snprintf(c.arch, sizeof(c.arch), "%s", md->name);
 	c.channels = hf->hidden_size;
 	c.ffn = hf->intermediate_size;
 	c.heads = hf->num_attention_heads;
@@ -212,16 +223,20 @@ static double short_decimal(float f)
 	return (double)f;
 }
 
-/* cfg completed, a Llama with Vp == V; *out gets the completed copy. */
-static ferry_status llama_config(const struct ferry_model_config *cfg, const char *what,
-				 struct ferry_model_config *out)
+/* cfg completed, a model kept in Hugging Face checkpoints, with Vp == V;
+ * *out gets the completed copy. */
+static ferry_status hf_model_config(const struct ferry_model_config *cfg, const char *what,
+				    struct ferry_model_config *out)
 {
+	const struct ferry_model_decl *md = ferry_model_decl_find(cfg->arch);
 	struct ferry_model_config c = *cfg;
+	char titles[FERRY_MODEL_LIST_CHARS];
 
-	if (strcmp(c.arch, "llama") != 0)
+	if (!md || md->ckpt != FERRY_CKPT_HF)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: Hugging Face checkpoints hold Llama models, not '%s'", what,
-				   c.arch[0] ? c.arch : "gpt2");
+				   "%s: Hugging Face checkpoints hold %s models, not '%s'", what,
+				   ferry_model_hf_list(FERRY_HF_TITLE, titles, sizeof(titles)),
+				   md ? md->name : c.arch);
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[384];
 
@@ -244,11 +259,11 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 
 	if (!cfg || !hf)
 		return ferry_error(FERRY_ERR_INVALID, "ferry_model_config_to_hf: NULL argument");
-	st = llama_config(cfg, "config.json", &c);
+	st = hf_model_config(cfg, "config.json", &c);
 	if (st)
 		return st;
 	memset(&h, 0, sizeof(h));
-	snprintf(h.model_type, sizeof(h.model_type), "llama");
+	snprintf(h.model_type, sizeof(h.model_type), "%s", ferry_model_decl_find(c.arch)->hf_model_type);
 	h.hidden_size = c.channels;
 	h.intermediate_size = c.ffn;
 	h.num_attention_heads = c.heads;
@@ -376,8 +391,9 @@ static ferry_status check_no_strangers(ferry_safetensors_t h, const struct ferry
 			known = pi[p].hf_name && name_matches(pi[p].hf_name, pi[p].layers, t->name);
 		if (!known)
 			return ferry_error(FERRY_ERR_FORMAT,
-					   "%s: unexpected tensor %s: not a parameter of the %d-layer Llama "
-					   "that %s describes", t->file, t->name, cfg->layers, config_path);
+					   "%s: unexpected tensor %s: not a parameter of the %d-layer %s "
+					   "that %s describes", t->file, t->name, cfg->layers,
+					   ferry_model_title(cfg->arch), config_path);
 	}
 	return FERRY_OK;
 }
@@ -408,8 +424,9 @@ static ferry_status read_params(ferry_safetensors_t h, const char *weights,
 							   "false: the LM head must be stored)",
 							   weights, name, config_path);
 				return ferry_error(FERRY_ERR_FORMAT,
-						   "%s: tensor %s is missing (%s describes a %d-layer Llama)",
-						   weights, name, config_path, cfg->layers);
+						   "%s: tensor %s is missing (%s describes a %d-layer %s)",
+						   weights, name, config_path, cfg->layers,
+						   ferry_model_title(cfg->arch));
 			}
 			st = ferry_safetensors_read_f32(h, name, pi->shape, pi->ndim, dst);
 			if (st)
@@ -522,7 +539,7 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	int np = 0, count = 0;
 	ferry_status st;
 
-	st = llama_config(cfg, dir, &c);
+	st = hf_model_config(cfg, dir, &c);
 	if (!st)
 		st = ferry_model_config_to_hf(&c, &hf);
 	if (!st)
@@ -557,7 +574,7 @@ ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model
 
 	if (!dir || !cfg || !params)
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL directory, config or parameters");
-	st = llama_config(cfg, dir, &c);
+	st = hf_model_config(cfg, dir, &c);
 	if (st)
 		return st;
 	return ferry_checkpoint_save(dir, &c, params, NULL, NULL, NULL, 0);
@@ -590,7 +607,7 @@ ferry_status ferry_checkpoint_any_write(const char *path, const struct ferry_mod
 	st = ferry_checkpoint_check_save_path(path, cfg);
 	if (st)
 		return st;
-	if (!strcmp(cfg->arch, "llama"))
+	if (ferry_checkpoint_model_is_hf(cfg))
 		return ferry_hf_checkpoint_write(path, cfg, params);
 	return ferry_checkpoint_write(path, cfg, params);
 }

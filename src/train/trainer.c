@@ -657,7 +657,7 @@ static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 {
 	const char *globs[2] = { tr->opts.data, tr->opts.val_data };
 	const char *what[2] = { "training shard", "validation shard" };
-	bool hf = !strcmp(ferry_model_config(tr->model)->arch, "llama");
+	bool hf = ferry_checkpoint_model_is_hf(ferry_model_config(tr->model));
 	ferry_status st = FERRY_OK;
 
 	for (int k = 0; k < 2 && !st; k++) {

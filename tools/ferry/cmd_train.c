@@ -256,7 +256,7 @@ static int save(ferry_trainer_t tr, const char *pattern)
 
 	if (ferry_trainer_save(tr, path) != FERRY_OK)
 		return cli_fail(CMD);
-	if (!strcmp(ferry_model_config(ferry_trainer_model(tr))->arch, "llama"))
+	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
 		printf("saved %s/ (" FERRY_HF_CONFIG_NAME ", " FERRY_HF_WEIGHTS_NAME ", " FERRY_HF_STATE_NAME ")\n",
 		       path);
 	else

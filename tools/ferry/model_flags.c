@@ -282,7 +282,7 @@ int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 		}
 		if (o->model.arch[0] && strcmp(o->model.arch, cfg->arch) != 0) {
 			fprintf(stderr, "ferry %s: --model %s, but %s is a %s checkpoint (%s)\n", cmd,
-				o->model.arch, start, !strcmp(cfg->arch, "llama") ? "Llama" : "GPT-2",
+				o->model.arch, start, ferry_model_title(cfg->arch),
 				ferry_checkpoint_is_hf(start) ? "Hugging Face config.json" : "llm.c format");
 			return -1;
 		}
