@@ -27,6 +27,7 @@
 #include <stdbool.h>
 
 #include "ferry/ferry.h"
+#include "ferry/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,12 +83,6 @@ void ferry_loader_rewind(ferry_loader_t loader);
 int ferry_loader_num_shards(ferry_loader_t loader);
 int64_t ferry_loader_num_tokens(ferry_loader_t loader); /* all shards */
 
-/* ---- byte-level tokenizer ---------------------------------------------------
- * Token ids 0..255 are bytes; FERRY_BYTE_EOT (256) starts every document.
- * Vocabulary FERRY_BYTE_VOCAB = 257. */
-#define FERRY_BYTE_EOT 256
-#define FERRY_BYTE_VOCAB 257
-
 struct ferry_data_opts {
 	const char *out_prefix; /* writes <prefix>_train_000000.bin ... and
 				   <prefix>_val_000000.bin; the directory
@@ -123,22 +118,6 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 				  const struct ferry_data_opts *opts,
 				  struct ferry_data_stats *stats)
 	FERRY_MUST_CHECK;
-
-/* ---- decoding tokens for printing samples ------------------------------------
- * Either byte-level (no file) or llm.c's tokenizer file
- * (gpt2_tokenizer.bin: 256 int32 header, [0] 20240328, [1] version 1 or 2,
- * [2] vocab size, [3] EOT id (version 2); then per token a uint8 length and
- * that many bytes). */
-typedef struct ferry_tokenizer *ferry_tokenizer_t;
-
-ferry_status ferry_tokenizer_open(const char *path /* NULL: byte-level */,
-				  ferry_tokenizer_t *out) FERRY_MUST_CHECK;
-void ferry_tokenizer_free(ferry_tokenizer_t tok);
-/* The bytes of one token (not NUL-terminated) and their count; NULL, 0 for
- * ids it does not know (and for EOT).  Version-1 files have no EOT field: the
- * EOT is taken to be the last token (GPT-2's 50256). */
-const char *ferry_tokenizer_decode(ferry_tokenizer_t tok, int id, int *len);
-int ferry_tokenizer_eot(ferry_tokenizer_t tok);
 
 #ifdef __cplusplus
 }
