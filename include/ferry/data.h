@@ -1,8 +1,10 @@
 /*
  * Token data in llm.c's shard format, and text -> shards.
  *
- * Shard file: 256 int32 header [0] 20240520 magic, [1] 1 version,
- * [2] number of tokens; then that many uint16 tokens.
+ * Shard file (llm.c's, docs/data.md): 256 little-endian int32 header,
+ * [0] 20240520 magic, [1] version, [2] number of tokens; then that many
+ * tokens, uint16 in version 1 (llm.c's, vocabularies up to 65536) or
+ * uint32 in version 2 (ferry's, for larger ones such as Llama 3's).
  *
  * In order (the default of ferry_loader_open), the loader reads B*T+1
  * consecutive tokens per batch: inputs are the first B*T, targets the same
@@ -34,12 +36,14 @@ extern "C" {
 #endif
 
 #define FERRY_SHARD_MAGIC 20240520
-#define FERRY_SHARD_VERSION 1
+#define FERRY_SHARD_VERSION 1	  /* uint16 tokens */
+#define FERRY_SHARD_VERSION_U32 2 /* uint32 tokens */
 
 typedef struct ferry_loader *ferry_loader_t;
 
-/* Opens every file matching glob_pattern (sorted).  Validates each header and
- * file length (exactly 1024 + 2 * tokens bytes) up front, and that at least
+/* Opens every file matching glob_pattern (sorted); versions 1 and 2 may
+ * mix.  Validates each header and file length (exactly 1024 + 2 or 4 *
+ * tokens bytes) up front, and that at least
  * one shard has B*T+1 tokens.  Every token is checked against vocab
  * (token < vocab) when it is loaded.  No match: FERRY_ERR_IO. */
 ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
