@@ -101,6 +101,17 @@ struct ferry_data_opts {
 				   k = max(1, round(1/frac)); 0 for none */
 	long shard_tokens;      /* max tokens per shard file, 1..INT32_MAX;
 				   documents may straddle shards */
+	ferry_tokenizer_t tokenizer; /* NULL: byte-level; else one that
+				   encodes (a Hugging Face tokenizer.json) */
+	const char *text_field; /* JSON Lines inputs (names ending .jsonl or
+				   .json, before any .gz/.zst): the string
+				   field that is a document; NULL: "text" */
+	int threads;            /* encoding threads with a tokenizer; 0:
+				   OpenMP's default.  The shards do not
+				   depend on it */
+	/* Optional: called every 64 MiB of input read and at the end. */
+	void (*progress)(void *ctx, long documents, long long bytes);
+	void *progress_ctx;
 };
 
 struct ferry_data_stats {
@@ -112,8 +123,15 @@ struct ferry_data_stats {
  * (<name>.tmp.<pid>) and renamed into place only once every input was read
  * and every shard written, so a failure (an unreadable input, a full disk)
  * leaves the previous corpus of the prefix as it was and no temporary
- * behind.  Every byte is a token; each non-empty document is preceded by
- * FERRY_BYTE_EOT (empty documents are skipped and not counted).  A split
+ * behind.  Inputs may be plain, gzip (.gz) or Zstandard (.zst); JSON
+ * Lines inputs hold one document per record (its text_field).  Byte-level,
+ * every byte is a token and each non-empty document is preceded by
+ * FERRY_BYTE_EOT (empty documents are skipped and not counted).  With a
+ * tokenizer each document is encoded whole: with the post-processor's
+ * special tokens when it adds some (Llama's BOS first), else after the
+ * tokenizer's end-of-text token (GPT-2's <|endoftext|>, as llm.c writes
+ * it); shards are version 2 (uint32) when the vocabulary passes 65536
+ * ids, else version 1.  A split
  * with no documents writes no file.  Shards of the same prefix and split
  * numbered past this run's last one (left by an earlier run) are deleted, so
  * a glob sees only this run's output.  No text at all: FERRY_ERR_INVALID.

@@ -72,7 +72,8 @@ static const struct cli_flag example_list[] = { { "--dim", CLI_VALUE }, { NULL, 
 /* cmd_data.c */
 static const struct cli_flag data_list[] = {
 	{ "--out", CLI_VALUE }, { "--doc-sep", CLI_VALUE }, { "--val-fraction", CLI_VALUE },
-	{ "--shard-tokens", CLI_VALUE }, { NULL, CLI_SWITCH },
+	{ "--shard-tokens", CLI_VALUE }, { "--tokenizer", CLI_VALUE }, { "--text-field", CLI_VALUE },
+	{ "--threads", CLI_VALUE }, { NULL, CLI_SWITCH },
 };
 
 static const struct cli_flag *const train_lists[] = { model_list, train_list, NULL };

@@ -1,4 +1,5 @@
-/* ferry data: text files -> byte-level token shards for training. */
+/* ferry data: text files -> token shards for training (byte-level, or
+ * with a Hugging Face tokenizer). */
 #include "commands.h"
 #include "ferry/data.h"
 
@@ -16,14 +17,23 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: ferry data [--out PREFIX] [--doc-sep LINE] [--val-fraction F]\n"
-		"                  [--shard-tokens N] [FILE...]\n"
+		"usage: ferry data [--out PREFIX] [--tokenizer DIR|FILE] [--text-field NAME]\n"
+		"                  [--doc-sep LINE] [--val-fraction F] [--shard-tokens N]\n"
+		"                  [--threads N] [FILE...]\n"
 		"\n"
-		"Converts text files into byte-level token shards (llm.c format):\n"
-		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...\n"
+		"Converts text files into token shards (llm.c format, docs/data.md):\n"
+		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...  FILEs may be\n"
+		"plain text or JSON Lines (.jsonl, .json: one document per record), either\n"
+		"gzip- (.gz) or Zstandard-compressed (.zst).\n"
 		"\n"
-		"  --out PREFIX        output prefix (default data/demo); its directory\n"
-		"                      is created if needed\n"
+		"  --out PREFIX        output prefix, needed with FILEs (the demo corpus's is\n"
+		"                      data/demo); its directory is created if needed\n"
+		"  --tokenizer PATH    a Hugging Face tokenizer.json or a model directory with\n"
+		"                      one: documents start as the model expects (Llama: BOS;\n"
+		"                      GPT-2: <|endoftext|> before each); uint32 shards past\n"
+		"                      65536 ids.  Default: byte-level (every byte a token)\n"
+		"  --text-field NAME   the JSON Lines field holding the text (default text)\n"
+		"  --threads N         encoding threads (default: all); same shards for any N\n"
 		"  --doc-sep LINE      a line equal to LINE separates documents (default:\n"
 		"                      one document per file)\n"
 		"  --val-fraction F    every round(1/F)-th document goes to val (default\n"
@@ -173,16 +183,37 @@ static void print_files(const char *prefix, const char *split, int n)
 		printf("  wrote %s_%s_%06d.bin\n", prefix, split, i);
 }
 
-/* The value of flag a (one of --out, --doc-sep, --val-fraction,
- * --shard-tokens) into opts; 0, or -1 after a message. */
+/* What the flags say beyond the library's options. */
+struct data_cli {
+	int sep_given, out_given;
+	const char *tokenizer;
+	long threads;
+};
+
+static const char *const data_flags[] = { "--out", "--doc-sep", "--val-fraction", "--shard-tokens",
+					  "--tokenizer", "--text-field", "--threads", NULL };
+
+/* The value of flag a (one of data_flags) into opts or c; 0, or -1 after a
+ * message. */
 static int set_data_flag(const char *a, const char *value,
-			 struct ferry_data_opts *opts, int *sep_given)
+			 struct ferry_data_opts *opts, struct data_cli *c)
 {
 	if (!strcmp(a, "--out")) {
 		opts->out_prefix = value;
+		c->out_given = 1;
 	} else if (!strcmp(a, "--doc-sep")) {
 		opts->doc_sep = value;
-		*sep_given = 1;
+		c->sep_given = 1;
+	} else if (!strcmp(a, "--tokenizer")) {
+		c->tokenizer = value;
+	} else if (!strcmp(a, "--text-field")) {
+		opts->text_field = value;
+	} else if (!strcmp(a, "--threads")) {
+		if (parse_long(a, value, &c->threads) || c->threads < 1 || c->threads > 4096) {
+			fprintf(stderr, "ferry data: --threads must be in [1, 4096], got %s\n", value);
+			return -1;
+		}
+		opts->threads = (int)c->threads;
 	} else if (!strcmp(a, "--val-fraction")) {
 		if (parse_double(a, value, &opts->val_fraction))
 			return -1;
@@ -209,9 +240,9 @@ static int set_data_flag(const char *a, const char *value,
  * mixed, and after "--" everything is a file.  0, 1 after --help, or -1
  * after a message. */
 static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
-			   const char **args, int *n_args, int *sep_given)
+			   const char **args, int *n_args, struct data_cli *c)
 {
-	int i;
+	int i, k;
 
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -229,8 +260,9 @@ static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
 			args[(*n_args)++] = a;
 			continue;
 		}
-		if (strcmp(a, "--out") && strcmp(a, "--doc-sep") &&
-		    strcmp(a, "--val-fraction") && strcmp(a, "--shard-tokens")) {
+		for (k = 0; data_flags[k] && strcmp(a, data_flags[k]); k++)
+			;
+		if (!data_flags[k]) {
 			fprintf(stderr, "ferry data: unknown flag %s\n", a);
 			fprintf(stderr, "try 'ferry data --help'\n");
 			return -1;
@@ -240,7 +272,7 @@ static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
 			fprintf(stderr, "try 'ferry data --help'\n");
 			return -1;
 		}
-		if (set_data_flag(a, argv[++i], opts, sep_given))
+		if (set_data_flag(a, argv[++i], opts, c))
 			return -1;
 	}
 	if (!*opts->out_prefix) {
@@ -294,6 +326,58 @@ static void print_stats(const char *prefix, int n_files,
 	print_files(prefix, "val", stats->val_shards);
 }
 
+/* Every 64 MiB: small inputs stay quiet. */
+static void progress(void *ctx, long documents, long long bytes)
+{
+	(void)ctx;
+	if (bytes >= (64ll << 20))
+		fprintf(stderr, "ferry data: %.1f MiB read, %ld documents\n", (double)bytes / (1 << 20),
+		documents);
+}
+
+/* The tokenizer of --tokenizer into opts, described; 0 or -1 after a
+ * message. */
+static int open_tokenizer(const char *path, struct ferry_data_opts *opts)
+{
+	ferry_tokenizer_t tok = NULL;
+	int vocab, bos;
+
+	if (ferry_tokenizer_open(path, &tok) != FERRY_OK) {
+		fprintf(stderr, "ferry data: --tokenizer: %s\n", ferry_last_error());
+		return -1;
+	}
+	opts->tokenizer = tok;
+	vocab = ferry_tokenizer_vocab(tok);
+	bos = ferry_tokenizer_bos(tok);
+	printf("ferry data: tokenizer %s: %d ids (shards of %s tokens), BOS %d, EOS %d\n", path, vocab,
+	       vocab > 65536 ? "uint32" : "uint16", bos, ferry_tokenizer_eos(tok));
+	return 0;
+}
+
+/* The files to read: those given, else the demo corpus (byte-level only,
+ * into data/demo unless --out says otherwise).  *n or -1 after a message. */
+static int input_files(struct ferry_data_opts *opts, const struct data_cli *c, const char **args,
+		       int n_args, const char *const **files, char ***demo)
+{
+	int n;
+
+	if (n_args && !c->out_given) {
+		fprintf(stderr, "ferry data: FILEs need --out PREFIX (data/demo is the demo corpus's)\n");
+		return -1;
+	}
+	*files = args;
+	if (n_args)
+		return n_args;
+	if (c->tokenizer && !c->out_given) {
+		fprintf(stderr, "ferry data: the demo corpus with --tokenizer needs --out PREFIX "
+			"(data/demo holds its byte-level shards)\n");
+		return -1;
+	}
+	n = demo_corpus(opts, c->sep_given, demo);
+	*files = (const char *const *)*demo;
+	return n;
+}
+
 int cmd_data(int argc, char **argv)
 {
 	struct ferry_data_opts opts = {
@@ -301,9 +385,11 @@ int cmd_data(int argc, char **argv)
 		.doc_sep = NULL,
 		.val_fraction = 0.05,
 		.shard_tokens = 100000000,
+		.progress = progress,
 	};
 	struct ferry_data_stats stats;
-	int sep_given = 0, n_args = 0, n_demo = 0, n_files, rc = 2, parsed;
+	struct data_cli c = { 0 };
+	int n_args = 0, n_files = 0, rc = 2, parsed;
 	const char **args, *const *files;
 	char **demo = NULL;
 
@@ -312,22 +398,15 @@ int cmd_data(int argc, char **argv)
 		fprintf(stderr, "ferry data: out of memory\n");
 		return 1;
 	}
-	parsed = parse_data_args(argc, argv, &opts, args, &n_args, &sep_given);
+	parsed = parse_data_args(argc, argv, &opts, args, &n_args, &c);
 	if (parsed) {
 		rc = parsed > 0 ? 0 : 2;
 		goto out;
 	}
 	rc = 1;
-	files = args;
-	n_files = n_args;
-	if (n_files == 0) {
-		n_demo = demo_corpus(&opts, sep_given, &demo);
-		if (n_demo < 0)
-			goto out;
-		files = (const char *const *)demo;
-		n_files = n_demo;
-	}
-
+	n_files = input_files(&opts, &c, args, n_args, &files, &demo);
+	if (n_files < 0 || (c.tokenizer && open_tokenizer(c.tokenizer, &opts)))
+		goto out;
 	if (make_parent_dirs(opts.out_prefix))
 		goto out;
 	if (ferry_data_from_text(files, n_files, &opts, &stats) != FERRY_OK) {
@@ -335,9 +414,14 @@ int cmd_data(int argc, char **argv)
 		goto out;
 	}
 	print_stats(opts.out_prefix, n_files, &stats);
+	if (opts.val_fraction > 0 && stats.val_shards == 0)
+		fprintf(stderr, "ferry data: warning: no document went to validation (%ld document%s; every "
+			"round(1/F)-th does): give more files, or split them with --doc-sep or JSON Lines\n",
+			stats.documents, stats.documents == 1 ? "" : "s");
 	rc = 0;
 out:
-	free_list(demo, n_demo > 0 ? n_demo : 0);
+	ferry_tokenizer_free(opts.tokenizer);
+	free_list(demo, demo ? n_files : 0);
 	free(args);
 	return rc;
 }
