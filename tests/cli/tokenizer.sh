@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# ferry data --tokenizer with a Hugging Face tokenizer.json
+# ferry data --tokenizer and ferry sample with a Hugging Face tokenizer.json
 # written here (Llama-2-style: '▁' normalizer, byte fallback, <s> template):
 # JSON Lines, gzip and zstd inputs give the same shards, whatever the thread
 # count; documents start with BOS; a vocabulary past 65536 ids writes
-# version-2 (uint32) shards that train and eval read; refusals are clear.
+# version-2 (uint32) shards that train and eval read; sample encodes its
+# prompt with the checkpoint directory's tokenizer.json; refusals are clear.
 . "$(dirname "$0")/lib.bash"
 
 # tokenizer.json: <unk> <s> </s>, <0x00>..<0xFF>, '▁' and a-z, two merges
@@ -83,4 +84,13 @@ expect_ok "train on uint32 shards" "$FERRY" train --model llama --layers 1 --cha
 	--data 'w/x_train_*.bin' --val-data 'w/x_val_*.bin' --save big_run
 expect_ok "eval on uint32 shards" "$FERRY" eval --checkpoint big_run --data 'w/x_val_*.bin' --batch 2 --seq 16 --threads 2
 
+# sample: the prompt encoded by the directory's tokenizer.json
+expect_ok "a model for the tokenizer" "$FERRY" train --model llama --layers 1 --channels 16 --heads 2 --kv-heads 1 \
+	--vocab 288 --max-seq 32 --batch 2 --seq 16 --steps 3 --threads 2 --sample 0 --data 'a/x_train_*.bin' --save run
+cp tok/tokenizer.json run/
+expect_ok "sample --prompt with the directory's tokenizer" "$FERRY" sample --checkpoint run --prompt "the hill" \
+	--tokens 5 --threads 2
+head -c 8 out.txt | grep -qx "the hill" || fail "prints the prompt: $(cat out.txt)"
+# <s>, then ▁t he ▁ h i l l (7)
+grep -q "after a prompt of 8," err.txt || fail "<s> and 7 tokens: $(cat err.txt)"
 finish
