@@ -51,8 +51,8 @@ def strings(rng):
     return out
 
 
-def byte_level(lines, regex):
-    tok = Tokenizer(models.BPE())
+def byte_level(lines, regex, prefix_space=False):
+    tok = Tokenizer(models.BPE(ignore_merges=regex))  # Llama 3 ignores merges
     if regex:  # Llama 3's way: a Split with the file's own pattern
         pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -64,6 +64,9 @@ def byte_level(lines, regex):
         tok.post_processor = processors.TemplateProcessing(
             single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
         special = ["<|begin_of_text|>", "<|endoftext|>"]
+    elif prefix_space:  # RoBERTa's
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        special = ["<s>", "</s>", "<|endoftext|>"]
     else:  # GPT-2's
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.post_processor = processors.ByteLevel(trim_offsets=True)
@@ -74,6 +77,9 @@ def byte_level(lines, regex):
                                   show_progress=False)
     tok.train_from_iterator(lines, trainer)
     tok.add_tokens([AddedToken("<mask>", lstrip=True, single_word=True)])
+    if prefix_space:
+        tok.post_processor = processors.RobertaProcessing(
+            ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
     return tok
 
 
@@ -81,7 +87,8 @@ def sentencepiece_like(lines, metaspace):
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     if metaspace:  # Mistral's newer files
         tok.normalizer = normalizers.NFKC()
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                     split=False)
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
     else:  # Llama 2's
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
@@ -110,6 +117,7 @@ def main():
     texts = strings(rng)
     builds = {"gpt2": lambda: byte_level(lines, False),
               "llama3": lambda: byte_level(lines, True),
+              "roberta": lambda: byte_level(lines, False, prefix_space=True),
               "llama2": lambda: sentencepiece_like(lines, False),
               "mistral": lambda: sentencepiece_like(lines, True)}
     for name, build in builds.items():
