@@ -356,6 +356,29 @@ static void test_bad_files(void)
 	}
 }
 
+/* Every allocation of loading fails once, in turn: each is an out-of-memory
+ * error with no tokenizer (and, under the sanitizers, no leak). */
+static void test_alloc_failures(const char *path)
+{
+	int failures = 0;
+
+	for (long n = 0; n < 100000; n++) {
+		ferry_tokenizer_t tok = NULL;
+		ferry_status st;
+
+		ferry_fault_fail_after(n);
+		st = ferry_tokenizer_open(path, &tok);
+		ferry_fault_fail_after(-1);
+		ferry_tokenizer_free(tok);
+		if (st == FERRY_OK)
+			break;
+		failures++;
+		CHECK(st == FERRY_ERR_NOMEM && !tok, "allocation %ld failing gave %d: %s", n, st,
+		      ferry_last_error());
+	}
+	CHECK(failures > 10, "only %d allocations while loading", failures);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("FERRY_TEST_TMP");
@@ -369,5 +392,6 @@ int main(void)
 	test_sentencepiece();
 	test_normalizers();
 	test_bad_files();
+	test_alloc_failures(sentencepiece_file());
 	return test_exit_code();
 }
