@@ -69,7 +69,8 @@ static void usage(void)
 	       "  --sample-temperature T  ... drawn at temperature T (default 0.8: a little\n"
 	       "                        sharper than the model; 1 = as the model says; see\n"
 	       "                        ferry sample)\n"
-	       "  --tokenizer FILE      llm.c tokenizer file for printing samples of BPE models\n"
+	       "  --tokenizer PATH      a tokenizer.json (or a directory with one), or llm.c's\n"
+	       "                        tokenizer file, for printing samples of BPE models\n"
 	       "  --peak-flops X        the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
 	       "                        model FLOP utilisation (MFU) on each line; default on\n"
 	       "                        the CPU: a 1024^3 sgemm measured at the start; on a\n"
@@ -227,8 +228,11 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 		ferry_tokenizer_free(tok);
 		return;
 	}
-	/* start from the end-of-text token, as at a document's start */
-	seq[0] = ferry_tokenizer_eot(tok) < ferry_model_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
+	/* start as a document starts: a Hugging Face tokenizer's BOS, else the
+	 * end-of-text token */
+	seq[0] = ferry_tokenizer_bos(tok) >= 0 ? ferry_tokenizer_bos(tok) : ferry_tokenizer_eot(tok);
+	if (seq[0] < 0 || seq[0] >= ferry_model_config(m)->vocab)
+		seq[0] = 0;
 	printf("\n--- sample (%d tokens, temperature %.2f) ---\n", c->sample, c->sample_temperature);
 	fflush(stdout);
 	generate(CMD, m, tok, seq, &len, c->sample, &(struct ferry_sample_opts){ c->sample_temperature, 0 }, &rng,
