@@ -159,6 +159,21 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 	return -1;
 }
 
+/* When no preset fits: the placement with offloading that keeps the most
+ * on the device, if one fits. */
+static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg)
+{
+	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
+	size_t peak = ferry_model_fitting_placement(cfg, a->o.B, a->o.T, &a->o.exec, a->o.device_mem, place,
+						    sizeof(place));
+
+	if (peak)
+		printf("offloading, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
+		       place);
+	else
+		printf("nothing fits, offloaded or not: use a smaller batch or model\n");
+}
+
 /* With --device-mem: whether the plan fits, and if not, which presets
  * would.  The exit code: 1 when it does not fit. */
 static int report_fit(const struct plan_args *a, const struct ferry_model_config *cfg,
@@ -183,6 +198,8 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 	       plan->mem.peak_bytes, o->device_mem);
 	if (!a->tutorial)
 		printf("presets that fit: %s\n", n ? fits : "none");
+	if (!a->tutorial && !n)
+		print_offloaded_fit(a, cfg);
 	return 1;
 }
 

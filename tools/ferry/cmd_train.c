@@ -280,24 +280,21 @@ static size_t stack_bytes(const struct ferry_plan *p)
 static int check_device_mem(const struct train_cli *c, const struct ferry_model_config *cfg,
 			    const struct ferry_plan *plan)
 {
-	char need[32], have[32], fits[1024] = "", one[32];
-	size_t used = 0;
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS];
+	size_t offloaded;
 
 	if (!c->o.device_mem || plan->mem.peak_bytes <= c->o.device_mem)
 		return 0;
-	for (int i = 0; i < ferry_policy_preset_count(); i++) {
-		struct ferry_exec_opts o = c->o.exec;
-		struct ferry_plan p;
-
-		o.policy = ferry_policy_preset_name(i);
-		if (ferry_model_plan(cfg, c->o.B, c->o.T, &o, &p) == FERRY_OK && p.mem.peak_bytes <= c->o.device_mem &&
-		    used + 80 < sizeof(fits))
-			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%s)", used ? ", " : "",
-						 o.policy, ferry_format_size(p.mem.peak_bytes, one));
-	}
-	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that "
-		"fit: %s\n", plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have),
-		used ? fits : "none: use a smaller batch or model");
+	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that fit: ",
+		plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have));
+	if (ferry_model_fitting_presets(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, fits, sizeof(fits)))
+		fprintf(stderr, "%s\n", fits);
+	else if ((offloaded = ferry_model_fitting_placement(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, place,
+							      sizeof(place))))
+		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'\n",
+			ferry_format_size(offloaded, need), place);
+	else
+		fprintf(stderr, "none: use a smaller batch or model\n");
 	return 1;
 }
 
