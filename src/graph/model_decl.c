@@ -1,6 +1,7 @@
 /* Model declarations: lookup, configuration, dimensions, parameter layout. */
 #include "graph/model_decl.h"
 #include "core/error.h"
+#include "ops/rope_freq.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -8,8 +9,9 @@
 #include <string.h>
 
 /* Every model; the first is the default (a config that names none). */
-static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl };
+static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
+_Static_assert(N_MODELS <= FERRY_MODEL_MAX_DECLS, "FERRY_MODEL_MAX_DECLS is too small");
 
 const struct ferry_model_decl *ferry_model_decl_find(const char *arch)
 {
@@ -46,11 +48,21 @@ const struct ferry_model_decl *ferry_model_decl_find_hf(const char *model_type, 
 
 		if (md->ckpt != FERRY_CKPT_HF)
 			continue;
-		if (model_type ? !strcmp(md->hf_model_type, model_type)
-			       : architecture && !strcmp(md->hf_architecture, architecture))
+		if (model_type ? !strcmp(md->hf->model_type, model_type)
+			       : architecture && !strcmp(md->hf->architecture, architecture))
 			return md;
 	}
 	return NULL;
+}
+
+int ferry_model_hf_families(const struct ferry_hf_family **out)
+{
+	int n = 0;
+
+	for (int i = 0; i < N_MODELS; i++)
+		if (models[i]->ckpt == FERRY_CKPT_HF)
+			out[n++] = models[i]->hf;
+	return n;
 }
 
 const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n)
@@ -62,7 +74,7 @@ const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n)
 		if (models[i]->ckpt == FERRY_CKPT_HF)
 			used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " or " : "",
 						 what == FERRY_HF_TITLE ? models[i]->title
-									: models[i]->hf_architecture);
+									: models[i]->hf->architecture);
 	return buf;
 }
 
@@ -117,7 +129,20 @@ void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_O
 	memset(out, 0, FERRY_OP_SCALAR_COUNT * sizeof(float));
 	out[FERRY_SCALAR_NORM_EPS] = cfg->norm_eps;
 	out[FERRY_SCALAR_ROPE_THETA] = cfg->rope_theta;
+	out[FERRY_SCALAR_ROPE_TYPE] = (float)cfg->rope_scaling.type;
+	out[FERRY_SCALAR_ROPE_FACTOR] = cfg->rope_scaling.factor;
+	out[FERRY_SCALAR_ROPE_LOW_FREQ_FACTOR] = cfg->rope_scaling.low_freq_factor;
+	out[FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR] = cfg->rope_scaling.high_freq_factor;
+	out[FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS] = (float)cfg->rope_scaling.original_max_pos;
 }
+
+/* The public scaling types are the rope op's, and its constants follow its
+ * theta in the order ops/rope_freq.h reads them. */
+_Static_assert((int)FERRY_ROPE_SCALING_LINEAR == (int)FERRY_ROPE_LINEAR &&
+		       (int)FERRY_ROPE_SCALING_LLAMA3 == (int)FERRY_ROPE_LLAMA3,
+	       "rope scaling types");
+_Static_assert(FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS - FERRY_SCALAR_ROPE_THETA + 1 == FERRY_ROPE_N_SCALARS,
+	       "rope constants");
 
 bool ferry_param_present(const struct ferry_model_decl *md, const struct ferry_model_config *cfg, int p)
 {

@@ -20,9 +20,11 @@
 #define FERRY_GRAPH_MODEL_DECL_H
 
 #include "ferry/model.h"
+#include "ferry/safetensors.h"
 #include "graph/layer.h"
 
 #define FERRY_MODEL_MAX_PARAMS 24
+#define FERRY_MODEL_MAX_DECLS 8 /* models in the table (model_decl.c checks) */
 
 enum ferry_param_init {
 	FERRY_INIT_ZERO,
@@ -73,8 +75,8 @@ struct ferry_model_decl {
 	const char *name;         /* --model and cfg->arch ("gpt2") */
 	const char *title;        /* in messages ("GPT-2") */
 	enum ferry_ckpt_format ckpt;
-	const char *hf_model_type;   /* FERRY_CKPT_HF: config.json's model_type */
-	const char *hf_architecture; /* and its architectures entry */
+	const struct ferry_hf_family *hf; /* FERRY_CKPT_HF: config.json's family
+					     (model_type, architecture, defaults) */
 	int n_params;
 	struct ferry_param_decl params[FERRY_MODEL_MAX_PARAMS];
 	const struct ferry_layer_decl *prologue, *layer, *epilogue;
@@ -92,6 +94,10 @@ const struct ferry_model_decl *ferry_model_decl_find(const char *arch);
 /* The i-th declaration, for 0 <= i < ferry_model_decl_count(), else NULL. */
 int ferry_model_decl_count(void);
 const struct ferry_model_decl *ferry_model_decl_at(int i);
+
+/* The config.json families of the Hugging Face models, for the reader
+ * (their count; out has room for ferry_model_decl_count()). */
+int ferry_model_hf_families(const struct ferry_hf_family **out);
 
 /* The first declaration kept in checkpoints of format f, or NULL. */
 const struct ferry_model_decl *ferry_model_decl_of_format(enum ferry_ckpt_format f);
@@ -125,5 +131,6 @@ bool ferry_param_present(const struct ferry_model_decl *md, const struct ferry_m
 
 extern const struct ferry_model_decl ferry_gpt2_decl;
 extern const struct ferry_model_decl ferry_llama_decl;
+extern const struct ferry_model_decl ferry_qwen2_decl;
 
 #endif
