@@ -1,10 +1,13 @@
 /* ferry data: text files -> byte-level token shards for training. */
+#include "cli_args.h"
 #include "commands.h"
 #include "ferry/data.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,36 @@
 
 #define FORTUNE_DIR "/usr/share/games/fortunes"
 #define LICENSE_DIR "/usr/share/common-licenses"
+
+/* What ferry data was asked for: the options, the files. */
+struct data_args {
+	struct ferry_data_opts opts;
+	unsigned sep_given;  /* --doc-sep */
+	const char **args;   /* the files */
+	int n_args;
+	bool rest;           /* after "--": every argument a file */
+};
+
+static cli_parse_fn set_string, set_val_fraction, set_shard_tokens;
+
+#define AT(field) offsetof(struct data_args, field)
+static const struct cli_flag data_flags[] = {
+	{ .name = "--out", .value = "PREFIX", .type = CLI_CUSTOM, .at = AT(opts.out_prefix),
+	  .help = "output prefix (default data/demo); its directory\nis created if needed",
+	  .parse = set_string },
+	{ .name = "--doc-sep", .value = "LINE", .type = CLI_CUSTOM, .at = AT(opts.doc_sep),
+	  .help = "a line equal to LINE separates documents (default:\none document per file)",
+	  .parse = set_string,
+	  .given = 1 },
+	{ .name = "--val-fraction", .value = "F", .type = CLI_CUSTOM, .at = 0,
+	  .help = "every round(1/F)-th document goes to val (default\n0.05; 0 for no val split)",
+	  .parse = set_val_fraction },
+	{ .name = "--shard-tokens", .value = "N", .type = CLI_CUSTOM,
+	  .help = "at most N tokens per shard (default 100000000)",
+	  .parse = set_shard_tokens },
+	{ NULL },
+};
+#undef AT
 
 static void usage(FILE *out)
 {
@@ -21,14 +54,9 @@ static void usage(FILE *out)
 		"\n"
 		"Converts text files into byte-level token shards (llm.c format):\n"
 		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...\n"
-		"\n"
-		"  --out PREFIX        output prefix (default data/demo); its directory\n"
-		"                      is created if needed\n"
-		"  --doc-sep LINE      a line equal to LINE separates documents (default:\n"
-		"                      one document per file)\n"
-		"  --val-fraction F    every round(1/F)-th document goes to val (default\n"
-		"                      0.05; 0 for no val split)\n"
-		"  --shard-tokens N    at most N tokens per shard (default 100000000)\n"
+		"\n");
+	cli_help(out, data_flags, 22);
+	fprintf(out,
 		"\n"
 		"Without FILE, uses the demo corpus: the fortune files in\n"
 		FORTUNE_DIR " (Debian package \"fortunes\") with\n"
@@ -173,77 +201,82 @@ static void print_files(const char *prefix, const char *split, int n)
 		printf("  wrote %s_%s_%06d.bin\n", prefix, split, i);
 }
 
-/* The value of flag a (one of --out, --doc-sep, --val-fraction,
- * --shard-tokens) into opts; 0, or -1 after a message. */
-static int set_data_flag(const char *a, const char *value,
-			 struct ferry_data_opts *opts, int *sep_given)
+/* The value of data's flag at argv[i] into *v: 0, or -1 after a message. */
+static int data_value(int argc, char **argv, int i, const char **v)
 {
-	if (!strcmp(a, "--out")) {
-		opts->out_prefix = value;
-	} else if (!strcmp(a, "--doc-sep")) {
-		opts->doc_sep = value;
-		*sep_given = 1;
-	} else if (!strcmp(a, "--val-fraction")) {
-		if (parse_double(a, value, &opts->val_fraction))
-			return -1;
-		if (!(opts->val_fraction >= 0.0 && opts->val_fraction <= 1.0)) {
-			fprintf(stderr,
-				"ferry data: --val-fraction must be in [0, 1], got %s\n",
-				value);
-			return -1;
-		}
-	} else {
-		if (parse_long(a, value, &opts->shard_tokens))
-			return -1;
-		if (opts->shard_tokens <= 0 || opts->shard_tokens > INT_MAX) {
-			fprintf(stderr,
-				"ferry data: --shard-tokens must be in [1, %d], got %s\n",
-				INT_MAX, value);
-			return -1;
-		}
+	if (i + 1 >= argc) {
+		fprintf(stderr, "ferry data: %s needs a value\n", argv[i]);
+		fprintf(stderr, "try 'ferry data --help'\n");
+		return -1;
 	}
+	*v = argv[i + 1];
 	return 0;
 }
 
-/* Flags into opts, files into args[0..*n_args); flags and files may be
- * mixed, and after "--" everything is a file.  0, 1 after --help, or -1
- * after a message. */
-static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
-			   const char **args, int *n_args, int *sep_given)
+static int set_string(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
 {
-	int i;
+	(void)cmd;
+	return data_value(argc, argv, i, (const char **)CLI_AT(f, dst)) ? -1 : 2;
+}
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
+static int set_val_fraction(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_data_opts *opts = &((struct data_args *)dst)->opts;
+	const char *value;
 
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 1;
-		}
-		if (!strcmp(a, "--")) {
-			while (++i < argc)
-				args[(*n_args)++] = argv[i];
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0') {
-			args[(*n_args)++] = a;
-			continue;
-		}
-		if (strcmp(a, "--out") && strcmp(a, "--doc-sep") &&
-		    strcmp(a, "--val-fraction") && strcmp(a, "--shard-tokens")) {
-			fprintf(stderr, "ferry data: unknown flag %s\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			return -1;
-		}
-		if (i + 1 >= argc) {
-			fprintf(stderr, "ferry data: %s needs a value\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			return -1;
-		}
-		if (set_data_flag(a, argv[++i], opts, sep_given))
-			return -1;
+	(void)f, (void)cmd;
+	if (data_value(argc, argv, i, &value) || parse_double(argv[i], value, &opts->val_fraction))
+		return -1;
+	if (!(opts->val_fraction >= 0.0 && opts->val_fraction <= 1.0)) {
+		fprintf(stderr, "ferry data: --val-fraction must be in [0, 1], got %s\n", value);
+		return -1;
 	}
-	if (!*opts->out_prefix) {
+	return 2;
+}
+
+static int set_shard_tokens(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_data_opts *opts = &((struct data_args *)dst)->opts;
+	const char *value;
+
+	(void)f, (void)cmd;
+	if (data_value(argc, argv, i, &value) || parse_long(argv[i], value, &opts->shard_tokens))
+		return -1;
+	if (opts->shard_tokens <= 0 || opts->shard_tokens > INT_MAX) {
+		fprintf(stderr, "ferry data: --shard-tokens must be in [1, %d], got %s\n", INT_MAX, value);
+		return -1;
+	}
+	return 2;
+}
+
+/* A FILE (every argument after the first "--"). */
+static int file_arg(const char *cmd, const char *arg, void *ctx)
+{
+	struct data_args *d = ctx;
+
+	(void)cmd;
+	if (!d->rest && !strcmp(arg, "--"))
+		d->rest = true;
+	else
+		d->args[d->n_args++] = arg;
+	return 0;
+}
+
+/* Flags into d->opts, files into d->args; flags and files may be mixed,
+ * and after "--" everything is a file.  0, 1 after --help, or -1 after a
+ * message. */
+static int parse_data_args(int argc, char **argv, struct data_args *d)
+{
+	const struct cli_group groups[] = { { data_flags, d, &d->sep_given, NULL }, { NULL } };
+	int rc = cli_parse(&(struct cli_command){ .cmd = "data", .groups = groups, .files = true, .arg = file_arg, .ctx = d }, argc, argv);
+
+	if (rc == CLI_HELP) {
+		usage(stdout);
+		return 1;
+	}
+	if (rc)
+		return -1;
+	if (!*d->opts.out_prefix) {
 		fprintf(stderr, "ferry data: --out must not be empty\n");
 		return -1;
 	}
@@ -296,48 +329,49 @@ static void print_stats(const char *prefix, int n_files,
 
 int cmd_data(int argc, char **argv)
 {
-	struct ferry_data_opts opts = {
+	struct data_args d = { .opts = {
 		.out_prefix = "data/demo",
 		.doc_sep = NULL,
 		.val_fraction = 0.05,
 		.shard_tokens = 100000000,
-	};
+	} };
+	struct ferry_data_opts *opts = &d.opts;
 	struct ferry_data_stats stats;
-	int sep_given = 0, n_args = 0, n_demo = 0, n_files, rc = 2, parsed;
-	const char **args, *const *files;
+	int n_demo = 0, n_files, rc = 2, parsed;
+	const char *const *files;
 	char **demo = NULL;
 
-	args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*args));
-	if (!args) {
+	d.args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*d.args));
+	if (!d.args) {
 		fprintf(stderr, "ferry data: out of memory\n");
 		return 1;
 	}
-	parsed = parse_data_args(argc, argv, &opts, args, &n_args, &sep_given);
+	parsed = parse_data_args(argc, argv, &d);
 	if (parsed) {
 		rc = parsed > 0 ? 0 : 2;
 		goto out;
 	}
 	rc = 1;
-	files = args;
-	n_files = n_args;
+	files = d.args;
+	n_files = d.n_args;
 	if (n_files == 0) {
-		n_demo = demo_corpus(&opts, sep_given, &demo);
+		n_demo = demo_corpus(opts, d.sep_given, &demo);
 		if (n_demo < 0)
 			goto out;
 		files = (const char *const *)demo;
 		n_files = n_demo;
 	}
 
-	if (make_parent_dirs(opts.out_prefix))
+	if (make_parent_dirs(opts->out_prefix))
 		goto out;
-	if (ferry_data_from_text(files, n_files, &opts, &stats) != FERRY_OK) {
+	if (ferry_data_from_text(files, n_files, opts, &stats) != FERRY_OK) {
 		fprintf(stderr, "ferry data: %s\n", ferry_last_error());
 		goto out;
 	}
-	print_stats(opts.out_prefix, n_files, &stats);
+	print_stats(opts->out_prefix, n_files, &stats);
 	rc = 0;
 out:
 	free_list(demo, n_demo > 0 ? n_demo : 0);
-	free(args);
+	free(d.args);
 	return rc;
 }
