@@ -89,6 +89,8 @@ struct cli_flag {
 				"\n": it starts below the flag); NULL: the
 				flag has no line of its own (the command's
 				text names it) */
+	const char *(*help_fn)(void); /* instead of help: made when printed, for
+					 lists that come from a table */
 	const char *section; /* a heading printed before its line, or NULL */
 	bool join;           /* named on the line of the flag before it
 				("--batch B --seq T") */

@@ -288,7 +288,7 @@ void cli_help(FILE *out, const struct cli_flag *flags, int col)
 {
 	for (const struct cli_flag *f = flags; f->name; f++) {
 		char head[200];
-		const char *h = f->help;
+		const char *h = f->help_fn ? f->help_fn() : f->help, *first = h;
 		int n;
 
 		if (f->section)
@@ -303,7 +303,7 @@ void cli_help(FILE *out, const struct cli_flag *flags, int col)
 		for (h += n < 0; *h;) {
 			size_t len = strcspn(h, "\n");
 
-			if (n < 0 || h != f->help)
+			if (n < 0 || h != first)
 				fprintf(out, "\n%*s", col, "");
 			n = 0;
 			fwrite(h, 1, len, out);

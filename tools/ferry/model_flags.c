@@ -90,9 +90,27 @@ static int clip_order_flag(const struct cli_flag *f, const char *cmd, int argc, 
 #define SHAPE(flag, field, ...) \
 	{ .name = flag, .value = "N", .type = CLI_INT, .at = AT(model.field), .given = MODEL_GIVEN_SHAPE, __VA_ARGS__ }
 
+/* --model's help: the model table's names, the first the default
+ * ("gpt2 (default), llama or qwen2"). */
+static const char *model_list_help(void)
+{
+	static char help[256];
+	const char *list = ferry_model_arch_list(), *last = strrchr(list, ',');
+	size_t first = strcspn(list, ",");
+
+	if (!last)
+		snprintf(help, sizeof(help), "%s (the only one)", list);
+	else if (last == list + first)
+		snprintf(help, sizeof(help), "%.*s (default) or %s", (int)first, list, last + 2);
+	else
+		snprintf(help, sizeof(help), "%.*s (default)%.*s or %s", (int)first, list,
+			 (int)(last - list - first), list + first, last + 2);
+	return help;
+}
+
 const struct cli_flag model_flags[] = {
 	{ .name = "--model", .value = "NAME", .type = CLI_CUSTOM,
-	  .help = "gpt2 (default) or llama", .parse = model_arch_flag,
+	  .help_fn = model_list_help, .parse = model_arch_flag,
 	  .section = "model (shape flags are ignored with --checkpoint/--resume, which carry their own\n"
 		     "shape and model; --model, if given, must name the checkpoint's model):" },
 	SHAPE("--layers", layers, .help = "\ndefault 2, 128, 4, 257 (bytes + EOT), 256"),
