@@ -7,7 +7,7 @@
 #ifndef FERRY_MODELS_LLAMA_H
 #define FERRY_MODELS_LLAMA_H
 
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 
 /* Where the shared prologue and epilogue find their weights: a family that
  * reuses them keeps Llama's parameter order and appends its own. */

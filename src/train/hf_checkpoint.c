@@ -6,7 +6,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/checkpoint.h"
 #include "core/error.h"
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 #include "train/commit.h"
 
 #include <errno.h>
