@@ -9,7 +9,7 @@
  *   bench_auto_state [--backend cpu|cuda] [--model gpt2|llama] [--layers 2]
  *                    [--channels 128] [--heads 4] [--batch 16] [--seq 64]
  *                    [--threads 1] [--rounds 11] [--repeats 3]
- *                    [--device-mem BYTES] [--policy P]
+ *                    [--device-mem SIZE] [--policy P]
  *
  * A calibration in this process (no cache).  Each placement's activation
  * policy is the one ferry_policy_auto chooses for it under --device-mem
@@ -69,7 +69,7 @@ static void usage(void)
 {
 	printf("usage: bench_auto_state [--backend cpu|cuda] [--model gpt2|llama] [--layers N] [--channels N]\n"
 	       "                        [--heads N] [--batch B] [--seq T] [--threads N] [--rounds R]\n"
-	       "                        [--repeats N] [--device-mem BYTES] [--policy P]\n"
+	       "                        [--repeats N] [--device-mem SIZE] [--policy P]\n"
 	       "Calibrates in-process, then times each placement of the parameters and AdamW's state in\n"
 	       "interleaved rounds: predicted against measured step time, and auto's pick against the\n"
 	       "fastest measured.\n");
@@ -77,24 +77,21 @@ static void usage(void)
 
 static int parse(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){ .run = bench_run_defaults(11, 3) };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const char *const model[] = { "--backend", "--model", "--layers", "--channels", "--heads", "--batch",
+					      "--seq", "--threads", "--policy", "--device-mem", NULL };
+	struct ferry_train_opts o;
+	int rc;
 
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage();
-			exit(0);
-		} else if (bench_run_flag(&a->run, f, v)) {
-			i++;
-		} else if (!strcmp(f, "--policy") && v) {
-			a->policy = v, i++;
-		} else if (!strcmp(f, "--device-mem") && v) {
-			a->device_mem = (size_t)strtoull(v, NULL, 10), i++;
-		} else {
-			fprintf(stderr, "bench_auto_state: bad argument '%s'\n", f);
-			return 2;
-		}
+	*a = (struct args){ .run = bench_run_defaults(11, 3) };
+	rc = bench_run_parse("bench_auto_state", argc, argv, &a->run, &o, model, NULL, NULL);
+	if (rc == CLI_HELP) {
+		usage();
+		return 0;
 	}
+	if (rc)
+		return rc;
+	a->policy = o.exec.policy;
+	a->device_mem = o.device_mem;
 	bench_run_finish(&a->run, MAX_ROUNDS, 11);
 	return -1;
 }

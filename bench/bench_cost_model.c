@@ -64,24 +64,34 @@ static void usage(void)
 	       "minimum), and auto's choice against the fastest preset measured.\n");
 }
 
+/* A policy to time */
+static int policy_arg(const char *prog, const char *arg, void *ctx)
+{
+	struct args *a = ctx;
+
+	if (arg[0] == '-' || a->n == MAX_POL) {
+		fprintf(stderr, "%s: bad argument '%s'\n", prog, arg);
+		return 2;
+	}
+	a->pol[a->n++] = arg;
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){ .run = bench_run_defaults(15, 5) };
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const char *const model[] = { "--backend", "--model", "--layers", "--channels", "--heads", "--batch",
+					      "--seq", "--threads", NULL };
+	struct ferry_train_opts o;
+	int rc;
 
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage();
-			exit(0);
-		} else if (bench_run_flag(&a->run, f, v)) {
-			i++;
-		} else if (f[0] == '-' || a->n == MAX_POL) {
-			fprintf(stderr, "bench_cost_model: bad argument '%s'\n", f);
-			return 2;
-		} else {
-			a->pol[a->n++] = f;
-		}
+	*a = (struct args){ .run = bench_run_defaults(15, 5) };
+	rc = bench_run_parse("bench_cost_model", argc, argv, &a->run, &o, model, policy_arg, a);
+	if (rc == CLI_HELP) {
+		usage();
+		return 0;
 	}
+	if (rc)
+		return rc;
 	bench_run_finish(&a->run, MAX_ROUNDS, 15);
 	if (!a->n) {
 		for (int i = 0; i < ferry_policy_preset_count() && i < MAX_POL - 1; i++)

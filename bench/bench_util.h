@@ -2,11 +2,14 @@
 #ifndef FERRY_BENCH_UTIL_H
 #define FERRY_BENCH_UTIL_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli_args.h"
+#include "model_flags.h"
 #include "ferry/model.h"
 
 static inline double now_s(void)
@@ -50,26 +53,38 @@ static inline struct bench_run bench_run_defaults(int rounds, int repeats)
 					    .channels = 128 } };
 }
 
-/* Flag f with value v (NULL: none) when it is one of the run's: 1 (both
- * consumed), else 0. */
-static inline int bench_run_flag(struct bench_run *r, const char *f, const char *v)
+/* argv into r and o: the model flags named in `model` (NULL-terminated)
+ * from ferry's own table (tools/ferry/model_flags.c: parsed, checked and
+ * refused as ferry train does them), and --rounds and --repeats; r's model,
+ * batch, backend and threads are o's defaults and come back from it, and o
+ * keeps the rest (--policy, --device-mem).  Other arguments go to arg (NULL:
+ * an unknown flag).  Returns 0, CLI_HELP at --help, else the exit code
+ * after a message that starts with the program's name. */
+static inline int bench_run_parse(const char *prog, int argc, char **argv, struct bench_run *r,
+				  struct ferry_train_opts *o, const char *const *model, cli_arg_fn arg, void *ctx)
 {
-	int *ip = !strcmp(f, "--layers") ? &r->cfg.layers : !strcmp(f, "--channels") ? &r->cfg.channels :
-		  !strcmp(f, "--heads") ? &r->cfg.heads : !strcmp(f, "--batch") ? &r->B :
-		  !strcmp(f, "--seq") ? &r->T : !strcmp(f, "--threads") ? &r->threads :
-		  !strcmp(f, "--rounds") ? &r->rounds : !strcmp(f, "--repeats") ? &r->repeats : NULL;
+	static const struct cli_flag run_flags[] = {
+		{ .name = "--rounds", .value = "R", .type = CLI_INT, .at = offsetof(struct bench_run, rounds) },
+		{ .name = "--repeats", .value = "N", .type = CLI_INT, .at = offsetof(struct bench_run, repeats) },
+		{ NULL },
+	};
+	const struct cli_group groups[] = { { model_flags, o, NULL, model }, { run_flags, r, NULL, NULL }, { NULL } };
+	int rc;
 
-	if (!v)
-		return 0;
-	if (ip)
-		*ip = atoi(v);
-	else if (!strcmp(f, "--backend"))
-		r->backend = v;
-	else if (!strcmp(f, "--model"))
-		snprintf(r->cfg.arch, sizeof(r->cfg.arch), "%s", v);
-	else
-		return 0;
-	return 1;
+	cli_program = NULL; /* "bench_x: ...", not "ferry bench_x: ..." */
+	model_flags_default(o);
+	o->backend = r->backend;
+	o->threads = r->threads;
+	o->model = r->cfg;
+	o->B = r->B;
+	o->T = r->T;
+	rc = cli_parse(&(struct cli_command){ .cmd = prog, .groups = groups, .arg = arg, .ctx = ctx }, argc, argv);
+	r->backend = o->backend;
+	r->threads = o->threads;
+	r->cfg = o->model;
+	r->B = o->B;
+	r->T = o->T;
+	return rc;
 }
 
 /* After the flags: a Llama gets its default MLP width and the byte

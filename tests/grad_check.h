@@ -14,6 +14,7 @@
 #define FERRY_TESTS_GRAD_CHECK_H
 
 #include "test_util.h"
+#include "ops/rope_freq.h"
 
 #define GRAD_MAXA 4              /* differentiable inputs of an op */
 #define GRAD_CONTRACT_TOL 1e-6   /* accumulate and NULL: fp32 against fp32 */
@@ -44,7 +45,8 @@ struct GradCase {
 
 	/* op data (whatever the op needs; case_free frees the pointers) */
 	int B, T, C, NH, NKV, HS, N, OC;
-	float eps, theta;
+	float eps;
+	struct ferry_rope_freq rf;      /* rope: theta and scaling */
 	long nout;
 	int32_t *tokens;
 	double *freqs;                  /* rope: [T, HS/2] */

@@ -159,13 +159,38 @@ static inline void ref_rmsnorm_forward(double *out, double *rstd,
 	}
 }
 
-/* Hugging Face's rotary frequencies (LlamaRotaryEmbedding, default type):
- * freqs[t, i] = t * inv_freq[i], inv_freq = 1 / theta^(arange(0, HS, 2) /
- * HS), for t < T, i < HS/2.  hf_float32: with HF's float32 roundings (of
- * arange / HS, of the power, of the division and of the product), else
- * exactly in double. */
-static inline void ref_rope_freqs(double *freqs, int T, int HS, double theta,
-				  int hf_float32)
+/* transformers' rope_scaling (modeling_rope_utils.py), written from its
+ * formulas in double: type 0 none, 1 "linear" (inv_freq / factor), 2
+ * "llama3" (_compute_llama3_parameters: by wavelength 2 pi / inv_freq,
+ * above orig / low divided by factor, below orig / high kept, between
+ * smoothed with s = (orig / wavelen - low) / (high - low)). */
+struct ref_rope_scaling {
+	int type;
+	double factor, low, high, orig;
+};
+
+static inline double ref_rope_scale(double inv, const struct ref_rope_scaling *s)
+{
+	if (!s || s->type == 0)
+		return inv;
+	if (s->type == 1)
+		return inv / s->factor;
+	const double wavelen = 2.0 * M_PI / inv;
+	const double low_wavelen = s->orig / s->low, high_wavelen = s->orig / s->high;
+	const double llama = wavelen > low_wavelen ? inv / s->factor : inv;
+	if (wavelen < high_wavelen || wavelen > low_wavelen)
+		return llama;
+	const double smooth = (s->orig / wavelen - s->low) / (s->high - s->low);
+	return (1.0 - smooth) * llama / s->factor + smooth * llama;
+}
+
+/* Hugging Face's rotary frequencies (LlamaRotaryEmbedding): freqs[t, i] =
+ * t * inv_freq[i], inv_freq = 1 / theta^(arange(0, HS, 2) / HS) scaled as
+ * sc says (NULL: not), for t < T, i < HS/2.  hf_float32: with HF's float32
+ * roundings (of arange / HS, of the power, of the division, of the scaled
+ * frequency and of the product), else exactly in double. */
+static inline void ref_rope_freqs_scaled(double *freqs, int T, int HS, double theta,
+					 const struct ref_rope_scaling *sc, int hf_float32)
 {
 	const int half = HS / 2;
 	for (int i = 0; i < half; i++) {
@@ -173,14 +198,21 @@ static inline void ref_rope_freqs(double *freqs, int T, int HS, double theta,
 		if (hf_float32) {
 			const float e = (float)(2 * i) / (float)HS;
 			inv = (double)(1.0f / (float)pow(theta, (double)e));
+			inv = (double)(float)ref_rope_scale(inv, sc);
 		} else {
-			inv = 1.0 / pow(theta, (double)(2 * i) / HS);
+			inv = ref_rope_scale(1.0 / pow(theta, (double)(2 * i) / HS), sc);
 		}
 		for (int t = 0; t < T; t++)
 			freqs[(size_t)t * half + i] =
 				hf_float32 ? (double)((float)t * (float)inv)
 					   : (double)t * inv;
 	}
+}
+
+static inline void ref_rope_freqs(double *freqs, int T, int HS, double theta,
+				  int hf_float32)
+{
+	ref_rope_freqs_scaled(freqs, T, HS, theta, NULL, hf_float32);
 }
 
 /* Rotary position embedding, written as Hugging Face's apply_rotary_pos_emb

@@ -235,7 +235,9 @@ static void test_rmsnorm(int B, int T, int C, float xs, float eps, int off)
 
 /* ---- RoPE -------------------------------------------------------------------- */
 
-static void test_rope(int B, int T, int NH, int HS, float theta, int off)
+/* scaling: 0 none, else llama3 with Llama 3.1's constants (factor 8, low
+ * 1, high 4, original context 8192): the same frequencies as the CPU. */
+static void test_rope_scaling(int B, int T, int NH, int HS, float theta, int off, int scaling)
 {
 	const int C = NH * HS;
 	const long n = (long)B * T * C;
@@ -245,8 +247,12 @@ static void test_rope(int B, int T, int NH, int HS, float theta, int off)
 			     gc;
 	char name[96];
 
-	snprintf(name, sizeof(name), "rope B%d T%d NH%d HS%d theta %.0f%s", B, T, NH, HS, theta,
-		 off ? " unaligned" : "");
+	if (scaling) {
+		const float llama31[] = { 2.0f, 8.0f, 1.0f, 4.0f, 8192.0f };
+		memcpy(&cc.scalar[1], llama31, sizeof(llama31));
+	}
+	snprintf(name, sizeof(name), "rope B%d T%d NH%d HS%d theta %.0f%s%s", B, T, NH, HS, theta,
+		 off ? " unaligned" : "", scaling ? " llama3" : "");
 	gc = cc;
 	SET(out[0], y); SET(in[0], x);
 	run_pair(name, &cc, &gc);
@@ -258,6 +264,11 @@ static void test_rope(int B, int T, int NH, int HS, float theta, int off)
 	struct twin *all[] = { &x, &y, &dy, &dx };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		twin_free(all[i]);
+}
+
+static void test_rope(int B, int T, int NH, int HS, float theta, int off)
+{
+	test_rope_scaling(B, T, NH, HS, theta, off, 0);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------ */
@@ -580,6 +591,8 @@ int main(void)
 	test_rope(2, 1024, 2, 64, 500000.0f, 0); /* keys, NKV heads (Llama 3 theta) */
 	test_rope(2, 1000, 8, 64, 10000.0f, 0);
 	test_rope(1, 1000, 32, 128, 500000.0f, 0); /* Llama width */
+	test_rope_scaling(1, 1000, 32, 128, 500000.0f, 0, 1); /* Llama 3.1's rope_scaling */
+	test_rope_scaling(2, 300, 8, 64, 500000.0f, 1, 1);
 	test_rope(2, 37, 3, 12, 10000.0f, 0);      /* HS/2 = 6: 2-wide */
 	test_rope(2, 37, 3, 6, 10000.0f, 0);       /* HS/2 = 3: scalar */
 	test_rope(2, 100, 8, 64, 10000.0f, 1);     /* 2-byte aligned: scalar */

@@ -1,5 +1,6 @@
 /*
- * Whole-model gradient check of Llama on the CPU backend.
+ * Whole-model gradient check of Llama (with and without rope_scaling) and
+ * Qwen 2 (Llama with q, k, v biases) on the CPU backend.
  *
  * The parameter layout is written out here from Hugging Face's
  * LlamaForCausalLM (module names, [out, in] weights, no biases), independently
@@ -55,13 +56,16 @@ struct gcase {
 
 /* ---- Hugging Face's Llama parameter layout, written out ------------------ */
 
-enum { EMBED, IN_NORM, QW, KW, VW, OW, POST_NORM, GATEW, UPW, DOWNW, NORM, LM_HEAD, N_PARAMS };
+/* Qwen2ForCausalLM is the same with a bias on q_proj, k_proj and v_proj
+ * (in ferry's array after Llama's tensors; absent for a Llama). */
+enum { EMBED, IN_NORM, QW, KW, VW, OW, POST_NORM, GATEW, UPW, DOWNW, NORM, LM_HEAD, QB, KB, VB, N_PARAMS };
 
 static const struct {
 	const char *name;   /* the module's own name */
 	const char *module; /* its path in LlamaForCausalLM (per layer: below model.layers.N) */
 	bool per_layer;
 	bool gain;          /* an RMSNorm gain */
+	bool bias;          /* Qwen2's: module.bias, zero at init */
 } hf[N_PARAMS] = {
 	[EMBED] = { "embed_tokens", "model.embed_tokens", false, false },
 	[IN_NORM] = { "input_layernorm", "input_layernorm", true, true },
@@ -75,20 +79,28 @@ static const struct {
 	[DOWNW] = { "down_proj", "mlp.down_proj", true, false },
 	[NORM] = { "norm", "model.norm", false, true },
 	[LM_HEAD] = { "lm_head", "lm_head", false, false },
+	[QB] = { "q_bias", "self_attn.q_proj", true, false, true },
+	[KB] = { "k_bias", "self_attn.k_proj", true, false, true },
+	[VB] = { "v_bias", "self_attn.v_proj", true, false, true },
 };
 
 /* The completed dimensions the layout depends on. */
 struct dims {
 	int L, C, NH, NKV, HS, QD, KVD, F, V, Vp;
 	bool tied;
+	bool qkv_bias; /* Qwen 2 */
 	double eps, theta;
+	struct ref_rope_scaling rs;
 };
 
 static struct dims dims_of(const struct ferry_model_config *c)
 {
 	struct dims d = { .L = c->layers, .C = c->channels, .NH = c->heads, .NKV = c->kv_heads,
 			  .HS = c->head_size, .F = c->ffn, .V = c->vocab, .Vp = c->padded_vocab,
-			  .tied = c->tie_embeddings > 0, .eps = c->norm_eps, .theta = c->rope_theta };
+			  .tied = c->tie_embeddings > 0, .eps = c->norm_eps, .theta = c->rope_theta,
+			  .qkv_bias = !strcmp(c->arch, "qwen2"),
+			  .rs = { c->rope_scaling.type, c->rope_scaling.factor, c->rope_scaling.low_freq_factor,
+				  c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos } };
 
 	d.QD = d.NH * d.HS;
 	d.KVD = d.NKV * d.HS;
@@ -106,6 +118,8 @@ static int hf_shape(const struct dims *d, int p, int64_t shape[2])
 	case OW: shape[0] = d->C; shape[1] = d->QD; return 2;
 	case GATEW: case UPW: shape[0] = d->F; shape[1] = d->C; return 2;
 	case DOWNW: shape[0] = d->C; shape[1] = d->F; return 2;
+	case QB: shape[0] = d->QD; return 1;
+	case KB: case VB: shape[0] = d->KVD; return 1;
 	}
 	return 0;
 }
@@ -122,7 +136,7 @@ static size_t hf_layout(const struct dims *d, size_t size[N_PARAMS], size_t off[
 
 		hf_shape(d, p, s);
 		size[p] = (size_t)(s[0] * s[1]) * (hf[p].per_layer ? (size_t)d->L : 1);
-		if (p == LM_HEAD && d->tied)
+		if ((p == LM_HEAD && d->tied) || (hf[p].bias && !d->qkv_bias))
 			size[p] = 0;
 		off[p] = total;
 		total += size[p];
@@ -130,11 +144,17 @@ static size_t hf_layout(const struct dims *d, size_t size[N_PARAMS], size_t off[
 	return total;
 }
 
+/* Parameter tensors of the family: Llama's 12, Qwen 2's 15. */
+static int n_params(const struct dims *d)
+{
+	return d->qkv_bias ? N_PARAMS : QB;
+}
+
 /* Hugging Face's name of parameter p in layer l. */
 static void hf_name(char *buf, size_t n, int p, int l)
 {
 	if (hf[p].per_layer)
-		snprintf(buf, n, "model.layers.%d.%s.weight", l, hf[p].module);
+		snprintf(buf, n, "model.layers.%d.%s.%s", l, hf[p].module, hf[p].bias ? "bias" : "weight");
 	else
 		snprintf(buf, n, "%s.weight", hf[p].module);
 }
@@ -161,12 +181,14 @@ static void check_layout(const struct gcase *gc, const struct dims *d)
 	const size_t total = hf_layout(d, size, off);
 	struct ferry_model_config c = gc->cfg;
 
+	const int np = n_params(d);
+
 	OK(ferry_model_config_complete(&c));
-	CHECK(ferry_model_param_tensors(&c) == N_PARAMS, "%s: %d parameter tensors", gc->name,
+	CHECK(ferry_model_param_tensors(&c) == np, "%s: %d parameter tensors", gc->name,
 	      ferry_model_param_tensors(&c));
 	CHECK(ferry_model_config_num_params(&c) == total, "%s: %zu parameters, Hugging Face %zu", gc->name,
 	      ferry_model_config_num_params(&c), total);
-	for (int p = 0; p < N_PARAMS && p < ferry_model_param_tensors(&c); p++) {
+	for (int p = 0; p < np && p < ferry_model_param_tensors(&c); p++) {
 		struct ferry_param_info pi;
 		int64_t shape[2] = { 0, 0 };
 		const int ndim = hf_shape(d, p, shape);
@@ -231,7 +253,7 @@ static void ref_init(struct refmodel *r, const struct dims *d, int B, int T, con
 	r->params = TALLOC(double, total);
 	to_double(r->params, params, (long)total);
 	r->freqs = TALLOC(double, (size_t)T * d->HS / 2);
-	ref_rope_freqs(r->freqs, T, d->HS, d->theta, 0);
+	ref_rope_freqs_scaled(r->freqs, T, d->HS, d->theta, &d->rs, 0);
 	r->x = TALLOC(double, N * d->C);
 	r->ln = TALLOC(double, N * d->C);
 	r->qr = TALLOC(double, N * d->QD);
@@ -266,6 +288,12 @@ static const double *ref_w(const struct refmodel *r, int p, int l)
 	return r->params + r->off[p] + (size_t)l * stride;
 }
 
+/* Bias p of layer l, NULL for a Llama. */
+static const double *ref_b(const struct refmodel *r, int p, int l)
+{
+	return r->d.qkv_bias ? ref_w(r, p, l) : NULL;
+}
+
 /* The mean cross-entropy of the whole model, in float64. */
 static double ref_loss(void *ctx)
 {
@@ -279,9 +307,9 @@ static double ref_loss(void *ctx)
 		memcpy(r->x + (size_t)n * C, embed + (size_t)r->inputs[n] * C, sizeof(double) * (size_t)C);
 	for (int l = 0; l < d->L; l++) {
 		ref_rmsnorm_forward(r->ln, NULL, r->x, ref_w(r, IN_NORM, l), N, C, d->eps);
-		ref_matmul_forward(r->qr, r->ln, ref_w(r, QW, l), NULL, N, C, d->QD);
-		ref_matmul_forward(r->kr, r->ln, ref_w(r, KW, l), NULL, N, C, d->KVD);
-		ref_matmul_forward(r->v, r->ln, ref_w(r, VW, l), NULL, N, C, d->KVD);
+		ref_matmul_forward(r->qr, r->ln, ref_w(r, QW, l), ref_b(r, QB, l), N, C, d->QD);
+		ref_matmul_forward(r->kr, r->ln, ref_w(r, KW, l), ref_b(r, KB, l), N, C, d->KVD);
+		ref_matmul_forward(r->v, r->ln, ref_w(r, VW, l), ref_b(r, VB, l), N, C, d->KVD);
 		ref_rope_forward(r->q, r->qr, r->freqs, B, T, d->NH, d->HS);
 		ref_rope_forward(r->k, r->kr, r->freqs, B, T, d->NKV, d->HS);
 		ref_attention_gqa_forward(r->ctx, NULL, r->q, r->k, r->v, B, T, d->QD, d->NH, d->NKV);
@@ -331,7 +359,7 @@ static void check_init(ferry_model_t m, const struct gcase *gc, const struct dim
 
 	OK(ferry_model_init_random(m, gc->seed + 100));
 	OK(ferry_model_get_params(m, p0));
-	for (int p = 0; p < N_PARAMS; p++) {
+	for (int p = 0; p < n_params(d); p++) {
 		struct ferry_param_info pi;
 
 		OK(ferry_model_param_info(ferry_model_config(m), p, &pi));
@@ -342,12 +370,21 @@ static void check_init(ferry_model_t m, const struct gcase *gc, const struct dim
 	      "%s: num_params %zu, present tensors %zu, Hugging Face %zu", gc->name, ferry_model_num_params(m),
 	      sum_present, n);
 	printf("  init: %-24s %6s %10s %10s\n", "tensor", "n", "mean", "std");
-	for (int p = 0; p < N_PARAMS; p++) {
+	for (int p = 0; p < n_params(d); p++) {
 		const float *x = p0 + off[p];
 		size_t cnt = size[p];
 
 		if (!size[p]) {
 			printf("  init: %-24s   (tied to embed_tokens, no storage)\n", hf[p].name);
+			continue;
+		}
+		if (hf[p].bias) {
+			size_t nonzero = 0;
+
+			for (size_t i = 0; i < cnt; i++)
+				nonzero += x[i] != 0.0f;
+			printf("  init: %-24s %6zu %10s %10s  (%zu not exactly 0)\n", hf[p].name, cnt, "0", "0", nonzero);
+			CHECK(nonzero == 0, "%s: %zu values of %s are not 0 at init", gc->name, nonzero, hf[p].name);
 			continue;
 		}
 		if (hf[p].gain) {
@@ -445,7 +482,8 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	OK(ferry_model_create(be, &gc->cfg, gc->create_B, gc->create_T, NULL, &m));
 	if (!m)
 		goto out;
-	CHECK(!strcmp(ferry_model_config(m)->arch, "llama"), "%s: arch %s", gc->name, ferry_model_config(m)->arch);
+	CHECK(!strcmp(ferry_model_config(m)->arch, d.qkv_bias ? "qwen2" : "llama"), "%s: arch %s", gc->name,
+	      ferry_model_config(m)->arch);
 	CHECK(ferry_model_num_params(m) == n, "%s: num_params %zu, expected %zu", gc->name,
 	      ferry_model_num_params(m), n);
 	check_init(m, gc, &d);
@@ -475,7 +513,7 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 
 	/* per tensor */
 	printf("  %-24s %6s %12s %12s %10s\n", "tensor", "n", "max|grad|", "max|num|", "nerr");
-	for (int p = 0; p < N_PARAMS; p++) {
+	for (int p = 0; p < n_params(&d); p++) {
 		const size_t o = off[p];
 		const char *name = hf[p].name;
 
@@ -572,6 +610,28 @@ int main(void)
 		  { .arch = "llama", .max_seq = 6, .vocab = 9, .padded_vocab = 12, .layers = 1, .heads = 2,
 		    .channels = 8, .head_size = 6, .ffn = 16 },
 		  3, 6, 3, 6, 3 },
+		/* Llama 3.1's rope_scaling: with theta 10000, HS 8 and an
+		 * original context of 64 the four pairs are kept (wavelength
+		 * 6.3 < 64/4), smoothed (62.8) and divided by 8 (628, 6283) */
+		{ "two layers, llama3 rope scaling",
+		  { .arch = "llama", .max_seq = 8, .vocab = 13, .layers = 2, .heads = 4, .kv_heads = 2,
+		    .channels = 16, .head_size = 8, .ffn = 24,
+		    .rope_scaling = { FERRY_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 64 } },
+		  2, 8, 2, 8, 4 },
+		{ "one layer, linear rope scaling",
+		  { .arch = "llama", .max_seq = 8, .vocab = 11, .layers = 1, .heads = 2, .channels = 8, .ffn = 16,
+		    .rope_scaling = { FERRY_ROPE_SCALING_LINEAR, 0.25f } },
+		  2, 8, 2, 8, 5 },
+		/* Qwen 2: biases on q, k, v; tied as the small ones are, its theta */
+		{ "qwen2, two layers, GQA, tied",
+		  { .arch = "qwen2", .max_seq = 8, .vocab = 13, .padded_vocab = 16, .layers = 2, .heads = 4,
+		    .kv_heads = 2, .channels = 16, .ffn = 24, .norm_eps = 1e-6f, .rope_theta = 1000000.0f,
+		    .tie_embeddings = 1 },
+		  2, 8, 2, 8, 6 },
+		{ "qwen2, one layer, untied",
+		  { .arch = "qwen2", .max_seq = 6, .vocab = 9, .layers = 1, .heads = 2, .kv_heads = 1,
+		    .channels = 8, .ffn = 16 },
+		  2, 6, 2, 5, 7 },
 	};
 	ferry_backend_t be = NULL;
 	const double t0 = now_s();

@@ -119,13 +119,34 @@ static double rope_loss(void *p)
 
 static void rope_bwd(GradCase *c, float **g)
 {
-	ferry_cpu_rope_backward(g[0], c->R, c->B, c->T, c->NH, c->HS, c->theta);
+	ferry_cpu_rope_backward(g[0], c->R, c->B, c->T, c->NH, c->HS, &c->rf);
 }
 
-static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
+/* Plain RoPE of base theta. */
+static struct ferry_rope_freq plain(float theta)
+{
+	return (struct ferry_rope_freq){.theta = theta};
+}
+
+/* The kernel's constants for a reference scaling (NULL: none). */
+static struct ferry_rope_freq scaled(float theta, const struct ref_rope_scaling *sc)
+{
+	struct ferry_rope_freq r = plain(theta);
+	if (sc) {
+		r.type = sc->type;
+		r.factor = (float)sc->factor;
+		r.low_freq_factor = (float)sc->low;
+		r.high_freq_factor = (float)sc->high;
+		r.original_max_pos = (float)sc->orig;
+	}
+	return r;
+}
+
+static void test_rope_scaled(uint64_t seed, int B, int T, int NH, int HS, float theta,
+			     const struct ref_rope_scaling *sc)
 {
 	Rng rng = rng_new(seed);
-	GradCase c = {.B = B, .T = T, .NH = NH, .HS = HS, .theta = theta};
+	GradCase c = {.B = B, .T = T, .NH = NH, .HS = HS, .rf = scaled(theta, sc)};
 	c.backward = rope_bwd;
 	c.loss = rope_loss;
 	c.grad_tol = ROPE_GRAD_TOL;
@@ -135,14 +156,15 @@ static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
 	args_sync(&c);
 	out_new_dirty(&c, &rng, n);
 	c.freqs = TALLOC(double, (long)T * (HS / 2));
-	ref_rope_freqs(c.freqs, T, HS, (double)theta, 1);
+	ref_rope_freqs_scaled(c.freqs, T, HS, (double)theta, sc, 1);
 
-	ferry_cpu_rope_forward(c.out, x, B, T, NH, HS, theta);
+	ferry_cpu_rope_forward(c.out, x, B, T, NH, HS, &c.rf);
 	ref_rope_forward(c.outd, c.xd[0], c.freqs, B, T, NH, HS);
 	const double fe = nerr_fd(c.out, c.outd, n);
 	char label[96];
-	snprintf(label, sizeof label, "rope B=%d T=%d NH=%d HS=%d theta=%g", B,
-		 T, NH, HS, (double)theta);
+	snprintf(label, sizeof label, "rope B=%d T=%d NH=%d HS=%d theta=%g%s", B,
+		 T, NH, HS, (double)theta,
+		 !sc ? "" : sc->type == 1 ? " linear" : " llama3");
 	CHECK(fe < ROPE_FWD_TOL, "%s: forward error %.3g", label, fe);
 
 	/* position 0 is the identity, exactly */
@@ -156,6 +178,48 @@ static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
 	const double ge = check_grads(&c, label);
 	report(label, fe, ROPE_FWD_TOL, ge, ROPE_GRAD_TOL);
 	case_free(&c);
+}
+
+static void test_rope(uint64_t seed, int B, int T, int NH, int HS, float theta)
+{
+	test_rope_scaled(seed, B, T, NH, HS, theta, NULL);
+}
+
+/* The kernel's frequencies against transformers' scaling written in double
+ * (ref_rope_scale), read back from the kernel itself: at position 1 a unit
+ * vector in channel i turns to (cos inv_i, sin inv_i), so atan2 gives the
+ * frequency the kernel used.  Llama 3.1's and 3.2's constants put pairs in
+ * all three bands (kept, divided by factor, smoothed between). */
+static void test_rope_freqs(int HS, float theta, const struct ref_rope_scaling *sc)
+{
+	const int half = HS / 2, T = 2;
+	const struct ferry_rope_freq rf = scaled(theta, sc);
+	float *x = TALLOC(float, (long)T * HS), *y = TALLOC(float, (long)T * HS);
+	int bands[3] = {0, 0, 0};
+	double worst = 0.0;
+
+	for (int i = 0; i < half; i++) {
+		memset(x, 0, sizeof(float) * (size_t)T * HS);
+		x[HS + i] = 1.0f; /* position 1, channel i */
+		ferry_cpu_rope_forward(y, x, 1, T, 1, HS, &rf);
+		const double got = atan2((double)y[HS + half + i], (double)y[HS + i]);
+		const double inv = 1.0 / pow((double)theta, (double)(2 * i) / HS);
+		const double want = ref_rope_scale(inv, sc);
+		const double err = fabs(got - want) / want;
+		worst = fmax(worst, err);
+		bands[want == inv ? 0 : fabs(want * sc->factor - inv) <= 1e-12 * inv ? 1 : 2]++;
+	}
+	char label[96];
+	snprintf(label, sizeof label, "rope freqs HS=%d theta=%g %s factor=%g", HS, (double)theta,
+		 sc->type == 1 ? "linear" : "llama3", sc->factor);
+	CHECK(worst < 1e-6, "%s: frequency off by %.3g (relative)", label, worst);
+	CHECK(sc->type != 2 || (bands[0] && bands[1] && bands[2]),
+	      "%s: bands kept %d, divided %d, smoothed %d: not all three", label, bands[0], bands[1],
+	      bands[2]);
+	printf("%-52s max rel error %.2e (kept %d, divided %d, smoothed %d)  %s\n", label, worst,
+	       bands[0], bands[1], bands[2], worst < 1e-6 ? "ok" : "FAIL");
+	free(x);
+	free(y);
 }
 
 /* Long positions: the kernel's angles are HF's float32 ones.  Against HF's
@@ -172,7 +236,8 @@ static void test_rope_long(uint64_t seed, int T, int HS, float theta)
 	double *fr = TALLOC(double, (long)T * half);
 	fill_normal(&rng, x, n, 1.0f);
 	to_double(xd, x, n);
-	ferry_cpu_rope_forward(y, x, 1, T, NH, HS, theta);
+	const struct ferry_rope_freq rf = plain(theta);
+	ferry_cpu_rope_forward(y, x, 1, T, NH, HS, &rf);
 
 	ref_rope_freqs(fr, T, HS, (double)theta, 1);
 	ref_rope_forward(yd, xd, fr, 1, T, NH, HS);
@@ -613,17 +678,20 @@ static void test_cpu_op_calls(void)
 	memset(g2, 0, sizeof(float) * (size_t)n);
 	struct ferry_op_call p = {.kind = FERRY_OP_ROPE, .B = B, .T = T,
 				  .C = C, .NH = NH};
-	p.scalar[0] = 10000.0f;
+	/* llama3 scaling, as a model's constants reach the op */
+	const float consts[FERRY_ROPE_N_SCALARS] = {500000.0f, 2.0f, 8.0f, 1.0f, 4.0f, 64.0f};
+	memcpy(p.scalar, consts, sizeof(consts));
+	const struct ferry_rope_freq prf = ferry_rope_freq_of(consts);
 	p.out[0] = o1;
 	p.in[0] = x;
 	ferry_cpu_run_op(&p);
-	ferry_cpu_rope_forward(o2, x, B, T, NH, HS, 10000.0f);
+	ferry_cpu_rope_forward(o2, x, B, T, NH, HS, &prf);
 	ok &= bits_equal(o1, o2, n);
 	p.backward = true;
 	p.dout[0] = d;
 	p.din[0] = g1;
 	ferry_cpu_run_op(&p);
-	ferry_cpu_rope_backward(g2, d, B, T, NH, HS, 10000.0f);
+	ferry_cpu_rope_backward(g2, d, B, T, NH, HS, &prf);
 	ok &= bits_equal(g1, g2, n);
 
 	/* swiglu */
@@ -716,6 +784,15 @@ int main(void)
 	test_rope(22, 3, 4, 1, 2, 10000.0f);
 	test_rope(23, 1, 3, 2, 300, 10000.0f); /* two chunks of pairs */
 	test_rope(24, 2, 17, 4, 16, 500000.0f);
+	/* Llama 3.1 8B, Llama 3.2 1B, and a linear factor */
+	const struct ref_rope_scaling l31 = {2, 8.0, 1.0, 4.0, 8192.0}, l32 = {2, 32.0, 1.0, 4.0, 8192.0},
+				      lin = {1, 4.0, 0, 0, 0}, small = {2, 8.0, 1.0, 4.0, 64.0};
+	test_rope_freqs(128, 500000.0f, &l31);
+	test_rope_freqs(64, 500000.0f, &l32);
+	test_rope_freqs(64, 10000.0f, &lin);
+	/* orig 64: with HS 16 the pairs fall in all three bands at short T */
+	test_rope_scaled(27, 2, 17, 4, 16, 500000.0f, &small);
+	test_rope_scaled(28, 1, 9, 3, 8, 10000.0f, &lin);
 	test_rope_long(25, 4096, 128, 500000.0f);
 	test_rope_long(26, 2048, 64, 10000.0f);
 

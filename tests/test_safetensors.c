@@ -991,6 +991,18 @@ static int config_equal(const struct ferry_hf_config *a,
 	       !strcmp(a->torch_dtype, b->torch_dtype);
 }
 
+/* Qwen/Qwen2.5-0.5B's config.json as published. */
+#define QWEN25_05B                                                                               \
+	"{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0,"                      \
+	" \"bos_token_id\": 151643, \"eos_token_id\": 151643, \"hidden_act\": \"silu\","               \
+	" \"hidden_size\": 896, \"initializer_range\": 0.02, \"intermediate_size\": 4864,"            \
+	" \"max_position_embeddings\": 32768, \"max_window_layers\": 24, \"model_type\": \"qwen2\","   \
+	" \"num_attention_heads\": 14, \"num_hidden_layers\": 24, \"num_key_value_heads\": 2,"         \
+	" \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"sliding_window\": 32768,"             \
+	" \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","                               \
+	" \"transformers_version\": \"4.40.1\", \"use_cache\": true, \"use_sliding_window\": false,"   \
+	" \"vocab_size\": 151936}"
+
 #define LLAMA_MIN "\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4"
 
 #define BAD_CONFIG(name, text, want, needle)                                    \
@@ -1020,31 +1032,58 @@ static void test_config(void)
 	CHECK(c.rope_theta == 10000.0 && c.rms_norm_eps == 1e-5);
 	CHECK(!c.tie_word_embeddings && !strcmp(c.torch_dtype, "bfloat16"));
 
-	/* Llama-3.2-1B's: llama3 rope scaling is refused... */
+	/* Llama-3.2-1B's published config.json: llama3 rope scaling. */
 	d = data_path("llama32_1b_config.json");
-	CHECK_ERR(ferry_hf_config_read(d, &c), FERRY_ERR_UNSUPPORTED, d);
-	CHECK_ERR(ferry_hf_config_read(d, &c), FERRY_ERR_UNSUPPORTED,
-		  "rope_scaling of type \"llama3\" is not supported");
-	/* ... and the rest of it reads, without the scaling. */
-	text = read_bytes(d, &n);
-	{
-		char *r = strstr(text, "\"rope_scaling\"");
-		char *e = r ? strchr(r, '}') : NULL;
-
-		CHECK(r && e);
-		if (r && e) {
-			memmove(r, e + 3, strlen(e + 3) + 1); /* drop '},\n' too */
-			d = config_case("l32", text);
-			CHECK_OK(ferry_hf_config_read(d, &c));
-			CHECK(c.hidden_size == 2048 && c.intermediate_size == 8192 &&
-			      c.num_attention_heads == 32 && c.num_key_value_heads == 8 &&
-			      c.num_hidden_layers == 16 && c.vocab_size == 128256 &&
-			      c.max_position_embeddings == 131072 && c.head_dim == 64 &&
-			      c.rope_theta == 500000.0 && c.rms_norm_eps == 1e-5 &&
-			      c.tie_word_embeddings && !strcmp(c.torch_dtype, "bfloat16"));
-		}
-	}
+	CHECK_OK(ferry_hf_config_read(d, &c));
+	CHECK(c.hidden_size == 2048 && c.intermediate_size == 8192 &&
+	      c.num_attention_heads == 32 && c.num_key_value_heads == 8 &&
+	      c.num_hidden_layers == 16 && c.vocab_size == 128256 &&
+	      c.max_position_embeddings == 131072 && c.head_dim == 64 &&
+	      c.rope_theta == 500000.0 && c.rms_norm_eps == 1e-5 &&
+	      c.tie_word_embeddings && !strcmp(c.torch_dtype, "bfloat16"));
+	CHECK(c.rope_type == FERRY_HF_ROPE_LLAMA3 && c.rope_factor == 32.0 &&
+	      c.rope_low_freq_factor == 1.0 && c.rope_high_freq_factor == 4.0 &&
+	      c.rope_original_max_position_embeddings == 8192);
+	/* ... written back under the same fields, read back the same. */
+	CHECK(mkdir(tpath("l32out"), 0755) == 0);
+	CHECK_OK(ferry_hf_config_write(tpath("l32out"), &c));
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_hf_config_read(tpath("l32out"), &back));
+	CHECK(config_equal(&c, &back) && back.rope_type == FERRY_HF_ROPE_LLAMA3 &&
+	      back.rope_factor == 32.0 && back.rope_low_freq_factor == 1.0 &&
+	      back.rope_high_freq_factor == 4.0 &&
+	      back.rope_original_max_position_embeddings == 8192);
+	text = read_bytes(tpath("l32out/config.json"), &n);
+	CHECK(strstr(text, "\"rope_scaling\": {\n    \"factor\": 32.0,\n    \"high_freq_factor\": 4.0,\n"
+			   "    \"low_freq_factor\": 1.0,\n    \"original_max_position_embeddings\": 8192,\n"
+			   "    \"rope_type\": \"llama3\"\n  },"));
 	free(text);
+	/* linear: factor only */
+	d = config_case("lin", "{" LLAMA_MIN ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+	CHECK_OK(ferry_hf_config_read(d, &c));
+	CHECK(c.rope_type == FERRY_HF_ROPE_LINEAR && c.rope_factor == 2.0);
+
+	/* Qwen2.5-0.5B's published config.json (Qwen2Config's keys). */
+	d = config_case("qwen25", QWEN25_05B);
+	CHECK_OK(ferry_hf_config_read(d, &c));
+	CHECK(!strcmp(c.model_type, "qwen2") && c.hidden_size == 896 && c.intermediate_size == 4864 &&
+	      c.num_attention_heads == 14 && c.num_key_value_heads == 2 && c.head_dim == 64 &&
+	      c.num_hidden_layers == 24 && c.vocab_size == 151936 && c.max_position_embeddings == 32768 &&
+	      c.rope_theta == 1000000.0 && c.rms_norm_eps == 1e-6 && c.tie_word_embeddings &&
+	      c.rope_type == FERRY_HF_ROPE_DEFAULT);
+	CHECK(mkdir(tpath("qout"), 0755) == 0);
+	CHECK_OK(ferry_hf_config_write(tpath("qout"), &c));
+	CHECK_OK(ferry_hf_config_read(tpath("qout"), &back));
+	CHECK(config_equal(&c, &back));
+	text = read_bytes(tpath("qout/config.json"), &n);
+	CHECK(strstr(text, "\"Qwen2ForCausalLM\"") && strstr(text, "\"use_sliding_window\": false") &&
+	      !strstr(text, "attention_bias"));
+	free(text);
+	/* Qwen2Config's defaults; the architecture alone names the family. */
+	d = config_case("qdef", "{\"architectures\": [\"Qwen2ForCausalLM\"]}");
+	CHECK_OK(ferry_hf_config_read(d, &c));
+	CHECK(!strcmp(c.model_type, "qwen2") && c.vocab_size == 151936 && c.intermediate_size == 22016 &&
+	      c.max_position_embeddings == 32768 && c.rms_norm_eps == 1e-6);
 
 	/* LlamaConfig's defaults. */
 	d = config_case("defaults", "{\"model_type\": \"llama\"}");
@@ -1089,11 +1128,11 @@ static void test_config(void)
 	CHECK_OK(ferry_hf_config_read(msg, &c));
 
 	/* Errors. */
-	snprintf(msg, sizeof(msg), "%s/config.json: model_type 'gpt2' is not a Llama",
+	snprintf(msg, sizeof(msg), "%s/config.json: model_type 'gpt2' is not a Llama or Qwen 2",
 		 tpath("cfg_gpt2"));
 	BAD_CONFIG("gpt2", "{\"model_type\": \"gpt2\", \"n_embd\": 768}", FERRY_ERR_FORMAT, msg);
 	BAD_CONFIG("noarch", "{\"architectures\": [\"GPT2LMHeadModel\"]}", FERRY_ERR_FORMAT,
-		   "architectures does not list LlamaForCausalLM");
+		   "architectures lists none of LlamaForCausalLM, Qwen2ForCausalLM");
 	BAD_CONFIG("mtnum", "{\"model_type\": 7}", FERRY_ERR_FORMAT, "model_type '7' is not a Llama");
 	BAD_CONFIG("div", "{\"model_type\": \"llama\", \"hidden_size\": 100, \"num_attention_heads\": 3}",
 		   FERRY_ERR_FORMAT, "hidden_size (100) is not divisible by num_attention_heads (3)");
@@ -1119,8 +1158,27 @@ static void test_config(void)
 		   "tie_word_embeddings must be true or false");
 	BAD_CONFIG("dtype", "{" LLAMA_MIN ", \"torch_dtype\": \"a-very-long-dtype-name\"}",
 		   FERRY_ERR_FORMAT, "torch_dtype must be a string of at most 15 characters");
-	BAD_CONFIG("linear", "{" LLAMA_MIN ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}",
-		   FERRY_ERR_UNSUPPORTED, "rope_scaling of type \"linear\" is not supported");
+	BAD_CONFIG("yarn", "{" LLAMA_MIN ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}}",
+		   FERRY_ERR_UNSUPPORTED, "rope_scaling of type \"yarn\" is not supported");
+	BAD_CONFIG("linx", "{" LLAMA_MIN ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0,"
+		   " \"attention_factor\": 1.5}}", FERRY_ERR_UNSUPPORTED, "rope_scaling's attention_factor");
+	BAD_CONFIG("l3miss", "{" LLAMA_MIN ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+		   " \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192}}", FERRY_ERR_FORMAT,
+		   "rope_scaling's high_freq_factor must be a positive number, not absent");
+	BAD_CONFIG("l3neg", "{" LLAMA_MIN ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": -8.0}}",
+		   FERRY_ERR_FORMAT, "rope_scaling's factor must be a positive number, not -8");
+	BAD_CONFIG("unknown", "{" LLAMA_MIN ", \"logit_scale\": 0.5}", FERRY_ERR_UNSUPPORTED,
+		   "logit_scale is not a field ferry implements");
+	BAD_CONFIG("drop", "{" LLAMA_MIN ", \"attention_dropout\": 0.1}", FERRY_ERR_UNSUPPORTED,
+		   "attention_dropout 0.1 is not supported");
+	BAD_CONFIG("sw", "{" LLAMA_MIN ", \"sliding_window\": 4096}", FERRY_ERR_UNSUPPORTED,
+		   "sliding_window 4096 is not supported (sliding-window attention");
+	BAD_CONFIG("qsw", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 4096}",
+		   FERRY_ERR_UNSUPPORTED, "use_sliding_window true is not supported");
+	BAD_CONFIG("qlt", "{\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+		   FERRY_ERR_UNSUPPORTED, "layer_types[1] \"sliding_attention\" is not supported");
+	BAD_CONFIG("qab", "{\"model_type\": \"qwen2\", \"attention_bias\": true}",
+		   FERRY_ERR_UNSUPPORTED, "attention_bias is not a field of Qwen2ForCausalLM");
 	BAD_CONFIG("rsnum", "{" LLAMA_MIN ", \"rope_scaling\": 2}", FERRY_ERR_UNSUPPORTED,
 		   "rope_scaling 2 is not supported");
 	BAD_CONFIG("rp3", "{" LLAMA_MIN ", \"rope_parameters\": {\"rope_type\": \"yarn\"}}",

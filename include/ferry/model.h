@@ -22,6 +22,27 @@ extern "C" {
 /* Bytes of a model's name, with its NUL. */
 #define FERRY_MODEL_ARCH_CHARS 16
 
+/* How a rotary model scales its frequencies (config.json's rope_scaling,
+ * transformers' rope_type): none; linear (every frequency divided by
+ * factor, i.e. positions by factor); llama3 (Llama 3.1's: frequencies
+ * whose wavelength exceeds original_max_pos / low_freq_factor divided by
+ * factor, those below original_max_pos / high_freq_factor kept, those
+ * between interpolated). */
+enum ferry_rope_scaling_type {
+	FERRY_ROPE_SCALING_NONE = 0,
+	FERRY_ROPE_SCALING_LINEAR = 1,
+	FERRY_ROPE_SCALING_LLAMA3 = 2,
+};
+
+struct ferry_rope_scaling {
+	int type;               /* enum ferry_rope_scaling_type */
+	float factor;           /* linear, llama3: > 0 */
+	float low_freq_factor;  /* llama3: > 0 */
+	float high_freq_factor; /* llama3: > low_freq_factor */
+	int original_max_pos;   /* llama3: the context the model was pretrained
+				   with (original_max_position_embeddings) */
+};
+
 struct ferry_model_config {
 	char arch[FERRY_MODEL_ARCH_CHARS]; /* "gpt2" or "llama" */
 	int max_seq;      /* longest sequence (GPT-2: rows of the position table) */
@@ -38,6 +59,7 @@ struct ferry_model_config {
 	int tie_embeddings; /* the LM head is the token embedding: 1 yes, -1 no,
 			       0 the model's default (GPT-2 tied; Llama untied,
 			       as Hugging Face's tie_word_embeddings) */
+	struct ferry_rope_scaling rope_scaling; /* all 0: plain RoPE */
 };
 
 /* Fills cfg->arch's defaults for the derived fields left 0 and checks every

@@ -1,5 +1,5 @@
 /*
- * Hugging Face checkpoints: safetensors files and Llama's config.json.
+ * Hugging Face checkpoints: safetensors files and config.json.
  *
  * safetensors file: 8-byte little-endian unsigned N, then N bytes of JSON
  * (an object, starting with '{', padded with spaces), then the data section.
@@ -145,9 +145,34 @@ ferry_status ferry_safetensors_write(const char *path,
 
 /* ---- config.json --------------------------------------------------------- */
 
-/* The fields of a Hugging Face LlamaConfig that ferry uses. */
+/* A family of Hugging Face configs (one transformers config class: LlamaConfig,
+ * Qwen2Config): what config.json says it is, and its class's defaults for
+ * keys a file leaves out.  ferry's model declarations give theirs; the reader
+ * and writer take them as arguments (ferry_hf_config_read and _write use
+ * every family ferry has). */
+struct ferry_hf_family {
+	const char *model_type;    /* "qwen2" */
+	const char *architecture;  /* "Qwen2ForCausalLM" */
+	const char *title;         /* in messages: "Qwen 2" */
+	int vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+	    num_attention_heads, max_position_embeddings;
+	double rope_theta, rms_norm_eps;
+	bool qkv_bias;             /* its q, k, v projections always carry a bias
+				      (Qwen2): no attention_bias key */
+	bool gated_sliding_window; /* sliding_window and max_window_layers act
+				      only with use_sliding_window true (Qwen2) */
+};
+
+/* config.json's rope_scaling (rope_type "linear" or "llama3"; none: 0). */
+enum ferry_hf_rope_type {
+	FERRY_HF_ROPE_DEFAULT = 0,
+	FERRY_HF_ROPE_LINEAR = 1,
+	FERRY_HF_ROPE_LLAMA3 = 2,
+};
+
+/* The fields of a Hugging Face config that ferry uses. */
 struct ferry_hf_config {
-	char model_type[32];           /* "llama" */
+	char model_type[32];           /* the family's: "llama", "qwen2" */
 	int hidden_size;
 	int intermediate_size;
 	int num_attention_heads;
@@ -160,31 +185,55 @@ struct ferry_hf_config {
 	double rms_norm_eps;
 	bool tie_word_embeddings;
 	char torch_dtype[16];          /* "float32", "bfloat16", "float16" */
+	int rope_type;                 /* enum ferry_hf_rope_type; the rest
+					  are 0 for the default */
+	double rope_factor;            /* linear, llama3: factor */
+	double rope_low_freq_factor;   /* llama3 */
+	double rope_high_freq_factor;  /* llama3 */
+	int rope_original_max_position_embeddings; /* llama3 */
 };
 
-/* Reads dir_or_file/config.json (or the file itself).  model_type must be
- * "llama" (or absent, with "LlamaForCausalLM" in architectures):
- * "DIR/config.json: model_type 'gpt2' is not a Llama" (FERRY_ERR_FORMAT).
- * Absent keys (or null) take LlamaConfig's defaults: vocab_size 32000,
- * hidden_size 4096, intermediate_size 11008, num_hidden_layers 32,
- * num_attention_heads 32, num_key_value_heads = num_attention_heads,
- * head_dim = hidden_size / num_attention_heads, max_position_embeddings 2048,
- * rope_theta 10000, rms_norm_eps 1e-6, tie_word_embeddings false,
- * torch_dtype "float32" (transformers 5's "dtype" is read too).  Integers
- * must be positive and fit an int; the heads must divide hidden_size unless
- * head_dim is given; the kv heads must divide the heads; head_dim must be
- * even (rotary embeddings); rope_theta and rms_norm_eps positive.  Bad
- * values: FERRY_ERR_FORMAT.  What ferry's Llama cannot compute is refused
- * with FERRY_ERR_UNSUPPORTED: rope_scaling (or rope_parameters) of a type
- * other than "default", hidden_act other than "silu", attention_bias or
- * mlp_bias true.  *out is written on success only. */
+/* Reads dir_or_file/config.json (or the file itself) as one of the n
+ * families: the one whose model_type it gives (or, without one, whose
+ * architecture its architectures list names); another is refused:
+ * "DIR/config.json: model_type 'gpt2' is not a Llama or Qwen 2"
+ * (FERRY_ERR_FORMAT).  Absent keys (or null) take the family's defaults;
+ * num_key_value_heads = num_attention_heads, head_dim = hidden_size /
+ * num_attention_heads, tie_word_embeddings false, torch_dtype "float32"
+ * (transformers 5's "dtype" is read too).  Integers must be positive and
+ * fit an int; the heads must divide hidden_size unless head_dim is given;
+ * the kv heads must divide the heads; head_dim must be even (rotary
+ * embeddings); rope_theta and rms_norm_eps positive.  Bad values:
+ * FERRY_ERR_FORMAT.  Every key is either one ferry computes with, one that
+ * does not change the model's arithmetic (bos_token_id, use_cache,
+ * transformers_version, ...), or refused by name with
+ * FERRY_ERR_UNSUPPORTED: rope_scaling (or rope_parameters) of a type other
+ * than "default", "linear" and "llama3" or with a key that type does not
+ * have, hidden_act other than "silu", attention_bias or mlp_bias true,
+ * attention_dropout other than 0, use_sliding_window true, sliding_window
+ * in a family where it always acts, layer_types other than full_attention,
+ * and any key ferry does not know.  *out is written on success only. */
+ferry_status ferry_hf_config_read_as(const char *dir_or_file,
+				     const struct ferry_hf_family *const *families,
+				     int n, struct ferry_hf_config *out)
+	FERRY_MUST_CHECK;
+
+/* ferry_hf_config_read_as with every family ferry has (Llama, Qwen 2). */
 ferry_status ferry_hf_config_read(const char *dir_or_file,
 				  struct ferry_hf_config *out) FERRY_MUST_CHECK;
 
 /* Checks cfg as the reader does (FERRY_ERR_INVALID) and writes
  * DIR/config.json, pretty-printed, atomically as ferry_safetensors_write
- * does: architectures ["LlamaForCausalLM"], model_type "llama", hidden_act
- * "silu", the fields above (an empty torch_dtype is written as "float32"). */
+ * does: architectures [family's], model_type, hidden_act "silu", the fields
+ * above (an empty torch_dtype is written as "float32"), rope_scaling when
+ * cfg has one, and the family's fixed keys (Llama: attention_bias and
+ * mlp_bias false; Qwen2: use_sliding_window false). */
+ferry_status ferry_hf_config_write_as(const char *dir,
+				      const struct ferry_hf_config *cfg,
+				      const struct ferry_hf_family *family)
+	FERRY_MUST_CHECK;
+
+/* ferry_hf_config_write_as with the family of cfg->model_type. */
 ferry_status ferry_hf_config_write(const char *dir,
 				   const struct ferry_hf_config *cfg)
 	FERRY_MUST_CHECK;

@@ -1,6 +1,8 @@
 /*
- * Hugging Face config.json for Llama models: reader (with LlamaConfig's
- * defaults) and atomic writer.  See include/ferry/safetensors.h.
+ * Hugging Face config.json: reader (with the family's defaults: LlamaConfig's,
+ * Qwen2Config's, given by the caller, since the model table sits above
+ * data/) and atomic writer.  Every key of a file is read, known not to
+ * change the arithmetic, or refused by name.  See include/ferry/safetensors.h.
  */
 #include "ferry/safetensors.h"
 
@@ -26,16 +28,6 @@ ferry_status ferry_st_read_small_file(const char *path, uint64_t max,
 
 #define CONFIG_NAME "config.json"
 #define CONFIG_MAX_BYTES (16u << 20)
-
-/* LlamaConfig's defaults (transformers). */
-#define DEF_VOCAB 32000
-#define DEF_HIDDEN 4096
-#define DEF_INTERMEDIATE 11008
-#define DEF_LAYERS 32
-#define DEF_HEADS 32
-#define DEF_MAX_POS 2048
-#define DEF_ROPE_THETA 10000.0
-#define DEF_RMS_EPS 1e-6
 
 /* dir/config.json when dir_or_file is a directory, else a copy of it. */
 static char *config_path(const char *dir_or_file)
@@ -142,9 +134,75 @@ static ferry_status get_string(json_t *obj, const char *path, const char *key,
 	return FERRY_OK;
 }
 
-/* rope_scaling / rope_parameters: only plain RoPE ("default", or no type
- * at all) is what ferry computes. */
-static ferry_status check_rope(json_t *root, const char *path, const char *key)
+/* ---- rope_scaling ------------------------------------------------------------ */
+
+/* A positive number inside the rope_scaling object obj (named key there). */
+static ferry_status rope_real(json_t *obj, const char *path, const char *key, const char *field,
+			      double *out)
+{
+	json_t *j = get(obj, field);
+	char d[64];
+
+	if (!j || !json_is_number(j) || !(json_number_value(j) > 0) || !isfinite(json_number_value(j)))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: %s's %s must be a positive number, not %s", path, key,
+				   field, j ? describe(j, d, sizeof(d)) : "absent");
+	*out = json_number_value(j);
+	return FERRY_OK;
+}
+
+/* Every key of obj is one of the type's (NULL-terminated list). */
+static ferry_status rope_keys_known(json_t *obj, const char *path, const char *key, const char *type,
+				    const char *const *known)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(obj, k, v) {
+		int ok = json_is_null(v);
+
+		for (int i = 0; known[i] && !ok; i++)
+			ok = !strcmp(k, known[i]);
+		if (!ok)
+			return ferry_error(FERRY_ERR_UNSUPPORTED,
+					   "%s: %s's %s is not supported (ferry's %s rope scaling has no such "
+					   "field)", path, key, k, type);
+	}
+	return FERRY_OK;
+}
+
+/* The scaling's fields of rope type name (linear, llama3) into c. */
+static ferry_status rope_fields(json_t *j, const char *path, const char *key, const char *name,
+				struct ferry_hf_config *c)
+{
+	static const char *const linear[] = { "rope_type", "type", "factor", "rope_theta", NULL };
+	static const char *const llama3[] = { "rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+					      "original_max_position_embeddings", "rope_theta", NULL };
+	const int is_llama3 = !strcmp(name, "llama3");
+	ferry_status st;
+	int orig;
+
+	if ((st = rope_keys_known(j, path, key, name, is_llama3 ? llama3 : linear)) ||
+	    (st = rope_real(j, path, key, "factor", &c->rope_factor)))
+		return st;
+	c->rope_type = is_llama3 ? FERRY_HF_ROPE_LLAMA3 : FERRY_HF_ROPE_LINEAR;
+	if (!is_llama3)
+		return FERRY_OK;
+	if ((st = rope_real(j, path, key, "low_freq_factor", &c->rope_low_freq_factor)) ||
+	    (st = rope_real(j, path, key, "high_freq_factor", &c->rope_high_freq_factor)) ||
+	    (st = get_int(j, path, "original_max_position_embeddings", 0, &orig)))
+		return st;
+	if (!orig || c->rope_high_freq_factor <= c->rope_low_freq_factor)
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: %s of type \"llama3\" needs original_max_position_embeddings and "
+				   "high_freq_factor (%g) above low_freq_factor (%g)", path, key,
+				   c->rope_high_freq_factor, c->rope_low_freq_factor);
+	c->rope_original_max_position_embeddings = orig;
+	return FERRY_OK;
+}
+
+/* rope_scaling or transformers 5's rope_parameters: plain RoPE ("default",
+ * or no type at all), "linear" or "llama3"; any other type is refused. */
+static ferry_status read_rope(json_t *root, const char *path, const char *key, struct ferry_hf_config *c)
 {
 	json_t *j = get(root, key), *type;
 	char d[64];
@@ -153,17 +211,38 @@ static ferry_status check_rope(json_t *root, const char *path, const char *key)
 		return FERRY_OK;
 	if (!json_is_object(j))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: %s %s is not supported (ferry's Llama has plain RoPE)",
+				   "%s: %s %s is not supported (ferry's rotary embedding takes an object)",
 				   path, key, describe(j, d, sizeof(d)));
 	type = get(j, "rope_type");
 	if (!type)
 		type = get(j, "type");
-	if (!type || (json_is_string(type) &&
-		      !strcmp(json_string_value(type), "default")))
+	if (!type || (json_is_string(type) && !strcmp(json_string_value(type), "default")))
 		return FERRY_OK;
+	if (json_is_string(type) && (!strcmp(json_string_value(type), "linear") ||
+				     !strcmp(json_string_value(type), "llama3")))
+		return rope_fields(j, path, key, json_string_value(type), c);
 	return ferry_error(FERRY_ERR_UNSUPPORTED,
-			   "%s: %s of type %s is not supported (ferry's Llama has plain RoPE)",
-			   path, key, describe(type, d, sizeof(d)));
+			   "%s: %s of type %s is not supported (ferry computes default, linear and llama3 "
+			   "rotary embeddings)", path, key, describe(type, d, sizeof(d)));
+}
+
+/* The scaling's constants: a known type, positive factors, high above low. */
+static ferry_status check_rope_scaling(const struct ferry_hf_config *c, const char *path, ferry_status code)
+{
+	if (c->rope_type == FERRY_HF_ROPE_DEFAULT)
+		return FERRY_OK;
+	if (c->rope_type != FERRY_HF_ROPE_LINEAR && c->rope_type != FERRY_HF_ROPE_LLAMA3)
+		return ferry_error(code, "%s: rope scaling type %d is not default, linear or llama3", path,
+				   c->rope_type);
+	if (!(c->rope_factor > 0) || !isfinite(c->rope_factor))
+		return ferry_error(code, "%s: rope_scaling's factor must be positive", path);
+	if (c->rope_type == FERRY_HF_ROPE_LINEAR)
+		return FERRY_OK;
+	if (!(c->rope_low_freq_factor > 0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+	    !isfinite(c->rope_high_freq_factor) || c->rope_original_max_position_embeddings <= 0)
+		return ferry_error(code, "%s: llama3 rope_scaling needs positive factors, high_freq_factor above "
+				   "low_freq_factor and original_max_position_embeddings", path);
+	return FERRY_OK;
 }
 
 /* The shape rules shared by the reader (FERRY_ERR_FORMAT) and the writer
@@ -214,57 +293,64 @@ static ferry_status check_config(const struct ferry_hf_config *c,
 	if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
 		return ferry_error(code, "%s: rms_norm_eps must be positive",
 				   path);
-	return FERRY_OK;
+	return check_rope_scaling(c, path, code);
 }
 
-/* model_type "llama", or without one an architectures list naming
- * LlamaForCausalLM. */
-static ferry_status check_llama(json_t *root, const char *path)
+/* "Llama or Qwen 2": the families' titles, for messages. */
+static const char *family_titles(const struct ferry_hf_family *const *fam, int n, char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < n && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? " or " : "", fam[i]->title);
+	return buf;
+}
+
+/* The family config.json says it is: its model_type, or without one an
+ * architectures entry. */
+static ferry_status find_family(json_t *root, const char *path, const struct ferry_hf_family *const *fam,
+				int n, const struct ferry_hf_family **out)
 {
 	json_t *j = get(root, "model_type"), *a;
-	char d[64];
-	size_t i;
-	int found = 0;
+	char d[64], titles[128], archs[256] = "";
 
-	if (j) {
-		if (!json_is_string(j) || strcmp(json_string_value(j), "llama"))
-			return ferry_error(FERRY_ERR_FORMAT,
-					   "%s: model_type '%.40s' is not a Llama",
-					   path,
-					   json_is_string(j) ? json_string_value(j)
-							     : describe(j, d, sizeof(d)));
-		return FERRY_OK;
-	}
-	a = get(root, "architectures");
-	for (i = 0; json_is_array(a) && i < json_array_size(a); i++) {
-		const char *s = json_string_value(json_array_get(a, i));
+	for (int f = 0; f < n; f++) {
+		*out = fam[f];
+		if (j && json_is_string(j) && !strcmp(json_string_value(j), fam[f]->model_type))
+			return FERRY_OK;
+		a = j ? NULL : get(root, "architectures");
+		for (size_t i = 0; json_is_array(a) && i < json_array_size(a); i++) {
+			const char *s = json_string_value(json_array_get(a, i));
 
-		found |= s && !strcmp(s, "LlamaForCausalLM");
+			if (s && !strcmp(s, fam[f]->architecture))
+				return FERRY_OK;
+		}
 	}
-	if (!found)
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: no model_type, and architectures does not list LlamaForCausalLM: not a Llama",
-				   path);
-	return FERRY_OK;
+	family_titles(fam, n, titles, sizeof(titles));
+	if (j)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: model_type '%.40s' is not a %s", path,
+				   json_is_string(j) ? json_string_value(j) : describe(j, d, sizeof(d)), titles);
+	for (int f = 0, used = 0; f < n && used < (int)sizeof(archs); f++)
+		used += snprintf(archs + used, sizeof(archs) - (size_t)used, "%s%s", f ? ", " : "",
+				 fam[f]->architecture);
+	return ferry_error(FERRY_ERR_FORMAT, "%s: no model_type, and architectures lists none of %s: not a %s",
+			   path, archs, titles);
 }
 
-/* The integer sizes, LlamaConfig's defaults for those absent. */
-static ferry_status read_sizes(json_t *root, const char *path,
+/* The integer sizes, the family's defaults for those absent. */
+static ferry_status read_sizes(json_t *root, const char *path, const struct ferry_hf_family *f,
 			       struct ferry_hf_config *c)
 {
 	ferry_status st;
 
-	if ((st = get_int(root, path, "vocab_size", DEF_VOCAB, &c->vocab_size)) ||
-	    (st = get_int(root, path, "hidden_size", DEF_HIDDEN, &c->hidden_size)) ||
-	    (st = get_int(root, path, "intermediate_size", DEF_INTERMEDIATE,
-			  &c->intermediate_size)) ||
-	    (st = get_int(root, path, "num_hidden_layers", DEF_LAYERS,
-			  &c->num_hidden_layers)) ||
-	    (st = get_int(root, path, "num_attention_heads", DEF_HEADS,
-			  &c->num_attention_heads)) ||
-	    (st = get_int(root, path, "num_key_value_heads",
-			  c->num_attention_heads, &c->num_key_value_heads)) ||
-	    (st = get_int(root, path, "max_position_embeddings", DEF_MAX_POS,
+	if ((st = get_int(root, path, "vocab_size", f->vocab_size, &c->vocab_size)) ||
+	    (st = get_int(root, path, "hidden_size", f->hidden_size, &c->hidden_size)) ||
+	    (st = get_int(root, path, "intermediate_size", f->intermediate_size, &c->intermediate_size)) ||
+	    (st = get_int(root, path, "num_hidden_layers", f->num_hidden_layers, &c->num_hidden_layers)) ||
+	    (st = get_int(root, path, "num_attention_heads", f->num_attention_heads, &c->num_attention_heads)) ||
+	    (st = get_int(root, path, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads)) ||
+	    (st = get_int(root, path, "max_position_embeddings", f->max_position_embeddings,
 			  &c->max_position_embeddings)))
 		return st;
 	if (!get(root, "head_dim") && c->hidden_size % c->num_attention_heads)
@@ -276,7 +362,7 @@ static ferry_status read_sizes(json_t *root, const char *path,
 }
 
 /* rope_theta, rms_norm_eps, tie_word_embeddings and the dtype. */
-static ferry_status read_numerics(json_t *root, const char *path,
+static ferry_status read_numerics(json_t *root, const char *path, const struct ferry_hf_family *f,
 				  struct ferry_hf_config *c)
 {
 	json_t *j, *rp;
@@ -286,14 +372,10 @@ static ferry_status read_numerics(json_t *root, const char *path,
 	/* transformers 5 moved rope_theta into rope_parameters. */
 	rp = get(root, "rope_parameters");
 	if (!get(root, "rope_theta") && json_is_object(rp))
-		st = get_pos_real(rp, path, "rope_theta", DEF_ROPE_THETA,
-				  &c->rope_theta);
+		st = get_pos_real(rp, path, "rope_theta", f->rope_theta, &c->rope_theta);
 	else
-		st = get_pos_real(root, path, "rope_theta", DEF_ROPE_THETA,
-				  &c->rope_theta);
-	if (st ||
-	    (st = get_pos_real(root, path, "rms_norm_eps", DEF_RMS_EPS,
-			       &c->rms_norm_eps)))
+		st = get_pos_real(root, path, "rope_theta", f->rope_theta, &c->rope_theta);
+	if (st || (st = get_pos_real(root, path, "rms_norm_eps", f->rms_norm_eps, &c->rms_norm_eps)))
 		return st;
 
 	j = get(root, "tie_word_embeddings");
@@ -309,53 +391,150 @@ static ferry_status read_numerics(json_t *root, const char *path,
 			  "float32", c->torch_dtype, sizeof(c->torch_dtype));
 }
 
-/* What ferry's Llama does not compute is refused, not ignored. */
-static ferry_status check_supported(json_t *root, const char *path)
+/* ---- every key accounted for ---------------------------------------------------- */
+
+enum key_rule {
+	KEY_READ,   /* read above */
+	KEY_META,   /* does not change the model's arithmetic */
+	KEY_FALSE,  /* accepted false only */
+	KEY_ZERO,   /* accepted 0 only */
+	KEY_WINDOW, /* sliding-window attention: see check_window */
+};
+
+static const struct {
+	const char *key;
+	enum key_rule rule;
+} known_keys[] = {
+	{ "model_type", KEY_READ }, { "architectures", KEY_READ }, { "vocab_size", KEY_READ },
+	{ "hidden_size", KEY_READ }, { "intermediate_size", KEY_READ }, { "num_hidden_layers", KEY_READ },
+	{ "num_attention_heads", KEY_READ }, { "num_key_value_heads", KEY_READ },
+	{ "max_position_embeddings", KEY_READ }, { "head_dim", KEY_READ }, { "rope_theta", KEY_READ },
+	{ "rms_norm_eps", KEY_READ }, { "tie_word_embeddings", KEY_READ }, { "torch_dtype", KEY_READ },
+	{ "dtype", KEY_READ }, { "rope_scaling", KEY_READ }, { "rope_parameters", KEY_READ },
+	{ "hidden_act", KEY_READ },
+	/* token ids, generation, the library that wrote it, how transformers
+	   initialises fresh weights or splits its matrix products */
+	{ "transformers_version", KEY_META }, { "_name_or_path", KEY_META }, { "bos_token_id", KEY_META },
+	{ "eos_token_id", KEY_META }, { "pad_token_id", KEY_META }, { "use_cache", KEY_META },
+	{ "initializer_range", KEY_META }, { "pretraining_tp", KEY_META }, { "tokenizer_class", KEY_META },
+	{ "return_dict", KEY_META }, { "output_attentions", KEY_META }, { "output_hidden_states", KEY_META },
+	{ "torchscript", KEY_META }, { "_attn_implementation_autoset", KEY_META },
+	{ "attention_bias", KEY_FALSE }, { "mlp_bias", KEY_FALSE }, { "use_sliding_window", KEY_FALSE },
+	{ "attention_dropout", KEY_ZERO },
+	{ "sliding_window", KEY_WINDOW }, { "max_window_layers", KEY_WINDOW }, { "layer_types", KEY_WINDOW },
+};
+
+/* Sliding windows: ferry's attention is full.  A family whose window acts
+ * only with use_sliding_window true (Qwen2) may name one while that is
+ * false; layer_types may only list full attention. */
+static ferry_status check_window(json_t *root, const char *path, const struct ferry_hf_family *f,
+				 const char *key, json_t *v)
 {
-	ferry_status st;
-	json_t *j;
 	char d[64];
 
-	if ((st = check_rope(root, path, "rope_scaling")) ||
-	    (st = check_rope(root, path, "rope_parameters")))
+	if (!strcmp(key, "layer_types")) {
+		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+			const char *s = json_string_value(json_array_get(v, i));
+
+			if (!s || strcmp(s, "full_attention"))
+				return ferry_error(FERRY_ERR_UNSUPPORTED,
+						   "%s: layer_types[%zu] %s is not supported (ferry's attention "
+						   "is full_attention)", path, i,
+						   describe(json_array_get(v, i), d, sizeof(d)));
+		}
+		if (json_is_array(v))
+			return FERRY_OK;
+	} else if (f->gated_sliding_window && !json_is_true(get(root, "use_sliding_window"))) {
+		return FERRY_OK; /* no window while use_sliding_window is false */
+	}
+	return ferry_error(FERRY_ERR_UNSUPPORTED,
+			   "%s: %s %s is not supported (sliding-window attention: ferry's attention is full)",
+			   path, key, describe(v, d, sizeof(d)));
+}
+
+/* One key: known and acceptable, or refused by name. */
+static ferry_status check_key(json_t *root, const char *path, const struct ferry_hf_family *f,
+			      const char *key, json_t *v)
+{
+	char d[64];
+
+	if (json_is_null(v))
+		return FERRY_OK; /* None: the class's default */
+	if (f->qkv_bias && !strcmp(key, "attention_bias"))
+		return ferry_error(FERRY_ERR_UNSUPPORTED,
+				   "%s: attention_bias is not a field of %s (its q, k, v projections always "
+				   "have biases)", path, f->architecture);
+	for (size_t i = 0; i < sizeof(known_keys) / sizeof(known_keys[0]); i++) {
+		if (strcmp(known_keys[i].key, key))
+			continue;
+		switch (known_keys[i].rule) {
+		case KEY_READ:
+		case KEY_META:
+			return FERRY_OK;
+		case KEY_FALSE:
+			if (json_is_false(v))
+				return FERRY_OK;
+			break;
+		case KEY_ZERO:
+			if (json_is_number(v) && json_number_value(v) == 0)
+				return FERRY_OK;
+			break;
+		case KEY_WINDOW:
+			return check_window(root, path, f, key, v);
+		}
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s %s is not supported", path, key,
+				   describe(v, d, sizeof(d)));
+	}
+	return ferry_error(FERRY_ERR_UNSUPPORTED,
+			   "%s: %s is not a field ferry implements (refused rather than ignored)", path, key);
+}
+
+/* What ferry does not compute is refused, not ignored. */
+static ferry_status check_supported(json_t *root, const char *path, const struct ferry_hf_family *f,
+				    struct ferry_hf_config *c)
+{
+	const char *key;
+	ferry_status st;
+	json_t *j, *v;
+	char d[64];
+
+	if ((st = read_rope(root, path, "rope_scaling", c)) || (st = read_rope(root, path, "rope_parameters", c)))
 		return st;
 	j = get(root, "hidden_act");
 	if (j && (!json_is_string(j) || strcmp(json_string_value(j), "silu")))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: hidden_act %s is not supported (ferry's Llama uses silu)",
-				   path, describe(j, d, sizeof(d)));
-	if (json_is_true(get(root, "attention_bias")))
-		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: attention_bias true is not supported",
-				   path);
-	if (json_is_true(get(root, "mlp_bias")))
-		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: mlp_bias true is not supported", path);
+				   "%s: hidden_act %s is not supported (ferry's %s uses silu)",
+				   path, describe(j, d, sizeof(d)), f->title);
+	json_object_foreach(root, key, v) {
+		if ((st = check_key(root, path, f, key, v)))
+			return st;
+	}
 	return FERRY_OK;
 }
 
-static ferry_status parse_config(json_t *root, const char *path,
-				 struct ferry_hf_config *c)
+static ferry_status parse_config(json_t *root, const char *path, const struct ferry_hf_family *const *fam,
+				 int n, struct ferry_hf_config *c)
 {
+	const struct ferry_hf_family *f = NULL;
 	ferry_status st;
 
 	if (!json_is_object(root))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: not a JSON object", path);
-	st = check_llama(root, path);
+	st = find_family(root, path, fam, n, &f);
 	if (st)
 		return st;
-	snprintf(c->model_type, sizeof(c->model_type), "llama");
-	if ((st = read_sizes(root, path, c)) ||
-	    (st = read_numerics(root, path, c)) ||
-	    (st = check_supported(root, path)))
+	snprintf(c->model_type, sizeof(c->model_type), "%s", f->model_type);
+	if ((st = read_sizes(root, path, f, c)) ||
+	    (st = read_numerics(root, path, f, c)) ||
+	    (st = check_supported(root, path, f, c)))
 		return st;
 	return check_config(c, path, FERRY_ERR_FORMAT,
 			    get(root, "head_dim") != NULL);
 }
 
-ferry_status ferry_hf_config_read(const char *dir_or_file,
-				  struct ferry_hf_config *out)
+ferry_status ferry_hf_config_read_as(const char *dir_or_file, const struct ferry_hf_family *const *families,
+				     int n, struct ferry_hf_config *out)
 {
 	struct ferry_hf_config c;
 	json_error_t jerr;
@@ -364,9 +543,9 @@ ferry_status ferry_hf_config_read(const char *dir_or_file,
 	char *path, *text = NULL;
 	size_t len;
 
-	if (!dir_or_file || !out)
+	if (!dir_or_file || !out || (n && !families) || n < 0)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "ferry_hf_config_read: path or out is NULL");
+				   "ferry_hf_config_read: path, families or out is NULL");
 	path = config_path(dir_or_file);
 	if (!path)
 		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory",
@@ -382,7 +561,7 @@ ferry_status ferry_hf_config_read(const char *dir_or_file,
 		goto out;
 	}
 	memset(&c, 0, sizeof(c));
-	st = parse_config(root, path, &c);
+	st = parse_config(root, path, families, n, &c);
 	json_decref(root);
 	if (!st)
 		*out = c;
@@ -427,20 +606,51 @@ static ferry_status emit_text(int fd, const char *tmp, void *ctx)
 	return ferry_st_write_all(fd, tmp, t->s, t->n);
 }
 
+/* rope_scaling's object for cfg (keys sorted, as transformers writes them),
+ * or NULL on no memory. */
+static json_t *rope_scaling_json(const struct ferry_hf_config *cfg)
+{
+	json_t *r = json_object();
+	const int llama3 = cfg->rope_type == FERRY_HF_ROPE_LLAMA3;
+	int bad = !r || json_object_set_new(r, "factor", json_real(cfg->rope_factor));
+
+	if (llama3)
+		bad = bad || json_object_set_new(r, "high_freq_factor", json_real(cfg->rope_high_freq_factor)) ||
+		      json_object_set_new(r, "low_freq_factor", json_real(cfg->rope_low_freq_factor)) ||
+		      json_object_set_new(r, "original_max_position_embeddings",
+					  json_integer(cfg->rope_original_max_position_embeddings));
+	bad = bad || json_object_set_new(r, "rope_type", json_string(llama3 ? "llama3" : "linear"));
+	if (bad) {
+		json_decref(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* The keys fixed by the family: Llama's biases off, Qwen2's window off. */
+static int set_family_keys(json_t *root, const struct ferry_hf_family *f)
+{
+	if (f->gated_sliding_window && json_object_set_new(root, "use_sliding_window", json_false()))
+		return -1;
+	if (f->qkv_bias)
+		return 0;
+	return json_object_set_new(root, "attention_bias", json_false()) ||
+	       json_object_set_new(root, "mlp_bias", json_false());
+}
+
 /* config.json's fields for cfg, in transformers' order, into *out (the
  * caller releases it); dtype is the torch_dtype to write. */
-static ferry_status build_config_json(const struct ferry_hf_config *cfg,
-				      const char *dtype, const char *path,
-				      json_t **out)
+static ferry_status build_config_json(const struct ferry_hf_config *cfg, const struct ferry_hf_family *f,
+				      const char *dtype, const char *path, json_t **out)
 {
 	json_t *root = json_object(), *arch = json_array();
 	int bad;
 
 	*out = root;
 	bad = !root || !arch ||
-	      json_array_append_new(arch, json_string("LlamaForCausalLM")) ||
+	      json_array_append_new(arch, json_string(f->architecture)) ||
 	      json_object_set(root, "architectures", arch) ||
-	      json_object_set_new(root, "model_type", json_string("llama")) ||
+	      json_object_set_new(root, "model_type", json_string(f->model_type)) ||
 	      json_object_set_new(root, "hidden_act", json_string("silu")) ||
 	      json_object_set_new(root, "hidden_size", json_integer(cfg->hidden_size)) ||
 	      json_object_set_new(root, "intermediate_size",
@@ -456,11 +666,11 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg,
 	      json_object_set_new(root, "max_position_embeddings",
 				  json_integer(cfg->max_position_embeddings)) ||
 	      json_object_set_new(root, "rope_theta", json_real(cfg->rope_theta)) ||
+	      (cfg->rope_type && json_object_set_new(root, "rope_scaling", rope_scaling_json(cfg))) ||
 	      json_object_set_new(root, "rms_norm_eps", json_real(cfg->rms_norm_eps)) ||
 	      json_object_set_new(root, "tie_word_embeddings",
 				  json_boolean(cfg->tie_word_embeddings)) ||
-	      json_object_set_new(root, "attention_bias", json_false()) ||
-	      json_object_set_new(root, "mlp_bias", json_false());
+	      set_family_keys(root, f);
 	json_decref(arch);
 	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))
 		return ferry_error(FERRY_ERR_INVALID,
@@ -469,6 +679,19 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg,
 		return ferry_error(FERRY_ERR_NOMEM,
 				   "%s: out of memory building the JSON", path);
 	return FERRY_OK;
+}
+
+/* The digits every real of cfg needs to read back exactly. */
+static int config_digits(const struct ferry_hf_config *cfg)
+{
+	const double reals[] = { cfg->rope_theta, cfg->rms_norm_eps, cfg->rope_factor, cfg->rope_low_freq_factor,
+				 cfg->rope_high_freq_factor };
+	int prec = 1;
+
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+		if (real_digits(reals[i]) > prec)
+			prec = real_digits(reals[i]);
+	return prec;
 }
 
 /* root indented as transformers writes it, reals printed with the digits
@@ -480,12 +703,8 @@ static ferry_status encode_config_json(json_t *root,
 				       size_t *len)
 {
 	size_t n, flags;
-	int prec;
 
-	prec = real_digits(cfg->rope_theta);
-	if (real_digits(cfg->rms_norm_eps) > prec)
-		prec = real_digits(cfg->rms_norm_eps);
-	flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(prec);
+	flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(config_digits(cfg));
 	n = json_dumpb(root, NULL, 0, flags);
 	*buf = n ? ferry_malloc(n + 1) : NULL;
 	if (!*buf || json_dumpb(root, *buf, n, flags) != n)
@@ -496,8 +715,8 @@ static ferry_status encode_config_json(json_t *root,
 	return FERRY_OK;
 }
 
-ferry_status ferry_hf_config_write(const char *dir,
-				   const struct ferry_hf_config *cfg)
+ferry_status ferry_hf_config_write_as(const char *dir, const struct ferry_hf_config *cfg,
+				      const struct ferry_hf_family *family)
 {
 	const char *dtype;
 	struct text txt;
@@ -506,9 +725,9 @@ ferry_status ferry_hf_config_write(const char *dir,
 	char *path = NULL, *buf = NULL;
 	size_t n;
 
-	if (!dir || !cfg)
+	if (!dir || !cfg || !family)
 		return ferry_error(FERRY_ERR_INVALID,
-				   "ferry_hf_config_write: dir or cfg is NULL");
+				   "ferry_hf_config_write: dir, cfg or family is NULL");
 	n = strlen(dir);
 	path = ferry_malloc(n + sizeof("/" CONFIG_NAME));
 	if (!path)
@@ -528,7 +747,7 @@ ferry_status ferry_hf_config_write(const char *dir,
 				 path);
 		goto out;
 	}
-	st = build_config_json(cfg, dtype, path, &root);
+	st = build_config_json(cfg, family, dtype, path, &root);
 	if (!st)
 		st = encode_config_json(root, cfg, path, &buf, &txt.n);
 	if (st)

@@ -31,11 +31,17 @@ struct ferry_weight_ref {
 	int block;
 };
 
-/* Model constants an op takes as its scalar[0]. */
+/* Model constants an op takes as its scalar[0] (an op taking several,
+ * ferry_op_info's n_scalars, gets them consecutively from the one named). */
 enum ferry_op_scalar {
 	FERRY_SCALAR_NONE,
 	FERRY_SCALAR_NORM_EPS,   /* RMSNorm's epsilon */
-	FERRY_SCALAR_ROPE_THETA, /* rotary embedding base */
+	FERRY_SCALAR_ROPE_THETA, /* rotary embedding base, then its scaling: */
+	FERRY_SCALAR_ROPE_TYPE,  /* enum ferry_rope_type (ops/rope_freq.h) */
+	FERRY_SCALAR_ROPE_FACTOR,
+	FERRY_SCALAR_ROPE_LOW_FREQ_FACTOR,
+	FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR,
+	FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS,
 	FERRY_OP_SCALAR_COUNT
 };
 
@@ -72,7 +78,7 @@ bool ferry_layer_tensor_is_stat(const struct ferry_layer_decl *decl, int t);
  * kind, B, T, C (row width of its first input, else of its first output),
  * OC (row width of its first output), NH (for a rotary embedding: the heads
  * of its tensor, C / HS), NKV, V, Vp, n (elements of its first output) and
- * scalar[0] from scalars[] (indexed by enum ferry_op_scalar).
+ * scalar[0..) from scalars[] (indexed by enum ferry_op_scalar).
  * Pointers are left NULL. */
 void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
 			 const float *scalars, struct ferry_op_call *c);

@@ -20,9 +20,11 @@
 #define FERRY_GRAPH_MODEL_DECL_H
 
 #include "ferry/model.h"
+#include "ferry/safetensors.h"
 #include "graph/layer.h"
 
 #define FERRY_MODEL_MAX_PARAMS 24
+#define FERRY_MODEL_MAX_DECLS 8 /* models in the table (model_decl.c checks) */
 
 enum ferry_param_init {
 	FERRY_INIT_ZERO,
@@ -73,8 +75,8 @@ struct ferry_model_decl {
 	const char *name;         /* --model and cfg->arch ("gpt2") */
 	const char *title;        /* in messages ("GPT-2") */
 	enum ferry_ckpt_format ckpt;
-	const char *hf_model_type;   /* FERRY_CKPT_HF: config.json's model_type */
-	const char *hf_architecture; /* and its architectures entry */
+	const struct ferry_hf_family *hf; /* FERRY_CKPT_HF: config.json's family
+					     (model_type, architecture, defaults) */
 	int n_params;
 	struct ferry_param_decl params[FERRY_MODEL_MAX_PARAMS];
 	const struct ferry_layer_decl *prologue, *layer, *epilogue;
@@ -84,33 +86,6 @@ struct ferry_model_decl {
 	 * checks it; the message names the offending field. */
 	ferry_status (*config_check)(struct ferry_model_config *cfg);
 };
-
-/* The declaration of cfg->arch ("gpt2", "llama"; "" the first, the
- * default), or NULL. */
-const struct ferry_model_decl *ferry_model_decl_find(const char *arch);
-
-/* The i-th declaration, for 0 <= i < ferry_model_decl_count(), else NULL. */
-int ferry_model_decl_count(void);
-const struct ferry_model_decl *ferry_model_decl_at(int i);
-
-/* The first declaration kept in checkpoints of format f, or NULL. */
-const struct ferry_model_decl *ferry_model_decl_of_format(enum ferry_ckpt_format f);
-
-/* The Hugging Face model whose config.json says model_type (or, when
- * model_type is NULL, whose architecture is architecture), or NULL. */
-const struct ferry_model_decl *ferry_model_decl_find_hf(const char *model_type, const char *architecture);
-
-/* What ferry_model_hf_list gives of each model. */
-enum ferry_hf_field {
-	FERRY_HF_TITLE,        /* "Llama" */
-	FERRY_HF_ARCHITECTURE, /* "LlamaForCausalLM" */
-};
-
-/* The models kept in Hugging Face checkpoints, for messages: each one's
- * field what, joined by " or ", into buf of n bytes (FERRY_MODEL_LIST_CHARS
- * holds them); returns buf. */
-#define FERRY_MODEL_LIST_CHARS 128
-const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n);
 
 /* The model's dimensions for a batch of B x T. */
 struct ferry_dims ferry_model_dims(const struct ferry_model_config *cfg, int B, int T);
@@ -122,8 +97,5 @@ void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_O
  * does not). */
 bool ferry_param_present(const struct ferry_model_decl *md, const struct ferry_model_config *cfg,
 			 int p);
-
-extern const struct ferry_model_decl ferry_gpt2_decl;
-extern const struct ferry_model_decl ferry_llama_decl;
 
 #endif

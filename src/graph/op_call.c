@@ -25,8 +25,9 @@ void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struc
 	/* rotary embedding turns each head of its tensor: query or key/value heads */
 	if (op->kind == FERRY_OP_ROPE && dims->v[FERRY_DIM_HS] > 0)
 		c->NH = (int)(c->C / dims->v[FERRY_DIM_HS]);
-	if (op->scalar != FERRY_SCALAR_NONE)
-		c->scalar[0] = scalars[op->scalar];
+	for (int i = 0; op->scalar != FERRY_SCALAR_NONE && i < (info->n_scalars ? info->n_scalars : 1) &&
+			op->scalar + i < FERRY_OP_SCALAR_COUNT; i++)
+		c->scalar[i] = scalars[op->scalar + i];
 }
 
 size_t ferry_op_weight_view(const struct ferry_op_call *c, int slot)

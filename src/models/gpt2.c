@@ -11,7 +11,7 @@
  * products over the [C, C] views of qkvw, so query, key and value are
  * separate, separately placeable tensors.
  */
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 #include "core/error.h"
 
 #include <limits.h>

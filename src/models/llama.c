@@ -12,14 +12,18 @@
  * (as MaxText names them); the projections before it are query_unrotated
  * and key_unrotated, which no backward pass reads.
  */
-#include "graph/model_decl.h"
+#include "models/llama.h"
 #include "core/error.h"
 
 #include <limits.h>
+#include <math.h>
 
 enum {
 	EMBED, IN_NORM, Q_PROJ, K_PROJ, V_PROJ, O_PROJ, POST_NORM, GATE, UP, DOWN, NORM, LM_HEAD, N_PARAMS
 };
+_Static_assert(EMBED == FERRY_LLAMA_PARAM_EMBED && NORM == FERRY_LLAMA_PARAM_NORM &&
+		       LM_HEAD == FERRY_LLAMA_PARAM_LM_HEAD && N_PARAMS == FERRY_LLAMA_N_PARAMS,
+	       "models/llama.h's parameter indices");
 
 #define B_ FERRY_DIM_B
 #define T_ FERRY_DIM_T
@@ -86,7 +90,7 @@ static const struct ferry_layer_decl layer = {
 
 enum { P_TOKENS, P_EMBED, P_N };
 
-static const struct ferry_layer_decl prologue = {
+const struct ferry_layer_decl ferry_llama_prologue = {
 	.model = "llama prologue",
 	.n_tensors = P_N,
 	.tensors = { [P_TOKENS] = { "tokens", BT }, [P_EMBED] = { "embedding", BTC } },
@@ -96,7 +100,7 @@ static const struct ferry_layer_decl prologue = {
 	.output = P_EMBED,
 };
 
-static const struct ferry_stage_tensor prologue_roles[P_N] = {
+const struct ferry_stage_tensor ferry_llama_prologue_roles[P_N] = {
 	[P_TOKENS] = { .role = FERRY_ROLE_TOKENS },
 	[P_EMBED] = { .role = FERRY_ROLE_STACK_INPUT },
 };
@@ -105,7 +109,7 @@ static const struct ferry_stage_tensor prologue_roles[P_N] = {
 
 enum { E_IN, E_NORM, E_NORM_RSTD, E_LOGITS, E_PROBS, E_LOSSES, E_TARGETS, E_N };
 
-static const struct ferry_layer_decl epilogue = {
+const struct ferry_layer_decl ferry_llama_epilogue = {
 	.model = "llama epilogue",
 	.n_tensors = E_N,
 	.tensors = {
@@ -128,7 +132,7 @@ static const struct ferry_layer_decl epilogue = {
 	.output = E_LOSSES,
 };
 
-static const struct ferry_stage_tensor epilogue_roles[E_N] = {
+const struct ferry_stage_tensor ferry_llama_epilogue_roles[E_N] = {
 	[E_IN] = { .role = FERRY_ROLE_STACK_OUTPUT },
 	[E_LOGITS] = { .grad_in_place = true },
 	[E_PROBS] = { .role = FERRY_ROLE_ALIAS, .alias_of = E_LOGITS },
@@ -138,10 +142,31 @@ static const struct ferry_stage_tensor epilogue_roles[E_N] = {
 
 /* ---- configuration ------------------------------------------------------------ */
 
+ferry_status ferry_llama_rope_scaling_check(const struct ferry_rope_scaling *r)
+{
+	if (r->type == FERRY_ROPE_SCALING_NONE)
+		return FERRY_OK;
+	if (r->type != FERRY_ROPE_SCALING_LINEAR && r->type != FERRY_ROPE_SCALING_LLAMA3)
+		return ferry_error(FERRY_ERR_INVALID, "rope scaling type %d is not none (0), linear (1) or "
+				   "llama3 (2)", r->type);
+	if (!(r->factor > 0) || !isfinite(r->factor))
+		return ferry_error(FERRY_ERR_INVALID, "rope scaling factor %g must be positive", r->factor);
+	if (r->type == FERRY_ROPE_SCALING_LINEAR)
+		return FERRY_OK;
+	if (!(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) ||
+	    !isfinite(r->high_freq_factor))
+		return ferry_error(FERRY_ERR_INVALID, "llama3 rope scaling: low_freq_factor %g must be positive "
+				   "and high_freq_factor %g greater", r->low_freq_factor, r->high_freq_factor);
+	if (r->original_max_pos <= 0 || r->original_max_pos > (1 << 24))
+		return ferry_error(FERRY_ERR_INVALID, "llama3 rope scaling: original_max_position_embeddings "
+				   "%d must be positive (at most 2^24)", r->original_max_pos);
+	return FERRY_OK;
+}
+
 /* Defaults: kv_heads = heads, head size C / heads, MLP width 8C/3 rounded up
  * to a multiple of 64 (Llama's 2/3 of 4C for SwiGLU), RMSNorm epsilon 1e-5,
  * rotary base 10000, no vocabulary padding (Hugging Face files have V rows). */
-static ferry_status llama_config_check(struct ferry_model_config *cfg)
+ferry_status ferry_llama_config_check(struct ferry_model_config *cfg)
 {
 	if (!cfg->kv_heads)
 		cfg->kv_heads = cfg->heads;
@@ -175,16 +200,30 @@ static ferry_status llama_config_check(struct ferry_model_config *cfg)
 	if (!(cfg->norm_eps > 0) || !(cfg->rope_theta > 1) || cfg->rope_theta > 1e12f)
 		return ferry_error(FERRY_ERR_INVALID, "norm epsilon %g must be positive and rope theta %g "
 				   "greater than 1", cfg->norm_eps, cfg->rope_theta);
-	return FERRY_OK;
+	return ferry_llama_rope_scaling_check(&cfg->rope_scaling);
 }
+
+/* LlamaConfig's defaults (transformers). */
+static const struct ferry_hf_family llama_hf = {
+	.model_type = "llama",
+	.architecture = "LlamaForCausalLM",
+	.title = "Llama",
+	.vocab_size = 32000,
+	.hidden_size = 4096,
+	.intermediate_size = 11008,
+	.num_hidden_layers = 32,
+	.num_attention_heads = 32,
+	.max_position_embeddings = 2048,
+	.rope_theta = 10000.0,
+	.rms_norm_eps = 1e-6,
+};
 
 #define P(name, hf, shape, per_layer, decay, init) { name, hf, shape, per_layer, decay, init }
 const struct ferry_model_decl ferry_llama_decl = {
 	.name = "llama",
 	.title = "Llama",
 	.ckpt = FERRY_CKPT_HF,
-	.hf_model_type = "llama",
-	.hf_architecture = "LlamaForCausalLM",
+	.hf = &llama_hf,
 	.n_params = N_PARAMS,
 	.params = {
 		[EMBED] = { "embed_tokens", "model.embed_tokens.weight", SHAPE(FERRY_DIM_VP, C_), false, true,
@@ -211,10 +250,10 @@ const struct ferry_model_decl ferry_llama_decl = {
 		[LM_HEAD] = { "lm_head", "lm_head.weight", SHAPE(FERRY_DIM_VP, C_), false, true, FERRY_INIT_NORMAL,
 			      .zero_pad_rows = true, .tied_head = true, .tied_to = EMBED },
 	},
-	.prologue = &prologue,
+	.prologue = &ferry_llama_prologue,
 	.layer = &layer,
-	.epilogue = &epilogue,
-	.prologue_roles = prologue_roles,
-	.epilogue_roles = epilogue_roles,
-	.config_check = llama_config_check,
+	.epilogue = &ferry_llama_epilogue,
+	.prologue_roles = ferry_llama_prologue_roles,
+	.epilogue_roles = ferry_llama_epilogue_roles,
+	.config_check = ferry_llama_config_check,
 };

@@ -1,4 +1,5 @@
 #include "ops/op.h"
+#include "ops/rope_freq.h"
 
 #include <assert.h>
 
@@ -25,8 +26,9 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_CAST] = { "cast", 1, 1, 0, 0, 0, false },
 	/* rmsnorm backward needs x and rstd (and the gain, a weight) */
 	[FERRY_OP_RMSNORM] = { "rmsnorm", 1, 2, 1, IN(0) | OUT(1), 0x2, false },
-	/* rope is linear: d in is the inverse rotation of d out */
-	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false },
+	/* rope is linear: d in is the inverse rotation of d out; it takes theta
+	   and the scaling's constants */
+	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false, .n_scalars = FERRY_ROPE_N_SCALARS },
 	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false },
 	[FERRY_OP_SQUARED_ERROR] = { "squared_error", 2, 1, 0, 0, 0, false },
 };

@@ -38,7 +38,8 @@ enum ferry_op_kind {
 				  eps in scalar[0].  rstd = 1/sqrt(mean(x^2) + eps),
 				  y = x * rstd * gain (Llama RMSNorm) */
 	FERRY_OP_ROPE,         /* out0 = rope(in0), [B, T, NH, HS], C = NH * HS,
-				  theta in scalar[0]; position of row (b, t) is t;
+				  theta and scaling in scalar[0..5]
+				  (ops/rope_freq.h); position of row (b, t) is t;
 				  Hugging Face rotate_half convention */
 	FERRY_OP_SWIGLU,       /* out0 = silu(in0) * in1, n values; in0 gate, in1 up */
 	FERRY_OP_SQUARED_ERROR, /* e = in0 - in1 (in0 a prediction, in1 an fp32 target):
@@ -64,6 +65,8 @@ struct ferry_op_info {
 	bool bwd_in_place;       /* unary and elementwise: backward may assign
 				    din[0] over dout[0] (grad_assign), each
 				    element read before it is written */
+	int n_scalars;           /* model constants it takes, consecutive from
+				    its declared one, into scalar[0..) (0: 1) */
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);
@@ -95,7 +98,8 @@ struct ferry_op_call {
 				       updated (NULL when the type is fp32) */
 	float scalar[8];            /* softmax_xent: [0] dloss;
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
-				       rmsnorm: [0] eps; rope: [0] theta */
+				       rmsnorm: [0] eps; rope: [0] theta,
+				       [1..5] scaling (ops/rope_freq.h) */
 	int step;                   /* adamw: t >= 1 */
 	bool grad_assign;           /* backward of a bwd_in_place op: din[0] =
 				       its gradient, not +=; din[0] may be

@@ -19,7 +19,7 @@
 #define FERRY_PLAN_TENSOR_TABLE_H
 
 #include "ferry/plan.h"
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 #include "plan/stack_plan.h"
 
 enum ferry_site {

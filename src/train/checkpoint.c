@@ -9,7 +9,7 @@
 #include "ferry/checkpoint.h"
 #include "core/error.h"
 #include "core/file_header.h"
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 #include "train/commit.h"
 
 #include <errno.h>

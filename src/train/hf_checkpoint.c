@@ -6,7 +6,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/checkpoint.h"
 #include "core/error.h"
-#include "graph/model_decl.h"
+#include "models/model_table.h"
 #include "train/commit.h"
 
 #include <errno.h>
@@ -163,6 +163,44 @@ ferry_status ferry_checkpoint_state_path(const char *path, bool hf, char *buf, s
 
 /* ---- config.json <-> model config ----------------------------------------------- */
 
+_Static_assert((int)FERRY_HF_ROPE_LINEAR == (int)FERRY_ROPE_SCALING_LINEAR &&
+		       (int)FERRY_HF_ROPE_LLAMA3 == (int)FERRY_ROPE_SCALING_LLAMA3,
+	       "config.json's rope types are the model config's");
+
+/* config.json's rope_scaling as the model's (the model's check refuses
+ * constants out of a float's range). */
+static void hf_rope_to_model(const struct ferry_hf_config *hf, struct ferry_rope_scaling *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->type = hf->rope_type;
+	if (!r->type)
+		return;
+	r->factor = (float)hf->rope_factor;
+	r->low_freq_factor = (float)hf->rope_low_freq_factor;
+	r->high_freq_factor = (float)hf->rope_high_freq_factor;
+	r->original_max_pos = hf->rope_original_max_position_embeddings;
+}
+
+/* ---- config.json with the families ferry has ------------------------------------ */
+
+ferry_status ferry_hf_config_read(const char *dir_or_file, struct ferry_hf_config *out)
+{
+	const struct ferry_hf_family *fam[FERRY_MODEL_MAX_DECLS];
+
+	return ferry_hf_config_read_as(dir_or_file, fam, ferry_model_hf_families(fam), out);
+}
+
+ferry_status ferry_hf_config_write(const char *dir, const struct ferry_hf_config *cfg)
+{
+	const struct ferry_model_decl *md = cfg ? ferry_model_decl_find_hf(cfg->model_type, NULL) : NULL;
+	char titles[FERRY_MODEL_LIST_CHARS];
+
+	if (cfg && !md)
+		return ferry_error(FERRY_ERR_INVALID, "%s: model_type '%.32s' is not a %s", dir ? dir : "(null)",
+				   cfg->model_type, ferry_model_hf_list(FERRY_HF_TITLE, titles, sizeof(titles)));
+	return ferry_hf_config_write_as(dir, cfg, md ? md->hf : NULL);
+}
+
 ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const char *path,
 				      struct ferry_model_config *cfg)
 {
@@ -200,6 +238,7 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	c.rope_theta = theta;
 	c.norm_eps = eps;
 	c.tie_embeddings = hf->tie_word_embeddings ? 1 : -1;
+	hf_rope_to_model(hf, &c.rope_scaling);
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[384];
 
@@ -263,7 +302,7 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 	if (st)
 		return st;
 	memset(&h, 0, sizeof(h));
-	snprintf(h.model_type, sizeof(h.model_type), "%s", ferry_model_decl_find(c.arch)->hf_model_type);
+	snprintf(h.model_type, sizeof(h.model_type), "%s", ferry_model_decl_find(c.arch)->hf->model_type);
 	h.hidden_size = c.channels;
 	h.intermediate_size = c.ffn;
 	h.num_attention_heads = c.heads;
@@ -276,6 +315,13 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 	h.rms_norm_eps = short_decimal(c.norm_eps);
 	h.tie_word_embeddings = c.tie_embeddings > 0;
 	snprintf(h.torch_dtype, sizeof(h.torch_dtype), "float32");
+	h.rope_type = c.rope_scaling.type; /* the same numbering, checked in hf_rope_to_model */
+	if (h.rope_type) {
+		h.rope_factor = short_decimal(c.rope_scaling.factor);
+		h.rope_low_freq_factor = short_decimal(c.rope_scaling.low_freq_factor);
+		h.rope_high_freq_factor = short_decimal(c.rope_scaling.high_freq_factor);
+		h.rope_original_max_position_embeddings = c.rope_scaling.original_max_pos;
+	}
 	*hf = h;
 	return FERRY_OK;
 }
@@ -557,7 +603,7 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	if (!st)
 		st = lay_out(dir, &c, pi, np, params, w, names, count);
 	if (!st)
-		st = ferry_hf_config_write(dir, &hf);
+		st = ferry_hf_config_write_as(dir, &hf, ferry_model_decl_find(c.arch)->hf);
 	if (!st)
 		st = ferry_safetensors_write(weights, w, count, "pt");
 	ferry_free(weights);

@@ -339,17 +339,69 @@ int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int
 	return count;
 }
 
+/* The weights' and optimizer's placements the advice tries, least moved
+ * first: the optimizer state on the host, then the layers' weights, then
+ * the embeddings and head too. */
+static const char *const state_places[] = {
+	"adam=host:cpu", "adam=host:stream",
+	"layers.weights=host:stream(1),adam=host:cpu", "layers.weights=host:stream(1),adam=host:stream",
+	"layers.weights=host:stream(1),edges.weights=host:stream,adam=host:cpu",
+	"layers.weights=host:stream(1),edges.weights=host:stream,adam=host:stream",
+};
+
+size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B, int T,
+				     const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
+{
+	size_t best = 0;
+
+	if (n)
+		buf[0] = 0;
+	for (size_t k = 0; k < sizeof(state_places) / sizeof(*state_places); k++)
+		for (int i = 0; i < ferry_policy_preset_count(); i++) {
+			struct ferry_exec_opts o = *opts;
+			struct ferry_places places;
+			struct ferry_plan p;
+
+			o.policy = ferry_policy_preset_name(i);
+			o.place = state_places[k];
+			if (ferry_model_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity ||
+			    p.mem.peak_bytes <= best || ferry_exec_opts_places(&o, &places) != FERRY_OK ||
+			    ferry_places_format(&places, buf, n) != FERRY_OK)
+				continue;
+			best = p.mem.peak_bytes;
+		}
+	if (!best && n)
+		buf[0] = 0; /* a format that failed part-way left text */
+	return best;
+}
+
+/* What fits when no activation preset does: the placement with offloading
+ * that keeps the most on the device, or "none". */
+static void offloaded_advice(ferry_trainer_t tr, const struct ferry_model_config *cfg, size_t cap, char *buf,
+			     size_t n)
+{
+	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
+	size_t peak = ferry_model_fitting_placement(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, place,
+						    sizeof(place));
+
+	if (peak)
+		snprintf(buf, n, "none; offloading, the largest plan that fits (%s): --place '%s'",
+			 ferry_format_size(peak, size), place);
+	else
+		snprintf(buf, n, "none: use a smaller batch or model");
+}
+
 /* Refuses a plan larger than the device, naming the presets that fit. */
 static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_model_config *cfg)
 {
 	size_t cap = ferry_backend_mem_capacity(tr->be), need = tr->plan.mem.peak_bytes;
 	const char *note = ferry_backend_mem_note(tr->be);
-	char fits[1024], sizes[2][FERRY_SIZE_CHARS];
+	char fits[FERRY_PLACE_CHARS + 128], sizes[2][FERRY_SIZE_CHARS];
 
 	if (need <= cap)
 		return FERRY_OK;
 	if (!ferry_model_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
-		snprintf(fits, sizeof(fits), "none: use a smaller batch or model");
+		offloaded_advice(tr, cfg, cap, fits, sizeof(fits));
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
 			   "policy %s needs %s of device memory (%zu bytes), the device has %s%s%s%s; presets that "
 			   "fit: %s", tr->plan.policy, ferry_format_size(need, sizes[0]), need,

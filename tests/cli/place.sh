@@ -73,6 +73,19 @@ expect_ok "train with --place" "$FERRY" train "${TRAIN[@]}" \
 cmp -s flags.bin place.bin && cmp -s flags.bin.state place.bin.state || fail "--place trains other bits than its flags"
 [ "$(grep -o '"loss": [^,]*' flags.jsonl)" = "$(grep -o '"loss": [^,]*' place.jsonl)" ] || fail "--place: other losses"
 
+# a plan no preset fits names the offloaded placement that keeps the most on
+# the device, and that placement fits
+WIDE=(--layers 4 --channels 128 --heads 4 --vocab 2000 --max-seq 128 --batch 8 --seq 128)
+"$FERRY" plan "${WIDE[@]}" --device-mem 32M >out.txt 2>&1 && fail "32M: the plan fits without offloading?"
+advice=$(grep -o "^offloading, the largest plan that fits (.*): --place '.*'" out.txt | sed "s/.*--place '\(.*\)'/\1/")
+[ -n "$advice" ] || fail "no preset fits: the refusal names an offloaded placement: $(tail -2 out.txt)"
+expect_ok "the advised placement fits" "$FERRY" plan "${WIDE[@]}" --device-mem 32M --place "$advice"
+grep -q "^fits: needs" out.txt || fail "the advised placement fits: $(tail -1 out.txt)"
+"$FERRY" plan "${WIDE[@]}" --device-mem 28M >out.txt 2>&1
+grep -q "^nothing fits, offloaded or not" out.txt || fail "28M: nothing fits: $(tail -1 out.txt)"
+expect_error "train names the offloaded placement" "presets that fit: none; offloading, the largest plan that fits" \
+	"$FERRY" train "${WIDE[@]}" --data 'corpus_train_*.bin' --device-mem 32M --sample 0
+
 # refusals, one line each
 expect_error "unknown group" "unknown group 'weights'" "$FERRY" plan --place weights=device
 expect_error "no value" "GROUP=PLACEMENT expected" "$FERRY" plan --place adam

@@ -9,6 +9,7 @@
 #include "ferry/platform.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,8 @@ static void usage(void)
 	       "measured one, and the transfer time it predicts the compute stream waits.\n"
 	       "POLICY auto: --policy auto's choice on this machine (see ferry plan --help).\n"
 	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
-	       "\n%s", model_flags_help);
+	       "\n");
+	model_flags_help(stdout);
 }
 
 struct row {
@@ -59,36 +61,43 @@ struct bench_args {
 	bool shape_given;
 };
 
+/* bench's own flags, besides the model's (the usage's text says them) */
+static const struct cli_flag bench_flags[] = {
+	{ .name = "--steps",
+	  .value = "N", .type = CLI_INT, .at = offsetof(struct bench_args, steps), .min = 1, .max = 1000,
+	  .range = "--steps must be 1..1000", .usage = true },
+	{ .name = "--json", .value = "FILE", .type = CLI_STRING, .at = offsetof(struct bench_args, json) },
+	{ NULL },
+};
+
+/* POLICY: one more row */
+static int policy_arg(const char *cmd, const char *arg, void *ctx)
+{
+	struct bench_args *a = ctx;
+
+	if (!strncmp(arg, "--", 2))
+		return cli_usage_error(cmd, "unknown flag '%s'", arg);
+	if (a->n == MAX_PLACEMENTS)
+		return cli_usage_error(cmd, "at most %d policies", MAX_PLACEMENTS);
+	a->policies[a->n++] = arg;
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct bench_args *a)
 {
+	unsigned given = 0;
+	const struct cli_group groups[] = { model_flags_group(&a->o, &given), tier_flags_group(),
+					    { bench_flags, a, NULL, NULL }, { NULL } };
+	int rc;
+
 	model_flags_default(&a->o);
 	a->steps = 5;
-	for (int i = 1; i < argc; i++) {
-		int r = model_flag(CMD, argc, argv, i, &a->o, &a->shape_given);
-
-		if (r < 0)
-			return 2;
-		if (r > 0) {
-			i += r - 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage();
-			return 0;
-		} else if (!strcmp(argv[i], "--steps")) {
-			if (arg_int(CMD, argc, argv, i++, &a->steps))
-				return 2;
-			if (a->steps < 1 || a->steps > 1000)
-				return cli_usage_error(CMD, "--steps must be 1..1000");
-		} else if (!strcmp(argv[i], "--json")) {
-			if (arg_value(CMD, argc, argv, i++, &a->json))
-				return 2;
-		} else if (!strncmp(argv[i], "--", 2)) {
-			return cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
-		} else if (a->n < MAX_PLACEMENTS) {
-			a->policies[a->n++] = argv[i];
-		} else {
-			return cli_usage_error(CMD, "at most %d policies", MAX_PLACEMENTS);
-		}
-	}
+	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .files = true, .arg = policy_arg, .ctx = a }, argc, argv);
+	a->shape_given = given & MODEL_GIVEN_SHAPE;
+	if (rc == CLI_HELP)
+		usage();
+	if (rc)
+		return rc == CLI_HELP ? 0 : rc;
 	if (!a->n) {
 		static const char *const dflt[] = { "nothing_saveable", "everything_saveable", "dots_saveable",
 						    "qkv_proj_offloaded", "minimal_offloaded" };

@@ -39,38 +39,31 @@ static void usage(void)
 	       "own file I/O (at most 256 MiB, the file gone from DIR as soon as it is open).\n"
 	       "Figures not measured keep an earlier calibration's, else the documented\n"
 	       "defaults; `ferry info` says which.\n"
-	       "\n%s", model_flags_help);
+	       "\n");
+	model_flags_help(stdout);
 }
+
+/* calibrate's own flags, into its repeats (the usage's text says them) */
+static const struct cli_flag calibrate_flags[] = {
+	{ .name = "--repeats",
+	  .value = "N", .type = CLI_INT, .min = 1, .max = 100, .range = "--repeats must be 1..100", .usage = true },
+	{ .name = "--quick", .type = CLI_ONE, .at = 0 },
+	{ NULL },
+};
 
 static int parse(int argc, char **argv, struct ferry_train_opts *o, int *repeats)
 {
-	bool shape_given = false;
+	const struct cli_group groups[] = { model_flags_group(o, NULL), tier_flags_group(),
+					    { calibrate_flags, repeats, NULL, NULL }, { NULL } };
+	int rc;
 
 	model_flags_default(o);
 	o->exec.policy = "nothing_saveable";
 	*repeats = 3;
-	for (int i = 1; i < argc; i++) {
-		int r = model_flag(CMD, argc, argv, i, o, &shape_given);
-
-		if (r < 0)
-			return 2;
-		if (r > 0) {
-			i += r - 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage();
-			return 0;
-		} else if (!strcmp(argv[i], "--quick")) {
-			*repeats = 1;
-		} else if (!strcmp(argv[i], "--repeats")) {
-			if (arg_int(CMD, argc, argv, i++, repeats))
-				return 2;
-			if (*repeats < 1 || *repeats > 100)
-				return cli_usage_error(CMD, "--repeats must be 1..100");
-		} else {
-			return cli_usage_error(CMD, "unexpected argument '%s'", argv[i]);
-		}
-	}
-	return -1;
+	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = cli_unexpected }, argc, argv);
+	if (rc == CLI_HELP)
+		usage();
+	return rc == CLI_HELP ? 0 : rc ? rc : -1;
 }
 
 /* CPU-less nodes of the tiers' topology that were not measured, and why. */

@@ -1,11 +1,14 @@
 /* ferry data: text files -> token shards for training (byte-level, or
  * with a Hugging Face tokenizer). */
+#include "cli_args.h"
 #include "commands.h"
 #include "ferry/data.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +17,50 @@
 #define FORTUNE_DIR "/usr/share/games/fortunes"
 #define LICENSE_DIR "/usr/share/common-licenses"
 
+/* What ferry data was asked for: the options, the files. */
+struct data_args {
+	struct ferry_data_opts opts;
+	unsigned sep_given;  /* given bits: 1 --doc-sep, 2 --out */
+	const char *tokenizer;
+	const char **args;   /* the files */
+	int n_args;
+	bool rest;           /* after "--": every argument a file */
+};
+
+static cli_parse_fn set_string, set_val_fraction, set_shard_tokens;
+
+#define AT(field) offsetof(struct data_args, field)
+static const struct cli_flag data_flags[] = {
+	{ .name = "--out", .value = "PREFIX", .type = CLI_CUSTOM, .at = AT(opts.out_prefix),
+	  .help = "output prefix, needed with FILEs (the demo corpus's\nis data/demo); its directory is created if needed",
+	  .parse = set_string, .given = 2 },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_CUSTOM, .at = AT(tokenizer),
+	  .help = "a Hugging Face tokenizer.json or a model directory\nwith one: documents start as the model expects\n"
+		  "(Llama: BOS; GPT-2: <|endoftext|> before each);\nuint32 shards past 65536 ids.  Default: byte-level\n"
+		  "(every byte a token)",
+	  .parse = set_string },
+	{ .name = "--text-field", .value = "NAME", .type = CLI_CUSTOM, .at = AT(opts.text_field),
+	  .help = "the JSON Lines field holding the text (default text)", .parse = set_string },
+	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(opts.threads),
+	  .help = "encoding threads (default 0: all cores); the same\nshards for any N" },
+	{ .name = "--doc-sep", .value = "LINE", .type = CLI_CUSTOM, .at = AT(opts.doc_sep),
+	  .help = "a line equal to LINE separates documents (default:\none document per file)",
+	  .parse = set_string,
+	  .given = 1 },
+	{ .name = "--val-fraction", .value = "F", .type = CLI_CUSTOM, .at = 0,
+	  .help = "every round(1/F)-th document goes to val (default\n0.05; 0 for no val split)",
+	  .parse = set_val_fraction },
+	{ .name = "--shard-tokens", .value = "N", .type = CLI_CUSTOM,
+	  .help = "at most N tokens per shard (default 100000000)",
+	  .parse = set_shard_tokens },
+	{ NULL },
+};
+#undef AT
+
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: ferry data [--out PREFIX] [--tokenizer DIR|FILE] [--text-field NAME]\n"
+		"usage: ferry data [--out PREFIX] [--tokenizer PATH] [--text-field NAME]\n"
 		"                  [--doc-sep LINE] [--val-fraction F] [--shard-tokens N]\n"
 		"                  [--threads N] [FILE...]\n"
 		"\n"
@@ -25,20 +68,9 @@ static void usage(FILE *out)
 		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...  FILEs may be\n"
 		"plain text or JSON Lines (.jsonl, .json: one document per record), either\n"
 		"gzip- (.gz) or Zstandard-compressed (.zst).\n"
-		"\n"
-		"  --out PREFIX        output prefix, needed with FILEs (the demo corpus's is\n"
-		"                      data/demo); its directory is created if needed\n"
-		"  --tokenizer PATH    a Hugging Face tokenizer.json or a model directory with\n"
-		"                      one: documents start as the model expects (Llama: BOS;\n"
-		"                      GPT-2: <|endoftext|> before each); uint32 shards past\n"
-		"                      65536 ids.  Default: byte-level (every byte a token)\n"
-		"  --text-field NAME   the JSON Lines field holding the text (default text)\n"
-		"  --threads N         encoding threads (default: all); same shards for any N\n"
-		"  --doc-sep LINE      a line equal to LINE separates documents (default:\n"
-		"                      one document per file)\n"
-		"  --val-fraction F    every round(1/F)-th document goes to val (default\n"
-		"                      0.05; 0 for no val split)\n"
-		"  --shard-tokens N    at most N tokens per shard (default 100000000)\n"
+		"\n");
+	cli_help(out, data_flags, 22);
+	fprintf(out,
 		"\n"
 		"Without FILE, uses the demo corpus: the fortune files in\n"
 		FORTUNE_DIR " (Debian package \"fortunes\") with\n"
@@ -183,99 +215,82 @@ static void print_files(const char *prefix, const char *split, int n)
 		printf("  wrote %s_%s_%06d.bin\n", prefix, split, i);
 }
 
-/* What the flags say beyond the library's options. */
-struct data_cli {
-	int sep_given, out_given;
-	const char *tokenizer;
-	long threads;
-};
-
-static const char *const data_flags[] = { "--out", "--doc-sep", "--val-fraction", "--shard-tokens",
-					  "--tokenizer", "--text-field", "--threads", NULL };
-
-/* The value of flag a (one of data_flags) into opts or c; 0, or -1 after a
- * message. */
-static int set_data_flag(const char *a, const char *value,
-			 struct ferry_data_opts *opts, struct data_cli *c)
+/* The value of data's flag at argv[i] into *v: 0, or -1 after a message. */
+static int data_value(int argc, char **argv, int i, const char **v)
 {
-	if (!strcmp(a, "--out")) {
-		opts->out_prefix = value;
-		c->out_given = 1;
-	} else if (!strcmp(a, "--doc-sep")) {
-		opts->doc_sep = value;
-		c->sep_given = 1;
-	} else if (!strcmp(a, "--tokenizer")) {
-		c->tokenizer = value;
-	} else if (!strcmp(a, "--text-field")) {
-		opts->text_field = value;
-	} else if (!strcmp(a, "--threads")) {
-		if (parse_long(a, value, &c->threads) || c->threads < 1 || c->threads > 4096) {
-			fprintf(stderr, "ferry data: --threads must be in [1, 4096], got %s\n", value);
-			return -1;
-		}
-		opts->threads = (int)c->threads;
-	} else if (!strcmp(a, "--val-fraction")) {
-		if (parse_double(a, value, &opts->val_fraction))
-			return -1;
-		if (!(opts->val_fraction >= 0.0 && opts->val_fraction <= 1.0)) {
-			fprintf(stderr,
-				"ferry data: --val-fraction must be in [0, 1], got %s\n",
-				value);
-			return -1;
-		}
-	} else {
-		if (parse_long(a, value, &opts->shard_tokens))
-			return -1;
-		if (opts->shard_tokens <= 0 || opts->shard_tokens > INT_MAX) {
-			fprintf(stderr,
-				"ferry data: --shard-tokens must be in [1, %d], got %s\n",
-				INT_MAX, value);
-			return -1;
-		}
+	if (i + 1 >= argc) {
+		fprintf(stderr, "ferry data: %s needs a value\n", argv[i]);
+		fprintf(stderr, "try 'ferry data --help'\n");
+		return -1;
 	}
+	*v = argv[i + 1];
 	return 0;
 }
 
-/* Flags into opts, files into args[0..*n_args); flags and files may be
- * mixed, and after "--" everything is a file.  0, 1 after --help, or -1
- * after a message. */
-static int parse_data_args(int argc, char **argv, struct ferry_data_opts *opts,
-			   const char **args, int *n_args, struct data_cli *c)
+static int set_string(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
 {
-	int i, k;
+	(void)cmd;
+	return data_value(argc, argv, i, (const char **)CLI_AT(f, dst)) ? -1 : 2;
+}
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
+static int set_val_fraction(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_data_opts *opts = &((struct data_args *)dst)->opts;
+	const char *value;
 
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 1;
-		}
-		if (!strcmp(a, "--")) {
-			while (++i < argc)
-				args[(*n_args)++] = argv[i];
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0') {
-			args[(*n_args)++] = a;
-			continue;
-		}
-		for (k = 0; data_flags[k] && strcmp(a, data_flags[k]); k++)
-			;
-		if (!data_flags[k]) {
-			fprintf(stderr, "ferry data: unknown flag %s\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			return -1;
-		}
-		if (i + 1 >= argc) {
-			fprintf(stderr, "ferry data: %s needs a value\n", a);
-			fprintf(stderr, "try 'ferry data --help'\n");
-			return -1;
-		}
-		if (set_data_flag(a, argv[++i], opts, c))
-			return -1;
+	(void)f, (void)cmd;
+	if (data_value(argc, argv, i, &value) || parse_double(argv[i], value, &opts->val_fraction))
+		return -1;
+	if (!(opts->val_fraction >= 0.0 && opts->val_fraction <= 1.0)) {
+		fprintf(stderr, "ferry data: --val-fraction must be in [0, 1], got %s\n", value);
+		return -1;
 	}
-	if (!*opts->out_prefix) {
+	return 2;
+}
+
+static int set_shard_tokens(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_data_opts *opts = &((struct data_args *)dst)->opts;
+	const char *value;
+
+	(void)f, (void)cmd;
+	if (data_value(argc, argv, i, &value) || parse_long(argv[i], value, &opts->shard_tokens))
+		return -1;
+	if (opts->shard_tokens <= 0 || opts->shard_tokens > INT_MAX) {
+		fprintf(stderr, "ferry data: --shard-tokens must be in [1, %d], got %s\n", INT_MAX, value);
+		return -1;
+	}
+	return 2;
+}
+
+/* A FILE (every argument after the first "--"). */
+static int file_arg(const char *cmd, const char *arg, void *ctx)
+{
+	struct data_args *d = ctx;
+
+	(void)cmd;
+	if (!d->rest && !strcmp(arg, "--"))
+		d->rest = true;
+	else
+		d->args[d->n_args++] = arg;
+	return 0;
+}
+
+/* Flags into d->opts, files into d->args; flags and files may be mixed,
+ * and after "--" everything is a file.  0, 1 after --help, or -1 after a
+ * message. */
+static int parse_data_args(int argc, char **argv, struct data_args *d)
+{
+	const struct cli_group groups[] = { { data_flags, d, &d->sep_given, NULL }, { NULL } };
+	int rc = cli_parse(&(struct cli_command){ .cmd = "data", .groups = groups, .files = true, .arg = file_arg, .ctx = d }, argc, argv);
+
+	if (rc == CLI_HELP) {
+		usage(stdout);
+		return 1;
+	}
+	if (rc)
+		return -1;
+	if (!*d->opts.out_prefix) {
 		fprintf(stderr, "ferry data: --out must not be empty\n");
 		return -1;
 	}
@@ -332,7 +347,7 @@ static void progress(void *ctx, long documents, long long bytes)
 	(void)ctx;
 	if (bytes >= (64ll << 20))
 		fprintf(stderr, "ferry data: %.1f MiB read, %ld documents\n", (double)bytes / (1 << 20),
-		documents);
+			documents);
 }
 
 /* The tokenizer of --tokenizer into opts, described; 0 or -1 after a
@@ -340,7 +355,7 @@ static void progress(void *ctx, long documents, long long bytes)
 static int open_tokenizer(const char *path, struct ferry_data_opts *opts)
 {
 	ferry_tokenizer_t tok = NULL;
-	int vocab, bos;
+	int vocab;
 
 	if (ferry_tokenizer_open(path, &tok) != FERRY_OK) {
 		fprintf(stderr, "ferry data: --tokenizer: %s\n", ferry_last_error());
@@ -348,80 +363,80 @@ static int open_tokenizer(const char *path, struct ferry_data_opts *opts)
 	}
 	opts->tokenizer = tok;
 	vocab = ferry_tokenizer_vocab(tok);
-	bos = ferry_tokenizer_bos(tok);
 	printf("ferry data: tokenizer %s: %d ids (shards of %s tokens), BOS %d, EOS %d\n", path, vocab,
-	       vocab > 65536 ? "uint32" : "uint16", bos, ferry_tokenizer_eos(tok));
+	       vocab > 65536 ? "uint32" : "uint16", ferry_tokenizer_bos(tok), ferry_tokenizer_eos(tok));
 	return 0;
 }
 
 /* The files to read: those given, else the demo corpus (byte-level only,
- * into data/demo unless --out says otherwise).  *n or -1 after a message. */
-static int input_files(struct ferry_data_opts *opts, const struct data_cli *c, const char **args,
-		       int n_args, const char *const **files, char ***demo)
+ * into data/demo unless --out says otherwise).  Their count, or -1 after a
+ * message. */
+static int input_files(struct data_args *d, const char *const **files, char ***demo)
 {
+	bool out_given = d->sep_given & 2;
 	int n;
 
-	if (n_args && !c->out_given) {
+	if (d->n_args && !out_given) {
 		fprintf(stderr, "ferry data: FILEs need --out PREFIX (data/demo is the demo corpus's)\n");
 		return -1;
 	}
-	*files = args;
-	if (n_args)
-		return n_args;
-	if (c->tokenizer && !c->out_given) {
+	*files = d->args;
+	if (d->n_args)
+		return d->n_args;
+	if (d->tokenizer && !out_given) {
 		fprintf(stderr, "ferry data: the demo corpus with --tokenizer needs --out PREFIX "
 			"(data/demo holds its byte-level shards)\n");
 		return -1;
 	}
-	n = demo_corpus(opts, c->sep_given, demo);
+	n = demo_corpus(&d->opts, d->sep_given & 1, demo);
 	*files = (const char *const *)*demo;
 	return n;
 }
 
 int cmd_data(int argc, char **argv)
 {
-	struct ferry_data_opts opts = {
+	struct data_args d = { .opts = {
 		.out_prefix = "data/demo",
 		.doc_sep = NULL,
 		.val_fraction = 0.05,
 		.shard_tokens = 100000000,
 		.progress = progress,
-	};
+	} };
+	struct ferry_data_opts *opts = &d.opts;
 	struct ferry_data_stats stats;
-	struct data_cli c = { 0 };
-	int n_args = 0, n_files = 0, rc = 2, parsed;
-	const char **args, *const *files;
+	int n_files = 0, rc = 2, parsed;
+	const char *const *files;
 	char **demo = NULL;
 
-	args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*args));
-	if (!args) {
+	d.args = malloc((size_t)(argc > 0 ? argc : 1) * sizeof(*d.args));
+	if (!d.args) {
 		fprintf(stderr, "ferry data: out of memory\n");
 		return 1;
 	}
-	parsed = parse_data_args(argc, argv, &opts, args, &n_args, &c);
+	parsed = parse_data_args(argc, argv, &d);
 	if (parsed) {
 		rc = parsed > 0 ? 0 : 2;
 		goto out;
 	}
 	rc = 1;
-	n_files = input_files(&opts, &c, args, n_args, &files, &demo);
-	if (n_files < 0 || (c.tokenizer && open_tokenizer(c.tokenizer, &opts)))
+	n_files = input_files(&d, &files, &demo);
+	if (n_files < 0 || (d.tokenizer && open_tokenizer(d.tokenizer, opts)))
 		goto out;
-	if (make_parent_dirs(opts.out_prefix))
+	if (make_parent_dirs(opts->out_prefix))
 		goto out;
-	if (ferry_data_from_text(files, n_files, &opts, &stats) != FERRY_OK) {
+	if (ferry_data_from_text(files, n_files, opts, &stats) != FERRY_OK) {
 		fprintf(stderr, "ferry data: %s\n", ferry_last_error());
 		goto out;
 	}
-	print_stats(opts.out_prefix, n_files, &stats);
-	if (opts.val_fraction > 0 && stats.val_shards == 0)
+	print_stats(opts->out_prefix, n_files, &stats);
+	if (opts->val_fraction > 0 && stats.val_shards == 0)
 		fprintf(stderr, "ferry data: warning: no document went to validation (%ld document%s; every "
 			"round(1/F)-th does): give more files, or split them with --doc-sep or JSON Lines\n",
 			stats.documents, stats.documents == 1 ? "" : "s");
 	rc = 0;
 out:
-	ferry_tokenizer_free(opts.tokenizer);
-	free_list(demo, demo ? n_files : 0);
-	free(args);
+	ferry_tokenizer_free(opts->tokenizer);
+	free_list(demo, demo && n_files > 0 ? n_files : 0);
+	free(d.args);
 	return rc;
 }

@@ -6,6 +6,7 @@
 #include "ferry/platform.h"
 #include "ferry/train.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,62 +27,69 @@ static void usage(void)
 	       "Defaults: --batch 4 --seq 64 --batches 10.\n");
 }
 
+/* What eval was asked for. */
+struct eval_args {
+	const char *ckpt, *data, *backend;
+	struct ferry_backend_opts bo;
+	int B, T, batches;
+};
+
+/* eval's flags (its usage names them) */
+#define AT(field) offsetof(struct eval_args, field)
+static const struct cli_flag eval_flags[] = {
+	{ .name = "--checkpoint", .value = "PATH", .type = CLI_STRING, .at = AT(ckpt) },
+	{ .name = "--data", .value = "GLOB", .type = CLI_STRING, .at = AT(data) },
+	{ .name = "--batch", .value = "B", .type = CLI_INT, .at = AT(B) },
+	{ .name = "--seq", .value = "T", .type = CLI_INT, .at = AT(T) },
+	{ .name = "--batches", .value = "N", .type = CLI_INT, .at = AT(batches) },
+	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend) },
+	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(bo.threads) },
+	{ .name = "--device-mem", .value = "SIZE", .type = CLI_SIZE, .at = AT(bo.device_mem) },
+	{ NULL },
+};
+#undef AT
+
 int cmd_eval(int argc, char **argv)
 {
-	const char *ckpt = NULL, *data = NULL, *backend = "auto";
-	struct ferry_backend_opts bo = { .threads = 0 };
-	int B = 4, T = 64, batches = 10, rc = 1;
+	struct eval_args a = { .backend = "auto", .bo = { .threads = 0 }, .B = 4, .T = 64, .batches = 10 };
+	const struct cli_group groups[] = { { eval_flags, &a, NULL, NULL }, { NULL } };
+	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 	struct ferry_model_config cfg;
 	ferry_backend_t be = NULL;
 	ferry_model_t m = NULL;
 	float *params = NULL, loss;
 	size_t n;
 
-	for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
-		const char *f = argv[i];
-		int r;
-
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage();
-			return 0;
-		} else if (!strcmp(f, "--checkpoint")) r = arg_value(CMD, argc, argv, i, &ckpt);
-		else if (!strcmp(f, "--data")) r = arg_value(CMD, argc, argv, i, &data);
-		else if (!strcmp(f, "--batch")) r = arg_int(CMD, argc, argv, i, &B);
-		else if (!strcmp(f, "--seq")) r = arg_int(CMD, argc, argv, i, &T);
-		else if (!strcmp(f, "--batches")) r = arg_int(CMD, argc, argv, i, &batches);
-		else if (!strcmp(f, "--backend")) r = arg_value(CMD, argc, argv, i, &backend);
-		else if (!strcmp(f, "--threads")) r = arg_threads(CMD, argc, argv, i, &bo.threads);
-		else if (!strcmp(f, "--device-mem")) r = arg_size(CMD, argc, argv, i, &bo.device_mem);
-		else
-			return cli_usage_error(CMD, "unknown flag '%s'", f);
-		if (r)
-			return 2;
-	}
-	if (!ckpt || !data)
+	if (rc == CLI_HELP)
+		usage();
+	if (rc)
+		return rc == CLI_HELP ? 0 : rc;
+	if (!a.ckpt || !a.data)
 		return cli_usage_error(CMD, "--checkpoint and --data are required");
-	ferry_set_threads(bo.threads);
-	if (!strcmp(backend, "auto"))
-		backend = cli_auto_backend();
+	ferry_set_threads(a.bo.threads);
+	if (!strcmp(a.backend, "auto"))
+		a.backend = cli_auto_backend();
 
-	if (ferry_checkpoint_any_read_config(ckpt, &cfg) != FERRY_OK)
+	if (ferry_checkpoint_any_read_config(a.ckpt, &cfg) != FERRY_OK)
 		return cli_fail(CMD);
-	if (ferry_backend_open(backend, &bo, &be) != FERRY_OK)
+	if (ferry_backend_open(a.backend, &a.bo, &be) != FERRY_OK)
 		return cli_fail(CMD);
-	if (ferry_model_create(be, &cfg, B, T, NULL, &m) != FERRY_OK)
+	if (ferry_model_create(be, &cfg, a.B, a.T, NULL, &m) != FERRY_OK)
 		goto fail;
 	n = ferry_model_num_params(m);
 	params = malloc(n * sizeof(float));
 	if (!params) {
 		fprintf(stderr, "ferry eval: out of memory for %zu parameters\n", n);
+		rc = 1;
 		goto out;
 	}
-	if (ferry_checkpoint_any_read(ckpt, &cfg, params, n) != FERRY_OK ||
+	if (ferry_checkpoint_any_read(a.ckpt, &cfg, params, n) != FERRY_OK ||
 	    ferry_model_set_params(m, params) != FERRY_OK ||
-	    ferry_evaluate(m, data, B, T, batches, &loss) != FERRY_OK)
+	    ferry_evaluate(m, a.data, a.B, a.T, a.batches, &loss) != FERRY_OK)
 		goto fail;
-	printf("checkpoint %s: %s, %d layers, %d channels, vocab %d\n", ckpt, cfg.arch, cfg.layers, cfg.channels,
+	printf("checkpoint %s: %s, %d layers, %d channels, vocab %d\n", a.ckpt, cfg.arch, cfg.layers, cfg.channels,
 	       cfg.vocab);
-	printf("batches %d of %d x %d tokens from %s\n", batches, B, T, data);
+	printf("batches %d of %d x %d tokens from %s\n", a.batches, a.B, a.T, a.data);
 	printf("loss %.6f\n", loss);
 	rc = 0;
 	goto out;

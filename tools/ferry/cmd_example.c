@@ -103,6 +103,20 @@ static bool allclose(const float *a, const float *b, size_t n, double rtol, doub
 	return true;
 }
 
+/* The third example's steps run at EXAMPLE_DIM x EXAMPLE_DIM unless --dim. */
+#define EXAMPLE_DIM 512
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static const struct cli_flag example_flags[] = {
+	{ .name = "--dim", .value = "N", .type = CLI_INT, .at = 0,
+	  .help = "the third example's memory analysis is planned at the tutorial's\n"
+	  "7168 x 7168; its steps run at N x N (default " STR(EXAMPLE_DIM) "; 7168 takes\n"
+	  "minutes and about 12 GB of memory)",
+	  .min = 1, .max = 16384, .range = "--dim %d: from 1 to 16384", .usage = true },
+	{ NULL },
+};
+
 int cmd_example(int argc, char **argv)
 {
 	static const struct jax_figures jax_plain = { 17.25, 20.25, 57.50 };
@@ -110,29 +124,21 @@ int cmd_example(int argc, char **argv)
 	static const struct jax_figures jax_params = { 4.75, 0.25, 25.00 };
 	struct ferry_tutorial_config cfg = { 10, 256, 256, false };
 	struct run plain = { 0 }, offl = { 0 }, params = { 0 };
-	int dim = 512;
+	int dim = EXAMPLE_DIM;
+	const struct cli_group groups[] = { { example_flags, &dim, NULL, NULL }, { NULL } };
 	size_t nw = ferry_tutorial_weight_floats(&cfg), C = (size_t)cfg.channels;
-	int rc = 1;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: ferry example [--dim N]\n\nRuns the three examples of JAX's host-offloading "
-			       "tutorial (activation,\nparameter and optimizer-state offloading) on ferry's CPU "
-			       "backend and prints\ntheir memory analysis beside JAX's reported figures (see "
-			       "docs/tutorial.md).\n\n  --dim N   the third example's memory analysis is planned "
-			       "at the tutorial's\n            7168 x 7168; its steps run at N x N (default %d; "
-			       "7168 takes\n            minutes and about 12 GB of memory)\n", dim);
-			return 0;
-		}
-		if (!strcmp(argv[i], "--dim")) {
-			if (arg_int(CMD, argc, argv, i++, &dim))
-				return 2;
-			if (dim < 1 || dim > 16384)
-				return cli_usage_error(CMD, "--dim %d: from 1 to 16384", dim);
-			continue;
-		}
-		return cli_usage_error(CMD, "unexpected argument '%s'", argv[i]);
+	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = cli_unexpected }, argc, argv);
+	if (rc == CLI_HELP) {
+		printf("usage: ferry example [--dim N]\n\nRuns the three examples of JAX's host-offloading "
+		       "tutorial (activation,\nparameter and optimizer-state offloading) on ferry's CPU "
+		       "backend and prints\ntheir memory analysis beside JAX's reported figures (see "
+		       "docs/tutorial.md).\n\n");
+		cli_help(stdout, example_flags, 12);
+		return 0;
 	}
+	if (rc)
+		return rc;
+	rc = 1;
 	printf("JAX host-offloading tutorial, activation offloading: %d layers of x @ w1 @ w2,\n"
 	       "x %dx%d, w1 %dx%dx%zu, w2 %dx%zux%d, fp32, gradients of sum(output)\n\n",
 	       cfg.layers, cfg.rows, cfg.channels, cfg.layers, cfg.channels, 4 * C, cfg.layers, 4 * C,

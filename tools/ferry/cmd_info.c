@@ -1,5 +1,6 @@
 /* ferry info: what this build and machine offer. */
 #include "calib_cache.h"
+#include "cli_args.h"
 #include "commands.h"
 #include "ferry/backend.h"
 #include "ferry/platform.h"
@@ -22,18 +23,26 @@ static void print_calibration(ferry_backend_t be)
 	ferry_calibration_free(c);
 }
 
+static int unexpected(const char *cmd, const char *arg, void *ctx)
+{
+	(void)ctx;
+	fprintf(stderr, "ferry %s: unexpected argument '%s'\n", cmd, arg);
+	return 2;
+}
+
 int cmd_info(int argc, char **argv)
 {
-	if (argc > 1) {
-		if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-			printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
-			       "can run here, the devices, the BLAS kernels and threads, and each\n"
-			       "device's cached calibration (ferry calibrate), or why there is none.\n");
-			return 0;
-		}
-		fprintf(stderr, "ferry info: unexpected argument '%s'\n", argv[1]);
-		return 2;
+	static const struct cli_group none[] = { { NULL } }; /* info takes no flags */
+	int rc = cli_parse(&(struct cli_command){ .cmd = "info", .groups = none, .arg = unexpected }, argc, argv);
+
+	if (rc == CLI_HELP) {
+		printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
+		       "can run here, the devices, the BLAS kernels and threads, and each\n"
+		       "device's cached calibration (ferry calibrate), or why there is none.\n");
+		return 0;
 	}
+	if (rc)
+		return rc;
 	printf("ferry %s\n", FERRY_VERSION_STRING);
 	printf("cpu: %s (%d cores, %s)\n", ferry_cpu_name(), ferry_cpu_count(), ferry_cpu_features());
 	printf("blas: OpenBLAS, core %s, %s\n", ferry_blas_corename(), ferry_blas_core_origin());

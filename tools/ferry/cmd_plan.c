@@ -1,6 +1,5 @@
 /* ferry plan: the memory a configuration needs, before step 1. */
 #include "auto_policy.h"
-#include "auto_policy.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
@@ -9,6 +8,7 @@
 #include "ferry/tutorial.h"
 #include "ferry/backend.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,7 +33,8 @@ static void usage(void)
 	       "synchronisation.\n"
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
-	       "\n%s", model_flags_help);
+	       "\n");
+	model_flags_help(stdout);
 }
 
 static int print_schedule(const struct ferry_model_config *cfg, const struct ferry_train_opts *o)
@@ -55,34 +56,44 @@ struct plan_args {
 	int rows;
 };
 
+/* --json [FILE]: a JSON object, to FILE or stdout */
+static int json_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct plan_args *a = dst;
+
+	(void)f, (void)cmd;
+	a->json = true;
+	if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+		a->json_path = argv[i + 1];
+		return 2;
+	}
+	return 1;
+}
+
+/* plan's own flags, besides the model's (the usage's text says them) */
+static const struct cli_flag plan_flags[] = {
+	{ .name = "--rows", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, rows) },
+	{ .name = "--schedule", .type = CLI_TRUE, .at = offsetof(struct plan_args, schedule) },
+	{ .name = "--json", .value = "FILE", .type = CLI_CUSTOM, .optional = true, .parse = json_flag },
+	{ NULL },
+};
+
 /* The flags into a; -1 to go on, or the exit code (after --help, 0, or
  * after a message, 2). */
 static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 {
-	model_flags_default(&a->o);
-	for (int i = 1; i < argc; i++) {
-		int r = model_flag(CMD, argc, argv, i, &a->o, &a->shape_given);
+	unsigned given = 0;
+	const struct cli_group groups[] = { model_flags_group(&a->o, &given), tier_flags_group(),
+					    { plan_flags, a, NULL, NULL }, { NULL } };
+	int rc;
 
-		if (r < 0)
-			return 2;
-		if (r > 0) {
-			i += r - 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage();
-			return 0;
-		} else if (!strcmp(argv[i], "--rows")) {
-			if (arg_int(CMD, argc, argv, i++, &a->rows))
-				return 2;
-		} else if (!strcmp(argv[i], "--schedule")) {
-			a->schedule = true;
-		} else if (!strcmp(argv[i], "--json")) {
-			a->json = true;
-			if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-				a->json_path = argv[++i];
-		} else {
-			return cli_usage_error(CMD, "unknown flag '%s'", argv[i]);
-		}
-	}
+	model_flags_default(&a->o);
+	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	a->shape_given = given & MODEL_GIVEN_SHAPE;
+	if (rc == CLI_HELP)
+		usage();
+	if (rc)
+		return rc == CLI_HELP ? 0 : rc;
 	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
 	/* a plan for cuda is made without opening it: no GPU needed here */
 	if (strcmp(a->o.backend, "auto") == 0)
@@ -159,6 +170,21 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 	return -1;
 }
 
+/* When no preset fits: the placement with offloading that keeps the most
+ * on the device, if one fits. */
+static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg)
+{
+	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
+	size_t peak = ferry_model_fitting_placement(cfg, a->o.B, a->o.T, &a->o.exec, a->o.device_mem, place,
+						    sizeof(place));
+
+	if (peak)
+		printf("offloading, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
+		       place);
+	else
+		printf("nothing fits, offloaded or not: use a smaller batch or model\n");
+}
+
 /* With --device-mem: whether the plan fits, and if not, which presets
  * would.  The exit code: 1 when it does not fit. */
 static int report_fit(const struct plan_args *a, const struct ferry_model_config *cfg,
@@ -183,6 +209,8 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 	       plan->mem.peak_bytes, o->device_mem);
 	if (!a->tutorial)
 		printf("presets that fit: %s\n", n ? fits : "none");
+	if (!a->tutorial && !n)
+		print_offloaded_fit(a, cfg);
 	return 1;
 }
 

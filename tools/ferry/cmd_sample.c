@@ -11,12 +11,64 @@
 #include "ferry/train.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char *const CMD = "sample";
+
+struct sample_cli {
+	const char *ckpt, *prompt, *prompt_tokens, *tokenizer, *backend;
+	char hf_tokenizer[4096]; /* the checkpoint directory's tokenizer.json */
+	struct ferry_backend_opts bo;
+	struct ferry_sample_opts so;
+	int tokens, context;
+	uint64_t seed;
+};
+
+#define AT(field) offsetof(struct sample_cli, field)
+static const struct cli_flag sample_flags[] = {
+	{ .name = "--checkpoint", .value = "PATH", .type = CLI_STRING, .at = AT(ckpt) },
+	{ .name = "--prompt", .value = "TEXT", .type = CLI_STRING, .at = AT(prompt),
+	  .help = "the text to continue, as the start of a document, as\n"
+	  "`ferry data` starts one (after an end-of-text token, or\n"
+	  "Llama's BOS); encoded by the tokenizer (bytes without one)" },
+	{ .name = "--prompt-tokens", .value = "IDS", .type = CLI_STRING, .at = AT(prompt_tokens),
+	  .help = "the prompt as token ids, e.g. 15496,11,995, used as given\n"
+	  "(llm.c's tokenizer file decodes but cannot encode: with it\n"
+	  "take the ids from the model's own tokenizer)\n"
+	  "(neither: start from the end-of-text token)" },
+	{ .name = "--tokens", .value = "N", .type = CLI_INT, .at = AT(tokens),
+	  .help = "tokens to draw (default 256)" },
+	{ .name = "--temperature", .value = "T", .type = CLI_FLOAT, .at = AT(so.temperature),
+	  .help = "1 (default) draws from the model's probabilities; below 1\n"
+	  "sharper, above 1 flatter; 0 always takes the most\n"
+	  "probable token" },
+	{ .name = "--top-k", .value = "K", .type = CLI_INT, .at = AT(so.top_k),
+	  .help = "draw among the K most probable tokens only (default 0: all)" },
+	{ .name = "--seed", .value = "S", .type = CLI_U64, .at = AT(seed),
+	  .help = "the draws' seed (default 1337): same seed, same text" },
+	{ .name = "--context", .value = "N", .type = CLI_INT, .at = AT(context),
+	  .help = "tokens the model sees, the last N (default: the sequence\n"
+	  "length it was trained at, from its training state when\n"
+	  "there is one, else its maximum: positions it never\n"
+	  "trained on make gibberish)" },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
+	  .help = "a Hugging Face tokenizer.json (or a directory with one),\n"
+	  "or llm.c's tokenizer file (gpt2_tokenizer.bin); default: the\n"
+	  "checkpoint directory's tokenizer.json, else bytes" },
+	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
+	  .help = "auto (default: $FERRY_BACKEND, else cuda if a GPU is found,\n"
+	  "else cpu), cpu or cuda" },
+	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(bo.threads),
+	  .help = "CPU threads (default: all cores)" },
+	{ .name = "--device-mem", .value = "SIZE", .type = CLI_SIZE, .at = AT(bo.device_mem),
+	  .help = "device memory capacity, e.g. 2G (default: all)" },
+	{ NULL },
+};
+#undef AT
 
 static void usage(void)
 {
@@ -29,73 +81,22 @@ static void usage(void)
 	       "standard output as they come (Ctrl-C stops).  PATH is what `ferry train --save`\n"
 	       "wrote or any checkpoint `ferry eval` reads (an llm.c GPT-2 file, a Hugging Face\n"
 	       "Llama directory).\n"
-	       "\n"
-	       "  --prompt TEXT         the text to continue, as the start of a document, as\n"
-	       "                        `ferry data` starts one (after an end-of-text token, or\n"
-	       "                        Llama's BOS); encoded by the tokenizer (bytes without one)\n"
-	       "  --prompt-tokens IDS   the prompt as token ids, e.g. 15496,11,995, used as given\n"
-	       "                        (llm.c's tokenizer file decodes but cannot encode: with it\n"
-	       "                        take the ids from the model's own tokenizer)\n"
-	       "                        (neither: start from the end-of-text token)\n"
-	       "  --tokens N            tokens to draw (default 256)\n"
-	       "  --temperature T       1 (default) draws from the model's probabilities; below 1\n"
-	       "                        sharper, above 1 flatter; 0 always takes the most\n"
-	       "                        probable token\n"
-	       "  --top-k K             draw among the K most probable tokens only (default 0: all)\n"
-	       "  --seed S              the draws' seed (default 1337): same seed, same text\n"
-	       "  --context N           tokens the model sees, the last N (default: the sequence\n"
-	       "                        length it was trained at, from its training state when\n"
-	       "                        there is one, else its maximum: positions it never\n"
-	       "                        trained on make gibberish)\n"
-	       "  --tokenizer PATH      a Hugging Face tokenizer.json (or a directory with one),\n"
-	       "                        or llm.c's tokenizer file (gpt2_tokenizer.bin); default: the\n"
-	       "                        checkpoint directory's tokenizer.json, else bytes\n"
-	       "  --backend NAME        auto (default: $FERRY_BACKEND, else cuda if a GPU is found,\n"
-	       "                        else cpu), cpu or cuda\n"
-	       "  --threads N           CPU threads (default: all cores)\n"
-	       "  --device-mem SIZE     device memory capacity, e.g. 2G (default: all)\n"
-	       "\n"
+	       "\n");
+	cli_help(stdout, sample_flags, 24);
+	printf("\n"
 	       "  ferry sample --checkpoint model.bin --prompt 'The ' --tokens 200 --temperature 0.8\n");
 }
-
-struct sample_cli {
-	const char *ckpt, *prompt, *prompt_tokens, *tokenizer, *backend;
-	char hf_tokenizer[4096]; /* the checkpoint directory's tokenizer.json */
-	struct ferry_backend_opts bo;
-	struct ferry_sample_opts so;
-	int tokens, context;
-	uint64_t seed;
-};
 
 /* 1 after --help, 2 after a usage error, else 0. */
 static int parse(int argc, char **argv, struct sample_cli *c)
 {
-	for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
-		const char *f = argv[i];
-		int r;
+	const struct cli_group groups[] = { { sample_flags, c, NULL, NULL }, { NULL } };
+	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
-#define IS(name) (strcmp(f, name) == 0)
-		if (IS("--help") || IS("-h")) {
-			usage();
-			return 1;
-		} else if (IS("--checkpoint")) r = arg_value(CMD, argc, argv, i, &c->ckpt);
-		else if (IS("--prompt")) r = arg_value(CMD, argc, argv, i, &c->prompt);
-		else if (IS("--prompt-tokens")) r = arg_value(CMD, argc, argv, i, &c->prompt_tokens);
-		else if (IS("--tokens")) r = arg_int(CMD, argc, argv, i, &c->tokens);
-		else if (IS("--temperature")) r = arg_float(CMD, argc, argv, i, &c->so.temperature);
-		else if (IS("--top-k")) r = arg_int(CMD, argc, argv, i, &c->so.top_k);
-		else if (IS("--seed")) r = arg_u64(CMD, argc, argv, i, &c->seed);
-		else if (IS("--context")) r = arg_int(CMD, argc, argv, i, &c->context);
-		else if (IS("--tokenizer")) r = arg_value(CMD, argc, argv, i, &c->tokenizer);
-		else if (IS("--backend")) r = arg_value(CMD, argc, argv, i, &c->backend);
-		else if (IS("--threads")) r = arg_threads(CMD, argc, argv, i, &c->bo.threads);
-		else if (IS("--device-mem")) r = arg_size(CMD, argc, argv, i, &c->bo.device_mem);
-		else
-			return cli_usage_error(CMD, "unknown flag '%s'", f);
-#undef IS
-		if (r)
-			return 2;
-	}
+	if (rc == CLI_HELP)
+		usage();
+	if (rc)
+		return rc == CLI_HELP ? 1 : rc;
 	if (!c->ckpt)
 		return cli_usage_error(CMD, "--checkpoint is required");
 	if (c->prompt && c->prompt_tokens)

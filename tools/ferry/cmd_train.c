@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,69 +28,6 @@
 #include <unistd.h>
 
 static const char *const CMD = "train";
-
-static void usage(void)
-{
-	printf("usage: ferry train [flags]\n"
-	       "\n"
-	       "With no flags, trains a small GPT-2 on the demo corpus (Debian's fortunes,\n"
-	       "shuffled and tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) for about two\n"
-	       "minutes on 2 cores and prints a sample.\n"
-	       "\n"
-	       "data:\n"
-	       "  --data GLOB           training shards (llm.c format)\n"
-	       "  --val-data GLOB       validation shards\n"
-	       "  --val-every N         validate every N steps (default: a tenth of --steps, at\n"
-	       "                        least 1; 0: at the end only), and at the end\n"
-	       "  --val-batches N       batches per validation (default 8)\n"
-	       "  --shuffle on|off      training batches in a shuffled order drawn from --seed,\n"
-	       "                        as llm.c does (default on; a resume keeps the saved\n"
-	       "                        run's), or shard after shard in order; validation\n"
-	       "                        always reads in order from the start\n"
-	       "optimisation:\n"
-	       "  --steps N             total optimizer steps (default 2200)\n"
-	       "  --lr X                peak learning rate (default 3e-3)\n"
-	       "  --warmup N            linear warmup steps (default 50)\n"
-	       "  --final-lr-frac F     cosine decay to lr*F (default 0.1)\n"
-	       "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
-	       "  --grad-clip X         clip the global gradient norm (default 1.0; 0 = off)\n"
-	       "  --seed S              initialisation, batch order and sampling seed\n"
-	       "                        (default 1337)\n"
-	       "output:\n"
-	       "  --save PATH           write the model and its training state at the end: GPT-2\n"
-	       "                        as an llm.c FILE + FILE.state, Llama as a Hugging Face\n"
-	       "                        directory (config.json, model.safetensors, fp32, and\n"
-	       "                        ferry_state.bin); {step} in PATH becomes the step number\n"
-	       "  --save-every N        ... and every N steps\n"
-	       "  --json FILE           one JSON record per step, written through before the next\n"
-	       "                        step; FILE may be a FIFO or /dev/stdout, not a file the\n"
-	       "                        run reads; a write that fails (a full disk) stops the\n"
-	       "                        run, saving to --save\n"
-	       "  --sample N            tokens to generate at the end (default 256; 0 = none)\n"
-	       "  --sample-temperature T  ... drawn at temperature T (default 0.8: a little\n"
-	       "                        sharper than the model; 1 = as the model says; see\n"
-	       "                        ferry sample)\n"
-	       "  --tokenizer PATH      a tokenizer.json (or a directory with one), or llm.c's\n"
-	       "                        tokenizer file, for printing samples of BPE models\n"
-	       "  --peak-flops X        the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
-	       "                        model FLOP utilisation (MFU) on each line; default on\n"
-	       "                        the CPU: a 1024^3 sgemm measured at the start; on a\n"
-	       "                        GPU: none, no MFU shown\n"
-	       "  --trace FILE          write this run's second step (its first if it has one)\n"
-	       "                        as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
-	       "                        every op and copy on its stream's track\n"
-	       "\n"
-	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
-	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
-	       "second Ctrl-C quits at once.\n"
-	       "%s"
-	       "\n"
-	       "a Llama, from random weights, then from its checkpoint directory:\n"
-	       "  ferry train --model llama --layers 4 --channels 128 --heads 4 --kv-heads 2 --steps 400 \\\n"
-	       "              --save llama_run\n"
-	       "  ferry train --checkpoint llama_run --steps 200 --lr 3e-4 --save llama_tuned\n",
-	       model_flags_help);
-}
 
 struct train_cli {
 	struct ferry_train_opts o;
@@ -100,55 +38,98 @@ struct train_cli {
 	bool shape_given;
 };
 
-/* The options a resume takes from the saved run unless given (the bits
- * of struct ferry_train_opts.given); the model flags set them too. */
-static unsigned given_bit(const char *flag)
+/* train's own flags; each FERRY_GIVEN_* bit is an option a resume takes
+ * from the saved run unless given (the model flags set --batch's and
+ * --seq's). */
+#define AT(field) offsetof(struct train_cli, field)
+static const struct cli_flag train_flags[] = {
+	{ .name = "--data", .value = "GLOB", .type = CLI_STRING, .at = AT(o.data),
+	  .help = "training shards (llm.c format)", .section = "data:",
+	  .given = FERRY_GIVEN_DATA },
+	{ .name = "--val-data", .value = "GLOB", .type = CLI_STRING, .at = AT(o.val_data),
+	  .help = "validation shards" },
+	{ .name = "--val-every", .value = "N", .type = CLI_INT, .at = AT(val_every),
+	  .help = "validate every N steps (default: a tenth of --steps, at\n"
+	  "least 1; 0: at the end only), and at the end" },
+	{ .name = "--val-batches", .value = "N", .type = CLI_INT, .at = AT(val_batches),
+	  .help = "batches per validation (default 8)" },
+	{ .name = "--shuffle", .value = "on|off", .type = CLI_ON_OFF, .at = AT(o.shuffle),
+	  .help = "training batches in a shuffled order drawn from --seed,\n"
+	  "as llm.c does (default on; a resume keeps the saved\n"
+	  "run's), or shard after shard in order; validation\n"
+	  "always reads in order from the start", .given = FERRY_GIVEN_SHUFFLE },
+	{ .name = "--steps", .value = "N", .type = CLI_INT, .at = AT(o.steps),
+	  .help = "total optimizer steps (default 2200)", .section = "optimisation:",
+	  .given = FERRY_GIVEN_STEPS },
+	{ .name = "--lr", .value = "X", .type = CLI_FLOAT, .at = AT(o.lr),
+	  .help = "peak learning rate (default 3e-3)", .given = FERRY_GIVEN_LR },
+	{ .name = "--warmup", .value = "N", .type = CLI_INT, .at = AT(o.warmup),
+	  .help = "linear warmup steps (default 50)", .given = FERRY_GIVEN_WARMUP },
+	{ .name = "--final-lr-frac", .value = "F", .type = CLI_FLOAT, .at = AT(o.final_lr_frac),
+	  .help = "cosine decay to lr*F (default 0.1)",
+	  .given = FERRY_GIVEN_FINAL_LR },
+	{ .name = "--weight-decay", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.weight_decay),
+	  .help = "AdamW decoupled weight decay (default 0.1)",
+	  .given = FERRY_GIVEN_WEIGHT_DECAY },
+	{ .name = "--grad-clip", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.grad_clip),
+	  .help = "clip the global gradient norm (default 1.0; 0 = off)",
+	  .given = FERRY_GIVEN_GRAD_CLIP },
+	{ .name = "--seed", .value = "S", .type = CLI_U64, .at = AT(o.seed),
+	  .help = "initialisation, batch order and sampling seed\n(default 1337)",
+	  .given = FERRY_GIVEN_SEED },
+	{ .name = "--save", .value = "PATH", .type = CLI_STRING, .at = AT(save),
+	  .help = "write the model and its training state at the end: GPT-2\n"
+	  "as an llm.c FILE + FILE.state, Llama as a Hugging Face\n"
+	  "directory (config.json, model.safetensors, fp32, and\n"
+	  "ferry_state.bin); {step} in PATH becomes the step number", .section = "output:" },
+	{ .name = "--save-every", .value = "N", .type = CLI_INT, .at = AT(save_every),
+	  .help = "... and every N steps" },
+	{ .name = "--json", .value = "FILE", .type = CLI_STRING, .at = AT(json),
+	  .help = "one JSON record per step, written through before the next\n"
+	  "step; FILE may be a FIFO or /dev/stdout, not a file the\n"
+	  "run reads; a write that fails (a full disk) stops the\n"
+	  "run, saving to --save" },
+	{ .name = "--sample", .value = "N", .type = CLI_INT, .at = AT(sample),
+	  .help = "tokens to generate at the end (default 256; 0 = none)" },
+	{ .name = "--sample-temperature", .value = "T", .type = CLI_FLOAT, .at = AT(sample_temperature),
+	  .help = "... drawn at temperature T (default 0.8: a little\n"
+	  "sharper than the model; 1 = as the model says; see\n"
+	  "ferry sample)" },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
+	  .help = "a tokenizer.json (or a directory with one), or llm.c's\n"
+	  "tokenizer file, for printing samples of BPE models" },
+	{ .name = "--peak-flops", .value = "X", .type = CLI_RATE, .at = AT(peak_flops),
+	  .help = "the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
+	  "model FLOP utilisation (MFU) on each line; default on\n"
+	  "the CPU: a 1024^3 sgemm measured at the start; on a\n"
+	  "GPU: none, no MFU shown" },
+	{ .name = "--trace", .value = "FILE", .type = CLI_STRING, .at = AT(trace),
+	  .help = "write this run's second step (its first if it has one)\n"
+	  "as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
+	  "every op and copy on its stream's track" },
+	{ NULL },
+};
+#undef AT
+
+static void usage(void)
 {
-	static const struct {
-		const char *flag;
-		unsigned bit;
-	} bits[] = {
-		{ "--batch", FERRY_GIVEN_BATCH }, { "--seq", FERRY_GIVEN_SEQ }, { "--steps", FERRY_GIVEN_STEPS },
-		{ "--lr", FERRY_GIVEN_LR }, { "--warmup", FERRY_GIVEN_WARMUP },
-		{ "--final-lr-frac", FERRY_GIVEN_FINAL_LR }, { "--data", FERRY_GIVEN_DATA },
-		{ "--seed", FERRY_GIVEN_SEED }, { "--weight-decay", FERRY_GIVEN_WEIGHT_DECAY },
-		{ "--grad-clip", FERRY_GIVEN_GRAD_CLIP }, { "--shuffle", FERRY_GIVEN_SHUFFLE },
-	};
-
-	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
-		if (!strcmp(flag, bits[i].flag))
-			return bits[i].bit;
-	return 0;
-}
-
-/* One flag of train's own at argv[i]: 0 parsed, -1 bad value, 1 unknown. */
-static int train_flag(int argc, char **argv, int i, struct train_cli *c)
-{
-	const char *f = argv[i];
-
-#define IS(name) (strcmp(f, name) == 0)
-	if (IS("--data")) return arg_value(CMD, argc, argv, i, &c->o.data);
-	if (IS("--val-data")) return arg_value(CMD, argc, argv, i, &c->o.val_data);
-	if (IS("--val-every")) return arg_int(CMD, argc, argv, i, &c->val_every);
-	if (IS("--val-batches")) return arg_int(CMD, argc, argv, i, &c->val_batches);
-	if (IS("--steps")) return arg_int(CMD, argc, argv, i, &c->o.steps);
-	if (IS("--lr")) return arg_float(CMD, argc, argv, i, &c->o.lr);
-	if (IS("--warmup")) return arg_int(CMD, argc, argv, i, &c->o.warmup);
-	if (IS("--final-lr-frac")) return arg_float(CMD, argc, argv, i, &c->o.final_lr_frac);
-	if (IS("--weight-decay")) return arg_float(CMD, argc, argv, i, &c->o.adamw.weight_decay);
-	if (IS("--grad-clip")) return arg_float(CMD, argc, argv, i, &c->o.adamw.grad_clip);
-	if (IS("--seed")) return arg_u64(CMD, argc, argv, i, &c->o.seed);
-	if (IS("--save")) return arg_value(CMD, argc, argv, i, &c->save);
-	if (IS("--save-every")) return arg_int(CMD, argc, argv, i, &c->save_every);
-	if (IS("--json")) return arg_value(CMD, argc, argv, i, &c->json);
-	if (IS("--sample")) return arg_int(CMD, argc, argv, i, &c->sample);
-	if (IS("--sample-temperature")) return arg_float(CMD, argc, argv, i, &c->sample_temperature);
-	if (IS("--tokenizer")) return arg_value(CMD, argc, argv, i, &c->tokenizer);
-	if (IS("--peak-flops")) return arg_rate(CMD, argc, argv, i, &c->peak_flops);
-	if (IS("--trace")) return arg_value(CMD, argc, argv, i, &c->trace);
-	if (IS("--shuffle")) return arg_on_off(CMD, argc, argv, i, &c->o.shuffle);
-#undef IS
-	return 1;
+	printf("usage: ferry train [flags]\n"
+	       "\n"
+	       "With no flags, trains a small GPT-2 on the demo corpus (Debian's fortunes,\n"
+	       "shuffled and tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) for about two\n"
+	       "minutes on 2 cores and prints a sample.\n"
+	       "\n");
+	cli_help(stdout, train_flags, MODEL_FLAGS_HELP_COL);
+	printf("\n"
+	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
+	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
+	       "second Ctrl-C quits at once.\n");
+	model_flags_help(stdout);
+	printf("\n"
+	       "a Llama, from random weights, then from its checkpoint directory:\n"
+	       "  ferry train --model llama --layers 4 --channels 128 --heads 4 --kv-heads 2 --steps 400 \\\n"
+	       "              --save llama_run\n"
+	       "  ferry train --checkpoint llama_run --steps 200 --lr 3e-4 --save llama_tuned\n");
 }
 
 static int check_values(struct train_cli *c)
@@ -178,30 +159,18 @@ static int check_values(struct train_cli *c)
 /* 1 after --help, 2 after a usage error, else 0. */
 static int parse(int argc, char **argv, struct train_cli *c)
 {
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		int r = model_flag(CMD, argc, argv, i, &c->o, &c->shape_given);
+	unsigned given = 0;
+	const struct cli_group groups[] = { model_flags_group(&c->o, &given), tier_flags_group(),
+					    { train_flags, c, &c->o.given, NULL }, { NULL } };
+	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
-		if (r < 0)
-			return 2;
-		if (r > 0) {
-			c->o.given |= given_bit(f);
-			i += r - 1;
-			continue;
-		}
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage();
-			return 1;
-		}
-		r = train_flag(argc, argv, i, c);
-		if (r > 0)
-			return cli_usage_error(CMD, "unknown flag '%s'", f);
-		if (r)
-			return 2;
-		c->o.given |= given_bit(f);
-		i++;
+	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
+	c->shape_given = given & MODEL_GIVEN_SHAPE;
+	if (rc == CLI_HELP) {
+		usage();
+		return 1;
 	}
-	return check_values(c);
+	return rc ? rc : check_values(c);
 }
 
 /* The options in effect: after a resume, those not given come from the
@@ -284,24 +253,21 @@ static size_t stack_bytes(const struct ferry_plan *p)
 static int check_device_mem(const struct train_cli *c, const struct ferry_model_config *cfg,
 			    const struct ferry_plan *plan)
 {
-	char need[32], have[32], fits[1024] = "", one[32];
-	size_t used = 0;
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS];
+	size_t offloaded;
 
 	if (!c->o.device_mem || plan->mem.peak_bytes <= c->o.device_mem)
 		return 0;
-	for (int i = 0; i < ferry_policy_preset_count(); i++) {
-		struct ferry_exec_opts o = c->o.exec;
-		struct ferry_plan p;
-
-		o.policy = ferry_policy_preset_name(i);
-		if (ferry_model_plan(cfg, c->o.B, c->o.T, &o, &p) == FERRY_OK && p.mem.peak_bytes <= c->o.device_mem &&
-		    used + 80 < sizeof(fits))
-			used += (size_t)snprintf(fits + used, sizeof(fits) - used, "%s%s (%s)", used ? ", " : "",
-						 o.policy, ferry_format_size(p.mem.peak_bytes, one));
-	}
-	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that "
-		"fit: %s\n", plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have),
-		used ? fits : "none: use a smaller batch or model");
+	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that fit: ",
+		plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have));
+	if (ferry_model_fitting_presets(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, fits, sizeof(fits)))
+		fprintf(stderr, "%s\n", fits);
+	else if ((offloaded = ferry_model_fitting_placement(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, place,
+							      sizeof(place))))
+		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'\n",
+			ferry_format_size(offloaded, need), place);
+	else
+		fprintf(stderr, "none: use a smaller batch or model\n");
 	return 1;
 }
 

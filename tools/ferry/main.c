@@ -1,5 +1,4 @@
 /* ferry: the command-line trainer. */
-#include "cli_args.h"
 #include "commands.h"
 #include "ferry/ferry.h"
 #include "ferry/platform.h"
@@ -29,24 +28,6 @@ static void usage(FILE *f)
 		"\n"
 		"Run 'ferry <command> --help' for a command's flags.  Flags take their value\n"
 		"as the next argument or after '=': --steps 100 or --steps=100.\n");
-}
-
-/* A command's argv checked against its flags ("--flag=value" split, unknown
- * flags refused with suggestions), then the command. */
-static int run_command(int (*run)(int, char **), int argc, char **argv)
-{
-	const struct cli_spec *spec = cli_spec_find(argv[0]);
-	char **args;
-	int n, rc;
-
-	if (!spec)
-		return run(argc, argv);
-	rc = cli_normalize(spec, argc, argv, &n, &args);
-	if (rc)
-		return rc;
-	rc = run(n, args);
-	free(args);
-	return rc;
 }
 
 /* Output lost to a full disk or a closed pipe is a failure, not exit 0. */
@@ -92,7 +73,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
-			return finish(run_command(commands[i].run, argc - 1, argv + 1));
+			return finish(commands[i].run(argc - 1, argv + 1));
 	fprintf(stderr, "ferry: unknown command '%s'\n\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -5,80 +5,211 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/backend.h"
 
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char model_flags_help[] =
-	"model (shape flags are ignored with --checkpoint/--resume, which carry their own\n"
-	"shape and model; --model, if given, must name the checkpoint's model):\n"
-	"  --model NAME          gpt2 (default) or llama\n"
-	"  --layers N --channels N --heads N --vocab N --max-seq N\n"
-	"                        default 2, 128, 4, 257 (bytes + EOT), 256\n"
-	"  --kv-heads N          llama: key/value heads, dividing --heads (default = heads)\n"
-	"  --ffn N               llama: MLP width (default 8/3 x channels, rounded up to 64)\n"
-	"  --rope-theta X        llama: rotary embedding base (default 10000)\n"
-	"  --tied-head           llama: the LM head is the token embedding (default: its own)\n"
-	"  --checkpoint PATH     start from a checkpoint: a regular file is an llm.c GPT-2\n"
-	"                        (fp32, version 3); a directory (or its config.json or a\n"
-	"                        .safetensors file) is a Hugging Face Llama: config.json +\n"
-	"                        model.safetensors or sharded, fp32, bf16 or fp16\n"
-	"  --resume PATH         continue from a --save: FILE and FILE.state, or a Llama\n"
-	"                        directory with its ferry_state.bin\n"
-	"batch and memory:\n"
-	"  --batch B --seq T     batch size and sequence length (default 16, 64)\n"
-	"  --policy P            where each activation lives (default everything_saveable):\n"
-	"                        a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
-	"                        save_only_these_names(query_proj,key_proj), full, minimal,\n"
-	"                        qkv_proj_offloaded, minimal_offloaded, or\n"
-	"                        custom:query_proj=offload,context=device (others remat);\n"
-	"                        `ferry plan` lists the model's names; auto: the cost model's\n"
-	"                        choice per name for --device-mem (after ferry calibrate)\n"
-	"  --prefetch-depth N    layers prefetched ahead in the backward pass (default 2)\n"
-	"  --offload-optimizer M where AdamW's state lives: device (default); stream:\n"
-	"                        master weights and moments in host memory, each layer's\n"
-	"                        slice updated in a two-slot device ring; cpu: in host\n"
-	"                        memory, updated by host threads (fused CPU AdamW)\n"
-	"  --offload-params      the layers' weights in host memory, loaded into a device\n"
-	"                        ring ahead of use in forward and backward; each layer's\n"
-	"                        gradients go to the host when its backward ends\n"
-	"                        (embedding, head and final norm stay on the device\n"
-	"                        unless --offload-embeddings); AdamW's state goes to\n"
-	"                        the host too (default cpu)\n"
-	"  --offload-embeddings  with --offload-params: the embeddings, head and final\n"
-	"                        norm in host memory too, loaded into one device region\n"
-	"                        before the prologue and the epilogue (the larger one's\n"
-	"                        weights and gradients on the device, not all of them)\n"
-	"  --param-prefetch N    layers of weights loaded ahead (default 1)\n"
-	"  --clip-order O        with --offload-optimizer cpu: exact (default: every update\n"
-	"                        waits for the global norm) or speculative (each layer\n"
-	"                        updated as soon as its gradients are on the host, the\n"
-	"                        step undone and redone when the norm needs clipping)\n"
-	"  --place SPEC          placements written down, over what the flags above set:\n"
-	"                        GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
-	"                        edges.weights=device|host:stream, adam=device|host:stream|\n"
-	"                        host:cpu|host:cpu(speculative), activations=POLICY,\n"
-	"                        activations.NAME=device|offload|remat, activations.prefetch=D;\n"
-	"                        `ferry plan` prints every configuration's (docs/design.md)\n"
-	"  --backend NAME        auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
-	"                        is found, else cpu), cpu, cuda\n"
-	"  --pinned-limit SIZE   host buffers that copies use come from one pinned pool of\n"
-	"                        at most this size, offloaded activations first; the rest\n"
-	"                        are pageable, with a warning (default: half the memory)\n"
-	"  --device-mem SIZE     device memory capacity with a unit, e.g. 512M or 2G\n"
-	"                        (K, M, G, T: powers of 1024; default: all)\n"
-	"  --threads N           CPU threads (default: all cores; at most 4 per core)\n"
-	"host memory tiers (docs/tiers.md):\n"
-	"  --host-tier KIND=TIER,...  where host state lives; KIND: activations, params,\n"
-	"                        grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
-	"                        nodes, interleaved), interleave:N*W+M*V, nvme (streamed state),\n"
-	"                        auto (default: what the CPU computes on in DRAM, streamed\n"
-	"                        state on CXL, what does not fit on DRAM, then NVMe);\n"
-	"                        off: no tiers (the backend's host memory; the default on a\n"
-	"                        machine without CPU-less nodes and without these flags)\n"
-	"  --topology FILE       simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
-	"                        (default: this machine's, from /sys/devices/system/node)\n"
-	"  --nvme-dir DIR        the NVMe tier's file goes there (created, sized, removed)\n";
+/* Whether --offload-optimizer was given (--offload-params defaults it to
+ * cpu otherwise), and --offload-params, --offload-embeddings or --place. */
+static bool optimizer_given, params_given, embeddings_given, place_given;
+
+/* --model NAME: the arch, checked by name later (model_flags_config). */
+static int model_arch_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	const char *name;
+
+	(void)f;
+	if (arg_value(cmd, argc, argv, i, &name))
+		return -1;
+	if (snprintf(o->model.arch, sizeof(o->model.arch), "%s", name) >= (int)sizeof(o->model.arch)) {
+		cli_error(cmd, "unknown model '%s' (models: %s)", name, ferry_model_arch_list());
+		return -1;
+	}
+	return 2;
+}
+
+/* --offload-optimizer device|stream|cpu */
+static int optimizer_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	const char *v;
+
+	(void)f;
+	if (arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	optimizer_given = true;
+	if (strcmp(v, "device") && strcmp(v, "stream") && strcmp(v, "cpu")) {
+		cli_error(cmd, "--offload-optimizer '%s': device, stream or cpu", v);
+		return -1;
+	}
+	o->exec.optimizer = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : !strcmp(v, "cpu") ? FERRY_OPTIM_CPU
+											  : FERRY_OPTIM_DEVICE;
+	return 2;
+}
+
+static int params_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+
+	(void)f, (void)cmd, (void)argc, (void)argv, (void)i;
+	o->exec.offload_params = params_given = true;
+	if (!optimizer_given) /* the master weights are on the host: AdamW there too */
+		o->exec.optimizer = FERRY_OPTIM_CPU;
+	return 1;
+}
+
+static int embeddings_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	(void)f, (void)cmd, (void)argc, (void)argv, (void)i;
+	/* the plan checks for --offload-params */
+	((struct ferry_train_opts *)dst)->exec.offload_embeddings = embeddings_given = true;
+	return 1;
+}
+
+/* --clip-order exact|speculative */
+static int clip_order_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	const char *v;
+
+	(void)f;
+	if (arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (strcmp(v, "exact") && strcmp(v, "speculative")) {
+		cli_error(cmd, "--clip-order '%s': exact or speculative", v);
+		return -1;
+	}
+	o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	return 2;
+}
+
+#define AT(field) offsetof(struct ferry_train_opts, field)
+#define SHAPE(flag, field, ...) \
+	{ .name = flag, .value = "N", .type = CLI_INT, .at = AT(model.field), .given = MODEL_GIVEN_SHAPE, __VA_ARGS__ }
+
+/* --model's help: the model table's names, the first the default
+ * ("gpt2 (default), llama or qwen2"). */
+static const char *model_list_help(void)
+{
+	static char help[256];
+	const char *list = ferry_model_arch_list(), *last = strrchr(list, ',');
+	size_t first = strcspn(list, ",");
+
+	if (!last)
+		snprintf(help, sizeof(help), "%s (the only one)", list);
+	else if (last == list + first)
+		snprintf(help, sizeof(help), "%.*s (default) or %s", (int)first, list, last + 2);
+	else
+		snprintf(help, sizeof(help), "%.*s (default)%.*s or %s", (int)first, list,
+			 (int)(last - list - first), list + first, last + 2);
+	return help;
+}
+
+const struct cli_flag model_flags[] = {
+	{ .name = "--model", .value = "NAME", .type = CLI_CUSTOM,
+	  .help_fn = model_list_help, .parse = model_arch_flag,
+	  .section = "model (shape flags are ignored with --checkpoint/--resume, which carry their own\n"
+		     "shape and model; --model, if given, must name the checkpoint's model):" },
+	SHAPE("--layers", layers, .help = "\ndefault 2, 128, 4, 257 (bytes + EOT), 256"),
+	SHAPE("--channels", channels, .join = true),
+	SHAPE("--heads", heads, .join = true),
+	SHAPE("--vocab", vocab, .join = true),
+	SHAPE("--max-seq", max_seq, .join = true),
+	SHAPE("--kv-heads", kv_heads, .help = "llama: key/value heads, dividing --heads (default = heads)"),
+	SHAPE("--ffn", ffn, .help = "llama: MLP width (default 8/3 x channels, rounded up to 64)"),
+	{ .name = "--rope-theta", .value = "X", .type = CLI_FLOAT, .at = AT(model.rope_theta),
+	  .help = "llama: rotary embedding base (default 10000)",
+	  .given = MODEL_GIVEN_SHAPE },
+	{ .name = "--tied-head", .type = CLI_ONE, .at = AT(model.tie_embeddings),
+	  .help = "llama: the LM head is the token embedding (default: its own)",
+	  .given = MODEL_GIVEN_SHAPE },
+	{ .name = "--checkpoint", .value = "PATH", .type = CLI_STRING, .at = AT(checkpoint),
+	  .help = "start from a checkpoint: a regular file is an llm.c GPT-2\n"
+	  "(fp32, version 3); a directory (or its config.json or a\n"
+	  ".safetensors file) is a Hugging Face Llama: config.json +\n"
+	  "model.safetensors or sharded, fp32, bf16 or fp16" },
+	{ .name = "--resume", .value = "PATH", .type = CLI_STRING, .at = AT(resume),
+	  .help = "continue from a --save: FILE and FILE.state, or a Llama\n"
+	  "directory with its ferry_state.bin" },
+	{ .name = "--batch", .value = "B", .type = CLI_INT, .at = AT(B),
+	  .help = "batch size and sequence length (default 16, 64)",
+	  .section = "batch and memory:", .given = FERRY_GIVEN_BATCH },
+	{ .name = "--seq",
+	  .value = "T", .type = CLI_INT, .at = AT(T), .join = true, .given = FERRY_GIVEN_SEQ },
+	{ .name = "--policy", .value = "P", .type = CLI_STRING, .at = AT(exec.policy),
+	  .help = "where each activation lives (default everything_saveable):\n"
+	  "a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
+	  "save_only_these_names(query_proj,key_proj), full, minimal,\n"
+	  "qkv_proj_offloaded, minimal_offloaded, or\n"
+	  "custom:query_proj=offload,context=device (others remat);\n"
+	  "`ferry plan` lists the model's names; auto: the cost model's\n"
+	  "choice per name for --device-mem (after ferry calibrate)" },
+	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
+	  .help = "layers prefetched ahead in the backward pass (default 2)",
+	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },
+	{ .name = "--offload-optimizer", .value = "M", .type = CLI_CUSTOM, .at = 0,
+	  .help = "where AdamW's state lives: device (default); stream:\n"
+	  "master weights and moments in host memory, each layer's\n"
+	  "slice updated in a two-slot device ring; cpu: in host\n"
+	  "memory, updated by host threads (fused CPU AdamW)", .parse = optimizer_flag },
+	{ .name = "--offload-params", .type = CLI_CUSTOM, .at = 0,
+	  .help = "the layers' weights in host memory, loaded into a device\n"
+	  "ring ahead of use in forward and backward; each layer's\n"
+	  "gradients go to the host when its backward ends\n"
+	  "(embedding, head and final norm stay on the device\n"
+	  "unless --offload-embeddings); AdamW's state goes to\n"
+	  "the host too (default cpu)", .parse = params_flag },
+	{ .name = "--offload-embeddings", .type = CLI_CUSTOM, .at = 0,
+	  .help = "with --offload-params: the embeddings, head and final\n"
+	  "norm in host memory too, loaded into one device region\n"
+	  "before the prologue and the epilogue (the larger one's\n"
+	  "weights and gradients on the device, not all of them)", .parse = embeddings_flag },
+	{ .name = "--param-prefetch", .value = "N", .type = CLI_INT, .at = AT(exec.param_prefetch),
+	  .help = "layers of weights loaded ahead (default 1)",
+	  .min = 1, .max = 64, .range = "--param-prefetch must be from 1 to 64" },
+	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
+	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
+	  "waits for the global norm) or speculative (each layer\n"
+	  "updated as soon as its gradients are on the host, the\n"
+	  "step undone and redone when the norm needs clipping)", .parse = clip_order_flag },
+	{ .name = "--place", .value = "SPEC", .type = CLI_STRING, .at = AT(exec.place),
+	  .help = "placements written down, over what the flags above set:\n"
+	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
+	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
+	  "host:cpu|host:cpu(speculative), activations=POLICY,\n"
+	  "activations.NAME=device|offload|remat, activations.prefetch=D;\n"
+	  "`ferry plan` prints every configuration's (docs/design.md)" },
+	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
+	  .help = "auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
+	  "is found, else cpu), cpu, cuda" },
+	{ .name = "--pinned-limit", .value = "SIZE", .type = CLI_SIZE, .at = AT(exec.pinned_limit),
+	  .help = "host buffers that copies use come from one pinned pool of\n"
+	  "at most this size, offloaded activations first; the rest\n"
+	  "are pageable, with a warning (default: half the memory)" },
+	{ .name = "--device-mem", .value = "SIZE", .type = CLI_SIZE, .at = AT(device_mem),
+	  .help = "device memory capacity with a unit, e.g. 512M or 2G\n"
+	  "(K, M, G, T: powers of 1024; default: all)" },
+	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(threads),
+	  .help = "CPU threads (default: all cores; at most 4 per core)" },
+	{ NULL },
+};
+
+#undef SHAPE
+#undef AT
+
+struct cli_group model_flags_group(struct ferry_train_opts *o, unsigned *given)
+{
+	return (struct cli_group){ model_flags, o, given, NULL };
+}
+
+void model_flags_help(FILE *out)
+{
+	cli_help(out, model_flags, MODEL_FLAGS_HELP_COL);
+	cli_help(out, tier_flags, MODEL_FLAGS_HELP_COL);
+}
 
 void model_flags_default(struct ferry_train_opts *o)
 {
@@ -91,26 +222,6 @@ void model_flags_default(struct ferry_train_opts *o)
 	o->B = 16;
 	o->T = 64;
 }
-
-/* --offload-optimizer device|stream; 0 or -1 after a message. */
-static int optimizer_flag(const char *cmd, int argc, char **argv, int i, enum ferry_optim_place *out)
-{
-	const char *v;
-
-	if (arg_value(cmd, argc, argv, i, &v))
-		return -1;
-	if (!strcmp(v, "device") || !strcmp(v, "stream") || !strcmp(v, "cpu")) {
-		*out = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : !strcmp(v, "cpu") ? FERRY_OPTIM_CPU
-										       : FERRY_OPTIM_DEVICE;
-		return 0;
-	}
-	fprintf(stderr, "ferry %s: --offload-optimizer '%s': device, stream or cpu\n", cmd, v);
-	return -1;
-}
-
-/* Whether --offload-optimizer was given (--offload-params defaults it to
- * cpu otherwise), and --offload-params or --offload-embeddings. */
-static bool optimizer_given, params_given, embeddings_given, place_given;
 
 bool model_flags_state_given(void)
 {
@@ -130,108 +241,6 @@ int model_flags_places(const char *cmd, struct ferry_train_opts *o)
 	ferry_exec_opts_set_places(&o->exec, &places);
 	place_given = true;
 	return 0;
-}
-
-/* Where the weights and the optimizer state live: the shorthands, and
- * --place written out; as model_flag returns. */
-static int state_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o)
-{
-	const char *f = argv[i];
-	int r;
-
-#define IS(name) (strcmp(f, name) == 0)
-	if (IS("--offload-optimizer")) {
-		r = optimizer_flag(cmd, argc, argv, i, &o->exec.optimizer);
-		optimizer_given = true;
-	} else if (IS("--offload-params")) {
-		o->exec.offload_params = true;
-		params_given = true;
-		if (!optimizer_given) /* the master weights are on the host: AdamW there too */
-			o->exec.optimizer = FERRY_OPTIM_CPU;
-		return 1;
-	} else if (IS("--offload-embeddings")) {
-		o->exec.offload_embeddings = embeddings_given = true; /* the plan checks for --offload-params */
-		return 1;
-	} else if (IS("--clip-order")) {
-		const char *v = NULL;
-
-		r = arg_value(cmd, argc, argv, i, &v);
-		if (!r && strcmp(v, "exact") && strcmp(v, "speculative")) {
-			fprintf(stderr, "ferry %s: --clip-order '%s': exact or speculative\n", cmd, v);
-			r = -1;
-		}
-		if (!r)
-			o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
-	} else if (IS("--param-prefetch")) {
-		r = arg_int(cmd, argc, argv, i, &o->exec.param_prefetch);
-		if (!r && (o->exec.param_prefetch < 1 || o->exec.param_prefetch > 64)) {
-			fprintf(stderr, "ferry %s: --param-prefetch must be from 1 to 64\n", cmd);
-			r = -1;
-		}
-	} else if (IS("--place")) {
-		r = arg_value(cmd, argc, argv, i, &o->exec.place);
-	} else {
-		return 0;
-	}
-#undef IS
-	return r ? -1 : 2;
-}
-
-int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
-	       bool *shape_given)
-{
-	struct ferry_model_config *m = &o->model;
-	const char *f = argv[i];
-	int r;
-
-	if ((r = tier_flag(cmd, argc, argv, i)) != 0)
-		return r;
-#define IS(name) (strcmp(f, name) == 0)
-	if (IS("--layers") || IS("--channels") || IS("--heads") || IS("--vocab") || IS("--max-seq") ||
-	    IS("--kv-heads") || IS("--ffn")) {
-		int *dst = IS("--layers") ? &m->layers : IS("--channels") ? &m->channels :
-			   IS("--heads") ? &m->heads : IS("--vocab") ? &m->vocab :
-			   IS("--kv-heads") ? &m->kv_heads : IS("--ffn") ? &m->ffn : &m->max_seq;
-
-		*shape_given = true;
-		r = arg_int(cmd, argc, argv, i, dst);
-	} else if (IS("--model")) {
-		const char *name = NULL;
-
-		r = arg_value(cmd, argc, argv, i, &name);
-		if (!r && snprintf(m->arch, sizeof(m->arch), "%s", name) >= (int)sizeof(m->arch)) {
-			fprintf(stderr, "ferry %s: unknown model '%s' (models: %s)\n", cmd, name,
-				ferry_model_arch_list());
-			r = -1;
-		}
-	} else if (IS("--rope-theta")) {
-		*shape_given = true;
-		r = arg_float(cmd, argc, argv, i, &m->rope_theta);
-	} else if (IS("--tied-head")) {
-		*shape_given = true;
-		m->tie_embeddings = 1;
-		return 1; /* a flag without a value */
-	} else if (IS("--checkpoint")) r = arg_value(cmd, argc, argv, i, &o->checkpoint);
-	else if (IS("--resume")) r = arg_value(cmd, argc, argv, i, &o->resume);
-	else if (IS("--batch")) r = arg_int(cmd, argc, argv, i, &o->B);
-	else if (IS("--seq")) r = arg_int(cmd, argc, argv, i, &o->T);
-	else if (IS("--policy")) r = arg_value(cmd, argc, argv, i, &o->exec.policy);
-	else if (IS("--prefetch-depth")) {
-		r = arg_int(cmd, argc, argv, i, &o->exec.prefetch_depth);
-		if (!r && o->exec.prefetch_depth < 1) {
-			fprintf(stderr, "ferry %s: --prefetch-depth must be at least 1\n", cmd);
-			r = -1;
-		}
-	} else if ((r = state_flag(cmd, argc, argv, i, o)) != 0) {
-		return r;
-	} else if (IS("--backend")) r = arg_value(cmd, argc, argv, i, &o->backend);
-	else if (IS("--device-mem")) r = arg_size(cmd, argc, argv, i, &o->device_mem);
-	else if (IS("--pinned-limit")) r = arg_size(cmd, argc, argv, i, &o->exec.pinned_limit);
-	else if (IS("--threads")) r = arg_threads(cmd, argc, argv, i, &o->threads);
-	else
-		return 0;
-#undef IS
-	return r ? -1 : 2;
 }
 
 const char *cli_auto_backend(void)

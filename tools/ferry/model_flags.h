@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include "cli_args.h"
 #include "ferry/train.h"
 
 /* The defaults of `ferry train`: the demo model. */
@@ -14,13 +15,16 @@ void model_flags_default(struct ferry_train_opts *o);
  * state live). */
 bool model_flags_state_given(void);
 
-/* If argv[i] is one of these flags, parses it (and its value) into o and
- * returns how many arguments it took (1 or 2); returns 0 for another flag,
- * -1 (after printing why) for a bad value.  *shape_given is set by shape
- * flags (not by --model, which sets o->model.arch; left empty it means
- * GPT-2 for a fresh model and whatever a checkpoint holds). */
-int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train_opts *o,
-	       bool *shape_given);
+/* The model flags' table: shape, batch, policy, placements, device.  A
+ * parse into a struct ferry_train_opts sets the given bits FERRY_GIVEN_BATCH
+ * and FERRY_GIVEN_SEQ, and MODEL_GIVEN_SHAPE for the shape flags (not for
+ * --model, which sets o->model.arch; left empty it means GPT-2 for a fresh
+ * model and whatever a checkpoint holds). */
+#define MODEL_GIVEN_SHAPE (1u << 31)
+extern const struct cli_flag model_flags[];
+/* The group that parses them into o (given: NULL, or where the given bits
+ * go). */
+struct cli_group model_flags_group(struct ferry_train_opts *o, unsigned *given);
 
 /* --place: its placements (over the flags') resolved into the flags, so
  * every later step (host tiers, --policy auto) sees them.  Prints the
@@ -28,8 +32,10 @@ int model_flag(const char *cmd, int argc, char **argv, int i, struct ferry_train
  * together.  Call after parsing, before tier_flags_setup. */
 int model_flags_places(const char *cmd, struct ferry_train_opts *o);
 
-/* Help text for those flags. */
-extern const char model_flags_help[];
+/* Their help, and the host tiers' (tier_flags.h), as every command that
+ * takes them prints it. */
+#define MODEL_FLAGS_HELP_COL 24
+void model_flags_help(FILE *out);
 
 /* What --backend auto means: $FERRY_BACKEND when set (tests pin the
  * backend so), else cuda when a GPU can be opened, else cpu. */

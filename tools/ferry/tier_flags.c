@@ -1,22 +1,38 @@
 #include "tier_flags.h"
 #include "cli_args.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-static struct {
+struct tier_given {
 	const char *spec, *topology, *nvme_dir;
-} given;
+};
+static struct tier_given given;
 
-int tier_flag(const char *cmd, int argc, char **argv, int i)
+#define AT(field) offsetof(struct tier_given, field)
+const struct cli_flag tier_flags[] = {
+	{ .name = "--host-tier", .value = "KIND=TIER,...", .type = CLI_STRING, .at = AT(spec),
+	  .help = "where host state lives; KIND: activations, params,\n"
+	  "grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
+	  "nodes, interleaved), interleave:N*W+M*V, nvme (streamed state),\n"
+	  "auto (default: what the CPU computes on in DRAM, streamed\n"
+	  "state on CXL, what does not fit on DRAM, then NVMe);\n"
+	  "off: no tiers (the backend's host memory; the default on a\n"
+	  "machine without CPU-less nodes and without these flags)",
+	  .section = "host memory tiers (docs/tiers.md):" },
+	{ .name = "--topology", .value = "FILE", .type = CLI_STRING, .at = AT(topology),
+	  .help = "simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
+	  "(default: this machine's, from /sys/devices/system/node)" },
+	{ .name = "--nvme-dir", .value = "DIR", .type = CLI_STRING, .at = AT(nvme_dir),
+	  .help = "the NVMe tier's file goes there (created, sized, removed)" },
+	{ NULL },
+};
+#undef AT
+
+struct cli_group tier_flags_group(void)
 {
-	const char **dst = !strcmp(argv[i], "--host-tier") ? &given.spec
-			   : !strcmp(argv[i], "--topology") ? &given.topology
-			   : !strcmp(argv[i], "--nvme-dir") ? &given.nvme_dir : NULL;
-
-	if (!dst)
-		return 0;
-	return arg_value(cmd, argc, argv, i, dst) ? -1 : 2;
+	return (struct cli_group){ tier_flags, &given, NULL, NULL };
 }
 
 int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)

@@ -4,12 +4,14 @@
 #define FERRY_TOOLS_TIER_FLAGS_H
 
 #include <stdio.h>
+#include "cli_args.h"
 #include "ferry/tier.h"
 #include "ferry/train.h"
 
-/* If argv[i] is one of these flags, takes its value: returns 2; 0 for
- * another flag, -1 after a message. */
-int tier_flag(const char *cmd, int argc, char **argv, int i);
+/* Their table; the group that parses them (into this file's own record of
+ * what was given, which tier_flags_setup reads). */
+extern const struct cli_flag tier_flags[];
+struct cli_group tier_flags_group(void);
 
 /* Creates the host tiers when a flag asked for them, or when the machine
  * has CPU-less (CXL) nodes, into o->exec.host_tiers (else leaves it NULL:

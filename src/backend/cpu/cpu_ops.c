@@ -1,6 +1,7 @@
 /* Maps an op call's slots onto the CPU kernels' arguments (all fp32). */
 #include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
+#include "ops/rope_freq.h"
 #include "optim/cpu_adamw.h"
 
 #include <assert.h>
@@ -48,10 +49,12 @@ static void run_forward(const struct ferry_op_call *c)
 		ferry_cpu_rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
 					  CF(c->w[0]), N, c->C, c->scalar[0]);
 		break;
-	case FERRY_OP_ROPE:
+	case FERRY_OP_ROPE: {
+		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
 		ferry_cpu_rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH,
-				       c->C / c->NH, c->scalar[0]);
+				       c->C / c->NH, &rf);
 		break;
+	}
 	case FERRY_OP_SWIGLU:
 		ferry_cpu_swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
 		break;
@@ -104,10 +107,12 @@ static void run_backward(const struct ferry_op_call *c)
 					   CF(c->in[0]), CF(c->w[0]), CF(c->out[1]), N,
 					   c->C);
 		break;
-	case FERRY_OP_ROPE:
+	case FERRY_OP_ROPE: {
+		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
 		ferry_cpu_rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH,
-					c->C / c->NH, c->scalar[0]);
+					c->C / c->NH, &rf);
 		break;
+	}
 	case FERRY_OP_SWIGLU:
 		ferry_cpu_swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
 					  CF(c->in[0]), CF(c->in[1]), c->n);

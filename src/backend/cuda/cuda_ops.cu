@@ -150,7 +150,7 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 						  c->C, c->scalar[0]);
 	case FERRY_OP_ROPE:
 		return ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C, c->NH,
-					       c->scalar[0]);
+					       ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
 	default:
@@ -192,7 +192,7 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 						   CBF(c->w[0]), CF(c->out[1]), N, c->C, ws.p, ws.bytes);
 	case FERRY_OP_ROPE:
 		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C, c->NH,
-						c->scalar[0]);
+						ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), CBF(c->in[0]),
 						  CBF(c->in[1]), c->n);

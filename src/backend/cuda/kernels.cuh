@@ -22,6 +22,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "ops/rope_freq.h"
+
 typedef __nv_bfloat16 bf16;
 
 #ifdef __cplusplus
@@ -122,12 +124,13 @@ cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweig
 					void *ws, size_t ws_bytes);
 size_t ferry_cuda_rmsnorm_backward_ws_bytes(int N, int C);
 /* Rotary embedding (HF rotate_half) on [B, T, NH, HS], C = NH * HS, HS
- * even, row (b, t) at position t; theta the base.  Forward writes out
+ * even, row (b, t) at position t; rf the base and scaling
+ * (ops/rope_freq.h, the CPU's formula).  Forward writes out
  * (may equal inp); backward dinp += the inverse rotation of dout. */
 cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-				    float theta);
+				    struct ferry_rope_freq rf);
 cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, int B, int T, int C, int NH,
-				     float theta);
+				     struct ferry_rope_freq rf);
 /* out = silu(gate) * up over n values (out may alias gate or up); backward
  * dgate +=, dup += (either may be NULL). */
 cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n);

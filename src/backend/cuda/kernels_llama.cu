@@ -30,7 +30,9 @@
  *  - rope: one block per (position t, group of RP_ROWS batch rows).  The
  *    block first builds the cos/sin table of its position in shared memory,
  *    exactly as the CPU reference (and HF) round it: inv_freq =
- *    1 / float(pow(theta, float(2i) / HS)), angle = float(t) * inv_freq
+ *    1 / float(pow(theta, float(2i) / HS)) scaled as the model's
+ *    rope_scaling says (ops/rope_freq.h, one formula for both), angle =
+ *    float(t) * inv_freq
  *    rounded to float, cos/sin of that angle evaluated in double and
  *    rounded to float (double math is not touched by --use_fast_math, and
  *    the float IEEE intrinsics keep the float roundings exact), so the
@@ -296,7 +298,7 @@ static __global__ void __launch_bounds__(256) rms_backward_colsum_kernel(float *
  * R x (writes); DIR = -1: out += R^T x (accumulates). */
 template <int V, int DIR>
 static __global__ void __launch_bounds__(RP_THREADS)
-	rope_kernel(bf16 *out, const bf16 *inp, int B, int T, int NH, int HS, float theta)
+	rope_kernel(bf16 *out, const bf16 *inp, int B, int T, int NH, int HS, struct ferry_rope_freq rf)
 {
 	extern __shared__ float tab[];
 	const int half = HS / 2;
@@ -304,11 +306,10 @@ static __global__ void __launch_bounds__(RP_THREADS)
 	const int t = blockIdx.x;
 
 	for (int j = threadIdx.x; j < half; j += blockDim.x) {
-		/* As src/ops/cpu/rope.c: float exponent, power in double rounded
-		 * to float, float reciprocal, float angle, double cos/sin. */
-		const float e = __fdiv_rn((float)(2 * j), (float)HS);
-		const float p = (float)pow((double)theta, (double)e);
-		const float inv = __fdiv_rn(1.0f, p);
+		/* As src/ops/cpu/rope.c: the frequency by the shared formula
+		 * (float exponent, power in double rounded to float, float
+		 * reciprocal, the scaling), float angle, double cos/sin. */
+		const float inv = ferry_rope_inv_freq(&rf, j, HS);
 		const float a = __fmul_rn((float)t, inv);
 		double sd, cd;
 		sincos((double)a, &sd, &cd);
@@ -530,7 +531,7 @@ cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweig
 
 /* dir = +1 forward (out = rope(inp)), -1 backward (out += rope^-1(inp)). */
 static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-			       float theta, int dir)
+			       struct ferry_rope_freq rf, int dir)
 {
 	if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0 || (C / NH) % 2 != 0)
 		return cudaErrorInvalidValue;
@@ -549,9 +550,9 @@ static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B
 #define ROPE_CASE(VV)                                                                              \
 	case VV:                                                                                   \
 		if (dir > 0)                                                                       \
-			rope_kernel<VV, 1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, theta);  \
+			rope_kernel<VV, 1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, rf);  \
 		else                                                                               \
-			rope_kernel<VV, -1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, theta); \
+			rope_kernel<VV, -1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, rf); \
 		break
 	switch (V) {
 		ROPE_CASE(8);
@@ -566,15 +567,15 @@ static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B
 }
 
 cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-				    float theta)
+				    struct ferry_rope_freq rf)
 {
-	return rope_launch(s, out, inp, B, T, C, NH, theta, 1);
+	return rope_launch(s, out, inp, B, T, C, NH, rf, 1);
 }
 
 cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, int B, int T, int C, int NH,
-				     float theta)
+				     struct ferry_rope_freq rf)
 {
-	return rope_launch(s, dinp, dout, B, T, C, NH, theta, -1);
+	return rope_launch(s, dinp, dout, B, T, C, NH, rf, -1);
 }
 
 cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n)

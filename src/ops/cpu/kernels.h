@@ -75,14 +75,16 @@ void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
 
 /* Rotary position embedding, Hugging Face rotate_half convention, on
  * inp/out [B, T, NH, HS] (HS even, out and inp distinct).  Row (b, t) has
- * position t; for i < HS/2, angle = t * theta^(-2i/HS):
+ * position t; for i < HS/2, angle = t * inv_freq_i, inv_freq_i =
+ * theta^(-2i/HS) scaled as rf says (ops/rope_freq.h):
  *   out[i]        = x[i] cos - x[i + HS/2] sin
  *   out[i + HS/2] = x[i + HS/2] cos + x[i] sin
  * Backward (the op is linear) applies the inverse rotation to dout. */
+struct ferry_rope_freq;
 void ferry_cpu_rope_forward(float *out, const float *inp, int B, int T, int NH,
-			    int HS, float theta);
+			    int HS, const struct ferry_rope_freq *rf);
 void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
-			     int NH, int HS, float theta);
+			     int NH, int HS, const struct ferry_rope_freq *rf);
 
 /* SwiGLU: out = silu(gate) * up, silu(x) = x * sigmoid(x), n values. */
 void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,

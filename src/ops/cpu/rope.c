@@ -15,9 +15,10 @@
  *   dinp[i]        += dout[i] cos + dout[i + HS/2] sin
  *   dinp[i + HS/2] += dout[i + HS/2] cos - dout[i] sin
  *
- * Angles, as HF computes them (LlamaRotaryEmbedding, default rope type), in
- * float32: inv_freq = 1 / theta^(float(2i) / HS) (the power rounded to
- * float, then a float division), freqs = float(t) * inv_freq rounded to
+ * Angles, as HF computes them (LlamaRotaryEmbedding), in float32: inv_freq =
+ * 1 / theta^(float(2i) / HS) (the power rounded to float, then a float
+ * division), scaled as the model's rope_scaling says (linear, llama3:
+ * ops/rope_freq.h), freqs = float(t) * inv_freq rounded to
  * float, cos and sin of that float angle.  We reproduce these roundings
  * (the power and the cosine and sine are evaluated in double and rounded
  * once, so they agree with HF's float results to the last bit or so) rather
@@ -36,20 +37,19 @@
  * are processed ROPE_CHUNK at a time so any HS works with fixed-size tables.
  */
 #include "ops/cpu/kernels.h"
+#include "ops/rope_freq.h"
 
 #include <math.h>
 #include <stddef.h>
 
 #define ROPE_CHUNK 128 /* pairs per pass: HS <= 256 in one pass */
 
-/* inv_freq[j] for pairs i0 .. i0 + ni - 1, as HF's float32 computation. */
-static void rope_inv_freq(float *inv, int i0, int ni, int HS, float theta)
+/* inv_freq[j] for pairs i0 .. i0 + ni - 1, as HF's float32 computation
+ * (ops/rope_freq.h, shared with the CUDA kernel). */
+static void rope_inv_freq(float *inv, int i0, int ni, int HS, const struct ferry_rope_freq *rf)
 {
-	for (int j = 0; j < ni; j++) {
-		const float e = (float)(2 * (i0 + j)) / (float)HS;
-		const float p = (float)pow((double)theta, (double)e);
-		inv[j] = 1.0f / p;
-	}
+	for (int j = 0; j < ni; j++)
+		inv[j] = ferry_rope_inv_freq(rf, i0 + j, HS);
 }
 
 /* cos/sin at position t for the pairs of inv (float32 angle, as HF). */
@@ -65,7 +65,7 @@ static void rope_row(float *cs, float *sn, const float *inv, int ni, int t)
 /* dir = +1: forward rotation, out = R x (writes).  dir = -1: backward, out
  * += R^T x (accumulates). */
 static void rope_apply(float *out, const float *inp, int B, int T, int NH,
-		       int HS, float theta, int dir)
+		       int HS, const struct ferry_rope_freq *rf, int dir)
 {
 	const int half = HS / 2;
 	const size_t C = (size_t)NH * HS;
@@ -73,7 +73,7 @@ static void rope_apply(float *out, const float *inp, int B, int T, int NH,
 	for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
 		const int ni = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
 		float inv[ROPE_CHUNK];
-		rope_inv_freq(inv, i0, ni, HS, theta);
+		rope_inv_freq(inv, i0, ni, HS, rf);
 
 #pragma omp parallel for schedule(static)
 		for (int t = 0; t < T; t++) {
@@ -106,15 +106,15 @@ static void rope_apply(float *out, const float *inp, int B, int T, int NH,
 }
 
 void ferry_cpu_rope_forward(float *out, const float *inp, int B, int T, int NH,
-			    int HS, float theta)
+			    int HS, const struct ferry_rope_freq *rf)
 {
-	rope_apply(out, inp, B, T, NH, HS, theta, 1);
+	rope_apply(out, inp, B, T, NH, HS, rf, 1);
 }
 
 void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
-			     int NH, int HS, float theta)
+			     int NH, int HS, const struct ferry_rope_freq *rf)
 {
 	if (!dinp)
 		return;
-	rope_apply(dinp, dout, B, T, NH, HS, theta, -1);
+	rope_apply(dinp, dout, B, T, NH, HS, rf, -1);
 }
