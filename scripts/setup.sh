@@ -14,10 +14,12 @@ esac
 cd "$(dirname "$0")/.."
 
 # gcc/cmake/make build it; OpenBLAS (OpenMP build) runs its matrix products;
-# jansson reads and writes Hugging Face checkpoints' JSON; fortunes is the
-# demo corpus; libnuma binds host memory tiers to NUMA nodes and liburing
-# runs the NVMe tier's I/O.
-packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev fortunes libnuma-dev liburing-dev)
+# jansson reads and writes Hugging Face checkpoints' JSON; PCRE2 and utf8proc
+# run tokenizer.json's regexes and normalization forms; zlib and libzstd read
+# .gz and .zst corpora; fortunes is the demo corpus; libnuma binds host
+# memory tiers to NUMA nodes and liburing runs the NVMe tier's I/O.
+packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev libpcre2-dev libutf8proc-dev
+	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

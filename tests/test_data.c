@@ -366,9 +366,14 @@ static void test_loader_bad(void)
 	CHECK_ERR(ferry_loader_open(tpath("magic_*.bin"), B, T, 1000, &l),
 		  FERRY_ERR_FORMAT, "magic_1.bin: bad magic 20240326");
 
-	write_shard(tpath("ver_0.bin"), 20240520, 2, 20, tok, 20);
+	write_shard(tpath("ver_0.bin"), 20240520, 3, 20, tok, 20);
 	CHECK_ERR(ferry_loader_open(tpath("ver_*.bin"), B, T, 1000, &l),
-		  FERRY_ERR_FORMAT, "ver_0.bin: version 2");
+		  FERRY_ERR_FORMAT, "ver_0.bin: version 3");
+
+	/* Version 2 holds uint32 tokens: 20 uint16 are 10 of them. */
+	write_shard(tpath("ver2_0.bin"), 20240520, 2, 20, tok, 20);
+	CHECK_ERR(ferry_loader_open(tpath("ver2_*.bin"), B, T, 1000, &l),
+		  FERRY_ERR_FORMAT, "ver2_0.bin: truncated");
 
 	write_shard(tpath("trunc_0.bin"), 20240520, 1, 40, tok, 30);
 	CHECK_ERR(ferry_loader_open(tpath("trunc_*.bin"), B, T, 1000, &l),
@@ -807,12 +812,48 @@ static void test_tokenizer(void)
 	ferry_fault_fail_after(-1);
 }
 
+/* Version 2 shards (uint32 tokens) past 65535, in one glob with a
+ * version-1 shard: both read, in order. */
+static void test_loader_u32(void)
+{
+	enum { N = 20 };
+	int32_t hdr[256] = { 20240520, 2, N }, in[B * T], tg[B * T];
+	uint32_t tok[N];
+	ferry_loader_t l = NULL;
+	FILE *f;
+	int i;
+
+	for (i = 0; i < N; i++)
+		tok[i] = 128000u + (uint32_t)i;
+	good_shard(tpath("wide_000000.bin"), 7, N);
+	f = fopen(tpath("wide_000001.bin"), "wb");
+	CHECK(f && fwrite(hdr, sizeof(hdr), 1, f) == 1 &&
+	      fwrite(tok, sizeof(tok), 1, f) == 1 && fclose(f) == 0);
+	CHECK_OK(ferry_loader_open(tpath("wide_*.bin"), B, T, 128256, &l));
+	if (!l)
+		return;
+	CHECK(ferry_loader_num_tokens(l) == 2 * N);
+	CHECK_OK(ferry_loader_next(l, in, tg));
+	CHECK(in[0] == 7 && tg[B * T - 1] == 7 + B * T);
+	CHECK_OK(ferry_loader_next(l, in, tg));
+	CHECK_OK(ferry_loader_next(l, in, tg)); /* shard 0 has 2 batches of 9 */
+	CHECK(in[0] == 128000 && tg[B * T - 1] == 128000 + B * T);
+	ferry_loader_free(l);
+	CHECK_OK(ferry_loader_open(tpath("wide_000001.bin"), B, T, 128001, &l));
+	if (l) {
+		CHECK_ERR(ferry_loader_next(l, in, tg), FERRY_ERR_FORMAT,
+			  "token 128001 at index 1");
+		ferry_loader_free(l);
+	}
+}
+
 int main(void)
 {
 	scratch_dir_make("test_data");
 	test_loader();
 	test_loader_shuffled();
 	test_loader_bad();
+	test_loader_u32();
 	test_text();
 	test_text_chunks();
 	test_tokenizer();

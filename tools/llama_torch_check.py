@@ -68,7 +68,8 @@ def load_safetensors(path):
 def read_shard(path):
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype="<i4")
-        tokens = np.frombuffer(f.read(), dtype="<u2")
+        # version 1: uint16 tokens (llm.c's); 2: uint32 (docs/data.md)
+        tokens = np.frombuffer(f.read(), dtype="<u4" if header[1] == 2 else "<u2")
     assert header[0] == 20240520, f"{path}: not an llm.c token shard"
     return tokens[: header[2]].astype(np.int64)
 

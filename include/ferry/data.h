@@ -1,8 +1,10 @@
 /*
  * Token data in llm.c's shard format, and text -> shards.
  *
- * Shard file: 256 int32 header [0] 20240520 magic, [1] 1 version,
- * [2] number of tokens; then that many uint16 tokens.
+ * Shard file (llm.c's, docs/data.md): 256 little-endian int32 header,
+ * [0] 20240520 magic, [1] version, [2] number of tokens; then that many
+ * tokens, uint16 in version 1 (llm.c's, vocabularies up to 65536) or
+ * uint32 in version 2 (ferry's, for larger ones such as Llama 3's).
  *
  * In order (the default of ferry_loader_open), the loader reads B*T+1
  * consecutive tokens per batch: inputs are the first B*T, targets the same
@@ -27,18 +29,21 @@
 #include <stdbool.h>
 
 #include "ferry/ferry.h"
+#include "ferry/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define FERRY_SHARD_MAGIC 20240520
-#define FERRY_SHARD_VERSION 1
+#define FERRY_SHARD_VERSION 1	  /* uint16 tokens */
+#define FERRY_SHARD_VERSION_U32 2 /* uint32 tokens */
 
 typedef struct ferry_loader *ferry_loader_t;
 
-/* Opens every file matching glob_pattern (sorted).  Validates each header and
- * file length (exactly 1024 + 2 * tokens bytes) up front, and that at least
+/* Opens every file matching glob_pattern (sorted); versions 1 and 2 may
+ * mix.  Validates each header and file length (exactly 1024 + 2 or 4 *
+ * tokens bytes) up front, and that at least
  * one shard has B*T+1 tokens.  Every token is checked against vocab
  * (token < vocab) when it is loaded.  No match: FERRY_ERR_IO. */
 ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
@@ -82,12 +87,6 @@ void ferry_loader_rewind(ferry_loader_t loader);
 int ferry_loader_num_shards(ferry_loader_t loader);
 int64_t ferry_loader_num_tokens(ferry_loader_t loader); /* all shards */
 
-/* ---- byte-level tokenizer ---------------------------------------------------
- * Token ids 0..255 are bytes; FERRY_BYTE_EOT (256) starts every document.
- * Vocabulary FERRY_BYTE_VOCAB = 257. */
-#define FERRY_BYTE_EOT 256
-#define FERRY_BYTE_VOCAB 257
-
 struct ferry_data_opts {
 	const char *out_prefix; /* writes <prefix>_train_000000.bin ... and
 				   <prefix>_val_000000.bin; the directory
@@ -102,6 +101,17 @@ struct ferry_data_opts {
 				   k = max(1, round(1/frac)); 0 for none */
 	long shard_tokens;      /* max tokens per shard file, 1..INT32_MAX;
 				   documents may straddle shards */
+	ferry_tokenizer_t tokenizer; /* NULL: byte-level; else one that
+				   encodes (a Hugging Face tokenizer.json) */
+	const char *text_field; /* JSON Lines inputs (names ending .jsonl or
+				   .json, before any .gz/.zst): the string
+				   field that is a document; NULL: "text" */
+	int threads;            /* encoding threads with a tokenizer; 0:
+				   OpenMP's default.  The shards do not
+				   depend on it */
+	/* Optional: called every 64 MiB of input read and at the end. */
+	void (*progress)(void *ctx, long documents, long long bytes);
+	void *progress_ctx;
 };
 
 struct ferry_data_stats {
@@ -113,8 +123,15 @@ struct ferry_data_stats {
  * (<name>.tmp.<pid>) and renamed into place only once every input was read
  * and every shard written, so a failure (an unreadable input, a full disk)
  * leaves the previous corpus of the prefix as it was and no temporary
- * behind.  Every byte is a token; each non-empty document is preceded by
- * FERRY_BYTE_EOT (empty documents are skipped and not counted).  A split
+ * behind.  Inputs may be plain, gzip (.gz) or Zstandard (.zst); JSON
+ * Lines inputs hold one document per record (its text_field).  Byte-level,
+ * every byte is a token and each non-empty document is preceded by
+ * FERRY_BYTE_EOT (empty documents are skipped and not counted).  With a
+ * tokenizer each document is encoded whole: with the post-processor's
+ * special tokens when it adds some (Llama's BOS first), else after the
+ * tokenizer's end-of-text token (GPT-2's <|endoftext|>, as llm.c writes
+ * it); shards are version 2 (uint32) when the vocabulary passes 65536
+ * ids, else version 1.  A split
  * with no documents writes no file.  Shards of the same prefix and split
  * numbered past this run's last one (left by an earlier run) are deleted, so
  * a glob sees only this run's output.  No text at all: FERRY_ERR_INVALID.
@@ -123,22 +140,6 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 				  const struct ferry_data_opts *opts,
 				  struct ferry_data_stats *stats)
 	FERRY_MUST_CHECK;
-
-/* ---- decoding tokens for printing samples ------------------------------------
- * Either byte-level (no file) or llm.c's tokenizer file
- * (gpt2_tokenizer.bin: 256 int32 header, [0] 20240328, [1] version 1 or 2,
- * [2] vocab size, [3] EOT id (version 2); then per token a uint8 length and
- * that many bytes). */
-typedef struct ferry_tokenizer *ferry_tokenizer_t;
-
-ferry_status ferry_tokenizer_open(const char *path /* NULL: byte-level */,
-				  ferry_tokenizer_t *out) FERRY_MUST_CHECK;
-void ferry_tokenizer_free(ferry_tokenizer_t tok);
-/* The bytes of one token (not NUL-terminated) and their count; NULL, 0 for
- * ids it does not know (and for EOT).  Version-1 files have no EOT field: the
- * EOT is taken to be the last token (GPT-2's 50256). */
-const char *ferry_tokenizer_decode(ferry_tokenizer_t tok, int id, int *len);
-int ferry_tokenizer_eot(ferry_tokenizer_t tok);
 
 #ifdef __cplusplus
 }

@@ -27,13 +27,14 @@
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-	       "shard tokens are little-endian uint16 read without swapping");
+	       "shard tokens are little-endian uint16/uint32 read without swapping");
 
 #define SHARD_HEADER_BYTES ((off_t)FERRY_FILE_HEADER_BYTES)
 
 struct shard {
 	const char *path; /* points into ferry_loader.names */
 	int64_t tokens;
+	int width;        /* bytes per token: 2 (version 1) or 4 (version 2) */
 };
 
 struct ferry_loader {
@@ -42,7 +43,7 @@ struct ferry_loader {
 	char *names;       /* all paths, NUL-separated */
 	int64_t per_batch; /* B*T */
 	int vocab;
-	uint16_t *stage;   /* B*T+1 tokens */
+	uint32_t *stage;   /* B*T+1 tokens */
 	int64_t total_tokens;
 	/* Position of the next batch; always a shard with a full batch left. */
 	int cur;
@@ -67,18 +68,20 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static const int32_t shard_versions[] = { FERRY_SHARD_VERSION };
+static const int32_t shard_versions[] = { FERRY_SHARD_VERSION,
+					   FERRY_SHARD_VERSION_U32 };
 static const struct ferry_file_format shard_format = {
 	.kind = "llm.c token shard",
 	.header = "shard",
 	.magic = FERRY_SHARD_MAGIC,
 	.versions = shard_versions,
 	.n_versions = sizeof(shard_versions) / sizeof(shard_versions[0]),
-	.version_note = "uint16 tokens",
+	.version_note = "uint16 or uint32 tokens",
 };
 
-/* Validates one shard file; *tokens gets its token count. */
-static ferry_status check_shard(const char *path, int64_t *tokens)
+/* Validates one shard file; *tokens gets its token count, *width its
+ * bytes per token. */
+static ferry_status check_shard(const char *path, int64_t *tokens, int *width)
 {
 	int32_t hdr[FERRY_FILE_HEADER_INTS];
 	ferry_status st;
@@ -94,7 +97,8 @@ static ferry_status check_shard(const char *path, int64_t *tokens)
 				 hdr[2]);
 		goto out;
 	}
-	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * 2;
+	*width = hdr[1] == FERRY_SHARD_VERSION_U32 ? 4 : 2;
+	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * *width;
 	if (size < expect) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: truncated: header says %d tokens (%lld bytes), file has %lld bytes",
@@ -285,7 +289,7 @@ static ferry_status add_shards(struct ferry_loader *l, const glob_t *g,
 	/* Sort ourselves: glob's order follows the locale's collation. */
 	sorted = ferry_malloc(g->gl_pathc * sizeof(*sorted));
 	l->shards = ferry_calloc(g->gl_pathc, sizeof(*l->shards));
-	l->stage = ferry_malloc(((size_t)l->per_batch + 1) * sizeof(uint16_t));
+	l->stage = ferry_malloc(((size_t)l->per_batch + 1) * sizeof(uint32_t));
 	for (i = 0; i < g->gl_pathc; i++)
 		names_len += strlen(g->gl_pathv[i]) + 1;
 	l->names = ferry_malloc(names_len);
@@ -304,7 +308,8 @@ static ferry_status add_shards(struct ferry_loader *l, const glob_t *g,
 		memcpy(p, sorted[i], len);
 		l->shards[i].path = p;
 		p += len;
-		st = check_shard(p - len, &l->shards[i].tokens);
+		st = check_shard(p - len, &l->shards[i].tokens,
+				 &l->shards[i].width);
 		if (st)
 			goto out;
 		l->total_tokens += l->shards[i].tokens;
@@ -396,16 +401,28 @@ static ferry_status open_current(struct ferry_loader *l)
 	return FERRY_OK;
 }
 
+/* uint16 tokens read into the front of dst, widened in place: back to
+ * front, so no token is overwritten before it is read. */
+static void widen(uint32_t *dst, int64_t n)
+{
+	for (int64_t i = n - 1; i >= 0; i--) {
+		uint16_t v;
+
+		memcpy(&v, (char *)dst + 2 * i, sizeof(v));
+		dst[i] = v;
+	}
+}
+
 /* n tokens of shard cur from token `at` into dst, each checked < vocab. */
 static ferry_status read_tokens(struct ferry_loader *l, int64_t at,
-				uint16_t *dst, int64_t n)
+				uint32_t *dst, int64_t n)
 {
 	const struct shard *sh = &l->shards[l->cur];
-	size_t want = (size_t)n * sizeof(uint16_t), got = 0;
+	size_t want = (size_t)n * (size_t)sh->width, got = 0;
 
 	while (got < want) {
 		ssize_t r = pread(l->fd, (char *)dst + got, want - got,
-				  SHARD_HEADER_BYTES + (off_t)at * 2 +
+				  SHARD_HEADER_BYTES + (off_t)at * sh->width +
 					  (off_t)got);
 
 		if (r < 0 && errno == EINTR)
@@ -419,11 +436,13 @@ static ferry_status read_tokens(struct ferry_loader *l, int64_t at,
 			return ferry_error(FERRY_ERR_FORMAT,
 					   "%s: file shrank: no tokens at %lld (checked at open)",
 					   sh->path,
-					   (long long)(at + (int64_t)got / 2));
+					   (long long)(at + (int64_t)got / sh->width));
 		got += (size_t)r;
 	}
+	if (sh->width == 2)
+		widen(dst, n);
 	for (int64_t i = 0; i < n; i++)
-		if (dst[i] >= l->vocab)
+		if (dst[i] >= (uint32_t)l->vocab)
 			return ferry_error(FERRY_ERR_FORMAT,
 					   "%s: token %u at index %lld is >= vocab %d",
 					   sh->path, dst[i], (long long)(at + i),
@@ -453,7 +472,7 @@ static ferry_status next_shuffled(struct ferry_loader *l, int32_t *inputs,
 				  int32_t *targets)
 {
 	int64_t T = l->T, B = l->per_batch / T;
-	uint16_t *row = l->stage;
+	uint32_t *row = l->stage;
 	ferry_status st;
 
 	for (int64_t b = 0; b < B; b++) {

@@ -1,8 +1,10 @@
 /*
- * Text files -> byte-level token shards (see include/ferry/data.h).
+ * Text files -> token shards (see include/ferry/data.h).
  *
- * Input is streamed in fixed chunks, so files of any size work with a few
- * hundred KiB of memory.  Rules:
+ * Input is streamed in fixed chunks (decompressed by text_reader.c), so
+ * byte-level, files of any size work with a few hundred KiB of memory;
+ * with a tokenizer each document is held whole and documents are encoded
+ * in batches of about 32 MiB on many threads (doc_batch.c).  Rules:
  *  - every byte is a token 0..255; each non-empty document is preceded by
  *    FERRY_BYTE_EOT;
  *  - a document ends at the end of each input file and, with doc_sep, at
@@ -24,218 +26,25 @@
  */
 #include "ferry/data.h"
 #include "core/error.h"
+#include "data/doc_batch.h"
+#include "data/shard_writer.h"
+#include "data/text_reader.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-	       "shard files are written little-endian without swapping");
-
-#define SHARD_HEADER_INTS 256
-#define WRITE_BUF_TOKENS 8192
 #define READ_BUF_BYTES 65536
 #define SEP_MAX 4096 /* longest doc_sep + its '\r' */
 
-/* One output split (train or val): the shard being written, buffered. */
-struct writer {
-	const char *prefix;
-	const char *split;   /* "train" / "val" */
-	long shard_tokens;
-	FILE *f;             /* open shard, or NULL */
-	int index;           /* number of the open (or next) shard */
-	long in_shard;       /* tokens in the open shard */
-	long total;
-	uint16_t buf[WRITE_BUF_TOKENS];
-	int n_buf;
-	char path[PATH_MAX];
-	char tmp[PATH_MAX];
-};
-
-static ferry_status shard_name(const struct writer *w, int index,
-			       char *out, size_t size, const char *suffix)
-{
-	int n = snprintf(out, size, "%s_%s_%06d.bin%s", w->prefix, w->split,
-			 index, suffix);
-
-	if (n < 0 || (size_t)n >= size)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "output prefix '%s' is too long", w->prefix);
-	return FERRY_OK;
-}
-
-/* The temporary shard `index` is written to, until the commit. */
-static ferry_status tmp_name(const struct writer *w, int index, char *out, size_t size)
-{
-	char suffix[32];
-
-	snprintf(suffix, sizeof(suffix), ".tmp.%ld", (long)getpid());
-	return shard_name(w, index, out, size, suffix);
-}
-
-static ferry_status writer_open(struct writer *w)
-{
-	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
-	ferry_status st;
-
-	st = shard_name(w, w->index, w->path, sizeof(w->path), "");
-	if (!st)
-		st = tmp_name(w, w->index, w->tmp, sizeof(w->tmp));
-	if (st)
-		return st;
-	w->f = fopen(w->tmp, "wb");
-	if (!w->f)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", w->tmp,
-				   strerror(errno));
-	/* Placeholder header; the token count is filled in at close. */
-	if (fwrite(hdr, sizeof(hdr), 1, w->f) != 1) {
-		st = ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
-				 strerror(errno));
-		fclose(w->f);
-		w->f = NULL;
-		remove(w->tmp);
-		return st;
-	}
-	w->in_shard = 0;
-	return FERRY_OK;
-}
-
-static ferry_status writer_flush(struct writer *w)
-{
-	if (w->n_buf &&
-	    fwrite(w->buf, sizeof(uint16_t), (size_t)w->n_buf, w->f) !=
-		    (size_t)w->n_buf)
-		return ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
-				   strerror(errno));
-	w->n_buf = 0;
-	return FERRY_OK;
-}
-
-/* Drops the open shard's tmp file (after an error). */
-static void writer_abort(struct writer *w)
-{
-	if (!w->f)
-		return;
-	fclose(w->f);
-	w->f = NULL;
-	remove(w->tmp);
-}
-
-/* Completes the open shard: header, flush, fsync, close; it stays a
- * temporary until writer_commit. */
-static ferry_status writer_close(struct writer *w)
-{
-	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
-	ferry_status st;
-	int rc;
-
-	if (!w->f)
-		return FERRY_OK;
-	st = writer_flush(w);
-	if (st)
-		goto fail;
-	hdr[0] = FERRY_SHARD_MAGIC;
-	hdr[1] = FERRY_SHARD_VERSION;
-	hdr[2] = (int32_t)w->in_shard;
-	if (fseek(w->f, 0, SEEK_SET) != 0 ||
-	    fwrite(hdr, sizeof(hdr), 1, w->f) != 1 || fflush(w->f) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
-				 strerror(errno));
-		goto fail;
-	}
-	if (fsync(fileno(w->f)) != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", w->tmp,
-				 strerror(errno));
-		goto fail;
-	}
-	rc = fclose(w->f);
-	w->f = NULL;
-	if (rc != 0) {
-		st = ferry_error(FERRY_ERR_IO, "%s: close failed: %s", w->tmp,
-				 strerror(errno));
-		remove(w->tmp);
-		return st;
-	}
-	w->index++;
-	return FERRY_OK;
-fail:
-	writer_abort(w);
-	return st;
-}
-
-static ferry_status writer_put(struct writer *w, uint16_t tok)
-{
-	ferry_status st;
-
-	if (!w->f) {
-		st = writer_open(w);
-		if (st)
-			return st;
-	}
-	w->buf[w->n_buf++] = tok;
-	w->in_shard++;
-	w->total++;
-	if (w->n_buf == WRITE_BUF_TOKENS) {
-		st = writer_flush(w);
-		if (st)
-			return st;
-	}
-	if (w->in_shard == w->shard_tokens)
-		return writer_close(w);
-	return FERRY_OK;
-}
-
-/* Removes this run's temporaries: the open shard's and the completed ones. */
-static void writer_discard(struct writer *w)
-{
-	char tmp[PATH_MAX];
-
-	writer_abort(w);
-	for (int i = 0; i < w->index; i++)
-		if (!tmp_name(w, i, tmp, sizeof(tmp)))
-			remove(tmp);
-	w->index = 0;
-}
-
-/* Renames the completed shards into place, from the first; a failure
- * stops there (the caller discards the rest). */
-static ferry_status writer_commit(struct writer *w, int *done)
-{
-	char tmp[PATH_MAX], path[PATH_MAX];
-
-	for (*done = 0; *done < w->index; (*done)++) {
-		if (tmp_name(w, *done, tmp, sizeof(tmp)) ||
-		    shard_name(w, *done, path, sizeof(path), ""))
-			return FERRY_ERR_INVALID;
-		if (rename(tmp, path) != 0)
-			return ferry_error(FERRY_ERR_IO, "%s: cannot rename to %s: %s",
-					   tmp, path, strerror(errno));
-	}
-	return FERRY_OK;
-}
-
-/* Removes "<prefix>_<split>_N.bin" for N = from, from+1, ... while they exist:
- * leftovers of an earlier, longer run would otherwise join this run's glob. */
-static void remove_stale(const struct writer *w, int from)
-{
-	char path[PATH_MAX];
-	int i;
-
-	for (i = from; i < INT_MAX; i++) {
-		if (shard_name(w, i, path, sizeof(path), ""))
-			return;
-		if (remove(path) != 0)
-			return;
-	}
-}
-
 /* Document assembly across both writers. */
 struct builder {
-	struct writer *train, *val;
-	struct writer *cur; /* split of the open document, NULL between docs */
+	struct ferry_shard_writer *train, *val;
+	struct ferry_shard_writer *cur; /* split of the open document, NULL between docs */
 	long k;             /* every k-th document to val; 0: none */
 	long documents;
 	/* doc_sep matching state for the current line */
@@ -244,6 +53,12 @@ struct builder {
 	char pend[SEP_MAX];  /* start of the line while it may still match */
 	size_t n_pend;
 	int matching;        /* at a line start, or still equal to sep so far */
+	struct ferry_doc_batch *batch; /* with a tokenizer; NULL: byte-level */
+	const char *field;   /* JSON Lines: the text field */
+	struct ferry_text_reader *in;
+	const char *path;    /* the input being read */
+	long long bytes, next_report;
+	const struct ferry_data_opts *opts;
 };
 
 static ferry_status emit(struct builder *b, const unsigned char *p, size_t n)
@@ -257,16 +72,30 @@ static ferry_status emit(struct builder *b, const unsigned char *p, size_t n)
 		b->documents++;
 		/* the first document always trains, whatever the fraction */
 		b->cur = (b->k && b->documents > 1 && b->documents % b->k == 0) ? b->val : b->train;
-		st = writer_put(b->cur, FERRY_BYTE_EOT);
+		st = b->batch ? ferry_doc_batch_begin(b->batch, b->cur) :
+				ferry_shard_writer_put(b->cur, FERRY_BYTE_EOT);
 		if (st)
 			return st;
 	}
+	if (b->batch)
+		return ferry_doc_batch_add(b->batch, p, n);
 	for (i = 0; i < n; i++) {
-		st = writer_put(b->cur, p[i]);
+		st = ferry_shard_writer_put(b->cur, p[i]);
 		if (st)
 			return st;
 	}
 	return FERRY_OK;
+}
+
+/* Ends the open document, if any. */
+static ferry_status end_doc(struct builder *b)
+{
+	ferry_status st = FERRY_OK;
+
+	if (b->cur && b->batch)
+		st = ferry_doc_batch_end(b->batch);
+	b->cur = NULL;
+	return st;
 }
 
 static int pend_is_sep(const struct builder *b)
@@ -285,7 +114,7 @@ static ferry_status end_line(struct builder *b, int nl)
 	ferry_status st = FERRY_OK;
 
 	if (pend_is_sep(b)) {
-		b->cur = NULL;
+		st = end_doc(b);
 	} else {
 		st = emit(b, (const unsigned char *)b->pend, b->n_pend);
 		if (!st && nl)
@@ -339,38 +168,114 @@ static ferry_status feed(struct builder *b, const unsigned char *p, size_t n)
 	return FERRY_OK;
 }
 
+/* One JSON Lines record: its text field is a document. */
+static ferry_status json_line(struct builder *b, const char *line, size_t n,
+			      long lineno)
+{
+	json_error_t err;
+	json_t *rec, *text;
+	ferry_status st;
+
+	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+		n--;
+	if (n == 0)
+		return FERRY_OK; /* blank lines are no records */
+	rec = json_loadb(line, n, JSON_ALLOW_NUL, &err);
+	if (!rec)
+		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s", b->path,
+				   lineno, err.text);
+	text = json_object_get(rec, b->field);
+	if (!json_is_string(text)) {
+		json_decref(rec);
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s:%ld: no string field \"%s\" (--text-field names it)",
+				   b->path, lineno, b->field);
+	}
+	st = emit(b, (const unsigned char *)json_string_value(text),
+		  json_string_length(text));
+	json_decref(rec);
+	return st ? st : end_doc(b);
+}
+
+/* A JSON Lines file: each line a record, split however the chunks fall. */
+static ferry_status feed_jsonl(struct builder *b, const unsigned char *p,
+			       size_t n, char **line, size_t *len, size_t *cap,
+			       long *lineno)
+{
+	ferry_status st = FERRY_OK;
+
+	for (size_t i = 0; i < n && !st; i++) {
+		if (p[i] == '\n') {
+			st = json_line(b, *line, *len, ++*lineno);
+			*len = 0;
+			continue;
+		}
+		if (*len == *cap) {
+			char *g = realloc(*line, *cap ? 2 * *cap : 4096);
+
+			if (!g)
+				return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory for a line",
+						   b->path);
+			*line = g;
+			*cap = *cap ? 2 * *cap : 4096;
+		}
+		(*line)[(*len)++] = (char)p[i];
+	}
+	return st;
+}
+
+static void report(struct builder *b, size_t n)
+{
+	b->bytes += (long long)n;
+	if (b->opts->progress && b->bytes >= b->next_report) {
+		b->opts->progress(b->opts->progress_ctx, b->documents, b->bytes);
+		b->next_report = b->bytes + (64ll << 20);
+	}
+}
+
+/* The input's chunks through the line feeder or the JSON Lines one. */
+static ferry_status read_chunks(struct builder *b, unsigned char *buf,
+				bool jsonl)
+{
+	char *line = NULL;
+	size_t n, len = 0, cap = 0;
+	long lineno = 0;
+	ferry_status st;
+
+	while (!(st = ferry_text_reader_read(b->in, buf, READ_BUF_BYTES, &n)) && n) {
+		st = jsonl ? feed_jsonl(b, buf, n, &line, &len, &cap, &lineno) :
+			     feed(b, buf, n);
+		if (st)
+			break;
+		report(b, n);
+	}
+	if (!st && jsonl && len)
+		st = json_line(b, line, len, ++lineno);
+	free(line);
+	return st;
+}
+
 static ferry_status read_file(struct builder *b, const char *path,
 			      unsigned char *buf)
 {
-	ferry_status st = FERRY_OK;
-	size_t n;
-	FILE *f;
+	bool jsonl = ferry_text_name_is(path, ".jsonl") ||
+		     ferry_text_name_is(path, ".json");
+	ferry_status st;
 
-	f = fopen(path, "rb");
-	if (!f)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", path,
-				   strerror(errno));
+	st = ferry_text_reader_open(path, &b->in);
+	if (st)
+		return st;
+	b->path = path;
 	b->n_pend = 0;
 	b->matching = 1;
-	while ((n = fread(buf, 1, READ_BUF_BYTES, f)) > 0) {
-		st = feed(b, buf, n);
-		if (st)
-			goto out;
-	}
-	if (ferror(f)) {
-		st = ferry_error(FERRY_ERR_IO, "%s: read error: %s", path,
-				 strerror(errno));
-		goto out;
-	}
+	st = read_chunks(b, buf, jsonl);
 	/* A last line without '\n'. */
-	if (b->sep && b->n_pend) {
+	if (!st && !jsonl && b->sep && b->n_pend)
 		st = end_line(b, 0);
-		if (st)
-			goto out;
-	}
-	b->cur = NULL; /* every file ends its document */
-out:
-	fclose(f);
+	if (!st)
+		st = end_doc(b); /* every file ends its document */
+	ferry_text_reader_close(b->in);
+	b->in = NULL;
 	return st;
 }
 
@@ -403,13 +308,16 @@ static ferry_status check_text_args(const char *const *paths, int n_paths,
 }
 
 /* Sets up the two writers and the builder that feeds them from opts. */
-static void builder_init(struct builder *b, struct writer *train,
-			 struct writer *val, const struct ferry_data_opts *opts)
+static void builder_init(struct builder *b, struct ferry_shard_writer *train,
+			 struct ferry_shard_writer *val, const struct ferry_data_opts *opts)
 {
 	train->prefix = val->prefix = opts->out_prefix;
 	train->split = "train";
 	val->split = "val";
 	train->shard_tokens = val->shard_tokens = opts->shard_tokens;
+	train->width = val->width = 2;
+	b->opts = opts;
+	b->field = opts->text_field ? opts->text_field : "text";
 	b->train = train;
 	b->val = val;
 	b->sep = opts->doc_sep;
@@ -419,6 +327,38 @@ static void builder_init(struct builder *b, struct writer *train,
 
 		b->k = k < 1.0 ? 1 : k > (double)LONG_MAX / 2 ? LONG_MAX / 2 : (long)k;
 	}
+}
+
+/* With a tokenizer: documents go through a batch, each starting as the
+ * model expects: with the post-processor's tokens where it adds some
+ * (Llama's BOS), else after the end-of-text token, as llm.c writes GPT-2's
+ * (<|endoftext|> before each document).  Shards are uint32 (version 2)
+ * when an id may not fit uint16. */
+static ferry_status setup_batch(struct builder *b, struct ferry_doc_batch *batch)
+{
+	struct ferry_token_buf probe = { 0 };
+	ferry_tokenizer_t tok = b->opts->tokenizer;
+	ferry_status st;
+
+	if (!ferry_tokenizer_can_encode(tok))
+		return ferry_error(FERRY_ERR_UNSUPPORTED,
+				   "the tokenizer cannot encode text (llm.c's tokenizer file holds no merges)");
+	st = ferry_tokenizer_encode(tok, "", 0, FERRY_TOK_ADD_SPECIAL, &probe);
+	if (st)
+		return st;
+	batch->tok = tok;
+	batch->flags = probe.n ? FERRY_TOK_ADD_SPECIAL : 0;
+	batch->sep = probe.n ? -1 : ferry_tokenizer_eot(tok);
+	ferry_token_buf_free(&probe);
+	if (!batch->flags && batch->sep < 0)
+		return ferry_error(FERRY_ERR_UNSUPPORTED,
+				   "the tokenizer neither adds a BOS nor has an end-of-text token: documents could not be told apart");
+	batch->threads = b->opts->threads;
+	batch->limit = 32u << 20;
+	if (ferry_tokenizer_vocab(tok) > 65536)
+		b->train->width = b->val->width = 4;
+	b->batch = batch;
+	return FERRY_OK;
 }
 
 /* Feeds every input file through b (buf: READ_BUF_BYTES of scratch), then
@@ -434,22 +374,29 @@ static ferry_status convert_files(struct builder *b, const char *const *paths,
 		if (st)
 			return st;
 	}
+	if (b->batch) {
+		st = ferry_doc_batch_flush(b->batch);
+		if (st)
+			return st;
+	}
+	if (b->opts->progress)
+		b->opts->progress(b->opts->progress_ctx, b->documents, b->bytes);
 	if (b->documents == 0)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "no text in %d input file%s (first: %s)",
 				   n_paths, n_paths == 1 ? "" : "s", paths[0]);
-	st = writer_close(b->train);
+	st = ferry_shard_writer_close(b->train);
 	if (!st)
-		st = writer_close(b->val);
+		st = ferry_shard_writer_close(b->val);
 	/* everything is written: now the previous corpus may go */
 	if (!st)
-		st = writer_commit(b->train, &done);
+		st = ferry_shard_writer_commit(b->train, &done);
 	if (!st)
-		st = writer_commit(b->val, &done);
+		st = ferry_shard_writer_commit(b->val, &done);
 	if (st)
 		return st;
-	remove_stale(b->train, b->train->index);
-	remove_stale(b->val, b->val->index);
+	ferry_shard_writer_remove_stale(b->train, b->train->index);
+	ferry_shard_writer_remove_stale(b->val, b->val->index);
 	return FERRY_OK;
 }
 
@@ -457,7 +404,8 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 				  const struct ferry_data_opts *opts,
 				  struct ferry_data_stats *stats)
 {
-	struct writer *train = NULL, *val = NULL;
+	struct ferry_shard_writer *train = NULL, *val = NULL;
+	struct ferry_doc_batch batch = { 0 };
 	struct builder *b = NULL;
 	unsigned char *buf = NULL;
 	ferry_status st;
@@ -475,7 +423,10 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 		goto out;
 	}
 	builder_init(b, train, val, opts);
-	st = convert_files(b, paths, n_paths, buf);
+	if (opts->tokenizer)
+		st = setup_batch(b, &batch);
+	if (!st)
+		st = convert_files(b, paths, n_paths, buf);
 	if (!st && stats) {
 		stats->documents = b->documents;
 		stats->train_tokens = train->total;
@@ -485,9 +436,10 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 	}
 out:
 	if (st && train)
-		writer_discard(train);
+		ferry_shard_writer_discard(train);
 	if (st && val)
-		writer_discard(val);
+		ferry_shard_writer_discard(val);
+	ferry_doc_batch_free(&batch);
 	ferry_free(buf);
 	ferry_free(b);
 	ferry_free(val);

@@ -76,7 +76,7 @@ expect_ok "ids through a tokenizer file" "$FERRY" sample --checkpoint bpe.bin --
 head -c 4 out.txt | grep -qx "zXzY" || fail "prints tokens 257, 258 as zX zY: $(cat out.txt)"
 expect_error "text with a BPE tokenizer" "--prompt needs a byte-level model: tok.bin (llm.c's tokenizer file) holds each token's bytes but not the merge rules" \
 	"$FERRY" sample --checkpoint bpe.bin --tokenizer tok.bin --prompt "hello"
-expect_error "a BPE model without a tokenizer" "the model's vocabulary has 300 tokens, not bytes (257): give --tokenizer FILE" \
+expect_error "a BPE model without a tokenizer" "the model's vocabulary has 300 tokens, not bytes (257): give --tokenizer PATH" \
 	"$FERRY" sample --checkpoint bpe.bin --prompt-tokens 1,2
 
 # Llama checkpoints too

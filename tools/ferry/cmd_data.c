@@ -1,4 +1,5 @@
-/* ferry data: text files -> byte-level token shards for training. */
+/* ferry data: text files -> token shards for training (byte-level, or
+ * with a Hugging Face tokenizer). */
 #include "cli_args.h"
 #include "commands.h"
 #include "ferry/data.h"
@@ -19,7 +20,8 @@
 /* What ferry data was asked for: the options, the files. */
 struct data_args {
 	struct ferry_data_opts opts;
-	unsigned sep_given;  /* --doc-sep */
+	unsigned sep_given;  /* given bits: 1 --doc-sep, 2 --out */
+	const char *tokenizer;
 	const char **args;   /* the files */
 	int n_args;
 	bool rest;           /* after "--": every argument a file */
@@ -30,8 +32,17 @@ static cli_parse_fn set_string, set_val_fraction, set_shard_tokens;
 #define AT(field) offsetof(struct data_args, field)
 static const struct cli_flag data_flags[] = {
 	{ .name = "--out", .value = "PREFIX", .type = CLI_CUSTOM, .at = AT(opts.out_prefix),
-	  .help = "output prefix (default data/demo); its directory\nis created if needed",
+	  .help = "output prefix, needed with FILEs (the demo corpus's\nis data/demo); its directory is created if needed",
+	  .parse = set_string, .given = 2 },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_CUSTOM, .at = AT(tokenizer),
+	  .help = "a Hugging Face tokenizer.json or a model directory\nwith one: documents start as the model expects\n"
+		  "(Llama: BOS; GPT-2: <|endoftext|> before each);\nuint32 shards past 65536 ids.  Default: byte-level\n"
+		  "(every byte a token)",
 	  .parse = set_string },
+	{ .name = "--text-field", .value = "NAME", .type = CLI_CUSTOM, .at = AT(opts.text_field),
+	  .help = "the JSON Lines field holding the text (default text)", .parse = set_string },
+	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(opts.threads),
+	  .help = "encoding threads (default 0: all cores); the same\nshards for any N" },
 	{ .name = "--doc-sep", .value = "LINE", .type = CLI_CUSTOM, .at = AT(opts.doc_sep),
 	  .help = "a line equal to LINE separates documents (default:\none document per file)",
 	  .parse = set_string,
@@ -49,11 +60,14 @@ static const struct cli_flag data_flags[] = {
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: ferry data [--out PREFIX] [--doc-sep LINE] [--val-fraction F]\n"
-		"                  [--shard-tokens N] [FILE...]\n"
+		"usage: ferry data [--out PREFIX] [--tokenizer PATH] [--text-field NAME]\n"
+		"                  [--doc-sep LINE] [--val-fraction F] [--shard-tokens N]\n"
+		"                  [--threads N] [FILE...]\n"
 		"\n"
-		"Converts text files into byte-level token shards (llm.c format):\n"
-		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...\n"
+		"Converts text files into token shards (llm.c format, docs/data.md):\n"
+		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...  FILEs may be\n"
+		"plain text or JSON Lines (.jsonl, .json: one document per record), either\n"
+		"gzip- (.gz) or Zstandard-compressed (.zst).\n"
 		"\n");
 	cli_help(out, data_flags, 22);
 	fprintf(out,
@@ -327,6 +341,58 @@ static void print_stats(const char *prefix, int n_files,
 	print_files(prefix, "val", stats->val_shards);
 }
 
+/* Every 64 MiB: small inputs stay quiet. */
+static void progress(void *ctx, long documents, long long bytes)
+{
+	(void)ctx;
+	if (bytes >= (64ll << 20))
+		fprintf(stderr, "ferry data: %.1f MiB read, %ld documents\n", (double)bytes / (1 << 20),
+			documents);
+}
+
+/* The tokenizer of --tokenizer into opts, described; 0 or -1 after a
+ * message. */
+static int open_tokenizer(const char *path, struct ferry_data_opts *opts)
+{
+	ferry_tokenizer_t tok = NULL;
+	int vocab;
+
+	if (ferry_tokenizer_open(path, &tok) != FERRY_OK) {
+		fprintf(stderr, "ferry data: --tokenizer: %s\n", ferry_last_error());
+		return -1;
+	}
+	opts->tokenizer = tok;
+	vocab = ferry_tokenizer_vocab(tok);
+	printf("ferry data: tokenizer %s: %d ids (shards of %s tokens), BOS %d, EOS %d\n", path, vocab,
+	       vocab > 65536 ? "uint32" : "uint16", ferry_tokenizer_bos(tok), ferry_tokenizer_eos(tok));
+	return 0;
+}
+
+/* The files to read: those given, else the demo corpus (byte-level only,
+ * into data/demo unless --out says otherwise).  Their count, or -1 after a
+ * message. */
+static int input_files(struct data_args *d, const char *const **files, char ***demo)
+{
+	bool out_given = d->sep_given & 2;
+	int n;
+
+	if (d->n_args && !out_given) {
+		fprintf(stderr, "ferry data: FILEs need --out PREFIX (data/demo is the demo corpus's)\n");
+		return -1;
+	}
+	*files = d->args;
+	if (d->n_args)
+		return d->n_args;
+	if (d->tokenizer && !out_given) {
+		fprintf(stderr, "ferry data: the demo corpus with --tokenizer needs --out PREFIX "
+			"(data/demo holds its byte-level shards)\n");
+		return -1;
+	}
+	n = demo_corpus(&d->opts, d->sep_given & 1, demo);
+	*files = (const char *const *)*demo;
+	return n;
+}
+
 int cmd_data(int argc, char **argv)
 {
 	struct data_args d = { .opts = {
@@ -334,10 +400,11 @@ int cmd_data(int argc, char **argv)
 		.doc_sep = NULL,
 		.val_fraction = 0.05,
 		.shard_tokens = 100000000,
+		.progress = progress,
 	} };
 	struct ferry_data_opts *opts = &d.opts;
 	struct ferry_data_stats stats;
-	int n_demo = 0, n_files, rc = 2, parsed;
+	int n_files = 0, rc = 2, parsed;
 	const char *const *files;
 	char **demo = NULL;
 
@@ -352,16 +419,9 @@ int cmd_data(int argc, char **argv)
 		goto out;
 	}
 	rc = 1;
-	files = d.args;
-	n_files = d.n_args;
-	if (n_files == 0) {
-		n_demo = demo_corpus(opts, d.sep_given, &demo);
-		if (n_demo < 0)
-			goto out;
-		files = (const char *const *)demo;
-		n_files = n_demo;
-	}
-
+	n_files = input_files(&d, &files, &demo);
+	if (n_files < 0 || (d.tokenizer && open_tokenizer(d.tokenizer, opts)))
+		goto out;
 	if (make_parent_dirs(opts->out_prefix))
 		goto out;
 	if (ferry_data_from_text(files, n_files, opts, &stats) != FERRY_OK) {
@@ -369,9 +429,14 @@ int cmd_data(int argc, char **argv)
 		goto out;
 	}
 	print_stats(opts->out_prefix, n_files, &stats);
+	if (opts->val_fraction > 0 && stats.val_shards == 0)
+		fprintf(stderr, "ferry data: warning: no document went to validation (%ld document%s; every "
+			"round(1/F)-th does): give more files, or split them with --doc-sep or JSON Lines\n",
+			stats.documents, stats.documents == 1 ? "" : "s");
 	rc = 0;
 out:
-	free_list(demo, n_demo > 0 ? n_demo : 0);
+	ferry_tokenizer_free(opts->tokenizer);
+	free_list(demo, demo && n_files > 0 ? n_files : 0);
 	free(d.args);
 	return rc;
 }

@@ -21,6 +21,7 @@ static const char *const CMD = "sample";
 
 struct sample_cli {
 	const char *ckpt, *prompt, *prompt_tokens, *tokenizer, *backend;
+	char hf_tokenizer[4096]; /* the checkpoint directory's tokenizer.json */
 	struct ferry_backend_opts bo;
 	struct ferry_sample_opts so;
 	int tokens, context;
@@ -31,15 +32,13 @@ struct sample_cli {
 static const struct cli_flag sample_flags[] = {
 	{ .name = "--checkpoint", .value = "PATH", .type = CLI_STRING, .at = AT(ckpt) },
 	{ .name = "--prompt", .value = "TEXT", .type = CLI_STRING, .at = AT(prompt),
-	  .help = "the text to continue, as the start of a document (after\n"
-	  "an end-of-text token); byte-level models only (vocabulary\n"
-	  "257, as `ferry data` makes)" },
+	  .help = "the text to continue, as the start of a document, as\n"
+	  "`ferry data` starts one (after an end-of-text token, or\n"
+	  "Llama's BOS); encoded by the tokenizer (bytes without one)" },
 	{ .name = "--prompt-tokens", .value = "IDS", .type = CLI_STRING, .at = AT(prompt_tokens),
-	  .help = "the prompt as token ids, e.g. 15496,11,995, used as given;\n"
-	  "for BPE models: llm.c's tokenizer file holds each token's\n"
-	  "bytes but not the merge rules that encoding text needs,\n"
-	  "so take the ids from the model's own tokenizer (GPT-2:\n"
-	  "tiktoken.get_encoding('gpt2').encode(text))\n"
+	  .help = "the prompt as token ids, e.g. 15496,11,995, used as given\n"
+	  "(llm.c's tokenizer file decodes but cannot encode: with it\n"
+	  "take the ids from the model's own tokenizer)\n"
 	  "(neither: start from the end-of-text token)" },
 	{ .name = "--tokens", .value = "N", .type = CLI_INT, .at = AT(tokens),
 	  .help = "tokens to draw (default 256)" },
@@ -56,9 +55,10 @@ static const struct cli_flag sample_flags[] = {
 	  "length it was trained at, from its training state when\n"
 	  "there is one, else its maximum: positions it never\n"
 	  "trained on make gibberish)" },
-	{ .name = "--tokenizer", .value = "FILE", .type = CLI_STRING, .at = AT(tokenizer),
-	  .help = "llm.c tokenizer file (gpt2_tokenizer.bin) to print a BPE\n"
-	  "model's tokens; without it tokens are bytes" },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
+	  .help = "a Hugging Face tokenizer.json (or a directory with one),\n"
+	  "or llm.c's tokenizer file (gpt2_tokenizer.bin); default: the\n"
+	  "checkpoint directory's tokenizer.json, else bytes" },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND, else cuda if a GPU is found,\n"
 	  "else cpu), cpu or cuda" },
@@ -74,7 +74,7 @@ static void usage(void)
 {
 	printf("usage: ferry sample --checkpoint PATH [--prompt TEXT | --prompt-tokens IDS] [--tokens N]\n"
 	       "                    [--temperature T] [--top-k K] [--seed S] [--context N]\n"
-	       "                    [--tokenizer FILE]\n"
+	       "                    [--tokenizer PATH]\n"
 	       "                    [--backend NAME] [--threads N] [--device-mem SIZE]\n"
 	       "\n"
 	       "Prints the prompt, then N tokens drawn from the model one after the other, on\n"
@@ -134,15 +134,54 @@ static int parse_ids(const char *s, int vocab, int32_t *ids, int cap)
 	return n;
 }
 
-/* The prompt as tokens into seq (room for cap): the ids given, or EOT and
- * the text's bytes, or EOT alone.  Returns the count, or -1 after a
- * message. */
-static int prompt_tokens(const struct sample_cli *c, ferry_tokenizer_t tok, int vocab, int32_t *seq, int cap)
+/* A Hugging Face tokenizer's prompt, started as ferry data starts a
+ * document: the post-processor's tokens (Llama's BOS) when it adds some,
+ * else the end-of-text token (GPT-2's).  Returns the count, or -1. */
+static int encode_prompt(struct sample_cli *c, ferry_tokenizer_t tok, int vocab, int32_t *seq, int cap)
+{
+	struct ferry_token_buf start = { 0 }, b = { 0 };
+	const char *text = c->prompt ? c->prompt : "";
+	int n = -1;
+
+	if (ferry_tokenizer_encode(tok, "", 0, FERRY_TOK_ADD_SPECIAL, &start) != FERRY_OK ||
+	    ferry_tokenizer_encode(tok, text, strlen(text), 0, &b) != FERRY_OK) {
+		cli_fail(CMD);
+		goto out;
+	}
+	if (start.n == 0 && ferry_tokenizer_eot(tok) >= 0)
+		seq[start.n++] = ferry_tokenizer_eot(tok); /* start.ids stays NULL */
+	else if (start.n)
+		memcpy(seq, start.ids, start.n * sizeof(int32_t));
+	if (start.n + b.n > (size_t)cap) {
+		fprintf(stderr, "ferry sample: --prompt is too long\n");
+		goto out;
+	}
+	memcpy(seq + start.n, b.ids, b.n * sizeof(int32_t));
+	n = (int)(start.n + b.n);
+	for (int i = 0; i < n; i++)
+		if (seq[i] >= vocab) {
+			fprintf(stderr, "ferry sample: --prompt: token %d of the tokenizer is outside the model's "
+				"vocabulary of %d\n", seq[i], vocab);
+			n = -1;
+			break;
+		}
+out:
+	ferry_token_buf_free(&start);
+	ferry_token_buf_free(&b);
+	return n;
+}
+
+/* The prompt as tokens into seq (room for cap): the ids given, or the
+ * start of a document and the text's tokens (its bytes for a byte-level
+ * model), or the start alone.  Returns the count, or -1 after a message. */
+static int prompt_tokens(struct sample_cli *c, ferry_tokenizer_t tok, int vocab, int32_t *seq, int cap)
 {
 	int eot = ferry_tokenizer_eot(tok), n = 0;
 
 	if (c->prompt_tokens)
 		return parse_ids(c->prompt_tokens, vocab, seq, cap);
+	if (c->hf_tokenizer[0] || (c->tokenizer && ferry_tokenizer_can_encode(tok)))
+		return encode_prompt(c, tok, vocab, seq, cap);
 	seq[n++] = eot < vocab ? eot : 0;
 	if (!c->prompt)
 		return n;
@@ -212,17 +251,26 @@ static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_mo
 
 /* The prompt into seq (allocated), checked against the model; the
  * tokenizer that prints them. */
-static int prepare(const struct sample_cli *c, const struct ferry_model_config *cfg, ferry_tokenizer_t *tok,
+static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, ferry_tokenizer_t *tok,
 		   int32_t **seq, int *len)
 {
 	size_t cap = (c->prompt ? strlen(c->prompt) : 0) + (c->prompt_tokens ? strlen(c->prompt_tokens) : 0) + 1 +
-		     (size_t)c->tokens;
+		     (size_t)c->tokens + 64;
+	const char *path = c->tokenizer;
 
-	if (ferry_tokenizer_open(c->tokenizer, tok) != FERRY_OK)
+	/* A Hugging Face directory's own tokenizer, unless --tokenizer says */
+	if (!path && ferry_checkpoint_is_hf(c->ckpt) &&
+	    snprintf(c->hf_tokenizer, sizeof(c->hf_tokenizer), "%s/tokenizer.json", c->ckpt) <
+		    (int)sizeof(c->hf_tokenizer) && access(c->hf_tokenizer, R_OK) == 0)
+		path = c->hf_tokenizer;
+	else
+		c->hf_tokenizer[0] = '\0';
+	if (ferry_tokenizer_open(path, tok) != FERRY_OK)
 		return cli_fail(CMD);
-	if (!c->tokenizer && cfg->vocab > FERRY_BYTE_VOCAB) {
+	if (!path && cfg->vocab > FERRY_BYTE_VOCAB) {
 		fprintf(stderr, "ferry sample: the model's vocabulary has %d tokens, not bytes (%d): give "
-			"--tokenizer FILE (llm.c's gpt2_tokenizer.bin) to print them\n", cfg->vocab, FERRY_BYTE_VOCAB);
+			"--tokenizer PATH (a tokenizer.json, or llm.c's gpt2_tokenizer.bin) to print them\n",
+			cfg->vocab, FERRY_BYTE_VOCAB);
 		return 1;
 	}
 	*seq = malloc(cap * sizeof(int32_t));
@@ -255,7 +303,9 @@ static int run(const struct sample_cli *c, ferry_model_t m, ferry_tokenizer_t to
 		"temperature %.2f, top-k %s, seed %llu, context %d (%s)\n", c->ckpt, cfg->arch, cfg->layers,
 		cfg->channels, cfg->vocab, c->tokens, len, c->so.temperature, k, (unsigned long long)c->seed,
 		ferry_model_max_seq_len(m), why);
-	for (int i = c->prompt_tokens ? 0 : 1; i < len; i++) /* the prompt, without the EOT we put first */
+	if (c->prompt && !c->prompt_tokens) /* as given: a token's print may differ (SentencePiece's space) */
+		fputs(c->prompt, stdout);
+	for (int i = c->prompt_tokens ? 0 : len; i < len; i++)
 		generate_print_token(tok, seq[i], stdout);
 	fflush(stdout);
 	interrupt_install();

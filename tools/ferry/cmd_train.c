@@ -95,8 +95,9 @@ static const struct cli_flag train_flags[] = {
 	  .help = "... drawn at temperature T (default 0.8: a little\n"
 	  "sharper than the model; 1 = as the model says; see\n"
 	  "ferry sample)" },
-	{ .name = "--tokenizer", .value = "FILE", .type = CLI_STRING, .at = AT(tokenizer),
-	  .help = "llm.c tokenizer file for printing samples of BPE models" },
+	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
+	  .help = "a tokenizer.json (or a directory with one), or llm.c's\n"
+	  "tokenizer file, for printing samples of BPE models" },
 	{ .name = "--peak-flops", .value = "X", .type = CLI_RATE, .at = AT(peak_flops),
 	  .help = "the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
 	  "model FLOP utilisation (MFU) on each line; default on\n"
@@ -196,8 +197,11 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 		ferry_tokenizer_free(tok);
 		return;
 	}
-	/* start from the end-of-text token, as at a document's start */
-	seq[0] = ferry_tokenizer_eot(tok) < ferry_model_config(m)->vocab ? ferry_tokenizer_eot(tok) : 0;
+	/* start as a document starts: a Hugging Face tokenizer's BOS, else the
+	 * end-of-text token */
+	seq[0] = ferry_tokenizer_bos(tok) >= 0 ? ferry_tokenizer_bos(tok) : ferry_tokenizer_eot(tok);
+	if (seq[0] < 0 || seq[0] >= ferry_model_config(m)->vocab)
+		seq[0] = 0;
 	printf("\n--- sample (%d tokens, temperature %.2f) ---\n", c->sample, c->sample_temperature);
 	fflush(stdout);
 	generate(CMD, m, tok, seq, &len, c->sample, &(struct ferry_sample_opts){ c->sample_temperature, 0 }, &rng,

@@ -1,0 +1,203 @@
+/*
+ * Writing one split of a corpus as token shards (shard_writer.h): each
+ * shard is written as "<name>.tmp.<pid>" with a placeholder header, the
+ * token count filled in and the file fsynced at close; only
+ * ferry_shard_writer_commit renames them into place.
+ */
+#include "data/shard_writer.h"
+#include "ferry/data.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "shard files are written little-endian without swapping");
+
+#define SHARD_HEADER_INTS 256
+
+static ferry_status shard_name(const struct ferry_shard_writer *w, int index,
+			       char *out, size_t size, const char *suffix)
+{
+	int n = snprintf(out, size, "%s_%s_%06d.bin%s", w->prefix, w->split,
+			 index, suffix);
+
+	if (n < 0 || (size_t)n >= size)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "output prefix '%s' is too long", w->prefix);
+	return FERRY_OK;
+}
+
+/* The temporary shard `index` is written to, until the commit. */
+static ferry_status tmp_name(const struct ferry_shard_writer *w, int index, char *out, size_t size)
+{
+	char suffix[32];
+
+	snprintf(suffix, sizeof(suffix), ".tmp.%ld", (long)getpid());
+	return shard_name(w, index, out, size, suffix);
+}
+
+static ferry_status writer_open(struct ferry_shard_writer *w)
+{
+	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
+	ferry_status st;
+
+	st = shard_name(w, w->index, w->path, sizeof(w->path), "");
+	if (!st)
+		st = tmp_name(w, w->index, w->tmp, sizeof(w->tmp));
+	if (st)
+		return st;
+	w->f = fopen(w->tmp, "wb");
+	if (!w->f)
+		return ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", w->tmp,
+				   strerror(errno));
+	/* Placeholder header; the token count is filled in at close. */
+	if (fwrite(hdr, sizeof(hdr), 1, w->f) != 1) {
+		st = ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
+				 strerror(errno));
+		fclose(w->f);
+		w->f = NULL;
+		remove(w->tmp);
+		return st;
+	}
+	w->in_shard = 0;
+	return FERRY_OK;
+}
+
+/* Version 1's uint16 tokens are narrowed in place, front to back. */
+static ferry_status writer_flush(struct ferry_shard_writer *w)
+{
+	if (w->width == 2)
+		for (int i = 0; i < w->n_buf; i++) {
+			uint16_t v = (uint16_t)w->buf[i];
+
+			memcpy((char *)w->buf + 2 * i, &v, sizeof(v));
+		}
+	if (w->n_buf &&
+	    fwrite(w->buf, (size_t)w->width, (size_t)w->n_buf, w->f) !=
+		    (size_t)w->n_buf)
+		return ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
+				   strerror(errno));
+	w->n_buf = 0;
+	return FERRY_OK;
+}
+
+/* Drops the open shard's tmp file (after an error). */
+static void writer_abort(struct ferry_shard_writer *w)
+{
+	if (!w->f)
+		return;
+	fclose(w->f);
+	w->f = NULL;
+	remove(w->tmp);
+}
+
+/* Completes the open shard: header, flush, fsync, close; it stays a
+ * temporary until writer_commit. */
+ferry_status ferry_shard_writer_close(struct ferry_shard_writer *w)
+{
+	int32_t hdr[SHARD_HEADER_INTS] = { 0 };
+	ferry_status st;
+	int rc;
+
+	if (!w->f)
+		return FERRY_OK;
+	st = writer_flush(w);
+	if (st)
+		goto fail;
+	hdr[0] = FERRY_SHARD_MAGIC;
+	hdr[1] = w->width == 4 ? FERRY_SHARD_VERSION_U32 : FERRY_SHARD_VERSION;
+	hdr[2] = (int32_t)w->in_shard;
+	if (fseek(w->f, 0, SEEK_SET) != 0 ||
+	    fwrite(hdr, sizeof(hdr), 1, w->f) != 1 || fflush(w->f) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp,
+				 strerror(errno));
+		goto fail;
+	}
+	if (fsync(fileno(w->f)) != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", w->tmp,
+				 strerror(errno));
+		goto fail;
+	}
+	rc = fclose(w->f);
+	w->f = NULL;
+	if (rc != 0) {
+		st = ferry_error(FERRY_ERR_IO, "%s: close failed: %s", w->tmp,
+				 strerror(errno));
+		remove(w->tmp);
+		return st;
+	}
+	w->index++;
+	return FERRY_OK;
+fail:
+	writer_abort(w);
+	return st;
+}
+
+ferry_status ferry_shard_writer_put(struct ferry_shard_writer *w, uint32_t tok)
+{
+	ferry_status st;
+
+	if (!w->f) {
+		st = writer_open(w);
+		if (st)
+			return st;
+	}
+	w->buf[w->n_buf++] = tok;
+	w->in_shard++;
+	w->total++;
+	if (w->n_buf == FERRY_SHARD_WRITE_BUF) {
+		st = writer_flush(w);
+		if (st)
+			return st;
+	}
+	if (w->in_shard == w->shard_tokens)
+		return ferry_shard_writer_close(w);
+	return FERRY_OK;
+}
+
+/* Removes this run's temporaries: the open shard's and the completed ones. */
+void ferry_shard_writer_discard(struct ferry_shard_writer *w)
+{
+	char tmp[PATH_MAX];
+
+	writer_abort(w);
+	for (int i = 0; i < w->index; i++)
+		if (!tmp_name(w, i, tmp, sizeof(tmp)))
+			remove(tmp);
+	w->index = 0;
+}
+
+/* Renames the completed shards into place, from the first; a failure
+ * stops there (the caller discards the rest). */
+ferry_status ferry_shard_writer_commit(struct ferry_shard_writer *w, int *done)
+{
+	char tmp[PATH_MAX], path[PATH_MAX];
+
+	for (*done = 0; *done < w->index; (*done)++) {
+		if (tmp_name(w, *done, tmp, sizeof(tmp)) ||
+		    shard_name(w, *done, path, sizeof(path), ""))
+			return FERRY_ERR_INVALID;
+		if (rename(tmp, path) != 0)
+			return ferry_error(FERRY_ERR_IO, "%s: cannot rename to %s: %s",
+					   tmp, path, strerror(errno));
+	}
+	return FERRY_OK;
+}
+
+/* Removes "<prefix>_<split>_N.bin" for N = from, from+1, ... while they exist:
+ * leftovers of an earlier, longer run would otherwise join this run's glob. */
+void ferry_shard_writer_remove_stale(const struct ferry_shard_writer *w, int from)
+{
+	char path[PATH_MAX];
+	int i;
+
+	for (i = from; i < INT_MAX; i++) {
+		if (shard_name(w, i, path, sizeof(path), ""))
+			return;
+		if (remove(path) != 0)
+			return;
+	}
+}
+

@@ -1,0 +1,26 @@
+/*
+ * Internal: reading a corpus file as plain bytes, whatever it is stored
+ * as: plain, gzip (.gz, through zlib) or Zstandard (.zst, libzstd), by the
+ * name's ending.  Concatenated gzip members and zstd frames are read on.
+ */
+#ifndef FERRY_DATA_TEXT_READER_H
+#define FERRY_DATA_TEXT_READER_H
+
+#include "ferry/ferry.h"
+
+#include <stddef.h>
+
+struct ferry_text_reader;
+
+ferry_status ferry_text_reader_open(const char *path,
+				    struct ferry_text_reader **out)
+	FERRY_MUST_CHECK;
+/* Up to n bytes into buf; *got 0 at the end. */
+ferry_status ferry_text_reader_read(struct ferry_text_reader *r, void *buf,
+				    size_t n, size_t *got) FERRY_MUST_CHECK;
+void ferry_text_reader_close(struct ferry_text_reader *r);
+
+/* The name without .gz or .zst ends in suffix (".jsonl"). */
+int ferry_text_name_is(const char *path, const char *suffix);
+
+#endif
