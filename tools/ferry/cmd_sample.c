@@ -309,6 +309,7 @@ static int run(const struct sample_cli *c, ferry_model_t m, ferry_tokenizer_t to
 		generate_print_token(tok, seq[i], stdout);
 	fflush(stdout);
 	interrupt_install();
+	interrupt_defer();
 	rc = generate(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, stdout);
 	interrupt_restore();
 	printf("\n");

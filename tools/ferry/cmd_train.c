@@ -588,10 +588,12 @@ static int run_steps(struct run *run)
 {
 	int rc;
 
+	/* a signal from here on waits for the step under way */
+	interrupt_defer();
 	while (ferry_trainer_step_count(run->tr) < run_opts(run->tr)->steps) {
 		if ((rc = one_step(run)))
 			return rc;
-		if (interrupt_signal())
+		if (interrupt_poll())
 			return STOPPED_BY_SIGNAL;
 	}
 	return 0;
@@ -616,6 +618,7 @@ static int finish_run(struct run *run, int why)
 	int step = ferry_trainer_step_count(run->tr), steps = run_opts(run->tr)->steps;
 	bool saved = false;
 
+	interrupt_poll(); /* a signal during the last step: noticed, take the time to save */
 	if (c->save && run->saved_step != step) {
 		if (save(run->tr, c->save))
 			return 1;
@@ -656,7 +659,7 @@ static int train(struct run *run)
 	if (rc > 0)
 		return rc;
 	rc = finish_run(run, rc);
-	if (!rc && c->sample && !interrupt_signal())
+	if (!rc && c->sample && !interrupt_poll())
 		print_sample(run->tr, c);
 	if (report_close_json(&run->rep) && rc != 1) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));
