@@ -4,7 +4,9 @@
 # forever on a buffer it is refused, and a --device-mem that would leave it
 # none is refused instead); and a SIGTERM while the step under way cannot
 # finish (a --json FIFO that nobody reads) ends the process within its
-# grace rather than never.
+# grace rather than never.  A --json reader (FIFO, pipe) that goes away is
+# a failed write, not SIGPIPE's silent death: the run saves, says so and
+# exits 1.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 TINY=(--layers 2 --channels 32 --heads 2 --max-seq 32 --batch 4 --seq 32 --sample 0 --threads 2
@@ -40,7 +42,14 @@ mkfifo stuck.fifo
 exec 3<>stuck.fifo
 "$FERRY" train "${TINY[@]}" --steps 100000 --json stuck.fifo >out.txt 2>err.txt &
 pid=$!
-sleep 3
+# until the pipe is full: the step lines on stdout stop growing
+n=-1
+for i in $(seq 1 120); do
+	sleep 1
+	m=$(grep -c '^step' out.txt)
+	[ "$m" -gt 0 ] && [ "$m" -eq "$n" ] && break
+	n=$m
+done
 checks=$((checks + 1))
 kill -TERM $pid
 start=$SECONDS
@@ -61,4 +70,28 @@ else
 	fi
 fi
 exec 3<&-
+
+# The issue's SIGPIPE cases: a FIFO whose reader takes two records, and
+# --json /dev/stdout into `head -3` (the step lines go there too).
+resumable() { # what, the save's path
+	expect_ok "$1: resume" "$FERRY" train --resume "$2" "${TINY[@]}" --steps 60
+	grep -q "resumed at step" out.txt || fail "$1: $2 resumes: $(head -n 3 out.txt)"
+}
+mkfifo two.fifo
+(head -n 2 two.fifo >/dev/null) &
+expect_error "a --json FIFO whose reader leaves" "cannot write --json two.fifo: Broken pipe; stopped after step" \
+	"$FERRY" train "${TINY[@]}" --steps 50 --json two.fifo --save fifo.bin
+grep -q "saved fifo.bin; continue with --resume fifo.bin" err.txt || fail "says it saved: $(cat err.txt)"
+resumable "the FIFO's run" fifo.bin
+wait
+checks=$((checks + 1))
+"$FERRY" train "${TINY[@]}" --steps 50 --json /dev/stdout --save head.bin 2>err.txt | head -n 3 >/dev/null
+rc=${PIPESTATUS[0]}
+if [ "$rc" -ne 1 ] || [ "$(grep -c . err.txt)" -ne 1 ] ||
+	! grep -q "^ferry train: cannot write standard output: Broken pipe; stopped after step [0-9]* of 50, saved head.bin" err.txt; then
+	fail "--json /dev/stdout | head -3: exit $rc, $(cat err.txt)"
+else
+	echo "ok: --json /dev/stdout | head -3 -> exit 1, $(cat err.txt)"
+fi
+resumable "the piped run" head.bin
 finish

@@ -20,6 +20,7 @@
 #include <glob.h>
 #include <math.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,7 +529,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 }
 
 /* Why a run ended before its last step. */
-enum { STOPPED_BY_SIGNAL = -2, STOPPED_BY_JSON = -3 };
+enum { STOPPED_BY_SIGNAL = -2, STOPPED_BY_OUTPUT = -3 };
 
 struct run {
 	ferry_trainer_t tr;
@@ -560,7 +561,8 @@ static int trace_step(struct run *run, struct ferry_step_metrics *m)
 }
 
 /* One step, its validation, line, JSON record and periodic save: 0, 1 for
- * a failure (printed), or STOPPED_BY_JSON. */
+ * a failure (printed), or STOPPED_BY_OUTPUT (the line or the record could
+ * not be written). */
 static int one_step(struct run *run)
 {
 	const struct train_cli *c = run->c;
@@ -574,7 +576,7 @@ static int one_step(struct run *run)
 	    ferry_trainer_validate(run->tr, c->val_batches, &val_loss) != FERRY_OK)
 		return cli_fail(CMD);
 	if (report_step(&run->rep, &m, val_loss))
-		return STOPPED_BY_JSON;
+		return STOPPED_BY_OUTPUT;
 	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != o->steps) {
 		if (save(run->tr, c->save))
 			return 1;
@@ -624,9 +626,13 @@ static int finish_run(struct run *run, int why)
 			return 1;
 		saved = true;
 	}
-	if (why == STOPPED_BY_JSON) {
-		fprintf(stderr, "ferry train: cannot write --json %s: %s; stopped after step %d of %d, ", c->json,
-			strerror(run->rep.json_errno), step, steps);
+	if (why == STOPPED_BY_OUTPUT) {
+		if (run->rep.stdout_errno)
+			fprintf(stderr, "ferry train: cannot write standard output: %s; stopped after step %d of %d, ",
+				strerror(run->rep.stdout_errno), step, steps);
+		else
+			fprintf(stderr, "ferry train: cannot write --json %s: %s; stopped after step %d of %d, ",
+				c->json, strerror(run->rep.json_errno), step, steps);
 		print_saved(c, step, saved);
 	} else if (why == STOPPED_BY_SIGNAL) {
 		fprintf(stderr, "ferry train: stopped by %s after step %d of %d, ", interrupt_name(interrupt_signal()),
@@ -635,7 +641,7 @@ static int finish_run(struct run *run, int why)
 	}
 	report_summary(&run->rep, ferry_backend_mem_peak(ferry_trainer_backend(run->tr)), step);
 	fflush(stdout);
-	return why == STOPPED_BY_JSON ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
+	return why == STOPPED_BY_OUTPUT ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
 }
 
 /* The trainer is made; the steps, the save, the summary and the sample. */
@@ -675,6 +681,9 @@ int cmd_train(int argc, char **argv)
 	int rc;
 
 	model_flags_default(&c.o);
+	/* a --json pipe or FIFO, or stdout, whose reader went away is a failed
+	 * write (EPIPE): the run stops after saving, as on a full disk */
+	signal(SIGPIPE, SIG_IGN);
 	/* the demo: words form within about two minutes on 2 cores (docs/performance.md) */
 	c.o.steps = 2200;
 	c.o.lr = 3e-3f;

@@ -30,16 +30,17 @@ static void usage(FILE *f)
 		"as the next argument or after '=': --steps 100 or --steps=100.\n");
 }
 
-/* Output lost to a full disk or a closed pipe is a failure, not exit 0. */
+/* Output lost to a full disk or a closed pipe is a failure, not exit 0
+ * (a command that failed has said why already: ferry train stops on it). */
 static int finish(int rc)
 {
 	int err;
 
 	errno = 0;
 	err = fflush(stdout) ? errno : 0;
-	if (err || ferror(stdout)) {
+	if ((err || ferror(stdout)) && !rc) {
 		fprintf(stderr, "ferry: writing standard output: %s\n", strerror(err ? err : EIO));
-		return rc ? rc : 1;
+		return 1;
 	}
 	return rc;
 }
