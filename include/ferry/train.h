@@ -139,8 +139,10 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST
  * refuse a save path before step 1: ferry_checkpoint_check_save_path for
  * this model, and that no file the save would replace (the model, its
  * state; a directory's checkpoint files) is one of the training or
- * validation shards (same device and inode, or for a file not yet there the
- * same real path): FERRY_ERR_INVALID naming both. */
+ * validation shards, or a file of the checkpoint the run started from
+ * (its model, its state) unless the save is to that checkpoint's own path
+ * (same device and inode, or for a file not yet there the same real path):
+ * FERRY_ERR_INVALID naming both. */
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
 /* Writes "name (bytes), ..." for the presets whose plan fits in capacity

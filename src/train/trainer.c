@@ -704,9 +704,42 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 	return w.count;
 }
 
-/* No file the save would replace is a training or validation shard. */
+/* Whether a and b name one file or directory (both there, same inode). */
+static bool same_path(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The checkpoint the run starts from may be saved over as a whole (--resume
+ * m.bin --save m.bin), but no file of another save path may replace one of
+ * its files (--checkpoint ck.bin --save ck.bin.state would write a model
+ * over its state). */
+static ferry_status check_start(const char *path, bool hf, const char *start)
+{
+	static const char *const hf_files[] = { FERRY_HF_CONFIG_NAME, FERRY_HF_WEIGHTS_NAME, FERRY_HF_INDEX_NAME };
+	bool start_hf = ferry_checkpoint_is_hf(start);
+	char file[4200];
+	ferry_status st;
+
+	if (same_path(path, start))
+		return FERRY_OK;
+	st = ferry_ckpt_check_not_input(path, hf, start, "checkpoint this run starts from");
+	if (!st && ferry_checkpoint_state_path(start, start_hf, file, sizeof(file)) == FERRY_OK)
+		st = ferry_ckpt_check_not_input(path, hf, file, "training state of the checkpoint this run starts from");
+	for (int i = 0; !st && start_hf && i < 3; i++) {
+		snprintf(file, sizeof(file), "%s/%s", start, hf_files[i]);
+		st = ferry_ckpt_check_not_input(path, hf, file, "file of the checkpoint this run starts from");
+	}
+	return st;
+}
+
+/* No file the save would replace is a training or validation shard, or a
+ * file of the checkpoint the run starts from in another role. */
 static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 {
+	const char *start = tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint;
 	const char *globs[2] = { tr->opts.data, tr->opts.val_data };
 	const char *what[2] = { "training shard", "validation shard" };
 	bool hf = ferry_checkpoint_model_is_hf(ferry_model_config(tr->model));
@@ -726,7 +759,7 @@ static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 		ferry_free(files);
 		globfree(&g);
 	}
-	return st;
+	return st || !start ? st : check_start(path, hf, start);
 }
 
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path)

@@ -7,6 +7,7 @@
 #include "generate.h"
 #include "interrupt.h"
 #include "train_report.h"
+#include "out_paths.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
@@ -361,6 +362,22 @@ static int check_trace_path(const struct train_cli *c, const struct ferry_train_
 	return 0;
 }
 
+/* The run's outputs before any of them is opened: the save path (its kind,
+ * its directory, not an input), --trace, and no two of --json, --trace
+ * and the save's files one file. */
+static int check_outputs(const struct train_cli *c, ferry_trainer_t tr)
+{
+	const struct ferry_train_opts *o = run_opts(tr);
+	const char *save = c->save ? save_path(c->save, o->steps) : NULL;
+
+	if (save && ferry_trainer_check_save_path(tr, save) != FERRY_OK)
+		return cli_fail(CMD);
+	if (out_paths_check(CMD, c->json, c->trace, save,
+			    ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr)))))
+		return 1;
+	return check_trace_path(c, o);
+}
+
 /* A resume takes the batch, sequence and data of the saved run unless
  * given: the batch shape for the checks before any work (0 when the state
  * does not say: the trainer checks then), and the demo corpus's validation
@@ -651,8 +668,6 @@ static int train(struct run *run)
 	struct train_cli *c = run->c;
 	int rc;
 
-	if (c->save && ferry_trainer_check_save_path(run->tr, save_path(c->save, o->steps)) != FERRY_OK)
-		return cli_fail(CMD);
 	if (c->val_every < 0) /* the default: ten validations in a run */
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
 	run->rep.B = o->B;
@@ -695,7 +710,7 @@ int cmd_train(int argc, char **argv)
 		run.rep.json_path = c.json;
 		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
 			rc = cli_fail(CMD);
-		else if (warn_pageable(run.tr), !(rc = check_trace_path(&c, run_opts(run.tr))))
+		else if (warn_pageable(run.tr), !(rc = check_outputs(&c, run.tr)))
 			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
 		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
 	}
