@@ -1,15 +1,18 @@
 /*
  * A calibration as a JSON file (the per-machine cache): written whole or
  * not at all, read back refusing anything made for another machine, by
- * another version, or too long ago.
+ * another version, or too long ago; a lock file beside it that one
+ * calibration at a time holds from reading the cache to writing it.
  */
 #include "cost/calibration.h"
 #include "core/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +93,39 @@ ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path)
 		return ferry_error(FERRY_ERR_IO, "cannot write the calibration to %s", path);
 	}
 	return FERRY_OK;
+}
+
+ferry_status ferry_calibration_lock(const char *path, bool wait, int *fd)
+{
+	char lock[4200];
+	ferry_status st;
+	int f, e;
+
+	*fd = -1;
+	if ((size_t)snprintf(lock, sizeof(lock), "%s.lock", path) >= sizeof(lock))
+		return ferry_error(FERRY_ERR_INVALID, "calibration: path too long");
+	if ((st = make_dirs(path)))
+		return st;
+	f = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (f < 0)
+		return ferry_error(FERRY_ERR_IO, "cannot open the calibration lock %s: %s", lock, strerror(errno));
+	while (flock(f, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+		if (errno == EINTR)
+			continue;
+		e = errno;
+		close(f);
+		if (!wait && e == EWOULDBLOCK)
+			return FERRY_OK;
+		return ferry_error(FERRY_ERR_IO, "cannot lock the calibration %s: %s", lock, strerror(e));
+	}
+	*fd = f;
+	return FERRY_OK;
+}
+
+void ferry_calibration_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* the lock goes with the descriptor */
 }
 
 static int op_kind(const char *name)

@@ -34,7 +34,21 @@ grep -q "copies of [0-9.]* KiB: device-to-host [0-9.]* GB/s" out.txt || fail "co
 n2=$(grep -c '"op":' "$cache")
 [ "$n2" -gt "$n1" ] || fail "a second calibration adds shapes ($n1 -> $n2)"
 
+# two calibrations at once, of other shapes: the cache's lock makes the
+# second wait and build on the first, so both keep their shapes (each used
+# to save over the other's)
+"$FERRY" calibrate "${SHAPE[@]}" --batch 3 --quick >c3.txt 2>&1 &
+"$FERRY" calibrate "${SHAPE[@]}" --batch 5 --quick >c5.txt 2>&1 || fail "calibrate --batch 5 beside another: $(cat c5.txt)"
+wait $! || fail "calibrate --batch 3 beside another: $(cat c3.txt)"
+checks=$((checks + 1))
+for b in 2 3 4 5; do
+	grep -q "\"B\": $b," "$cache" || fail "concurrent calibrations: batch $b's ops lost"
+done
+grep -q "waiting for another ferry calibrate of this machine to finish" c3.txt c5.txt ||
+	echo "note: the two calibrations did not overlap"
+
 expect_ok "info" "$FERRY" info
+grep -q "calibration-.*\.lock" out.txt && fail "info lists the lock file as a calibration"
 grep -q "^calibrations in $XDG_CACHE_HOME/ferry:" out.txt && grep -q "device=CPU: 1 threads" out.txt &&
 	grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || { fail "info lists the calibration"; cat out.txt >&2; }
 

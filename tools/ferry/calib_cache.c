@@ -99,7 +99,10 @@ void calib_print_all(FILE *f)
 	while ((e = readdir(d))) {
 		ferry_calibration_t c;
 
-		if (strncmp(e->d_name, "calibration-", 12) || !strstr(e->d_name, ".json") ||
+		size_t len = strlen(e->d_name);
+
+		/* calibration-<hash>.json, not its .lock */
+		if (strncmp(e->d_name, "calibration-", 12) || len < 5 || strcmp(e->d_name + len - 5, ".json") ||
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path))
 			continue;
 		n++;
