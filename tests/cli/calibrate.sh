@@ -116,6 +116,27 @@ cp good.json "$cache"
 sed -i 's/"created": [0-9]*/"created": 1000000000/' "$cache"
 expect_ok "bench with an old cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
 grep -q "days old (at most 30): stale" out.txt || { fail "an old cache is refused"; cat out.txt >&2; }
+# every figure is checked, finite and in its range: a value out of it
+# is refused naming it (bench predicts nothing, --policy auto refuses) and
+# calibrate starts afresh (it predicted -998 ms, inf ms, and read a string
+# of ops as none)
+for bad in 'c["step_host_s"] = -1' 'c["task_gap_s"] = 1e308' 'c["ops"] = "x"' 'c["in_step_factor"] = 1e308' \
+	'c["d2d_Bps"] = -5' 'c["copies"][0]["d2h_s"] = 1e308' 'c["ops"][0]["seconds"] = -1' 'c["ops"][0]["B"] = -3' \
+	'c["cxl_copy_factor"] = 1e300'; do
+	python3 -c 'import json, sys; c = json.load(open("good.json")); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
+		"$cache" "$bad"
+	expect_error "--policy auto with $bad" "--policy auto needs this machine's calibration" \
+		"$FERRY" plan "${SHAPE[@]}" --policy auto
+	grep -q "run \`ferry calibrate\` again" err.txt || fail "$bad: says to calibrate again: $(cat err.txt)"
+	expect_ok "bench with $bad" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+	grep -q "^no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||
+		{ fail "$bad: bench predicts nothing"; cat out.txt >&2; }
+done
+expect_ok "calibrate over a bad figure" "$FERRY" calibrate "${SHAPE[@]}" --quick
+grep -q "^starting a new calibration: .*cxl_copy_factor is 1e+300, not 0 or 0.001..1000" out.txt ||
+	fail "calibrate says why it starts afresh: $(head -n 2 out.txt)"
+expect_ok "plan --policy auto after it" "$FERRY" plan "${SHAPE[@]}" --policy auto
+cp good.json "$cache"
 echo "not json" >"$cache"
 expect_ok "bench with a broken cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
 grep -q "no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||
