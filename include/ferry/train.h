@@ -160,7 +160,10 @@ size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B
  * cosine decay to lr * final_frac at `total`. */
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);
 
-/* Mean loss of a model over the first n batches of a data glob. */
+/* Mean loss of a model over the first n batches of a data glob, read in
+ * order.  FERRY_ERR_INVALID when the data holds fewer than n batches
+ * (rather than reading the first ones again) or a batch's loss is not
+ * finite (values that overflow). */
 ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
 

@@ -845,6 +845,7 @@ ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T
 	int32_t *in = NULL, *tg = NULL;
 	size_t N = 0;
 	double sum = 0;
+	int64_t shard0 = 0, off0 = 0;
 	ferry_status st;
 
 	if (n_batches < 1)
@@ -861,13 +862,31 @@ ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T
 		goto out;
 	}
 	for (int i = 0; i < n_batches; i++) {
+		int64_t shard, off;
 		float l;
 
 		st = ferry_loader_next(loader, in, tg);
-		if (!st)
-			st = ferry_model_loss(m, in, tg, B, T, &l);
 		if (st)
 			goto out;
+		/* where the second batch starts, again: the loader wrapped around
+		 * and read the first batch once more, so the data holds only i */
+		ferry_loader_position(loader, &shard, &off);
+		if (i == 0) {
+			shard0 = shard, off0 = off;
+		} else if (shard == shard0 && off == off0) {
+			st = ferry_error(FERRY_ERR_INVALID, "evaluate: %s holds %d batch%s of %d x %d tokens, fewer than "
+					 "the %d asked for", data_glob, i, i == 1 ? "" : "es", B, T, n_batches);
+			goto out;
+		}
+		st = ferry_model_loss(m, in, tg, B, T, &l);
+		if (st)
+			goto out;
+		if (!isfinite(l)) {
+			st = ferry_error(FERRY_ERR_INVALID, "evaluate: the loss of batch %d is %s: the model's values "
+					 "overflow (training would stop such a run as diverged)", i + 1,
+					 isnan(l) ? "not a number" : "infinite");
+			goto out;
+		}
 		sum += l;
 	}
 	*loss = (float)(sum / n_batches);
