@@ -117,6 +117,8 @@ struct ferry_calib_summary {
 	double nvme_read_Bps, nvme_write_Bps;
 	bool nvme_read_measured, nvme_write_measured;
 	char nvme_dir[512], nvme_mode[160];
+	char nvme_error[320];        /* why this calibration could not measure the NVMe tier
+					(a full directory); "" when it did or was not asked */
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

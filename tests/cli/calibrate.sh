@@ -89,6 +89,26 @@ c = json.load(open(sys.argv[1]))
 assert c["cxl_copy_factor"] == 0 and c["cxl_adamw_factor"] == 0 and c["cxl_nodes"] == [], c["cxl_nodes"]
 assert c["nvme_read_Bps"] > 0, "the NVMe rates are kept"
 PY
+# an NVMe directory that fills up (a file-size limit) costs the NVMe
+# figures only: the rest is measured and saved, with a warning
+cp "$cache" before_full.json
+checks=$((checks + 1))
+bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' full "$FERRY" calibrate "${SHAPE[@]}" --batch 6 --quick --nvme-dir nvme \
+	>out.txt 2>err.txt
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "^ferry calibrate: warning: the NVMe tier was not measured (.*File too large" err.txt; then
+	fail "calibrate --nvme-dir on a full directory: exit $rc: $(cat err.txt)"
+elif ! grep -q '"B": 6,' "$cache" || ! grep -q "^saved to " out.txt; then
+	fail "calibrate --nvme-dir on a full directory: the other figures are saved"
+else
+	echo "ok: calibrate --nvme-dir on a full directory -> $(cat err.txt)"
+fi
+python3 - "$cache" before_full.json <<'PY' || fail "the NVMe rates measured before are kept"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["nvme_read_Bps"] == b["nvme_read_Bps"] > 0 and a["nvme_write_Bps"] == b["nvme_write_Bps"] > 0, a
+PY
+[ -z "$(ls -A nvme)" ] || fail "calibrate --nvme-dir leaves files behind: $(ls -A nvme)"
 expect_error "calibrate --nvme-dir missing" "--nvme-dir nothere: No such file" \
 	"$FERRY" calibrate "${SHAPE[@]}" --quick --nvme-dir nothere
 expect_ok "bench with predictions" "$FERRY" bench "${SHAPE[@]}" --steps 1 --json bench.json nothing_saveable \

@@ -73,6 +73,9 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	struct ferry_calib_summary s;
 
 	ferry_calibration_summary(c, &s);
+	if (s.nvme_error[0])
+		fprintf(stderr, "ferry calibrate: warning: the NVMe tier was not measured (%s); the other figures "
+			"are saved, the NVMe tier's are the earlier ones or the defaults\n", s.nvme_error);
 	for (int i = 0; t && i < t->n; i++) {
 		bool seen = false;
 
