@@ -90,7 +90,9 @@ typedef struct ferry_trainer *ferry_trainer_t;
  * unless FERRY_GIVEN_SHUFFLE; another order than the saved run's is an
  * override, read from the data's start.  The same data in the same order
  * continues at the saved position, so a resumed run reads the batches an
- * unbroken run would.  A state whose step does not fit an int is refused. */
+ * unbroken run would.  Validation: without opts->val_data the saved run's
+ * glob (states from version 4).  A state whose step does not fit an int
+ * is refused. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
 /* The plan the trainer works to. */

@@ -161,6 +161,8 @@ static void take_saved(struct ferry_train_opts *o, const struct ferry_train_stat
 	}
 	if (!(g & FERRY_GIVEN_DATA) && s->data[0])
 		o->data = s->data;
+	if (!o->val_data && s->val_data[0]) /* version 4 */
+		o->val_data = s->val_data;
 }
 
 /* The saved run's state header, before anything is built from it. */
@@ -790,6 +792,8 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	s->data_hash = tr->data_hash;
 	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
 		snprintf(s->data, sizeof(s->data), "%s", o->data);
+	if (o->val_data && strlen(o->val_data) <= FERRY_STATE_GLOB_MAX)
+		snprintf(s->val_data, sizeof(s->val_data), "%s", o->val_data);
 	/* where the saved run's next batch starts, not the one read ahead */
 	s->shuffle = ferry_loader_shuffled(tr->train);
 	s->data_shard = tr->pos_shard;

@@ -305,9 +305,10 @@ static bool is_input(const struct ferry_train_opts *o, const struct stat *st)
 	return glob_has(pattern, st);
 }
 
-/* The log of --json: anything that opens for writing (a file, truncated; a
- * FIFO; /dev/stdout), every write checked, but never one of the run's
- * inputs (truncating it would lose them). */
+/* The log of --json: anything that opens for writing (a file, truncated,
+ * or appended to by a resumed run; a FIFO; /dev/stdout), every write
+ * checked, but never one of the run's inputs (truncating it would lose
+ * them). */
 static int open_json(const struct train_cli *c, const struct ferry_train_opts *o, FILE **json)
 {
 	struct stat st;
@@ -315,7 +316,8 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 
 	if (!c->json)
 		return 0;
-	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	/* a resumed run continues the log of the run it resumes */
+	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC | (o->resume ? O_APPEND : 0), 0666);
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
 		if (fd >= 0)
@@ -328,7 +330,8 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 		close(fd);
 		return 1;
 	}
-	if ((S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) || !(*json = fdopen(fd, "w"))) {
+	if ((S_ISREG(st.st_mode) && !o->resume && ftruncate(fd, 0) != 0) ||
+	    !(*json = fdopen(fd, o->resume ? "a" : "w"))) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
 		close(fd);
 		return 1;
