@@ -20,6 +20,8 @@ grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=[0-9.]*;k
 grep -q '"op": "matmul"' "$cache" || fail "matrix products measured"
 grep -q '"d2h_both_s"' "$cache" || fail "copies measured both ways at once"
 grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || fail "calibrate prints the figures"
+grep -qE "device zeroing ([0-9.]+ GB/s|not measured), device copies ([0-9.]+ GB/s|not measured)," out.txt &&
+	! grep -q " 0.00 GB/s" out.txt || fail "a figure not measured says so, not 0.00 GB/s: $(grep zeroing out.txt)"
 grep -qE '"in_step_factor": (0\.[5-9]|[1-3]\.)' "$cache" || fail "the in-step factor fitted to untraced steps"
 grep -q "inside whole steps the ops take [0-9.]*x their fastest traced call" out.txt ||
 	fail "calibrate prints the in-step factor"
