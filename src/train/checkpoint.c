@@ -196,6 +196,26 @@ static const struct ferry_model_decl *llmc_model(void)
  * Opens a model file, validates header and length, and leaves fd positioned
  * at the first parameter.  On success *n_total is the parameter count.
  */
+/* A model file refused (st) that is a training state, named as a model
+ * (ck.bin.state for ck.bin): say which file holds the model. */
+static ferry_status state_given(const char *path, ferry_status st)
+{
+	int32_t magic = 0;
+	size_t len = strlen(path);
+	FILE *f = fopen(path, "rb");
+	bool state = f && fread(&magic, sizeof(magic), 1, f) == 1 && magic == FERRY_STATE_MAGIC;
+
+	if (f)
+		fclose(f);
+	if (!state)
+		return st;
+	if (len > 6 && !strcmp(path + len - 6, ".state"))
+		return ferry_error(FERRY_ERR_FORMAT, "%s is a training state, not a model: the model is %.*s "
+				   "(--resume %.*s continues its run)", path, (int)(len - 6), path, (int)(len - 6), path);
+	return ferry_error(FERRY_ERR_FORMAT, "%s is a training state, not a model: give the model file it was "
+			   "saved beside", path);
+}
+
 static ferry_status model_open(const char *path, int *out,
 			       struct ferry_model_config *cfg, size_t *n_total)
 {
@@ -208,7 +228,7 @@ static ferry_status model_open(const char *path, int *out,
 
 	st = open_for_read(path, &model_format, hdr, &fd, &size);
 	if (st)
-		return st;
+		return st == FERRY_ERR_FORMAT ? state_given(path, st) : st;
 	snprintf(c.arch, sizeof(c.arch), "%s", llmc_model()->name);
 	c.max_seq = hdr[2];
 	c.vocab = hdr[3];

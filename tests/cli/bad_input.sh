@@ -106,4 +106,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 chmod 700 ro
 ls ./*.tmp ro/*.tmp 2>/dev/null && fail "a .tmp file was left behind"
+
+# a state file given as the model names the model and --resume; a mistyped
+# command gets the nearest one
+for cmd in "train --data corpus_train_*.bin --steps 1" "eval --data corpus_val_*.bin" "sample --tokens 1"; do
+	# shellcheck disable=SC2086
+	expect_error "${cmd%% *} --checkpoint X.state" \
+		"good.bin.state is a training state, not a model: the model is good.bin (--resume good.bin continues its run)" \
+		"$FERRY" ${cmd%% *} --checkpoint good.bin.state ${cmd#* }
+done
+checks=$((checks + 1))
+"$FERRY" trian >out.txt 2>err.txt
+[ $? -eq 2 ] && [ "$(head -n 1 err.txt)" = "ferry: unknown command 'trian'; did you mean train?" ] ||
+	fail "ferry trian: $(head -n 1 err.txt)"
 finish
