@@ -106,7 +106,7 @@ extern "C" {
 #define FERRY_CHECKPOINT_MAGIC 20240326
 #define FERRY_CHECKPOINT_VERSION 3
 #define FERRY_STATE_MAGIC 20241121
-#define FERRY_STATE_VERSION 3
+#define FERRY_STATE_VERSION 4
 /* The longest training glob a state file records (bytes, without the NUL). */
 #define FERRY_STATE_GLOB_MAX 4095
 
@@ -144,7 +144,7 @@ struct ferry_train_state {
 	int32_t warmup;
 	float lr, final_lr_frac;
 	/* version 2; a version-1 file reads 0 / "" for each of these */
-	int32_t version;     /* the file's (set by the reader; writers write 3) */
+	int32_t version;     /* the file's (set by the reader; writers write 4) */
 	int32_t B, T;        /* batch size and sequence length */
 	uint64_t seed;
 	struct ferry_adamw adamw; /* beta1, beta2, eps, weight decay, clip (not lr) */
@@ -153,6 +153,9 @@ struct ferry_train_state {
 	/* version 3; older files read 0 (in order) */
 	int32_t shuffle;     /* 1: data_shard/offset are a shuffled position */
 	int64_t data_epoch;  /* ... in this epoch */
+	/* version 4; older files read "": the validation glob, stored after the
+	 * training glob and a NUL where both fit FERRY_STATE_GLOB_MAX */
+	char val_data[FERRY_STATE_GLOB_MAX + 1];
 };
 
 /* A 64-bit hash of parameter values, tying a state file to its model. */

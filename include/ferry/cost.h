@@ -66,6 +66,15 @@ ferry_status ferry_calibration_load(const char *path, const char *fingerprint, f
 	FERRY_MUST_CHECK;
 /* Writes whole or not at all, making the directory if needed. */
 ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path) FERRY_MUST_CHECK;
+/* One calibration of a cache file at a time: an flock on "<path>.lock"
+ * (made, with its directory, if needed), to hold from loading the earlier
+ * calibration to saving the new one, so that a concurrent calibration
+ * builds on this one's result instead of overwriting it (and neither
+ * times the other's work).  *fd: the lock, for ferry_calibration_unlock;
+ * -1 when wait is false and another process holds it.  FERRY_ERR_IO when
+ * the lock file cannot be made or locked. */
+ferry_status ferry_calibration_lock(const char *path, bool wait, int *fd) FERRY_MUST_CHECK;
+void ferry_calibration_unlock(int fd);
 void ferry_calibration_free(ferry_calibration_t c);
 
 /* A calibration in figures (ferry info, ferry calibrate). */
@@ -108,6 +117,8 @@ struct ferry_calib_summary {
 	double nvme_read_Bps, nvme_write_Bps;
 	bool nvme_read_measured, nvme_write_measured;
 	char nvme_dir[512], nvme_mode[160];
+	char nvme_error[320];        /* why this calibration could not measure the NVMe tier
+					(a full directory); "" when it did or was not asked */
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

@@ -72,6 +72,13 @@ struct ferry_memory_limit {
 				   mapped, or FERRY_NO_LIMIT */
 };
 void ferry_memory_limit(struct ferry_memory_limit *out);
+/* The address space the libraries map after start-up, for a process that
+ * runs `threads` compute threads: OpenBLAS a 128 MiB buffer per thread in
+ * a matrix product (and, refused one under `ulimit -v`, it retries forever
+ * at full CPU), glibc up to 64 MiB per thread's malloc arena, thread
+ * stacks, code loaded later.  What `ulimit -v` leaves must keep this much
+ * beyond the device arena. */
+uint64_t ferry_library_headroom(int threads);
 /* The memory limit of this process's cgroup, read from the files under
  * root ("" for the system's own; tests pass a directory that holds
  * proc/self/cgroup and sys/fs/cgroup/...): the least memory.max (cgroup

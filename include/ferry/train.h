@@ -90,7 +90,9 @@ typedef struct ferry_trainer *ferry_trainer_t;
  * unless FERRY_GIVEN_SHUFFLE; another order than the saved run's is an
  * override, read from the data's start.  The same data in the same order
  * continues at the saved position, so a resumed run reads the batches an
- * unbroken run would.  A state whose step does not fit an int is refused. */
+ * unbroken run would.  Validation: without opts->val_data the saved run's
+ * glob (states from version 4).  A state whose step does not fit an int
+ * is refused. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
 /* The plan the trainer works to. */
@@ -139,8 +141,10 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST
  * refuse a save path before step 1: ferry_checkpoint_check_save_path for
  * this model, and that no file the save would replace (the model, its
  * state; a directory's checkpoint files) is one of the training or
- * validation shards (same device and inode, or for a file not yet there the
- * same real path): FERRY_ERR_INVALID naming both. */
+ * validation shards, or a file of the checkpoint the run started from
+ * (its model, its state) unless the save is to that checkpoint's own path
+ * (same device and inode, or for a file not yet there the same real path):
+ * FERRY_ERR_INVALID naming both. */
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
 /* Writes "name (bytes), ..." for the presets whose plan fits in capacity
@@ -158,7 +162,10 @@ size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B
  * cosine decay to lr * final_frac at `total`. */
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);
 
-/* Mean loss of a model over the first n batches of a data glob. */
+/* Mean loss of a model over the first n batches of a data glob, read in
+ * order.  FERRY_ERR_INVALID when the data holds fewer than n batches
+ * (rather than reading the first ones again) or a batch's loss is not
+ * finite (values that overflow). */
 ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
 

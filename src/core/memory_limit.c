@@ -8,6 +8,8 @@
  * controller's (memory.limit_in_bytes); and the address space RLIMIT_AS
  * leaves (ulimit -v) beyond what is mapped already (/proc/self/statm),
  * since a reservation counts there whether or not its pages are touched.
+ * ferry_library_headroom is what the libraries map later: the arena sized
+ * from `ulimit -v` leaves them that.
  */
 #include "ferry/platform.h"
 
@@ -130,4 +132,13 @@ void ferry_memory_limit(struct ferry_memory_limit *out)
 		out->bytes = out->address_space;
 		out->bound = "ulimit -v";
 	}
+}
+
+uint64_t ferry_library_headroom(int threads)
+{
+	const uint64_t mib = (uint64_t)1 << 20;
+
+	/* three stream threads beside the compute threads, each a malloc arena;
+	 * 128 MiB for stacks, late-loaded code and host buffers of small runs */
+	return 128 * mib + (uint64_t)(threads > 0 ? threads : 1) * (128 + 64) * mib + 3 * 64 * mib;
 }

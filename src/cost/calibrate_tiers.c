@@ -263,7 +263,16 @@ ferry_status ferry_calib_measure_tiers(ferry_backend_t be, ferry_host_tiers_t h,
 	 * so a figure for them would be DRAM's */
 	if (!h->topo.simulated)
 		st = ferry_calib_measure_cxl(be, h, sizes, n, adamw_n, repeats, c);
-	if (!st && h->nvme_dir[0])
-		st = ferry_calib_measure_nvme(h->nvme_dir, sizes, n, repeats, c);
+	if (!st && h->nvme_dir[0]) {
+		ferry_status nv = ferry_calib_measure_nvme(h->nvme_dir, sizes, n, repeats, c);
+
+		/* a full or failing directory costs the NVMe figures only: the
+		 * others stand, and so do the NVMe tier's earlier ones (or the
+		 * defaults); c->nvme_error says why */
+		if (nv == FERRY_ERR_IO)
+			snprintf(c->nvme_error, sizeof(c->nvme_error), "%s", ferry_last_error());
+		else
+			st = nv;
+	}
 	return st;
 }

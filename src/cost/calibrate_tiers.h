@@ -31,7 +31,9 @@ ferry_status ferry_calib_time_adamw(float *buf, long n, int repeats, double *bes
 
 /* The tiers of h: each CPU-less node of its topology (not of a simulated
  * one: nothing is bound there), and the NVMe tier when h has --nvme-dir;
- * copies at the transfer sizes, the CPU AdamW over adamw_n floats. */
+ * copies at the transfer sizes, the CPU AdamW over adamw_n floats.  An
+ * NVMe measurement that fails on I/O (a full directory) leaves c's NVMe
+ * figures as they were and says why in c->nvme_error. */
 ferry_status ferry_calib_measure_tiers(ferry_backend_t be, ferry_host_tiers_t h, const size_t *sizes, int n,
 				       long adamw_n, int repeats, struct ferry_calibration *c) FERRY_MUST_CHECK;
 /* Each CPU-less node of h's topology with room for the measurement,

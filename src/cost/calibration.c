@@ -203,6 +203,7 @@ static void tier_summary(const struct ferry_calibration *c, struct ferry_calib_s
 	out->nvme_write_Bps = out->nvme_write_measured ? c->nvme_write_Bps : FERRY_TIER_NVME_WRITE_BPS;
 	snprintf(out->nvme_dir, sizeof(out->nvme_dir), "%s", c->nvme_dir);
 	snprintf(out->nvme_mode, sizeof(out->nvme_mode), "%s", c->nvme_mode);
+	snprintf(out->nvme_error, sizeof(out->nvme_error), "%s", c->nvme_error);
 }
 
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out)

@@ -60,6 +60,7 @@ struct ferry_calibration {
 	struct ferry_calib_cxl cxl[FERRY_CALIB_MAX_CXL];
 	double nvme_read_Bps, nvme_write_Bps;
 	char nvme_dir[512], nvme_mode[160];
+	char nvme_error[320];          /* this run's NVMe measurement failed: why (not stored) */
 };
 
 /* Adds (or replaces) the entry of op's shape. */

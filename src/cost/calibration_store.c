@@ -1,15 +1,19 @@
 /*
  * A calibration as a JSON file (the per-machine cache): written whole or
  * not at all, read back refusing anything made for another machine, by
- * another version, or too long ago.
+ * another version, or too long ago; a lock file beside it that one
+ * calibration at a time holds from reading the cache to writing it.
  */
 #include "cost/calibration.h"
 #include "core/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,12 +96,97 @@ ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path)
 	return FERRY_OK;
 }
 
+ferry_status ferry_calibration_lock(const char *path, bool wait, int *fd)
+{
+	char lock[4200];
+	ferry_status st;
+	int f, e;
+
+	*fd = -1;
+	if ((size_t)snprintf(lock, sizeof(lock), "%s.lock", path) >= sizeof(lock))
+		return ferry_error(FERRY_ERR_INVALID, "calibration: path too long");
+	if ((st = make_dirs(path)))
+		return st;
+	f = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (f < 0)
+		return ferry_error(FERRY_ERR_IO, "cannot open the calibration lock %s: %s", lock, strerror(errno));
+	while (flock(f, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+		if (errno == EINTR)
+			continue;
+		e = errno;
+		close(f);
+		if (!wait && e == EWOULDBLOCK)
+			return FERRY_OK;
+		return ferry_error(FERRY_ERR_IO, "cannot lock the calibration %s: %s", lock, strerror(e));
+	}
+	*fd = f;
+	return FERRY_OK;
+}
+
+void ferry_calibration_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* the lock goes with the descriptor */
+}
+
 static int op_kind(const char *name)
 {
 	for (int k = 0; k < FERRY_OP_COUNT; k++)
 		if (!strcmp(ferry_op_info((enum ferry_op_kind)k)->name, name))
 			return k;
 	return -1;
+}
+
+/* A figure read from the cache: finite and in [lo, hi], or 0 where zero_ok
+ * (not measured).  A cache edited by hand or damaged otherwise predicts
+ * negative or infinite step times. */
+static ferry_status check_figure(const char *path, const char *name, double v, double lo, double hi,
+				 bool zero_ok)
+{
+	if (isfinite(v) && ((zero_ok && v == 0) || (v >= lo && v <= hi)))
+		return FERRY_OK;
+	return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s is %g, not %s%g..%g: run `ferry calibrate` "
+			   "again", path, name, v, zero_ok ? "0 or " : "", lo, hi);
+}
+
+/* Every figure of the header in its range: rates up to 1e16 a second,
+ * times up to an hour, factors of speed 1e-3..1e3. */
+static ferry_status check_figures(const struct ferry_calibration *c, const char *path)
+{
+	const struct {
+		const char *name;
+		double v, lo, hi;
+		bool zero_ok;
+	} f[] = {
+		{ "d2d_Bps", c->d2d_Bps, 1, 1e16, true },
+		{ "zero_Bps", c->zero_Bps, 1, 1e16, true },
+		{ "adamw_floats_per_s", c->adamw_floats_per_s, 1, 1e16, true },
+		{ "op_spread", c->op_spread, 0, 1e3, false },
+		{ "copy_compute_slowdown", c->copy_compute_slowdown, 1e-3, 1e3, true },
+		{ "task_gap_s", c->task_gap_s, 0, 3600, false },
+		{ "step_host_s", c->step_host_s, 0, 3600, false },
+		{ "in_step_factor", c->in_step_factor, 1e-3, 1e3, true },
+		{ "cxl_copy_factor", c->cxl_copy_factor, 1e-3, 1e3, true },
+		{ "cxl_adamw_factor", c->cxl_adamw_factor, 1e-3, 1e3, true },
+		{ "nvme_read_Bps", c->nvme_read_Bps, 1, 1e16, true },
+		{ "nvme_write_Bps", c->nvme_write_Bps, 1, 1e16, true },
+	};
+	ferry_status st = FERRY_OK;
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++)
+		st = check_figure(path, f[i].name, f[i].v, f[i].lo, f[i].hi, f[i].zero_ok);
+	return st;
+}
+
+/* An op's dimensions: none negative or absurd. */
+static bool shape_ok(const struct ferry_calib_op *e)
+{
+	const int d[] = { e->B, e->T, e->C, e->NH, e->OC, e->V, e->Vp, e->NKV };
+
+	for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++)
+		if (d[i] < 0 || d[i] > (1 << 28))
+			return false;
+	return true;
 }
 
 static ferry_status read_ops(const json_t *ops, struct ferry_calibration *c, const char *path)
@@ -116,8 +205,12 @@ static ferry_status read_ops(const json_t *ops, struct ferry_calibration *c, con
 		if (json_unpack(o, "{s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:F, s:F}", "op", &name,
 				"backward", &bwd, "B", &e.B, "T", &e.T, "C", &e.C, "NH", &e.NH, "OC", &e.OC, "V", &e.V,
 				"Vp", &e.Vp, "NKV", &e.NKV, "n", &n, "seconds", &e.seconds, "flops", &e.flops) != 0 ||
-		    op_kind(name) < 0)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: op entry %zu is malformed", path, i);
+		    op_kind(name) < 0 || !shape_ok(&e) || n < 0)
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: op entry %zu is malformed: run `ferry "
+					   "calibrate` again", path, i);
+		if ((st = check_figure(path, "an op's seconds", e.seconds, 1e-12, 3600, false)) ||
+		    (st = check_figure(path, "an op's flops", e.flops, 0, 1e20, false)))
+			return st;
 		e.kind = (enum ferry_op_kind)op_kind(name);
 		e.backward = bwd;
 		e.n = (long)n;
@@ -135,10 +228,17 @@ static ferry_status read_copies(const json_t *copies, struct ferry_calibration *
 	json_array_foreach(copies, i, o) {
 		struct ferry_calib_copy p;
 		json_int_t b = 0;
+		ferry_status st;
 
 		if (json_unpack(o, "{s:I, s:F, s:F, s:F, s:F}", "bytes", &b, "d2h_s", &p.d2h_s, "h2d_s", &p.h2d_s,
 				"d2h_both_s", &p.d2h_both_s, "h2d_both_s", &p.h2d_both_s) != 0 || b <= 0)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: copy entry %zu is malformed", path, i);
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: copy entry %zu is malformed: run `ferry "
+					   "calibrate` again", path, i);
+		if ((st = check_figure(path, "a copy's d2h_s", p.d2h_s, 1e-12, 3600, false)) ||
+		    (st = check_figure(path, "a copy's h2d_s", p.h2d_s, 1e-12, 3600, false)) ||
+		    (st = check_figure(path, "a copy's d2h_both_s", p.d2h_both_s, 1e-12, 3600, false)) ||
+		    (st = check_figure(path, "a copy's h2d_both_s", p.h2d_both_s, 1e-12, 3600, false)))
+			return st;
 		p.bytes = (size_t)b;
 		ferry_calib_add_copy(c, &p);
 	}
@@ -155,8 +255,10 @@ static ferry_status read_cxl(const json_t *nodes, struct ferry_calibration *c, c
 		struct ferry_calib_cxl x;
 
 		if (json_unpack(o, "{s:i, s:F, s:F}", "node", &x.node, "copy_factor", &x.copy, "adamw_factor",
-				&x.adamw) != 0 || x.copy <= 0 || x.adamw <= 0)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: cxl_nodes entry %zu is malformed", path, i);
+				&x.adamw) != 0 || !isfinite(x.copy) || !isfinite(x.adamw) || x.copy < 1e-3 ||
+		    x.copy > 1e3 || x.adamw < 1e-3 || x.adamw > 1e3 || x.node < 0 || x.node > 4095)
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: cxl_nodes entry %zu is malformed: run `ferry "
+					   "calibrate` again", path, i);
 		if (c->n_cxl < FERRY_CALIB_MAX_CXL)
 			c->cxl[c->n_cxl++] = x;
 	}
@@ -196,6 +298,22 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 	snprintf(c->nvme_dir, sizeof(c->nvme_dir), "%s", nvme_dir);
 	snprintf(c->nvme_mode, sizeof(c->nvme_mode), "%s", nvme_mode);
 	c->created = (long long)created;
+	return check_figures(c, path);
+}
+
+/* ops and copies (always written) and cxl_nodes (where there is one) are
+ * arrays: a string there used to read as no entries. */
+static ferry_status check_arrays(const json_t *root, const char *path)
+{
+	static const char *const names[] = { "ops", "copies", "cxl_nodes" };
+
+	for (int i = 0; i < 3; i++) {
+		const json_t *a = json_object_get(root, names[i]);
+
+		if ((a || i < 2) && !json_is_array(a))
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: \"%s\" is %s, not a list: run `ferry "
+					   "calibrate` again", path, names[i], a ? "something else" : "missing");
+	}
 	return FERRY_OK;
 }
 
@@ -217,6 +335,8 @@ ferry_status ferry_calibration_load(const char *path, const char *fingerprint, f
 		return ferry_error(FERRY_ERR_NOMEM, "calibration: out of host memory");
 	}
 	st = check_header(root, fingerprint, c, path);
+	if (!st)
+		st = check_arrays(root, path);
 	if (!st)
 		st = read_ops(json_object_get(root, "ops"), c, path);
 	if (!st)

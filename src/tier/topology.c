@@ -223,7 +223,8 @@ static ferry_status parse_node_line(const char *path, int line, char *s, struct 
 ferry_status ferry_topology_load(const char *path, struct ferry_topology *t)
 {
 	FILE *f;
-	char buf[512];
+	char *buf = NULL;
+	size_t cap = 0;
 	int line = 0;
 	ferry_status st = FERRY_OK;
 
@@ -233,7 +234,9 @@ ferry_status ferry_topology_load(const char *path, struct ferry_topology *t)
 	f = fopen(path, "r");
 	if (!f)
 		return ferry_error(FERRY_ERR_IO, "--topology %s: %s", path, strerror(errno));
-	while (!st && fgets(buf, sizeof(buf), f)) {
+	/* whole lines, however long: a fixed buffer split a long comment and
+	 * made its tail (a commented-out node) a line of its own */
+	while (!st && getline(&buf, &cap, f) >= 0) {
 		char *hash = strchr(buf, '#'), *s = buf;
 
 		line++;
@@ -245,6 +248,7 @@ ferry_status ferry_topology_load(const char *path, struct ferry_topology *t)
 		if (*s)
 			st = parse_node_line(path, line, s, t);
 	}
+	free(buf);
 	fclose(f);
 	if (!st && t->n == 0)
 		st = ferry_error(FERRY_ERR_FORMAT, "--topology %s: no nodes (lines: node ID cpus N mem SIZE)", path);

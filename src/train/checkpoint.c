@@ -49,7 +49,7 @@ static const struct ferry_file_format model_format = {
 	.n_named = sizeof(model_named) / sizeof(model_named[0]),
 };
 
-static const int32_t state_versions[] = { 1, 2, FERRY_STATE_VERSION };
+static const int32_t state_versions[] = { 1, 2, 3, FERRY_STATE_VERSION };
 static const struct ferry_file_format state_format = {
 	.kind = "ferry training state",
 	.header = "training state",
@@ -196,6 +196,26 @@ static const struct ferry_model_decl *llmc_model(void)
  * Opens a model file, validates header and length, and leaves fd positioned
  * at the first parameter.  On success *n_total is the parameter count.
  */
+/* A model file refused (st) that is a training state, named as a model
+ * (ck.bin.state for ck.bin): say which file holds the model. */
+static ferry_status state_given(const char *path, ferry_status st)
+{
+	int32_t magic = 0;
+	size_t len = strlen(path);
+	FILE *f = fopen(path, "rb");
+	bool state = f && fread(&magic, sizeof(magic), 1, f) == 1 && magic == FERRY_STATE_MAGIC;
+
+	if (f)
+		fclose(f);
+	if (!state)
+		return st;
+	if (len > 6 && !strcmp(path + len - 6, ".state"))
+		return ferry_error(FERRY_ERR_FORMAT, "%s is a training state, not a model: the model is %.*s "
+				   "(--resume %.*s continues its run)", path, (int)(len - 6), path, (int)(len - 6), path);
+	return ferry_error(FERRY_ERR_FORMAT, "%s is a training state, not a model: give the model file it was "
+			   "saved beside", path);
+}
+
 static ferry_status model_open(const char *path, int *out,
 			       struct ferry_model_config *cfg, size_t *n_total)
 {
@@ -208,7 +228,7 @@ static ferry_status model_open(const char *path, int *out,
 
 	st = open_for_read(path, &model_format, hdr, &fd, &size);
 	if (st)
-		return st;
+		return st == FERRY_ERR_FORMAT ? state_given(path, st) : st;
 	snprintf(c.arch, sizeof(c.arch), "%s", llmc_model()->name);
 	c.max_seq = hdr[2];
 	c.vocab = hdr[3];
@@ -603,7 +623,7 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 {
 	char sb[FERRY_CKPT_SHORT];
 	const char *name = path ? ferry_ckpt_short(path, sb) : "(null)";
-	size_t glen;
+	size_t glen, vlen;
 	uint64_t h;
 
 	if (!path || !st || !m || !v)
@@ -622,9 +642,14 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 				   FERRY_STATE_GLOB_MAX);
 	if (check_moments(path, m, v, n))
 		return FERRY_ERR_INVALID;
-	state_header(hdr, st, n, glen);
-	memset(gbuf, 0, glob_padded(glen) + 4);
+	vlen = strnlen(st->val_data, sizeof(st->val_data));
+	memset(gbuf, 0, FERRY_STATE_GLOB_MAX + 8);
 	memcpy(gbuf, st->data, glen);
+	if (vlen && glen + 1 + vlen <= FERRY_STATE_GLOB_MAX) { /* "train\0val" */
+		memcpy(gbuf + glen + 1, st->val_data, vlen);
+		glen += 1 + vlen;
+	}
+	state_header(hdr, st, n, glen);
 	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, hdr, HEADER_BYTES);
 	h = ferry_ckpt_fnv_words(h, gbuf, glob_padded(glen));
 	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
@@ -658,6 +683,21 @@ ferry_status ferry_ckpt_write_state(const char *file, const struct ferry_train_s
 	ferry_status rc = state_chunks(file, st, m, v, n_params, hdr, gbuf, chunks);
 
 	return rc ? rc : write_file(file, chunks, 4);
+}
+
+/* The glob region's training glob and, after a NUL (version 4), the
+ * validation glob into s. */
+static void split_globs(struct ferry_train_state *s, const char *gbuf, size_t glen)
+{
+	size_t tlen = strnlen(gbuf, glen);
+
+	memcpy(s->data, gbuf, tlen);
+	s->data[tlen] = 0;
+	s->val_data[0] = 0;
+	if (s->version >= 4 && tlen + 1 < glen) {
+		memcpy(s->val_data, gbuf + tlen + 1, glen - tlen - 1);
+		s->val_data[glen - tlen - 1] = 0;
+	}
 }
 
 /* The header's fields into *s; checks them and the file's length.  *n: the
@@ -785,8 +825,7 @@ ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 	}
 	if (rc)
 		goto out;
-	memcpy(s.data, gbuf, glen);
-	s.data[glen] = 0;
+	split_globs(&s, gbuf, glen);
 	*st = s;
 out:
 	close(fd);
@@ -812,8 +851,7 @@ ferry_status ferry_state_read_info(const char *path, struct ferry_train_state *s
 	close(fd);
 	if (rc)
 		return rc;
-	memcpy(s.data, gbuf, glen);
-	s.data[glen] = 0;
+	split_globs(&s, gbuf, glen);
 	*st = s;
 	return FERRY_OK;
 }

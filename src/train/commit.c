@@ -543,6 +543,65 @@ static ferry_status probe(struct names *nm, bool hf)
 	return FERRY_OK;
 }
 
+/* What a save into an existing directory keeps (keep_tree below) can be
+ * kept: every entry readable, subdirectories nested at most MAX_DEPTH deep
+ * and on the directory's filesystem (kept by hard links).  Checked before
+ * step 1, not found at the save after hours of training. */
+static ferry_status check_kept(struct names *nm, int fd, dev_t dev, int depth)
+{
+	ferry_status st = FERRY_OK;
+	struct dirent *e;
+	int dup_fd = dup(fd);
+	DIR *dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+
+	if (!dp) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		return ferry_error(FERRY_ERR_IO, "%s: cannot list it: %s", sh(nm, 0, nm->path), strerror(errno));
+	}
+	while (!st && (e = readdir(dp))) {
+		struct stat sb;
+		int sub;
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+			st = ferry_error(FERRY_ERR_IO, "%s: cannot stat %s: %s", sh(nm, 0, nm->path), e->d_name,
+					 strerror(errno));
+		else if (sb.st_dev != dev)
+			st = ferry_error(FERRY_ERR_INVALID, "%s: %s is on another filesystem: a save keeps the "
+					 "directory's other files by hard links; save elsewhere", sh(nm, 0, nm->path),
+					 e->d_name);
+		else if (S_ISDIR(sb.st_mode) && depth >= MAX_DEPTH)
+			st = ferry_error(FERRY_ERR_INVALID, "%s: directories nested deeper than %d: a save could not "
+					 "keep %s; save elsewhere", sh(nm, 0, nm->path), MAX_DEPTH, e->d_name);
+		else if (S_ISDIR(sb.st_mode)) {
+			sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			st = sub < 0 ? ferry_error(FERRY_ERR_IO, "%s: cannot open its subdirectory %s: %s",
+						   sh(nm, 0, nm->path), e->d_name, strerror(errno)) :
+				       check_kept(nm, sub, dev, depth + 1);
+			if (sub >= 0)
+				close(sub);
+		}
+	}
+	closedir(dp);
+	return st;
+}
+
+static ferry_status check_existing_dir(struct names *nm)
+{
+	struct stat sb;
+	int fd = open(nm->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ferry_status st;
+
+	if (fd < 0)
+		return FERRY_OK; /* not there (check_dest said what else) */
+	st = fstat(fd, &sb) != 0 ? ferry_error(FERRY_ERR_IO, "%s: %s", sh(nm, 0, nm->path), strerror(errno)) :
+				   check_kept(nm, fd, sb.st_dev, 0);
+	close(fd);
+	return st;
+}
+
 ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
 {
 	struct names nm;
@@ -558,6 +617,8 @@ ferry_status ferry_checkpoint_check_save_path(const char *path, const struct fer
 	if (st)
 		return st;
 	st = check_dest(&nm, hf, ferry_model_title(cfg->arch));
+	if (!st && hf)
+		st = check_existing_dir(&nm);
 	if (!st)
 		st = check_lengths(&nm, hf);
 	if (!st)

@@ -161,6 +161,8 @@ static void take_saved(struct ferry_train_opts *o, const struct ferry_train_stat
 	}
 	if (!(g & FERRY_GIVEN_DATA) && s->data[0])
 		o->data = s->data;
+	if (!o->val_data && s->val_data[0]) /* version 4 */
+		o->val_data = s->val_data;
 }
 
 /* The saved run's state header, before anything is built from it. */
@@ -704,9 +706,42 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 	return w.count;
 }
 
-/* No file the save would replace is a training or validation shard. */
+/* Whether a and b name one file or directory (both there, same inode). */
+static bool same_path(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The checkpoint the run starts from may be saved over as a whole (--resume
+ * m.bin --save m.bin), but no file of another save path may replace one of
+ * its files (--checkpoint ck.bin --save ck.bin.state would write a model
+ * over its state). */
+static ferry_status check_start(const char *path, bool hf, const char *start)
+{
+	static const char *const hf_files[] = { FERRY_HF_CONFIG_NAME, FERRY_HF_WEIGHTS_NAME, FERRY_HF_INDEX_NAME };
+	bool start_hf = ferry_checkpoint_is_hf(start);
+	char file[4200];
+	ferry_status st;
+
+	if (same_path(path, start))
+		return FERRY_OK;
+	st = ferry_ckpt_check_not_input(path, hf, start, "checkpoint this run starts from");
+	if (!st && ferry_checkpoint_state_path(start, start_hf, file, sizeof(file)) == FERRY_OK)
+		st = ferry_ckpt_check_not_input(path, hf, file, "training state of the checkpoint this run starts from");
+	for (int i = 0; !st && start_hf && i < 3; i++) {
+		snprintf(file, sizeof(file), "%s/%s", start, hf_files[i]);
+		st = ferry_ckpt_check_not_input(path, hf, file, "file of the checkpoint this run starts from");
+	}
+	return st;
+}
+
+/* No file the save would replace is a training or validation shard, or a
+ * file of the checkpoint the run starts from in another role. */
 static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 {
+	const char *start = tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint;
 	const char *globs[2] = { tr->opts.data, tr->opts.val_data };
 	const char *what[2] = { "training shard", "validation shard" };
 	bool hf = ferry_checkpoint_model_is_hf(ferry_model_config(tr->model));
@@ -726,7 +761,7 @@ static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 		ferry_free(files);
 		globfree(&g);
 	}
-	return st;
+	return st || !start ? st : check_start(path, hf, start);
 }
 
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path)
@@ -757,6 +792,8 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	s->data_hash = tr->data_hash;
 	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
 		snprintf(s->data, sizeof(s->data), "%s", o->data);
+	if (o->val_data && strlen(o->val_data) <= FERRY_STATE_GLOB_MAX)
+		snprintf(s->val_data, sizeof(s->val_data), "%s", o->val_data);
 	/* where the saved run's next batch starts, not the one read ahead */
 	s->shuffle = ferry_loader_shuffled(tr->train);
 	s->data_shard = tr->pos_shard;
@@ -812,6 +849,7 @@ ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T
 	int32_t *in = NULL, *tg = NULL;
 	size_t N = 0;
 	double sum = 0;
+	int64_t shard0 = 0, off0 = 0;
 	ferry_status st;
 
 	if (n_batches < 1)
@@ -828,13 +866,31 @@ ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T
 		goto out;
 	}
 	for (int i = 0; i < n_batches; i++) {
+		int64_t shard, off;
 		float l;
 
 		st = ferry_loader_next(loader, in, tg);
-		if (!st)
-			st = ferry_model_loss(m, in, tg, B, T, &l);
 		if (st)
 			goto out;
+		/* where the second batch starts, again: the loader wrapped around
+		 * and read the first batch once more, so the data holds only i */
+		ferry_loader_position(loader, &shard, &off);
+		if (i == 0) {
+			shard0 = shard, off0 = off;
+		} else if (shard == shard0 && off == off0) {
+			st = ferry_error(FERRY_ERR_INVALID, "evaluate: %s holds %d batch%s of %d x %d tokens, fewer than "
+					 "the %d asked for", data_glob, i, i == 1 ? "" : "es", B, T, n_batches);
+			goto out;
+		}
+		st = ferry_model_loss(m, in, tg, B, T, &l);
+		if (st)
+			goto out;
+		if (!isfinite(l)) {
+			st = ferry_error(FERRY_ERR_INVALID, "evaluate: the loss of batch %d is %s: the model's values "
+					 "overflow (training would stop such a run as diverged)", i + 1,
+					 isnan(l) ? "not a number" : "infinite");
+			goto out;
+		}
 		sum += l;
 	}
 	*loss = (float)(sum / n_batches);

@@ -79,20 +79,21 @@ cmp -s corpus_train_000000.bin train_before.bin && cmp -s corpus_val_000000.bin 
 ls ./*.tmp* 2>/dev/null && fail "ferry data left temporaries"
 
 # Under `ulimit -v` the CPU backend's default arena is 3/4 of the address
-# space the limit leaves (it used to reserve all of RAM, and fail); a plan
-# over it is refused naming --device-mem, and so is a --device-mem the limit
-# cannot reserve.  (Not under the sanitizers: their shadow memory needs more
+# space the limit leaves beyond the libraries' headroom (it used to reserve
+# all of RAM, and fail); a plan over it is refused naming --device-mem, and
+# so is a --device-mem that would leave the libraries less.  (Not under the sanitizers: their shadow memory needs more
 # address space than such a limit allows.)
 if grep -q "__asan_init\|__tsan_init" "$FERRY"; then
 	echo "skipped: ulimit -v (sanitizer build)"
 else
 	LIMIT=(env OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 MALLOC_ARENA_MAX=2 bash -c 'ulimit -v 3000000 && exec "$@"' limit)
 	expect_ok "a run under ulimit -v" "${LIMIT[@]}" "$FERRY" train "${TINY[@]}" --threads 2 --data 'corpus_train_*.bin' --steps 1
-	grep -q "device arena .* (3/4 of the .* GiB that ulimit -v leaves)" out.txt || fail "the arena fits the limit: $(grep arena out.txt)"
+	grep -q "device arena .* (3/4 of the .* GiB that ulimit -v leaves beyond .* MiB for BLAS and threads)" out.txt ||
+		fail "the arena fits the limit: $(grep arena out.txt)"
 	expect_error "a plan over ulimit -v" "(3/4 of the" "${LIMIT[@]}" "$FERRY" train --layers 12 --channels 768 --heads 12 \
 		--max-seq 1024 --batch 16 --seq 1024 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 1
-	grep -q "GiB that ulimit -v leaves; --device-mem sets it); presets that fit" err.txt || fail "names --device-mem: $(cat err.txt)"
-	expect_error "a --device-mem over ulimit -v" "cannot reserve a 4.00 GiB device arena: Cannot allocate memory; give a smaller --device-mem" \
+	grep -q "MiB for BLAS and threads; --device-mem sets it); presets that fit" err.txt || fail "names --device-mem: $(cat err.txt)"
+	expect_error "a --device-mem over ulimit -v" "cpu backend: --device-mem 4.00 GiB and the 704.0 MiB that BLAS and 2 threads map do not fit" \
 		"${LIMIT[@]}" "$FERRY" train "${TINY[@]}" --threads 2 --data 'corpus_train_*.bin' --steps 1 --device-mem 4G
 fi
 
@@ -105,4 +106,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 chmod 700 ro
 ls ./*.tmp ro/*.tmp 2>/dev/null && fail "a .tmp file was left behind"
+
+# a state file given as the model names the model and --resume; a mistyped
+# command gets the nearest one
+for cmd in "train --data corpus_train_*.bin --steps 1" "eval --data corpus_val_*.bin" "sample --tokens 1"; do
+	# shellcheck disable=SC2086
+	expect_error "${cmd%% *} --checkpoint X.state" \
+		"good.bin.state is a training state, not a model: the model is good.bin (--resume good.bin continues its run)" \
+		"$FERRY" ${cmd%% *} --checkpoint good.bin.state ${cmd#* }
+done
+checks=$((checks + 1))
+"$FERRY" trian >out.txt 2>err.txt
+[ $? -eq 2 ] && [ "$(head -n 1 err.txt)" = "ferry: unknown command 'trian'; did you mean train?" ] ||
+	fail "ferry trian: $(head -n 1 err.txt)"
 finish

@@ -20,6 +20,8 @@ grep -q '"fingerprint": "cpu=.*backend=cpu;device=CPU: 1 threads;ferry=[0-9.]*;k
 grep -q '"op": "matmul"' "$cache" || fail "matrix products measured"
 grep -q '"d2h_both_s"' "$cache" || fail "copies measured both ways at once"
 grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || fail "calibrate prints the figures"
+grep -qE "device zeroing ([0-9.]+ GB/s|not measured), device copies ([0-9.]+ GB/s|not measured)," out.txt &&
+	! grep -q " 0.00 GB/s" out.txt || fail "a figure not measured says so, not 0.00 GB/s: $(grep zeroing out.txt)"
 grep -qE '"in_step_factor": (0\.[5-9]|[1-3]\.)' "$cache" || fail "the in-step factor fitted to untraced steps"
 grep -q "inside whole steps the ops take [0-9.]*x their fastest traced call" out.txt ||
 	fail "calibrate prints the in-step factor"
@@ -34,7 +36,21 @@ grep -q "copies of [0-9.]* KiB: device-to-host [0-9.]* GB/s" out.txt || fail "co
 n2=$(grep -c '"op":' "$cache")
 [ "$n2" -gt "$n1" ] || fail "a second calibration adds shapes ($n1 -> $n2)"
 
+# two calibrations at once, of other shapes: the cache's lock makes the
+# second wait and build on the first, so both keep their shapes (each used
+# to save over the other's)
+"$FERRY" calibrate "${SHAPE[@]}" --batch 3 --quick >c3.txt 2>&1 &
+"$FERRY" calibrate "${SHAPE[@]}" --batch 5 --quick >c5.txt 2>&1 || fail "calibrate --batch 5 beside another: $(cat c5.txt)"
+wait $! || fail "calibrate --batch 3 beside another: $(cat c3.txt)"
+checks=$((checks + 1))
+for b in 2 3 4 5; do
+	grep -q "\"B\": $b," "$cache" || fail "concurrent calibrations: batch $b's ops lost"
+done
+grep -q "waiting for another ferry calibrate of this machine to finish" c3.txt c5.txt ||
+	echo "note: the two calibrations did not overlap"
+
 expect_ok "info" "$FERRY" info
+grep -q "calibration-.*\.lock" out.txt && fail "info lists the lock file as a calibration"
 grep -q "^calibrations in $XDG_CACHE_HOME/ferry:" out.txt && grep -q "device=CPU: 1 threads" out.txt &&
 	grep -q "matrix products: [0-9.]* GFLOP/s" out.txt || { fail "info lists the calibration"; cat out.txt >&2; }
 
@@ -75,6 +91,26 @@ c = json.load(open(sys.argv[1]))
 assert c["cxl_copy_factor"] == 0 and c["cxl_adamw_factor"] == 0 and c["cxl_nodes"] == [], c["cxl_nodes"]
 assert c["nvme_read_Bps"] > 0, "the NVMe rates are kept"
 PY
+# an NVMe directory that fills up (a file-size limit) costs the NVMe
+# figures only: the rest is measured and saved, with a warning
+cp "$cache" before_full.json
+checks=$((checks + 1))
+bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' full "$FERRY" calibrate "${SHAPE[@]}" --batch 6 --quick --nvme-dir nvme \
+	>out.txt 2>err.txt
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "^ferry calibrate: warning: the NVMe tier was not measured (.*File too large" err.txt; then
+	fail "calibrate --nvme-dir on a full directory: exit $rc: $(cat err.txt)"
+elif ! grep -q '"B": 6,' "$cache" || ! grep -q "^saved to " out.txt; then
+	fail "calibrate --nvme-dir on a full directory: the other figures are saved"
+else
+	echo "ok: calibrate --nvme-dir on a full directory -> $(cat err.txt)"
+fi
+python3 - "$cache" before_full.json <<'PY' || fail "the NVMe rates measured before are kept"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["nvme_read_Bps"] == b["nvme_read_Bps"] > 0 and a["nvme_write_Bps"] == b["nvme_write_Bps"] > 0, a
+PY
+[ -z "$(ls -A nvme)" ] || fail "calibrate --nvme-dir leaves files behind: $(ls -A nvme)"
 expect_error "calibrate --nvme-dir missing" "--nvme-dir nothere: No such file" \
 	"$FERRY" calibrate "${SHAPE[@]}" --quick --nvme-dir nothere
 expect_ok "bench with predictions" "$FERRY" bench "${SHAPE[@]}" --steps 1 --json bench.json nothing_saveable \
@@ -102,6 +138,27 @@ cp good.json "$cache"
 sed -i 's/"created": [0-9]*/"created": 1000000000/' "$cache"
 expect_ok "bench with an old cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
 grep -q "days old (at most 30): stale" out.txt || { fail "an old cache is refused"; cat out.txt >&2; }
+# every figure is checked, finite and in its range: a value out of it
+# is refused naming it (bench predicts nothing, --policy auto refuses) and
+# calibrate starts afresh (it predicted -998 ms, inf ms, and read a string
+# of ops as none)
+for bad in 'c["step_host_s"] = -1' 'c["task_gap_s"] = 1e308' 'c["ops"] = "x"' 'c["in_step_factor"] = 1e308' \
+	'c["d2d_Bps"] = -5' 'c["copies"][0]["d2h_s"] = 1e308' 'c["ops"][0]["seconds"] = -1' 'c["ops"][0]["B"] = -3' \
+	'c["cxl_copy_factor"] = 1e300'; do
+	python3 -c 'import json, sys; c = json.load(open("good.json")); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))' \
+		"$cache" "$bad"
+	expect_error "--policy auto with $bad" "--policy auto needs this machine's calibration" \
+		"$FERRY" plan "${SHAPE[@]}" --policy auto
+	grep -q "run \`ferry calibrate\` again" err.txt || fail "$bad: says to calibrate again: $(cat err.txt)"
+	expect_ok "bench with $bad" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
+	grep -q "^no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||
+		{ fail "$bad: bench predicts nothing"; cat out.txt >&2; }
+done
+expect_ok "calibrate over a bad figure" "$FERRY" calibrate "${SHAPE[@]}" --quick
+grep -q "^starting a new calibration: .*cxl_copy_factor is 1e+300, not 0 or 0.001..1000" out.txt ||
+	fail "calibrate says why it starts afresh: $(head -n 2 out.txt)"
+expect_ok "plan --policy auto after it" "$FERRY" plan "${SHAPE[@]}" --policy auto
+cp good.json "$cache"
 echo "not json" >"$cache"
 expect_ok "bench with a broken cache" "$FERRY" bench "${SHAPE[@]}" --steps 1 nothing_saveable
 grep -q "no predictions: calibration .*: run \`ferry calibrate\` again" out.txt ||

@@ -4,6 +4,8 @@
 # whose bytes changed (its checksum), a step that does not fit ferry's
 # counter (2^32 + 3 is not step 3); and a run that diverges stops at the
 # step whose loss is not finite, saving nothing over the last checkpoint.
+# And what a resume must carry: the saved run's validation data (it ran
+# none, silently), and its --json log, appended to rather than truncated.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 TINY=(--layers 2 --channels 16 --heads 2 --max-seq 32)
@@ -55,4 +57,13 @@ else
 	expect_ok "the last good save resumes" "$FERRY" train --resume div.bin "${RUN[@]}" --steps 1
 	grep -q "resumed at step $((k - 1))" out.txt || fail "resumed at the step before: $(grep resumed out.txt)"
 fi
+
+expect_ok "a run with validation and --json" "$FERRY" train "${TINY[@]}" "${RUN[@]}" --val-data 'corpus_val_*.bin' \
+	--steps 4 --save val.bin --json val.jsonl
+expect_ok "its resume" "$FERRY" train --resume val.bin --batch 2 --sample 0 --threads 2 --steps 8 --save val.bin \
+	--json val.jsonl
+grep -q "^validation: every .* of corpus_val_\*.bin" out.txt || fail "the resume validates on the saved run's data: $(head -n 6 out.txt)"
+grep -q "^step     8/8 .* | val loss [0-9.]*" out.txt || fail "the resume's last step has a validation loss"
+[ "$(grep -c '^{"step": ' val.jsonl)" -eq 8 ] && [ "$(head -n 1 val.jsonl | grep -o '"step": [0-9]*')" = '"step": 1' ] ||
+	fail "--json of the resume appends steps 5-8 to steps 1-4: $(grep -o '"step": [0-9]*' val.jsonl | tr '\n' ' ')"
 finish

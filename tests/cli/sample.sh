@@ -22,7 +22,12 @@ grep -q "ferry sample: model.bin: gpt2, 2 layers, 32 channels, vocab 257; 40 tok
 expect_ok "--context" "$FERRY" sample "${S[@]}" --prompt "doc 3 line" --tokens 40 --seed 5 --context 16
 grep -q ", context 16 (--context)" err.txt || fail "--context 16: $(cat err.txt)"
 expect_ok "--context above the maximum" "$FERRY" sample "${S[@]}" --tokens 4 --context 1000
-grep -q ", context 5 (--context)" err.txt || fail "the window never exceeds what is needed: $(cat err.txt)"
+grep -q ", context 5 (what the prompt and tokens need; at most 64: --context)" err.txt ||
+	fail "the window never exceeds what is needed: $(cat err.txt)"
+# a short sample of a model trained at 32: the window it needs, and the limit
+expect_ok "a short sample" "$FERRY" sample "${S[@]}" --prompt "doc" --tokens 5
+grep -q ", context 9 (what the prompt and tokens need; at most 32: the sequence length it was trained at)" err.txt ||
+	fail "the window and the training's length apart: $(cat err.txt)"
 cp model.bin nostate.bin
 expect_ok "no training state" "$FERRY" sample --checkpoint nostate.bin --threads 2 --tokens 80
 grep -q ", context 64 (the model's maximum)" err.txt || fail "without a state, the maximum: $(cat err.txt)"

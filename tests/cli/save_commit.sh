@@ -8,7 +8,9 @@
 #    and an over-long path leave the previous pair whole, with one clear line;
 #  - a save onto a device (/dev/full), a symbolic link or a training shard
 #    is refused;
-#  - two runs saving to one path at once leave one whole pair.
+#  - two runs saving to one path at once leave one whole pair;
+#  - a Llama save into a directory whose other files it cannot keep (a
+#    subtree deeper than 32) is refused before step 1, not after the run.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 TINY=(--layers 2 --channels 16 --heads 2 --max-seq 32)
@@ -155,4 +157,13 @@ else
 fi
 expect_ok "their pair resumes" "$FERRY" train --resume both.bin "${RUN[@]}" --steps 20
 temporaries && fail "temporaries left by the concurrent saves"
+
+# the directory's other files are kept by hard links, 32 levels deep at most
+mkdir -p "deep/$(printf 'd/%.0s' $(seq 1 40))"
+expect_error "a Llama save over a subtree deeper than 32" "deep: directories nested deeper than 32: a save could not keep d" \
+	"$FERRY" train "${LLAMA[@]}" "${RUN[@]}" --steps 20 --json deep.jsonl --save deep
+[ -s deep.jsonl ] && fail "the deep save trained before it was refused: $(wc -l <deep.jsonl) steps"
+mkdir -p "deep32/$(printf 'd/%.0s' $(seq 1 32))"
+expect_ok "a Llama save over a subtree 32 deep" "$FERRY" train "${LLAMA[@]}" "${RUN[@]}" --steps 2 --save deep32
+[ -d "deep32/$(printf 'd/%.0s' $(seq 1 32))" ] || fail "the 32-deep subtree is kept"
 finish

@@ -45,8 +45,19 @@ static void print_tiers(FILE *f, const struct ferry_calib_summary *s, const char
 		fprintf(f, "; ferry calibrate --nvme-dir DIR measures them\n");
 }
 
+/* "6.23 GB/s", or "not measured" for 0. */
+static const char *rate(double bps, char *buf, size_t n)
+{
+	if (bps > 0)
+		snprintf(buf, n, "%.2f GB/s", gbps(bps));
+	else
+		snprintf(buf, n, "not measured");
+	return buf;
+}
+
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 {
+	char zero[32], d2d[32];
 	struct ferry_calib_summary s;
 	char when[64], size[FERRY_SIZE_CHARS];
 	time_t t;
@@ -64,8 +75,9 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 			   "%.2f and %.2f GB/s both at once%s\n", indent, ferry_format_size(s.copy_bytes, size),
 			gbps(s.d2h_Bps), gbps(s.h2d_Bps), gbps(s.d2h_both_Bps), gbps(s.h2d_both_Bps),
 			s.shared_copy_engine ? " (one engine for both)" : "");
-	fprintf(f, "%sdevice zeroing %.2f GB/s, device copies %.2f GB/s, CPU AdamW %.1f M floats/s\n", indent,
-		gbps(s.zero_Bps), gbps(s.d2d_Bps), s.adamw_floats_per_s / 1e6);
+	/* 0: not measured (no such task in the traced steps), not infinitely slow */
+	fprintf(f, "%sdevice zeroing %s, device copies %s, CPU AdamW %.1f M floats/s\n", indent,
+		rate(s.zero_Bps, zero, sizeof(zero)), rate(s.d2d_Bps, d2d, sizeof(d2d)), s.adamw_floats_per_s / 1e6);
 	if (s.copy_compute_slowdown > 0)
 		fprintf(f, "%scompute ops beside copies take %.2fx as long\n", indent, s.copy_compute_slowdown);
 	fprintf(f, "%soutside the ops: %.1f us of compute-stream gap a task, %.2f ms of host work a step\n",
@@ -99,7 +111,10 @@ void calib_print_all(FILE *f)
 	while ((e = readdir(d))) {
 		ferry_calibration_t c;
 
-		if (strncmp(e->d_name, "calibration-", 12) || !strstr(e->d_name, ".json") ||
+		size_t len = strlen(e->d_name);
+
+		/* calibration-<hash>.json, not its .lock */
+		if (strncmp(e->d_name, "calibration-", 12) || len < 5 || strcmp(e->d_name + len - 5, ".json") ||
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path))
 			continue;
 		n++;

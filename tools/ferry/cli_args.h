@@ -131,6 +131,10 @@ struct cli_command {
  * the exit code after a message (2 for a usage error). */
 #define CLI_HELP (-1)
 int cli_parse(const struct cli_command *c, int argc, char **argv);
+/* The names of the groups' flags nearest to an unknown one, as "; did you
+ * mean --x?" or "; did you mean --x, --y or --z?" (empty when none is
+ * near) into buf; leading dashes are ignored (commands are matched too). */
+void cli_suggest(const struct cli_group *groups, const char *unknown, char *buf, size_t n);
 
 /* The flag lines of a table: "  --name VALUE" and the help at column col
  * (two spaces further when the name is longer), each section's heading

@@ -85,7 +85,7 @@ static int nearness(const char *typed, const char *known)
 
 /* The known flags nearest to an unknown one, as "; did you mean --x?" or
  * "; did you mean --x, --y or --z?" (empty when none is near) into buf. */
-static void suggest(const struct cli_group *groups, const char *unknown, char *buf, size_t n)
+void cli_suggest(const struct cli_group *groups, const char *unknown, char *buf, size_t n)
 {
 	const char *pick[3];
 	char typed[64];
@@ -122,7 +122,7 @@ static int unknown_flag(const struct cli_command *c, const char *a)
 {
 	char hint[160];
 
-	suggest(c->groups, a, hint, sizeof(hint));
+	cli_suggest(c->groups, a, hint, sizeof(hint));
 	return cli_usage_error(c->cmd, "unknown flag '%s'%s", a, hint);
 }
 

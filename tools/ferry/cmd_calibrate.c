@@ -73,6 +73,9 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	struct ferry_calib_summary s;
 
 	ferry_calibration_summary(c, &s);
+	if (s.nvme_error[0])
+		fprintf(stderr, "ferry calibrate: warning: the NVMe tier was not measured (%s); the other figures "
+			"are saved, the NVMe tier's are the earlier ones or the defaults\n", s.nvme_error);
 	for (int i = 0; t && i < t->n; i++) {
 		bool seen = false;
 
@@ -89,6 +92,24 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	}
 }
 
+/* The cache's lock, held from reading it to writing it: a calibration
+ * running beside this one finishes first, and this one keeps its shapes. */
+static int lock_cache(ferry_backend_t be, char *path, size_t n, int *fd)
+{
+	char fp[512];
+
+	if (ferry_machine_fingerprint(be, fp, sizeof(fp)) != FERRY_OK ||
+	    ferry_calibration_cache_path(fp, path, n) != FERRY_OK || ferry_calibration_lock(path, false, fd) != FERRY_OK)
+		return cli_fail(CMD);
+	if (*fd < 0) {
+		printf("waiting for another ferry calibrate of this machine to finish (%s.lock)\n", path);
+		fflush(stdout);
+		if (ferry_calibration_lock(path, true, fd) != FERRY_OK)
+			return cli_fail(CMD);
+	}
+	return 0;
+}
+
 int cmd_calibrate(int argc, char **argv)
 {
 	struct ferry_train_opts o;
@@ -96,7 +117,7 @@ int cmd_calibrate(int argc, char **argv)
 	ferry_calibration_t old = NULL, c = NULL;
 	ferry_backend_t be;
 	char path[4200] = "";
-	int repeats, rc = parse(argc, argv, &o, &repeats);
+	int repeats, lock = -1, rc = parse(argc, argv, &o, &repeats);
 
 	if (rc >= 0)
 		return rc;
@@ -109,6 +130,11 @@ int cmd_calibrate(int argc, char **argv)
 									.threads = o.threads }, &be) != FERRY_OK) {
 		tier_flags_release(&o);
 		return cli_fail(CMD);
+	}
+	if (lock_cache(be, path, sizeof(path), &lock)) {
+		ferry_backend_close(be);
+		tier_flags_release(&o);
+		return 1;
 	}
 	if (calib_cache_load(be, &old, path, sizeof(path)) != FERRY_OK && path[0])
 		printf("starting a new calibration: %s\n", ferry_last_error());
@@ -123,6 +149,7 @@ int cmd_calibrate(int argc, char **argv)
 		calib_print(stdout, c, "  ");
 		printf("saved to %s\n", path);
 	}
+	ferry_calibration_unlock(lock);
 	ferry_calibration_free(old);
 	ferry_calibration_free(c);
 	ferry_backend_close(be);

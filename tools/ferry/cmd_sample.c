@@ -290,25 +290,32 @@ static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, f
 
 /* Prompt and continuation on stdout; what was asked for on stderr. */
 static int run(const struct sample_cli *c, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int len,
-	       const char *why)
+	       int context, const char *why)
 {
 	const struct ferry_model_config *cfg = ferry_model_config(m);
 	uint64_t rng = c->seed;
 	int rc, start = len;
-	char k[16] = "all";
+	char k[16] = "all", window[160];
 
 	if (c->so.top_k)
 		snprintf(k, sizeof(k), "%d", c->so.top_k);
+	/* the window: what this sample needs when that is less than the limit */
+	if (ferry_model_max_seq_len(m) < context)
+		snprintf(window, sizeof(window), "%d (what the prompt and tokens need; at most %d: %s)",
+			 ferry_model_max_seq_len(m), context, why);
+	else
+		snprintf(window, sizeof(window), "%d (%s)", context, why);
 	fprintf(stderr, "ferry sample: %s: %s, %d layers, %d channels, vocab %d; %d tokens after a prompt of %d, "
-		"temperature %.2f, top-k %s, seed %llu, context %d (%s)\n", c->ckpt, cfg->arch, cfg->layers,
+		"temperature %.2f, top-k %s, seed %llu, context %s\n", c->ckpt, cfg->arch, cfg->layers,
 		cfg->channels, cfg->vocab, c->tokens, len, c->so.temperature, k, (unsigned long long)c->seed,
-		ferry_model_max_seq_len(m), why);
+		window);
 	if (c->prompt && !c->prompt_tokens) /* as given: a token's print may differ (SentencePiece's space) */
 		fputs(c->prompt, stdout);
 	for (int i = c->prompt_tokens ? 0 : len; i < len; i++)
 		generate_print_token(tok, seq[i], stdout);
 	fflush(stdout);
 	interrupt_install();
+	interrupt_defer();
 	rc = generate(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, stdout);
 	interrupt_restore();
 	printf("\n");
@@ -342,7 +349,7 @@ int cmd_sample(int argc, char **argv)
 	if (!rc)
 		rc = load(&c, len + c.tokens < context ? len + c.tokens : context, &be, &m);
 	if (!rc)
-		rc = run(&c, m, tok, seq, len, why);
+		rc = run(&c, m, tok, seq, len, context, why);
 	free(seq);
 	ferry_tokenizer_free(tok);
 	ferry_model_free(m);

@@ -7,6 +7,7 @@
 #include "generate.h"
 #include "interrupt.h"
 #include "train_report.h"
+#include "out_paths.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
@@ -20,6 +21,7 @@
 #include <glob.h>
 #include <math.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,9 +305,10 @@ static bool is_input(const struct ferry_train_opts *o, const struct stat *st)
 	return glob_has(pattern, st);
 }
 
-/* The log of --json: anything that opens for writing (a file, truncated; a
- * FIFO; /dev/stdout), every write checked, but never one of the run's
- * inputs (truncating it would lose them). */
+/* The log of --json: anything that opens for writing (a file, truncated,
+ * or appended to by a resumed run; a FIFO; /dev/stdout), every write
+ * checked, but never one of the run's inputs (truncating it would lose
+ * them). */
 static int open_json(const struct train_cli *c, const struct ferry_train_opts *o, FILE **json)
 {
 	struct stat st;
@@ -313,7 +316,8 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 
 	if (!c->json)
 		return 0;
-	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	/* a resumed run continues the log of the run it resumes */
+	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC | (o->resume ? O_APPEND : 0), 0666);
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
 		if (fd >= 0)
@@ -326,7 +330,8 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 		close(fd);
 		return 1;
 	}
-	if ((S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) || !(*json = fdopen(fd, "w"))) {
+	if ((S_ISREG(st.st_mode) && !o->resume && ftruncate(fd, 0) != 0) ||
+	    !(*json = fdopen(fd, o->resume ? "a" : "w"))) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(errno));
 		close(fd);
 		return 1;
@@ -358,6 +363,22 @@ static int check_trace_path(const struct train_cli *c, const struct ferry_train_
 		return 1;
 	}
 	return 0;
+}
+
+/* The run's outputs before any of them is opened: the save path (its kind,
+ * its directory, not an input), --trace, and no two of --json, --trace
+ * and the save's files one file. */
+static int check_outputs(const struct train_cli *c, ferry_trainer_t tr)
+{
+	const struct ferry_train_opts *o = run_opts(tr);
+	const char *save = c->save ? save_path(c->save, o->steps) : NULL;
+
+	if (save && ferry_trainer_check_save_path(tr, save) != FERRY_OK)
+		return cli_fail(CMD);
+	if (out_paths_check(CMD, c->json, c->trace, save,
+			    ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr)))))
+		return 1;
+	return check_trace_path(c, o);
 }
 
 /* A resume takes the batch, sequence and data of the saved run unless
@@ -528,7 +549,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 }
 
 /* Why a run ended before its last step. */
-enum { STOPPED_BY_SIGNAL = -2, STOPPED_BY_JSON = -3 };
+enum { STOPPED_BY_SIGNAL = -2, STOPPED_BY_OUTPUT = -3 };
 
 struct run {
 	ferry_trainer_t tr;
@@ -560,7 +581,8 @@ static int trace_step(struct run *run, struct ferry_step_metrics *m)
 }
 
 /* One step, its validation, line, JSON record and periodic save: 0, 1 for
- * a failure (printed), or STOPPED_BY_JSON. */
+ * a failure (printed), or STOPPED_BY_OUTPUT (the line or the record could
+ * not be written). */
 static int one_step(struct run *run)
 {
 	const struct train_cli *c = run->c;
@@ -574,7 +596,7 @@ static int one_step(struct run *run)
 	    ferry_trainer_validate(run->tr, c->val_batches, &val_loss) != FERRY_OK)
 		return cli_fail(CMD);
 	if (report_step(&run->rep, &m, val_loss))
-		return STOPPED_BY_JSON;
+		return STOPPED_BY_OUTPUT;
 	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != o->steps) {
 		if (save(run->tr, c->save))
 			return 1;
@@ -588,10 +610,12 @@ static int run_steps(struct run *run)
 {
 	int rc;
 
+	/* a signal from here on waits for the step under way */
+	interrupt_defer();
 	while (ferry_trainer_step_count(run->tr) < run_opts(run->tr)->steps) {
 		if ((rc = one_step(run)))
 			return rc;
-		if (interrupt_signal())
+		if (interrupt_poll())
 			return STOPPED_BY_SIGNAL;
 	}
 	return 0;
@@ -616,14 +640,19 @@ static int finish_run(struct run *run, int why)
 	int step = ferry_trainer_step_count(run->tr), steps = run_opts(run->tr)->steps;
 	bool saved = false;
 
+	interrupt_poll(); /* a signal during the last step: noticed, take the time to save */
 	if (c->save && run->saved_step != step) {
 		if (save(run->tr, c->save))
 			return 1;
 		saved = true;
 	}
-	if (why == STOPPED_BY_JSON) {
-		fprintf(stderr, "ferry train: cannot write --json %s: %s; stopped after step %d of %d, ", c->json,
-			strerror(run->rep.json_errno), step, steps);
+	if (why == STOPPED_BY_OUTPUT) {
+		if (run->rep.stdout_errno)
+			fprintf(stderr, "ferry train: cannot write standard output: %s; stopped after step %d of %d, ",
+				strerror(run->rep.stdout_errno), step, steps);
+		else
+			fprintf(stderr, "ferry train: cannot write --json %s: %s; stopped after step %d of %d, ",
+				c->json, strerror(run->rep.json_errno), step, steps);
 		print_saved(c, step, saved);
 	} else if (why == STOPPED_BY_SIGNAL) {
 		fprintf(stderr, "ferry train: stopped by %s after step %d of %d, ", interrupt_name(interrupt_signal()),
@@ -632,7 +661,7 @@ static int finish_run(struct run *run, int why)
 	}
 	report_summary(&run->rep, ferry_backend_mem_peak(ferry_trainer_backend(run->tr)), step);
 	fflush(stdout);
-	return why == STOPPED_BY_JSON ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
+	return why == STOPPED_BY_OUTPUT ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
 }
 
 /* The trainer is made; the steps, the save, the summary and the sample. */
@@ -642,8 +671,6 @@ static int train(struct run *run)
 	struct train_cli *c = run->c;
 	int rc;
 
-	if (c->save && ferry_trainer_check_save_path(run->tr, save_path(c->save, o->steps)) != FERRY_OK)
-		return cli_fail(CMD);
 	if (c->val_every < 0) /* the default: ten validations in a run */
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
 	run->rep.B = o->B;
@@ -656,7 +683,7 @@ static int train(struct run *run)
 	if (rc > 0)
 		return rc;
 	rc = finish_run(run, rc);
-	if (!rc && c->sample && !interrupt_signal())
+	if (!rc && c->sample && !interrupt_poll())
 		print_sample(run->tr, c);
 	if (report_close_json(&run->rep) && rc != 1) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));
@@ -672,6 +699,9 @@ int cmd_train(int argc, char **argv)
 	int rc;
 
 	model_flags_default(&c.o);
+	/* a --json pipe or FIFO, or stdout, whose reader went away is a failed
+	 * write (EPIPE): the run stops after saving, as on a full disk */
+	signal(SIGPIPE, SIG_IGN);
 	/* the demo: words form within about two minutes on 2 cores (docs/performance.md) */
 	c.o.steps = 2200;
 	c.o.lr = 3e-3f;
@@ -683,7 +713,7 @@ int cmd_train(int argc, char **argv)
 		run.rep.json_path = c.json;
 		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
 			rc = cli_fail(CMD);
-		else if (warn_pageable(run.tr), !(rc = check_trace_path(&c, run_opts(run.tr))))
+		else if (warn_pageable(run.tr), !(rc = check_outputs(&c, run.tr)))
 			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
 		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
 	}

@@ -13,7 +13,7 @@ void generate_print_token(ferry_tokenizer_t tok, int id, FILE *out);
 
 /* Draws n tokens after seq[0..*len) (seq has room for *len + n), printing
  * each as it comes, and stops early, between two tokens, after SIGINT or
- * SIGTERM when interrupt_install() is in effect.  Returns 0 (*len is the
+ * SIGTERM when interrupt_install() and interrupt_defer() are in effect.  Returns 0 (*len is the
  * new length), or 1 after printing "ferry <cmd>: ..." for a failure. */
 int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
 	     const struct ferry_sample_opts *o, uint64_t *rng, FILE *out);

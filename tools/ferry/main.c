@@ -1,4 +1,5 @@
 /* ferry: the command-line trainer. */
+#include "cli_args.h"
 #include "commands.h"
 #include "ferry/ferry.h"
 #include "ferry/platform.h"
@@ -30,31 +31,49 @@ static void usage(FILE *f)
 		"as the next argument or after '=': --steps 100 or --steps=100.\n");
 }
 
-/* Output lost to a full disk or a closed pipe is a failure, not exit 0. */
+/* Output lost to a full disk or a closed pipe is a failure, not exit 0
+ * (a command that failed has said why already: ferry train stops on it). */
 static int finish(int rc)
 {
 	int err;
 
 	errno = 0;
 	err = fflush(stdout) ? errno : 0;
-	if (err || ferror(stdout)) {
+	if ((err || ferror(stdout)) && !rc) {
 		fprintf(stderr, "ferry: writing standard output: %s\n", strerror(err ? err : EIO));
-		return rc ? rc : 1;
+		return 1;
 	}
 	return rc;
 }
 
+static const struct {
+	const char *name;
+	int (*run)(int, char **);
+} commands[] = {
+	{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
+	{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example }, { "bench", cmd_bench },
+	{ "calibrate", cmd_calibrate },
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* "unknown command 'trian'; did you mean train?", then the usage. */
+static int unknown_command(const char *typed)
+{
+	struct cli_flag known[N_COMMANDS + 1];
+	const struct cli_group groups[] = { { .flags = known }, { NULL } };
+	char hint[160];
+
+	memset(known, 0, sizeof(known));
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		known[i].name = commands[i].name;
+	cli_suggest(groups, typed, hint, sizeof(hint));
+	fprintf(stderr, "ferry: unknown command '%s'%s\n\n", typed, hint);
+	usage(stderr);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct {
-		const char *name;
-		int (*run)(int, char **);
-	} commands[] = {
-		{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
-		{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example }, { "bench", cmd_bench },
-		{ "calibrate", cmd_calibrate },
-	};
-
 	/* Before anything calls BLAS: make sure its fast kernels are in use. */
 	ferry_blas_relaunch_if_slow(argv);
 
@@ -71,10 +90,8 @@ int main(int argc, char **argv)
 		printf("ferry %s\n", FERRY_VERSION_STRING);
 		return finish(0);
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+	for (size_t i = 0; i < N_COMMANDS; i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return finish(commands[i].run(argc - 1, argv + 1));
-	fprintf(stderr, "ferry: unknown command '%s'\n\n", argv[1]);
-	usage(stderr);
-	return 2;
+	return unknown_command(argv[1]);
 }

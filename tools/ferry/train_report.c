@@ -92,6 +92,7 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	char el[32], eta[32], mem[32];
 
 	record(r, m, val_loss);
+	errno = 0;
 	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s", m->step, r->steps, m->loss,
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
 	if (u >= 0)
@@ -105,7 +106,10 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 		r->shown_peak = m->device_peak_bytes;
 	}
 	printf("\n");
-	fflush(stdout);
+	if ((fflush(stdout) != 0 || ferror(stdout)) && !r->stdout_errno) {
+		r->stdout_errno = errno ? errno : EIO;
+		return -1;
+	}
 	return json_record(r, m, val_loss, elapsed);
 }
 

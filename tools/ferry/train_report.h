@@ -14,6 +14,7 @@ struct train_report {
 	FILE *json;                /* --json, or NULL */
 	const char *json_path;
 	int json_errno;            /* the first write error of the JSON log */
+	int stdout_errno;          /* ... of the step lines on stdout (a closed pipe) */
 	double t0;                 /* seconds, monotonic: when the first step began */
 	int first_step, n;         /* the step the run started at; steps taken */
 	double total_ms, *step_ms; /* step_ms[n]: for the median */
@@ -26,8 +27,8 @@ struct train_report {
  * out). */
 int report_begin(struct train_report *r, int first_step, int steps);
 /* One step: its line on stdout and its JSON record.  Returns 0, or -1 when
- * the record could not be written (r->json_errno says why; the caller
- * stops the run). */
+ * the line or the record could not be written (r->stdout_errno or
+ * r->json_errno says why; the caller stops the run). */
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss);
 /* Closes the JSON log: -1 when it (or any record before) failed to reach
  * the file. */

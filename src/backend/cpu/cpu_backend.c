@@ -4,9 +4,10 @@
  * Device memory is one anonymous mmap of the arena's capacity (reserved, not
  * committed: pages are touched only when used), carved by memory/arena.c.
  * Its default capacity is the machine's RAM, or 3/4 of a cgroup limit or of
- * the address space `ulimit -v` leaves when that is less (the other quarter
- * for host buffers, thread stacks and the libraries), so that a plan too
- * big for the limit is refused up front instead of being OOM-killed.
+ * the address space `ulimit -v` leaves beyond the libraries' headroom
+ * (ferry_library_headroom) when that is less (the other quarter for host
+ * buffers), so that a plan too big for the limit is refused up front
+ * instead of being OOM-killed, or BLAS spinning on a refused buffer.
  * Each stream is a worker thread draining a bounded FIFO of tasks (ops,
  * copies, event records and waits), so a copy on one stream really runs
  * while an op runs on another.  Events carry two counters: how many times
@@ -186,23 +187,43 @@ static void submit(struct ferry_stream *s, const struct task *t)
 	pthread_mutex_unlock(&cs->lock);
 }
 
-/* The arena's capacity without --device-mem, and why into note. */
-static size_t default_capacity(char *note, size_t n)
+/* The arena's capacity, and why into note: --device-mem, or without it
+ * the machine's RAM, 3/4 of a cgroup limit, or 3/4 of what `ulimit -v`
+ * leaves beyond the libraries' headroom.  Under `ulimit -v` a capacity that
+ * leaves the libraries less than their headroom is refused: OpenBLAS would
+ * spin forever on the allocation it is refused. */
+static ferry_status arena_capacity(size_t device_mem, int threads, size_t *cap, char *note, size_t n)
 {
 	struct ferry_memory_limit lim;
-	char gib[32];
-	uint64_t cap;
+	char a[FERRY_SIZE_CHARS], b[FERRY_SIZE_CHARS], c[FERRY_SIZE_CHARS], d[FERRY_SIZE_CHARS];
+	uint64_t room = ferry_library_headroom(threads), v;
+	bool ulimit;
+	uint64_t beyond;
 
 	ferry_memory_limit(&lim);
-	cap = lim.bytes;
-	if (lim.bytes < lim.physical) {
-		cap = lim.bytes / 4 * 3;
-		if (lim.bytes == lim.address_space)
-			snprintf(note, n, "3/4 of the %s that ulimit -v leaves", ferry_format_size(lim.bytes, gib));
-		else
-			snprintf(note, n, "3/4 of the cgroup memory limit of %s", ferry_format_size(lim.bytes, gib));
+	ulimit = lim.address_space != FERRY_NO_LIMIT;
+	beyond = ulimit && lim.address_space > room ? lim.address_space - room : 0;
+
+	if (ulimit && beyond < ((uint64_t)16 << 20))
+		return ferry_error(FERRY_ERR_NOMEM, "cpu backend: ulimit -v leaves %s, not enough for a device arena "
+				   "beside the %s that BLAS and %d threads map; raise ulimit -v",
+				   ferry_format_size(lim.address_space, a), ferry_format_size(room, b), threads);
+	if (device_mem && ulimit && device_mem > beyond)
+		return ferry_error(FERRY_ERR_NOMEM, "cpu backend: --device-mem %s and the %s that BLAS and %d threads "
+				   "map do not fit the %s that ulimit -v leaves; give a --device-mem of at most %s",
+				   ferry_format_size(device_mem, a), ferry_format_size(room, b), threads,
+				   ferry_format_size(lim.address_space, c), ferry_format_size(beyond, d));
+	v = device_mem ? device_mem : lim.bytes;
+	if (!device_mem && ulimit && beyond < lim.bytes) {
+		v = beyond / 4 * 3;
+		snprintf(note, n, "3/4 of the %s that ulimit -v leaves beyond %s for BLAS and threads",
+			 ferry_format_size(beyond, a), ferry_format_size(room, b));
+	} else if (!device_mem && lim.bytes < lim.physical) {
+		v = lim.bytes / 4 * 3;
+		snprintf(note, n, "3/4 of the cgroup memory limit of %s", ferry_format_size(lim.bytes, a));
 	}
-	return cap > SIZE_MAX ? SIZE_MAX : (size_t)cap;
+	*cap = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
+	return FERRY_OK;
 }
 
 static ferry_status cpu_probe(void)
@@ -213,12 +234,15 @@ static ferry_status cpu_probe(void)
 static ferry_status cpu_open(struct ferry_backend *be, const struct ferry_backend_opts *opts)
 {
 	struct cpu_backend *cb;
-	size_t cap = opts->device_mem ? opts->device_mem : default_capacity(be->mem_note, sizeof(be->mem_note));
 	int threads = opts->threads > 0 ? opts->threads : omp_get_max_threads();
 	char size[32];
 	ferry_status st;
+	size_t cap = 0;
 	void *base;
 
+	st = arena_capacity(opts->device_mem, threads, &cap, be->mem_note, sizeof(be->mem_note));
+	if (st)
+		return st;
 	cb = ferry_calloc(1, sizeof(*cb));
 	if (!cb)
 		return ferry_error(FERRY_ERR_NOMEM, "cpu backend: out of host memory");
