@@ -108,7 +108,7 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 /* The events that order the weight and gradient rings' copies. */
 static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
 {
-	char name[40];
+	char name[64]; /* event names are kept to 39 characters; these fit */
 
 	for (int s = 0; s < ex->wr.ring; s++) {
 		snprintf(name, sizeof(name), "weights loaded [%d]", s);
