@@ -97,33 +97,43 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	return FERRY_OK;
 }
 
+/* How a spec names the activations: not yet, by policy, or name by name
+ * (a custom policy built from its items; a policy from before the spec,
+ * the flags', is replaced). */
+enum act_form { ACT_UNNAMED, ACT_POLICY, ACT_NAMES };
+
 /* Appends "NAME=V" to the custom policy being built in *p. */
-static ferry_status add_custom(struct ferry_places *p, const char *name, const char *v, bool *custom)
+static ferry_status add_custom(struct ferry_places *p, const char *name, const char *v, enum act_form *form)
 {
-	size_t len = strlen(p->policy);
+	size_t len;
 	int n;
 
-	if (!*custom && len)
+	if (*form == ACT_POLICY)
 		return ferry_error(FERRY_ERR_INVALID, "--place activations.%s=%s: activations=%s already names the "
 				   "policy (per-name items build a custom one: use one form)", name, v, p->policy);
 	if (!*name || strchr(name, ':'))
 		return ferry_error(FERRY_ERR_INVALID, "--place activations.%s: not an activation name", name);
+	if (*form == ACT_UNNAMED)
+		p->policy[0] = '\0';
+	len = strlen(p->policy);
 	n = snprintf(p->policy + len, sizeof(p->policy) - len, "%s%s=%s", len ? "," : "custom:", name, v);
 	if (n < 0 || (size_t)n >= sizeof(p->policy) - len)
 		return ferry_error(FERRY_ERR_INVALID, "--place: the activation names add up to more than %d characters",
 				   FERRY_PLACE_POLICY_CHARS - 1);
-	*custom = true;
+	*form = ACT_NAMES;
 	return FERRY_OK;
 }
 
-static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, bool *custom)
+static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, enum act_form *form)
 {
 	if (!strcmp(key, "activations")) {
-		if (*custom || !*v || strlen(v) >= sizeof(p->policy))
+		if (*form == ACT_NAMES || !*v || strlen(v) >= sizeof(p->policy))
 			return ferry_error(FERRY_ERR_INVALID, "--place activations=%s: %s", v,
-					   *custom ? "per-name activations items already build a custom policy: use one form"
-						   : "a --policy spec (of at most 1023 characters)");
+					   *form == ACT_NAMES ? "per-name activations items already build a custom policy: "
+								"use one form"
+							      : "a --policy spec (of at most 1023 characters)");
 		snprintf(p->policy, sizeof(p->policy), "%s", v);
+		*form = ACT_POLICY;
 		return FERRY_OK;
 	}
 	key += strlen("activations.");
@@ -137,10 +147,10 @@ static ferry_status activations_item(struct ferry_places *p, const char *key, co
 		p->act_prefetch = (int)d;
 		return FERRY_OK;
 	}
-	return add_custom(p, key, v, custom);
+	return add_custom(p, key, v, form);
 }
 
-static ferry_status apply_item(struct ferry_places *p, char *item, bool *custom)
+static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form *form)
 {
 	char *eq = strchr(item, '=');
 	const char *key = item, *v;
@@ -157,7 +167,7 @@ static ferry_status apply_item(struct ferry_places *p, char *item, bool *custom)
 	if (!strcmp(key, "adam"))
 		return adam_value(v, &p->group[FERRY_GROUP_ADAM]);
 	if (!strcmp(key, "activations") || !strncmp(key, "activations.", strlen("activations.")))
-		return activations_item(p, key, v, custom);
+		return activations_item(p, key, v, form);
 	return ferry_error(FERRY_ERR_INVALID, "--place: unknown group '%s' (groups: layers.weights, edges.weights, "
 			   "adam, activations, activations.NAME, activations.prefetch)", key);
 }
@@ -190,7 +200,8 @@ ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 {
 	struct ferry_places q = *p;
 	char item[FERRY_PLACE_POLICY_CHARS + 32];
-	bool custom = false, too_long = false;
+	enum act_form form = ACT_UNNAMED;
+	bool too_long = false;
 	ferry_status st;
 
 	if (!spec)
@@ -199,7 +210,7 @@ ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 		if (too_long)
 			return ferry_error(FERRY_ERR_INVALID, "--place: an item longer than %zu characters",
 					   sizeof(item) - 1);
-		if ((st = apply_item(&q, item, &custom)))
+		if ((st = apply_item(&q, item, &form)))
 			return st;
 	}
 	*p = q;

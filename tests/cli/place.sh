@@ -63,6 +63,12 @@ grep -qx "placement: layers.weights=device,edges.weights=device,adam=host:stream
 [ "$(place_of a.json)" = "layers.weights=device,edges.weights=device,adam=host:cpu,activations.context=offload,activations.prefetch=2" ] ||
 	fail "--place over flags: $(place_of a.json)"
 
+# per-name items replace a --policy given as a flag (within one spec the two
+# forms do not mix: refused below)
+"$FERRY" plan "${GPT2[@]}" --policy minimal_offloaded --place 'activations.context=offload' --json a.json >/dev/null
+[ "$(place_of a.json)" = "layers.weights=device,edges.weights=device,adam=device,activations.context=offload,activations.prefetch=2" ] ||
+	fail "per-name items over --policy: $(place_of a.json)"
+
 # --place trains the bits its flags train
 TRAIN=("${GPT2[@]}" --data 'corpus_train_*.bin' --sample 0 --threads 2 --steps 3)
 expect_ok "train with flags" "$FERRY" train "${TRAIN[@]}" --offload-params --offload-embeddings --policy minimal_offloaded \
