@@ -45,6 +45,7 @@ struct GradCase {
 
 	/* op data (whatever the op needs; case_free frees the pointers) */
 	int B, T, C, NH, NKV, HS, N, OC;
+	int window;                     /* attention's sliding window (0: none) */
 	float eps;
 	struct ferry_rope_freq rf;      /* rope: theta and scaling */
 	long nout;

@@ -79,10 +79,12 @@ static inline void ref_matmul_forward(double *out, const double *inp,
  * h / (NH / NKV) (Hugging Face repeat_kv).  Scores scaled by 1/sqrt(HS);
  * lse[B, NH, T] (may be NULL) gets log sum exp of each query's scores.
  * Materialises each score row (test code may allocate). */
-static inline void ref_attention_gqa_forward(double *out, double *lse,
-					     const double *q, const double *k,
-					     const double *v, int B, int T,
-					     int C, int NH, int NKV)
+/* With a sliding window W > 0 (Mistral), query t attends to keys
+ * t - W < t2 <= t only, as transformers' sliding-window causal mask. */
+static inline void ref_attention_window_forward(double *out, double *lse,
+						const double *q, const double *k,
+						const double *v, int B, int T,
+						int C, int NH, int NKV, int W)
 {
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const double scale = 1.0 / sqrt((double)HS);
@@ -100,7 +102,8 @@ static inline void ref_attention_gqa_forward(double *out, double *lse,
 						      (size_t)(h / G) * HS;
 				const double *qt = q + base + (size_t)t * C;
 				double m = -INFINITY, z = 0.0;
-				for (int t2 = 0; t2 <= t; t2++) {
+				const int lo = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+				for (int t2 = lo; t2 <= t; t2++) {
 					const double *kk =
 						k + kvbase + (size_t)t2 * KVC;
 					double d = 0.0;
@@ -109,14 +112,14 @@ static inline void ref_attention_gqa_forward(double *out, double *lse,
 					s[t2] = d * scale;
 					m = fmax(m, s[t2]);
 				}
-				for (int t2 = 0; t2 <= t; t2++) {
+				for (int t2 = lo; t2 <= t; t2++) {
 					s[t2] = exp(s[t2] - m);
 					z += s[t2];
 				}
 				double *ot = out + base + (size_t)t * C;
 				for (int i = 0; i < HS; i++) {
 					double acc = 0.0;
-					for (int t2 = 0; t2 <= t; t2++)
+					for (int t2 = lo; t2 <= t; t2++)
 						acc += s[t2] / z *
 						       v[kvbase +
 							 (size_t)t2 * KVC + i];
@@ -127,6 +130,14 @@ static inline void ref_attention_gqa_forward(double *out, double *lse,
 						m + log(z);
 			}
 	free(s);
+}
+
+static inline void ref_attention_gqa_forward(double *out, double *lse,
+					     const double *q, const double *k,
+					     const double *v, int B, int T,
+					     int C, int NH, int NKV)
+{
+	ref_attention_window_forward(out, lse, q, k, v, B, T, C, NH, NKV, 0);
 }
 
 /* Causal multi-head attention: the above with NKV = NH (k, v [B, T, C]). */

@@ -354,8 +354,9 @@ static void test_swiglu_extremes(void)
 static double gqa_loss(void *p)
 {
 	GradCase *c = p;
-	ref_attention_gqa_forward(c->outd, NULL, c->xd[0], c->xd[1], c->xd[2],
-				  c->B, c->T, c->C, c->NH, c->NKV);
+	ref_attention_window_forward(c->outd, NULL, c->xd[0], c->xd[1],
+				     c->xd[2], c->B, c->T, c->C, c->NH, c->NKV,
+				     c->window);
 	return dot_d(c->outd, c->Rd, c->nout);
 }
 
@@ -363,7 +364,7 @@ static void gqa_bwd(GradCase *c, float **g)
 {
 	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
 				     c->x[2], c->out, c->lse, c->B, c->T, c->C,
-				     c->NH, c->NKV);
+				     c->NH, c->NKV, c->window);
 }
 
 /* [B, T, NKV * HS] -> [B, T, NH * HS], kv head h / G copied to head h
@@ -400,7 +401,7 @@ static void sum_kv_groups(double *dst, const float *src, int B, int T, int NH,
 static double check_gqa_vs_repeat(GradCase *c, const char *label)
 {
 	const int B = c->B, T = c->T, C = c->C, NH = c->NH, NKV = c->NKV;
-	const int HS = C / NH;
+	const int HS = C / NH, W = c->window;
 	const long n = (long)B * T * C, nkv = (long)B * T * NKV * HS;
 	const long nl = (long)B * NH * T;
 	float *kr = TALLOC(float, n), *vr = TALLOC(float, n);
@@ -413,14 +414,14 @@ static double check_gqa_vs_repeat(GradCase *c, const char *label)
 
 	repeat_kv(kr, c->x[1], B, T, NH, NKV, HS);
 	repeat_kv(vr, c->x[2], B, T, NH, NKV, HS);
-	ferry_cpu_attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH);
+	ferry_cpu_attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH, W);
 	CHECK(bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl),
 	      "%s: forward != repeat_kv + multi-head, bit for bit", label);
 
 	ferry_cpu_attention_backward(dq, dkr, dvr, c->R, c->x[0], kr, vr, o,
-				     lse, B, T, C, NH, NH);
+				     lse, B, T, C, NH, NH, W);
 	ferry_cpu_attention_backward(gq, gk, gv, c->R, c->x[0], c->x[1],
-				     c->x[2], c->out, c->lse, B, T, C, NH, NKV);
+				     c->x[2], c->out, c->lse, B, T, C, NH, NKV, W);
 	CHECK(bits_equal(gq, dq, n),
 	      "%s: dq != repeat_kv + multi-head, bit for bit", label);
 	sum_kv_groups(sk, dkr, B, T, NH, NKV, HS);
@@ -449,6 +450,7 @@ static double check_gqa_vs_repeat(GradCase *c, const char *label)
 static int check_heads_alone(GradCase *c)
 {
 	const int B = c->B, T = c->T, C = c->C, NH = c->NH, HS = C / NH;
+	const int W = c->window;
 	const long n = (long)B * T * C, nh = (long)B * T * HS;
 	float *s[4], *g[3], *o = TALLOC(float, nh), *lse = TALLOC(float, B * T);
 	float *full[3];
@@ -461,7 +463,7 @@ static int check_heads_alone(GradCase *c)
 	}
 	ferry_cpu_attention_backward(full[0], full[1], full[2], c->R, c->x[0],
 				     c->x[1], c->x[2], c->out, c->lse, B, T, C,
-				     NH, NH);
+				     NH, NH, W);
 	for (int h = 0; h < NH; h++) {
 		const float *srcs[4] = {c->x[0], c->x[1], c->x[2], c->R};
 		for (int a = 0; a < 4; a++)
@@ -471,9 +473,9 @@ static int check_heads_alone(GradCase *c)
 		for (int a = 0; a < 3; a++)
 			memset(g[a], 0, sizeof(float) * (size_t)nh);
 		ferry_cpu_attention_forward(o, lse, s[0], s[1], s[2], B, T, HS,
-					    1, 1);
+					    1, 1, W);
 		ferry_cpu_attention_backward(g[0], g[1], g[2], s[3], s[0], s[1],
-					     s[2], o, lse, B, T, HS, 1, 1);
+					     s[2], o, lse, B, T, HS, 1, 1, W);
 		for (long r = 0; r < (long)B * T; r++) {
 			ok &= bits_equal(o + r * HS, c->out + r * C + h * HS,
 					 HS);
@@ -496,16 +498,42 @@ static int check_heads_alone(GradCase *c)
 	return ok;
 }
 
-static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
+/* A window W >= T cuts nothing: the same bits as no window (W = 0),
+ * forward and backward. */
+static int check_wide_window_is_full(GradCase *c)
+{
+	const int B = c->B, T = c->T, C = c->C, NH = c->NH, NKV = c->NKV;
+	const long n = (long)B * T * C, nkv = (long)B * T * NKV * (C / NH), nl = (long)B * NH * T;
+	float *o = TALLOC(float, n), *lse = TALLOC(float, nl);
+	float *g[3] = { TALLOC(float, n), TALLOC(float, nkv), TALLOC(float, nkv) };
+	float *h[3] = { TALLOC(float, n), TALLOC(float, nkv), TALLOC(float, nkv) };
+	int ok;
+
+	ferry_cpu_attention_forward(o, lse, c->x[0], c->x[1], c->x[2], B, T, C, NH, NKV, 0);
+	ok = bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl);
+	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV, 0);
+	ferry_cpu_attention_backward(h[0], h[1], h[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV,
+				     c->window);
+	ok &= bits_equal(g[0], h[0], n) && bits_equal(g[1], h[1], nkv) && bits_equal(g[2], h[2], nkv);
+	for (int a = 0; a < 3; a++) {
+		free(g[a]);
+		free(h[a]);
+	}
+	free(o);
+	free(lse);
+	return ok;
+}
+
+static void test_gqa_window(uint64_t seed, int B, int T, int NH, int NKV, int HS, int W)
 {
 	Rng rng = rng_new(seed);
 	const int C = NH * HS;
-	GradCase c = {.B = B, .T = T, .C = C, .NH = NH, .NKV = NKV};
+	GradCase c = {.B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .window = W};
 	c.backward = gqa_bwd;
 	c.loss = gqa_loss;
 	c.grad_tol = ATT_GRAD_TOL;
-	/* one key: dq = dk = 0 */
-	c.nonzero = T == 1 ? GRAD_NONZERO_WAIVED : GRAD_NONZERO_REQUIRED;
+	/* one key (T = 1, or a window of 1): dq = dk = 0 */
+	c.nonzero = T == 1 || W == 1 ? GRAD_NONZERO_WAIVED : GRAD_NONZERO_REQUIRED;
 	const long n = (long)B * T * C, nkv = (long)B * T * NKV * HS;
 	float *q = arg_new(&c, "q", n);
 	float *k = arg_new(&c, "k", nkv);
@@ -518,15 +546,17 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
-	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV);
+	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV, W);
 	double *lsed = TALLOC(double, nl);
-	ref_attention_gqa_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B,
-				  T, C, NH, NKV);
+	ref_attention_window_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2],
+				     B, T, C, NH, NKV, W);
 	const double fe = fmax(nerr_fd(c.out, c.outd, n),
 			       nerr_fd(c.lse, lsed, nl));
 	char label[96];
-	snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d",
-		 B, T, NH, NKV, HS);
+	if (W)
+		snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d W=%d", B, T, NH, NKV, HS, W);
+	else
+		snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
 	CHECK(fe < ATT_FWD_TOL, "%s: forward error %.3g", label, fe);
 	const double ge = check_grads(&c, label);
 	report(label, fe, ATT_FWD_TOL, ge, ATT_GRAD_TOL);
@@ -539,8 +569,18 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
 		printf("%-52s each head alone: bitwise %s\n", "",
 		       ok ? "ok" : "FAIL");
 	}
+	if (W >= T) {
+		const int ok = check_wide_window_is_full(&c);
+		CHECK(ok, "%s: a window >= T != no window, bit for bit", label);
+		printf("%-52s window >= T is no window: bitwise %s\n", "", ok ? "ok" : "FAIL");
+	}
 	free(lsed);
 	case_free(&c);
+}
+
+static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
+{
+	test_gqa_window(seed, B, T, NH, NKV, HS, 0);
 }
 
 /* Head sizes the tiled kernels specialise (64, 128), one they do not (32),
@@ -549,11 +589,11 @@ static void test_gqa(uint64_t seed, int B, int T, int NH, int NKV, int HS)
  * everywhere, the gradients against central finite differences at
  * `samples` random entries of each of q, k and v (every entry would take
  * minutes at these sizes). */
-static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV, int HS, int samples)
+static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV, int HS, int W, int samples)
 {
 	Rng rng = rng_new(seed);
 	const int C = NH * HS;
-	GradCase c = {.B = B, .T = T, .C = C, .NH = NH, .NKV = NKV};
+	GradCase c = {.B = B, .T = T, .C = C, .NH = NH, .NKV = NKV, .window = W};
 	const long n = (long)B * T * C, nkv = (long)B * T * NKV * HS, nl = (long)B * NH * T;
 	float *g[3];
 	double fe, ge = 0.0;
@@ -567,10 +607,13 @@ static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV,
 	out_new_dirty(&c, &rng, n);
 	c.lse = TALLOC(float, nl);
 	double *lsed = TALLOC(double, nl);
-	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV);
-	ref_attention_gqa_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C, NH, NKV);
+	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV, W);
+	ref_attention_window_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C, NH, NKV, W);
 	fe = fmax(nerr_fd(c.out, c.outd, n), nerr_fd(c.lse, lsed, nl));
-	snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+	if (W)
+		snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d W=%d", B, T, NH, NKV, HS, W);
+	else
+		snprintf(label, sizeof label, "attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
 	CHECK(fe < ATT_FWD_TOL, "%s: forward error %.3g", label, fe);
 	for (int a = 0; a < 3; a++)
 		g[a] = TALLOC(float, c.n[a]); /* zeroed: the kernel accumulates */
@@ -717,8 +760,11 @@ static void test_cpu_op_calls(void)
 	int aok = 1;
 	for (int nkv = 0; nkv <= 2; nkv += 2) {
 		const long nk = (long)N * (nkv ? nkv : NH) * HS;
+		/* with NKV = 2, a window of 2 from the op's scalar[0] */
+		const int W = nkv ? 2 : 0;
 		struct ferry_op_call a = {.kind = FERRY_OP_ATTENTION, .B = B,
-					  .T = T, .C = C, .NH = NH, .NKV = nkv};
+					  .T = T, .C = C, .NH = NH, .NKV = nkv,
+					  .scalar = { (float)W }};
 		a.out[0] = o1;
 		a.out[1] = s1;
 		a.in[0] = x;
@@ -726,7 +772,7 @@ static void test_cpu_op_calls(void)
 		a.in[2] = d;
 		ferry_cpu_run_op(&a);
 		ferry_cpu_attention_forward(o2, s2, x, y, d, B, T, C, NH,
-					    nkv ? nkv : NH);
+					    nkv ? nkv : NH, W);
 		aok &= bits_equal(o1, o2, n) && bits_equal(s1, s2, N * NH);
 		memset(g1, 0, sizeof(float) * (size_t)n);
 		memset(g2, 0, sizeof(float) * (size_t)n);
@@ -741,7 +787,7 @@ static void test_cpu_op_calls(void)
 		a.din[2] = r1;
 		ferry_cpu_run_op(&a);
 		ferry_cpu_attention_backward(g2, h2, r2, x, x, y, d, o2, s2, B,
-					     T, C, NH, nkv ? nkv : NH);
+					     T, C, NH, nkv ? nkv : NH, W);
 		aok &= bits_equal(g1, g2, n) && bits_equal(h1, h2, nk) &&
 		       bits_equal(r1, r2, nk);
 	}
@@ -808,10 +854,27 @@ int main(void)
 	test_gqa(44, 2, 1, 4, 2, 8);
 	test_gqa(45, 1, 9, 6, 3, 4);
 	test_gqa(46, 1, 70, 2, 1, 4); /* more keys than one tile */
-	test_attention_sampled(47, 1, 150, 4, 2, 64, 40);
-	test_attention_sampled(48, 2, 70, 2, 1, 128, 40);
-	test_attention_sampled(49, 1, 131, 2, 2, 32, 40);
-	test_attention_sampled(50, 1, 20, 1, 1, 264, 40);
+	test_attention_sampled(47, 1, 150, 4, 2, 64, 0, 40);
+	test_attention_sampled(48, 2, 70, 2, 1, 128, 0, 40);
+	test_attention_sampled(49, 1, 131, 2, 2, 32, 0, 40);
+	test_attention_sampled(50, 1, 20, 1, 1, 264, 0, 40);
+
+	/* sliding windows (Mistral): smaller than, equal to and larger than T,
+	 * a window of one key, GQA and multi-head */
+	test_gqa_window(60, 2, 17, 4, 2, 8, 5);
+	test_gqa_window(61, 1, 17, 4, 4, 8, 1);
+	test_gqa_window(62, 2, 17, 4, 2, 8, 17);
+	test_gqa_window(63, 1, 17, 4, 1, 8, 40);
+	test_gqa_window(64, 1, 9, 6, 3, 4, 3);
+	test_gqa_window(65, 1, 70, 2, 1, 4, 30); /* keys over two tiles */
+	test_gqa_window(66, 2, 1, 4, 2, 8, 4);
+	/* across tiles: windows not dividing the tile (64) nor T (150, 131),
+	 * skipped tiles, a window of one tile exactly, the row-by-row path */
+	test_attention_sampled(67, 1, 150, 4, 2, 64, 70, 40);
+	test_attention_sampled(68, 2, 150, 2, 1, 128, 64, 40);
+	test_attention_sampled(69, 1, 131, 2, 2, 32, 3, 40);
+	test_attention_sampled(70, 1, 131, 2, 1, 32, 100, 40);
+	test_attention_sampled(71, 1, 20, 1, 1, 264, 7, 40);
 
 	test_cpu_op_calls();
 

@@ -60,6 +60,9 @@ struct ferry_model_config {
 			       0 the model's default (GPT-2 tied; Llama untied,
 			       as Hugging Face's tie_word_embeddings) */
 	struct ferry_rope_scaling rope_scaling; /* all 0: plain RoPE */
+	int sliding_window; /* attention's window (Mistral): query t sees keys
+			       t - W < t2 <= t; 0: every earlier key.  Only a
+			       model whose attention takes it may set it */
 };
 
 /* Fills cfg->arch's defaults for the derived fields left 0 and checks every

@@ -161,6 +161,9 @@ struct ferry_hf_family {
 				      (Qwen2): no attention_bias key */
 	bool gated_sliding_window; /* sliding_window and max_window_layers act
 				      only with use_sliding_window true (Qwen2) */
+	int sliding_window;        /* > 0: the family's sliding_window acts on
+				      every layer whenever set (Mistral), and
+				      this is its default; 0: no such field */
 };
 
 /* config.json's rope_scaling (rope_type "linear" or "llama3"; none: 0). */
@@ -191,6 +194,9 @@ struct ferry_hf_config {
 	double rope_low_freq_factor;   /* llama3 */
 	double rope_high_freq_factor;  /* llama3 */
 	int rope_original_max_position_embeddings; /* llama3 */
+	int sliding_window;            /* attention's window, in a family
+					  whose window always acts (Mistral);
+					  0: none (config.json's null) */
 };
 
 /* Reads dir_or_file/config.json (or the file itself) as one of the n
@@ -211,7 +217,9 @@ struct ferry_hf_config {
  * than "default", "linear" and "llama3" or with a key that type does not
  * have, hidden_act other than "silu", attention_bias or mlp_bias true,
  * attention_dropout other than 0, use_sliding_window true, sliding_window
- * in a family where it always acts, layer_types other than full_attention,
+ * in a family without one, max_window_layers in a family whose window
+ * always acts (Mistral: no such field), layer_types other than
+ * full_attention (any, with a Mistral window),
  * and any key ferry does not know.  *out is written on success only. */
 ferry_status ferry_hf_config_read_as(const char *dir_or_file,
 				     const struct ferry_hf_family *const *families,
@@ -227,7 +235,8 @@ ferry_status ferry_hf_config_read(const char *dir_or_file,
  * does: architectures [family's], model_type, hidden_act "silu", the fields
  * above (an empty torch_dtype is written as "float32"), rope_scaling when
  * cfg has one, and the family's fixed keys (Llama: attention_bias and
- * mlp_bias false; Qwen2: use_sliding_window false). */
+ * mlp_bias false; Qwen2: use_sliding_window false; Mistral:
+ * sliding_window, null when 0). */
 ferry_status ferry_hf_config_write_as(const char *dir,
 				      const struct ferry_hf_config *cfg,
 				      const struct ferry_hf_family *family)

@@ -424,15 +424,26 @@ static const struct {
 	{ "sliding_window", KEY_WINDOW }, { "max_window_layers", KEY_WINDOW }, { "layer_types", KEY_WINDOW },
 };
 
-/* Sliding windows: ferry's attention is full.  A family whose window acts
- * only with use_sliding_window true (Qwen2) may name one while that is
- * false; layer_types may only list full attention. */
+/* Sliding windows.  A family whose window always acts (Mistral) reads its
+ * sliding_window (read_window) and has no max_window_layers; one whose
+ * window acts only with use_sliding_window true (Qwen2) may name one while
+ * that is false; layer_types may only list full attention, and only
+ * without a window. */
 static ferry_status check_window(json_t *root, const char *path, const struct ferry_hf_family *f,
 				 const char *key, json_t *v)
 {
 	char d[64];
 
-	if (!strcmp(key, "layer_types")) {
+	if (f->sliding_window > 0 && !strcmp(key, "sliding_window"))
+		return FERRY_OK;
+	if (f->sliding_window > 0 && !strcmp(key, "max_window_layers"))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: max_window_layers is not a field of %s (its "
+				   "window acts on every layer)", path, f->architecture);
+	if (f->sliding_window > 0 && !strcmp(key, "layer_types") && get(root, "sliding_window")) {
+		return ferry_error(FERRY_ERR_UNSUPPORTED,
+				   "%s: layer_types is not supported with a sliding_window (%s's window acts on "
+				   "every layer)", path, f->architecture);
+	} else if (!strcmp(key, "layer_types")) {
 		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
 			const char *s = json_string_value(json_array_get(v, i));
 
@@ -512,6 +523,29 @@ static ferry_status check_supported(json_t *root, const char *path, const struct
 	return FERRY_OK;
 }
 
+/* sliding_window of a family whose window always acts: the class's default
+ * when absent, none (0) when null, else a positive integer the attention
+ * op's constant holds exactly (2^24). */
+static ferry_status read_window(json_t *root, const char *path, const struct ferry_hf_family *f,
+				struct ferry_hf_config *c)
+{
+	json_t *j = json_object_get(root, "sliding_window");
+	char d[64];
+
+	c->sliding_window = 0;
+	if (f->sliding_window <= 0 || json_is_null(j))
+		return FERRY_OK;
+	if (!j) {
+		c->sliding_window = f->sliding_window;
+		return FERRY_OK;
+	}
+	if (!json_is_integer(j) || json_integer_value(j) <= 0 || json_integer_value(j) > (1 << 24))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: sliding_window must be null or a positive integer up "
+				   "to %d, not %s", path, 1 << 24, describe(j, d, sizeof(d)));
+	c->sliding_window = (int)json_integer_value(j);
+	return FERRY_OK;
+}
+
 static ferry_status parse_config(json_t *root, const char *path, const struct ferry_hf_family *const *fam,
 				 int n, struct ferry_hf_config *c)
 {
@@ -527,6 +561,7 @@ static ferry_status parse_config(json_t *root, const char *path, const struct fe
 	snprintf(c->model_type, sizeof(c->model_type), "%s", f->model_type);
 	if ((st = read_sizes(root, path, f, c)) ||
 	    (st = read_numerics(root, path, f, c)) ||
+	    (st = read_window(root, path, f, c)) ||
 	    (st = check_supported(root, path, f, c)))
 		return st;
 	return check_config(c, path, FERRY_ERR_FORMAT,
@@ -627,10 +662,15 @@ static json_t *rope_scaling_json(const struct ferry_hf_config *cfg)
 	return r;
 }
 
-/* The keys fixed by the family: Llama's biases off, Qwen2's window off. */
-static int set_family_keys(json_t *root, const struct ferry_hf_family *f)
+/* The keys fixed by the family: Llama's biases off, Qwen2's window off,
+ * Mistral's window (null: none). */
+static int set_family_keys(json_t *root, const struct ferry_hf_family *f, const struct ferry_hf_config *cfg)
 {
 	if (f->gated_sliding_window && json_object_set_new(root, "use_sliding_window", json_false()))
+		return -1;
+	if (f->sliding_window > 0 &&
+	    json_object_set_new(root, "sliding_window",
+				cfg->sliding_window ? json_integer(cfg->sliding_window) : json_null()))
 		return -1;
 	if (f->qkv_bias)
 		return 0;
@@ -670,7 +710,7 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 	      json_object_set_new(root, "rms_norm_eps", json_real(cfg->rms_norm_eps)) ||
 	      json_object_set_new(root, "tie_word_embeddings",
 				  json_boolean(cfg->tie_word_embeddings)) ||
-	      set_family_keys(root, f);
+	      set_family_keys(root, f, cfg);
 	json_decref(arch);
 	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))
 		return ferry_error(FERRY_ERR_INVALID,
@@ -740,6 +780,12 @@ ferry_status ferry_hf_config_write_as(const char *dir, const struct ferry_hf_con
 	st = check_config(cfg, path, FERRY_ERR_INVALID, 1);
 	if (st)
 		goto out;
+	if (cfg->sliding_window < 0 || cfg->sliding_window > (1 << 24) ||
+	    (cfg->sliding_window && family->sliding_window <= 0)) {
+		st = ferry_error(FERRY_ERR_INVALID, "%s: sliding_window %d: %s", path, cfg->sliding_window,
+				 family->sliding_window > 0 ? "out of range" : "the family has no window");
+		goto out;
+	}
 	dtype = cfg->torch_dtype[0] ? cfg->torch_dtype : "float32";
 	if (!memchr(cfg->torch_dtype, '\0', sizeof(cfg->torch_dtype))) {
 		st = ferry_error(FERRY_ERR_INVALID,

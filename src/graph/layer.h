@@ -42,6 +42,7 @@ enum ferry_op_scalar {
 	FERRY_SCALAR_ROPE_LOW_FREQ_FACTOR,
 	FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR,
 	FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS,
+	FERRY_SCALAR_ATTN_WINDOW, /* attention's sliding window (keys per query, 0: none) */
 	FERRY_OP_SCALAR_COUNT
 };
 

@@ -34,6 +34,7 @@ void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_O
 	out[FERRY_SCALAR_ROPE_LOW_FREQ_FACTOR] = cfg->rope_scaling.low_freq_factor;
 	out[FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR] = cfg->rope_scaling.high_freq_factor;
 	out[FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS] = (float)cfg->rope_scaling.original_max_pos;
+	out[FERRY_SCALAR_ATTN_WINDOW] = (float)cfg->sliding_window; /* exact: at most 2^24 */
 }
 
 /* The public scaling types are the rope op's, and its constants follow its

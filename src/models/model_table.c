@@ -13,7 +13,8 @@
 #include <string.h>
 
 /* Every model; the first is the default (a config that names none). */
-static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl };
+static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl,
+							  &ferry_mistral_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
 _Static_assert(N_MODELS <= FERRY_MODEL_MAX_DECLS, "FERRY_MODEL_MAX_DECLS is too small");
 
@@ -159,6 +160,28 @@ static ferry_status check_common(const struct ferry_model_config *cfg)
 	return FERRY_OK;
 }
 
+/* Whether md's layer has an op that reads the model constant s. */
+static bool layer_reads(const struct ferry_model_decl *md, enum ferry_op_scalar s)
+{
+	for (int o = 0; o < md->layer->n_ops; o++)
+		if (md->layer->ops[o].scalar == s)
+			return true;
+	return false;
+}
+
+/* A sliding window only for a model whose attention takes it, and one the
+ * op's float constant holds exactly. */
+static ferry_status check_window(const struct ferry_model_decl *md, const struct ferry_model_config *cfg)
+{
+	if (cfg->sliding_window < 0 || cfg->sliding_window > (1 << 24))
+		return ferry_error(FERRY_ERR_INVALID, "sliding_window (%d) must be between 0 (none) and %d",
+				   cfg->sliding_window, 1 << 24);
+	if (cfg->sliding_window && !layer_reads(md, FERRY_SCALAR_ATTN_WINDOW))
+		return ferry_error(FERRY_ERR_INVALID, "sliding_window (%d): %s's attention has no window",
+				   cfg->sliding_window, md->title);
+	return FERRY_OK;
+}
+
 ferry_status ferry_model_config_complete(struct ferry_model_config *cfg)
 {
 	const struct ferry_model_decl *md;
@@ -173,7 +196,7 @@ ferry_status ferry_model_config_complete(struct ferry_model_config *cfg)
 	if (!md)
 		return ferry_error(FERRY_ERR_INVALID, "unknown model '%s' (models: %s)", cfg->arch,
 				   ferry_model_arch_list());
-	if ((st = check_common(cfg)) || (st = md->config_check(cfg)))
+	if ((st = check_common(cfg)) || (st = check_window(md, cfg)) || (st = md->config_check(cfg)))
 		return st;
 	if (!cfg->padded_vocab)
 		cfg->padded_vocab = ferry_pad_vocab(cfg->vocab);

@@ -43,6 +43,7 @@ const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n);
 extern const struct ferry_model_decl ferry_gpt2_decl;
 extern const struct ferry_model_decl ferry_llama_decl;
 extern const struct ferry_model_decl ferry_qwen2_decl;
+extern const struct ferry_model_decl ferry_mistral_decl;
 
 
 #endif

@@ -99,7 +99,9 @@ struct ferry_op_call {
 	float scalar[8];            /* softmax_xent: [0] dloss;
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
 				       rmsnorm: [0] eps; rope: [0] theta,
-				       [1..5] scaling (ops/rope_freq.h) */
+				       [1..5] scaling (ops/rope_freq.h);
+				       attention: [0] sliding window, keys
+				       per query (0: every earlier key) */
 	int step;                   /* adamw: t >= 1 */
 	bool grad_assign;           /* backward of a bwd_in_place op: din[0] =
 				       its gradient, not +=; din[0] may be

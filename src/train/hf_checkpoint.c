@@ -239,6 +239,7 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	c.norm_eps = eps;
 	c.tie_embeddings = hf->tie_word_embeddings ? 1 : -1;
 	hf_rope_to_model(hf, &c.rope_scaling);
+	c.sliding_window = hf->sliding_window;
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[384];
 
@@ -322,6 +323,7 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 		h.rope_high_freq_factor = short_decimal(c.rope_scaling.high_freq_factor);
 		h.rope_original_max_position_embeddings = c.rope_scaling.original_max_pos;
 	}
+	h.sliding_window = c.sliding_window;
 	*hf = h;
 	return FERRY_OK;
 }

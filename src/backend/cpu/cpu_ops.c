@@ -33,7 +33,7 @@ static void run_forward(const struct ferry_op_call *c)
 	case FERRY_OP_ATTENTION:
 		ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
 					    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
-					    c->NH, NKV);
+					    c->NH, NKV, (int)c->scalar[0]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
@@ -88,7 +88,7 @@ static void run_backward(const struct ferry_op_call *c)
 		ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
 					     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
 					     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
-					     c->B, c->T, c->C, c->NH, NKV);
+					     c->B, c->T, c->C, c->NH, NKV, (int)c->scalar[0]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n,

@@ -136,6 +136,8 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 		return ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]), CBF(c->in[0]),
 						    CBF(c->w[0]), CBF(c->w[1]), N, c->C);
 	case FERRY_OP_ATTENTION:
+		if (c->scalar[0] != 0.0f) /* a sliding window: not on the GPU yet */
+			return cudaErrorNotSupported;
 		return ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->in[1]),
 						    CBF(c->in[2]), c->B, c->T, c->C, c->NH, NKV);
 	case FERRY_OP_GELU:
@@ -174,6 +176,8 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,
 						     c->C, ws.p, ws.bytes);
 	case FERRY_OP_ATTENTION:
+		if (c->scalar[0] != 0.0f) /* a sliding window: not on the GPU yet */
+			return cudaErrorNotSupported;
 		return ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
 						     CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]), CBF(c->in[2]),
 						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,

@@ -32,6 +32,15 @@
  * Head sizes above ATT_MAX_HS (a tile per thread on the stack) take the
  * row-by-row path below with a dot product per key.
  *
+ * Sliding window (Mistral): with window W > 0, query t sees keys t2 with
+ * t - W < t2 <= t (the last W keys, itself included, as transformers'
+ * sliding-window causal mask); W = 0 is plain causal attention.  Keys
+ * outside the window are not masked but never visited: a query's key range
+ * is cut to [lo(t), t], lo(t) = max(0, t - W + 1), key tiles wholly before
+ * a query block's window are skipped, and within a tile each row's range is
+ * cut to its window.  The tiles stay aligned to multiples of ATT_TILE, so
+ * with W = 0 (or W >= T) the arithmetic is the unwindowed one, bit for bit.
+ *
  * Grouped-query attention: k and v have NKV heads (rows of KVC = NKV * HS
  * channels) and query head h reads key/value head h / G, G = NH / NKV (Hugging
  * Face's repeat_kv, without the copy).  The arithmetic per query head is the
@@ -63,6 +72,17 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
 static inline int min_int(int a, int b)
 {
 	return a < b ? a : b;
+}
+
+static inline int max_int(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+/* The first key query t sees: 0, or its window's start (W > 0). */
+static inline int window_lo(int t, int W)
+{
+	return W > 0 ? max_int(0, t - W + 1) : 0;
 }
 
 /* Rows k0 .. k0+nk-1 (stride KVC) transposed: kt[d * ATT_TILE + j]. */
@@ -115,7 +135,8 @@ static void add_rows_any(float *restrict acc, const float *restrict w, const flo
 }
 
 /* Query row t's part of one key tile (scores s, n keys from k0): the online
- * softmax step.  m, l: the row's running max and sum. */
+ * softmax step.  m, l: the row's running max and sum, m = -INFINITY before
+ * the row's first tile. */
 static inline void attend_tile_row(float *restrict ot, float *restrict s, float *m, float *l,
 				   const float *v, int k0, int n, int KVC, int HS, float scale)
 {
@@ -125,7 +146,7 @@ static inline void attend_tile_row(float *restrict ot, float *restrict s, float 
 		s[j] *= scale;
 		tmax = s[j] > tmax ? s[j] : tmax;
 	}
-	if (k0 == 0) {
+	if (*m == -INFINITY) {
 		*m = tmax;
 		*l = 0.0f;
 		for (int i = 0; i < HS; i++)
@@ -145,15 +166,15 @@ static inline void attend_tile_row(float *restrict ot, float *restrict s, float 
 	add_rows_any(ot, s, v, k0, n, KVC, HS);
 }
 
-/* One query row: q_t (HS values) against key/value rows 0..t (row stride
- * KVC), a dot product per key (head sizes too large for a transposed tile).
- * Writes out_t and returns lse_t. */
+/* One query row: q_t (HS values) against key/value rows lo(t)..t (row
+ * stride KVC), a dot product per key (head sizes too large for a transposed
+ * tile).  Writes out_t and returns lse_t. */
 static float attend_row(float *restrict ot, const float *restrict qt, const float *k, const float *v, int t,
-			int KVC, int HS, float scale)
+			int W, int KVC, int HS, float scale)
 {
-	float s[ATT_TILE], m = 0.0f, l = 0.0f;
+	float s[ATT_TILE], m = -INFINITY, l = 0.0f;
 
-	for (int k0 = 0; k0 <= t; k0 += ATT_TILE) {
+	for (int k0 = window_lo(t, W); k0 <= t; k0 += ATT_TILE) {
 		const int n = min_int(ATT_TILE, t + 1 - k0);
 
 		for (int j = 0; j < n; j++)
@@ -168,25 +189,31 @@ static float attend_row(float *restrict ot, const float *restrict qt, const floa
 }
 
 /* Query rows t0 .. t0+nq-1 of one head (q, out rows C apart; k, v rows KVC
- * apart; lse of the head), each key tile transposed once for the block. */
+ * apart; lse of the head), each key tile transposed once for the block;
+ * tiles before the first row's window skipped. */
 static void attend_block(float *out, float *lse, const float *q, const float *k, const float *v, int t0, int nq,
-			 int C, int KVC, int HS, float scale)
+			 int W, int C, int KVC, int HS, float scale)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], m[ATT_QBLOCK], l[ATT_QBLOCK];
 	const int last = t0 + nq - 1;
 
-	for (int k0 = 0; k0 <= last; k0 += ATT_TILE) {
+	for (int r = 0; r < nq; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.0f;
+	}
+	for (int k0 = window_lo(t0, W) / ATT_TILE * ATT_TILE; k0 <= last; k0 += ATT_TILE) {
 		const int nk = min_int(ATT_TILE, last + 1 - k0);
 
 		transpose_tile(kt, k, k0, nk, KVC, HS);
 		for (int r = 0; r < nq; r++) {
 			const int t = t0 + r;
-			const int n = min_int(nk, t + 1 - k0);
+			const int j0 = max_int(0, window_lo(t, W) - k0);
+			const int n = min_int(nk, t + 1 - k0) - j0;
 
 			if (n <= 0)
 				continue;
-			tile_dots(s, q + (size_t)t * C, kt, n, HS);
-			attend_tile_row(out + (size_t)t * C, s, &m[r], &l[r], v, k0, n, KVC, HS, scale);
+			tile_dots(s, q + (size_t)t * C, kt + j0, n, HS);
+			attend_tile_row(out + (size_t)t * C, s, &m[r], &l[r], v, k0 + j0, n, KVC, HS, scale);
 		}
 	}
 	for (int r = 0; r < nq; r++) {
@@ -200,7 +227,7 @@ static void attend_block(float *out, float *lse, const float *q, const float *k,
 }
 
 static void attention_forward_tiled(float *out, float *lse, const float *q, const float *k, const float *v,
-				    int B, int T, int C, int NH, int NKV)
+				    int B, int T, int C, int NH, int NKV, int W)
 {
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const int NQB = (T + ATT_QBLOCK - 1) / ATT_QBLOCK;
@@ -215,20 +242,20 @@ static void attention_forward_tiled(float *out, float *lse, const float *q, cons
 				const int t0 = qb * ATT_QBLOCK;
 
 				attend_block(out + row0, lse + ((size_t)b * NH + h) * T, q + row0, k + kvhead,
-					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), C, KVC, HS, scale);
+					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), W, C, KVC, HS, scale);
 			}
 }
 
 void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
-				 int C, int NH, int NKV)
+				 int C, int NH, int NKV, int W)
 {
-	assert(NKV > 0 && NH % NKV == 0);
+	assert(NKV > 0 && NH % NKV == 0 && W >= 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const float scale = 1.0f / sqrtf((float)HS);
 
 	if (HS <= ATT_MAX_HS) {
-		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV);
+		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV, W);
 		return;
 	}
 #pragma omp parallel for collapse(3) schedule(static, 1)
@@ -241,7 +268,7 @@ void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 						      (size_t)(h / G) * HS;
 				lse[((size_t)b * NH + h) * T + t] = attend_row(
 					out + row, q + row, k + kvhead,
-					v + kvhead, t, KVC, HS, scale);
+					v + kvhead, t, W, KVC, HS, scale);
 			}
 }
 
@@ -253,14 +280,14 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 				 const float *dout, const float *q,
 				 const float *k, const float *v,
 				 const float *out, const float *lse, int T,
-				 int C, int KVC, int HS, float scale)
+				 int W, int C, int KVC, int HS, float scale)
 {
 	for (int t = 0; t < T; t++) {
 		const size_t rt = (size_t)t * C;
 		const float *restrict qt = q + rt;
 		const float *restrict gt = dout + rt;
 		const float Dt = dot(gt, out + rt, HS);
-		for (int t2 = 0; t2 <= t; t2++) {
+		for (int t2 = window_lo(t, W); t2 <= t; t2++) {
 			const size_t r2 = (size_t)t2 * KVC;
 			const float *restrict k2 = k + r2;
 			const float p = fast_expf(dot(qt, k2, HS) * scale - lse[t]);
@@ -321,24 +348,28 @@ static inline void backward_tile_row(float *dq, float *dk, float *dv, const floa
 }
 
 /* attend_head_backward, key tiles outermost: each tile's k and v are
- * transposed once for every query at or after it. */
+ * transposed once for every query at or after it whose window reaches it
+ * (t < k0 + nk - 1 + W), each row cut to its window. */
 static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const float *dout, const float *q,
 				       const float *k, const float *v, const float *out, const float *lse, int T,
-				       int C, int KVC, int HS, float scale)
+				       int W, int C, int KVC, int HS, float scale)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], vt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], ds[ATT_TILE];
 
 	for (int k0 = 0; k0 < T; k0 += ATT_TILE) {
 		const int nk = min_int(ATT_TILE, T - k0);
+		const int tend = W > 0 ? min_int(T, k0 + nk - 1 + W) : T;
 
 		transpose_tile(kt, k, k0, nk, KVC, HS);
 		if (dq || dk)
 			transpose_tile(vt, v, k0, nk, KVC, HS);
-		for (int t = k0; t < T; t++) {
+		for (int t = k0; t < tend; t++) {
 			const size_t rt = (size_t)t * C;
+			const int j0 = max_int(0, window_lo(t, W) - k0);
 
 			backward_tile_row(dq ? dq + rt : NULL, dk, dv, q + rt, dout + rt, dot(dout + rt, out + rt, HS),
-					  lse[t], k, kt, vt, k0, min_int(nk, t + 1 - k0), KVC, HS, scale, s, ds);
+					  lse[t], k, kt + j0, vt + j0, k0 + j0, min_int(nk, t + 1 - k0) - j0, KVC, HS,
+					  scale, s, ds);
 		}
 	}
 }
@@ -347,11 +378,11 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *dout, const float *q,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
-				  int T, int C, int NH, int NKV)
+				  int T, int C, int NH, int NKV, int W)
 {
 	if (!dq && !dk && !dv)
 		return;
-	assert(NKV > 0 && NH % NKV == 0);
+	assert(NKV > 0 && NH % NKV == 0 && W >= 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const float scale = 1.0f / sqrtf((float)HS);
 
@@ -367,8 +398,8 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 					dk ? dk + okv : NULL,
 					dv ? dv + okv : NULL, dout + o, q + o,
 					k + okv, v + okv, out + o,
-					lse + ((size_t)b * NH + h) * T, T, C,
-					KVC, HS, scale);
+					lse + ((size_t)b * NH + h) * T, T, W,
+					C, KVC, HS, scale);
 			}
 		}
 }

@@ -55,15 +55,17 @@ void ferry_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
  * is plain multi-head attention), and query head h reads key/value head
  * h / (NH / NKV), as Hugging Face's repeat_kv.  Scores are q.k / sqrt(HS).
  * Saves lse[B, NH, T], the log-sum-exp of each query's scores, instead of
- * the T x T probabilities; backward recomputes them from q, k and lse. */
+ * the T x T probabilities; backward recomputes them from q, k and lse.
+ * W > 0: a sliding window (Mistral), query t sees keys t - W < t2 <= t;
+ * W = 0: every earlier key. */
 void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
-				 int C, int NH, int NKV);
+				 int C, int NH, int NKV, int W);
 void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *dout, const float *q,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
-				  int T, int C, int NH, int NKV);
+				  int T, int C, int NH, int NKV, int W);
 
 /* RMSNorm (Llama): rstd = 1 / sqrt(mean(x^2) + eps) over each row of C,
  * out = x * rstd * weight (no mean, no bias); saves rstd[N]. */
