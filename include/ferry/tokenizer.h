@@ -99,6 +99,45 @@ void ferry_tokenizer_text_free(char *text);
  * -1 when absent or not a Hugging Face tokenizer. */
 int ferry_tokenizer_token_id(ferry_tokenizer_t tok, const char *token);
 
+/* ---- training a byte-level BPE tokenizer (GPT-2 style) --------------------
+ * The corpus is pre-tokenized as GPT-2's ByteLevel pre-tokenizer does (its
+ * regex, through PCRE2, on the raw bytes; the special tokens cut out of the
+ * text first, as Hugging Face splits added tokens), the distinct pieces
+ * ("words") counted on many threads.  Ids: the special tokens first, in the
+ * order given, then the 256 bytes (ByteLevel's alphabet, byte order), then
+ * one per merge.  Each merge joins the adjacent pair of tokens that occurs
+ * most often over the corpus (each word weighted by its count); among equal
+ * counts the pair whose left id, then right id, is smallest.  Training stops
+ * at vocab ids or when every word is one token.  The result does not depend
+ * on the thread count.  Written as a Hugging Face tokenizer.json (BPE model,
+ * ByteLevel pre-tokenizer, post-processor and decoder, the special tokens
+ * as added tokens) that `tokenizers` and ferry_tokenizer_open load. */
+struct ferry_bpe_train_opts {
+	int vocab;			/* ids in all: specials + 256 + merges */
+	const char *const *special;	/* n_special strings, may be 0 */
+	int n_special;
+	int threads;			/* counting threads; 0: OpenMP's default */
+	const char *text_field;		/* JSON Lines inputs; NULL: "text" */
+};
+
+struct ferry_bpe_train_stats {
+	long long bytes;	/* of text read */
+	long long words;	/* pre-tokenized pieces */
+	long long distinct;	/* distinct pieces */
+	int vocab;		/* ids written */
+	int merges;
+};
+
+/* Trains on the files at paths (plain text: one document per file; JSON
+ * Lines, .jsonl or .json: one per record's text field; either may be .gz or
+ * .zst, as ferry_data_from_text reads them) and writes out_path atomically.
+ * vocab below n_special + 256: FERRY_ERR_INVALID.  stats may be NULL. */
+ferry_status ferry_tokenizer_train(const char *const *paths, int n_paths,
+				   const struct ferry_bpe_train_opts *opts,
+				   const char *out_path,
+				   struct ferry_bpe_train_stats *stats)
+	FERRY_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

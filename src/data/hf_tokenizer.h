@@ -162,6 +162,9 @@ ferry_status ferry_tok_compile_regex(const char *pattern, size_t n, bool literal
 void ferry_tok_free_regex(void *re);
 /* The GPT-2 pattern ByteLevel splits with when use_regex is on. */
 extern const char ferry_tok_gpt2_pattern[];
+/* GPT-2's byte -> character of ByteLevel, as UTF-8 into out (1 or 2 bytes;
+ * the count returned). */
+size_t ferry_tok_byte_char(unsigned char b, char *out);
 
 ferry_status ferry_tok_hf_encode(const struct ferry_hf_tokenizer *t, const char *s,
 			   size_t n, bool add_special,

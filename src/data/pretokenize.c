@@ -216,7 +216,7 @@ static ferry_status split_into(const pcre2_code *re, pcre2_match_data *md,
 }
 
 /* GPT-2's byte -> character, as UTF-8 into out (2 bytes at most). */
-static size_t byte_char(unsigned char b, char *out)
+size_t ferry_tok_byte_char(unsigned char b, char *out)
 {
 	unsigned cp = b < 33 ? 256u + b : b < 127 ? b :
 		      b < 161 ? 256u + 33 + (b - 127u) : b == 173 ? 256u + 67 : b;
@@ -256,7 +256,7 @@ static ferry_status byte_level(const struct tok_pre *p, pcre2_match_data *md,
 		for (size_t k = 0; k < split.len[i] && !st; k++) {
 			char c[2];
 
-			st = ferry_tok_str_add(tmp, c, byte_char(q[k], c));
+			st = ferry_tok_str_add(tmp, c, ferry_tok_byte_char(q[k], c));
 		}
 		if (!st)
 			st = piece_add(out, tmp->p, tmp->n);

@@ -13,5 +13,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_example(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 
 #endif

@@ -25,6 +25,7 @@ static void usage(FILE *f)
 		"  bench   policies side by side on one model: step time, memory, compute idle\n"
 		"  calibrate measure this machine for the cost model (ferry bench, --policy auto)\n"
 		"  data    turn text files into token shards (llm.c format)\n"
+		"  tokenizer train a byte-level BPE tokenizer.json on text files\n"
 		"  info    backends, devices, BLAS kernels, threads, calibrations\n"
 		"\n"
 		"Run 'ferry <command> --help' for a command's flags.  Flags take their value\n"
@@ -52,7 +53,7 @@ static const struct {
 } commands[] = {
 	{ "train", cmd_train }, { "eval", cmd_eval }, { "sample", cmd_sample }, { "data", cmd_data },
 	{ "info", cmd_info }, { "plan", cmd_plan }, { "example", cmd_example }, { "bench", cmd_bench },
-	{ "calibrate", cmd_calibrate },
+	{ "calibrate", cmd_calibrate }, { "tokenizer", cmd_tokenizer },
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
