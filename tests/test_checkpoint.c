@@ -408,7 +408,7 @@ static void test_state(void)
 	CHECK(file_size(path) == 1024 + 8 * 1000);
 
 	raw = read_raw(path, &size);
-	CHECK(raw[0] == 20241121 && raw[1] == 4);
+	CHECK(raw[0] == 20241121 && raw[1] == 5);
 	memcpy(&i64, raw + 2, 8);
 	CHECK(i64 == 12345678901ll);
 	CHECK(raw[2] == (int32_t)(12345678901ll & 0xffffffff) && raw[3] == 2);
@@ -467,10 +467,10 @@ static void test_state(void)
 					   n),
 			  FERRY_ERR_FORMAT, "bad magic 42");
 		hdr[0] = 20241121;
-		hdr[1] = 5;
+		hdr[1] = 6;
 		write_raw(tpath("ver.state"), hdr, 1024, big, n * 8);
 		CHECK_ERR(ferry_state_read(tpath("ver.state"), &back, m2, v2, n),
-			  FERRY_ERR_FORMAT, "version 5 not supported, need 1, 2, 3 or 4");
+			  FERRY_ERR_FORMAT, "version 6 not supported, need 1, 2, 3, 4 or 5");
 		hdr[1] = 1;
 		i64 = -5;
 		memcpy(hdr + 6, &i64, 8);
@@ -609,7 +609,7 @@ static void test_state_v2(void)
 	CHECK(file_size(path) == 1024 + 16 + 8 * 300);
 	memset(&back, 0, sizeof(back));
 	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
-	CHECK(back.version == 4 && !back.val_data[0]);
+	CHECK(back.version == 5 && !back.val_data[0]);
 	/* version 4: the validation glob after the training glob and a NUL */
 	snprintf(st.val_data, sizeof(st.val_data), "data/val_*.bin"); /* 14 bytes: 16 + 1 + 14, padded 32 */
 	CHECK_OK(ferry_state_write(path, &st, m, v, n));
@@ -622,7 +622,7 @@ static void test_state_v2(void)
 	CHECK(!strcmp(back.val_data, "data/val_*.bin") && !strcmp(back.data, "data/train_*.bin"));
 	st.val_data[0] = 0; /* the older versions below are made from the file without it */
 	CHECK_OK(ferry_state_write(path, &st, m, v, n));
-	CHECK(back.version == 4 && back.shuffle == 1 && back.data_epoch == 3 && back.B == 8 && back.T == 64 &&
+	CHECK(back.version == 5 && back.shuffle == 1 && back.data_epoch == 3 && back.B == 8 && back.T == 64 &&
 	      back.seed == 4242 &&
 	      back.data_hash == 0xfeedull && !strcmp(back.data, "data/train_*.bin") &&
 	      back.adamw.beta1 == 0.8f && back.adamw.beta2 == 0.9f && back.adamw.eps == 1e-6f &&

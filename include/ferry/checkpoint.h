@@ -27,7 +27,10 @@
  *   version 3 adds: [36] 1 when the batches are shuffled (ferry/data.h),
  *   0 in order, [37] 0, [38..39] the data position's epoch (int64; the
  *   shard index and offset [6..9] are then a shuffled position);
- *   [40..255] reserved, written as zeros;
+ *   version 5 adds: [40] the learning-rate schedule (enum ferry_lr_kind),
+ *   [41] its floor min_lr (fp32 bits; 0: lr * final fraction), [42] WSD's
+ *   decay fraction (fp32 bits), [43] micro-batches per optimizer step;
+ *   [44..255] reserved, written as zeros;
  * then (version >= 2) the training glob, zero-padded to a multiple of 4 bytes;
  * then AdamW m (fp32, n) and v (fp32, n).
  * The checksum is 64-bit FNV-1a over the file's 32-bit little-endian words
@@ -106,7 +109,7 @@ extern "C" {
 #define FERRY_CHECKPOINT_MAGIC 20240326
 #define FERRY_CHECKPOINT_VERSION 3
 #define FERRY_STATE_MAGIC 20241121
-#define FERRY_STATE_VERSION 4
+#define FERRY_STATE_VERSION 5
 /* The longest training glob a state file records (bytes, without the NUL). */
 #define FERRY_STATE_GLOB_MAX 4095
 
@@ -144,7 +147,7 @@ struct ferry_train_state {
 	int32_t warmup;
 	float lr, final_lr_frac;
 	/* version 2; a version-1 file reads 0 / "" for each of these */
-	int32_t version;     /* the file's (set by the reader; writers write 4) */
+	int32_t version;     /* the file's (set by the reader; writers write 5) */
 	int32_t B, T;        /* batch size and sequence length */
 	uint64_t seed;
 	struct ferry_adamw adamw; /* beta1, beta2, eps, weight decay, clip (not lr) */
@@ -156,6 +159,11 @@ struct ferry_train_state {
 	/* version 4; older files read "": the validation glob, stored after the
 	 * training glob and a NUL where both fit FERRY_STATE_GLOB_MAX */
 	char val_data[FERRY_STATE_GLOB_MAX + 1];
+	/* version 5; older files read 0: cosine, the floor from final_lr_frac,
+	 * decay fraction 0 (meaning the default), 0 (one micro-batch a step) */
+	int32_t lr_schedule; /* enum ferry_lr_kind (ferry/train.h) */
+	float min_lr, decay_frac;
+	int32_t grad_accum;
 };
 
 /* A 64-bit hash of parameter values, tying a state file to its model. */

@@ -176,6 +176,11 @@ ferry_status ferry_model_backward(ferry_model_t m) FERRY_MUST_CHECK;
  * (matrices and embeddings, not biases or norm gains). */
 ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t,
 				float *grad_norm) FERRY_MUST_CHECK;
+/* The same with the gradient buffer times scale (> 0) as the gradient:
+ * 1/N after N backwards accumulated; the norm (*grad_norm) and the
+ * clipping are of the scaled gradient.  Scale 1 is ferry_model_update. */
+ferry_status ferry_model_update_scaled(ferry_model_t m, const struct ferry_adamw *opt, int t, float scale,
+				       float *grad_norm) FERRY_MUST_CHECK;
 
 /* A training step in two halves, with one host synchronisation: submit
  * zeroes the gradients and queues forward, backward and the gradient norm

@@ -31,6 +31,20 @@ enum {
 	FERRY_GIVEN_GRAD_CLIP = 1u << 9,    /* adamw.grad_clip */
 	FERRY_GIVEN_ADAMW = 1u << 10,       /* adamw.beta1, beta2, eps */
 	FERRY_GIVEN_SHUFFLE = 1u << 11,
+	FERRY_GIVEN_LR_SCHEDULE = 1u << 12, /* lr_schedule */
+	FERRY_GIVEN_MIN_LR = 1u << 13,      /* min_lr */
+	FERRY_GIVEN_DECAY_FRAC = 1u << 14,  /* decay_frac */
+	FERRY_GIVEN_GRAD_ACCUM = 1u << 15,  /* grad_accum */
+};
+
+/* The learning rate after the linear warmup (ferry_train_lr). */
+enum ferry_lr_kind {
+	FERRY_LR_COSINE = 0, /* cosine from lr down to the floor at the last step */
+	FERRY_LR_LINEAR,     /* a straight line from lr down to the floor */
+	FERRY_LR_CONSTANT,   /* lr throughout */
+	FERRY_LR_WSD,        /* warmup-stable-decay: lr, then over the last
+				decay_frac of the steps a straight line down
+				to the floor */
 };
 
 struct ferry_train_opts {
@@ -53,16 +67,27 @@ struct ferry_train_opts {
 				     order */
 	int B, T;
 	int steps;                /* optimizer steps to reach (total) */
-	float lr, final_lr_frac;  /* cosine decay from lr to lr * final_lr_frac */
+	float lr, final_lr_frac;  /* decay from lr to lr * final_lr_frac ... */
+	float min_lr;             /* ... or, when > 0, to min_lr (the floor) */
+	int lr_schedule;          /* enum ferry_lr_kind */
+	float decay_frac;         /* FERRY_LR_WSD: the share of steps that decay,
+				     (0, 1] */
 	int warmup;               /* linear warmup steps */
+	int grad_accum;           /* micro-batches of B x T per optimizer step
+				     (>= 1): their gradients are summed and the
+				     step uses the mean over all
+				     grad_accum * B * T tokens, the same
+				     gradient as one batch of grad_accum * B
+				     rows (within rounding: see docs/design.md) */
 	struct ferry_adamw adamw; /* lr is taken from the schedule */
 	uint64_t seed;
 	struct ferry_exec_opts exec; /* activation policy, prefetch depth */
 	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
 };
 
-/* Defaults: cpu, B 4, T 64, lr 6e-4, final 0.1, warmup 0, AdamW (0.9, 0.95,
- * 1e-8, weight decay 0.1, clip 1.0), seed 1337, shuffled batches. */
+/* Defaults: cpu, B 4, T 64, lr 6e-4, cosine to final 0.1 (min_lr 0, decay
+ * fraction 0.2 for WSD), warmup 0, one micro-batch a step, AdamW (0.9,
+ * 0.95, 1e-8, weight decay 0.1, clip 1.0), seed 1337, shuffled batches. */
 void ferry_train_opts_default(struct ferry_train_opts *o);
 
 struct ferry_step_metrics {
@@ -161,6 +186,18 @@ size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B
 /* Learning rate at 0-based step s: linear warmup over `warmup` steps, then
  * cosine decay to lr * final_frac at `total`. */
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);
+/* Learning rate of a run with options o at 0-based step s: lr * (s + 1) /
+ * warmup during the warmup, then o->lr_schedule's curve from lr at step
+ * warmup to the floor (min_lr when > 0, else lr * final_lr_frac) at the
+ * last step, steps - 1.  Writing p for the progress through the decay
+ * (0 at its first step, 1 at the last) and F for the floor: cosine
+ * F + (lr - F)(1 + cos(pi p))/2 with p = (s - warmup) / (steps - warmup - 1);
+ * linear lr - (lr - F) p, p the same; constant lr; WSD lr until the last
+ * D = round(decay_frac * steps) steps (never into the warmup), then
+ * lr - (lr - F) p with p = (s - start + 1) / (steps - start), start the
+ * first decaying step, so the first decaying step is already below lr and
+ * the last is F. */
+float ferry_train_lr(const struct ferry_train_opts *o, int s);
 
 /* Mean loss of a model over the first n batches of a data glob, read in
  * order.  FERRY_ERR_INVALID when the data holds fewer than n batches

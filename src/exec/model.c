@@ -711,11 +711,12 @@ static enum ferry_update_variant speculation_outcome(const ferry_model_t m, cons
 
 /* After the gradient norm has reached the host: clips and submits AdamW
  * (asynchronously). */
-static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
+static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float scale,
+				  float *gnorm)
 {
 	struct ferry_prog_key key = { .kind = FERRY_PROG_UPDATE };
 	struct ferry_step_values v = step_values(opt, t);
-	double norm = sqrt(*m->host_sumsq);
+	double norm = sqrt(*m->host_sumsq) * scale;
 	ferry_status st;
 
 	if (gnorm)
@@ -731,8 +732,9 @@ static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt
 	}
 	if (!isfinite(norm))
 		return ferry_error(FERRY_ERR_INVALID, "gradient norm is %f: training diverged", norm);
+	v.grad_scale = scale;
 	if (opt->grad_clip > 0 && norm > opt->grad_clip)
-		v.grad_scale = (float)(opt->grad_clip / norm);
+		v.grad_scale = scale == 1.0f ? (float)(opt->grad_clip / norm) : (float)(scale * opt->grad_clip / norm);
 	return run(m, &key, &v);
 }
 
@@ -770,13 +772,21 @@ int ferry_model_speculation_undone(ferry_model_t m)
 
 ferry_status ferry_model_update(ferry_model_t m, const struct ferry_adamw *opt, int t, float *gnorm)
 {
+	return ferry_model_update_scaled(m, opt, t, 1.0f, gnorm);
+}
+
+ferry_status ferry_model_update_scaled(ferry_model_t m, const struct ferry_adamw *opt, int t, float scale,
+				       float *gnorm)
+{
 	struct ferry_prog_key key = { .kind = FERRY_PROG_NORM };
 	ferry_status st;
 
 	if (t < 1)
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	if (!(scale > 0) || !isfinite(scale))
+		return ferry_error(FERRY_ERR_INVALID, "gradient scale %g must be positive", (double)scale);
 	if ((st = run(m, &key, NULL)) || (st = ferry_stream_synchronize(compute(m))) ||
-	    (st = submit_update(m, opt, t, gnorm)))
+	    (st = submit_update(m, opt, t, scale, gnorm)))
 		return st;
 	return ferry_stream_synchronize(compute(m));
 }
@@ -844,7 +854,7 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 		return st;
 	if (loss)
 		*loss = mean_loss(m);
-	return submit_update(m, opt, t, gnorm);
+	return submit_update(m, opt, t, 1.0f, gnorm);
 }
 
 ferry_status ferry_model_sync(ferry_model_t m)

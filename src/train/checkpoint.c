@@ -49,7 +49,7 @@ static const struct ferry_file_format model_format = {
 	.n_named = sizeof(model_named) / sizeof(model_named[0]),
 };
 
-static const int32_t state_versions[] = { 1, 2, 3, FERRY_STATE_VERSION };
+static const int32_t state_versions[] = { 1, 2, 3, 4, FERRY_STATE_VERSION };
 static const struct ferry_file_format state_format = {
 	.kind = "ferry training state",
 	.header = "training state",
@@ -614,6 +614,10 @@ static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_
 	putf(hdr, 32, st->adamw.eps);
 	hdr[36] = st->shuffle ? 1 : 0;
 	put64(hdr, 38, st->data_epoch);
+	hdr[40] = st->lr_schedule;
+	putf(hdr, 41, st->min_lr);
+	putf(hdr, 42, st->decay_frac);
+	hdr[43] = st->grad_accum;
 }
 
 /* Checks the arguments and lays out the file: header (with its checksum),
@@ -733,6 +737,12 @@ static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t si
 		s->shuffle = hdr[36];
 		s->data_epoch = get64(hdr, 38);
 	}
+	if (s->version >= 5) {
+		s->lr_schedule = hdr[40];
+		s->min_lr = getf(hdr, 41);
+		s->decay_frac = getf(hdr, 42);
+		s->grad_accum = hdr[43];
+	}
 	if (*n <= 0 || !state_bytes_ok((size_t)*n))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: bad parameter count %lld in header", path,
 				   (long long)*n);
@@ -744,6 +754,11 @@ static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t si
 				   path, (long long)s->step, (long long)s->data_shard, (long long)s->data_offset,
 				   (long long)s->data_shards, (long long)s->data_epoch, (long long)s->total_steps,
 				   s->warmup, s->B, s->T);
+	if (s->lr_schedule < 0 || s->lr_schedule > 3 || !(s->min_lr >= 0) || !isfinite(s->min_lr) ||
+	    !(s->decay_frac >= 0 && s->decay_frac <= 1) || s->grad_accum < 0)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bad schedule %d, floor %g, decay fraction %g or "
+				   "gradient accumulation %d in header", path, s->lr_schedule, (double)s->min_lr,
+				   (double)s->decay_frac, s->grad_accum);
 	if (s->shuffle != 0 && s->shuffle != 1)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: data order %d in header (0 in order, 1 shuffled)", path,
 				   s->shuffle);

@@ -47,6 +47,8 @@ void ferry_train_opts_default(struct ferry_train_opts *o)
 	o->steps = 100;
 	o->lr = 6e-4f;
 	o->final_lr_frac = 0.1f;
+	o->decay_frac = 0.2f;
+	o->grad_accum = 1;
 	o->adamw = (struct ferry_adamw){ .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 					 .weight_decay = 0.1f, .grad_clip = 1.0f };
 	o->seed = 1337;
@@ -125,6 +127,22 @@ static ferry_status data_hash(const char *pattern, uint64_t *out)
 
 /* ---- resuming: the saved run's options ------------------------------------------------- */
 
+/* The options a version-5 state adds: the schedule's curve, floor and
+ * decay share, and the micro-batches a step. */
+static void take_saved_v5(struct ferry_train_opts *o, const struct ferry_train_state *s)
+{
+	unsigned g = o->given;
+
+	if (!(g & FERRY_GIVEN_LR_SCHEDULE))
+		o->lr_schedule = s->lr_schedule;
+	if (!(g & FERRY_GIVEN_MIN_LR)) /* a final fraction given sets the floor instead */
+		o->min_lr = (g & FERRY_GIVEN_FINAL_LR) ? 0 : s->min_lr;
+	if (!(g & FERRY_GIVEN_DECAY_FRAC) && s->decay_frac > 0)
+		o->decay_frac = s->decay_frac;
+	if (!(g & FERRY_GIVEN_GRAD_ACCUM) && s->grad_accum > 0)
+		o->grad_accum = s->grad_accum;
+}
+
 /* Every option not given is the saved run's, where the state recorded it
  * (a version-1 state: the schedule only). */
 static void take_saved(struct ferry_train_opts *o, const struct ferry_train_state *s)
@@ -142,6 +160,8 @@ static void take_saved(struct ferry_train_opts *o, const struct ferry_train_stat
 		o->shuffle = s->shuffle; /* before version 3: in order */
 	if (!(g & FERRY_GIVEN_FINAL_LR) && sched)
 		o->final_lr_frac = s->final_lr_frac;
+	if (s->version >= 5)
+		take_saved_v5(o, s);
 	if (s->version < 2)
 		return;
 	if (!(g & FERRY_GIVEN_BATCH) && s->B > 0)
@@ -201,6 +221,13 @@ static ferry_status check_opts(const struct ferry_train_opts *o)
 		return ferry_error(FERRY_ERR_INVALID, "learning rate must be positive");
 	if (!isfinite(o->final_lr_frac))
 		return ferry_error(FERRY_ERR_INVALID, "final learning-rate fraction must be finite");
+	if (!(o->min_lr >= 0) || !isfinite(o->min_lr) || o->lr_schedule < FERRY_LR_COSINE ||
+	    o->lr_schedule > FERRY_LR_WSD || !(o->decay_frac > 0 && o->decay_frac <= 1))
+		return ferry_error(FERRY_ERR_INVALID, "learning-rate schedule %d, floor %g or decay fraction %g "
+				   "out of range", o->lr_schedule, (double)o->min_lr, (double)o->decay_frac);
+	if (o->grad_accum < 1 || o->grad_accum > INT_MAX / o->B)
+		return ferry_error(FERRY_ERR_INVALID, "gradient accumulation %d must be at least 1 (and %d x %d "
+				   "rows fit an int)", o->grad_accum, o->grad_accum, o->B);
 	if (!o->data)
 		return ferry_error(FERRY_ERR_INVALID, "no training data given");
 	return FERRY_OK;
@@ -444,7 +471,9 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	size_t N, bytes;
 	ferry_status st;
 
-	if (__builtin_mul_overflow((size_t)o->B, (size_t)o->T, &N) ||
+	/* the loader reads a step's grad_accum micro-batches as one batch of
+	 * grad_accum * B rows: micro-batch k is rows k*B .. k*B + B-1 */
+	if (__builtin_mul_overflow((size_t)o->B * o->grad_accum, (size_t)o->T, &N) ||
 	    __builtin_mul_overflow(N, 2 * sizeof(int32_t), &bytes))
 		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", o->B, o->T);
 	st = ferry_model_plan(cfg, o->B, o->T, &o->exec, &tr->plan);
@@ -453,7 +482,7 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	if (!st)
 		st = check_fits(tr, cfg);
 	if (!st)
-		st = ferry_loader_open(o->data, o->B, o->T, cfg->vocab, &tr->train);
+		st = ferry_loader_open(o->data, o->B * o->grad_accum, o->T, cfg->vocab, &tr->train);
 	if (!st && o->shuffle)
 		st = ferry_loader_shuffle(tr->train, o->seed);
 	if (!st && o->val_data)
@@ -529,7 +558,7 @@ const struct ferry_train_opts *ferry_trainer_opts(ferry_trainer_t tr) { return &
 /* This step's batch: the one read ahead during the last step, if any. */
 static ferry_status next_batch(ferry_trainer_t tr)
 {
-	size_t N = (size_t)tr->opts.B * tr->opts.T; /* checked by build() */
+	size_t N = (size_t)tr->opts.B * tr->opts.grad_accum * tr->opts.T; /* checked by build() */
 
 	if (tr->have_next) {
 		memcpy(tr->inputs, tr->next_inputs, N * sizeof(int32_t));
@@ -538,6 +567,41 @@ static ferry_status next_batch(ferry_trainer_t tr)
 		return FERRY_OK;
 	}
 	return ferry_loader_next(tr->train, tr->inputs, tr->targets);
+}
+
+static void read_ahead(ferry_trainer_t tr)
+{
+	if (tr->step + 1 < tr->opts.steps &&
+	    ferry_loader_next(tr->train, tr->next_inputs, tr->next_targets) == FERRY_OK)
+		tr->have_next = true;
+}
+
+/* grad_accum micro-batches of B rows, the rows of this step's batch in
+ * order: each one's backward adds the gradient of its mean loss into the
+ * gradient buffer, and the update scales the sum by 1/grad_accum, the
+ * gradient of the mean over all the step's tokens (the norm and clipping
+ * of the scaled sum).  The loss is the micro-batches' mean. */
+static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adamw *opt, struct ferry_step_metrics *m)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	size_t rows = (size_t)o->B * o->T;
+	double sum = 0;
+	ferry_status st = ferry_model_zero_grad(tr->model);
+
+	for (int k = 0; !st && k < o->grad_accum; k++) {
+		float l = 0;
+
+		st = ferry_model_forward(tr->model, tr->inputs + k * rows, tr->targets + k * rows, o->B, o->T, &l);
+		if (!st)
+			st = ferry_model_backward(tr->model);
+		sum += l;
+	}
+	if (st)
+		return st;
+	read_ahead(tr);
+	m->loss = (float)(sum / o->grad_accum);
+	return ferry_model_update_scaled(tr->model, opt, tr->step + 1, 1.0f / (float)o->grad_accum,
+					 &m->grad_norm);
 }
 
 ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m)
@@ -551,21 +615,22 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	if (tr->diverged_at)
 		return ferry_error(FERRY_ERR_INVALID, "training diverged at step %d: no further steps",
 				   tr->diverged_at);
-	opt.lr = ferry_lr_schedule(tr->step, o->steps, o->warmup, o->lr, o->final_lr_frac);
+	opt.lr = ferry_train_lr(o, tr->step);
 	if ((st = next_batch(tr)))
 		return st;
 	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
 	tr->pos_epoch = ferry_loader_epoch(tr->train);
 	/* the speculative clipping order updates each layer during the backward */
-	if (ferry_model_speculative(tr->model) &&
+	if (o->grad_accum == 1 && ferry_model_speculative(tr->model) &&
 	    (st = ferry_model_step_speculate(tr->model, &opt, tr->step + 1)))
 		return st;
-	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
-		return st;
-	/* the host reads the next batch while the device runs this one */
-	if (tr->step + 1 < o->steps && ferry_loader_next(tr->train, tr->next_inputs, tr->next_targets) == FERRY_OK)
-		tr->have_next = true;
-	st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm);
+	if (o->grad_accum > 1)
+		st = accumulated_step(tr, &opt, m);
+	else if (!(st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T))) {
+		/* the host reads the next batch while the device runs this one */
+		read_ahead(tr);
+		st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm);
+	}
 	if ((!st || st == FERRY_ERR_INVALID) && (!isfinite(m->loss) || !isfinite(m->grad_norm))) {
 		/* parameters whose loss or gradient is not finite are no longer
 		 * worth saving: this trainer takes no further step or save */
@@ -581,7 +646,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	m->step = tr->step;
 	m->lr = opt.lr;
 	m->step_ms = now_ms() - t0;
-	m->tokens_per_s = (double)o->B * o->T / (m->step_ms / 1e3);
+	m->tokens_per_s = (double)o->B * o->grad_accum * o->T / (m->step_ms / 1e3);
 	m->device_peak_bytes = ferry_backend_mem_peak(tr->be);
 	return FERRY_OK;
 }
@@ -664,6 +729,28 @@ static void say_data(struct said *w, ferry_trainer_t tr)
 		    ferry_loader_num_shards(tr->train), (long long)s->data_shards);
 }
 
+static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd" };
+
+static const char *lr_kind(int k)
+{
+	return k >= 0 && k <= FERRY_LR_WSD ? lr_kinds[k] : "?";
+}
+
+/* The overrides of what a version-5 state adds. */
+static void say_v5(struct said *w, const struct ferry_train_opts *o, const struct ferry_train_state *s)
+{
+	unsigned g = o->given;
+
+	if ((g & FERRY_GIVEN_LR_SCHEDULE) && o->lr_schedule != s->lr_schedule)
+		say(w, "lr schedule %s (saved %s)", lr_kind(o->lr_schedule), lr_kind(s->lr_schedule));
+	if ((g & FERRY_GIVEN_MIN_LR) && o->min_lr != s->min_lr)
+		say(w, "min lr %g (saved %g)", (double)o->min_lr, (double)s->min_lr);
+	if ((g & FERRY_GIVEN_DECAY_FRAC) && o->decay_frac != s->decay_frac)
+		say(w, "decay fraction %g (saved %g)", (double)o->decay_frac, (double)s->decay_frac);
+	if ((g & FERRY_GIVEN_GRAD_ACCUM) && o->grad_accum != s->grad_accum)
+		say(w, "grad accum %d (saved %d)", o->grad_accum, s->grad_accum);
+}
+
 int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 {
 	const struct ferry_train_opts *o = &tr->opts;
@@ -697,6 +784,8 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 		say(&w, "AdamW betas %g, %g, eps %g (saved %g, %g, %g)", (double)o->adamw.beta1,
 		    (double)o->adamw.beta2, (double)o->adamw.eps, (double)s->adamw.beta1, (double)s->adamw.beta2,
 		    (double)s->adamw.eps);
+	if (s->version >= 5)
+		say_v5(&w, o, s);
 	if ((g & FERRY_GIVEN_SEED) && v2 && o->seed != s->seed)
 		say(&w, "seed %llu (saved %llu)", (unsigned long long)o->seed, (unsigned long long)s->seed);
 	if (tr->order_override)
@@ -784,6 +873,10 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	s->warmup = o->warmup;
 	s->lr = o->lr;
 	s->final_lr_frac = o->final_lr_frac;
+	s->lr_schedule = o->lr_schedule;
+	s->min_lr = o->min_lr;
+	s->decay_frac = o->decay_frac;
+	s->grad_accum = o->grad_accum;
 	s->B = o->B;
 	s->T = o->T;
 	s->seed = o->seed;

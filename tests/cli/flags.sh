@@ -48,7 +48,7 @@ for cmd in train plan eval sample data info example calibrate; do
 	checks=$((checks + 1))
 	"$FERRY" $cmd --help >help.txt 2>&1 || { fail "$cmd --help: exit $?"; continue; }
 	flags=$({ grep -E '^ +--' help.txt | sed -E 's/^ +//; s/  .*//'; grep -oE '\[--[a-z][a-z-]*' help.txt; } |
-		grep -oE -- '--[a-z][a-z-]*' | sort -u)
+		grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
 	args=()
 	for f in $flags; do args+=("$f" 1); done
 	n=$((${#args[@]} / 2))

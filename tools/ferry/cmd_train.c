@@ -40,6 +40,24 @@ struct train_cli {
 	bool shape_given;
 };
 
+static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd", NULL };
+
+/* --lr-schedule NAME into an int (enum ferry_lr_kind). */
+static int parse_lr_schedule(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	const char *v;
+
+	if (arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	for (int k = 0; lr_kinds[k]; k++)
+		if (!strcmp(v, lr_kinds[k])) {
+			*(int *)CLI_AT(f, dst) = k;
+			return 2;
+		}
+	cli_error(cmd, "%s %s: one of cosine, linear, constant, wsd", f->name, v);
+	return -1;
+}
+
 /* train's own flags; each FERRY_GIVEN_* bit is an option a resume takes
  * from the saved run unless given (the model flags set --batch's and
  * --seq's). */
@@ -66,12 +84,39 @@ static const struct cli_flag train_flags[] = {
 	{ .name = "--lr", .value = "X", .type = CLI_FLOAT, .at = AT(o.lr),
 	  .help = "peak learning rate (default 3e-3)", .given = FERRY_GIVEN_LR },
 	{ .name = "--warmup", .value = "N", .type = CLI_INT, .at = AT(o.warmup),
-	  .help = "linear warmup steps (default 50)", .given = FERRY_GIVEN_WARMUP },
+	  .help = "linear warmup steps (default 50; a warning when one\n"
+	  "given exceeds --steps)", .given = FERRY_GIVEN_WARMUP },
+	{ .name = "--lr-schedule", .value = "KIND", .type = CLI_CUSTOM, .at = AT(o.lr_schedule),
+	  .help = "after the warmup: cosine (default) or linear from --lr\n"
+	  "down to the floor at the last step; constant; wsd\n"
+	  "(warmup-stable-decay: --lr, then a straight line down\n"
+	  "to the floor over the last --decay-frac of the steps)",
+	  .parse = parse_lr_schedule, .given = FERRY_GIVEN_LR_SCHEDULE },
 	{ .name = "--final-lr-frac", .value = "F", .type = CLI_FLOAT, .at = AT(o.final_lr_frac),
-	  .help = "cosine decay to lr*F (default 0.1)",
+	  .help = "the floor is lr*F (default 0.1)",
 	  .given = FERRY_GIVEN_FINAL_LR },
+	{ .name = "--min-lr", .value = "X", .type = CLI_FLOAT, .at = AT(o.min_lr),
+	  .help = "... or X, an absolute learning rate below --lr\n"
+	  "(exclusive with --final-lr-frac)", .given = FERRY_GIVEN_MIN_LR },
+	{ .name = "--decay-frac", .value = "F", .type = CLI_FLOAT, .at = AT(o.decay_frac),
+	  .help = "wsd: the share of the steps that decay (default 0.2)",
+	  .given = FERRY_GIVEN_DECAY_FRAC },
+	{ .name = "--grad-accum", .value = "N", .type = CLI_INT, .at = AT(o.grad_accum),
+	  .help = "N micro-batches of --batch B rows per optimizer step\n"
+	  "(default 1): the gradient of the mean over N*B*T\n"
+	  "tokens, as one batch of N*B rows (the same rows) would\n"
+	  "give, with the memory of B rows", .min = 1, .max = 1 << 20,
+	  .range = "--grad-accum %d: 1 or more", .usage = true, .given = FERRY_GIVEN_GRAD_ACCUM },
+	{ .name = "--beta1", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.beta1),
+	  .help = "AdamW's first-moment decay (default 0.9)", .given = FERRY_GIVEN_ADAMW },
+	{ .name = "--beta2", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.beta2),
+	  .help = "... second-moment decay (default 0.95)", .given = FERRY_GIVEN_ADAMW },
+	{ .name = "--eps", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.eps),
+	  .help = "... and epsilon (default 1e-8)", .given = FERRY_GIVEN_ADAMW },
 	{ .name = "--weight-decay", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.weight_decay),
-	  .help = "AdamW decoupled weight decay (default 0.1)",
+	  .help = "AdamW decoupled weight decay (default 0.1), of the\n"
+	  "matrices and embeddings only, not biases or norm gains\n"
+	  "(each parameter's decay flag in its model's declaration)",
 	  .given = FERRY_GIVEN_WEIGHT_DECAY },
 	{ .name = "--grad-clip", .value = "X", .type = CLI_FLOAT, .at = AT(o.adamw.grad_clip),
 	  .help = "clip the global gradient norm (default 1.0; 0 = off)",
@@ -148,6 +193,17 @@ static int check_values(struct train_cli *c)
 		return cli_usage_error(CMD, "--lr must be a positive number that fits a float");
 	if (!(c->o.final_lr_frac >= 0 && c->o.final_lr_frac <= 1))
 		return cli_usage_error(CMD, "--final-lr-frac must be between 0 and 1");
+	if ((c->o.given & FERRY_GIVEN_MIN_LR) && (c->o.given & FERRY_GIVEN_FINAL_LR))
+		return cli_usage_error(CMD, "--min-lr and --final-lr-frac are exclusive: each sets the floor");
+	if (!(c->o.min_lr >= 0) || !isfinite(c->o.min_lr) ||
+	    ((c->o.given & (FERRY_GIVEN_MIN_LR | FERRY_GIVEN_LR)) == (FERRY_GIVEN_MIN_LR | FERRY_GIVEN_LR) &&
+	     c->o.min_lr > c->o.lr))
+		return cli_usage_error(CMD, "--min-lr must be between 0 and --lr");
+	if (!(c->o.decay_frac > 0 && c->o.decay_frac <= 1))
+		return cli_usage_error(CMD, "--decay-frac must be above 0 and at most 1");
+	if (!(c->o.adamw.beta1 >= 0 && c->o.adamw.beta1 < 1) || !(c->o.adamw.beta2 >= 0 && c->o.adamw.beta2 < 1) ||
+	    !(c->o.adamw.eps > 0) || !isfinite(c->o.adamw.eps))
+		return cli_usage_error(CMD, "--beta1 and --beta2 must be in [0, 1), --eps positive");
 	if (!(c->o.adamw.weight_decay >= 0) || !isfinite(c->o.adamw.weight_decay) ||
 	    !(c->o.adamw.grad_clip >= 0) || !isfinite(c->o.adamw.grad_clip))
 		return cli_usage_error(CMD, "--weight-decay and --grad-clip must not be negative");
@@ -495,7 +551,7 @@ static void print_resume_note(ferry_trainer_t tr)
 				"(warmup %d, lr %.2e, final %.2f); from step %d this run follows %d steps "
 				"(warmup %d, lr %.2e, final %.2f), so the learning rate changes to %.2e\n",
 			steps, warmup, lr, frac, at, o->steps, o->warmup, o->lr, o->final_lr_frac,
-			ferry_lr_schedule(at, o->steps, o->warmup, o->lr, o->final_lr_frac));
+			ferry_train_lr(o, at));
 }
 
 /* What MFU is measured against: --peak-flops, else on the CPU an sgemm
@@ -504,7 +560,7 @@ static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train
 {
 	const char *be = ferry_backend_name(ferry_trainer_backend(tr));
 
-	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T);
+	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T); /* r->B: the rows of all micro-batches */
 	r->peak_flops = c->peak_flops;
 	if (r->peak_flops > 0) {
 		printf("MFU: %.2f GFLOP per step (the model's) against --peak-flops %.4g GFLOP/s\n",
@@ -519,8 +575,28 @@ static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train
 	}
 }
 
+/* "warmup 50, cosine to 0.10" and the like, into buf. */
+static const char *schedule_words(const struct ferry_train_opts *o, char *buf, size_t n)
+{
+	int k = o->lr_schedule >= 0 && o->lr_schedule <= FERRY_LR_WSD ? o->lr_schedule : 0;
+	int w = snprintf(buf, n, "warmup %d, %s", o->warmup, lr_kinds[k]);
+
+	if (w < 0 || (size_t)w >= n || k == FERRY_LR_CONSTANT)
+		return buf;
+	if (k == FERRY_LR_WSD)
+		w += snprintf(buf + w, n - (size_t)w, " over the last %g", (double)o->decay_frac);
+	if ((size_t)w >= n)
+		return buf;
+	if (o->min_lr > 0)
+		snprintf(buf + w, n - (size_t)w, " to %.2e", o->min_lr);
+	else
+		snprintf(buf + w, n - (size_t)w, " to %.2f", o->final_lr_frac);
+	return buf;
+}
+
 static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 {
+	char sched[128];
 	ferry_model_t m = ferry_trainer_model(tr);
 	const struct ferry_model_config *cfg = ferry_model_config(m);
 	const struct ferry_plan *p = ferry_trainer_plan(tr);
@@ -532,9 +608,16 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
 	       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
 	       ferry_model_num_params(m) / 1e6);
-	printf("batch %d x %d tokens %s, %d steps, lr %.2e (warmup %d, cosine to %.2f), backend %s (%s)\n",
-	       o->B, o->T, o->shuffle ? "shuffled" : "in order", o->steps, o->lr, o->warmup, o->final_lr_frac,
+	printf("batch %d x %d tokens %s", o->B, o->T, o->shuffle ? "shuffled" : "in order");
+	if (o->grad_accum > 1)
+		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B);
+	printf(", %d steps, lr %.2e (%s), backend %s (%s)\n", o->steps, o->lr, schedule_words(o, sched, sizeof(sched)),
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
+	/* a --warmup given past the run (the default 50 is no choice of the user's) */
+	if ((c->o.given & FERRY_GIVEN_WARMUP) && o->warmup > o->steps && o->steps > 0)
+		fprintf(stderr, "ferry train: warning: --warmup %d exceeds --steps %d: the learning rate only "
+				"rises, to %.2e at the last step, not --lr %.2e\n", o->warmup, o->steps,
+			ferry_train_lr(o, o->steps - 1), o->lr);
 	printf("policy %s: device %.1f MiB (activations kept %.1f MiB), host %.1f MiB offloaded, "
 	       "%d of %d layer ops recomputed\n", p->policy, p->mem.peak_bytes / 1048576.0,
 	       stack_bytes(p) / 1048576.0, p->mem.host_total_bytes / 1048576.0, p->n_recompute_ops, p->n_ops);
@@ -673,7 +756,7 @@ static int train(struct run *run)
 
 	if (c->val_every < 0) /* the default: ten validations in a run */
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
-	run->rep.B = o->B;
+	run->rep.B = o->B * o->grad_accum;
 	run->rep.T = o->T;
 	print_banner(run->tr, c);
 	set_peak(run->tr, c, &run->rep);
