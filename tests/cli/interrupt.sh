@@ -48,6 +48,23 @@ expect_ok "the same run, not interrupted" "$FERRY" train "${TINY[@]}" --steps $S
 cmp -s resumed.bin straight.bin || fail "interrupted and resumed differs from the straight run"
 cmp -s resumed.bin.state straight.bin.state || fail "the optimizer state differs from the straight run's"
 
+# stopped between validations, the summary says which step its
+# validation loss is from
+checks=$((checks + 1))
+train_and_signal INT --steps $STEPS --val-data 'corpus_val_*.bin' --val-every 2 --val-batches 1
+step=$(tail -n 1 steps.jsonl | grep -o '"step": [0-9]*' | grep -o '[0-9]*$')
+vstep=$(grep '"val_loss"' steps.jsonl | tail -n 1 | grep -o '"step": [0-9]*' | grep -o '[0-9]*$')
+line=$(grep "^summary:" out.txt)
+if [ -z "$vstep" ]; then
+	fail "no validation before the signal: $(cat steps.jsonl)"
+elif [ "$vstep" != "$step" ] && ! grep -q "validation loss [0-9.]* (at step $vstep)" <<<"$line"; then
+	fail "stopped at step $step, validated at $vstep: the summary does not say so: $line"
+elif [ "$vstep" = "$step" ] && grep -q "(at step" <<<"$line"; then
+	fail "validated at the last step, yet the summary names a step: $line"
+else
+	echo "ok: summary after step $step, validation at step $vstep: ${line#*train loss}"
+fi
+
 checks=$((checks + 1))
 train_and_signal TERM --steps $STEPS
 if [ $rc -ne 143 ]; then

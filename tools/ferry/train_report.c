@@ -48,8 +48,9 @@ static void record(struct train_report *r, const struct ferry_step_metrics *m, f
 		r->step_ms[r->n] = m->step_ms;
 	r->loss[r->n % 10] = m->loss;
 	r->n++;
+	r->last_step = m->step;
 	if (!isnan(val_loss))
-		r->val_loss = val_loss;
+		r->val_loss = val_loss, r->val_step = m->step;
 }
 
 /* Model FLOP utilisation of a step, or a negative number when no peak is
@@ -162,6 +163,8 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
 	if (!isnan(r->val_loss))
 		printf(", validation loss %.4f", r->val_loss);
+	if (!isnan(r->val_loss) && r->val_step != r->last_step) /* a run stopped between validations */
+		printf(" (at step %d)", r->val_step);
 	printf(", device peak %s\n", ferry_format_size(device_peak, mem));
 }
 

@@ -19,6 +19,7 @@ struct train_report {
 	int first_step, n;         /* the step the run started at; steps taken */
 	double total_ms, *step_ms; /* step_ms[n]: for the median */
 	float loss[10], val_loss;  /* the last ten losses; the last validation */
+	int val_step, last_step;     /* the steps of the last validation and the last step */
 	size_t shown_peak;         /* device peak on the last line that showed it */
 };
 
