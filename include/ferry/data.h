@@ -112,6 +112,11 @@ struct ferry_data_opts {
 	/* Optional: called every 64 MiB of input read and at the end. */
 	void (*progress)(void *ctx, long documents, long long bytes);
 	void *progress_ctx;
+	/* Optional: asked before each write of a shard's buffer (every 8192
+	   tokens); nonzero stops the run, which removes its temporaries and
+	   fails, leaving the previous corpus of out_prefix as it was. */
+	int (*stop)(void *ctx);
+	void *stop_ctx;
 };
 
 struct ferry_data_stats {

@@ -8,8 +8,12 @@
 #include "ferry/data.h"
 #include "core/error.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -68,6 +72,8 @@ static ferry_status writer_open(struct ferry_shard_writer *w)
 /* Version 1's uint16 tokens are narrowed in place, front to back. */
 static ferry_status writer_flush(struct ferry_shard_writer *w)
 {
+	if (w->stop && w->stop(w->stop_ctx))
+		return ferry_error(FERRY_ERR_INVALID, "stopped before %s was complete", w->path);
 	if (w->width == 2)
 		for (int i = 0; i < w->n_buf; i++) {
 			uint16_t v = (uint16_t)w->buf[i];
@@ -201,3 +207,54 @@ void ferry_shard_writer_remove_stale(const struct ferry_shard_writer *w, int fro
 	}
 }
 
+
+/* The writer's PID when name is "<base>_<split>_NNNNNN.bin.tmp.PID", else 0. */
+static long tmp_owner(const char *name, const char *base, const char *split)
+{
+	size_t lb = strlen(base), ls = strlen(split);
+	const char *p = name;
+	char *end;
+	long pid;
+	int i;
+
+	if (strncmp(p, base, lb) || p[lb] != '_' || strncmp(p + lb + 1, split, ls) || p[lb + 1 + ls] != '_')
+		return 0;
+	p += lb + ls + 2;
+	for (i = 0; i < 6; i++)
+		if (p[i] < '0' || p[i] > '9')
+			return 0;
+	p += 6;
+	if (strncmp(p, ".bin.tmp.", 9) || p[9] < '1' || p[9] > '9')
+		return 0;
+	errno = 0;
+	pid = strtol(p + 9, &end, 10);
+	return errno || *end || pid <= 0 ? 0 : pid;
+}
+
+void ferry_shard_writer_remove_dead(const struct ferry_shard_writer *w)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	const char *slash = strrchr(w->prefix, '/'), *base = slash ? slash + 1 : w->prefix;
+	struct dirent *de;
+	DIR *d;
+
+	if (!slash)
+		strcpy(dir, ".");
+	else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", slash == w->prefix ? 1 : (int)(slash - w->prefix),
+				  w->prefix) >= sizeof(dir))
+		return;
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		long pid = tmp_owner(de->d_name, base, w->split);
+
+		if (!pid || pid == (long)getpid() || pid != (long)(pid_t)pid)
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue; /* alive (or not ours to ask about): its run may still commit */
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < sizeof(path))
+			remove(path);
+	}
+	closedir(d);
+}

@@ -26,6 +26,9 @@ struct ferry_shard_writer {
 	long total;
 	uint32_t buf[FERRY_SHARD_WRITE_BUF];
 	int n_buf;
+	/* Optional: asked before each write; nonzero stops the run. */
+	int (*stop)(void *ctx);
+	void *stop_ctx;
 	char path[PATH_MAX];
 	char tmp[PATH_MAX];
 };
@@ -43,5 +46,9 @@ void ferry_shard_writer_discard(struct ferry_shard_writer *w);
 /* Removes shards of an earlier run numbered from `from` on. */
 void ferry_shard_writer_remove_stale(const struct ferry_shard_writer *w,
 				     int from);
+
+/* Removes temporaries "<prefix>_<split>_N.bin.tmp.PID" whose writer PID
+ * is no longer alive (a run killed before it could clean up). */
+void ferry_shard_writer_remove_dead(const struct ferry_shard_writer *w);
 
 #endif

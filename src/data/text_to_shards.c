@@ -19,10 +19,11 @@
  *    may straddle shards.  Each shard is written as "<name>.tmp.<pid>" and
  *    fsynced; only when every input was read and every shard is complete
  *    are they renamed into place, so a failure (an unreadable input, a full
- *    disk) leaves the previous corpus of that prefix as it was, and removes
- *    this run's temporaries.  Then stale higher-numbered shards of an
+ *    disk, opts->stop saying stop) leaves the previous corpus of that
+ *    prefix as it was, and removes this run's temporaries.  Then stale higher-numbered shards of an
  *    earlier run with the same prefix are removed so a glob sees only this
- *    run's output.
+ *    run's output.  Temporaries of the same prefix whose writer is no
+ *    longer alive (killed before it could remove them) are removed first.
  */
 #include "ferry/data.h"
 #include "core/error.h"
@@ -316,6 +317,8 @@ static void builder_init(struct builder *b, struct ferry_shard_writer *train,
 	val->split = "val";
 	train->shard_tokens = val->shard_tokens = opts->shard_tokens;
 	train->width = val->width = 2;
+	train->stop = val->stop = opts->stop;
+	train->stop_ctx = val->stop_ctx = opts->stop_ctx;
 	b->opts = opts;
 	b->field = opts->text_field ? opts->text_field : "text";
 	b->train = train;
@@ -423,6 +426,9 @@ ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 		goto out;
 	}
 	builder_init(b, train, val, opts);
+	/* temporaries of runs killed before they could remove them */
+	ferry_shard_writer_remove_dead(train);
+	ferry_shard_writer_remove_dead(val);
 	if (opts->tokenizer)
 		st = setup_batch(b, &batch);
 	if (!st)

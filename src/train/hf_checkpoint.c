@@ -219,11 +219,14 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 				   ferry_model_hf_list(FERRY_HF_TITLE, titles, sizeof(titles)));
 	theta = (float)hf->rope_theta;
 	eps = (float)hf->rms_norm_eps;
-	/* 0 would mean "the default" to the model config: refuse it here */
-	if (!(eps > 0) || !isfinite(eps) || !isfinite(theta))
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s: rms_norm_eps %g or rope_theta %g is out of the range of a float", path,
-				   hf->rms_norm_eps, hf->rope_theta);
+	/* 0 would mean "the default" to the model config (a value too small
+	   for a float becomes 0): refuse it here, naming the field */
+	if (!(eps > 0) || !isfinite(eps))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: rms_norm_eps %g is out of the range of a float", path,
+				   hf->rms_norm_eps);
+	if (!(theta > 0) || !isfinite(theta))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: rope_theta %g is out of the range of a float", path,
+				   hf->rope_theta);
 	memset(&c, 0, sizeof(c));
 	snprintf(c.arch, sizeof(c.arch), "%s", md->name);
 	c.channels = hf->hidden_size;

@@ -38,4 +38,17 @@ expect_ok "eval of all $n batches" "$FERRY" eval --checkpoint ck.bin "${EVAL[@]}
 grep -q "^loss [0-9.]*$" out.txt || fail "eval prints the loss: $(cat out.txt)"
 expect_error "eval of one batch more" "corpus_val_000000.bin holds $n batches of 4 x 32 tokens, fewer than the $((n + 1)) asked for" \
 	"$FERRY" eval --checkpoint ck.bin "${EVAL[@]}" --batches $((n + 1))
+# rope_theta too small for a float became 0, "not given", and so the default
+# 10000, saved as such; an explicit --rope-theta 0 did the same;
+# attention_bias must be the boolean false, not 1.
+"$FERRY" train --model llama --layers 1 --channels 16 --heads 2 --kv-heads 1 --max-seq 32 --batch 2 --seq 16 \
+	--sample 0 --steps 1 --data 'corpus_train_*.bin' --save hf >/dev/null 2>&1 || { echo "cannot make hf" >&2; exit 1; }
+LL=(--data 'corpus_train_*.bin' --batch 2 --seq 16 --sample 0 --steps 1)
+rm -rf tiny && mkdir tiny && cp hf/config.json hf/model.safetensors tiny/
+python3 -c 'import json; c = json.load(open("hf/config.json")); c["rope_theta"] = 1e-300; json.dump(c, open("tiny/config.json", "w"))'
+expect_error "rope_theta 1e-300" "rope_theta 1e-300" "$FERRY" train --checkpoint tiny "${LL[@]}"
+python3 -c 'import json; c = json.load(open("hf/config.json")); c["attention_bias"] = 1; json.dump(c, open("tiny/config.json", "w"))'
+expect_error "attention_bias 1" "attention_bias" "$FERRY" train --checkpoint tiny "${LL[@]}"
+expect_error "--rope-theta 0" "--rope-theta must be positive, got '0'" "$FERRY" train --model llama "${SHAPE[@]}" \
+	--rope-theta 0 "${LL[@]}"
 finish

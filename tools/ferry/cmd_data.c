@@ -2,6 +2,7 @@
  * with a Hugging Face tokenizer). */
 #include "cli_args.h"
 #include "commands.h"
+#include "interrupt.h"
 #include "ferry/data.h"
 
 #include <dirent.h>
@@ -350,6 +351,13 @@ static void progress(void *ctx, long documents, long long bytes)
 			documents);
 }
 
+/* SIGINT, SIGTERM: the writer stops at its next buffer (interrupt.h). */
+static int stop_requested(void *ctx)
+{
+	(void)ctx;
+	return interrupt_poll();
+}
+
 /* The tokenizer of --tokenizer into opts, described; 0 or -1 after a
  * message. */
 static int open_tokenizer(const char *path, struct ferry_data_opts *opts)
@@ -401,6 +409,7 @@ int cmd_data(int argc, char **argv)
 		.val_fraction = 0.05,
 		.shard_tokens = 100000000,
 		.progress = progress,
+		.stop = stop_requested,
 	} };
 	struct ferry_data_opts *opts = &d.opts;
 	struct ferry_data_stats stats;
@@ -424,10 +433,22 @@ int cmd_data(int argc, char **argv)
 		goto out;
 	if (make_parent_dirs(opts->out_prefix))
 		goto out;
+	interrupt_install();
+	interrupt_defer();
 	if (ferry_data_from_text(files, n_files, opts, &stats) != FERRY_OK) {
-		fprintf(stderr, "ferry data: %s\n", ferry_last_error());
+		int sig = interrupt_signal();
+
+		interrupt_restore();
+		if (!sig) {
+			fprintf(stderr, "ferry data: %s\n", ferry_last_error());
+			goto out;
+		}
+		fprintf(stderr, "ferry data: stopped by %s; its temporaries removed, %s's shards as they were\n",
+			interrupt_name(sig), opts->out_prefix);
+		rc = 128 + sig;
 		goto out;
 	}
+	interrupt_restore();
 	print_stats(opts->out_prefix, n_files, &stats);
 	if (opts->val_fraction > 0 && stats.val_shards == 0)
 		fprintf(stderr, "ferry data: warning: no document went to validation (%ld document%s; every "

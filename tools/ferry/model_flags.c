@@ -31,6 +31,22 @@ static int model_arch_flag(const struct cli_flag *f, const char *cmd, int argc, 
 	return 2;
 }
 
+/* --rope-theta X: positive; an explicit 0 would read as "not given" and
+ * become the default, so it is refused here, where it is still told apart. */
+static int rope_theta_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+
+	(void)f;
+	if (arg_float(cmd, argc, argv, i, &o->model.rope_theta))
+		return -1;
+	if (!(o->model.rope_theta > 0)) {
+		cli_error(cmd, "--rope-theta must be positive, got '%s'", argv[i + 1]);
+		return -1;
+	}
+	return 2;
+}
+
 /* --offload-optimizer device|stream|cpu */
 static int optimizer_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
 {
@@ -120,7 +136,7 @@ const struct cli_flag model_flags[] = {
 	SHAPE("--max-seq", max_seq, .join = true),
 	SHAPE("--kv-heads", kv_heads, .help = "llama: key/value heads, dividing --heads (default = heads)"),
 	SHAPE("--ffn", ffn, .help = "llama: MLP width (default 8/3 x channels, rounded up to 64)"),
-	{ .name = "--rope-theta", .value = "X", .type = CLI_FLOAT, .at = AT(model.rope_theta),
+	{ .name = "--rope-theta", .value = "X", .type = CLI_CUSTOM, .parse = rope_theta_flag,
 	  .help = "llama: rotary embedding base (default 10000)",
 	  .given = MODEL_GIVEN_SHAPE },
 	SHAPE("--sliding-window", sliding_window,
