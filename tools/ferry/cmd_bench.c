@@ -46,6 +46,7 @@ struct row {
 	bool ok;
 	char why[200];
 	double ms, idle_ms;
+	double spread;               /* the steps' interquartile range over their median */
 	size_t peak, host;
 	bool predicted;
 	struct ferry_prediction pred;
@@ -157,12 +158,28 @@ static void run_steps(ferry_model_t m, const struct bench_args *a, int32_t *in, 
 	if (!st && !(st = ferry_model_trace_end_stats(m, NULL, &ts))) {
 		qsort(ms, (size_t)a->steps, sizeof(double), cmp_double);
 		r->ms = ms[a->steps / 2];
+		r->spread = r->ms > 0 ? (ms[3 * a->steps / 4] - ms[a->steps / 4]) / r->ms : 0;
 		r->idle_ms = (ts.span_s - ts.busy_s[0]) * 1e3; /* stream 0 is compute */
 		r->ok = true;
 	} else {
 		snprintf(r->why, sizeof(r->why), "%s", ferry_last_error());
 	}
 	free(ms);
+}
+
+/* As ferry calibrate does: steps of one policy that vary much mean a busy
+ * machine, and timings to take again when it is quiet. */
+static void warn_busy(const struct row *rows, int n)
+{
+	const struct row *worst = NULL;
+
+	for (int i = 0; i < n; i++)
+		if (rows[i].ok && rows[i].spread > CALIB_BUSY_SPREAD && (!worst || rows[i].spread > worst->spread))
+			worst = &rows[i];
+	if (worst)
+		fprintf(stderr, "ferry bench: warning: the steps of %s vary by %.0f%% (interquartile range over "
+				"median): the machine looked busy, bench again when it is quiet\n",
+			worst->policy, worst->spread * 100);
 }
 
 /* --policy auto's row: the search on this machine's calibration, under
@@ -323,6 +340,7 @@ int cmd_bench(int argc, char **argv)
 	ferry_backend_close(be);
 	tier_flags_release(&a.o);
 	print_rows(rows, a.n, base);
+	warn_busy(rows, a.n);
 	rc = a.json ? write_json(a.json, rows, a.n, base) : 0;
 	for (int i = 0; i < a.n; i++)
 		free(rows[i].autor);

@@ -14,6 +14,7 @@
 #include "ferry/platform.h"
 #include "ferry/policy.h"
 #include "auto_policy.h"
+#include "calib_cache.h"
 #include "ferry/train.h"
 
 #include <errno.h>
@@ -28,6 +29,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* An sgemm measured now below this fraction of the calibrated rate: the
+ * machine is busy. */
+#define TRAIN_BUSY_FRACTION 0.5
 
 static const char *const CMD = "train";
 
@@ -554,22 +559,56 @@ static void print_resume_note(ferry_trainer_t tr)
 			ferry_train_lr(o, at));
 }
 
-/* What MFU is measured against: --peak-flops, else on the CPU an sgemm
- * measured now; on a GPU nothing (the line shows no MFU). */
+/* On the CPU, the peak MFU is against: the sgemm rate of this machine's
+ * calibration (ferry calibrate) when there is one, else a 1024^3 sgemm
+ * measured now; a rate measured now under load is low and MFU then reads
+ * high, above 100% even, so a measured rate far below the calibrated one
+ * says the machine is busy. */
+static void set_cpu_peak(ferry_trainer_t tr, struct train_report *r)
+{
+	ferry_calibration_t calib = NULL;
+	struct ferry_calib_summary s = { .matmul_flops = 0 };
+	char path[4200] = "";
+	double now = ferry_cpu_sgemm_flops(1024);
+
+	if (calib_cache_load(ferry_trainer_backend(tr), &calib, path, sizeof(path)) == FERRY_OK) {
+		ferry_calibration_summary(calib, &s);
+		ferry_calibration_free(calib);
+	}
+	if (!(s.matmul_flops > 0)) {
+		r->peak_flops = now;
+		r->peak_what = "an sgemm measured now";
+		printf("MFU: %.2f GFLOP per step (the model's) against %.1f GFLOP/s, a 1024^3 sgemm on %d threads "
+		       "measured now (no calibration of this machine; --peak-flops sets it)\n", r->step_flops / 1e9,
+		       r->peak_flops / 1e9, ferry_get_threads());
+		return;
+	}
+	r->peak_flops = s.matmul_flops;
+	r->peak_what = "the calibrated sgemm rate";
+	printf("MFU: %.2f GFLOP per step (the model's) against the calibrated sgemm rate %.1f GFLOP/s "
+	       "(ferry calibrate's, on %d threads; --peak-flops sets it)\n", r->step_flops / 1e9,
+	       r->peak_flops / 1e9, ferry_get_threads());
+	if (now < TRAIN_BUSY_FRACTION * s.matmul_flops)
+		fprintf(stderr, "ferry train: warning: a 1024^3 sgemm runs at %.1f GFLOP/s now, %.0f%% of the "
+				"calibrated %.1f GFLOP/s: the machine looks busy, so steps run slower than they could\n",
+			now / 1e9, 100 * now / s.matmul_flops, s.matmul_flops / 1e9);
+}
+
+/* What MFU is measured against: --peak-flops, else on the CPU the
+ * calibrated or a measured sgemm rate; on a GPU nothing (the line shows no
+ * MFU). */
 static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train_report *r)
 {
 	const char *be = ferry_backend_name(ferry_trainer_backend(tr));
 
 	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T); /* r->B: the rows of all micro-batches */
 	r->peak_flops = c->peak_flops;
+	r->peak_what = "--peak-flops";
 	if (r->peak_flops > 0) {
 		printf("MFU: %.2f GFLOP per step (the model's) against --peak-flops %.4g GFLOP/s\n",
 		       r->step_flops / 1e9, r->peak_flops / 1e9);
 	} else if (!strcmp(be, "cpu")) {
-		r->peak_flops = ferry_cpu_sgemm_flops(1024);
-		printf("MFU: %.2f GFLOP per step (the model's) against %.1f GFLOP/s, a 1024^3 sgemm on %d threads "
-		       "measured now (--peak-flops sets it)\n", r->step_flops / 1e9, r->peak_flops / 1e9,
-		       ferry_get_threads());
+		set_cpu_peak(tr, r);
 	} else {
 		printf("MFU: not shown; give the device's peak with --peak-flops (e.g. 989T, an H100's dense bf16)\n");
 	}

@@ -36,6 +36,7 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->total_ms = 0;
 	r->val_loss = NAN;
 	r->shown_peak = 0;
+	r->warned_over = false;
 	r->t0 = now_s();
 	r->step_ms = calloc((size_t)(steps > first_step ? steps - first_step : 1), sizeof(double));
 	return r->step_ms ? 0 : -1;
@@ -98,6 +99,12 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
 	if (u >= 0)
 		printf(" | MFU %4.1f%%", 100 * u);
+	if (u > 1 && !r->warned_over) { /* not a real utilisation: the peak is too low */
+		r->warned_over = true;
+		fprintf(stderr, "ferry train: warning: MFU above 100%% against %s (%.4g GFLOP/s): that peak is below "
+				"what the steps reach; give the device's peak with --peak-flops\n",
+			r->peak_what ? r->peak_what : "the peak", r->peak_flops / 1e9);
+	}
 	printf(" | %s, ETA %s", report_duration(elapsed, el, sizeof(el)),
 	       report_duration(done > 0 ? elapsed / done * (r->steps - m->step) : 0, eta, sizeof(eta)));
 	if (!isnan(val_loss))

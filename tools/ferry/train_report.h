@@ -4,6 +4,7 @@
 #ifndef FERRY_TOOLS_TRAIN_REPORT_H
 #define FERRY_TOOLS_TRAIN_REPORT_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include "ferry/train.h"
 
@@ -11,6 +12,8 @@ struct train_report {
 	int steps, B, T;           /* the run: total steps, batch */
 	double step_flops;         /* the model's FLOPs per step */
 	double peak_flops;         /* FLOP/s that MFU is against; 0: unknown, not shown */
+	const char *peak_what;     /* which peak that is ("--peak-flops", ...) */
+	bool warned_over;          /* said that MFU went above 100% */
 	FILE *json;                /* --json, or NULL */
 	const char *json_path;
 	int json_errno;            /* the first write error of the JSON log */
