@@ -173,6 +173,9 @@ enum ferry_hf_rope_type {
 	FERRY_HF_ROPE_LLAMA3 = 2,
 };
 
+/* The most ids config.json's eos_token_id may list. */
+#define FERRY_HF_MAX_EOS 8
+
 /* The fields of a Hugging Face config that ferry uses. */
 struct ferry_hf_config {
 	char model_type[32];           /* the family's: "llama", "qwen2" */
@@ -197,6 +200,13 @@ struct ferry_hf_config {
 	int sliding_window;            /* attention's window, in a family
 					  whose window always acts (Mistral);
 					  0: none (config.json's null) */
+	/* the tokenizer's special tokens, which do not change the
+	   arithmetic but travel with the model (a save keeps them) */
+	bool has_bos;                  /* bos_token_id given (else absent or null) */
+	int bos_token_id;
+	int n_eos;                     /* eos_token_id: 0 (absent or null), one id, */
+	int eos_token_id[FERRY_HF_MAX_EOS]; /* or a list (Llama 3.1 gives three) */
+	bool eos_list;                 /* ... written as a list */
 };
 
 /* Reads dir_or_file/config.json (or the file itself) as one of the n
@@ -210,9 +220,12 @@ struct ferry_hf_config {
  * fit an int; the heads must divide hidden_size unless head_dim is given;
  * the kv heads must divide the heads; head_dim must be even (rotary
  * embeddings); rope_theta and rms_norm_eps positive.  Bad values:
- * FERRY_ERR_FORMAT.  Every key is either one ferry computes with, one that
- * does not change the model's arithmetic (bos_token_id, use_cache,
- * transformers_version, ...), or refused by name with
+ * FERRY_ERR_FORMAT.  bos_token_id must be a token id (an integer from 0)
+ * and eos_token_id one or a list of 1 to FERRY_HF_MAX_EOS, or null; they
+ * are read (the writer writes them back).  Every key is either one ferry
+ * computes with or keeps, one that does not change the model's arithmetic
+ * (pad_token_id, use_cache, transformers_version, ...), or refused by name
+ * with
  * FERRY_ERR_UNSUPPORTED: rope_scaling (or rope_parameters) of a type other
  * than "default", "linear" and "llama3" or with a key that type does not
  * have, hidden_act other than "silu", attention_bias or mlp_bias true,
@@ -234,9 +247,9 @@ ferry_status ferry_hf_config_read(const char *dir_or_file,
  * DIR/config.json, pretty-printed, atomically as ferry_safetensors_write
  * does: architectures [family's], model_type, hidden_act "silu", the fields
  * above (an empty torch_dtype is written as "float32"), rope_scaling when
- * cfg has one, and the family's fixed keys (Llama: attention_bias and
- * mlp_bias false; Qwen2: use_sliding_window false; Mistral:
- * sliding_window, null when 0). */
+ * cfg has one, bos_token_id and eos_token_id when cfg has them, and the
+ * family's fixed keys (Llama: attention_bias and mlp_bias false; Qwen2:
+ * use_sliding_window false; Mistral: sliding_window, null when 0). */
 ferry_status ferry_hf_config_write_as(const char *dir,
 				      const struct ferry_hf_config *cfg,
 				      const struct ferry_hf_family *family)

@@ -293,6 +293,11 @@ static ferry_status check_config(const struct ferry_hf_config *c,
 	if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
 		return ferry_error(code, "%s: rms_norm_eps must be positive",
 				   path);
+	if ((c->has_bos && c->bos_token_id < 0) || c->n_eos < 0 || c->n_eos > FERRY_HF_MAX_EOS)
+		return ferry_error(code, "%s: bad bos_token_id or eos_token_id", path);
+	for (i = 0; i < (size_t)c->n_eos; i++)
+		if (c->eos_token_id[i] < 0)
+			return ferry_error(code, "%s: eos_token_id %d is negative", path, c->eos_token_id[i]);
 	return check_rope_scaling(c, path, code);
 }
 
@@ -391,6 +396,46 @@ static ferry_status read_numerics(json_t *root, const char *path, const struct f
 			  "float32", c->torch_dtype, sizeof(c->torch_dtype));
 }
 
+/* ---- the special tokens' ids --------------------------------------------------------- */
+
+static bool token_id(json_t *j)
+{
+	return json_is_integer(j) && json_integer_value(j) >= 0 && json_integer_value(j) <= INT_MAX;
+}
+
+/* bos_token_id (one id) and eos_token_id (one, or a list), null or absent:
+ * none. */
+static ferry_status read_token_ids(json_t *root, const char *path, struct ferry_hf_config *c)
+{
+	json_t *bos = get(root, "bos_token_id"), *eos = get(root, "eos_token_id"), *e;
+	size_t i;
+	char d[64];
+
+	if (bos && !token_id(bos))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bos_token_id must be a token id (an integer from 0) or null, "
+				   "not %s", path, describe(bos, d, sizeof(d)));
+	c->has_bos = bos != NULL;
+	c->bos_token_id = bos ? (int)json_integer_value(bos) : 0;
+	c->eos_list = json_is_array(eos);
+	if (eos && !token_id(eos) &&
+	    !(c->eos_list && json_array_size(eos) >= 1 && json_array_size(eos) <= FERRY_HF_MAX_EOS))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id must be a token id (an integer from 0), a list "
+				   "of 1 to %d of them, or null, not %s", path, FERRY_HF_MAX_EOS,
+				   describe(eos, d, sizeof(d)));
+	if (!c->eos_list) {
+		c->n_eos = eos != NULL;
+		c->eos_token_id[0] = eos ? (int)json_integer_value(eos) : 0;
+		return FERRY_OK;
+	}
+	json_array_foreach(eos, i, e) {
+		if (!token_id(e))
+			return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id[%zu] must be a token id (an integer "
+					   "from 0), not %s", path, i, describe(e, d, sizeof(d)));
+		c->eos_token_id[c->n_eos++] = (int)json_integer_value(e);
+	}
+	return FERRY_OK;
+}
+
 /* ---- every key accounted for ---------------------------------------------------- */
 
 enum key_rule {
@@ -414,8 +459,9 @@ static const struct {
 	{ "hidden_act", KEY_READ },
 	/* token ids, generation, the library that wrote it, how transformers
 	   initialises fresh weights or splits its matrix products */
-	{ "transformers_version", KEY_META }, { "_name_or_path", KEY_META }, { "bos_token_id", KEY_META },
-	{ "eos_token_id", KEY_META }, { "pad_token_id", KEY_META }, { "use_cache", KEY_META },
+	{ "bos_token_id", KEY_READ }, { "eos_token_id", KEY_READ },
+	{ "transformers_version", KEY_META }, { "_name_or_path", KEY_META },
+	{ "pad_token_id", KEY_META }, { "use_cache", KEY_META },
 	{ "initializer_range", KEY_META }, { "pretraining_tp", KEY_META }, { "tokenizer_class", KEY_META },
 	{ "return_dict", KEY_META }, { "output_attentions", KEY_META }, { "output_hidden_states", KEY_META },
 	{ "torchscript", KEY_META }, { "_attn_implementation_autoset", KEY_META },
@@ -562,6 +608,7 @@ static ferry_status parse_config(json_t *root, const char *path, const struct fe
 	if ((st = read_sizes(root, path, f, c)) ||
 	    (st = read_numerics(root, path, f, c)) ||
 	    (st = read_window(root, path, f, c)) ||
+	    (st = read_token_ids(root, path, c)) ||
 	    (st = check_supported(root, path, f, c)))
 		return st;
 	return check_config(c, path, FERRY_ERR_FORMAT,
@@ -678,6 +725,27 @@ static int set_family_keys(json_t *root, const struct ferry_hf_family *f, const 
 	       json_object_set_new(root, "mlp_bias", json_false());
 }
 
+/* bos_token_id and eos_token_id, where cfg has them. */
+static int set_token_ids(json_t *root, const struct ferry_hf_config *cfg)
+{
+	json_t *eos;
+
+	if (cfg->has_bos && json_object_set_new(root, "bos_token_id", json_integer(cfg->bos_token_id)))
+		return -1;
+	if (!cfg->n_eos)
+		return 0;
+	if (!cfg->eos_list)
+		return json_object_set_new(root, "eos_token_id", json_integer(cfg->eos_token_id[0]));
+	if (!(eos = json_array()))
+		return -1;
+	for (int i = 0; i < cfg->n_eos; i++)
+		if (json_array_append_new(eos, json_integer(cfg->eos_token_id[i]))) {
+			json_decref(eos);
+			return -1;
+		}
+	return json_object_set_new(root, "eos_token_id", eos);
+}
+
 /* config.json's fields for cfg, in transformers' order, into *out (the
  * caller releases it); dtype is the torch_dtype to write. */
 static ferry_status build_config_json(const struct ferry_hf_config *cfg, const struct ferry_hf_family *f,
@@ -710,6 +778,7 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 	      json_object_set_new(root, "rms_norm_eps", json_real(cfg->rms_norm_eps)) ||
 	      json_object_set_new(root, "tie_word_embeddings",
 				  json_boolean(cfg->tie_word_embeddings)) ||
+	      set_token_ids(root, cfg) ||
 	      set_family_keys(root, f, cfg);
 	json_decref(arch);
 	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))

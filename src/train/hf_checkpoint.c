@@ -543,7 +543,7 @@ out:
  * anything is written). */
 static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 			    const struct ferry_param_info *pi, int np, const float *params,
-			    struct ferry_st_write *w, char *names, int count)
+			    enum ferry_st_dtype dtype, struct ferry_st_write *w, char *names, int count)
 {
 	int k = 0;
 
@@ -566,7 +566,7 @@ static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 					return ferry_error(FERRY_ERR_INVALID,
 							   "%s: not saved: %s holds a non-finite value (%g) at %s", dir,
 							   name, (double)src[bad], index_str(at, sizeof(at), &pi[p], bad));
-				w[k] = (struct ferry_st_write){ .name = name, .dtype = FERRY_ST_F32, .ndim = pi[p].ndim,
+				w[k] = (struct ferry_st_write){ .name = name, .dtype = dtype, .ndim = pi[p].ndim,
 								.data = src };
 				for (int d = 0; d < pi[p].ndim; d++)
 					w[k].shape[d] = pi[p].shape[d];
@@ -580,8 +580,9 @@ static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 }
 
 ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
-				       const float *params)
+				       const float *params, const struct ferry_hf_source *src)
 {
+	const bool bf16 = src && src->bf16;
 	struct ferry_param_info pi[MAX_PARAMS];
 	struct ferry_model_config c;
 	struct ferry_hf_config hf;
@@ -597,6 +598,12 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 		st = param_infos(&c, pi, &np);
 	if (st)
 		return st;
+	if (src) { /* the special tokens of where the model came from */
+		hf.has_bos = src->ids.has_bos, hf.bos_token_id = src->ids.bos_token_id;
+		hf.n_eos = src->ids.n_eos, hf.eos_list = src->ids.eos_list;
+		memcpy(hf.eos_token_id, src->ids.eos_token_id, sizeof(hf.eos_token_id));
+	}
+	snprintf(hf.torch_dtype, sizeof(hf.torch_dtype), "%s", bf16 ? "bfloat16" : "float32");
 	for (int p = 0; p < np; p++)
 		if (pi[p].present)
 			count += pi[p].layers ? pi[p].layers : 1; /* layers <= 2^20: no overflow */
@@ -606,7 +613,7 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	if (!w || !names || !weights)
 		st = ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory for %d tensors", dir, count);
 	if (!st)
-		st = lay_out(dir, &c, pi, np, params, w, names, count);
+		st = lay_out(dir, &c, pi, np, params, bf16 ? FERRY_ST_BF16 : FERRY_ST_F32, w, names, count);
 	if (!st)
 		st = ferry_hf_config_write_as(dir, &hf, ferry_model_decl_find(c.arch)->hf);
 	if (!st)
@@ -615,6 +622,55 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	ferry_free(names);
 	ferry_free(w);
 	return st;
+}
+
+/* Every tensor of the checkpoint BF16 (rotary_emb.inv_freq buffers, which
+ * ferry ignores, aside). */
+static bool all_bf16(ferry_safetensors_t h)
+{
+	int n = 0;
+
+	for (int i = 0; i < ferry_safetensors_count(h); i++) {
+		const struct ferry_st_tensor *t = ferry_safetensors_tensor(h, i);
+
+		if (ends_with(t->name, INV_FREQ_SUFFIX))
+			continue;
+		if (t->dtype != FERRY_ST_BF16)
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
+ferry_status ferry_ckpt_hf_source(const struct ferry_save_opts *so, struct ferry_hf_source *src)
+{
+	struct ferry_hf_config hf;
+	ferry_safetensors_t h = NULL;
+	struct hf_paths p;
+	ferry_status st;
+
+	memset(src, 0, sizeof(*src));
+	src->bf16 = so && so->dtype == FERRY_SAVE_BF16;
+	if (!so || !so->from || !ferry_checkpoint_is_hf(so->from))
+		return FERRY_OK;
+	if ((st = paths_resolve(so->from, &p)))
+		return st;
+	/* what is there at the save (a source removed since gives nothing) */
+	if (ferry_hf_config_read(p.config, &hf) == FERRY_OK)
+		src->ids = hf;
+	if (so->dtype == FERRY_SAVE_AUTO && ferry_safetensors_open(p.weights, &h) == FERRY_OK)
+		src->bf16 = all_bf16(h);
+	ferry_safetensors_close(h);
+	src->dir = p.dir;
+	p.dir = NULL;
+	paths_free(&p);
+	return FERRY_OK;
+}
+
+void ferry_ckpt_hf_source_free(struct ferry_hf_source *src)
+{
+	ferry_free(src->dir);
+	src->dir = NULL;
 }
 
 ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,

@@ -164,7 +164,8 @@ const struct cli_flag model_flags[] = {
 	  "qkv_proj_offloaded, minimal_offloaded, or\n"
 	  "custom:query_proj=offload,context=device (others remat);\n"
 	  "`ferry plan` lists the model's names; auto: the cost model's\n"
-	  "choice per name for --device-mem (after ferry calibrate)" },
+	  "choice per name for --device-mem (calibrating this machine\n"
+	  "first where ferry calibrate's cache lacks the model)" },
 	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
 	  .help = "layers prefetched ahead in the backward pass (default 2)",
 	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },
