@@ -100,13 +100,15 @@ enum ferry_llama_tensor {
 #define FERRY_LL_LAYER_P(name, hf, shape, decay, init) { name, "model.layers.%d." hf, shape, true, decay, init }
 
 /* Llama's parameters under Hugging Face's names, [out, in] layout: the
- * initialisers of params[0 .. FERRY_LLAMA_N_PARAMS). */
-#define FERRY_LLAMA_PARAMS \
+ * initialisers of params[0 .. FERRY_LLAMA_N_PARAMS), the norms' gains
+ * starting at 1 (Gemma's, which scale by 1 + w, at 0: FERRY_LLAMA_PARAMS_AS). */
+#define FERRY_LLAMA_PARAMS FERRY_LLAMA_PARAMS_AS(FERRY_INIT_ONE)
+#define FERRY_LLAMA_PARAMS_AS(gain_init) \
 	[FERRY_LLAMA_EMBED] = { "embed_tokens", "model.embed_tokens.weight", \
 				FERRY_LL_SHAPE(FERRY_DIM_VP, FERRY_DIM_C), false, true, FERRY_INIT_NORMAL, \
 				.zero_pad_rows = true }, \
 	[FERRY_LLAMA_IN_NORM] = FERRY_LL_LAYER_P("input_layernorm", "input_layernorm.weight", \
-						 FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ONE), \
+						 FERRY_LL_SHAPE(FERRY_DIM_C), false, gain_init), \
 	[FERRY_LLAMA_Q] = FERRY_LL_LAYER_P("q_proj", "self_attn.q_proj.weight", \
 					   FERRY_LL_SHAPE(FERRY_DIM_QD, FERRY_DIM_C), true, FERRY_INIT_NORMAL), \
 	[FERRY_LLAMA_K] = FERRY_LL_LAYER_P("k_proj", "self_attn.k_proj.weight", \
@@ -116,7 +118,7 @@ enum ferry_llama_tensor {
 	[FERRY_LLAMA_O] = FERRY_LL_LAYER_P("o_proj", "self_attn.o_proj.weight", \
 					   FERRY_LL_SHAPE(FERRY_DIM_C, FERRY_DIM_QD), true, FERRY_INIT_NORMAL), \
 	[FERRY_LLAMA_POST_NORM] = FERRY_LL_LAYER_P("post_attention_layernorm", "post_attention_layernorm.weight", \
-						   FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ONE), \
+						   FERRY_LL_SHAPE(FERRY_DIM_C), false, gain_init), \
 	[FERRY_LLAMA_GATE] = FERRY_LL_LAYER_P("gate_proj", "mlp.gate_proj.weight", \
 					      FERRY_LL_SHAPE(FERRY_DIM_FFN, FERRY_DIM_C), true, FERRY_INIT_NORMAL), \
 	[FERRY_LLAMA_UP] = FERRY_LL_LAYER_P("up_proj", "mlp.up_proj.weight", \
@@ -124,7 +126,7 @@ enum ferry_llama_tensor {
 	[FERRY_LLAMA_DOWN] = FERRY_LL_LAYER_P("down_proj", "mlp.down_proj.weight", \
 					      FERRY_LL_SHAPE(FERRY_DIM_C, FERRY_DIM_FFN), true, FERRY_INIT_NORMAL), \
 	[FERRY_LLAMA_NORM] = FERRY_LL_P("norm", "model.norm.weight", FERRY_LL_SHAPE(FERRY_DIM_C), false, false, \
-					FERRY_INIT_ONE), \
+					gain_init), \
 	[FERRY_LLAMA_LM_HEAD] = { "lm_head", "lm_head.weight", FERRY_LL_SHAPE(FERRY_DIM_VP, FERRY_DIM_C), false, \
 				  true, FERRY_INIT_NORMAL, .zero_pad_rows = true, .tied_head = true, \
 				  .tied_to = FERRY_LLAMA_EMBED }

@@ -14,11 +14,14 @@
 
 enum { Q_BIAS = FERRY_LLAMA_N_PARAMS, K_BIAS, V_BIAS, N_PARAMS };
 
-/* Llama's layer with biases on the q, k, v products. */
-static const struct ferry_layer_decl layer = FERRY_LLAMA_LAYER("qwen2", Q_BIAS, K_BIAS, V_BIAS, FERRY_SCALAR_NONE);
+/* Llama's layer with biases on the q, k, v products, its attention reading
+ * the window (acting from layer max_window_layers on). */
+static const struct ferry_layer_decl layer =
+	FERRY_LLAMA_LAYER("qwen2", Q_BIAS, K_BIAS, V_BIAS, FERRY_SCALAR_ATTN_WINDOW);
 
-/* Qwen2Config's defaults (transformers); its sliding window acts only with
- * use_sliding_window true, which ferry refuses. */
+/* Qwen2Config's defaults (transformers); its sliding window (4096) acts
+ * only with use_sliding_window true, and then on the layers from
+ * max_window_layers (28) on. */
 static const struct ferry_hf_family qwen2_hf = {
 	.model_type = "qwen2",
 	.architecture = "Qwen2ForCausalLM",
@@ -32,7 +35,9 @@ static const struct ferry_hf_family qwen2_hf = {
 	.rope_theta = 10000.0,
 	.rms_norm_eps = 1e-6,
 	.qkv_bias = true,
+	.sliding_window = 4096,
 	.gated_sliding_window = true,
+	.max_window_layers = 28,
 };
 
 const struct ferry_model_decl ferry_qwen2_decl = {

@@ -15,6 +15,9 @@
  * owns a slice of the channels and walks every row in order (no races, no
  * scratch, deterministic for a fixed thread count), as layernorm.c does.
  * xhat is recomputed from inp and rstd.
+ *
+ * Gemma's RMSNorm scales by 1 + weight (its gains start at 0): offset is
+ * added to every gain, in the forward and in g; 0 is Llama's, bit for bit.
  */
 #include "ops/cpu/kernels.h"
 
@@ -34,7 +37,7 @@ static void column_slice(int n, int *lo, int *hi)
 }
 
 void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
-			       const float *weight, int N, int C, float eps)
+			       const float *weight, int N, int C, float eps, float offset)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
@@ -45,18 +48,46 @@ void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
 		for (int c = 0; c < C; c++)
 			ss += x[c] * x[c];
 		const float r = 1.0f / sqrtf(ss / (float)C + eps);
+		if (offset != 0.0f) {
+			for (int c = 0; c < C; c++)
+				o[c] = (x[c] * r) * (weight[c] + offset);
+		} else {
 #pragma omp simd
-		for (int c = 0; c < C; c++)
-			o[c] = (x[c] * r) * weight[c];
+			for (int c = 0; c < C; c++)
+				o[c] = (x[c] * r) * weight[c];
+		}
 		rstd[n] = r;
+	}
+}
+
+/* dinp += rstd (g - xhat mean(g xhat)) for each row, g = dout (weight +
+ * offset). */
+static void rmsnorm_backward_offset(float *dinp, const float *dout, const float *inp, const float *weight,
+				    const float *rstd, int N, int C, float offset)
+{
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++) {
+		const float *restrict x = inp + (size_t)n * C;
+		const float *restrict d = dout + (size_t)n * C;
+		float *restrict g = dinp + (size_t)n * C;
+		const float r = rstd[n];
+		float sgx = 0.0f;
+
+		for (int c = 0; c < C; c++)
+			sgx += d[c] * (weight[c] + offset) * (x[c] * r);
+		sgx /= (float)C;
+		for (int c = 0; c < C; c++)
+			g[c] += r * (d[c] * (weight[c] + offset) - (x[c] * r) * sgx);
 	}
 }
 
 void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
 				const float *inp, const float *weight,
-				const float *rstd, int N, int C)
+				const float *rstd, int N, int C, float offset)
 {
-	if (dinp) {
+	if (dinp && offset != 0.0f)
+		rmsnorm_backward_offset(dinp, dout, inp, weight, rstd, N, C, offset);
+	else if (dinp) {
 #pragma omp parallel for schedule(static)
 		for (int n = 0; n < N; n++) {
 			const float *restrict x = inp + (size_t)n * C;
