@@ -411,7 +411,10 @@ static void test_op_calls(void)
 	}
 	CHECK(ok, "op calls differ from the kernels");
 	printf("%-60s %s\n", "CPU backend op calls (Gemma's constants), bitwise", ok ? "ok" : "FAIL");
-	free(x), free(y), free(d), free(w), free(o1), free(o2), free(g1), free(g2), free(l1), free(l2);
+	float *const bufs[] = { x, y, d, w, o1, o2, g1, g2, l1, l2 };
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		free(bufs[i]);
 }
 
 /* ferry_op_call_shape: the window reaches layer l's attention where the
@@ -438,8 +441,13 @@ static void test_layer_window(void)
 	struct ferry_op_call c;
 	int ok = 1;
 
-	dims.v[FERRY_DIM_B] = 1, dims.v[FERRY_DIM_T] = 4, dims.v[FERRY_DIM_C] = 8, dims.v[FERRY_DIM_NH] = 2;
-	sc[FERRY_SCALAR_ATTN_WINDOW] = 5.0f, sc[FERRY_SCALAR_ATTN_SCALE] = 0.25f, sc[FERRY_SCALAR_ATTN_SOFTCAP] = 50.0f;
+	dims.v[FERRY_DIM_B] = 1;
+	dims.v[FERRY_DIM_T] = 4;
+	dims.v[FERRY_DIM_C] = 8;
+	dims.v[FERRY_DIM_NH] = 2;
+	sc[FERRY_SCALAR_ATTN_WINDOW] = 5.0f;
+	sc[FERRY_SCALAR_ATTN_SCALE] = 0.25f;
+	sc[FERRY_SCALAR_ATTN_SOFTCAP] = 50.0f;
 	sc[FERRY_SCALAR_NORM_EPS] = 1e-6f;
 	for (int rule = 0; rule < 2; rule++) {
 		sc[FERRY_SCALAR_WINDOW_EVERY] = rule ? 0.0f : 2.0f;

@@ -511,7 +511,8 @@ static int check_wide_window_is_full(GradCase *c)
 
 	ferry_cpu_attention_forward(o, lse, c->x[0], c->x[1], c->x[2], B, T, C, NH, NKV, 0, 0.0f, 0.0f);
 	ok = bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl);
-	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV, 0, 0.0f, 0.0f);
+	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV, 0,
+				     0.0f, 0.0f);
 	ferry_cpu_attention_backward(h[0], h[1], h[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV,
 				     c->window, 0.0f, 0.0f);
 	ok &= bits_equal(g[0], h[0], n) && bits_equal(g[1], h[1], nkv) && bits_equal(g[2], h[2], nkv);
