@@ -1215,8 +1215,6 @@ static void test_config(void)
 		   "attention_dropout 0.1 is not supported");
 	BAD_CONFIG("sw", "{" LLAMA_MIN ", \"sliding_window\": 4096}", FERRY_ERR_UNSUPPORTED,
 		   "sliding_window 4096 is not supported (sliding-window attention");
-	BAD_CONFIG("qsw", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 4096}",
-		   FERRY_ERR_UNSUPPORTED, "use_sliding_window true is not supported");
 	BAD_CONFIG("qlt", "{\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
 		   FERRY_ERR_UNSUPPORTED, "layer_types[1] \"sliding_attention\" is not supported");
 	BAD_CONFIG("qab", "{\"model_type\": \"qwen2\", \"attention_bias\": true}",

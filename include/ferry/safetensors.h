@@ -156,14 +156,30 @@ struct ferry_hf_family {
 	const char *title;         /* in messages: "Qwen 2" */
 	int vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 	    num_attention_heads, max_position_embeddings;
+	int num_key_value_heads;   /* 0: num_attention_heads */
+	int head_dim;              /* 0: hidden_size / num_attention_heads */
 	double rope_theta, rms_norm_eps;
+	bool tie_word_embeddings;
+	const char *hidden_act;    /* its activation (NULL: "silu") */
+	const char *act_key;       /* the key naming it (NULL: "hidden_act";
+				      Gemma 2: "hidden_activation") */
 	bool qkv_bias;             /* its q, k, v projections always carry a bias
 				      (Qwen2): no attention_bias key */
-	bool gated_sliding_window; /* sliding_window and max_window_layers act
-				      only with use_sliding_window true (Qwen2) */
-	int sliding_window;        /* > 0: the family's sliding_window acts on
-				      every layer whenever set (Mistral), and
-				      this is its default; 0: no such field */
+	int sliding_window;        /* > 0: the family has a sliding_window, and
+				      this is its default (null: none); 0: no
+				      such field */
+	bool gated_sliding_window; /* the window acts only with use_sliding_window
+				      true, on layers from max_window_layers
+				      (Qwen2); otherwise whenever set */
+	int max_window_layers;     /* gated: max_window_layers' default */
+	int window_layers_every;   /* the window acts on the layers whose index
+				      is a multiple of this (Gemma 2: 2); 0: all */
+	int query_pre_attn_scalar; /* > 0: the family scales scores by its
+				      query_pre_attn_scalar (Gemma 2), this
+				      default; 0: no such field */
+	double attn_logit_softcapping, final_logit_softcapping; /* > 0: the
+				      family soft-caps (Gemma 2), these
+				      defaults (null: none); 0: no such fields */
 };
 
 /* config.json's rope_scaling (rope_type "linear" or "llama3"; none: 0). */
@@ -197,9 +213,14 @@ struct ferry_hf_config {
 	double rope_low_freq_factor;   /* llama3 */
 	double rope_high_freq_factor;  /* llama3 */
 	int rope_original_max_position_embeddings; /* llama3 */
-	int sliding_window;            /* attention's window, in a family
-					  whose window always acts (Mistral);
-					  0: none (config.json's null) */
+	int sliding_window;            /* attention's window (0: none, as
+					  config.json's null or, in a gated
+					  family, use_sliding_window false) */
+	int max_window_layers;         /* a gated family's window acts on
+					  layers from this one (Qwen2) */
+	int query_pre_attn_scalar;     /* Gemma 2 (0 in other families) */
+	double attn_logit_softcapping; /* Gemma 2, 0: none (null) */
+	double final_logit_softcapping;
 	/* the tokenizer's special tokens, which do not change the
 	   arithmetic but travel with the model (a save keeps them) */
 	bool has_bos;                  /* bos_token_id given (else absent or null) */

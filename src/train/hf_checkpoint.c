@@ -181,6 +181,36 @@ static void hf_rope_to_model(const struct ferry_hf_config *hf, struct ferry_rope
 	r->original_max_pos = hf->rope_original_max_position_embeddings;
 }
 
+/* A soft cap of config.json as the model config's: the family's none (0)
+ * is -1 there, 0 being its default; a cap outside a float's range is
+ * refused, naming the field. */
+static ferry_status hf_cap_to_model(double v, bool family_has, const char *key, const char *path, float *out)
+{
+	*out = !family_has ? 0.0f : v > 0 ? (float)v : -1.0f;
+	if (family_has && v > 0 && !(isfinite(*out) && *out > 0))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: %s %g is out of the range of a float", path, key, v);
+	return FERRY_OK;
+}
+
+/* How config.json says each layer attends, as the model config says it:
+ * the window, the layers it acts on (the family's rule; a gated family's
+ * from max_window_layers), Gemma 2's scale and caps. */
+static ferry_status hf_attention_to_model(const struct ferry_hf_config *hf, const struct ferry_hf_family *f,
+					  const char *path, struct ferry_model_config *c)
+{
+	ferry_status st;
+
+	c->sliding_window = hf->sliding_window;
+	c->window_layers_every = f->window_layers_every;
+	c->window_layers_from = f->gated_sliding_window ? hf->max_window_layers : 0;
+	c->query_pre_attn_scalar = hf->query_pre_attn_scalar;
+	if ((st = hf_cap_to_model(hf->attn_logit_softcapping, f->attn_logit_softcapping > 0, "attn_logit_softcapping",
+				  path, &c->attn_softcap)))
+		return st;
+	return hf_cap_to_model(hf->final_logit_softcapping, f->final_logit_softcapping > 0, "final_logit_softcapping",
+			       path, &c->final_softcap);
+}
+
 /* ---- config.json with the families ferry has ------------------------------------ */
 
 ferry_status ferry_hf_config_read(const char *dir_or_file, struct ferry_hf_config *out)
@@ -208,6 +238,7 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	struct ferry_model_config c;
 	char titles[FERRY_MODEL_LIST_CHARS];
 	float theta, eps;
+	ferry_status st;
 
 	if (!hf || !cfg)
 		return ferry_error(FERRY_ERR_INVALID, "ferry_hf_config_to_model: NULL argument");
@@ -242,7 +273,8 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	c.norm_eps = eps;
 	c.tie_embeddings = hf->tie_word_embeddings ? 1 : -1;
 	hf_rope_to_model(hf, &c.rope_scaling);
-	c.sliding_window = hf->sliding_window;
+	if ((st = hf_attention_to_model(hf, md->hf, path, &c)))
+		return st;
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[384];
 
@@ -264,6 +296,25 @@ static double short_decimal(float f)
 			return strtod(buf, NULL);
 	}
 	return (double)f;
+}
+
+/* The model config's attention as config.json says it; what the family's
+ * file cannot say (a window on other layers than its rule's) is refused. */
+static ferry_status model_attention_to_hf(const struct ferry_model_config *c, const struct ferry_hf_family *f,
+					  struct ferry_hf_config *h)
+{
+	const int every = c->window_layers_every > 1 ? c->window_layers_every : 0;
+
+	if (c->sliding_window && (every != (f->window_layers_every > 1 ? f->window_layers_every : 0) ||
+				  (c->window_layers_from && !f->gated_sliding_window)))
+		return ferry_error(FERRY_ERR_INVALID, "config.json: %s's window acts on the layers its family "
+				   "says, not every %d from %d", f->title, every ? every : 1, c->window_layers_from);
+	h->sliding_window = c->sliding_window;
+	h->max_window_layers = f->gated_sliding_window && c->sliding_window ? c->window_layers_from : 0;
+	h->query_pre_attn_scalar = c->query_pre_attn_scalar;
+	h->attn_logit_softcapping = c->attn_softcap > 0 ? short_decimal(c->attn_softcap) : 0.0;
+	h->final_logit_softcapping = c->final_softcap > 0 ? short_decimal(c->final_softcap) : 0.0;
+	return FERRY_OK;
 }
 
 /* cfg completed, a model kept in Hugging Face checkpoints, with Vp == V;
@@ -326,7 +377,8 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 		h.rope_high_freq_factor = short_decimal(c.rope_scaling.high_freq_factor);
 		h.rope_original_max_position_embeddings = c.rope_scaling.original_max_pos;
 	}
-	h.sliding_window = c.sliding_window;
+	if ((st = model_attention_to_hf(&c, ferry_model_decl_find(c.arch)->hf, &h)))
+		return st;
 	*hf = h;
 	return FERRY_OK;
 }

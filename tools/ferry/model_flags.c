@@ -140,7 +140,8 @@ const struct cli_flag model_flags[] = {
 	  .help = "llama: rotary embedding base (default 10000)",
 	  .given = MODEL_GIVEN_SHAPE },
 	SHAPE("--sliding-window", sliding_window,
-	      .help = "mistral: each query attends to the last N keys, itself included\n(default: every earlier key)"),
+	      .help = "mistral, qwen2 (every layer), gemma2 (the even layers): each\n"
+		      "query attends to the last N keys, itself included (default:\nevery earlier key)"),
 	{ .name = "--tied-head", .type = CLI_ONE, .at = AT(model.tie_embeddings),
 	  .help = "llama: the LM head is the token embedding (default: its own)",
 	  .given = MODEL_GIVEN_SHAPE },
