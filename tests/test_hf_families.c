@@ -151,7 +151,13 @@ static void check_published(const struct published *p)
 	CHECK_OK(ferry_model_config_to_hf(&m, &back));
 	snprintf(out, sizeof(out), "%s.out", d);
 	mkdir(out, 0755);
+	/* what a model's shape does not say, and a save carries from its source */
 	snprintf(back.torch_dtype, sizeof(back.torch_dtype), "%s", hf.torch_dtype);
+	back.has_bos = hf.has_bos;
+	back.bos_token_id = hf.bos_token_id;
+	back.n_eos = hf.n_eos;
+	back.eos_list = hf.eos_list;
+	memcpy(back.eos_token_id, hf.eos_token_id, sizeof(hf.eos_token_id));
 	CHECK_OK(ferry_hf_config_write(out, &back));
 	CHECK_OK(ferry_hf_config_read(out, &back));
 	CHECK(!memcmp(&hf, &back, sizeof(hf)) || (fprintf(stderr, "%s: fields differ\n", p->name), 0));
