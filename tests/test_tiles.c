@@ -246,20 +246,17 @@ static void test_model(const struct tmodel *tm)
 		report(tm, "1 x 11 rows, mlp 5 loss 7", &d);
 }
 
-/* auto: one tile's hidden activations (or logits) about one activation
- * of the model's width, so ceil(widths / C) tiles of equal rows. */
+/* auto: tiles of about C tokens (the model's width), the rows split
+ * evenly: ceil(n / C) tiles. */
 static void test_auto(const struct tmodel *tm)
 {
 	struct ferry_exec_opts o = { .mlp_tile = FERRY_TILE_AUTO, .loss_tile = FERRY_TILE_AUTO };
 	struct ferry_plan p;
-	const int n = tm->B * tm->T, c = tm->cfg.channels;
-	const int vp = tm->cfg.padded_vocab ? tm->cfg.padded_vocab : tm->cfg.vocab;
-	const int km = (tm->n_hidden * tm->hidden + c - 1) / c, kl = (vp + c - 1) / c;
+	const int n = tm->B * tm->T, c = tm->cfg.channels, k = (n + c - 1) / c;
 
 	CHECK(ferry_model_plan(&tm->cfg, tm->B, tm->T, &o, &p) == FERRY_OK, "%s auto: %s", tm->name, ferry_last_error());
-	CHECK(p.mlp_tile == (n + km - 1) / km && p.loss_tile == (n + kl - 1) / kl,
-	      "%s auto: tiles %d and %d, expected %d and %d", tm->name, p.mlp_tile, p.loss_tile, (n + km - 1) / km,
-	      (n + kl - 1) / kl);
+	CHECK(p.mlp_tile == (n + k - 1) / k && p.loss_tile == (n + k - 1) / k, "%s auto: tiles %d and %d, expected %d",
+	      tm->name, p.mlp_tile, p.loss_tile, (n + k - 1) / k);
 	CHECK(strstr(p.place, "activations.mlp_tile=") && strstr(p.place, "activations.loss_tile="),
 	      "%s auto: the placement names the tiles chosen: %s", tm->name, p.place);
 }

@@ -27,7 +27,7 @@ static bool rows_first(const struct ferry_layer_decl *d, int t)
 static ferry_status run_of(const struct ferry_layer_decl *d, const struct ferry_dims *dims, int first, int last,
 			   const char *what, struct ferry_row_tiles *r)
 {
-	*r = (struct ferry_row_tiles){ first, last, 0, 0, 0 };
+	*r = (struct ferry_row_tiles){ first, last, 0, 0 };
 	for (int o = first; o <= last; o++) {
 		const struct ferry_op_decl *op = &d->ops[o];
 		const struct ferry_op_info *info = ferry_op_info(op->kind);
@@ -52,10 +52,8 @@ static ferry_status run_of(const struct ferry_layer_decl *d, const struct ferry_
 			if (!rows_first(d, t))
 				return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s cannot be tiled: '%s' is not [B, T, ...]",
 						   d->model, what, d->tensors[t].name);
-			if (inside && !outside) {
+			if (inside && !outside)
 				r->inner |= 1u << t;
-				r->inner_width += ferry_shape_row_width(&d->tensors[t].shape, dims);
-			}
 		}
 	}
 	r->width = ferry_shape_row_width(&d->tensors[d->ops[first].in[0]].shape, dims);
@@ -115,11 +113,9 @@ ferry_status ferry_layer_loss_tiles(const struct ferry_layer_decl *d, const stru
 
 int ferry_row_tiles_rows(const struct ferry_row_tiles *r, int asked, int64_t n)
 {
-	int64_t k;
+	int64_t w = r->width > 0 ? r->width : 1, k = (n + w - 1) / w;
 
 	if (asked != FERRY_TILE_AUTO)
 		return (int)(asked < n ? asked : n);
-	k = r->width > 0 ? (r->inner_width + r->width - 1) / r->width : 1;
-	k = k < 1 ? 1 : k;
 	return (int)((n + k - 1) / k);
 }

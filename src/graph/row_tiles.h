@@ -18,7 +18,6 @@
 struct ferry_row_tiles {
 	int first, last;       /* its ops, first..last in forward order */
 	unsigned inner;        /* bit t: tensor t is made and read only inside */
-	int64_t inner_width;   /* their row widths summed (elements per token) */
 	int64_t width;         /* the row width of the run's first input */
 };
 
@@ -34,8 +33,11 @@ ferry_status ferry_layer_loss_tiles(const struct ferry_layer_decl *d, const stru
 				    struct ferry_row_tiles *out) FERRY_MUST_CHECK;
 
 /* Tokens per tile for n rows: `asked` (at most n), or for FERRY_TILE_AUTO
- * n split evenly into as many tiles as make one tile's inner tensors no
- * wider than the run's input: ceil(n / ceil(inner_width / width)). */
+ * about `width` (the run's input's row width, the model's width C): n
+ * split evenly into ceil(n / width) tiles.  A tile's inner tensors then
+ * hold C rows whatever the length (Llama 3 8B: 1 GiB of bf16 logits, 336
+ * MiB of hidden activations), and its matrix products have C rows or
+ * more, about as fast per row as the whole's. */
 int ferry_row_tiles_rows(const struct ferry_row_tiles *r, int asked, int64_t n);
 
 /* Whether tensor t is tiled in the run: inner (one tile's rows). */
