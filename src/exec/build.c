@@ -216,15 +216,15 @@ static void stage_backward_fields(ferry_model_t m, const struct stage *s, int o,
 
 /* The head and the loss tile after tile, so one tile's logits exist at a
  * time.  Forward: each tile's logits, then its rows' losses.  Backward
- * (with_backward): each tile's logits and probabilities made again (the
+ * (backward): each tile's logits and probabilities made again (the
  * losses written again with the same values), then the loss's and the
  * head's backward on its rows: d(logits) in place, the head's input
  * gradient for its rows, the head's weight gradient accumulating over
  * tiles.  Recomputing costs the head's product once more; it keeps the
  * forward free of gradients, so evaluation, micro-batches and the edge
  * region's gradient copies are as without tiles. */
-static void loss_tiles_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
-			       bool with_backward)
+static void loss_tiles(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
+			       bool backward)
 {
 	const int n = B * T, tr = m->tt.place.loss_tile, first = m->tt.loss.first, last = m->tt.loss.last;
 	struct ferry_op_call c;
@@ -235,11 +235,11 @@ static void loss_tiles_forward(ferry_model_t m, struct ferry_program *p, const s
 
 		for (int o = first; o <= last; o++) {
 			stage_tile_call(m, s, o, r0, rows, &c);
-			snprintf(label, sizeof(label), "%s%.26s rows %d+", with_backward ? "recompute " : "",
+			snprintf(label, sizeof(label), "%s%.26s rows %d+", backward ? "recompute " : "",
 				 s->d->tensors[s->d->ops[o].out[0]].name, r0);
 			ferry_emit_op(p, m->compute, &c, -1, label);
 		}
-		for (int o = last; with_backward && o >= first; o--) {
+		for (int o = last; backward && o >= first; o--) {
 			stage_tile_call(m, s, o, r0, rows, &c);
 			stage_backward_fields(m, s, o, r0, B, T, &c);
 			snprintf(label, sizeof(label), "d %.34s rows %d+", s->d->tensors[s->d->ops[o].out[0]].name, r0);
@@ -254,7 +254,7 @@ static void stage_forward(ferry_model_t m, struct ferry_program *p, const struct
 
 	for (int o = 0; o < s->d->n_ops; o++) {
 		if (loss_tiled(m, s, o)) {
-			loss_tiles_forward(m, p, s, B, T, false);
+			loss_tiles(m, p, s, B, T, false);
 			o = m->tt.loss.last;
 			continue;
 		}
@@ -287,7 +287,7 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 	stage_zero_grads(m, p, s, B, T);
 	for (int o = s->d->n_ops - 1; o >= 0; o--) {
 		if (loss_tiled(m, s, o)) {
-			loss_tiles_forward(m, p, s, B, T, true);
+			loss_tiles(m, p, s, B, T, true);
 			o = m->tt.loss.first;
 			continue;
 		}

@@ -619,7 +619,7 @@ static void tiled_backward(struct ferry_layer_exec *ex, struct ferry_program *p,
 		const int rows = n - r0 < tr ? n - r0 : tr;
 
 		for (int o = first; o <= last; o++) {
-			if (!inner(ex, decl->ops[o].out[0]))
+			if (!ferry_row_tiles_makes_inner(&ex->sp.tiles, decl, o))
 				continue;
 			tile_call(ex, o, l, r0, rows, &c);
 			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, "recompute ", r0, label, sizeof(label)));

@@ -119,3 +119,13 @@ int ferry_row_tiles_rows(const struct ferry_row_tiles *r, int asked, int64_t n)
 		return (int)(asked < n ? asked : n);
 	return (int)((n + k - 1) / k);
 }
+
+bool ferry_row_tiles_makes_inner(const struct ferry_row_tiles *r, const struct ferry_layer_decl *d, int o)
+{
+	const struct ferry_op_info *info = ferry_op_info(d->ops[o].kind);
+
+	for (int i = 0; i < info->n_out; i++)
+		if (ferry_row_tiles_inner(r, d->ops[o].out[i]))
+			return true;
+	return false;
+}

@@ -46,4 +46,8 @@ static inline bool ferry_row_tiles_inner(const struct ferry_row_tiles *r, int t)
 	return t >= 0 && (r->inner & (1u << t));
 }
 
+/* Whether op o writes an inner tensor of the run (so a tile's backward
+ * makes it again first). */
+bool ferry_row_tiles_makes_inner(const struct ferry_row_tiles *r, const struct ferry_layer_decl *d, int o);
+
 #endif

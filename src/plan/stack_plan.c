@@ -443,7 +443,7 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 	plan->n_ops = sp->n_ops;
 	plan->n_recompute_ops = __builtin_popcount(sp->recompute_ops);
 	for (int o = sp->tiles.first; sp->tile_rows && o <= sp->tiles.last; o++) /* per tile */
-		plan->n_recompute_ops += sp->tile_refill || ferry_row_tiles_inner(&sp->tiles, decl->ops[o].out[0]);
+		plan->n_recompute_ops += sp->tile_refill || ferry_row_tiles_makes_inner(&sp->tiles, decl, o);
 	plan->mlp_tile = sp->tile_rows;
 	plan->n_tensors = sp->n_tensors;
 	for (int t = 0; t < sp->n_tensors; t++) {
