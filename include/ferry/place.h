@@ -25,6 +25,10 @@
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
  *   activations.prefetch=D             offloaded activations loaded D layers ahead
+ *   activations.mlp_tile=N|auto        the MLP over tiles of N tokens, its hidden
+ *                                      activations recomputed per tile in backward
+ *   activations.loss_tile=N|auto       the LM head and the loss over tiles of N
+ *                                      tokens: one tile's logits at a time
  *
  * items separated by commas (commas inside brackets do not separate).
  * Today's flags are shorthands: --offload-params is
@@ -32,7 +36,8 @@
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
  * adam=host:cpu(speculative), --policy activations=, --prefetch-depth
- * activations.prefetch=.  Host tiers are chosen per kind of host state by
+ * activations.prefetch=, --mlp-tile activations.mlp_tile=, --loss-tile
+ * activations.loss_tile=.  Host tiers are chosen per kind of host state by
  * --host-tier (tier.h).
  */
 #ifndef FERRY_PLACE_H
@@ -89,11 +94,17 @@ enum ferry_place_group {
 #define FERRY_PLACE_POLICY_CHARS 1024 /* as --policy auto's choice (cost.h) */
 #define FERRY_PLACE_CHARS 2048
 
+/* Tiles of tokens (--mlp-tile, --loss-tile): the plan's choice (one
+ * tile's extra tensors about one activation of the model's width). */
+#define FERRY_TILE_AUTO (-1)
+
 /* Every group's placement, and the activation policy. */
 struct ferry_places {
 	struct ferry_place group[FERRY_GROUP_COUNT];
 	char policy[FERRY_PLACE_POLICY_CHARS]; /* "" : everything_saveable */
 	int act_prefetch;                      /* 0: the default (2) */
+	int mlp_tile, loss_tile;               /* tokens per tile; 0: untiled,
+						  FERRY_TILE_AUTO: the plan's choice */
 };
 
 /* "layers.weights", "edges.weights", "adam". */

@@ -75,6 +75,7 @@ struct ferry_plan_tensor {
 	bool needed;          /* read by the backward pass or a recomputation */
 	bool stored;          /* kept from forward to backward (device or host) */
 	bool recomputed;      /* produced again in the backward pass */
+	bool tiled;           /* inside the tiled MLP: one tile's rows, recomputed per tile */
 	size_t layer_bytes;   /* bytes of one layer's tensor */
 	int device_slots;     /* device copies: L (kept), a ring (offloaded), 1 (shared) */
 	size_t device_bytes;  /* all its device slots */
@@ -109,6 +110,8 @@ struct ferry_plan {
 	int64_t edge_saved_bytes; /* the device copies and gradients of the unstacked
 				     parameters it replaces, less its size (below 0
 				     when its entries' alignment costs more) */
+	int mlp_tile;         /* tokens per MLP tile (0: untiled) */
+	int loss_tile;        /* tokens per tile of the LM head and loss (0: untiled) */
 	int n_tensors;
 	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
 	int n_recompute_ops;  /* ops of a layer re-run in backward */
@@ -175,6 +178,14 @@ struct ferry_exec_opts {
 						NULL: the backend's host memory) */
 	const char *place;      /* --place: placements written down (ferry/place.h),
 				   applied over what the flags above set (NULL: none) */
+	int mlp_tile;           /* --mlp-tile: the layer's MLP runs over tiles of this many
+				   tokens (rows of B x T), its hidden-width activations
+				   recomputed per tile in backward, so one tile's exist at
+				   a time; FERRY_TILE_AUTO: the plan's choice; 0: untiled */
+	int loss_tile;          /* --loss-tile: the LM head's matrix product, the softmax
+				   cross-entropy and their backward over tiles of this many
+				   tokens, so one tile's logits exist at a time (the backward
+				   recomputes them); FERRY_TILE_AUTO; 0: untiled */
 };
 
 /* The placement of every group of training tensors that o asks for: its

@@ -148,11 +148,118 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 		c->tokens = stage_ptr(m, s, op->tokens);
 }
 
+/* ---- --loss-tile: the LM head and the loss over tiles of tokens ------------------- */
+
+static bool loss_tiled(const struct ferry_model *m, const struct stage *s, int o)
+{
+	return m->tt.place.loss_tile && s->d == m->md->epilogue && o >= m->tt.loss.first && o <= m->tt.loss.last;
+}
+
+/* Bytes per row (token) of stage tensor t as stored: ids, losses and
+ * statistics 4 bytes a value, activations the activation type. */
+static size_t stage_row_bytes(const struct ferry_model *m, const struct stage *s, int t)
+{
+	enum ferry_tensor_role r = s->roles[t].role;
+	size_t elem = r == FERRY_ROLE_TOKENS || r == FERRY_ROLE_TARGETS || r == FERRY_ROLE_LOSSES ||
+				      ferry_layer_tensor_is_stat(s->d, t) ? 4 : m->asz;
+
+	return (size_t)ferry_shape_row_width(&s->d->tensors[t].shape, &m->tt.dims) * elem;
+}
+
+/* ptr (tensor t's, or its gradient's: grad), moved to row r0 unless the
+ * tensor it is stored as holds one tile's rows. */
+static void *stage_rows(const struct ferry_model *m, const struct stage *s, void *ptr, int t, int r0, bool grad)
+{
+	while (s->roles[t].role == FERRY_ROLE_ALIAS)
+		t = s->roles[t].alias_of;
+	if (!ptr || r0 <= 0 || ferry_row_tiles_inner(&m->tt.loss, t))
+		return ptr;
+	return (char *)ptr + (size_t)r0 * (grad ? (size_t)ferry_shape_row_width(&s->d->tensors[t].shape, &m->tt.dims) *
+							      m->asz
+						    : stage_row_bytes(m, s, t));
+}
+
+/* Op o's forward call on rows [r0, r0 + rows) of the batch. */
+static void stage_tile_call(ferry_model_t m, const struct stage *s, int o, int r0, int rows, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &s->d->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	stage_call(m, s, o, 1, rows, c);
+	for (int i = 0; i < info->n_out; i++)
+		c->out[i] = stage_rows(m, s, c->out[i], op->out[i], r0, false);
+	for (int i = 0; i < info->n_in; i++)
+		c->in[i] = stage_rows(m, s, (void *)c->in[i], op->in[i], r0, false);
+	if (c->tokens)
+		c->tokens += r0;
+}
+
+/* The gradient fields of op o's backward call (its forward one made) in a
+ * B x T batch; r0 >= 0: on the tile starting at row r0. */
+static void stage_backward_fields(ferry_model_t m, const struct stage *s, int o, int r0, int B, int T,
+				  struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &s->d->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	c->backward = true;
+	for (int i = 0; i < info->n_out; i++)
+		c->dout[i] = stage_rows(m, s, stage_grad(m, s, op->out[i]), op->out[i], r0, true);
+	for (int i = 0; i < info->n_in; i++)
+		c->din[i] = stage_rows(m, s, stage_grad(m, s, op->in[i]), op->in[i], r0, true);
+	/* a gradient in place over its value starts nowhere: assigned */
+	c->grad_assign = info->bwd_in_place && info->n_in && s->roles[op->in[0]].grad_in_place;
+	for (int i = 0; i < info->n_w; i++)
+		if (op->w[i].param >= 0 && s->g[op->w[i].param])
+			c->dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(c, i);
+	if (op->kind == FERRY_OP_SOFTMAX_XENT)
+		c->scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
+}
+
+/* The head and the loss tile after tile, so one tile's logits exist at a
+ * time.  Forward: each tile's logits, then its rows' losses.  Backward
+ * (backward): each tile's logits and probabilities made again (the
+ * losses written again with the same values), then the loss's and the
+ * head's backward on its rows: d(logits) in place, the head's input
+ * gradient for its rows, the head's weight gradient accumulating over
+ * tiles.  Recomputing costs the head's product once more; it keeps the
+ * forward free of gradients, so evaluation, micro-batches and the edge
+ * region's gradient copies are as without tiles. */
+static void loss_tiles(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
+			       bool backward)
+{
+	const int n = B * T, tr = m->tt.place.loss_tile, first = m->tt.loss.first, last = m->tt.loss.last;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int r0 = 0; r0 < n; r0 += tr) {
+		const int rows = n - r0 < tr ? n - r0 : tr;
+
+		for (int o = first; o <= last; o++) {
+			stage_tile_call(m, s, o, r0, rows, &c);
+			snprintf(label, sizeof(label), "%s%.26s rows %d+", backward ? "recompute " : "",
+				 s->d->tensors[s->d->ops[o].out[0]].name, r0);
+			ferry_emit_op(p, m->compute, &c, -1, label);
+		}
+		for (int o = last; backward && o >= first; o--) {
+			stage_tile_call(m, s, o, r0, rows, &c);
+			stage_backward_fields(m, s, o, r0, B, T, &c);
+			snprintf(label, sizeof(label), "d %.34s rows %d+", s->d->tensors[s->d->ops[o].out[0]].name, r0);
+			ferry_emit_op(p, m->compute, &c, -1, label);
+		}
+	}
+}
+
 static void stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
 {
 	struct ferry_op_call c;
 
 	for (int o = 0; o < s->d->n_ops; o++) {
+		if (loss_tiled(m, s, o)) {
+			loss_tiles(m, p, s, B, T, false);
+			o = m->tt.loss.last;
+			continue;
+		}
 		stage_call(m, s, o, B, T, &c);
 		ferry_emit_op(p, m->compute, &c, -1, s->d->tensors[s->d->ops[o].out[0]].name);
 	}
@@ -181,23 +288,14 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 
 	stage_zero_grads(m, p, s, B, T);
 	for (int o = s->d->n_ops - 1; o >= 0; o--) {
-		const struct ferry_op_decl *op = &s->d->ops[o];
-		const struct ferry_op_info *info = ferry_op_info(op->kind);
-
+		if (loss_tiled(m, s, o)) {
+			loss_tiles(m, p, s, B, T, true);
+			o = m->tt.loss.first;
+			continue;
+		}
 		stage_call(m, s, o, B, T, &c);
-		c.backward = true;
-		for (int i = 0; i < info->n_out; i++)
-			c.dout[i] = stage_grad(m, s, op->out[i]);
-		for (int i = 0; i < info->n_in; i++)
-			c.din[i] = stage_grad(m, s, op->in[i]);
-		/* a gradient in place over its value starts nowhere: assigned */
-		c.grad_assign = info->bwd_in_place && info->n_in && s->roles[op->in[0]].grad_in_place;
-		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0 && s->g[op->w[i].param])
-				c.dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
-		if (op->kind == FERRY_OP_SOFTMAX_XENT)
-			c.scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
-		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[op->out[0]].name);
+		stage_backward_fields(m, s, o, -1, B, T, &c);
+		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[s->d->ops[o].out[0]].name);
 		ferry_emit_op(p, m->compute, &c, -1, label);
 	}
 }

@@ -379,6 +379,84 @@ static const char *op_label(const struct ferry_layer_decl *decl, int o, bool bac
 	return buf;
 }
 
+/* Before op o of layer l: a ring slot it writes is rewritten only after
+ * its last copy-out. */
+static void slots_free(struct ferry_layer_exec *ex, struct ferry_program *p, int o, int l)
+{
+	const struct ferry_op_info *info = ferry_op_info(ex->decl->ops[o].kind);
+	int t, tl;
+
+	for (int i = 0; i < info->n_out; i++)
+		if (offloaded_as(ex, ex->decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring)
+			ferry_emit_wait(p, ex->compute, d2h_event(ex, t, tl), l);
+}
+
+/* After op o of layer l: its offloaded outputs to the host. */
+static void copy_outs(struct ferry_layer_exec *ex, struct ferry_program *p, int o, int l, int B, int T)
+{
+	const struct ferry_op_info *info = ferry_op_info(ex->decl->ops[o].kind);
+	int t, tl;
+
+	for (int i = 0; i < info->n_out; i++)
+		if (offloaded_as(ex, ex->decl->ops[o].out[i], l, &t, &tl))
+			copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
+}
+
+/* ---- the tiled MLP (--mlp-tile) ------------------------------------------------------ */
+
+static bool inner(const struct ferry_layer_exec *ex, int t)
+{
+	return ferry_row_tiles_inner(&ex->sp.tiles, t);
+}
+
+/* Bytes of one row (token) of tensor t. */
+static size_t row_bytes(const struct ferry_layer_exec *ex, int t)
+{
+	return (size_t)ferry_shape_row_width(&ex->decl->tensors[t].shape, &ex->dims) * ex->sp.elem[t];
+}
+
+/* ptr, moved to row r0 of tensor t unless t is inner (one tile's rows). */
+static void *rows_at(const struct ferry_layer_exec *ex, const void *ptr, int t, int r0)
+{
+	return ptr && !inner(ex, t) ? (char *)ptr + (size_t)r0 * row_bytes(ex, t) : (void *)ptr;
+}
+
+/* Op o's forward call of layer l on rows [r0, r0 + rows) of the batch. */
+static void tile_call(const struct ferry_layer_exec *ex, int o, int l, int r0, int rows, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &ex->decl->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	make_call(ex, o, l, 1, rows, c);
+	for (int i = 0; i < info->n_out; i++)
+		c->out[i] = rows_at(ex, c->out[i], op->out[i], r0);
+	for (int i = 0; i < info->n_in; i++)
+		c->in[i] = rows_at(ex, c->in[i], op->in[i], r0);
+}
+
+static const char *tile_label(const struct ferry_layer_exec *ex, int o, const char *prefix, int r0, char *buf,
+			      size_t n)
+{
+	snprintf(buf, n, "%.10s%.26s rows %d+", prefix, ex->decl->tensors[ex->decl->ops[o].out[0]].name, r0);
+	return buf;
+}
+
+/* The MLP's ops tile after tile: every output row made once, the inner
+ * tensors holding one tile at a time. */
+static void tiled_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T,
+			  const char *prefix)
+{
+	const int n = B * T, tr = ex->sp.tile_rows;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int r0 = 0; r0 < n; r0 += tr)
+		for (int o = ex->sp.tiles.first; o <= ex->sp.tiles.last; o++) {
+			tile_call(ex, o, l, r0, n - r0 < tr ? n - r0 : tr, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, prefix, r0, label, sizeof(label)));
+		}
+}
+
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward)
 {
@@ -398,18 +476,19 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 		if (ex->wstream)
 			ferry_emit_wait(p, ex->compute, ex->w_ready[l % ex->wr.ring], l);
 		for (int o = 0; o < decl->n_ops; o++) {
-			const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
-			int t, tl;
+			int last = ferry_stack_tiled_op(&ex->sp, o) ? ex->sp.tiles.last : o;
 
-			make_call(ex, o, l, B, T, &c);
-			/* a ring slot is rewritten only after its last copy-out */
-			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring)
-					ferry_emit_wait(p, ex->compute, d2h_event(ex, t, tl), l);
-			ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, false, label, sizeof(label)));
-			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl))
-					copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
+			for (int u = o; offload && u <= last; u++)
+				slots_free(ex, p, u, l);
+			if (last != o) {
+				tiled_forward(ex, p, l, B, T, "");
+			} else {
+				make_call(ex, o, l, B, T, &c);
+				ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, false, label, sizeof(label)));
+			}
+			for (int u = o; offload && u <= last; u++)
+				copy_outs(ex, p, u, l, B, T);
+			o = last;
 		}
 		if (ex->wstream) {
 			ferry_emit_record(p, ex->compute, ex->w_free[l % ex->wr.ring], l);
@@ -462,6 +541,13 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 	return ex->grad[t];
 }
 
+/* The tensor whose gradient bytes t's gradient is (itself, or the one
+ * its in-place backward writes over). */
+static int grad_owner(const struct ferry_layer_exec *ex, int t)
+{
+	return ex->sp.grad_alias[t] >= 0 ? ex->sp.grad_alias[t] : t;
+}
+
 /* Zeroes the gradient of tensor t (before its first accumulation). */
 static void zero_grad(struct ferry_layer_exec *ex, struct ferry_program *p, int t, int io_out, int l, int B, int T)
 {
@@ -483,11 +569,71 @@ static void backward_prepare(struct ferry_layer_exec *ex, struct ferry_program *
 	if (ex->sp.has_grad & (1u << decl->input))
 		zero_grad(ex, p, decl->input, ex->io_cur, l, B, T);
 	for (int o = 0; o < decl->n_ops; o++) {
+		if (ex->sp.tile_refill && o == ex->sp.tiles.first)
+			tiled_forward(ex, p, l, B, T, "recompute ");
 		if (!(ex->sp.recompute_ops & (1u << o)))
 			continue;
 		make_call(ex, o, l, B, T, &c);
 		snprintf(label, sizeof(label), "recompute %.40s", decl->tensors[decl->ops[o].out[0]].name);
 		ferry_emit_op(p, ex->compute, &c, l, label);
+	}
+}
+
+/* The gradient fields of op o's backward call (its forward one made) in
+ * layer l; r0 >= 0: on the tile starting at row r0. */
+static void backward_fields(struct ferry_layer_exec *ex, int o, int l, int io_out, int r0, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &ex->decl->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	c->backward = true;
+	c->grad_assign = ex->sp.grad_assign_ops & (1u << o);
+	for (int i = 0; i < info->n_out; i++)
+		c->dout[i] = r0 < 0 ? grad_of(ex, op->out[i], io_out)
+				    : rows_at(ex, grad_of(ex, op->out[i], io_out), grad_owner(ex, op->out[i]), r0);
+	for (int i = 0; i < info->n_in; i++)
+		c->din[i] = r0 < 0 ? grad_of(ex, op->in[i], io_out)
+				   : rows_at(ex, grad_of(ex, op->in[i], io_out), grad_owner(ex, op->in[i]), r0);
+	for (int i = 0; i < info->n_w; i++)
+		if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
+			c->dw[i] = ex->weights.grad_base[op->w[i].param] +
+				   weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i), true);
+}
+
+/* The MLP's backward, tile after tile: each tile's inner tensors made
+ * again from the run's inputs, then its ops' backward in reverse on the
+ * tile's rows; gradients of what outlives the run start from zero before
+ * the first tile and gather every tile's share, the inner ones' (one
+ * tile's rows) are zeroed per tile. */
+static void tiled_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T, int io_out)
+{
+	const struct ferry_layer_decl *decl = ex->decl;
+	const int n = B * T, tr = ex->sp.tile_rows, first = ex->sp.tiles.first, last = ex->sp.tiles.last;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int t = 0; t < decl->n_tensors; t++)
+		if (ex->sp.grad_zero_op[t] >= first && ex->sp.grad_zero_op[t] <= last && !inner(ex, t))
+			zero_grad(ex, p, t, io_out, l, B, T);
+	for (int r0 = 0; r0 < n; r0 += tr) {
+		const int rows = n - r0 < tr ? n - r0 : tr;
+
+		for (int o = first; o <= last; o++) {
+			if (!ferry_row_tiles_makes_inner(&ex->sp.tiles, decl, o))
+				continue;
+			tile_call(ex, o, l, r0, rows, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, "recompute ", r0, label, sizeof(label)));
+		}
+		for (int o = last; o >= first; o--) {
+			for (int t = 0; t < decl->n_tensors; t++)
+				if (ex->sp.grad_zero_op[t] == o && inner(ex, t))
+					ferry_emit_zero(p, ex->compute, grad_of(ex, t, io_out), (size_t)rows * row_bytes(ex, t),
+							l, tile_label(ex, ferry_layer_producer(decl, t), "d ", r0, label,
+								      sizeof(label)));
+			tile_call(ex, o, l, r0, rows, &c);
+			backward_fields(ex, o, l, io_out, r0, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, "d ", r0, label, sizeof(label)));
+		}
 	}
 }
 
@@ -500,23 +646,16 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 
 	backward_prepare(ex, p, l, B, T);
 	for (int o = decl->n_ops - 1; o >= 0; o--) {
-		const struct ferry_op_decl *op = &decl->ops[o];
-		const struct ferry_op_info *info = ferry_op_info(op->kind);
-
+		if (ferry_stack_tiled_op(&ex->sp, o)) {
+			tiled_backward(ex, p, l, B, T, io_out);
+			o = ex->sp.tiles.first;
+			continue;
+		}
 		for (int t = 0; t < decl->n_tensors; t++)
 			if (ex->sp.grad_zero_op[t] == o)
 				zero_grad(ex, p, t, io_out, l, B, T);
 		make_call(ex, o, l, B, T, &c);
-		c.backward = true;
-		c.grad_assign = ex->sp.grad_assign_ops & (1u << o);
-		for (int i = 0; i < info->n_out; i++)
-			c.dout[i] = grad_of(ex, op->out[i], io_out);
-		for (int i = 0; i < info->n_in; i++)
-			c.din[i] = grad_of(ex, op->in[i], io_out);
-		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
-				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
-					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i), true);
+		backward_fields(ex, o, l, io_out, -1, &c);
 		ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, true, label, sizeof(label)));
 	}
 	ferry_emit_grads_done(p, ex->compute, l);

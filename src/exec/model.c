@@ -645,6 +645,14 @@ ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 		}
 	if (!base)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "model %s has no softmax output", m->cfg.arch);
+	if (m->tt.place.loss_tile) { /* only the last tile's rows are there */
+		int last = (m->cur_B * m->cur_T - 1) / m->tt.place.loss_tile * m->tt.place.loss_tile;
+
+		if (row < last)
+			return ferry_error(FERRY_ERR_INVALID, "row %d: with the loss over tiles of %d tokens only the last "
+					   "tile's probabilities (rows %d on) are kept", row, m->tt.place.loss_tile, last);
+		row -= last;
+	}
 	st = copy_sync(m, probs, base + (size_t)row * m->cfg.padded_vocab * m->asz, V * m->asz, FERRY_COPY_D2H);
 	/* bf16 probabilities widen in place, from the end so nothing is
 	 * overwritten before it is read: a bf16 is the top half of an fp32 */

@@ -13,6 +13,7 @@
 #include "core/error.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,25 @@ static ferry_status add_custom(struct ferry_places *p, const char *name, const c
 	return FERRY_OK;
 }
 
+/* Tokens per tile (ferry_exec_opts' mlp_tile, loss_tile): a count, auto
+ * or 0 (untiled). */
+static ferry_status tile_value(const char *key, const char *v, int *out)
+{
+	char *end;
+	long n;
+
+	if (!strcmp(v, "auto")) {
+		*out = FERRY_TILE_AUTO;
+		return FERRY_OK;
+	}
+	n = strtol(v, &end, 10);
+	if (end == v || *end || n < 0 || n > INT_MAX)
+		return ferry_error(FERRY_ERR_INVALID, "--place activations.%s=%s: tokens per tile (0: untiled) "
+				   "or auto", key, v);
+	*out = (int)n;
+	return FERRY_OK;
+}
+
 static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, enum act_form *form)
 {
 	if (!strcmp(key, "activations")) {
@@ -137,6 +157,10 @@ static ferry_status activations_item(struct ferry_places *p, const char *key, co
 		return FERRY_OK;
 	}
 	key += strlen("activations.");
+	if (!strcmp(key, "mlp_tile"))
+		return tile_value("mlp_tile", v, &p->mlp_tile);
+	if (!strcmp(key, "loss_tile"))
+		return tile_value("loss_tile", v, &p->loss_tile);
 	if (!strcmp(key, "prefetch")) {
 		char *end;
 		long d = strtol(v, &end, 10);
@@ -157,7 +181,8 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 
 	if (!eq)
 		return ferry_error(FERRY_ERR_INVALID, "--place '%s': GROUP=PLACEMENT expected (groups: layers.weights, "
-				   "edges.weights, adam, activations, activations.NAME, activations.prefetch)", item);
+				   "edges.weights, adam, activations, activations.NAME, activations.prefetch, "
+				   "activations.mlp_tile, activations.loss_tile)", item);
 	*eq = '\0';
 	v = eq + 1;
 	if (!strcmp(key, "layers.weights"))
@@ -169,7 +194,8 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 	if (!strcmp(key, "activations") || !strncmp(key, "activations.", strlen("activations.")))
 		return activations_item(p, key, v, form);
 	return ferry_error(FERRY_ERR_INVALID, "--place: unknown group '%s' (groups: layers.weights, edges.weights, "
-			   "adam, activations, activations.NAME, activations.prefetch)", key);
+			   "adam, activations, activations.NAME, activations.prefetch, activations.mlp_tile, "
+			   "activations.loss_tile)", key);
 }
 
 /* The next item of s (commas inside brackets do not end it), trimmed,
@@ -259,6 +285,18 @@ static const char *adam_text(const struct ferry_place *pl)
 	return pl->speculative ? "host:cpu(speculative)" : "host:cpu";
 }
 
+/* ",activations.KEY=N" (or auto) when tiled: untiled placements print as
+ * they did before tiles. */
+static void tile_text(const char *key, int tile, char *buf, size_t n, size_t *len)
+{
+	if (!tile || *len >= n)
+		return;
+	if (tile == FERRY_TILE_AUTO)
+		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=auto", key);
+	else
+		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=%d", key, tile);
+}
+
 /* The activations: the policy as one item, or a custom policy's names as
  * an item each (its commas would end the item). */
 static void activations_text(const struct ferry_places *p, char *buf, size_t n)
@@ -278,7 +316,10 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 		}
 	}
 	if (len < n)
-		snprintf(buf + len, n - len, ",activations.prefetch=%d", p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=%d",
+					p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+	tile_text("mlp_tile", p->mlp_tile, buf, n, &len);
+	tile_text("loss_tile", p->loss_tile, buf, n, &len);
 }
 
 ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n)
@@ -329,6 +370,11 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 		return ferry_error(FERRY_ERR_INVALID, "policy: longer than %d characters", FERRY_PLACE_POLICY_CHARS - 1);
 	snprintf(p->policy, sizeof(p->policy), "%s", o->policy ? o->policy : "");
 	p->act_prefetch = o->prefetch_depth;
+	if (o->mlp_tile < FERRY_TILE_AUTO || o->loss_tile < FERRY_TILE_AUTO)
+		return ferry_error(FERRY_ERR_INVALID, "tiles of %d (MLP) and %d (loss) tokens: a count, 0 (untiled) "
+				   "or auto", o->mlp_tile, o->loss_tile);
+	p->mlp_tile = o->mlp_tile;
+	p->loss_tile = o->loss_tile;
 	if ((st = ferry_places_parse(o->place, p)))
 		return st;
 	return ferry_places_check(p);
@@ -354,5 +400,7 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;
 	o->policy = p->policy[0] ? p->policy : NULL;
 	o->prefetch_depth = p->act_prefetch;
+	o->mlp_tile = p->mlp_tile;
+	o->loss_tile = p->loss_tile;
 	o->place = NULL;
 }

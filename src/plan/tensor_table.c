@@ -426,6 +426,14 @@ static bool is_stat(const struct ferry_layer_decl *d, int t)
 	return ferry_layer_tensor_is_stat(d, t);
 }
 
+/* Elements of stage tensor t: a tiled loss's logits have one tile's rows. */
+static size_t stage_numel(const struct ferry_tensor_table *tt, const struct ferry_layer_decl *d, int t)
+{
+	if (tt->place.loss_tile && d == tt->md->epilogue && ferry_row_tiles_inner(&tt->loss, t))
+		return (size_t)tt->place.loss_tile * (size_t)ferry_shape_row_width(&d->tensors[t].shape, &tt->dims);
+	return ferry_layer_tensor_numel(d, t, &tt->dims);
+}
+
 /* Prologue or epilogue tensors and their gradients. */
 static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_decl *d,
 		     const struct ferry_stage_tensor *roles, int *index, int *grad_index)
@@ -435,7 +443,7 @@ static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_dec
 	char name[64];
 
 	for (int t = 0; t < d->n_tensors; t++) {
-		size_t n = ferry_layer_tensor_numel(d, t, &tt->dims);
+		size_t n = stage_numel(tt, d, t);
 		const char *nm = d->tensors[t].name;
 
 		index[t] = grad_index[t] = -1;
@@ -467,8 +475,7 @@ static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_dec
 			continue;
 		snprintf(name, sizeof(name), "grad:%s", d->tensors[t].name);
 		grad_index[t] = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_ACT_GRAD,
-					   tt->act_dtype, ferry_layer_tensor_numel(d, t, &tt->dims) * asz,
-					   FERRY_PLACE_DEVICE);
+					   tt->act_dtype, stage_numel(tt, d, t) * asz, FERRY_PLACE_DEVICE);
 		if (grad_index[t] < 0)
 			return grad_index[t];
 	}
@@ -679,6 +686,22 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 		}
 }
 
+/* --loss-tile: the epilogue's head and loss, and the tile's rows. */
+static ferry_status plan_loss_tiles(struct ferry_tensor_table *tt)
+{
+	int64_t n = tt->dims.v[FERRY_DIM_B] * tt->dims.v[FERRY_DIM_T];
+	ferry_status st;
+
+	if (!tt->place.loss_tile)
+		return FERRY_OK;
+	if ((st = ferry_layer_loss_tiles(tt->md->epilogue, &tt->dims, &tt->loss)))
+		return st;
+	tt->place.loss_tile = ferry_row_tiles_rows(&tt->loss, tt->place.loss_tile, n);
+	if (tt->place.loss_tile < 1)
+		return ferry_error(FERRY_ERR_INVALID, "--loss-tile: tokens per tile must be positive");
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -705,9 +728,11 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	/* the activations as placed (--place may name them) */
 	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
 	act_opts.prefetch_depth = tt->place.act_prefetch;
-	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) ||
+	act_opts.mlp_tile = tt->place.mlp_tile;
+	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) || (st = plan_loss_tiles(tt)) ||
 	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
+	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
@@ -784,6 +809,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
 	plan->param_ring_slots = ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS) ? tt->ix.wring_slots : 0;
+	plan->loss_tile = tt->place.loss_tile;
 	if ((st = ferry_places_format(&tt->place, plan->place, sizeof(plan->place))))
 		return st;
 	edge_figures(tt, plan);

@@ -116,6 +116,9 @@ struct ferry_tensor_table {
 	size_t pinned_limit;          /* the limit applied (opts, or the default) */
 	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
 	bool over_pinned_limit;       /* some copied buffer is pageable for it */
+	struct ferry_row_tiles loss;  /* place.loss_tile > 0: the epilogue's head and loss
+					 run tile by tile; its inner tensors (the logits)
+					 have place.loss_tile rows */
 };
 
 /* Group g's placement. */

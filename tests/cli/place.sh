@@ -47,6 +47,9 @@ for shape in GPT2 LLAMA; do
 	round_trip "$shape params, embeddings" "${S[@]}" -- --offload-params --offload-embeddings --param-prefetch 3 \
 		--policy 'save_and_offload_only_these_names([out_proj], [query_proj, key_proj])'
 	round_trip "$shape custom policy" "${S[@]}" -- --policy custom:decoder_layer_input=offload,context=device
+	round_trip "$shape tiles" "${S[@]}" -- --mlp-tile 5 --loss-tile 7 --policy nothing_saveable
+	round_trip "$shape tiles auto, embeddings" "${S[@]}" -- --offload-params --offload-embeddings --mlp-tile auto \
+		--loss-tile auto --policy custom:decoder_layer_input=offload
 	unset -n S
 done
 

@@ -48,6 +48,8 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 	o->exec.policy = r->policy;
 	o->exec.optimizer = r->optimizer;
 	o->exec.offload_params = r->offload_params;
+	o->exec.mlp_tile = r->mlp_tile;
+	o->exec.loss_tile = r->loss_tile;
 	if (log) {
 		struct ferry_places places;
 		char place[FERRY_PLACE_CHARS];
@@ -151,6 +153,9 @@ void auto_policy_print(FILE *f, const struct ferry_auto_result *r)
 			: r->optimizer == FERRY_OPTIM_STREAM ? "on the host, streamed through the device"
 							     : "on the host, updated by host threads",
 			r->offload_params ? "on the host" : "on the device", r->n_states);
+	if (r->mlp_tile || r->loss_tile)
+		fprintf(f, "  tiles of tokens: the MLP %s, the LM head and loss %s (what fits, or is faster, "
+			   "against untiled)\n", r->mlp_tile ? "tiled" : "untiled", r->loss_tile ? "tiled" : "untiled");
 	auto_tiers_print(f, r);
 	fprintf(f, "per activation (one choice for all %d layers):\n", r->layers);
 	for (int i = 0; i < r->n; i++)
@@ -184,6 +189,8 @@ void auto_policy_json(FILE *f, const struct ferry_auto_result *r)
 		r->pred.host_bytes, r->device_mem, r->host_mem, r->layers, r->start, r->evaluations, r->search_s,
 		r->optimizer == FERRY_OPTIM_DEVICE ? "device" : r->optimizer == FERRY_OPTIM_STREAM ? "stream" : "cpu",
 		r->offload_params ? "true" : "false", r->n_states);
+	if (r->mlp_tile || r->loss_tile) /* untiled choices print as before tiles */
+		fprintf(f, "  \"mlp_tile\": %d, \"loss_tile\": %d,\n", r->mlp_tile, r->loss_tile);
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed) {
 			json_choice(f, &r->c[i], first);

@@ -203,17 +203,27 @@ static int choose_auto(const struct bench_args *a, const struct ferry_model_conf
 	return 0;
 }
 
+/* The options a row runs with: the flags', its policy, and auto's tiles. */
+static struct ferry_exec_opts row_opts(const struct bench_args *a, const struct row *r)
+{
+	struct ferry_exec_opts o = a->o.exec;
+
+	o.policy = r->spec;
+	if (r->autor)
+		o.mlp_tile = r->autor->mlp_tile, o.loss_tile = r->autor->loss_tile;
+	return o;
+}
+
 /* One policy: its plan, a model, its steps. */
 static void bench_one(const struct bench_args *a, const struct ferry_model_config *cfg, ferry_backend_t be,
 		      struct row *r)
 {
-	struct ferry_exec_opts o = a->o.exec;
+	struct ferry_exec_opts o = row_opts(a, r);
 	struct ferry_plan plan;
 	ferry_model_t m = NULL;
 	long n = (long)a->o.B * a->o.T;
 	int32_t *in = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
 
-	o.policy = r->spec;
 	ferry_backend_mem_reset_peak(be);
 	if (!in || !tg) {
 		snprintf(r->why, sizeof(r->why), "out of host memory");
@@ -325,12 +335,12 @@ int cmd_bench(int argc, char **argv)
 	if (calib_cache_load(be, &calib, path, sizeof(path)) != FERRY_OK)
 		printf("no predictions: %s\n", ferry_last_error());
 	for (int i = 0; i < a.n; i++) {
-		struct ferry_exec_opts o = a.o.exec;
+		struct ferry_exec_opts o;
 
 		rows[i].policy = rows[i].spec = a.policies[i];
 		if (is_auto_policy(rows[i].policy) && choose_auto(&a, &cfg, be, calib, &rows[i]))
 			continue;
-		o.policy = rows[i].spec;
+		o = row_opts(&a, &rows[i]);
 		rows[i].predicted = calib && ferry_model_predict(&cfg, a.o.B, a.o.T, &o, calib, &rows[i].pred) == FERRY_OK;
 		bench_one(&a, &cfg, be, &rows[i]);
 		if (rows[i].ok && !strcmp(rows[i].policy, "nothing_saveable"))

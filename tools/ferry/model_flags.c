@@ -102,6 +102,27 @@ static int clip_order_flag(const struct cli_flag *f, const char *cmd, int argc, 
 	return 2;
 }
 
+/* --mlp-tile, --loss-tile N|auto: tokens per tile (the option at f->at). */
+static int tile_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	int *out = (int *)CLI_AT(f, dst);
+	const char *v;
+
+	if (arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (!strcmp(v, "auto")) {
+		*out = FERRY_TILE_AUTO;
+		return 2;
+	}
+	if (arg_int(cmd, argc, argv, i, out))
+		return -1;
+	if (*out < 1) {
+		cli_error(cmd, "%s %s: tokens per tile (at least 1) or auto", f->name, v);
+		return -1;
+	}
+	return 2;
+}
+
 #define AT(field) offsetof(struct ferry_train_opts, field)
 #define SHAPE(flag, field, ...) \
 	{ .name = flag, .value = "N", .type = CLI_INT, .at = AT(model.field), .given = MODEL_GIVEN_SHAPE, __VA_ARGS__ }
@@ -170,6 +191,14 @@ const struct cli_flag model_flags[] = {
 	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
 	  .help = "layers prefetched ahead in the backward pass (default 2)",
 	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },
+	{ .name = "--mlp-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.mlp_tile), .parse = tile_flag,
+	  .help = "the MLP over tiles of N tokens (or auto), its hidden\n"
+	  "activations recomputed per tile in backward: one tile's\n"
+	  "exist at a time (long sequences; docs/long_context.md)" },
+	{ .name = "--loss-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.loss_tile), .parse = tile_flag,
+	  .help = "the LM head and the loss over tiles of N tokens (or\n"
+	  "auto), the logits recomputed per tile in backward: one\n"
+	  "tile's logits at a time, not batch x seq x vocab" },
 	{ .name = "--offload-optimizer", .value = "M", .type = CLI_CUSTOM, .at = 0,
 	  .help = "where AdamW's state lives: device (default); stream:\n"
 	  "master weights and moments in host memory, each layer's\n"
@@ -200,7 +229,8 @@ const struct cli_flag model_flags[] = {
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
 	  "host:cpu|host:cpu(speculative), activations=POLICY,\n"
-	  "activations.NAME=device|offload|remat, activations.prefetch=D;\n"
+	  "activations.NAME=device|offload|remat, activations.prefetch=D,\n"
+	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
 	  "`ferry plan` prints every configuration's (docs/design.md)" },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
