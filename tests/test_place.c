@@ -9,9 +9,12 @@
  *  - every tensor-table entry carries the group whose placement put it
  *    there, consistently: an entry on the host belongs to a group whose
  *    home is the host (or is an offloaded activation), AdamW's state and
- *    the master weights are the adam group's, the weight and gradient
- *    rings the layers', the edge region the edges', for GPT-2 and Llama
- *    under every placement of the weights and the optimizer.
+ *    the master weights are the adam group's, for GPT-2 and Llama under
+ *    every placement of the weights and the optimizer;
+ *  - the stream rule's rings are there for the streamed weight groups
+ *    only, each slot of each parameter inside its device entries and in
+ *    its group; the copies for rollback for the speculative update only,
+ *    of every stacked parameter's master weights and moments.
  */
 #include "ferry/place.h"
 #include "ferry/plan.h"
@@ -116,14 +119,72 @@ static void check_entry(const char *what, const struct ferry_tensor_table *tt, i
 		      "%s: host entry %s in group %d, whose home is not the host", what, e->name, e->group);
 	if (e->kind == FERRY_TK_WEIGHT || e->kind == FERRY_TK_OPT_STATE)
 		CHECK(e->group == FERRY_GROUP_ADAM, "%s: %s is AdamW's (group %d)", what, e->name, e->group);
-	if (i == tt->ix.wring || i == tt->ix.gring)
-		CHECK(e->group == FERRY_GROUP_LAYER_WEIGHTS, "%s: the ring %s is the layers'", what, e->name);
-	if (tt->ix.edge_buffer >= 0 && e->buffer == tt->ix.edge_buffer)
-		CHECK(e->group == FERRY_GROUP_EDGE_WEIGHTS, "%s: the edge entry %s is the edges'", what, e->name);
 	if (e->kind == FERRY_TK_ACTIVATION)
 		CHECK(e->group == FERRY_GROUP_ACTIVATIONS, "%s: %s is an activation", what, e->name);
 	if (e->kind == FERRY_TK_ACT_GRAD || e->kind == FERRY_TK_BATCH || e->kind == FERRY_TK_WORKSPACE)
 		CHECK(e->group == FERRY_GROUP_NONE, "%s: %s is placed by no group", what, e->name);
+}
+
+/* Each streamed weight group's ring: there exactly when the group is
+ * streamed, its entries on the device and in its group, a layout for the
+ * layers (every stacked parameter, each slot within its entries) or one
+ * per stage (the unstacked ones). */
+static void check_rings(const char *what, const struct ferry_tensor_table *tt)
+{
+	for (int g = 0; g < FERRY_GROUP_COUNT; g++) {
+		const struct ferry_table_ring *r = &tt->ix.ring[g];
+		bool weights = g == FERRY_GROUP_LAYER_WEIGHTS || g == FERRY_GROUP_EDGE_WEIGHTS;
+
+		CHECK(!r->slots == !(weights && ferry_table_streamed(tt, g)), "%s: group %d: a ring of %d slots", what, g,
+		      r->slots);
+		for (int k = 0; k < r->n_layouts; k++)
+			for (int q = 0; q < tt->md->n_params; q++) {
+				struct ferry_param_info pi;
+				int w = r->w[k][q], gr = r->g[k][q];
+
+				CHECK(ferry_model_param_info(&tt->cfg, q, &pi) == FERRY_OK, "%s: parameter %d", what, q);
+				if (w < 0) {
+					CHECK(gr < 0 && (g != FERRY_GROUP_LAYER_WEIGHTS || !pi.present || !pi.layers),
+					      "%s: stacked %s not in the layers' ring", what, pi.name);
+					continue;
+				}
+				CHECK(gr >= 0 && !pi.layers == (g == FERRY_GROUP_EDGE_WEIGHTS),
+				      "%s: %s in group %d's ring", what, pi.name, g);
+				CHECK(tt->e[w].site == FERRY_SITE_DEVICE && tt->e[gr].site == FERRY_SITE_DEVICE &&
+				      tt->e[w].group == g && tt->e[gr].group == g, "%s: %s's ring entries", what, pi.name);
+				CHECK((r->off[q] + (size_t)(r->slots - 1) * r->slot_numel + pi.layer_numel) *
+					      ferry_dtype_size(tt->e[w].dtype) <= tt->e[w].bytes,
+				      "%s: %s's last slot past its entry", what, pi.name);
+			}
+	}
+}
+
+/* The copies for rollback: exactly the speculative placement's, every
+ * stacked parameter's master weights and moments, inside a host entry of
+ * its own. */
+static void check_rollback(const char *what, const struct ferry_tensor_table *tt)
+{
+	const struct ferry_table_index *ix = &tt->ix;
+	bool spec = ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative;
+
+	for (int q = 0; q < tt->md->n_params; q++) {
+		struct ferry_param_info pi;
+		const int state[3] = { ix->param[q], ix->mom[q], ix->var[q] };
+
+		if (ferry_model_param_info(&tt->cfg, q, &pi) != FERRY_OK || !pi.present)
+			continue;
+		for (int i = 0; i < 3; i++) {
+			const struct ferry_tensor_entry *e = &tt->e[state[i]], *c;
+
+			CHECK((e->rollback >= 0) == (spec && pi.layers), "%s: %s: a copy for rollback %d", what, e->name,
+			      e->rollback);
+			if (e->rollback < 0)
+				continue;
+			c = &tt->e[e->rollback];
+			CHECK(c->site == FERRY_SITE_HOST && c->buffer != e->buffer && c->group == FERRY_GROUP_ADAM &&
+			      e->rollback_off + e->bytes <= c->bytes, "%s: %s's copy for rollback", what, e->name);
+		}
+	}
 }
 
 static void test_tables(const char *arch, int tied)
@@ -165,6 +226,8 @@ static void test_tables(const char *arch, int tied)
 			}
 			for (int i = 0; i < a.n; i++)
 				check_entry(what, &a, i);
+			check_rings(what, &a);
+			check_rollback(what, &a);
 			ferry_tensor_table_release(&a);
 		}
 }

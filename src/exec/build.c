@@ -209,79 +209,23 @@ static void emit_losses_copy(ferry_model_t m, struct ferry_program *p, const str
 			(size_t)k->B * k->T * sizeof(float), FERRY_COPY_D2H, -1, "losses");
 }
 
-/* ---- --offload-embeddings: the edge region ---------------------------------------- */
+/* ---- edges.weights=host:stream: the edges' ring, the stages its units --------- */
 
-/* Stage s's parameters into the edge region on the host-to-device stream
- * (as the kernels read them: the host's bf16 copy, or the fp32 master),
- * once the region's last reader and its last gradient copy-out are done.
- * Before the prologue's backward (with_grads) also the gradients of the
- * parameters the epilogue reads too, as its backward left them on the
- * host: a tied embedding's head contribution, which the embedding's
- * backward then adds to, in the order it does without the region.  The
- * compute stream waits for the load. */
-static void edge_in(ferry_model_t m, struct ferry_program *p, int s, bool with_grads)
+/* The edges' ring (weight_ring.h). */
+static struct ferry_weight_rings *edges(ferry_model_t m)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
-
-	ferry_emit_wait(p, m->param_h2d, m->edge_read, -1);
-	ferry_emit_wait(p, m->param_h2d, m->edge_out, -1);
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int c = ix->edge_copy[s][q], g = ix->edge_grad[s][q];
-
-		if (c < 0)
-			continue;
-		snprintf(label, sizeof(label), "edge: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->param_h2d, entry(m, c), entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
-				m->tt.e[c].bytes, FERRY_COPY_H2D, -1, label);
-		if (!with_grads || s != FERRY_EDGE_PROLOGUE || ix->edge_grad[FERRY_EDGE_EPILOGUE][q] < 0)
-			continue;
-		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->param_h2d, entry(m, g), entry(m, ix->grad[q]), m->tt.e[g].bytes, FERRY_COPY_H2D, -1,
-				label);
-	}
-	ferry_emit_record(p, m->param_h2d, m->edge_loaded, -1);
-	ferry_emit_wait(p, m->compute, m->edge_loaded, -1);
+	return &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
 }
 
-/* Before stage s's backward: the weight gradients that start from zero
- * (all but those edge_in loaded). */
-static void edge_zero_grads(ferry_model_t m, struct ferry_program *p, int s)
+/* Stage s's parameters into the edge region (in backward also the
+ * gradients the epilogue's backward left on the host for parameters the
+ * prologue reads too: a tied embedding's head contribution, which the
+ * embedding's backward then adds to, in the order it does without the
+ * region); the compute stream waits for them. */
+static void edge_in(ferry_model_t m, struct ferry_program *p, int s, bool backward)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
-
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int g = ix->edge_grad[s][q];
-
-		if (g < 0 || (s == FERRY_EDGE_PROLOGUE && ix->edge_grad[FERRY_EDGE_EPILOGUE][q] >= 0))
-			continue;
-		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_zero(p, m->compute, entry(m, g), m->tt.e[g].bytes, -1, label);
-	}
-}
-
-/* After stage s's backward: the region read for the last time, and its
- * gradients to the host on the device-to-host stream, where they replace
- * what the parameter's gradient held (the prologue's include the
- * epilogue's contribution). */
-static void edge_grads_out(ferry_model_t m, struct ferry_program *p, int s)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
-
-	ferry_emit_record(p, m->compute, m->edge_read, -1);
-	ferry_emit_wait(p, m->opt_d2h, m->edge_read, -1);
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int g = ix->edge_grad[s][q];
-
-		if (g < 0)
-			continue;
-		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_d2h, entry(m, ix->grad[q]), entry(m, g), m->tt.e[g].bytes, FERRY_COPY_D2H, -1,
-				label);
-	}
-	ferry_emit_record(p, m->opt_d2h, m->edge_out, -1);
+	ferry_weight_ring_load(edges(m), p, s, backward);
+	ferry_weight_ring_acquire(edges(m), p, s);
 }
 
 /* A stage's forward, with its parameters loaded into the edge region
@@ -292,7 +236,7 @@ static void edge_stage_forward(ferry_model_t m, struct ferry_program *p, const s
 		edge_in(m, p, s->edge, false);
 	stage_forward(m, p, s, B, T);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		ferry_emit_record(p, m->compute, m->edge_read, -1);
+		ferry_weight_ring_release(edges(m), p, s->edge);
 }
 
 /* Uploads the batch from the host staging buffers (targets: zeros without,
@@ -355,15 +299,15 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 		return FERRY_OK;
 	}
 	/* the epilogue's parameters are in the edge region since its forward */
-	edge_zero_grads(m, p, FERRY_EDGE_EPILOGUE);
+	ferry_weight_ring_zero_grads(edges(m), p, FERRY_EDGE_EPILOGUE);
 	stage_backward(m, p, &epi, k->B, k->T);
-	edge_grads_out(m, p, FERRY_EDGE_EPILOGUE);
+	ferry_weight_ring_grads_out(edges(m), p, FERRY_EDGE_EPILOGUE);
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 		return st;
 	edge_in(m, p, FERRY_EDGE_PROLOGUE, true);
-	edge_zero_grads(m, p, FERRY_EDGE_PROLOGUE);
+	ferry_weight_ring_zero_grads(edges(m), p, FERRY_EDGE_PROLOGUE);
 	stage_backward(m, p, &pro, k->B, k->T);
-	edge_grads_out(m, p, FERRY_EDGE_PROLOGUE);
+	ferry_weight_ring_grads_out(edges(m), p, FERRY_EDGE_PROLOGUE);
 	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
 	return FERRY_OK;
 }
