@@ -21,7 +21,7 @@ struct stage {
 	const int *index, *grad_index;
 	void *const *w;
 	float *const *g;
-	int edge;  /* FERRY_EDGE_PROLOGUE or _EPILOGUE */
+	int unit;  /* its unit in the edges' ring: FERRY_EDGE_PROLOGUE or _EPILOGUE */
 };
 
 static struct stage prologue_of(const struct ferry_model *m)
@@ -209,34 +209,51 @@ static void emit_losses_copy(ferry_model_t m, struct ferry_program *p, const str
 			(size_t)k->B * k->T * sizeof(float), FERRY_COPY_D2H, -1, "losses");
 }
 
-/* ---- edges.weights=host:stream: the edges' ring, the stages its units --------- */
+/* ---- the stages' parameters, placed ------------------------------------------- */
 
-/* The edges' ring (weight_ring.h). */
-static struct ferry_weight_rings *edges(ferry_model_t m)
+/* The ring the stages' parameters stream through (edges.weights=
+ * host:stream, units the stages), or NULL: they are on the device. */
+static struct ferry_weight_rings *stage_ring(ferry_model_t m)
 {
-	return &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
+	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
+
+	return r->ring ? r : NULL;
 }
 
-/* Stage s's parameters into the edge region (in backward also the
- * gradients the epilogue's backward left on the host for parameters the
- * prologue reads too: a tied embedding's head contribution, which the
- * embedding's backward then adds to, in the order it does without the
- * region); the compute stream waits for them. */
-static void edge_in(ferry_model_t m, struct ferry_program *p, int s, bool backward)
+/* A stage's forward, its parameters first loaded into their slot when
+ * they stream. */
+static void placed_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
 {
-	ferry_weight_ring_load(edges(m), p, s, backward);
-	ferry_weight_ring_acquire(edges(m), p, s);
-}
+	struct ferry_weight_rings *r = stage_ring(m);
 
-/* A stage's forward, with its parameters loaded into the edge region
- * first when they stream. */
-static void edge_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
-{
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		edge_in(m, p, s->edge, false);
+	if (r) {
+		ferry_weight_ring_load(r, p, s->unit, false);
+		ferry_weight_ring_acquire(r, p, s->unit);
+	}
 	stage_forward(m, p, s, B, T);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		ferry_weight_ring_release(edges(m), p, s->edge);
+	if (r)
+		ferry_weight_ring_release(r, p, s->unit);
+}
+
+/* A stage's backward; when its parameters stream, their gradients start
+ * from zero in the slot and go to the host after it.  The epilogue, the
+ * forward's last unit, is still in the slot; the prologue is loaded again,
+ * with the gradients the epilogue's backward left on the host for
+ * parameters both read (a tied embedding's head contribution, which the
+ * embedding's backward then adds to, in the order it does on the device). */
+static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	struct ferry_weight_rings *r = stage_ring(m);
+
+	if (r && s->unit != FERRY_EDGE_EPILOGUE) {
+		ferry_weight_ring_load(r, p, s->unit, true);
+		ferry_weight_ring_acquire(r, p, s->unit);
+	}
+	if (r)
+		ferry_weight_ring_zero_grads(r, p, s->unit);
+	stage_backward(m, p, s, B, T);
+	if (r)
+		ferry_weight_ring_grads_out(r, p, s->unit);
 }
 
 /* Uploads the batch from the host staging buffers (targets: zeros without,
@@ -256,10 +273,10 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 				"targets");
 	else
 		ferry_emit_zero(p, m->compute, tgt, N * sizeof(int32_t), -1, "targets");
-	edge_stage_forward(m, p, &pro, k->B, k->T);
+	placed_stage_forward(m, p, &pro, k->B, k->T);
 	if ((st = ferry_layer_exec_forward(m->layers, p, k->B, k->T, k->for_backward)))
 		return st;
-	edge_stage_forward(m, p, &epi, k->B, k->T); /* the epilogue's parameters stay for its backward */
+	placed_stage_forward(m, p, &epi, k->B, k->T); /* the epilogue's parameters stay for its backward */
 	if (k->targets && !k->loss_later)
 		emit_losses_copy(m, p, k);
 	return FERRY_OK;
@@ -289,26 +306,14 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
 	ferry_status st;
 
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) {
-		stage_backward(m, p, &epi, k->B, k->T);
-		if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
-			return st;
-		stage_backward(m, p, &pro, k->B, k->T);
-		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
-			unstacked_grads_out(m, p);
-		return FERRY_OK;
-	}
-	/* the epilogue's parameters are in the edge region since its forward */
-	ferry_weight_ring_zero_grads(edges(m), p, FERRY_EDGE_EPILOGUE);
-	stage_backward(m, p, &epi, k->B, k->T);
-	ferry_weight_ring_grads_out(edges(m), p, FERRY_EDGE_EPILOGUE);
+	placed_stage_backward(m, p, &epi, k->B, k->T);
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 		return st;
-	edge_in(m, p, FERRY_EDGE_PROLOGUE, true);
-	ferry_weight_ring_zero_grads(edges(m), p, FERRY_EDGE_PROLOGUE);
-	stage_backward(m, p, &pro, k->B, k->T);
-	ferry_weight_ring_grads_out(edges(m), p, FERRY_EDGE_PROLOGUE);
-	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+	placed_stage_backward(m, p, &pro, k->B, k->T);
+	if (stage_ring(m)) /* the stages' gradients went out with their ring */
+		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+		unstacked_grads_out(m, p);
 	return FERRY_OK;
 }
 
