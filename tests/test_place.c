@@ -47,12 +47,20 @@ static void test_syntax(void)
 		"activations.mlpwi=device,activations.prefetch=5",
 		"layers.weights=device,edges.weights=device,adam=host:cpu,activations=nothing_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
+		"activations.host=nvme,activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
+		"activations.context=offload,activations.host=interleave:1*3+2,activations.prefetch=2",
 	};
 	static const char *const bad[] = {
 		"adam", "adam=", "adam=host", "layers.weights=host:stream(0)", "layers.weights=host:stream(65)",
 		"layers.weights=host:stream(2", "edges.weights=host:stream(1)", "weights=device",
 		"activations=full,activations.context=offload", "activations.context=offload,activations=full",
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
+		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
+		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
+		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
+		"activations.host=c,x",
 	};
 	struct ferry_places p, before;
 
@@ -70,6 +78,58 @@ static void test_syntax(void)
 	CHECK(ferry_places_parse(" adam=host:cpu , adam=host:stream ", &p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].update == FERRY_UPDATE_DEVICE && p.group[FERRY_GROUP_ADAM].home == FERRY_HOME_HOST,
 	      "the last item of a group wins");
+}
+
+/* --host-tier as a shorthand: every kind's tier goes to the group holding
+ * that kind's host state (the activations', adam's while it is on the
+ * host), all=nvme to those the NVMe tier can hold, and the placements give
+ * the spec back. */
+static void test_tiers(void)
+{
+	static const struct {
+		enum ferry_optim_place opt;
+		const char *spec, *place, *back;
+	} cases[] = {
+		{ FERRY_OPTIM_STREAM, "all=nvme", "adam=host(params=nvme,optimizer=nvme):stream,activations=everything_saveable,"
+		  "activations.host=nvme", "activations=nvme,params=nvme,optimizer=nvme" },
+		{ FERRY_OPTIM_CPU, "all=nvme", "adam=host:cpu,activations=everything_saveable,activations.host=nvme",
+		  "activations=nvme" },
+		{ FERRY_OPTIM_CPU, "optimizer=cxl,grads=node:1,params=cxl", "adam=host(params=cxl,grads=node:1,optimizer=cxl)"
+		  ":cpu,activations=everything_saveable", "params=cxl,grads=node:1,optimizer=cxl" },
+		{ FERRY_OPTIM_STREAM, "all=dram", "adam=host(dram):stream,activations=everything_saveable,activations.host=dram",
+		  "activations=dram,params=dram,grads=dram,optimizer=dram" },
+		{ FERRY_OPTIM_DEVICE, "all=dram", "adam=device,activations=everything_saveable,activations.host=dram",
+		  "activations=dram" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct ferry_exec_opts o = { .optimizer = cases[i].opt, .host_tier = cases[i].spec }, back = { 0 };
+		char place[FERRY_PLACE_CHARS], spec[FERRY_PLACE_CHARS];
+		struct ferry_places p, q;
+
+		CHECK(ferry_exec_opts_places(&o, &p) == FERRY_OK && ferry_places_format(&p, place, sizeof(place)) == FERRY_OK &&
+		      ferry_places_tier_spec(&p, spec, sizeof(spec)) == FERRY_OK, "--host-tier %s: %s", cases[i].spec,
+		      ferry_last_error());
+		CHECK(strstr(place, cases[i].place) != NULL, "--host-tier %s: placements %s", cases[i].spec, place);
+		CHECK(!strcmp(spec, cases[i].back), "--host-tier %s: written back as %s", cases[i].spec, spec);
+		ferry_exec_opts_set_places(&back, &p);
+		back.host_tier = spec;
+		CHECK(ferry_exec_opts_places(&back, &q) == FERRY_OK && !memcmp(&p, &q, sizeof(p)),
+		      "--host-tier %s: placements -> flags -> placements differ", cases[i].spec);
+	}
+	/* a spec over placements: the kinds it names, the others kept */
+	{
+		struct ferry_places p;
+		char spec[FERRY_PLACE_CHARS];
+
+		ferry_places_default(&p);
+		CHECK(ferry_places_parse("adam=host(params=dram):stream,activations.host=cxl", &p) == FERRY_OK &&
+		      ferry_places_set_tiers(&p, "optimizer=nvme,activations=node:1") == FERRY_OK &&
+		      ferry_places_tier_spec(&p, spec, sizeof(spec)) == FERRY_OK &&
+		      !strcmp(spec, "activations=node:1,params=dram,optimizer=nvme"), "set tiers over placements: %s", spec);
+		CHECK(ferry_places_set_tiers(&p, "weights=dram") == FERRY_ERR_INVALID &&
+		      strstr(ferry_last_error(), "unknown kind 'weights'"), "a bad spec is refused");
+	}
 }
 
 /* Every shorthand flag combination the table accepts. */
@@ -235,6 +295,7 @@ static void test_tables(const char *arch, int tied)
 int main(void)
 {
 	test_syntax();
+	test_tiers();
 	test_tables("gpt2", 0);
 	test_tables("llama", 0);
 	test_tables("llama", 1);

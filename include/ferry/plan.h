@@ -175,13 +175,18 @@ struct ferry_exec_opts {
 						NULL: the backend's host memory) */
 	const char *place;      /* --place: placements written down (ferry/place.h),
 				   applied over what the flags above set (NULL: none) */
+	const char *host_tier;  /* --host-tier KIND=TIER,...: the host tiers the
+				   placements name, below place (NULL: none); what
+				   host_tiers places when it is made from them */
 };
 
 /* The placement of every group of training tensors that o asks for: its
  * shorthand flags, then o->place over them, checked (ferry/place.h). */
 ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferry_places *out) FERRY_MUST_CHECK;
 /* The reverse: the shorthand flags that give p (every placement today
- * has them); o->policy then points into p, and o->place is cleared. */
+ * has them); o->policy then points into p, and o->place is cleared.  The
+ * host tiers' shorthand is a spec: o->host_tier is left to the caller
+ * (ferry_places_tier_spec writes it). */
 void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p);
 /* AdamW's placement as the optimizer enum (host tiers decide by it). */
 enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);

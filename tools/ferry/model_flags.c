@@ -199,6 +199,8 @@ const struct cli_flag model_flags[] = {
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
 	  "host:cpu|host:cpu(speculative), activations=POLICY,\n"
 	  "activations.NAME=device|offload|remat, activations.prefetch=D;\n"
+	  "adam's host(TIER) or host(KIND=TIER,...) and activations.host=TIER\n"
+	  "name host tiers (as --host-tier);\n"
 	  "`ferry plan` prints every configuration's (docs/design.md)" },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
@@ -249,14 +251,18 @@ bool model_flags_state_given(void)
 int model_flags_places(const char *cmd, struct ferry_train_opts *o)
 {
 	static struct ferry_places places; /* o->exec.policy points into it */
+	static char tiers[FERRY_PLACE_CHARS]; /* and o->exec.host_tier into this */
 
+	o->exec.host_tier = tier_flags_spec();
 	if (!o->exec.place)
 		return 0;
-	if (ferry_exec_opts_places(&o->exec, &places) != FERRY_OK) {
+	if (ferry_exec_opts_places(&o->exec, &places) != FERRY_OK ||
+	    ferry_places_tier_spec(&places, tiers, sizeof(tiers)) != FERRY_OK) {
 		cli_fail(cmd);
 		return -1;
 	}
 	ferry_exec_opts_set_places(&o->exec, &places);
+	o->exec.host_tier = tiers[0] ? tiers : NULL;
 	place_given = true;
 	return 0;
 }

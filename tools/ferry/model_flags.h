@@ -27,9 +27,10 @@ extern const struct cli_flag model_flags[];
 struct cli_group model_flags_group(struct ferry_train_opts *o, unsigned *given);
 
 /* --place: its placements (over the flags') resolved into the flags, so
- * every later step (host tiers, --policy auto) sees them.  Prints the
- * error and returns -1 for a bad spec or placements that do not go
- * together.  Call after parsing, before tier_flags_setup. */
+ * every later step (host tiers, --policy auto) sees them, the host tiers
+ * they name (and --host-tier's) in o->exec.host_tier.  Prints the error
+ * and returns -1 for a bad spec or placements that do not go together.
+ * Call after parsing, before tier_flags_setup. */
 int model_flags_places(const char *cmd, struct ferry_train_opts *o);
 
 /* Their help, and the host tiers' (tier_flags.h), as every command that

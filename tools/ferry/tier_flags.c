@@ -19,7 +19,9 @@ const struct cli_flag tier_flags[] = {
 	  "auto (default: what the CPU computes on in DRAM, streamed\n"
 	  "state on CXL, what does not fit on DRAM, then NVMe);\n"
 	  "off: no tiers (the backend's host memory; the default on a\n"
-	  "machine without CPU-less nodes and without these flags)",
+	  "machine without CPU-less nodes and without these flags);\n"
+	  "the placements' tiers: --place adam=host(KIND=TIER,...):...,\n"
+	  "activations.host=TIER",
 	  .section = "host memory tiers (docs/tiers.md):" },
 	{ .name = "--topology", .value = "FILE", .type = CLI_STRING, .at = AT(topology),
 	  .help = "simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
@@ -35,13 +37,22 @@ struct cli_group tier_flags_group(void)
 	return (struct cli_group){ tier_flags, &given, NULL, NULL };
 }
 
+const char *tier_flags_spec(void)
+{
+	return given.spec && strcmp(given.spec, "off") ? given.spec : NULL;
+}
+
 int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 {
-	struct ferry_host_tiers_opts to = { given.spec, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
+	struct ferry_host_tiers_opts to = { o->exec.host_tier, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
 	ferry_host_tiers_t h;
 	bool cxl = false;
 
 	o->exec.host_tiers = NULL;
+	if (given.spec && !strcmp(given.spec, "off") && o->exec.host_tier) {
+		cli_error(cmd, "--host-tier off: the placements name host tiers (%s)", o->exec.host_tier);
+		return -1;
+	}
 	if (given.spec && !strcmp(given.spec, "off"))
 		return 0; /* the backend's host memory, whatever the machine has */
 	if (ferry_host_tiers_create(&to, &h) != FERRY_OK) {
@@ -53,7 +64,7 @@ int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 
 		cxl |= nd->cpus == 0 && nd->capacity > 0;
 	}
-	if (!given.spec && !given.topology && !given.nvme_dir && !cxl) {
+	if (!o->exec.host_tier && !given.spec && !given.topology && !given.nvme_dir && !cxl) {
 		ferry_host_tiers_free(h); /* one kind of memory: nothing to choose */
 		return 0;
 	}

@@ -13,9 +13,14 @@
 extern const struct cli_flag tier_flags[];
 struct cli_group tier_flags_group(void);
 
-/* Creates the host tiers when a flag asked for them, or when the machine
- * has CPU-less (CXL) nodes, into o->exec.host_tiers (else leaves it NULL:
- * the backend's host memory, as before tiers).  After the optimizer flag.
+/* --host-tier's spec, a shorthand of the placements' host tiers (NULL:
+ * not given, or off: no tiers). */
+const char *tier_flags_spec(void);
+
+/* Creates the host tiers when a flag or the placements (o->exec.host_tier,
+ * model_flags_places) asked for them, or when the machine has CPU-less
+ * (CXL) nodes, into o->exec.host_tiers (else leaves it NULL: the
+ * backend's host memory, as before tiers).  After model_flags_places.
  * -1 after a message. */
 int tier_flags_setup(const char *cmd, struct ferry_train_opts *o);
 
