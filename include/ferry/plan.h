@@ -222,6 +222,16 @@ struct ferry_schedule_info {
 
 void ferry_schedule_info_free(struct ferry_schedule_info *info);
 
+/* A traced run of the schedule in figures (ferry_model_trace_end_stats):
+ * from the first task's start to the last one's end, and per stream the
+ * time its tasks ran. */
+struct ferry_trace_stats {
+	double span_s;
+	int n_streams;
+	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
+};
+
 #ifdef __cplusplus
 }
 #endif
