@@ -50,7 +50,7 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 
 	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
 									.threads = o->threads }, &be) != FERRY_OK)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	cap = o->device_mem ? o->device_mem : ferry_backend_mem_capacity(be);
 	st = calib_cache_load(be, &c, path, sizeof(path));
 	ferry_backend_close(be);
@@ -58,15 +58,15 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 		fprintf(stderr, "ferry %s: --policy auto needs this machine's calibration: %s\n", cmd, ferry_last_error());
 		return 1;
 	}
-	st = auto_policy_search(o, cfg, c, cap, !model_flags_state_given(), r);
+	st = auto_policy_search(o, cfg, c, cap, !ferry_cli_model_flags_state_given(), r);
 	ferry_calibration_free(c);
 	if (st)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	o->exec.policy = r->policy;
 	o->exec.optimizer = r->optimizer;
 	o->exec.offload_params = r->offload_params;
 	if (r->tiers.spec[0] && chosen_tiers(o, r))
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	if (log) {
 		struct ferry_places places;
 		char place[FERRY_PLACE_CHARS];
