@@ -63,8 +63,8 @@ enum { FERRY_EDGE_PROLOGUE, FERRY_EDGE_EPILOGUE, FERRY_EDGE_STAGES };
  * src/exec/weight_ring.h).  The layers' units are the stack's layers,
  * every one reading all stacked parameters (one layout), layer l in slot
  * l % slots; the edges' are the stages, each reading its own parameters
- * (a layout each, FERRY_EDGE_PROLOGUE and _EPILOGUE), in one slot their
- * gradients share.  Layout k holds parameter q's compute copy at element
+ * (a layout each, FERRY_EDGE_PROLOGUE and _EPILOGUE, overlapping), in one
+ * slot their gradients share.  Layout k holds parameter q's compute copy at element
  * off[q] of entry w[k][q] and its gradient at element off[q] of entry
  * g[k][q] (-1: its units do not read q); slot s is s * slot_numel
  * elements further into both. */
