@@ -17,9 +17,11 @@ cd "$(dirname "$0")/.."
 # jansson reads and writes Hugging Face checkpoints' JSON; PCRE2 and utf8proc
 # run tokenizer.json's regexes and normalization forms; zlib and libzstd read
 # .gz and .zst corpora; fortunes is the demo corpus; libnuma binds host
-# memory tiers to NUMA nodes and liburing runs the NVMe tier's I/O.
+# memory tiers to NUMA nodes and liburing runs the NVMe tier's I/O;
+# python3-numpy runs the model families' independent reference
+# (tools/family_numpy_check.py, tests/cli/families_ref.sh).
 packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev libpcre2-dev libutf8proc-dev
-	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev)
+	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
