@@ -408,13 +408,13 @@ static bool token_id(json_t *j)
  * none. */
 static ferry_status read_token_ids(json_t *root, const char *path, struct ferry_hf_config *c)
 {
-	json_t *bos = get(root, "bos_token_id"), *eos = get(root, "eos_token_id"), *e;
+	json_t *bos = ferry_hfc_get(root, "bos_token_id"), *eos = ferry_hfc_get(root, "eos_token_id"), *e;
 	size_t i;
 	char d[64];
 
 	if (bos && !token_id(bos))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: bos_token_id must be a token id (an integer from 0) or null, "
-				   "not %s", path, describe(bos, d, sizeof(d)));
+				   "not %s", path, ferry_hfc_describe(bos, d, sizeof(d)));
 	c->has_bos = bos != NULL;
 	c->bos_token_id = bos ? (int)json_integer_value(bos) : 0;
 	c->eos_list = json_is_array(eos);
@@ -422,7 +422,7 @@ static ferry_status read_token_ids(json_t *root, const char *path, struct ferry_
 	    !(c->eos_list && json_array_size(eos) >= 1 && json_array_size(eos) <= FERRY_HF_MAX_EOS))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id must be a token id (an integer from 0), a list "
 				   "of 1 to %d of them, or null, not %s", path, FERRY_HF_MAX_EOS,
-				   describe(eos, d, sizeof(d)));
+				   ferry_hfc_describe(eos, d, sizeof(d)));
 	if (!c->eos_list) {
 		c->n_eos = eos != NULL;
 		c->eos_token_id[0] = eos ? (int)json_integer_value(eos) : 0;
@@ -431,7 +431,7 @@ static ferry_status read_token_ids(json_t *root, const char *path, struct ferry_
 	json_array_foreach(eos, i, e) {
 		if (!token_id(e))
 			return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id[%zu] must be a token id (an integer "
-					   "from 0), not %s", path, i, describe(e, d, sizeof(d)));
+					   "from 0), not %s", path, i, ferry_hfc_describe(e, d, sizeof(d)));
 		c->eos_token_id[c->n_eos++] = (int)json_integer_value(e);
 	}
 	return FERRY_OK;
