@@ -186,13 +186,18 @@ struct ferry_exec_opts {
 				   cross-entropy and their backward over tiles of this many
 				   tokens, so one tile's logits exist at a time (the backward
 				   recomputes them); FERRY_TILE_AUTO; 0: untiled */
+	const char *host_tier;  /* --host-tier KIND=TIER,...: the host tiers the
+				   placements name, below place (NULL: none); what
+				   host_tiers places when it is made from them */
 };
 
 /* The placement of every group of training tensors that o asks for: its
  * shorthand flags, then o->place over them, checked (ferry/place.h). */
 ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferry_places *out) FERRY_MUST_CHECK;
 /* The reverse: the shorthand flags that give p (every placement today
- * has them); o->policy then points into p, and o->place is cleared. */
+ * has them); o->policy then points into p, and o->place is cleared.  The
+ * host tiers' shorthand is a spec: o->host_tier is left to the caller
+ * (ferry_places_tier_spec writes it). */
 void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p);
 /* AdamW's placement as the optimizer enum (host tiers decide by it). */
 enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
@@ -227,6 +232,16 @@ struct ferry_schedule_info {
 };
 
 void ferry_schedule_info_free(struct ferry_schedule_info *info);
+
+/* A traced run of the schedule in figures (ferry_model_trace_end_stats):
+ * from the first task's start to the last one's end, and per stream the
+ * time its tasks ran. */
+struct ferry_trace_stats {
+	double span_s;
+	int n_streams;
+	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
+};
 
 #ifdef __cplusplus
 }

@@ -44,12 +44,10 @@ struct ferry_layer_exec {
 	int d2h_done[FERRY_LAYER_MAX_TENSORS * 65]; /* [t * ring + slot] */
 	int bwd_done[65], prefetch_ready[65];       /* [slot]; ring <= depth + 1 <= 65 */
 
-	/* parameter streaming (weights.rings): per weight slot "loaded" and
-	 * "read for the last time", per gradient slot "written", "copied out" */
+	/* parameter streaming (weights.rings): the layers' weight ring, its
+	 * events registered here */
 	bool wstream;
 	struct ferry_weight_rings wr;
-	int w_ready[FERRY_WEIGHT_RING_MAX], w_free[FERRY_WEIGHT_RING_MAX];
-	int g_done[2], g_free[2];
 	struct ferry_layer_hook hook;
 };
 
@@ -105,23 +103,19 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 	ferry_free(ex);
 }
 
-/* The events that order the weight and gradient rings' copies. */
+/* What the schedule calls the layers' weight ring. */
+static const struct ferry_ring_names layer_ring_names = { "weights", "weight gradients", "weights",
+							  "weight gradient slot" };
+
+/* The layers' weight ring on the engine's streams. */
 static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
 {
-	char name[64]; /* event names are kept to 39 characters; these fit */
-
-	for (int s = 0; s < ex->wr.ring; s++) {
-		snprintf(name, sizeof(name), "weights loaded [%d]", s);
-		ex->w_ready[s] = ferry_sched_event(res, name);
-		snprintf(name, sizeof(name), "weights read [%d]", s);
-		ex->w_free[s] = ferry_sched_event(res, name);
-	}
-	for (int s = 0; s < ex->wr.grad_ring; s++) {
-		snprintf(name, sizeof(name), "weight gradients written [%d]", s);
-		ex->g_done[s] = ferry_sched_event(res, name);
-		snprintf(name, sizeof(name), "weight gradients copied out [%d]", s);
-		ex->g_free[s] = ferry_sched_event(res, name);
-	}
+	ex->wr.per_stage = false;
+	ex->wr.names = &layer_ring_names;
+	ex->wr.compute = ex->compute;
+	ex->wr.h2d = ex->h2d;
+	ex->wr.d2h = ex->d2h;
+	ferry_weight_ring_register(&ex->wr, res);
 }
 
 /* The copy streams and the events offloading orders its copies with. */
@@ -247,63 +241,6 @@ static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weig
 	if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
 		layer = (size_t)(l % (grad ? ex->wr.grad_ring : ex->wr.ring)) * ex->wr.slot_numel;
 	return layer + (size_t)w.block * view;
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(const void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
-/* Layer l's weights into slot l % ring, once the slot's last reader is
- * done (the h2d stream's order then also follows the update before it). */
-static void weights_in(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	const struct ferry_weight_rings *wr = &ex->wr;
-	int slot = l % wr->ring;
-	char label[56];
-
-	ferry_emit_wait(p, ex->h2d, ex->w_free[slot], l);
-	for (int i = 0; i < wr->n; i++) {
-		const struct ferry_weight_stream *s = &wr->s[i];
-		size_t bytes = s->numel * wr->elem;
-
-		snprintf(label, sizeof(label), "weights: %.40s", s->name);
-		ferry_emit_copy(p, ex->h2d, at(s->dev, (size_t)slot * wr->slot_numel * wr->elem),
-				at(s->host, (size_t)l * bytes), bytes, FERRY_COPY_H2D, l, label);
-	}
-	ferry_emit_record(p, ex->h2d, ex->w_ready[slot], l);
-}
-
-/* Layer l's weight gradients to the host as soon as its backward is done. */
-static void grads_out(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	const struct ferry_weight_rings *wr = &ex->wr;
-	int slot = l % wr->grad_ring;
-	char label[56];
-
-	ferry_emit_record(p, ex->compute, ex->g_done[slot], l);
-	ferry_emit_wait(p, ex->d2h, ex->g_done[slot], l);
-	for (int i = 0; i < wr->n; i++) {
-		const struct ferry_weight_stream *s = &wr->s[i];
-
-		snprintf(label, sizeof(label), "grad: %.40s", s->name);
-		ferry_emit_copy(p, ex->d2h, at(s->host_grad, (size_t)l * s->numel * sizeof(float)),
-				at(s->dev_grad, (size_t)slot * wr->slot_numel * sizeof(float)), s->numel * sizeof(float),
-				FERRY_COPY_D2H, l, label);
-	}
-	ferry_emit_record(p, ex->d2h, ex->g_free[slot], l);
-}
-
-/* Before layer l's backward: its gradient slot, free again, from zero
- * (the layer's ops accumulate into it). */
-static void grads_slot_ready(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	int slot = l % ex->wr.grad_ring;
-
-	ferry_emit_wait(p, ex->compute, ex->g_free[slot], l);
-	ferry_emit_zero(p, ex->compute, at(ex->wr.grad_slot0, (size_t)slot * ex->wr.slot_numel * sizeof(float)),
-			ex->wr.slot_numel * sizeof(float), l, "weight gradient slot");
 }
 
 /* The batch's dimensions: the created ones with B and T replaced. */
@@ -471,10 +408,10 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 	if (offload && ex->sp.input_offloaded)
 		copy_out(ex, p, decl->input, 0, tensor_bytes(ex, decl->input, B, T));
 	for (int l = 0; ex->wstream && l < ex->wr.ring; l++)
-		weights_in(ex, p, l);
+		ferry_weight_ring_load(&ex->wr, p, l, false);
 	for (int l = 0; l < ex->L; l++) {
 		if (ex->wstream)
-			ferry_emit_wait(p, ex->compute, ex->w_ready[l % ex->wr.ring], l);
+			ferry_weight_ring_acquire(&ex->wr, p, l);
 		for (int o = 0; o < decl->n_ops; o++) {
 			int last = ferry_stack_tiled_op(&ex->sp, o) ? ex->sp.tiles.last : o;
 
@@ -491,9 +428,9 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 			o = last;
 		}
 		if (ex->wstream) {
-			ferry_emit_record(p, ex->compute, ex->w_free[l % ex->wr.ring], l);
+			ferry_weight_ring_release(&ex->wr, p, l);
 			if (l + ex->wr.ring < ex->L)
-				weights_in(ex, p, l + ex->wr.ring);
+				ferry_weight_ring_load(&ex->wr, p, l + ex->wr.ring, false);
 		}
 	}
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
@@ -667,11 +604,6 @@ void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_l
 	ex->hook = hook ? *hook : (struct ferry_layer_hook){ 0 };
 }
 
-static int slot_w(const struct ferry_layer_exec *ex, int l)
-{
-	return l % ex->wr.ring;
-}
-
 ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T)
 {
 	int L = ex->L, depth = ex->sp.depth;
@@ -691,15 +623,15 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			if (ex->sp.offloaded & (1u << t))
 				ferry_emit_wait(p, ex->compute, d2h_event(ex, t, l), l);
 		if (ex->wstream && l < ex->L - ex->wr.ring) /* else still there from the forward */
-			ferry_emit_wait(p, ex->compute, ex->w_ready[slot_w(ex, l)], l);
+			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
-			grads_slot_ready(ex, p, l);
+			ferry_weight_ring_zero_grads(&ex->wr, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
-			ferry_emit_record(p, ex->compute, ex->w_free[slot_w(ex, l)], l);
-			grads_out(ex, p, l);
+			ferry_weight_ring_release(&ex->wr, p, l);
+			ferry_weight_ring_grads_out(&ex->wr, p, l);
 			if (l - ex->wr.ring >= 0)
-				weights_in(ex, p, l - ex->wr.ring);
+				ferry_weight_ring_load(&ex->wr, p, l - ex->wr.ring, true);
 		}
 		if (offload) {
 			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);

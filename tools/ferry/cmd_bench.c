@@ -38,7 +38,7 @@ static void usage(void)
 	       "POLICY auto: --policy auto's choice on this machine (see ferry plan --help).\n"
 	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
 	       "\n");
-	model_flags_help(stdout);
+	ferry_cli_model_flags_help(stdout);
 }
 
 struct row {
@@ -77,9 +77,9 @@ static int policy_arg(const char *cmd, const char *arg, void *ctx)
 	struct bench_args *a = ctx;
 
 	if (!strncmp(arg, "--", 2))
-		return cli_usage_error(cmd, "unknown flag '%s'", arg);
+		return ferry_cli_usage_error(cmd, "unknown flag '%s'", arg);
 	if (a->n == MAX_PLACEMENTS)
-		return cli_usage_error(cmd, "at most %d policies", MAX_PLACEMENTS);
+		return ferry_cli_usage_error(cmd, "at most %d policies", MAX_PLACEMENTS);
 	a->policies[a->n++] = arg;
 	return 0;
 }
@@ -87,13 +87,13 @@ static int policy_arg(const char *cmd, const char *arg, void *ctx)
 static int parse(int argc, char **argv, struct bench_args *a)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { model_flags_group(&a->o, &given), tier_flags_group(),
+	const struct cli_group groups[] = { ferry_cli_model_flags_group(&a->o, &given), ferry_cli_tier_flags_group(),
 					    { bench_flags, a, NULL, NULL }, { NULL } };
 	int rc;
 
-	model_flags_default(&a->o);
+	ferry_cli_model_flags_default(&a->o);
 	a->steps = 5;
-	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .files = true, .arg = policy_arg, .ctx = a }, argc, argv);
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .files = true, .arg = policy_arg, .ctx = a }, argc, argv);
 	a->shape_given = given & MODEL_GIVEN_SHAPE;
 	if (rc == CLI_HELP)
 		usage();
@@ -322,13 +322,13 @@ int cmd_bench(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	ferry_set_threads(a.o.threads);
-	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg) ||
-	    model_flags_places(CMD, &a.o) || tier_flags_setup(CMD, &a.o))
+	if (ferry_cli_model_flags_backend(CMD, &a.o, stdout) || ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
+	    ferry_cli_model_flags_places(CMD, &a.o) || ferry_cli_tier_flags_setup(CMD, &a.o))
 		return 1;
 	if (ferry_backend_open(a.o.backend, &(struct ferry_backend_opts){ .device_mem = a.o.device_mem,
 									  .threads = a.o.threads }, &be) != FERRY_OK) {
-		tier_flags_release(&a.o);
-		return cli_fail(CMD);
+		ferry_cli_tier_flags_release(&a.o);
+		return ferry_cli_fail(CMD);
 	}
 	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
 	       ferry_backend_description(be));
@@ -348,7 +348,7 @@ int cmd_bench(int argc, char **argv)
 	}
 	ferry_calibration_free(calib);
 	ferry_backend_close(be);
-	tier_flags_release(&a.o);
+	ferry_cli_tier_flags_release(&a.o);
 	print_rows(rows, a.n, base);
 	warn_busy(rows, a.n);
 	rc = a.json ? write_json(a.json, rows, a.n, base) : 0;
