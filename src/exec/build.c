@@ -336,12 +336,14 @@ static void placed_stage_forward(ferry_model_t m, struct ferry_program *p, const
 }
 
 /* A stage's backward; when its parameters stream, their gradients start
- * from zero in the slot and go to the host after it.  The epilogue, the
+ * from zero in the slot (or from the host's, adding a micro-batch to
+ * them) and go to the host after it.  The epilogue, the
  * forward's last unit, is still in the slot; the prologue is loaded again,
  * with the gradients the epilogue's backward left on the host for
  * parameters both read (a tied embedding's head contribution, which the
  * embedding's backward then adds to, in the order it does on the device). */
-static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
+				  bool grads_from_host)
 {
 	struct ferry_weight_rings *r = stage_ring(m);
 
@@ -350,7 +352,7 @@ static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, cons
 		ferry_weight_ring_acquire(r, p, s->unit);
 	}
 	if (r)
-		ferry_weight_ring_zero_grads(r, p, s->unit);
+		ferry_weight_ring_start_grads(r, p, s->unit, grads_from_host);
 	stage_backward(m, p, s, B, T);
 	if (r)
 		ferry_weight_ring_grads_out(r, p, s->unit);
@@ -404,12 +406,13 @@ static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
 static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
 {
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
+	const bool from_host = k->variant == FERRY_BACKWARD_ADD;
 	ferry_status st;
 
-	placed_stage_backward(m, p, &epi, k->B, k->T);
-	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
+	placed_stage_backward(m, p, &epi, k->B, k->T, from_host);
+	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T, from_host)))
 		return st;
-	placed_stage_backward(m, p, &pro, k->B, k->T);
+	placed_stage_backward(m, p, &pro, k->B, k->T, from_host);
 	if (stage_ring(m)) /* the stages' gradients went out with their ring */
 		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
 	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
