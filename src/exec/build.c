@@ -409,6 +409,10 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	const bool from_host = k->variant == FERRY_BACKWARD_ADD;
 	ferry_status st;
 
+	/* the unstacked gradients grow on the device: the last backward's copy
+	 * of them to the host is done first */
+	if (from_host && !stage_ring(m))
+		ferry_emit_wait(p, m->compute, m->all_grads_home, -1);
 	placed_stage_backward(m, p, &epi, k->B, k->T, from_host);
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T, from_host)))
 		return st;
