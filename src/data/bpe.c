@@ -22,22 +22,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+ferry_status ferry_tok_str_reserve(struct tok_str *s, size_t more)
+{
+	size_t cap = s->cap ? s->cap : 64;
+	char *q;
+
+	if (s->n + more + 1 <= s->cap)
+		return FERRY_OK;
+	while (cap < s->n + more + 1)
+		cap *= 2;
+	q = realloc(s->p, cap);
+	if (!q)
+		return ferry_error(FERRY_ERR_NOMEM, "out of memory for %zu bytes of text", cap);
+	s->p = q;
+	s->cap = cap;
+	return FERRY_OK;
+}
+
 ferry_status ferry_tok_str_add(struct tok_str *s, const void *p, size_t n)
 {
-	if (s->n + n + 1 > s->cap) {
-		size_t cap = s->cap ? s->cap : 64;
-		char *q;
+	ferry_status st = ferry_tok_str_reserve(s, n);
 
-		while (cap < s->n + n + 1)
-			cap *= 2;
-		q = realloc(s->p, cap);
-		if (!q)
-			return ferry_error(FERRY_ERR_NOMEM,
-					   "out of memory for %zu bytes of text",
-					   cap);
-		s->p = q;
-		s->cap = cap;
-	}
+	if (st)
+		return st;
 	if (n)
 		memcpy(s->p + s->n, p, n);
 	s->n += n;
@@ -51,20 +58,33 @@ void ferry_tok_str_free(struct tok_str *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static ferry_status ids_push(struct ferry_token_buf *b, int32_t id)
+static ferry_status ids_append(struct ferry_token_buf *b, const int32_t *ids, size_t n)
 {
-	if (b->n == b->cap) {
+	if (b->n + n > b->cap) {
 		size_t cap = b->cap ? 2 * b->cap : 256;
-		int32_t *p = realloc(b->ids, cap * sizeof(*p));
+		int32_t *p;
 
+		while (cap < b->n + n)
+			cap *= 2;
+		p = realloc(b->ids, cap * sizeof(*p));
 		if (!p)
 			return ferry_error(FERRY_ERR_NOMEM,
 					   "out of memory for %zu token ids", cap);
 		b->ids = p;
 		b->cap = cap;
 	}
-	b->ids[b->n++] = id;
+	memcpy(b->ids + b->n, ids, n * sizeof(*ids));
+	b->n += n;
 	return FERRY_OK;
+}
+
+static ferry_status ids_push(struct ferry_token_buf *b, int32_t id)
+{
+	if (b->n < b->cap) {
+		b->ids[b->n++] = id;
+		return FERRY_OK;
+	}
+	return ids_append(b, &id, 1);
 }
 
 void ferry_token_buf_free(struct ferry_token_buf *b)
@@ -227,6 +247,7 @@ void ferry_tok_bpe_free(struct tok_bpe *b)
 	ferry_free(b->token);
 	ferry_free(b->token_len);
 	ferry_tok_map_free(b->vocab);
+	ferry_tok_cache_free(b->cache);
 	ferry_free(b->merge_key);
 	ferry_free(b->merge_rank);
 	ferry_free(b->merge_id);
@@ -364,20 +385,14 @@ static void merge_all(const struct tok_bpe *b, struct sym *s, int ns,
 	}
 }
 
-ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
-			  struct ferry_token_buf *out)
+static ferry_status merge_word(const struct tok_bpe *b, const char *w, size_t n,
+			       struct ferry_token_buf *out)
 {
 	struct sym small_s[64], *s = small_s;
 	struct cand small_h[192], *h = small_h;
 	ferry_status st = FERRY_OK;
 	int ns;
 
-	if (b->ignore_merges) {
-		int id = ferry_tok_map_get(b->vocab, w, n);
-
-		if (id >= 0)
-			return ids_push(out, id);
-	}
 	/* Up to one symbol per byte; each merge pushes at most 2 pairs. */
 	if (n > 64) {
 		s = malloc(n * sizeof(*s));
@@ -397,6 +412,30 @@ out:
 		free(s);
 	if (h != small_h)
 		free(h);
+	return st;
+}
+
+/* Longer pieces are rare: they would only fill the cache. */
+#define CACHE_MAX_BYTES 64
+
+ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
+			  struct ferry_token_buf *out)
+{
+	bool cached = b->cache && n <= CACHE_MAX_BYTES;
+	uint64_t hash = cached ? ferry_tok_cache_hash(w, n) : 0;
+	size_t from = out->n;
+	const int32_t *ids;
+	ferry_status st;
+	int k;
+
+	if (cached && (k = ferry_tok_cache_get(b->cache, w, n, hash, &ids)) >= 0)
+		return ids_append(out, ids, (size_t)k);
+	if (b->ignore_merges && (k = ferry_tok_map_get(b->vocab, w, n)) >= 0)
+		st = ids_push(out, k);
+	else
+		st = merge_word(b, w, n, out);
+	if (!st && cached)
+		ferry_tok_cache_put(b->cache, w, n, hash, out->ids + from, (int)(out->n - from));
 	return st;
 }
 

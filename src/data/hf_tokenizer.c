@@ -206,6 +206,7 @@ static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 				   path, type);
 	st = parse_vocab(b, json_object_get(model, "vocab"), path);
 	st = st ? st : parse_merges(b, json_object_get(model, "merges"), path);
+	st = st ? st : ferry_tok_cache_new(&b->cache);
 	return st ? st : model_flags(b, model, path);
 }
 
