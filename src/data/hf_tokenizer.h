@@ -144,6 +144,8 @@ struct ferry_hf_tokenizer {
 	struct tok_pre pre[TOK_MAX_STEPS];
 	int n_pre;
 	bool byte_level;	/* a ByteLevel pre-tokenizer maps bytes to chars */
+	/* ByteLevel's byte -> character: its UTF-8 bytes, [2] their count */
+	unsigned char byte_map[256][3];
 	struct tok_dec dec[TOK_MAX_STEPS];
 	int n_dec;
 	struct tok_added *added;

@@ -238,24 +238,28 @@ size_t ferry_tok_byte_char(unsigned char b, char *out)
 }
 
 /* s mapped by ByteLevel, as one more piece of out. */
-static ferry_status add_mapped(const unsigned char *s, size_t n, struct pieces *out)
+static ferry_status add_mapped(const struct ferry_hf_tokenizer *t, const unsigned char *s,
+			       size_t n, struct pieces *out)
 {
 	size_t from = out->buf.n;
-	ferry_status st = ferry_tok_str_reserve(&out->buf, 2 * n);
+	ferry_status st = ferry_tok_str_reserve(&out->buf, 2 * n + 1);
 	char *q;
 
 	if (st || n == 0)
 		return st;
 	q = out->buf.p + from;
-	for (size_t k = 0; k < n; k++)
-		q += ferry_tok_byte_char(s[k], q);
+	for (size_t k = 0; k < n; k++) { /* both bytes written, one kept or two */
+		memcpy(q, t->byte_map[s[k]], 2);
+		q += t->byte_map[s[k]][2];
+	}
 	*q = '\0';
 	out->buf.n = (size_t)(q - out->buf.p);
 	return piece_mark(out, from, out->buf.n - from);
 }
 
 /* ByteLevel on one piece: the prefix space, GPT-2's split, the byte map. */
-static ferry_status byte_level(const struct tok_pre *p, pcre2_match_data *md,
+static ferry_status byte_level(const struct ferry_hf_tokenizer *t,
+			       const struct tok_pre *p, pcre2_match_data *md,
 			       const char *s, size_t n, struct segs *g,
 			       struct tok_str *tmp, struct pieces *out)
 {
@@ -269,10 +273,10 @@ static ferry_status byte_level(const struct tok_pre *p, pcre2_match_data *md,
 		n = tmp->n;
 	}
 	if (st || !p->regex)
-		return st ? st : add_mapped((const unsigned char *)s, n, out);
+		return st ? st : add_mapped(t, (const unsigned char *)s, n, out);
 	st = find_segs(p->regex, md, s, n, false, g);
 	for (int i = 0; i < g->n && !st; i++)
-		st = add_mapped((const unsigned char *)s + g->v[i].s, g->v[i].e - g->v[i].s, out);
+		st = add_mapped(t, (const unsigned char *)s + g->v[i].s, g->v[i].e - g->v[i].s, out);
 	return st;
 }
 
@@ -309,7 +313,8 @@ static ferry_status metaspace(const struct tok_pre *p, const char *s,
 	return st ? st : piece_add(out, tmp->p + from, tmp->n - from);
 }
 
-static ferry_status run_step(const struct tok_pre *p, pcre2_match_data *md,
+static ferry_status run_step(const struct ferry_hf_tokenizer *t,
+			     const struct tok_pre *p, pcre2_match_data *md,
 			     const struct pieces *in, struct segs *g,
 			     struct tok_str *tmp, struct pieces *out)
 {
@@ -324,7 +329,7 @@ static ferry_status run_step(const struct tok_pre *p, pcre2_match_data *md,
 			st = split_into(p->regex, md, p->behavior, p->invert, s,
 					n, g, out);
 		else if (p->kind == PRE_BYTELEVEL)
-			st = byte_level(p, md, s, n, g, tmp, out);
+			st = byte_level(t, p, md, s, n, g, tmp, out);
 		else
 			st = metaspace(p, s, n, i == 0 && in->first_at_start,
 				       tmp, out);
@@ -351,7 +356,7 @@ ferry_status ferry_tok_pretok_encode(const struct ferry_hf_tokenizer *t,
 
 		b.buf.n = 0;
 		b.n = 0;
-		st = run_step(&t->pre[k], md, &a, &g, &tmp, &b);
+		st = run_step(t, &t->pre[k], md, &a, &g, &tmp, &b);
 		swap = a;
 		a = b;
 		b = swap;
