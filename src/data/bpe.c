@@ -418,24 +418,63 @@ out:
 /* Longer pieces are rare: they would only fill the cache. */
 #define CACHE_MAX_BYTES 64
 
-ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
-			  struct ferry_token_buf *out)
+static bool cacheable(const struct tok_bpe *b, size_t n)
 {
-	bool cached = b->cache && n <= CACHE_MAX_BYTES;
-	uint64_t hash = cached ? ferry_tok_cache_hash(w, n) : 0;
+	return b->cache && n <= CACHE_MAX_BYTES;
+}
+
+/* w, whose hash is h when cacheable. */
+static ferry_status bpe_word(const struct tok_bpe *b, const char *w, size_t n, uint64_t h,
+			     struct ferry_token_buf *out)
+{
+	bool cached = cacheable(b, n);
 	size_t from = out->n;
 	const int32_t *ids;
 	ferry_status st;
 	int k;
 
-	if (cached && (k = ferry_tok_cache_get(b->cache, w, n, hash, &ids)) >= 0)
+	if (cached && (k = ferry_tok_cache_get(b->cache, w, n, h, &ids)) >= 0)
 		return ids_append(out, ids, (size_t)k);
 	if (b->ignore_merges && (k = ferry_tok_map_get(b->vocab, w, n)) >= 0)
 		st = ids_push(out, k);
 	else
 		st = merge_word(b, w, n, out);
 	if (!st && cached)
-		ferry_tok_cache_put(b->cache, w, n, hash, out->ids + from, (int)(out->n - from));
+		ferry_tok_cache_put(b->cache, w, n, h, out->ids + from, (int)(out->n - from));
+	return st;
+}
+
+ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
+			  struct ferry_token_buf *out)
+{
+	return bpe_word(b, w, n, cacheable(b, n) ? ferry_tok_cache_hash(w, n) : 0, out);
+}
+
+/* How far ahead of the piece being encoded its successors' cache slots,
+ * then their records, are fetched: a lookup would otherwise wait on
+ * memory (the cache is megabytes). */
+#define AHEAD_SLOT 8
+#define AHEAD_REC 4
+
+ferry_status ferry_tok_bpe_pieces(const struct tok_bpe *b, const char *buf,
+				  const size_t *off, const size_t *len, int n,
+				  struct ferry_token_buf *out)
+{
+	uint64_t h[AHEAD_SLOT + 1];
+	ferry_status st = FERRY_OK;
+
+	for (int i = -AHEAD_SLOT; i < n && !st; i++) {
+		int j = i + AHEAD_SLOT, r = i + AHEAD_REC;
+
+		if (j < n && cacheable(b, len[j])) {
+			h[j % (AHEAD_SLOT + 1)] = ferry_tok_cache_hash(buf + off[j], len[j]);
+			ferry_tok_cache_prefetch(b->cache, h[j % (AHEAD_SLOT + 1)], false);
+		}
+		if (r >= 0 && r < n && cacheable(b, len[r]))
+			ferry_tok_cache_prefetch(b->cache, h[r % (AHEAD_SLOT + 1)], true);
+		if (i >= 0)
+			st = bpe_word(b, buf + off[i], len[i], h[i % (AHEAD_SLOT + 1)], out);
+	}
 	return st;
 }
 

@@ -116,6 +116,20 @@ int ferry_tok_cache_get(const struct tok_cache *c, const char *w, size_t n, uint
 	return -1;
 }
 
+void ferry_tok_cache_prefetch(const struct tok_cache *c, uint64_t h, bool rec)
+{
+	const _Atomic uint64_t *slot = &c->slot[h & (CACHE_SLOTS - 1)];
+	uint64_t v;
+
+	if (!rec) {
+		__builtin_prefetch((const void *)slot);
+		return;
+	}
+	v = atomic_load_explicit(slot, memory_order_relaxed);
+	if (v && (uint32_t)(v >> 32) == (uint32_t)(h >> 32))
+		__builtin_prefetch(rec_at(c, v));
+}
+
 /* Room for a record of size bytes: its offset in the arena, or -1 when
  * the cache is full. */
 static long take(struct tok_cache *c, size_t size)

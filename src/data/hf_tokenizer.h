@@ -69,6 +69,9 @@ int ferry_tok_cache_get(const struct tok_cache *c, const char *w, size_t n, uint
 /* Caches w -> ids, unless the cache is full. */
 void ferry_tok_cache_put(struct tok_cache *c, const char *w, size_t n, uint64_t h,
 			 const int32_t *ids, int n_ids);
+/* Brings the slot of hash h into the CPU's cache, or with rec the record
+ * the slot points at (once the slot is there). */
+void ferry_tok_cache_prefetch(const struct tok_cache *c, uint64_t h, bool rec);
 
 ferry_status ferry_tok_map_new(size_t n, struct tok_map **out) FERRY_MUST_CHECK;
 void ferry_tok_map_free(struct tok_map *m);
@@ -86,6 +89,10 @@ ferry_status ferry_tok_ids_push(struct ferry_token_buf *b, int32_t id)
 /* Appends the ids of one pre-tokenized piece. */
 ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
 			  struct ferry_token_buf *out) FERRY_MUST_CHECK;
+/* Appends the ids of n pieces, [off[i], off[i] + len[i]) of buf, in order. */
+ferry_status ferry_tok_bpe_pieces(const struct tok_bpe *b, const char *buf,
+				  const size_t *off, const size_t *len, int n,
+				  struct ferry_token_buf *out) FERRY_MUST_CHECK;
 
 /* ---- normalizers, pre-tokenizers, decoders, post-processor ---- */
 

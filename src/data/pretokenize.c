@@ -361,8 +361,8 @@ ferry_status ferry_tok_pretok_encode(const struct ferry_hf_tokenizer *t,
 		a = b;
 		b = swap;
 	}
-	for (int i = 0; i < a.n && !st; i++)
-		st = ferry_tok_bpe_word(&t->bpe, a.buf.p + a.off[i], a.len[i], out);
+	if (!st)
+		st = ferry_tok_bpe_pieces(&t->bpe, a.buf.p, a.off, a.len, a.n, out);
 	pieces_free(&a);
 	pieces_free(&b);
 	free(g.v);
