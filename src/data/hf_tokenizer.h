@@ -158,6 +158,8 @@ struct ferry_hf_tokenizer {
 	struct tok_added *added;
 	int n_added;
 	bool added_first[2][256]; /* [normalized][byte]: a token starts so */
+	int added_one_first[2];	/* [normalized]: the byte all start with; -1:
+				   no token, 256: several bytes */
 	int post_before[TOK_MAX_STEPS]; /* the single template's special ids */
 	int post_after[TOK_MAX_STEPS];
 	int n_post_before, n_post_after;
