@@ -8,7 +8,8 @@
       <|endoftext|> special).
   tokenize_ref.py run {hf,tiktoken} --tokenizer JSON --threads N CORPUS
                   [--check IDS]
-      Encodes the NUL-separated documents of CORPUS once and prints one line
+      Encodes the NUL-separated documents of CORPUS once, in batches of
+      1024 documents whose ids are dropped once counted, and prints one line
       "NAME threads=N bytes=B tokens=T seconds=S MBps=R cpu_seconds=C
       cpuMBps=Q" (C: the process's CPU time, all threads).  --check compares
       the ids, document by document, with bench_tokenize --ids-out's file
@@ -30,6 +31,7 @@ import statistics
 import sys
 import time
 
+BATCH = 1024  # documents encoded at once
 GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"""
                 r"""|\s+(?!\S)|\s+""")
 
@@ -82,40 +84,53 @@ def encoder(lib, path, threads):
     return lambda docs: [e.ids for e in tok.encode_batch_fast(docs, add_special_tokens=False)]
 
 
-def check(ids, path):
-    want = array.array('i')
-    with open(path, 'rb') as f:
-        want.frombytes(f.read())
-    at = 0
-    for d, got in enumerate(ids):
-        n = want[at]
-        if list(want[at + 1:at + 1 + n]) != got:
-            print(f'document {d}: ids differ from {path}', file=sys.stderr)
-            return False
-        at += 1 + n
-    if at != len(want):
-        print(f'{path} holds more documents than the corpus', file=sys.stderr)
-        return False
-    return True
+class Expected:
+    """bench_tokenize --ids-out's file, compared document by document."""
+
+    def __init__(self, path):
+        self.want = array.array('i')
+        with open(path, 'rb') as f:
+            self.want.frombytes(f.read())
+        self.at = self.doc = 0
+
+    def same(self, ids):
+        for got in ids:
+            n = self.want[self.at] if self.at < len(self.want) else -1
+            if n != len(got) or list(self.want[self.at + 1:self.at + 1 + n]) != got:
+                print(f'document {self.doc}: ids differ from ferry\'s', file=sys.stderr)
+                return False
+            self.at += 1 + n
+            self.doc += 1
+        return True
 
 
 def run(a):
+    """Batches of BATCH documents, as a corpus too large to hold encoded is
+    encoded: each batch's ids are counted (and checked) and dropped; only
+    the encoding is timed."""
     os.environ['RAYON_NUM_THREADS'] = str(a.threads)
     os.environ['TOKENIZERS_PARALLELISM'] = 'true' if a.threads > 1 else 'false'
     enc = encoder(a.lib, a.tokenizer, a.threads)
     with open(a.corpus, 'rb') as f:
         raw = f.read()
     docs = [d.decode('utf-8') for d in raw.split(b'\0') if d]
+    want = Expected(a.check) if a.check else None
     enc(docs[:64])  # warm up: thread pools, caches
-    t0, c0 = time.perf_counter(), time.process_time()
-    ids = enc(docs)
-    sec, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sec = cpu = 0.0
+    tokens = 0
+    for at in range(0, len(docs), BATCH):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ids = enc(docs[at:at + BATCH])
+        sec, cpu = sec + time.perf_counter() - t0, cpu + time.process_time() - c0
+        tokens += sum(map(len, ids))
+        if want and not want.same(ids):
+            sys.exit(1)
+    if want and want.at != len(want.want):
+        sys.exit(f'{a.check} holds more documents than the corpus')
     nbytes = len(raw) - raw.count(b'\0')
-    print(f'{a.lib} threads={a.threads} bytes={nbytes} tokens={sum(map(len, ids))} '
+    print(f'{a.lib} threads={a.threads} bytes={nbytes} tokens={tokens} '
           f'seconds={sec:.3f} MBps={nbytes / sec / 1e6:.2f} cpu_seconds={cpu:.3f} '
           f'cpuMBps={nbytes / cpu / 1e6:.2f}', flush=True)
-    if a.check and not check(ids, a.check):
-        sys.exit(1)
 
 
 def summary(path):
