@@ -3,8 +3,8 @@
 # `tokenizers` and OpenAI's `tiktoken`, on one corpus and GPT-2's tokenizer,
 # per thread and on all threads (docs/data.md, "Encoding speed").
 #
-#   bench/tokenize.sh [--mb 200] [--rounds 3] [--threads "1 2"]
-#                     [--tokenizer JSON] [--old BENCH_TOKENIZE] [--work DIR]
+# usage: bash bench/tokenize.sh [--mb 200] [--rounds 3] [--threads "1 2"]
+#                               [--tokenizer JSON] [--old BENCH_TOKENIZE] [--work DIR]
 #
 # - The corpus: bench/tokenize_corpus.py (--mb megabytes from the machine's
 #   fortunes, man pages and /usr/share/doc, with generated CJK, emoji and
