@@ -14,7 +14,9 @@
  * document can be one piece).
  *
  * The vocab is an open-addressing hash map from strings to ids; the merges
- * one from (left id, right id) to (rank, merged id).
+ * one from (left id, right id) to (rank, merged id).  A piece of up to 64
+ * bytes is first looked up in the tokenizer's cache of encoded pieces
+ * (bpe_cache.c), and cached once merged.
  */
 #include "data/hf_tokenizer.h"
 #include "core/error.h"
