@@ -462,7 +462,7 @@ ferry_status ferry_tok_bpe_pieces(const struct tok_bpe *b, const char *buf,
 				  const size_t *off, const size_t *len, int n,
 				  struct ferry_token_buf *out)
 {
-	uint64_t h[AHEAD_SLOT + 1];
+	uint64_t h[AHEAD_SLOT + 1] = { 0 };
 	ferry_status st = FERRY_OK;
 
 	for (int i = -AHEAD_SLOT; i < n && !st; i++) {
