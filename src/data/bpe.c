@@ -262,30 +262,24 @@ struct sym {
 	int id, prev, next;
 };
 
-struct cand {
-	uint32_t rank;
-	int pos, left, right;
-};
+/* A candidate pair: its rule's rank above its left symbol's position, so
+ * that one integer compares as (rank, position). */
+typedef uint64_t cand;
 
-static bool cand_less(const struct cand *a, const struct cand *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static void heap_push(struct cand *h, int *n, struct cand c)
+static void heap_push(cand *h, int *n, cand c)
 {
 	int i = (*n)++;
 
-	while (i > 0 && cand_less(&c, &h[(i - 1) / 2])) {
+	while (i > 0 && c < h[(i - 1) / 2]) {
 		h[i] = h[(i - 1) / 2];
 		i = (i - 1) / 2;
 	}
 	h[i] = c;
 }
 
-static struct cand heap_pop(struct cand *h, int *n)
+static cand heap_pop(cand *h, int *n)
 {
-	struct cand top = h[0], last = h[--(*n)];
+	cand top = h[0], last = h[--(*n)];
 	int i = 0;
 
 	for (;;) {
@@ -293,9 +287,9 @@ static struct cand heap_pop(struct cand *h, int *n)
 
 		if (c >= *n)
 			break;
-		if (c + 1 < *n && cand_less(&h[c + 1], &h[c]))
+		if (c + 1 < *n && h[c + 1] < h[c])
 			c++;
-		if (!cand_less(&h[c], &last))
+		if (h[c] >= last)
 			break;
 		h[i] = h[c];
 		i = c;
@@ -304,17 +298,21 @@ static struct cand heap_pop(struct cand *h, int *n)
 	return top;
 }
 
-static void push_pair(const struct tok_bpe *b, const struct sym *s, int pos,
-		      struct cand *h, int *nh)
+/* The rule for the pair at pos: its slot, or -1 (none, or no pair). */
+static long pair_at(const struct tok_bpe *b, const struct sym *s, int pos)
 {
-	long m;
+	if (pos < 0 || s[pos].id < 0 || s[pos].next < 0)
+		return -1;
+	return find_merge(b, s[pos].id, s[s[pos].next].id);
+}
 
-	if (pos < 0 || s[pos].next < 0)
-		return;
-	m = find_merge(b, s[pos].id, s[s[pos].next].id);
+static void push_pair(const struct tok_bpe *b, const struct sym *s, int pos,
+		      cand *h, int *nh)
+{
+	long m = pair_at(b, s, pos);
+
 	if (m >= 0)
-		heap_push(h, nh, (struct cand){ b->merge_rank[m], pos,
-						s[pos].id, s[s[pos].next].id });
+		heap_push(h, nh, (cand)b->merge_rank[m] << 32 | (uint32_t)pos);
 }
 
 /* Length of the UTF-8 character at p (1 for a byte that starts none). */
@@ -362,28 +360,28 @@ static int initial_symbols(const struct tok_bpe *b, const char *w, size_t n,
 	return ns;
 }
 
-static void merge_all(const struct tok_bpe *b, struct sym *s, int ns,
-		      struct cand *h)
+/* A popped candidate is stale when the pair now at its position has
+ * another rule (one side was merged since): ranks are one per rule. */
+static void merge_all(const struct tok_bpe *b, struct sym *s, int ns, cand *h)
 {
 	int nh = 0;
 
 	for (int i = 0; i + 1 < ns; i++)
 		push_pair(b, s, i, h, &nh);
 	while (nh) {
-		struct cand c = heap_pop(h, &nh);
-		int nx = s[c.pos].next;
-		long m;
+		cand c = heap_pop(h, &nh);
+		int pos = (int)(uint32_t)c, nx = s[pos].next;
+		long m = pair_at(b, s, pos);
 
-		if (s[c.pos].id != c.left || nx < 0 || s[nx].id != c.right)
-			continue; /* stale: one side was merged since */
-		m = find_merge(b, c.left, c.right);
-		s[c.pos].id = (int)b->merge_id[m];
-		s[c.pos].next = s[nx].next;
+		if (m < 0 || b->merge_rank[m] != (uint32_t)(c >> 32))
+			continue;
+		s[pos].id = (int)b->merge_id[m];
+		s[pos].next = s[nx].next;
 		if (s[nx].next >= 0)
-			s[s[nx].next].prev = c.pos;
+			s[s[nx].next].prev = pos;
 		s[nx].id = -1;
-		push_pair(b, s, s[c.pos].prev, h, &nh);
-		push_pair(b, s, c.pos, h, &nh);
+		push_pair(b, s, s[pos].prev, h, &nh);
+		push_pair(b, s, pos, h, &nh);
 	}
 }
 
@@ -391,7 +389,7 @@ static ferry_status merge_word(const struct tok_bpe *b, const char *w, size_t n,
 			       struct ferry_token_buf *out)
 {
 	struct sym small_s[64], *s = small_s;
-	struct cand small_h[192], *h = small_h;
+	cand small_h[192], *h = small_h;
 	ferry_status st = FERRY_OK;
 	int ns;
 
