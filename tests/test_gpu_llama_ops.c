@@ -242,6 +242,22 @@ static void test_rmsnorm(int B, int T, int C, float xs, float eps, int off)
 	test_rmsnorm_offset(B, T, C, xs, eps, off, 0.0f);
 }
 
+/* A one-input op: forward x -> y, then backward dy -> dx (+=), each
+ * compared as elementwise. */
+static void unary_pair(const char *name, struct ferry_op_call *cc, struct ferry_op_call *gc, const struct twin *x,
+		       struct twin *y, const struct twin *dy, struct twin *dx)
+{
+	cc->out[0] = y->h, gc->out[0] = y->d;
+	cc->in[0] = x->h, gc->in[0] = x->d;
+	run_pair(name, cc, gc);
+	compare(name, y, RTOL_BF16, ATOL_ELEM);
+	cc->backward = gc->backward = true;
+	cc->dout[0] = dy->h, gc->dout[0] = dy->d;
+	cc->din[0] = dx->h, gc->din[0] = dx->d;
+	run_pair(name, cc, gc);
+	compare("  d input (+=)", dx, RTOL_BF16, ATOL_ELEM);
+}
+
 /* ---- RoPE -------------------------------------------------------------------- */
 
 /* scaling: 0 none, else llama3 with Llama 3.1's constants (factor 8, low
@@ -263,13 +279,7 @@ static void test_rope_scaling(int B, int T, int NH, int HS, float theta, int off
 	snprintf(name, sizeof(name), "rope B%d T%d NH%d HS%d theta %.0f%s%s", B, T, NH, HS, theta,
 		 off ? " unaligned" : "", scaling ? " llama3" : "");
 	gc = cc;
-	SET(out[0], y); SET(in[0], x);
-	run_pair(name, &cc, &gc);
-	compare(name, &y, RTOL_BF16, ATOL_ELEM);
-	cc.backward = gc.backward = true;
-	SET(dout[0], dy); SET(din[0], dx);
-	run_pair(name, &cc, &gc);
-	compare("  d input", &dx, RTOL_BF16, ATOL_ELEM);
+	unary_pair(name, &cc, &gc, &x, &y, &dy, &dx);
 	struct twin *all[] = { &x, &y, &dy, &dx };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		twin_free(all[i]);
@@ -347,13 +357,7 @@ static void test_unary(enum ferry_op_kind kind, long n, float k, float xs, int o
 		cc.scalar[0] = from_bf16(to_bf16(k));
 	snprintf(name, sizeof(name), "%s %g n %ld x*%g%s", ferry_op_info(kind)->name, k, n, xs,
 		 off ? " unaligned" : "");
-	SET(out[0], y); SET(in[0], x);
-	run_pair(name, &cc, &gc);
-	compare(name, &y, RTOL_BF16, ATOL_ELEM);
-	cc.backward = gc.backward = true;
-	SET(dout[0], dy); SET(din[0], dx);
-	run_pair(name, &cc, &gc);
-	compare("  d input (+=)", &dx, RTOL_BF16, ATOL_ELEM);
+	unary_pair(name, &cc, &gc, &x, &y, &dy, &dx);
 	cc.grad_assign = gc.grad_assign = true;
 	SET(din[0], dy); /* over its own output gradient */
 	run_pair(name, &cc, &gc);

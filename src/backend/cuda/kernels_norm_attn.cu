@@ -301,10 +301,16 @@ static __device__ __forceinline__ int window_lo(int t, int W)
 	return W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
 }
 
-/* A scaled score soft-capped, cap tanh(s / cap), and *slope = 1 - tanh^2
- * (d capped / d s), as the CPU's capped_probs. */
-static __device__ __forceinline__ float capped(float s, float cap, float *slope)
+/* A key's score from its dot product: times the scale, then with cap > 0
+ * soft-capped, cap tanh(s / cap), and *slope = 1 - tanh^2 (d capped / d s;
+ * 1 without a cap), as the CPU's scale_scores and capped_probs. */
+static __device__ __forceinline__ float att_score(float dot, float scale, float cap, float *slope)
 {
+	const float s = dot * scale;
+
+	*slope = 1.0f;
+	if (cap <= 0.0f)
+		return s;
 	const float th = softcap_tanh(s, cap);
 
 	*slope = 1.0f - th * th;
@@ -331,7 +337,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	const int t = qb * ATT_WARPS + warp;
 	if (t >= T)
 		return; /* whole warp; no block barriers below */
-	const int b = bh / NH, h = bh % NH;
+	const int b = bh / NH, h = bh % NH, lo = window_lo(t, W);
 	const size_t head = (size_t)b * T * C + (size_t)h * HS;
 	const size_t rt = head + (size_t)t * C;
 	const size_t kvhead = (size_t)b * T * CK + (size_t)(h / G) * HS;
@@ -344,11 +350,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		qr[e] = i < HS ? bf2f(q[rt + i]) : 0.0f;
 		o[e] = 0.0f;
 	}
-	const int lo = window_lo(t, W);
 	float m = 0.0f, l = 0.0f; /* set by the first step (key lo always valid) */
 
 	for (int t0 = lo; t0 <= t; t0 += KU) {
-		float s[KU];
+		float s[KU], sl[KU];
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
 			float part = 0.0f;
@@ -365,13 +370,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++)
-			s[j] = warp_sum(s[j]) * scale; /* all lanes, every j */
-		if (cap > 0.0f) {
-			float slope;
-#pragma unroll
-			for (int j = 0; j < KU; j++)
-				s[j] = capped(s[j], cap, &slope);
-		}
+			s[j] = att_score(warp_sum(s[j]), scale, cap, &sl[j]); /* all lanes, every j */
 
 		float mn = t0 == lo ? s[0] : m;
 #pragma unroll
@@ -478,11 +477,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
-			sp[j] = warp_sum(sp[j]) * scale;
+			sp[j] = att_score(warp_sum(sp[j]), scale, cap, &sl[j]);
 			dp[j] = warp_sum(dp[j]);
-			sl[j] = 1.0f;
-			if (cap > 0.0f)
-				sp[j] = capped(sp[j], cap, &sl[j]);
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
@@ -592,11 +588,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 			}
 #pragma unroll
 			for (int j = 0; j < KU; j++) {
-				sp[j] = warp_sum(sp[j]) * scale;
+				sp[j] = att_score(warp_sum(sp[j]), scale, cap, &sl[j]);
 				dp[j] = warp_sum(dp[j]);
-				sl[j] = 1.0f;
-				if (cap > 0.0f)
-					sp[j] = capped(sp[j], cap, &sl[j]);
 			}
 #pragma unroll
 			for (int j = 0; j < KU; j++) {
