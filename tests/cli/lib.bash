@@ -45,3 +45,19 @@ make_corpus() {
 	"$FERRY" data --out corpus --val-fraction 0.5 text?.txt >/dev/null 2>&1 ||
 		{ echo "cannot make corpus" >&2; exit 1; }
 }
+
+# need_mpi: skips the test (exit 77) without mpirun or a ferry built with MPI.
+need_mpi() {
+	command -v mpirun >/dev/null || { echo "skip: no mpirun (apt-get install openmpi-bin)"; exit 77; }
+	"$FERRY" info 2>/dev/null | grep -q "MPI built in" ||
+		{ echo "skip: ferry built without MPI (apt-get install libopenmpi-dev, rebuild)"; exit 77; }
+}
+
+# mpi_run N cmd...: N ranks on this machine, more ranks than cores allowed,
+# as root too, each rank's BLAS and OpenMP on one thread (the ranks share
+# the cores).
+mpi_run() {
+	local n=$1; shift
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+		mpirun --oversubscribe --bind-to none -np "$n" "$@"
+}
