@@ -175,6 +175,11 @@ struct ferry_exec_opts {
 						NULL: the backend's host memory) */
 	const char *place;      /* --place: placements written down (ferry/place.h),
 				   applied over what the flags above set (NULL: none) */
+	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
+				   weight gradients are averaged over these ranks
+				   on a stream of their own, layer by layer (NULL
+				   or one rank: none); collectives run on the
+				   stream's thread, so no other thread may use it */
 };
 
 /* The placement of every group of training tensors that o asks for: its
@@ -189,7 +194,7 @@ enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
 /* ---- the prepared schedule of a training step ------------------------------------
  * Every task a training step submits, in order: on which stream, what it
  * does, to which tensor, for which layer.  Names are cut to their arrays. */
-#define FERRY_SCHED_MAX_STREAMS 4
+#define FERRY_SCHED_MAX_STREAMS 5
 #define FERRY_SCHED_NAME_CHARS 16  /* a program's or a stream's name, with its NUL */
 #define FERRY_SCHED_KIND_CHARS 24  /* a task's kind */
 #define FERRY_SCHED_LABEL_CHARS 56 /* what a task works on */

@@ -352,6 +352,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 		stage_backward(m, p, &pro, k->B, k->T);
 		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 			unstacked_grads_out(m, p);
+		ferry_dp_after_backward(m, p);
 		return FERRY_OK;
 	}
 	/* the epilogue's parameters are in the edge region since its forward */
@@ -365,6 +366,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	stage_backward(m, p, &pro, k->B, k->T);
 	edge_grads_out(m, p, FERRY_EDGE_PROLOGUE);
 	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+	ferry_dp_after_backward(m, p);
 	return FERRY_OK;
 }
 
@@ -373,7 +375,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
  * covers it). */
 static void emit_host_norm(ferry_model_t m, struct ferry_program *p)
 {
-	ferry_emit_wait(p, m->opt_cpu_stream, m->all_grads_home, -1);
+	ferry_emit_wait(p, m->opt_cpu_stream, m->comm ? m->dp_all : m->all_grads_home, -1); /* averaged */
 	ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
 				    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
 	ferry_emit_record(p, m->opt_cpu_stream, m->norm_done, -1);

@@ -10,6 +10,7 @@
  * runs.
  */
 #include "exec/model_internal.h"
+#include "ferry/comm.h"
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
@@ -246,6 +247,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	m->T = T;
 	ferry_model_scalars(&m->cfg, m->scalars);
 	m->compute = ferry_sched_stream(&m->res, "compute");
+	if (opts && opts->comm && ferry_comm_size(opts->comm) > 1)
+		m->comm = opts->comm;
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);
@@ -255,10 +258,14 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_cpu_optimizer_streams(m);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		add_param_streams(m);
-	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
+	if (m->comm)
+		ferry_dp_add_streams(m);
+	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
+	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
-	if (ferry_table_host_update(&m->tt)) /* gradients to the host layer by layer */
-		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_cpu_update_after_layer, m });
+	/* gradients averaged over the ranks, and to the host, layer by layer */
+	if (ferry_table_host_update(&m->tt) || m->comm)
+		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_dp_after_layer, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -667,6 +674,14 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+/* A collective that failed on the comm stream's thread (dp_reduce.c). */
+static ferry_status comm_status(const ferry_model_t m)
+{
+	if (!m->comm_status)
+		return FERRY_OK;
+	return ferry_error(m->comm_status, "averaging the gradients over %d ranks failed", ferry_comm_size(m->comm));
+}
+
 static ferry_status submit_backward(ferry_model_t m)
 {
 	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
@@ -686,6 +701,8 @@ ferry_status ferry_model_backward(ferry_model_t m)
 
 	if (!st)
 		st = ferry_stream_synchronize(compute(m));
+	if (!st)
+		st = comm_status(m);
 	/* the NVMe tier's file I/O ran on the copy streams' host threads: the
 	 * backward's reads, which it waited for, report their errors here */
 	return st ? st : ferry_host_tiers_io_status(m->tt.host_tiers);
@@ -850,7 +867,7 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 	if (t < 1)
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
 	/* the step's one synchronisation: its loss and gradient norm */
-	if ((st = ferry_stream_synchronize(compute(m))))
+	if ((st = ferry_stream_synchronize(compute(m))) || (st = comm_status(m)))
 		return st;
 	if (loss)
 		*loss = mean_loss(m);

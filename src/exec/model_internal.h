@@ -102,6 +102,13 @@ struct ferry_model {
 	struct ferry_adamw spec_opt;
 	int spec_t;
 	int spec_undone;              /* speculative steps undone (redone or diverged) */
+	/* data parallel (opts->comm over several ranks; NULL: one rank): the
+	 * communicator the comm stream runs, the stream, the events
+	 * "gradients to average", "a layer's gradients averaged", "every
+	 * gradient averaged", and the first failure on the stream's thread */
+	struct ferry_comm *comm;
+	int comm_stream, dp_ready, dp_reduced, dp_all;
+	ferry_status comm_status;
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
@@ -114,6 +121,15 @@ void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_P
  * in a speculative backward, that layer's early update). */
 void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant);
 void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int layer);
+
+/* Data parallel (dp_reduce.c): the comm stream and its events; whether
+ * the placements let the communicator reach the gradients; the hook after
+ * each layer's backward (its average, then AdamW on host threads' part);
+ * the unstacked parameters' average at the backward's end. */
+void ferry_dp_add_streams(struct ferry_model *m);
+ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
+void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
+void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 
 /* Builds the model's tensor table, and with a backend allocates it and
  * creates streams and events (be NULL: a dry build). */

@@ -55,9 +55,10 @@ need_mpi() {
 
 # mpi_run N cmd...: N ranks on this machine, more ranks than cores allowed,
 # as root too, each rank's BLAS and OpenMP on one thread (the ranks share
-# the cores).
+# the cores).  "${MPIRUN[@]}" -np N cmd... & starts mpirun itself ($!).
+MPIRUN=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+	mpirun --oversubscribe --bind-to none)
 mpi_run() {
 	local n=$1; shift
-	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-		mpirun --oversubscribe --bind-to none -np "$n" "$@"
+	"${MPIRUN[@]}" -np "$n" "$@"
 }
