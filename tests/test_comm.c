@@ -2,8 +2,9 @@
  * The collectives interface (ferry/comm.h): run alone it checks the
  * one-process engine; run by mpirun (tests/cli/comm_mpi.sh, 2 and 4
  * ranks) it checks MPI's collectives against values each rank computes
- * on its own from the ranks' known contributions, agreement on an error
- * only one rank saw, and two threads each on a communicator of its own.
+ * on its own from the ranks' known contributions (all-gather in place
+ * too), agreement on an error only one rank saw and on one every rank
+ * saw, and two threads each on a communicator of its own.
  */
 #include "ferry/comm.h"
 #include "core/error.h"
@@ -71,6 +72,15 @@ static void check_scatter_gather(ferry_comm_t c, int per)
 	for (int i = 0; i < N * per; i++)
 		bad += all[i] != (float)((double)(i + 1) * N * (N + 1) / 2);
 	CHECK(!bad, "all-gather of the blocks: %d wrong", bad);
+	/* in place: each rank's block already at its place in the whole */
+	memset(all, 0, sizeof(float) * N * per);
+	memcpy(all + r * per, mine, sizeof(float) * per);
+	CHECK(ferry_comm_all_gather(c, all + r * per, all, per, FERRY_COMM_F32, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	bad = 0;
+	for (int i = 0; i < N * per; i++)
+		bad += all[i] != (float)((double)(i + 1) * N * (N + 1) / 2);
+	CHECK(!bad, "all-gather in place: %d wrong", bad);
 	free(send);
 	free(mine);
 	free(all);
@@ -107,6 +117,10 @@ static void check_agree(ferry_comm_t c)
 	snprintf(want, sizeof(want), N > 1 ? "rank %d: shard 3 is missing" : "shard 3 is missing", N - 1);
 	CHECK(!strcmp(ferry_last_error(), want), "rank %d's message: '%s', not '%s'", r, ferry_last_error(), want);
 	CHECK(ferry_comm_agree(c, FERRY_OK) == FERRY_OK && !ferry_comm_error_shared(c), "fine again");
+	/* every rank failed: rank 0's message, no rank named */
+	st = ferry_error(FERRY_ERR_INVALID, "bad flag on rank %d", r);
+	CHECK(ferry_comm_agree(c, st) == FERRY_ERR_INVALID && !strcmp(ferry_last_error(), "bad flag on rank 0"),
+	      "rank %d: every rank failed: '%s'", r, ferry_last_error());
 }
 
 struct thread_arg {

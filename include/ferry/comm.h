@@ -80,6 +80,9 @@ int ferry_comm_size(ferry_comm_t c);
 /* Rank among the ranks on this machine, and how many there are. */
 int ferry_comm_local_rank(ferry_comm_t c);
 int ferry_comm_local_size(ferry_comm_t c);
+/* The communicator that runs c's collectives on host memory: c itself, or
+ * an nccl communicator's base (the same ranks). */
+ferry_comm_t ferry_comm_host(ferry_comm_t c);
 /* "single", "mpi" or "nccl". */
 const char *ferry_comm_engine(ferry_comm_t c);
 bool ferry_comm_device_buffers(ferry_comm_t c);
@@ -92,7 +95,8 @@ ferry_status ferry_comm_all_reduce(ferry_comm_t c, void *buf, size_t count, enum
 ferry_status ferry_comm_reduce_scatter(ferry_comm_t c, const void *send, void *recv, size_t count,
 				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
 	FERRY_MUST_CHECK;
-/* recv[r*count .. (r+1)*count) on every rank = rank r's send[0..count). */
+/* recv[r*count .. (r+1)*count) on every rank = rank r's send[0..count);
+ * in place when send is recv + rank*count. */
 ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream) FERRY_MUST_CHECK;
 /* buf[0..count) on every rank = root's. */
@@ -102,7 +106,7 @@ ferry_status ferry_comm_barrier(ferry_comm_t c) FERRY_MUST_CHECK;
 
 /* Every rank passes its own status; all return FERRY_OK when every one is
  * FERRY_OK, else the status and message (ferry_last_error) of the lowest
- * rank that failed, prefixed "rank R: " when there are several ranks.  A
+ * rank that failed, prefixed "rank R: " when some ranks did not fail.  A
  * collective (host side, also for an nccl communicator). */
 ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st) FERRY_MUST_CHECK;
 /* Whether the last ferry_comm_agree on c returned an error, so every rank

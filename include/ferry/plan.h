@@ -175,6 +175,9 @@ struct ferry_exec_opts {
 						NULL: the backend's host memory) */
 	const char *place;      /* --place: placements written down (ferry/place.h),
 				   applied over what the flags above set (NULL: none) */
+	int zero;               /* --zero: 1 splits AdamW's moments over the
+				   ranks (ZeRO-1, adam=device:shard(N)); 0 none */
+	int zero_ranks;         /* ... over this many (0: comm's ranks) */
 	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
 				   weight gradients are averaged over these ranks
 				   on a stream of their own, layer by layer (NULL

@@ -175,6 +175,7 @@ int ferry_comm_rank(ferry_comm_t c) { return c->rank; }
 int ferry_comm_size(ferry_comm_t c) { return c->size; }
 int ferry_comm_local_rank(ferry_comm_t c) { return c->local_rank; }
 int ferry_comm_local_size(ferry_comm_t c) { return c->local_size; }
+ferry_comm_t ferry_comm_host(ferry_comm_t c) { return c->host; }
 const char *ferry_comm_engine(ferry_comm_t c) { return c->iface->name; }
 bool ferry_comm_device_buffers(ferry_comm_t c) { return c->iface->device_buffers; }
 

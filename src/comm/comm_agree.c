@@ -1,7 +1,8 @@
 /*
  * Agreeing on an error: each rank brings its own status, and all leave
  * with the lowest failing rank's, message included, so every rank stops
- * at the same point and the job prints one message, not one per rank.
+ * at the same point and the job prints one message, not one per rank; it
+ * names the rank unless every rank failed.
  */
 #include "comm/comm_impl.h"
 #include "core/error.h"
@@ -14,7 +15,7 @@
 ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st)
 {
 	struct ferry_comm *h;
-	int first, status = st;
+	int first, failed, status = st;
 	char msg[AGREE_CHARS];
 	ferry_status e;
 
@@ -30,11 +31,16 @@ ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st)
 	c->error_shared = first < h->size;
 	if (!c->error_shared)
 		return FERRY_OK;
+	failed = st != FERRY_OK; /* all failed: rank 0's message, no rank named */
+	if ((e = ferry_comm_all_reduce(h, &failed, 1, FERRY_COMM_I32, FERRY_COMM_SUM, NULL)))
+		return e;
 	snprintf(msg, sizeof(msg), "%s", h->rank == first ? ferry_last_error() : "");
 	if ((e = ferry_comm_broadcast(h, &status, 1, FERRY_COMM_I32, first, NULL)) ||
 	    (e = ferry_comm_broadcast(h, msg, sizeof(msg), FERRY_COMM_BYTE, first, NULL)))
 		return e;
 	msg[sizeof(msg) - 1] = 0;
+	if (failed == h->size)
+		return ferry_error(status, "%s", msg);
 	return ferry_error(status, "rank %d: %s", first, msg);
 }
 

@@ -117,11 +117,13 @@ static ferry_status mpi_reduce_scatter(struct ferry_comm *c, const void *send, v
 static ferry_status mpi_all_gather(struct ferry_comm *c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream)
 {
+	const void *in_place = (const char *)recv + (size_t)c->rank * count * ferry_comm_dtype_size(t);
+
 	(void)stream;
 	if (count > INT_MAX)
 		return too_many(count, "all-gather");
-	return failed(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), comm_of(c)),
-		      "all-gather");
+	return failed(MPI_Allgather(send == in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv, (int)count,
+				    mpi_type(t), comm_of(c)), "all-gather");
 }
 
 static ferry_status mpi_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,

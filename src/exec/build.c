@@ -565,6 +565,8 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 			ferry_emit_update_cpu(m, p, (enum ferry_update_variant)k->variant);
 		else if (m->tt.ix.opt_ring >= 0)
 			emit_update_streamed(m, p);
+		else if (m->tt.ix.shard_numel) /* adam=device:shard(N) */
+			ferry_emit_update_sharded(m, p);
 		else
 			emit_update(m, p);
 		break;

@@ -51,12 +51,20 @@ void ferry_dp_add_streams(struct ferry_model *m)
 	m->dp_ready = ferry_sched_event(&m->res, "gradients to average");
 	m->dp_reduced = ferry_sched_event(&m->res, "a layer's gradients averaged");
 	m->dp_all = ferry_sched_event(&m->res, "every gradient averaged");
+	if (!m->tt.ix.shard_numel)
+		return;
+	m->zero_updated = ferry_sched_event(&m->res, "this rank's slices updated");
+	m->zero_gathered = ferry_sched_event(&m->res, "every rank's slices gathered");
 }
 
 ferry_status ferry_dp_check(const struct ferry_model *m)
 {
+	int shard = ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->shard;
 	bool dev;
 
+	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
+		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
+				   "run has %d", shard, shard, m->comm ? ferry_comm_size(m->comm) : 1);
 	if (!m->be || !m->comm)
 		return FERRY_OK;
 	dev = ferry_comm_device_buffers(m->comm);

@@ -258,7 +258,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_cpu_optimizer_streams(m);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		add_param_streams(m);
-	if (m->comm)
+	if (m->comm || m->tt.ix.shard_numel) /* (a dry build of a split optimizer: its gather) */
 		ferry_dp_add_streams(m);
 	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
 	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
@@ -275,7 +275,6 @@ fail:
 
 static ferry_status zero_state(struct ferry_model *m)
 {
-	size_t n = m->tt.n_params * sizeof(float);
 	ferry_stream_t s = m->rt.stream[m->compute];
 	const int bufs[] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer, m->tt.ix.grads_buffer };
 	ferry_status st = FERRY_OK;
@@ -284,6 +283,8 @@ static ferry_status zero_state(struct ferry_model *m)
 		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
 					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
+		size_t n = m->tt.buffers[bufs[i]].bytes; /* the parameter array's (a slice's: adam=device:shard) */
+
 		if (on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers, buffer(m, bufs[i]), n, &st))
 			memset(buffer(m, bufs[i]), 0, n);
 		else if (!on_host(m, bufs[i]))
@@ -415,7 +416,7 @@ static ferry_status sync_all(ferry_model_t m)
 
 /* n bytes of table buffer b to or from host memory: a device buffer
  * through a copy, a host one directly once the streams have drained. */
-static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
+ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n)
 {
 	ferry_status st;
 
@@ -426,7 +427,7 @@ static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
 	return st;
 }
 
-static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t n)
+ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n)
 {
 	ferry_status st;
 
@@ -514,7 +515,7 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
-	ferry_status st = buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
 	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
 		st = refresh_copy(m);
@@ -523,28 +524,34 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
-	return buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
-	return buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
+	return ferry_model_buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = buffer_write(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : buffer_write(m, m->tt.ix.var_buffer, var, n);
+	if (m->tt.ix.shard_numel) /* this rank's slice of each */
+		return ferry_zero_set_opt_state(m, mom, var);
+	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.mom_buffer, mom, n);
+
+	return st ? st : ferry_model_buffer_write(m, m->tt.ix.var_buffer, var, n);
 }
 
 ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = buffer_read(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : buffer_read(m, m->tt.ix.var_buffer, var, n);
+	if (m->tt.ix.shard_numel) /* every rank's slice: a collective */
+		return ferry_zero_get_opt_state(m, mom, var);
+	ferry_status st = ferry_model_buffer_read(m, m->tt.ix.mom_buffer, mom, n);
+
+	return st ? st : ferry_model_buffer_read(m, m->tt.ix.var_buffer, var, n);
 }
 
 /* ---- steps ---------------------------------------------------------------------- */

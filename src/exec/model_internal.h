@@ -109,6 +109,9 @@ struct ferry_model {
 	struct ferry_comm *comm;
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
+	/* adam=device:shard(N): "this rank's slices updated", "every slice
+	 * gathered" (zero.c) */
+	int zero_updated, zero_gathered;
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
@@ -130,6 +133,17 @@ void ferry_dp_add_streams(struct ferry_model *m);
 ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
+
+/* ZeRO-1 (zero.c, adam=device:shard(N)): the update of this rank's slice
+ * and the all-gather of every rank's; the moments to and from whole
+ * arrays (a collective: every rank calls it). */
+void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p);
+ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var) FERRY_MUST_CHECK;
+ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
+
+/* n bytes of table buffer b to or from host memory (model.c). */
+ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;
+ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n) FERRY_MUST_CHECK;
 
 /* Builds the model's tensor table, and with a backend allocates it and
  * creates streams and events (be NULL: a dry build). */

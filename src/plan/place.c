@@ -9,6 +9,7 @@
  * feeding them back.
  */
 #include "ferry/place.h"
+#include "ferry/comm.h"
 #include "ferry/plan.h"
 #include "core/error.h"
 
@@ -24,13 +25,14 @@ static const char *const group_names[FERRY_GROUP_COUNT] = {
 };
 
 #define MAX_DEPTH 64 /* ring depths: as --param-prefetch and --prefetch-depth allow */
+#define MAX_SHARDS (1 << 20) /* ranks a group is split over */
 
 const char *ferry_place_group_name(enum ferry_place_group g)
 {
 	return g >= 0 && g < FERRY_GROUP_COUNT ? group_names[g] : "?";
 }
 
-static const struct ferry_place on_device = { FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_NONE, false };
+static const struct ferry_place on_device = { FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_NONE, false, 0 };
 
 void ferry_places_default(struct ferry_places *p)
 {
@@ -43,9 +45,9 @@ void ferry_places_default(struct ferry_places *p)
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-/* "NAME(D)" with NAME matched: *depth = D (1 to MAX_DEPTH); "NAME" alone:
+/* "NAME(D)" with NAME matched: *depth = D (1 to max); "NAME" alone:
  * *depth untouched.  Whether v is one of these. */
-static bool word_with_depth(const char *v, const char *name, int *depth)
+static bool word_with_depth(const char *v, const char *name, int max, int *depth)
 {
 	size_t n = strlen(name);
 	char *end;
@@ -58,7 +60,7 @@ static bool word_with_depth(const char *v, const char *name, int *depth)
 	if (v[n] != '(')
 		return false;
 	d = strtol(v + n + 1, &end, 10);
-	if (end == v + n + 1 || strcmp(end, ")") || d < 1 || d > MAX_DEPTH)
+	if (end == v + n + 1 || strcmp(end, ")") || d < 1 || d > max)
 		return false;
 	*depth = (int)d;
 	return true;
@@ -72,9 +74,9 @@ static ferry_status weights_value(const char *key, const char *v, enum ferry_pla
 		*out = on_device;
 		return FERRY_OK;
 	}
-	if (g == FERRY_GROUP_LAYER_WEIGHTS ? word_with_depth(v, "host:stream", &depth) : !strcmp(v, "host:stream")) {
+	if (g == FERRY_GROUP_LAYER_WEIGHTS ? word_with_depth(v, "host:stream", MAX_DEPTH, &depth) : !strcmp(v, "host:stream")) {
 		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
-					     g == FERRY_GROUP_LAYER_WEIGHTS ? depth : 0, FERRY_UPDATE_NONE, false };
+					     g == FERRY_GROUP_LAYER_WEIGHTS ? depth : 0, FERRY_UPDATE_NONE, false, 0 };
 		return FERRY_OK;
 	}
 	return ferry_error(FERRY_ERR_INVALID, "--place %s=%s: %s", key, v,
@@ -84,16 +86,21 @@ static ferry_status weights_value(const char *key, const char *v, enum ferry_pla
 
 static ferry_status adam_value(const char *v, struct ferry_place *out)
 {
-	if (!strcmp(v, "device"))
-		*out = (struct ferry_place){ FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false };
+	int ranks = 0;
+
+	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1)
+		*out = (struct ferry_place){ FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false, ranks };
+	else if (!strcmp(v, "device"))
+		*out = (struct ferry_place){ FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false, 0 };
 	else if (!strcmp(v, "host:stream"))
-		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_DEVICE, false };
+		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_DEVICE, false, 0 };
 	else if (!strcmp(v, "host:cpu") || !strcmp(v, "host:cpu(speculative)"))
 		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_HOST,
-					     !strcmp(v, "host:cpu(speculative)") };
+					     !strcmp(v, "host:cpu(speculative)"), 0 };
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
-				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads)", v);
+				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
+				   "device:shard(N) (split over N ranks, 2 or more)", v);
 	return FERRY_OK;
 }
 
@@ -231,6 +238,9 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
+	if (adam->shard > 1 && adam->home != FERRY_HOME_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 1 (adam=device:shard(N)) splits AdamW's state on the "
+				   "device: with --offload-optimizer or --offload-params (adam on the host), not yet");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
@@ -250,8 +260,12 @@ static void weights_text(const struct ferry_place *pl, char *buf, size_t n)
 		snprintf(buf, n, "host:stream");
 }
 
-static const char *adam_text(const struct ferry_place *pl)
+static const char *adam_text(const struct ferry_place *pl, char buf[32])
 {
+	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
+		snprintf(buf, 32, "device:shard(%d)", pl->shard);
+		return buf;
+	}
 	if (pl->home == FERRY_HOME_DEVICE)
 		return "device";
 	if (pl->update == FERRY_UPDATE_DEVICE)
@@ -283,13 +297,13 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 
 ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n)
 {
-	char lw[32], ew[32], act[FERRY_PLACE_CHARS];
+	char lw[32], ew[32], adam[32], act[FERRY_PLACE_CHARS];
 	int r;
 
 	weights_text(&p->group[FERRY_GROUP_LAYER_WEIGHTS], lw, sizeof(lw));
 	weights_text(&p->group[FERRY_GROUP_EDGE_WEIGHTS], ew, sizeof(ew));
 	activations_text(p, act, sizeof(act));
-	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s", lw, ew, adam_text(&p->group[FERRY_GROUP_ADAM]),
+	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s", lw, ew, adam_text(&p->group[FERRY_GROUP_ADAM], adam),
 		     act);
 	if (r < 0 || (size_t)r >= n)
 		return ferry_error(FERRY_ERR_INVALID, "placements: more than %zu characters", n - 1);
@@ -319,12 +333,17 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 	if (o->optimizer != FERRY_OPTIM_DEVICE)
 		(void)adam_value(o->optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p->group[FERRY_GROUP_ADAM]);
 	p->group[FERRY_GROUP_ADAM].speculative = o->clip_order == FERRY_CLIP_SPECULATIVE;
+	if (o->zero < 0 || o->zero > 1)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0 or 1 (stages 2 and 3: not yet)", o->zero);
+	if (o->zero == 1) /* over the ranks asked for, else the run's */
+		p->group[FERRY_GROUP_ADAM].shard = o->zero_ranks > 1 ? o->zero_ranks
+						   : o->comm && ferry_comm_size(o->comm) > 1 ? ferry_comm_size(o->comm) : 0;
 	if (o->offload_params)
 		p->group[FERRY_GROUP_LAYER_WEIGHTS] = (struct ferry_place){
-			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false };
+			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false, 0 };
 	if (o->offload_embeddings)
 		p->group[FERRY_GROUP_EDGE_WEIGHTS] = (struct ferry_place){
-			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_NONE, false };
+			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_NONE, false, 0 };
 	if (o->policy && strlen(o->policy) >= sizeof(p->policy))
 		return ferry_error(FERRY_ERR_INVALID, "policy: longer than %d characters", FERRY_PLACE_POLICY_CHARS - 1);
 	snprintf(p->policy, sizeof(p->policy), "%s", o->policy ? o->policy : "");
@@ -349,6 +368,8 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 
 	o->optimizer = ferry_places_optimizer(p);
 	o->clip_order = p->group[FERRY_GROUP_ADAM].speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1;
+	o->zero_ranks = o->zero ? p->group[FERRY_GROUP_ADAM].shard : 0;
 	o->offload_params = lw->access == FERRY_ACCESS_STREAM;
 	o->param_prefetch = o->offload_params && lw->depth != 1 ? lw->depth : 0;
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;

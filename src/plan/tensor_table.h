@@ -94,6 +94,12 @@ struct ferry_table_index {
 	 * layer_numel elements into each */
 	int undo[3];                            /* entries, -1: none */
 	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
+	/* adam=device:shard(N): no mom[q], var[q]; this rank's slice of each
+	 * moment (shard_numel elements of the parameter array from rank *
+	 * shard_numel), and the parameter array and its compute copy padded
+	 * to N slices (0: not split) */
+	int mom_slice, var_slice;
+	size_t shard_numel;
 };
 
 enum { FERRY_EDGE_PROLOGUE, FERRY_EDGE_EPILOGUE };

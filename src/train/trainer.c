@@ -1016,28 +1016,6 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	}
 }
 
-/* The model and its training state written, from the parameters in buf. */
-static ferry_status write_save(ferry_trainer_t tr, const char *path, const float *buf, uint64_t hash)
-{
-	size_t n = ferry_model_num_params(tr->model);
-	struct ferry_train_state info;
-	float *mom = NULL, *var = NULL;
-	ferry_status st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
-
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
-	if (!st)
-		st = ferry_model_get_opt_state(tr->model, mom, var);
-	if (!st) {
-		state_of(tr, &info);
-		info.params_hash = hash;
-		st = ferry_checkpoint_save(path, ferry_model_config(tr->model), buf, &info, mom, var, n);
-	}
-	ferry_host_free(tr->be, var);
-	ferry_host_free(tr->be, mom);
-	return st;
-}
-
 /* Several ranks: whether every rank's parameters are rank 0's (they are
  * meant to stay equal bit for bit), the same answer on every rank. */
 static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
@@ -1055,11 +1033,55 @@ static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
 	return st;
 }
 
+/* What a save writes, read from the model: parameters (and their hash),
+ * moments.  With the moments split over the ranks (--zero 1) every rank
+ * reads them (a collective). */
+struct save_state {
+	float *params, *mom, *var;
+	uint64_t hash;
+};
+
+static ferry_status save_alloc(ferry_trainer_t tr, struct save_state *s)
+{
+	size_t bytes = ferry_model_num_params(tr->model) * sizeof(float);
+	ferry_status st = ferry_host_alloc(tr->be, bytes, (void **)&s->params);
+
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&s->mom);
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&s->var);
+	if (!st && !(st = ferry_model_get_params(tr->model, s->params)))
+		s->hash = ferry_params_hash(s->params, ferry_model_num_params(tr->model));
+	return st;
+}
+
+static ferry_status save_write(ferry_trainer_t tr, const char *path, const struct save_state *s)
+{
+	struct ferry_train_state info;
+
+	state_of(tr, &info);
+	info.params_hash = s->hash;
+	return ferry_checkpoint_save(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
+				     ferry_model_num_params(tr->model));
+}
+
+/* Several ranks: every rank's parameters checked against rank 0's, the
+ * moments gathered, rank 0 writes; the same status on every rank. */
+static ferry_status save_ranks(ferry_trainer_t tr, const char *path, const struct save_state *s)
+{
+	ferry_status st = same_params(tr, s->hash);
+
+	if (!st)
+		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
+	if (!st && tr->rank == 0)
+		st = save_write(tr, path, s);
+	return ferry_comm_agree(tr->comm, st);
+}
+
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
 	size_t n = ferry_model_num_params(tr->model);
-	float *buf = NULL;
-	uint64_t hash = 0;
+	struct save_state s = { NULL, NULL, NULL, 0 };
 	char sb[FERRY_CKPT_SHORT];
 	ferry_status st;
 
@@ -1072,18 +1094,14 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		return ferry_error(FERRY_ERR_INVALID, "%zu parameters do not fit host memory", n);
 	st = tr->rank == 0 ? check_inputs(tr, path) : FERRY_OK; /* rank 0 writes */
 	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
-	if (!st && !(st = ferry_model_get_params(tr->model, buf)))
-		hash = ferry_params_hash(buf, n);
-	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st))) {
-		st = same_params(tr, hash);
-		if (!st && tr->rank == 0)
-			st = write_save(tr, path, buf, hash);
-		st = ferry_comm_agree(tr->comm, st);
-	} else if (tr->ranks == 1 && !st) {
-		st = write_save(tr, path, buf, hash);
-	}
-	ferry_host_free(tr->be, buf);
+		st = save_alloc(tr, &s);
+	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
+		st = save_ranks(tr, path, &s);
+	else if (tr->ranks == 1 && !st && !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
+		st = save_write(tr, path, &s);
+	ferry_host_free(tr->be, s.var);
+	ferry_host_free(tr->be, s.mom);
+	ferry_host_free(tr->be, s.params);
 	return st;
 }
 
