@@ -67,7 +67,7 @@ ferry_status ferry_comm_open(ferry_comm_t *out) FERRY_MUST_CHECK;
 ferry_status ferry_comm_open_single(ferry_comm_t *out) FERRY_MUST_CHECK;
 /* NCCL over base's ranks (base an MPI or single communicator, used for
  * its unique id and host-side collectives; it must outlive the new one),
- * on CUDA device `device`.  FERRY_ERR_UNSUPPORTED without NCCL built in. */
+ * on CUDA device `device` modulo the devices visible.  FERRY_ERR_UNSUPPORTED without NCCL built in. */
 ferry_status ferry_comm_open_nccl(ferry_comm_t base, int device, ferry_comm_t *out) FERRY_MUST_CHECK;
 /* Another communicator of the same engine over the same ranks, whose
  * collectives do not interleave with c's (for a second thread). */

@@ -167,7 +167,12 @@ static const struct ferry_comm_iface nccl_iface = {
 ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct ferry_comm *c)
 {
 	ncclUniqueId id;
-	ferry_status st = cuda_failed(cudaSetDevice(device), "device");
+	int n = 0;
+	ferry_status st;
+
+	if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+		device %= n; /* a rank's index on its machine, as the backend takes it */
+	st = cuda_failed(cudaSetDevice(device), "device");
 
 	if (!st && base->rank == 0)
 		st = nccl_failed(ncclGetUniqueId(&id), "unique id");
