@@ -80,14 +80,18 @@ static inline void ref_matmul_forward(double *out, const double *inp,
  * lse[B, NH, T] (may be NULL) gets log sum exp of each query's scores.
  * Materialises each score row (test code may allocate). */
 /* With a sliding window W > 0 (Mistral), query t attends to keys
- * t - W < t2 <= t only, as transformers' sliding-window causal mask. */
-static inline void ref_attention_window_forward(double *out, double *lse,
+ * t - W < t2 <= t only, as transformers' sliding-window causal mask.
+ * Gemma 2: scale > 0 replaces 1/sqrt(HS) (query_pre_attn_scalar^-1/2), and
+ * cap > 0 soft-caps each scaled score, s -> cap tanh(s / cap), as
+ * transformers' eager_attention_forward. */
+static inline void ref_attention_capped_forward(double *out, double *lse,
 						const double *q, const double *k,
 						const double *v, int B, int T,
-						int C, int NH, int NKV, int W)
+						int C, int NH, int NKV, int W,
+						double scale_given, double cap)
 {
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
-	const double scale = 1.0 / sqrt((double)HS);
+	const double scale = scale_given > 0 ? scale_given : 1.0 / sqrt((double)HS);
 	double *s = (double *)malloc(sizeof(double) * (size_t)T);
 	if (!s) {
 		fprintf(stderr, "ref_attention_forward: out of memory\n");
@@ -109,7 +113,7 @@ static inline void ref_attention_window_forward(double *out, double *lse,
 					double d = 0.0;
 					for (int i = 0; i < HS; i++)
 						d += qt[i] * kk[i];
-					s[t2] = d * scale;
+					s[t2] = cap > 0 ? cap * tanh(d * scale / cap) : d * scale;
 					m = fmax(m, s[t2]);
 				}
 				for (int t2 = lo; t2 <= t; t2++) {
@@ -132,6 +136,14 @@ static inline void ref_attention_window_forward(double *out, double *lse,
 	free(s);
 }
 
+static inline void ref_attention_window_forward(double *out, double *lse,
+						const double *q, const double *k,
+						const double *v, int B, int T,
+						int C, int NH, int NKV, int W)
+{
+	ref_attention_capped_forward(out, lse, q, k, v, B, T, C, NH, NKV, W, 0.0, 0.0);
+}
+
 static inline void ref_attention_gqa_forward(double *out, double *lse,
 					     const double *q, const double *k,
 					     const double *v, int B, int T,
@@ -151,10 +163,11 @@ static inline void ref_attention_forward(double *out, double *lse,
 
 /* RMSNorm, as Hugging Face's LlamaRMSNorm: variance = mean(x^2),
  * y = weight * (x * rsqrt(variance + eps)); rstd (may be NULL) gets
- * rsqrt(variance + eps) per row. */
-static inline void ref_rmsnorm_forward(double *out, double *rstd,
-				       const double *inp, const double *weight,
-				       int N, int C, double eps)
+ * rsqrt(variance + eps) per row.  Gemma2RMSNorm scales by (1 + weight):
+ * offset 1. */
+static inline void ref_rmsnorm_offset_forward(double *out, double *rstd,
+					      const double *inp, const double *weight,
+					      int N, int C, double eps, double offset)
 {
 	for (int n = 0; n < N; n++) {
 		const double *x = inp + (size_t)n * C;
@@ -164,10 +177,17 @@ static inline void ref_rmsnorm_forward(double *out, double *rstd,
 		var /= C;
 		const double r = 1.0 / sqrt(var + eps);
 		for (int c = 0; c < C; c++)
-			out[(size_t)n * C + c] = weight[c] * (x[c] * r);
+			out[(size_t)n * C + c] = (offset + weight[c]) * (x[c] * r);
 		if (rstd)
 			rstd[n] = r;
 	}
+}
+
+static inline void ref_rmsnorm_forward(double *out, double *rstd,
+				       const double *inp, const double *weight,
+				       int N, int C, double eps)
+{
+	ref_rmsnorm_offset_forward(out, rstd, inp, weight, N, C, eps, 0.0);
 }
 
 /* transformers' rope_scaling (modeling_rope_utils.py), written from its
@@ -279,6 +299,23 @@ static inline void ref_gelu_forward(double *out, const double *inp, long n)
 		const double x = inp[i];
 		out[i] = 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
 	}
+}
+
+/* GeGLU (Gemma's MLP): out = gelu_tanh(gate) * up */
+static inline void ref_geglu_forward(double *out, const double *gate,
+				     const double *up, long n)
+{
+	ref_gelu_forward(out, gate, n);
+	for (long i = 0; i < n; i++)
+		out[i] *= up[i];
+}
+
+/* Soft-capping (Gemma 2's logits): out = cap tanh(x / cap) */
+static inline void ref_softcap_forward(double *out, const double *inp,
+				       double cap, long n)
+{
+	for (long i = 0; i < n; i++)
+		out[i] = cap * tanh(inp[i] / cap);
 }
 
 /* out = a + b */

@@ -630,7 +630,8 @@ static void test_bad_saves(void)
 						.heads = 1, .channels = 8 };
 
 		CHECK_ERR(ferry_checkpoint_any_write(d, &g, p), FERRY_ERR_INVALID, "is a directory");
-		CHECK_ERR(ferry_hf_checkpoint_write(tpath("g"), &g, p), FERRY_ERR_INVALID, "hold Llama or Qwen 2 or Mistral models");
+		CHECK_ERR(ferry_hf_checkpoint_write(tpath("g"), &g, p), FERRY_ERR_INVALID,
+			  "hold Llama or Qwen 2 or Mistral or Gemma 2 models");
 	}
 	CHECK(same_file(in(d, FERRY_HF_WEIGHTS_NAME), tpath("keep_weights")));
 	CHECK_ERR(ferry_hf_checkpoint_write(tpath("no/such/parent"), &cfg, p), FERRY_ERR_IO,
@@ -842,6 +843,116 @@ static void test_pair_write_faults(void)
 /* Where renameat2 cannot exchange, a swap is two renames: a kill between
  * them leaves no DIR, DIR.old.<pid> and DIR.tmp.<pid> (complete); recovery
  * finishes it.  A DIR.old alone goes back; a partial DIR.tmp is removed. */
+/* bf16 by bit operations of our own: round to nearest, ties to even. */
+static float bf16_of(float x)
+{
+	uint32_t u;
+
+	memcpy(&u, &x, 4);
+	u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+/* Every tensor of dir's weights of dtype want. */
+static bool weights_all(const char *dir, enum ferry_st_dtype want)
+{
+	ferry_safetensors_t h;
+	bool all = ferry_safetensors_open(dir, &h) == FERRY_OK && ferry_safetensors_count(h) > 0;
+
+	for (int i = 0; all && i < ferry_safetensors_count(h); i++)
+		all = ferry_safetensors_tensor(h, i)->dtype == want;
+	if (all || h)
+		ferry_safetensors_close(h);
+	return all;
+}
+
+/* ferry_checkpoint_save_as: the source directory's tokenizer files and
+ * token ids carried into a new directory, each write of the carry failing
+ * in turn leaving the old checkpoint whole; bf16 weights rounded to
+ * nearest even with the state hashing them, a source in bf16 saved in
+ * bf16, a value too large for bf16 and bf16 for GPT-2 refused. */
+static void test_save_as(void)
+{
+	struct ferry_model_config cfg = llama_cfg(-1), got;
+	size_t n;
+	float *a = random_params(&cfg, 51, &n), *r = calloc(n, sizeof(float));
+	float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+	struct ferry_train_state s = { .step = 3, .total_steps = 9, .lr = 1e-3f }, back;
+	const char *src = tpath("sa_src"), *dst = tpath("sa_dst"), *b16 = tpath("sa_b16");
+	struct ferry_hf_config hf;
+	ferry_status st;
+	int failed = 0;
+
+	s.params_hash = ferry_params_hash(a, n);
+	CHECK_OK(ferry_hf_checkpoint_write(src, &cfg, a));
+	CHECK_OK(ferry_hf_config_read(src, &hf));
+	hf.has_bos = true, hf.bos_token_id = 5, hf.n_eos = 2, hf.eos_list = true;
+	hf.eos_token_id[0] = 6, hf.eos_token_id[1] = 7;
+	CHECK_OK(ferry_hf_config_write(src, &hf));
+	write_text(in(src, "tokenizer.json"), "{\"model\": {}}\n");
+	write_text(in(src, "generation_config.json"), "{\"eos_token_id\": [6, 7]}\n");
+	CHECK_OK(ferry_checkpoint_save(dst, &cfg, a, &s, m, v, n)); /* the old checkpoint there */
+	for (long k = 0; k < 100; k++) {
+		ferry_fault_fail_write_after(k);
+		st = ferry_checkpoint_save_as(dst, &cfg, a, &s, m, v, n, &(struct ferry_save_opts){ src, 0 });
+		ferry_fault_fail_write_after(-1);
+		CHECK(temporaries_beside("sa_dst") == 0);
+		if (st == FERRY_OK)
+			break;
+		CHECK(!exists(in(dst, "tokenizer.json")) && !exists(in(dst, "generation_config.json")));
+		failed++;
+	}
+	printf("carrying the tokenizer survives each of %d write-path operations failing\n", failed);
+	CHECK(failed >= 10); /* mkdir, two files' writes and fsyncs, config, weights, state, fsync */
+	CHECK(same_file(in(src, "tokenizer.json"), in(dst, "tokenizer.json")) &&
+	      same_file(in(src, "generation_config.json"), in(dst, "generation_config.json")));
+	CHECK_OK(ferry_hf_config_read(dst, &hf));
+	CHECK(hf.has_bos && hf.bos_token_id == 5 && hf.eos_list && hf.n_eos == 2 && hf.eos_token_id[1] == 7 &&
+	      !strcmp(hf.torch_dtype, "float32") && weights_all(dst, FERRY_ST_F32));
+
+	/* bf16: each value rounded, the state's hash that of what reads back */
+	CHECK_OK(ferry_checkpoint_save_as(b16, &cfg, a, &s, m, v, n,
+					  &(struct ferry_save_opts){ src, FERRY_SAVE_BF16 }));
+	CHECK(weights_all(b16, FERRY_ST_BF16));
+	CHECK_OK(ferry_hf_checkpoint_read(b16, &got, r, n));
+	CHECK_OK(ferry_state_read(in(b16, FERRY_HF_STATE_NAME), &back, m, v, n));
+	CHECK(back.params_hash == ferry_params_hash(r, n) && back.params_hash != s.params_hash);
+	for (size_t i = 0; i < n; i++)
+		if (r[i] != bf16_of(a[i])) {
+			CHECK(!"a bf16 value is the f32 one rounded to nearest even");
+			break;
+		}
+	CHECK_OK(ferry_hf_config_read(b16, &hf));
+	CHECK(!strcmp(hf.torch_dtype, "bfloat16") && hf.bos_token_id == 5);
+	/* from the bf16 directory: bf16 by default, f32 when asked */
+	CHECK_OK(ferry_checkpoint_save_as(tpath("sa_auto"), &cfg, r, NULL, NULL, NULL, 0,
+					  &(struct ferry_save_opts){ b16, FERRY_SAVE_AUTO }));
+	CHECK(weights_all(tpath("sa_auto"), FERRY_ST_BF16));
+	CHECK_OK(ferry_checkpoint_save_as(tpath("sa_f32"), &cfg, r, NULL, NULL, NULL, 0,
+					  &(struct ferry_save_opts){ b16, FERRY_SAVE_F32 }));
+	CHECK(weights_all(tpath("sa_f32"), FERRY_ST_F32));
+
+	a[2] = 3.3999e38f; /* finite in f32, infinite in bf16 */
+	CHECK_ERR(ferry_checkpoint_save_as(tpath("sa_big"), &cfg, a, &s, m, v, n,
+					   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16 }),
+		  FERRY_ERR_INVALID, "not saved in bf16 (too large for it): model.embed_tokens.weight");
+	CHECK(!exists(tpath("sa_big")) && temporaries_beside("sa_big") == 0);
+	{
+		struct ferry_model_config g = { .arch = "gpt2", .max_seq = 8, .vocab = 10, .layers = 1,
+						.heads = 1, .channels = 8 };
+
+		CHECK_ERR(ferry_checkpoint_save_as(tpath("sa_g.bin"), &g, a, NULL, NULL, NULL, 0,
+						   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16 }),
+			  FERRY_ERR_INVALID, "an llm.c model file holds fp32 weights only");
+		CHECK(!exists(tpath("sa_g.bin")));
+	}
+	free(a);
+	free(r);
+	free(m);
+	free(v);
+}
+
 static void test_swap_recovery(void)
 {
 	struct ferry_model_config cfg = llama_cfg(-1), got;
@@ -992,6 +1103,7 @@ int main(void)
 	test_save_failures();
 	test_swap_keeps_others();
 	test_pair_write_faults();
+	test_save_as();
 	test_swap_recovery();
 	test_load_failures();
 	test_train_resume();

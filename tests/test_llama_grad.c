@@ -1,6 +1,11 @@
 /*
- * Whole-model gradient check of Llama (with and without rope_scaling) and
- * Qwen 2 (Llama with q, k, v biases) on the CPU backend.
+ * Whole-model gradient check of the Llama family on the CPU backend: Llama
+ * (with and without rope_scaling), Qwen 2 (Llama with q, k, v biases, and
+ * its sliding window from max_window_layers on), Mistral (a sliding window
+ * on every layer) and Gemma 2 (RMSNorm by 1 + w, norms before and after
+ * attention and MLP, GeGLU, the embedding times sqrt(C), scores scaled by
+ * query_pre_attn_scalar^-1/2 and soft-capped, a window on the even layers,
+ * soft-capped logits).
  *
  * The parameter layout is written out here from Hugging Face's
  * LlamaForCausalLM (module names, [out, in] weights, no biases), independently
@@ -57,8 +62,12 @@ struct gcase {
 /* ---- Hugging Face's Llama parameter layout, written out ------------------ */
 
 /* Qwen2ForCausalLM is the same with a bias on q_proj, k_proj and v_proj
- * (in ferry's array after Llama's tensors; absent for a Llama). */
-enum { EMBED, IN_NORM, QW, KW, VW, OW, POST_NORM, GATEW, UPW, DOWNW, NORM, LM_HEAD, QB, KB, VB, N_PARAMS };
+ * (in ferry's array after Llama's tensors; absent for a Llama);
+ * Gemma2ForCausalLM with two more norms per layer (after Llama's). */
+enum {
+	EMBED, IN_NORM, QW, KW, VW, OW, POST_NORM, GATEW, UPW, DOWNW, NORM, LM_HEAD, QB, KB, VB, PRE_FFW, POST_FFW,
+	N_PARAMS
+};
 
 static const struct {
 	const char *name;   /* the module's own name */
@@ -82,6 +91,8 @@ static const struct {
 	[QB] = { "q_bias", "self_attn.q_proj", true, false, true },
 	[KB] = { "k_bias", "self_attn.k_proj", true, false, true },
 	[VB] = { "v_bias", "self_attn.v_proj", true, false, true },
+	[PRE_FFW] = { "pre_feedforward_layernorm", "pre_feedforward_layernorm", true, true },
+	[POST_FFW] = { "post_feedforward_layernorm", "post_feedforward_layernorm", true, true },
 };
 
 /* The completed dimensions the layout depends on. */
@@ -89,7 +100,10 @@ struct dims {
 	int L, C, NH, NKV, HS, QD, KVD, F, V, Vp;
 	bool tied;
 	bool qkv_bias; /* Qwen 2 */
+	bool gemma;    /* Gemma 2 */
+	int window, window_every, window_from; /* sliding window, on the layers l >= from, l % every == 0 */
 	double eps, theta;
+	double attn_scale, attn_cap, final_cap; /* Gemma 2 (0: 1/sqrt(HS), none, none) */
 	struct ref_rope_scaling rs;
 };
 
@@ -98,7 +112,12 @@ static struct dims dims_of(const struct ferry_model_config *c)
 	struct dims d = { .L = c->layers, .C = c->channels, .NH = c->heads, .NKV = c->kv_heads,
 			  .HS = c->head_size, .F = c->ffn, .V = c->vocab, .Vp = c->padded_vocab,
 			  .tied = c->tie_embeddings > 0, .eps = c->norm_eps, .theta = c->rope_theta,
-			  .qkv_bias = !strcmp(c->arch, "qwen2"),
+			  .qkv_bias = !strcmp(c->arch, "qwen2"), .gemma = !strcmp(c->arch, "gemma2"),
+			  .window = c->sliding_window, .window_every = c->window_layers_every,
+			  .window_from = c->window_layers_from,
+			  .attn_scale = c->query_pre_attn_scalar ? pow(c->query_pre_attn_scalar, -0.5) : 0.0,
+			  .attn_cap = c->attn_softcap > 0 ? c->attn_softcap : 0.0,
+			  .final_cap = c->final_softcap > 0 ? c->final_softcap : 0.0,
 			  .rs = { c->rope_scaling.type, c->rope_scaling.factor, c->rope_scaling.low_freq_factor,
 				  c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos } };
 
@@ -112,7 +131,7 @@ static int hf_shape(const struct dims *d, int p, int64_t shape[2])
 {
 	switch (p) {
 	case EMBED: case LM_HEAD: shape[0] = d->Vp; shape[1] = d->C; return 2;
-	case IN_NORM: case POST_NORM: case NORM: shape[0] = d->C; return 1;
+	case IN_NORM: case POST_NORM: case NORM: case PRE_FFW: case POST_FFW: shape[0] = d->C; return 1;
 	case QW: shape[0] = d->QD; shape[1] = d->C; return 2;
 	case KW: case VW: shape[0] = d->KVD; shape[1] = d->C; return 2;
 	case OW: shape[0] = d->C; shape[1] = d->QD; return 2;
@@ -136,7 +155,8 @@ static size_t hf_layout(const struct dims *d, size_t size[N_PARAMS], size_t off[
 
 		hf_shape(d, p, s);
 		size[p] = (size_t)(s[0] * s[1]) * (hf[p].per_layer ? (size_t)d->L : 1);
-		if ((p == LM_HEAD && d->tied) || (hf[p].bias && !d->qkv_bias))
+		if ((p == LM_HEAD && d->tied) || (hf[p].bias && !d->qkv_bias) ||
+		    ((p == PRE_FFW || p == POST_FFW) && !d->gemma))
 			size[p] = 0;
 		off[p] = total;
 		total += size[p];
@@ -144,10 +164,17 @@ static size_t hf_layout(const struct dims *d, size_t size[N_PARAMS], size_t off[
 	return total;
 }
 
-/* Parameter tensors of the family: Llama's 12, Qwen 2's 15. */
+/* Parameter tensors of the family: Llama's 12, Qwen 2's 15, Gemma 2's 14. */
 static int n_params(const struct dims *d)
 {
-	return d->qkv_bias ? N_PARAMS : QB;
+	return d->qkv_bias ? PRE_FFW : d->gemma ? QB + 2 : QB;
+}
+
+/* The layout entry of ferry's parameter i (Gemma 2's norms follow Llama's
+ * tensors in ferry's array). */
+static int fam_param(const struct dims *d, int i)
+{
+	return d->gemma && i >= QB ? i - QB + PRE_FFW : i;
 }
 
 /* Hugging Face's name of parameter p in layer l. */
@@ -188,17 +215,18 @@ static void check_layout(const struct gcase *gc, const struct dims *d)
 	      ferry_model_param_tensors(&c));
 	CHECK(ferry_model_config_num_params(&c) == total, "%s: %zu parameters, Hugging Face %zu", gc->name,
 	      ferry_model_config_num_params(&c), total);
-	for (int p = 0; p < np && p < ferry_model_param_tensors(&c); p++) {
+	for (int i = 0; i < np && i < ferry_model_param_tensors(&c); i++) {
+		const int p = fam_param(d, i);
 		struct ferry_param_info pi;
 		int64_t shape[2] = { 0, 0 };
 		const int ndim = hf_shape(d, p, shape);
 		const bool present = !(p == LM_HEAD && d->tied);
 
-		OK(ferry_model_param_info(&c, p, &pi));
-		CHECK(pi.name && !strcmp(pi.name, hf[p].name), "%s: parameter %d is %s, expected %s", gc->name, p,
+		OK(ferry_model_param_info(&c, i, &pi));
+		CHECK(pi.name && !strcmp(pi.name, hf[p].name), "%s: parameter %d is %s, expected %s", gc->name, i,
 		      pi.name ? pi.name : "(null)", hf[p].name);
-		CHECK(ferry_model_param_find(&c, hf[p].name) == p, "%s: param_find(%s) = %d, expected %d", gc->name,
-		      hf[p].name, ferry_model_param_find(&c, hf[p].name), p);
+		CHECK(ferry_model_param_find(&c, hf[p].name) == i, "%s: param_find(%s) = %d, expected %d", gc->name,
+		      hf[p].name, ferry_model_param_find(&c, hf[p].name), i);
 		CHECK(pi.layers == (hf[p].per_layer ? d->L : 0), "%s: %s stacked over %d layers", gc->name,
 		      hf[p].name, pi.layers);
 		CHECK(pi.ndim == ndim && pi.shape[0] == shape[0] && (ndim < 2 || pi.shape[1] == shape[1]),
@@ -294,36 +322,89 @@ static const double *ref_b(const struct refmodel *r, int p, int l)
 	return r->d.qkv_bias ? ref_w(r, p, l) : NULL;
 }
 
+/* The window of layer l: the model's where its rule acts (0: none). */
+static int ref_window(const struct dims *d, int l)
+{
+	return l >= d->window_from && (d->window_every <= 1 || l % d->window_every == 0) ? d->window : 0;
+}
+
+/* RMSNorm as the family's: Gemma2RMSNorm scales by 1 + w. */
+static void ref_norm(const struct refmodel *r, double *out, const double *x, int p, int l)
+{
+	ref_rmsnorm_offset_forward(out, NULL, x, ref_w(r, p, l), r->B * r->T, r->d.C, r->d.eps,
+				   r->d.gemma ? 1.0 : 0.0);
+}
+
+/* Layer l's attention from its input norm r->ln into r->out. */
+static void ref_attention_block(struct refmodel *r, int l)
+{
+	const struct dims *d = &r->d;
+	const int B = r->B, T = r->T, C = d->C, N = B * T;
+
+	ref_matmul_forward(r->qr, r->ln, ref_w(r, QW, l), ref_b(r, QB, l), N, C, d->QD);
+	ref_matmul_forward(r->kr, r->ln, ref_w(r, KW, l), ref_b(r, KB, l), N, C, d->KVD);
+	ref_matmul_forward(r->v, r->ln, ref_w(r, VW, l), ref_b(r, VB, l), N, C, d->KVD);
+	ref_rope_forward(r->q, r->qr, r->freqs, B, T, d->NH, d->HS);
+	ref_rope_forward(r->k, r->kr, r->freqs, B, T, d->NKV, d->HS);
+	ref_attention_capped_forward(r->ctx, NULL, r->q, r->k, r->v, B, T, d->QD, d->NH, d->NKV, ref_window(d, l),
+				     d->attn_scale, d->attn_cap);
+	ref_matmul_forward(r->out, r->ctx, ref_w(r, OW, l), NULL, N, d->QD, C);
+}
+
+/* Layer l's MLP from r->ln into r->mlpwo: SwiGLU, Gemma's GeGLU. */
+static void ref_mlp_block(struct refmodel *r, int l)
+{
+	const struct dims *d = &r->d;
+	const int N = r->B * r->T, C = d->C;
+	const long NF = (long)N * d->F;
+
+	ref_matmul_forward(r->gate, r->ln, ref_w(r, GATEW, l), NULL, N, C, d->F);
+	ref_matmul_forward(r->up, r->ln, ref_w(r, UPW, l), NULL, N, C, d->F);
+	(d->gemma ? ref_geglu_forward : ref_swiglu_forward)(r->h, r->gate, r->up, NF);
+	ref_matmul_forward(r->mlpwo, r->h, ref_w(r, DOWNW, l), NULL, N, d->F, C);
+}
+
+/* One decoder layer, r->x to r->x.  Llama: x + attn(norm(x)), then
+ * + mlp(norm(.)); Gemma 2 normalises each branch's output too
+ * (post_attention_layernorm, post_feedforward_layernorm) and the MLP's
+ * input with pre_feedforward_layernorm. */
+static void ref_layer(struct refmodel *r, int l)
+{
+	const long NC = (long)r->B * r->T * r->d.C;
+	const bool g = r->d.gemma;
+
+	ref_norm(r, r->ln, r->x, IN_NORM, l);
+	ref_attention_block(r, l);
+	if (g)
+		ref_norm(r, r->ln, r->out, POST_NORM, l);
+	ref_residual_forward(r->mid, r->x, g ? r->ln : r->out, NC);
+	ref_norm(r, r->ln, r->mid, g ? PRE_FFW : POST_NORM, l);
+	ref_mlp_block(r, l);
+	if (g)
+		ref_norm(r, r->ln, r->mlpwo, POST_FFW, l);
+	ref_residual_forward(r->x, r->mid, g ? r->ln : r->mlpwo, NC); /* the next layer's input */
+}
+
 /* The mean cross-entropy of the whole model, in float64. */
 static double ref_loss(void *ctx)
 {
 	struct refmodel *r = ctx;
 	const struct dims *d = &r->d;
 	const int B = r->B, T = r->T, C = d->C, N = B * T;
-	const long NC = (long)N * C, NF = (long)N * d->F;
 	const double *embed = ref_w(r, EMBED, 0);
+	/* Gemma: transformers' normalizer, sqrt(C) cast to the model's dtype
+	   (float32 here) */
+	const double normalizer = d->gemma ? (double)(float)sqrt((double)C) : 1.0;
 
 	for (int n = 0; n < N; n++) /* token embedding, no positions */
-		memcpy(r->x + (size_t)n * C, embed + (size_t)r->inputs[n] * C, sizeof(double) * (size_t)C);
-	for (int l = 0; l < d->L; l++) {
-		ref_rmsnorm_forward(r->ln, NULL, r->x, ref_w(r, IN_NORM, l), N, C, d->eps);
-		ref_matmul_forward(r->qr, r->ln, ref_w(r, QW, l), ref_b(r, QB, l), N, C, d->QD);
-		ref_matmul_forward(r->kr, r->ln, ref_w(r, KW, l), ref_b(r, KB, l), N, C, d->KVD);
-		ref_matmul_forward(r->v, r->ln, ref_w(r, VW, l), ref_b(r, VB, l), N, C, d->KVD);
-		ref_rope_forward(r->q, r->qr, r->freqs, B, T, d->NH, d->HS);
-		ref_rope_forward(r->k, r->kr, r->freqs, B, T, d->NKV, d->HS);
-		ref_attention_gqa_forward(r->ctx, NULL, r->q, r->k, r->v, B, T, d->QD, d->NH, d->NKV);
-		ref_matmul_forward(r->out, r->ctx, ref_w(r, OW, l), NULL, N, d->QD, C);
-		ref_residual_forward(r->mid, r->x, r->out, NC);
-		ref_rmsnorm_forward(r->ln, NULL, r->mid, ref_w(r, POST_NORM, l), N, C, d->eps);
-		ref_matmul_forward(r->gate, r->ln, ref_w(r, GATEW, l), NULL, N, C, d->F);
-		ref_matmul_forward(r->up, r->ln, ref_w(r, UPW, l), NULL, N, C, d->F);
-		ref_swiglu_forward(r->h, r->gate, r->up, NF);
-		ref_matmul_forward(r->mlpwo, r->h, ref_w(r, DOWNW, l), NULL, N, d->F, C);
-		ref_residual_forward(r->x, r->mid, r->mlpwo, NC); /* the next layer's input */
-	}
-	ref_rmsnorm_forward(r->ln, NULL, r->x, ref_w(r, NORM, 0), N, C, d->eps);
+		for (int c = 0; c < C; c++)
+			r->x[(size_t)n * C + c] = embed[(size_t)r->inputs[n] * C + c] * normalizer;
+	for (int l = 0; l < d->L; l++)
+		ref_layer(r, l);
+	ref_norm(r, r->ln, r->x, NORM, 0);
 	ref_matmul_forward(r->logits, r->ln, ref_w(r, d->tied ? EMBED : LM_HEAD, 0), NULL, N, C, d->Vp);
+	if (d->final_cap > 0)
+		ref_softcap_forward(r->logits, r->logits, d->final_cap, (long)N * d->Vp);
 	return ref_softmax_xent_mean_loss(r->logits, r->targets, N, d->V, d->Vp);
 }
 
@@ -370,7 +451,8 @@ static void check_init(ferry_model_t m, const struct gcase *gc, const struct dim
 	      "%s: num_params %zu, present tensors %zu, Hugging Face %zu", gc->name, ferry_model_num_params(m),
 	      sum_present, n);
 	printf("  init: %-24s %6s %10s %10s\n", "tensor", "n", "mean", "std");
-	for (int p = 0; p < n_params(d); p++) {
+	for (int i = 0; i < n_params(d); i++) {
+		const int p = fam_param(d, i);
 		const float *x = p0 + off[p];
 		size_t cnt = size[p];
 
@@ -387,14 +469,15 @@ static void check_init(ferry_model_t m, const struct gcase *gc, const struct dim
 			CHECK(nonzero == 0, "%s: %zu values of %s are not 0 at init", gc->name, nonzero, hf[p].name);
 			continue;
 		}
-		if (hf[p].gain) {
+		if (hf[p].gain) { /* Gemma's scale by 1 + w: its gains start at 0 */
+			const float one = d->gemma ? 0.0f : 1.0f;
 			size_t not_one = 0;
 
 			for (size_t i = 0; i < cnt; i++)
-				not_one += x[i] != 1.0f;
-			printf("  init: %-24s %6zu %10s %10s  (%zu not exactly 1)\n", hf[p].name, cnt, "1", "0",
+				not_one += x[i] != one;
+			printf("  init: %-24s %6zu %10g %10s  (%zu not exactly that)\n", hf[p].name, cnt, one, "0",
 			       not_one);
-			CHECK(not_one == 0, "%s: %zu gains of %s are not exactly 1", gc->name, not_one, hf[p].name);
+			CHECK(not_one == 0, "%s: %zu gains of %s are not exactly %g", gc->name, not_one, hf[p].name, one);
 			continue;
 		}
 		if (p == EMBED || p == LM_HEAD) { /* padding rows: exactly 0, left out of the statistics */
@@ -460,15 +543,16 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	double t0, t_fd;
 
 	printf("%s: L=%d C=%d NH=%d NKV=%d HS=%d FFN=%d V=%d Vp=%d theta=%g eps=%g %s head, maxT=%d, "
-	       "model %dx%d, batch %dx%d, %zu params\n",
+	       "model %dx%d, batch %dx%d, %zu params; window %d on layers %% %d from %d, scale %g, caps %g %g\n",
 	       gc->name, d.L, C, d.NH, d.NKV, d.HS, d.F, V, Vp, d.theta, d.eps, d.tied ? "tied" : "untied",
-	       cfg.max_seq, gc->create_B, gc->create_T, gc->B, gc->T, n);
+	       cfg.max_seq, gc->create_B, gc->create_T, gc->B, gc->T, n, d.window, d.window_every, d.window_from,
+	       d.attn_scale, d.attn_cap, d.final_cap);
 	check_layout(gc, &d);
 
 	/* everything random, the padding rows of the embedding included; gains
-	 * around 1 */
+	 * around 1 (Gemma's scale by 1 + w: around 0) */
 	fill_normal(&rng, params, (long)n, PARAM_STD);
-	for (int p = 0; p < N_PARAMS; p++)
+	for (int p = 0; p < N_PARAMS && !d.gemma; p++)
 		if (hf[p].gain)
 			for (size_t i = 0; i < size[p]; i++)
 				params[off[p] + i] += 1.0f;
@@ -482,8 +566,7 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 	OK(ferry_model_create(be, &gc->cfg, gc->create_B, gc->create_T, NULL, &m));
 	if (!m)
 		goto out;
-	CHECK(!strcmp(ferry_model_config(m)->arch, d.qkv_bias ? "qwen2" : "llama"), "%s: arch %s", gc->name,
-	      ferry_model_config(m)->arch);
+	CHECK(!strcmp(ferry_model_config(m)->arch, gc->cfg.arch), "%s: arch %s", gc->name, ferry_model_config(m)->arch);
 	CHECK(ferry_model_num_params(m) == n, "%s: num_params %zu, expected %zu", gc->name,
 	      ferry_model_num_params(m), n);
 	check_init(m, gc, &d);
@@ -513,7 +596,8 @@ static void check_case(ferry_backend_t be, const struct gcase *gc)
 
 	/* per tensor */
 	printf("  %-24s %6s %12s %12s %10s\n", "tensor", "n", "max|grad|", "max|num|", "nerr");
-	for (int p = 0; p < n_params(&d); p++) {
+	for (int i = 0; i < n_params(&d); i++) {
+		const int p = fam_param(&d, i);
 		const size_t o = off[p];
 		const char *name = hf[p].name;
 
@@ -632,6 +716,36 @@ int main(void)
 		  { .arch = "qwen2", .max_seq = 6, .vocab = 9, .layers = 1, .heads = 2, .kv_heads = 1,
 		    .channels = 8, .ffn = 16 },
 		  2, 6, 2, 5, 7 },
+		/* Qwen 2's use_sliding_window: a window of 2 on layers from 1
+		 * (max_window_layers), the first layer full */
+		{ "qwen2, window from layer 1",
+		  { .arch = "qwen2", .max_seq = 8, .vocab = 11, .layers = 2, .heads = 2, .kv_heads = 1,
+		    .channels = 8, .ffn = 16, .sliding_window = 2, .window_layers_from = 1 },
+		  2, 8, 2, 8, 8 },
+		/* Mistral: a window of 3 on every layer, shorter than the batch */
+		{ "mistral, two layers, window 3",
+		  { .arch = "mistral", .max_seq = 8, .vocab = 13, .layers = 2, .heads = 4, .kv_heads = 2,
+		    .channels = 16, .ffn = 24, .sliding_window = 3 },
+		  2, 8, 2, 8, 9 },
+		/* Gemma 2: a window of 3 on layers 0 and 2, full on 1; scores
+		 * scaled by 1/sqrt(12) (not the head size, 4), caps small enough to
+		 * bend them (1.5 on scores, 2 on logits); tied, its default */
+		{ "gemma2, three layers, window, caps",
+		  { .arch = "gemma2", .max_seq = 8, .vocab = 13, .layers = 3, .heads = 4, .kv_heads = 2,
+		    .channels = 16, .ffn = 24, .sliding_window = 3, .query_pre_attn_scalar = 12,
+		    .attn_softcap = 1.5f, .final_softcap = 2.0f },
+		  2, 8, 2, 8, 10 },
+		/* Gemma 2 with its default caps (50, 30), head size 6 != C / NH,
+		 * an untied head over a padded vocabulary */
+		{ "gemma2, one layer, HS != C/NH, untied",
+		  { .arch = "gemma2", .max_seq = 6, .vocab = 9, .padded_vocab = 12, .layers = 1, .heads = 2,
+		    .channels = 8, .head_size = 6, .ffn = 16, .tie_embeddings = -1 },
+		  3, 6, 3, 6, 11 },
+		/* Gemma 2 without caps (config.json's null) */
+		{ "gemma2, two layers, no caps",
+		  { .arch = "gemma2", .max_seq = 6, .vocab = 9, .layers = 2, .heads = 2, .kv_heads = 1,
+		    .channels = 8, .ffn = 16, .attn_softcap = -1.0f, .final_softcap = -1.0f },
+		  2, 6, 2, 6, 12 },
 	};
 	ferry_backend_t be = NULL;
 	const double t0 = now_s();

@@ -71,7 +71,7 @@ static double rmsnorm_loss(void *p)
 static void rmsnorm_bwd(GradCase *c, float **g)
 {
 	ferry_cpu_rmsnorm_backward(g[0], g[1], c->R, c->x[0], c->x[1], c->rstd,
-				   c->N, c->C);
+				   c->N, c->C, 0.0f);
 }
 
 static void test_rmsnorm(uint64_t seed, int N, int C, float eps, float scale,
@@ -93,7 +93,7 @@ static void test_rmsnorm(uint64_t seed, int N, int C, float eps, float scale,
 	out_new_dirty(&c, &rng, n);
 	c.rstd = TALLOC(float, N);
 
-	ferry_cpu_rmsnorm_forward(c.out, c.rstd, inp, w, N, C, eps);
+	ferry_cpu_rmsnorm_forward(c.out, c.rstd, inp, w, N, C, eps, 0.0f);
 	double *rd = TALLOC(double, N);
 	ref_rmsnorm_forward(c.outd, rd, c.xd[0], c.xd[1], N, C, (double)eps);
 	const double fe =
@@ -364,7 +364,7 @@ static void gqa_bwd(GradCase *c, float **g)
 {
 	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
 				     c->x[2], c->out, c->lse, c->B, c->T, c->C,
-				     c->NH, c->NKV, c->window);
+				     c->NH, c->NKV, c->window, 0.0f, 0.0f);
 }
 
 /* [B, T, NKV * HS] -> [B, T, NH * HS], kv head h / G copied to head h
@@ -414,14 +414,14 @@ static double check_gqa_vs_repeat(GradCase *c, const char *label)
 
 	repeat_kv(kr, c->x[1], B, T, NH, NKV, HS);
 	repeat_kv(vr, c->x[2], B, T, NH, NKV, HS);
-	ferry_cpu_attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH, W);
+	ferry_cpu_attention_forward(o, lse, c->x[0], kr, vr, B, T, C, NH, NH, W, 0.0f, 0.0f);
 	CHECK(bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl),
 	      "%s: forward != repeat_kv + multi-head, bit for bit", label);
 
 	ferry_cpu_attention_backward(dq, dkr, dvr, c->R, c->x[0], kr, vr, o,
-				     lse, B, T, C, NH, NH, W);
+				     lse, B, T, C, NH, NH, W, 0.0f, 0.0f);
 	ferry_cpu_attention_backward(gq, gk, gv, c->R, c->x[0], c->x[1],
-				     c->x[2], c->out, c->lse, B, T, C, NH, NKV, W);
+				     c->x[2], c->out, c->lse, B, T, C, NH, NKV, W, 0.0f, 0.0f);
 	CHECK(bits_equal(gq, dq, n),
 	      "%s: dq != repeat_kv + multi-head, bit for bit", label);
 	sum_kv_groups(sk, dkr, B, T, NH, NKV, HS);
@@ -463,7 +463,7 @@ static int check_heads_alone(GradCase *c)
 	}
 	ferry_cpu_attention_backward(full[0], full[1], full[2], c->R, c->x[0],
 				     c->x[1], c->x[2], c->out, c->lse, B, T, C,
-				     NH, NH, W);
+				     NH, NH, W, 0.0f, 0.0f);
 	for (int h = 0; h < NH; h++) {
 		const float *srcs[4] = {c->x[0], c->x[1], c->x[2], c->R};
 		for (int a = 0; a < 4; a++)
@@ -473,9 +473,9 @@ static int check_heads_alone(GradCase *c)
 		for (int a = 0; a < 3; a++)
 			memset(g[a], 0, sizeof(float) * (size_t)nh);
 		ferry_cpu_attention_forward(o, lse, s[0], s[1], s[2], B, T, HS,
-					    1, 1, W);
+					    1, 1, W, 0.0f, 0.0f);
 		ferry_cpu_attention_backward(g[0], g[1], g[2], s[3], s[0], s[1],
-					     s[2], o, lse, B, T, HS, 1, 1, W);
+					     s[2], o, lse, B, T, HS, 1, 1, W, 0.0f, 0.0f);
 		for (long r = 0; r < (long)B * T; r++) {
 			ok &= bits_equal(o + r * HS, c->out + r * C + h * HS,
 					 HS);
@@ -509,11 +509,12 @@ static int check_wide_window_is_full(GradCase *c)
 	float *h[3] = { TALLOC(float, n), TALLOC(float, nkv), TALLOC(float, nkv) };
 	int ok;
 
-	ferry_cpu_attention_forward(o, lse, c->x[0], c->x[1], c->x[2], B, T, C, NH, NKV, 0);
+	ferry_cpu_attention_forward(o, lse, c->x[0], c->x[1], c->x[2], B, T, C, NH, NKV, 0, 0.0f, 0.0f);
 	ok = bits_equal(o, c->out, n) && bits_equal(lse, c->lse, nl);
-	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV, 0);
+	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV, 0,
+				     0.0f, 0.0f);
 	ferry_cpu_attention_backward(h[0], h[1], h[2], c->R, c->x[0], c->x[1], c->x[2], o, lse, B, T, C, NH, NKV,
-				     c->window);
+				     c->window, 0.0f, 0.0f);
 	ok &= bits_equal(g[0], h[0], n) && bits_equal(g[1], h[1], nkv) && bits_equal(g[2], h[2], nkv);
 	for (int a = 0; a < 3; a++) {
 		free(g[a]);
@@ -546,7 +547,7 @@ static void test_gqa_window(uint64_t seed, int B, int T, int NH, int NKV, int HS
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
-	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV, W);
+	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NKV, W, 0.0f, 0.0f);
 	double *lsed = TALLOC(double, nl);
 	ref_attention_window_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2],
 				     B, T, C, NH, NKV, W);
@@ -607,7 +608,7 @@ static void test_attention_sampled(uint64_t seed, int B, int T, int NH, int NKV,
 	out_new_dirty(&c, &rng, n);
 	c.lse = TALLOC(float, nl);
 	double *lsed = TALLOC(double, nl);
-	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV, W);
+	ferry_cpu_attention_forward(c.out, c.lse, c.x[0], c.x[1], c.x[2], B, T, C, NH, NKV, W, 0.0f, 0.0f);
 	ref_attention_window_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C, NH, NKV, W);
 	fe = fmax(nerr_fd(c.out, c.outd, n), nerr_fd(c.lse, lsed, nl));
 	if (W)
@@ -706,14 +707,14 @@ static void test_cpu_op_calls(void)
 	c.in[0] = x;
 	c.w[0] = w;
 	ferry_cpu_run_op(&c);
-	ferry_cpu_rmsnorm_forward(o2, s2, x, w, N, C, 1e-5f);
+	ferry_cpu_rmsnorm_forward(o2, s2, x, w, N, C, 1e-5f, 0.0f);
 	ok &= bits_equal(o1, o2, n) && bits_equal(s1, s2, N);
 	c.backward = true;
 	c.dout[0] = d;
 	c.din[0] = g1;
 	c.dw[0] = dw1;
 	ferry_cpu_run_op(&c);
-	ferry_cpu_rmsnorm_backward(g2, dw2, d, x, w, s2, N, C);
+	ferry_cpu_rmsnorm_backward(g2, dw2, d, x, w, s2, N, C, 0.0f);
 	ok &= bits_equal(g1, g2, n) && bits_equal(dw1, dw2, C);
 
 	/* rope */
@@ -772,7 +773,7 @@ static void test_cpu_op_calls(void)
 		a.in[2] = d;
 		ferry_cpu_run_op(&a);
 		ferry_cpu_attention_forward(o2, s2, x, y, d, B, T, C, NH,
-					    nkv ? nkv : NH, W);
+					    nkv ? nkv : NH, W, 0.0f, 0.0f);
 		aok &= bits_equal(o1, o2, n) && bits_equal(s1, s2, N * NH);
 		memset(g1, 0, sizeof(float) * (size_t)n);
 		memset(g2, 0, sizeof(float) * (size_t)n);
@@ -787,7 +788,7 @@ static void test_cpu_op_calls(void)
 		a.din[2] = r1;
 		ferry_cpu_run_op(&a);
 		ferry_cpu_attention_backward(g2, h2, r2, x, x, y, d, o2, s2, B,
-					     T, C, NH, nkv ? nkv : NH, W);
+					     T, C, NH, nkv ? nkv : NH, W, 0.0f, 0.0f);
 		aok &= bits_equal(g1, g2, n) && bits_equal(h1, h2, nk) &&
 		       bits_equal(r1, r2, nk);
 	}

@@ -195,7 +195,7 @@ static void attention_bwd(GradCase *c, float **g)
 {
 	ferry_cpu_attention_backward(g[0], g[1], g[2], c->R, c->x[0], c->x[1],
 				     c->x[2], c->out, c->lse, c->B, c->T, c->C,
-				     c->NH, c->NH, 0);
+				     c->NH, c->NH, 0, 0.0f, 0.0f);
 }
 
 enum { ATT_RANDOM, ATT_RAMP_UP, ATT_RAMP_DOWN };
@@ -234,7 +234,7 @@ static void test_attention(uint64_t seed, int B, int T, int C, int NH,
 	const long nl = (long)B * NH * T;
 	c.lse = TALLOC(float, nl);
 
-	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NH, 0);
+	ferry_cpu_attention_forward(c.out, c.lse, q, k, v, B, T, C, NH, NH, 0, 0.0f, 0.0f);
 	double *lsed = TALLOC(double, nl);
 	ref_attention_forward(c.outd, lsed, c.xd[0], c.xd[1], c.xd[2], B, T, C,
 			      NH);

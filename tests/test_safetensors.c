@@ -1012,6 +1012,48 @@ static int config_equal(const struct ferry_hf_config *a,
 		CHECK_ERR(ferry_hf_config_read(d_, &c), want, needle);           \
 	} while (0)
 
+/* bos_token_id and eos_token_id: read as one id, a list or null (absent),
+ * written back as they were, bad ones refused naming them. */
+static void test_token_ids(void)
+{
+	struct ferry_hf_config c, back;
+	const char *d;
+	char *text;
+	long n;
+
+	CHECK_OK(ferry_hf_config_read(data_path("llama32_1b_config.json"), &c));
+	CHECK(c.has_bos && c.bos_token_id == 128000 && c.n_eos == 1 && !c.eos_list && c.eos_token_id[0] == 128001);
+	d = config_case("ids_list", "{" LLAMA_MIN ", \"bos_token_id\": null, \"eos_token_id\": [128001, 128008, 128009]}");
+	CHECK_OK(ferry_hf_config_read(d, &c));
+	CHECK(!c.has_bos && c.eos_list && c.n_eos == 3 && c.eos_token_id[0] == 128001 &&
+	      c.eos_token_id[1] == 128008 && c.eos_token_id[2] == 128009);
+	CHECK(mkdir(tpath("ids_out"), 0755) == 0);
+	CHECK_OK(ferry_hf_config_write(tpath("ids_out"), &c));
+	text = read_bytes(tpath("ids_out/config.json"), &n);
+	CHECK(text && strstr(text, "\"eos_token_id\": [\n    128001,\n    128008,\n    128009\n  ],") &&
+	      !strstr(text, "bos_token_id"));
+	free(text);
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_hf_config_read(tpath("ids_out"), &back));
+	CHECK(!back.has_bos && back.eos_list && back.n_eos == 3 && back.eos_token_id[2] == 128009);
+	c.has_bos = true, c.bos_token_id = 7, c.eos_list = false, c.n_eos = 1;
+	CHECK_OK(ferry_hf_config_write(tpath("ids_out"), &c));
+	text = read_bytes(tpath("ids_out/config.json"), &n);
+	CHECK(text && strstr(text, "\"bos_token_id\": 7,") && strstr(text, "\"eos_token_id\": 128001,"));
+	free(text);
+	CHECK_OK(ferry_hf_config_read(config_case("ids_none", "{" LLAMA_MIN "}"), &c));
+	CHECK(!c.has_bos && !c.n_eos);
+	BAD_CONFIG("ids_neg", "{" LLAMA_MIN ", \"bos_token_id\": -1}", FERRY_ERR_FORMAT,
+		   "bos_token_id must be a token id (an integer from 0) or null, not -1");
+	BAD_CONFIG("ids_str", "{" LLAMA_MIN ", \"eos_token_id\": \"x\"}", FERRY_ERR_FORMAT,
+		   "eos_token_id must be a token id (an integer from 0), a list of 1 to 8 of them, or null");
+	BAD_CONFIG("ids_long", "{" LLAMA_MIN ", \"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", FERRY_ERR_FORMAT,
+		   "a list of 1 to 8 of them");
+	BAD_CONFIG("ids_empty", "{" LLAMA_MIN ", \"eos_token_id\": []}", FERRY_ERR_FORMAT, "a list of 1 to 8 of them");
+	BAD_CONFIG("ids_elem", "{" LLAMA_MIN ", \"eos_token_id\": [1, 2.5]}", FERRY_ERR_FORMAT,
+		   "eos_token_id[1] must be a token id (an integer from 0), not 2.5");
+}
+
 static void test_config(void)
 {
 	struct ferry_hf_config c, back;
@@ -1173,8 +1215,6 @@ static void test_config(void)
 		   "attention_dropout 0.1 is not supported");
 	BAD_CONFIG("sw", "{" LLAMA_MIN ", \"sliding_window\": 4096}", FERRY_ERR_UNSUPPORTED,
 		   "sliding_window 4096 is not supported (sliding-window attention");
-	BAD_CONFIG("qsw", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 4096}",
-		   FERRY_ERR_UNSUPPORTED, "use_sliding_window true is not supported");
 	BAD_CONFIG("qlt", "{\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
 		   FERRY_ERR_UNSUPPORTED, "layer_types[1] \"sliding_attention\" is not supported");
 	BAD_CONFIG("qab", "{\"model_type\": \"qwen2\", \"attention_bias\": true}",
@@ -1387,6 +1427,7 @@ int main(void)
 	test_bad_files();
 	test_write_failures();
 	test_config();
+	test_token_ids();
 	test_reference_files();
 	return scratch_finish("test_safetensors");
 }

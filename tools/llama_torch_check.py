@@ -65,15 +65,6 @@ def load_safetensors(path):
     return out, "own reader"
 
 
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = np.frombuffer(f.read(1024), dtype="<i4")
-        # version 1: uint16 tokens (llm.c's); 2: uint32 (docs/data.md)
-        tokens = np.frombuffer(f.read(), dtype="<u4" if header[1] == 2 else "<u2")
-    assert header[0] == 20240520, f"{path}: not an llm.c token shard"
-    return tokens[: header[2]].astype(np.int64)
-
-
 def rms_norm(x, w, eps):
     var = x.pow(2).mean(-1, keepdim=True)
     return w * (x * torch.rsqrt(var + eps))
@@ -140,6 +131,8 @@ def main():
         cfg = json.load(f)
     assert cfg.get("model_type") == "llama", "not a Llama"
     w, how = load_safetensors(os.path.join(a.checkpoint, "model.safetensors"))
+    from family_numpy_check import read_shard  # beside this script
+
     tokens = read_shard(a.shard)
     n = a.batch * a.seq
     for dtype in (torch.float64, torch.float32):

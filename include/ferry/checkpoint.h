@@ -77,7 +77,9 @@
  *   2. write DIR.tmp.<pid>/ completely: every file in DIR that is not part
  *      of a checkpoint (tokenizer files, a README, subdirectories; not
  *      config.json, the weights, an index or its model-NNNNN-of-NNNNN
- *      shards) is hard-linked into it, then config.json, model.safetensors and
+ *      shards) is hard-linked into it, the tokenizer files of the directory
+ *      the model was loaded from (ferry_checkpoint_save_as) are copied into
+ *      it, then config.json, model.safetensors and
  *      ferry_state.bin are written, each fsynced, and the directory fsynced;
  *      a failure removes DIR.tmp.<pid>/ and leaves DIR as it was;
  *   3. lock; exchange DIR.tmp.<pid> and DIR in one atomic
@@ -198,6 +200,48 @@ ferry_status ferry_state_read_info(const char *path, struct ferry_train_state *s
 ferry_status ferry_checkpoint_save(const char *path, const struct ferry_model_config *cfg,
 				   const float *params, const struct ferry_train_state *st,
 				   const float *m, const float *v, size_t n_params) FERRY_MUST_CHECK;
+
+/* How a Hugging Face directory holds the weights. */
+enum ferry_save_dtype {
+	FERRY_SAVE_AUTO = 0, /* as the checkpoint the model was loaded from holds
+				them when every tensor there is BF16, else F32 */
+	FERRY_SAVE_F32,
+	FERRY_SAVE_BF16,     /* rounded to nearest, ties to even */
+};
+
+/* What a save keeps of where the model came from, and how it stores it. */
+struct ferry_save_opts {
+	const char *from;    /* the checkpoint the model was loaded from (NULL:
+				none, or an llm.c file: nothing to keep) */
+	enum ferry_save_dtype dtype;
+};
+
+/* ferry_checkpoint_save, and for a Hugging Face directory (a Llama):
+ *  - the tokenizer of so->from's directory travels with the model: each of
+ *    its files that exists there (ferry_hf_carried_file) is copied into the
+ *    new directory (replacing one the directory had), as part of the same
+ *    commit, when it is not the directory being saved to (whose files are
+ *    kept anyway); config.json gets so->from's bos_token_id and
+ *    eos_token_id (read when so->from's config.json reads; else none);
+ *  - the weights in so->dtype; in BF16 config.json's torch_dtype is
+ *    "bfloat16", and the training state's parameter hash is that of the
+ *    rounded weights (what a resume reads back: it continues from them);
+ *    a value too large for BF16 is refused, naming it, before anything is
+ *    written.
+ * BF16 for an llm.c file (GPT-2, fp32 only) is FERRY_ERR_INVALID; so NULL
+ * is ferry_checkpoint_save. */
+ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model_config *cfg,
+				      const float *params, const struct ferry_train_state *st, const float *m,
+				      const float *v, size_t n_params, const struct ferry_save_opts *so)
+	FERRY_MUST_CHECK;
+
+/* The files of a Hugging Face directory's tokenizer that a save carries
+ * over from the checkpoint it was loaded from: "tokenizer.json",
+ * "tokenizer_config.json", "special_tokens_map.json",
+ * "generation_config.json", and the older tokenizers' "tokenizer.model",
+ * "added_tokens.json", "vocab.json", "merges.txt"; i from 0, NULL past
+ * the last. */
+const char *ferry_hf_carried_file(int i);
 
 /* Finishes a commit that a killed process left half done and removes stale
  * temporaries of the checkpoint at path (either kind; a file inside a

@@ -58,6 +58,14 @@ ferry_status ferry_calibration_cache_path(const char *fingerprint, char *buf, si
 ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
 			     ferry_calibration_t *out) FERRY_MUST_CHECK;
+/* ferry_calibrate, calling progress(ctx, what, part, parts) (NULL: none)
+ * as it starts each of its parts: what it measures, in words ("host<->device
+ * copies at 4 sizes"), its number from 1, and how many there are. */
+typedef void (*ferry_calib_progress_fn)(void *ctx, const char *what, int part, int parts);
+ferry_status ferry_calibrate_progress(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+				      const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
+				      ferry_calib_progress_fn progress, void *ctx, ferry_calibration_t *out)
+	FERRY_MUST_CHECK;
 /* Reads path; refuses (FERRY_ERR_FORMAT, saying why and what to run) a
  * file that is not a calibration, one whose fingerprint is not
  * `fingerprint` (NULL: any), one by another ferry version, or one older
@@ -96,6 +104,9 @@ struct ferry_calib_summary {
 	double op_spread;            /* how much calls of one op at one shape vary: the median over
 					shapes of their interquartile range over their median (a busy
 					machine: large) */
+	double others_cpu;           /* the share of the CPUs' time other processes took while the
+					last calibration ran (a busy machine: large; 0 also when not
+					measured) */
 	double task_gap_s;           /* the compute stream's idle time between two of its tasks
 					(dispatch, waits for the host) */
 	double step_host_s;          /* a step's wall time outside its tasks (the host's own work) */

@@ -10,7 +10,9 @@
  * model.norm.weight, lm_head.weight) in its [out, in] layout, one tensor per
  * layer; ferry keeps each per-layer tensor stacked [L, ...] in its parameter
  * array (ferry_model_param_info), so reading and writing copies layer slices.
- * Tensors may be F32, BF16 or F16 (widened exactly); ferry writes F32.
+ * Tensors may be F32, BF16 or F16 (widened exactly); ferry writes F32, or
+ * BF16 (ferry_checkpoint_save_as, which also carries the tokenizer files
+ * of the directory the model came from).
  *
  * config.json maps onto struct ferry_model_config as
  *   hidden_size -> channels, intermediate_size -> ffn,

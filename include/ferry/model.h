@@ -63,6 +63,18 @@ struct ferry_model_config {
 	int sliding_window; /* attention's window (Mistral): query t sees keys
 			       t - W < t2 <= t; 0: every earlier key.  Only a
 			       model whose attention takes it may set it */
+	int window_layers_every; /* the window acts on the layers whose index is a
+				    multiple of this (Gemma 2: 2, the even
+				    layers; 0: the model's default, every layer
+				    but in Gemma 2) */
+	int window_layers_from;  /* ... and at least this (Qwen 2's
+				    max_window_layers; 0: from the first) */
+	int query_pre_attn_scalar; /* Gemma 2: scores are scaled by 1/sqrt(this)
+				      (0: the head size); others: 0 */
+	float attn_softcap;  /* Gemma 2: attention scores s become c tanh(s / c);
+				0: the model's default (Gemma 2: 50), < 0: none */
+	float final_softcap; /* Gemma 2: the logits likewise (0: its 30, < 0:
+				none) */
 };
 
 /* Fills cfg->arch's defaults for the derived fields left 0 and checks every

@@ -156,14 +156,30 @@ struct ferry_hf_family {
 	const char *title;         /* in messages: "Qwen 2" */
 	int vocab_size, hidden_size, intermediate_size, num_hidden_layers,
 	    num_attention_heads, max_position_embeddings;
+	int num_key_value_heads;   /* 0: num_attention_heads */
+	int head_dim;              /* 0: hidden_size / num_attention_heads */
 	double rope_theta, rms_norm_eps;
+	bool tie_word_embeddings;
+	const char *hidden_act;    /* its activation (NULL: "silu") */
+	const char *act_key;       /* the key naming it (NULL: "hidden_act";
+				      Gemma 2: "hidden_activation") */
 	bool qkv_bias;             /* its q, k, v projections always carry a bias
 				      (Qwen2): no attention_bias key */
-	bool gated_sliding_window; /* sliding_window and max_window_layers act
-				      only with use_sliding_window true (Qwen2) */
-	int sliding_window;        /* > 0: the family's sliding_window acts on
-				      every layer whenever set (Mistral), and
-				      this is its default; 0: no such field */
+	int sliding_window;        /* > 0: the family has a sliding_window, and
+				      this is its default (null: none); 0: no
+				      such field */
+	bool gated_sliding_window; /* the window acts only with use_sliding_window
+				      true, on layers from max_window_layers
+				      (Qwen2); otherwise whenever set */
+	int max_window_layers;     /* gated: max_window_layers' default */
+	int window_layers_every;   /* the window acts on the layers whose index
+				      is a multiple of this (Gemma 2: 2); 0: all */
+	int query_pre_attn_scalar; /* > 0: the family scales scores by its
+				      query_pre_attn_scalar (Gemma 2), this
+				      default; 0: no such field */
+	double attn_logit_softcapping, final_logit_softcapping; /* > 0: the
+				      family soft-caps (Gemma 2), these
+				      defaults (null: none); 0: no such fields */
 };
 
 /* config.json's rope_scaling (rope_type "linear" or "llama3"; none: 0). */
@@ -172,6 +188,9 @@ enum ferry_hf_rope_type {
 	FERRY_HF_ROPE_LINEAR = 1,
 	FERRY_HF_ROPE_LLAMA3 = 2,
 };
+
+/* The most ids config.json's eos_token_id may list. */
+#define FERRY_HF_MAX_EOS 8
 
 /* The fields of a Hugging Face config that ferry uses. */
 struct ferry_hf_config {
@@ -194,9 +213,21 @@ struct ferry_hf_config {
 	double rope_low_freq_factor;   /* llama3 */
 	double rope_high_freq_factor;  /* llama3 */
 	int rope_original_max_position_embeddings; /* llama3 */
-	int sliding_window;            /* attention's window, in a family
-					  whose window always acts (Mistral);
-					  0: none (config.json's null) */
+	int sliding_window;            /* attention's window (0: none, as
+					  config.json's null or, in a gated
+					  family, use_sliding_window false) */
+	int max_window_layers;         /* a gated family's window acts on
+					  layers from this one (Qwen2) */
+	int query_pre_attn_scalar;     /* Gemma 2 (0 in other families) */
+	double attn_logit_softcapping; /* Gemma 2, 0: none (null) */
+	double final_logit_softcapping;
+	/* the tokenizer's special tokens, which do not change the
+	   arithmetic but travel with the model (a save keeps them) */
+	bool has_bos;                  /* bos_token_id given (else absent or null) */
+	int bos_token_id;
+	int n_eos;                     /* eos_token_id: 0 (absent or null), one id, */
+	int eos_token_id[FERRY_HF_MAX_EOS]; /* or a list (Llama 3.1 gives three) */
+	bool eos_list;                 /* ... written as a list */
 };
 
 /* Reads dir_or_file/config.json (or the file itself) as one of the n
@@ -210,9 +241,12 @@ struct ferry_hf_config {
  * fit an int; the heads must divide hidden_size unless head_dim is given;
  * the kv heads must divide the heads; head_dim must be even (rotary
  * embeddings); rope_theta and rms_norm_eps positive.  Bad values:
- * FERRY_ERR_FORMAT.  Every key is either one ferry computes with, one that
- * does not change the model's arithmetic (bos_token_id, use_cache,
- * transformers_version, ...), or refused by name with
+ * FERRY_ERR_FORMAT.  bos_token_id must be a token id (an integer from 0)
+ * and eos_token_id one or a list of 1 to FERRY_HF_MAX_EOS, or null; they
+ * are read (the writer writes them back).  Every key is either one ferry
+ * computes with or keeps, one that does not change the model's arithmetic
+ * (pad_token_id, use_cache, transformers_version, ...), or refused by name
+ * with
  * FERRY_ERR_UNSUPPORTED: rope_scaling (or rope_parameters) of a type other
  * than "default", "linear" and "llama3" or with a key that type does not
  * have, hidden_act other than "silu", attention_bias or mlp_bias true,
@@ -234,9 +268,9 @@ ferry_status ferry_hf_config_read(const char *dir_or_file,
  * DIR/config.json, pretty-printed, atomically as ferry_safetensors_write
  * does: architectures [family's], model_type, hidden_act "silu", the fields
  * above (an empty torch_dtype is written as "float32"), rope_scaling when
- * cfg has one, and the family's fixed keys (Llama: attention_bias and
- * mlp_bias false; Qwen2: use_sliding_window false; Mistral:
- * sliding_window, null when 0). */
+ * cfg has one, bos_token_id and eos_token_id when cfg has them, and the
+ * family's fixed keys (Llama: attention_bias and mlp_bias false; Qwen2:
+ * use_sliding_window false; Mistral: sliding_window, null when 0). */
 ferry_status ferry_hf_config_write_as(const char *dir,
 				      const struct ferry_hf_config *cfg,
 				      const struct ferry_hf_family *family)

@@ -82,6 +82,10 @@ struct ferry_train_opts {
 	struct ferry_adamw adamw; /* lr is taken from the schedule */
 	uint64_t seed;
 	struct ferry_exec_opts exec; /* activation policy, prefetch depth */
+	int save_dtype;           /* enum ferry_save_dtype (ferry/checkpoint.h): how
+				     a Hugging Face save holds the weights
+				     (default: as the checkpoint the run
+				     started from, else fp32) */
 	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
 	struct ferry_comm *comm;  /* data parallel over these ranks (ferry/comm.h;
 				     NULL or one rank: this process alone); see
@@ -178,16 +182,18 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *o
 ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
 	FERRY_MUST_CHECK;
 /* Saves the model in its own kind of checkpoint and its training state as
- * one commit (ferry_checkpoint_save, see ferry/checkpoint.h): GPT-2 as an
- * llm.c file at path plus path.state, a Llama as a Hugging Face directory
- * at path (config.json, model.safetensors, ferry_state.bin).  The state
+ * one commit (ferry_checkpoint_save_as, see ferry/checkpoint.h): GPT-2 as
+ * an llm.c file at path plus path.state, a Llama as a Hugging Face
+ * directory at path (config.json, model.safetensors in opts.save_dtype,
+ * ferry_state.bin, and the tokenizer files and special token ids of the
+ * checkpoint the run started or resumed from).  The state
  * records a hash of the parameters, so a resume refuses a model and state
  * from different saves.  A path whose files are training or validation
  * shards is refused (ferry_trainer_check_save_path). */
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 /* Everything ferry_trainer_save checks before writing, for a caller to
  * refuse a save path before step 1: ferry_checkpoint_check_save_path for
- * this model, and that no file the save would replace (the model, its
+ * this model, a BF16 save_dtype for an llm.c file, and that no file the save would replace (the model, its
  * state; a directory's checkpoint files) is one of the training or
  * validation shards, or a file of the checkpoint the run started from
  * (its model, its state) unless the save is to that checkpoint's own path

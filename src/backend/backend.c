@@ -28,14 +28,26 @@ enum ferry_dtype ferry_backend_act_dtype(const char *name)
 	return name && strcmp(name, "cuda") == 0 ? FERRY_BF16 : FERRY_F32;
 }
 
-size_t ferry_backend_op_scratch(const char *name, const struct ferry_op_call *call)
+static const struct ferry_backend_iface *iface_named(const char *name)
 {
-	const struct ferry_backend_iface *iface = NULL;
-
 	for (int i = 0; name && i < N_BACKENDS; i++)
 		if (!strcmp(backends[i]->name, name))
-			iface = backends[i];
+			return backends[i];
+	return NULL;
+}
+
+size_t ferry_backend_op_scratch(const char *name, const struct ferry_op_call *call)
+{
+	const struct ferry_backend_iface *iface = iface_named(name);
+
 	return iface && iface->op_scratch ? iface->op_scratch(call) : 0;
+}
+
+const char *ferry_backend_op_unsupported(const char *name, const struct ferry_op_call *call)
+{
+	const struct ferry_backend_iface *iface = iface_named(name);
+
+	return iface && iface->op_unsupported ? iface->op_unsupported(call) : NULL;
 }
 
 int ferry_backend_count(void)

@@ -43,6 +43,10 @@ struct ferry_backend_iface {
 	/* optional: bytes of scratch the kernels of a call need (a pure
 	 * function of its sizes: planning calls it with no device open) */
 	size_t (*op_scratch)(const struct ferry_op_call *call);
+	/* optional: what of a call its kernels do not compute ("attention
+	 * soft-capping"), or NULL when they do (a pure function of the call,
+	 * as op_scratch) */
+	const char *(*op_unsupported)(const struct ferry_op_call *call);
 	/* runs fn(arg) on the host in stream order */
 	ferry_status (*host_fn)(struct ferry_stream *s, void (*fn)(void *), void *arg);
 	/* optional: an event that can be timed (NULL: event_create's are) */

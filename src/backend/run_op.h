@@ -17,6 +17,11 @@
  * unknown backend or one that needs none); no device is opened. */
 size_t ferry_backend_op_scratch(const char *backend, const struct ferry_op_call *call);
 
+/* What of a call the named backend's kernels do not compute ("attention
+ * soft-capping"), or NULL (also for an unknown backend); no device is
+ * opened. */
+const char *ferry_backend_op_unsupported(const char *backend, const struct ferry_op_call *call);
+
 /* Runs one op on the stream, asynchronously. */
 ferry_status ferry_stream_run_op(ferry_stream_t s, const struct ferry_op_call *call) FERRY_MUST_CHECK;
 

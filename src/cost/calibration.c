@@ -242,6 +242,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->zero_Bps = c->zero_Bps;
 	out->adamw_floats_per_s = c->adamw_floats_per_s;
 	out->op_spread = c->op_spread;
+	out->others_cpu = c->others_cpu;
 	out->copy_compute_slowdown = c->copy_compute_slowdown;
 	out->task_gap_s = c->task_gap_s;
 	out->step_host_s = c->step_host_s;

@@ -44,6 +44,8 @@ struct ferry_calibration {
 	double d2d_Bps, zero_Bps;      /* 0: not measured */
 	double adamw_floats_per_s;
 	double op_spread;              /* median over shapes of (q3 - q1) / median of the calls */
+	double others_cpu;             /* the share of the CPUs' time other processes took while the
+					  last calibration ran (0: none, or not measured) */
 	double copy_compute_slowdown;  /* compute ops beside host<->device copies take this many times
 					  as long (0: not measured) */
 	double task_gap_s;             /* the compute stream's idle time between two of its tasks */
@@ -78,6 +80,16 @@ double ferry_calib_copy_seconds(const struct ferry_calibration *c, size_t bytes,
 /* The median of both-at-once over alone, over the sizes measured (1: none). */
 double ferry_calib_both_slowdown(const struct ferry_calibration *c);
 struct ferry_calibration *ferry_calib_new(void);
+
+/* ---- the machine's load (machine_load.c) ---- */
+struct ferry_cpu_sample {
+	bool ok;                 /* /proc/stat and getrusage read */
+	double busy, total, own; /* CPU seconds: all CPUs busy, all CPUs, this process */
+};
+void ferry_cpu_sample_take(struct ferry_cpu_sample *s);
+/* Of the CPUs' time from a to b, the share other processes took (0..1;
+ * 0 when a sample failed or too little time passed to tell). */
+double ferry_cpu_others_share(const struct ferry_cpu_sample *a, const struct ferry_cpu_sample *b);
 
 /* ---- host tiers (tier_rates.c) ---- */
 struct ferry_topology;

@@ -44,11 +44,12 @@ static json_t *to_json(const struct ferry_calibration *c)
 							"d2h_s", p->d2h_s, "h2d_s", p->h2d_s, "d2h_both_s",
 							p->d2h_both_s, "h2d_both_s", p->h2d_both_s));
 	}
-	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:f, s:f, s:s, "
-			 "s:s, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:f, s:f, "
+			 "s:s, s:s, s:o, s:o}",
 			 "format", FORMAT_NAME, "version", c->version, "fingerprint", c->fingerprint, "created",
 			 (json_int_t)c->created, "d2d_Bps", c->d2d_Bps, "zero_Bps", c->zero_Bps, "adamw_floats_per_s",
-			 c->adamw_floats_per_s, "op_spread", c->op_spread, "copy_compute_slowdown",
+			 c->adamw_floats_per_s, "op_spread", c->op_spread, "others_cpu", c->others_cpu,
+			 "copy_compute_slowdown",
 			 c->copy_compute_slowdown, "task_gap_s", c->task_gap_s, "step_host_s", c->step_host_s,
 			 "in_step_factor", c->in_step_factor, "cxl_copy_factor", c->cxl_copy_factor, "cxl_adamw_factor",
 			 c->cxl_adamw_factor, "cxl_nodes", cxl, "nvme_read_Bps", c->nvme_read_Bps, "nvme_write_Bps",
@@ -162,6 +163,7 @@ static ferry_status check_figures(const struct ferry_calibration *c, const char 
 		{ "zero_Bps", c->zero_Bps, 1, 1e16, true },
 		{ "adamw_floats_per_s", c->adamw_floats_per_s, 1, 1e16, true },
 		{ "op_spread", c->op_spread, 0, 1e3, false },
+		{ "others_cpu", c->others_cpu, 0, 1, false },
 		{ "copy_compute_slowdown", c->copy_compute_slowdown, 1e-3, 1e3, true },
 		{ "task_gap_s", c->task_gap_s, 0, 3600, false },
 		{ "step_host_s", c->step_host_s, 0, 3600, false },
@@ -274,9 +276,10 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 	double age_days;
 
 	if (json_unpack((json_t *)root, "{s:s, s:s, s:s, s:I, s:F, s:F, s:F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, s?F, "
-			"s?F, s?s, s?s}", "format", &fmt, "version", &ver, "fingerprint", &fp, "created", &created,
+			"s?F, s?F, s?s, s?s}", "format", &fmt, "version", &ver, "fingerprint", &fp, "created", &created,
 			"d2d_Bps", &c->d2d_Bps, "zero_Bps", &c->zero_Bps, "adamw_floats_per_s",
-			&c->adamw_floats_per_s, "op_spread", &c->op_spread, "copy_compute_slowdown",
+			&c->adamw_floats_per_s, "op_spread", &c->op_spread, "others_cpu", &c->others_cpu,
+			"copy_compute_slowdown",
 			&c->copy_compute_slowdown, "task_gap_s", &c->task_gap_s, "step_host_s", &c->step_host_s,
 			"in_step_factor", &c->in_step_factor, "cxl_copy_factor", &c->cxl_copy_factor,
 			"cxl_adamw_factor", &c->cxl_adamw_factor, "nvme_read_Bps", &c->nvme_read_Bps,

@@ -7,6 +7,7 @@
 #include "ferry/safetensors.h"
 
 #include "core/error.h"
+#include "data/hf_config_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -47,8 +48,7 @@ static char *config_path(const char *dir_or_file)
 	return p;
 }
 
-/* Describes a JSON value for a message: 4096, 4096.5, "x", true, ... */
-static const char *describe(json_t *j, char *buf, size_t n)
+const char *ferry_hfc_describe(json_t *j, char *buf, size_t n)
 {
 	switch (json_typeof(j)) {
 	case JSON_INTEGER:
@@ -69,8 +69,7 @@ static const char *describe(json_t *j, char *buf, size_t n)
 	return buf;
 }
 
-/* The value of key, NULL when absent or null (transformers' None). */
-static json_t *get(json_t *obj, const char *key)
+json_t *ferry_hfc_get(json_t *obj, const char *key)
 {
 	json_t *j = json_object_get(obj, key);
 
@@ -80,7 +79,7 @@ static json_t *get(json_t *obj, const char *key)
 static ferry_status get_int(json_t *root, const char *path, const char *key,
 			    int def, int *out)
 {
-	json_t *j = get(root, key);
+	json_t *j = ferry_hfc_get(root, key);
 	char d[64];
 
 	if (!j) {
@@ -91,7 +90,7 @@ static ferry_status get_int(json_t *root, const char *path, const char *key,
 	    json_integer_value(j) > INT_MAX)
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: %s must be a positive integer that fits an int, not %s",
-				   path, key, describe(j, d, sizeof(d)));
+				   path, key, ferry_hfc_describe(j, d, sizeof(d)));
 	*out = (int)json_integer_value(j);
 	return FERRY_OK;
 }
@@ -99,7 +98,7 @@ static ferry_status get_int(json_t *root, const char *path, const char *key,
 static ferry_status get_pos_real(json_t *obj, const char *path,
 				 const char *key, double def, double *out)
 {
-	json_t *j = get(obj, key);
+	json_t *j = ferry_hfc_get(obj, key);
 	char d[64];
 
 	if (!j) {
@@ -110,7 +109,7 @@ static ferry_status get_pos_real(json_t *obj, const char *path,
 	    !isfinite(json_number_value(j)))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: %s must be a positive number, not %s",
-				   path, key, describe(j, d, sizeof(d)));
+				   path, key, ferry_hfc_describe(j, d, sizeof(d)));
 	*out = json_number_value(j);
 	return FERRY_OK;
 }
@@ -118,7 +117,7 @@ static ferry_status get_pos_real(json_t *obj, const char *path,
 static ferry_status get_string(json_t *obj, const char *path, const char *key,
 			       const char *def, char *out, size_t size)
 {
-	json_t *j = get(obj, key);
+	json_t *j = ferry_hfc_get(obj, key);
 	const char *s = def;
 	char d[64];
 
@@ -128,7 +127,7 @@ static ferry_status get_string(json_t *obj, const char *path, const char *key,
 			return ferry_error(FERRY_ERR_FORMAT,
 					   "%s: %s must be a string of at most %zu characters, not %s",
 					   path, key, size - 1,
-					   describe(j, d, sizeof(d)));
+					   ferry_hfc_describe(j, d, sizeof(d)));
 	}
 	snprintf(out, size, "%s", s);
 	return FERRY_OK;
@@ -140,12 +139,12 @@ static ferry_status get_string(json_t *obj, const char *path, const char *key,
 static ferry_status rope_real(json_t *obj, const char *path, const char *key, const char *field,
 			      double *out)
 {
-	json_t *j = get(obj, field);
+	json_t *j = ferry_hfc_get(obj, field);
 	char d[64];
 
 	if (!j || !json_is_number(j) || !(json_number_value(j) > 0) || !isfinite(json_number_value(j)))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: %s's %s must be a positive number, not %s", path, key,
-				   field, j ? describe(j, d, sizeof(d)) : "absent");
+				   field, j ? ferry_hfc_describe(j, d, sizeof(d)) : "absent");
 	*out = json_number_value(j);
 	return FERRY_OK;
 }
@@ -204,7 +203,7 @@ static ferry_status rope_fields(json_t *j, const char *path, const char *key, co
  * or no type at all), "linear" or "llama3"; any other type is refused. */
 static ferry_status read_rope(json_t *root, const char *path, const char *key, struct ferry_hf_config *c)
 {
-	json_t *j = get(root, key), *type;
+	json_t *j = ferry_hfc_get(root, key), *type;
 	char d[64];
 
 	if (!j)
@@ -212,10 +211,10 @@ static ferry_status read_rope(json_t *root, const char *path, const char *key, s
 	if (!json_is_object(j))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: %s %s is not supported (ferry's rotary embedding takes an object)",
-				   path, key, describe(j, d, sizeof(d)));
-	type = get(j, "rope_type");
+				   path, key, ferry_hfc_describe(j, d, sizeof(d)));
+	type = ferry_hfc_get(j, "rope_type");
 	if (!type)
-		type = get(j, "type");
+		type = ferry_hfc_get(j, "type");
 	if (!type || (json_is_string(type) && !strcmp(json_string_value(type), "default")))
 		return FERRY_OK;
 	if (json_is_string(type) && (!strcmp(json_string_value(type), "linear") ||
@@ -223,7 +222,7 @@ static ferry_status read_rope(json_t *root, const char *path, const char *key, s
 		return rope_fields(j, path, key, json_string_value(type), c);
 	return ferry_error(FERRY_ERR_UNSUPPORTED,
 			   "%s: %s of type %s is not supported (ferry computes default, linear and llama3 "
-			   "rotary embeddings)", path, key, describe(type, d, sizeof(d)));
+			   "rotary embeddings)", path, key, ferry_hfc_describe(type, d, sizeof(d)));
 }
 
 /* The scaling's constants: a known type, positive factors, high above low. */
@@ -293,6 +292,11 @@ static ferry_status check_config(const struct ferry_hf_config *c,
 	if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
 		return ferry_error(code, "%s: rms_norm_eps must be positive",
 				   path);
+	if ((c->has_bos && c->bos_token_id < 0) || c->n_eos < 0 || c->n_eos > FERRY_HF_MAX_EOS)
+		return ferry_error(code, "%s: bad bos_token_id or eos_token_id", path);
+	for (i = 0; i < (size_t)c->n_eos; i++)
+		if (c->eos_token_id[i] < 0)
+			return ferry_error(code, "%s: eos_token_id %d is negative", path, c->eos_token_id[i]);
 	return check_rope_scaling(c, path, code);
 }
 
@@ -312,14 +316,14 @@ static const char *family_titles(const struct ferry_hf_family *const *fam, int n
 static ferry_status find_family(json_t *root, const char *path, const struct ferry_hf_family *const *fam,
 				int n, const struct ferry_hf_family **out)
 {
-	json_t *j = get(root, "model_type"), *a;
+	json_t *j = ferry_hfc_get(root, "model_type"), *a;
 	char d[64], titles[128], archs[256] = "";
 
 	for (int f = 0; f < n; f++) {
 		*out = fam[f];
 		if (j && json_is_string(j) && !strcmp(json_string_value(j), fam[f]->model_type))
 			return FERRY_OK;
-		a = j ? NULL : get(root, "architectures");
+		a = j ? NULL : ferry_hfc_get(root, "architectures");
 		for (size_t i = 0; json_is_array(a) && i < json_array_size(a); i++) {
 			const char *s = json_string_value(json_array_get(a, i));
 
@@ -330,7 +334,7 @@ static ferry_status find_family(json_t *root, const char *path, const struct fer
 	family_titles(fam, n, titles, sizeof(titles));
 	if (j)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: model_type '%.40s' is not a %s", path,
-				   json_is_string(j) ? json_string_value(j) : describe(j, d, sizeof(d)), titles);
+				   json_is_string(j) ? json_string_value(j) : ferry_hfc_describe(j, d, sizeof(d)), titles);
 	for (int f = 0, used = 0; f < n && used < (int)sizeof(archs); f++)
 		used += snprintf(archs + used, sizeof(archs) - (size_t)used, "%s%s", f ? ", " : "",
 				 fam[f]->architecture);
@@ -349,16 +353,18 @@ static ferry_status read_sizes(json_t *root, const char *path, const struct ferr
 	    (st = get_int(root, path, "intermediate_size", f->intermediate_size, &c->intermediate_size)) ||
 	    (st = get_int(root, path, "num_hidden_layers", f->num_hidden_layers, &c->num_hidden_layers)) ||
 	    (st = get_int(root, path, "num_attention_heads", f->num_attention_heads, &c->num_attention_heads)) ||
-	    (st = get_int(root, path, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads)) ||
+	    (st = get_int(root, path, "num_key_value_heads",
+			  f->num_key_value_heads ? f->num_key_value_heads : c->num_attention_heads,
+			  &c->num_key_value_heads)) ||
 	    (st = get_int(root, path, "max_position_embeddings", f->max_position_embeddings,
 			  &c->max_position_embeddings)))
 		return st;
-	if (!get(root, "head_dim") && c->hidden_size % c->num_attention_heads)
+	if (!ferry_hfc_get(root, "head_dim") && !f->head_dim && c->hidden_size % c->num_attention_heads)
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: hidden_size (%d) is not divisible by num_attention_heads (%d)",
 				   path, c->hidden_size, c->num_attention_heads);
 	return get_int(root, path, "head_dim",
-		       c->hidden_size / c->num_attention_heads, &c->head_dim);
+		       f->head_dim ? f->head_dim : c->hidden_size / c->num_attention_heads, &c->head_dim);
 }
 
 /* rope_theta, rms_norm_eps, tie_word_embeddings and the dtype. */
@@ -370,25 +376,65 @@ static ferry_status read_numerics(json_t *root, const char *path, const struct f
 	char d[64];
 
 	/* transformers 5 moved rope_theta into rope_parameters. */
-	rp = get(root, "rope_parameters");
-	if (!get(root, "rope_theta") && json_is_object(rp))
+	rp = ferry_hfc_get(root, "rope_parameters");
+	if (!ferry_hfc_get(root, "rope_theta") && json_is_object(rp))
 		st = get_pos_real(rp, path, "rope_theta", f->rope_theta, &c->rope_theta);
 	else
 		st = get_pos_real(root, path, "rope_theta", f->rope_theta, &c->rope_theta);
 	if (st || (st = get_pos_real(root, path, "rms_norm_eps", f->rms_norm_eps, &c->rms_norm_eps)))
 		return st;
 
-	j = get(root, "tie_word_embeddings");
+	j = ferry_hfc_get(root, "tie_word_embeddings");
 	if (j && !json_is_boolean(j))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: tie_word_embeddings must be true or false, not %s",
-				   path, describe(j, d, sizeof(d)));
-	c->tie_word_embeddings = j && json_is_true(j);
+				   path, ferry_hfc_describe(j, d, sizeof(d)));
+	c->tie_word_embeddings = j ? json_is_true(j) : f->tie_word_embeddings;
 
 	/* transformers 5 renamed torch_dtype to dtype. */
 	return get_string(root, path,
-			  get(root, "torch_dtype") ? "torch_dtype" : "dtype",
+			  ferry_hfc_get(root, "torch_dtype") ? "torch_dtype" : "dtype",
 			  "float32", c->torch_dtype, sizeof(c->torch_dtype));
+}
+
+/* ---- the special tokens' ids --------------------------------------------------------- */
+
+static bool token_id(json_t *j)
+{
+	return json_is_integer(j) && json_integer_value(j) >= 0 && json_integer_value(j) <= INT_MAX;
+}
+
+/* bos_token_id (one id) and eos_token_id (one, or a list), null or absent:
+ * none. */
+static ferry_status read_token_ids(json_t *root, const char *path, struct ferry_hf_config *c)
+{
+	json_t *bos = ferry_hfc_get(root, "bos_token_id"), *eos = ferry_hfc_get(root, "eos_token_id"), *e;
+	size_t i;
+	char d[64];
+
+	if (bos && !token_id(bos))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bos_token_id must be a token id (an integer from 0) or null, "
+				   "not %s", path, ferry_hfc_describe(bos, d, sizeof(d)));
+	c->has_bos = bos != NULL;
+	c->bos_token_id = bos ? (int)json_integer_value(bos) : 0;
+	c->eos_list = json_is_array(eos);
+	if (eos && !token_id(eos) &&
+	    !(c->eos_list && json_array_size(eos) >= 1 && json_array_size(eos) <= FERRY_HF_MAX_EOS))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id must be a token id (an integer from 0), a list "
+				   "of 1 to %d of them, or null, not %s", path, FERRY_HF_MAX_EOS,
+				   ferry_hfc_describe(eos, d, sizeof(d)));
+	if (!c->eos_list) {
+		c->n_eos = eos != NULL;
+		c->eos_token_id[0] = eos ? (int)json_integer_value(eos) : 0;
+		return FERRY_OK;
+	}
+	json_array_foreach(eos, i, e) {
+		if (!token_id(e))
+			return ferry_error(FERRY_ERR_FORMAT, "%s: eos_token_id[%zu] must be a token id (an integer "
+					   "from 0), not %s", path, i, ferry_hfc_describe(e, d, sizeof(d)));
+		c->eos_token_id[c->n_eos++] = (int)json_integer_value(e);
+	}
+	return FERRY_OK;
 }
 
 /* ---- every key accounted for ---------------------------------------------------- */
@@ -398,7 +444,7 @@ enum key_rule {
 	KEY_META,   /* does not change the model's arithmetic */
 	KEY_FALSE,  /* accepted false only */
 	KEY_ZERO,   /* accepted 0 only */
-	KEY_WINDOW, /* sliding-window attention: see check_window */
+	KEY_ACT,    /* the activation: see check_act */
 };
 
 static const struct {
@@ -411,66 +457,45 @@ static const struct {
 	{ "max_position_embeddings", KEY_READ }, { "head_dim", KEY_READ }, { "rope_theta", KEY_READ },
 	{ "rms_norm_eps", KEY_READ }, { "tie_word_embeddings", KEY_READ }, { "torch_dtype", KEY_READ },
 	{ "dtype", KEY_READ }, { "rope_scaling", KEY_READ }, { "rope_parameters", KEY_READ },
-	{ "hidden_act", KEY_READ },
+	{ "hidden_act", KEY_ACT }, { "hidden_activation", KEY_ACT },
 	/* token ids, generation, the library that wrote it, how transformers
 	   initialises fresh weights or splits its matrix products */
-	{ "transformers_version", KEY_META }, { "_name_or_path", KEY_META }, { "bos_token_id", KEY_META },
-	{ "eos_token_id", KEY_META }, { "pad_token_id", KEY_META }, { "use_cache", KEY_META },
+	{ "bos_token_id", KEY_READ }, { "eos_token_id", KEY_READ },
+	{ "transformers_version", KEY_META }, { "_name_or_path", KEY_META },
+	{ "pad_token_id", KEY_META }, { "use_cache", KEY_META },
 	{ "initializer_range", KEY_META }, { "pretraining_tp", KEY_META }, { "tokenizer_class", KEY_META },
 	{ "return_dict", KEY_META }, { "output_attentions", KEY_META }, { "output_hidden_states", KEY_META },
 	{ "torchscript", KEY_META }, { "_attn_implementation_autoset", KEY_META },
-	{ "attention_bias", KEY_FALSE }, { "mlp_bias", KEY_FALSE }, { "use_sliding_window", KEY_FALSE },
-	{ "attention_dropout", KEY_ZERO },
-	{ "sliding_window", KEY_WINDOW }, { "max_window_layers", KEY_WINDOW }, { "layer_types", KEY_WINDOW },
+	{ "cache_implementation", KEY_META }, { "sliding_window_size", KEY_META }, /* Gemma 2's, unread */
+	{ "attention_bias", KEY_FALSE }, { "mlp_bias", KEY_FALSE }, { "attention_dropout", KEY_ZERO },
 };
 
-/* Sliding windows.  A family whose window always acts (Mistral) reads its
- * sliding_window (read_window) and has no max_window_layers; one whose
- * window acts only with use_sliding_window true (Qwen2) may name one while
- * that is false; layer_types may only list full attention, and only
- * without a window. */
-static ferry_status check_window(json_t *root, const char *path, const struct ferry_hf_family *f,
-				 const char *key, json_t *v)
+/* The activation: the family's (silu, Gemma 2's gelu_pytorch_tanh) under
+ * hidden_act or the family's own key; hidden_activation is only Gemma's. */
+static ferry_status check_act(const char *path, const struct ferry_hf_family *f, const char *key, json_t *v)
 {
+	const char *act = f->hidden_act ? f->hidden_act : "silu";
 	char d[64];
 
-	if (f->sliding_window > 0 && !strcmp(key, "sliding_window"))
-		return FERRY_OK;
-	if (f->sliding_window > 0 && !strcmp(key, "max_window_layers"))
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: max_window_layers is not a field of %s (its "
-				   "window acts on every layer)", path, f->architecture);
-	if (f->sliding_window > 0 && !strcmp(key, "layer_types") && get(root, "sliding_window")) {
-		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: layer_types is not supported with a sliding_window (%s's window acts on "
-				   "every layer)", path, f->architecture);
-	} else if (!strcmp(key, "layer_types")) {
-		for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
-			const char *s = json_string_value(json_array_get(v, i));
-
-			if (!s || strcmp(s, "full_attention"))
-				return ferry_error(FERRY_ERR_UNSUPPORTED,
-						   "%s: layer_types[%zu] %s is not supported (ferry's attention "
-						   "is full_attention)", path, i,
-						   describe(json_array_get(v, i), d, sizeof(d)));
-		}
-		if (json_is_array(v))
-			return FERRY_OK;
-	} else if (f->gated_sliding_window && !json_is_true(get(root, "use_sliding_window"))) {
-		return FERRY_OK; /* no window while use_sliding_window is false */
-	}
-	return ferry_error(FERRY_ERR_UNSUPPORTED,
-			   "%s: %s %s is not supported (sliding-window attention: ferry's attention is full)",
-			   path, key, describe(v, d, sizeof(d)));
+	if (strcmp(key, "hidden_act") && (!f->act_key || strcmp(key, f->act_key)))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s is not a field of %s", path, key, f->architecture);
+	if (!json_is_string(v) || strcmp(json_string_value(v), act))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s %s is not supported (ferry's %s uses %s)", path, key,
+				   ferry_hfc_describe(v, d, sizeof(d)), f->title, act);
+	return FERRY_OK;
 }
 
 /* One key: known and acceptable, or refused by name. */
 static ferry_status check_key(json_t *root, const char *path, const struct ferry_hf_family *f,
-			      const char *key, json_t *v)
+			      const struct ferry_hf_config *c, const char *key, json_t *v)
 {
+	ferry_status st;
 	char d[64];
 
 	if (json_is_null(v))
 		return FERRY_OK; /* None: the class's default */
+	if (ferry_hfc_attention_key(root, path, f, c, key, v, &st))
+		return st;
 	if (f->qkv_bias && !strcmp(key, "attention_bias"))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: attention_bias is not a field of %s (its q, k, v projections always "
@@ -490,11 +515,11 @@ static ferry_status check_key(json_t *root, const char *path, const struct ferry
 			if (json_is_number(v) && json_number_value(v) == 0)
 				return FERRY_OK;
 			break;
-		case KEY_WINDOW:
-			return check_window(root, path, f, key, v);
+		case KEY_ACT:
+			return check_act(path, f, key, v);
 		}
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s %s is not supported", path, key,
-				   describe(v, d, sizeof(d)));
+				   ferry_hfc_describe(v, d, sizeof(d)));
 	}
 	return ferry_error(FERRY_ERR_UNSUPPORTED,
 			   "%s: %s is not a field ferry implements (refused rather than ignored)", path, key);
@@ -506,43 +531,14 @@ static ferry_status check_supported(json_t *root, const char *path, const struct
 {
 	const char *key;
 	ferry_status st;
-	json_t *j, *v;
-	char d[64];
+	json_t *v;
 
 	if ((st = read_rope(root, path, "rope_scaling", c)) || (st = read_rope(root, path, "rope_parameters", c)))
 		return st;
-	j = get(root, "hidden_act");
-	if (j && (!json_is_string(j) || strcmp(json_string_value(j), "silu")))
-		return ferry_error(FERRY_ERR_UNSUPPORTED,
-				   "%s: hidden_act %s is not supported (ferry's %s uses silu)",
-				   path, describe(j, d, sizeof(d)), f->title);
 	json_object_foreach(root, key, v) {
-		if ((st = check_key(root, path, f, key, v)))
+		if ((st = check_key(root, path, f, c, key, v)))
 			return st;
 	}
-	return FERRY_OK;
-}
-
-/* sliding_window of a family whose window always acts: the class's default
- * when absent, none (0) when null, else a positive integer the attention
- * op's constant holds exactly (2^24). */
-static ferry_status read_window(json_t *root, const char *path, const struct ferry_hf_family *f,
-				struct ferry_hf_config *c)
-{
-	json_t *j = json_object_get(root, "sliding_window");
-	char d[64];
-
-	c->sliding_window = 0;
-	if (f->sliding_window <= 0 || json_is_null(j))
-		return FERRY_OK;
-	if (!j) {
-		c->sliding_window = f->sliding_window;
-		return FERRY_OK;
-	}
-	if (!json_is_integer(j) || json_integer_value(j) <= 0 || json_integer_value(j) > (1 << 24))
-		return ferry_error(FERRY_ERR_FORMAT, "%s: sliding_window must be null or a positive integer up "
-				   "to %d, not %s", path, 1 << 24, describe(j, d, sizeof(d)));
-	c->sliding_window = (int)json_integer_value(j);
 	return FERRY_OK;
 }
 
@@ -561,11 +557,12 @@ static ferry_status parse_config(json_t *root, const char *path, const struct fe
 	snprintf(c->model_type, sizeof(c->model_type), "%s", f->model_type);
 	if ((st = read_sizes(root, path, f, c)) ||
 	    (st = read_numerics(root, path, f, c)) ||
-	    (st = read_window(root, path, f, c)) ||
+	    (st = ferry_hfc_read_attention(root, path, f, c)) ||
+	    (st = read_token_ids(root, path, c)) ||
 	    (st = check_supported(root, path, f, c)))
 		return st;
 	return check_config(c, path, FERRY_ERR_FORMAT,
-			    get(root, "head_dim") != NULL);
+			    ferry_hfc_get(root, "head_dim") != NULL || f->head_dim);
 }
 
 ferry_status ferry_hf_config_read_as(const char *dir_or_file, const struct ferry_hf_family *const *families,
@@ -662,20 +659,37 @@ static json_t *rope_scaling_json(const struct ferry_hf_config *cfg)
 	return r;
 }
 
-/* The keys fixed by the family: Llama's biases off, Qwen2's window off,
- * Mistral's window (null: none). */
+/* The keys of the family: its attention's (hf_config_attn.c: the window,
+ * Gemma 2's scale and caps), Llama's biases off. */
 static int set_family_keys(json_t *root, const struct ferry_hf_family *f, const struct ferry_hf_config *cfg)
 {
-	if (f->gated_sliding_window && json_object_set_new(root, "use_sliding_window", json_false()))
-		return -1;
-	if (f->sliding_window > 0 &&
-	    json_object_set_new(root, "sliding_window",
-				cfg->sliding_window ? json_integer(cfg->sliding_window) : json_null()))
+	if (ferry_hfc_set_attention(root, f, cfg))
 		return -1;
 	if (f->qkv_bias)
 		return 0;
 	return json_object_set_new(root, "attention_bias", json_false()) ||
 	       json_object_set_new(root, "mlp_bias", json_false());
+}
+
+/* bos_token_id and eos_token_id, where cfg has them. */
+static int set_token_ids(json_t *root, const struct ferry_hf_config *cfg)
+{
+	json_t *eos;
+
+	if (cfg->has_bos && json_object_set_new(root, "bos_token_id", json_integer(cfg->bos_token_id)))
+		return -1;
+	if (!cfg->n_eos)
+		return 0;
+	if (!cfg->eos_list)
+		return json_object_set_new(root, "eos_token_id", json_integer(cfg->eos_token_id[0]));
+	if (!(eos = json_array()))
+		return -1;
+	for (int i = 0; i < cfg->n_eos; i++)
+		if (json_array_append_new(eos, json_integer(cfg->eos_token_id[i]))) {
+			json_decref(eos);
+			return -1;
+		}
+	return json_object_set_new(root, "eos_token_id", eos);
 }
 
 /* config.json's fields for cfg, in transformers' order, into *out (the
@@ -691,7 +705,8 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 	      json_array_append_new(arch, json_string(f->architecture)) ||
 	      json_object_set(root, "architectures", arch) ||
 	      json_object_set_new(root, "model_type", json_string(f->model_type)) ||
-	      json_object_set_new(root, "hidden_act", json_string("silu")) ||
+	      json_object_set_new(root, f->act_key ? f->act_key : "hidden_act",
+				  json_string(f->hidden_act ? f->hidden_act : "silu")) ||
 	      json_object_set_new(root, "hidden_size", json_integer(cfg->hidden_size)) ||
 	      json_object_set_new(root, "intermediate_size",
 				  json_integer(cfg->intermediate_size)) ||
@@ -710,6 +725,7 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 	      json_object_set_new(root, "rms_norm_eps", json_real(cfg->rms_norm_eps)) ||
 	      json_object_set_new(root, "tie_word_embeddings",
 				  json_boolean(cfg->tie_word_embeddings)) ||
+	      set_token_ids(root, cfg) ||
 	      set_family_keys(root, f, cfg);
 	json_decref(arch);
 	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))
@@ -725,7 +741,8 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 static int config_digits(const struct ferry_hf_config *cfg)
 {
 	const double reals[] = { cfg->rope_theta, cfg->rms_norm_eps, cfg->rope_factor, cfg->rope_low_freq_factor,
-				 cfg->rope_high_freq_factor };
+				 cfg->rope_high_freq_factor, cfg->attn_logit_softcapping,
+				 cfg->final_logit_softcapping };
 	int prec = 1;
 
 	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
@@ -780,12 +797,8 @@ ferry_status ferry_hf_config_write_as(const char *dir, const struct ferry_hf_con
 	st = check_config(cfg, path, FERRY_ERR_INVALID, 1);
 	if (st)
 		goto out;
-	if (cfg->sliding_window < 0 || cfg->sliding_window > (1 << 24) ||
-	    (cfg->sliding_window && family->sliding_window <= 0)) {
-		st = ferry_error(FERRY_ERR_INVALID, "%s: sliding_window %d: %s", path, cfg->sliding_window,
-				 family->sliding_window > 0 ? "out of range" : "the family has no window");
+	if ((st = ferry_hfc_check_attention(cfg, family, path)))
 		goto out;
-	}
 	dtype = cfg->torch_dtype[0] ? cfg->torch_dtype : "float32";
 	if (!memchr(cfg->torch_dtype, '\0', sizeof(cfg->torch_dtype))) {
 		st = ferry_error(FERRY_ERR_INVALID,

@@ -134,7 +134,7 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 	const struct ferry_op_info *info = ferry_op_info(op->kind);
 	struct ferry_dims d = ferry_model_dims(&m->cfg, B, T);
 
-	ferry_op_call_shape(s->d, o, &d, m->scalars, c);
+	ferry_op_call_shape(s->d, o, &d, m->scalars, -1, c);
 	with_workspace(m, c);
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = stage_ptr(m, s, op->out[i]);
@@ -190,6 +190,8 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 			c.dout[i] = stage_grad(m, s, op->out[i]);
 		for (int i = 0; i < info->n_in; i++)
 			c.din[i] = stage_grad(m, s, op->in[i]);
+		/* a gradient in place over its value starts nowhere: assigned */
+		c.grad_assign = info->bwd_in_place && info->n_in && s->roles[op->in[0]].grad_in_place;
 		for (int i = 0; i < info->n_w; i++)
 			if (op->w[i].param >= 0 && s->g[op->w[i].param])
 				c.dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
@@ -638,7 +640,7 @@ static double stage_flops(const struct ferry_model *m, const struct ferry_layer_
 	for (int o = 0; o < d->n_ops; o++) {
 		if (!ferry_op_info(d->ops[o].kind)->is_dot && d->ops[o].kind != FERRY_OP_ATTENTION)
 			continue;
-		ferry_op_call_shape(d, o, &dims, m->scalars, &c);
+		ferry_op_call_shape(d, o, &dims, m->scalars, -1, &c);
 		f += ferry_op_flops(&c);
 		c.backward = true;
 		f += ferry_op_flops(&c);

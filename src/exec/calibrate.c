@@ -20,7 +20,9 @@
  *  - with host tiers (opts->host_tiers), each CPU-less node against DRAM
  *    and the NVMe tier's file I/O (calibrate_tiers.c);
  *  - last, the in-step factor: the fastest untraced step against
- *    the cost model's prediction from all of the above (fit_in_step).
+ *    the cost model's prediction from all of the above (fit_in_step);
+ *  - meanwhile, the share of the CPUs' time other processes took (a busy
+ *    machine's calibration predicts slow steps: cost/machine_load.c).
  */
 #include "exec/model_internal.h"
 #include "cost/calibrate_tiers.h"
@@ -28,6 +30,7 @@
 #include "core/error.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,44 +516,105 @@ static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_ca
 	return st;
 }
 
-ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
-			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
-			     ferry_calibration_t *out)
+/* What the parts measure, in words, and the progress callback. */
+struct progress {
+	ferry_calib_progress_fn fn;
+	void *ctx;
+	int part, parts;
+};
+
+static const char *plural(long n)
+{
+	return n == 1 ? "" : "s";
+}
+
+static void report(struct progress *p, const char *fmt, ...)
+{
+	char what[160];
+	va_list ap;
+
+	p->part++;
+	if (!p->fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	p->fn(p->ctx, what, p->part, p->parts);
+}
+
+/* Every measurement, in order; the parts as the progress reports them. */
+static ferry_status measure(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+			    const struct ferry_exec_opts *opts, const struct ferry_exec_opts *o, int repeats,
+			    struct ferry_calibration *c, struct progress *p)
+{
+	size_t sizes[FERRY_CALIB_MAX_SIZES];
+	const int n_sizes = transfer_sizes(cfg, B, T, o, sizes, FERRY_CALIB_MAX_SIZES);
+	double untraced_s = 0;
+	ferry_status st;
+
+	p->parts = 3 + (n_sizes > 0) + (opts->host_tiers != NULL);
+	report(p, "the model's ops: a warm-up step, then %d traced step%s, each with two untraced", repeats,
+	       plural(repeats));
+	st = calibrate_ops(be, cfg, B, T, o, repeats, c, &untraced_s);
+	if (!st)
+		report(p, "compute beside copies: %d traced step%s with every activation offloaded", repeats,
+		       plural(repeats));
+	if (!st)
+		st = calibrate_overlap(be, cfg, B, T, o, repeats, c);
+	if (!st && n_sizes)
+		report(p, "host<->device copies at %d size%s", n_sizes, plural(n_sizes));
+	if (!st && n_sizes)
+		st = ferry_calib_measure_copies(be, sizes, n_sizes, repeats, c);
+	if (!st)
+		report(p, "the CPU AdamW over %.1f million floats", (double)ferry_calib_adamw_floats(cfg) / 1e6);
+	if (!st)
+		st = calibrate_adamw(c, cfg, repeats);
+	if (!st && opts->host_tiers)
+		report(p, "the host tiers");
+	if (!st && opts->host_tiers)
+		st = ferry_calib_measure_tiers(be, opts->host_tiers, sizes, n_sizes, ferry_calib_adamw_floats(cfg),
+					       repeats, c);
+	if (!st)
+		st = fit_in_step(cfg, B, T, o, untraced_s, c);
+	return st;
+}
+
+ferry_status ferry_calibrate_progress(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+				      const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
+				      ferry_calib_progress_fn progress, void *ctx, ferry_calibration_t *out)
 {
 	struct ferry_calibration *c = ferry_calib_new();
 	/* the model's own runs on the backend's host memory: the tiers' figures
 	 * are against it, measured apart */
 	struct ferry_exec_opts o = *opts;
-	size_t sizes[FERRY_CALIB_MAX_SIZES];
-	double untraced_s = 0;
-	int n_sizes;
+	struct progress p = { .fn = progress, .ctx = ctx };
+	struct ferry_cpu_sample load0, load1;
 	ferry_status st = c ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
 
 	*out = NULL;
 	o.host_tiers = NULL;
 	if (repeats < 1)
 		repeats = 1;
+	ferry_cpu_sample_take(&load0);
 	if (!st)
 		st = ferry_machine_fingerprint(be, c->fingerprint, sizeof(c->fingerprint));
 	if (!st && base)
 		st = keep_base(c, base);
 	if (!st)
-		st = calibrate_ops(be, cfg, B, T, &o, repeats, c, &untraced_s);
-	if (!st)
-		st = calibrate_overlap(be, cfg, B, T, &o, repeats, c);
-	n_sizes = st ? 0 : transfer_sizes(cfg, B, T, &o, sizes, FERRY_CALIB_MAX_SIZES);
-	if (!st && n_sizes)
-		st = ferry_calib_measure_copies(be, sizes, n_sizes, repeats, c);
-	if (!st)
-		st = calibrate_adamw(c, cfg, repeats);
-	if (!st && opts->host_tiers)
-		st = ferry_calib_measure_tiers(be, opts->host_tiers, sizes, n_sizes, ferry_calib_adamw_floats(cfg),
-					       repeats, c);
-	if (!st)
-		st = fit_in_step(cfg, B, T, &o, untraced_s, c);
-	if (st)
+		st = measure(be, cfg, B, T, opts, &o, repeats, c, &p);
+	if (st) {
 		ferry_calibration_free(c);
-	else
-		*out = c;
-	return st;
+		return st;
+	}
+	ferry_cpu_sample_take(&load1);
+	c->others_cpu = ferry_cpu_others_share(&load0, &load1);
+	*out = c;
+	return FERRY_OK;
+}
+
+ferry_status ferry_calibrate(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+			     const struct ferry_exec_opts *opts, int repeats, ferry_calibration_t base,
+			     ferry_calibration_t *out)
+{
+	return ferry_calibrate_progress(be, cfg, B, T, opts, repeats, base, NULL, NULL, out);
 }

@@ -325,7 +325,7 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 	struct ferry_dims d = batch_dims(ex, B, T);
 	size_t asz = ferry_dtype_size(ex->sp.act_dtype);
 
-	ferry_op_call_shape(ex->decl, o, &d, ex->scalars, c);
+	ferry_op_call_shape(ex->decl, o, &d, ex->scalars, l, c);
 	c->ws = ex->mem.ws;
 	c->ws_bytes = ex->mem.ws_bytes;
 	for (int i = 0; i < info->n_out; i++)

@@ -42,7 +42,13 @@ enum ferry_op_scalar {
 	FERRY_SCALAR_ROPE_LOW_FREQ_FACTOR,
 	FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR,
 	FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS,
-	FERRY_SCALAR_ATTN_WINDOW, /* attention's sliding window (keys per query, 0: none) */
+	FERRY_SCALAR_ATTN_WINDOW, /* attention's sliding window (keys per query, 0: none), */
+	FERRY_SCALAR_ATTN_SCALE,  /* its score scale (0: 1/sqrt(HS)) and */
+	FERRY_SCALAR_ATTN_SOFTCAP, /* its scores' soft cap (0: none) */
+	FERRY_SCALAR_WINDOW_EVERY, /* which layers the window acts on: those whose */
+	FERRY_SCALAR_WINDOW_FROM,  /* index is a multiple of this (0: every) and at least that */
+	FERRY_SCALAR_EMBED_SCALE,  /* Gemma's embedding factor, sqrt(C) */
+	FERRY_SCALAR_FINAL_SOFTCAP, /* the logits' soft cap (0: none) */
 	FERRY_OP_SCALAR_COUNT
 };
 
@@ -53,6 +59,8 @@ struct ferry_op_decl {
 	struct ferry_weight_ref w[FERRY_OP_MAX_W];
 	enum ferry_op_scalar scalar;
 	int tokens; /* encoder, softmax_xent: the int32 tensor they read */
+	float k;    /* a constant of the declaration, the op's next scalar after
+		       its model constants (rmsnorm: its gain offset, Gemma's 1) */
 };
 
 struct ferry_layer_decl {
@@ -79,10 +87,16 @@ bool ferry_layer_tensor_is_stat(const struct ferry_layer_decl *decl, int t);
  * kind, B, T, C (row width of its first input, else of its first output),
  * OC (row width of its first output), NH (for a rotary embedding: the heads
  * of its tensor, C / HS), NKV, V, Vp, n (elements of its first output) and
- * scalar[0..) from scalars[] (indexed by enum ferry_op_scalar).
+ * scalar[0..) from scalars[] (indexed by enum ferry_op_scalar), then the
+ * op's own k.  layer: the stack layer it runs in (-1: a stage, or none in
+ * particular), which decides whether the attention's window acts there.
  * Pointers are left NULL. */
 void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
-			 const float *scalars, struct ferry_op_call *c);
+			 const float *scalars, int layer, struct ferry_op_call *c);
+
+/* Whether the attention window acts on layer l under these model
+ * constants (FERRY_SCALAR_WINDOW_EVERY and _FROM). */
+bool ferry_window_at_layer(const float *scalars, int l);
 
 /* Elements of one view of weight slot `slot` of a call (see
  * ferry_weight_ref): OC x C for a matrix product's matrix, else OC. */

@@ -2,6 +2,7 @@
 #include "graph/model_decl.h"
 #include "ops/rope_freq.h"
 
+#include <math.h>
 #include <string.h>
 
 struct ferry_dims ferry_model_dims(const struct ferry_model_config *cfg, int B, int T)
@@ -35,6 +36,15 @@ void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_O
 	out[FERRY_SCALAR_ROPE_HIGH_FREQ_FACTOR] = cfg->rope_scaling.high_freq_factor;
 	out[FERRY_SCALAR_ROPE_ORIGINAL_MAX_POS] = (float)cfg->rope_scaling.original_max_pos;
 	out[FERRY_SCALAR_ATTN_WINDOW] = (float)cfg->sliding_window; /* exact: at most 2^24 */
+	out[FERRY_SCALAR_WINDOW_EVERY] = (float)cfg->window_layers_every;
+	out[FERRY_SCALAR_WINDOW_FROM] = (float)cfg->window_layers_from;
+	/* Gemma 2's: the scale transformers computes in double and multiplies
+	   into float32 scores; the caps as given (negative: none) */
+	out[FERRY_SCALAR_ATTN_SCALE] = cfg->query_pre_attn_scalar > 0 ? (float)pow(cfg->query_pre_attn_scalar, -0.5)
+									: 0.0f;
+	out[FERRY_SCALAR_ATTN_SOFTCAP] = cfg->attn_softcap > 0 ? cfg->attn_softcap : 0.0f;
+	out[FERRY_SCALAR_FINAL_SOFTCAP] = cfg->final_softcap > 0 ? cfg->final_softcap : 0.0f;
+	out[FERRY_SCALAR_EMBED_SCALE] = (float)sqrt((double)cfg->channels);
 }
 
 /* The public scaling types are the rope op's, and its constants follow its

@@ -3,9 +3,18 @@
 
 #include <string.h>
 
-void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
-			 const float *scalars, struct ferry_op_call *c)
+bool ferry_window_at_layer(const float *scalars, int l)
 {
+	const int every = (int)scalars[FERRY_SCALAR_WINDOW_EVERY];
+
+	return l >= (int)scalars[FERRY_SCALAR_WINDOW_FROM] && (every <= 1 || l % every == 0);
+}
+
+void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
+			 const float *scalars, int layer, struct ferry_op_call *c)
+{
+	int n_scalars = 0;
+
 	const struct ferry_op_decl *op = &decl->ops[o];
 	const struct ferry_op_info *info = ferry_op_info(op->kind);
 	const struct ferry_shape *out0 = &decl->tensors[op->out[0]].shape;
@@ -25,9 +34,13 @@ void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struc
 	/* rotary embedding turns each head of its tensor: query or key/value heads */
 	if (op->kind == FERRY_OP_ROPE && dims->v[FERRY_DIM_HS] > 0)
 		c->NH = (int)(c->C / dims->v[FERRY_DIM_HS]);
-	for (int i = 0; op->scalar != FERRY_SCALAR_NONE && i < (info->n_scalars ? info->n_scalars : 1) &&
-			op->scalar + i < FERRY_OP_SCALAR_COUNT; i++)
-		c->scalar[i] = scalars[op->scalar + i];
+	for (; op->scalar != FERRY_SCALAR_NONE && n_scalars < (info->n_scalars ? info->n_scalars : 1) &&
+	       op->scalar + n_scalars < FERRY_OP_SCALAR_COUNT; n_scalars++)
+		c->scalar[n_scalars] = scalars[op->scalar + n_scalars];
+	if (op->k != 0.0f)
+		c->scalar[info->n_scalars ? info->n_scalars : 1] = op->k;
+	if (op->scalar == FERRY_SCALAR_ATTN_WINDOW && layer >= 0 && !ferry_window_at_layer(scalars, layer))
+		c->scalar[0] = 0.0f;
 }
 
 size_t ferry_op_weight_view(const struct ferry_op_call *c, int slot)

@@ -18,73 +18,15 @@
 #include <limits.h>
 #include <math.h>
 
-enum {
-	EMBED, IN_NORM, Q_PROJ, K_PROJ, V_PROJ, O_PROJ, POST_NORM, GATE, UP, DOWN, NORM, LM_HEAD, N_PARAMS
-};
-_Static_assert(EMBED == FERRY_LLAMA_PARAM_EMBED && NORM == FERRY_LLAMA_PARAM_NORM &&
-		       LM_HEAD == FERRY_LLAMA_PARAM_LM_HEAD && N_PARAMS == FERRY_LLAMA_N_PARAMS,
-	       "models/llama.h's parameter indices");
-
 #define B_ FERRY_DIM_B
 #define T_ FERRY_DIM_T
-#define C_ FERRY_DIM_C
-#define F_ FERRY_DIM_FFN
-#define SHAPE(...) { .d = { __VA_ARGS__ } }
-#define BTC SHAPE(B_, T_, C_)
-#define BT SHAPE(B_, T_)
+#define SHAPE FERRY_LL_SHAPE
+#define BTC FERRY_LL_BTC
+#define BT FERRY_LL_BT
 #define W(p) { { p, 0 }, { -1, 0 } }
-#define NOW { { -1, 0 }, { -1, 0 } }
+#define NOW FERRY_LL_NONE
 
-enum {
-	X, LN1, LN1_RSTD, QR, KR, Q, K, V_, CTX, LSE, OUT, MID, LN2, LN2_RSTD,
-	GATE_OUT, UP_OUT, H, MLPWO, Y, N_TENSORS
-};
-
-static const struct ferry_layer_decl layer = {
-	.model = "llama",
-	.n_tensors = N_TENSORS,
-	.tensors = {
-		[X] = { "decoder_layer_input", BTC },
-		[LN1] = { "pre_self_attention_norm", BTC },
-		[LN1_RSTD] = { "pre_self_attention_norm_rstd", BT },
-		[QR] = { "query_unrotated", SHAPE(B_, T_, FERRY_DIM_QD) },
-		[KR] = { "key_unrotated", SHAPE(B_, T_, FERRY_DIM_KVD) },
-		[Q] = { "query_proj", SHAPE(B_, T_, FERRY_DIM_QD) },
-		[K] = { "key_proj", SHAPE(B_, T_, FERRY_DIM_KVD) },
-		[V_] = { "value_proj", SHAPE(B_, T_, FERRY_DIM_KVD) },
-		[CTX] = { "context", SHAPE(B_, T_, FERRY_DIM_QD) },
-		[LSE] = { "attention_lse", SHAPE(B_, FERRY_DIM_NH, T_) },
-		[OUT] = { "out_proj", BTC },
-		[MID] = { "post_self_attention_residual", BTC },
-		[LN2] = { "post_self_attention_norm", BTC },
-		[LN2_RSTD] = { "post_self_attention_norm_rstd", BT },
-		[GATE_OUT] = { "mlpwi_0", SHAPE(B_, T_, F_) },
-		[UP_OUT] = { "mlpwi_1", SHAPE(B_, T_, F_) },
-		[H] = { "mlpwi", SHAPE(B_, T_, F_) },
-		[MLPWO] = { "mlpwo", BTC },
-		[Y] = { "decoder_layer_output", BTC },
-	},
-	.n_ops = 15,
-	.ops = {
-		{ FERRY_OP_RMSNORM, { LN1, LN1_RSTD, -1 }, { X, -1, -1 }, W(IN_NORM), FERRY_SCALAR_NORM_EPS },
-		{ FERRY_OP_MATMUL, { QR, -1, -1 }, { LN1, -1, -1 }, W(Q_PROJ) },
-		{ FERRY_OP_MATMUL, { KR, -1, -1 }, { LN1, -1, -1 }, W(K_PROJ) },
-		{ FERRY_OP_MATMUL, { V_, -1, -1 }, { LN1, -1, -1 }, W(V_PROJ) },
-		{ FERRY_OP_ROPE, { Q, -1, -1 }, { QR, -1, -1 }, NOW, FERRY_SCALAR_ROPE_THETA },
-		{ FERRY_OP_ROPE, { K, -1, -1 }, { KR, -1, -1 }, NOW, FERRY_SCALAR_ROPE_THETA },
-		{ FERRY_OP_ATTENTION, { CTX, LSE, -1 }, { Q, K, V_ }, NOW },
-		{ FERRY_OP_MATMUL, { OUT, -1, -1 }, { CTX, -1, -1 }, W(O_PROJ) },
-		{ FERRY_OP_RESIDUAL, { MID, -1, -1 }, { X, OUT, -1 }, NOW },
-		{ FERRY_OP_RMSNORM, { LN2, LN2_RSTD, -1 }, { MID, -1, -1 }, W(POST_NORM), FERRY_SCALAR_NORM_EPS },
-		{ FERRY_OP_MATMUL, { GATE_OUT, -1, -1 }, { LN2, -1, -1 }, W(GATE) },
-		{ FERRY_OP_MATMUL, { UP_OUT, -1, -1 }, { LN2, -1, -1 }, W(UP) },
-		{ FERRY_OP_SWIGLU, { H, -1, -1 }, { GATE_OUT, UP_OUT, -1 }, NOW },
-		{ FERRY_OP_MATMUL, { MLPWO, -1, -1 }, { H, -1, -1 }, W(DOWN) },
-		{ FERRY_OP_RESIDUAL, { Y, -1, -1 }, { MID, MLPWO, -1 }, NOW },
-	},
-	.input = X,
-	.output = Y,
-};
+static const struct ferry_layer_decl layer = FERRY_LLAMA_LAYER("llama", -1, -1, -1, FERRY_SCALAR_NONE);
 
 /* ---- prologue: token embedding --------------------------------------------------- */
 
@@ -95,7 +37,7 @@ const struct ferry_layer_decl ferry_llama_prologue = {
 	.n_tensors = P_N,
 	.tensors = { [P_TOKENS] = { "tokens", BT }, [P_EMBED] = { "embedding", BTC } },
 	.n_ops = 1,
-	.ops = { { FERRY_OP_ENCODER, { P_EMBED, -1, -1 }, { -1, -1, -1 }, W(EMBED), .tokens = P_TOKENS } },
+	.ops = { { FERRY_OP_ENCODER, { P_EMBED, -1, -1 }, { -1, -1, -1 }, W(FERRY_LLAMA_EMBED), .tokens = P_TOKENS } },
 	.input = P_TOKENS,
 	.output = P_EMBED,
 };
@@ -123,8 +65,8 @@ const struct ferry_layer_decl ferry_llama_epilogue = {
 	},
 	.n_ops = 3,
 	.ops = {
-		{ FERRY_OP_RMSNORM, { E_NORM, E_NORM_RSTD, -1 }, { E_IN, -1, -1 }, W(NORM), FERRY_SCALAR_NORM_EPS },
-		{ FERRY_OP_MATMUL, { E_LOGITS, -1, -1 }, { E_NORM, -1, -1 }, W(LM_HEAD) },
+		{ FERRY_OP_RMSNORM, { E_NORM, E_NORM_RSTD, -1 }, { E_IN, -1, -1 }, W(FERRY_LLAMA_NORM), FERRY_SCALAR_NORM_EPS },
+		{ FERRY_OP_MATMUL, { E_LOGITS, -1, -1 }, { E_NORM, -1, -1 }, W(FERRY_LLAMA_LM_HEAD) },
 		{ FERRY_OP_SOFTMAX_XENT, { E_LOSSES, E_PROBS, -1 }, { E_LOGITS, -1, -1 }, NOW,
 		  .tokens = E_TARGETS },
 	},
@@ -218,42 +160,12 @@ static const struct ferry_hf_family llama_hf = {
 	.rms_norm_eps = 1e-6,
 };
 
-#define P(name, hf, shape, per_layer, decay, init) { name, hf, shape, per_layer, decay, init }
 const struct ferry_model_decl ferry_llama_decl = {
 	.name = "llama",
 	.title = "Llama",
-	.ckpt = FERRY_CKPT_HF,
 	.hf = &llama_hf,
-	.n_params = N_PARAMS,
-	.params = {
-		[EMBED] = { "embed_tokens", "model.embed_tokens.weight", SHAPE(FERRY_DIM_VP, C_), false, true,
-			    FERRY_INIT_NORMAL, .zero_pad_rows = true },
-		[IN_NORM] = P("input_layernorm", "model.layers.%d.input_layernorm.weight", SHAPE(C_), true, false,
-			      FERRY_INIT_ONE),
-		[Q_PROJ] = P("q_proj", "model.layers.%d.self_attn.q_proj.weight", SHAPE(FERRY_DIM_QD, C_), true,
-			     true, FERRY_INIT_NORMAL),
-		[K_PROJ] = P("k_proj", "model.layers.%d.self_attn.k_proj.weight", SHAPE(FERRY_DIM_KVD, C_), true,
-			     true, FERRY_INIT_NORMAL),
-		[V_PROJ] = P("v_proj", "model.layers.%d.self_attn.v_proj.weight", SHAPE(FERRY_DIM_KVD, C_), true,
-			     true, FERRY_INIT_NORMAL),
-		[O_PROJ] = P("o_proj", "model.layers.%d.self_attn.o_proj.weight", SHAPE(C_, FERRY_DIM_QD), true,
-			     true, FERRY_INIT_NORMAL),
-		[POST_NORM] = P("post_attention_layernorm", "model.layers.%d.post_attention_layernorm.weight",
-				SHAPE(C_), true, false, FERRY_INIT_ONE),
-		[GATE] = P("gate_proj", "model.layers.%d.mlp.gate_proj.weight", SHAPE(F_, C_), true, true,
-			   FERRY_INIT_NORMAL),
-		[UP] = P("up_proj", "model.layers.%d.mlp.up_proj.weight", SHAPE(F_, C_), true, true,
-			 FERRY_INIT_NORMAL),
-		[DOWN] = P("down_proj", "model.layers.%d.mlp.down_proj.weight", SHAPE(C_, F_), true, true,
-			   FERRY_INIT_NORMAL),
-		[NORM] = P("norm", "model.norm.weight", SHAPE(C_), false, false, FERRY_INIT_ONE),
-		[LM_HEAD] = { "lm_head", "lm_head.weight", SHAPE(FERRY_DIM_VP, C_), false, true, FERRY_INIT_NORMAL,
-			      .zero_pad_rows = true, .tied_head = true, .tied_to = EMBED },
-	},
-	.prologue = &ferry_llama_prologue,
+	.n_params = FERRY_LLAMA_N_PARAMS,
+	.params = { FERRY_LLAMA_PARAMS },
 	.layer = &layer,
-	.epilogue = &ferry_llama_epilogue,
-	.prologue_roles = ferry_llama_prologue_roles,
-	.epilogue_roles = ferry_llama_epilogue_roles,
-	.config_check = ferry_llama_config_check,
+	FERRY_LLAMA_STAGES,
 };

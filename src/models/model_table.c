@@ -14,7 +14,7 @@
 
 /* Every model; the first is the default (a config that names none). */
 static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl,
-							  &ferry_mistral_decl };
+							  &ferry_mistral_decl, &ferry_gemma2_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
 _Static_assert(N_MODELS <= FERRY_MODEL_MAX_DECLS, "FERRY_MODEL_MAX_DECLS is too small");
 
@@ -160,25 +160,55 @@ static ferry_status check_common(const struct ferry_model_config *cfg)
 	return FERRY_OK;
 }
 
-/* Whether md's layer has an op that reads the model constant s. */
-static bool layer_reads(const struct ferry_model_decl *md, enum ferry_op_scalar s)
+/* Whether one of md's programs has an op that reads the model constant s
+ * (its first, or one of the consecutive ones it takes). */
+static bool model_reads(const struct ferry_model_decl *md, enum ferry_op_scalar s)
 {
-	for (int o = 0; o < md->layer->n_ops; o++)
-		if (md->layer->ops[o].scalar == s)
-			return true;
+	const struct ferry_layer_decl *prog[3] = { md->prologue, md->layer, md->epilogue };
+
+	for (int p = 0; p < 3; p++)
+		for (int o = 0; o < prog[p]->n_ops; o++) {
+			const struct ferry_op_decl *op = &prog[p]->ops[o];
+			const int n = ferry_op_info(op->kind)->n_scalars;
+
+			if (op->scalar != FERRY_SCALAR_NONE && s >= op->scalar && s < op->scalar + (n ? n : 1))
+				return true;
+		}
 	return false;
 }
 
 /* A sliding window only for a model whose attention takes it, and one the
- * op's float constant holds exactly. */
+ * op's float constant holds exactly; the layers it acts on likewise. */
 static ferry_status check_window(const struct ferry_model_decl *md, const struct ferry_model_config *cfg)
 {
 	if (cfg->sliding_window < 0 || cfg->sliding_window > (1 << 24))
 		return ferry_error(FERRY_ERR_INVALID, "sliding_window (%d) must be between 0 (none) and %d",
 				   cfg->sliding_window, 1 << 24);
-	if (cfg->sliding_window && !layer_reads(md, FERRY_SCALAR_ATTN_WINDOW))
+	if (cfg->sliding_window && !model_reads(md, FERRY_SCALAR_ATTN_WINDOW))
 		return ferry_error(FERRY_ERR_INVALID, "sliding_window (%d): %s's attention has no window",
 				   cfg->sliding_window, md->title);
+	if (cfg->window_layers_every < 0 || cfg->window_layers_every > (1 << 24) || cfg->window_layers_from < 0 ||
+	    cfg->window_layers_from > (1 << 24))
+		return ferry_error(FERRY_ERR_INVALID, "window_layers_every (%d) and window_layers_from (%d) must be "
+				   "between 0 and %d", cfg->window_layers_every, cfg->window_layers_from, 1 << 24);
+	return FERRY_OK;
+}
+
+/* Gemma 2's constants only for a model whose checkpoints say them (so
+ * that nothing is computed that a saved model would lose). */
+static ferry_status check_gemma_constants(const struct ferry_model_decl *md, const struct ferry_model_config *cfg)
+{
+	const struct ferry_hf_family *f = md->hf;
+
+	if (cfg->query_pre_attn_scalar && !(f && f->query_pre_attn_scalar > 0))
+		return ferry_error(FERRY_ERR_INVALID, "query_pre_attn_scalar (%d): %s's attention has no such scale",
+				   cfg->query_pre_attn_scalar, md->title);
+	if (cfg->attn_softcap > 0 && !(f && f->attn_logit_softcapping > 0))
+		return ferry_error(FERRY_ERR_INVALID, "attn_softcap (%g): %s's attention has no soft-capping",
+				   cfg->attn_softcap, md->title);
+	if (cfg->final_softcap > 0 && !model_reads(md, FERRY_SCALAR_FINAL_SOFTCAP))
+		return ferry_error(FERRY_ERR_INVALID, "final_softcap (%g): %s's logits have no soft-capping",
+				   cfg->final_softcap, md->title);
 	return FERRY_OK;
 }
 
@@ -196,7 +226,8 @@ ferry_status ferry_model_config_complete(struct ferry_model_config *cfg)
 	if (!md)
 		return ferry_error(FERRY_ERR_INVALID, "unknown model '%s' (models: %s)", cfg->arch,
 				   ferry_model_arch_list());
-	if ((st = check_common(cfg)) || (st = check_window(md, cfg)) || (st = md->config_check(cfg)))
+	if ((st = check_common(cfg)) || (st = check_window(md, cfg)) || (st = check_gemma_constants(md, cfg)) ||
+	    (st = md->config_check(cfg)))
 		return st;
 	if (!cfg->padded_vocab)
 		cfg->padded_vocab = ferry_pad_vocab(cfg->vocab);

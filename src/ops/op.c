@@ -12,8 +12,10 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_LAYERNORM] = { "layernorm", 1, 3, 2, IN(0) | OUT(1) | OUT(2), 0x6, false },
 	/* d(in) needs the weight only; d(weight) needs the input */
 	[FERRY_OP_MATMUL] = { "matmul", 1, 1, 2, IN(0), 0, true },
-	/* flash-style backward: q, k, v, the output and the log-sum-exp */
-	[FERRY_OP_ATTENTION] = { "attention", 3, 2, 0, IN(0) | IN(1) | IN(2) | OUT(0) | OUT(1), 0x2, false },
+	/* flash-style backward: q, k, v, the output and the log-sum-exp; it
+	   takes the window, the scale and the soft cap */
+	[FERRY_OP_ATTENTION] = { "attention", 3, 2, 0, IN(0) | IN(1) | IN(2) | OUT(0) | OUT(1), 0x2, false,
+				 .n_scalars = 3 },
 	/* elementwise: d in[i] needs only d out[i], so it may overwrite it */
 	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false, true },
 	[FERRY_OP_RESIDUAL] = { "residual", 2, 1, 0, 0, 0, false },
@@ -31,6 +33,11 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false, .n_scalars = FERRY_ROPE_N_SCALARS },
 	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false },
 	[FERRY_OP_SQUARED_ERROR] = { "squared_error", 2, 1, 0, 0, 0, false },
+	[FERRY_OP_GEGLU] = { "geglu", 2, 1, 0, IN(0) | IN(1), 0, false },
+	/* linear: its backward reads nothing, and may assign over d out */
+	[FERRY_OP_SCALE] = { "scale", 1, 1, 0, 0, 0, false, true },
+	/* its backward reads the input: the softmax overwrites the output */
+	[FERRY_OP_SOFTCAP] = { "softcap", 1, 1, 0, IN(0), 0, false, true },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
@@ -64,7 +71,11 @@ double ferry_op_flops(const struct ferry_op_call *c)
 		return 6.0 * N * c->C;
 	case FERRY_OP_GELU:
 	case FERRY_OP_SWIGLU:
+	case FERRY_OP_GEGLU:
+	case FERRY_OP_SOFTCAP:
 		return (c->backward ? 20.0 : 12.0) * (double)c->n;
+	case FERRY_OP_SCALE:
+		return (double)c->n;
 	case FERRY_OP_RESIDUAL:
 		return (double)c->n;
 	case FERRY_OP_SOFTMAX_XENT:

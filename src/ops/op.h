@@ -24,7 +24,8 @@ enum ferry_op_kind {
 	FERRY_OP_LAYERNORM,    /* out0 y, out1 mean, out2 rstd; in0 x; w0 g, w1 b */
 	FERRY_OP_MATMUL,       /* out0 = in0 @ w0^T + w1 (w1 may be NULL) */
 	FERRY_OP_ATTENTION,    /* out0 context, out1 lse; in0 q, in1 k, in2 v
-				  (k, v: NKV heads, grouped-query) */
+				  (k, v: NKV heads, grouped-query); scalar[0]
+				  window, [1] scale, [2] soft cap */
 	FERRY_OP_GELU,         /* out0 = gelu(in0) */
 	FERRY_OP_RESIDUAL,     /* out0 = in0 + in1 */
 	FERRY_OP_SOFTMAX_XENT, /* out0 losses[N], out1 probs (may alias in0); in0 logits */
@@ -35,8 +36,9 @@ enum ferry_op_kind {
 	FERRY_OP_SGD,          /* param -= scalar[0] * in0 (the gradient) */
 	FERRY_OP_CAST,         /* out0 (activation type) = in0 (fp32), n values */
 	FERRY_OP_RMSNORM,      /* out0 y, out1 rstd [N] (fp32); in0 x; w0 gain;
-				  eps in scalar[0].  rstd = 1/sqrt(mean(x^2) + eps),
-				  y = x * rstd * gain (Llama RMSNorm) */
+				  eps in scalar[0], a gain offset in scalar[1].
+				  rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd *
+				  (gain + offset) (Llama RMSNorm; Gemma's 1 + w) */
 	FERRY_OP_ROPE,         /* out0 = rope(in0), [B, T, NH, HS], C = NH * HS,
 				  theta and scaling in scalar[0..5]
 				  (ops/rope_freq.h); position of row (b, t) is t;
@@ -45,6 +47,10 @@ enum ferry_op_kind {
 	FERRY_OP_SQUARED_ERROR, /* e = in0 - in1 (in0 a prediction, in1 an fp32 target):
 				   *result += sum(e^2), out0 = scalar[0] * e, n values;
 				   a mean-squared-error loss and its gradient */
+	FERRY_OP_GEGLU,        /* out0 = gelu_tanh(in0) * in1, n values; in0 gate, in1 up */
+	FERRY_OP_SCALE,        /* out0 = in0 * scalar[0] (rounded to the
+				  activation type), n values */
+	FERRY_OP_SOFTCAP,      /* out0 = c tanh(in0 / c), c = scalar[0], n values */
 	FERRY_OP_COUNT
 };
 
@@ -98,10 +104,13 @@ struct ferry_op_call {
 				       updated (NULL when the type is fp32) */
 	float scalar[8];            /* softmax_xent: [0] dloss;
 				       adamw: lr, beta1, beta2, eps, wd, grad_scale;
-				       rmsnorm: [0] eps; rope: [0] theta,
-				       [1..5] scaling (ops/rope_freq.h);
-				       attention: [0] sliding window, keys
-				       per query (0: every earlier key) */
+				       rmsnorm: [0] eps, [1] gain offset;
+				       rope: [0] theta, [1..5] scaling
+				       (ops/rope_freq.h); attention: [0]
+				       sliding window, keys per query (0:
+				       every earlier key), [1] score scale
+				       (0: 1/sqrt(HS)), [2] soft cap (0: none);
+				       scale: [0] the factor; softcap: [0] c */
 	int step;                   /* adamw: t >= 1 */
 	bool grad_assign;           /* backward of a bwd_in_place op: din[0] =
 				       its gradient, not +=; din[0] may be

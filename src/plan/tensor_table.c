@@ -561,12 +561,50 @@ static size_t program_scratch(const struct ferry_tensor_table *tt, const struct 
 		for (int bwd = 0; bwd < 2; bwd++) {
 			size_t need;
 
-			ferry_op_call_shape(d, o, &tt->dims, scalars, &c);
+			ferry_op_call_shape(d, o, &tt->dims, scalars, -1, &c);
 			c.backward = bwd;
 			need = ferry_backend_op_scratch(backend, &c);
 			most = need > most ? need : most;
 		}
 	return most;
+}
+
+/* Appends why to list (", " between) unless it is there already. */
+static void add_reason(char *list, size_t n, const char *why)
+{
+	size_t used = strlen(list);
+
+	if (!strstr(list, why) && used < n)
+		snprintf(list + used, n - used, "%s%s", used ? ", " : "", why);
+}
+
+/* A model the backend's kernels cannot run (ops, or model constants of
+ * ops, they lack) is refused when it is planned, naming what is missing,
+ * rather than failing at its first launch.  The layer is asked at its
+ * first windowed layer, if any: the others' calls are the same less the
+ * window. */
+static ferry_status check_kernels(const struct ferry_tensor_table *tt, const char *backend)
+{
+	const struct ferry_layer_decl *prog[3] = { tt->md->prologue, tt->md->layer, tt->md->epilogue };
+	float scalars[FERRY_OP_SCALAR_COUNT];
+	struct ferry_op_call c;
+	const char *why;
+	char missing[256] = "";
+	int lw = 0;
+
+	ferry_model_scalars(&tt->cfg, scalars);
+	while (lw < tt->cfg.layers - 1 && !ferry_window_at_layer(scalars, lw))
+		lw++;
+	for (int s = 0; s < 3; s++)
+		for (int o = 0; o < prog[s]->n_ops; o++) {
+			ferry_op_call_shape(prog[s], o, &tt->dims, scalars, s == 1 ? lw : -1, &c);
+			if ((why = ferry_backend_op_unsupported(backend, &c)))
+				add_reason(missing, sizeof(missing), why);
+		}
+	if (missing[0])
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s on the %s backend: no kernel there computes %s yet "
+				   "(the cpu backend does)", tt->md->title, backend, missing);
+	return FERRY_OK;
 }
 
 /* Kernel scratch, when the backend's kernels need any: one workspace for
@@ -700,7 +738,8 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	/* the activations as placed (--place may name them) */
 	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
 	act_opts.prefetch_depth = tt->place.act_prefetch;
-	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)))
+	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) ||
+	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "

@@ -870,7 +870,7 @@ static ferry_status keep_others(struct names *nm, bool with_state)
 /* DIR.tmp.<pid>/ written completely and fsynced. */
 static ferry_status write_dir(struct names *nm, const struct stat *old, const struct ferry_model_config *cfg,
 			      const float *params, const struct ferry_train_state *st, const float *m,
-			      const float *v, size_t n)
+			      const float *v, size_t n, const struct ferry_hf_source *src)
 {
 	ferry_status rc = FERRY_OK;
 	int fd;
@@ -882,7 +882,9 @@ static ferry_status write_dir(struct names *nm, const struct stat *old, const st
 	if (old)
 		rc = keep_others(nm, st != NULL);
 	if (!rc)
-		rc = ferry_ckpt_hf_write_files(nm->tmp, cfg, params);
+		rc = ferry_ckpt_hf_carry(src->dir, nm->path, nm->tmp);
+	if (!rc)
+		rc = ferry_ckpt_hf_write_files(nm->tmp, cfg, params, src);
 	if (!rc && st) {
 		char *sp = with_suffix(nm->tmp, "/" FERRY_HF_STATE_NAME, 0);
 
@@ -926,11 +928,12 @@ static ferry_status swap_in(struct names *nm, bool exists)
 }
 
 static ferry_status save_hf(struct names *nm, const struct ferry_model_config *cfg, const float *params,
-			    const struct ferry_train_state *st, const float *m, const float *v, size_t n)
+			    const struct ferry_train_state *st, const float *m, const float *v, size_t n,
+			    const struct ferry_hf_source *src)
 {
 	struct stat old;
 	bool exists = lstat(nm->path, &old) == 0;
-	ferry_status rc = write_dir(nm, exists ? &old : NULL, cfg, params, st, m, v, n);
+	ferry_status rc = write_dir(nm, exists ? &old : NULL, cfg, params, st, m, v, n, src);
 	int fd;
 
 	if (rc) {
@@ -955,45 +958,107 @@ static ferry_status save_hf(struct names *nm, const struct ferry_model_config *c
 
 /* ---- saving ------------------------------------------------------------------------------- */
 
-ferry_status ferry_checkpoint_save(const char *path, const struct ferry_model_config *cfg,
-				   const float *params, const struct ferry_train_state *st,
-				   const float *m, const float *v, size_t n_params)
+/* The arguments, the path and the values checked before anything is
+ * written; *c: cfg completed. */
+static ferry_status check_save(const char *path, const struct ferry_model_config *cfg, const float *params,
+			       const struct ferry_train_state *st, const float *m, const float *v, size_t n_params,
+			       struct ferry_model_config *c)
 {
-	struct ferry_model_config c;
-	struct names nm;
-	bool hf;
 	ferry_status rc;
 
 	if (!path || !cfg || !params || (st && (!m || !v)))
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint save: NULL path, config, parameters or moments");
-	c = *cfg;
-	if (ferry_model_config_complete(&c) != FERRY_OK) {
+	*c = *cfg;
+	if (ferry_model_config_complete(c) != FERRY_OK) {
 		char why[384];
 
 		snprintf(why, sizeof(why), "%s", ferry_last_error());
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint save: invalid model config: %s", why);
 	}
-	if (st && n_params != ferry_model_config_num_params(&c))
+	if (st && n_params != ferry_model_config_num_params(c))
 		return ferry_error(FERRY_ERR_INVALID, "checkpoint save: %zu moments for a model of %zu parameters",
-				   n_params, ferry_model_config_num_params(&c));
-	hf = ferry_checkpoint_model_is_hf(&c);
-	rc = ferry_checkpoint_check_save_path(path, &c);
+				   n_params, ferry_model_config_num_params(c));
+	rc = ferry_checkpoint_check_save_path(path, c);
 	/* a diverged model is refused before anything is written */
 	if (!rc)
-		rc = ferry_ckpt_check_finite(path, &c, params, ferry_model_config_num_params(&c), FERRY_ERR_INVALID,
+		rc = ferry_ckpt_check_finite(path, c, params, ferry_model_config_num_params(c), FERRY_ERR_INVALID,
 					     "not saved: ");
+	return rc;
+}
+
+/* The weights as BF16 holds them, into *out (allocated), and the state
+ * with their hash into *out_st: what a resume reads back.  A value too
+ * large for BF16 is refused. */
+static ferry_status round_bf16(const char *path, const struct ferry_model_config *c, const float *params,
+			       const struct ferry_train_state *st, float **out, struct ferry_train_state **out_st)
+{
+	const size_t n = ferry_model_config_num_params(c);
+	float *r = ferry_malloc(n * sizeof(float) + 1);
+	struct ferry_train_state *s = st ? ferry_malloc(sizeof(*s)) : NULL;
+	ferry_status rc = r && (s || !st) ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
+
+	for (size_t i = 0; !rc && i < n; i++)
+		r[i] = ferry_st_bf16_to_f32(ferry_st_f32_to_bf16(params[i]));
+	if (!rc)
+		rc = ferry_ckpt_check_finite(path, c, r, n, FERRY_ERR_INVALID, "not saved in bf16 (too large for it): ");
+	if (!rc && s) {
+		*s = *st;
+		s->params_hash = ferry_params_hash(r, n);
+	}
+	if (rc) {
+		ferry_free(r);
+		ferry_free(s);
+		r = NULL, s = NULL;
+	}
+	*out = r;
+	*out_st = s;
+	return rc;
+}
+
+ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model_config *cfg,
+				      const float *params, const struct ferry_train_state *st, const float *m,
+				      const float *v, size_t n_params, const struct ferry_save_opts *so)
+{
+	struct ferry_model_config c;
+	struct ferry_hf_source src = { 0 };
+	struct ferry_train_state *st16 = NULL;
+	float *p16 = NULL;
+	struct names nm;
+	bool hf;
+	ferry_status rc = check_save(path, cfg, params, st, m, v, n_params, &c);
+
 	if (rc)
 		return rc;
-	rc = names_make(path, hf, &nm);
-	if (rc)
+	hf = ferry_checkpoint_model_is_hf(&c);
+	if (!hf && so && so->dtype == FERRY_SAVE_BF16)
+		return ferry_error(FERRY_ERR_INVALID, "%s: not saved: an llm.c model file holds fp32 weights only "
+				   "(bf16 is for Hugging Face directories)", path);
+	rc = hf ? ferry_ckpt_hf_source(so, &src) : FERRY_OK;
+	if (!rc && src.bf16 && !(rc = round_bf16(path, &c, params, st, &p16, &st16)))
+		params = p16, st = st ? st16 : NULL;
+	if (!rc)
+		rc = names_make(path, hf, &nm);
+	if (rc) {
+		ferry_ckpt_hf_source_free(&src);
 		return rc;
+	}
 	/* finish or clear what a killed save left, freeing its space first */
 	if (ferry_checkpoint_recover(nm.path) == FERRY_ERR_NOMEM)
 		rc = FERRY_ERR_NOMEM;
 	else if (hf)
-		rc = save_hf(&nm, &c, params, st, m, v, n_params);
+		rc = save_hf(&nm, &c, params, st, m, v, n_params, &src);
 	else
 		rc = save_llmc(&nm, &c, params, st, m, v, n_params);
 	names_free(&nm);
+	ferry_ckpt_hf_source_free(&src);
+	ferry_free(p16);
+	ferry_free(st16);
 	return rc;
+}
+
+ferry_status ferry_checkpoint_save(const char *path, const struct ferry_model_config *cfg,
+				   const float *params, const struct ferry_train_state *st,
+				   const float *m, const float *v, size_t n_params)
+{
+	return ferry_checkpoint_save_as(path, cfg, params, st, m, v, n_params, NULL);
 }

@@ -6,6 +6,7 @@
 #define FERRY_TRAIN_COMMIT_H
 
 #include "ferry/checkpoint.h"
+#include "ferry/safetensors.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -56,9 +57,28 @@ ferry_status ferry_ckpt_state_hash(const char *path, uint64_t *params_hash);
  * and inode, or by real path for a file the save would create. */
 ferry_status ferry_ckpt_check_not_input(const char *path, bool hf, const char *input, const char *what);
 
+/* What a Hugging Face save takes from the checkpoint its model was loaded
+ * from (ferry_checkpoint_save_as). */
+struct ferry_hf_source {
+	char *dir;                  /* its directory (NULL: none) */
+	struct ferry_hf_config ids; /* its config.json's token ids (has_bos, bos_token_id,
+				       n_eos, eos_token_id, eos_list; the rest unused) */
+	bool bf16;                  /* the weights go out in BF16 */
+};
+/* *src for a save under so (NULL: none, F32). */
+ferry_status ferry_ckpt_hf_source(const struct ferry_save_opts *so, struct ferry_hf_source *src);
+void ferry_ckpt_hf_source_free(struct ferry_hf_source *src);
+
+/* Copies each carried file (ferry_hf_carried_file) that src_dir has into
+ * tmp, the new checkpoint's temporary directory, replacing one kept there,
+ * each fsynced; nothing when src_dir is dest, the directory being saved
+ * to (its files are kept). */
+ferry_status ferry_ckpt_hf_carry(const char *src_dir, const char *dest, const char *tmp);
+
 /* Writes config.json and model.safetensors of a Llama into the existing
- * directory dir (the commit's temporary); parameters must be finite. */
+ * directory dir (the commit's temporary); parameters must be finite.  src
+ * (NULL: none): the token ids config.json keeps and the weights' dtype. */
 ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
-				       const float *params);
+				       const float *params, const struct ferry_hf_source *src);
 
 #endif

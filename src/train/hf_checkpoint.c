@@ -181,6 +181,36 @@ static void hf_rope_to_model(const struct ferry_hf_config *hf, struct ferry_rope
 	r->original_max_pos = hf->rope_original_max_position_embeddings;
 }
 
+/* A soft cap of config.json as the model config's: the family's none (0)
+ * is -1 there, 0 being its default; a cap outside a float's range is
+ * refused, naming the field. */
+static ferry_status hf_cap_to_model(double v, bool family_has, const char *key, const char *path, float *out)
+{
+	*out = !family_has ? 0.0f : v > 0 ? (float)v : -1.0f;
+	if (family_has && v > 0 && !(isfinite(*out) && *out > 0))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: %s %g is out of the range of a float", path, key, v);
+	return FERRY_OK;
+}
+
+/* How config.json says each layer attends, as the model config says it:
+ * the window, the layers it acts on (the family's rule; a gated family's
+ * from max_window_layers), Gemma 2's scale and caps. */
+static ferry_status hf_attention_to_model(const struct ferry_hf_config *hf, const struct ferry_hf_family *f,
+					  const char *path, struct ferry_model_config *c)
+{
+	ferry_status st;
+
+	c->sliding_window = hf->sliding_window;
+	c->window_layers_every = f->window_layers_every;
+	c->window_layers_from = f->gated_sliding_window ? hf->max_window_layers : 0;
+	c->query_pre_attn_scalar = hf->query_pre_attn_scalar;
+	if ((st = hf_cap_to_model(hf->attn_logit_softcapping, f->attn_logit_softcapping > 0, "attn_logit_softcapping",
+				  path, &c->attn_softcap)))
+		return st;
+	return hf_cap_to_model(hf->final_logit_softcapping, f->final_logit_softcapping > 0, "final_logit_softcapping",
+			       path, &c->final_softcap);
+}
+
 /* ---- config.json with the families ferry has ------------------------------------ */
 
 ferry_status ferry_hf_config_read(const char *dir_or_file, struct ferry_hf_config *out)
@@ -208,6 +238,7 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	struct ferry_model_config c;
 	char titles[FERRY_MODEL_LIST_CHARS];
 	float theta, eps;
+	ferry_status st;
 
 	if (!hf || !cfg)
 		return ferry_error(FERRY_ERR_INVALID, "ferry_hf_config_to_model: NULL argument");
@@ -242,7 +273,8 @@ ferry_status ferry_hf_config_to_model(const struct ferry_hf_config *hf, const ch
 	c.norm_eps = eps;
 	c.tie_embeddings = hf->tie_word_embeddings ? 1 : -1;
 	hf_rope_to_model(hf, &c.rope_scaling);
-	c.sliding_window = hf->sliding_window;
+	if ((st = hf_attention_to_model(hf, md->hf, path, &c)))
+		return st;
 	if (ferry_model_config_complete(&c) != FERRY_OK) {
 		char why[384];
 
@@ -264,6 +296,25 @@ static double short_decimal(float f)
 			return strtod(buf, NULL);
 	}
 	return (double)f;
+}
+
+/* The model config's attention as config.json says it; what the family's
+ * file cannot say (a window on other layers than its rule's) is refused. */
+static ferry_status model_attention_to_hf(const struct ferry_model_config *c, const struct ferry_hf_family *f,
+					  struct ferry_hf_config *h)
+{
+	const int every = c->window_layers_every > 1 ? c->window_layers_every : 0;
+
+	if (c->sliding_window && (every != (f->window_layers_every > 1 ? f->window_layers_every : 0) ||
+				  (c->window_layers_from && !f->gated_sliding_window)))
+		return ferry_error(FERRY_ERR_INVALID, "config.json: %s's window acts on the layers its family "
+				   "says, not every %d from %d", f->title, every ? every : 1, c->window_layers_from);
+	h->sliding_window = c->sliding_window;
+	h->max_window_layers = f->gated_sliding_window && c->sliding_window ? c->window_layers_from : 0;
+	h->query_pre_attn_scalar = c->query_pre_attn_scalar;
+	h->attn_logit_softcapping = c->attn_softcap > 0 ? short_decimal(c->attn_softcap) : 0.0;
+	h->final_logit_softcapping = c->final_softcap > 0 ? short_decimal(c->final_softcap) : 0.0;
+	return FERRY_OK;
 }
 
 /* cfg completed, a model kept in Hugging Face checkpoints, with Vp == V;
@@ -326,7 +377,8 @@ ferry_status ferry_model_config_to_hf(const struct ferry_model_config *cfg, stru
 		h.rope_high_freq_factor = short_decimal(c.rope_scaling.high_freq_factor);
 		h.rope_original_max_position_embeddings = c.rope_scaling.original_max_pos;
 	}
-	h.sliding_window = c.sliding_window;
+	if ((st = model_attention_to_hf(&c, ferry_model_decl_find(c.arch)->hf, &h)))
+		return st;
 	*hf = h;
 	return FERRY_OK;
 }
@@ -543,7 +595,7 @@ out:
  * anything is written). */
 static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 			    const struct ferry_param_info *pi, int np, const float *params,
-			    struct ferry_st_write *w, char *names, int count)
+			    enum ferry_st_dtype dtype, struct ferry_st_write *w, char *names, int count)
 {
 	int k = 0;
 
@@ -566,7 +618,7 @@ static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 					return ferry_error(FERRY_ERR_INVALID,
 							   "%s: not saved: %s holds a non-finite value (%g) at %s", dir,
 							   name, (double)src[bad], index_str(at, sizeof(at), &pi[p], bad));
-				w[k] = (struct ferry_st_write){ .name = name, .dtype = FERRY_ST_F32, .ndim = pi[p].ndim,
+				w[k] = (struct ferry_st_write){ .name = name, .dtype = dtype, .ndim = pi[p].ndim,
 								.data = src };
 				for (int d = 0; d < pi[p].ndim; d++)
 					w[k].shape[d] = pi[p].shape[d];
@@ -580,8 +632,9 @@ static ferry_status lay_out(const char *dir, const struct ferry_model_config *c,
 }
 
 ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
-				       const float *params)
+				       const float *params, const struct ferry_hf_source *src)
 {
+	const bool bf16 = src && src->bf16;
 	struct ferry_param_info pi[MAX_PARAMS];
 	struct ferry_model_config c;
 	struct ferry_hf_config hf;
@@ -597,6 +650,12 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 		st = param_infos(&c, pi, &np);
 	if (st)
 		return st;
+	if (src) { /* the special tokens of where the model came from */
+		hf.has_bos = src->ids.has_bos, hf.bos_token_id = src->ids.bos_token_id;
+		hf.n_eos = src->ids.n_eos, hf.eos_list = src->ids.eos_list;
+		memcpy(hf.eos_token_id, src->ids.eos_token_id, sizeof(hf.eos_token_id));
+	}
+	snprintf(hf.torch_dtype, sizeof(hf.torch_dtype), "%s", bf16 ? "bfloat16" : "float32");
 	for (int p = 0; p < np; p++)
 		if (pi[p].present)
 			count += pi[p].layers ? pi[p].layers : 1; /* layers <= 2^20: no overflow */
@@ -606,7 +665,7 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	if (!w || !names || !weights)
 		st = ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory for %d tensors", dir, count);
 	if (!st)
-		st = lay_out(dir, &c, pi, np, params, w, names, count);
+		st = lay_out(dir, &c, pi, np, params, bf16 ? FERRY_ST_BF16 : FERRY_ST_F32, w, names, count);
 	if (!st)
 		st = ferry_hf_config_write_as(dir, &hf, ferry_model_decl_find(c.arch)->hf);
 	if (!st)
@@ -615,6 +674,55 @@ ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model
 	ferry_free(names);
 	ferry_free(w);
 	return st;
+}
+
+/* Every tensor of the checkpoint BF16 (rotary_emb.inv_freq buffers, which
+ * ferry ignores, aside). */
+static bool all_bf16(ferry_safetensors_t h)
+{
+	int n = 0;
+
+	for (int i = 0; i < ferry_safetensors_count(h); i++) {
+		const struct ferry_st_tensor *t = ferry_safetensors_tensor(h, i);
+
+		if (ends_with(t->name, INV_FREQ_SUFFIX))
+			continue;
+		if (t->dtype != FERRY_ST_BF16)
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
+ferry_status ferry_ckpt_hf_source(const struct ferry_save_opts *so, struct ferry_hf_source *src)
+{
+	struct ferry_hf_config hf;
+	ferry_safetensors_t h = NULL;
+	struct hf_paths p;
+	ferry_status st;
+
+	memset(src, 0, sizeof(*src));
+	src->bf16 = so && so->dtype == FERRY_SAVE_BF16;
+	if (!so || !so->from || !ferry_checkpoint_is_hf(so->from))
+		return FERRY_OK;
+	if ((st = paths_resolve(so->from, &p)))
+		return st;
+	/* what is there at the save (a source removed since gives nothing) */
+	if (ferry_hf_config_read(p.config, &hf) == FERRY_OK)
+		src->ids = hf;
+	if (so->dtype == FERRY_SAVE_AUTO && ferry_safetensors_open(p.weights, &h) == FERRY_OK)
+		src->bf16 = all_bf16(h);
+	ferry_safetensors_close(h);
+	src->dir = p.dir;
+	p.dir = NULL;
+	paths_free(&p);
+	return FERRY_OK;
+}
+
+void ferry_ckpt_hf_source_free(struct ferry_hf_source *src)
+{
+	ferry_free(src->dir);
+	src->dir = NULL;
 }
 
 ferry_status ferry_hf_checkpoint_write(const char *dir, const struct ferry_model_config *cfg,

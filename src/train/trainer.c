@@ -973,8 +973,12 @@ static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
 
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path)
 {
-	ferry_status st = ferry_checkpoint_check_save_path(path, ferry_model_config(tr->model));
+	const struct ferry_model_config *cfg = ferry_model_config(tr->model);
+	ferry_status st = ferry_checkpoint_check_save_path(path, cfg);
 
+	if (!st && tr->opts.save_dtype == FERRY_SAVE_BF16 && !ferry_checkpoint_model_is_hf(cfg))
+		return ferry_error(FERRY_ERR_INVALID, "%s: an llm.c model file holds fp32 weights only (bf16 is for "
+				   "Hugging Face directories)", path);
 	return st ? st : check_inputs(tr, path);
 }
 
@@ -1061,8 +1065,10 @@ static ferry_status save_write(ferry_trainer_t tr, const char *path, const struc
 
 	state_of(tr, &info);
 	info.params_hash = s->hash;
-	return ferry_checkpoint_save(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
-				     ferry_model_num_params(tr->model));
+	return ferry_checkpoint_save_as(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
+					ferry_model_num_params(tr->model),
+					&(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint,
+								   tr->opts.save_dtype });
 }
 
 /* Several ranks: every rank's parameters checked against rank 0's, the

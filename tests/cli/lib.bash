@@ -66,3 +66,41 @@ mpi_run() {
 	local n=$1; shift
 	"${MPIRUN[@]}" -np "$n" "$@"
 }
+
+# A Hugging Face family's placements: with SHAPE (the model's flags) and RUN
+# (data and batch), dev/ the plain run's 4 steps, each policy (POLICIES) and
+# offload mode (MODES) plans and trains to dev/'s bits.
+POLICIES=(everything_saveable qkv_proj_offloaded minimal_offloaded nothing_saveable)
+MODES=("--offload-params" "--offload-params --offload-optimizer cpu --policy minimal_offloaded"
+	"--offload-params --offload-embeddings --offload-optimizer stream")
+placements_same_bits() {
+	local policy mode
+	for policy in "${POLICIES[@]}"; do
+		expect_ok "plan $policy" "$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --policy "$policy"
+		expect_ok "train $policy" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 --policy "$policy" \
+			--save "p_$policy"
+		cmp -s dev/model.safetensors "p_$policy/model.safetensors" &&
+			cmp -s dev/ferry_state.bin "p_$policy/ferry_state.bin" || fail "--policy $policy: other bits saved"
+	done
+	for mode in "${MODES[@]}"; do
+		# shellcheck disable=SC2086
+		expect_ok "train $mode" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 $mode --save off
+		cmp -s dev/model.safetensors off/model.safetensors && cmp -s dev/ferry_state.bin off/ferry_state.bin ||
+			fail "$mode: other bits saved"
+	done
+}
+
+# dev/ (a Hugging Face directory of `$1`, $2 layers) evaluates naming its
+# model, plans, resumes 2 + 2 steps to the 4-step run's bits and samples;
+# eval's output is left in dev_eval.txt.
+hf_directory_works() {
+	expect_ok "eval the directory" "$FERRY" eval --checkpoint dev "${EVAL[@]}"
+	grep -q "checkpoint dev: $1, $2 layers" out.txt || fail "eval names the model: $(head -2 out.txt)"
+	cp out.txt dev_eval.txt
+	expect_ok "plan from the directory" "$FERRY" plan --checkpoint dev --batch 2 --seq 16 --policy qkv_proj_offloaded
+	expect_ok "2 steps" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 2 --save half
+	expect_ok "resume" "$FERRY" train --resume half "${RUN[@]}" --steps 4 --save resumed
+	cmp -s dev/model.safetensors resumed/model.safetensors || fail "resumed $1 differs from the unbroken run"
+	expect_ok "sample" "$FERRY" train --checkpoint dev "${RUN[@]}" --steps 1 --sample 8
+	grep -q -- "--- sample" out.txt || fail "prints a sample"
+}

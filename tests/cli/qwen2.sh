@@ -3,8 +3,9 @@
 # from flags and saves a Qwen2ForCausalLM directory (q/k/v biases under
 # transformers' names); every placement policy, parameter and optimizer
 # offloading save the bits the plain run saves; plan, eval, resume and
-# sampling work on it; a Llama directory whose config.json carries llama3
-# rope_scaling trains and is saved back with it.
+# sampling work on it; its window (use_sliding_window) is saved and read,
+# from max_window_layers on; a Llama directory whose config.json carries
+# llama3 rope_scaling trains and is saved back with it.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 SHAPE=(--model qwen2 --layers 2 --channels 16 --heads 2 --kv-heads 1 --max-seq 32 --tied-head
@@ -19,28 +20,23 @@ grep -q '"architectures": \[' dev/config.json && grep -q '"Qwen2ForCausalLM"' de
 grep -q 'model.layers.1.self_attn.k_proj.bias' dev/model.safetensors || fail "the biases are saved"
 ! grep -q 'lm_head.weight' dev/model.safetensors || fail "a tied head is not saved"
 
-for policy in everything_saveable qkv_proj_offloaded minimal_offloaded nothing_saveable; do
-	expect_ok "plan $policy" "$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --policy $policy
-	expect_ok "train $policy" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 --policy $policy --save p_$policy
-	cmp -s dev/model.safetensors p_$policy/model.safetensors && cmp -s dev/ferry_state.bin p_$policy/ferry_state.bin ||
-		fail "--policy $policy: other bits saved"
-done
-for mode in "--offload-params" "--offload-params --offload-optimizer cpu --policy minimal_offloaded" \
-	"--offload-params --offload-embeddings --offload-optimizer stream"; do
-	# shellcheck disable=SC2086
-	expect_ok "train $mode" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 $mode --save off
-	cmp -s dev/model.safetensors off/model.safetensors && cmp -s dev/ferry_state.bin off/ferry_state.bin ||
-		fail "$mode: other bits saved"
-done
+placements_same_bits
 
-expect_ok "eval the directory" "$FERRY" eval --checkpoint dev "${EVAL[@]}"
-grep -q "checkpoint dev: qwen2, 2 layers" out.txt || fail "eval names the model: $(head -2 out.txt)"
-expect_ok "plan from the directory" "$FERRY" plan --checkpoint dev --batch 2 --seq 16 --policy qkv_proj_offloaded
-expect_ok "2 steps" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 2 --save half
-expect_ok "resume" "$FERRY" train --resume half "${RUN[@]}" --steps 4 --save resumed
-cmp -s dev/model.safetensors resumed/model.safetensors || fail "resumed qwen2 differs from the unbroken run"
-expect_ok "sample" "$FERRY" train --checkpoint dev "${RUN[@]}" --steps 1 --sample 8
-grep -q -- "--- sample" out.txt || fail "prints a sample"
+hf_directory_works qwen2 2
+
+# use_sliding_window: a window from flags acts on every layer (saved as
+# max_window_layers 0); config.json's max_window_layers moves where it starts
+expect_ok "a windowed qwen2" "$FERRY" train "${SHAPE[@]}" --sliding-window 5 "${RUN[@]}" --steps 4 --save win
+grep -q '"use_sliding_window": true' win/config.json && grep -q '"sliding_window": 5' win/config.json &&
+	grep -q '"max_window_layers": 0' win/config.json || fail "the window saved: $(cat win/config.json)"
+expect_ok "eval it" "$FERRY" eval --checkpoint win "${EVAL[@]}"
+cp out.txt allwin.txt
+sed -i 's/"max_window_layers": 0/"max_window_layers": 1/' win/config.json
+expect_ok "eval it windowed from layer 1" "$FERRY" eval --checkpoint win "${EVAL[@]}"
+[ "$(tail -n 1 out.txt)" != "$(tail -n 1 allwin.txt)" ] || fail "max_window_layers changes nothing"
+sed -i 's/"use_sliding_window": true/"use_sliding_window": false/' win/config.json
+expect_ok "eval it unwindowed" "$FERRY" eval --checkpoint win "${EVAL[@]}"
+[ "$(tail -n 1 out.txt)" != "$(tail -n 1 allwin.txt)" ] || fail "use_sliding_window false changes nothing"
 
 # A Llama 3.1-style directory: llama3 rope_scaling is read, trained with and
 # written back under the same fields.

@@ -1,7 +1,6 @@
 /* --policy auto from the command line: search, then say what was chosen
  * and why, in the words of someone choosing a MaxText remat policy. */
 #include "auto_policy.h"
-#include "calib_cache.h"
 #include "cli_args.h"
 #include "model_flags.h"
 #include "ferry/platform.h"
@@ -30,20 +29,18 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 {
 	ferry_backend_t be;
 	ferry_calibration_t c = NULL;
-	char path[4200] = "";
 	size_t cap;
 	ferry_status st;
+	int rc;
 
 	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
 									.threads = o->threads }, &be) != FERRY_OK)
 		return cli_fail(cmd);
 	cap = o->device_mem ? o->device_mem : ferry_backend_mem_capacity(be);
-	st = calib_cache_load(be, &c, path, sizeof(path));
+	rc = auto_calibration(cmd, be, o, cfg, &c);
 	ferry_backend_close(be);
-	if (st) {
-		fprintf(stderr, "ferry %s: --policy auto needs this machine's calibration: %s\n", cmd, ferry_last_error());
+	if (rc)
 		return 1;
-	}
 	st = auto_policy_search(o, cfg, c, cap, !model_flags_state_given(), r);
 	ferry_calibration_free(c);
 	if (st)

@@ -22,6 +22,14 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
  * placement); with_state also chooses those (ferry_policy_auto_state). */
 ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
 				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r);
+/* This machine's calibration into *c (be's), with the model's op shapes
+ * (o's batch and flags): the cache's, or, where the cache has none, one it
+ * refuses or one without those shapes, measured now as `ferry calibrate
+ * --quick` would and saved there, saying so on stderr with each part's
+ * progress; a warning on stderr when the calibration was taken on a busy
+ * machine (calib_busy).  0, or 1 after printing the error. */
+int auto_calibration(const char *cmd, ferry_backend_t be, const struct ferry_train_opts *o,
+		     const struct ferry_model_config *cfg, ferry_calibration_t *c);
 void auto_policy_print(FILE *f, const struct ferry_auto_result *r);
 void auto_policy_json(FILE *f, const struct ferry_auto_result *r);
 /* The host tiers' choice (nothing / null without host tiers). */

@@ -55,9 +55,24 @@ static const char *rate(double bps, char *buf, size_t n)
 	return buf;
 }
 
+bool calib_busy(ferry_calibration_t c, char *why, size_t n)
+{
+	struct ferry_calib_summary s;
+	int w = 0;
+
+	ferry_calibration_summary(c, &s);
+	why[0] = 0;
+	if (s.op_spread > CALIB_BUSY_SPREAD)
+		w = snprintf(why, n, "calls of one op varied by %.0f%%", s.op_spread * 100);
+	if (s.others_cpu > CALIB_BUSY_OTHERS && w >= 0 && (size_t)w < n)
+		snprintf(why + w, n - (size_t)w, "%sother processes took %.0f%% of the CPUs' time", w ? ", " : "",
+			 s.others_cpu * 100);
+	return why[0] != 0;
+}
+
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 {
-	char zero[32], d2d[32];
+	char zero[32], d2d[32], busy[160];
 	struct ferry_calib_summary s;
 	char when[64], size[FERRY_SIZE_CHARS];
 	time_t t;
@@ -85,9 +100,13 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 	if (s.in_step_factor > 0)
 		fprintf(f, "%sinside whole steps the ops take %.2fx their fastest traced call\n", indent,
 			s.in_step_factor);
-	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)%s\n", indent,
-		s.op_spread * 100, s.op_spread > CALIB_BUSY_SPREAD ? ": the machine looked busy, calibrate again "
-								     "when it is quiet" : "");
+	fprintf(f, "%scalls of one op at one shape vary by %.0f%% (interquartile range over median)", indent,
+		s.op_spread * 100);
+	if (s.others_cpu > 0) /* 0: none, or too short a run to tell */
+		fprintf(f, "; other processes took %.0f%% of the CPUs' time", s.others_cpu * 100);
+	fprintf(f, "\n");
+	if (calib_busy(c, busy, sizeof(busy)))
+		fprintf(f, "%sthe machine looked busy (%s): calibrate again when it is quiet\n", indent, busy);
 	print_tiers(f, &s, indent);
 }
 

@@ -27,9 +27,12 @@ static void usage(void)
 	       "~/.cache/ferry, named by a fingerprint of CPU, cores, memory, backend, device,\n"
 	       "threads and ferry's version), merged with what it already held; `ferry info`\n"
 	       "shows them, and `ferry bench` and `--policy auto` predict step times from\n"
-	       "them.  The traced steps use --policy (default nothing_saveable: the least\n"
-	       "memory, and its recomputation runs every forward op twice).  --quick: one\n"
-	       "traced step.\n"
+	       "them (auto measures what the cache lacks itself, as --quick does).  The\n"
+	       "traced steps use --policy (default nothing_saveable: the least memory, and\n"
+	       "its recomputation runs every forward op twice).  --quick: one traced step.\n"
+	       "Each part is printed as it starts.  How much calls of one op vary, and the\n"
+	       "share of the CPUs' time other processes took meanwhile, say whether the\n"
+	       "machine was busy (above 25%%: calibrate again when it is quiet).\n"
 	       "\n"
 	       "Host tiers (docs/tiers.md): on a machine with CPU-less (CXL) NUMA nodes, each\n"
 	       "node's speed against local DRAM, in the same run: copies to and from the\n"
@@ -92,32 +95,14 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	}
 }
 
-/* The cache's lock, held from reading it to writing it: a calibration
- * running beside this one finishes first, and this one keeps its shapes. */
-static int lock_cache(ferry_backend_t be, char *path, size_t n, int *fd)
-{
-	char fp[512];
-
-	if (ferry_machine_fingerprint(be, fp, sizeof(fp)) != FERRY_OK ||
-	    ferry_calibration_cache_path(fp, path, n) != FERRY_OK || ferry_calibration_lock(path, false, fd) != FERRY_OK)
-		return cli_fail(CMD);
-	if (*fd < 0) {
-		printf("waiting for another ferry calibrate of this machine to finish (%s.lock)\n", path);
-		fflush(stdout);
-		if (ferry_calibration_lock(path, true, fd) != FERRY_OK)
-			return cli_fail(CMD);
-	}
-	return 0;
-}
-
 int cmd_calibrate(int argc, char **argv)
 {
 	struct ferry_train_opts o;
 	struct ferry_model_config cfg;
-	ferry_calibration_t old = NULL, c = NULL;
+	ferry_calibration_t c = NULL;
 	ferry_backend_t be;
 	char path[4200] = "";
-	int repeats, lock = -1, rc = parse(argc, argv, &o, &repeats);
+	int repeats, rc = parse(argc, argv, &o, &repeats);
 
 	if (rc >= 0)
 		return rc;
@@ -131,26 +116,15 @@ int cmd_calibrate(int argc, char **argv)
 		tier_flags_release(&o);
 		return cli_fail(CMD);
 	}
-	if (lock_cache(be, path, sizeof(path), &lock)) {
-		ferry_backend_close(be);
-		tier_flags_release(&o);
-		return 1;
-	}
-	if (calib_cache_load(be, &old, path, sizeof(path)) != FERRY_OK && path[0])
-		printf("starting a new calibration: %s\n", ferry_last_error());
-	rc = ferry_calibrate(be, &cfg, o.B, o.T, &o.exec, repeats, old, &c) != FERRY_OK ||
-	     ferry_calibration_save(c, path) != FERRY_OK;
-	if (rc) {
-		cli_fail(CMD);
-	} else {
+	rc = calib_cache_calibrate(CMD, be, &cfg, &o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
+				   &c);
+	if (!rc) {
 		printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers,
 		       cfg.channels, o.B, o.T, ferry_backend_description(be));
 		print_tier_notes(&o, c);
 		calib_print(stdout, c, "  ");
 		printf("saved to %s\n", path);
 	}
-	ferry_calibration_unlock(lock);
-	ferry_calibration_free(old);
 	ferry_calibration_free(c);
 	ferry_backend_close(be);
 	tier_flags_release(&o);

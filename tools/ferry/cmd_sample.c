@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const CMD = "sample";
@@ -249,6 +250,19 @@ static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_mo
 	return rc;
 }
 
+/* DIR/tokenizer.json of the checkpoint's directory into buf, if there is
+ * one. */
+static bool hf_dir_tokenizer(const char *ckpt, char *buf, size_t n)
+{
+	struct stat sb;
+	const char *slash = strrchr(ckpt, '/');
+	bool dir = stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode);
+	int len = dir ? (int)strlen(ckpt) : slash ? (int)(slash - ckpt) : 1;
+
+	return snprintf(buf, n, "%.*s/tokenizer.json", len, dir || slash ? ckpt : ".") < (int)n &&
+	       access(buf, R_OK) == 0;
+}
+
 /* The prompt into seq (allocated), checked against the model; the
  * tokenizer that prints them. */
 static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, ferry_tokenizer_t *tok,
@@ -258,10 +272,10 @@ static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, f
 		     (size_t)c->tokens + 64;
 	const char *path = c->tokenizer;
 
-	/* A Hugging Face directory's own tokenizer, unless --tokenizer says */
-	if (!path && ferry_checkpoint_is_hf(c->ckpt) &&
-	    snprintf(c->hf_tokenizer, sizeof(c->hf_tokenizer), "%s/tokenizer.json", c->ckpt) <
-		    (int)sizeof(c->hf_tokenizer) && access(c->hf_tokenizer, R_OK) == 0)
+	/* A Hugging Face directory's own tokenizer (the directory, or the one
+	 * of its config.json or weights), unless --tokenizer says */
+	if (!path && ferry_checkpoint_is_hf(c->ckpt) && hf_dir_tokenizer(c->ckpt, c->hf_tokenizer,
+									 sizeof(c->hf_tokenizer)))
 		path = c->hf_tokenizer;
 	else
 		c->hf_tokenizer[0] = '\0';

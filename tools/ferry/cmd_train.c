@@ -48,21 +48,37 @@ struct train_cli {
 };
 
 static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd", NULL };
+static const char *const save_dtypes[] = { "auto", "f32", "bf16", NULL }; /* enum ferry_save_dtype */
 
-/* --lr-schedule NAME into an int (enum ferry_lr_kind). */
-static int parse_lr_schedule(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+/* A flag's value, one of names, into an int: its index; else an error
+ * saying which (what). */
+static int parse_one_of(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst,
+			const char *const *names, const char *what)
 {
 	const char *v;
 
 	if (arg_value(cmd, argc, argv, i, &v))
 		return -1;
-	for (int k = 0; lr_kinds[k]; k++)
-		if (!strcmp(v, lr_kinds[k])) {
+	for (int k = 0; names[k]; k++)
+		if (!strcmp(v, names[k])) {
 			*(int *)CLI_AT(f, dst) = k;
 			return 2;
 		}
-	cli_error(cmd, "%s %s: one of cosine, linear, constant, wsd", f->name, v);
+	cli_error(cmd, "%s %s: %s", f->name, v, what);
 	return -1;
+}
+
+/* --lr-schedule NAME into an int (enum ferry_lr_kind). */
+static int parse_lr_schedule(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	return parse_one_of(f, cmd, argc, argv, i, dst, lr_kinds, "one of cosine, linear, constant, wsd");
+}
+
+/* --save-dtype NAME into an int (enum ferry_save_dtype). */
+static int parse_save_dtype(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	return parse_one_of(f, cmd, argc, argv, i, dst, save_dtypes,
+			    "one of f32, bf16 (or auto: as the checkpoint the run starts from)");
 }
 
 /* train's own flags; each FERRY_GIVEN_* bit is an option a resume takes
@@ -134,10 +150,17 @@ static const struct cli_flag train_flags[] = {
 	{ .name = "--save", .value = "PATH", .type = CLI_STRING, .at = AT(save),
 	  .help = "write the model and its training state at the end: GPT-2\n"
 	  "as an llm.c FILE + FILE.state, Llama as a Hugging Face\n"
-	  "directory (config.json, model.safetensors, fp32, and\n"
-	  "ferry_state.bin); {step} in PATH becomes the step number", .section = "output:" },
+	  "directory (config.json, model.safetensors, and\n"
+	  "ferry_state.bin; from a --checkpoint or --resume directory\n"
+	  "also its tokenizer files and BOS/EOS ids); {step} in PATH\n"
+	  "becomes the step number", .section = "output:" },
 	{ .name = "--save-every", .value = "N", .type = CLI_INT, .at = AT(save_every),
 	  .help = "... and every N steps" },
+	{ .name = "--save-dtype", .value = "T", .type = CLI_CUSTOM, .at = AT(o.save_dtype),
+	  .help = "a Hugging Face directory's weights: f32, or bf16 (rounded\n"
+	  "to nearest even; a resume continues from them); default:\n"
+	  "bf16 where the --checkpoint or --resume directory is,\n"
+	  "else f32", .parse = parse_save_dtype },
 	{ .name = "--json", .value = "FILE", .type = CLI_STRING, .at = AT(json),
 	  .help = "one JSON record per step, written through before the next\n"
 	  "step; FILE may be a FIFO or /dev/stdout, not a file the\n"
@@ -297,6 +320,22 @@ static const char *save_path(const char *pattern, int step)
 	return buf;
 }
 
+/* What a Hugging Face save wrote: the weights' dtype as its config.json
+ * says, and the tokenizer files the directory has. */
+static void print_saved_dir(const char *path)
+{
+	struct ferry_hf_config hf;
+	char file[4200];
+
+	printf("saved %s/ (" FERRY_HF_CONFIG_NAME ", " FERRY_HF_WEIGHTS_NAME "%s, " FERRY_HF_STATE_NAME, path,
+	       ferry_hf_config_read(path, &hf) == FERRY_OK && !strcmp(hf.torch_dtype, "bfloat16") ? " in bf16" : "");
+	for (int i = 0, n = 0; ferry_hf_carried_file(i); i++)
+		if (snprintf(file, sizeof(file), "%s/%s", path, ferry_hf_carried_file(i)) < (int)sizeof(file) &&
+		    access(file, F_OK) == 0)
+			printf("%s%s", n++ ? ", " : "; with ", ferry_hf_carried_file(i));
+	printf(")\n");
+}
+
 static int save(ferry_trainer_t tr, const struct train_cli *c)
 {
 	const char *path = save_path(c->save, ferry_trainer_step_count(tr));
@@ -304,8 +343,7 @@ static int save(ferry_trainer_t tr, const struct train_cli *c)
 	if (ferry_trainer_save(tr, path) != FERRY_OK)
 		return ranks_fail(CMD, &c->ranks);
 	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
-		printf("saved %s/ (" FERRY_HF_CONFIG_NAME ", " FERRY_HF_WEIGHTS_NAME ", " FERRY_HF_STATE_NAME ")\n",
-		       path);
+		print_saved_dir(path);
 	else
 		printf("saved %s and %s.state\n", path, path);
 	fflush(stdout);

@@ -140,7 +140,8 @@ const struct cli_flag model_flags[] = {
 	  .help = "llama: rotary embedding base (default 10000)",
 	  .given = MODEL_GIVEN_SHAPE },
 	SHAPE("--sliding-window", sliding_window,
-	      .help = "mistral: each query attends to the last N keys, itself included\n(default: every earlier key)"),
+	      .help = "mistral, qwen2 (every layer), gemma2 (the even layers): each\n"
+		      "query attends to the last N keys, itself included (default:\nevery earlier key)"),
 	{ .name = "--tied-head", .type = CLI_ONE, .at = AT(model.tie_embeddings),
 	  .help = "llama: the LM head is the token embedding (default: its own)",
 	  .given = MODEL_GIVEN_SHAPE },
@@ -164,7 +165,8 @@ const struct cli_flag model_flags[] = {
 	  "qkv_proj_offloaded, minimal_offloaded, or\n"
 	  "custom:query_proj=offload,context=device (others remat);\n"
 	  "`ferry plan` lists the model's names; auto: the cost model's\n"
-	  "choice per name for --device-mem (after ferry calibrate)" },
+	  "choice per name for --device-mem (calibrating this machine\n"
+	  "first where ferry calibrate's cache lacks the model)" },
 	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
 	  .help = "layers prefetched ahead in the backward pass (default 2)",
 	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },

@@ -33,7 +33,7 @@ static void run_forward(const struct ferry_op_call *c)
 	case FERRY_OP_ATTENTION:
 		ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
 					    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
-					    c->NH, NKV, (int)c->scalar[0]);
+					    c->NH, NKV, (int)c->scalar[0], c->scalar[1], c->scalar[2]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
@@ -47,7 +47,7 @@ static void run_forward(const struct ferry_op_call *c)
 		break;
 	case FERRY_OP_RMSNORM:
 		ferry_cpu_rmsnorm_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
-					  CF(c->w[0]), N, c->C, c->scalar[0]);
+					  CF(c->w[0]), N, c->C, c->scalar[0], c->scalar[1]);
 		break;
 	case FERRY_OP_ROPE: {
 		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
@@ -57,6 +57,15 @@ static void run_forward(const struct ferry_op_call *c)
 	}
 	case FERRY_OP_SWIGLU:
 		ferry_cpu_swiglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+		break;
+	case FERRY_OP_GEGLU:
+		ferry_cpu_geglu_forward(F(c->out[0]), CF(c->in[0]), CF(c->in[1]), c->n);
+		break;
+	case FERRY_OP_SCALE:
+		ferry_cpu_scale_forward(F(c->out[0]), CF(c->in[0]), c->scalar[0], c->n);
+		break;
+	case FERRY_OP_SOFTCAP:
+		ferry_cpu_softcap_forward(F(c->out[0]), CF(c->in[0]), c->scalar[0], c->n);
 		break;
 	default:
 		assert(0); /* not a model op: ferry_cpu_run_op routes those */
@@ -88,7 +97,8 @@ static void run_backward(const struct ferry_op_call *c)
 		ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
 					     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
 					     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
-					     c->B, c->T, c->C, c->NH, NKV, (int)c->scalar[0]);
+					     c->B, c->T, c->C, c->NH, NKV, (int)c->scalar[0], c->scalar[1],
+					     c->scalar[2]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n,
@@ -105,7 +115,7 @@ static void run_backward(const struct ferry_op_call *c)
 	case FERRY_OP_RMSNORM:
 		ferry_cpu_rmsnorm_backward(F(c->din[0]), F(c->dw[0]), CF(c->dout[0]),
 					   CF(c->in[0]), CF(c->w[0]), CF(c->out[1]), N,
-					   c->C);
+					   c->C, c->scalar[1]);
 		break;
 	case FERRY_OP_ROPE: {
 		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
@@ -116,6 +126,17 @@ static void run_backward(const struct ferry_op_call *c)
 	case FERRY_OP_SWIGLU:
 		ferry_cpu_swiglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]),
 					  CF(c->in[0]), CF(c->in[1]), c->n);
+		break;
+	case FERRY_OP_GEGLU:
+		ferry_cpu_geglu_backward(F(c->din[0]), F(c->din[1]), CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
+					 c->n);
+		break;
+	case FERRY_OP_SCALE:
+		ferry_cpu_scale_backward(F(c->din[0]), CF(c->dout[0]), c->scalar[0], c->n, c->grad_assign);
+		break;
+	case FERRY_OP_SOFTCAP:
+		ferry_cpu_softcap_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->scalar[0], c->n,
+					   c->grad_assign);
 		break;
 	default:
 		assert(0); /* not a model op: ferry_cpu_run_op routes those */
@@ -170,6 +191,9 @@ void ferry_cpu_run_op(const struct ferry_op_call *c)
 	case FERRY_OP_RMSNORM:
 	case FERRY_OP_ROPE:
 	case FERRY_OP_SWIGLU:
+	case FERRY_OP_GEGLU:
+	case FERRY_OP_SCALE:
+	case FERRY_OP_SOFTCAP:
 		if (!c->backward)
 			run_forward(c);
 		else

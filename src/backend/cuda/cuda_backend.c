@@ -554,6 +554,7 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.stream_native = cuda_stream_native,
 	.run_op = cuda_run_op,
 	.op_scratch = ferry_cuda_op_scratch,
+	.op_unsupported = ferry_cuda_op_unsupported,
 	.event_create_timed = cuda_event_create_timed,
 	.event_elapsed = cuda_event_elapsed,
 };

@@ -20,6 +20,8 @@ void ferry_cuda_ops_free(struct ferry_cuda_ops *ops);
 
 /* Bytes of scratch a call's kernels need (no device needed). */
 size_t ferry_cuda_op_scratch(const struct ferry_op_call *c);
+/* What of a call the CUDA kernels do not compute yet, or NULL. */
+const char *ferry_cuda_op_unsupported(const struct ferry_op_call *c);
 
 /* Enqueues op c on stream s.  0, or -1 with err naming the op and the
  * CUDA/cuBLAS error (launch errors included; errors while the kernel runs

@@ -41,6 +41,13 @@
  * cut to its window.  The tiles stay aligned to multiples of ATT_TILE, so
  * with W = 0 (or W >= T) the arithmetic is the unwindowed one, bit for bit.
  *
+ * Scale and soft-capping (Gemma 2): the scale is 1 / sqrt(HS) unless one is
+ * given (Gemma 2's query_pre_attn_scalar^-1/2); with cap > 0 each scaled
+ * score s becomes cap tanh(s / cap) before the softmax (transformers'
+ * attn_logit_softcapping), and the backward multiplies ds by its slope,
+ * 1 - tanh^2, recomputed with p.  cap = 0 leaves the arithmetic as it was,
+ * bit for bit.
+ *
  * Grouped-query attention: k and v have NKV heads (rows of KVC = NKV * HS
  * channels) and query head h reads key/value head h / G, G = NH / NKV (Hugging
  * Face's repeat_kv, without the copy).  The arithmetic per query head is the
@@ -134,18 +141,29 @@ static void add_rows_any(float *restrict acc, const float *restrict w, const flo
 		add_rows(acc, w, x, k0, n, KVC, HS);
 }
 
+/* Scores s[0..n) scaled, then soft-capped when cap > 0 (in transformers'
+ * order: times scale, over cap, tanh, times cap). */
+static inline void scale_scores(float *restrict s, int n, float scale, float cap)
+{
+	if (cap > 0.0f)
+		for (int j = 0; j < n; j++)
+			s[j] = tanhf(s[j] * scale / cap) * cap;
+	else
+		for (int j = 0; j < n; j++)
+			s[j] *= scale;
+}
+
 /* Query row t's part of one key tile (scores s, n keys from k0): the online
  * softmax step.  m, l: the row's running max and sum, m = -INFINITY before
  * the row's first tile. */
 static inline void attend_tile_row(float *restrict ot, float *restrict s, float *m, float *l,
-				   const float *v, int k0, int n, int KVC, int HS, float scale)
+				   const float *v, int k0, int n, int KVC, int HS, float scale, float cap)
 {
 	float tmax = -INFINITY;
 
-	for (int j = 0; j < n; j++) {
-		s[j] *= scale;
+	scale_scores(s, n, scale, cap);
+	for (int j = 0; j < n; j++)
 		tmax = s[j] > tmax ? s[j] : tmax;
-	}
 	if (*m == -INFINITY) {
 		*m = tmax;
 		*l = 0.0f;
@@ -170,7 +188,7 @@ static inline void attend_tile_row(float *restrict ot, float *restrict s, float 
  * stride KVC), a dot product per key (head sizes too large for a transposed
  * tile).  Writes out_t and returns lse_t. */
 static float attend_row(float *restrict ot, const float *restrict qt, const float *k, const float *v, int t,
-			int W, int KVC, int HS, float scale)
+			int W, int KVC, int HS, float scale, float cap)
 {
 	float s[ATT_TILE], m = -INFINITY, l = 0.0f;
 
@@ -179,7 +197,7 @@ static float attend_row(float *restrict ot, const float *restrict qt, const floa
 
 		for (int j = 0; j < n; j++)
 			s[j] = dot(qt, k + (size_t)(k0 + j) * KVC, HS);
-		attend_tile_row(ot, s, &m, &l, v, k0, n, KVC, HS, scale);
+		attend_tile_row(ot, s, &m, &l, v, k0, n, KVC, HS, scale, cap);
 	}
 	const float inv = 1.0f / l;
 
@@ -192,7 +210,7 @@ static float attend_row(float *restrict ot, const float *restrict qt, const floa
  * apart; lse of the head), each key tile transposed once for the block;
  * tiles before the first row's window skipped. */
 static void attend_block(float *out, float *lse, const float *q, const float *k, const float *v, int t0, int nq,
-			 int W, int C, int KVC, int HS, float scale)
+			 int W, int C, int KVC, int HS, float scale, float cap)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], m[ATT_QBLOCK], l[ATT_QBLOCK];
 	const int last = t0 + nq - 1;
@@ -213,7 +231,7 @@ static void attend_block(float *out, float *lse, const float *q, const float *k,
 			if (n <= 0)
 				continue;
 			tile_dots(s, q + (size_t)t * C, kt + j0, n, HS);
-			attend_tile_row(out + (size_t)t * C, s, &m[r], &l[r], v, k0 + j0, n, KVC, HS, scale);
+			attend_tile_row(out + (size_t)t * C, s, &m[r], &l[r], v, k0 + j0, n, KVC, HS, scale, cap);
 		}
 	}
 	for (int r = 0; r < nq; r++) {
@@ -227,11 +245,10 @@ static void attend_block(float *out, float *lse, const float *q, const float *k,
 }
 
 static void attention_forward_tiled(float *out, float *lse, const float *q, const float *k, const float *v,
-				    int B, int T, int C, int NH, int NKV, int W)
+				    int B, int T, int C, int NH, int NKV, int W, float scale, float cap)
 {
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const int NQB = (T + ATT_QBLOCK - 1) / ATT_QBLOCK;
-	const float scale = 1.0f / sqrtf((float)HS);
 
 #pragma omp parallel for collapse(3) schedule(static, 1)
 	for (int b = 0; b < B; b++)
@@ -242,20 +259,26 @@ static void attention_forward_tiled(float *out, float *lse, const float *q, cons
 				const int t0 = qb * ATT_QBLOCK;
 
 				attend_block(out + row0, lse + ((size_t)b * NH + h) * T, q + row0, k + kvhead,
-					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), W, C, KVC, HS, scale);
+					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), W, C, KVC, HS, scale, cap);
 			}
+}
+
+/* The scale of scores: given, or 1 / sqrt(HS). */
+static float score_scale(float given, int HS)
+{
+	return given > 0.0f ? given : 1.0f / sqrtf((float)HS);
 }
 
 void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
-				 int C, int NH, int NKV, int W)
+				 int C, int NH, int NKV, int W, float scale_given, float cap)
 {
 	assert(NKV > 0 && NH % NKV == 0 && W >= 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
-	const float scale = 1.0f / sqrtf((float)HS);
+	const float scale = score_scale(scale_given, HS);
 
 	if (HS <= ATT_MAX_HS) {
-		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV, W);
+		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV, W, scale, cap);
 		return;
 	}
 #pragma omp parallel for collapse(3) schedule(static, 1)
@@ -268,7 +291,7 @@ void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 						      (size_t)(h / G) * HS;
 				lse[((size_t)b * NH + h) * T + t] = attend_row(
 					out + row, q + row, k + kvhead,
-					v + kvhead, t, W, KVC, HS, scale);
+					v + kvhead, t, W, KVC, HS, scale, cap);
 			}
 }
 
@@ -280,7 +303,7 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 				 const float *dout, const float *q,
 				 const float *k, const float *v,
 				 const float *out, const float *lse, int T,
-				 int W, int C, int KVC, int HS, float scale)
+				 int W, int C, int KVC, int HS, float scale, float cap)
 {
 	for (int t = 0; t < T; t++) {
 		const size_t rt = (size_t)t * C;
@@ -290,7 +313,16 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 		for (int t2 = window_lo(t, W); t2 <= t; t2++) {
 			const size_t r2 = (size_t)t2 * KVC;
 			const float *restrict k2 = k + r2;
-			const float p = fast_expf(dot(qt, k2, HS) * scale - lse[t]);
+			float p, slope = 1.0f; /* d capped score / d score */
+
+			if (cap > 0.0f) {
+				const float th = tanhf(dot(qt, k2, HS) * scale / cap);
+
+				p = fast_expf(th * cap - lse[t]);
+				slope = 1.0f - th * th;
+			} else {
+				p = fast_expf(dot(qt, k2, HS) * scale - lse[t]);
+			}
 			if (dv) {
 				float *restrict g = dv + r2;
 				for (int i = 0; i < HS; i++)
@@ -299,7 +331,7 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 			if (!dq && !dk)
 				continue;
 			const float dp = dot(gt, v + r2, HS);
-			const float ds = p * (dp - Dt) * scale;
+			const float ds = cap > 0.0f ? p * (dp - Dt) * slope * scale : p * (dp - Dt) * scale;
 			if (dq) {
 				float *restrict g = dq + rt;
 				for (int i = 0; i < HS; i++)
@@ -314,19 +346,38 @@ static void attend_head_backward(float *dq, float *dk, float *dv,
 	}
 }
 
+/* p = exp(capped score - lse) over a tile's scores s (in place), and the
+ * cap's slope 1 - tanh^2 into slope. */
+static void capped_probs(float *restrict s, float *restrict slope, int n, float scale, float cap, float lse_t)
+{
+	for (int j = 0; j < n; j++) {
+		const float th = tanhf(s[j] * scale / cap);
+
+		s[j] = fast_expf(th * cap - lse_t);
+		slope[j] = 1.0f - th * th;
+	}
+}
+
 /* One query row t against one key tile (n keys from k0; kt, vt: the tile's
  * k and v transposed): p = exp(q.k scale - lse), dv += p dout,
- * ds = p (dout.v - D) scale, dq_t += ds k, dk += ds q_t.  s, ds: ATT_TILE
- * floats of scratch. */
+ * ds = p (dout.v - D) scale, dq_t += ds k, dk += ds q_t (with a cap, p of
+ * the capped score and ds times the cap's slope).  s, ds: ATT_TILE floats
+ * of scratch. */
 static inline void backward_tile_row(float *dq, float *dk, float *dv, const float *restrict qt,
 				     const float *restrict gt, float Dt, float lse_t, const float *k,
 				     const float *restrict kt, const float *restrict vt, int k0, int n,
-				     int KVC, int HS, float scale, float *restrict s, float *restrict ds)
+				     int KVC, int HS, float scale, float cap, float *restrict s, float *restrict ds)
 {
+	float slope[ATT_TILE];
+
 	tile_dots(s, qt, kt, n, HS);
+	if (cap > 0.0f) {
+		capped_probs(s, slope, n, scale, cap, lse_t);
+	} else {
 #pragma omp simd
-	for (int j = 0; j < n; j++)
-		s[j] = fast_expf(s[j] * scale - lse_t);
+		for (int j = 0; j < n; j++)
+			s[j] = fast_expf(s[j] * scale - lse_t);
+	}
 	for (int j = 0; dv && j < n; j++) {
 		float *restrict g = dv + (size_t)(k0 + j) * KVC;
 		for (int i = 0; i < HS; i++)
@@ -335,9 +386,14 @@ static inline void backward_tile_row(float *dq, float *dk, float *dv, const floa
 	if (!dq && !dk)
 		return;
 	tile_dots(ds, gt, vt, n, HS);
+	if (cap > 0.0f) {
+		for (int j = 0; j < n; j++)
+			ds[j] = s[j] * (ds[j] - Dt) * slope[j] * scale;
+	} else {
 #pragma omp simd
-	for (int j = 0; j < n; j++)
-		ds[j] = s[j] * (ds[j] - Dt) * scale;
+		for (int j = 0; j < n; j++)
+			ds[j] = s[j] * (ds[j] - Dt) * scale;
+	}
 	if (dq)
 		add_rows_any(dq, ds, k, k0, n, KVC, HS);
 	for (int j = 0; dk && j < n; j++) {
@@ -352,7 +408,7 @@ static inline void backward_tile_row(float *dq, float *dk, float *dv, const floa
  * (t < k0 + nk - 1 + W), each row cut to its window. */
 static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const float *dout, const float *q,
 				       const float *k, const float *v, const float *out, const float *lse, int T,
-				       int W, int C, int KVC, int HS, float scale)
+				       int W, int C, int KVC, int HS, float scale, float cap)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], vt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], ds[ATT_TILE];
 
@@ -369,7 +425,7 @@ static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const fl
 
 			backward_tile_row(dq ? dq + rt : NULL, dk, dv, q + rt, dout + rt, dot(dout + rt, out + rt, HS),
 					  lse[t], k, kt + j0, vt + j0, k0 + j0, min_int(nk, t + 1 - k0) - j0, KVC, HS,
-					  scale, s, ds);
+					  scale, cap, s, ds);
 		}
 	}
 }
@@ -378,13 +434,13 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *dout, const float *q,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
-				  int T, int C, int NH, int NKV, int W)
+				  int T, int C, int NH, int NKV, int W, float scale_given, float cap)
 {
 	if (!dq && !dk && !dv)
 		return;
 	assert(NKV > 0 && NH % NKV == 0 && W >= 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
-	const float scale = 1.0f / sqrtf((float)HS);
+	const float scale = score_scale(scale_given, HS);
 
 #pragma omp parallel for collapse(2) schedule(static)
 	for (int b = 0; b < B; b++)
@@ -399,7 +455,7 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 					dv ? dv + okv : NULL, dout + o, q + o,
 					k + okv, v + okv, out + o,
 					lse + ((size_t)b * NH + h) * T, T, W,
-					C, KVC, HS, scale);
+					C, KVC, HS, scale, cap);
 			}
 		}
 }

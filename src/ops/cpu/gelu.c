@@ -1,38 +1,18 @@
 /*
- * GELU, tanh approximation, elementwise on n values.
- *
- *   u = sqrt(2/pi) (x + 0.044715 x^3),  y = 0.5 x (1 + tanh u)
- *   dy/dx = 0.5 (1 + tanh u)
- *         + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * GELU, tanh approximation, elementwise on n values (ops/cpu/gelu_tanh.h).
  *
  * backward: dinp += dout * dy/dx, or with assign dinp = dout * dy/dx.  out
  * may alias inp (in-place forward); dinp may alias dout.
  */
 #include "ops/cpu/kernels.h"
 
-#include "ops/cpu/fastmath.h"
-
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_A 0.044715f
+#include "ops/cpu/gelu_tanh.h"
 
 void ferry_cpu_gelu_forward(float *out, const float *inp, long n)
 {
 #pragma omp parallel for schedule(static)
-	for (long i = 0; i < n; i++) {
-		const float x = inp[i];
-		const float u = GELU_K * (x + GELU_A * x * x * x);
-		out[i] = 0.5f * x * (1.0f + fast_tanhf(u));
-	}
-}
-
-/* dy/dx at x. */
-static inline float gelu_slope(float x)
-{
-	const float u = GELU_K * (x + GELU_A * x * x * x);
-	const float th = fast_tanhf(u);
-	const float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-
-	return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+	for (long i = 0; i < n; i++)
+		out[i] = gelu_value(inp[i]);
 }
 
 /* One loop per case, each `omp simd`: a loop-invariant branch on assign

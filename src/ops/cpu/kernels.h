@@ -57,23 +57,25 @@ void ferry_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
  * Saves lse[B, NH, T], the log-sum-exp of each query's scores, instead of
  * the T x T probabilities; backward recomputes them from q, k and lse.
  * W > 0: a sliding window (Mistral), query t sees keys t - W < t2 <= t;
- * W = 0: every earlier key. */
+ * W = 0: every earlier key.  scale > 0 replaces 1 / sqrt(HS); cap > 0
+ * soft-caps the scaled scores, s -> cap tanh(s / cap) (Gemma 2); 0: none. */
 void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
-				 int C, int NH, int NKV, int W);
+				 int C, int NH, int NKV, int W, float scale, float cap);
 void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *dout, const float *q,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
-				  int T, int C, int NH, int NKV, int W);
+				  int T, int C, int NH, int NKV, int W, float scale, float cap);
 
 /* RMSNorm (Llama): rstd = 1 / sqrt(mean(x^2) + eps) over each row of C,
- * out = x * rstd * weight (no mean, no bias); saves rstd[N]. */
+ * out = x * rstd * (weight + offset) (no mean, no bias; offset 1 is
+ * Gemma's 1 + w, 0 Llama's); saves rstd[N]. */
 void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
-			       const float *weight, int N, int C, float eps);
+			       const float *weight, int N, int C, float eps, float offset);
 void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
 				const float *inp, const float *weight,
-				const float *rstd, int N, int C);
+				const float *rstd, int N, int C, float offset);
 
 /* Rotary position embedding, Hugging Face rotate_half convention, on
  * inp/out [B, T, NH, HS] (HS even, out and inp distinct).  Row (b, t) has
@@ -93,6 +95,24 @@ void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,
 			      long n);
 void ferry_cpu_swiglu_backward(float *dgate, float *dup, const float *dout,
 			       const float *gate, const float *up, long n);
+
+/* GeGLU (Gemma's MLP): out = gelu(gate) * up, GELU in its tanh form
+ * (gelu_pytorch_tanh), n values; out may alias gate or up. */
+void ferry_cpu_geglu_forward(float *out, const float *gate, const float *up, long n);
+void ferry_cpu_geglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+			      long n);
+
+/* out = inp * scale, n values (Gemma's embedding times sqrt(C)); backward
+ * dinp += dout * scale, or with assign dinp = (dinp may be dout). */
+void ferry_cpu_scale_forward(float *out, const float *inp, float scale, long n);
+void ferry_cpu_scale_backward(float *dinp, const float *dout, float scale, long n, bool assign);
+
+/* Soft-capping: out = cap tanh(inp / cap), n values (Gemma 2's final
+ * logits); backward dinp += dout (1 - tanh^2(inp / cap)), or with assign
+ * dinp = (dinp may be dout or inp: each element is read first). */
+void ferry_cpu_softcap_forward(float *out, const float *inp, float cap, long n);
+void ferry_cpu_softcap_backward(float *dinp, const float *dout, const float *inp, float cap, long n,
+				bool assign);
 
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
  * Backward with assign overwrites dinp (which may be dout) instead. */

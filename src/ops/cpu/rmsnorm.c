@@ -15,10 +15,14 @@
  * owns a slice of the channels and walks every row in order (no races, no
  * scratch, deterministic for a fixed thread count), as layernorm.c does.
  * xhat is recomputed from inp and rstd.
+ *
+ * Gemma's RMSNorm scales by 1 + weight (its gains start at 0): offset is
+ * added to every gain, in the forward and in g; 0 is Llama's, bit for bit.
  */
 #include "ops/cpu/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <omp.h>
 #include <stddef.h>
 
@@ -33,8 +37,25 @@ static void column_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
+/* Channel c's gain: weight[c], or weight[c] + offset (Gemma's 1 + w).  `on`
+ * is a constant at each call, so that without an offset the arithmetic is
+ * the plain product it always was. */
+static inline __attribute__((always_inline)) float gain(const float *weight, int c, float offset, bool on)
+{
+	return on ? weight[c] + offset : weight[c];
+}
+
+static inline __attribute__((always_inline)) void forward_row(float *restrict o, const float *restrict x,
+							      const float *weight, float r, int C, float offset,
+							      bool on)
+{
+#pragma omp simd
+	for (int c = 0; c < C; c++)
+		o[c] = (x[c] * r) * gain(weight, c, offset, on);
+}
+
 void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
-			       const float *weight, int N, int C, float eps)
+			       const float *weight, int N, int C, float eps, float offset)
 {
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
@@ -45,32 +66,42 @@ void ferry_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp,
 		for (int c = 0; c < C; c++)
 			ss += x[c] * x[c];
 		const float r = 1.0f / sqrtf(ss / (float)C + eps);
-#pragma omp simd
-		for (int c = 0; c < C; c++)
-			o[c] = (x[c] * r) * weight[c];
+		if (offset != 0.0f)
+			forward_row(o, x, weight, r, C, offset, true);
+		else
+			forward_row(o, x, weight, r, C, 0.0f, false);
 		rstd[n] = r;
 	}
 }
 
+/* One row's dinp += rstd (g - xhat mean(g xhat)), g = dout * gain. */
+static inline __attribute__((always_inline)) void backward_row(float *restrict g, const float *restrict d,
+							       const float *restrict x, const float *weight, float r,
+							       int C, float offset, bool on)
+{
+	float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+	for (int c = 0; c < C; c++)
+		sgx += d[c] * gain(weight, c, offset, on) * (x[c] * r);
+	sgx /= (float)C;
+#pragma omp simd
+	for (int c = 0; c < C; c++)
+		g[c] += r * (d[c] * gain(weight, c, offset, on) - (x[c] * r) * sgx);
+}
+
 void ferry_cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
 				const float *inp, const float *weight,
-				const float *rstd, int N, int C)
+				const float *rstd, int N, int C, float offset)
 {
 	if (dinp) {
 #pragma omp parallel for schedule(static)
 		for (int n = 0; n < N; n++) {
-			const float *restrict x = inp + (size_t)n * C;
-			const float *restrict d = dout + (size_t)n * C;
-			float *restrict g = dinp + (size_t)n * C;
-			const float r = rstd[n];
-			float sgx = 0.0f;
-#pragma omp simd reduction(+ : sgx)
-			for (int c = 0; c < C; c++)
-				sgx += d[c] * weight[c] * (x[c] * r);
-			sgx /= (float)C;
-#pragma omp simd
-			for (int c = 0; c < C; c++)
-				g[c] += r * (d[c] * weight[c] - (x[c] * r) * sgx);
+			const size_t row = (size_t)n * C;
+
+			if (offset != 0.0f)
+				backward_row(dinp + row, dout + row, inp + row, weight, rstd[n], C, offset, true);
+			else
+				backward_row(dinp + row, dout + row, inp + row, weight, rstd[n], C, 0.0f, false);
 		}
 	}
 	if (dweight) {
