@@ -141,55 +141,61 @@ static double device_matmul_rate(ferry_backend_t be, int n)
 	return best;
 }
 
+/* What the step runs: the model, the batch, the backend (from ferry's
+ * model flags), the timed steps and the trace file. */
+struct step_args {
+	struct ferry_train_opts o;
+	int steps;
+	const char *trace;
+};
+
+/* argv into *a over the defaults (the GPT-2 124M shape at batch 4 x 64, 5
+ * steps, all cores, cpu): -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, struct step_args *a)
+{
+	static const char *const model[] = { "--backend", "--model", "--layers", "--channels", "--heads", "--vocab",
+					     "--max-seq", "--batch", "--seq", "--threads", "--policy", NULL };
+	static const struct cli_flag own[] = {
+		{ .name = "--steps", .value = "N", .type = CLI_INT, .at = offsetof(struct step_args, steps), .min = 1,
+		  .max = 100000, .range = "--steps must be from 1 to 100000, not %d" },
+		{ .name = "--trace", .value = "FILE", .type = CLI_STRING, .at = offsetof(struct step_args, trace) },
+		{ NULL },
+	};
+	int rc;
+
+	ferry_cli_model_flags_default(&a->o);
+	a->o.model = (struct ferry_model_config){ .max_seq = 1024, .vocab = 50257, .layers = 12, .heads = 12,
+						  .channels = 768 };
+	a->o.backend = "cpu";
+	a->o.B = 4;
+	a->o.T = 64;
+	a->o.threads = 0;
+	a->steps = 5;
+	rc = bench_parse("bench_gpt2_step", argc, argv, &a->o, model, own, a, NULL, NULL);
+	if (rc == CLI_HELP)
+		usage(stdout);
+	return rc == CLI_HELP ? 0 : rc ? rc : -1;
+}
+
 int main(int argc, char **argv)
 {
-	struct ferry_model_config cfg = { .max_seq = 1024, .vocab = 50257, .layers = 12, .heads = 12,
-					 .channels = 768 };
+	static struct step_args a;
+	struct ferry_model_config cfg;
 	struct ferry_adamw opt = { 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
-	int B = 4, T = 64, steps = 5, threads = 0;
-	const char *backend = "cpu", *policy = NULL, *trace = NULL;
+	int B, T, steps, threads;
+	const char *backend, *policy, *trace;
 	ferry_backend_t be;
 	ferry_model_t m;
 	int32_t *in, *tg;
 	double *times, flops, sg, ms;
 	float loss, norm;
+	int rc = parse_args(argc, argv, &a);
 
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return 0;
-		}
-	if (argc % 2 == 0) {
-		fprintf(stderr, "bench: %s needs a value\n", argv[argc - 1]);
-		usage(stderr);
-		return 2;
-	}
+	if (rc >= 0)
+		return rc;
 	ferry_blas_relaunch_if_slow(argv);
-	for (int i = 1; i + 1 < argc; i += 2) {
-		int v = atoi(argv[i + 1]);
-
-		if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
-		else if (!strcmp(argv[i], "--model")) snprintf(cfg.arch, sizeof(cfg.arch), "%s", argv[i + 1]);
-		else if (!strcmp(argv[i], "--policy")) policy = argv[i + 1];
-		else if (!strcmp(argv[i], "--trace")) trace = argv[i + 1];
-		else if (!strcmp(argv[i], "--layers")) cfg.layers = v;
-		else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
-		else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
-		else if (!strcmp(argv[i], "--vocab")) cfg.vocab = v;
-		else if (!strcmp(argv[i], "--max-seq")) cfg.max_seq = v;
-		else if (!strcmp(argv[i], "--batch")) B = v;
-		else if (!strcmp(argv[i], "--seq")) T = v;
-		else if (!strcmp(argv[i], "--steps")) steps = v;
-		else if (!strcmp(argv[i], "--threads")) threads = v;
-		else {
-			fprintf(stderr, "bench: unknown flag %s\n", argv[i]);
-			return 2;
-		}
-	}
-	if (steps < 1) {
-		fprintf(stderr, "bench: --steps must be positive\n");
-		return 2;
-	}
+	cfg = a.o.model, B = a.o.B, T = a.o.T, threads = a.o.threads, backend = a.o.backend;
+	policy = a.o.exec.policy, steps = a.steps, trace = a.trace;
 	if (ferry_model_config_complete(&cfg) != FERRY_OK) {
 		fprintf(stderr, "bench: %s\n", ferry_last_error());
 		return 2;

@@ -127,19 +127,55 @@ out:
 	free(tg);
 }
 
-static int usage(const char *argv0)
+static void usage(const char *argv0)
 {
 	printf("usage: %s [--backend cpu|cuda] [--layers 12] [--channels 256] [--heads 4] [--batch 4]\n"
 	       "       [--seq 128] [--steps 5] [--policy P] [--clip 0] [--threads 0]\n"
 	       "Step time per offloading mode: until the gradient norm is on the host, and from\n"
 	       "then until the update has run (the optimizer's exposed time).\n", argv0);
-	return 0;
+}
+
+/* What each mode runs: the model, the batch, the backend, the policy and
+ * the threads (from ferry's model flags), the timed steps and the clip. */
+struct mode_args {
+	struct ferry_train_opts o;
+	int steps;
+	float clip;
+};
+
+/* argv into *a over the defaults (12 layers, 256 channels, 4 heads, batch
+ * 4 x 128, 5 steps, no clipping, all cores, cpu): -1 to go on, else the
+ * exit code. */
+static int parse_args(int argc, char **argv, struct mode_args *a)
+{
+	static const char *const model[] = { "--backend", "--layers", "--channels", "--heads", "--batch", "--seq",
+					     "--policy", "--threads", NULL };
+	static const struct cli_flag own[] = {
+		{ .name = "--steps", .value = "N", .type = CLI_INT, .at = offsetof(struct mode_args, steps), .min = 1,
+		  .max = 64, .range = "--steps from 1 to 64, not %d" },
+		{ .name = "--clip", .value = "X", .type = CLI_FLOAT, .at = offsetof(struct mode_args, clip) },
+		{ NULL },
+	};
+	int rc;
+
+	ferry_cli_model_flags_default(&a->o);
+	a->o.model = (struct ferry_model_config){ .arch = "gpt2", .vocab = 257, .layers = 12, .heads = 4,
+						  .channels = 256 };
+	a->o.backend = "cpu";
+	a->o.B = 4;
+	a->o.T = 128;
+	a->o.threads = 0;
+	a->o.exec.policy = "everything_saveable";
+	a->steps = 5;
+	rc = bench_parse("bench_offload_modes", argc, argv, &a->o, model, own, a, NULL, NULL);
+	if (rc == CLI_HELP)
+		usage(argv[0]);
+	a->o.model.max_seq = a->o.T; /* --seq is the longest sequence too */
+	return rc == CLI_HELP ? 0 : rc ? rc : -1;
 }
 
 int main(int argc, char **argv)
 {
-	struct ferry_model_config cfg = { .arch = "gpt2", .max_seq = 128, .vocab = 257, .layers = 12, .heads = 4,
-					  .channels = 256 };
 	static const struct mode modes[] = {
 		{ "optimizer device", FERRY_OPTIM_DEVICE, false, false },
 		{ "optimizer stream", FERRY_OPTIM_STREAM, false, false },
@@ -149,40 +185,19 @@ int main(int argc, char **argv)
 		{ "params + cpu, exact", FERRY_OPTIM_CPU, true, false },
 		{ "params + cpu, speculative", FERRY_OPTIM_CPU, true, true },
 	};
-	int B = 4, T = 128, steps = 5;
-	const char *policy = "everything_saveable";
+	static struct mode_args a;
+	struct ferry_model_config cfg;
+	int B, T, steps, rc = parse_args(argc, argv, &a);
+	const char *policy;
 
+	if (rc >= 0)
+		return rc;
 	ferry_blas_relaunch_if_slow(argv);
-	ferry_set_threads(0); /* OpenMP and OpenBLAS on the same threads, as ferry train runs them */
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--help") || !strcmp(a, "-h"))
-			return usage(argv[0]);
-		if (!v) {
-			fprintf(stderr, "bench_offload_modes: %s needs a value\n", a);
-			return 2;
-		}
-		i++;
-		if (!strcmp(a, "--backend")) backend = v;
-		else if (!strcmp(a, "--layers")) cfg.layers = atoi(v);
-		else if (!strcmp(a, "--channels")) cfg.channels = atoi(v);
-		else if (!strcmp(a, "--heads")) cfg.heads = atoi(v);
-		else if (!strcmp(a, "--batch")) B = atoi(v);
-		else if (!strcmp(a, "--seq")) T = cfg.max_seq = atoi(v);
-		else if (!strcmp(a, "--steps")) steps = atoi(v);
-		else if (!strcmp(a, "--policy")) policy = v;
-		else if (!strcmp(a, "--clip")) clip = (float)atof(v);
-		else if (!strcmp(a, "--threads")) ferry_set_threads(atoi(v));
-		else {
-			fprintf(stderr, "bench_offload_modes: unknown option %s (see --help)\n", a);
-			return 2;
-		}
-	}
-	if (steps < 1 || steps > 64) {
-		fprintf(stderr, "bench_offload_modes: --steps from 1 to 64\n");
-		return 2;
-	}
+	/* OpenMP and OpenBLAS on the same threads, as ferry train runs them */
+	ferry_set_threads(a.o.threads);
+	cfg = a.o.model, B = a.o.B, T = a.o.T, steps = a.steps, policy = a.o.exec.policy;
+	backend = a.o.backend;
+	clip = a.clip;
 	printf("gpt2 %d layers, %d channels, batch %d x %d, %s, clip %g, %s backend (%d CPU threads), median of "
 	       "%d steps\n", cfg.layers, cfg.channels, B, T, policy, clip, backend, ferry_get_threads(), steps);
 	printf("%-28s %9s %11s %11s %11s %7s %12s %12s\n", "mode", "step ms", "compute ms", "exposed ms",

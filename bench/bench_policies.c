@@ -74,53 +74,70 @@ static void usage(FILE *f)
 		   "6 heads, batch 4 x 256, prefetch depth 2, cpu.\n");
 }
 
-int main(int argc, char **argv)
-{
-	struct ferry_model_config cfg = { .max_seq = 256, .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
+/* What is compared: the model, the batch, the backend (from ferry's model
+ * flags), the timed steps, the prefetch depth and the policies. */
+struct policy_args {
+	struct ferry_train_opts o;
+	int steps, depth, n_pol;
 	const char *policies[64];
-	int n_pol = 0, B = 4, T = 256, steps = 3, depth = 2;
-	double base = 0;
+};
 
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return 0;
-		}
-	ferry_blas_relaunch_if_slow(argv);
-	for (int i = 1; i < argc; i++) {
-		if (!strncmp(argv[i], "--", 2) && i + 1 == argc) {
-			fprintf(stderr, "bench: %s needs a value\n", argv[i]);
-			usage(stderr);
-			return 2;
-		}
-		if (!strncmp(argv[i], "--", 2) && i + 1 < argc) {
-			int v = atoi(argv[i + 1]);
+/* A policy named on the command line. */
+static int policy_arg(const char *cmd, const char *arg, void *ctx)
+{
+	struct policy_args *a = ctx;
 
-			if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
-			else if (!strcmp(argv[i], "--layers")) cfg.layers = v;
-			else if (!strcmp(argv[i], "--channels")) cfg.channels = v;
-			else if (!strcmp(argv[i], "--heads")) cfg.heads = v;
-			else if (!strcmp(argv[i], "--model")) snprintf(cfg.arch, sizeof(cfg.arch), "%s", argv[i + 1]);
-			else if (!strcmp(argv[i], "--kv-heads")) cfg.kv_heads = v;
-			else if (!strcmp(argv[i], "--ffn")) cfg.ffn = v;
-			else if (!strcmp(argv[i], "--vocab")) cfg.vocab = v;
-			else if (!strcmp(argv[i], "--batch")) B = v;
-			else if (!strcmp(argv[i], "--seq")) T = cfg.max_seq = v;
-			else if (!strcmp(argv[i], "--steps")) steps = v;
-			else if (!strcmp(argv[i], "--depth")) depth = v;
-			else {
-				fprintf(stderr, "bench: unknown flag %s\n", argv[i]);
-				return 2;
-			}
-			i++;
-		} else if (n_pol < 64) {
-			policies[n_pol++] = argv[i];
-		}
-	}
-	if (steps < 1 || steps > 64) {
-		fprintf(stderr, "bench: --steps must be 1..64\n");
+	if (a->n_pol == 64) {
+		fprintf(stderr, "%s: more than 64 policies\n", cmd);
 		return 2;
 	}
+	a->policies[a->n_pol++] = arg;
+	return 0;
+}
+
+/* argv into *a over the defaults (6 layers, 384 channels, 6 heads, batch 4
+ * x 256, 3 steps, prefetch depth 2, cpu): -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, struct policy_args *a)
+{
+	static const char *const model[] = { "--backend", "--model", "--layers", "--channels", "--heads", "--kv-heads",
+					     "--ffn", "--vocab", "--batch", "--seq", NULL };
+	static const struct cli_flag own[] = {
+		{ .name = "--steps", .value = "N", .type = CLI_INT, .at = offsetof(struct policy_args, steps), .min = 1,
+		  .max = 64, .range = "--steps must be 1..64, not %d" },
+		{ .name = "--depth", .value = "D", .type = CLI_INT, .at = offsetof(struct policy_args, depth), .min = 1,
+		  .max = 64, .range = "--depth must be 1..64, not %d" },
+		{ NULL },
+	};
+	int rc;
+
+	ferry_cli_model_flags_default(&a->o);
+	a->o.model = (struct ferry_model_config){ .vocab = 257, .layers = 6, .heads = 6, .channels = 384 };
+	a->o.backend = "cpu";
+	a->o.B = 4;
+	a->o.T = 256;
+	a->steps = 3;
+	a->depth = 2;
+	rc = bench_parse("bench_policies", argc, argv, &a->o, model, own, a, policy_arg, a);
+	if (rc == CLI_HELP)
+		usage(stdout);
+	a->o.model.max_seq = a->o.T; /* --seq is the longest sequence too */
+	return rc == CLI_HELP ? 0 : rc ? rc : -1;
+}
+
+int main(int argc, char **argv)
+{
+	static struct policy_args a;
+	struct ferry_model_config cfg;
+	const char **policies = a.policies;
+	int n_pol, B, T, steps, depth;
+	double base = 0;
+	int rc = parse_args(argc, argv, &a);
+
+	if (rc >= 0)
+		return rc;
+	ferry_blas_relaunch_if_slow(argv);
+	backend = a.o.backend;
+	cfg = a.o.model, B = a.o.B, T = a.o.T, steps = a.steps, depth = a.depth, n_pol = a.n_pol;
 	if (!n_pol) {
 		policies[n_pol++] = "everything_saveable";
 		for (int i = 0; i < ferry_policy_preset_count() && n_pol < 64; i++)

@@ -53,13 +53,28 @@ static inline struct bench_run bench_run_defaults(int rounds, int repeats)
 					    .channels = 128 } };
 }
 
-/* argv into r and o: the model flags named in `model` (NULL-terminated)
- * from ferry's own table (tools/ferry/model_flags.c: parsed, checked and
- * refused as ferry train does them), and --rounds and --repeats; r's model,
- * batch, backend and threads are o's defaults and come back from it, and o
- * keeps the rest (--policy, --device-mem).  Other arguments go to arg (NULL:
- * an unknown flag).  Returns 0, CLI_HELP at --help, else the exit code
- * after a message that starts with the program's name. */
+/* argv into o, the model flags named in `model` (NULL-terminated) from
+ * ferry's own table (tools/ferry/model_flags.c: parsed, checked and refused
+ * as ferry train does them), and into dst the benchmark's own flags (own,
+ * ending with { NULL }; NULL: none).  o keeps what it held for the flags
+ * not given.  Other arguments go to arg (NULL: an unknown flag).  Returns
+ * 0, CLI_HELP at --help, else the exit code after a message that starts
+ * with the program's name. */
+static inline int bench_parse(const char *prog, int argc, char **argv, struct ferry_train_opts *o,
+			      const char *const *model, const struct cli_flag *own, void *dst, cli_arg_fn arg, void *ctx)
+{
+	const struct cli_group groups[] = { { ferry_cli_model_flags, o, NULL, model }, { own, dst, NULL, NULL },
+					    { NULL } };
+
+	ferry_cli_program = NULL; /* "bench_x: ...", not "ferry bench_x: ..." */
+	return ferry_cli_parse(&(struct cli_command){ .cmd = prog, .groups = groups, .arg = arg, .ctx = ctx }, argc,
+			       argv);
+}
+
+/* argv into r and o (bench_parse): the model flags named in `model`, and
+ * --rounds and --repeats; r's model, batch, backend and threads are o's
+ * defaults and come back from it, and o keeps the rest (--policy,
+ * --device-mem). */
 static inline int bench_run_parse(const char *prog, int argc, char **argv, struct bench_run *r,
 				  struct ferry_train_opts *o, const char *const *model, cli_arg_fn arg, void *ctx)
 {
@@ -68,17 +83,15 @@ static inline int bench_run_parse(const char *prog, int argc, char **argv, struc
 		{ .name = "--repeats", .value = "N", .type = CLI_INT, .at = offsetof(struct bench_run, repeats) },
 		{ NULL },
 	};
-	const struct cli_group groups[] = { { model_flags, o, NULL, model }, { run_flags, r, NULL, NULL }, { NULL } };
 	int rc;
 
-	cli_program = NULL; /* "bench_x: ...", not "ferry bench_x: ..." */
-	model_flags_default(o);
+	ferry_cli_model_flags_default(o);
 	o->backend = r->backend;
 	o->threads = r->threads;
 	o->model = r->cfg;
 	o->B = r->B;
 	o->T = r->T;
-	rc = cli_parse(&(struct cli_command){ .cmd = prog, .groups = groups, .arg = arg, .ctx = ctx }, argc, argv);
+	rc = bench_parse(prog, argc, argv, o, model, run_flags, r, arg, ctx);
 	r->backend = o->backend;
 	r->threads = o->threads;
 	r->cfg = o->model;

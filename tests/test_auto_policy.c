@@ -8,6 +8,8 @@
  *  - with copies made very slow it offloads nothing; with copies free it
  *    offloads where memory is tight (recomputation costs time, free copies
  *    do not);
+ *  - tiles of tokens (MLP, loss) are one more choice: below the least any
+ *    untiled placement needs it tiles, and fits; tiles given are kept;
  *  - on host tiers of a simulated topology (a node with CPUs, one without:
  *    CXL), it also chooses each kind's tier: with ample DRAM the streamed
  *    state stays in DRAM (the default would put it on CXL, slower); with
@@ -27,14 +29,19 @@ static struct ferry_model_config cfg = { .arch = "gpt2", .max_seq = 64, .vocab =
 					 .channels = 32 };
 static const int B = 4, T = 32;
 
-static size_t peak_of(const char *policy)
+static size_t peak_tiled(const char *policy, int mlp_tile, int loss_tile)
 {
-	struct ferry_exec_opts o = { .policy = policy };
+	struct ferry_exec_opts o = { .policy = policy, .mlp_tile = mlp_tile, .loss_tile = loss_tile };
 	struct ferry_plan plan;
 
 	if (ferry_model_plan(&cfg, B, T, &o, &plan) != FERRY_OK)
 		return 0;
 	return plan.mem.peak_bytes;
+}
+
+static size_t peak_of(const char *policy)
+{
+	return peak_tiled(policy, 0, 0);
 }
 
 /* The best prediction over the presets that fit (0: none fits). */
@@ -70,10 +77,11 @@ static void fits_and_beats_presets(ferry_calibration_t c, size_t cap)
 	double best = best_preset(c, cap);
 
 	CHECK(ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_OK, "cap %zu: %s", cap, ferry_last_error());
-	CHECK(r.fits && peak_of(r.policy) > 0 && peak_of(r.policy) <= cap, "cap %zu: %s needs %zu", cap, r.policy,
-	      peak_of(r.policy));
+	CHECK(r.fits && peak_tiled(r.policy, r.mlp_tile, r.loss_tile) > 0 &&
+	      peak_tiled(r.policy, r.mlp_tile, r.loss_tile) <= cap, "cap %zu: %s needs %zu", cap, r.policy,
+	      peak_tiled(r.policy, r.mlp_tile, r.loss_tile));
 	CHECK(best > 0 && r.pred.step_s <= best * 1.03, "cap %zu: auto %g s, best preset %g s", cap, r.pred.step_s, best);
-	o.policy = r.policy;
+	o.policy = r.policy, o.mlp_tile = r.mlp_tile, o.loss_tile = r.loss_tile;
 	CHECK(ferry_model_predict(&cfg, B, T, &o, c, &again) == FERRY_OK && again.step_s == r.pred.step_s,
 	      "cap %zu: the prediction of %s again: %g, was %g", cap, r.policy, again.step_s, r.pred.step_s);
 	CHECK(r.evaluations > r.n_presets, "cap %zu: searched beyond the presets (%d)", cap, r.evaluations);
@@ -180,6 +188,30 @@ static void host_tiers(ferry_calibration_t c)
 	ferry_host_tiers_free(h);
 }
 
+/* Tiles as a choice: tiles given (one tile of every row here) are kept;
+ * at the least memory the search reaches it tiles, below what the same
+ * placement needs untiled, and its choice fits. */
+static void tiles(ferry_calibration_t c)
+{
+	static struct ferry_auto_result r, last;
+	struct ferry_exec_opts given = { .mlp_tile = B * T, .loss_tile = B * T }, o = { 0 };
+	size_t cap = peak_of("nothing_saveable");
+
+	CHECK(ferry_policy_auto(&cfg, B, T, &given, cap, 0, c, &r) == FERRY_OK && r.mlp_tile == B * T &&
+	      r.loss_tile == B * T, "tiles given are kept: %d, %d", r.mlp_tile, r.loss_tile);
+	for (int k = 0; k < 32 && ferry_policy_auto(&cfg, B, T, &o, cap, 0, c, &r) == FERRY_OK; k++) {
+		last = r;
+		cap = r.pred.device_peak_bytes - 1;
+	}
+	CHECK(last.fits && (last.mlp_tile || last.loss_tile) &&
+	      last.pred.device_peak_bytes == peak_tiled(last.policy, last.mlp_tile, last.loss_tile) &&
+	      last.pred.device_peak_bytes < peak_of(last.policy), "the least reached (%zu bytes) tiles (%d, %d), below "
+	      "%zu untiled", last.pred.device_peak_bytes, last.mlp_tile, last.loss_tile, peak_of(last.policy));
+	printf("tiles: the least auto reaches is %zu bytes, %s with the MLP %s and the loss %s (untiled: %zu)\n",
+	       last.pred.device_peak_bytes, last.policy, last.mlp_tile ? "tiled" : "untiled",
+	       last.loss_tile ? "tiled" : "untiled", peak_of(last.policy));
+}
+
 int main(void)
 {
 	struct ferry_exec_opts cal_opts = { .policy = "nothing_saveable" };
@@ -225,12 +257,14 @@ int main(void)
 		      (rs.optimizer != FERRY_OPTIM_DEVICE || rs.offload_params),
 		      "state search under %zu: %s", cap, ferry_last_error());
 		so.policy = rs.policy, so.optimizer = rs.optimizer, so.offload_params = rs.offload_params;
+		so.mlp_tile = rs.mlp_tile, so.loss_tile = rs.loss_tile;
 		CHECK(ferry_model_plan(&cfg, B, T, &so, &plan) == FERRY_OK && plan.mem.peak_bytes <= cap,
 		      "its plan fits: %zu of %zu", plan.mem.peak_bytes, cap);
 		CHECK(ferry_policy_auto_state(&cfg, B, T, &o, hi, 0, c, &rs) == FERRY_OK &&
 		      ferry_policy_auto(&cfg, B, T, &o, hi, 0, c, &r) == FERRY_OK && rs.pred.step_s <= r.pred.step_s,
 		      "with the state placements too, never predicted slower: %g vs %g", rs.pred.step_s, r.pred.step_s);
 	}
+	tiles(c);
 	host_tiers(c);
 	scale_copies(c, 1e5);
 	CHECK(ferry_policy_auto(&cfg, B, T, &o, mid, 0, c, &r) == FERRY_OK && offloaded(&r) == 0,

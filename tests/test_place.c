@@ -9,9 +9,12 @@
  *  - every tensor-table entry carries the group whose placement put it
  *    there, consistently: an entry on the host belongs to a group whose
  *    home is the host (or is an offloaded activation), AdamW's state and
- *    the master weights are the adam group's, the weight and gradient
- *    rings the layers', the edge region the edges', for GPT-2 and Llama
- *    under every placement of the weights and the optimizer.
+ *    the master weights are the adam group's, for GPT-2 and Llama under
+ *    every placement of the weights and the optimizer;
+ *  - the stream rule's rings are there for the streamed weight groups
+ *    only, each slot of each parameter inside its device entries and in
+ *    its group; the copies for rollback for the speculative update only,
+ *    of every stacked parameter's master weights and moments.
  */
 #include "ferry/place.h"
 #include "ferry/plan.h"
@@ -46,13 +49,21 @@ static void test_syntax(void)
 		"activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(4),activations=everything_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
+		"activations.host=nvme,activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
+		"activations.context=offload,activations.host=interleave:1*3+2,activations.prefetch=2",
 	};
 	static const char *const bad[] = {
 		"adam", "adam=", "adam=host", "layers.weights=host:stream(0)", "layers.weights=host:stream(65)",
 		"layers.weights=host:stream(2", "edges.weights=host:stream(1)", "weights=device",
 		"activations=full,activations.context=offload", "activations.context=offload,activations=full",
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
-		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)",
+		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
+		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
+		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
+		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
+		"activations.host=c,x",
 	};
 	struct ferry_places p, before;
 
@@ -70,6 +81,58 @@ static void test_syntax(void)
 	CHECK(ferry_places_parse(" adam=host:cpu , adam=host:stream ", &p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].update == FERRY_UPDATE_DEVICE && p.group[FERRY_GROUP_ADAM].home == FERRY_HOME_HOST,
 	      "the last item of a group wins");
+}
+
+/* --host-tier as a shorthand: every kind's tier goes to the group holding
+ * that kind's host state (the activations', adam's while it is on the
+ * host), all=nvme to those the NVMe tier can hold, and the placements give
+ * the spec back. */
+static void test_tiers(void)
+{
+	static const struct {
+		enum ferry_optim_place opt;
+		const char *spec, *place, *back;
+	} cases[] = {
+		{ FERRY_OPTIM_STREAM, "all=nvme", "adam=host(params=nvme,optimizer=nvme):stream,activations=everything_saveable,"
+		  "activations.host=nvme", "activations=nvme,params=nvme,optimizer=nvme" },
+		{ FERRY_OPTIM_CPU, "all=nvme", "adam=host:cpu,activations=everything_saveable,activations.host=nvme",
+		  "activations=nvme" },
+		{ FERRY_OPTIM_CPU, "optimizer=cxl,grads=node:1,params=cxl", "adam=host(params=cxl,grads=node:1,optimizer=cxl)"
+		  ":cpu,activations=everything_saveable", "params=cxl,grads=node:1,optimizer=cxl" },
+		{ FERRY_OPTIM_STREAM, "all=dram", "adam=host(dram):stream,activations=everything_saveable,activations.host=dram",
+		  "activations=dram,params=dram,grads=dram,optimizer=dram" },
+		{ FERRY_OPTIM_DEVICE, "all=dram", "adam=device,activations=everything_saveable,activations.host=dram",
+		  "activations=dram" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct ferry_exec_opts o = { .optimizer = cases[i].opt, .host_tier = cases[i].spec }, back = { 0 };
+		char place[FERRY_PLACE_CHARS], spec[FERRY_PLACE_CHARS];
+		struct ferry_places p, q;
+
+		CHECK(ferry_exec_opts_places(&o, &p) == FERRY_OK && ferry_places_format(&p, place, sizeof(place)) == FERRY_OK &&
+		      ferry_places_tier_spec(&p, spec, sizeof(spec)) == FERRY_OK, "--host-tier %s: %s", cases[i].spec,
+		      ferry_last_error());
+		CHECK(strstr(place, cases[i].place) != NULL, "--host-tier %s: placements %s", cases[i].spec, place);
+		CHECK(!strcmp(spec, cases[i].back), "--host-tier %s: written back as %s", cases[i].spec, spec);
+		ferry_exec_opts_set_places(&back, &p);
+		back.host_tier = spec;
+		CHECK(ferry_exec_opts_places(&back, &q) == FERRY_OK && !memcmp(&p, &q, sizeof(p)),
+		      "--host-tier %s: placements -> flags -> placements differ", cases[i].spec);
+	}
+	/* a spec over placements: the kinds it names, the others kept */
+	{
+		struct ferry_places p;
+		char spec[FERRY_PLACE_CHARS];
+
+		ferry_places_default(&p);
+		CHECK(ferry_places_parse("adam=host(params=dram):stream,activations.host=cxl", &p) == FERRY_OK &&
+		      ferry_places_set_tiers(&p, "optimizer=nvme,activations=node:1") == FERRY_OK &&
+		      ferry_places_tier_spec(&p, spec, sizeof(spec)) == FERRY_OK &&
+		      !strcmp(spec, "activations=node:1,params=dram,optimizer=nvme"), "set tiers over placements: %s", spec);
+		CHECK(ferry_places_set_tiers(&p, "weights=dram") == FERRY_ERR_INVALID &&
+		      strstr(ferry_last_error(), "unknown kind 'weights'"), "a bad spec is refused");
+	}
 }
 
 /* Every shorthand flag combination the table accepts. */
@@ -119,14 +182,72 @@ static void check_entry(const char *what, const struct ferry_tensor_table *tt, i
 		      "%s: host entry %s in group %d, whose home is not the host", what, e->name, e->group);
 	if (e->kind == FERRY_TK_WEIGHT || e->kind == FERRY_TK_OPT_STATE)
 		CHECK(e->group == FERRY_GROUP_ADAM, "%s: %s is AdamW's (group %d)", what, e->name, e->group);
-	if (i == tt->ix.wring || i == tt->ix.gring)
-		CHECK(e->group == FERRY_GROUP_LAYER_WEIGHTS, "%s: the ring %s is the layers'", what, e->name);
-	if (tt->ix.edge_buffer >= 0 && e->buffer == tt->ix.edge_buffer)
-		CHECK(e->group == FERRY_GROUP_EDGE_WEIGHTS, "%s: the edge entry %s is the edges'", what, e->name);
 	if (e->kind == FERRY_TK_ACTIVATION)
 		CHECK(e->group == FERRY_GROUP_ACTIVATIONS, "%s: %s is an activation", what, e->name);
 	if (e->kind == FERRY_TK_ACT_GRAD || e->kind == FERRY_TK_BATCH || e->kind == FERRY_TK_WORKSPACE)
 		CHECK(e->group == FERRY_GROUP_NONE, "%s: %s is placed by no group", what, e->name);
+}
+
+/* Each streamed weight group's ring: there exactly when the group is
+ * streamed, its entries on the device and in its group, a layout for the
+ * layers (every stacked parameter, each slot within its entries) or one
+ * per stage (the unstacked ones). */
+static void check_rings(const char *what, const struct ferry_tensor_table *tt)
+{
+	for (int g = 0; g < FERRY_GROUP_COUNT; g++) {
+		const struct ferry_table_ring *r = &tt->ix.ring[g];
+		bool weights = g == FERRY_GROUP_LAYER_WEIGHTS || g == FERRY_GROUP_EDGE_WEIGHTS;
+
+		CHECK(!r->slots == !(weights && ferry_table_streamed(tt, g)), "%s: group %d: a ring of %d slots", what, g,
+		      r->slots);
+		for (int k = 0; k < r->n_layouts; k++)
+			for (int q = 0; q < tt->md->n_params; q++) {
+				struct ferry_param_info pi;
+				int w = r->w[k][q], gr = r->g[k][q];
+
+				CHECK(ferry_model_param_info(&tt->cfg, q, &pi) == FERRY_OK, "%s: parameter %d", what, q);
+				if (w < 0) {
+					CHECK(gr < 0 && (g != FERRY_GROUP_LAYER_WEIGHTS || !pi.present || !pi.layers),
+					      "%s: stacked %s not in the layers' ring", what, pi.name);
+					continue;
+				}
+				CHECK(gr >= 0 && !pi.layers == (g == FERRY_GROUP_EDGE_WEIGHTS),
+				      "%s: %s in group %d's ring", what, pi.name, g);
+				CHECK(tt->e[w].site == FERRY_SITE_DEVICE && tt->e[gr].site == FERRY_SITE_DEVICE &&
+				      tt->e[w].group == g && tt->e[gr].group == g, "%s: %s's ring entries", what, pi.name);
+				CHECK((r->off[q] + (size_t)(r->slots - 1) * r->slot_numel + pi.layer_numel) *
+					      ferry_dtype_size(tt->e[w].dtype) <= tt->e[w].bytes,
+				      "%s: %s's last slot past its entry", what, pi.name);
+			}
+	}
+}
+
+/* The copies for rollback: exactly the speculative placement's, every
+ * stacked parameter's master weights and moments, inside a host entry of
+ * its own. */
+static void check_rollback(const char *what, const struct ferry_tensor_table *tt)
+{
+	const struct ferry_table_index *ix = &tt->ix;
+	bool spec = ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative;
+
+	for (int q = 0; q < tt->md->n_params; q++) {
+		struct ferry_param_info pi;
+		const int state[3] = { ix->param[q], ix->mom[q], ix->var[q] };
+
+		if (ferry_model_param_info(&tt->cfg, q, &pi) != FERRY_OK || !pi.present)
+			continue;
+		for (int i = 0; i < 3; i++) {
+			const struct ferry_tensor_entry *e = &tt->e[state[i]], *c;
+
+			CHECK((e->rollback >= 0) == (spec && pi.layers), "%s: %s: a copy for rollback %d", what, e->name,
+			      e->rollback);
+			if (e->rollback < 0)
+				continue;
+			c = &tt->e[e->rollback];
+			CHECK(c->site == FERRY_SITE_HOST && c->buffer != e->buffer && c->group == FERRY_GROUP_ADAM &&
+			      e->rollback_off + e->bytes <= c->bytes, "%s: %s's copy for rollback", what, e->name);
+		}
+	}
 }
 
 static void test_tables(const char *arch, int tied)
@@ -168,6 +289,8 @@ static void test_tables(const char *arch, int tied)
 			}
 			for (int i = 0; i < a.n; i++)
 				check_entry(what, &a, i);
+			check_rings(what, &a);
+			check_rollback(what, &a);
 			ferry_tensor_table_release(&a);
 		}
 }
@@ -210,6 +333,7 @@ static void test_shard(const char *arch)
 int main(void)
 {
 	test_syntax();
+	test_tiers();
 	test_tables("gpt2", 0);
 	test_tables("llama", 0);
 	test_tables("llama", 1);

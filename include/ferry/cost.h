@@ -234,6 +234,11 @@ struct ferry_auto_result {
 	enum ferry_optim_place optimizer;
 	bool offload_params;
 	int n_states;
+	/* tiles of tokens (ferry_exec_opts' mlp_tile, loss_tile): as given, or
+	 * when not given (0) the search's choice, 0 or FERRY_TILE_AUTO, weighed
+	 * like any recomputation: taken when it fits what else would not, or
+	 * is faster */
+	int mlp_tile, loss_tile;
 	struct ferry_auto_tiers tiers;
 };
 /* With host tiers (opts->host_tiers) it also chooses each kind's tier (see

@@ -245,16 +245,8 @@ ferry_status ferry_model_sync(ferry_model_t m) FERRY_MUST_CHECK;
 ferry_status ferry_model_trace_begin(ferry_model_t m) FERRY_MUST_CHECK;
 ferry_status ferry_model_trace_end(ferry_model_t m, const char *path) FERRY_MUST_CHECK;
 
-/* A trace in figures: from the first task's start to the last one's end,
- * and per stream the time its tasks ran. */
-struct ferry_trace_stats {
-	double span_s;
-	int n_streams;
-	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
-	double busy_s[FERRY_SCHED_MAX_STREAMS];
-};
 /* ferry_model_trace_end, writing the file only when path is not NULL, and
- * the figures into *stats. */
+ * the figures into *stats (struct ferry_trace_stats, ferry/plan.h). */
 ferry_status ferry_model_trace_end_stats(ferry_model_t m, const char *path, struct ferry_trace_stats *stats)
 	FERRY_MUST_CHECK;
 

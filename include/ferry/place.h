@@ -8,25 +8,40 @@
  *   edges.weights   the same for the unstacked parameters: embeddings, the
  *                   head, the final norm
  *   adam            AdamW's state: fp32 master weights and both moments
+ *                   (and, whenever they are on the host, every parameter
+ *                   array there: the gradients and the bf16 copy the
+ *                   weights' rings stream from)
  *   activations     the layer's named activations, by policy (policy.h)
  *
- * A placement is a home (device, or host memory), an access (resident:
- * the kernels read it where it lives; stream(d): it passes through a
- * device ring, d layers loaded ahead; recompute, for activations) and,
- * for the optimizer state, where the update runs (device kernels, or host
- * threads, optionally each layer as soon as its gradients arrive).
+ * A placement is a home (device, or host memory on a tier), an access
+ * (resident: the kernels read it where it lives; stream(d): it passes
+ * through a device ring, d layers loaded ahead; recompute, for
+ * activations) and, for the optimizer state, where the update runs
+ * (device kernels, or host threads, optionally each layer as soon as its
+ * gradients arrive).
  *
  * Written down (--place, `ferry plan`'s "place"):
  *
  *   layers.weights=device | host:stream(D)
  *   edges.weights=device  | host:stream
- *   adam=device | host:stream | host:cpu | host:cpu(speculative)
+ *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
  *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
  *                                      keeps and updates its 1/N of the moments
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
+ *   activations.host=TIER              the tier offloaded activations live on
  *   activations.prefetch=D             offloaded activations loaded D layers ahead
+ *   activations.mlp_tile=N|auto        the MLP over tiles of N tokens, its hidden
+ *                                      activations recomputed per tile in backward
+ *   activations.loss_tile=N|auto       the LM head and the loss over tiles of N
+ *                                      tokens: one tile's logits at a time
+ *
+ * where HOST is host (the host tiers' default for each kind of host state,
+ * or the backend's host memory without tiers), host(TIER) (every kind of
+ * adam's host state on TIER) or host(KIND=TIER,...) (KIND: params, grads,
+ * optimizer; those not named as host).  TIER: dram, node:N, cxl,
+ * interleave:N*W+M*V, nvme or auto, as ferry/tier.h resolves them.
  *
  * items separated by commas (commas inside brackets do not separate).
  * Today's flags are shorthands: --offload-params is
@@ -34,8 +49,10 @@
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
  * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N),
- * --policy activations=, --prefetch-depth activations.prefetch=.  Host tiers are chosen per kind of host state by
- * --host-tier (tier.h).
+ * --policy activations=, --prefetch-depth activations.prefetch=,
+ * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
+ * --host-tier KIND=TIER the tiers (activations activations.host, the
+ * other kinds adam's).
  */
 #ifndef FERRY_PLACE_H
 #define FERRY_PLACE_H
@@ -65,6 +82,17 @@ enum ferry_update {
 	FERRY_UPDATE_HOST,   /* the fused CPU AdamW on host threads */
 };
 
+/* The kinds of host state, each placed on a host tier (ferry/tier.h). */
+enum ferry_host_kind {
+	FERRY_HOST_ACTIVATIONS,
+	FERRY_HOST_PARAMS,
+	FERRY_HOST_GRADS,
+	FERRY_HOST_OPTIMIZER,
+	FERRY_HOST_KINDS
+};
+
+#define FERRY_TIER_NAME_CHARS 128
+
 struct ferry_place {
 	enum ferry_home home;
 	enum ferry_access access;
@@ -77,6 +105,11 @@ struct ferry_place {
 				     holding elements [r*S, (r+1)*S) of the
 				     parameter array's moments, S = n / shard
 				     rounded up (ZeRO-1, --zero 1); 0: whole */
+	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
+				     kind of its host state's tier ("dram", ...;
+				     "": not named); adam's: params, grads,
+				     optimizer (the weights' groups hold no host
+				     state of their own) */
 };
 
 enum ferry_place_group {
@@ -93,13 +126,20 @@ enum ferry_place_group {
 #define FERRY_DEFAULT_PREFETCH_DEPTH 2
 
 #define FERRY_PLACE_POLICY_CHARS 1024 /* as --policy auto's choice (cost.h) */
-#define FERRY_PLACE_CHARS 2048
+#define FERRY_PLACE_CHARS 3072
+
+/* Tiles of tokens (--mlp-tile, --loss-tile): the plan's choice (one
+ * tile's extra tensors about one activation of the model's width). */
+#define FERRY_TILE_AUTO (-1)
 
 /* Every group's placement, and the activation policy. */
 struct ferry_places {
 	struct ferry_place group[FERRY_GROUP_COUNT];
 	char policy[FERRY_PLACE_POLICY_CHARS]; /* "" : everything_saveable */
 	int act_prefetch;                      /* 0: the default (2) */
+	int mlp_tile, loss_tile;               /* tokens per tile; 0: untiled,
+						  FERRY_TILE_AUTO: the plan's choice */
+	char act_tier[FERRY_TIER_NAME_CHARS];  /* offloaded activations' tier ("": not named) */
 };
 
 /* "layers.weights", "edges.weights", "adam". */
@@ -120,6 +160,17 @@ ferry_status ferry_places_check(const struct ferry_places *p) FERRY_MUST_CHECK;
 /* Every group's placement in the syntax above, parsed back to the same
  * placements.  Errors: it does not fit n bytes. */
 ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n) FERRY_MUST_CHECK;
+
+/* Applies a --host-tier spec (KIND=TIER,..., ferry/tier.h) to the tiers
+ * of *p: each kind it names takes its tier (adam's kinds when adam is on
+ * the host), the others keep theirs.  Errors name the item; *p is
+ * unchanged then. */
+ferry_status ferry_places_set_tiers(struct ferry_places *p, const char *spec) FERRY_MUST_CHECK;
+
+/* The host tiers the placements name, as --host-tier's KIND=TIER,... (""
+ * when none): what ferry_host_tiers_create takes.  Errors: it does not
+ * fit n bytes. */
+ferry_status ferry_places_tier_spec(const struct ferry_places *p, char *buf, size_t n) FERRY_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,7 @@ struct ferry_plan_tensor {
 	bool needed;          /* read by the backward pass or a recomputation */
 	bool stored;          /* kept from forward to backward (device or host) */
 	bool recomputed;      /* produced again in the backward pass */
+	bool tiled;           /* inside the tiled MLP: one tile's rows, recomputed per tile */
 	size_t layer_bytes;   /* bytes of one layer's tensor */
 	int device_slots;     /* device copies: L (kept), a ring (offloaded), 1 (shared) */
 	size_t device_bytes;  /* all its device slots */
@@ -109,6 +110,8 @@ struct ferry_plan {
 	int64_t edge_saved_bytes; /* the device copies and gradients of the unstacked
 				     parameters it replaces, less its size (below 0
 				     when its entries' alignment costs more) */
+	int mlp_tile;         /* tokens per MLP tile (0: untiled) */
+	int loss_tile;        /* tokens per tile of the LM head and loss (0: untiled) */
 	int n_tensors;
 	struct ferry_plan_tensor tensors[FERRY_PLAN_MAX_TENSORS];
 	int n_recompute_ops;  /* ops of a layer re-run in backward */
@@ -175,6 +178,17 @@ struct ferry_exec_opts {
 						NULL: the backend's host memory) */
 	const char *place;      /* --place: placements written down (ferry/place.h),
 				   applied over what the flags above set (NULL: none) */
+	int mlp_tile;           /* --mlp-tile: the layer's MLP runs over tiles of this many
+				   tokens (rows of B x T), its hidden-width activations
+				   recomputed per tile in backward, so one tile's exist at
+				   a time; FERRY_TILE_AUTO: the plan's choice; 0: untiled */
+	int loss_tile;          /* --loss-tile: the LM head's matrix product, the softmax
+				   cross-entropy and their backward over tiles of this many
+				   tokens, so one tile's logits exist at a time (the backward
+				   recomputes them); FERRY_TILE_AUTO; 0: untiled */
+	const char *host_tier;  /* --host-tier KIND=TIER,...: the host tiers the
+				   placements name, below place (NULL: none); what
+				   host_tiers places when it is made from them */
 	int zero;               /* --zero: 1 splits AdamW's moments over the
 				   ranks (ZeRO-1, adam=device:shard(N)); 0 none */
 	int zero_ranks;         /* ... over this many (0: comm's ranks) */
@@ -189,7 +203,9 @@ struct ferry_exec_opts {
  * shorthand flags, then o->place over them, checked (ferry/place.h). */
 ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferry_places *out) FERRY_MUST_CHECK;
 /* The reverse: the shorthand flags that give p (every placement today
- * has them); o->policy then points into p, and o->place is cleared. */
+ * has them); o->policy then points into p, and o->place is cleared.  The
+ * host tiers' shorthand is a spec: o->host_tier is left to the caller
+ * (ferry_places_tier_spec writes it). */
 void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p);
 /* AdamW's placement as the optimizer enum (host tiers decide by it). */
 enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
@@ -224,6 +240,16 @@ struct ferry_schedule_info {
 };
 
 void ferry_schedule_info_free(struct ferry_schedule_info *info);
+
+/* A traced run of the schedule in figures (ferry_model_trace_end_stats):
+ * from the first task's start to the last one's end, and per stream the
+ * time its tasks ran. */
+struct ferry_trace_stats {
+	double span_s;
+	int n_streams;
+	char stream[FERRY_SCHED_MAX_STREAMS][FERRY_SCHED_NAME_CHARS];
+	double busy_s[FERRY_SCHED_MAX_STREAMS];
+};
 
 #ifdef __cplusplus
 }

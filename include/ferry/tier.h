@@ -75,13 +75,7 @@ ferry_status ferry_topology_load(const char *path, struct ferry_topology *t) FER
 /* Node id's entry, NULL when there is none. */
 const struct ferry_numa_node *ferry_topology_node(const struct ferry_topology *t, int id);
 
-enum ferry_host_kind {
-	FERRY_HOST_ACTIVATIONS,
-	FERRY_HOST_PARAMS,
-	FERRY_HOST_GRADS,
-	FERRY_HOST_OPTIMIZER,
-	FERRY_HOST_KINDS
-};
+/* enum ferry_host_kind, the kinds of host state: ferry/place.h. */
 const char *ferry_host_kind_name(enum ferry_host_kind k);
 /* The host kind a tensor kind's host bytes count as. */
 enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k);

@@ -28,6 +28,8 @@ struct search {
 	size_t device_mem, host_mem;
 	ferry_calibration_t cal;
 	struct ferry_auto_result *out;
+	int *tile[2];        /* out's mlp_tile, loss_tile: the candidates' */
+	bool tile_free[2];   /* not given: the search chooses */
 };
 
 static void judge(struct search *s, const char *spec, struct eval *e)
@@ -36,6 +38,8 @@ static void judge(struct search *s, const char *spec, struct eval *e)
 
 	memset(e, 0, sizeof(*e));
 	o.policy = spec;
+	o.mlp_tile = *s->tile[0];
+	o.loss_tile = *s->tile[1];
 	s->out->evaluations++;
 	if (ferry_model_predict(s->cfg, s->B, s->T, &o, s->cal, &e->pred) != FERRY_OK)
 		return;
@@ -174,6 +178,31 @@ static bool pass(struct search *s, enum ferry_placement *place, struct eval *cur
 	return moved;
 }
 
+/* Tiles of tokens as one more choice: each that was not given tried on
+ * and off under the placements chosen so far, kept when better. */
+static bool tiles_pass(struct search *s, const enum ferry_placement *place, struct eval *cur)
+{
+	bool moved = false;
+	char spec[1024];
+
+	spec_of(s->out, place, spec, sizeof(spec));
+	for (int k = 0; k < 2; k++) {
+		struct eval e;
+
+		if (!s->tile_free[k])
+			continue;
+		*s->tile[k] = *s->tile[k] ? 0 : FERRY_TILE_AUTO;
+		judge(s, spec, &e);
+		if (better(s, &e, cur)) {
+			*cur = e;
+			moved = true;
+		} else {
+			*s->tile[k] = *s->tile[k] ? 0 : FERRY_TILE_AUTO;
+		}
+	}
+	return moved;
+}
+
 /* No activation placement fits: what the nearest needs, or that the host
  * tiers hold none. */
 static ferry_status refuse(const struct eval *cur, size_t device_mem)
@@ -201,7 +230,8 @@ static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int
 				const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 				ferry_calibration_t c, struct ferry_auto_result *out)
 {
-	struct search s = { cfg, B, T, opts, device_mem, host_mem, c, out };
+	struct search s = { cfg, B, T, opts, device_mem, host_mem, c, out, { &out->mlp_tile, &out->loss_tile },
+			    { !opts->mlp_tile, !opts->loss_tile } };
 	enum ferry_placement place[FERRY_AUTO_MAX_NAMES] = { 0 };
 	struct eval cur;
 	double t0 = now_s();
@@ -210,6 +240,7 @@ static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int
 	memset(out, 0, sizeof(*out));
 	out->device_mem = device_mem, out->host_mem = host_mem;
 	out->optimizer = opts->optimizer, out->offload_params = opts->offload_params, out->n_states = 1;
+	out->mlp_tile = opts->mlp_tile, out->loss_tile = opts->loss_tile;
 	if (!c)
 		return ferry_error(FERRY_ERR_INVALID, "--policy auto needs a calibration: run `ferry calibrate`");
 	if ((st = names(&s)))
@@ -217,7 +248,7 @@ static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int
 	presets(&s, place, &cur);
 	if (!cur.valid)
 		return ferry_error(FERRY_ERR_INVALID, "--policy auto: no preset makes a plan for this model");
-	for (int k = 0; k < 64 && pass(&s, place, &cur); k++)
+	for (int k = 0; k < 64 && (pass(&s, place, &cur) | tiles_pass(&s, place, &cur)); k++)
 		;
 	for (int i = 0; i < out->n; i++) {
 		out->c[i].place = place[i];

@@ -188,6 +188,7 @@ ferry_status ferry_auto_tiers_search(const struct ferry_model_config *cfg, int B
 		return FERRY_OK;
 	r->tiers.active = true;
 	s.o.policy = r->policy, s.o.optimizer = r->optimizer, s.o.offload_params = r->offload_params;
+	s.o.mlp_tile = r->mlp_tile, s.o.loss_tile = r->loss_tile;
 	memcpy(asked, s.h->asked, sizeof(asked));
 	if ((st = setup(&s, pick)))
 		return st;

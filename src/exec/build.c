@@ -21,7 +21,7 @@ struct stage {
 	const int *index, *grad_index;
 	void *const *w;
 	float *const *g;
-	int edge;  /* FERRY_EDGE_PROLOGUE or _EPILOGUE */
+	int unit;  /* its unit in the edges' ring: FERRY_EDGE_PROLOGUE or _EPILOGUE */
 };
 
 static struct stage prologue_of(const struct ferry_model *m)
@@ -148,11 +148,118 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 		c->tokens = stage_ptr(m, s, op->tokens);
 }
 
+/* ---- --loss-tile: the LM head and the loss over tiles of tokens ------------------- */
+
+static bool loss_tiled(const struct ferry_model *m, const struct stage *s, int o)
+{
+	return m->tt.place.loss_tile && s->d == m->md->epilogue && o >= m->tt.loss.first && o <= m->tt.loss.last;
+}
+
+/* Bytes per row (token) of stage tensor t as stored: ids, losses and
+ * statistics 4 bytes a value, activations the activation type. */
+static size_t stage_row_bytes(const struct ferry_model *m, const struct stage *s, int t)
+{
+	enum ferry_tensor_role r = s->roles[t].role;
+	size_t elem = r == FERRY_ROLE_TOKENS || r == FERRY_ROLE_TARGETS || r == FERRY_ROLE_LOSSES ||
+				      ferry_layer_tensor_is_stat(s->d, t) ? 4 : m->asz;
+
+	return (size_t)ferry_shape_row_width(&s->d->tensors[t].shape, &m->tt.dims) * elem;
+}
+
+/* ptr (tensor t's, or its gradient's: grad), moved to row r0 unless the
+ * tensor it is stored as holds one tile's rows. */
+static void *stage_rows(const struct ferry_model *m, const struct stage *s, void *ptr, int t, int r0, bool grad)
+{
+	while (s->roles[t].role == FERRY_ROLE_ALIAS)
+		t = s->roles[t].alias_of;
+	if (!ptr || r0 <= 0 || ferry_row_tiles_inner(&m->tt.loss, t))
+		return ptr;
+	return (char *)ptr + (size_t)r0 * (grad ? (size_t)ferry_shape_row_width(&s->d->tensors[t].shape, &m->tt.dims) *
+							      m->asz
+						    : stage_row_bytes(m, s, t));
+}
+
+/* Op o's forward call on rows [r0, r0 + rows) of the batch. */
+static void stage_tile_call(ferry_model_t m, const struct stage *s, int o, int r0, int rows, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &s->d->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	stage_call(m, s, o, 1, rows, c);
+	for (int i = 0; i < info->n_out; i++)
+		c->out[i] = stage_rows(m, s, c->out[i], op->out[i], r0, false);
+	for (int i = 0; i < info->n_in; i++)
+		c->in[i] = stage_rows(m, s, (void *)c->in[i], op->in[i], r0, false);
+	if (c->tokens)
+		c->tokens += r0;
+}
+
+/* The gradient fields of op o's backward call (its forward one made) in a
+ * B x T batch; r0 >= 0: on the tile starting at row r0. */
+static void stage_backward_fields(ferry_model_t m, const struct stage *s, int o, int r0, int B, int T,
+				  struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &s->d->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	c->backward = true;
+	for (int i = 0; i < info->n_out; i++)
+		c->dout[i] = stage_rows(m, s, stage_grad(m, s, op->out[i]), op->out[i], r0, true);
+	for (int i = 0; i < info->n_in; i++)
+		c->din[i] = stage_rows(m, s, stage_grad(m, s, op->in[i]), op->in[i], r0, true);
+	/* a gradient in place over its value starts nowhere: assigned */
+	c->grad_assign = info->bwd_in_place && info->n_in && s->roles[op->in[0]].grad_in_place;
+	for (int i = 0; i < info->n_w; i++)
+		if (op->w[i].param >= 0 && s->g[op->w[i].param])
+			c->dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(c, i);
+	if (op->kind == FERRY_OP_SOFTMAX_XENT)
+		c->scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
+}
+
+/* The head and the loss tile after tile, so one tile's logits exist at a
+ * time.  Forward: each tile's logits, then its rows' losses.  Backward
+ * (backward): each tile's logits and probabilities made again (the
+ * losses written again with the same values), then the loss's and the
+ * head's backward on its rows: d(logits) in place, the head's input
+ * gradient for its rows, the head's weight gradient accumulating over
+ * tiles.  Recomputing costs the head's product once more; it keeps the
+ * forward free of gradients, so evaluation, micro-batches and the edge
+ * region's gradient copies are as without tiles. */
+static void loss_tiles(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
+			       bool backward)
+{
+	const int n = B * T, tr = m->tt.place.loss_tile, first = m->tt.loss.first, last = m->tt.loss.last;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int r0 = 0; r0 < n; r0 += tr) {
+		const int rows = n - r0 < tr ? n - r0 : tr;
+
+		for (int o = first; o <= last; o++) {
+			stage_tile_call(m, s, o, r0, rows, &c);
+			snprintf(label, sizeof(label), "%s%.26s rows %d+", backward ? "recompute " : "",
+				 s->d->tensors[s->d->ops[o].out[0]].name, r0);
+			ferry_emit_op(p, m->compute, &c, -1, label);
+		}
+		for (int o = last; backward && o >= first; o--) {
+			stage_tile_call(m, s, o, r0, rows, &c);
+			stage_backward_fields(m, s, o, r0, B, T, &c);
+			snprintf(label, sizeof(label), "d %.34s rows %d+", s->d->tensors[s->d->ops[o].out[0]].name, r0);
+			ferry_emit_op(p, m->compute, &c, -1, label);
+		}
+	}
+}
+
 static void stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
 {
 	struct ferry_op_call c;
 
 	for (int o = 0; o < s->d->n_ops; o++) {
+		if (loss_tiled(m, s, o)) {
+			loss_tiles(m, p, s, B, T, false);
+			o = m->tt.loss.last;
+			continue;
+		}
 		stage_call(m, s, o, B, T, &c);
 		ferry_emit_op(p, m->compute, &c, -1, s->d->tensors[s->d->ops[o].out[0]].name);
 	}
@@ -181,23 +288,14 @@ static void stage_backward(ferry_model_t m, struct ferry_program *p, const struc
 
 	stage_zero_grads(m, p, s, B, T);
 	for (int o = s->d->n_ops - 1; o >= 0; o--) {
-		const struct ferry_op_decl *op = &s->d->ops[o];
-		const struct ferry_op_info *info = ferry_op_info(op->kind);
-
+		if (loss_tiled(m, s, o)) {
+			loss_tiles(m, p, s, B, T, true);
+			o = m->tt.loss.first;
+			continue;
+		}
 		stage_call(m, s, o, B, T, &c);
-		c.backward = true;
-		for (int i = 0; i < info->n_out; i++)
-			c.dout[i] = stage_grad(m, s, op->out[i]);
-		for (int i = 0; i < info->n_in; i++)
-			c.din[i] = stage_grad(m, s, op->in[i]);
-		/* a gradient in place over its value starts nowhere: assigned */
-		c.grad_assign = info->bwd_in_place && info->n_in && s->roles[op->in[0]].grad_in_place;
-		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0 && s->g[op->w[i].param])
-				c.dw[i] = s->g[op->w[i].param] + (size_t)op->w[i].block * ferry_op_weight_view(&c, i);
-		if (op->kind == FERRY_OP_SOFTMAX_XENT)
-			c.scalar[0] = 1.0f / (float)((size_t)B * T); /* the loss is the mean over B*T */
-		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[op->out[0]].name);
+		stage_backward_fields(m, s, o, -1, B, T, &c);
+		snprintf(label, sizeof(label), "d %.50s", s->d->tensors[s->d->ops[o].out[0]].name);
 		ferry_emit_op(p, m->compute, &c, -1, label);
 	}
 }
@@ -211,90 +309,51 @@ static void emit_losses_copy(ferry_model_t m, struct ferry_program *p, const str
 			(size_t)k->B * k->T * sizeof(float), FERRY_COPY_D2H, -1, "losses");
 }
 
-/* ---- --offload-embeddings: the edge region ---------------------------------------- */
+/* ---- the stages' parameters, placed ------------------------------------------- */
 
-/* Stage s's parameters into the edge region on the host-to-device stream
- * (as the kernels read them: the host's bf16 copy, or the fp32 master),
- * once the region's last reader and its last gradient copy-out are done.
- * Before the prologue's backward (with_grads) also the gradients of the
- * parameters the epilogue reads too, as its backward left them on the
- * host: a tied embedding's head contribution, which the embedding's
- * backward then adds to, in the order it does without the region.  The
- * compute stream waits for the load. */
-static void edge_in(ferry_model_t m, struct ferry_program *p, int s, bool with_grads)
+/* The ring the stages' parameters stream through (edges.weights=
+ * host:stream, units the stages), or NULL: they are on the device. */
+static struct ferry_weight_rings *stage_ring(ferry_model_t m)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
+	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
 
-	ferry_emit_wait(p, m->param_h2d, m->edge_read, -1);
-	ferry_emit_wait(p, m->param_h2d, m->edge_out, -1);
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int c = ix->edge_copy[s][q], g = ix->edge_grad[s][q];
-
-		if (c < 0)
-			continue;
-		snprintf(label, sizeof(label), "edge: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->param_h2d, entry(m, c), entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
-				m->tt.e[c].bytes, FERRY_COPY_H2D, -1, label);
-		if (!with_grads || s != FERRY_EDGE_PROLOGUE || ix->edge_grad[FERRY_EDGE_EPILOGUE][q] < 0)
-			continue;
-		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->param_h2d, entry(m, g), entry(m, ix->grad[q]), m->tt.e[g].bytes, FERRY_COPY_H2D, -1,
-				label);
-	}
-	ferry_emit_record(p, m->param_h2d, m->edge_loaded, -1);
-	ferry_emit_wait(p, m->compute, m->edge_loaded, -1);
+	return r->ring ? r : NULL;
 }
 
-/* Before stage s's backward: the weight gradients that start from zero
- * (all but those edge_in loaded). */
-static void edge_zero_grads(ferry_model_t m, struct ferry_program *p, int s)
+/* A stage's forward, its parameters first loaded into their slot when
+ * they stream. */
+static void placed_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
+	struct ferry_weight_rings *r = stage_ring(m);
 
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int g = ix->edge_grad[s][q];
-
-		if (g < 0 || (s == FERRY_EDGE_PROLOGUE && ix->edge_grad[FERRY_EDGE_EPILOGUE][q] >= 0))
-			continue;
-		snprintf(label, sizeof(label), "edge grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_zero(p, m->compute, entry(m, g), m->tt.e[g].bytes, -1, label);
+	if (r) {
+		ferry_weight_ring_load(r, p, s->unit, false);
+		ferry_weight_ring_acquire(r, p, s->unit);
 	}
-}
-
-/* After stage s's backward: the region read for the last time, and its
- * gradients to the host on the device-to-host stream, where they replace
- * what the parameter's gradient held (the prologue's include the
- * epilogue's contribution). */
-static void edge_grads_out(ferry_model_t m, struct ferry_program *p, int s)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-	char label[56];
-
-	ferry_emit_record(p, m->compute, m->edge_read, -1);
-	ferry_emit_wait(p, m->opt_d2h, m->edge_read, -1);
-	for (int q = 0; q < m->md->n_params; q++) {
-		const int g = ix->edge_grad[s][q];
-
-		if (g < 0)
-			continue;
-		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_d2h, entry(m, ix->grad[q]), entry(m, g), m->tt.e[g].bytes, FERRY_COPY_D2H, -1,
-				label);
-	}
-	ferry_emit_record(p, m->opt_d2h, m->edge_out, -1);
-}
-
-/* A stage's forward, with its parameters loaded into the edge region
- * first when they stream. */
-static void edge_stage_forward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
-{
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		edge_in(m, p, s->edge, false);
 	stage_forward(m, p, s, B, T);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		ferry_emit_record(p, m->compute, m->edge_read, -1);
+	if (r)
+		ferry_weight_ring_release(r, p, s->unit);
+}
+
+/* A stage's backward; when its parameters stream, their gradients start
+ * from zero in the slot and go to the host after it.  The epilogue, the
+ * forward's last unit, is still in the slot; the prologue is loaded again,
+ * with the gradients the epilogue's backward left on the host for
+ * parameters both read (a tied embedding's head contribution, which the
+ * embedding's backward then adds to, in the order it does on the device). */
+static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+{
+	struct ferry_weight_rings *r = stage_ring(m);
+
+	if (r && s->unit != FERRY_EDGE_EPILOGUE) {
+		ferry_weight_ring_load(r, p, s->unit, true);
+		ferry_weight_ring_acquire(r, p, s->unit);
+	}
+	if (r)
+		ferry_weight_ring_zero_grads(r, p, s->unit);
+	stage_backward(m, p, s, B, T);
+	if (r)
+		ferry_weight_ring_grads_out(r, p, s->unit);
 }
 
 /* Uploads the batch from the host staging buffers (targets: zeros without,
@@ -314,10 +373,10 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 				"targets");
 	else
 		ferry_emit_zero(p, m->compute, tgt, N * sizeof(int32_t), -1, "targets");
-	edge_stage_forward(m, p, &pro, k->B, k->T);
+	placed_stage_forward(m, p, &pro, k->B, k->T);
 	if ((st = ferry_layer_exec_forward(m->layers, p, k->B, k->T, k->for_backward)))
 		return st;
-	edge_stage_forward(m, p, &epi, k->B, k->T); /* the epilogue's parameters stay for its backward */
+	placed_stage_forward(m, p, &epi, k->B, k->T); /* the epilogue's parameters stay for its backward */
 	if (k->targets && !k->loss_later)
 		emit_losses_copy(m, p, k);
 	return FERRY_OK;
@@ -347,28 +406,15 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
 	ferry_status st;
 
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) {
-		stage_backward(m, p, &epi, k->B, k->T);
-		if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
-			return st;
-		stage_backward(m, p, &pro, k->B, k->T);
-		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
-			unstacked_grads_out(m, p);
-		ferry_dp_after_backward(m, p);
-		return FERRY_OK;
-	}
-	/* the epilogue's parameters are in the edge region since its forward */
-	edge_zero_grads(m, p, FERRY_EDGE_EPILOGUE);
-	stage_backward(m, p, &epi, k->B, k->T);
-	edge_grads_out(m, p, FERRY_EDGE_EPILOGUE);
+	placed_stage_backward(m, p, &epi, k->B, k->T);
 	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
 		return st;
-	edge_in(m, p, FERRY_EDGE_PROLOGUE, true);
-	edge_zero_grads(m, p, FERRY_EDGE_PROLOGUE);
-	stage_backward(m, p, &pro, k->B, k->T);
-	edge_grads_out(m, p, FERRY_EDGE_PROLOGUE);
-	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
-	ferry_dp_after_backward(m, p);
+	placed_stage_backward(m, p, &pro, k->B, k->T);
+	if (stage_ring(m)) /* the stages' gradients went out with their ring */
+		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+		unstacked_grads_out(m, p);
+	ferry_dp_after_backward(m, p); /* on several ranks: the stages' gradients averaged */
 	return FERRY_OK;
 }
 

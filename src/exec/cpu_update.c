@@ -62,13 +62,23 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	return c;
 }
 
-/* The undo copies of layer l of stacked parameter q, in c->din[0..2]. */
+/* Where table entry i's copy for rollback (the table's rollback rule)
+ * holds the slice `bytes` into it. */
+static void *rollback(ferry_model_t m, int i, size_t bytes)
+{
+	const struct ferry_tensor_entry *e = &m->tt.e[i];
+
+	return at(entry(m, e->rollback), e->rollback_off + bytes);
+}
+
+/* The copies for rollback of layer l of stacked parameter q's master, m
+ * and v, in c->din[0..2]. */
 static void with_undo(ferry_model_t m, int q, int l, size_t layer_numel, struct ferry_op_call *c)
 {
-	const size_t off = (m->tt.ix.undo_off[q] + (size_t)l * layer_numel) * sizeof(float);
+	const int state[3] = { m->tt.ix.param[q], m->tt.ix.mom[q], m->tt.ix.var[q] };
 
 	for (int i = 0; i < 3; i++)
-		c->din[i] = at(entry(m, m->tt.ix.undo[i]), off);
+		c->din[i] = rollback(m, state[i], (size_t)l * layer_numel * sizeof(float));
 }
 
 /* The updated slice into the device's compute copy, on stream s (after

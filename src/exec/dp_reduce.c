@@ -14,8 +14,10 @@
  *    read averages, and the copies of AdamW on host threads wait for
  *    their layer's;
  *  - layers.weights=host:stream: in the host gradient array, each layer's
- *    once its copy out of the gradient ring is done, the unstacked ones
- *    once every gradient is on the host; the host norm waits for them.
+ *    once the layers' ring has sent its gradients out (weight_ring.c),
+ *    the unstacked ones once every gradient is on the host (with
+ *    edges.weights=host:stream, sent out by the edges' ring); the host
+ *    norm waits for them.
  * A speculative early update of a layer waits for that layer's average.
  * The norm is then the global gradient's on every rank, every rank clips
  * by the same scale and updates identical parameters identically: they
@@ -105,8 +107,9 @@ static void average_params(struct ferry_model *m, struct ferry_program *p, bool 
 	}
 }
 
-/* Layer l's gradients, once complete where they stay (after the copy out
- * of the gradient ring, on d2h, when the weights stream). */
+/* Layer l's gradients, once complete where they stay (when the weights
+ * stream: after the layers' ring's copies out, queued on d2h before the
+ * layer hook runs). */
 static void layer_average(struct ferry_model *m, struct ferry_program *p, int l)
 {
 	ferry_emit_record(p, streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l);

@@ -44,12 +44,10 @@ struct ferry_layer_exec {
 	int d2h_done[FERRY_LAYER_MAX_TENSORS * 65]; /* [t * ring + slot] */
 	int bwd_done[65], prefetch_ready[65];       /* [slot]; ring <= depth + 1 <= 65 */
 
-	/* parameter streaming (weights.rings): per weight slot "loaded" and
-	 * "read for the last time", per gradient slot "written", "copied out" */
+	/* parameter streaming (weights.rings): the layers' weight ring, its
+	 * events registered here */
 	bool wstream;
 	struct ferry_weight_rings wr;
-	int w_ready[FERRY_WEIGHT_RING_MAX], w_free[FERRY_WEIGHT_RING_MAX];
-	int g_done[2], g_free[2];
 	struct ferry_layer_hook hook;
 };
 
@@ -105,23 +103,19 @@ void ferry_layer_exec_free(struct ferry_layer_exec *ex)
 	ferry_free(ex);
 }
 
-/* The events that order the weight and gradient rings' copies. */
+/* What the schedule calls the layers' weight ring. */
+static const struct ferry_ring_names layer_ring_names = { "weights", "weight gradients", "weights",
+							  "weight gradient slot" };
+
+/* The layers' weight ring on the engine's streams. */
 static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sched_resources *res)
 {
-	char name[64]; /* event names are kept to 39 characters; these fit */
-
-	for (int s = 0; s < ex->wr.ring; s++) {
-		snprintf(name, sizeof(name), "weights loaded [%d]", s);
-		ex->w_ready[s] = ferry_sched_event(res, name);
-		snprintf(name, sizeof(name), "weights read [%d]", s);
-		ex->w_free[s] = ferry_sched_event(res, name);
-	}
-	for (int s = 0; s < ex->wr.grad_ring; s++) {
-		snprintf(name, sizeof(name), "weight gradients written [%d]", s);
-		ex->g_done[s] = ferry_sched_event(res, name);
-		snprintf(name, sizeof(name), "weight gradients copied out [%d]", s);
-		ex->g_free[s] = ferry_sched_event(res, name);
-	}
+	ex->wr.per_stage = false;
+	ex->wr.names = &layer_ring_names;
+	ex->wr.compute = ex->compute;
+	ex->wr.h2d = ex->h2d;
+	ex->wr.d2h = ex->d2h;
+	ferry_weight_ring_register(&ex->wr, res);
 }
 
 /* The copy streams and the events offloading orders its copies with. */
@@ -249,63 +243,6 @@ static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weig
 	return layer + (size_t)w.block * view;
 }
 
-/* base + bytes, or NULL in a dry build. */
-static void *at(const void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
-/* Layer l's weights into slot l % ring, once the slot's last reader is
- * done (the h2d stream's order then also follows the update before it). */
-static void weights_in(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	const struct ferry_weight_rings *wr = &ex->wr;
-	int slot = l % wr->ring;
-	char label[56];
-
-	ferry_emit_wait(p, ex->h2d, ex->w_free[slot], l);
-	for (int i = 0; i < wr->n; i++) {
-		const struct ferry_weight_stream *s = &wr->s[i];
-		size_t bytes = s->numel * wr->elem;
-
-		snprintf(label, sizeof(label), "weights: %.40s", s->name);
-		ferry_emit_copy(p, ex->h2d, at(s->dev, (size_t)slot * wr->slot_numel * wr->elem),
-				at(s->host, (size_t)l * bytes), bytes, FERRY_COPY_H2D, l, label);
-	}
-	ferry_emit_record(p, ex->h2d, ex->w_ready[slot], l);
-}
-
-/* Layer l's weight gradients to the host as soon as its backward is done. */
-static void grads_out(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	const struct ferry_weight_rings *wr = &ex->wr;
-	int slot = l % wr->grad_ring;
-	char label[56];
-
-	ferry_emit_record(p, ex->compute, ex->g_done[slot], l);
-	ferry_emit_wait(p, ex->d2h, ex->g_done[slot], l);
-	for (int i = 0; i < wr->n; i++) {
-		const struct ferry_weight_stream *s = &wr->s[i];
-
-		snprintf(label, sizeof(label), "grad: %.40s", s->name);
-		ferry_emit_copy(p, ex->d2h, at(s->host_grad, (size_t)l * s->numel * sizeof(float)),
-				at(s->dev_grad, (size_t)slot * wr->slot_numel * sizeof(float)), s->numel * sizeof(float),
-				FERRY_COPY_D2H, l, label);
-	}
-	ferry_emit_record(p, ex->d2h, ex->g_free[slot], l);
-}
-
-/* Before layer l's backward: its gradient slot, free again, from zero
- * (the layer's ops accumulate into it). */
-static void grads_slot_ready(struct ferry_layer_exec *ex, struct ferry_program *p, int l)
-{
-	int slot = l % ex->wr.grad_ring;
-
-	ferry_emit_wait(p, ex->compute, ex->g_free[slot], l);
-	ferry_emit_zero(p, ex->compute, at(ex->wr.grad_slot0, (size_t)slot * ex->wr.slot_numel * sizeof(float)),
-			ex->wr.slot_numel * sizeof(float), l, "weight gradient slot");
-}
-
 /* The batch's dimensions: the created ones with B and T replaced. */
 static struct ferry_dims batch_dims(const struct ferry_layer_exec *ex, int B, int T)
 {
@@ -379,6 +316,84 @@ static const char *op_label(const struct ferry_layer_decl *decl, int o, bool bac
 	return buf;
 }
 
+/* Before op o of layer l: a ring slot it writes is rewritten only after
+ * its last copy-out. */
+static void slots_free(struct ferry_layer_exec *ex, struct ferry_program *p, int o, int l)
+{
+	const struct ferry_op_info *info = ferry_op_info(ex->decl->ops[o].kind);
+	int t, tl;
+
+	for (int i = 0; i < info->n_out; i++)
+		if (offloaded_as(ex, ex->decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring)
+			ferry_emit_wait(p, ex->compute, d2h_event(ex, t, tl), l);
+}
+
+/* After op o of layer l: its offloaded outputs to the host. */
+static void copy_outs(struct ferry_layer_exec *ex, struct ferry_program *p, int o, int l, int B, int T)
+{
+	const struct ferry_op_info *info = ferry_op_info(ex->decl->ops[o].kind);
+	int t, tl;
+
+	for (int i = 0; i < info->n_out; i++)
+		if (offloaded_as(ex, ex->decl->ops[o].out[i], l, &t, &tl))
+			copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
+}
+
+/* ---- the tiled MLP (--mlp-tile) ------------------------------------------------------ */
+
+static bool inner(const struct ferry_layer_exec *ex, int t)
+{
+	return ferry_row_tiles_inner(&ex->sp.tiles, t);
+}
+
+/* Bytes of one row (token) of tensor t. */
+static size_t row_bytes(const struct ferry_layer_exec *ex, int t)
+{
+	return (size_t)ferry_shape_row_width(&ex->decl->tensors[t].shape, &ex->dims) * ex->sp.elem[t];
+}
+
+/* ptr, moved to row r0 of tensor t unless t is inner (one tile's rows). */
+static void *rows_at(const struct ferry_layer_exec *ex, const void *ptr, int t, int r0)
+{
+	return ptr && !inner(ex, t) ? (char *)ptr + (size_t)r0 * row_bytes(ex, t) : (void *)ptr;
+}
+
+/* Op o's forward call of layer l on rows [r0, r0 + rows) of the batch. */
+static void tile_call(const struct ferry_layer_exec *ex, int o, int l, int r0, int rows, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &ex->decl->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	make_call(ex, o, l, 1, rows, c);
+	for (int i = 0; i < info->n_out; i++)
+		c->out[i] = rows_at(ex, c->out[i], op->out[i], r0);
+	for (int i = 0; i < info->n_in; i++)
+		c->in[i] = rows_at(ex, c->in[i], op->in[i], r0);
+}
+
+static const char *tile_label(const struct ferry_layer_exec *ex, int o, const char *prefix, int r0, char *buf,
+			      size_t n)
+{
+	snprintf(buf, n, "%.10s%.26s rows %d+", prefix, ex->decl->tensors[ex->decl->ops[o].out[0]].name, r0);
+	return buf;
+}
+
+/* The MLP's ops tile after tile: every output row made once, the inner
+ * tensors holding one tile at a time. */
+static void tiled_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T,
+			  const char *prefix)
+{
+	const int n = B * T, tr = ex->sp.tile_rows;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int r0 = 0; r0 < n; r0 += tr)
+		for (int o = ex->sp.tiles.first; o <= ex->sp.tiles.last; o++) {
+			tile_call(ex, o, l, r0, n - r0 < tr ? n - r0 : tr, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, prefix, r0, label, sizeof(label)));
+		}
+}
+
 ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
 				      bool for_backward)
 {
@@ -393,28 +408,29 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
 	if (offload && ex->sp.input_offloaded)
 		copy_out(ex, p, decl->input, 0, tensor_bytes(ex, decl->input, B, T));
 	for (int l = 0; ex->wstream && l < ex->wr.ring; l++)
-		weights_in(ex, p, l);
+		ferry_weight_ring_load(&ex->wr, p, l, false);
 	for (int l = 0; l < ex->L; l++) {
 		if (ex->wstream)
-			ferry_emit_wait(p, ex->compute, ex->w_ready[l % ex->wr.ring], l);
+			ferry_weight_ring_acquire(&ex->wr, p, l);
 		for (int o = 0; o < decl->n_ops; o++) {
-			const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
-			int t, tl;
+			int last = ferry_stack_tiled_op(&ex->sp, o) ? ex->sp.tiles.last : o;
 
-			make_call(ex, o, l, B, T, &c);
-			/* a ring slot is rewritten only after its last copy-out */
-			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl) && tl >= ex->sp.ring)
-					ferry_emit_wait(p, ex->compute, d2h_event(ex, t, tl), l);
-			ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, false, label, sizeof(label)));
-			for (int i = 0; offload && i < info->n_out; i++)
-				if (offloaded_as(ex, decl->ops[o].out[i], l, &t, &tl))
-					copy_out(ex, p, t, tl, tensor_bytes(ex, t, B, T));
+			for (int u = o; offload && u <= last; u++)
+				slots_free(ex, p, u, l);
+			if (last != o) {
+				tiled_forward(ex, p, l, B, T, "");
+			} else {
+				make_call(ex, o, l, B, T, &c);
+				ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, false, label, sizeof(label)));
+			}
+			for (int u = o; offload && u <= last; u++)
+				copy_outs(ex, p, u, l, B, T);
+			o = last;
 		}
 		if (ex->wstream) {
-			ferry_emit_record(p, ex->compute, ex->w_free[l % ex->wr.ring], l);
+			ferry_weight_ring_release(&ex->wr, p, l);
 			if (l + ex->wr.ring < ex->L)
-				weights_in(ex, p, l + ex->wr.ring);
+				ferry_weight_ring_load(&ex->wr, p, l + ex->wr.ring, false);
 		}
 	}
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "schedule: out of host memory") : FERRY_OK;
@@ -462,6 +478,13 @@ static char *grad_of(struct ferry_layer_exec *ex, int t, int io_out)
 	return ex->grad[t];
 }
 
+/* The tensor whose gradient bytes t's gradient is (itself, or the one
+ * its in-place backward writes over). */
+static int grad_owner(const struct ferry_layer_exec *ex, int t)
+{
+	return ex->sp.grad_alias[t] >= 0 ? ex->sp.grad_alias[t] : t;
+}
+
 /* Zeroes the gradient of tensor t (before its first accumulation). */
 static void zero_grad(struct ferry_layer_exec *ex, struct ferry_program *p, int t, int io_out, int l, int B, int T)
 {
@@ -483,11 +506,71 @@ static void backward_prepare(struct ferry_layer_exec *ex, struct ferry_program *
 	if (ex->sp.has_grad & (1u << decl->input))
 		zero_grad(ex, p, decl->input, ex->io_cur, l, B, T);
 	for (int o = 0; o < decl->n_ops; o++) {
+		if (ex->sp.tile_refill && o == ex->sp.tiles.first)
+			tiled_forward(ex, p, l, B, T, "recompute ");
 		if (!(ex->sp.recompute_ops & (1u << o)))
 			continue;
 		make_call(ex, o, l, B, T, &c);
 		snprintf(label, sizeof(label), "recompute %.40s", decl->tensors[decl->ops[o].out[0]].name);
 		ferry_emit_op(p, ex->compute, &c, l, label);
+	}
+}
+
+/* The gradient fields of op o's backward call (its forward one made) in
+ * layer l; r0 >= 0: on the tile starting at row r0. */
+static void backward_fields(struct ferry_layer_exec *ex, int o, int l, int io_out, int r0, struct ferry_op_call *c)
+{
+	const struct ferry_op_decl *op = &ex->decl->ops[o];
+	const struct ferry_op_info *info = ferry_op_info(op->kind);
+
+	c->backward = true;
+	c->grad_assign = ex->sp.grad_assign_ops & (1u << o);
+	for (int i = 0; i < info->n_out; i++)
+		c->dout[i] = r0 < 0 ? grad_of(ex, op->out[i], io_out)
+				    : rows_at(ex, grad_of(ex, op->out[i], io_out), grad_owner(ex, op->out[i]), r0);
+	for (int i = 0; i < info->n_in; i++)
+		c->din[i] = r0 < 0 ? grad_of(ex, op->in[i], io_out)
+				   : rows_at(ex, grad_of(ex, op->in[i], io_out), grad_owner(ex, op->in[i]), r0);
+	for (int i = 0; i < info->n_w; i++)
+		if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
+			c->dw[i] = ex->weights.grad_base[op->w[i].param] +
+				   weight_offset(ex, op->w[i], l, ferry_op_weight_view(c, i), true);
+}
+
+/* The MLP's backward, tile after tile: each tile's inner tensors made
+ * again from the run's inputs, then its ops' backward in reverse on the
+ * tile's rows; gradients of what outlives the run start from zero before
+ * the first tile and gather every tile's share, the inner ones' (one
+ * tile's rows) are zeroed per tile. */
+static void tiled_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int l, int B, int T, int io_out)
+{
+	const struct ferry_layer_decl *decl = ex->decl;
+	const int n = B * T, tr = ex->sp.tile_rows, first = ex->sp.tiles.first, last = ex->sp.tiles.last;
+	struct ferry_op_call c;
+	char label[56];
+
+	for (int t = 0; t < decl->n_tensors; t++)
+		if (ex->sp.grad_zero_op[t] >= first && ex->sp.grad_zero_op[t] <= last && !inner(ex, t))
+			zero_grad(ex, p, t, io_out, l, B, T);
+	for (int r0 = 0; r0 < n; r0 += tr) {
+		const int rows = n - r0 < tr ? n - r0 : tr;
+
+		for (int o = first; o <= last; o++) {
+			if (!ferry_row_tiles_makes_inner(&ex->sp.tiles, decl, o))
+				continue;
+			tile_call(ex, o, l, r0, rows, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, "recompute ", r0, label, sizeof(label)));
+		}
+		for (int o = last; o >= first; o--) {
+			for (int t = 0; t < decl->n_tensors; t++)
+				if (ex->sp.grad_zero_op[t] == o && inner(ex, t))
+					ferry_emit_zero(p, ex->compute, grad_of(ex, t, io_out), (size_t)rows * row_bytes(ex, t),
+							l, tile_label(ex, ferry_layer_producer(decl, t), "d ", r0, label,
+								      sizeof(label)));
+			tile_call(ex, o, l, r0, rows, &c);
+			backward_fields(ex, o, l, io_out, r0, &c);
+			ferry_emit_op(p, ex->compute, &c, l, tile_label(ex, o, "d ", r0, label, sizeof(label)));
+		}
 	}
 }
 
@@ -500,23 +583,16 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 
 	backward_prepare(ex, p, l, B, T);
 	for (int o = decl->n_ops - 1; o >= 0; o--) {
-		const struct ferry_op_decl *op = &decl->ops[o];
-		const struct ferry_op_info *info = ferry_op_info(op->kind);
-
+		if (ferry_stack_tiled_op(&ex->sp, o)) {
+			tiled_backward(ex, p, l, B, T, io_out);
+			o = ex->sp.tiles.first;
+			continue;
+		}
 		for (int t = 0; t < decl->n_tensors; t++)
 			if (ex->sp.grad_zero_op[t] == o)
 				zero_grad(ex, p, t, io_out, l, B, T);
 		make_call(ex, o, l, B, T, &c);
-		c.backward = true;
-		c.grad_assign = ex->sp.grad_assign_ops & (1u << o);
-		for (int i = 0; i < info->n_out; i++)
-			c.dout[i] = grad_of(ex, op->out[i], io_out);
-		for (int i = 0; i < info->n_in; i++)
-			c.din[i] = grad_of(ex, op->in[i], io_out);
-		for (int i = 0; i < info->n_w; i++)
-			if (op->w[i].param >= 0 && ex->weights.grad_base[op->w[i].param])
-				c.dw[i] = ex->weights.grad_base[op->w[i].param] +
-					  weight_offset(ex, op->w[i], l, ferry_op_weight_view(&c, i), true);
+		backward_fields(ex, o, l, io_out, -1, &c);
 		ferry_emit_op(p, ex->compute, &c, l, op_label(decl, o, true, label, sizeof(label)));
 	}
 	ferry_emit_grads_done(p, ex->compute, l);
@@ -526,11 +602,6 @@ static void backward_layer(struct ferry_layer_exec *ex, struct ferry_program *p,
 void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook)
 {
 	ex->hook = hook ? *hook : (struct ferry_layer_hook){ 0 };
-}
-
-static int slot_w(const struct ferry_layer_exec *ex, int l)
-{
-	return l % ex->wr.ring;
 }
 
 ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T)
@@ -552,15 +623,15 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			if (ex->sp.offloaded & (1u << t))
 				ferry_emit_wait(p, ex->compute, d2h_event(ex, t, l), l);
 		if (ex->wstream && l < ex->L - ex->wr.ring) /* else still there from the forward */
-			ferry_emit_wait(p, ex->compute, ex->w_ready[slot_w(ex, l)], l);
+			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
-			grads_slot_ready(ex, p, l);
+			ferry_weight_ring_zero_grads(&ex->wr, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
-			ferry_emit_record(p, ex->compute, ex->w_free[slot_w(ex, l)], l);
-			grads_out(ex, p, l);
+			ferry_weight_ring_release(&ex->wr, p, l);
+			ferry_weight_ring_grads_out(&ex->wr, p, l);
 			if (l - ex->wr.ring >= 0)
-				weights_in(ex, p, l - ex->wr.ring);
+				ferry_weight_ring_load(&ex->wr, p, l - ex->wr.ring, true);
 		}
 		if (offload) {
 			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);

@@ -11,45 +11,29 @@
 #include "ferry/backend.h"
 #include "plan/stack_plan.h"
 #include "sched/schedule.h"
+#include "exec/weight_ring.h"
 
 struct ferry_layer_exec;
 
 /* Where the executor finds a layer's weights and weight gradients:
  * parameter p of layer l starts layer_stride[p] * l elements into base[p]
  * (weights in the activation type, as the kernels read them) and into
- * grad_base[p] (fp32). */
+ * grad_base[p] (fp32).
+ *
+ * With the layers' weights streamed (layers.weights=host:stream), `rings`
+ * is their weight ring (weight_ring.h, units the layers, the ring's
+ * streams and names the engine's): a stacked parameter p (one with a
+ * layer_stride) of layer l is at base[p] + (l % ring) * slot_numel
+ * elements, and its gradient at grad_base[p] + (l % grad_ring) *
+ * slot_numel.  Weights come from the host `ring - 1` layers ahead, in
+ * forward and again in backward (the last `ring` layers of the forward
+ * stay for the backward); each layer's gradients go to the host as soon as
+ * its backward is done. */
 struct ferry_weight_table {
 	void *const *base;
 	float *const *grad_base;
 	const size_t *layer_stride;
 	struct ferry_weight_rings *rings; /* NULL: every layer's weights resident */
-};
-
-/* Parameter streaming (--offload-params): a stacked parameter p (one with
- * a layer_stride) of layer l is at base[p] + (l % ring) * slot_numel
- * elements, and its gradient at grad_base[p] + (l % grad_ring) *
- * slot_numel.  Weights come from the host `prefetch` layers ahead, in
- * forward and again in backward (the last `ring` layers of the forward
- * stay for the backward); each layer's gradients go to the host as soon as
- * its backward is done. */
-struct ferry_weight_stream {
-	const char *name;
-	const void *host;     /* layer 0's weights (kernel type); layer l at + l * bytes */
-	float *host_grad;     /* layer 0's gradient; layer l at + l * numel */
-	void *dev;            /* the weights in ring slot 0 */
-	float *dev_grad;      /* the gradient in ring slot 0 */
-	size_t numel;         /* one layer's elements */
-};
-
-#define FERRY_WEIGHT_RING_MAX 65
-
-struct ferry_weight_rings {
-	int ring, grad_ring;  /* slots */
-	size_t slot_numel;    /* elements between slots */
-	size_t elem;          /* bytes per weight element */
-	float *grad_slot0;    /* the gradient ring's first slot (zeroed per layer) */
-	int n;
-	struct ferry_weight_stream s[24];
 };
 
 /* Where the stack's activations live: device slots of tensor t (as the

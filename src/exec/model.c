@@ -78,52 +78,80 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 	return st;
 }
 
-/* Kernel and gradient addresses of every parameter; a tied one reads the
- * tensor it is tied to. */
-/* --offload-params: a stacked parameter's weights and gradient in ring
- * slot 0, and where its layers are on the host. */
-static void bind_streamed(struct ferry_model *m, int p, const struct ferry_param_info *pi)
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
-	struct ferry_weight_rings *r = &m->rings;
-	struct ferry_weight_stream *s = &r->s[r->n++];
-	char *w = entry(m, ix->wring);
-	float *g = entry(m, ix->gring);
-
-	m->wptr[p] = w ? w + ix->ring_off[p] * m->asz : NULL;
-	m->gptr[p] = g ? g + ix->ring_off[p] : NULL;
-	s->name = pi->name;
-	s->host = entry(m, ix->host_copy[p] >= 0 ? ix->host_copy[p] : ix->param[p]);
-	s->host_grad = entry(m, ix->grad[p]);
-	s->dev = m->wptr[p];
-	s->dev_grad = m->gptr[p];
-	s->numel = pi->layer_numel;
+	return base ? (char *)base + bytes : NULL;
 }
 
+/* Whether a layout after k (a unit later in the forward, earlier in the
+ * backward) reads parameter q too. */
+static bool read_later(const struct ferry_table_ring *tr, int k, int q)
+{
+	for (int j = k + 1; j < tr->n_layouts; j++)
+		if (tr->w[j][q] >= 0)
+			return true;
+	return false;
+}
+
+/* Streamed group g's ring (weight_ring.h) from the table's
+ * (tt.ix.ring[g]): a part for each parameter each layout reads, from its
+ * host arrays (the kernel type's copy when there is one). */
+static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const struct ferry_table_ring *tr = &ix->ring[g];
+	struct ferry_weight_rings *r = &m->ring[g];
+
+	*r = (struct ferry_weight_rings){ .ring = tr->slots, .grad_ring = tr->grad_slots, .slot_numel = tr->slot_numel,
+					  .elem = m->asz, .per_stage = tr->n_layouts > 1 };
+	for (int k = 0; k < tr->n_layouts; k++)
+		for (int q = 0; q < m->md->n_params; q++) {
+			struct ferry_param_info pi;
+
+			if (tr->w[k][q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+				continue;
+			r->s[r->n++] = (struct ferry_weight_stream){
+				pi.name, entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+				entry(m, ix->grad[q]), at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
+				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
+				r->per_stage && read_later(tr, k, q) };
+			if (tr->grad_slots)
+				r->grad_slot0 = entry(m, tr->g[k][q]);
+		}
+}
+
+/* Kernel and gradient addresses of every parameter with the layers'
+ * weights streamed: a stacked one's in the layers' ring slot 0, the
+ * others' their device copy, or per stage in the edges' ring.  A tied
+ * parameter reads the tensor it is tied to. */
 static void bind_offloaded(struct ferry_model *m)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 
-	m->rings = (struct ferry_weight_rings){ .ring = ix->wring_slots, .grad_ring = ix->gring_slots,
-						.slot_numel = ix->ring_numel, .elem = m->asz,
-						.grad_slot0 = entry(m, ix->gring) };
+	for (int g = 0; g < FERRY_GROUP_COUNT; g++)
+		if (ix->ring[g].slots)
+			bind_ring(m, (enum ferry_place_group)g);
 	for (int p = 0; p < m->md->n_params; p++) {
 		const struct ferry_param_decl *pd = &m->md->params[p];
 		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
+		const struct ferry_table_ring *edges = &ix->ring[FERRY_GROUP_EDGE_WEIGHTS];
+		const struct ferry_table_ring *layers = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
 		struct ferry_param_info pi;
 
 		if (ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 			continue;
 		m->stride[p] = pi.layers ? pi.layer_numel : 0;
 		if (pi.layers && q == p) {
-			bind_streamed(m, p, &pi);
+			m->wptr[p] = at(entry(m, layers->w[0][p]), layers->off[p] * m->asz);
+			m->gptr[p] = at(entry(m, layers->g[0][p]), layers->off[p] * sizeof(float));
 			continue;
 		}
 		m->wptr[p] = entry(m, ix->copy[q]);
 		m->gptr[p] = entry(m, ix->dev_grad[q]);
-		for (int s = 0; s < 2 && ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS); s++) {
-			m->edge_w[s][p] = entry(m, ix->edge_copy[s][q]);
-			m->edge_g[s][p] = entry(m, ix->edge_grad[s][q]);
+		for (int s = 0; s < edges->n_layouts; s++) {
+			m->edge_w[s][p] = entry(m, edges->w[s][q]);
+			m->edge_g[s][p] = entry(m, edges->g[s][q]);
 		}
 	}
 }
@@ -149,7 +177,7 @@ static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
-					 ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? &m->rings : NULL };
+					 m->ring[FERRY_GROUP_LAYER_WEIGHTS].ring ? &m->ring[FERRY_GROUP_LAYER_WEIGHTS] : NULL };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -209,10 +237,16 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 	m->opt_layer_grads = ferry_sched_event(&m->res, "a layer's gradients written");
 }
 
-/* --offload-params: the norm runs on the host, after every gradient has
- * arrived there. */
+/* What the schedule calls the edges' ring. */
+static const struct ferry_ring_names edge_ring_names = { "edge region", "edge gradients", "edge", NULL };
+
+/* layers.weights=host:stream: the norm runs on the host, after every
+ * gradient has arrived there; with edges.weights=host:stream the edges'
+ * ring moves on the copy streams. */
 static void add_param_streams(struct ferry_model *m)
 {
+	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
+
 	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
 	m->opt_cpu_stream = ferry_sched_stream(&m->res, "cpu optimizer");
 	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
@@ -220,10 +254,11 @@ static void add_param_streams(struct ferry_model *m)
 	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
 		return;
-	m->param_h2d = ferry_sched_stream(&m->res, "h2d");
-	m->edge_loaded = ferry_sched_event(&m->res, "edge region loaded");
-	m->edge_read = ferry_sched_event(&m->res, "edge region read");
-	m->edge_out = ferry_sched_event(&m->res, "edge gradients copied out");
+	r->names = &edge_ring_names;
+	r->compute = m->compute;
+	r->h2d = ferry_sched_stream(&m->res, "h2d");
+	r->d2h = m->opt_d2h;
+	ferry_weight_ring_register(r, &m->res);
 }
 
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
@@ -659,6 +694,14 @@ ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 		}
 	if (!base)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "model %s has no softmax output", m->cfg.arch);
+	if (m->tt.place.loss_tile) { /* only the last tile's rows are there */
+		int last = (m->cur_B * m->cur_T - 1) / m->tt.place.loss_tile * m->tt.place.loss_tile;
+
+		if (row < last)
+			return ferry_error(FERRY_ERR_INVALID, "row %d: with the loss over tiles of %d tokens only the last "
+					   "tile's probabilities (rows %d on) are kept", row, m->tt.place.loss_tile, last);
+		row -= last;
+	}
 	st = copy_sync(m, probs, base + (size_t)row * m->cfg.padded_vocab * m->asz, V * m->asz, FERRY_COPY_D2H);
 	/* bf16 probabilities widen in place, from the end so nothing is
 	 * overwritten before it is read: a bf16 is the top half of an fp32 */

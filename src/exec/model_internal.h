@@ -79,20 +79,19 @@ struct ferry_model {
 	/* AdamW on host threads (tt.ix.opt_cpu): its stream, and the events
 	 * "a slice's gradients are on the host", "updated", "all uploaded" */
 	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
-	/* --offload-params (tt.ix.params_offloaded): the rings the engine
-	 * streams the layers through, and the events "the unstacked
-	 * parameters' gradients are written", "every gradient is on the host",
-	 * "the norm is computed" */
-	struct ferry_weight_rings rings;
-	int stage_grads_done, all_grads_home, norm_done;
-	/* --offload-embeddings (tt.ix.edges): parameter p's kernel and
+	/* each streamed weight group's ring (weight_ring.h; the table's
+	 * tt.ix.ring): the layers' (the engine streams them; their streams and
+	 * events are the engine's) and the edges' (units the stages, on the
+	 * "h2d" and "d2h" streams), by group; and parameter p's kernel and
 	 * gradient addresses while stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE)
-	 * holds the edge region (NULL: that stage does not read it), and the
-	 * events "the region loaded" (h2d), "read for the last time"
-	 * (compute), "its gradients copied out" (d2h) */
-	void *edge_w[2][FERRY_MODEL_MAX_PARAMS];
-	float *edge_g[2][FERRY_MODEL_MAX_PARAMS];
-	int param_h2d, edge_loaded, edge_read, edge_out;
+	 * holds the edges' (NULL: that stage does not read p) */
+	struct ferry_weight_rings ring[FERRY_GROUP_COUNT];
+	void *edge_w[FERRY_EDGE_STAGES][FERRY_MODEL_MAX_PARAMS];
+	float *edge_g[FERRY_EDGE_STAGES][FERRY_MODEL_MAX_PARAMS];
+	/* layers.weights=host:stream: the events "the unstacked parameters'
+	 * gradients are written", "every gradient is on the host", "the norm
+	 * is computed" */
+	int stage_grads_done, all_grads_home, norm_done;
 	/* AdamW on host threads: "layer l's gradients written" (the d2h copy
 	 * waits for it); the speculative order's step (armed by
 	 * ferry_model_step_speculate, pending between submit and finish) */

@@ -9,17 +9,17 @@
 static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_ENCODER] = { "encoder", 0, 1, 2, 0, 0, false },
 	/* layernorm backward needs x, mean and rstd (and the gain, a weight) */
-	[FERRY_OP_LAYERNORM] = { "layernorm", 1, 3, 2, IN(0) | OUT(1) | OUT(2), 0x6, false },
+	[FERRY_OP_LAYERNORM] = { "layernorm", 1, 3, 2, IN(0) | OUT(1) | OUT(2), 0x6, false, .rows = true },
 	/* d(in) needs the weight only; d(weight) needs the input */
-	[FERRY_OP_MATMUL] = { "matmul", 1, 1, 2, IN(0), 0, true },
+	[FERRY_OP_MATMUL] = { "matmul", 1, 1, 2, IN(0), 0, true, .rows = true },
 	/* flash-style backward: q, k, v, the output and the log-sum-exp; it
 	   takes the window, the scale and the soft cap */
 	[FERRY_OP_ATTENTION] = { "attention", 3, 2, 0, IN(0) | IN(1) | IN(2) | OUT(0) | OUT(1), 0x2, false,
 				 .n_scalars = 3 },
 	/* elementwise: d in[i] needs only d out[i], so it may overwrite it */
-	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false, true },
-	[FERRY_OP_RESIDUAL] = { "residual", 2, 1, 0, 0, 0, false },
-	[FERRY_OP_SOFTMAX_XENT] = { "softmax_xent", 1, 2, 0, OUT(1), 0x3, false },
+	[FERRY_OP_GELU] = { "gelu", 1, 1, 0, IN(0), 0, false, true, .rows = true },
+	[FERRY_OP_RESIDUAL] = { "residual", 2, 1, 0, 0, 0, false, .rows = true },
+	[FERRY_OP_SOFTMAX_XENT] = { "softmax_xent", 1, 2, 0, OUT(1), 0x3, false, .rows = true },
 	[FERRY_OP_ADAMW] = { "adamw", 1, 2, 1, 0, 0x3, false },
 	[FERRY_OP_SUM_SQUARES] = { "sum_squares", 1, 0, 0, 0, 0, false },
 	[FERRY_OP_SUM] = { "sum", 1, 0, 0, 0, 0, false },
@@ -27,13 +27,13 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	[FERRY_OP_SGD] = { "sgd", 1, 0, 1, 0, 0, false },
 	[FERRY_OP_CAST] = { "cast", 1, 1, 0, 0, 0, false },
 	/* rmsnorm backward needs x and rstd (and the gain, a weight) */
-	[FERRY_OP_RMSNORM] = { "rmsnorm", 1, 2, 1, IN(0) | OUT(1), 0x2, false },
+	[FERRY_OP_RMSNORM] = { "rmsnorm", 1, 2, 1, IN(0) | OUT(1), 0x2, false, .rows = true },
 	/* rope is linear: d in is the inverse rotation of d out; it takes theta
 	   and the scaling's constants */
 	[FERRY_OP_ROPE] = { "rope", 1, 1, 0, 0, 0, false, .n_scalars = FERRY_ROPE_N_SCALARS },
-	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false },
+	[FERRY_OP_SWIGLU] = { "swiglu", 2, 1, 0, IN(0) | IN(1), 0, false, .rows = true },
 	[FERRY_OP_SQUARED_ERROR] = { "squared_error", 2, 1, 0, 0, 0, false },
-	[FERRY_OP_GEGLU] = { "geglu", 2, 1, 0, IN(0) | IN(1), 0, false },
+	[FERRY_OP_GEGLU] = { "geglu", 2, 1, 0, IN(0) | IN(1), 0, false, .rows = true },
 	/* linear: its backward reads nothing, and may assign over d out */
 	[FERRY_OP_SCALE] = { "scale", 1, 1, 0, 0, 0, false, true },
 	/* its backward reads the input: the softmax overwrites the output */

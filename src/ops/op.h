@@ -73,6 +73,9 @@ struct ferry_op_info {
 				    element read before it is written */
 	int n_scalars;           /* model constants it takes, consecutive from
 				    its declared one, into scalar[0..) (0: 1) */
+	bool rows;               /* each row (token) of its tensors is computed
+				    from the same row alone, position aside: it
+				    may run over any range of rows (tiles) */
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind);

@@ -11,9 +11,11 @@
 #include "ferry/place.h"
 #include "ferry/comm.h"
 #include "ferry/plan.h"
+#include "tier/tier_spec.h"
 #include "core/error.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +34,22 @@ const char *ferry_place_group_name(enum ferry_place_group g)
 	return g >= 0 && g < FERRY_GROUP_COUNT ? group_names[g] : "?";
 }
 
-static const struct ferry_place on_device = { FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_NONE, false, 0 };
+/* A placement without host tiers named. */
+static struct ferry_place place_of(enum ferry_home home, enum ferry_access access, int depth, enum ferry_update update,
+				   bool speculative)
+{
+	return (struct ferry_place){ .home = home, .access = access, .depth = depth, .update = update,
+				     .speculative = speculative };
+}
+
+#define ON_DEVICE place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_NONE, false)
 
 void ferry_places_default(struct ferry_places *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->group[FERRY_GROUP_LAYER_WEIGHTS] = on_device;
-	p->group[FERRY_GROUP_EDGE_WEIGHTS] = on_device;
-	p->group[FERRY_GROUP_ADAM] = on_device;
+	p->group[FERRY_GROUP_LAYER_WEIGHTS] = ON_DEVICE;
+	p->group[FERRY_GROUP_EDGE_WEIGHTS] = ON_DEVICE;
+	p->group[FERRY_GROUP_ADAM] = ON_DEVICE;
 	p->group[FERRY_GROUP_ADAM].update = FERRY_UPDATE_DEVICE;
 }
 
@@ -71,36 +81,89 @@ static ferry_status weights_value(const char *key, const char *v, enum ferry_pla
 	int depth = 1;
 
 	if (!strcmp(v, "device")) {
-		*out = on_device;
+		*out = ON_DEVICE;
 		return FERRY_OK;
 	}
 	if (g == FERRY_GROUP_LAYER_WEIGHTS ? word_with_depth(v, "host:stream", MAX_DEPTH, &depth) : !strcmp(v, "host:stream")) {
-		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
-					     g == FERRY_GROUP_LAYER_WEIGHTS ? depth : 0, FERRY_UPDATE_NONE, false, 0 };
+		*out = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM, g == FERRY_GROUP_LAYER_WEIGHTS ? depth : 0,
+				FERRY_UPDATE_NONE, false);
 		return FERRY_OK;
 	}
+	if (!strncmp(v, "host(", 5))
+		return ferry_error(FERRY_ERR_INVALID, "--place %s=%s: the weights stream from AdamW's arrays on the "
+				   "host: their tier is adam's (adam=host(TIER):...)", key, v);
 	return ferry_error(FERRY_ERR_INVALID, "--place %s=%s: %s", key, v,
 			   g == FERRY_GROUP_LAYER_WEIGHTS ? "device or host:stream(D), D layers loaded ahead (1 to 64)"
 							  : "device or host:stream");
 }
 
+/* Whether t can name a tier (ferry/tier.h resolves it): 1 to
+ * FERRY_TIER_NAME_CHARS - 1 of the characters tier names use. */
+static bool tier_word(const char *t, size_t len)
+{
+	return len && len < FERRY_TIER_NAME_CHARS && strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789:*+") >= len;
+}
+
+/* adam's host tiers from the inside of host(...), given AdamW's placement
+ * o: one TIER for every kind of its host state (nvme: those it can hold),
+ * or KIND=TIER items. */
+static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum ferry_optim_place o,
+			       struct ferry_place *out)
+{
+	char spec[512], what[600], names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
+	bool single = !memchr(in, '=', len), any = false;
+	ferry_status st;
+
+	if (len >= sizeof(spec) - 4 || (single && !tier_word(in, len)))
+		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: host(TIER) or host(KIND=TIER,...): TIER "
+				   "dram, node:N, cxl, interleave:N*W+M*V, nvme or auto", v);
+	snprintf(spec, sizeof(spec), "%s%.*s", single ? "all=" : "", (int)len, in);
+	snprintf(what, sizeof(what), "--place adam=%.*s", (int)(sizeof(what) - 16), v);
+	if ((st = ferry_tier_spec_split(what, spec, o, names)))
+		return st;
+	if (names[FERRY_HOST_ACTIVATIONS][0] && !single)
+		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: the activations' tier is activations.host", v);
+	for (int k = FERRY_HOST_PARAMS; k < FERRY_HOST_KINDS; k++) {
+		if (names[k][0] && !tier_word(names[k], strlen(names[k])))
+			return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: '%s' is no tier name", v, names[k]);
+		snprintf(out->tier[k], sizeof(out->tier[k]), "%s", names[k]);
+		any |= names[k][0] != '\0';
+	}
+	if (!any)
+		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: the NVMe tier holds no state the host "
+				   "threads compute on", v);
+	return FERRY_OK;
+}
+
 static ferry_status adam_value(const char *v, struct ferry_place *out)
 {
+	const char *tiers = !strncmp(v, "host(", 5) ? v + 5 : NULL, *close = tiers ? strchr(tiers, ')') : NULL;
+	const char *how = close ? close + 1 : !strncmp(v, "host", 4) ? v + 4 : "";
+	struct ferry_place pl = { 0 };
 	int ranks = 0;
 
-	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1)
-		*out = (struct ferry_place){ FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false, ranks };
-	else if (!strcmp(v, "device"))
-		*out = (struct ferry_place){ FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false, 0 };
-	else if (!strcmp(v, "host:stream"))
-		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_DEVICE, false, 0 };
-	else if (!strcmp(v, "host:cpu") || !strcmp(v, "host:cpu(speculative)"))
-		*out = (struct ferry_place){ FERRY_HOME_HOST, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_HOST,
-					     !strcmp(v, "host:cpu(speculative)"), 0 };
+	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1) {
+		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
+		pl.shard = ranks;
+	} else if (!strcmp(v, "device"))
+		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
+	else if (!strcmp(how, ":stream"))
+		pl = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_DEVICE, false);
+	else if (!strcmp(how, ":cpu") || !strcmp(how, ":cpu(speculative)"))
+		pl = place_of(FERRY_HOME_HOST, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_HOST, !strcmp(how, ":cpu(speculative)"));
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
-				   "device:shard(N) (split over N ranks, 2 or more)", v);
+				   "device:shard(N) (split over N ranks, 2 or more); host(TIER) or host(KIND=TIER,...) "
+				   "names its tiers", v);
+	if (tiers && close) {
+		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
+					     pl.update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM, &pl);
+
+		if (st)
+			return st;
+	}
+	*out = pl;
 	return FERRY_OK;
 }
 
@@ -131,6 +194,25 @@ static ferry_status add_custom(struct ferry_places *p, const char *name, const c
 	return FERRY_OK;
 }
 
+/* Tokens per tile (ferry_exec_opts' mlp_tile, loss_tile): a count, auto
+ * or 0 (untiled). */
+static ferry_status tile_value(const char *key, const char *v, int *out)
+{
+	char *end;
+	long n;
+
+	if (!strcmp(v, "auto")) {
+		*out = FERRY_TILE_AUTO;
+		return FERRY_OK;
+	}
+	n = strtol(v, &end, 10);
+	if (end == v || *end || n < 0 || n > INT_MAX)
+		return ferry_error(FERRY_ERR_INVALID, "--place activations.%s=%s: tokens per tile (0: untiled) "
+				   "or auto", key, v);
+	*out = (int)n;
+	return FERRY_OK;
+}
+
 static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, enum act_form *form)
 {
 	if (!strcmp(key, "activations")) {
@@ -144,6 +226,17 @@ static ferry_status activations_item(struct ferry_places *p, const char *key, co
 		return FERRY_OK;
 	}
 	key += strlen("activations.");
+	if (!strcmp(key, "mlp_tile"))
+		return tile_value("mlp_tile", v, &p->mlp_tile);
+	if (!strcmp(key, "loss_tile"))
+		return tile_value("loss_tile", v, &p->loss_tile);
+	if (!strcmp(key, "host")) {
+		if (!tier_word(v, strlen(v)))
+			return ferry_error(FERRY_ERR_INVALID, "--place activations.host=%s: a tier: dram, node:N, cxl, "
+					   "interleave:N*W+M*V, nvme or auto", v);
+		snprintf(p->act_tier, sizeof(p->act_tier), "%s", v);
+		return FERRY_OK;
+	}
 	if (!strcmp(key, "prefetch")) {
 		char *end;
 		long d = strtol(v, &end, 10);
@@ -164,7 +257,8 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 
 	if (!eq)
 		return ferry_error(FERRY_ERR_INVALID, "--place '%s': GROUP=PLACEMENT expected (groups: layers.weights, "
-				   "edges.weights, adam, activations, activations.NAME, activations.prefetch)", item);
+				   "edges.weights, adam, activations, activations.NAME, activations.host, "
+				   "activations.prefetch, activations.mlp_tile, activations.loss_tile)", item);
 	*eq = '\0';
 	v = eq + 1;
 	if (!strcmp(key, "layers.weights"))
@@ -176,7 +270,8 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 	if (!strcmp(key, "activations") || !strncmp(key, "activations.", strlen("activations.")))
 		return activations_item(p, key, v, form);
 	return ferry_error(FERRY_ERR_INVALID, "--place: unknown group '%s' (groups: layers.weights, edges.weights, "
-			   "adam, activations, activations.NAME, activations.prefetch)", key);
+			   "adam, activations, activations.NAME, activations.host, activations.prefetch, "
+			   "activations.mlp_tile, activations.loss_tile)", key);
 }
 
 /* The next item of s (commas inside brackets do not end it), trimmed,
@@ -260,17 +355,58 @@ static void weights_text(const struct ferry_place *pl, char *buf, size_t n)
 		snprintf(buf, n, "host:stream");
 }
 
-static const char *adam_text(const struct ferry_place *pl, char buf[32])
+/* adam's home: host, host(TIER) when every kind of its host state has
+ * that tier, else host(KIND=TIER,...) of the kinds named. */
+static void adam_home_text(const struct ferry_place *pl, char *buf, size_t n)
 {
-	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
-		snprintf(buf, 32, "device:shard(%d)", pl->shard);
-		return buf;
+	const char *t = pl->tier[FERRY_HOST_PARAMS];
+	bool same = t[0];
+	size_t len;
+
+	for (int k = FERRY_HOST_PARAMS; k < FERRY_HOST_KINDS; k++)
+		same &= !strcmp(pl->tier[k], t);
+	if (same) {
+		snprintf(buf, n, "host(%s)", t);
+		return;
 	}
-	if (pl->home == FERRY_HOME_DEVICE)
-		return "device";
-	if (pl->update == FERRY_UPDATE_DEVICE)
-		return "host:stream";
-	return pl->speculative ? "host:cpu(speculative)" : "host:cpu";
+	len = (size_t)snprintf(buf, n, "host(");
+	for (int k = FERRY_HOST_PARAMS; k < FERRY_HOST_KINDS && len < n; k++)
+		if (pl->tier[k][0])
+			len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", len > 5 ? "," : "", ferry_host_kind_name(k),
+						pl->tier[k]);
+	if (len == 5)
+		snprintf(buf, n, "host");
+	else if (len < n)
+		snprintf(buf + len, n - len, ")");
+}
+
+static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
+{
+	char home[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16)];
+
+	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
+		snprintf(buf, n, "device:shard(%d)", pl->shard);
+		return;
+	}
+	if (pl->home == FERRY_HOME_DEVICE) {
+		snprintf(buf, n, "device");
+		return;
+	}
+	adam_home_text(pl, home, sizeof(home));
+	snprintf(buf, n, "%s:%s", home, pl->update == FERRY_UPDATE_DEVICE ? "stream"
+					: pl->speculative ? "cpu(speculative)" : "cpu");
+}
+
+/* ",activations.KEY=N" (or auto) when tiled: untiled placements print as
+ * they did before tiles. */
+static void tile_text(const char *key, int tile, char *buf, size_t n, size_t *len)
+{
+	if (!tile || *len >= n)
+		return;
+	if (tile == FERRY_TILE_AUTO)
+		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=auto", key);
+	else
+		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=%d", key, tile);
 }
 
 /* The activations: the policy as one item, or a custom policy's names as
@@ -291,26 +427,76 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 			s += k + (s[k] == ',');
 		}
 	}
+	if (p->act_tier[0] && len < n)
+		len += (size_t)snprintf(buf + len, n - len, ",activations.host=%s", p->act_tier);
 	if (len < n)
-		snprintf(buf + len, n - len, ",activations.prefetch=%d", p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=%d",
+					p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+	tile_text("mlp_tile", p->mlp_tile, buf, n, &len);
+	tile_text("loss_tile", p->loss_tile, buf, n, &len);
 }
 
 ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n)
 {
-	char lw[32], ew[32], adam[32], act[FERRY_PLACE_CHARS];
+	char lw[32], ew[32], adam[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16) + 32], act[FERRY_PLACE_CHARS];
 	int r;
 
 	weights_text(&p->group[FERRY_GROUP_LAYER_WEIGHTS], lw, sizeof(lw));
 	weights_text(&p->group[FERRY_GROUP_EDGE_WEIGHTS], ew, sizeof(ew));
+	adam_text(&p->group[FERRY_GROUP_ADAM], adam, sizeof(adam));
 	activations_text(p, act, sizeof(act));
-	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s", lw, ew, adam_text(&p->group[FERRY_GROUP_ADAM], adam),
-		     act);
+	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s", lw, ew, adam, act);
 	if (r < 0 || (size_t)r >= n)
 		return ferry_error(FERRY_ERR_INVALID, "placements: more than %zu characters", n - 1);
 	return FERRY_OK;
 }
 
+/* The tier named for kind k ("" when none): the activations', or
+ * adam's host state's. */
+static const char *tier_of(const struct ferry_places *p, int k)
+{
+	const struct ferry_place *adam = &p->group[FERRY_GROUP_ADAM];
+
+	if (k == FERRY_HOST_ACTIVATIONS)
+		return p->act_tier;
+	return adam->home == FERRY_HOME_HOST ? adam->tier[k] : "";
+}
+
+ferry_status ferry_places_tier_spec(const struct ferry_places *p, char *buf, size_t n)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < FERRY_HOST_KINDS && len < n; k++)
+		if (tier_of(p, k)[0])
+			len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", len ? "," : "", ferry_host_kind_name(k),
+						tier_of(p, k));
+	if (len >= n)
+		return ferry_error(FERRY_ERR_INVALID, "host tiers: more than %zu characters", n - 1);
+	return FERRY_OK;
+}
+
 /* ---- from the execution options ----------------------------------------------------- */
+
+ferry_status ferry_places_set_tiers(struct ferry_places *p, const char *spec)
+{
+	char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
+	struct ferry_place *adam = &p->group[FERRY_GROUP_ADAM];
+	ferry_status st = ferry_tier_spec_split("--host-tier", spec, ferry_places_optimizer(p), names);
+
+	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++)
+		if (names[k][0] && !tier_word(names[k], strlen(names[k])))
+			st = ferry_error(FERRY_ERR_INVALID, "--host-tier %s=%s: not a tier name", ferry_host_kind_name(k),
+					 names[k]);
+	if (st)
+		return st;
+	if (names[FERRY_HOST_ACTIVATIONS][0])
+		snprintf(p->act_tier, sizeof(p->act_tier), "%s", names[FERRY_HOST_ACTIVATIONS]);
+	for (int k = FERRY_HOST_PARAMS; k < FERRY_HOST_KINDS && adam->home == FERRY_HOME_HOST; k++)
+		if (names[k][0])
+			snprintf(adam->tier[k], sizeof(adam->tier[k]), "%s", names[k]);
+	return FERRY_OK;
+}
 
 /* The shorthand flags' placements (their own range checks first), then
  * opts->place on top. */
@@ -339,16 +525,21 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 		p->group[FERRY_GROUP_ADAM].shard = o->zero_ranks > 1 ? o->zero_ranks
 						   : o->comm && ferry_comm_size(o->comm) > 1 ? ferry_comm_size(o->comm) : 0;
 	if (o->offload_params)
-		p->group[FERRY_GROUP_LAYER_WEIGHTS] = (struct ferry_place){
-			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false, 0 };
+		p->group[FERRY_GROUP_LAYER_WEIGHTS] = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
+							       o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false);
 	if (o->offload_embeddings)
-		p->group[FERRY_GROUP_EDGE_WEIGHTS] = (struct ferry_place){
-			FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_NONE, false, 0 };
+		p->group[FERRY_GROUP_EDGE_WEIGHTS] = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_NONE,
+							      false);
 	if (o->policy && strlen(o->policy) >= sizeof(p->policy))
 		return ferry_error(FERRY_ERR_INVALID, "policy: longer than %d characters", FERRY_PLACE_POLICY_CHARS - 1);
 	snprintf(p->policy, sizeof(p->policy), "%s", o->policy ? o->policy : "");
 	p->act_prefetch = o->prefetch_depth;
-	if ((st = ferry_places_parse(o->place, p)))
+	if (o->mlp_tile < FERRY_TILE_AUTO || o->loss_tile < FERRY_TILE_AUTO)
+		return ferry_error(FERRY_ERR_INVALID, "tiles of %d (MLP) and %d (loss) tokens: a count, 0 (untiled) "
+				   "or auto", o->mlp_tile, o->loss_tile);
+	p->mlp_tile = o->mlp_tile;
+	p->loss_tile = o->loss_tile;
+	if ((st = ferry_places_set_tiers(p, o->host_tier)) || (st = ferry_places_parse(o->place, p)))
 		return st;
 	return ferry_places_check(p);
 }
@@ -375,5 +566,7 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;
 	o->policy = p->policy[0] ? p->policy : NULL;
 	o->prefetch_depth = p->act_prefetch;
+	o->mlp_tile = p->mlp_tile;
+	o->loss_tile = p->loss_tile;
 	o->place = NULL;
 }

@@ -118,6 +118,10 @@ static void plan_slots(const struct ferry_layer_decl *decl, const struct ferry_d
 	size_t elem = ferry_layer_tensor_is_stat(decl, t) ? sizeof(float) : ferry_dtype_size(sp->act_dtype);
 	size_t bytes = ferry_layer_tensor_numel(decl, t, dims) * elem;
 	size_t sz = align_bytes(bytes);
+
+	if (sp->tile_rows && ferry_row_tiles_inner(&sp->tiles, t)) /* one tile's rows */
+		sz = align_bytes((size_t)sp->tile_rows * (size_t)ferry_shape_row_width(&decl->tensors[t].shape, dims) *
+				 elem);
 	bool stored = sp->stored & (1u << t);
 
 	sp->elem[t] = elem;
@@ -234,6 +238,20 @@ static void plan_aliases(const struct ferry_layer_decl *decl, struct ferry_stack
 			sp->grad_alias[t] = sp->grad_alias[sp->grad_alias[t]];
 }
 
+/* Tiled, the run's backward ops take turns tile after tile: a gradient
+ * live at any of them is live over all of them. */
+static void widen_over_tiles(const struct ferry_stack_plan *sp, unsigned todo, int *first, int *last)
+{
+	const int a = sp->tiles.first, b = sp->tiles.last;
+
+	for (int t = 0; sp->tile_rows && t < sp->n_tensors; t++) {
+		if (!(todo & (1u << t)) || first[t] > b || last[t] < a)
+			continue;
+		first[t] = first[t] < a ? first[t] : a;
+		last[t] = last[t] > b ? last[t] : b;
+	}
+}
+
 /* Offsets of the gradients in the workspace, largest first, after the
  * input's and output's slots (one of them the last-output slot where it
  * can be); sp->grad_bytes is the whole.  An aliased gradient stretches its
@@ -262,6 +280,7 @@ static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack
 		if (a >= 0 && a != decl->output && p < first[a])
 			first[a] = p;
 	}
+	widen_over_tiles(sp, todo, first, last);
 	while (todo) {
 		int t = __builtin_ctz(todo);
 
@@ -281,6 +300,42 @@ static void assign_grads(const struct ferry_layer_decl *decl, struct ferry_stack
 		if (sp->grad_alias[t] >= 0)
 			sp->grad_off[t] = sp->grad_off[sp->grad_alias[t]]; /* 0 for the layer output: unused */
 	sp->grad_bytes = io + end;
+}
+
+/* --mlp-tile: the MLP's run and its tile; its inner tensors recomputed
+ * (per tile, not with the layer's other recomputations). */
+static ferry_status plan_tiles(const struct ferry_layer_decl *decl, const struct ferry_dims *dims, int asked,
+			       struct ferry_stack_plan *sp)
+{
+	ferry_status st = ferry_layer_mlp_tiles(decl, dims, &sp->tiles);
+
+	if (st)
+		return st;
+	sp->tile_rows = ferry_row_tiles_rows(&sp->tiles, asked, dims->v[FERRY_DIM_B] * dims->v[FERRY_DIM_T]);
+	if (sp->tile_rows < 1)
+		return ferry_error(FERRY_ERR_INVALID, "--mlp-tile %d: tokens per tile must be positive", asked);
+	for (int t = 0; t < decl->n_tensors; t++)
+		if (ferry_row_tiles_inner(&sp->tiles, t))
+			sp->place[t] = FERRY_PLACE_REMAT;
+	return FERRY_OK;
+}
+
+/* The run's ops leave the layer's recomputations (each tile recomputes
+ * its inner tensors), unless backward reads an output of the run that is
+ * not kept: then the whole run is recomputed too (tile_refill). */
+static void tiles_recompute(const struct ferry_layer_decl *decl, struct ferry_stack_plan *sp)
+{
+	for (int o = sp->tiles.first; sp->tile_rows && o <= sp->tiles.last; o++) {
+		const struct ferry_op_info *info = ferry_op_info(decl->ops[o].kind);
+
+		for (int i = 0; i < info->n_out; i++) {
+			int t = decl->ops[o].out[i];
+
+			if (!ferry_row_tiles_inner(&sp->tiles, t) && (sp->needed & ~sp->stored & (1u << t)))
+				sp->tile_refill = true;
+		}
+		sp->recompute_ops &= ~(1u << o);
+	}
 }
 
 int ferry_stack_storage_slots(const struct ferry_stack_plan *sp, int t)
@@ -316,7 +371,10 @@ ferry_status ferry_stack_plan_make(const struct ferry_layer_decl *decl,
 	sp->place[decl->output] = sp->place[decl->input];
 	sp->residuals = ferry_layer_residuals(decl);
 	sp->has_grad = ferry_layer_differentiable(decl);
+	if (opts && opts->mlp_tile && (st = plan_tiles(decl, dims, opts->mlp_tile, sp)))
+		return st;
 	derive_needed(decl, sp);
+	tiles_recompute(decl, sp);
 	sp->input_offloaded = sp->place[decl->input] == FERRY_PLACE_OFFLOAD;
 
 	for (int t = 0; t < decl->n_tensors; t++)
@@ -384,6 +442,9 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 	plan->ring_slots = sp->ring;
 	plan->n_ops = sp->n_ops;
 	plan->n_recompute_ops = __builtin_popcount(sp->recompute_ops);
+	for (int o = sp->tiles.first; sp->tile_rows && o <= sp->tiles.last; o++) /* per tile */
+		plan->n_recompute_ops += sp->tile_refill || ferry_row_tiles_makes_inner(&sp->tiles, decl, o);
+	plan->mlp_tile = sp->tile_rows;
 	plan->n_tensors = sp->n_tensors;
 	for (int t = 0; t < sp->n_tensors; t++) {
 		struct ferry_plan_tensor *pt = &plan->tensors[t];
@@ -394,6 +455,8 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 		pt->needed = sp->needed & (1u << t);
 		pt->stored = sp->stored & (1u << t);
 		pt->recomputed = o >= 0 && (sp->recompute_ops & (1u << o));
+		pt->tiled = sp->tile_rows && ferry_row_tiles_inner(&sp->tiles, t);
+		pt->recomputed |= pt->tiled;
 		pt->layer_bytes = ferry_layer_tensor_numel(decl, t, dims) * sp->elem[t];
 		pt->device_slots = ferry_stack_storage_slots(sp, t);
 		pt->device_bytes = (size_t)pt->device_slots * sp->slot_bytes[t];

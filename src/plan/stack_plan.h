@@ -20,6 +20,7 @@
 
 #include "ferry/plan.h"
 #include "graph/layer.h"
+#include "graph/row_tiles.h"
 
 enum ferry_slot_kind {
 	FERRY_SLOT_NONE,      /* the layer output: it is the next layer's input */
@@ -70,7 +71,25 @@ struct ferry_stack_plan {
 	 * backward op of the layer reads the layer output (else the slot is
 	 * still read while the gradient is written). */
 	bool io_grad_in_last_output;
+	/* --mlp-tile: the MLP's ops (tiles.first..last) run over tiles of
+	 * tile_rows tokens (0: untiled), in forward and again, each tile's
+	 * hidden activations recomputed first, in backward.  Its inner tensors
+	 * (graph/row_tiles.h) and their gradients have one tile's rows, in a
+	 * shared slot; they are placed remat whatever the policy said.  Their
+	 * gradients' lives are the whole run's, so no other gradient meets
+	 * them.  tile_refill: an output of the run that backward reads is
+	 * recomputed too, so the whole run goes again, tile by tile, where
+	 * backward_prepare recomputes in forward order. */
+	int tile_rows;
+	struct ferry_row_tiles tiles;
+	bool tile_refill;
 };
+
+/* Whether op o runs tile by tile. */
+static inline bool ferry_stack_tiled_op(const struct ferry_stack_plan *sp, int o)
+{
+	return sp->tile_rows && o >= sp->tiles.first && o <= sp->tiles.last;
+}
 
 /* Places the layer's tensors by the policy spec and derives the rest.
  * Errors: a bad policy (the message says why), depth < 1, a tensor whose

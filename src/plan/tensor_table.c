@@ -78,6 +78,7 @@ static int add_entry(struct ferry_tensor_table *tt, int buf, const char *name, e
 	e->site = tt->buffers[buf].site;
 	e->act = act;
 	e->group = kind_group(kind);
+	e->rollback = -1;
 	e->buffer = buf;
 	e->offset = tt->buffers[buf].bytes;
 	tt->buffers[buf].bytes += bytes;
@@ -174,36 +175,42 @@ static size_t align64(size_t n)
 	return (n + 63) & ~(size_t)63;
 }
 
-/* The weight and gradient rings of layers.weights=host:stream(prefetch):
- * a slot holds one layer of every stacked parameter. */
-static int add_param_rings(struct ferry_tensor_table *tt, int prefetch)
+/* The layers' units: a weight ring of depth + 1 slots and a gradient ring
+ * of two, a slot holding one layer of every stacked parameter. */
+static int add_layer_slots(struct ferry_tensor_table *tt, struct ferry_table_ring *r, int depth)
 {
-	struct ferry_table_index *ix = &tt->ix;
 	const int L = tt->cfg.layers;
-	size_t S = 0;
+	unsigned stacked = 0;
+	int w, g;
 
 	for (int p = 0; p < tt->md->n_params; p++) {
 		struct ferry_param_info pi;
 
-		ix->ring_off[p] = 0;
 		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
 			continue;
-		ix->ring_off[p] = S;
-		S += align64(pi.layer_numel);
+		stacked |= 1u << p;
+		r->off[p] = r->slot_numel;
+		r->slot_numel += align64(pi.layer_numel);
 	}
-	ix->ring_numel = S;
-	ix->wring_slots = prefetch + 1 < L ? prefetch + 1 : L;
-	ix->gring_slots = L < 2 ? L : 2;
-	ix->wring = add_single(tt, "weight ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
-			       tt->act_dtype, (size_t)ix->wring_slots * S * ferry_dtype_size(tt->act_dtype),
-			       FERRY_PLACE_DEVICE);
-	if (ix->wring < 0)
-		return ix->wring;
-	ix->gring = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-			       FERRY_F32, (size_t)ix->gring_slots * S * sizeof(float), FERRY_PLACE_DEVICE);
-	if (ix->gring >= 0)
-		tt->e[ix->wring].group = tt->e[ix->gring].group = FERRY_GROUP_LAYER_WEIGHTS;
-	return ix->gring;
+	r->n_layouts = 1;
+	r->slots = depth + 1 < L ? depth + 1 : L;
+	r->grad_slots = L < 2 ? L : 2;
+	r->buffer = tt->n_buffers;
+	w = add_single(tt, "weight ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+		       (size_t)r->slots * r->slot_numel * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
+	if (w < 0)
+		return w;
+	g = add_single(tt, "gradient ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32,
+		       (size_t)r->grad_slots * r->slot_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	if (g < 0)
+		return g;
+	tt->e[w].group = tt->e[g].group = FERRY_GROUP_LAYER_WEIGHTS;
+	for (int p = 0; p < tt->md->n_params; p++)
+		if (stacked & (1u << p)) {
+			r->w[0][p] = w;
+			r->g[0][p] = g;
+		}
+	return g;
 }
 
 /* The parameters a stage's ops read, as a bit mask (a tied head reads
@@ -242,20 +249,22 @@ static int add_edge_entry(struct ferry_tensor_table *tt, int buf, const char *wh
 			 FERRY_PLACE_DEVICE);
 }
 
-/* edges.weights=host:stream: the edge region, laid out once per stage from
- * its start (the compute copy and the gradient of each parameter the
- * stage reads, in array order), as large as the larger layout. */
-static int add_edge_region(struct ferry_tensor_table *tt)
+/* The edges' units, the stages: one slot, the edge region, laid out once
+ * per stage from its start (the compute copy and the gradient of each
+ * parameter the stage reads, in array order), as large as the larger
+ * layout. */
+static int add_stage_slots(struct ferry_tensor_table *tt, struct ferry_table_ring *r)
 {
-	static const char *const stage_name[2] = { "prologue", "epilogue" };
-	const struct ferry_layer_decl *stage[2] = { tt->md->prologue, tt->md->epilogue };
-	struct ferry_table_index *ix = &tt->ix;
+	static const char *const stage_name[FERRY_EDGE_STAGES] = { "prologue", "epilogue" };
+	const struct ferry_layer_decl *stage[FERRY_EDGE_STAGES] = { tt->md->prologue, tt->md->epilogue };
 	int buf = add_buffer(tt, "edge region (embeddings, head)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 			     FERRY_TK_WEIGHT_COPY);
 	size_t most = 0;
 
-	ix->edge_buffer = buf;
-	for (int s = 0; s < 2 && buf >= 0; s++) {
+	r->buffer = buf;
+	r->n_layouts = FERRY_EDGE_STAGES;
+	r->slots = 1;
+	for (int s = 0; s < FERRY_EDGE_STAGES && buf >= 0; s++) {
 		unsigned mask = stage_params(tt, stage[s]);
 
 		tt->buffers[buf].bytes = 0;
@@ -264,8 +273,8 @@ static int add_edge_region(struct ferry_tensor_table *tt)
 
 			if (!(mask & (1u << q)) || ferry_model_param_info(&tt->cfg, q, &pi) || !pi.present || pi.layers)
 				continue;
-			if ((ix->edge_copy[s][q] = add_edge_entry(tt, buf, "edge", &pi, stage_name[s], false)) < 0 ||
-			    (ix->edge_grad[s][q] = add_edge_entry(tt, buf, "edge grad", &pi, stage_name[s], true)) < 0)
+			if ((r->w[s][q] = add_edge_entry(tt, buf, "edge", &pi, stage_name[s], false)) < 0 ||
+			    (r->g[s][q] = add_edge_entry(tt, buf, "edge grad", &pi, stage_name[s], true)) < 0)
 				return -2;
 		}
 		most = tt->buffers[buf].bytes > most ? tt->buffers[buf].bytes : most;
@@ -275,15 +284,25 @@ static int add_edge_region(struct ferry_tensor_table *tt)
 	return buf;
 }
 
+/* The device slots of streamed weight group g (struct ferry_table_ring):
+ * the layers' units are layers, the edges' the stages. */
+static int add_ring(struct ferry_tensor_table *tt, enum ferry_place_group g)
+{
+	struct ferry_table_ring *r = &tt->ix.ring[g];
+
+	return g == FERRY_GROUP_LAYER_WEIGHTS ? add_layer_slots(tt, r, ferry_table_place(tt, g)->depth)
+					      : add_stage_slots(tt, r);
+}
+
 /* The unstacked parameters' device compute copy and gradients: all of
- * them, or the edge region they pass through in turn. */
+ * them, or the edges' ring they pass through in turn. */
 static int add_unstacked(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	int r;
 
 	if (ferry_table_streamed(tt, FERRY_GROUP_EDGE_WEIGHTS))
-		return add_edge_region(tt);
+		return add_ring(tt, FERRY_GROUP_EDGE_WEIGHTS);
 	r = ix->copy_buffer = add_param_subset(tt, "unstacked params (compute copy)", "copy:", FERRY_SITE_DEVICE,
 					       FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true,
 					       FERRY_GROUP_EDGE_WEIGHTS);
@@ -325,7 +344,7 @@ static int add_offloaded_params(struct ferry_tensor_table *tt)
 	if (r >= 0)
 		r = add_unstacked(tt);
 	if (r >= 0)
-		r = add_param_rings(tt, ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->depth);
+		r = add_ring(tt, FERRY_GROUP_LAYER_WEIGHTS);
 	ix->opt_chunk = optimizer_chunk(tt);
 	if (r >= 0 && !ferry_table_host_update(tt)) /* master, m, v, gradient (+ the compute copy) */
 		r = ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
@@ -335,27 +354,44 @@ static int add_offloaded_params(struct ferry_tensor_table *tt)
 	return r;
 }
 
-/* adam=host:cpu(speculative): the undo copies (only the stacked
- * parameters are updated before the norm is known). */
-static int add_undo(struct ferry_tensor_table *tt)
+/* The host copy for rollback.  A speculative update (adam=host:cpu(
+ * speculative)) writes each layer's slice of AdamW's state before the step
+ * knows whether the norm needs clipping, so what it writes (the master
+ * weights and both moments of the stacked parameters) is first copied
+ * aside: an entry per state array, its stacked parameters one after the
+ * other, each state entry pointing at its place (rollback, rollback_off).
+ * The copies never leave the host. */
+static int add_rollback(struct ferry_tensor_table *tt)
 {
 	static const char *const what[3] = { "undo: master", "undo: adamw m", "undo: adamw v" };
+	const int *const state[3] = { tt->ix.param, tt->ix.mom, tt->ix.var };
 	int buf = add_buffer(tt, "host: optimizer undo copy", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE);
+	unsigned stacked = 0;
 	size_t n = 0;
 
 	for (int p = 0; p < tt->md->n_params; p++) {
 		struct ferry_param_info pi;
 
-		tt->ix.undo_off[p] = 0;
 		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
 			continue;
-		tt->ix.undo_off[p] = n;
+		stacked |= 1u << p;
 		n += pi.numel;
 	}
-	for (int i = 0; i < 3; i++)
-		if ((tt->ix.undo[i] = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, n * sizeof(float),
-						FERRY_PLACE_OFFLOAD)) < 0)
-			return tt->ix.undo[i];
+	for (int i = 0; i < 3; i++) {
+		int c = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, n * sizeof(float),
+				  FERRY_PLACE_OFFLOAD);
+		size_t off = 0;
+
+		if (c < 0)
+			return c;
+		for (int p = 0; p < tt->md->n_params; p++) {
+			if (!(stacked & (1u << p)))
+				continue;
+			tt->e[state[i][p]].rollback = c;
+			tt->e[state[i][p]].rollback_off = off;
+			off += tt->e[state[i][p]].bytes;
+		}
+	}
 	return buf;
 }
 
@@ -387,6 +423,18 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 	return r;
 }
 
+/* Every streamed weight group's ring off (struct ferry_table_ring). */
+static void rings_off(struct ferry_table_index *ix)
+{
+	memset(ix->ring, 0, sizeof(ix->ring));
+	for (int g = 0; g < FERRY_GROUP_COUNT; g++) {
+		ix->ring[g].buffer = -1;
+		for (int k = 0; k < FERRY_EDGE_STAGES; k++)
+			for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
+				ix->ring[g].w[k][p] = ix->ring[g].g[k][p] = -1;
+	}
+}
+
 /* Parameters, gradients, AdamW moments and the compute copy as the
  * weights' and the optimizer's placements say.  With the optimizer state
  * on the host (streamed through a device ring, or updated by host
@@ -403,12 +451,10 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
 	tt->ix.shard_numel = 0;
-	tt->ix.wring = tt->ix.gring = tt->ix.dev_grad_buffer = tt->ix.edge_buffer = -1;
-	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++) {
+	tt->ix.dev_grad_buffer = -1;
+	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
 		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = tt->ix.dev_grad[p] = -1;
-		for (int s = 0; s < 2; s++)
-			tt->ix.edge_copy[s][p] = tt->ix.edge_grad[s][p] = -1;
-	}
+	rings_off(&tt->ix);
 	if (ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS))
 		return add_offloaded_params(tt);
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
@@ -448,15 +494,22 @@ static int add_params(struct ferry_tensor_table *tt)
 {
 	int r = add_params_placed(tt);
 
-	tt->ix.undo[0] = tt->ix.undo[1] = tt->ix.undo[2] = -1;
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative)
-		r = add_undo(tt);
+		r = add_rollback(tt);
 	return r;
 }
 
 static bool is_stat(const struct ferry_layer_decl *d, int t)
 {
 	return ferry_layer_tensor_is_stat(d, t);
+}
+
+/* Elements of stage tensor t: a tiled loss's logits have one tile's rows. */
+static size_t stage_numel(const struct ferry_tensor_table *tt, const struct ferry_layer_decl *d, int t)
+{
+	if (tt->place.loss_tile && d == tt->md->epilogue && ferry_row_tiles_inner(&tt->loss, t))
+		return (size_t)tt->place.loss_tile * (size_t)ferry_shape_row_width(&d->tensors[t].shape, &tt->dims);
+	return ferry_layer_tensor_numel(d, t, &tt->dims);
 }
 
 /* Prologue or epilogue tensors and their gradients. */
@@ -468,7 +521,7 @@ static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_dec
 	char name[64];
 
 	for (int t = 0; t < d->n_tensors; t++) {
-		size_t n = ferry_layer_tensor_numel(d, t, &tt->dims);
+		size_t n = stage_numel(tt, d, t);
 		const char *nm = d->tensors[t].name;
 
 		index[t] = grad_index[t] = -1;
@@ -500,8 +553,7 @@ static int add_stage(struct ferry_tensor_table *tt, const struct ferry_layer_dec
 			continue;
 		snprintf(name, sizeof(name), "grad:%s", d->tensors[t].name);
 		grad_index[t] = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_ACT_GRAD,
-					   tt->act_dtype, ferry_layer_tensor_numel(d, t, &tt->dims) * asz,
-					   FERRY_PLACE_DEVICE);
+					   tt->act_dtype, stage_numel(tt, d, t) * asz, FERRY_PLACE_DEVICE);
 		if (grad_index[t] < 0)
 			return grad_index[t];
 	}
@@ -662,7 +714,7 @@ static ferry_status check_total(const struct ferry_tensor_table *tt, int B, int 
 
 /* Whether copies read or write host buffer b (AdamW's moments updated on
  * host threads, its master weights when a bf16 copy is what goes up, and
- * the undo copies never leave the host). */
+ * the copies for rollback never leave the host). */
 static bool host_buffer_copied(const struct ferry_tensor_table *tt, int b)
 {
 	const struct ferry_table_index *ix = &tt->ix;
@@ -671,7 +723,10 @@ static bool host_buffer_copied(const struct ferry_tensor_table *tt, int b)
 		return false;
 	if (ferry_table_host_update(tt) && ix->host_copy_buffer >= 0 && b == ix->params_buffer)
 		return false;
-	return !(ix->undo[0] >= 0 && b == tt->e[ix->undo[0]].buffer);
+	for (int i = 0; i < tt->n; i++)
+		if (tt->e[i].rollback >= 0 && tt->e[tt->e[i].rollback].buffer == b)
+			return false;
+	return true;
 }
 
 #define HOST_ALIGN 4096 /* pinned buffers are carved at page boundaries */
@@ -712,6 +767,22 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 		}
 }
 
+/* --loss-tile: the epilogue's head and loss, and the tile's rows. */
+static ferry_status plan_loss_tiles(struct ferry_tensor_table *tt)
+{
+	int64_t n = tt->dims.v[FERRY_DIM_B] * tt->dims.v[FERRY_DIM_T];
+	ferry_status st;
+
+	if (!tt->place.loss_tile)
+		return FERRY_OK;
+	if ((st = ferry_layer_loss_tiles(tt->md->epilogue, &tt->dims, &tt->loss)))
+		return st;
+	tt->place.loss_tile = ferry_row_tiles_rows(&tt->loss, tt->place.loss_tile, n);
+	if (tt->place.loss_tile < 1)
+		return ferry_error(FERRY_ERR_INVALID, "--loss-tile: tokens per tile must be positive");
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, int B, int T,
 				      const struct ferry_exec_opts *opts, struct ferry_tensor_table *tt)
 {
@@ -738,9 +809,11 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	/* the activations as placed (--place may name them) */
 	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
 	act_opts.prefetch_depth = tt->place.act_prefetch;
-	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) ||
+	act_opts.mlp_tile = tt->place.mlp_tile;
+	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) || (st = plan_loss_tiles(tt)) ||
 	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
+	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
@@ -791,7 +864,7 @@ static void edge_figures(const struct ferry_tensor_table *tt, struct ferry_plan 
 {
 	size_t numel = 0;
 
-	if (tt->ix.edge_buffer < 0)
+	if (tt->ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer < 0)
 		return;
 	for (int q = 0; q < tt->md->n_params; q++) {
 		struct ferry_param_info pi;
@@ -799,7 +872,7 @@ static void edge_figures(const struct ferry_tensor_table *tt, struct ferry_plan 
 		if (!ferry_model_param_info(&tt->cfg, q, &pi) && pi.present && !pi.layers)
 			numel += pi.numel;
 	}
-	plan->edge_bytes = arena_aligned(tt->buffers[tt->ix.edge_buffer].bytes);
+	plan->edge_bytes = arena_aligned(tt->buffers[tt->ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes);
 	plan->edge_saved_bytes = (int64_t)(arena_aligned(numel * ferry_dtype_size(tt->act_dtype)) +
 					   arena_aligned(numel * sizeof(float))) - (int64_t)plan->edge_bytes;
 }
@@ -816,7 +889,8 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	plan->T = (int)tt->dims.v[FERRY_DIM_T];
 	plan->n_table_entries = tt->n;
 	ferry_stack_plan_describe(&tt->sp, tt->md->layer, &tt->dims, plan);
-	plan->param_ring_slots = ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS) ? tt->ix.wring_slots : 0;
+	plan->param_ring_slots = tt->ix.ring[FERRY_GROUP_LAYER_WEIGHTS].slots;
+	plan->loss_tile = tt->place.loss_tile;
 	if ((st = ferry_places_format(&tt->place, plan->place, sizeof(plan->place))))
 		return st;
 	edge_figures(tt, plan);

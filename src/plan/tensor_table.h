@@ -37,6 +37,9 @@ struct ferry_tensor_entry {
 	int host_tier;
 	enum ferry_placement act;  /* activations: kept, offloaded or recomputed */
 	enum ferry_place_group group; /* whose placement put it here (ferry/place.h) */
+	int rollback;              /* a speculative update's: the entry holding the
+				      copy it is rolled back from, -1: none */
+	size_t rollback_off;       /* bytes into that entry where its copy starts */
 	int buffer;                /* the buffer it is carved from */
 	size_t offset;             /* bytes into that buffer */
 };
@@ -51,6 +54,30 @@ struct ferry_table_buffer {
 };
 
 #define FERRY_TABLE_MAX_BUFFERS 56
+
+/* The stages, the units of the edges' ring. */
+enum { FERRY_EDGE_PROLOGUE, FERRY_EDGE_EPILOGUE, FERRY_EDGE_STAGES };
+
+/* A weight group placed on the host and streamed (host:stream): the
+ * device slots its parameters pass through, unit by unit (the stream rule,
+ * src/exec/weight_ring.h).  The layers' units are the stack's layers,
+ * every one reading all stacked parameters (one layout), layer l in slot
+ * l % slots; the edges' are the stages, each reading its own parameters
+ * (a layout each, FERRY_EDGE_PROLOGUE and _EPILOGUE, overlapping), in one
+ * slot their gradients share.  Layout k holds parameter q's compute copy at element
+ * off[q] of entry w[k][q] and its gradient at element off[q] of entry
+ * g[k][q] (-1: its units do not read q); slot s is s * slot_numel
+ * elements further into both. */
+struct ferry_table_ring {
+	int slots;                  /* 0: the group is not streamed */
+	int grad_slots;             /* 0: the gradients share the weights' slot */
+	int n_layouts;              /* 1: every unit reads alike; else one per unit */
+	int buffer;                 /* the first buffer it is carved from, -1: none */
+	size_t slot_numel;
+	size_t off[FERRY_MODEL_MAX_PARAMS];
+	int w[FERRY_EDGE_STAGES][FERRY_MODEL_MAX_PARAMS];
+	int g[FERRY_EDGE_STAGES][FERRY_MODEL_MAX_PARAMS];
+};
 
 /* Entry indices the executor looks up by role. */
 struct ferry_table_index {
@@ -72,28 +99,13 @@ struct ferry_table_index {
 	int host_copy[FERRY_MODEL_MAX_PARAMS];  /* adam on the host, bf16: the update's bf16 result, -1: none */
 	int host_copy_buffer;                   /* their buffer, -1: none */
 	/* layers.weights=host:stream: grad[q] and param[q] are host entries
-	 * (the parameter array's layout); the stacked parameters' layers pass
-	 * through device rings, the unstacked ones (embedding, head, final
-	 * norm) keep a device copy (copy[q]) and device gradients (dev_grad[q]) */
-	int wring, gring;                       /* the weight and gradient rings' entries, -1: off */
-	int wring_slots, gring_slots;
-	size_t ring_numel;                      /* elements per slot: one layer of each stacked parameter */
-	size_t ring_off[FERRY_MODEL_MAX_PARAMS];/* a stacked parameter's elements into a slot */
+	 * (the parameter array's layout); the stacked parameters pass through
+	 * the layers' ring, the unstacked ones (embedding, head, final norm)
+	 * keep a device copy (copy[q]) and device gradients (dev_grad[q]),
+	 * or with edges.weights=host:stream pass through the edges' ring */
+	struct ferry_table_ring ring[FERRY_GROUP_COUNT]; /* by group (adam=host:stream's is opt_ring) */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
-	/* edges.weights=host:stream: no copy[q] nor dev_grad[q]; one device
-	 * edge region holds, in turn, the compute copy and the gradients of
-	 * what stage s (FERRY_EDGE_PROLOGUE, _EPILOGUE) reads: edge_copy[s][q]
-	 * and edge_grad[s][q] (-1: stage s does not read parameter q), the two
-	 * stages' entries overlapping */
-	int edge_buffer;                        /* -1: off */
-	int edge_copy[2][FERRY_MODEL_MAX_PARAMS];
-	int edge_grad[2][FERRY_MODEL_MAX_PARAMS];
-	/* adam=host:cpu(speculative): undo copies of the stacked parameters'
-	 * master, m and v; parameter q's layer l starts undo_off[q] + l *
-	 * layer_numel elements into each */
-	int undo[3];                            /* entries, -1: none */
-	size_t undo_off[FERRY_MODEL_MAX_PARAMS];
 	/* adam=device:shard(N): no mom[q], var[q]; this rank's slice of each
 	 * moment (shard_numel elements of the parameter array from rank *
 	 * shard_numel), and the parameter array and its compute copy padded
@@ -101,8 +113,6 @@ struct ferry_table_index {
 	int mom_slice, var_slice;
 	size_t shard_numel;
 };
-
-enum { FERRY_EDGE_PROLOGUE, FERRY_EDGE_EPILOGUE };
 
 struct ferry_tensor_table {
 	const struct ferry_model_decl *md;
@@ -122,6 +132,9 @@ struct ferry_tensor_table {
 	size_t pinned_limit;          /* the limit applied (opts, or the default) */
 	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
 	bool over_pinned_limit;       /* some copied buffer is pageable for it */
+	struct ferry_row_tiles loss;  /* place.loss_tile > 0: the epilogue's head and loss
+					 run tile by tile; its inner tensors (the logits)
+					 have place.loss_tile rows */
 };
 
 /* Group g's placement. */

@@ -4,7 +4,7 @@
  */
 #include "sched/trace.h"
 #include "core/error.h"
-#include "ferry/model.h"
+#include "ferry/plan.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
  * which nodes a tier means and with which weights.
  */
 #include "tier/host_tiers_internal.h"
+#include "tier/tier_spec.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -27,11 +28,15 @@ enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k)
 	}
 }
 
-bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind)
+bool ferry_tier_kind_on_nvme(int k, enum ferry_optim_place o)
 {
 	/* streamed state only: nothing computes on it in host memory */
-	return kind == FERRY_HOST_ACTIVATIONS ||
-	       (h->optimizer == FERRY_OPTIM_STREAM && (kind == FERRY_HOST_PARAMS || kind == FERRY_HOST_OPTIMIZER));
+	return k == FERRY_HOST_ACTIVATIONS || (o == FERRY_OPTIM_STREAM && (k == FERRY_HOST_PARAMS || k == FERRY_HOST_OPTIMIZER));
+}
+
+bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind)
+{
+	return ferry_tier_kind_on_nvme(kind, h->optimizer);
 }
 
 bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b)
@@ -158,56 +163,72 @@ ferry_status ferry_tier_resolve(const struct ferry_host_tiers *h, const char *na
 	return FERRY_OK;
 }
 
-/* KIND=TIER into h->asked; seen marks kinds given already. */
-static ferry_status parse_item(struct ferry_host_tiers *h, char *item, bool seen[FERRY_HOST_KINDS])
+/* KIND=TIER into names; kinds not named yet have names[k] "". */
+static ferry_status split_item(const char *what, char *item, enum ferry_optim_place o,
+			       char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS])
 {
 	char *eq = strchr(item, '=');
-	struct ferry_tier t;
-	ferry_status st;
+	const char *tier;
 	int k;
 
 	if (!eq)
-		return ferry_error(FERRY_ERR_INVALID, "--host-tier '%s': expected KIND=TIER (kinds: activations, "
-				   "params, grads, optimizer, all)", item);
+		return ferry_error(FERRY_ERR_INVALID, "%s '%s': expected KIND=TIER (kinds: activations, "
+				   "params, grads, optimizer, all)", what, item);
 	*eq = '\0';
+	tier = eq + 1;
 	for (k = 0; k < FERRY_HOST_KINDS && strcmp(item, kind_names[k]); k++)
 		;
 	if (k == FERRY_HOST_KINDS && strcmp(item, "all"))
-		return ferry_error(FERRY_ERR_INVALID, "--host-tier: unknown kind '%s' (activations, params, "
-				   "grads, optimizer, all)", item);
-	if ((st = ferry_tier_resolve(h, eq + 1, &t)))
-		return st;
+		return ferry_error(FERRY_ERR_INVALID, "%s: unknown kind '%s' (activations, params, "
+				   "grads, optimizer, all)", what, item);
+	if (!*tier || strlen(tier) >= FERRY_TIER_NAME_CHARS)
+		return ferry_error(FERRY_ERR_INVALID, "%s %s=%s: a tier name of 1 to %d characters", what, item,
+				   tier, FERRY_TIER_NAME_CHARS - 1);
 	for (int i = 0; i < FERRY_HOST_KINDS; i++) {
+		bool nvme_here = strcmp(tier, "nvme") || ferry_tier_kind_on_nvme(i, o);
+
 		if (k != FERRY_HOST_KINDS && i != k)
 			continue;
-		if (seen[i])
-			return ferry_error(FERRY_ERR_INVALID, "--host-tier: %s given twice", kind_names[i]);
-		if (t.type == FERRY_TIER_NVME && !ferry_tier_nvme_holds(h, i) && k != FERRY_HOST_KINDS)
-			return ferry_error(FERRY_ERR_INVALID, "--host-tier %s=nvme: the NVMe tier holds offloaded "
+		if (names[i][0])
+			return ferry_error(FERRY_ERR_INVALID, "%s: %s given twice", what, kind_names[i]);
+		if (!nvme_here && k != FERRY_HOST_KINDS)
+			return ferry_error(FERRY_ERR_INVALID, "%s %s=nvme: the NVMe tier holds offloaded "
 					   "activations, and with --offload-optimizer stream params and optimizer "
-					   "state", kind_names[i]);
-		if (t.type == FERRY_TIER_NVME && !ferry_tier_nvme_holds(h, i))
+					   "state", what, kind_names[i]);
+		if (!nvme_here)
 			continue; /* all=nvme: the kinds NVMe can hold */
-		seen[i] = true;
-		h->asked[i] = t;
+		snprintf(names[i], FERRY_TIER_NAME_CHARS, "%s", tier);
 	}
 	return FERRY_OK;
 }
 
-ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
+ferry_status ferry_tier_spec_split(const char *what, const char *spec, enum ferry_optim_place o,
+				   char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS])
 {
-	bool seen[FERRY_HOST_KINDS] = { false };
 	char buf[1024], *save = NULL, *item;
 	ferry_status st = FERRY_OK;
 
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
-		h->asked[k].type = FERRY_TIER_AUTO;
+		names[k][0] = '\0';
 	if (!spec || !*spec)
 		return FERRY_OK;
 	if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf))
-		return ferry_error(FERRY_ERR_INVALID, "--host-tier: longer than %zu characters", sizeof(buf) - 1);
+		return ferry_error(FERRY_ERR_INVALID, "%s: longer than %zu characters", what, sizeof(buf) - 1);
 	for (item = strtok_r(buf, ",", &save); item && !st; item = strtok_r(NULL, ",", &save))
-		st = parse_item(h, item, seen);
+		st = split_item(what, item, o, names);
+	return st;
+}
+
+ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
+{
+	char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
+	ferry_status st = ferry_tier_spec_split("--host-tier", spec, h->optimizer, names);
+
+	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++) {
+		h->asked[k].type = FERRY_TIER_AUTO;
+		if (names[k][0])
+			st = ferry_tier_resolve(h, names[k], &h->asked[k]);
+	}
 	return st;
 }
 

@@ -216,6 +216,15 @@ assert all(o["predicted_ms"] >= 0 for o in k["optimizer"]["options"]), k
 cxl = [o for o in k["optimizer"]["options"] if o["tier"] == "cxl"][0]
 assert cxl["copy_speed"] == 0.5 and not cxl["speed_measured"], cxl
 PY
+# the choice, its tiers included, is a placement: fed back with the same
+# machine it is the same plan
+python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plan"]["place"])' tiers.json >auto_place.txt
+grep -q "adam=host(params=dram,optimizer=dram):stream" auto_place.txt ||
+	fail "the plan's placements name auto's tiers: $(cat auto_place.txt)"
+expect_ok "auto's placements fed back" "$FERRY" plan "${SHAPE[@]}" --topology cxl.txt --place "$(cat auto_place.txt)" \
+	--json fed.json
+python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["plan"] != json.load(open(sys.argv[2])))' \
+	tiers.json fed.json || fail "auto's placements fed back give another plan"
 # the NVMe tier as a candidate, at the rates calibrate measured
 expect_ok "plan --policy auto on tiers with NVMe" "$FERRY" plan "${SHAPE[@]}" --policy auto --offload-optimizer stream \
 	--topology cxl.txt --nvme-dir nvme

@@ -4,10 +4,11 @@
 # thread), GPT-2 and Llama, 8 steps, against one process with the global
 # batch (--batch N*B): the losses, gradient norms and validation losses
 # within 1e-6 relative, also with the optimizer on host threads (exact and
-# speculative), streamed, and the weights streamed; the saved model read by one process gives the same
-# eval loss; a run saved on 2 ranks resumes on 1 and on 4 as the unbroken
-# run goes on; every rank's parameters agree (the library test, and the
-# check a save makes); a bad token in rank 1's rows only stops every rank
+# speculative), streamed, the weights streamed, and over tiles of tokens;
+# the saved model read by one process gives the same eval loss; a run
+# saved on 2 ranks resumes on 1 and on 4 as the unbroken run goes on;
+# every rank's parameters agree (the library test, and the check a save
+# makes); a bad token in rank 1's rows only stops every rank
 # with one message naming rank 1; a rank killed mid-run ends the job
 # within a bounded time with a message naming it, and the last save
 # resumes.  Skips without mpirun or a ferry built with MPI.
@@ -80,9 +81,11 @@ for entry in "${models[@]}"; do
 done
 
 # The modes that update while the backward runs or move the gradients to
-# the host: each layer's average comes before its update (2 ranks, GPT-2).
+# the host: each layer's average comes before its update; and tiles of
+# tokens that do not divide a rank's rows (2 ranks, GPT-2).
 modes=("--offload-optimizer cpu --clip-order speculative --grad-clip 0.05" "--offload-optimizer stream"
-	"--offload-params --offload-embeddings" "--offload-params --offload-optimizer stream" "--grad-accum 2")
+	"--offload-params --offload-embeddings" "--offload-params --offload-optimizer stream" "--grad-accum 2"
+	"--mlp-tile 5 --loss-tile 7" "--mlp-tile 5 --loss-tile 7 --offload-params --offload-embeddings")
 for mode in "${modes[@]}"; do
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086

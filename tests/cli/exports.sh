@@ -3,10 +3,13 @@
 # (functions, data, bss, rodata, weak or not) is named ferry_*, so that no
 # helper of ours (a kernel called fill or encoder_forward) can collide with a
 # user's own symbol when they link the library.  Static helpers stay static.
+# The same for libferry_flags.a, the CLI's flag tables and parsers the
+# benchmarks link too: ferry_cli_*.
 #
-# The library is the libferry.a next to the ferry binary ($1) in the build
+# The libraries are the ones next to the ferry binary ($1) in the build
 # directory.
 LIB=$(cd "$(dirname "$1")" && pwd)/libferry.a
+FLAGS_LIB=$(cd "$(dirname "$1")" && pwd)/libferry_flags.a
 . "$(dirname "$0")/lib.bash"
 
 command -v nm >/dev/null || { echo "skipped: nm (binutils) is not installed"; exit 77; }
@@ -54,5 +57,23 @@ if grep -q ' T ferry_cpu_encoder_forward$' defined.txt && [ "$total" -gt 100 ]; 
 	echo "ok: the symbol list is the library's ($total symbols, ferry_cpu_encoder_forward among them)"
 else
 	fail "the symbol list does not look like libferry's ($total symbols, no ferry_cpu_encoder_forward)"
+fi
+
+# libferry_flags.a: ferry_cli_ only (no tool-made exceptions: plain C), and
+# the list is the library's (its parser among it).
+[ -f "$FLAGS_LIB" ] || { echo "FAIL: no $FLAGS_LIB next to $FERRY" >&2; exit 1; }
+nm -g --defined-only "$FLAGS_LIB" >nm_flags.txt 2>nm_err.txt || { cat nm_err.txt >&2; echo "FAIL: nm $FLAGS_LIB" >&2; exit 1; }
+awk '/:$/ { next } NF >= 3 { print $(NF - 1), $NF }' nm_flags.txt >flags_defined.txt
+awk '$2 ~ /^ferry_cli_/ { next } $1 == "B" && $2 ~ /^__odr_asan\.ferry_cli_/ { next } { print }' flags_defined.txt \
+	>flags_leaks.txt
+checks=$((checks + 1))
+total=$(grep -c . flags_defined.txt)
+if [ -s flags_leaks.txt ]; then
+	fail "$(grep -c . flags_leaks.txt) of $total global symbols defined by $FLAGS_LIB lack the ferry_cli_ prefix:"
+	cat flags_leaks.txt >&2
+elif grep -q '^T ferry_cli_parse$' flags_defined.txt && [ "$total" -gt 20 ]; then
+	echo "ok: all $total global symbols defined by $FLAGS_LIB start with ferry_cli_ (ferry_cli_parse among them)"
+else
+	fail "the symbol list does not look like libferry_flags' ($total symbols, no ferry_cli_parse)"
 fi
 finish

@@ -2,7 +2,9 @@
 # Placements written down: `ferry plan` prints every group's placement
 # ("place" in --json, "placement:" in text), and --place with that string
 # alone reproduces the plan byte for byte (JSON, text and the schedule) for
-# GPT-2 and Llama under every offload mode and several policies; --place
+# GPT-2 and Llama under every offload mode and several policies, and on
+# host tiers (--host-tier is a shorthand of the placements' tiers; the
+# machine's --topology and --nvme-dir are given on both sides); --place
 # trains the same bits as the flags it stands for; bad specs and
 # placements that do not go together are refused with one line.
 . "$(dirname "$0")/lib.bash"
@@ -12,6 +14,11 @@ LLAMA=(--model llama --layers 3 --channels 16 --heads 2 --kv-heads 1 --max-seq 3
 
 place_of() { # place_of FILE: the "place" string of a plan's JSON
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["place"])' "$1"
+}
+
+# A text plan without the free memory of host tiers (the disk's changes).
+text_of() {
+	sed -E 's/[0-9.]+ (bytes|[KMGT]iB) free/N free/g' "$1"
 }
 
 # round_trip NAME SHAPE... -- FLAGS...: the plan with the flags, and with
@@ -32,7 +39,8 @@ round_trip() {
 	cmp -s a.json b.json || { fail "$name: --place '$place' gives another plan"; diff a.json b.json | head -5 >&2; return; }
 	"$FERRY" plan "${shape[@]}" "${flags[@]}" --schedule >a.txt 2>&1
 	"$FERRY" plan "${shape[@]}" --place "$place" --schedule >b.txt 2>&1
-	cmp -s a.txt b.txt || { fail "$name: --place gives another text plan or schedule"; diff a.txt b.txt | head -5 >&2; return; }
+	[ "$(text_of a.txt)" = "$(text_of b.txt)" ] ||
+		{ fail "$name: --place gives another text plan or schedule"; diff a.txt b.txt | head -5 >&2; return; }
 	echo "ok: $name: $place"
 }
 
@@ -47,8 +55,45 @@ for shape in GPT2 LLAMA; do
 	round_trip "$shape params, embeddings" "${S[@]}" -- --offload-params --offload-embeddings --param-prefetch 3 \
 		--policy 'save_and_offload_only_these_names([out_proj], [query_proj, key_proj])'
 	round_trip "$shape custom policy" "${S[@]}" -- --policy custom:decoder_layer_input=offload,context=device
+	round_trip "$shape tiles" "${S[@]}" -- --mlp-tile 5 --loss-tile 7 --policy nothing_saveable
+	round_trip "$shape tiles auto, embeddings" "${S[@]}" -- --offload-params --offload-embeddings --mlp-tile auto \
+		--loss-tile auto --policy custom:decoder_layer_input=offload
 	unset -n S
 done
+
+# host tiers: the machine's flags on both sides
+printf 'node 0 cpus 2 mem 8G\nnode 1 cpus 0 mem 1G\nnode 2 cpus 0 mem 1G\n' >topology.txt
+mkdir -p nvme
+for shape in GPT2 LLAMA; do
+	declare -n S=$shape
+	round_trip "$shape tiers by kind" "${S[@]}" --topology topology.txt -- --offload-optimizer stream \
+		--policy minimal_offloaded --host-tier activations=interleave:1*3+2,params=node:2,optimizer=dram
+	round_trip "$shape all on DRAM" "${S[@]}" --topology topology.txt -- --offload-params --offload-optimizer cpu \
+		--policy minimal_offloaded --host-tier all=dram
+	round_trip "$shape on NVMe" "${S[@]}" --nvme-dir nvme -- --offload-optimizer stream --policy minimal_offloaded \
+		--host-tier all=nvme
+	round_trip "$shape CXL by default" "${S[@]}" --topology topology.txt -- --offload-params --offload-embeddings \
+		--offload-optimizer stream --policy minimal_offloaded
+	unset -n S
+done
+"$FERRY" plan "${GPT2[@]}" --topology topology.txt --offload-optimizer cpu --policy minimal_offloaded \
+	--host-tier activations=cxl,params=dram,grads=dram,optimizer=dram --json a.json >/dev/null
+[ "$(place_of a.json)" = "layers.weights=device,edges.weights=device,adam=host(dram):cpu,activations=minimal_offloaded,activations.host=cxl,activations.prefetch=2" ] ||
+	fail "--host-tier's placements: $(place_of a.json)"
+expect_ok "text plan names the tiers" "$FERRY" plan "${GPT2[@]}" --topology topology.txt --offload-optimizer stream \
+	--host-tier optimizer=cxl,params=node:2
+grep -qx "placement: layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=cxl):stream,activations=everything_saveable,activations.prefetch=2" out.txt ||
+	fail "plan prints the tiers in 'placement:': $(sed -n 2p out.txt)"
+grep -qE "^  cxl \(nodes 1,2 interleaved\) .* optimizer" out.txt && grep -qE "^  node:2 .* params" out.txt ||
+	fail "the tiers the placement names hold the state: $(cat out.txt)"
+# --place's tiers train the bits --host-tier's do, on those tiers
+TTRAIN=("${GPT2[@]}" --data 'corpus_train_*.bin' --sample 0 --threads 2 --steps 3 --topology topology.txt)
+expect_ok "train with --host-tier" "$FERRY" train "${TTRAIN[@]}" --offload-optimizer stream \
+	--host-tier params=node:1,grads=node:1,optimizer=node:1 --save tflags.bin
+grep -q "^host tiers: params .* on node:1; optimizer .* on node:1;" out.txt || fail "--host-tier: $(grep "^host tiers" out.txt)"
+expect_ok "train with tiers in --place" "$FERRY" train "${TTRAIN[@]}" --place 'adam=host(node:1):stream' --save tplace.bin
+grep -q "^host tiers: params .* on node:1; optimizer .* on node:1;" out.txt || fail "--place: $(grep "^host tiers" out.txt)"
+cmp -s tflags.bin tplace.bin && cmp -s tflags.bin.state tplace.bin.state || fail "tiers in --place train other bits"
 
 # the written placements are what the flags set
 "$FERRY" plan "${GPT2[@]}" --offload-params --offload-embeddings --param-prefetch 2 --clip-order speculative \
@@ -110,4 +155,13 @@ grep -q "adam=device," out.txt || fail "adam=device replaces the speculative pla
 expect_error "two activation forms" "use one form" "$FERRY" plan --place activations=full,activations.context=offload
 expect_error "unknown activation name" "context2" "$FERRY" plan --place activations.context2=offload
 expect_error "bad prefetch" "activations.prefetch=0" "$FERRY" plan --place activations.prefetch=0
+expect_error "tiers with tiers off" "--host-tier off: the placements name host tiers" "$FERRY" plan \
+	--place 'adam=host(dram):stream' --host-tier off
+expect_error "a tier on the weights" "their tier is adam's" "$FERRY" plan \
+	--place 'adam=host:cpu,layers.weights=host(dram):stream(2)'
+expect_error "nvme for the CPU's state" "holds no state the host threads compute on" "$FERRY" plan \
+	--place 'adam=host(nvme):cpu' --nvme-dir nvme
+expect_error "an unknown tier" "unknown host tier 'tape'" "$FERRY" plan --place 'activations.host=tape'
+expect_error "adam's kinds" "the activations' tier is activations.host" "$FERRY" plan \
+	--place 'adam=host(activations=dram):stream'
 finish

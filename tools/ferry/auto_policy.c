@@ -24,6 +24,20 @@ ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct f
 	return ferry_policy_auto(cfg, o->B, o->T, &o->exec, device_mem, (size_t)ml.bytes, c, r);
 }
 
+/* The host tiers auto chose, over the ones given, into o->exec.host_tier
+ * (so the plan's placements name them): 0, or not 0 after an error. */
+static int chosen_tiers(struct ferry_train_opts *o, const struct ferry_auto_result *r)
+{
+	static char spec[FERRY_PLACE_CHARS];
+	struct ferry_places places;
+
+	if (ferry_exec_opts_places(&o->exec, &places) || ferry_places_set_tiers(&places, r->tiers.spec) ||
+	    ferry_places_tier_spec(&places, spec, sizeof(spec)))
+		return 1;
+	o->exec.host_tier = spec[0] ? spec : NULL;
+	return 0;
+}
+
 int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
 			struct ferry_auto_result *r, FILE *log)
 {
@@ -35,19 +49,23 @@ int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struc
 
 	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
 									.threads = o->threads }, &be) != FERRY_OK)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	cap = o->device_mem ? o->device_mem : ferry_backend_mem_capacity(be);
 	rc = auto_calibration(cmd, be, o, cfg, &c);
 	ferry_backend_close(be);
 	if (rc)
 		return 1;
-	st = auto_policy_search(o, cfg, c, cap, !model_flags_state_given(), r);
+	st = auto_policy_search(o, cfg, c, cap, !ferry_cli_model_flags_state_given(), r);
 	ferry_calibration_free(c);
 	if (st)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	o->exec.policy = r->policy;
 	o->exec.optimizer = r->optimizer;
 	o->exec.offload_params = r->offload_params;
+	o->exec.mlp_tile = r->mlp_tile;
+	o->exec.loss_tile = r->loss_tile;
+	if (r->tiers.spec[0] && chosen_tiers(o, r))
+		return ferry_cli_fail(cmd);
 	if (log) {
 		struct ferry_places places;
 		char place[FERRY_PLACE_CHARS];
@@ -151,6 +169,9 @@ void auto_policy_print(FILE *f, const struct ferry_auto_result *r)
 			: r->optimizer == FERRY_OPTIM_STREAM ? "on the host, streamed through the device"
 							     : "on the host, updated by host threads",
 			r->offload_params ? "on the host" : "on the device", r->n_states);
+	if (r->mlp_tile || r->loss_tile)
+		fprintf(f, "  tiles of tokens: the MLP %s, the LM head and loss %s (what fits, or is faster, "
+			   "against untiled)\n", r->mlp_tile ? "tiled" : "untiled", r->loss_tile ? "tiled" : "untiled");
 	auto_tiers_print(f, r);
 	fprintf(f, "per activation (one choice for all %d layers):\n", r->layers);
 	for (int i = 0; i < r->n; i++)
@@ -184,6 +205,8 @@ void auto_policy_json(FILE *f, const struct ferry_auto_result *r)
 		r->pred.host_bytes, r->device_mem, r->host_mem, r->layers, r->start, r->evaluations, r->search_s,
 		r->optimizer == FERRY_OPTIM_DEVICE ? "device" : r->optimizer == FERRY_OPTIM_STREAM ? "stream" : "cpu",
 		r->offload_params ? "true" : "false", r->n_states);
+	if (r->mlp_tile || r->loss_tile) /* untiled choices print as before tiles */
+		fprintf(f, "  \"mlp_tile\": %d, \"loss_tile\": %d,\n", r->mlp_tile, r->loss_tile);
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed) {
 			json_choice(f, &r->c[i], first);

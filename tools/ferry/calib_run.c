@@ -38,13 +38,13 @@ static int lock_cache(const char *cmd, ferry_backend_t be, const struct calib_lo
 
 	if (ferry_machine_fingerprint(be, fp, sizeof(fp)) != FERRY_OK ||
 	    ferry_calibration_cache_path(fp, path, n) != FERRY_OK || ferry_calibration_lock(path, false, fd) != FERRY_OK)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	if (*fd < 0) {
 		fprintf(log->f, "%swaiting for another ferry calibrate of this machine to finish (%s.lock)\n",
 			log->prefix, path);
 		fflush(log->f);
 		if (ferry_calibration_lock(path, true, fd) != FERRY_OK)
-			return cli_fail(cmd);
+			return ferry_cli_fail(cmd);
 	}
 	return 0;
 }
@@ -66,7 +66,7 @@ int calib_cache_calibrate(const char *cmd, ferry_backend_t be, const struct ferr
 	rc = ferry_calibrate_progress(be, cfg, o->B, o->T, &o->exec, repeats, old, progress, &p, out) != FERRY_OK ||
 	     ferry_calibration_save(*out, path) != FERRY_OK;
 	if (rc) {
-		cli_fail(cmd);
+		ferry_cli_fail(cmd);
 		ferry_calibration_free(*out);
 		*out = NULL;
 	}

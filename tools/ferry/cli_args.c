@@ -10,78 +10,78 @@
 #include <stdlib.h>
 #include <string.h>
 
-int arg_value(const char *cmd, int argc, char **argv, int i, const char **out)
+int ferry_cli_arg_value(const char *cmd, int argc, char **argv, int i, const char **out)
 {
 	if (i + 1 >= argc) {
-		cli_error(cmd, "%s needs a value", argv[i]);
+		ferry_cli_error(cmd, "%s needs a value", argv[i]);
 		return -1;
 	}
 	*out = argv[i + 1];
 	return 0;
 }
 
-int arg_int(const char *cmd, int argc, char **argv, int i, int *out)
+int ferry_cli_arg_int(const char *cmd, int argc, char **argv, int i, int *out)
 {
 	const char *s;
 	char *end;
 	long v;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < -2147483647L || v > 2147483647L) {
-		cli_error(cmd, "%s expects an integer, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects an integer, got '%s'", argv[i], s);
 		return -1;
 	}
 	*out = (int)v;
 	return 0;
 }
 
-int arg_u64(const char *cmd, int argc, char **argv, int i, uint64_t *out)
+int ferry_cli_arg_u64(const char *cmd, int argc, char **argv, int i, uint64_t *out)
 {
 	const char *s;
 	char *end;
 	unsigned long long v;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno || end == s || *end || *s == '-') {
-		cli_error(cmd, "%s expects a non-negative integer, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects a non-negative integer, got '%s'", argv[i], s);
 		return -1;
 	}
 	*out = v;
 	return 0;
 }
 
-int arg_float(const char *cmd, int argc, char **argv, int i, float *out)
+int ferry_cli_arg_float(const char *cmd, int argc, char **argv, int i, float *out)
 {
 	const char *s;
 	char *end;
 	double v;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
 	if (errno || end == s || *end || !isfinite(v) || !isfinite((float)v)) {
-		cli_error(cmd, "%s expects a number that fits a float, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects a number that fits a float, got '%s'", argv[i], s);
 		return -1;
 	}
 	*out = (float)v;
 	return 0;
 }
 
-int arg_on_off(const char *cmd, int argc, char **argv, int i, bool *out)
+int ferry_cli_arg_on_off(const char *cmd, int argc, char **argv, int i, bool *out)
 {
 	const char *s;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	if (strcmp(s, "on") && strcmp(s, "off")) {
-		cli_error(cmd, "%s expects on or off, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects on or off, got '%s'", argv[i], s);
 		return -1;
 	}
 	*out = !strcmp(s, "on");
@@ -106,32 +106,32 @@ static double size_unit(const char *u)
 	return 0;
 }
 
-int arg_size(const char *cmd, int argc, char **argv, int i, size_t *out)
+int ferry_cli_arg_size(const char *cmd, int argc, char **argv, int i, size_t *out)
 {
 	const char *s;
 	char *end;
 	double v, mult;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
 	if (errno || end == s || !isfinite(v) || !(v > 0)) {
-		cli_error(cmd, "%s expects a positive size like 512M or 2G, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects a positive size like 512M or 2G, got '%s'", argv[i], s);
 		return -1;
 	}
 	mult = size_unit(end);
 	if (!mult) {
-		cli_error(cmd, "%s %s: %s; write e.g. %gM or %gG (K, M, G, T: powers of 1024)", argv[i], s,
+		ferry_cli_error(cmd, "%s %s: %s; write e.g. %gM or %gG (K, M, G, T: powers of 1024)", argv[i], s,
 			  *end ? "unknown unit" : "a size needs a unit", v, v);
 		return -1;
 	}
 	if (v * mult > 1e18) {
-		cli_error(cmd, "%s %s: too large", argv[i], s);
+		ferry_cli_error(cmd, "%s %s: too large", argv[i], s);
 		return -1;
 	}
 	if (v * mult < 1048576.0) {
-		cli_error(cmd, "%s %s: at least 1M (no model fits in less)", argv[i], s);
+		ferry_cli_error(cmd, "%s %s: at least 1M (no model fits in less)", argv[i], s);
 		return -1;
 	}
 	/* whole KiB: a multiple of every alignment a device arena rounds to */
@@ -139,32 +139,32 @@ int arg_size(const char *cmd, int argc, char **argv, int i, size_t *out)
 	return 0;
 }
 
-int arg_threads(const char *cmd, int argc, char **argv, int i, int *out)
+int ferry_cli_arg_threads(const char *cmd, int argc, char **argv, int i, int *out)
 {
 	int cores = ferry_cpu_count(), max = CLI_THREADS_PER_CORE * cores;
 
-	if (arg_int(cmd, argc, argv, i, out))
+	if (ferry_cli_arg_int(cmd, argc, argv, i, out))
 		return -1;
 	if (*out < 0) {
-		cli_error(cmd, "%s must not be negative (0: all cores)", argv[i]);
+		ferry_cli_error(cmd, "%s must not be negative (0: all cores)", argv[i]);
 		return -1;
 	}
 	if (*out > max) {
-		cli_error(cmd, "%s %d: this machine has %d core%s; at most %d threads (%d per core; 0 uses every core)",
+		ferry_cli_error(cmd, "%s %d: this machine has %d core%s; at most %d threads (%d per core; 0 uses every core)",
 			  argv[i], *out, cores, cores == 1 ? "" : "s", max, CLI_THREADS_PER_CORE);
 		return -1;
 	}
 	return 0;
 }
 
-int arg_rate(const char *cmd, int argc, char **argv, int i, double *out)
+int ferry_cli_arg_rate(const char *cmd, int argc, char **argv, int i, double *out)
 {
 	static const char si[] = "kMGTP";
 	const char *s, *at;
 	char *end;
 	double v;
 
-	if (arg_value(cmd, argc, argv, i, &s))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
@@ -174,24 +174,24 @@ int arg_rate(const char *cmd, int argc, char **argv, int i, double *out)
 		end++;
 	}
 	if (errno || end == s || *end || !isfinite(v) || !(v > 0)) {
-		cli_error(cmd, "%s expects a positive rate like 150G or 1.5e11, got '%s'", argv[i], s);
+		ferry_cli_error(cmd, "%s expects a positive rate like 150G or 1.5e11, got '%s'", argv[i], s);
 		return -1;
 	}
 	*out = v;
 	return 0;
 }
 
-const char *cli_program = "ferry";
+const char *ferry_cli_program = "ferry";
 
 static void vmessage(const char *cmd, const char *fmt, va_list ap)
 {
-	if (cli_program)
-		fprintf(stderr, "%s ", cli_program);
+	if (ferry_cli_program)
+		fprintf(stderr, "%s ", ferry_cli_program);
 	fprintf(stderr, "%s: ", cmd);
 	vfprintf(stderr, fmt, ap);
 }
 
-void cli_error(const char *cmd, const char *fmt, ...)
+void ferry_cli_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -201,19 +201,19 @@ void cli_error(const char *cmd, const char *fmt, ...)
 	fprintf(stderr, "\n");
 }
 
-int cli_fail(const char *cmd)
+int ferry_cli_fail(const char *cmd)
 {
-	cli_error(cmd, "%s", ferry_last_error());
+	ferry_cli_error(cmd, "%s", ferry_last_error());
 	return 1;
 }
 
-int cli_usage_error(const char *cmd, const char *fmt, ...)
+int ferry_cli_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
 	vmessage(cmd, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, " (see %s%s%s --help)\n", cli_program ? cli_program : "", cli_program ? " " : "", cmd);
+	fprintf(stderr, " (see %s%s%s --help)\n", ferry_cli_program ? ferry_cli_program : "", ferry_cli_program ? " " : "", cmd);
 	return 2;
 }

@@ -85,7 +85,7 @@ static int nearness(const char *typed, const char *known)
 
 /* The known flags nearest to an unknown one, as "; did you mean --x?" or
  * "; did you mean --x, --y or --z?" (empty when none is near) into buf. */
-void cli_suggest(const struct cli_group *groups, const char *unknown, char *buf, size_t n)
+void ferry_cli_suggest(const struct cli_group *groups, const char *unknown, char *buf, size_t n)
 {
 	const char *pick[3];
 	char typed[64];
@@ -122,8 +122,8 @@ static int unknown_flag(const struct cli_command *c, const char *a)
 {
 	char hint[160];
 
-	cli_suggest(c->groups, a, hint, sizeof(hint));
-	return cli_usage_error(c->cmd, "unknown flag '%s'%s", a, hint);
+	ferry_cli_suggest(c->groups, a, hint, sizeof(hint));
+	return ferry_cli_usage_error(c->cmd, "unknown flag '%s'%s", a, hint);
 }
 
 /* One flag at argv[*i] into out[*n...]: split at '=', checked against the
@@ -144,7 +144,7 @@ static int normalize_flag(const struct cli_command *c, int argc, char **argv, in
 		return 0;
 	}
 	if (!f || !f->value)
-		return cli_usage_error(c->cmd, "%.*s takes no value, got '%s'", (int)len, a, a);
+		return ferry_cli_usage_error(c->cmd, "%.*s takes no value, got '%s'", (int)len, a, a);
 	out[(*n)++] = (char *)f->name;
 	out[(*n)++] = (char *)(eq + 1);
 	return 0;
@@ -160,7 +160,7 @@ static int normalize(const struct cli_command *c, int argc, char **argv, int *ar
 	int n = 0;
 
 	if (!out) {
-		cli_error(c->cmd, "out of memory");
+		ferry_cli_error(c->cmd, "out of memory");
 		return 1;
 	}
 	for (int i = 0; i < argc; i++) {
@@ -188,8 +188,8 @@ static int range_error(const char *cmd, const struct cli_flag *f, int v)
 
 	snprintf(msg, sizeof(msg), f->range, v);
 	if (f->usage)
-		return cli_usage_error(cmd, "%s", msg);
-	cli_error(cmd, "%s", msg);
+		return ferry_cli_usage_error(cmd, "%s", msg);
+	ferry_cli_error(cmd, "%s", msg);
 	return 2;
 }
 
@@ -201,18 +201,18 @@ static int take(const char *cmd, const struct cli_group *g, const struct cli_fla
 	int r = -1;
 
 	switch (f->type) {
-	case CLI_STRING: r = arg_value(cmd, argc, argv, i, (const char **)at); break;
+	case CLI_STRING: r = ferry_cli_arg_value(cmd, argc, argv, i, (const char **)at); break;
 	case CLI_INT:
-		r = arg_int(cmd, argc, argv, i, (int *)at);
+		r = ferry_cli_arg_int(cmd, argc, argv, i, (int *)at);
 		if (!r && f->range && (*(int *)at < f->min || *(int *)at > f->max))
 			r = range_error(cmd, f, *(int *)at);
 		break;
-	case CLI_U64: r = arg_u64(cmd, argc, argv, i, (uint64_t *)at); break;
-	case CLI_FLOAT: r = arg_float(cmd, argc, argv, i, (float *)at); break;
-	case CLI_SIZE: r = arg_size(cmd, argc, argv, i, (size_t *)at); break;
-	case CLI_RATE: r = arg_rate(cmd, argc, argv, i, (double *)at); break;
-	case CLI_ON_OFF: r = arg_on_off(cmd, argc, argv, i, (bool *)at); break;
-	case CLI_THREADS: r = arg_threads(cmd, argc, argv, i, (int *)at); break;
+	case CLI_U64: r = ferry_cli_arg_u64(cmd, argc, argv, i, (uint64_t *)at); break;
+	case CLI_FLOAT: r = ferry_cli_arg_float(cmd, argc, argv, i, (float *)at); break;
+	case CLI_SIZE: r = ferry_cli_arg_size(cmd, argc, argv, i, (size_t *)at); break;
+	case CLI_RATE: r = ferry_cli_arg_rate(cmd, argc, argv, i, (double *)at); break;
+	case CLI_ON_OFF: r = ferry_cli_arg_on_off(cmd, argc, argv, i, (bool *)at); break;
+	case CLI_THREADS: r = ferry_cli_arg_threads(cmd, argc, argv, i, (int *)at); break;
 	case CLI_TRUE: *(bool *)at = true; return 1;
 	case CLI_ONE: *(int *)at = 1; return 1;
 	case CLI_CUSTOM: return f->parse(f, cmd, argc, argv, i, g->dst);
@@ -220,13 +220,13 @@ static int take(const char *cmd, const struct cli_group *g, const struct cli_fla
 	return r ? -1 : 2;
 }
 
-int cli_unexpected(const char *cmd, const char *arg, void *ctx)
+int ferry_cli_unexpected(const char *cmd, const char *arg, void *ctx)
 {
 	(void)ctx;
-	return cli_usage_error(cmd, "unexpected argument '%s'", arg);
+	return ferry_cli_usage_error(cmd, "unexpected argument '%s'", arg);
 }
 
-/* The normalized argv into the groups' options, in order; as cli_parse. */
+/* The normalized argv into the groups' options, in order; as ferry_cli_parse. */
 static int walk(const struct cli_command *c, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -246,7 +246,7 @@ static int walk(const struct cli_command *c, int argc, char **argv)
 		if (a[0] == '-' && a[1])
 			f = find_flag(c->groups, a, strlen(a), &g);
 		if (!f) {
-			r = c->arg ? c->arg(c->cmd, a, c->ctx) : cli_usage_error(c->cmd, "unknown flag '%s'", a);
+			r = c->arg ? c->arg(c->cmd, a, c->ctx) : ferry_cli_usage_error(c->cmd, "unknown flag '%s'", a);
 			if (r)
 				return r;
 			continue;
@@ -260,7 +260,7 @@ static int walk(const struct cli_command *c, int argc, char **argv)
 	return 0;
 }
 
-int cli_parse(const struct cli_command *c, int argc, char **argv)
+int ferry_cli_parse(const struct cli_command *c, int argc, char **argv)
 {
 	char **args;
 	int n, rc = normalize(c, argc, argv, &n, &args);
@@ -284,7 +284,7 @@ static int help_head(const struct cli_flag *f, char *head, size_t size)
 	return n < size ? (int)n : (int)size - 1;
 }
 
-void cli_help(FILE *out, const struct cli_flag *flags, int col)
+void ferry_cli_help(FILE *out, const struct cli_flag *flags, int col)
 {
 	for (const struct cli_flag *f = flags; f->name; f++) {
 		char head[200];

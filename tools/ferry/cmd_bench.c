@@ -38,7 +38,7 @@ static void usage(void)
 	       "POLICY auto: --policy auto's choice on this machine (see ferry plan --help).\n"
 	       "With --offload-optimizer stream, every row streams AdamW's state.\n"
 	       "\n");
-	model_flags_help(stdout);
+	ferry_cli_model_flags_help(stdout);
 }
 
 struct row {
@@ -77,9 +77,9 @@ static int policy_arg(const char *cmd, const char *arg, void *ctx)
 	struct bench_args *a = ctx;
 
 	if (!strncmp(arg, "--", 2))
-		return cli_usage_error(cmd, "unknown flag '%s'", arg);
+		return ferry_cli_usage_error(cmd, "unknown flag '%s'", arg);
 	if (a->n == MAX_PLACEMENTS)
-		return cli_usage_error(cmd, "at most %d policies", MAX_PLACEMENTS);
+		return ferry_cli_usage_error(cmd, "at most %d policies", MAX_PLACEMENTS);
 	a->policies[a->n++] = arg;
 	return 0;
 }
@@ -87,13 +87,13 @@ static int policy_arg(const char *cmd, const char *arg, void *ctx)
 static int parse(int argc, char **argv, struct bench_args *a)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { model_flags_group(&a->o, &given), tier_flags_group(),
+	const struct cli_group groups[] = { ferry_cli_model_flags_group(&a->o, &given), ferry_cli_tier_flags_group(),
 					    { bench_flags, a, NULL, NULL }, { NULL } };
 	int rc;
 
-	model_flags_default(&a->o);
+	ferry_cli_model_flags_default(&a->o);
 	a->steps = 5;
-	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .files = true, .arg = policy_arg, .ctx = a }, argc, argv);
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .files = true, .arg = policy_arg, .ctx = a }, argc, argv);
 	a->shape_given = given & MODEL_GIVEN_SHAPE;
 	if (rc == CLI_HELP)
 		usage();
@@ -203,17 +203,27 @@ static int choose_auto(const struct bench_args *a, const struct ferry_model_conf
 	return 0;
 }
 
+/* The options a row runs with: the flags', its policy, and auto's tiles. */
+static struct ferry_exec_opts row_opts(const struct bench_args *a, const struct row *r)
+{
+	struct ferry_exec_opts o = a->o.exec;
+
+	o.policy = r->spec;
+	if (r->autor)
+		o.mlp_tile = r->autor->mlp_tile, o.loss_tile = r->autor->loss_tile;
+	return o;
+}
+
 /* One policy: its plan, a model, its steps. */
 static void bench_one(const struct bench_args *a, const struct ferry_model_config *cfg, ferry_backend_t be,
 		      struct row *r)
 {
-	struct ferry_exec_opts o = a->o.exec;
+	struct ferry_exec_opts o = row_opts(a, r);
 	struct ferry_plan plan;
 	ferry_model_t m = NULL;
 	long n = (long)a->o.B * a->o.T;
 	int32_t *in = malloc(sizeof(int32_t) * (size_t)n), *tg = malloc(sizeof(int32_t) * (size_t)n);
 
-	o.policy = r->spec;
 	ferry_backend_mem_reset_peak(be);
 	if (!in || !tg) {
 		snprintf(r->why, sizeof(r->why), "out of host memory");
@@ -312,25 +322,25 @@ int cmd_bench(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	ferry_set_threads(a.o.threads);
-	if (model_flags_backend(CMD, &a.o, stdout) || model_flags_config(CMD, &a.o, &cfg) ||
-	    model_flags_places(CMD, &a.o) || tier_flags_setup(CMD, &a.o))
+	if (ferry_cli_model_flags_backend(CMD, &a.o, stdout) || ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
+	    ferry_cli_model_flags_places(CMD, &a.o) || ferry_cli_tier_flags_setup(CMD, &a.o))
 		return 1;
 	if (ferry_backend_open(a.o.backend, &(struct ferry_backend_opts){ .device_mem = a.o.device_mem,
 									  .threads = a.o.threads }, &be) != FERRY_OK) {
-		tier_flags_release(&a.o);
-		return cli_fail(CMD);
+		ferry_cli_tier_flags_release(&a.o);
+		return ferry_cli_fail(CMD);
 	}
 	printf("%s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers, cfg.channels, a.o.B, a.o.T,
 	       ferry_backend_description(be));
 	if (calib_cache_load(be, &calib, path, sizeof(path)) != FERRY_OK)
 		printf("no predictions: %s\n", ferry_last_error());
 	for (int i = 0; i < a.n; i++) {
-		struct ferry_exec_opts o = a.o.exec;
+		struct ferry_exec_opts o;
 
 		rows[i].policy = rows[i].spec = a.policies[i];
 		if (is_auto_policy(rows[i].policy) && choose_auto(&a, &cfg, be, calib, &rows[i]))
 			continue;
-		o.policy = rows[i].spec;
+		o = row_opts(&a, &rows[i]);
 		rows[i].predicted = calib && ferry_model_predict(&cfg, a.o.B, a.o.T, &o, calib, &rows[i].pred) == FERRY_OK;
 		bench_one(&a, &cfg, be, &rows[i]);
 		if (rows[i].ok && !strcmp(rows[i].policy, "nothing_saveable"))
@@ -338,7 +348,7 @@ int cmd_bench(int argc, char **argv)
 	}
 	ferry_calibration_free(calib);
 	ferry_backend_close(be);
-	tier_flags_release(&a.o);
+	ferry_cli_tier_flags_release(&a.o);
 	print_rows(rows, a.n, base);
 	warn_busy(rows, a.n);
 	rc = a.json ? write_json(a.json, rows, a.n, base) : 0;

@@ -43,7 +43,7 @@ static void usage(void)
 	       "Figures not measured keep an earlier calibration's, else the documented\n"
 	       "defaults; `ferry info` says which.\n"
 	       "\n");
-	model_flags_help(stdout);
+	ferry_cli_model_flags_help(stdout);
 }
 
 /* calibrate's own flags, into its repeats (the usage's text says them) */
@@ -56,14 +56,14 @@ static const struct cli_flag calibrate_flags[] = {
 
 static int parse(int argc, char **argv, struct ferry_train_opts *o, int *repeats)
 {
-	const struct cli_group groups[] = { model_flags_group(o, NULL), tier_flags_group(),
+	const struct cli_group groups[] = { ferry_cli_model_flags_group(o, NULL), ferry_cli_tier_flags_group(),
 					    { calibrate_flags, repeats, NULL, NULL }, { NULL } };
 	int rc;
 
-	model_flags_default(o);
+	ferry_cli_model_flags_default(o);
 	o->exec.policy = "nothing_saveable";
 	*repeats = 3;
-	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = cli_unexpected }, argc, argv);
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = ferry_cli_unexpected }, argc, argv);
 	if (rc == CLI_HELP)
 		usage();
 	return rc == CLI_HELP ? 0 : rc ? rc : -1;
@@ -107,14 +107,14 @@ int cmd_calibrate(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	ferry_set_threads(o.threads);
-	if (model_flags_backend(CMD, &o, stdout) || model_flags_config(CMD, &o, &cfg))
+	if (ferry_cli_model_flags_backend(CMD, &o, stdout) || ferry_cli_model_flags_config(CMD, &o, &cfg))
 		return 1;
-	if (model_flags_places(CMD, &o) || tier_flags_setup(CMD, &o))
+	if (ferry_cli_model_flags_places(CMD, &o) || ferry_cli_tier_flags_setup(CMD, &o))
 		return 1;
 	if (ferry_backend_open(o.backend, &(struct ferry_backend_opts){ .device_mem = o.device_mem,
 									.threads = o.threads }, &be) != FERRY_OK) {
-		tier_flags_release(&o);
-		return cli_fail(CMD);
+		ferry_cli_tier_flags_release(&o);
+		return ferry_cli_fail(CMD);
 	}
 	rc = calib_cache_calibrate(CMD, be, &cfg, &o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
 				   &c);
@@ -127,6 +127,6 @@ int cmd_calibrate(int argc, char **argv)
 	}
 	ferry_calibration_free(c);
 	ferry_backend_close(be);
-	tier_flags_release(&o);
+	ferry_cli_tier_flags_release(&o);
 	return rc;
 }

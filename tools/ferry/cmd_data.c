@@ -70,7 +70,7 @@ static void usage(FILE *out)
 		"plain text or JSON Lines (.jsonl, .json: one document per record), either\n"
 		"gzip- (.gz) or Zstandard-compressed (.zst).\n"
 		"\n");
-	cli_help(out, data_flags, 22);
+	ferry_cli_help(out, data_flags, 22);
 	fprintf(out,
 		"\n"
 		"Without FILE, uses the demo corpus: the fortune files in\n"
@@ -283,7 +283,7 @@ static int file_arg(const char *cmd, const char *arg, void *ctx)
 static int parse_data_args(int argc, char **argv, struct data_args *d)
 {
 	const struct cli_group groups[] = { { data_flags, d, &d->sep_given, NULL }, { NULL } };
-	int rc = cli_parse(&(struct cli_command){ .cmd = "data", .groups = groups, .files = true, .arg = file_arg, .ctx = d }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = "data", .groups = groups, .files = true, .arg = file_arg, .ctx = d }, argc, argv);
 
 	if (rc == CLI_HELP) {
 		usage(stdout);

@@ -53,7 +53,7 @@ int cmd_eval(int argc, char **argv)
 {
 	struct eval_args a = { .backend = "auto", .bo = { .threads = 0 }, .B = 4, .T = 64, .batches = 10 };
 	const struct cli_group groups[] = { { eval_flags, &a, NULL, NULL }, { NULL } };
-	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 	struct ferry_model_config cfg;
 	ferry_backend_t be = NULL;
 	ferry_model_t m = NULL;
@@ -65,15 +65,15 @@ int cmd_eval(int argc, char **argv)
 	if (rc)
 		return rc == CLI_HELP ? 0 : rc;
 	if (!a.ckpt || !a.data)
-		return cli_usage_error(CMD, "--checkpoint and --data are required");
+		return ferry_cli_usage_error(CMD, "--checkpoint and --data are required");
 	ferry_set_threads(a.bo.threads);
 	if (!strcmp(a.backend, "auto"))
-		a.backend = cli_auto_backend();
+		a.backend = ferry_cli_auto_backend();
 
 	if (ferry_checkpoint_any_read_config(a.ckpt, &cfg) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	if (ferry_backend_open(a.backend, &a.bo, &be) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	if (ferry_model_create(be, &cfg, a.B, a.T, NULL, &m) != FERRY_OK)
 		goto fail;
 	n = ferry_model_num_params(m);
@@ -94,7 +94,7 @@ int cmd_eval(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	rc = cli_fail(CMD);
+	rc = ferry_cli_fail(CMD);
 out:
 	free(params);
 	ferry_model_free(m);

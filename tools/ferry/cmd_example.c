@@ -57,7 +57,7 @@ static int run_policy(const struct ferry_tutorial_config *cfg, const char *polic
 	if (ferry_tutorial_plan(cfg, &o, &r->plan) || ferry_backend_open("cpu", NULL, &be) ||
 	    ferry_tutorial_create(be, cfg, &o, &t) || ferry_tutorial_set(t, w, w, x) ||
 	    ferry_tutorial_grad(t, &r->loss) || ferry_tutorial_get_grads(t, r->dw1, r->dw2)) {
-		cli_fail(CMD);
+		ferry_cli_fail(CMD);
 		goto out;
 	}
 	r->measured_peak = ferry_backend_mem_peak(be);
@@ -127,13 +127,13 @@ int cmd_example(int argc, char **argv)
 	int dim = EXAMPLE_DIM;
 	const struct cli_group groups[] = { { example_flags, &dim, NULL, NULL }, { NULL } };
 	size_t nw = ferry_tutorial_weight_floats(&cfg), C = (size_t)cfg.channels;
-	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = cli_unexpected }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = ferry_cli_unexpected }, argc, argv);
 	if (rc == CLI_HELP) {
 		printf("usage: ferry example [--dim N]\n\nRuns the three examples of JAX's host-offloading "
 		       "tutorial (activation,\nparameter and optimizer-state offloading) on ferry's CPU "
 		       "backend and prints\ntheir memory analysis beside JAX's reported figures (see "
 		       "docs/tutorial.md).\n\n");
-		cli_help(stdout, example_flags, 12);
+		ferry_cli_help(stdout, example_flags, 12);
 		return 0;
 	}
 	if (rc)

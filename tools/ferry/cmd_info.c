@@ -54,7 +54,7 @@ static int unexpected(const char *cmd, const char *arg, void *ctx)
 int cmd_info(int argc, char **argv)
 {
 	static const struct cli_group none[] = { { NULL } }; /* info takes no flags */
-	int rc = cli_parse(&(struct cli_command){ .cmd = "info", .groups = none, .arg = unexpected }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = "info", .groups = none, .arg = unexpected }, argc, argv);
 
 	if (rc == CLI_HELP) {
 		printf("usage: ferry info\n\nPrints the backends compiled in and whether each "

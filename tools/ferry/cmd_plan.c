@@ -35,7 +35,7 @@ static void usage(void)
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
 	       "\n");
-	model_flags_help(stdout);
+	ferry_cli_model_flags_help(stdout);
 }
 
 static int print_schedule(const struct ferry_model_config *cfg, const struct ferry_train_opts *o)
@@ -43,7 +43,7 @@ static int print_schedule(const struct ferry_model_config *cfg, const struct fer
 	struct ferry_schedule_info s;
 
 	if (ferry_model_schedule(cfg, o->B, o->T, &o->exec, &s) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	plan_print_schedule(stdout, &s);
 	ferry_schedule_info_free(&s);
 	return 0;
@@ -84,12 +84,12 @@ static const struct cli_flag plan_flags[] = {
 static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { model_flags_group(&a->o, &given), tier_flags_group(),
+	const struct cli_group groups[] = { ferry_cli_model_flags_group(&a->o, &given), ferry_cli_tier_flags_group(),
 					    { plan_flags, a, NULL, NULL }, { NULL } };
 	int rc;
 
-	model_flags_default(&a->o);
-	rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	ferry_cli_model_flags_default(&a->o);
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 	a->shape_given = given & MODEL_GIVEN_SHAPE;
 	if (rc == CLI_HELP)
 		usage();
@@ -98,7 +98,7 @@ static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
 	/* a plan for cuda is made without opening it: no GPU needed here */
 	if (strcmp(a->o.backend, "auto") == 0)
-		a->o.backend = cli_auto_backend();
+		a->o.backend = ferry_cli_auto_backend();
 	a->o.exec.act_dtype = ferry_backend_act_dtype(a->o.backend);
 	a->o.exec.backend = a->o.backend;
 	return -1;
@@ -119,11 +119,11 @@ static int make_plan(struct plan_args *a, struct ferry_model_config *cfg, struct
 		}
 		st = ferry_tutorial_plan(&tc, &a->o.exec, plan);
 	} else {
-		if (model_flags_config(CMD, &a->o, cfg))
+		if (ferry_cli_model_flags_config(CMD, &a->o, cfg))
 			return 1;
 		st = ferry_model_plan(cfg, a->o.B, a->o.T, &a->o.exec, plan);
 	}
-	return st ? cli_fail(CMD) : -1;
+	return st ? ferry_cli_fail(CMD) : -1;
 }
 
 /* The plan as JSON, to the file or stdout; -1 to go on, or the exit code:
@@ -162,7 +162,7 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 		fprintf(stderr, "ferry plan: --policy auto is for gpt2 and llama models\n");
 		return 2;
 	}
-	if (model_flags_config(CMD, &a->o, cfg))
+	if (ferry_cli_model_flags_config(CMD, &a->o, cfg))
 		return 1;
 	if (auto_policy_resolve(CMD, &a->o, cfg, r, a->json && !a->json_path ? NULL : stdout))
 		return 1;
@@ -225,33 +225,33 @@ int cmd_plan(int argc, char **argv)
 
 	autor.n = -1;
 	rc = parse_plan_flags(argc, argv, &a);
-	if (rc < 0 && model_flags_places(CMD, &a.o))
+	if (rc < 0 && ferry_cli_model_flags_places(CMD, &a.o))
 		rc = 2;
 	if (rc < 0 && a.o.exec.zero && !a.o.exec.zero_ranks) /* a plan has no ranks */
 		fprintf(stderr, "ferry plan: note: --zero 1 splits over a run's ranks; --place 'adam=device:shard(N)' "
 				"plans one rank of N\n");
-	if (rc < 0 && tier_flags_setup(CMD, &a.o))
+	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0) {
-		tier_flags_release(&a.o);
+		ferry_cli_tier_flags_release(&a.o);
 		return rc;
 	}
 	if (a.json) {
 		/* the JSON has no tier table, but a tier too small still refuses */
-		rc = tier_flags_check(CMD, &a.o, &plan) ? 1 : write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
+		rc = ferry_cli_tier_flags_check(CMD, &a.o, &plan) ? 1 : write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
 	} else {
 		plan_print_text(stdout, &plan);
 		/* host tiers: bytes by tier and kind; a tier too small refuses */
-		rc = tier_flags_print_plan(stdout, CMD, &a.o, &plan) ? 1 : -1;
+		rc = ferry_cli_tier_flags_print_plan(stdout, CMD, &a.o, &plan) ? 1 : -1;
 	}
 	if (rc < 0 && a.schedule && !a.tutorial && !a.json && print_schedule(&cfg, &a.o))
 		rc = 1;
 	if (rc < 0)
 		rc = report_fit(&a, &cfg, &plan);
-	tier_flags_release(&a.o);
+	ferry_cli_tier_flags_release(&a.o);
 	return rc;
 }

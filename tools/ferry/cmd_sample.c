@@ -83,7 +83,7 @@ static void usage(void)
 	       "wrote or any checkpoint `ferry eval` reads (an llm.c GPT-2 file, a Hugging Face\n"
 	       "Llama directory).\n"
 	       "\n");
-	cli_help(stdout, sample_flags, 24);
+	ferry_cli_help(stdout, sample_flags, 24);
 	printf("\n"
 	       "  ferry sample --checkpoint model.bin --prompt 'The ' --tokens 200 --temperature 0.8\n");
 }
@@ -92,24 +92,24 @@ static void usage(void)
 static int parse(int argc, char **argv, struct sample_cli *c)
 {
 	const struct cli_group groups[] = { { sample_flags, c, NULL, NULL }, { NULL } };
-	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	if (rc == CLI_HELP)
 		usage();
 	if (rc)
 		return rc == CLI_HELP ? 1 : rc;
 	if (!c->ckpt)
-		return cli_usage_error(CMD, "--checkpoint is required");
+		return ferry_cli_usage_error(CMD, "--checkpoint is required");
 	if (c->prompt && c->prompt_tokens)
-		return cli_usage_error(CMD, "--prompt and --prompt-tokens are exclusive");
+		return ferry_cli_usage_error(CMD, "--prompt and --prompt-tokens are exclusive");
 	if (c->tokens < 0 || c->tokens > 1000000)
-		return cli_usage_error(CMD, "--tokens %d: between 0 and 1000000", c->tokens);
+		return ferry_cli_usage_error(CMD, "--tokens %d: between 0 and 1000000", c->tokens);
 	if (!(c->so.temperature >= 0))
-		return cli_usage_error(CMD, "--temperature must not be negative");
+		return ferry_cli_usage_error(CMD, "--temperature must not be negative");
 	if (c->so.top_k < 0)
-		return cli_usage_error(CMD, "--top-k must not be negative (0: all tokens)");
+		return ferry_cli_usage_error(CMD, "--top-k must not be negative (0: all tokens)");
 	if (c->context < 0)
-		return cli_usage_error(CMD, "--context must be positive");
+		return ferry_cli_usage_error(CMD, "--context must be positive");
 	return 0;
 }
 
@@ -146,7 +146,7 @@ static int encode_prompt(struct sample_cli *c, ferry_tokenizer_t tok, int vocab,
 
 	if (ferry_tokenizer_encode(tok, "", 0, FERRY_TOK_ADD_SPECIAL, &start) != FERRY_OK ||
 	    ferry_tokenizer_encode(tok, text, strlen(text), 0, &b) != FERRY_OK) {
-		cli_fail(CMD);
+		ferry_cli_fail(CMD);
 		goto out;
 	}
 	if (start.n == 0 && ferry_tokenizer_eot(tok) >= 0)
@@ -233,17 +233,17 @@ static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_mo
 	int rc = 1;
 
 	if (!strcmp(backend, "auto"))
-		backend = cli_auto_backend();
+		backend = ferry_cli_auto_backend();
 	if (ferry_checkpoint_any_read_config(c->ckpt, &cfg) != FERRY_OK ||
 	    ferry_backend_open(backend, &c->bo, be) != FERRY_OK ||
 	    ferry_model_create(*be, &cfg, 1, T, NULL, m) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	params = malloc(ferry_model_num_params(*m) * sizeof(float));
 	if (!params)
 		fprintf(stderr, "ferry sample: out of memory for %zu parameters\n", ferry_model_num_params(*m));
 	else if (ferry_checkpoint_any_read(c->ckpt, &cfg, params, ferry_model_num_params(*m)) != FERRY_OK ||
 		 ferry_model_set_params(*m, params) != FERRY_OK)
-		cli_fail(CMD);
+		ferry_cli_fail(CMD);
 	else
 		rc = 0;
 	free(params);
@@ -280,7 +280,7 @@ static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, f
 	else
 		c->hf_tokenizer[0] = '\0';
 	if (ferry_tokenizer_open(path, tok) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	if (!path && cfg->vocab > FERRY_BYTE_VOCAB) {
 		fprintf(stderr, "ferry sample: the model's vocabulary has %d tokens, not bytes (%d): give "
 			"--tokenizer PATH (a tokenizer.json, or llm.c's gpt2_tokenizer.bin) to print them\n",
@@ -357,7 +357,7 @@ int cmd_sample(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	ferry_set_threads(c.bo.threads);
 	if (ferry_checkpoint_any_read_config(c.ckpt, &cfg) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	context = context_len(&c, &cfg, &why);
 	rc = prepare(&c, &cfg, &tok, &seq, &len);
 	if (!rc)

@@ -52,7 +52,7 @@ static void usage(FILE *out)
 		"may be plain text (one document each) or JSON Lines (.jsonl, .json),\n"
 		"either gzip- (.gz) or Zstandard-compressed (.zst).\n"
 		"\n");
-	cli_help(out, tok_flags, 22);
+	ferry_cli_help(out, tok_flags, 22);
 }
 
 static int add_special(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
@@ -61,10 +61,10 @@ static int add_special(const struct cli_flag *f, const char *cmd, int argc, char
 	const char *v;
 
 	(void)f;
-	if (arg_value(cmd, argc, argv, i, &v))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
 		return -1;
 	if (a->opts.n_special == MAX_SPECIAL || !*v) {
-		cli_error(cmd, "--special: %s", *v ? "too many special tokens" : "empty token");
+		ferry_cli_error(cmd, "--special: %s", *v ? "too many special tokens" : "empty token");
 		return -1;
 	}
 	a->special[a->opts.n_special++] = v;
@@ -94,7 +94,7 @@ static int train(int argc, char **argv)
 	a.files = calloc((size_t)argc + 1, sizeof(*a.files));
 	if (!a.files)
 		return 1;
-	rc = cli_parse(&(struct cli_command){ .cmd = cmd, .groups = groups, .files = true,
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = cmd, .groups = groups, .files = true,
 					      .arg = file_arg, .ctx = &a }, argc, argv);
 	if (rc == CLI_HELP)
 		usage(stdout);
@@ -106,9 +106,9 @@ static int train(int argc, char **argv)
 		a.special[a.opts.n_special++] = "<|endoftext|>";
 	a.opts.special = a.special;
 	if (!a.opts.vocab || !a.out || !a.n_files)
-		rc = cli_usage_error(cmd, "needs --vocab N, --out PATH and at least one FILE");
+		rc = ferry_cli_usage_error(cmd, "needs --vocab N, --out PATH and at least one FILE");
 	else if (ferry_tokenizer_train(a.files, a.n_files, &a.opts, a.out, &stats))
-		rc = cli_fail(cmd);
+		rc = ferry_cli_fail(cmd);
 	else
 		printf("ferry tokenizer train: %lld bytes, %lld words (%lld distinct): %d ids, %d merges -> %s\n",
 		       stats.bytes, stats.words, stats.distinct, stats.vocab, stats.merges, a.out);
@@ -124,5 +124,5 @@ int cmd_tokenizer(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	return cli_usage_error("tokenizer", "the one subcommand is 'train' (ferry tokenizer train --help)");
+	return ferry_cli_usage_error("tokenizer", "the one subcommand is 'train' (ferry tokenizer train --help)");
 }

@@ -57,14 +57,14 @@ static int parse_one_of(const struct cli_flag *f, const char *cmd, int argc, cha
 {
 	const char *v;
 
-	if (arg_value(cmd, argc, argv, i, &v))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
 		return -1;
 	for (int k = 0; names[k]; k++)
 		if (!strcmp(v, names[k])) {
 			*(int *)CLI_AT(f, dst) = k;
 			return 2;
 		}
-	cli_error(cmd, "%s %s: %s", f->name, v, what);
+	ferry_cli_error(cmd, "%s %s: %s", f->name, v, what);
 	return -1;
 }
 
@@ -197,7 +197,7 @@ static void usage(void)
 	       "shuffled and tokenized into " FERRY_DEMO_PREFIX "_*.bin on first use) for about two\n"
 	       "minutes on 2 cores and prints a sample.\n"
 	       "\n");
-	cli_help(stdout, train_flags, MODEL_FLAGS_HELP_COL);
+	ferry_cli_help(stdout, train_flags, MODEL_FLAGS_HELP_COL);
 	printf("\n"
 	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
 	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
@@ -210,7 +210,7 @@ static void usage(void)
 	       "average their gradients, so the run trains as that process would.  Rank 0\n"
 	       "prints, writes --json and saves (the same files; a save resumes on any number\n"
 	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n");
-	model_flags_help(stdout);
+	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
 	       "  ferry train --model llama --layers 4 --channels 128 --heads 4 --kv-heads 2 --steps 400 \\\n"
@@ -221,31 +221,31 @@ static void usage(void)
 static int check_values(struct train_cli *c)
 {
 	if (c->o.checkpoint && c->o.resume)
-		return cli_usage_error(CMD, "--checkpoint and --resume are exclusive");
+		return ferry_cli_usage_error(CMD, "--checkpoint and --resume are exclusive");
 	if (c->save_every < 0 || c->val_every < -1 || c->val_batches < 1 || c->sample < 0 || c->o.warmup < 0)
-		return cli_usage_error(CMD, "counts must not be negative");
+		return ferry_cli_usage_error(CMD, "counts must not be negative");
 	if (c->sample > 1000000)
-		return cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
+		return ferry_cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
 	if (!(c->sample_temperature >= 0))
-		return cli_usage_error(CMD, "--sample-temperature must not be negative");
+		return ferry_cli_usage_error(CMD, "--sample-temperature must not be negative");
 	if (!(c->o.lr > 0) || !isfinite(c->o.lr))
-		return cli_usage_error(CMD, "--lr must be a positive number that fits a float");
+		return ferry_cli_usage_error(CMD, "--lr must be a positive number that fits a float");
 	if (!(c->o.final_lr_frac >= 0 && c->o.final_lr_frac <= 1))
-		return cli_usage_error(CMD, "--final-lr-frac must be between 0 and 1");
+		return ferry_cli_usage_error(CMD, "--final-lr-frac must be between 0 and 1");
 	if ((c->o.given & FERRY_GIVEN_MIN_LR) && (c->o.given & FERRY_GIVEN_FINAL_LR))
-		return cli_usage_error(CMD, "--min-lr and --final-lr-frac are exclusive: each sets the floor");
+		return ferry_cli_usage_error(CMD, "--min-lr and --final-lr-frac are exclusive: each sets the floor");
 	if (!(c->o.min_lr >= 0) || !isfinite(c->o.min_lr) ||
 	    ((c->o.given & (FERRY_GIVEN_MIN_LR | FERRY_GIVEN_LR)) == (FERRY_GIVEN_MIN_LR | FERRY_GIVEN_LR) &&
 	     c->o.min_lr > c->o.lr))
-		return cli_usage_error(CMD, "--min-lr must be between 0 and --lr");
+		return ferry_cli_usage_error(CMD, "--min-lr must be between 0 and --lr");
 	if (!(c->o.decay_frac > 0 && c->o.decay_frac <= 1))
-		return cli_usage_error(CMD, "--decay-frac must be above 0 and at most 1");
+		return ferry_cli_usage_error(CMD, "--decay-frac must be above 0 and at most 1");
 	if (!(c->o.adamw.beta1 >= 0 && c->o.adamw.beta1 < 1) || !(c->o.adamw.beta2 >= 0 && c->o.adamw.beta2 < 1) ||
 	    !(c->o.adamw.eps > 0) || !isfinite(c->o.adamw.eps))
-		return cli_usage_error(CMD, "--beta1 and --beta2 must be in [0, 1), --eps positive");
+		return ferry_cli_usage_error(CMD, "--beta1 and --beta2 must be in [0, 1), --eps positive");
 	if (!(c->o.adamw.weight_decay >= 0) || !isfinite(c->o.adamw.weight_decay) ||
 	    !(c->o.adamw.grad_clip >= 0) || !isfinite(c->o.adamw.grad_clip))
-		return cli_usage_error(CMD, "--weight-decay and --grad-clip must not be negative");
+		return ferry_cli_usage_error(CMD, "--weight-decay and --grad-clip must not be negative");
 	if (c->save_every && !c->save)
 		fprintf(stderr, "ferry train: note: --save-every has no effect without --save\n");
 	if (c->val_every > 0 && !c->o.val_data)
@@ -257,9 +257,9 @@ static int check_values(struct train_cli *c)
 static int parse(int argc, char **argv, struct train_cli *c)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { model_flags_group(&c->o, &given), tier_flags_group(),
+	const struct cli_group groups[] = { ferry_cli_model_flags_group(&c->o, &given), ferry_cli_tier_flags_group(),
 					    { train_flags, c, &c->o.given, NULL }, { NULL } };
-	int rc = cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
 	c->shape_given = given & MODEL_GIVEN_SHAPE;
@@ -484,7 +484,7 @@ static int check_outputs(const struct train_cli *c, ferry_trainer_t tr)
 	const char *save = c->save ? save_path(c->save, o->steps) : NULL;
 
 	if (save && ferry_trainer_check_save_path(tr, save) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	if (out_paths_check(CMD, c->json, c->trace, save,
 			    ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr)))))
 		return 1;
@@ -530,8 +530,8 @@ static int prepare(struct train_cli *c)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
-	if (model_flags_backend(CMD, &c->o, stdout) || model_flags_config(CMD, &c->o, &cfg) ||
-	    model_flags_places(CMD, &c->o) || tier_flags_setup(CMD, &c->o))
+	if (ferry_cli_model_flags_backend(CMD, &c->o, stdout) || ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
+	    ferry_cli_model_flags_places(CMD, &c->o) || ferry_cli_tier_flags_setup(CMD, &c->o))
 		return 1;
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */
@@ -546,19 +546,19 @@ static int prepare(struct train_cli *c)
 		shape.o.B = B;
 		shape.o.T = T;
 		if (ferry_model_plan(&cfg, B, T, &c->o.exec, &plan) != FERRY_OK)
-			return cli_fail(CMD);
+			return ferry_cli_fail(CMD);
 		if (check_device_mem(&shape, &cfg, &plan))
 			return 1;
 	}
 	/* a save path of the wrong kind is refused now, not after training */
 	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
-		return cli_fail(CMD);
+		return ferry_cli_fail(CMD);
 	/* and so is a tokenizer that cannot print the sample */
 	if (c->tokenizer) {
 		ferry_tokenizer_t tok;
 
 		if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK)
-			return cli_fail(CMD);
+			return ferry_cli_fail(CMD);
 		ferry_tokenizer_free(tok);
 	}
 	if (!c->o.data && !c->o.resume) {
@@ -717,7 +717,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		       c->val_every == 1 ? "" : "s", c->val_batches, o->val_data);
 	else if (o->val_data)
 		printf("validation: at the end, %d batches of %s\n", c->val_batches, o->val_data);
-	tier_flags_print_placement(stdout, o);
+	ferry_cli_tier_flags_print_placement(stdout, o);
 	if (o->resume)
 		print_resume_note(tr);
 }
@@ -889,7 +889,7 @@ static int set_up(struct train_cli *c, struct run *run)
 		return rc;
 	run->rep.json_path = c->json;
 	if (ferry_trainer_create(&c->o, &run->tr) != FERRY_OK)
-		return cli_fail(CMD); /* the ranks agreed on it: each fails here */
+		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */
 	warn_pageable(run->tr);
 	run->first_step = ferry_trainer_step_count(run->tr);
 	if (!(rc = check_outputs(c, run->tr)))
@@ -903,7 +903,7 @@ int cmd_train(int argc, char **argv)
 	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 
-	model_flags_default(&c.o);
+	ferry_cli_model_flags_default(&c.o);
 	/* a --json pipe or FIFO, or stdout, whose reader went away is a failed
 	 * write (EPIPE): the run stops after saving, as on a full disk */
 	signal(SIGPIPE, SIG_IGN);
@@ -925,7 +925,7 @@ int cmd_train(int argc, char **argv)
 	}
 	report_end(&run.rep);
 	ferry_trainer_free(run.tr);
-	tier_flags_release(&c.o);
+	ferry_cli_tier_flags_release(&c.o);
 	ranks_close(&c.ranks);
 	return rc;
 }

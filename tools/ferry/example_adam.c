@@ -102,7 +102,7 @@ static int run_steps(const struct ferry_tutorial_adam_config *c, const struct fe
 	rc = 0;
 	goto out;
 fail:
-	cli_fail(CMD);
+	ferry_cli_fail(CMD);
 out:
 	ferry_tutorial_adam_free(t);
 	ferry_backend_close(be);
@@ -162,7 +162,7 @@ int example_adam(int dim)
 	       "clip_by_global_norm(1.0), Adam (lr 0.1)\n\n");
 	if (ferry_tutorial_adam_plan(&c, &keep, &p_keep) || ferry_tutorial_adam_plan(&c, &str, &p_str) ||
 	    ferry_tutorial_adam_plan(&c, &lean, &p_lean) || ferry_tutorial_adam_plan(&c, &lean_dev, &p_lean_dev)) {
-		cli_fail(CMD);
+		ferry_cli_fail(CMD);
 		return 1;
 	}
 	print_plan("without offloading", &jax_plain, &p_keep);

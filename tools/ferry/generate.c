@@ -22,7 +22,7 @@ int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *s
 	 * the text appears as it is made */
 	for (int i = 0; i < n && !interrupt_poll(); i++) {
 		if (ferry_model_sample(m, seq, len, *len + 1, 1, o, rng) != FERRY_OK)
-			return cli_fail(cmd);
+			return ferry_cli_fail(cmd);
 		generate_print_token(tok, seq[*len - 1], out);
 		fflush(out);
 	}

@@ -67,7 +67,7 @@ static int unknown_command(const char *typed)
 	memset(known, 0, sizeof(known));
 	for (size_t i = 0; i < N_COMMANDS; i++)
 		known[i].name = commands[i].name;
-	cli_suggest(groups, typed, hint, sizeof(hint));
+	ferry_cli_suggest(groups, typed, hint, sizeof(hint));
 	fprintf(stderr, "ferry: unknown command '%s'%s\n\n", typed, hint);
 	usage(stderr);
 	return 2;

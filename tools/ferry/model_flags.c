@@ -15,17 +15,17 @@
  * cpu otherwise), and --offload-params, --offload-embeddings or --place. */
 static bool optimizer_given, params_given, embeddings_given, place_given;
 
-/* --model NAME: the arch, checked by name later (model_flags_config). */
+/* --model NAME: the arch, checked by name later (ferry_cli_model_flags_config). */
 static int model_arch_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
 {
 	struct ferry_train_opts *o = dst;
 	const char *name;
 
 	(void)f;
-	if (arg_value(cmd, argc, argv, i, &name))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &name))
 		return -1;
 	if (snprintf(o->model.arch, sizeof(o->model.arch), "%s", name) >= (int)sizeof(o->model.arch)) {
-		cli_error(cmd, "unknown model '%s' (models: %s)", name, ferry_model_arch_list());
+		ferry_cli_error(cmd, "unknown model '%s' (models: %s)", name, ferry_model_arch_list());
 		return -1;
 	}
 	return 2;
@@ -38,10 +38,10 @@ static int rope_theta_flag(const struct cli_flag *f, const char *cmd, int argc, 
 	struct ferry_train_opts *o = dst;
 
 	(void)f;
-	if (arg_float(cmd, argc, argv, i, &o->model.rope_theta))
+	if (ferry_cli_arg_float(cmd, argc, argv, i, &o->model.rope_theta))
 		return -1;
 	if (!(o->model.rope_theta > 0)) {
-		cli_error(cmd, "--rope-theta must be positive, got '%s'", argv[i + 1]);
+		ferry_cli_error(cmd, "--rope-theta must be positive, got '%s'", argv[i + 1]);
 		return -1;
 	}
 	return 2;
@@ -54,11 +54,11 @@ static int optimizer_flag(const struct cli_flag *f, const char *cmd, int argc, c
 	const char *v;
 
 	(void)f;
-	if (arg_value(cmd, argc, argv, i, &v))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
 		return -1;
 	optimizer_given = true;
 	if (strcmp(v, "device") && strcmp(v, "stream") && strcmp(v, "cpu")) {
-		cli_error(cmd, "--offload-optimizer '%s': device, stream or cpu", v);
+		ferry_cli_error(cmd, "--offload-optimizer '%s': device, stream or cpu", v);
 		return -1;
 	}
 	o->exec.optimizer = !strcmp(v, "stream") ? FERRY_OPTIM_STREAM : !strcmp(v, "cpu") ? FERRY_OPTIM_CPU
@@ -92,13 +92,34 @@ static int clip_order_flag(const struct cli_flag *f, const char *cmd, int argc, 
 	const char *v;
 
 	(void)f;
-	if (arg_value(cmd, argc, argv, i, &v))
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
 		return -1;
 	if (strcmp(v, "exact") && strcmp(v, "speculative")) {
-		cli_error(cmd, "--clip-order '%s': exact or speculative", v);
+		ferry_cli_error(cmd, "--clip-order '%s': exact or speculative", v);
 		return -1;
 	}
 	o->exec.clip_order = !strcmp(v, "speculative") ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	return 2;
+}
+
+/* --mlp-tile, --loss-tile N|auto: tokens per tile (the option at f->at). */
+static int tile_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	int *out = (int *)CLI_AT(f, dst);
+	const char *v;
+
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (!strcmp(v, "auto")) {
+		*out = FERRY_TILE_AUTO;
+		return 2;
+	}
+	if (ferry_cli_arg_int(cmd, argc, argv, i, out))
+		return -1;
+	if (*out < 1) {
+		ferry_cli_error(cmd, "%s %s: tokens per tile (at least 1) or auto", f->name, v);
+		return -1;
+	}
 	return 2;
 }
 
@@ -124,7 +145,7 @@ static const char *model_list_help(void)
 	return help;
 }
 
-const struct cli_flag model_flags[] = {
+const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--model", .value = "NAME", .type = CLI_CUSTOM,
 	  .help_fn = model_list_help, .parse = model_arch_flag,
 	  .section = "model (shape flags are ignored with --checkpoint/--resume, which carry their own\n"
@@ -170,6 +191,14 @@ const struct cli_flag model_flags[] = {
 	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
 	  .help = "layers prefetched ahead in the backward pass (default 2)",
 	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },
+	{ .name = "--mlp-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.mlp_tile), .parse = tile_flag,
+	  .help = "the MLP over tiles of N tokens (or auto), its hidden\n"
+	  "activations recomputed per tile in backward: one tile's\n"
+	  "exist at a time (long sequences; docs/long_context.md)" },
+	{ .name = "--loss-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.loss_tile), .parse = tile_flag,
+	  .help = "the LM head and the loss over tiles of N tokens (or\n"
+	  "auto), the logits recomputed per tile in backward: one\n"
+	  "tile's logits at a time, not batch x seq x vocab" },
 	{ .name = "--offload-optimizer", .value = "M", .type = CLI_CUSTOM, .at = 0,
 	  .help = "where AdamW's state lives: device (default); stream:\n"
 	  "master weights and moments in host memory, each layer's\n"
@@ -206,7 +235,10 @@ const struct cli_flag model_flags[] = {
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
 	  "host:cpu|host:cpu(speculative)|device:shard(N),\n"
 	  "activations=POLICY,\n"
-	  "activations.NAME=device|offload|remat, activations.prefetch=D;\n"
+	  "activations.NAME=device|offload|remat, activations.prefetch=D,\n"
+	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
+	  "adam's host(TIER) or host(KIND=TIER,...) and activations.host=TIER\n"
+	  "name host tiers (as --host-tier);\n"
 	  "`ferry plan` prints every configuration's (docs/design.md)" },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
@@ -226,18 +258,18 @@ const struct cli_flag model_flags[] = {
 #undef SHAPE
 #undef AT
 
-struct cli_group model_flags_group(struct ferry_train_opts *o, unsigned *given)
+struct cli_group ferry_cli_model_flags_group(struct ferry_train_opts *o, unsigned *given)
 {
-	return (struct cli_group){ model_flags, o, given, NULL };
+	return (struct cli_group){ ferry_cli_model_flags, o, given, NULL };
 }
 
-void model_flags_help(FILE *out)
+void ferry_cli_model_flags_help(FILE *out)
 {
-	cli_help(out, model_flags, MODEL_FLAGS_HELP_COL);
-	cli_help(out, tier_flags, MODEL_FLAGS_HELP_COL);
+	ferry_cli_help(out, ferry_cli_model_flags, MODEL_FLAGS_HELP_COL);
+	ferry_cli_help(out, ferry_cli_tier_flags, MODEL_FLAGS_HELP_COL);
 }
 
-void model_flags_default(struct ferry_train_opts *o)
+void ferry_cli_model_flags_default(struct ferry_train_opts *o)
 {
 	ferry_train_opts_default(o);
 	o->backend = "auto";
@@ -249,27 +281,31 @@ void model_flags_default(struct ferry_train_opts *o)
 	o->T = 64;
 }
 
-bool model_flags_state_given(void)
+bool ferry_cli_model_flags_state_given(void)
 {
 	return optimizer_given || params_given || embeddings_given || place_given;
 }
 
-int model_flags_places(const char *cmd, struct ferry_train_opts *o)
+int ferry_cli_model_flags_places(const char *cmd, struct ferry_train_opts *o)
 {
 	static struct ferry_places places; /* o->exec.policy points into it */
+	static char tiers[FERRY_PLACE_CHARS]; /* and o->exec.host_tier into this */
 
+	o->exec.host_tier = ferry_cli_tier_flags_spec();
 	if (!o->exec.place)
 		return 0;
-	if (ferry_exec_opts_places(&o->exec, &places) != FERRY_OK) {
-		cli_fail(cmd);
+	if (ferry_exec_opts_places(&o->exec, &places) != FERRY_OK ||
+	    ferry_places_tier_spec(&places, tiers, sizeof(tiers)) != FERRY_OK) {
+		ferry_cli_fail(cmd);
 		return -1;
 	}
 	ferry_exec_opts_set_places(&o->exec, &places);
+	o->exec.host_tier = tiers[0] ? tiers : NULL;
 	place_given = true;
 	return 0;
 }
 
-const char *cli_auto_backend(void)
+const char *ferry_cli_auto_backend(void)
 {
 	const char *env = getenv("FERRY_BACKEND");
 
@@ -278,7 +314,7 @@ const char *cli_auto_backend(void)
 	return ferry_backend_probe("cuda") == FERRY_OK ? "cuda" : "cpu";
 }
 
-int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
+int ferry_cli_model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 {
 	if (strcmp(o->backend, "auto") == 0) {
 		const char *env = getenv("FERRY_BACKEND");
@@ -286,7 +322,7 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 		if (env && *env && strcmp(env, "auto")) {
 			o->backend = env;
 			if (ferry_backend_probe(o->backend) != FERRY_OK) {
-				cli_fail(cmd);
+				ferry_cli_fail(cmd);
 				return -1;
 			}
 		} else if (ferry_backend_probe("cuda") == FERRY_OK) {
@@ -297,7 +333,7 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 			o->backend = "cpu";
 		}
 	} else if (ferry_backend_probe(o->backend) != FERRY_OK) {
-		cli_fail(cmd);
+		ferry_cli_fail(cmd);
 		return -1;
 	}
 	o->exec.act_dtype = ferry_backend_act_dtype(o->backend);
@@ -305,14 +341,14 @@ int model_flags_backend(const char *cmd, struct ferry_train_opts *o, FILE *log)
 	return 0;
 }
 
-int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
+int ferry_cli_model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 		       struct ferry_model_config *cfg)
 {
 	const char *start = o->resume ? o->resume : o->checkpoint;
 
 	if (start) {
 		if (ferry_checkpoint_any_read_config(start, cfg) != FERRY_OK) {
-			cli_fail(cmd);
+			ferry_cli_fail(cmd);
 			return -1;
 		}
 		if (o->model.arch[0] && strcmp(o->model.arch, cfg->arch) != 0) {
@@ -326,6 +362,6 @@ int model_flags_config(const char *cmd, const struct ferry_train_opts *o,
 	*cfg = o->model;
 	if (ferry_model_config_complete(cfg) == FERRY_OK)
 		return 0;
-	cli_fail(cmd);
+	ferry_cli_fail(cmd);
 	return -1;
 }

@@ -10,6 +10,8 @@ const char *plan_tensor_lives(const struct ferry_plan *p, int i, char *buf, size
 
 	if (t->device_slots == 0)
 		snprintf(buf, n, "next layer's input");
+	else if (t->tiled)
+		snprintf(buf, n, "tile of %d rows, recomputed", p->mlp_tile);
 	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD && t->device_slots == p->ring_slots)
 		snprintf(buf, n, "host (device ring of %d)", t->device_slots);
 	else if (t->stored && t->placement == FERRY_PLACE_OFFLOAD) /* the layer input */
@@ -45,6 +47,12 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 		fprintf(f, "embeddings offloaded: the embeddings, head and final norm on the host, one %zu-byte "
 			   "edge region on the device (%lld bytes less than keeping them)\n", p->edge_bytes,
 			(long long)p->edge_saved_bytes);
+	if (p->mlp_tile)
+		fprintf(f, "MLP tiled: %d tokens per tile, its hidden activations recomputed per tile in backward\n",
+			p->mlp_tile);
+	if (p->loss_tile)
+		fprintf(f, "loss tiled: %d tokens per tile of the LM head and the loss, logits recomputed per tile "
+			   "in backward\n", p->loss_tile);
 	fprintf(f, "\ndevice memory (JAX's memory_analysis terms):\n");
 	line(f, "argument", m->argument_bytes, NULL);
 	line(f, "output", m->output_bytes, NULL);
@@ -112,6 +120,8 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 		p->n_recompute_ops, p->n_ops);
 	fprintf(f, " \"param_ring_slots\": %d, \"edge_bytes\": %zu, \"edge_saved_bytes\": %lld,\n",
 		p->param_ring_slots, p->edge_bytes, (long long)p->edge_saved_bytes);
+	if (p->mlp_tile || p->loss_tile) /* untiled plans print as they did before tiles */
+		fprintf(f, " \"mlp_tile\": %d, \"loss_tile\": %d,\n", p->mlp_tile, p->loss_tile);
 	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "
 		   "\"temp_bytes\": %zu, \"total_bytes\": %zu, \"peak_bytes\": %zu},\n",
 		m->argument_bytes, m->output_bytes, m->alias_bytes, m->temp_bytes, m->total_bytes,

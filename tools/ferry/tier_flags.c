@@ -11,7 +11,7 @@ struct tier_given {
 static struct tier_given given;
 
 #define AT(field) offsetof(struct tier_given, field)
-const struct cli_flag tier_flags[] = {
+const struct cli_flag ferry_cli_tier_flags[] = {
 	{ .name = "--host-tier", .value = "KIND=TIER,...", .type = CLI_STRING, .at = AT(spec),
 	  .help = "where host state lives; KIND: activations, params,\n"
 	  "grads, optimizer, all; TIER: dram, node:N, cxl (CPU-less\n"
@@ -19,7 +19,9 @@ const struct cli_flag tier_flags[] = {
 	  "auto (default: what the CPU computes on in DRAM, streamed\n"
 	  "state on CXL, what does not fit on DRAM, then NVMe);\n"
 	  "off: no tiers (the backend's host memory; the default on a\n"
-	  "machine without CPU-less nodes and without these flags)",
+	  "machine without CPU-less nodes and without these flags);\n"
+	  "the placements' tiers: --place adam=host(KIND=TIER,...):...,\n"
+	  "activations.host=TIER",
 	  .section = "host memory tiers (docs/tiers.md):" },
 	{ .name = "--topology", .value = "FILE", .type = CLI_STRING, .at = AT(topology),
 	  .help = "simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
@@ -30,22 +32,31 @@ const struct cli_flag tier_flags[] = {
 };
 #undef AT
 
-struct cli_group tier_flags_group(void)
+struct cli_group ferry_cli_tier_flags_group(void)
 {
-	return (struct cli_group){ tier_flags, &given, NULL, NULL };
+	return (struct cli_group){ ferry_cli_tier_flags, &given, NULL, NULL };
 }
 
-int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
+const char *ferry_cli_tier_flags_spec(void)
 {
-	struct ferry_host_tiers_opts to = { given.spec, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
+	return given.spec && strcmp(given.spec, "off") ? given.spec : NULL;
+}
+
+int ferry_cli_tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
+{
+	struct ferry_host_tiers_opts to = { o->exec.host_tier, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
 	ferry_host_tiers_t h;
 	bool cxl = false;
 
 	o->exec.host_tiers = NULL;
+	if (given.spec && !strcmp(given.spec, "off") && o->exec.host_tier) {
+		ferry_cli_error(cmd, "--host-tier off: the placements name host tiers (%s)", o->exec.host_tier);
+		return -1;
+	}
 	if (given.spec && !strcmp(given.spec, "off"))
 		return 0; /* the backend's host memory, whatever the machine has */
 	if (ferry_host_tiers_create(&to, &h) != FERRY_OK) {
-		cli_fail(cmd);
+		ferry_cli_fail(cmd);
 		return -1;
 	}
 	for (int i = 0; i < ferry_host_tiers_topology(h)->n; i++) {
@@ -53,7 +64,7 @@ int tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 
 		cxl |= nd->cpus == 0 && nd->capacity > 0;
 	}
-	if (!given.spec && !given.topology && !given.nvme_dir && !cxl) {
+	if (!o->exec.host_tier && !given.spec && !given.topology && !given.nvme_dir && !cxl) {
 		ferry_host_tiers_free(h); /* one kind of memory: nothing to choose */
 		return 0;
 	}
@@ -73,7 +84,7 @@ static void print_use(FILE *out, const struct ferry_tier_use *u)
 	fprintf(out, "\n");
 }
 
-int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
+int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
 {
 	ferry_host_tiers_t h = o->exec.host_tiers;
 	const struct ferry_topology *t;
@@ -99,7 +110,7 @@ int tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_train_opts *o
 	return 0;
 }
 
-int tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
+int ferry_cli_tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
 {
 	if (!o->exec.host_tiers || ferry_host_tiers_place(o->exec.host_tiers, plan->mem.host_kind_bytes, NULL) ==
 					   FERRY_OK)
@@ -108,7 +119,7 @@ int tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct f
 	return 1;
 }
 
-void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o)
+void ferry_cli_tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o)
 {
 	struct ferry_tier_report r;
 	const char *mode;
@@ -130,7 +141,7 @@ void tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o)
 		ferry_host_tiers_topology(o->exec.host_tiers)->simulated ? " (simulated topology: not bound)" : "");
 }
 
-void tier_flags_release(struct ferry_train_opts *o)
+void ferry_cli_tier_flags_release(struct ferry_train_opts *o)
 {
 	ferry_host_tiers_free(o->exec.host_tiers);
 	o->exec.host_tiers = NULL;

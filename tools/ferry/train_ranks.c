@@ -28,7 +28,7 @@ int ranks_open(const char *cmd, struct ranks *r)
 	memset(r, 0, sizeof(*r));
 	r->err_fd = STDERR_FILENO;
 	if (ferry_comm_open(&r->comm) != FERRY_OK)
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	r->rank = ferry_comm_rank(r->comm);
 	r->size = ferry_comm_size(r->comm);
 	r->local_size = ferry_comm_local_size(r->comm);
@@ -48,7 +48,7 @@ void ranks_close(struct ranks *r)
 int ranks_fail(const char *cmd, const struct ranks *r)
 {
 	if (r->size <= 1 || ferry_comm_error_shared(r->comm))
-		return cli_fail(cmd);
+		return ferry_cli_fail(cmd);
 	dprintf(r->err_fd, "ferry %s: rank %d: %s\n", cmd, r->rank, ferry_last_error());
 	ferry_comm_abort(r->comm, 1);
 	return 1;
@@ -63,7 +63,7 @@ int ranks_agree_rc(const char *cmd, const struct ranks *r, int rc)
 	if (ferry_comm_agree(r->comm, rc ? FERRY_ERR_INVALID : FERRY_OK) == FERRY_OK)
 		return 0;
 	if (rc == 0 && r->rank == 0)
-		cli_fail(cmd);
+		ferry_cli_fail(cmd);
 	if (ferry_comm_all_reduce(r->comm, &worst, 1, FERRY_COMM_I32, FERRY_COMM_MAX, NULL) != FERRY_OK)
 		return 1;
 	return worst ? worst : 1;

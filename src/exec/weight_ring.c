@@ -1,0 +1,142 @@
+/*
+ * The stream rule's emitters (weight_ring.h): one slot discipline for
+ * every streamed group of weights.  A unit's slot is u % ring; a layer's
+ * tasks carry its layer, a stage's none (-1).
+ */
+#include "exec/weight_ring.h"
+
+#include <stdio.h>
+
+/* base + bytes, or NULL in a dry build. */
+static void *at(const void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+static int layer_of(const struct ferry_weight_rings *r, int u)
+{
+	return r->per_stage ? -1 : u;
+}
+
+static int grad_slot(const struct ferry_weight_rings *r, int u)
+{
+	return u % (r->grad_ring ? r->grad_ring : r->ring);
+}
+
+static bool reads(const struct ferry_weight_rings *r, const struct ferry_weight_stream *s, int u)
+{
+	return !r->per_stage || s->unit == u;
+}
+
+/* Elements into a part's host arrays where unit u's start. */
+static size_t host_numel(const struct ferry_weight_rings *r, const struct ferry_weight_stream *s, int u)
+{
+	return r->per_stage ? 0 : (size_t)u * s->numel;
+}
+
+static int ring_event(struct ferry_sched_resources *res, const char *what, const char *state,
+		      const struct ferry_weight_rings *r, int slot)
+{
+	char name[64]; /* event names are kept to 39 characters; these fit */
+
+	if (r->per_stage)
+		snprintf(name, sizeof(name), "%s %s", what, state);
+	else
+		snprintf(name, sizeof(name), "%s %s [%d]", what, state, slot);
+	return ferry_sched_event(res, name);
+}
+
+void ferry_weight_ring_register(struct ferry_weight_rings *r, struct ferry_sched_resources *res)
+{
+	for (int s = 0; s < r->ring; s++) {
+		r->loaded[s] = ring_event(res, r->names->slot, "loaded", r, s);
+		r->read[s] = ring_event(res, r->names->slot, "read", r, s);
+		if (r->grad_ring)
+			continue;
+		r->written[s] = r->read[s];
+		r->out[s] = ring_event(res, r->names->grads, "copied out", r, s);
+	}
+	for (int g = 0; g < r->grad_ring; g++) {
+		r->written[g] = ring_event(res, r->names->grads, "written", r, g);
+		r->out[g] = ring_event(res, r->names->grads, "copied out", r, g);
+	}
+}
+
+void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool backward)
+{
+	const int slot = u % r->ring, g = grad_slot(r, u), layer = layer_of(r, u);
+	char label[56];
+
+	ferry_emit_wait(p, r->h2d, r->read[slot], layer);
+	if (!r->grad_ring)
+		ferry_emit_wait(p, r->h2d, r->out[slot], layer);
+	for (int i = 0; i < r->n; i++) {
+		const struct ferry_weight_stream *s = &r->s[i];
+		const size_t bytes = s->numel * r->elem, gbytes = s->numel * sizeof(float);
+
+		if (!reads(r, s, u))
+			continue;
+		snprintf(label, sizeof(label), "%s: %.40s", r->names->label, s->name);
+		ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
+				at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);
+		if (!backward || !s->grad_in)
+			continue;
+		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
+		ferry_emit_copy(p, r->h2d, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
+				at(s->host_grad, host_numel(r, s, u) * sizeof(float)), gbytes, FERRY_COPY_H2D, layer,
+				label);
+	}
+	ferry_emit_record(p, r->h2d, r->loaded[slot], layer);
+}
+
+void ferry_weight_ring_acquire(struct ferry_weight_rings *r, struct ferry_program *p, int u)
+{
+	ferry_emit_wait(p, r->compute, r->loaded[u % r->ring], layer_of(r, u));
+}
+
+void ferry_weight_ring_release(struct ferry_weight_rings *r, struct ferry_program *p, int u)
+{
+	ferry_emit_record(p, r->compute, r->read[u % r->ring], layer_of(r, u));
+}
+
+void ferry_weight_ring_zero_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u)
+{
+	const int g = grad_slot(r, u), layer = layer_of(r, u);
+	char label[56];
+
+	if (r->grad_ring) {
+		ferry_emit_wait(p, r->compute, r->out[g], layer);
+		ferry_emit_zero(p, r->compute, at(r->grad_slot0, (size_t)g * r->slot_numel * sizeof(float)),
+				r->slot_numel * sizeof(float), layer, r->names->zero);
+		return;
+	}
+	for (int i = 0; i < r->n; i++) {
+		const struct ferry_weight_stream *s = &r->s[i];
+
+		if (!reads(r, s, u) || s->grad_in)
+			continue;
+		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
+		ferry_emit_zero(p, r->compute, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
+				s->numel * sizeof(float), layer, label);
+	}
+}
+
+void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_program *p, int u)
+{
+	const int g = grad_slot(r, u), layer = layer_of(r, u);
+	char label[56];
+
+	ferry_emit_record(p, r->compute, r->written[g], layer);
+	ferry_emit_wait(p, r->d2h, r->written[g], layer);
+	for (int i = 0; i < r->n; i++) {
+		const struct ferry_weight_stream *s = &r->s[i];
+
+		if (!reads(r, s, u))
+			continue;
+		snprintf(label, sizeof(label), "grad: %.40s", s->name);
+		ferry_emit_copy(p, r->d2h, at(s->host_grad, host_numel(r, s, u) * sizeof(float)),
+				at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)), s->numel * sizeof(float),
+				FERRY_COPY_D2H, layer, label);
+	}
+	ferry_emit_record(p, r->d2h, r->out[g], layer);
+}
