@@ -106,6 +106,12 @@ struct ferry_table_index {
 	struct ferry_table_ring ring[FERRY_GROUP_COUNT]; /* by group (adam=host:stream's is opt_ring) */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
+	/* adam=device:shard(N): no mom[q], var[q]; this rank's slice of each
+	 * moment (shard_numel elements of the parameter array from rank *
+	 * shard_numel), and the parameter array and its compute copy padded
+	 * to N slices (0: not split) */
+	int mom_slice, var_slice;
+	size_t shard_numel;
 };
 
 struct ferry_tensor_table {
