@@ -30,7 +30,7 @@
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
- *   activations.host=TIER              the tier offloaded activations live on
+ *   activations.host=TIER[+TIER...]    the tier(s) offloaded activations live on (layer by layer)
  *   activations.prefetch=D             offloaded activations loaded D layers ahead
  *   activations.mlp_tile=N|auto        the MLP over tiles of N tokens, its hidden
  *                                      activations recomputed per tile in backward

@@ -93,6 +93,8 @@ struct ferry_memory_analysis {
 	size_t pinned_limit;        /* the limit applied */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
+	size_t host_act_unit; /* one layer's offloaded activations, when they are one
+				 tensor per layer (they may then span host tiers); else 0 */
 };
 
 struct ferry_plan {

@@ -904,10 +904,24 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 		if (tt->e[i].site == FERRY_SITE_HOST)
 			m->host_kind_bytes[tt->e[i].kind] += tt->e[i].bytes;
 	m->host_activation_bytes = m->host_kind_bytes[FERRY_TK_ACTIVATION];
+	m->host_act_unit = ferry_tensor_table_act_unit(tt);
 	m->host_pinned_bytes = tt->pinned_bytes;
 	m->host_pageable_bytes = tt->pageable_bytes;
 	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
+}
+
+size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt)
+{
+	const struct ferry_stack_plan *sp = &tt->sp;
+	unsigned off = sp->offloaded;
+	int t = 0;
+
+	if (!off || (off & (off - 1)))
+		return 0;
+	while (!(off & (1u << t)))
+		t++;
+	return tt->e[tt->ix.stack_host[t]].offset == 0 ? sp->host_bytes[t] : 0;
 }
 
 /* The pinned pool, in one allocation before step 1.  A backend that
@@ -943,7 +957,8 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 		for (int i = 0; i < tt->n_buffers; i++)
 			if (tt->buffers[i].site == FERRY_SITE_HOST)
 				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
-		if ((st = ferry_host_tiers_place(a->tiers, host_kind_bytes, NULL)))
+		if ((st = ferry_host_tiers_place_layers(a->tiers, host_kind_bytes, ferry_tensor_table_act_unit(tt),
+							NULL)))
 			return st;
 	} else {
 		alloc_pool(tt, be, a); /* tier memory is registered by its tier */

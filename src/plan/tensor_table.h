@@ -166,6 +166,10 @@ void ferry_tensor_table_release(struct ferry_tensor_table *tt);
 
 /* The memory plan: the device buffers in allocation order, each
  * activation's placement, bytes by kind on the device and the host. */
+/* One layer's host bytes of offloaded activations when they are one
+ * tensor per layer, from the host buffer's start (spreadable over host
+ * tiers layer by layer); else 0. */
+size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt);
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
 

@@ -924,6 +924,8 @@ int cmd_train(int argc, char **argv)
 		interrupt_restore();
 	}
 	report_end(&run.rep);
+	if (!rc)
+		ferry_cli_tier_flags_print_peaks(stdout, &c.o);
 	ferry_trainer_free(run.tr);
 	ferry_cli_tier_flags_release(&c.o);
 	ranks_close(&c.ranks);
