@@ -130,7 +130,7 @@ static ferry_host_tiers_t tiers_on(const struct args *a, const char *tier, enum 
 	char spec[128];
 	size_t kinds[FERRY_TK_COUNT] = { 0 };
 	bool nvme = !strcmp(tier, "nvme");
-	struct ferry_host_tiers_opts o = { spec, a->topology, NULL, a->nvme_dir, FERRY_OPTIM_CPU };
+	struct ferry_host_tiers_opts o = { spec, a->topology, NULL, a->nvme_dir, FERRY_OPTIM_CPU, 0 };
 	ferry_host_tiers_t h;
 
 	snprintf(spec, sizeof(spec), "%s=%s", nvme ? "activations" : "all", tier);

@@ -19,9 +19,11 @@ cd "$(dirname "$0")/.."
 # .gz and .zst corpora; fortunes is the demo corpus; libnuma binds host
 # memory tiers to NUMA nodes and liburing runs the NVMe tier's I/O;
 # python3-numpy runs the model families' independent reference
-# (tools/family_numpy_check.py, tests/cli/families_ref.sh).
+# (tools/family_numpy_check.py, tests/cli/families_ref.sh); OpenMPI
+# (libopenmpi-dev, and openmpi-bin's mpirun) runs training on many
+# processes (mpirun -np N ferry train).
 packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev libpcre2-dev libutf8proc-dev
-	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev python3-numpy)
+	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev python3-numpy libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,6 +1,9 @@
 /*
  * The Llama ops on the CUDA backend against the CPU reference: RMSNorm,
- * RoPE, SwiGLU and grouped-query attention, forward and every gradient, on
+ * RoPE, SwiGLU and grouped-query attention, forward and every gradient; and
+ * those of Gemma 2 and Mistral: RMSNorm's gain offset, GeGLU, the scale,
+ * the soft cap (their in-place backward too) and attention's window, score
+ * scale and soft cap; on
  * fresh random inputs (rounded to bf16 where the GPU holds bf16, so both
  * sides read the same values and only the arithmetic differs), gradients
  * pre-filled with random values so accumulation is checked too.  Exits 77
@@ -195,18 +198,19 @@ static void same_bits(const char *what, const struct twin *a, const struct twin 
 /* x ~ N(0, xs^2).  xs = 2: rstd ~ 0.5, so a kernel that forgot it is 2x
  * off; xs = 3e-3: mean(x^2) ~ 1e-5 ~ eps, so a kernel that drops or
  * misplaces eps is off by a large factor. */
-static void test_rmsnorm(int B, int T, int C, float xs, float eps, int off)
+static void test_rmsnorm_offset(int B, int T, int C, float xs, float eps, int off, float offset)
 {
 	const long N = (long)B * T, n = N * C;
 	struct twin x = twin_off(n, BF, NORMAL, xs, off), g = twin_off(C, BF, NORMAL, 1, off),
 		    y = twin_off(n, BF, ZERO, 0, off), rstd = twin(N, F32, ZERO, 0),
 		    dy = twin_off(n, BF, NORMAL, 1, off), dx = twin_off(n, BF, NORMAL, 0.5f, off),
 		    dg = twin(C, F32, NORMAL, 1);
-	struct ferry_op_call cc = { .kind = FERRY_OP_RMSNORM, .B = B, .T = T, .C = C, .scalar = { eps } }, gc;
+	struct ferry_op_call cc = { .kind = FERRY_OP_RMSNORM, .B = B, .T = T, .C = C, .scalar = { eps, offset } },
+			     gc;
 	char name[96];
 
-	snprintf(name, sizeof(name), "rmsnorm B%d T%d C%d x*%g eps %.0e%s", B, T, C, xs, eps,
-		 off ? " unaligned" : "");
+	snprintf(name, sizeof(name), "rmsnorm B%d T%d C%d x*%g eps %.0e%s%s", B, T, C, xs, eps,
+		 off ? " unaligned" : "", offset != 0.0f ? " gain 1 + w" : "");
 	gc = cc;
 	SET(out[0], y); SET(out[1], rstd); SET(in[0], x); SET(w[0], g);
 	run_pair(name, &cc, &gc);
@@ -233,6 +237,27 @@ static void test_rmsnorm(int B, int T, int C, float xs, float eps, int off)
 		twin_free(all[i]);
 }
 
+static void test_rmsnorm(int B, int T, int C, float xs, float eps, int off)
+{
+	test_rmsnorm_offset(B, T, C, xs, eps, off, 0.0f);
+}
+
+/* A one-input op: forward x -> y, then backward dy -> dx (+=), each
+ * compared as elementwise. */
+static void unary_pair(const char *name, struct ferry_op_call *cc, struct ferry_op_call *gc, const struct twin *x,
+		       struct twin *y, const struct twin *dy, struct twin *dx)
+{
+	cc->out[0] = y->h, gc->out[0] = y->d;
+	cc->in[0] = x->h, gc->in[0] = x->d;
+	run_pair(name, cc, gc);
+	compare(name, y, RTOL_BF16, ATOL_ELEM);
+	cc->backward = gc->backward = true;
+	cc->dout[0] = dy->h, gc->dout[0] = dy->d;
+	cc->din[0] = dx->h, gc->din[0] = dx->d;
+	run_pair(name, cc, gc);
+	compare("  d input (+=)", dx, RTOL_BF16, ATOL_ELEM);
+}
+
 /* ---- RoPE -------------------------------------------------------------------- */
 
 /* scaling: 0 none, else llama3 with Llama 3.1's constants (factor 8, low
@@ -254,13 +279,7 @@ static void test_rope_scaling(int B, int T, int NH, int HS, float theta, int off
 	snprintf(name, sizeof(name), "rope B%d T%d NH%d HS%d theta %.0f%s%s", B, T, NH, HS, theta,
 		 off ? " unaligned" : "", scaling ? " llama3" : "");
 	gc = cc;
-	SET(out[0], y); SET(in[0], x);
-	run_pair(name, &cc, &gc);
-	compare(name, &y, RTOL_BF16, ATOL_ELEM);
-	cc.backward = gc.backward = true;
-	SET(dout[0], dy); SET(din[0], dx);
-	run_pair(name, &cc, &gc);
-	compare("  d input", &dx, RTOL_BF16, ATOL_ELEM);
+	unary_pair(name, &cc, &gc, &x, &y, &dy, &dx);
 	struct twin *all[] = { &x, &y, &dy, &dx };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		twin_free(all[i]);
@@ -271,14 +290,15 @@ static void test_rope(int B, int T, int NH, int HS, float theta, int off)
 	test_rope_scaling(B, T, NH, HS, theta, off, 0);
 }
 
-/* ---- SwiGLU ------------------------------------------------------------------ */
+/* ---- SwiGLU, GeGLU ------------------------------------------------------------- */
 
-static void test_swiglu(long n, int off)
+/* kind: FERRY_OP_SWIGLU or FERRY_OP_GEGLU (the same slots). */
+static void test_glu(enum ferry_op_kind kind, long n, int off)
 {
 	struct twin a = twin_off(n, BF, NORMAL, 3, off), u = twin_off(n, BF, NORMAL, 1, off),
 		    o = twin_off(n, BF, ZERO, 0, off), d = twin_off(n, BF, NORMAL, 1, off),
 		    da = twin_off(n, BF, NORMAL, 0.5f, off), du = twin_off(n, BF, NORMAL, 0.5f, off);
-	struct ferry_op_call cc = { .kind = FERRY_OP_SWIGLU, .n = n }, gc = cc;
+	struct ferry_op_call cc = { .kind = kind, .n = n }, gc = cc;
 	char name[96];
 
 	/* saturated gates, where exp(-x) overflows or vanishes: finite results */
@@ -287,7 +307,7 @@ static void test_swiglu(long n, int off)
 		a.h[(long)i * (n / 6)] = extreme[i];
 	upload(&a);
 
-	snprintf(name, sizeof(name), "swiglu n %ld%s", n, off ? " unaligned" : "");
+	snprintf(name, sizeof(name), "%s n %ld%s", ferry_op_info(kind)->name, n, off ? " unaligned" : "");
 	SET(out[0], o); SET(in[0], a); SET(in[1], u);
 	run_pair(name, &cc, &gc);
 	compare(name, &o, RTOL_BF16, ATOL_ELEM);
@@ -314,10 +334,46 @@ static void test_swiglu(long n, int off)
 		twin_free(all[i]);
 }
 
+static void test_swiglu(long n, int off)
+{
+	test_glu(FERRY_OP_SWIGLU, n, off);
+}
+
+/* ---- scale, soft cap (unary, in-place backward) ----------------------------------- */
+
+/* kind FERRY_OP_SCALE (k: the factor) or FERRY_OP_SOFTCAP (k: the cap; x ~
+ * N(0, xs^2) reaching far into the cap's saturation).  Backward twice: +=
+ * into a pre-filled gradient, then the planner's in-place form (assign,
+ * din == dout).  The GPU rounds the scale to bf16 (the activation type):
+ * the CPU is given that value. */
+static void test_unary(enum ferry_op_kind kind, long n, float k, float xs, int off)
+{
+	struct twin x = twin_off(n, BF, NORMAL, xs, off), y = twin_off(n, BF, ZERO, 0, off),
+		    dy = twin_off(n, BF, NORMAL, 1, off), dx = twin_off(n, BF, NORMAL, 0.5f, off);
+	struct ferry_op_call cc = { .kind = kind, .n = n, .scalar = { k } }, gc = cc;
+	char name[96];
+
+	if (kind == FERRY_OP_SCALE)
+		cc.scalar[0] = from_bf16(to_bf16(k));
+	snprintf(name, sizeof(name), "%s %g n %ld x*%g%s", ferry_op_info(kind)->name, k, n, xs,
+		 off ? " unaligned" : "");
+	unary_pair(name, &cc, &gc, &x, &y, &dy, &dx);
+	cc.grad_assign = gc.grad_assign = true;
+	SET(din[0], dy); /* over its own output gradient */
+	run_pair(name, &cc, &gc);
+	compare("  d input in place (assign over d out)", &dy, RTOL_BF16, ATOL_ELEM);
+	struct twin *all[] = { &x, &y, &dy, &dx };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		twin_free(all[i]);
+}
+
 /* ---- grouped-query attention -------------------------------------------------- */
 
 struct att {
 	struct twin q, k, v, o, lse, dout, dq, dk, dv;
+	int W;          /* the op's constants: window (0: none), */
+	float scale;    /* score scale (0: 1/sqrt(HS)) */
+	float cap;      /* and soft cap (0: none) */
 };
 
 static struct att att_new(int B, int T, int NH, int NKV, int HS)
@@ -343,7 +399,8 @@ static void att_calls(struct att *a, struct ferry_op_call *cc, struct ferry_op_c
 		      int NKV, int HS, bool backward)
 {
 	*cc = (struct ferry_op_call){ .kind = FERRY_OP_ATTENTION, .backward = backward, .B = B, .T = T,
-				      .C = NH * HS, .NH = NH, .NKV = NKV };
+				      .C = NH * HS, .NH = NH, .NKV = NKV,
+				      .scalar = { (float)a->W, a->scale, a->cap } };
 	*gc = *cc;
 	struct twin *outs[] = { &a->o, &a->lse }, *ins[] = { &a->q, &a->k, &a->v };
 	for (int i = 0; i < 2; i++) {
@@ -367,15 +424,17 @@ static void att_calls(struct att *a, struct ferry_op_call *cc, struct ferry_op_c
 
 /* Per element of dq, dk, dv: |result| plus the sum of the magnitudes of
  * the terms it adds (dv: sum p |dO|; dk, dq: scale sum |dS| |q| or |k|,
- * dS = p (dP - D)), into mq, mk, mv.  The GPU rounds each P and dS to bf16
- * before its product (as FlashAttention-2 does), so where terms cancel the
- * error is a bf16 rounding of the terms, not of the result.  Reads the
- * CPU's out and lse; threads own kv heads (and their query heads). */
+ * dS = p (dP - D) times the cap's slope 1 - tanh^2 where a cap is given),
+ * over the keys of each query's window, into mq, mk, mv.  The GPU rounds
+ * each P and dS to bf16 before its product (as FlashAttention-2 does), so
+ * where terms cancel the error is a bf16 rounding of the terms, not of the
+ * result.  Reads the CPU's out and lse; threads own kv heads (and their
+ * query heads). */
 static void att_term_magnitudes(const struct att *a, int B, int T, int NH, int NKV, int HS, double *mq,
 				double *mk, double *mv)
 {
 	const int C = NH * HS, CK = NKV * HS, G = NH / NKV;
-	const double scale = 1.0 / sqrt((double)HS);
+	const double scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)HS);
 
 #pragma omp parallel for schedule(dynamic)
 	for (int bk = 0; bk < B * NKV; bk++) {
@@ -389,7 +448,7 @@ static void att_term_magnitudes(const struct att *a, int B, int T, int NH, int N
 				double D = 0;
 				for (int i = 0; i < HS; i++)
 					D += (double)g[i] * o[i];
-				for (int j = 0; j <= t; j++) {
+				for (int j = a->W > 0 && t - a->W + 1 > 0 ? t - a->W + 1 : 0; j <= t; j++) {
 					const size_t kr = ((size_t)b * T + j) * CK + (size_t)kh * HS;
 					const float *k = a->k.h + kr, *v = a->v.h + kr;
 					double sc = 0, dp = 0;
@@ -397,7 +456,13 @@ static void att_term_magnitudes(const struct att *a, int B, int T, int NH, int N
 						sc += (double)q[i] * k[i];
 						dp += (double)g[i] * v[i];
 					}
-					const double p = exp(sc * scale - lse), ds = fabs(p * (dp - D));
+					double s = sc * scale, slope = 1;
+					if (a->cap > 0) {
+						const double th = tanh(s / a->cap);
+						s = a->cap * th;
+						slope = 1 - th * th;
+					}
+					const double p = exp(s - lse), ds = fabs(p * (dp - D)) * slope;
 					double *dq = mq + ((size_t)b * T + t) * C + (size_t)h * HS;
 					for (int i = 0; i < HS; i++) {
 						dq[i] += scale * ds * fabs(k[i]);
@@ -410,15 +475,21 @@ static void att_term_magnitudes(const struct att *a, int B, int T, int NH, int N
 }
 
 /* GPU against CPU, forward and backward.  NKV as the call passes it (0 is
- * NH). */
-static void test_attention(int B, int T, int NH, int NKV, int HS)
+ * NH); W, scale, cap: the op's constants (0: none). */
+static void test_attention_consts(int B, int T, int NH, int NKV, int HS, int W, float scale, float cap)
 {
 	const int nkv = NKV ? NKV : NH;
 	struct att a = att_new(B, T, NH, nkv, HS);
 	struct ferry_op_call cc, gc;
-	char name[96];
+	char name[128];
 
+	a.W = W;
+	a.scale = scale;
+	a.cap = cap;
 	snprintf(name, sizeof(name), "attention B%d T%d NH%d NKV%d HS%d", B, T, NH, NKV, HS);
+	if (W || scale > 0 || cap > 0)
+		snprintf(name + strlen(name), sizeof(name) - strlen(name), " window %d scale %g cap %g", W, scale,
+			 cap);
 	att_calls(&a, &cc, &gc, B, T, NH, NKV, HS, false);
 	run_pair(name, &cc, &gc);
 	compare(name, &a.o, RTOL_BF16, ATOL_REDUCE);
@@ -444,6 +515,11 @@ static void test_attention(int B, int T, int NH, int NKV, int HS)
 		free(m[i]);
 	}
 	att_free(&a);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int HS)
+{
+	test_attention_consts(B, T, NH, NKV, HS, 0, 0.0f, 0.0f);
 }
 
 /* Runs GPU attention forward + backward on a's device arrays. */
@@ -613,6 +689,28 @@ int main(void)
 	test_attention_mha_same(2, 1000, 8, 64);
 	test_attention_gqa_vs_repeat(2, 1000, 8, 2, 64);
 	test_attention_gqa_vs_repeat(1, 129, 4, 1, 48);
+
+	/* Gemma 2 and Mistral: the gain offset, GeGLU, scale, soft cap */
+	test_rmsnorm_offset(2, 1000, 512, 2, 1e-6f, 0, 1.0f);
+	test_rmsnorm_offset(1, 77, 99, 2, 1e-6f, 1, 1.0f); /* scalar path */
+	test_glu(FERRY_OP_GEGLU, 2L * 1000 * 1376, 0);
+	test_glu(FERRY_OP_GEGLU, 100003, 1);
+	test_unary(FERRY_OP_SCALE, 2L * 1000 * 512, 48.0f, 1, 0);       /* sqrt(2304), exact in bf16 */
+	test_unary(FERRY_OP_SCALE, 100003, sqrtf(2048.0f), 1, 1);      /* rounded to bf16 */
+	test_unary(FERRY_OP_SOFTCAP, 2L * 1000 * 1024, 30.0f, 40.0f, 0); /* final logits: saturating */
+	test_unary(FERRY_OP_SOFTCAP, 100003, 30.0f, 3.0f, 1);          /* near the identity */
+	test_unary(FERRY_OP_SOFTCAP, 4096, 0.0f, 3.0f, 0);             /* no cap: the identity */
+	/* attention's constants: a window (HS 64 would take the tensor cores
+	 * without it), the window cutting key tiles mid-way, a scale and a cap
+	 * small enough to bend every score, and Gemma 2's head size 256 */
+	test_attention_consts(2, 1000, 8, 2, 64, 100, 0.0f, 0.0f);
+	test_attention_consts(1, 257, 4, 1, 128, 37, 0.0f, 0.0f);
+	test_attention_consts(2, 300, 8, 2, 64, 0, 0.1f, 0.0f);
+	test_attention_consts(2, 300, 8, 2, 64, 0, 0.0f, 1.5f);
+	test_attention_consts(1, 300, 4, 2, 256, 128, 0.0625f, 1.5f);
+	test_attention_consts(1, 1000, 8, 4, 256, 0, 0.0625f, 50.0f);     /* Gemma 2's global layers */
+	test_attention_consts(2, 100, 6, 3, 32, 1, 0.0f, 0.0f);          /* window 1: each query itself */
+	test_attention_consts(2, 100, 6, 3, 32, 100, 0.0f, 0.0f);        /* window = T: none */
 
 	ferry_stream_free(gs);
 	ferry_backend_close(gpu);

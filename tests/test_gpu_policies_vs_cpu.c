@@ -1,6 +1,8 @@
 /*
  * Policies on the GPU against the CPU backend at real sizes: GPT-2 124M at
- * 4 x 1024 tokens and a grouped-query Llama at 2 x 1024, each trained two
+ * 4 x 1024 tokens, a grouped-query Llama at 2 x 1024, and at 2 x 1024 a
+ * Mistral with a window of 256 and a Gemma 2 (window 256 on its even
+ * layers, head size 256 != C / NH, its default caps), each trained two
  * steps on the CPU (fp32, everything kept: the reference) and on the GPU
  * (bf16) under full recomputation and the offloading presets.  Per
  * parameter tensor, the first step's GPU gradients are within a few bf16
@@ -137,8 +139,17 @@ int main(void)
 	struct shape llama = { "llama-gqa", { .arch = "llama", .max_seq = 1024, .vocab = 32000, .layers = 4,
 					      .heads = 16, .kv_heads = 4, .channels = 2048, .ffn = 5632 }, 2, 1024 };
 
+	struct shape mistral = { "mistral-window", { .arch = "mistral", .max_seq = 1024, .vocab = 32000, .layers = 4,
+						     .heads = 16, .kv_heads = 4, .channels = 2048, .ffn = 5632,
+						     .sliding_window = 256 }, 2, 1024 };
+	struct shape gemma2 = { "gemma2", { .arch = "gemma2", .max_seq = 1024, .vocab = 32000, .layers = 4,
+					    .heads = 8, .kv_heads = 4, .channels = 1024, .head_size = 256,
+					    .ffn = 4096, .sliding_window = 256 }, 2, 1024 };
+
 	gpu_or_skip();
 	check_shape(&gpt2);
 	check_shape(&llama);
+	check_shape(&mistral);
+	check_shape(&gemma2);
 	return test_exit_code();
 }

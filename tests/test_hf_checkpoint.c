@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "file_test_util.h"
+#include "shard_util.h"
 
 #define MAXT 512 /* tensors of a test model */
 
@@ -987,18 +988,6 @@ static void test_swap_recovery(void)
 }
 
 /* ---- training ------------------------------------------------------------------------ */
-
-static void write_shard(const char *path, const uint16_t *tok, int n)
-{
-	int32_t header[256] = { FERRY_SHARD_MAGIC, FERRY_SHARD_VERSION, n };
-	FILE *f = fopen(path, "wb");
-
-	if (!f || fwrite(header, sizeof(header), 1, f) != 1 || fwrite(tok, 2, (size_t)n, f) != (size_t)n) {
-		fprintf(stderr, "cannot write %s\n", path);
-		exit(1);
-	}
-	fclose(f);
-}
 
 static float *trainer_params(ferry_trainer_t tr, size_t *n)
 {

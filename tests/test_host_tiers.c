@@ -108,7 +108,7 @@ static void check_load(const char *topo)
 
 static ferry_host_tiers_t make(const char *spec, const char *topo, const char *nvme, enum ferry_optim_place opt)
 {
-	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, opt };
+	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, opt, 0 };
 	ferry_host_tiers_t h = NULL;
 
 	CHECK(ferry_host_tiers_create(&o, &h) == FERRY_OK, "tiers '%s': %s", spec ? spec : "", ferry_last_error());
@@ -117,7 +117,7 @@ static ferry_host_tiers_t make(const char *spec, const char *topo, const char *n
 
 static void expect_spec_error(const char *spec, const char *topo, const char *nvme, const char *needle)
 {
-	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, FERRY_OPTIM_STREAM };
+	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, FERRY_OPTIM_STREAM, 0 };
 	ferry_host_tiers_t h = NULL;
 
 	CHECK(ferry_host_tiers_create(&o, &h) == FERRY_ERR_INVALID || (h == NULL && needle[0] == '/'),

@@ -14,6 +14,7 @@
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/train.h"
+#include "scratch_util.h"
 #include "test_util.h"
 #include "train/commit.h"
 
@@ -22,18 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char dir[256];
-
-static const char *path_in(const char *name)
-{
-	static char buf[8][512];
-	static int at;
-	char *p = buf[at++ % 8];
-
-	snprintf(p, 512, "%s/%s", dir, name);
-	return p;
-}
 
 /* ---- schedules ---------------------------------------------------------------- */
 

@@ -47,6 +47,8 @@ static void test_syntax(void)
 		"activations.mlpwi=device,activations.prefetch=5",
 		"layers.weights=device,edges.weights=device,adam=host:cpu,activations=nothing_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=device:shard(4),activations=everything_saveable,"
+		"activations.prefetch=2",
 		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
 		"activations.host=nvme,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
@@ -57,6 +59,7 @@ static void test_syntax(void)
 		"layers.weights=host:stream(2", "edges.weights=host:stream(1)", "weights=device",
 		"activations=full,activations.context=offload", "activations.context=offload,activations=full",
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
+		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
 		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
 		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
@@ -292,6 +295,41 @@ static void test_tables(const char *arch, int tied)
 		}
 }
 
+/* adam=device:shard(3): this rank's slice of each moment, the parameter
+ * array (and its compute copy) padded to 3 slices; not on the host. */
+static void test_shard(const char *arch)
+{
+	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
+	struct ferry_places p;
+
+	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
+	for (int dt = 0; dt < 2; dt++) {
+		struct ferry_exec_opts o = { .act_dtype = dt ? FERRY_BF16 : FERRY_F32, .place = "adam=device:shard(3)" };
+		struct ferry_tensor_table tt;
+		size_t S, n;
+
+		if (ferry_tensor_table_build(&cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: sharded table: %s", arch, ferry_last_error());
+			continue;
+		}
+		n = tt.n_params;
+		S = tt.ix.shard_numel;
+		CHECK(S == (n + 2) / 3 && tt.e[tt.ix.mom_slice].bytes == S * 4 && tt.e[tt.ix.var_slice].bytes == S * 4 &&
+		      tt.buffers[tt.ix.mom_buffer].bytes == S * 4 && tt.ix.mom[0] < 0,
+		      "%s: a slice of %zu of %zu elements", arch, S, n);
+		CHECK(tt.buffers[tt.ix.params_buffer].bytes == 3 * S * 4 &&
+		      (!dt || tt.buffers[tt.ix.copy_buffer].bytes == 3 * S * 2),
+		      "%s %s: the parameters padded to 3 slices", arch, dt ? "bf16" : "fp32");
+		for (int i = 0; i < tt.n; i++)
+			check_entry(arch, &tt, i);
+		ferry_tensor_table_release(&tt);
+	}
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse("adam=device:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK, "shard");
+	p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
+	CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID, "a split optimizer on the host: not yet");
+}
+
 int main(void)
 {
 	test_syntax();
@@ -299,5 +337,7 @@ int main(void)
 	test_tables("gpt2", 0);
 	test_tables("llama", 0);
 	test_tables("llama", 1);
+	test_shard("gpt2");
+	test_shard("llama");
 	return test_exit_code();
 }

@@ -83,7 +83,7 @@ static bool train(const struct ferry_model_config *cfg, const char *policy, enum
 		  const struct combo *c, struct result *r)
 {
 	struct ferry_host_tiers_opts to = { c ? c->spec : NULL, c && c->simulated ? topo_path : NULL, NULL,
-					    nvme_dir, optim };
+					    nvme_dir, optim, 0 };
 	/* depth 1: a ring of 2 slots, so most layers' activations come back
 	 * from their tier (the last 2 are read where they are) */
 	struct ferry_exec_opts o = { .policy = policy, .optimizer = optim, .prefetch_depth = 1 };

@@ -2,14 +2,16 @@
  * Hugging Face tokenizer.json files written here by hand: pre-tokenization
  * and merges on the hard cases (contractions, digits, whitespace runs,
  * emoji, CJK, combining marks, special tokens inside text), round trips of
- * arbitrary bytes, and bad files, each refused with a message naming the
- * problem.  test_tokenizer_ref.c checks against Hugging Face's own library.
+ * arbitrary bytes, bad files, each refused with a message naming the
+ * problem, and the cache of encoded pieces: the same ids on many threads,
+ * filled in any order, and past full.  test_tokenizer_ref.c checks against Hugging Face's own library.
  */
 #include "ferry/tokenizer.h"
 #include "test_util.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 static char dir[4096];
@@ -253,7 +255,9 @@ static void test_sentencepiece(void)
 static void test_normalizers(void)
 {
 	const char *forms[] = { "NFC", "NFKC" };
-	const char *pairs[][2] = { { "e\xcc\x81", "\xc3\xa9" }, { "\xef\xac\x81", "fi" } };
+	/* ASCII around: the combining acute composes with the e before it */
+	const char *pairs[][2] = { { "cafe\xcc\x81 ok", "caf\xc3\xa9 ok" },
+				   { "a\xef\xac\x81 b", "afi b" } };
 
 	for (int f = 0; f < 2; f++) {
 		json_t *vocab = json_object();
@@ -379,6 +383,122 @@ static void test_alloc_failures(const char *path)
 	CHECK(failures > 10, "only %d allocations while loading", failures);
 }
 
+/* Documents whose pieces are mostly distinct: more than the cache of
+ * encoded pieces holds (bpe_cache.c: 131072), some frequent, some special
+ * tokens, emoji and whitespace runs between. */
+#define CACHE_DOCS 48
+#define CACHE_WORDS 5000
+
+struct cache_docs {
+	ferry_tokenizer_t tok;
+	char *text[CACHE_DOCS];
+	size_t len[CACHE_DOCS];
+	struct ferry_token_buf ids[CACHE_DOCS];
+	int from, step, failed; /* encode_docs: from, from + step, ... */
+};
+
+static void make_cache_docs(struct cache_docs *c)
+{
+	static const char *const seps[] = { " ", " ", " ", "  ", "\n", "'s ", " 12 ", " \xf0\x9f\x99\x82 ",
+					    "<|endoftext|>" };
+	static const char *const common[] = { "the", "and", "b", "bb", "d" };
+	uint64_t s = 7;
+
+	c->from = 0;
+	c->step = 1;
+	for (int d = 0; d < CACHE_DOCS; d++) {
+		char *p = c->text[d] = malloc(CACHE_WORDS * 24);
+
+		for (int w = 0; w < CACHE_WORDS; w++) {
+			int n = 0;
+
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			if ((s >> 60) < 4)
+				p += sprintf(p, "%s", common[(s >> 40) % 5]);
+			else
+				n = 3 + (int)((s >> 40) % 8);
+			p += sprintf(p, "%s", seps[(s >> 50) % 9]);
+			for (int k = 0; k < n; k++) {
+				s = s * 6364136223846793005ull + 1442695040888963407ull;
+				*p++ = (char)('a' + (s >> 40) % 26);
+			}
+		}
+		c->len[d] = (size_t)(p - c->text[d]);
+	}
+}
+
+static void *encode_docs(void *arg)
+{
+	struct cache_docs *c = arg;
+
+	for (int d = c->from; d >= 0 && d < CACHE_DOCS; d += c->step)
+		if (ferry_tokenizer_encode(c->tok, c->text[d], c->len[d], 0, &c->ids[d]))
+			c->failed++;
+	return NULL;
+}
+
+/* c's documents on n threads, each taking every n-th. */
+static void encode_threads(struct cache_docs *c, int n)
+{
+	struct cache_docs share[4];
+	pthread_t th[4];
+
+	for (int k = 0; k < n; k++) {
+		share[k] = *c;
+		share[k].from = k;
+		share[k].step = n;
+		CHECK(!pthread_create(&th[k], NULL, encode_docs, &share[k]), "thread %d", k);
+	}
+	for (int k = 0; k < n; k++) {
+		pthread_join(th[k], NULL);
+		c->failed += share[k].failed;
+		for (int d = k; d < CACHE_DOCS; d += n)
+			c->ids[d] = share[k].ids[d];
+	}
+}
+
+/* Four threads at once, then again one thread with the cache full, then a
+ * new tokenizer in reverse order: the same ids each time, and they decode
+ * to the text. */
+static void test_cache(void)
+{
+	static struct cache_docs run[3];
+
+	make_cache_docs(&run[0]);
+	run[1] = run[2] = run[0];
+	CHECK(!ferry_tokenizer_open(byte_level_file(), &run[0].tok), "%s", ferry_last_error());
+	CHECK(!ferry_tokenizer_open(byte_level_file(), &run[2].tok), "%s", ferry_last_error());
+	if (!run[0].tok || !run[2].tok)
+		return;
+	run[1].tok = run[0].tok;
+	encode_threads(&run[0], 4);
+	encode_docs(&run[1]);
+	run[2].from = CACHE_DOCS - 1;
+	run[2].step = -1;
+	encode_docs(&run[2]);
+	for (int d = 0; d < CACHE_DOCS; d++) {
+		const struct ferry_token_buf *a = &run[0].ids[d];
+		char *text = NULL;
+		size_t len = 0;
+
+		for (int r = 1; r < 3; r++)
+			CHECK(run[r].ids[d].n == a->n && !memcmp(run[r].ids[d].ids, a->ids, a->n * 4),
+			      "document %d: run %d gives other ids", d, r);
+		CHECK(!ferry_tokenizer_decode_ids(run[0].tok, a->ids, a->n, false, &text, &len) &&
+		      len == run[0].len[d] && !memcmp(text, run[0].text[d], len),
+		      "document %d does not round-trip", d);
+		ferry_tokenizer_text_free(text);
+	}
+	CHECK(!run[0].failed && !run[1].failed && !run[2].failed, "encoding failed");
+	for (int d = 0; d < CACHE_DOCS; d++) {
+		for (int r = 0; r < 3; r++)
+			ferry_token_buf_free(&run[r].ids[d]);
+		free(run[0].text[d]);
+	}
+	ferry_tokenizer_free(run[0].tok);
+	ferry_tokenizer_free(run[2].tok);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("FERRY_TEST_TMP");
@@ -392,6 +512,7 @@ int main(void)
 	test_sentencepiece();
 	test_normalizers();
 	test_bad_files();
+	test_cache();
 	test_alloc_failures(sentencepiece_file());
 	return test_exit_code();
 }

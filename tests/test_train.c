@@ -10,36 +10,13 @@
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/train.h"
+#include "scratch_util.h"
 #include "test_util.h"
 
 #include <ftw.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char dir[256];
-
-static void write_shard(const char *path, const uint16_t *tok, int n)
-{
-	int32_t header[256] = { FERRY_SHARD_MAGIC, FERRY_SHARD_VERSION, n };
-	FILE *f = fopen(path, "wb");
-
-	if (!f || fwrite(header, sizeof(header), 1, f) != 1 || fwrite(tok, 2, (size_t)n, f) != (size_t)n) {
-		fprintf(stderr, "cannot write %s\n", path);
-		exit(1);
-	}
-	fclose(f);
-}
-
-static const char *path_in(const char *name)
-{
-	static char buf[8][512];
-	static int at;
-	char *p = buf[at++ % 8];
-
-	snprintf(p, 512, "%s/%s", dir, name);
-	return p;
-}
 
 static bool exists_path(const char *p)
 {

@@ -56,7 +56,8 @@ struct ferry_backend_caps {
 struct ferry_backend_opts {
 	size_t device_mem;  /* arena capacity in bytes; 0 = all the device has */
 	int threads;        /* CPU compute threads; 0 = all cores */
-	int device_index;   /* GPU ordinal */
+	int device_index;   /* GPU ordinal, modulo the GPUs visible (a rank
+			       passes its rank on the machine) */
 	bool profile;       /* time every op (ferry_backend_op_stats) */
 };
 
@@ -171,6 +172,9 @@ ferry_status ferry_memcpy_async(ferry_stream_t s, void *dst, const void *src,
  * (CUDA: cudaLaunchHostFunc).  fn must not call ferry or CUDA; arg must stay
  * valid until it has run. */
 ferry_status ferry_stream_host_fn(ferry_stream_t s, void (*fn)(void *arg), void *arg) FERRY_MUST_CHECK;
+/* The runtime's own handle of s (CUDA: its cudaStream_t), for libraries
+ * that queue work on it (NCCL); NULL where there is none (CPU). */
+void *ferry_stream_native(ferry_stream_t s);
 
 /* Sets size bytes of device memory to zero, on stream s. */
 ferry_status ferry_memset_zero_async(ferry_stream_t s, void *dst, size_t size)

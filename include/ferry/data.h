@@ -55,6 +55,16 @@ void ferry_loader_free(ferry_loader_t loader);
 ferry_status ferry_loader_next(ferry_loader_t loader, int32_t *inputs,
 			       int32_t *targets) FERRY_MUST_CHECK;
 
+/* Data parallel: the loader reads only its part of every batch, rows
+ * first .. first + rows - 1 of each group of `group` rows (group divides
+ * the B of ferry_loader_open; 0 <= first, first + rows <= group), and
+ * ferry_loader_next fills B / group * rows rows, the groups in order.  The
+ * batch is still B rows of the data: the position, the shard changes and
+ * the epochs are the whole batch's, so ranks that each read their part
+ * move together as one process reading batches of B, and the ranks'
+ * parts together are its batch.  Tokens are checked in the part read. */
+ferry_status ferry_loader_set_part(ferry_loader_t loader, int group, int first, int rows) FERRY_MUST_CHECK;
+
 /* Switches to the shuffled order drawn from seed and moves to its start
  * (epoch 0).  Allocates the orders' tables (FERRY_ERR_NOMEM); ferry_loader_next
  * still allocates nothing. */

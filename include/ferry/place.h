@@ -25,10 +25,12 @@
  *   layers.weights=device | host:stream(D)
  *   edges.weights=device  | host:stream
  *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
+ *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
+ *                                      keeps and updates its 1/N of the moments
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
- *   activations.host=TIER              the tier offloaded activations live on
+ *   activations.host=TIER[+TIER...]    the tier(s) offloaded activations live on (layer by layer)
  *   activations.prefetch=D             offloaded activations loaded D layers ahead
  *   activations.mlp_tile=N|auto        the MLP over tiles of N tokens, its hidden
  *                                      activations recomputed per tile in backward
@@ -46,10 +48,11 @@
  * layers.weights=host:stream(1), --param-prefetch D sets its D,
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
- * adam=host:cpu(speculative), --policy activations=, --prefetch-depth
- * activations.prefetch=, --mlp-tile activations.mlp_tile=, --loss-tile
- * activations.loss_tile=, --host-tier KIND=TIER the tiers (activations
- * activations.host, the other kinds adam's).
+ * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N),
+ * --policy activations=, --prefetch-depth activations.prefetch=,
+ * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
+ * --host-tier KIND=TIER the tiers (activations activations.host, the
+ * other kinds adam's).
  */
 #ifndef FERRY_PLACE_H
 #define FERRY_PLACE_H
@@ -98,6 +101,10 @@ struct ferry_place {
 	bool speculative;         /* update HOST: each layer as soon as its
 				     gradients are on the host, undone when the
 				     norm then needs clipping (FERRY_CLIP_SPECULATIVE) */
+	int shard;                /* adam: split over this many ranks, rank r
+				     holding elements [r*S, (r+1)*S) of the
+				     parameter array's moments, S = n / shard
+				     rounded up (ZeRO-1, --zero 1); 0: whole */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,

@@ -93,6 +93,8 @@ struct ferry_memory_analysis {
 	size_t pinned_limit;        /* the limit applied */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
+	size_t host_act_unit; /* one layer's offloaded activations, when they are one
+				 tensor per layer (they may then span host tiers); else 0 */
 };
 
 struct ferry_plan {
@@ -189,6 +191,14 @@ struct ferry_exec_opts {
 	const char *host_tier;  /* --host-tier KIND=TIER,...: the host tiers the
 				   placements name, below place (NULL: none); what
 				   host_tiers places when it is made from them */
+	int zero;               /* --zero: 1 splits AdamW's moments over the
+				   ranks (ZeRO-1, adam=device:shard(N)); 0 none */
+	int zero_ranks;         /* ... over this many (0: comm's ranks) */
+	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
+				   weight gradients are averaged over these ranks
+				   on a stream of their own, layer by layer (NULL
+				   or one rank: none); collectives run on the
+				   stream's thread, so no other thread may use it */
 };
 
 /* The placement of every group of training tensors that o asks for: its
@@ -205,7 +215,7 @@ enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
 /* ---- the prepared schedule of a training step ------------------------------------
  * Every task a training step submits, in order: on which stream, what it
  * does, to which tensor, for which layer.  Names are cut to their arrays. */
-#define FERRY_SCHED_MAX_STREAMS 4
+#define FERRY_SCHED_MAX_STREAMS 5
 #define FERRY_SCHED_NAME_CHARS 16  /* a program's or a stream's name, with its NUL */
 #define FERRY_SCHED_KIND_CHARS 24  /* a task's kind */
 #define FERRY_SCHED_LABEL_CHARS 56 /* what a task works on */

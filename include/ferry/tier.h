@@ -108,6 +108,8 @@ struct ferry_host_tiers_opts {
 	const char *sysfs_dir;     /* discovery's folder (NULL: the real one; tests) */
 	const char *nvme_dir;      /* --nvme-dir (NULL: no NVMe tier) */
 	enum ferry_optim_place optimizer; /* decides what the CPU computes on */
+	size_t host_mem;           /* --host-mem: the most DRAM (nodes with CPUs) host
+				      state may take (0: their free memory) */
 };
 
 /* Discovers or loads the topology and resolves the spec against it.
@@ -121,16 +123,34 @@ const struct ferry_topology *ferry_host_tiers_topology(ferry_host_tiers_t h);
 
 /* Where each kind goes and how many bytes each tier gets. */
 #define FERRY_MAX_TIERS 8
+#define FERRY_TIER_SPAN_MAX 4 /* tiers offloaded activations may span */
 struct ferry_tier_use {
 	struct ferry_tier tier;
 	uint64_t bytes[FERRY_HOST_KINDS];
 	uint64_t total, capacity; /* capacity: free bytes of its nodes, or of the disk */
+	int act_first, act_count; /* activations spread over tiers: the layers here */
 };
 struct ferry_tier_report {
 	int n;
 	struct ferry_tier_use use[FERRY_MAX_TIERS];
-	int tier_of[FERRY_HOST_KINDS]; /* index into use[], -1: the kind has no bytes */
+	int tier_of[FERRY_HOST_KINDS]; /* index into use[], -1: the kind has no bytes;
+					  activations spread over tiers: the first */
+	int act_tiers;                 /* tiers the activations are on (more than 1: spread) */
 };
+
+/* Offloaded activations may span tiers: "dram+nvme" (activations.host, or
+ * --host-tier activations=...) fills them in order, layer by layer, each
+ * tier up to its capacity; an NVMe tier comes last.  The automatic
+ * placement does the same over its order when no one tier holds them.
+ * A span is per layer: act_unit, the host bytes of one layer's offloaded
+ * activations, when their bytes are whole layers of one tensor (the plan's
+ * host_act_unit); 0: they cannot span. */
+ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+					   size_t act_unit, struct ferry_tier_report *report) FERRY_MUST_CHECK;
+/* Bytes allocated on each tier by kind, at their most so far (what
+ * ferry_host_tiers_alloc handed out, unrounded): a report with the
+ * tiers in first-use order, capacity and layers unset. */
+void ferry_host_tiers_peaks(ferry_host_tiers_t h, struct ferry_tier_report *report);
 
 /* Places host bytes by tensor kind (a plan's host_kind_bytes) on tiers and
  * checks every tier's capacity; on success the placement is what later

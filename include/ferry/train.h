@@ -87,7 +87,30 @@ struct ferry_train_opts {
 				     (default: as the checkpoint the run
 				     started from, else fp32) */
 	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
+	struct ferry_comm *comm;  /* data parallel over these ranks (ferry/comm.h;
+				     NULL or one rank: this process alone); see
+				     "Many ranks" below */
 };
+
+/* Many ranks (opts->comm of several): every rank makes a trainer with the
+ * same options and calls step, validate and save in the same order (each
+ * is a collective).  B is a rank's rows: the global batch is ranks * B
+ * rows, the batch one process reads with B' = ranks * B, of which rank r
+ * reads rows r*B .. r*B + B-1 (of every micro-batch, with grad_accum), so
+ * the loader's position, saved with the run, is the global batch's and a
+ * run resumes on any number of ranks (the state records ranks * B: B not
+ * given, each rank takes its share, which must divide it).  Gradients are
+ * averaged over the ranks before the norm, the clipping and the update
+ * (exec opts' comm: the trainer makes the model's communicator), so every
+ * rank's parameters stay equal; step's loss and validate's are the means
+ * over all rows.  Rank 0 alone writes a save, after checking that every
+ * rank's parameters are its own.  The GPU of a rank is its rank on the
+ * machine modulo the GPUs it sees.  Errors: a bad input one rank meets
+ * (a missing shard, a bad token, a checkpoint it cannot read) is agreed
+ * on (ferry_comm_agree): every rank returns the same status and message
+ * (ferry_comm_error_shared), at trainer_create and at each step's batch;
+ * an error this rank meets alone mid-step is not (other ranks may wait in
+ * a collective: the caller ends the job, ferry_comm_abort). */
 
 /* Defaults: cpu, B 4, T 64, lr 6e-4, cosine to final 0.1 (min_lr 0, decay
  * fraction 0.2 for WSD), warmup 0, one micro-batch a step, AdamW (0.9,

@@ -309,6 +309,11 @@ bool ferry_event_done(ferry_event_t ev)
 	return ev->be->iface->event_done(ev);
 }
 
+void *ferry_stream_native(ferry_stream_t s)
+{
+	return s && s->be->iface->stream_native ? s->be->iface->stream_native(s) : NULL;
+}
+
 ferry_status ferry_stream_host_fn(ferry_stream_t s, void (*fn)(void *), void *arg)
 {
 	if (!fn)

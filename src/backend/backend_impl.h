@@ -57,6 +57,8 @@ struct ferry_backend_iface {
 	 * NUMA-bound pages) for DMA, and undoes it (CUDA: cudaHostRegister) */
 	ferry_status (*host_register)(struct ferry_backend *be, void *p, size_t size);
 	void (*host_unregister)(struct ferry_backend *be, void *p);
+	/* optional: the runtime's handle of a stream (ferry_stream_native) */
+	void *(*stream_native)(struct ferry_stream *s);
 };
 
 /* Op timings, filled by backends that profile (indexed [kind][backward]). */

@@ -40,15 +40,15 @@ ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, en
 	*out = NULL;
 	if ((st = ferry_tier_region_new(h, kind, bytes, &r)))
 		return st;
-	if (r->nvme)
+	if (r->nvme || r->span_nvme)
 		st = make_staging(h, be);
-	else if (be && be->iface->host_register)
-		st = be->iface->host_register(be, r->p, r->mapped);
+	if (!st && r->resident && be && be->iface->host_register)
+		st = be->iface->host_register(be, r->p, r->resident);
 	if (st) {
 		ferry_host_tiers_release(h, r->p);
 		return st;
 	}
-	if (be && !r->nvme) {
+	if (be && r->resident) {
 		r->registered = be;
 		r->unregister = unregister_host;
 	}

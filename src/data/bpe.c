@@ -14,7 +14,9 @@
  * document can be one piece).
  *
  * The vocab is an open-addressing hash map from strings to ids; the merges
- * one from (left id, right id) to (rank, merged id).
+ * one from (left id, right id) to (rank, merged id).  A piece of up to 64
+ * bytes is first looked up in the tokenizer's cache of encoded pieces
+ * (bpe_cache.c), and cached once merged.
  */
 #include "data/hf_tokenizer.h"
 #include "core/error.h"
@@ -22,22 +24,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+ferry_status ferry_tok_str_reserve(struct tok_str *s, size_t more)
+{
+	size_t cap = s->cap ? s->cap : 64;
+	char *q;
+
+	if (s->n + more + 1 <= s->cap)
+		return FERRY_OK;
+	while (cap < s->n + more + 1)
+		cap *= 2;
+	q = realloc(s->p, cap);
+	if (!q)
+		return ferry_error(FERRY_ERR_NOMEM, "out of memory for %zu bytes of text", cap);
+	s->p = q;
+	s->cap = cap;
+	return FERRY_OK;
+}
+
 ferry_status ferry_tok_str_add(struct tok_str *s, const void *p, size_t n)
 {
-	if (s->n + n + 1 > s->cap) {
-		size_t cap = s->cap ? s->cap : 64;
-		char *q;
+	ferry_status st = ferry_tok_str_reserve(s, n);
 
-		while (cap < s->n + n + 1)
-			cap *= 2;
-		q = realloc(s->p, cap);
-		if (!q)
-			return ferry_error(FERRY_ERR_NOMEM,
-					   "out of memory for %zu bytes of text",
-					   cap);
-		s->p = q;
-		s->cap = cap;
-	}
+	if (st)
+		return st;
 	if (n)
 		memcpy(s->p + s->n, p, n);
 	s->n += n;
@@ -51,20 +60,33 @@ void ferry_tok_str_free(struct tok_str *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static ferry_status ids_push(struct ferry_token_buf *b, int32_t id)
+static ferry_status ids_append(struct ferry_token_buf *b, const int32_t *ids, size_t n)
 {
-	if (b->n == b->cap) {
+	if (b->n + n > b->cap) {
 		size_t cap = b->cap ? 2 * b->cap : 256;
-		int32_t *p = realloc(b->ids, cap * sizeof(*p));
+		int32_t *p;
 
+		while (cap < b->n + n)
+			cap *= 2;
+		p = realloc(b->ids, cap * sizeof(*p));
 		if (!p)
 			return ferry_error(FERRY_ERR_NOMEM,
 					   "out of memory for %zu token ids", cap);
 		b->ids = p;
 		b->cap = cap;
 	}
-	b->ids[b->n++] = id;
+	memcpy(b->ids + b->n, ids, n * sizeof(*ids));
+	b->n += n;
 	return FERRY_OK;
+}
+
+static ferry_status ids_push(struct ferry_token_buf *b, int32_t id)
+{
+	if (b->n < b->cap) {
+		b->ids[b->n++] = id;
+		return FERRY_OK;
+	}
+	return ids_append(b, &id, 1);
 }
 
 void ferry_token_buf_free(struct ferry_token_buf *b)
@@ -227,6 +249,7 @@ void ferry_tok_bpe_free(struct tok_bpe *b)
 	ferry_free(b->token);
 	ferry_free(b->token_len);
 	ferry_tok_map_free(b->vocab);
+	ferry_tok_cache_free(b->cache);
 	ferry_free(b->merge_key);
 	ferry_free(b->merge_rank);
 	ferry_free(b->merge_id);
@@ -239,30 +262,24 @@ struct sym {
 	int id, prev, next;
 };
 
-struct cand {
-	uint32_t rank;
-	int pos, left, right;
-};
+/* A candidate pair: its rule's rank above its left symbol's position, so
+ * that one integer compares as (rank, position). */
+typedef uint64_t cand;
 
-static bool cand_less(const struct cand *a, const struct cand *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static void heap_push(struct cand *h, int *n, struct cand c)
+static void heap_push(cand *h, int *n, cand c)
 {
 	int i = (*n)++;
 
-	while (i > 0 && cand_less(&c, &h[(i - 1) / 2])) {
+	while (i > 0 && c < h[(i - 1) / 2]) {
 		h[i] = h[(i - 1) / 2];
 		i = (i - 1) / 2;
 	}
 	h[i] = c;
 }
 
-static struct cand heap_pop(struct cand *h, int *n)
+static cand heap_pop(cand *h, int *n)
 {
-	struct cand top = h[0], last = h[--(*n)];
+	cand top = h[0], last = h[--(*n)];
 	int i = 0;
 
 	for (;;) {
@@ -270,9 +287,9 @@ static struct cand heap_pop(struct cand *h, int *n)
 
 		if (c >= *n)
 			break;
-		if (c + 1 < *n && cand_less(&h[c + 1], &h[c]))
+		if (c + 1 < *n && h[c + 1] < h[c])
 			c++;
-		if (!cand_less(&h[c], &last))
+		if (h[c] >= last)
 			break;
 		h[i] = h[c];
 		i = c;
@@ -281,17 +298,21 @@ static struct cand heap_pop(struct cand *h, int *n)
 	return top;
 }
 
-static void push_pair(const struct tok_bpe *b, const struct sym *s, int pos,
-		      struct cand *h, int *nh)
+/* The rule for the pair at pos: its slot, or -1 (none, or no pair). */
+static long pair_at(const struct tok_bpe *b, const struct sym *s, int pos)
 {
-	long m;
+	if (pos < 0 || s[pos].id < 0 || s[pos].next < 0)
+		return -1;
+	return find_merge(b, s[pos].id, s[s[pos].next].id);
+}
 
-	if (pos < 0 || s[pos].next < 0)
-		return;
-	m = find_merge(b, s[pos].id, s[s[pos].next].id);
+static void push_pair(const struct tok_bpe *b, const struct sym *s, int pos,
+		      cand *h, int *nh)
+{
+	long m = pair_at(b, s, pos);
+
 	if (m >= 0)
-		heap_push(h, nh, (struct cand){ b->merge_rank[m], pos,
-						s[pos].id, s[s[pos].next].id });
+		heap_push(h, nh, (cand)b->merge_rank[m] << 32 | (uint32_t)pos);
 }
 
 /* Length of the UTF-8 character at p (1 for a byte that starts none). */
@@ -339,45 +360,39 @@ static int initial_symbols(const struct tok_bpe *b, const char *w, size_t n,
 	return ns;
 }
 
-static void merge_all(const struct tok_bpe *b, struct sym *s, int ns,
-		      struct cand *h)
+/* A popped candidate is stale when the pair now at its position has
+ * another rule (one side was merged since): ranks are one per rule. */
+static void merge_all(const struct tok_bpe *b, struct sym *s, int ns, cand *h)
 {
 	int nh = 0;
 
 	for (int i = 0; i + 1 < ns; i++)
 		push_pair(b, s, i, h, &nh);
 	while (nh) {
-		struct cand c = heap_pop(h, &nh);
-		int nx = s[c.pos].next;
-		long m;
+		cand c = heap_pop(h, &nh);
+		int pos = (int)(uint32_t)c, nx = s[pos].next;
+		long m = pair_at(b, s, pos);
 
-		if (s[c.pos].id != c.left || nx < 0 || s[nx].id != c.right)
-			continue; /* stale: one side was merged since */
-		m = find_merge(b, c.left, c.right);
-		s[c.pos].id = (int)b->merge_id[m];
-		s[c.pos].next = s[nx].next;
+		if (m < 0 || b->merge_rank[m] != (uint32_t)(c >> 32))
+			continue;
+		s[pos].id = (int)b->merge_id[m];
+		s[pos].next = s[nx].next;
 		if (s[nx].next >= 0)
-			s[s[nx].next].prev = c.pos;
+			s[s[nx].next].prev = pos;
 		s[nx].id = -1;
-		push_pair(b, s, s[c.pos].prev, h, &nh);
-		push_pair(b, s, c.pos, h, &nh);
+		push_pair(b, s, s[pos].prev, h, &nh);
+		push_pair(b, s, pos, h, &nh);
 	}
 }
 
-ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
-			  struct ferry_token_buf *out)
+static ferry_status merge_word(const struct tok_bpe *b, const char *w, size_t n,
+			       struct ferry_token_buf *out)
 {
 	struct sym small_s[64], *s = small_s;
-	struct cand small_h[192], *h = small_h;
+	cand small_h[192], *h = small_h;
 	ferry_status st = FERRY_OK;
 	int ns;
 
-	if (b->ignore_merges) {
-		int id = ferry_tok_map_get(b->vocab, w, n);
-
-		if (id >= 0)
-			return ids_push(out, id);
-	}
 	/* Up to one symbol per byte; each merge pushes at most 2 pairs. */
 	if (n > 64) {
 		s = malloc(n * sizeof(*s));
@@ -397,6 +412,69 @@ out:
 		free(s);
 	if (h != small_h)
 		free(h);
+	return st;
+}
+
+/* Longer pieces are rare: they would only fill the cache. */
+#define CACHE_MAX_BYTES 64
+
+static bool cacheable(const struct tok_bpe *b, size_t n)
+{
+	return b->cache && n <= CACHE_MAX_BYTES;
+}
+
+/* w, whose hash is h when cacheable. */
+static ferry_status bpe_word(const struct tok_bpe *b, const char *w, size_t n, uint64_t h,
+			     struct ferry_token_buf *out)
+{
+	bool cached = cacheable(b, n);
+	size_t from = out->n;
+	const int32_t *ids;
+	ferry_status st;
+	int k;
+
+	if (cached && (k = ferry_tok_cache_get(b->cache, w, n, h, &ids)) >= 0)
+		return ids_append(out, ids, (size_t)k);
+	if (b->ignore_merges && (k = ferry_tok_map_get(b->vocab, w, n)) >= 0)
+		st = ids_push(out, k);
+	else
+		st = merge_word(b, w, n, out);
+	if (!st && cached)
+		ferry_tok_cache_put(b->cache, w, n, h, out->ids + from, (int)(out->n - from));
+	return st;
+}
+
+ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
+			  struct ferry_token_buf *out)
+{
+	return bpe_word(b, w, n, cacheable(b, n) ? ferry_tok_cache_hash(w, n) : 0, out);
+}
+
+/* How far ahead of the piece being encoded its successors' cache slots,
+ * then their records, are fetched: a lookup would otherwise wait on
+ * memory (the cache is megabytes). */
+#define AHEAD_SLOT 8
+#define AHEAD_REC 4
+
+ferry_status ferry_tok_bpe_pieces(const struct tok_bpe *b, const char *buf,
+				  const size_t *off, const size_t *len, int n,
+				  struct ferry_token_buf *out)
+{
+	uint64_t h[AHEAD_SLOT + 1] = { 0 };
+	ferry_status st = FERRY_OK;
+
+	for (int i = -AHEAD_SLOT; i < n && !st; i++) {
+		int j = i + AHEAD_SLOT, r = i + AHEAD_REC;
+
+		if (j < n && cacheable(b, len[j])) {
+			h[j % (AHEAD_SLOT + 1)] = ferry_tok_cache_hash(buf + off[j], len[j]);
+			ferry_tok_cache_prefetch(b->cache, h[j % (AHEAD_SLOT + 1)], false);
+		}
+		if (r >= 0 && r < n && cacheable(b, len[r]))
+			ferry_tok_cache_prefetch(b->cache, h[r % (AHEAD_SLOT + 1)], true);
+		if (i >= 0)
+			st = bpe_word(b, buf + off[i], len[i], h[i % (AHEAD_SLOT + 1)], out);
+	}
 	return st;
 }
 

@@ -100,11 +100,20 @@ static bool next_added(const struct ferry_hf_tokenizer *t, const char *s,
 		       size_t n, size_t from, bool normalized,
 		       struct added_match *m)
 {
+	int one = t->added_one_first[normalized];
+
 	for (size_t at = from; at < n;) {
 		const struct tok_added *a;
 		size_t e, cl;
 		int i;
 
+		if (one >= 0 && one < 256 && s[at] != (char)one) {
+			const char *p = memchr(s + at, one, n - at); /* the common case */
+
+			if (!p)
+				return false;
+			at = (size_t)(p - s);
+		}
 		if (!t->added_first[normalized][(unsigned char)s[at]]) {
 			at++;
 			continue;

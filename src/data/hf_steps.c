@@ -165,6 +165,9 @@ static ferry_status parse_pre_one(struct ferry_hf_tokenizer *t,
 		p->kind = PRE_BYTELEVEL;
 		p->add_prefix_space = hfj_bool(o, "add_prefix_space", true);
 		t->byte_level = true;
+		for (int b = 0; b < 256; b++)
+			t->byte_map[b][2] = (unsigned char)ferry_tok_byte_char(
+				(unsigned char)b, (char *)t->byte_map[b]);
 		if (!hfj_bool(o, "use_regex", true))
 			return FERRY_OK;
 		return compile(ferry_tok_gpt2_pattern, false, &p->regex, path);

@@ -206,6 +206,7 @@ static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 				   path, type);
 	st = parse_vocab(b, json_object_get(model, "vocab"), path);
 	st = st ? st : parse_merges(b, json_object_get(model, "merges"), path);
+	st = st ? st : ferry_tok_cache_new(&b->cache);
 	return st ? st : model_flags(b, model, path);
 }
 
@@ -259,7 +260,8 @@ static ferry_status parse_added(struct ferry_hf_tokenizer *t, json_t *arr,
 	return st;
 }
 
-/* n_ids, and by id: special or not, which added token. */
+/* n_ids, by id: special or not, which added token; the added tokens'
+ * first bytes. */
 static ferry_status index_ids(struct ferry_hf_tokenizer *t, const char *path)
 {
 	t->n_ids = t->bpe.n_ids;
@@ -275,6 +277,12 @@ static ferry_status index_ids(struct ferry_hf_tokenizer *t, const char *path)
 	for (int i = 0; i < t->n_added; i++) {
 		t->added_of_id[t->added[i].id] = i;
 		t->is_special[t->added[i].id] = t->added[i].special;
+	}
+	for (int k = 0; k < 2; k++) { /* 256: several */
+		t->added_one_first[k] = -1;
+		for (int b = 0; b < 256; b++)
+			if (t->added_first[k][b])
+				t->added_one_first[k] = t->added_one_first[k] < 0 ? b : 256;
 	}
 	return FERRY_OK;
 }

@@ -9,8 +9,9 @@
  * decode(ids): each id's token string -> the decoders, in order, over the
  * list of strings (HF's decode_chain) -> bytes.
  *
- * Everything here is read-only after loading, so one tokenizer encodes on
- * many threads at once; each call takes its own scratch (struct tok_scratch).
+ * Everything here is read-only after loading but the BPE model's cache of
+ * encoded pieces (bpe_cache.c), which is filled without locks: one
+ * tokenizer encodes on many threads at once.
  */
 #ifndef FERRY_DATA_HF_TOKENIZER_H
 #define FERRY_DATA_HF_TOKENIZER_H
@@ -36,9 +37,12 @@ ferry_status ferry_tok_str_add(struct tok_str *s, const void *p, size_t n)
 	FERRY_MUST_CHECK;
 void ferry_tok_str_free(struct tok_str *s);
 
+ferry_status ferry_tok_str_reserve(struct tok_str *s, size_t more) FERRY_MUST_CHECK;
+
 /* ---- the BPE model (bpe.c) ---- */
 
 struct tok_map;	/* string -> id, open addressing */
+struct tok_cache; /* piece -> its ids (bpe_cache.c) */
 
 struct tok_bpe {
 	int n_ids;		/* one past the largest id of the vocab */
@@ -52,7 +56,22 @@ struct tok_bpe {
 	int unk;		/* -1: none */
 	bool byte_fallback, fuse_unk, ignore_merges;
 	int byte_id[256];	/* <0xNN>, -1 where absent */
+	struct tok_cache *cache; /* NULL: none */
 };
+
+ferry_status ferry_tok_cache_new(struct tok_cache **out) FERRY_MUST_CHECK;
+void ferry_tok_cache_free(struct tok_cache *c);
+uint64_t ferry_tok_cache_hash(const char *s, size_t n);
+/* The count of the ids piece w (hash h) encodes to and *ids pointing at
+ * them; -1 when it is not cached. */
+int ferry_tok_cache_get(const struct tok_cache *c, const char *w, size_t n, uint64_t h,
+			const int32_t **ids);
+/* Caches w -> ids, unless the cache is full. */
+void ferry_tok_cache_put(struct tok_cache *c, const char *w, size_t n, uint64_t h,
+			 const int32_t *ids, int n_ids);
+/* Brings the slot of hash h into the CPU's cache, or with rec the record
+ * the slot points at (once the slot is there). */
+void ferry_tok_cache_prefetch(const struct tok_cache *c, uint64_t h, bool rec);
 
 ferry_status ferry_tok_map_new(size_t n, struct tok_map **out) FERRY_MUST_CHECK;
 void ferry_tok_map_free(struct tok_map *m);
@@ -70,6 +89,10 @@ ferry_status ferry_tok_ids_push(struct ferry_token_buf *b, int32_t id)
 /* Appends the ids of one pre-tokenized piece. */
 ferry_status ferry_tok_bpe_word(const struct tok_bpe *b, const char *w, size_t n,
 			  struct ferry_token_buf *out) FERRY_MUST_CHECK;
+/* Appends the ids of n pieces, [off[i], off[i] + len[i]) of buf, in order. */
+ferry_status ferry_tok_bpe_pieces(const struct tok_bpe *b, const char *buf,
+				  const size_t *off, const size_t *len, int n,
+				  struct ferry_token_buf *out) FERRY_MUST_CHECK;
 
 /* ---- normalizers, pre-tokenizers, decoders, post-processor ---- */
 
@@ -128,11 +151,15 @@ struct ferry_hf_tokenizer {
 	struct tok_pre pre[TOK_MAX_STEPS];
 	int n_pre;
 	bool byte_level;	/* a ByteLevel pre-tokenizer maps bytes to chars */
+	/* ByteLevel's byte -> character: its UTF-8 bytes, [2] their count */
+	unsigned char byte_map[256][3];
 	struct tok_dec dec[TOK_MAX_STEPS];
 	int n_dec;
 	struct tok_added *added;
 	int n_added;
 	bool added_first[2][256]; /* [normalized][byte]: a token starts so */
+	int added_one_first[2];	/* [normalized]: the byte all start with; -1:
+				   no token, 256: several bytes */
 	int post_before[TOK_MAX_STEPS]; /* the single template's special ids */
 	int post_after[TOK_MAX_STEPS];
 	int n_post_before, n_post_after;

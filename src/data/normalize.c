@@ -23,9 +23,14 @@ static size_t valid_prefix(const char *s, size_t n)
 
 	while (at < n) {
 		utf8proc_int32_t cp;
-		utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + at,
-						      (utf8proc_ssize_t)(n - at), &cp);
+		utf8proc_ssize_t k;
 
+		if (!(s[at] & 0x80)) { /* ASCII, most text: no call */
+			at++;
+			continue;
+		}
+		k = utf8proc_iterate((const utf8proc_uint8_t *)s + at,
+				     (utf8proc_ssize_t)(n - at), &cp);
 		if (k <= 0)
 			break;
 		at += (size_t)k;
@@ -33,27 +38,13 @@ static size_t valid_prefix(const char *s, size_t n)
 	return at;
 }
 
-static ferry_status form_run(const char *s, size_t n, utf8proc_option_t o,
-			     bool lower, struct tok_str *out)
+static ferry_status form_map(const char *s, size_t n, utf8proc_option_t o,
+			     struct tok_str *out)
 {
 	utf8proc_uint8_t *dst = NULL;
 	utf8proc_ssize_t k;
 	ferry_status st;
 
-	if (lower) {
-		for (size_t at = 0; at < n;) {
-			utf8proc_int32_t cp;
-			utf8proc_uint8_t u[4];
-
-			at += (size_t)utf8proc_iterate((const utf8proc_uint8_t *)s + at,
-						       (utf8proc_ssize_t)(n - at), &cp);
-			k = utf8proc_encode_char(utf8proc_tolower(cp), u);
-			st = ferry_tok_str_add(out, u, (size_t)k);
-			if (st)
-				return st;
-		}
-		return FERRY_OK;
-	}
 	k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
 			 o | UTF8PROC_STABLE);
 	if (k < 0)
@@ -61,6 +52,53 @@ static ferry_status form_run(const char *s, size_t n, utf8proc_option_t o,
 				   utf8proc_errmsg(k));
 	st = ferry_tok_str_add(out, dst, (size_t)k);
 	free(dst);
+	return st;
+}
+
+static ferry_status lower_run(const char *s, size_t n, struct tok_str *out)
+{
+	for (size_t at = 0; at < n;) {
+		utf8proc_int32_t cp;
+		utf8proc_uint8_t u[4];
+		utf8proc_ssize_t k;
+		ferry_status st;
+
+		at += (size_t)utf8proc_iterate((const utf8proc_uint8_t *)s + at,
+					       (utf8proc_ssize_t)(n - at), &cp);
+		k = utf8proc_encode_char(utf8proc_tolower(cp), u);
+		st = ferry_tok_str_add(out, u, (size_t)k);
+		if (st)
+			return st;
+	}
+	return FERRY_OK;
+}
+
+/* A Unicode form over valid UTF-8.  The forms leave ASCII as it is, and an
+ * ASCII character cuts the text: it is a starter (nothing is reordered
+ * across it) and never the second of a composition.  So ASCII runs are
+ * copied and only each stretch of other characters, with the ASCII one
+ * before it (a combining mark may compose with it), goes through
+ * utf8proc. */
+static ferry_status form_run(const char *s, size_t n, utf8proc_option_t o,
+			     struct tok_str *out)
+{
+	ferry_status st = FERRY_OK;
+
+	for (size_t at = 0, end; at < n && !st; at = end) {
+		size_t k = at;
+
+		while (k < n && !(s[k] & 0x80))
+			k++;
+		if (k == n)
+			return ferry_tok_str_add(out, s + at, n - at);
+		if (k > at + 1) {
+			st = ferry_tok_str_add(out, s + at, k - 1 - at);
+			at = k - 1;
+		}
+		for (end = k; end < n && (s[end] & 0x80); end++)
+			;
+		st = st ? st : form_map(s + at, end - at, o, out);
+	}
 	return st;
 }
 
@@ -80,9 +118,10 @@ static ferry_status unicode_step(const struct tok_norm *nm, const char *s,
 	for (size_t at = 0; at < n && !st;) {
 		size_t v = valid_prefix(s + at, n - at);
 
-		if (v)
-			st = form_run(s + at, v, o, nm->kind == NORM_LOWERCASE,
-				      out);
+		if (v && nm->kind == NORM_LOWERCASE)
+			st = lower_run(s + at, v, out);
+		else if (v)
+			st = form_run(s + at, v, o, out);
 		else
 			st = ferry_tok_str_add(out, s + at, 1);
 		at += v ? v : 1;

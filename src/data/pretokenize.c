@@ -62,31 +62,35 @@ struct pieces {
 	bool first_at_start; /* piece 0 starts the input (Metaspace "first") */
 };
 
-static ferry_status piece_add(struct pieces *p, const char *s, size_t n)
+/* Makes buf[off, off + n) piece p->n. */
+static ferry_status piece_mark(struct pieces *p, size_t off, size_t n)
 {
-	ferry_status st;
-
-	if (n == 0)
-		return FERRY_OK; /* HF drops empty pieces */
 	if (p->n == p->cap) {
 		int cap = p->cap ? 2 * p->cap : 64;
-		size_t *off = realloc(p->off, cap * sizeof(*off));
-		size_t *len = off ? realloc(p->len, cap * sizeof(*len)) : NULL;
+		size_t *o = realloc(p->off, cap * sizeof(*o));
+		size_t *len = o ? realloc(p->len, cap * sizeof(*len)) : NULL;
 
-		if (off)
-			p->off = off;
+		if (o)
+			p->off = o;
 		if (!len)
 			return ferry_error(FERRY_ERR_NOMEM,
 					   "out of memory for %d pieces", cap);
 		p->len = len;
 		p->cap = cap;
 	}
-	p->off[p->n] = p->buf.n;
-	p->len[p->n] = n;
+	p->off[p->n] = off;
+	p->len[p->n++] = n;
+	return FERRY_OK;
+}
+
+static ferry_status piece_add(struct pieces *p, const char *s, size_t n)
+{
+	ferry_status st;
+
+	if (n == 0)
+		return FERRY_OK; /* HF drops empty pieces */
 	st = ferry_tok_str_add(&p->buf, s, n);
-	if (!st)
-		p->n++;
-	return st;
+	return st ? st : piece_mark(p, p->buf.n - n, n);
 }
 
 static void pieces_free(struct pieces *p)
@@ -129,12 +133,15 @@ static ferry_status find_segs(const pcre2_code *re, pcre2_match_data *md,
 			      const char *s, size_t n, bool invert,
 			      struct segs *g)
 {
-	size_t prev = 0, at = 0;
+	size_t prev = 0, at = 0, jit = 0;
 	ferry_status st = FERRY_OK;
 
+	/* pcre2_jit_match skips pcre2_match's checks: the same matches */
+	(void)pcre2_pattern_info(re, PCRE2_INFO_JITSIZE, &jit);
 	g->n = 0;
 	while (at <= n && !st) {
-		int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL);
+		int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL) :
+			       pcre2_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL);
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 
 		if (rc == PCRE2_ERROR_NOMATCH)
@@ -230,38 +237,46 @@ size_t ferry_tok_byte_char(unsigned char b, char *out)
 	return 2;
 }
 
+/* s mapped by ByteLevel, as one more piece of out. */
+static ferry_status add_mapped(const struct ferry_hf_tokenizer *t, const unsigned char *s,
+			       size_t n, struct pieces *out)
+{
+	size_t from = out->buf.n;
+	ferry_status st = ferry_tok_str_reserve(&out->buf, 2 * n + 1);
+	char *q;
+
+	if (st || n == 0)
+		return st;
+	q = out->buf.p + from;
+	for (size_t k = 0; k < n; k++) { /* both bytes written, one kept or two */
+		memcpy(q, t->byte_map[s[k]], 2);
+		q += t->byte_map[s[k]][2];
+	}
+	*q = '\0';
+	out->buf.n = (size_t)(q - out->buf.p);
+	return piece_mark(out, from, out->buf.n - from);
+}
+
 /* ByteLevel on one piece: the prefix space, GPT-2's split, the byte map. */
-static ferry_status byte_level(const struct tok_pre *p, pcre2_match_data *md,
+static ferry_status byte_level(const struct ferry_hf_tokenizer *t,
+			       const struct tok_pre *p, pcre2_match_data *md,
 			       const char *s, size_t n, struct segs *g,
 			       struct tok_str *tmp, struct pieces *out)
 {
-	struct pieces split = { 0 };
 	ferry_status st = FERRY_OK;
 
-	tmp->n = 0;
-	if (p->add_prefix_space && (n == 0 || s[0] != ' '))
-		st = ferry_tok_str_add(tmp, " ", 1);
-	if (!st)
-		st = ferry_tok_str_add(tmp, s, n);
-	if (!st && p->regex)
-		st = split_into(p->regex, md, SPLIT_ISOLATED, false, tmp->p,
-				tmp->n, g, &split);
-	else if (!st)
-		st = piece_add(&split, tmp->p, tmp->n);
-	for (int i = 0; i < split.n && !st; i++) {
-		const unsigned char *q =
-			(const unsigned char *)split.buf.p + split.off[i];
-
+	if (p->add_prefix_space && (n == 0 || s[0] != ' ')) {
 		tmp->n = 0;
-		for (size_t k = 0; k < split.len[i] && !st; k++) {
-			char c[2];
-
-			st = ferry_tok_str_add(tmp, c, ferry_tok_byte_char(q[k], c));
-		}
-		if (!st)
-			st = piece_add(out, tmp->p, tmp->n);
+		st = ferry_tok_str_add(tmp, " ", 1);
+		st = st ? st : ferry_tok_str_add(tmp, s, n);
+		s = tmp->p;
+		n = tmp->n;
 	}
-	pieces_free(&split);
+	if (st || !p->regex)
+		return st ? st : add_mapped(t, (const unsigned char *)s, n, out);
+	st = find_segs(p->regex, md, s, n, false, g);
+	for (int i = 0; i < g->n && !st; i++)
+		st = add_mapped(t, (const unsigned char *)s + g->v[i].s, g->v[i].e - g->v[i].s, out);
 	return st;
 }
 
@@ -298,7 +313,8 @@ static ferry_status metaspace(const struct tok_pre *p, const char *s,
 	return st ? st : piece_add(out, tmp->p + from, tmp->n - from);
 }
 
-static ferry_status run_step(const struct tok_pre *p, pcre2_match_data *md,
+static ferry_status run_step(const struct ferry_hf_tokenizer *t,
+			     const struct tok_pre *p, pcre2_match_data *md,
 			     const struct pieces *in, struct segs *g,
 			     struct tok_str *tmp, struct pieces *out)
 {
@@ -313,7 +329,7 @@ static ferry_status run_step(const struct tok_pre *p, pcre2_match_data *md,
 			st = split_into(p->regex, md, p->behavior, p->invert, s,
 					n, g, out);
 		else if (p->kind == PRE_BYTELEVEL)
-			st = byte_level(p, md, s, n, g, tmp, out);
+			st = byte_level(t, p, md, s, n, g, tmp, out);
 		else
 			st = metaspace(p, s, n, i == 0 && in->first_at_start,
 				       tmp, out);
@@ -340,13 +356,13 @@ ferry_status ferry_tok_pretok_encode(const struct ferry_hf_tokenizer *t,
 
 		b.buf.n = 0;
 		b.n = 0;
-		st = run_step(&t->pre[k], md, &a, &g, &tmp, &b);
+		st = run_step(t, &t->pre[k], md, &a, &g, &tmp, &b);
 		swap = a;
 		a = b;
 		b = swap;
 	}
-	for (int i = 0; i < a.n && !st; i++)
-		st = ferry_tok_bpe_word(&t->bpe, a.buf.p + a.off[i], a.len[i], out);
+	if (!st)
+		st = ferry_tok_bpe_pieces(&t->bpe, a.buf.p, a.off, a.len, a.n, out);
 	pieces_free(&a);
 	pieces_free(&b);
 	free(g.v);

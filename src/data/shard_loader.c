@@ -61,6 +61,9 @@ struct ferry_loader {
 	uint32_t *perm;    /* cur's samples in this epoch's order */
 	int perm_shard;    /* the shard and epoch perm[] is for */
 	int64_t perm_epoch;
+	/* the part read (ferry_loader_set_part): of each group of rows, rows
+	 * first .. first + rows - 1 (all: group = rows = B) */
+	int64_t group, first, rows;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -351,6 +354,7 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 	l->n_shards = (int)g.gl_pathc;
 	l->per_batch = (int64_t)B * T;
 	l->T = T;
+	l->group = l->rows = B;
 	l->vocab = vocab;
 	st = add_shards(l, &g, glob_pattern, &largest);
 	if (!st && largest < l->per_batch + 1)
@@ -450,41 +454,64 @@ static ferry_status read_tokens(struct ferry_loader *l, int64_t at,
 	return FERRY_OK;
 }
 
-/* In order: B*T+1 consecutive tokens from off. */
+/* In order: B*T+1 consecutive tokens from off, of which each group's
+ * part (its rows and one token more) is read. */
 static ferry_status next_in_order(struct ferry_loader *l, int32_t *inputs,
 				  int32_t *targets)
 {
-	int64_t i, n = l->per_batch;
-	ferry_status st = read_tokens(l, l->off, l->stage, n + 1);
+	const int64_t T = l->T, n = l->rows * T;
 
-	if (st)
-		return st;
-	for (i = 0; i < n; i++) {
-		inputs[i] = l->stage[i];
-		targets[i] = l->stage[i + 1];
+	for (int64_t g = 0; g < l->per_batch / T / l->group; g++) {
+		ferry_status st = read_tokens(l, l->off + (g * l->group + l->first) * T,
+					      l->stage, n + 1);
+
+		if (st)
+			return st;
+		for (int64_t i = 0; i < n; i++) {
+			inputs[g * n + i] = l->stage[i];
+			targets[g * n + i] = l->stage[i + 1];
+		}
 	}
-	l->off += n;
+	l->off += l->per_batch;
 	return FERRY_OK;
 }
 
-/* Shuffled: the next B samples of the shard's order, one row each. */
+/* Shuffled: the next B samples of the shard's order, one row each (of
+ * each group, its part's). */
 static ferry_status next_shuffled(struct ferry_loader *l, int32_t *inputs,
 				  int32_t *targets)
 {
-	int64_t T = l->T, B = l->per_batch / T;
+	int64_t T = l->T, B = l->per_batch / T, out = 0;
 	uint32_t *row = l->stage;
 	ferry_status st;
 
 	for (int64_t b = 0; b < B; b++) {
+		if (b % l->group < l->first || b % l->group >= l->first + l->rows)
+			continue;
 		st = read_tokens(l, (int64_t)l->perm[l->off + b] * T, row, T + 1);
 		if (st)
 			return st;
 		for (int64_t t = 0; t < T; t++) {
-			inputs[b * T + t] = row[t];
-			targets[b * T + t] = row[t + 1];
+			inputs[out * T + t] = row[t];
+			targets[out * T + t] = row[t + 1];
 		}
+		out++;
 	}
 	l->off += B;
+	return FERRY_OK;
+}
+
+ferry_status ferry_loader_set_part(ferry_loader_t l, int group, int first, int rows)
+{
+	int64_t B = l ? l->per_batch / l->T : 0;
+
+	if (!l || group < 1 || B % group || first < 0 || rows < 1 || first + rows > group)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "loader part: rows %d to %d of every %d of a %lld-row batch: out of range",
+				   first, first + rows - 1, group, (long long)B);
+	l->group = group;
+	l->first = first;
+	l->rows = rows;
 	return FERRY_OK;
 }
 

@@ -421,6 +421,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
 	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		unstacked_grads_out(m, p);
+	ferry_dp_after_backward(m, p); /* on several ranks: the stages' gradients averaged */
 	return FERRY_OK;
 }
 
@@ -429,7 +430,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
  * covers it). */
 static void emit_host_norm(ferry_model_t m, struct ferry_program *p)
 {
-	ferry_emit_wait(p, m->opt_cpu_stream, m->all_grads_home, -1);
+	ferry_emit_wait(p, m->opt_cpu_stream, m->comm ? m->dp_all : m->all_grads_home, -1); /* averaged */
 	ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
 				    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
 	ferry_emit_record(p, m->opt_cpu_stream, m->norm_done, -1);
@@ -619,6 +620,8 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 			ferry_emit_update_cpu(m, p, (enum ferry_update_variant)k->variant);
 		else if (m->tt.ix.opt_ring >= 0)
 			emit_update_streamed(m, p);
+		else if (m->tt.ix.shard_numel) /* adam=device:shard(N) */
+			ferry_emit_update_sharded(m, p);
 		else
 			emit_update(m, p);
 		break;

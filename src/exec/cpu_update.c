@@ -203,8 +203,9 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	char label[56];
 
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
-		ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
-		ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, l);
+		if (!m->comm) /* on several ranks: once averaged (dp_reduce.c) */
+			ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
+		ferry_emit_wait(p, m->opt_d2h, m->comm ? m->dp_reduced : m->opt_layer_grads, l);
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
 			size_t off;
@@ -217,7 +218,9 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 					pi.layer_numel * sizeof(float), FERRY_COPY_D2H, l, label);
 		}
 	}
-	ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, l);
+	/* streamed weights on several ranks: home once averaged there */
+	ferry_emit_record(p, m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? m->comm_stream : m->opt_d2h,
+			  m->opt_grads_home, l);
 	if (!m->emit_speculative)
 		return;
 	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, l);

@@ -10,6 +10,7 @@
  * runs.
  */
 #include "exec/model_internal.h"
+#include "ferry/comm.h"
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
@@ -281,6 +282,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	m->T = T;
 	ferry_model_scalars(&m->cfg, m->scalars);
 	m->compute = ferry_sched_stream(&m->res, "compute");
+	if (opts && opts->comm && ferry_comm_size(opts->comm) > 1)
+		m->comm = opts->comm;
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);
@@ -290,10 +293,14 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_cpu_optimizer_streams(m);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
 		add_param_streams(m);
-	if ((st = create_stack(m)) || (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
+	if (m->comm || m->tt.ix.shard_numel) /* (a dry build of a split optimizer: its gather) */
+		ferry_dp_add_streams(m);
+	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
+	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
-	if (ferry_table_host_update(&m->tt)) /* gradients to the host layer by layer */
-		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_cpu_update_after_layer, m });
+	/* gradients averaged over the ranks, and to the host, layer by layer */
+	if (ferry_table_host_update(&m->tt) || m->comm)
+		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_dp_after_layer, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -303,7 +310,6 @@ fail:
 
 static ferry_status zero_state(struct ferry_model *m)
 {
-	size_t n = m->tt.n_params * sizeof(float);
 	ferry_stream_t s = m->rt.stream[m->compute];
 	const int bufs[] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer, m->tt.ix.grads_buffer };
 	ferry_status st = FERRY_OK;
@@ -312,6 +318,8 @@ static ferry_status zero_state(struct ferry_model *m)
 		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
 					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
+		size_t n = m->tt.buffers[bufs[i]].bytes; /* the parameter array's (a slice's: adam=device:shard) */
+
 		if (on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers, buffer(m, bufs[i]), n, &st))
 			memset(buffer(m, bufs[i]), 0, n);
 		else if (!on_host(m, bufs[i]))
@@ -443,7 +451,7 @@ static ferry_status sync_all(ferry_model_t m)
 
 /* n bytes of table buffer b to or from host memory: a device buffer
  * through a copy, a host one directly once the streams have drained. */
-static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
+ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n)
 {
 	ferry_status st;
 
@@ -454,7 +462,7 @@ static ferry_status buffer_read(ferry_model_t m, int b, void *dst, size_t n)
 	return st;
 }
 
-static ferry_status buffer_write(ferry_model_t m, int b, const void *src, size_t n)
+ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n)
 {
 	ferry_status st;
 
@@ -542,7 +550,7 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
-	ferry_status st = buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
 	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
 		st = refresh_copy(m);
@@ -551,28 +559,34 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
-	return buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
-	return buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
+	return ferry_model_buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = buffer_write(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : buffer_write(m, m->tt.ix.var_buffer, var, n);
+	if (m->tt.ix.shard_numel) /* this rank's slice of each */
+		return ferry_zero_set_opt_state(m, mom, var);
+	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.mom_buffer, mom, n);
+
+	return st ? st : ferry_model_buffer_write(m, m->tt.ix.var_buffer, var, n);
 }
 
 ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);
-	ferry_status st = buffer_read(m, m->tt.ix.mom_buffer, mom, n);
 
-	return st ? st : buffer_read(m, m->tt.ix.var_buffer, var, n);
+	if (m->tt.ix.shard_numel) /* every rank's slice: a collective */
+		return ferry_zero_get_opt_state(m, mom, var);
+	ferry_status st = ferry_model_buffer_read(m, m->tt.ix.mom_buffer, mom, n);
+
+	return st ? st : ferry_model_buffer_read(m, m->tt.ix.var_buffer, var, n);
 }
 
 /* ---- steps ---------------------------------------------------------------------- */
@@ -714,6 +728,14 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
 
+/* A collective that failed on the comm stream's thread (dp_reduce.c). */
+static ferry_status comm_status(const ferry_model_t m)
+{
+	if (!m->comm_status)
+		return FERRY_OK;
+	return ferry_error(m->comm_status, "averaging the gradients over %d ranks failed", ferry_comm_size(m->comm));
+}
+
 static ferry_status submit_backward(ferry_model_t m)
 {
 	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
@@ -736,6 +758,8 @@ ferry_status ferry_model_backward(ferry_model_t m)
 
 	if (!st)
 		st = ferry_stream_synchronize(compute(m));
+	if (!st)
+		st = comm_status(m);
 	/* the NVMe tier's file I/O ran on the copy streams' host threads: the
 	 * backward's reads, which it waited for, report their errors here */
 	return st ? st : ferry_host_tiers_io_status(m->tt.host_tiers);
@@ -900,7 +924,7 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 	if (t < 1)
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
 	/* the step's one synchronisation: its loss and gradient norm */
-	if ((st = ferry_stream_synchronize(compute(m))))
+	if ((st = ferry_stream_synchronize(compute(m))) || (st = comm_status(m)))
 		return st;
 	if (loss)
 		*loss = mean_loss(m);

@@ -107,6 +107,16 @@ struct ferry_model {
 	struct ferry_adamw spec_opt;
 	int spec_t;
 	int spec_undone;              /* speculative steps undone (redone or diverged) */
+	/* data parallel (opts->comm over several ranks; NULL: one rank): the
+	 * communicator the comm stream runs, the stream, the events
+	 * "gradients to average", "a layer's gradients averaged", "every
+	 * gradient averaged", and the first failure on the stream's thread */
+	struct ferry_comm *comm;
+	int comm_stream, dp_ready, dp_reduced, dp_all;
+	ferry_status comm_status;
+	/* adam=device:shard(N): "this rank's slices updated", "every slice
+	 * gathered" (zero.c) */
+	int zero_updated, zero_gathered;
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
@@ -119,6 +129,26 @@ void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_P
  * in a speculative backward, that layer's early update). */
 void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant);
 void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int layer);
+
+/* Data parallel (dp_reduce.c): the comm stream and its events; whether
+ * the placements let the communicator reach the gradients; the hook after
+ * each layer's backward (its average, then AdamW on host threads' part);
+ * the unstacked parameters' average at the backward's end. */
+void ferry_dp_add_streams(struct ferry_model *m);
+ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
+void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
+void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
+
+/* ZeRO-1 (zero.c, adam=device:shard(N)): the update of this rank's slice
+ * and the all-gather of every rank's; the moments to and from whole
+ * arrays (a collective: every rank calls it). */
+void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p);
+ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var) FERRY_MUST_CHECK;
+ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
+
+/* n bytes of table buffer b to or from host memory (model.c). */
+ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;
+ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n) FERRY_MUST_CHECK;
 
 /* Builds the model's tensor table, and with a backend allocates it and
  * creates streams and events (be NULL: a dry build). */

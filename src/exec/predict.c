@@ -56,7 +56,7 @@ static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c,
 	if (!h)
 		return true;
 	h->optimizer = ferry_places_optimizer(&m->tt.place); /* decides what the CPU computes on */
-	if (ferry_host_tiers_place(h, plan->mem.host_kind_bytes, &rep) != FERRY_OK)
+	if (ferry_host_tiers_place_layers(h, plan->mem.host_kind_bytes, plan->mem.host_act_unit, &rep) != FERRY_OK)
 		return false;
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
 		if (rep.tier_of[k] >= 0) {

@@ -24,7 +24,7 @@ static void describe(const struct ferry_model *m, const struct ferry_program *p,
 		snprintf(out->what, sizeof(out->what), "%s", m->res.event_name[t->event]);
 	else
 		snprintf(out->what, sizeof(out->what), "%s", t->label);
-	if (t->kind == FERRY_TASK_COPY || t->kind == FERRY_TASK_ZERO)
+	if (t->kind == FERRY_TASK_COPY || t->kind == FERRY_TASK_ZERO || t->kind == FERRY_TASK_COMM)
 		out->bytes = t->bytes;
 }
 

@@ -9,6 +9,7 @@
  * feeding them back.
  */
 #include "ferry/place.h"
+#include "ferry/comm.h"
 #include "ferry/plan.h"
 #include "tier/tier_spec.h"
 #include "core/error.h"
@@ -26,6 +27,7 @@ static const char *const group_names[FERRY_GROUP_COUNT] = {
 };
 
 #define MAX_DEPTH 64 /* ring depths: as --param-prefetch and --prefetch-depth allow */
+#define MAX_SHARDS (1 << 20) /* ranks a group is split over */
 
 const char *ferry_place_group_name(enum ferry_place_group g)
 {
@@ -53,9 +55,9 @@ void ferry_places_default(struct ferry_places *p)
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-/* "NAME(D)" with NAME matched: *depth = D (1 to MAX_DEPTH); "NAME" alone:
+/* "NAME(D)" with NAME matched: *depth = D (1 to max); "NAME" alone:
  * *depth untouched.  Whether v is one of these. */
-static bool word_with_depth(const char *v, const char *name, int *depth)
+static bool word_with_depth(const char *v, const char *name, int max, int *depth)
 {
 	size_t n = strlen(name);
 	char *end;
@@ -68,7 +70,7 @@ static bool word_with_depth(const char *v, const char *name, int *depth)
 	if (v[n] != '(')
 		return false;
 	d = strtol(v + n + 1, &end, 10);
-	if (end == v + n + 1 || strcmp(end, ")") || d < 1 || d > MAX_DEPTH)
+	if (end == v + n + 1 || strcmp(end, ")") || d < 1 || d > max)
 		return false;
 	*depth = (int)d;
 	return true;
@@ -82,7 +84,7 @@ static ferry_status weights_value(const char *key, const char *v, enum ferry_pla
 		*out = ON_DEVICE;
 		return FERRY_OK;
 	}
-	if (g == FERRY_GROUP_LAYER_WEIGHTS ? word_with_depth(v, "host:stream", &depth) : !strcmp(v, "host:stream")) {
+	if (g == FERRY_GROUP_LAYER_WEIGHTS ? word_with_depth(v, "host:stream", MAX_DEPTH, &depth) : !strcmp(v, "host:stream")) {
 		*out = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM, g == FERRY_GROUP_LAYER_WEIGHTS ? depth : 0,
 				FERRY_UPDATE_NONE, false);
 		return FERRY_OK;
@@ -138,8 +140,12 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	const char *tiers = !strncmp(v, "host(", 5) ? v + 5 : NULL, *close = tiers ? strchr(tiers, ')') : NULL;
 	const char *how = close ? close + 1 : !strncmp(v, "host", 4) ? v + 4 : "";
 	struct ferry_place pl = { 0 };
+	int ranks = 0;
 
-	if (!strcmp(v, "device"))
+	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1) {
+		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
+		pl.shard = ranks;
+	} else if (!strcmp(v, "device"))
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 	else if (!strcmp(how, ":stream"))
 		pl = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM, 0, FERRY_UPDATE_DEVICE, false);
@@ -147,8 +153,9 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 		pl = place_of(FERRY_HOME_HOST, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_HOST, !strcmp(how, ":cpu(speculative)"));
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
-				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads); "
-				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
+				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
+				   "device:shard(N) (split over N ranks, 2 or more); host(TIER) or host(KIND=TIER,...) "
+				   "names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
 					     pl.update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM, &pl);
@@ -326,6 +333,9 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
+	if (adam->shard > 1 && adam->home != FERRY_HOME_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 1 (adam=device:shard(N)) splits AdamW's state on the "
+				   "device: with --offload-optimizer or --offload-params (adam on the host), not yet");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
@@ -374,6 +384,10 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 {
 	char home[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16)];
 
+	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
+		snprintf(buf, n, "device:shard(%d)", pl->shard);
+		return;
+	}
 	if (pl->home == FERRY_HOME_DEVICE) {
 		snprintf(buf, n, "device");
 		return;
@@ -505,6 +519,11 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 	if (o->optimizer != FERRY_OPTIM_DEVICE)
 		(void)adam_value(o->optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p->group[FERRY_GROUP_ADAM]);
 	p->group[FERRY_GROUP_ADAM].speculative = o->clip_order == FERRY_CLIP_SPECULATIVE;
+	if (o->zero < 0 || o->zero > 1)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0 or 1 (stages 2 and 3: not yet)", o->zero);
+	if (o->zero == 1) /* over the ranks asked for, else the run's */
+		p->group[FERRY_GROUP_ADAM].shard = o->zero_ranks > 1 ? o->zero_ranks
+						   : o->comm && ferry_comm_size(o->comm) > 1 ? ferry_comm_size(o->comm) : 0;
 	if (o->offload_params)
 		p->group[FERRY_GROUP_LAYER_WEIGHTS] = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
 							       o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false);
@@ -540,6 +559,8 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 
 	o->optimizer = ferry_places_optimizer(p);
 	o->clip_order = p->group[FERRY_GROUP_ADAM].speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
+	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1;
+	o->zero_ranks = o->zero ? p->group[FERRY_GROUP_ADAM].shard : 0;
 	o->offload_params = lw->access == FERRY_ACCESS_STREAM;
 	o->param_prefetch = o->offload_params && lw->depth != 1 ? lw->depth : 0;
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;

@@ -395,6 +395,34 @@ static int add_rollback(struct ferry_tensor_table *tt)
 	return buf;
 }
 
+/* adam=device:shard(N): a slice of each moment, and the parameter array
+ * and its compute copy padded to N slices (the update's all-gather writes
+ * every slice). */
+static int add_adam_shard(struct ferry_tensor_table *tt)
+{
+	static const char *const names[2] = { "adamw m (this rank's slice)", "adamw v (this rank's slice)" };
+	struct ferry_table_index *ix = &tt->ix;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	int *buf[2] = { &ix->mom_buffer, &ix->var_buffer }, *slice[2] = { &ix->mom_slice, &ix->var_slice }, r = 0;
+
+	ix->shard_numel = S;
+	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
+		ix->mom[q] = ix->var[q] = -1;
+	for (int i = 0; i < 2 && r >= 0; i++) {
+		*buf[i] = add_buffer(tt, names[i], FERRY_SITE_DEVICE, FERRY_BUF_DONATED, FERRY_TK_OPT_STATE);
+		r = *slice[i] = add_entry(tt, *buf[i], names[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, S * sizeof(float),
+					  FERRY_PLACE_DEVICE);
+	}
+	if (r >= 0 && S * N > tt->n_params)
+		r = add_entry(tt, ix->params_buffer, "params: padding to whole slices", FERRY_TK_WEIGHT, -1, FERRY_F32,
+			      (S * N - tt->n_params) * sizeof(float), FERRY_PLACE_DEVICE);
+	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params)
+		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
+			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype),
+			      FERRY_PLACE_DEVICE);
+	return r;
+}
+
 /* Every streamed weight group's ring off (struct ferry_table_ring). */
 static void rings_off(struct ferry_table_index *ix)
 {
@@ -416,10 +444,13 @@ static void rings_off(struct ferry_table_index *ix)
 static int add_params_placed(struct ferry_tensor_table *tt)
 {
 	const bool stream = ferry_table_place(tt, FERRY_GROUP_ADAM)->home == FERRY_HOME_HOST;
+	const bool shard = ferry_table_place(tt, FERRY_GROUP_ADAM)->shard > 1;
 	const enum ferry_site opt = stream ? FERRY_SITE_HOST : FERRY_SITE_DEVICE;
 	int r;
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
+	tt->ix.mom_slice = tt->ix.var_slice = -1;
+	tt->ix.shard_numel = 0;
 	tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
 		tt->ix.copy[p] = tt->ix.host_grad[p] = tt->ix.host_copy[p] = tt->ix.dev_grad[p] = -1;
@@ -432,11 +463,11 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	if (r >= 0)
 		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad, BY_STACKING);
-	if (r >= 0)
+	if (r >= 0 && !shard)
 		r = tt->ix.mom_buffer = add_param_group(tt, stream ? "host: adamw m" : "adamw m", "adamw m:", opt,
 							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.mom,
 							FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && !shard)
 		r = tt->ix.var_buffer = add_param_group(tt, stream ? "host: adamw v" : "adamw v", "adamw v:", opt,
 							FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, tt->ix.var,
 							FERRY_GROUP_ADAM);
@@ -445,6 +476,8 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 		r = tt->ix.copy_buffer = add_param_group(tt, "params (compute copy)", "copy:", FERRY_SITE_DEVICE,
 							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
 							 tt->ix.copy, BY_STACKING);
+	if (r >= 0 && shard)
+		return add_adam_shard(tt);
 	if (r >= 0 && ferry_table_host_update(tt))
 		return add_cpu_optimizer(tt);
 	if (r >= 0 && stream) {
@@ -871,10 +904,24 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 		if (tt->e[i].site == FERRY_SITE_HOST)
 			m->host_kind_bytes[tt->e[i].kind] += tt->e[i].bytes;
 	m->host_activation_bytes = m->host_kind_bytes[FERRY_TK_ACTIVATION];
+	m->host_act_unit = ferry_tensor_table_act_unit(tt);
 	m->host_pinned_bytes = tt->pinned_bytes;
 	m->host_pageable_bytes = tt->pageable_bytes;
 	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
+}
+
+size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt)
+{
+	const struct ferry_stack_plan *sp = &tt->sp;
+	unsigned off = sp->offloaded;
+	int t = 0;
+
+	if (!off || (off & (off - 1)))
+		return 0;
+	while (!(off & (1u << t)))
+		t++;
+	return tt->e[tt->ix.stack_host[t]].offset == 0 ? sp->host_bytes[t] : 0;
 }
 
 /* The pinned pool, in one allocation before step 1.  A backend that
@@ -910,7 +957,8 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 		for (int i = 0; i < tt->n_buffers; i++)
 			if (tt->buffers[i].site == FERRY_SITE_HOST)
 				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
-		if ((st = ferry_host_tiers_place(a->tiers, host_kind_bytes, NULL)))
+		if ((st = ferry_host_tiers_place_layers(a->tiers, host_kind_bytes, ferry_tensor_table_act_unit(tt),
+							NULL)))
 			return st;
 	} else {
 		alloc_pool(tt, be, a); /* tier memory is registered by its tier */

@@ -106,6 +106,12 @@ struct ferry_table_index {
 	struct ferry_table_ring ring[FERRY_GROUP_COUNT]; /* by group (adam=host:stream's is opt_ring) */
 	int dev_grad[FERRY_MODEL_MAX_PARAMS];   /* unstacked parameters' device gradients, -1: none */
 	int dev_grad_buffer;                    /* their buffer, -1: none */
+	/* adam=device:shard(N): no mom[q], var[q]; this rank's slice of each
+	 * moment (shard_numel elements of the parameter array from rank *
+	 * shard_numel), and the parameter array and its compute copy padded
+	 * to N slices (0: not split) */
+	int mom_slice, var_slice;
+	size_t shard_numel;
 };
 
 struct ferry_tensor_table {
@@ -160,6 +166,10 @@ void ferry_tensor_table_release(struct ferry_tensor_table *tt);
 
 /* The memory plan: the device buffers in allocation order, each
  * activation's placement, bytes by kind on the device and the host. */
+/* One layer's host bytes of offloaded activations when they are one
+ * tensor per layer, from the host buffer's start (spreadable over host
+ * tiers layer by layer); else 0. */
+size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt);
 ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
 

@@ -1,6 +1,7 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
 #include "sched/schedule.h"
 #include "sched/trace.h"
+#include "ferry/comm.h"
 #include "optim/cpu_adamw.h"
 #include "ops/cpu/kernels.h"
 #include "backend/run_op.h"
@@ -203,6 +204,36 @@ void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const floa
 	ferry_program_add(p, &t);
 }
 
+/* A COMM task: all-gather (`bytes` per rank) or average (of bytes / 4 floats). */
+static struct ferry_task comm_task(int stream, struct ferry_comm *comm, void *buf, size_t bytes, bool gather,
+				   ferry_status *status, int layer, const char *label)
+{
+	struct ferry_task t = task(FERRY_TASK_COMM, stream, layer, label);
+
+	t.comm = comm;
+	t.comm_status = status;
+	t.comm_gather = gather;
+	t.dst = buf;
+	t.bytes = bytes;
+	return t;
+}
+
+void ferry_emit_all_reduce(struct ferry_program *p, int stream, struct ferry_comm *comm, float *buf, size_t n,
+			   ferry_status *status, int layer, const char *label)
+{
+	struct ferry_task t = comm_task(stream, comm, buf, n * sizeof(float), false, status, layer, label);
+
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_comm *comm, void *buf, size_t bytes,
+			   ferry_status *status, const char *label)
+{
+	struct ferry_task t = comm_task(stream, comm, buf, bytes, true, status, -1, label);
+
+	ferry_program_add(p, &t);
+}
+
 ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,
 					struct ferry_sched_runtime *rt)
 {
@@ -316,6 +347,36 @@ static void run_file_io(void *arg)
 		ferry_nvme_file_keep(t->file, ferry_nvme_read(t->file, t->file_offset, t->dst, t->bytes));
 }
 
+/* A COMM task's collective, queued on `stream` (NULL: done on return). */
+static ferry_status comm_call(const struct ferry_task *t, void *stream)
+{
+	char *buf = t->dst;
+
+	if (t->comm_gather)
+		return ferry_comm_all_gather(t->comm, buf + (size_t)ferry_comm_rank(t->comm) * t->bytes, buf, t->bytes,
+					     FERRY_COMM_BYTE, stream);
+	return ferry_comm_all_reduce(t->comm, buf, t->bytes / sizeof(float), FERRY_COMM_F32, FERRY_COMM_AVG, stream);
+}
+
+/* On the stream's host thread. */
+static void run_comm(void *arg)
+{
+	const struct ferry_task *t = arg;
+	ferry_status st = comm_call(t, NULL);
+
+	if (st && t->comm_status && !*t->comm_status)
+		*t->comm_status = st;
+}
+
+/* A communicator on device buffers queues on the stream itself (NCCL on
+ * a CUDA stream); one on host buffers runs on the stream's host thread. */
+static ferry_status submit_comm(const struct ferry_task *t, ferry_stream_t s)
+{
+	if (ferry_comm_device_buffers(t->comm))
+		return comm_call(t, ferry_stream_native(s));
+	return ferry_stream_host_fn(s, run_comm, (void *)t);
+}
+
 ferry_status ferry_program_submit(const struct ferry_program *p, const struct ferry_sched_runtime *rt,
 				  const struct ferry_step_values *v)
 {
@@ -344,6 +405,7 @@ ferry_status ferry_program_submit_traced(const struct ferry_program *p, const st
 		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
 		case FERRY_TASK_HOST: st = submit_host(t, rt, v); break;
 		case FERRY_TASK_FILE: st = ferry_stream_host_fn(s, run_file_io, (void *)t); break;
+		case FERRY_TASK_COMM: st = submit_comm(t, s); break;
 		}
 		if (!st)
 			st = ferry_trace_task(tr, p, t, s, true);
@@ -362,6 +424,7 @@ const char *ferry_task_kind_name(enum ferry_task_kind k)
 	case FERRY_TASK_GRADS_DONE: return "grads done";
 	case FERRY_TASK_HOST: return "host";
 	case FERRY_TASK_FILE: return "file";
+	case FERRY_TASK_COMM: return "collective";
 	}
 	return "?";
 }

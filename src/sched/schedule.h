@@ -36,6 +36,12 @@ enum ferry_task_kind {
 	FERRY_TASK_FILE,       /* host memory to or from the NVMe tier's file
 				  (D2H: write src there, H2D: read into dst), by
 				  a host thread in the stream's order */
+	FERRY_TASK_COMM,       /* a collective over comm's ranks (comm_gather:
+				  an all-gather of `bytes` per rank into dst,
+				  in place; else the fp32 array at dst averaged
+				  in place): a host thread in the stream's order
+				  runs it, or, for a communicator on device
+				  buffers, the stream itself */
 };
 
 /* Values a replay fills in (per step). */
@@ -76,6 +82,9 @@ struct ferry_task {
 	enum ferry_copy_kind copy_kind;
 	struct ferry_nvme_file *file; /* FILE: the file, and where in it */
 	uint64_t file_offset;
+	struct ferry_comm *comm;      /* COMM: the ranks, and where a failure on */
+	ferry_status *comm_status;    /* a host thread is kept (the first) */
+	bool comm_gather;
 };
 
 struct ferry_program {
@@ -132,6 +141,17 @@ void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct f
  * stream's order (the CPU kernel's blocked sum: the CPU backend's bits). */
 void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
 				 const char *label);
+
+/* The n floats at buf averaged over comm's ranks in place (a gradient's
+ * all-reduce); a failure is kept in *status for the caller to read after
+ * the stream has drained. */
+void ferry_emit_all_reduce(struct ferry_program *p, int stream, struct ferry_comm *comm, float *buf, size_t n,
+			   ferry_status *status, int layer, const char *label);
+
+/* Every rank's `bytes` at buf + rank * bytes to every rank, in place
+ * (ZeRO-1's updated slices); a failure as for an all-reduce. */
+void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_comm *comm, void *buf, size_t bytes,
+			   ferry_status *status, const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

@@ -90,7 +90,7 @@ static ferry_status add_slice(struct ferry_sched_trace *tr, const struct ferry_p
 bool ferry_trace_timed_kind(enum ferry_task_kind k)
 {
 	return k == FERRY_TASK_OP || k == FERRY_TASK_COPY || k == FERRY_TASK_ZERO || k == FERRY_TASK_HOST ||
-	       k == FERRY_TASK_FILE;
+	       k == FERRY_TASK_FILE || k == FERRY_TASK_COMM;
 }
 
 ferry_status ferry_trace_task(struct ferry_sched_trace *tr, const struct ferry_program *p,

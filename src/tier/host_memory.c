@@ -153,33 +153,56 @@ ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor
 	if (!r)
 		return ferry_error(FERRY_ERR_NOMEM, "host tiers: out of host memory");
 	r->bytes = bytes;
-	st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, r) : map_on_tier(h, t, r);
+	if (k == FERRY_HOST_ACTIVATIONS && h->act_n > 1) {
+		st = ferry_tier_span_new(h, r); /* its pieces: there */
+	} else {
+		st = t->type == FERRY_TIER_NVME ? ferry_tier_nvme_reserve(h, r) : map_on_tier(h, t, r);
+		r->resident = t->type == FERRY_TIER_NVME ? 0 : r->mapped;
+		r->n_pieces = 1;
+		r->piece[0] = (struct tier_piece){ *t, k, bytes };
+	}
 	if (st) {
 		ferry_free(r);
 		return st;
 	}
 	r->next = h->regions;
 	h->regions = r;
+	ferry_tier_count(h, r, +1);
 	*out = r;
 	return FERRY_OK;
 }
 
+/* Unlinks and frees region r (not its memory). */
+static void drop(struct ferry_host_tiers *h, struct tier_region *r)
+{
+	struct tier_region **pp = &h->regions;
+
+	while (*pp && *pp != r)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = r->next;
+	ferry_tier_count(h, r, -1);
+	ferry_free(r);
+}
+
 void ferry_host_tiers_release(ferry_host_tiers_t h, void *p)
 {
-	struct tier_region **pp = &h->regions, *r;
+	struct tier_region *r = find(h, p);
+	bool nvme;
 
-	while (*pp && (*pp)->p != p)
-		pp = &(*pp)->next;
-	if (!(r = *pp))
+	if (!r)
 		return;
-	*pp = r->next;
+	for (struct tier_region *s = h->regions, *next; s; s = next) {
+		next = s->next;
+		if (s->owner == r)
+			drop(h, s); /* a span's NVMe part: the span's addresses */
+	}
+	nvme = r->nvme || r->span_nvme;
 	if (r->unregister)
 		r->unregister(r->registered, r->p);
-	munmap(r->p, r->mapped);
-	if (r->nvme) {
-		ferry_free(r);
+	if (!r->owner)
+		munmap(r->p, r->mapped);
+	drop(h, r);
+	if (nvme)
 		ferry_tier_nvme_released(h);
-		return;
-	}
-	ferry_free(r);
 }

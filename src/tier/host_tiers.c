@@ -23,6 +23,7 @@ ferry_status ferry_host_tiers_create(const struct ferry_host_tiers_opts *o, ferr
 	if (!h)
 		return ferry_error(FERRY_ERR_NOMEM, "host tiers: out of host memory");
 	h->optimizer = o->optimizer;
+	h->host_mem = o->host_mem;
 	st = o->topology_file ? ferry_topology_load(o->topology_file, &h->topo)
 			      : ferry_topology_discover(o->sysfs_dir, &h->topo);
 	if (!st && o->nvme_dir) {
@@ -190,12 +191,69 @@ static ferry_status refuse(const struct ferry_host_tiers *h, int k, uint64_t byt
 			   len ? fits : "no tier (shrink the batch, or offload less)");
 }
 
-/* Kind k on the first of its tiers that holds it. */
-static ferry_status place_kind(struct ferry_host_tiers *h, int k, uint64_t bytes, struct budget *b)
+/* The activations, bytes in whole layers of unit bytes, over tiers t[0..n)
+ * in order, each taking the layers it has room for; false (b untouched)
+ * when they do not all fit. */
+static bool place_span(struct ferry_host_tiers *h, const struct ferry_tier *t, int n, uint64_t bytes,
+		       uint64_t unit, struct budget *b)
+{
+	struct budget trial = *b;
+	uint64_t left = unit && bytes % unit == 0 ? bytes / unit : 0;
+
+	h->act_n = 0;
+	for (int i = 0; i < n && left; i++) {
+		uint64_t fit = room(&h->topo, &t[i], &trial) / unit;
+
+		fit = fit < left ? fit : left;
+		while (fit && !take(&h->topo, &t[i], fit * unit, &trial, false))
+			fit--;
+		if (!fit)
+			continue;
+		(void)take(&h->topo, &t[i], fit * unit, &trial, true);
+		h->act_tier[h->act_n] = t[i];
+		h->act_bytes[h->act_n++] = fit * unit;
+		left -= fit;
+	}
+	if (left || !h->act_n) {
+		h->act_n = 0;
+		return false;
+	}
+	*b = trial;
+	h->placed[FERRY_HOST_ACTIVATIONS] = h->act_tier[0];
+	if (h->act_n == 1)
+		h->act_n = 0; /* whole on one tier after all */
+	return true;
+}
+
+/* Activations asked to span tiers that cannot hold them. */
+static ferry_status refuse_span(const struct ferry_host_tiers *h, uint64_t bytes, uint64_t unit, const struct budget *b)
+{
+	char need[FERRY_SIZE_CHARS], has[FERRY_SIZE_CHARS];
+	uint64_t sum = 0;
+
+	if (!unit || bytes % unit)
+		return ferry_error(FERRY_ERR_INVALID, "host tiers: offloaded activations spread over tiers layer by "
+				   "layer, and this plan's are not one tensor per layer (offload only the checkpoints, "
+				   "decoder_layer_input)");
+	for (int i = 0; i < h->act_asked_n; i++)
+		sum += room(&h->topo, &h->act_asked[i], b);
+	return ferry_error(FERRY_ERR_INVALID, "host tiers too small: activations need %s (%llu bytes) on their %d "
+			   "tiers, which have %s free%s", ferry_format_size(bytes, need), (unsigned long long)bytes,
+			   h->act_asked_n, ferry_format_size(sum, has), h->topo.simulated ? " (simulated topology)" : "");
+}
+
+/* Kind k on the first of its tiers that holds it; activations (whole
+ * layers of unit bytes) over several, asked or when no one holds them. */
+static ferry_status place_kind(struct ferry_host_tiers *h, int k, uint64_t bytes, uint64_t unit, struct budget *b)
 {
 	struct ferry_tier order[3];
 	int n;
 
+	if (k == FERRY_HOST_ACTIVATIONS && h->act_asked_n > 1) {
+		if (!place_span(h, h->act_asked, h->act_asked_n, bytes, unit, b))
+			return refuse_span(h, bytes, unit, b);
+		return FERRY_OK;
+	}
 	if (h->asked[k].type != FERRY_TIER_AUTO) {
 		h->placed[k] = h->asked[k];
 		if (!take(&h->topo, &h->asked[k], bytes, b, true))
@@ -208,28 +266,85 @@ static ferry_status place_kind(struct ferry_host_tiers *h, int k, uint64_t bytes
 			h->placed[k] = order[i];
 			return FERRY_OK;
 		}
+	if (k == FERRY_HOST_ACTIVATIONS && n > 1 && place_span(h, order, n, bytes, unit, b))
+		return FERRY_OK;
 	h->placed[k] = order[0];
 	return refuse(h, k, bytes, &order[0], b);
 }
 
-static void add_use(const struct ferry_host_tiers *h, int k, uint64_t bytes, struct ferry_tier_report *r)
+/* Tier t's entry in r, added if new; -1 when r is full. */
+static int use_of(struct ferry_tier_report *r, const struct ferry_tier *t)
 {
 	int u;
 
-	for (u = 0; u < r->n && !ferry_tier_equal(&r->use[u].tier, &h->placed[k]); u++)
+	for (u = 0; u < r->n && !ferry_tier_equal(&r->use[u].tier, t); u++)
 		;
 	if (u == r->n) {
 		if (r->n == FERRY_MAX_TIERS)
-			return;
-		r->use[r->n++].tier = h->placed[k];
+			return -1;
+		r->use[r->n++].tier = *t;
 	}
+	return u;
+}
+
+static void add_bytes(struct ferry_tier_report *r, const struct ferry_tier *t, int k, uint64_t bytes)
+{
+	int u = use_of(r, t);
+
+	if (u < 0)
+		return;
 	r->use[u].bytes[k] += bytes;
 	r->use[u].total += bytes;
-	r->tier_of[k] = u;
+	if (r->tier_of[k] < 0)
+		r->tier_of[k] = u;
+}
+
+static void add_use(const struct ferry_host_tiers *h, int k, uint64_t bytes, uint64_t unit, struct ferry_tier_report *r)
+{
+	uint64_t first = 0;
+
+	if (k != FERRY_HOST_ACTIVATIONS || h->act_n < 2) {
+		add_bytes(r, &h->placed[k], k, bytes);
+		r->act_tiers += k == FERRY_HOST_ACTIVATIONS;
+		return;
+	}
+	for (int i = 0; i < h->act_n; i++) {
+		int u = use_of(r, &h->act_tier[i]);
+
+		add_bytes(r, &h->act_tier[i], k, h->act_bytes[i]);
+		if (u >= 0) {
+			r->use[u].act_first = (int)(first / unit);
+			r->use[u].act_count = (int)(h->act_bytes[i] / unit);
+		}
+		first += h->act_bytes[i];
+	}
+	r->act_tiers = h->act_n;
+}
+
+/* Free bytes per node when ferry starts, the nodes with CPUs together
+ * held to --host-mem (filled in order, as the bind policy fills them). */
+static void budget_init(const struct ferry_host_tiers *h, struct budget *b)
+{
+	uint64_t dram_left = h->host_mem ? h->host_mem : UINT64_MAX;
+
+	for (int i = 0; i < h->topo.n; i++) {
+		b->node_free[i] = h->topo.node[i].free;
+		if (h->topo.node[i].cpus) {
+			b->node_free[i] = b->node_free[i] < dram_left ? b->node_free[i] : dram_left;
+			dram_left -= b->node_free[i];
+		}
+	}
+	b->disk_free = disk_free(h->nvme_dir);
 }
 
 ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
 				    struct ferry_tier_report *report)
+{
+	return ferry_host_tiers_place_layers(h, host_kind_bytes, 0, report);
+}
+
+ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+					   size_t act_unit, struct ferry_tier_report *report)
 {
 	uint64_t bytes[FERRY_HOST_KINDS] = { 0 };
 	struct ferry_tier_report r = { 0 };
@@ -246,24 +361,21 @@ ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind
 			if ((pass == 0) == (h->asked[k].type != FERRY_TIER_AUTO) &&
 			    (pass == 0 || (pass == 1) == cpu_computes_on(h, k)))
 				order[n++] = k;
-	for (int i = 0; i < h->topo.n; i++)
-		b.node_free[i] = h->topo.node[i].free;
-	b.disk_free = disk_free(h->nvme_dir);
+	budget_init(h, &b);
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
 		r.tier_of[k] = -1;
 	h->is_placed = false;
+	h->act_n = 0;
 	for (int i = 0; i < n && !st; i++)
 		if (bytes[order[i]])
-			st = place_kind(h, order[i], bytes[order[i]], &b);
+			st = place_kind(h, order[i], bytes[order[i]], act_unit, &b);
 	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++)
 		if (bytes[k])
-			add_use(h, k, bytes[k], &r);
+			add_use(h, k, bytes[k], act_unit, &r);
 	for (int u = 0; u < r.n; u++) {
-		struct budget full = b;
+		struct budget full;
 
-		for (int i = 0; i < h->topo.n; i++)
-			full.node_free[i] = h->topo.node[i].free;
-		full.disk_free = disk_free(h->nvme_dir);
+		budget_init(h, &full);
 		r.use[u].capacity = room(&h->topo, &r.use[u].tier, &full);
 	}
 	h->is_placed = !st;
@@ -276,4 +388,27 @@ ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind
 void ferry_host_tiers_report(ferry_host_tiers_t h, struct ferry_tier_report *report)
 {
 	*report = h->report;
+}
+
+void ferry_tier_count(struct ferry_host_tiers *h, const struct tier_region *r, int sign)
+{
+	if (!h->live.n)
+		for (int k = 0; k < FERRY_HOST_KINDS; k++)
+			h->live.tier_of[k] = h->peak.tier_of[k] = -1;
+	for (int i = 0; i < r->n_pieces; i++) {
+		int u = use_of(&h->live, &r->piece[i].tier), p = use_of(&h->peak, &r->piece[i].tier);
+		uint64_t d = r->piece[i].bytes;
+
+		if (u < 0 || p < 0)
+			continue;
+		h->live.use[u].bytes[r->piece[i].kind] += sign > 0 ? d : -d;
+		h->live.use[u].total += sign > 0 ? d : -d;
+		if (h->live.use[u].total > h->peak.use[p].total)
+			h->peak.use[p] = h->live.use[u];
+	}
+}
+
+void ferry_host_tiers_peaks(ferry_host_tiers_t h, struct ferry_tier_report *report)
+{
+	*report = h->peak;
 }

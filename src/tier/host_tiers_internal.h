@@ -6,6 +6,13 @@
 #include "ferry/tier.h"
 #include "tier/nvme_file.h"
 
+/* Bytes of one kind on one tier. */
+struct tier_piece {
+	struct ferry_tier tier;
+	int kind;
+	uint64_t bytes;
+};
+
 /* One allocation handed out by ferry_host_tiers_alloc. */
 struct tier_region {
 	struct tier_region *next;
@@ -17,6 +24,12 @@ struct tier_region {
 	void (*unregister)(ferry_backend_t be, void *p);
 	bool nvme;                  /* an address range standing for file bytes */
 	uint64_t file_offset;       /* nvme: where its bytes start in the file */
+	size_t resident;            /* bytes from p on that are memory (registered on CUDA) */
+	struct tier_region *owner;  /* a span's NVMe part: the span, which unmaps it */
+	bool span_nvme;             /* a span whose last part is on the NVMe tier */
+	/* the tiers its bytes are on (a span: one piece per tier), for the peaks */
+	int n_pieces;
+	struct tier_piece piece[FERRY_TIER_SPAN_MAX];
 };
 
 struct ferry_host_tiers {
@@ -37,6 +50,15 @@ struct ferry_host_tiers {
 	void (*stage_free)(ferry_backend_t be, void *p);
 	void *stage[2];
 	struct tier_region *regions;
+	uint64_t host_mem; /* --host-mem: the most DRAM host state takes (0: its free memory) */
+	/* offloaded activations over several tiers, filled in order, layer by
+	 * layer: the tiers asked (act_asked_n > 1 only), and the last placement's
+	 * pieces (act_n > 1 only; else the kind is whole on placed[]) */
+	int act_asked_n, act_n;
+	struct ferry_tier act_asked[FERRY_TIER_SPAN_MAX], act_tier[FERRY_TIER_SPAN_MAX];
+	uint64_t act_bytes[FERRY_TIER_SPAN_MAX];
+	/* bytes allocated per tier and kind now, and each tier's most so far */
+	struct ferry_tier_report live, peak;
 };
 
 /* Parses a --host-tier spec into asked[] (resolved against the topology). */
@@ -67,6 +89,15 @@ void ferry_tier_unmap_bound(void *p, size_t bytes);
 ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor_kind kind, size_t bytes,
 				   struct tier_region **out) FERRY_MUST_CHECK;
 
+/* Offloaded activations on the tiers of the last placement's pieces,
+ * memory first, the NVMe part (if any) a region of its own owned by r. */
+ferry_status ferry_tier_span_new(struct ferry_host_tiers *h, struct tier_region *r) FERRY_MUST_CHECK;
+/* Counts r's pieces in h->live and h->peak (sign +1 at allocation, -1 at release). */
+void ferry_tier_count(struct ferry_host_tiers *h, const struct tier_region *r, int sign);
+
+/* File bytes for an NVMe region's r->bytes: *offset in the file. */
+ferry_status ferry_tier_nvme_reserve_file(struct ferry_host_tiers *h, size_t bytes, uint64_t *offset,
+					  size_t *reserved) FERRY_MUST_CHECK;
 /* An NVMe region: file bytes reserved for r->bytes, and an address range
  * (never readable) that stands for them. */
 ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)

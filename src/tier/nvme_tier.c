@@ -30,17 +30,32 @@ void ferry_tier_nvme_released(struct ferry_host_tiers *h)
 	h->nvme_used = 0;
 }
 
-ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)
+ferry_status ferry_tier_nvme_reserve_file(struct ferry_host_tiers *h, size_t bytes, uint64_t *offset,
+					  size_t *reserved)
 {
-	size_t mapped = (r->bytes + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
+	size_t n = (bytes + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
 	ferry_status st;
-	void *p;
 
 	if (!h->nvme && (st = ferry_nvme_file_create(h->nvme_dir, &h->nvme)))
 		return st;
-	if (!mapped)
-		mapped = FERRY_NVME_ALIGN;
-	if ((st = ferry_nvme_file_reserve(h->nvme, h->nvme_used + mapped)))
+	if (!n)
+		n = FERRY_NVME_ALIGN;
+	if ((st = ferry_nvme_file_reserve(h->nvme, h->nvme_used + n)))
+		return st;
+	*offset = h->nvme_used;
+	*reserved = n;
+	h->nvme_used += n;
+	return FERRY_OK;
+}
+
+ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_region *r)
+{
+	size_t mapped;
+	uint64_t off;
+	ferry_status st;
+	void *p;
+
+	if ((st = ferry_tier_nvme_reserve_file(h, r->bytes, &off, &mapped)))
 		return st;
 	/* PROT_NONE, no memory behind it: a stray access faults at once */
 	p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -49,8 +64,7 @@ ferry_status ferry_tier_nvme_reserve(struct ferry_host_tiers *h, struct tier_reg
 	r->p = p;
 	r->mapped = mapped;
 	r->nvme = true;
-	r->file_offset = h->nvme_used;
-	h->nvme_used += mapped;
+	r->file_offset = off;
 	return FERRY_OK;
 }
 

@@ -219,6 +219,46 @@ ferry_status ferry_tier_spec_split(const char *what, const char *spec, enum ferr
 	return st;
 }
 
+/* The end of the tier name at s in a span "A+B+...": the next '+' that a
+ * tier name follows (interleave:N+M's '+' is followed by a node number). */
+static size_t span_part(const char *s)
+{
+	size_t n = 0;
+
+	while (s[n] && !(s[n] == '+' && s[n + 1] >= 'a' && s[n + 1] <= 'z'))
+		n++;
+	return n;
+}
+
+/* The activations' tiers: one, or a span "A+B+..." into h->act_asked. */
+static ferry_status parse_activations(struct ferry_host_tiers *h, const char *names)
+{
+	char part[FERRY_TIER_NAME_CHARS];
+	ferry_status st = FERRY_OK;
+	int n = 0;
+
+	for (const char *s = names; !st; s++) {
+		size_t len = span_part(s);
+
+		if (n == FERRY_TIER_SPAN_MAX)
+			return ferry_error(FERRY_ERR_INVALID, "activations=%s: at most %d tiers", names,
+					   FERRY_TIER_SPAN_MAX);
+		snprintf(part, sizeof(part), "%.*s", (int)len, s);
+		if (n && h->act_asked[n - 1].type == FERRY_TIER_NVME)
+			return ferry_error(FERRY_ERR_INVALID, "activations=%s: the NVMe tier comes last", names);
+		if ((st = ferry_tier_resolve(h, part, &h->act_asked[n])) == FERRY_OK &&
+		    h->act_asked[n].type == FERRY_TIER_AUTO && (n || s[len]))
+			st = ferry_error(FERRY_ERR_INVALID, "activations=%s: auto spreads over tiers by itself", names);
+		n++;
+		s += len;
+		if (!*s)
+			break;
+	}
+	h->asked[FERRY_HOST_ACTIVATIONS] = h->act_asked[0];
+	h->act_asked_n = n > 1 ? n : 0;
+	return st;
+}
+
 ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
 {
 	char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
@@ -226,7 +266,12 @@ ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
 
 	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++) {
 		h->asked[k].type = FERRY_TIER_AUTO;
-		if (names[k][0])
+		if (k == FERRY_HOST_ACTIVATIONS && names[k][0])
+			st = parse_activations(h, names[k]);
+		else if (names[k][0] && span_part(names[k]) < strlen(names[k]))
+			st = ferry_error(FERRY_ERR_INVALID, "%s=%s: only offloaded activations span tiers (they are "
+					 "kept layer by layer)", kind_names[k], names[k]);
+		else if (names[k][0])
 			st = ferry_tier_resolve(h, names[k], &h->asked[k]);
 	}
 	return st;

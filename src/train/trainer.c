@@ -1,6 +1,7 @@
 /* The training loop's pieces: one step, validation, save and resume. */
 #include "ferry/train.h"
 #include "ferry/checkpoint.h"
+#include "ferry/comm.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/policy.h"
@@ -36,6 +37,10 @@ struct ferry_trainer {
 	bool order_override;           /* ... or in another order */
 	struct ferry_train_state saved; /* what the resumed state recorded */
 	char state_path[4096];
+	/* data parallel: the ranks (opts.comm, this thread's), their number
+	 * and this one's, and the communicator of the model's comm stream */
+	ferry_comm_t comm, step_comm;
+	int ranks, rank;
 };
 
 void ferry_train_opts_default(struct ferry_train_opts *o)
@@ -206,6 +211,14 @@ static ferry_status read_saved(ferry_trainer_t tr)
 				   short_path(tr->state_path, sb), (long long)s->step, (long long)s->total_steps,
 				   (long long)s->data_shards, INT_MAX);
 	take_saved(&tr->opts, s);
+	/* the state records the global batch: each rank takes its share */
+	if (!(tr->opts.given & FERRY_GIVEN_BATCH) && s->version >= 2 && s->B > 0) {
+		if (s->B % tr->ranks)
+			return ferry_error(FERRY_ERR_INVALID, "%s: the saved run's batch of %d rows does not split over "
+					   "%d ranks: give --batch (rows per rank)", short_path(tr->state_path, sb),
+					   (int)s->B, tr->ranks);
+		tr->opts.B = (int)(s->B / tr->ranks);
+	}
 	return FERRY_OK;
 }
 
@@ -463,17 +476,32 @@ static ferry_status settle_options(ferry_trainer_t tr, struct ferry_model_config
 	return st;
 }
 
+/* A loader of the global batch (rows of B per rank, times ranks) that
+ * reads this rank's part of it. */
+static ferry_status open_part(ferry_trainer_t tr, const char *glob, int micro, int vocab, ferry_loader_t *out)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	ferry_status st = ferry_loader_open(glob, o->B * tr->ranks * micro, o->T, vocab, out);
+
+	if (!st && tr->ranks > 1)
+		st = ferry_loader_set_part(*out, o->B * tr->ranks, o->B * tr->rank, o->B);
+	return st;
+}
+
 /* Backend, model, loaders and batch buffers, after the plan fits. */
 static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *cfg)
 {
 	struct ferry_train_opts *o = &tr->opts;
-	struct ferry_backend_opts bo = { .device_mem = o->device_mem, .threads = o->threads };
+	struct ferry_backend_opts bo = { .device_mem = o->device_mem, .threads = o->threads,
+					 .device_index = tr->comm ? ferry_comm_local_rank(tr->comm) : 0 };
 	size_t N, bytes;
 	ferry_status st;
 
 	/* the loader reads a step's grad_accum micro-batches as one batch of
-	 * grad_accum * B rows: micro-batch k is rows k*B .. k*B + B-1 */
-	if (__builtin_mul_overflow((size_t)o->B * o->grad_accum, (size_t)o->T, &N) ||
+	 * grad_accum * B rows: micro-batch k is rows k*B .. k*B + B-1 (of
+	 * ranks * B rows each, of which this rank reads its B) */
+	if (o->B > INT_MAX / tr->ranks / o->grad_accum ||
+	    __builtin_mul_overflow((size_t)o->B * o->grad_accum, (size_t)o->T, &N) ||
 	    __builtin_mul_overflow(N, 2 * sizeof(int32_t), &bytes))
 		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", o->B, o->T);
 	st = ferry_model_plan(cfg, o->B, o->T, &o->exec, &tr->plan);
@@ -482,11 +510,11 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	if (!st)
 		st = check_fits(tr, cfg);
 	if (!st)
-		st = ferry_loader_open(o->data, o->B * o->grad_accum, o->T, cfg->vocab, &tr->train);
+		st = open_part(tr, o->data, o->grad_accum, cfg->vocab, &tr->train);
 	if (!st && o->shuffle)
 		st = ferry_loader_shuffle(tr->train, o->seed);
 	if (!st && o->val_data)
-		st = ferry_loader_open(o->val_data, o->B, o->T, cfg->vocab, &tr->val);
+		st = open_part(tr, o->val_data, 1, cfg->vocab, &tr->val);
 	if (!st)
 		st = ferry_model_create(tr->be, cfg, o->B, o->T, &o->exec, &tr->model);
 	if (!st)
@@ -501,9 +529,47 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	return st;
 }
 
-ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
+/* Several ranks: the model's comm stream gets a communicator of its own,
+ * NCCL's on a GPU when it is built in, else a duplicate of the ranks'
+ * (collectives: every rank makes it, before anything that may fail on
+ * one rank only). */
+static ferry_status open_step_comm(ferry_trainer_t tr)
+{
+	ferry_comm_t c = tr->comm;
+
+	if (tr->ranks == 1)
+		return FERRY_OK;
+	if (!strcmp(tr->opts.backend, "cuda") && ferry_comm_built_in("nccl"))
+		return ferry_comm_open_nccl(c, ferry_comm_local_rank(c), &tr->step_comm);
+	return ferry_comm_dup(c, &tr->step_comm);
+}
+
+/* Everything ferry_trainer_create does before the ranks agree. */
+static ferry_status create(ferry_trainer_t tr, const struct ferry_train_opts *opts)
 {
 	struct ferry_model_config cfg;
+	ferry_status st;
+
+	tr->opts.backend = opts->backend ? opts->backend : "cpu";
+	tr->opts.exec.act_dtype = ferry_backend_act_dtype(tr->opts.backend);
+	tr->opts.exec.backend = tr->opts.backend;
+	if ((st = open_step_comm(tr)))
+		return st;
+	tr->opts.exec.comm = tr->step_comm;
+	st = settle_options(tr, &cfg);
+	if (!st) {
+		tr->rng = tr->opts.seed;
+		st = build(tr, &cfg);
+	}
+	if (!st && (opts->resume || opts->checkpoint))
+		st = load_start(tr, opts->resume ? opts->resume : opts->checkpoint, opts->resume != NULL);
+	else if (!st)
+		st = ferry_model_init_random(tr->model, tr->opts.seed);
+	return st;
+}
+
+ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
+{
 	ferry_trainer_t tr;
 	ferry_status st;
 
@@ -514,18 +580,12 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	if (!tr)
 		return ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
 	tr->opts = *opts;
-	tr->opts.backend = opts->backend ? opts->backend : "cpu";
-	tr->opts.exec.act_dtype = ferry_backend_act_dtype(tr->opts.backend);
-	tr->opts.exec.backend = tr->opts.backend;
-	st = settle_options(tr, &cfg);
-	if (!st) {
-		tr->rng = tr->opts.seed;
-		st = build(tr, &cfg);
-	}
-	if (!st && (opts->resume || opts->checkpoint))
-		st = load_start(tr, opts->resume ? opts->resume : opts->checkpoint, opts->resume != NULL);
-	else if (!st)
-		st = ferry_model_init_random(tr->model, tr->opts.seed);
+	tr->comm = opts->comm;
+	tr->ranks = opts->comm ? ferry_comm_size(opts->comm) : 1;
+	tr->rank = opts->comm ? ferry_comm_rank(opts->comm) : 0;
+	st = create(tr, opts);
+	if (tr->ranks > 1) /* a bad input one rank saw stops every rank, with its message */
+		st = ferry_comm_agree(tr->comm, st);
 	if (st) {
 		ferry_trainer_free(tr);
 		return st;
@@ -542,7 +602,8 @@ void ferry_trainer_free(ferry_trainer_t tr)
 		ferry_host_free(tr->be, tr->inputs);
 		ferry_host_free(tr->be, tr->targets);
 	}
-	ferry_model_free(tr->model);
+	ferry_model_free(tr->model); /* its streams drained: the comm stream's communicator is free */
+	ferry_comm_free(tr->step_comm);
 	ferry_loader_free(tr->train);
 	ferry_loader_free(tr->val);
 	ferry_backend_close(tr->be);
@@ -580,8 +641,10 @@ static void read_ahead(ferry_trainer_t tr)
  * order: each one's backward adds the gradient of its mean loss into the
  * gradient buffer, and the update scales the sum by 1/grad_accum, the
  * gradient of the mean over all the step's tokens (the norm and clipping
- * of the scaled sum).  The loss is the micro-batches' mean. */
-static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adamw *opt, struct ferry_step_metrics *m)
+ * of the scaled sum).  The loss is the micro-batches' mean.  *early: it
+ * failed before the update, on this rank alone. */
+static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adamw *opt, struct ferry_step_metrics *m,
+				     bool *early)
 {
 	const struct ferry_train_opts *o = &tr->opts;
 	size_t rows = (size_t)o->B * o->T;
@@ -596,7 +659,7 @@ static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adam
 			st = ferry_model_backward(tr->model);
 		sum += l;
 	}
-	if (st)
+	if ((*early = st != FERRY_OK))
 		return st;
 	read_ahead(tr);
 	m->loss = (float)(sum / o->grad_accum);
@@ -604,11 +667,67 @@ static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adam
 					 &m->grad_norm);
 }
 
+/* The step on the device: its loss and norm, the update queued.  *early:
+ * it failed before the step's collectives were done, on this rank alone
+ * (the other ranks may wait in them: the caller ends the job). */
+static ferry_status device_step(ferry_trainer_t tr, const struct ferry_adamw *opt, struct ferry_step_metrics *m,
+				bool *early)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	ferry_status st;
+
+	*early = true;
+	/* the speculative clipping order updates each layer during the backward */
+	if (o->grad_accum == 1 && ferry_model_speculative(tr->model) &&
+	    (st = ferry_model_step_speculate(tr->model, opt, tr->step + 1)))
+		return st;
+	if (o->grad_accum > 1)
+		return accumulated_step(tr, opt, m, early);
+	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
+		return st;
+	*early = false;
+	/* the host reads the next batch while the device runs this one */
+	read_ahead(tr);
+	return ferry_model_step_finish(tr->model, opt, tr->step + 1, &m->loss, &m->grad_norm);
+}
+
+/* A loss or norm that is not finite ends training: this trainer takes no
+ * further step or save, its parameters no longer worth saving. */
+static ferry_status check_diverged(ferry_trainer_t tr, const struct ferry_step_metrics *m, float lr,
+				   ferry_status st)
+{
+	if ((st && st != FERRY_ERR_INVALID) || (isfinite(m->loss) && isfinite(m->grad_norm)))
+		return st;
+	tr->diverged_at = tr->step + 1;
+	return ferry_error(FERRY_ERR_INVALID,
+			   "step %d: the loss is %g (gradient norm %g): training diverged (learning rate "
+			   "%g); stopped, and nothing is saved over the last checkpoint", tr->diverged_at,
+			   (double)m->loss, (double)m->grad_norm, (double)lr);
+}
+
+/* Several ranks: the loss is the mean over the ranks' (each its own
+ * rows'); the norm is already the global gradient's.  Every rank then
+ * returns the same status. */
+static ferry_status across_ranks(ferry_trainer_t tr, struct ferry_step_metrics *m, float lr, ferry_status st)
+{
+	double loss = m->loss;
+	ferry_status e;
+
+	if (tr->ranks > 1) {
+		if ((e = ferry_comm_all_reduce(tr->comm, &loss, 1, FERRY_COMM_F64, FERRY_COMM_AVG, NULL)))
+			return e;
+		m->loss = (float)loss;
+	}
+	st = check_diverged(tr, m, lr, st);
+	return tr->ranks > 1 ? ferry_comm_agree(tr->comm, st) : st;
+}
+
 ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m)
 {
 	const struct ferry_train_opts *o = &tr->opts;
 	struct ferry_adamw opt = o->adamw;
 	double t0 = now_ms();
+	bool early;
 	ferry_status st;
 
 	memset(m, 0, sizeof(*m));
@@ -616,64 +735,63 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 		return ferry_error(FERRY_ERR_INVALID, "training diverged at step %d: no further steps",
 				   tr->diverged_at);
 	opt.lr = ferry_train_lr(o, tr->step);
-	if ((st = next_batch(tr)))
+	st = next_batch(tr);
+	if (tr->ranks > 1) /* a bad batch one rank read stops every rank here */
+		st = ferry_comm_agree(tr->comm, st);
+	if (st)
 		return st;
 	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
 	tr->pos_epoch = ferry_loader_epoch(tr->train);
-	/* the speculative clipping order updates each layer during the backward */
-	if (o->grad_accum == 1 && ferry_model_speculative(tr->model) &&
-	    (st = ferry_model_step_speculate(tr->model, &opt, tr->step + 1)))
+	st = device_step(tr, &opt, m, &early);
+	if (early)
 		return st;
-	if (o->grad_accum > 1)
-		st = accumulated_step(tr, &opt, m);
-	else if (!(st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T))) {
-		/* the host reads the next batch while the device runs this one */
-		read_ahead(tr);
-		st = ferry_model_step_finish(tr->model, &opt, tr->step + 1, &m->loss, &m->grad_norm);
-	}
-	if ((!st || st == FERRY_ERR_INVALID) && (!isfinite(m->loss) || !isfinite(m->grad_norm))) {
-		/* parameters whose loss or gradient is not finite are no longer
-		 * worth saving: this trainer takes no further step or save */
-		tr->diverged_at = tr->step + 1;
-		return ferry_error(FERRY_ERR_INVALID,
-				   "step %d: the loss is %g (gradient norm %g): training diverged (learning rate "
-				   "%g); stopped, and nothing is saved over the last checkpoint", tr->diverged_at,
-				   (double)m->loss, (double)m->grad_norm, (double)opt.lr);
-	}
-	if (st)
+	if ((st = across_ranks(tr, m, opt.lr, st)))
 		return st;
 	tr->step++;
 	m->step = tr->step;
 	m->lr = opt.lr;
 	m->step_ms = now_ms() - t0;
-	m->tokens_per_s = (double)o->B * o->grad_accum * o->T / (m->step_ms / 1e3);
+	m->tokens_per_s = (double)o->B * tr->ranks * o->grad_accum * o->T / (m->step_ms / 1e3);
 	m->device_peak_bytes = ferry_backend_mem_peak(tr->be);
 	return FERRY_OK;
 }
 
-ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
+/* The sum of the first n validation batches' losses (this rank's rows). */
+static ferry_status validate_part(ferry_trainer_t tr, int n_batches, double *sum)
 {
 	const struct ferry_train_opts *o = &tr->opts;
-	double sum = 0;
+	ferry_status st = FERRY_OK;
+
+	*sum = 0;
+	ferry_loader_rewind(tr->val);
+	for (int i = 0; i < n_batches && !st; i++) {
+		float l;
+
+		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
+		if (!st)
+			st = ferry_model_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
+		if (!st)
+			*sum += l;
+	}
+	return st;
+}
+
+ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
+{
+	double sum;
 	ferry_status st;
 
 	if (!tr->val)
 		return ferry_error(FERRY_ERR_INVALID, "no validation data given");
 	if (n_batches < 1)
 		return ferry_error(FERRY_ERR_INVALID, "validation batches (%d) must be positive", n_batches);
-	ferry_loader_rewind(tr->val);
-	for (int i = 0; i < n_batches; i++) {
-		float l;
-
-		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
-		if (!st)
-			st = ferry_model_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
-		if (st)
-			return st;
-		sum += l;
-	}
-	*loss = (float)(sum / n_batches);
-	return FERRY_OK;
+	st = validate_part(tr, n_batches, &sum);
+	/* several ranks: each read its rows of every batch; the mean of theirs */
+	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
+		st = ferry_comm_all_reduce(tr->comm, &sum, 1, FERRY_COMM_F64, FERRY_COMM_AVG, NULL);
+	if (!st)
+		*loss = (float)(sum / n_batches);
+	return st;
 }
 
 bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *warmup, float *lr,
@@ -763,8 +881,8 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 		buf[0] = 0;
 	if (!tr->resumed)
 		return 0;
-	if ((g & FERRY_GIVEN_BATCH) && v2 && s->B > 0 && o->B != s->B)
-		say(&w, "batch %d (saved %d)", o->B, s->B);
+	if ((g & FERRY_GIVEN_BATCH) && v2 && s->B > 0 && o->B * tr->ranks != s->B)
+		say(&w, "batch %d (saved %d)", o->B * tr->ranks, s->B);
 	if ((g & FERRY_GIVEN_SEQ) && v2 && s->T > 0 && o->T != s->T)
 		say(&w, "seq %d (saved %d)", o->T, s->T);
 	if ((g & FERRY_GIVEN_STEPS) && sched && o->steps != s->total_steps)
@@ -881,7 +999,7 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	s->min_lr = o->min_lr;
 	s->decay_frac = o->decay_frac;
 	s->grad_accum = o->grad_accum;
-	s->B = o->B;
+	s->B = o->B * tr->ranks; /* the global batch: a run on other ranks splits it */
 	s->T = o->T;
 	s->seed = o->seed;
 	s->adamw = o->adamw;
@@ -902,11 +1020,74 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	}
 }
 
+/* Several ranks: whether every rank's parameters are rank 0's (they are
+ * meant to stay equal bit for bit), the same answer on every rank. */
+static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
+{
+	uint64_t *all = ferry_calloc((size_t)tr->ranks, sizeof(*all));
+	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "save: out of host memory");
+
+	if (!st)
+		st = ferry_comm_all_gather(tr->comm, &hash, all, sizeof(hash), FERRY_COMM_BYTE, NULL);
+	for (int r = 1; !st && r < tr->ranks; r++)
+		if (all[r] != all[0])
+			st = ferry_error(FERRY_ERR_INVALID, "rank %d's parameters differ from rank 0's (hash %016llx, "
+					 "%016llx): not saved", r, (unsigned long long)all[r], (unsigned long long)all[0]);
+	ferry_free(all);
+	return st;
+}
+
+/* What a save writes, read from the model: parameters (and their hash),
+ * moments.  With the moments split over the ranks (--zero 1) every rank
+ * reads them (a collective). */
+struct save_state {
+	float *params, *mom, *var;
+	uint64_t hash;
+};
+
+static ferry_status save_alloc(ferry_trainer_t tr, struct save_state *s)
+{
+	size_t bytes = ferry_model_num_params(tr->model) * sizeof(float);
+	ferry_status st = ferry_host_alloc(tr->be, bytes, (void **)&s->params);
+
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&s->mom);
+	if (!st)
+		st = ferry_host_alloc(tr->be, bytes, (void **)&s->var);
+	if (!st && !(st = ferry_model_get_params(tr->model, s->params)))
+		s->hash = ferry_params_hash(s->params, ferry_model_num_params(tr->model));
+	return st;
+}
+
+static ferry_status save_write(ferry_trainer_t tr, const char *path, const struct save_state *s)
+{
+	struct ferry_train_state info;
+
+	state_of(tr, &info);
+	info.params_hash = s->hash;
+	return ferry_checkpoint_save_as(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
+					ferry_model_num_params(tr->model),
+					&(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint,
+								   tr->opts.save_dtype });
+}
+
+/* Several ranks: every rank's parameters checked against rank 0's, the
+ * moments gathered, rank 0 writes; the same status on every rank. */
+static ferry_status save_ranks(ferry_trainer_t tr, const char *path, const struct save_state *s)
+{
+	ferry_status st = same_params(tr, s->hash);
+
+	if (!st)
+		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
+	if (!st && tr->rank == 0)
+		st = save_write(tr, path, s);
+	return ferry_comm_agree(tr->comm, st);
+}
+
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
 	size_t n = ferry_model_num_params(tr->model);
-	struct ferry_train_state info;
-	float *buf = NULL, *mom = NULL, *var = NULL;
+	struct save_state s = { NULL, NULL, NULL, 0 };
 	char sb[FERRY_CKPT_SHORT];
 	ferry_status st;
 
@@ -917,28 +1098,16 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 				   "not finite); the last checkpoint is kept", short_path(path, sb), tr->diverged_at);
 	if (n > SIZE_MAX / sizeof(float))
 		return ferry_error(FERRY_ERR_INVALID, "%zu parameters do not fit host memory", n);
-	st = check_inputs(tr, path);
+	st = tr->rank == 0 ? check_inputs(tr, path) : FERRY_OK; /* rank 0 writes */
 	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&buf);
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
-	if (!st)
-		st = ferry_model_get_params(tr->model, buf);
-	if (!st)
-		st = ferry_model_get_opt_state(tr->model, mom, var);
-	if (!st) {
-		state_of(tr, &info);
-		info.params_hash = ferry_params_hash(buf, n);
-		st = ferry_checkpoint_save_as(path, ferry_model_config(tr->model), buf, &info, mom, var, n,
-					      &(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume
-											 : tr->opts.checkpoint,
-									 tr->opts.save_dtype });
-	}
-	ferry_host_free(tr->be, var);
-	ferry_host_free(tr->be, mom);
-	ferry_host_free(tr->be, buf);
+		st = save_alloc(tr, &s);
+	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
+		st = save_ranks(tr, path, &s);
+	else if (tr->ranks == 1 && !st && !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
+		st = save_write(tr, path, &s);
+	ferry_host_free(tr->be, s.var);
+	ferry_host_free(tr->be, s.mom);
+	ferry_host_free(tr->be, s.params);
 	return st;
 }
 

@@ -80,8 +80,6 @@ expect_ok "a llama" "$FERRY" train --model llama --layers 1 --channels 16 --head
 sed -i 's/"rope_theta"/"final_logit_softcapping": 30.0,\n  "rope_theta"/' llama/config.json
 expect_error "a cap on llama" "final_logit_softcapping is not a field of LlamaForCausalLM" \
 	"$FERRY" eval --checkpoint llama "${EVAL[@]}"
-expect_error "gemma2 on the cuda backend" "Gemma 2 on the cuda backend: no kernel there computes a scaled embedding" \
-	"$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --backend cuda
-grep -q "attention with a sliding window, its own score scale and soft-capping" err.txt &&
-	grep -q "GeGLU" err.txt && grep -q "logit soft-capping" err.txt || fail "names every missing kernel: $(cat err.txt)"
+# every op of it has a CUDA kernel: planned there as on the CPU (no GPU needed)
+expect_ok "gemma2 on the cuda backend" "$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --backend cuda
 finish

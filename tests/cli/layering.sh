@@ -13,6 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # Lowest first: each folder may include those above it in this list.
 LAYERS="
 core     status, platform, the llm.c file header
+comm     collectives: MPI, NCCL, one process; ranks agreeing on errors
 data     token shards, tokenizers, safetensors, config.json
 memory   arenas
 ops      op kinds, CPU kernels

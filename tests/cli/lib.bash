@@ -4,6 +4,9 @@ set -u
 FERRY=$1
 WORK=$2
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+# a calibration cache of the test's own: the user's (taken under another
+# load, or by another build) must not change what a test sees
+export XDG_CACHE_HOME=$WORK/cache
 failures=0
 checks=0
 
@@ -44,6 +47,27 @@ make_corpus() {
 	done
 	"$FERRY" data --out corpus --val-fraction 0.5 text?.txt >/dev/null 2>&1 ||
 		{ echo "cannot make corpus" >&2; exit 1; }
+}
+
+# need_mpi: skips the test (exit 77) without mpirun or a ferry built with MPI.
+need_mpi() {
+	command -v mpirun >/dev/null || { echo "skip: no mpirun (apt-get install openmpi-bin)"; exit 77; }
+	"$FERRY" info 2>/dev/null | grep -q "MPI built in" ||
+		{ echo "skip: ferry built without MPI (apt-get install libopenmpi-dev, rebuild)"; exit 77; }
+}
+
+# mpi_run N cmd...: N ranks on this machine, more ranks than cores allowed,
+# as root too, each rank's BLAS and OpenMP on one thread (the ranks share
+# the cores).  "${MPIRUN[@]}" -np N cmd... & starts mpirun itself ($!).
+# Under the address sanitizer, Open MPI's own allocations kept until exit
+# are not reported as leaks (tests/lsan_mpi.supp).
+MPIRUN=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+	OMPI_MCA_mca_base_component_disable_dlclose=1
+	LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lsan_mpi.supp:fast_unwind_on_malloc=0"
+	mpirun --oversubscribe --bind-to none)
+mpi_run() {
+	local n=$1; shift
+	"${MPIRUN[@]}" -np "$n" "$@"
 }
 
 # A Hugging Face family's placements: with SHAPE (the model's flags) and RUN

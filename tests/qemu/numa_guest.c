@@ -78,7 +78,7 @@ enum { PAGES = 256 };
  * page's node in nodes[]; false after a failure. */
 static bool pages_of(const char *spec, int nodes[PAGES])
 {
-	struct ferry_host_tiers_opts o = { spec, NULL, NULL, NULL, FERRY_OPTIM_STREAM };
+	struct ferry_host_tiers_opts o = { spec, NULL, NULL, NULL, FERRY_OPTIM_STREAM, 0 };
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), kinds[FERRY_TK_COUNT] = { 0 };
 	ferry_host_tiers_t h;
 	void *p;
@@ -179,7 +179,7 @@ static double copy_seconds(ferry_host_tiers_t h, const char *name, char *dev)
  * asserted). */
 static void copy_rates(void)
 {
-	struct ferry_host_tiers_opts o = { NULL, NULL, NULL, NULL, FERRY_OPTIM_STREAM };
+	struct ferry_host_tiers_opts o = { NULL, NULL, NULL, NULL, FERRY_OPTIM_STREAM, 0 };
 	ferry_host_tiers_t h = NULL;
 	struct ferry_tier dram;
 	void *dev = NULL;

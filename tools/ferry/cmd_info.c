@@ -3,6 +3,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "ferry/backend.h"
+#include "ferry/comm.h"
 #include "ferry/platform.h"
 
 #include <stdio.h>
@@ -23,6 +24,26 @@ static void print_calibration(ferry_backend_t be)
 	ferry_calibration_free(c);
 }
 
+/* Which collectives engines are built in, for runs on many processes. */
+static void print_collectives(void)
+{
+	static const char *const engines[2][3] = {
+		{ "mpi", "MPI", "apt-get install libopenmpi-dev, then rebuild" },
+		{ "nccl", "NCCL", "needs the CUDA backend and nccl.h, libnccl under the CUDA installation" },
+	};
+	char v[128];
+
+	printf("collectives:");
+	for (int i = 0; i < 2; i++) {
+		if (ferry_comm_built_in(engines[i][0]))
+			printf("%s %s built in (%s)", i ? "," : "", engines[i][1],
+			       ferry_comm_engine_version(engines[i][0], v, sizeof(v)));
+		else
+			printf("%s %s not built in (%s)", i ? "," : "", engines[i][1], engines[i][2]);
+	}
+	printf("\n");
+}
+
 static int unexpected(const char *cmd, const char *arg, void *ctx)
 {
 	(void)ctx;
@@ -37,7 +58,8 @@ int cmd_info(int argc, char **argv)
 
 	if (rc == CLI_HELP) {
 		printf("usage: ferry info\n\nPrints the backends compiled in and whether each "
-		       "can run here, the devices, the BLAS kernels and threads, and each\n"
+		       "can run here, the devices, the BLAS kernels and threads, the collectives\n"
+		       "engines built in (MPI, NCCL: for mpirun -np N ferry train), and each\n"
 		       "device's cached calibration (ferry calibrate), or why there is none.\n");
 		return 0;
 	}
@@ -47,6 +69,7 @@ int cmd_info(int argc, char **argv)
 	printf("cpu: %s (%d cores, %s)\n", ferry_cpu_name(), ferry_cpu_count(), ferry_cpu_features());
 	printf("blas: OpenBLAS, core %s, %s\n", ferry_blas_corename(), ferry_blas_core_origin());
 	printf("threads: %d\n", ferry_get_threads());
+	print_collectives();
 	{
 		struct ferry_memory_limit ml;
 		char a[FERRY_SIZE_CHARS], b[FERRY_SIZE_CHARS];

@@ -7,6 +7,7 @@
 #include "generate.h"
 #include "interrupt.h"
 #include "train_report.h"
+#include "train_ranks.h"
 #include "out_paths.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
@@ -43,6 +44,7 @@ struct train_cli {
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
 	bool shape_given;
+	struct ranks ranks;                             /* mpirun -np N: this rank */
 };
 
 static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd", NULL };
@@ -181,7 +183,8 @@ static const struct cli_flag train_flags[] = {
 	{ .name = "--trace", .value = "FILE", .type = CLI_STRING, .at = AT(trace),
 	  .help = "write this run's second step (its first if it has one)\n"
 	  "as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
-	  "every op and copy on its stream's track" },
+	  "every op and copy on its stream's track (on N ranks:\n"
+	  "a file per rank, FILE with .rankK before its extension)" },
 	{ NULL },
 };
 #undef AT
@@ -198,7 +201,15 @@ static void usage(void)
 	printf("\n"
 	       "Ctrl-C (SIGINT) or SIGTERM: the step under way finishes, the run is saved to\n"
 	       "--save if given, and ferry exits with 128 + the signal (130 for Ctrl-C); a\n"
-	       "second Ctrl-C quits at once.\n");
+	       "second Ctrl-C quits at once.\n"
+	       "\n"
+	       "Many processes (data parallel): mpirun -np N ferry train ... runs N ranks (srun\n"
+	       "with PMI too), each on its own GPU (its rank on the machine modulo the GPUs)\n"
+	       "or the CPU backend (the cores shared unless --threads); --batch is each rank's\n"
+	       "rows: the ranks read together the batch one process reads with --batch N*B and\n"
+	       "average their gradients, so the run trains as that process would.  Rank 0\n"
+	       "prints, writes --json and saves (the same files; a save resumes on any number\n"
+	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
@@ -325,12 +336,12 @@ static void print_saved_dir(const char *path)
 	printf(")\n");
 }
 
-static int save(ferry_trainer_t tr, const char *pattern)
+static int save(ferry_trainer_t tr, const struct train_cli *c)
 {
-	const char *path = save_path(pattern, ferry_trainer_step_count(tr));
+	const char *path = save_path(c->save, ferry_trainer_step_count(tr));
 
 	if (ferry_trainer_save(tr, path) != FERRY_OK)
-		return ferry_cli_fail(CMD);
+		return ranks_fail(CMD, &c->ranks);
 	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
 		print_saved_dir(path);
 	else
@@ -413,7 +424,7 @@ static int open_json(const struct train_cli *c, const struct ferry_train_opts *o
 	struct stat st;
 	int fd;
 
-	if (!c->json)
+	if (!c->json || c->ranks.rank != 0) /* rank 0 writes it */
 		return 0;
 	/* a resumed run continues the log of the run it resumes */
 	fd = open(c->json, O_WRONLY | O_CREAT | O_CLOEXEC | (o->resume ? O_APPEND : 0), 0666);
@@ -498,8 +509,8 @@ static void from_saved_run(struct train_cli *c, int *B, int *T)
 		*B = *T = 0; /* the trainer says what is wrong */
 		return;
 	}
-	if (!(c->o.given & FERRY_GIVEN_BATCH))
-		*B = st.B;
+	if (!(c->o.given & FERRY_GIVEN_BATCH)) /* the saved run's global batch, split over the ranks */
+		*B = st.B % c->ranks.size ? 0 : st.B / c->ranks.size;
 	if (!(c->o.given & FERRY_GIVEN_SEQ))
 		*T = st.T;
 	if (!c->o.data && !c->o.val_data && !strcmp(st.data, FERRY_DEMO_PREFIX "_train_*.bin") &&
@@ -551,7 +562,8 @@ static int prepare(struct train_cli *c)
 		ferry_tokenizer_free(tok);
 	}
 	if (!c->o.data && !c->o.resume) {
-		if (ferry_demo_data_ensure(stdout) != 0)
+		/* rank 0 writes it while the others wait */
+		if (ranks_agree_rc(CMD, &c->ranks, c->ranks.rank == 0 ? ferry_demo_data_ensure(stdout) : 0))
 			return 1;
 		c->o.data = FERRY_DEMO_PREFIX "_train_*.bin";
 		if (!c->o.val_data && ferry_demo_data_has_val())
@@ -685,9 +697,11 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	printf(", MLP %d, vocab %d (padded %d), max seq %d%s: %.2fM parameters\n", cfg->ffn, cfg->vocab,
 	       cfg->padded_vocab, cfg->max_seq, cfg->tie_embeddings > 0 ? ", tied head" : "",
 	       ferry_model_num_params(m) / 1e6);
-	printf("batch %d x %d tokens %s", o->B, o->T, o->shuffle ? "shuffled" : "in order");
+	printf("batch %d x %d tokens %s", o->B * c->ranks.size, o->T, o->shuffle ? "shuffled" : "in order");
+	if (c->ranks.size > 1)
+		printf(" (%d ranks of %d rows, %s)", c->ranks.size, o->B, ferry_comm_engine(c->ranks.comm));
 	if (o->grad_accum > 1)
-		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B);
+		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B * c->ranks.size);
 	printf(", %d steps, lr %.2e (%s), backend %s (%s)\n", o->steps, o->lr, schedule_words(o, sched, sizeof(sched)),
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
 	/* a --warmup given past the run (the default 50 is no choice of the user's) */
@@ -729,13 +743,14 @@ static int trace_step(struct run *run, struct ferry_step_metrics *m)
 	const bool traced = c->trace && (done == 1 || (done == 0 && run_opts(run->tr)->steps - run->first_step == 1));
 
 	if (traced && ferry_model_trace_begin(model) != FERRY_OK)
-		return ferry_cli_fail(CMD);
+		return ranks_fail(CMD, &c->ranks);
 	if (ferry_trainer_step(run->tr, m) != FERRY_OK)
-		return ferry_cli_fail(CMD);
+		return ranks_fail(CMD, &c->ranks);
 	if (traced) {
 		if (ferry_model_trace_end(model, c->trace) != FERRY_OK)
-			return ferry_cli_fail(CMD);
-		printf("trace of step %d written to %s (open it at ui.perfetto.dev)\n", m->step, c->trace);
+			return ranks_fail(CMD, &c->ranks);
+		printf("trace of step %d written to %s%s (open it at ui.perfetto.dev)\n", m->step, c->trace,
+		       c->ranks.size > 1 ? ", each rank's to its own .rankK file" : "");
 	}
 	return 0;
 }
@@ -754,11 +769,11 @@ static int one_step(struct run *run)
 		return 1;
 	if (o->val_data && ((c->val_every && m.step % c->val_every == 0) || m.step == o->steps) &&
 	    ferry_trainer_validate(run->tr, c->val_batches, &val_loss) != FERRY_OK)
-		return ferry_cli_fail(CMD);
+		return ranks_fail(CMD, &c->ranks);
 	if (report_step(&run->rep, &m, val_loss))
 		return STOPPED_BY_OUTPUT;
 	if (c->save && c->save_every && m.step % c->save_every == 0 && m.step != o->steps) {
-		if (save(run->tr, c->save))
+		if (save(run->tr, c))
 			return 1;
 		run->saved_step = m.step;
 	}
@@ -773,10 +788,13 @@ static int run_steps(struct run *run)
 	/* a signal from here on waits for the step under way */
 	interrupt_defer();
 	while (ferry_trainer_step_count(run->tr) < run_opts(run->tr)->steps) {
-		if ((rc = one_step(run)))
+		if ((rc = one_step(run)) > 0)
 			return rc;
-		if (interrupt_poll())
-			return STOPPED_BY_SIGNAL;
+		if (!rc && interrupt_poll())
+			rc = STOPPED_BY_SIGNAL;
+		/* every rank stops after the same step (rank 0's --json, a signal) */
+		if ((rc = ranks_agree_stop(&run->c->ranks, rc)))
+			return rc;
 	}
 	return 0;
 }
@@ -802,7 +820,7 @@ static int finish_run(struct run *run, int why)
 
 	interrupt_poll(); /* a signal during the last step: noticed, take the time to save */
 	if (c->save && run->saved_step != step) {
-		if (save(run->tr, c->save))
+		if (save(run->tr, c))
 			return 1;
 		saved = true;
 	}
@@ -833,23 +851,50 @@ static int train(struct run *run)
 
 	if (c->val_every < 0) /* the default: ten validations in a run */
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
-	run->rep.B = o->B * o->grad_accum;
+	run->rep.B = o->B * o->grad_accum * c->ranks.size; /* every rank's rows */
 	run->rep.T = o->T;
 	print_banner(run->tr, c);
 	set_peak(run->tr, c, &run->rep);
+	run->rep.peak_flops *= c->ranks.size; /* a device per rank */
 	fflush(stdout);
 	report_begin(&run->rep, ferry_trainer_step_count(run->tr), o->steps);
 	rc = run_steps(run);
 	if (rc > 0)
 		return rc;
 	rc = finish_run(run, rc);
-	if (!rc && c->sample && !interrupt_poll())
+	if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0)
 		print_sample(run->tr, c);
 	if (report_close_json(&run->rep) && rc != 1) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));
 		return 1;
 	}
 	return rc ? rc : interrupt_signal() ? 128 + interrupt_signal() : 0;
+}
+
+/* Before step 1, the same outcome on every rank: the data, the trainer,
+ * the outputs checked and --json opened (rank 0's). */
+static int set_up(struct train_cli *c, struct run *run)
+{
+	static char trace[4200];
+	int rc;
+
+	if (c->ranks.size > 1) {
+		c->o.comm = c->ranks.comm;
+		if (!c->o.threads) /* the machine's cores shared by its ranks */
+			c->o.threads = ferry_cpu_count() / c->ranks.local_size > 1 ? ferry_cpu_count() / c->ranks.local_size : 1;
+		if (c->trace)
+			c->trace = ranks_path(&c->ranks, c->trace, trace, sizeof(trace));
+	}
+	if ((rc = ranks_agree_rc(CMD, &c->ranks, prepare(c))))
+		return rc;
+	run->rep.json_path = c->json;
+	if (ferry_trainer_create(&c->o, &run->tr) != FERRY_OK)
+		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */
+	warn_pageable(run->tr);
+	run->first_step = ferry_trainer_step_count(run->tr);
+	if (!(rc = check_outputs(c, run->tr)))
+		rc = open_json(c, run_opts(run->tr), &run->rep.json);
+	return ranks_agree_rc(CMD, &c->ranks, rc);
 }
 
 int cmd_train(int argc, char **argv)
@@ -866,25 +911,23 @@ int cmd_train(int argc, char **argv)
 	c.o.steps = 2200;
 	c.o.lr = 3e-3f;
 	c.o.warmup = 50;
-	rc = parse(argc, argv, &c);
-	if (rc)
-		return rc == 1 ? 0 : rc;
-	if ((rc = prepare(&c)) == 0) {
-		run.rep.json_path = c.json;
-		if (ferry_trainer_create(&c.o, &run.tr) != FERRY_OK)
-			rc = ferry_cli_fail(CMD);
-		else if (warn_pageable(run.tr), !(rc = check_outputs(&c, run.tr)))
-			rc = open_json(&c, run_opts(run.tr), &run.rep.json);
-		run.first_step = run.tr ? ferry_trainer_step_count(run.tr) : 0;
+	if (ranks_open(CMD, &c.ranks)) /* mpirun: this process's rank (MPI) */
+		return 1;
+	if ((rc = parse(argc, argv, &c))) {
+		ranks_close(&c.ranks);
+		return rc == 1 ? 0 : rc; /* 1: --help */
 	}
-	if (!rc) {
+	if (!(rc = set_up(&c, &run))) {
 		/* Ctrl-C from here on finishes the step and saves */
 		interrupt_install();
 		rc = train(&run);
 		interrupt_restore();
 	}
 	report_end(&run.rep);
+	if (!rc)
+		ferry_cli_tier_flags_print_peaks(stdout, &c.o);
 	ferry_trainer_free(run.tr);
 	ferry_cli_tier_flags_release(&c.o);
+	ranks_close(&c.ranks);
 	return rc;
 }

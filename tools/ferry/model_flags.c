@@ -219,6 +219,11 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--param-prefetch", .value = "N", .type = CLI_INT, .at = AT(exec.param_prefetch),
 	  .help = "layers of weights loaded ahead (default 1)",
 	  .min = 1, .max = 64, .range = "--param-prefetch must be from 1 to 64" },
+	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
+	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
+	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
+	  "of the moments, then the ranks gather the parameters",
+	  .min = 0, .max = 1, .range = "--zero %d: 0 or 1 (stages 2 and 3: not yet)" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
 	  "waits for the global norm) or speculative (each layer\n"
@@ -228,7 +233,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
-	  "host:cpu|host:cpu(speculative), activations=POLICY,\n"
+	  "host:cpu|host:cpu(speculative)|device:shard(N),\n"
+	  "activations=POLICY,\n"
 	  "activations.NAME=device|offload|remat, activations.prefetch=D,\n"
 	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
 	  "adam's host(TIER) or host(KIND=TIER,...) and activations.host=TIER\n"

@@ -7,6 +7,7 @@
 
 struct tier_given {
 	const char *spec, *topology, *nvme_dir;
+	size_t host_mem;
 };
 static struct tier_given given;
 
@@ -21,13 +22,17 @@ const struct cli_flag ferry_cli_tier_flags[] = {
 	  "off: no tiers (the backend's host memory; the default on a\n"
 	  "machine without CPU-less nodes and without these flags);\n"
 	  "the placements' tiers: --place adam=host(KIND=TIER,...):...,\n"
-	  "activations.host=TIER",
+	  "activations.host=TIER or TIER+TIER... (layer by layer, in order)",
 	  .section = "host memory tiers (docs/tiers.md):" },
 	{ .name = "--topology", .value = "FILE", .type = CLI_STRING, .at = AT(topology),
 	  .help = "simulated NUMA nodes, lines 'node ID cpus N mem SIZE'\n"
 	  "(default: this machine's, from /sys/devices/system/node)" },
 	{ .name = "--nvme-dir", .value = "DIR", .type = CLI_STRING, .at = AT(nvme_dir),
 	  .help = "the NVMe tier's file goes there (created, sized, removed)" },
+	{ .name = "--host-mem", .value = "SIZE", .type = CLI_SIZE, .at = AT(host_mem),
+	  .help = "the most DRAM host state may take (default: the free\n"
+	  "memory of the nodes with CPUs); offloaded activations past it\n"
+	  "go to the next tier of activations.host=dram+nvme (or auto)" },
 	{ NULL },
 };
 #undef AT
@@ -44,7 +49,8 @@ const char *ferry_cli_tier_flags_spec(void)
 
 int ferry_cli_tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 {
-	struct ferry_host_tiers_opts to = { o->exec.host_tier, given.topology, NULL, given.nvme_dir, o->exec.optimizer };
+	struct ferry_host_tiers_opts to = { o->exec.host_tier, given.topology, NULL, given.nvme_dir, o->exec.optimizer,
+					    given.host_mem };
 	ferry_host_tiers_t h;
 	bool cxl = false;
 
@@ -64,7 +70,7 @@ int ferry_cli_tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 
 		cxl |= nd->cpus == 0 && nd->capacity > 0;
 	}
-	if (!o->exec.host_tier && !given.spec && !given.topology && !given.nvme_dir && !cxl) {
+	if (!o->exec.host_tier && !given.spec && !given.topology && !given.nvme_dir && !given.host_mem && !cxl) {
 		ferry_host_tiers_free(h); /* one kind of memory: nothing to choose */
 		return 0;
 	}
@@ -81,6 +87,9 @@ static void print_use(FILE *out, const struct ferry_tier_use *u)
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
 		if (u->bytes[k])
 			fprintf(out, " %s %s", ferry_host_kind_name(k), ferry_format_size(u->bytes[k], sz));
+	if (u->act_count)
+		fprintf(out, " (layers %d-%d, %llu bytes)", u->act_first, u->act_first + u->act_count - 1,
+			(unsigned long long)u->bytes[FERRY_HOST_ACTIVATIONS]);
 	fprintf(out, "\n");
 }
 
@@ -98,7 +107,7 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 	for (int i = 0; i < t->n; i++)
 		fprintf(out, "  node %d: %s, %s free\n", t->node[i].id,
 			t->node[i].cpus ? "CPUs" : "no CPUs (CXL)", ferry_format_size(t->node[i].free, sz));
-	if (ferry_host_tiers_place(h, plan->mem.host_kind_bytes, &r) != FERRY_OK) {
+	if (ferry_host_tiers_place_layers(h, plan->mem.host_kind_bytes, plan->mem.host_act_unit, &r) != FERRY_OK) {
 		fprintf(out, "does not fit: %s\n", ferry_last_error());
 		return 1;
 	}
@@ -112,8 +121,8 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 
 int ferry_cli_tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
 {
-	if (!o->exec.host_tiers || ferry_host_tiers_place(o->exec.host_tiers, plan->mem.host_kind_bytes, NULL) ==
-					   FERRY_OK)
+	if (!o->exec.host_tiers || ferry_host_tiers_place_layers(o->exec.host_tiers, plan->mem.host_kind_bytes,
+								    plan->mem.host_act_unit, NULL) == FERRY_OK)
 		return 0;
 	fprintf(stderr, "ferry %s: %s\n", cmd, ferry_last_error());
 	return 1;
@@ -130,15 +139,39 @@ void ferry_cli_tier_flags_print_placement(FILE *out, const struct ferry_train_op
 	ferry_host_tiers_report(o->exec.host_tiers, &r);
 	fprintf(out, "host tiers:");
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
-		if (r.tier_of[k] >= 0 && r.n)
-			fprintf(out, " %s %s on %s;", ferry_host_kind_name(k),
-				ferry_format_size(r.use[r.tier_of[k]].bytes[k], sz),
-				ferry_tier_describe(&r.use[r.tier_of[k]].tier, name, sizeof(name)));
+		for (int u = 0; u < r.n && r.tier_of[k] >= 0; u++)
+			if (r.use[u].bytes[k] && (u == r.tier_of[k] || r.use[u].act_count))
+				fprintf(out, " %s %s on %s;", ferry_host_kind_name(k), ferry_format_size(r.use[u].bytes[k], sz),
+					ferry_tier_describe(&r.use[u].tier, name, sizeof(name)));
 	if (!r.n)
 		fprintf(out, " no host state;");
 	mode = ferry_host_tiers_nvme_mode(o->exec.host_tiers);
 	fprintf(out, "%s%s%s\n", mode ? " NVMe file: " : "", mode ? mode : "",
 		ferry_host_tiers_topology(o->exec.host_tiers)->simulated ? " (simulated topology: not bound)" : "");
+}
+
+void ferry_cli_tier_flags_print_peaks(FILE *out, const struct ferry_train_opts *o)
+{
+	struct ferry_tier_report plan, peak;
+	char name[160];
+
+	if (!o->exec.host_tiers)
+		return;
+	ferry_host_tiers_report(o->exec.host_tiers, &plan);
+	if (plan.act_tiers < 2)
+		return;
+	ferry_host_tiers_peaks(o->exec.host_tiers, &peak);
+	fprintf(out, "host tier peaks (bytes, measured / planned):");
+	for (int u = 0; u < plan.n; u++) {
+		uint64_t got = 0;
+
+		for (int p = 0; p < peak.n; p++)
+			if (!memcmp(&peak.use[p].tier, &plan.use[u].tier, sizeof(plan.use[u].tier)))
+				got = peak.use[p].total;
+		fprintf(out, " %s %llu / %llu;", ferry_tier_describe(&plan.use[u].tier, name, sizeof(name)),
+			(unsigned long long)got, (unsigned long long)plan.use[u].total);
+	}
+	fprintf(out, "\n");
 }
 
 void ferry_cli_tier_flags_release(struct ferry_train_opts *o)

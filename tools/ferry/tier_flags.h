@@ -1,4 +1,4 @@
-/* --host-tier, --topology, --nvme-dir (ferry train, plan, bench): where
+/* --host-tier, --topology, --nvme-dir, --host-mem (ferry train, plan, bench): where
  * host state lives (ferry/tier.h). */
 #ifndef FERRY_TOOLS_TIER_FLAGS_H
 #define FERRY_TOOLS_TIER_FLAGS_H
@@ -32,6 +32,10 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 int ferry_cli_tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan);
 /* The placement the model was allocated with, one line (nothing without). */
 void ferry_cli_tier_flags_print_placement(FILE *out, const struct ferry_train_opts *o);
+
+/* With offloaded activations over several tiers: each tier's most bytes
+ * allocated against the plan's, one line (nothing otherwise). */
+void ferry_cli_tier_flags_print_peaks(FILE *out, const struct ferry_train_opts *o);
 
 void ferry_cli_tier_flags_release(struct ferry_train_opts *o);
 

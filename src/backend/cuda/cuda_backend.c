@@ -99,6 +99,14 @@ static ferry_status cuda_probe(void)
 	return FERRY_OK;
 }
 
+/* A rank's index on its machine names its GPU modulo the GPUs it sees. */
+static int visible_device(int index)
+{
+	int n = 1;
+
+	return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? index % n : index;
+}
+
 static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backend_opts *opts)
 {
 	struct cuda_backend *cb;
@@ -114,7 +122,7 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 	cb = ferry_calloc(1, sizeof(*cb));
 	if (!cb)
 		return ferry_error(FERRY_ERR_NOMEM, "cuda backend: out of host memory");
-	cb->device = opts->device_index;
+	cb->device = visible_device(opts->device_index);
 	snprintf(cb->host_note, sizeof(cb->host_note), "pinned (cudaHostAlloc)");
 	if (host_kind_from_env() < 0) {
 		ferry_free(cb);
@@ -491,6 +499,11 @@ static ferry_status cuda_host_fn(struct ferry_stream *s, void (*fn)(void *), voi
 	return FERRY_OK;
 }
 
+static void *cuda_stream_native(struct ferry_stream *s)
+{
+	return s->ctx;
+}
+
 static ferry_status cuda_memset_zero_async(struct ferry_stream *s, void *dst, size_t size)
 {
 	CHECK_CUDA(cudaMemsetAsync(dst, 0, size, (cudaStream_t)s->ctx), "memset");
@@ -538,6 +551,7 @@ const struct ferry_backend_iface ferry_cuda_backend_iface = {
 	.memcpy_async = cuda_memcpy_async,
 	.memset_zero_async = cuda_memset_zero_async,
 	.host_fn = cuda_host_fn,
+	.stream_native = cuda_stream_native,
 	.run_op = cuda_run_op,
 	.op_scratch = ferry_cuda_op_scratch,
 	.op_unsupported = ferry_cuda_op_unsupported,

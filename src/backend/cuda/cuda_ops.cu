@@ -96,28 +96,20 @@ extern "C" size_t ferry_cuda_op_scratch(const struct ferry_op_call *c)
 	return op_scratch_need(c);
 }
 
-/* Model constants and ops the kernels here do not take yet (Mistral's
- * window, Gemma 2's), refused when a model is planned rather than failing
- * at its first launch; run_forward and run_backward refuse them too. */
+/* Ops and constants the kernels here do not compute, refused when a model
+ * is planned rather than failing at its first launch: none now (Mistral's
+ * and Gemma 2's have kernels); an op added without a CUDA kernel names
+ * itself here until it has one. */
 extern "C" const char *ferry_cuda_op_unsupported(const struct ferry_op_call *c)
 {
-	static const char *const attention[8] = {
-		NULL, "attention with a sliding window", "attention with its own score scale",
-		"attention with a sliding window and its own score scale", "attention soft-capping",
-		"attention with a sliding window and soft-capping", "attention with its own score scale and soft-capping",
-		"attention with a sliding window, its own score scale and soft-capping",
-	};
+	(void)c;
+	return NULL;
+}
 
-	switch (c->kind) {
-	case FERRY_OP_ATTENTION:
-		return attention[(c->scalar[0] != 0.0f) | (c->scalar[1] != 0.0f) << 1 | (c->scalar[2] != 0.0f) << 2];
-	case FERRY_OP_RMSNORM:
-		return c->scalar[1] != 0.0f ? "RMSNorm with a gain offset (Gemma's 1 + w)" : NULL;
-	case FERRY_OP_GEGLU: return "GeGLU";
-	case FERRY_OP_SCALE: return "a scaled embedding";
-	case FERRY_OP_SOFTCAP: return "logit soft-capping";
-	default: return NULL;
-	}
+/* Attention's constants: the op's window, scale and cap. */
+static struct ferry_cuda_att_consts att_consts_of(const struct ferry_op_call *c)
+{
+	return (struct ferry_cuda_att_consts){ (int)c->scalar[0], c->scalar[1], c->scalar[2] };
 }
 
 /* The call's scratch, or the backend's own (allocated on first need);
@@ -160,10 +152,8 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 		return ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]), CBF(c->in[0]),
 						    CBF(c->w[0]), CBF(c->w[1]), N, c->C);
 	case FERRY_OP_ATTENTION:
-		if (ferry_cuda_op_unsupported(c)) /* a window, scale or cap: not on the GPU yet */
-			return cudaErrorNotSupported;
 		return ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->in[1]),
-						    CBF(c->in[2]), c->B, c->T, c->C, c->NH, NKV);
+						    CBF(c->in[2]), c->B, c->T, c->C, c->NH, NKV, att_consts_of(c));
 	case FERRY_OP_GELU:
 		return ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n);
 	case FERRY_OP_RESIDUAL:
@@ -172,15 +162,19 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 		return ferry_cuda_softmax_xent_forward(s, F(c->out[0]), BF(c->out[1]), CBF(c->in[0]), c->tokens, N,
 						       c->V, c->Vp);
 	case FERRY_OP_RMSNORM:
-		if (ferry_cuda_op_unsupported(c))
-			return cudaErrorNotSupported;
 		return ferry_cuda_rmsnorm_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->w[0]), N,
-						  c->C, c->scalar[0]);
+						  c->C, c->scalar[0], c->scalar[1]);
 	case FERRY_OP_ROPE:
 		return ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C, c->NH,
 					       ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
+	case FERRY_OP_GEGLU:
+		return ferry_cuda_geglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
+	case FERRY_OP_SCALE:
+		return ferry_cuda_scale_forward(s, BF(c->out[0]), CBF(c->in[0]), c->scalar[0], c->n);
+	case FERRY_OP_SOFTCAP:
+		return ferry_cuda_softcap_forward(s, BF(c->out[0]), CBF(c->in[0]), c->scalar[0], c->n);
 	default:
 		return cudaErrorInvalidValue; /* not routed here by ferry_cuda_run_op */
 	}
@@ -202,12 +196,10 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,
 						     c->C, ws.p, ws.bytes);
 	case FERRY_OP_ATTENTION:
-		if (ferry_cuda_op_unsupported(c)) /* a window, scale or cap: not on the GPU yet */
-			return cudaErrorNotSupported;
 		return ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
 						     CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]), CBF(c->in[2]),
 						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,
-						     ws.p, ws.bytes);
+						     att_consts_of(c), ws.p, ws.bytes);
 	case FERRY_OP_GELU:
 		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n,
 							    c->grad_assign)
@@ -218,16 +210,23 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 		return ferry_cuda_softmax_xent_backward(s, BF(c->din[0]), CBF(c->out[1]), c->tokens, c->scalar[0],
 							N, c->V, c->Vp);
 	case FERRY_OP_RMSNORM:
-		if (ferry_cuda_op_unsupported(c))
-			return cudaErrorNotSupported;
 		return ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]), CBF(c->in[0]),
-						   CBF(c->w[0]), CF(c->out[1]), N, c->C, ws.p, ws.bytes);
+						   CBF(c->w[0]), CF(c->out[1]), N, c->C, c->scalar[1], ws.p, ws.bytes);
 	case FERRY_OP_ROPE:
 		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C, c->NH,
 						ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), CBF(c->in[0]),
 						  CBF(c->in[1]), c->n);
+	case FERRY_OP_GEGLU:
+		return ferry_cuda_geglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), CBF(c->in[0]),
+						 CBF(c->in[1]), c->n);
+	case FERRY_OP_SCALE:
+		return ferry_cuda_scale_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->scalar[0], c->n,
+						 c->grad_assign);
+	case FERRY_OP_SOFTCAP:
+		return ferry_cuda_softcap_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->scalar[0],
+						   c->n, c->grad_assign);
 	default:
 		return cudaErrorInvalidValue; /* not routed here by ferry_cuda_run_op */
 	}
@@ -292,12 +291,10 @@ extern "C" int ferry_cuda_run_op(struct ferry_cuda_ops *ops, cudaStream_t s, con
 	case FERRY_OP_RMSNORM:
 	case FERRY_OP_ROPE:
 	case FERRY_OP_SWIGLU:
-		e = !c->backward ? run_forward(s, c) : run_backward(ws, s, c);
-		break;
 	case FERRY_OP_GEGLU:
 	case FERRY_OP_SCALE:
 	case FERRY_OP_SOFTCAP:
-		e = cudaErrorNotSupported; /* ferry_cuda_op_unsupported names them */
+		e = !c->backward ? run_forward(s, c) : run_backward(ws, s, c);
 		break;
 	case FERRY_OP_ADAMW:
 	case FERRY_OP_SUM_SQUARES:

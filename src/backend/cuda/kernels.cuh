@@ -79,20 +79,30 @@ cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dwe
 					  const bf16 *dout, const bf16 *inp, const bf16 *weight,
 					  const float *mean, const float *rstd, int N, int C, void *ws,
 					  size_t ws_bytes);
+/* Attention's constants (the op's scalar[0..2]): the sliding window, keys
+ * per query (0: every earlier key; negative: cudaErrorInvalidValue), the
+ * score scale (<= 0: 1/sqrt(HS)) and the scores' soft cap (<= 0: none). */
+struct ferry_cuda_att_consts {
+	int window;
+	float scale;
+	float cap;
+};
 /* Causal attention, q/out [B, T, C], head h on channels h*HS.. (HS = C/NH);
  * k/v [B, T, NKV*HS] with NKV kv heads (grouped-query; NKV divides NH, 0
  * means NH): query head h reads kv head h / (NH/NKV).  Saves lse [B, NH, T]
  * (float).  Flash-style: no T x T matrix in memory.  Backward sums the
  * query heads of a group into dk/dv in a fixed order (no atomics). */
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV);
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV,
+					 struct ferry_cuda_att_consts ac);
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, int NKV, void *ws,
-					  size_t ws_bytes);
+					  const float *lse, int B, int T, int C, int NH, int NKV,
+					  struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes);
 /* kernels_flash_attn.cu: the same on tensor cores, for head sizes 32, 64,
- * 96, 128 with 16-byte aligned arrays; cudaErrorNotSupported for other
- * shapes (then the kernels above run).  Dws: B * NH * T floats. */
+ * 96, 128 with 16-byte aligned arrays and no window, scale or cap;
+ * cudaErrorNotSupported for other shapes (then the kernels above run).
+ * Dws: B * NH * T floats. */
 cudaError_t ferry_cuda_flash_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
 					       const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV);
 cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv,
@@ -115,13 +125,14 @@ cudaError_t ferry_cuda_softmax_xent_backward(cudaStream_t s, bf16 *dlogits, cons
 
 /* ---- kernels_llama.cu ------------------------------------------------------ */
 /* RMSNorm (Llama): rstd[N] (float) = 1 / sqrt(mean(x^2) + eps) per row of
- * C, out = x * rstd * weight.  rstd may be NULL. */
+ * C, out = x * rstd * gain, gain = weight + offset (Gemma's 1 + w; offset
+ * 0: weight itself, Llama's).  rstd may be NULL. */
 cudaError_t ferry_cuda_rmsnorm_forward(cudaStream_t s, bf16 *out, float *rstd, const bf16 *inp,
-				       const bf16 *weight, int N, int C, float eps);
+				       const bf16 *weight, int N, int C, float eps, float offset);
 /* dinp (bf16) +=, dweight (float) += (either may be NULL); ws: see below */
 cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweight, const bf16 *dout,
 					const bf16 *inp, const bf16 *weight, const float *rstd, int N, int C,
-					void *ws, size_t ws_bytes);
+					float offset, void *ws, size_t ws_bytes);
 size_t ferry_cuda_rmsnorm_backward_ws_bytes(int N, int C);
 /* Rotary embedding (HF rotate_half) on [B, T, NH, HS], C = NH * HS, HS
  * even, row (b, t) at position t; rf the base and scaling
@@ -136,6 +147,26 @@ cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dou
 cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n);
 cudaError_t ferry_cuda_swiglu_backward(cudaStream_t s, bf16 *dgate, bf16 *dup, const bf16 *dout,
 				       const bf16 *gate, const bf16 *up, long n);
+
+/* ---- kernels_elementwise.cu: Gemma 2's ---------------------------------------- */
+/* GeGLU: out = gelu_tanh(gate) * up over n values (out may alias gate or
+ * up); backward dgate += dout * up * gelu'(gate), dup += dout *
+ * gelu(gate) (either may be NULL). */
+cudaError_t ferry_cuda_geglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n);
+cudaError_t ferry_cuda_geglu_backward(cudaStream_t s, bf16 *dgate, bf16 *dup, const bf16 *dout,
+				      const bf16 *gate, const bf16 *up, long n);
+/* out = inp * scale, the scale first rounded to bf16 (the activation type,
+ * as transformers casts Gemma's normalizer); backward dinp += dout * that
+ * scale, or with assign dinp = ... (dinp may be dout). */
+cudaError_t ferry_cuda_scale_forward(cudaStream_t s, bf16 *out, const bf16 *inp, float scale, long n);
+cudaError_t ferry_cuda_scale_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, float scale, long n,
+				      bool assign);
+/* Soft cap: out = cap tanh(inp / cap) (cap <= 0: out = inp); backward
+ * dinp += dout (1 - tanh^2(inp / cap)), or with assign dinp = ... (dinp
+ * may be dout or inp). */
+cudaError_t ferry_cuda_softcap_forward(cudaStream_t s, bf16 *out, const bf16 *inp, float cap, long n);
+cudaError_t ferry_cuda_softcap_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp,
+					float cap, long n, bool assign);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,9 @@
  * fp32 (reductions: fp64).  Accesses are scalar: pointers may be slices of a
  * buffer with only 2-byte alignment, so no vector loads.  Pointers that the
  * CPU reference allows to alias (gelu out/inp, dinp/dout; residual out/a/b,
- * da/db) are not __restrict__; every element is read before it is written
- * by the same thread, so in-place use is safe.
+ * da/db; geglu out/gate/up; scale and softcap dinp/dout, softcap dinp/inp)
+ * are not __restrict__; every element is read before it is written by the
+ * same thread, so in-place use is safe.
  *
  * Launch shape: 256 threads per block, grid-stride loops over long indices,
  * at most 65535 blocks.  Sizes <= 0 launch nothing and return cudaSuccess.
@@ -20,6 +21,7 @@
  * and a fixed combination tree, independent of the GPU, and
  * bias_backward a fixed per-column tree.
  */
+#include "backend/cuda/tanh_forms.cuh"
 #include "backend/cuda/kernels.cuh"
 
 #include <math.h>
@@ -35,9 +37,6 @@
 /* bias_backward: BB_COLS columns x BB_ROWS row groups per block. */
 #define BB_COLS 32
 #define BB_ROWS 16
-
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_A 0.044715f
 
 static unsigned grid_for(long n)
 {
@@ -190,44 +189,10 @@ extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, 
 
 /* ---- GELU (tanh form) -------------------------------------------------------- */
 
-/*
- * With u = sqrt(2/pi) (x + 0.044715 x^3) and s = 1 / (1 + e^(-2u)):
- *   1 + tanh u = 2 s,  1 - tanh u = 2 (1 - s),  1 - tanh^2 u = 4 s (1 - s),
- * so   gelu(x) = 0.5 x (1 + tanh u) = x s
- * and  d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx
- *                  = s + 2 x s (1 - s) du/dx,   1 - s = e^(-2u) s.
- * Written this way, not with tanhf: under --use_fast_math tanhf becomes
- * tanh.approx.f32, whose absolute error near tanh = -1 (~5e-4) would wreck
- * gelu for negative x (the CPU's fast_tanhf is exact at both ends for the
- * same reason).  Here errors are relative (__expf, fast reciprocal).
- * Only e^(-|2u|) <= 1 is computed, so nothing overflows:
- *   u >= 0: e = e^(-2u), s = 1 / (1 + e),  1 - s = e / (1 + e)
- *   u <  0: e = e^(2u),  s = e / (1 + e),  1 - s = 1 / (1 + e)
- * (for u = -inf: e = 0, s = 0, 1 - s = 1).
- */
-static __device__ __forceinline__ void gelu_parts(float x, float *s, float *one_minus_s)
-{
-	const float u = GELU_K * (x + GELU_A * x * x * x);
-	const float e = expf(-2.0f * fabsf(u));
-	const float r = 1.0f / (1.0f + e);
-
-	if (u >= 0.0f) {
-		*s = r;
-		*one_minus_s = e * r;
-	} else {
-		*s = e * r;
-		*one_minus_s = r;
-	}
-}
-
 static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
 {
 	GRID_STRIDE(i, n) {
-		const float x = f32(inp[i]);
-		float sg, sm;
-
-		gelu_parts(x, &sg, &sm);
-		out[i] = b16(x * sg);
+		out[i] = b16(gelu_value(f32(inp[i])));
 	}
 }
 
@@ -236,12 +201,9 @@ static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
 static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n, bool assign)
 {
 	GRID_STRIDE(i, n) {
-		const float x = f32(inp[i]);
-		const float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-		float sg, sm;
+		float d;
 
-		gelu_parts(x, &sg, &sm);
-		const float d = sg + 2.0f * x * sg * sm * du;
+		(void)gelu_value_slope(f32(inp[i]), &d);
 		const float g = f32(dout[i]);
 
 		dinp[i] = b16((assign ? 0.0f : f32(dinp[i])) + g * d);
@@ -312,6 +274,130 @@ extern "C" cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf
 	if (!x)
 		return cudaSuccess;
 	residual_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
+	return cudaGetLastError();
+}
+
+/* ---- Gemma 2: GeGLU, scale, soft cap ---------------------------------------------- */
+
+/* out = gelu(gate) * up (out may alias gate or up) */
+static __global__ void geglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, long n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = b16(gelu_value(f32(gate[i])) * f32(up[i]));
+}
+
+/* dgate += dout * up * gelu'(gate), dup += dout * gelu(gate); either may
+ * be NULL (the launcher skips both NULL).  All reads come first. */
+static __global__ void geglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate,
+					     const bf16 *up, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float d = f32(dout[i]), u = f32(up[i]);
+		float slope;
+		const float g = gelu_value_slope(f32(gate[i]), &slope);
+
+		if (dgate)
+			dgate[i] = b16(f32(dgate[i]) + d * u * slope);
+		if (dup)
+			dup[i] = b16(f32(dup[i]) + d * g);
+	}
+}
+
+/* out = inp * scale (scale already the bf16 value) */
+static __global__ void scale_forward_kernel(bf16 *out, const bf16 *inp, float scale, long n)
+{
+	GRID_STRIDE(i, n)
+		out[i] = b16(f32(inp[i]) * scale);
+}
+
+/* dinp += dout * scale, or with assign dinp = ... (dinp may alias dout) */
+static __global__ void scale_backward_kernel(bf16 *dinp, const bf16 *dout, float scale, long n, bool assign)
+{
+	GRID_STRIDE(i, n) {
+		const float d = f32(dout[i]) * scale;
+
+		dinp[i] = b16(assign ? d : f32(dinp[i]) + d);
+	}
+}
+
+/* out = cap tanh(inp / cap), or inp when cap <= 0 (out may alias inp) */
+static __global__ void softcap_forward_kernel(bf16 *out, const bf16 *inp, float cap, long n)
+{
+	GRID_STRIDE(i, n) {
+		const float x = f32(inp[i]);
+
+		out[i] = b16(cap > 0.0f ? softcap_tanh(x, cap) * cap : x);
+	}
+}
+
+/* dinp += dout (1 - tanh^2(inp / cap)), or with assign dinp = ...; dinp may
+ * alias dout or inp (both read before the write). */
+static __global__ void softcap_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, float cap,
+					       long n, bool assign)
+{
+	GRID_STRIDE(i, n) {
+		const float th = cap > 0.0f ? softcap_tanh(f32(inp[i]), cap) : 0.0f;
+		const float d = f32(dout[i]) * (1.0f - th * th);
+
+		dinp[i] = b16(assign ? d : f32(dinp[i]) + d);
+	}
+}
+
+extern "C" cudaError_t ferry_cuda_geglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	geglu_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, gate, up, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_geglu_backward(cudaStream_t s, bf16 *dgate, bf16 *dup, const bf16 *dout,
+						 const bf16 *gate, const bf16 *up, long n)
+{
+	if (n <= 0 || (!dgate && !dup))
+		return cudaSuccess;
+	geglu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dgate, dup, dout, gate, up, n);
+	return cudaGetLastError();
+}
+
+/* The scale in the activation type, as transformers casts Gemma's
+ * normalizer to the model's dtype (the CPU's fp32 is its own). */
+static float scale_in_bf16(float scale)
+{
+	return __bfloat162float(__float2bfloat16(scale));
+}
+
+extern "C" cudaError_t ferry_cuda_scale_forward(cudaStream_t s, bf16 *out, const bf16 *inp, float scale, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	scale_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, inp, scale_in_bf16(scale), n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_scale_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, float scale, long n,
+						 bool assign)
+{
+	if (n <= 0 || !dinp)
+		return cudaSuccess;
+	scale_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, scale_in_bf16(scale), n, assign);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_softcap_forward(cudaStream_t s, bf16 *out, const bf16 *inp, float cap, long n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	softcap_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, inp, cap, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_softcap_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp,
+						   float cap, long n, bool assign)
+{
+	if (n <= 0 || !dinp)
+		return cudaSuccess;
+	softcap_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, cap, n, assign);
 	return cudaGetLastError();
 }
 

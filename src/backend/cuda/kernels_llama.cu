@@ -18,7 +18,8 @@
  *    row, V values each); sum of squares by a warp-shuffle + shared-memory
  *    block reduction, rstd = 1 / sqrt(ss / C + eps) with IEEE division and
  *    square root (as the CPU: --use_fast_math would otherwise make them
- *    approximate), then y = (x * rstd) * gain.  Element c is read in both
+ *    approximate), then y = (x * rstd) * gain, gain = weight (+ offset,
+ *    Gemma's 1 + w, when one is given).  Element c is read in both
  *    passes and written by the same thread, after the reduction's barriers:
  *    y may alias x.
  *  - rmsnorm_backward: (1) column partial sums of dout * xhat over a fixed
@@ -157,10 +158,18 @@ static int row_threads(long units, int maxt)
 
 /* ---- RMSNorm ---------------------------------------------------------------- */
 
+/* A channel's gain: its weight, or weight + offset (Gemma's 1 + w); offset
+ * 0 gives the weight itself, Llama's arithmetic, as the CPU's gain(). */
+static __device__ __forceinline__ float gain_of(float w, float offset)
+{
+	return offset != 0.0f ? w + offset : w;
+}
+
 /* One block per row; thread j takes accesses c = (j + k*blockDim.x) * V. */
 template <int V>
 static __global__ void __launch_bounds__(RMS_THREADS)
-	rms_forward_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C, float eps)
+	rms_forward_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C, float eps,
+			   float offset)
 {
 	__shared__ float sh[32];
 	const size_t row = blockIdx.x;
@@ -184,19 +193,19 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 		bfvec<V>::load(weight + c, g);
 #pragma unroll
 		for (int k = 0; k < V; k++)
-			f[k] = (f[k] * r) * g[k];
+			f[k] = (f[k] * r) * gain_of(g[k], offset);
 		bfvec<V>::store(y + c, f);
 	}
 	if (threadIdx.x == 0 && rstd)
 		rstd[row] = r;
 }
 
-/* dinp += r * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = x * r.
+/* dinp += r * (g - xhat * mean(g * xhat)), g = dout * gain, xhat = x * r.
  * One block per row. */
 template <int V>
 static __global__ void __launch_bounds__(RMS_THREADS)
 	rms_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *weight,
-				 const float *rstd, int C)
+				 const float *rstd, int C, float offset)
 {
 	__shared__ float sh[32];
 	const size_t row = blockIdx.x;
@@ -214,7 +223,7 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 		bfvec<V>::load(weight + c, wf);
 #pragma unroll
 		for (int k = 0; k < V; k++)
-			sgx += df[k] * wf[k] * (xf[k] * r);
+			sgx += df[k] * gain_of(wf[k], offset) * (xf[k] * r);
 	}
 	sgx = __fdiv_rn(block_sum(sgx, sh), (float)C);
 	for (int c = threadIdx.x * V; c < C; c += step) {
@@ -225,7 +234,7 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 		bfvec<V>::load(dx + c, gf);
 #pragma unroll
 		for (int k = 0; k < V; k++)
-			gf[k] += r * (df[k] * wf[k] - (xf[k] * r) * sgx);
+			gf[k] += r * (df[k] * gain_of(wf[k], offset) - (xf[k] * r) * sgx);
 		bfvec<V>::store(dx + c, gf);
 	}
 }
@@ -452,7 +461,7 @@ size_t ferry_cuda_rmsnorm_backward_ws_bytes(int N, int C)
 }
 
 cudaError_t ferry_cuda_rmsnorm_forward(cudaStream_t s, bf16 *out, float *rstd, const bf16 *inp,
-				       const bf16 *weight, int N, int C, float eps)
+				       const bf16 *weight, int N, int C, float eps, float offset)
 {
 	if (N < 0 || C < 0)
 		return cudaErrorInvalidValue;
@@ -462,16 +471,16 @@ cudaError_t ferry_cuda_rmsnorm_forward(cudaStream_t s, bf16 *out, float *rstd, c
 	const int threads = row_threads(C / V, RMS_THREADS);
 	switch (V) {
 	case 8:
-		rms_forward_kernel<8><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps);
+		rms_forward_kernel<8><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps, offset);
 		break;
 	case 4:
-		rms_forward_kernel<4><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps);
+		rms_forward_kernel<4><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps, offset);
 		break;
 	case 2:
-		rms_forward_kernel<2><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps);
+		rms_forward_kernel<2><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps, offset);
 		break;
 	default:
-		rms_forward_kernel<1><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps);
+		rms_forward_kernel<1><<<(unsigned)N, threads, 0, s>>>(out, rstd, inp, weight, C, eps, offset);
 		break;
 	}
 	return cudaGetLastError();
@@ -479,7 +488,7 @@ cudaError_t ferry_cuda_rmsnorm_forward(cudaStream_t s, bf16 *out, float *rstd, c
 
 cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweight, const bf16 *dout,
 					const bf16 *inp, const bf16 *weight, const float *rstd, int N, int C,
-					void *ws, size_t ws_bytes)
+					float offset, void *ws, size_t ws_bytes)
 {
 	cudaError_t e;
 
@@ -513,16 +522,20 @@ cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweig
 		const int threads = row_threads(C / V, RMS_THREADS);
 		switch (V) {
 		case 8:
-			rms_backward_dinp_kernel<8><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C);
+			rms_backward_dinp_kernel<8><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C,
+										     offset);
 			break;
 		case 4:
-			rms_backward_dinp_kernel<4><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C);
+			rms_backward_dinp_kernel<4><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C,
+										     offset);
 			break;
 		case 2:
-			rms_backward_dinp_kernel<2><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C);
+			rms_backward_dinp_kernel<2><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C,
+										     offset);
 			break;
 		default:
-			rms_backward_dinp_kernel<1><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C);
+			rms_backward_dinp_kernel<1><<<(unsigned)N, threads, 0, s>>>(dinp, dout, inp, weight, rstd, C,
+										     offset);
 			break;
 		}
 	}

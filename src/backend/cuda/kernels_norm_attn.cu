@@ -43,6 +43,15 @@
  *    and dv_t2 summing, in fp32 registers, over the G query heads of the
  *    group in order and, per head, over queries t >= t2 in order.  Each
  *    output row is owned by one warp, so no atomics and a fixed order.
+ *  - attention's constants (Mistral's window, Gemma 2's scale and cap, as
+ *    the CPU's attention.c): query t sees keys lo(t)..t, lo(t) = max(0,
+ *    t - W + 1), so the forward and kernel A start at lo(t) and kernel B
+ *    stops at the last query whose window holds its key; a given scale
+ *    replaces 1/sqrt(HS); with a cap each scaled score s becomes cap
+ *    tanh(s / cap) before the softmax and the backward multiplies ds by
+ *    1 - tanh^2, recomputed with p.  Only these kernels take them (the
+ *    tensor-core ones run plain causal attention); with none given (or a
+ *    window of T or more) the arithmetic is the one without them.
  *  - softmax_xent_forward: one block per row.  Rows of 16-byte vectors: one
  *    pass for the running max and sum of exp, one writing probabilities.
  *    Otherwise: block max, block sum of exp, then probabilities written
@@ -50,6 +59,7 @@
  *    after both reductions).  backward: elementwise, one block per row.
  */
 #include "kernels.cuh"
+#include "tanh_forms.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -284,6 +294,29 @@ static __global__ void __launch_bounds__(256)
 
 /* ---- attention ------------------------------------------------------------ */
 
+/* The first key query t sees: 0, or its window's start (W > 0: the last W
+ * keys, itself included, as the CPU's window_lo). */
+static __device__ __forceinline__ int window_lo(int t, int W)
+{
+	return W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+}
+
+/* A key's score from its dot product: times the scale, then with cap > 0
+ * soft-capped, cap tanh(s / cap), and *slope = 1 - tanh^2 (d capped / d s;
+ * 1 without a cap), as the CPU's scale_scores and capped_probs. */
+static __device__ __forceinline__ float att_score(float dot, float scale, float cap, float *slope)
+{
+	const float s = dot * scale;
+
+	*slope = 1.0f;
+	if (cap <= 0.0f)
+		return s;
+	const float th = softcap_tanh(s, cap);
+
+	*slope = 1.0f - th * th;
+	return th * cap;
+}
+
 /* Keys (or queries) processed per step: independent shuffle reductions in
  * flight, bounded for register use at large head sizes. */
 template <int EPL> struct att_unroll {
@@ -295,7 +328,7 @@ template <int EPL> struct att_unroll {
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-			    int C, int CK, int NH, int G, int HS, float scale, int nqb)
+			    int C, int CK, int NH, int G, int HS, float scale, int W, float cap, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -304,7 +337,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	const int t = qb * ATT_WARPS + warp;
 	if (t >= T)
 		return; /* whole warp; no block barriers below */
-	const int b = bh / NH, h = bh % NH;
+	const int b = bh / NH, h = bh % NH, lo = window_lo(t, W);
 	const size_t head = (size_t)b * T * C + (size_t)h * HS;
 	const size_t rt = head + (size_t)t * C;
 	const size_t kvhead = (size_t)b * T * CK + (size_t)(h / G) * HS;
@@ -317,10 +350,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		qr[e] = i < HS ? bf2f(q[rt + i]) : 0.0f;
 		o[e] = 0.0f;
 	}
-	float m = 0.0f, l = 0.0f; /* set by the first step (key 0 always valid) */
+	float m = 0.0f, l = 0.0f; /* set by the first step (key lo always valid) */
 
-	for (int t0 = 0; t0 <= t; t0 += KU) {
-		float s[KU];
+	for (int t0 = lo; t0 <= t; t0 += KU) {
+		float s[KU], sl[KU];
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
 			float part = 0.0f;
@@ -337,14 +370,14 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++)
-			s[j] = warp_sum(s[j]) * scale; /* all lanes, every j */
+			s[j] = att_score(warp_sum(s[j]), scale, cap, &sl[j]); /* all lanes, every j */
 
-		float mn = t0 == 0 ? s[0] : m;
+		float mn = t0 == lo ? s[0] : m;
 #pragma unroll
 		for (int j = 0; j < KU; j++)
 			if (t0 + j <= t)
 				mn = fmaxf(mn, s[j]);
-		const float corr = t0 == 0 ? 0.0f : expf(m - mn); /* l = o = 0 at t0 == 0 */
+		const float corr = t0 == lo ? 0.0f : expf(m - mn); /* l = o = 0 at t0 == lo */
 		l *= corr;
 #pragma unroll
 		for (int e = 0; e < EPL; e++)
@@ -379,13 +412,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* Kernel A: warp per (b, h, query t), same grid mapping as the forward.
  * D_t = dout_t . out_t -> Dws[bh*T + t];  when dq != NULL:
- * dq_t += scale * sum_{t2<=t} p (dp - D_t) k_t2, p = exp(s - lse_t),
- * dp = dout_t . v_t2. */
+ * dq_t += scale * sum_{lo(t)<=t2<=t} p (dp - D_t) k_t2, p = exp(s - lse_t),
+ * dp = dout_t . v_t2 (with a cap: s capped, and each term times its slope). */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_q_kernel(bf16 *dq, float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k,
 			       const bf16 *v, const bf16 *out, const float *lse, int T, int C, int CK,
-			       int NH, int G, int HS, float scale, int nqb)
+			       int NH, int G, int HS, float scale, int W, float cap, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -420,8 +453,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		return;
 	const float lt = lse[st];
 
-	for (int t0 = 0; t0 <= t; t0 += KU) {
-		float kk[KU][EPL], sp[KU], dp[KU];
+	for (int t0 = window_lo(t, W); t0 <= t; t0 += KU) {
+		float kk[KU][EPL], sp[KU], dp[KU], sl[KU];
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
 			sp[j] = dp[j] = 0.0f;
@@ -444,14 +477,14 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
-			sp[j] = warp_sum(sp[j]) * scale;
+			sp[j] = att_score(warp_sum(sp[j]), scale, cap, &sl[j]);
 			dp[j] = warp_sum(dp[j]);
 		}
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
 			if (t0 + j <= t) {
 				const float p = expf(sp[j] - lt);
-				const float ds = p * (dp[j] - D);
+				const float ds = cap > 0.0f ? p * (dp[j] - D) * sl[j] : p * (dp[j] - D);
 #pragma unroll
 				for (int e = 0; e < EPL; e++)
 					acc[e] += ds * kk[j][e];
@@ -491,14 +524,16 @@ static __device__ __forceinline__ void attn_backward_kv_store(bf16 *dk, bf16 *dv
 /* Kernel B: warp per (b, kv head kh, key t2); grid B*NKV*nkb blocks, block
  * x -> kv head x / nkb, key block x % nkb (small t2 = most queries first).
  * For each query head h = kh*G + g of the group (g = 0..G-1 in order) and
- * queries t >= t2: p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
- * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t.
+ * queries t2 <= t < t2 + W (W = 0: t < T, every later query; those whose
+ * window holds t2): p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
+ * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t
+ * (with a cap: the score capped, ds times the cap's slope).
  * The group's sum stays in fp32 registers and is rounded to bf16 once. */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_kv_kernel(bf16 *dk, bf16 *dv, const float *Dws, const bf16 *dout, const bf16 *q,
 				const bf16 *k, const bf16 *v, const float *lse, int T, int C, int CK,
-				int NH, int G, int HS, float scale, int nkb)
+				int NH, int G, int HS, float scale, int W, float cap, int nkb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -510,6 +545,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		return;
 	const int b = bkv / NKV, kh = bkv % NKV;
 	const size_t r2 = (size_t)b * T * CK + (size_t)kh * HS + (size_t)t2 * CK;
+	const int tend = W > 0 && W < T - t2 ? t2 + W : T; /* queries t2 .. tend-1 see key t2 */
 
 	float kr[EPL], vr[EPL], dka[EPL], dva[EPL];
 #pragma unroll
@@ -527,15 +563,15 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	for (int g = 0; g < G; g++, qoff += HS, soff += T) {
 		const bf16 *qh = q + qoff, *gh = dout + qoff;
 		const float *lh = lse + soff, *Dh = Dws + soff;
-		for (int t0 = t2; t0 < T; t0 += KU) {
-			float qq[KU][EPL], gg[KU][EPL], sp[KU], dp[KU];
+		for (int t0 = t2; t0 < tend; t0 += KU) {
+			float qq[KU][EPL], gg[KU][EPL], sp[KU], dp[KU], sl[KU];
 #pragma unroll
 			for (int j = 0; j < KU; j++) {
 				sp[j] = dp[j] = 0.0f;
 #pragma unroll
 				for (int e = 0; e < EPL; e++)
 					qq[j][e] = gg[j][e] = 0.0f;
-				if (t0 + j < T) {
+				if (t0 + j < tend) {
 					const bf16 *qrow = qh + (size_t)(t0 + j) * C;
 					const bf16 *grow = gh + (size_t)(t0 + j) * C;
 #pragma unroll
@@ -552,15 +588,15 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 			}
 #pragma unroll
 			for (int j = 0; j < KU; j++) {
-				sp[j] = warp_sum(sp[j]) * scale;
+				sp[j] = att_score(warp_sum(sp[j]), scale, cap, &sl[j]);
 				dp[j] = warp_sum(dp[j]);
 			}
 #pragma unroll
 			for (int j = 0; j < KU; j++) {
 				const int t = t0 + j;
-				if (t < T) {
+				if (t < tend) {
 					const float p = expf(sp[j] - lh[t]);
-					const float ds = p * (dp[j] - Dh[t]);
+					const float ds = cap > 0.0f ? p * (dp[j] - Dh[t]) * sl[j] : p * (dp[j] - Dh[t]);
 #pragma unroll
 					for (int e = 0; e < EPL; e++) {
 						dva[e] += p * gg[j][e];
@@ -761,6 +797,18 @@ static bool att_shape(int B, int T, int C, int NH, int NKV, int *HS, int *EPL, i
 	return (long)B * NH * (long)*nb <= INT_MAX;
 }
 
+/* The window the kernels apply (a window of T keys or more holds every
+ * earlier key: 0, the same arithmetic) and the score scale; true when
+ * nothing differs from plain causal attention, the only kind the tensor-core
+ * kernels compute.  False into *ok for a negative window. */
+static bool att_consts(struct ferry_cuda_att_consts ac, int T, int HS, int *W, float *scale, bool *ok)
+{
+	*ok = ac.window >= 0;
+	*W = ac.window < T ? ac.window : 0;
+	*scale = ac.scale > 0.0f ? ac.scale : 1.0f / sqrtf((float)HS);
+	return *W == 0 && ac.scale <= 0.0f && ac.cap <= 0.0f;
+}
+
 extern "C" {
 
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C)
@@ -842,24 +890,31 @@ cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dwe
 }
 
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV)
+					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV,
+					 struct ferry_cuda_att_consts ac)
 {
-	int HS, EPL, nqb, CK, G;
+	int HS, EPL, nqb, CK, G, W;
+	float scale;
+	bool ok;
 	if (!att_shape(B, T, C, NH, NKV, &HS, &EPL, &nqb, &CK, &G))
+		return cudaErrorInvalidValue;
+	const bool plain = att_consts(ac, T, HS, &W, &scale, &ok);
+	if (!ok)
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0)
 		return cudaSuccess;
 	/* tensor cores where the shape allows (kernels_flash_attn.cu) */
-	cudaError_t fe = ferry_cuda_flash_attention_forward(s, out, lse, q, k, v, B, T, C, NH, NH / G);
-	if (fe != cudaErrorNotSupported)
-		return fe;
-	const float scale = 1.0f / sqrtf((float)HS);
+	if (plain) {
+		cudaError_t fe = ferry_cuda_flash_attention_forward(s, out, lse, q, k, v, B, T, C, NH, NH / G);
+		if (fe != cudaErrorNotSupported)
+			return fe;
+	}
 	const unsigned grid = (unsigned)((long)B * NH * nqb);
 	const int threads = ATT_WARPS * 32;
 #define ATT_FWD(E)                                                                               \
 	case E:                                                                                    \
 		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, T, C, CK, NH, G, HS, \
-								 scale, nqb);                   \
+								 scale, W, ac.cap, nqb);        \
 		break
 	switch (EPL) {
 		ATT_FWD(1);
@@ -879,22 +934,28 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, int NKV, void *ws,
-					  size_t ws_bytes)
+					  const float *lse, int B, int T, int C, int NH, int NKV,
+					  struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes)
 {
-	int HS, EPL, nb, CK, G;
+	int HS, EPL, nb, CK, G, W;
+	float scale;
+	bool ok;
 	if (!att_shape(B, T, C, NH, NKV, &HS, &EPL, &nb, &CK, &G))
+		return cudaErrorInvalidValue;
+	const bool plain = att_consts(ac, T, HS, &W, &scale, &ok);
+	if (!ok)
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0 || (!dq && !dk && !dv))
 		return cudaSuccess;
 	if (!ws_ok(ws, ws_bytes, ferry_cuda_attention_backward_ws_bytes(B, T, C, NH)))
 		return cudaErrorInvalidValue;
 	float *Dws = (float *)ws;
-	cudaError_t fe = ferry_cuda_flash_attention_backward(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C,
-							     NH, NH / G);
-	if (fe != cudaErrorNotSupported)
-		return fe;
-	const float scale = 1.0f / sqrtf((float)HS);
+	if (plain) {
+		cudaError_t fe = ferry_cuda_flash_attention_backward(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B,
+								     T, C, NH, NH / G);
+		if (fe != cudaErrorNotSupported)
+			return fe;
+	}
 	const unsigned grid = (unsigned)((long)B * NH * nb);
 	const unsigned grid_kv = (unsigned)((long)B * (NH / G) * nb);
 	const int threads = ATT_WARPS * 32;
@@ -903,7 +964,7 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 #define ATT_BWD_Q(E)                                                                                \
 	case E:                                                                                       \
 		attn_backward_q_kernel<E><<<grid, threads, 0, s>>>(dq, Dws, dout, q, k, v, out, lse, T, C, \
-								    CK, NH, G, HS, scale, nb);      \
+								    CK, NH, G, HS, scale, W, ac.cap, nb); \
 		break
 	switch (EPL) {
 		ATT_BWD_Q(1);
@@ -926,7 +987,8 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 #define ATT_BWD_KV(E)                                                                             \
 	case E:                                                                                     \
 		attn_backward_kv_kernel<E><<<grid_kv, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, T, \
-									C, CK, NH, G, HS, scale, nb); \
+									C, CK, NH, G, HS, scale, W, ac.cap, \
+									nb);                                \
 		break
 	switch (EPL) {
 		ATT_BWD_KV(1);

@@ -1,0 +1,53 @@
+/*
+ * Internal: the vtable a collectives engine implements (ferry/comm.h),
+ * in the shape of the backends' (SQLite's sqlite3_vfs): comm.c owns the
+ * handles, checks arguments and dispatches; an engine may assume them
+ * checked.  Ops that take a stream get the caller's native one (NULL
+ * unless the engine works on device buffers).
+ */
+#ifndef FERRY_COMM_IMPL_H
+#define FERRY_COMM_IMPL_H
+
+#include "ferry/comm.h"
+
+#define FERRY_COMM_IFACE_VERSION 1
+
+struct ferry_comm_iface {
+	int version;
+	const char *name;        /* "single", "mpi", "nccl" */
+	bool device_buffers;
+	ferry_status (*all_reduce)(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t,
+				   enum ferry_comm_op op, void *stream);
+	ferry_status (*reduce_scatter)(struct ferry_comm *c, const void *send, void *recv, size_t count,
+				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream);
+	ferry_status (*all_gather)(struct ferry_comm *c, const void *send, void *recv, size_t count,
+				   enum ferry_comm_dtype t, void *stream);
+	ferry_status (*broadcast)(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
+				  void *stream);
+	ferry_status (*barrier)(struct ferry_comm *c);
+	/* a communicator over the same ranks into *out's ctx */
+	ferry_status (*dup)(struct ferry_comm *c, struct ferry_comm *out);
+	void (*abort)(struct ferry_comm *c, int code);
+	void (*free)(struct ferry_comm *c);
+};
+
+struct ferry_comm {
+	const struct ferry_comm_iface *iface;
+	void *ctx;                /* the engine's own state */
+	int rank, size, local_rank, local_size;
+	struct ferry_comm *host;  /* host-side collectives: itself, or an nccl
+				     communicator's base */
+	bool error_shared;        /* the last agree returned an error */
+};
+
+size_t ferry_comm_dtype_size(enum ferry_comm_dtype t);
+
+/* The engines (comm_single.c, comm_mpi.c, comm_nccl.c), each filling *c
+ * (iface, ctx, ranks). */
+extern const struct ferry_comm_iface ferry_comm_single_iface;
+ferry_status ferry_comm_mpi_open(struct ferry_comm *c);
+ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct ferry_comm *c);
+const char *ferry_comm_mpi_version(char *buf, size_t n);
+const char *ferry_comm_nccl_version(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * Data parallel: each rank's weight gradients averaged over the ranks
+ * before anything reads them, by all-reduces on a stream of their own
+ * ("comm"), so they overlap the backward of the layers still to come.
+ *
+ * Every rank runs the same schedule on its own rows of the global batch
+ * (train/trainer.c), so its gradients are the mean over its rows and
+ * their average over the ranks is the gradient of the mean over all rows.
+ * The reduction happens where the gradients stay for the rest of the step:
+ *  - layers.weights on the device: in the device gradient buffer, each
+ *    layer's as soon as its backward is done, then the unstacked
+ *    parameters' (embeddings, head, final norm) after the whole backward;
+ *    the compute stream waits for the last one, so the norm and the update
+ *    read averages, and the copies of AdamW on host threads wait for
+ *    their layer's;
+ *  - layers.weights=host:stream: in the host gradient array, each layer's
+ *    once the layers' ring has sent its gradients out (weight_ring.c),
+ *    the unstacked ones once every gradient is on the host (with
+ *    edges.weights=host:stream, sent out by the edges' ring); the host
+ *    norm waits for them.
+ * A speculative early update of a layer waits for that layer's average.
+ * The norm is then the global gradient's on every rank, every rank clips
+ * by the same scale and updates identical parameters identically: they
+ * stay equal without a broadcast.  Each backward averages, so with
+ * --grad-accum the accumulated sum is averaged once per micro-batch (the
+ * same mean: the earlier micro-batches' part is equal on every rank).
+ */
+#include "exec/model_internal.h"
+#include "ferry/comm.h"
+#include "core/error.h"
+
+#include <stdio.h>
+
+static void *entry(const struct ferry_model *m, int i)
+{
+	return ferry_tensor_ptr(&m->tt, &m->mem, i);
+}
+
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+static bool streamed(const struct ferry_model *m)
+{
+	return ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS);
+}
+
+void ferry_dp_add_streams(struct ferry_model *m)
+{
+	m->comm_stream = ferry_sched_stream(&m->res, "comm");
+	m->dp_ready = ferry_sched_event(&m->res, "gradients to average");
+	m->dp_reduced = ferry_sched_event(&m->res, "a layer's gradients averaged");
+	m->dp_all = ferry_sched_event(&m->res, "every gradient averaged");
+	if (!m->tt.ix.shard_numel)
+		return;
+	m->zero_updated = ferry_sched_event(&m->res, "this rank's slices updated");
+	m->zero_gathered = ferry_sched_event(&m->res, "every rank's slices gathered");
+}
+
+ferry_status ferry_dp_check(const struct ferry_model *m)
+{
+	int shard = ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->shard;
+	bool dev;
+
+	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
+		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
+				   "run has %d", shard, shard, m->comm ? ferry_comm_size(m->comm) : 1);
+	if (!m->be || !m->comm)
+		return FERRY_OK;
+	dev = ferry_comm_device_buffers(m->comm);
+	if (streamed(m) && dev)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "layers.weights=host:stream on several ranks averages "
+				   "gradients in host memory, which %s cannot reach: not yet", ferry_comm_engine(m->comm));
+	if (!streamed(m) && !dev && !ferry_backend_caps(m->be).unified)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "the %s backend's gradients are in device memory, which "
+				   "the %s engine cannot reach (NCCL is needed; MPI through host staging: not yet)",
+				   ferry_backend_name(m->be), ferry_comm_engine(m->comm));
+	return FERRY_OK;
+}
+
+/* Parameter q's gradient elements [off, off + n) averaged on the comm stream. */
+static void average(struct ferry_model *m, struct ferry_program *p, int q, size_t off, size_t n, int layer)
+{
+	char label[56];
+
+	snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
+	ferry_emit_all_reduce(p, m->comm_stream, m->comm, at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
+			      &m->comm_status, layer, label);
+}
+
+/* The stacked (layers: true) or unstacked parameters' gradients of layer l
+ * (-1: all of an unstacked one). */
+static void average_params(struct ferry_model *m, struct ferry_program *p, bool layers, int l)
+{
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK ||
+		    (pi.layers != 0) != layers)
+			continue;
+		if (layers)
+			average(m, p, q, (size_t)l * pi.layer_numel, pi.layer_numel, l);
+		else
+			average(m, p, q, 0, pi.numel, -1);
+	}
+}
+
+/* Layer l's gradients, once complete where they stay (when the weights
+ * stream: after the layers' ring's copies out, queued on d2h before the
+ * layer hook runs). */
+static void layer_average(struct ferry_model *m, struct ferry_program *p, int l)
+{
+	ferry_emit_record(p, streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l);
+	ferry_emit_wait(p, m->comm_stream, m->dp_ready, l);
+	average_params(m, p, true, l);
+	ferry_emit_record(p, m->comm_stream, m->dp_reduced, l);
+}
+
+void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
+{
+	struct ferry_model *m = model;
+
+	if (m->comm)
+		layer_average(m, p, l);
+	if (ferry_table_host_update(&m->tt))
+		ferry_cpu_update_after_layer(m, p, l);
+}
+
+void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
+{
+	if (!m->comm)
+		return;
+	if (streamed(m)) {
+		ferry_emit_wait(p, m->comm_stream, m->all_grads_home, -1);
+	} else {
+		ferry_emit_record(p, m->compute, m->dp_ready, -1);
+		ferry_emit_wait(p, m->comm_stream, m->dp_ready, -1);
+	}
+	average_params(m, p, false, -1);
+	ferry_emit_record(p, m->comm_stream, m->dp_all, -1);
+	if (!streamed(m))
+		ferry_emit_wait(p, m->compute, m->dp_all, -1);
+}

@@ -1,0 +1,126 @@
+/*
+ * ZeRO-1 (adam=device:shard(N), --zero 1): AdamW's moments split over the
+ * ranks.  Rank r keeps elements [r*S, (r+1)*S) of the parameter array's
+ * moments (S = n / N rounded up, the last slice padded) and updates those
+ * elements of the parameters from the averaged gradients, which every rank
+ * holds whole (dp_reduce.c); then every rank's slice of the parameters
+ * (and of their compute copy) is all-gathered on the comm stream, in
+ * place in arrays padded to N slices, before the next forward.  AdamW is
+ * elementwise and the gradients, the norm and the clipping scale are the
+ * same on every rank, so the parameters have the bits of every rank
+ * updating them whole (--zero 0), with 1/N of the moments' memory.  The
+ * master weights stay whole: on the CPU they are the weights the kernels
+ * read.
+ */
+#include "exec/model_internal.h"
+#include "ferry/comm.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void *entry(const struct ferry_model *m, int i)
+{
+	return ferry_tensor_ptr(&m->tt, &m->mem, i);
+}
+
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+static void *buffer_base(const struct ferry_model *m, int b)
+{
+	return b >= 0 && m->mem.dev[b] ? ferry_buffer_ptr(m->mem.dev[b]) : NULL;
+}
+
+/* This rank's first element of the parameter array (a dry build's: rank 0's). */
+static size_t slice_start(const struct ferry_model *m)
+{
+	return m->comm ? (size_t)ferry_comm_rank(m->comm) * m->tt.ix.shard_numel : 0;
+}
+
+/* AdamW of parameter q's elements in this rank's slice [lo, hi). */
+static void update_piece(ferry_model_t m, struct ferry_program *p, int q, const struct ferry_param_info *pi,
+			 size_t lo, size_t hi)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	size_t a = pi->offset > lo ? pi->offset : lo, b = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW };
+	char label[56];
+
+	if (a >= b)
+		return;
+	c.param = at(entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
+	c.param_copy = at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
+	c.out[0] = at(entry(m, ix->mom_slice), (a - lo) * sizeof(float));
+	c.out[1] = at(entry(m, ix->var_slice), (a - lo) * sizeof(float));
+	c.in[0] = at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
+	c.n = (long)(b - a);
+	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
+	snprintf(label, sizeof(label), "adamw %.40s (slice)", pi->name);
+	ferry_emit_op(p, m->compute, &c, -1, label);
+	if (!p->failed)
+		p->t[p->n - 1].patch = FERRY_PATCH_ADAMW;
+}
+
+void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const size_t S = ix->shard_numel, lo = slice_start(m);
+
+	for (int q = 0; q < m->md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (ix->param[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
+			update_piece(m, p, q, &pi, lo, lo + S);
+	}
+	/* every rank's updated slice to every rank, before the next forward */
+	ferry_emit_record(p, m->compute, m->zero_updated, -1);
+	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
+	ferry_emit_all_gather(p, m->comm_stream, m->comm, buffer_base(m, ix->params_buffer), S * sizeof(float),
+			      &m->comm_status, "gather params");
+	if (ix->copy_buffer >= 0)
+		ferry_emit_all_gather(p, m->comm_stream, m->comm, buffer_base(m, ix->copy_buffer), S * m->asz,
+				      &m->comm_status, "gather compute copy");
+	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
+	ferry_emit_wait(p, m->compute, m->zero_gathered, -1);
+}
+
+ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var)
+{
+	const size_t S = m->tt.ix.shard_numel, lo = slice_start(m), n = m->tt.n_params;
+	const size_t have = lo < n ? (n - lo < S ? n - lo : S) : 0;
+	const float *whole[2] = { mom, var };
+	const int bufs[2] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer };
+	float *slice = ferry_calloc(S, sizeof(float)); /* the padding past n stays 0 */
+	ferry_status st = slice ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "optimizer state: out of host memory");
+
+	for (int i = 0; i < 2 && !st; i++) {
+		memcpy(slice, whole[i] + lo, have * sizeof(float));
+		st = ferry_model_buffer_write(m, bufs[i], slice, S * sizeof(float));
+	}
+	ferry_free(slice);
+	return st;
+}
+
+ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
+{
+	const size_t S = m->tt.ix.shard_numel, N = (size_t)ferry_comm_size(m->comm);
+	float *whole[2] = { mom, var };
+	const int bufs[2] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer };
+	float *all = ferry_calloc(N * S, sizeof(float));
+	ferry_comm_t host = ferry_comm_host(m->comm); /* its collectives on host memory */
+	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "optimizer state: out of host memory");
+
+	for (int i = 0; i < 2 && !st; i++) {
+		float *mine = all + (size_t)ferry_comm_rank(m->comm) * S;
+
+		if (!(st = ferry_model_buffer_read(m, bufs[i], mine, S * sizeof(float))) &&
+		    !(st = ferry_comm_all_gather(host, mine, all, S, FERRY_COMM_F32, NULL)))
+			memcpy(whole[i], all, m->tt.n_params * sizeof(float));
+	}
+	ferry_free(all);
+	return st;
+}

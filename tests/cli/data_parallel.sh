@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Training on many ranks (issue 22 items 3, 5, 10), ZeRO 0, on the CPU
+# backend: mpirun -np 2 and -np 4 (more ranks than cores, each on one
+# thread), GPT-2 and Llama, 8 steps, against one process with the global
+# batch (--batch N*B): the losses, gradient norms and validation losses
+# within 1e-6 relative, also with the optimizer on host threads (exact and
+# speculative), streamed, the weights streamed, and over tiles of tokens;
+# the saved model read by one process gives the same eval loss; a run
+# saved on 2 ranks resumes on 1 and on 4 as the unbroken run goes on;
+# every rank's parameters agree (the library test, and the check a save
+# makes); a bad token in rank 1's rows only stops every rank
+# with one message naming rank 1; a rank killed mid-run ends the job
+# within a bounded time with a message naming it, and the last save
+# resumes.  Skips without mpirun or a ferry built with MPI.
+. "$(dirname "$0")/lib.bash"
+need_mpi
+make_corpus
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+# losses_agree A.json B.json [FIRST_STEP]: loss, grad_norm and val_loss of
+# every step (from FIRST_STEP) within 1e-6 relative, same steps.
+losses_agree() {
+	awk -v first="${3:-1}" '
+		function val(line, key,   m) {
+			if (match(line, "\"" key "\": [-0-9.e+naif]+")) { m = substr(line, RSTART, RLENGTH); sub(/^[^:]*: /, "", m); return m }
+			return ""
+		}
+		FNR == NR { if (val($0, "step") + 0 >= first) a[n++] = $0; next }
+		val($0, "step") + 0 >= first { b[m++] = $0 }
+		END {
+			if (n == 0 || n != m) { print "steps: " n " vs " m; exit 1 }
+			worst = 0
+			for (i = 0; i < n; i++) for (k = 1; k <= 3; k++) {
+				key = k == 1 ? "loss" : k == 2 ? "grad_norm" : "val_loss"
+				x = val(a[i], key); y = val(b[i], key)
+				if (x == "" && y == "") continue
+				if (x == "" || y == "") { print "step " i ": " key " missing"; exit 1 }
+				d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
+				if (d > worst * s) worst = d / (s > 0 ? s : 1)
+			}
+			printf "worst relative difference %.3g\n", worst
+			exit worst > 1e-6
+		}' "$1" "$2"
+}
+
+gpt=(--layers 2 --channels 32 --heads 4)
+models=("gpt2|--layers 2 --channels 32 --heads 4" "llama|--model llama --layers 2 --channels 32 --heads 4 --kv-heads 2")
+common=(--data 'corpus_train_*.bin' --val-data 'corpus_val_*.bin' --vocab 257 --max-seq 32 --seq 16
+	--steps 8 --lr 1e-3 --val-every 4 --val-batches 2 --sample 0 --threads 1)
+for entry in "${models[@]}"; do
+	name=${entry%%|*} shape=${entry#*|}
+	for n in 2 4; do
+		checks=$((checks + 1))
+		# shellcheck disable=SC2086
+		"$FERRY" train "${common[@]}" $shape --batch $((2 * n)) --json one.json --save "one_$name" >one.out 2>&1 ||
+			{ fail "$name: one process: $(tail -n 2 one.out)"; continue; }
+		# shellcheck disable=SC2086
+		mpi_run "$n" "$FERRY" train "${common[@]}" $shape --batch 2 --json many.json --save "many_$name" \
+			>many.out 2>many.err || { fail "$name on $n ranks: $(cat many.err)"; continue; }
+		if d=$(losses_agree one.json many.json); then
+			echo "ok: $name, $n ranks of 2 rows = one process of $((2 * n)): $d"
+		else
+			fail "$name, $n ranks against one process: $d"
+		fi
+		checks=$((checks + 1))
+		if [ "$(grep -c '^step ' many.out)" -eq 8 ] && grep -q "($n ranks of 2 rows, mpi)" many.out &&
+			[ "$(grep -c . many.json)" -eq 8 ]; then
+			echo "ok: $name on $n ranks: rank 0 alone printed 8 steps and wrote 8 records"
+		else
+			fail "$name on $n ranks: output $(grep -c '^step ' many.out) step lines, $(grep -c . many.json) records"
+		fi
+		checks=$((checks + 1))
+		e1=$("$FERRY" eval --checkpoint "one_$name" --data 'corpus_val_*.bin' --batch 4 --seq 16 --batches 2 2>&1 | sed -n 's/^loss //p')
+		e2=$("$FERRY" eval --checkpoint "many_$name" --data 'corpus_val_*.bin' --batch 4 --seq 16 --batches 2 2>&1 | sed -n 's/^loss //p')
+		if [ -n "$e1" ] && awk -v a="$e1" -v b="$e2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a) }'; then
+			echo "ok: $name saved on $n ranks, read by one process: eval loss $e2 (one process's $e1)"
+		else
+			fail "$name saved on $n ranks: eval loss '$e2', one process's '$e1'"
+		fi
+	done
+done
+
+# The modes that update while the backward runs or move the gradients to
+# the host: each layer's average comes before its update; and tiles of
+# tokens that do not divide a rank's rows (2 ranks, GPT-2).
+modes=("--offload-optimizer cpu --clip-order speculative --grad-clip 0.05" "--offload-optimizer stream"
+	"--offload-params --offload-embeddings" "--offload-params --offload-optimizer stream" "--grad-accum 2"
+	"--mlp-tile 5 --loss-tile 7" "--mlp-tile 5 --loss-tile 7 --offload-params --offload-embeddings")
+for mode in "${modes[@]}"; do
+	checks=$((checks + 1))
+	# shellcheck disable=SC2086
+	"$FERRY" train "${common[@]}" "${gpt[@]}" $mode --batch 4 --json one.json >one.out 2>&1 &&
+		mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" $mode --batch 2 --json many.json >many.out 2>&1 ||
+		{ fail "$mode: $(tail -n 2 one.out many.out)"; continue; }
+	if d=$(losses_agree one.json many.json); then
+		echo "ok: $mode on 2 ranks = one process: $d"
+	else
+		fail "$mode on 2 ranks against one process: $d"
+	fi
+done
+
+# Resuming on other numbers of ranks: 2 ranks save at step 4; 1 and 4
+# ranks go on to step 8 as the unbroken run of one process does.
+"$FERRY" train "${common[@]}" "${gpt[@]}" --batch 8 --json unbroken.json >/dev/null 2>&1
+mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 4 --steps 4 --save half >/dev/null 2>&1
+again=(--steps 8 --val-every 4 --val-batches 2 --sample 0 --threads 1 --json resumed.json)
+for n in 1 4; do
+	checks=$((checks + 1))
+	rm -f resumed.json
+	if [ "$n" -eq 1 ]; then
+		"$FERRY" train --resume half "${again[@]}" >resumed.out 2>&1
+	else
+		mpi_run "$n" "$FERRY" train --resume half "${again[@]}" >resumed.out 2>&1
+	fi
+	if d=$(losses_agree unbroken.json resumed.json 5); then
+		echo "ok: saved on 2 ranks at step 4, resumed on $n: steps 5-8 as the unbroken run's ($d)"
+	else
+		fail "resumed on $n ranks: $d $(tail -n 3 resumed.out)"
+	fi
+done
+checks=$((checks + 1))
+if mpi_run 3 "$FERRY" train --resume half --steps 8 --sample 0 --threads 1 >split.out 2>split.err ||
+	! grep -q "does not split over 3 ranks" split.err; then
+	fail "a global batch of 8 on 3 ranks: $(cat split.err)"
+else
+	echo "ok: a global batch of 8 on 3 ranks is refused: $(grep -m1 'ferry train' split.err)"
+fi
+
+# Every rank's parameters after each step, and a save refused when one
+# rank's differ (tests/test_data_parallel.c).
+TEST_DP=$(dirname "$FERRY")/tests/test_data_parallel
+for n in 2 4; do
+	[ -x "$TEST_DP" ] || break
+	checks=$((checks + 1))
+	if FERRY_TEST_TMP=$PWD mpi_run "$n" "$TEST_DP" >dp.out 2>dp.err &&
+		[ "$(grep -c '^all [0-9]* checks passed' dp.out)" -eq "$n" ]; then
+		echo "ok: test_data_parallel on $n ranks: parameters agree after every step, bad input agreed"
+	else
+		fail "test_data_parallel on $n ranks:"; cat dp.out dp.err >&2
+	fi
+done
+
+# A bad token in rank 1's rows of the first batch only (shard of uint16
+# tokens, in order, 2 rows of 8 per rank: rank 1 reads tokens 16-32).
+perl -e 'print pack("l<256", 20240520, 1, 200); print pack("S<*", map { $_ == 19 ? 100 : $_ % 50 } 0..199)' >bad.bin
+checks=$((checks + 1))
+mpi_run 2 "$FERRY" train --data bad.bin --shuffle off --vocab 100 --max-seq 8 --seq 8 --batch 2 --layers 1 \
+	--channels 16 --heads 2 --steps 2 --sample 0 --threads 1 >bad.out 2>bad.err
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^ferry train' bad.err)" -eq 1 ] && grep -q '^ferry train: rank 1: .*token 100' bad.err &&
+	! grep -q '^step ' bad.out; then
+	echo "ok: bad input in rank 1's rows: every rank stopped (exit $rc), one message: $(grep '^ferry train' bad.err)"
+else
+	fail "bad input in rank 1's rows: exit $rc, $(grep -c '^ferry train' bad.err) messages: $(cat bad.err)"
+fi
+
+# A rank killed with SIGKILL mid-run: the job ends within 30 s, naming
+# the rank; the last save resumes.
+checks=$((checks + 1))
+"${MPIRUN[@]}" -np 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --steps 1000000 --val-every 0 --save killed \
+	--save-every 50 >killed.out 2>killed.err &
+mp=$!
+for _ in $(seq 1 300); do [ -f killed.state ] && break; sleep 0.1; done
+victim=$(pgrep -P "$mp" | tail -n 1)
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 1 300); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+took=$(($(date +%s) - start))
+if kill -0 "$mp" 2>/dev/null; then
+	kill "$mp"
+	fail "a killed rank: the job still runs after 30 s"
+elif wait "$mp"; then
+	fail "a killed rank: the job exited 0"
+elif grep -q "rank [01] .*exited on signal 9" killed.err; then
+	echo "ok: a killed rank ended the job in ${took} s: $(grep -m1 'exited on signal 9' killed.err)"
+else
+	fail "a killed rank: no message naming it: $(cat killed.err)"
+fi
+checks=$((checks + 1))
+if "$FERRY" train --resume killed --steps "$(($(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' killed.out | tail -n 1) + 60))" \
+	--sample 0 --threads 1 >after.out 2>&1; then
+	echo "ok: the killed run's last save resumes: $(grep -m1 '^resumed at' after.out)"
+else
+	fail "resuming the killed run: $(tail -n 2 after.out)"
+fi
+finish

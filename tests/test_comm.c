@@ -1,0 +1,179 @@
+/*
+ * The collectives interface (ferry/comm.h): run alone it checks the
+ * one-process engine; run by mpirun (tests/cli/comm_mpi.sh, 2 and 4
+ * ranks) it checks MPI's collectives against values each rank computes
+ * on its own from the ranks' known contributions (all-gather in place
+ * too), agreement on an error only one rank saw and on one every rank
+ * saw, and two threads each on a communicator of its own.
+ */
+#include "ferry/comm.h"
+#include "core/error.h"
+#include "test_util.h"
+
+#include <pthread.h>
+
+/* Rank r's contribution at i: (r + 1) * (i + 1), exact in float. */
+static float part(int r, size_t i)
+{
+	return (float)((r + 1) * (int)(i + 1));
+}
+
+static void check_all_reduce(ferry_comm_t c, int n)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c);
+	float *x = TALLOC(float, n), *y = TALLOC(float, n);
+	int bad = 0;
+
+	for (int i = 0; i < n; i++)
+		x[i] = y[i] = part(r, i);
+	CHECK(ferry_comm_all_reduce(c, x, n, FERRY_COMM_F32, FERRY_COMM_SUM, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	CHECK(ferry_comm_all_reduce(c, y, n, FERRY_COMM_F32, FERRY_COMM_AVG, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	for (int i = 0; i < n; i++) {
+		double sum = (double)(i + 1) * N * (N + 1) / 2;
+
+		bad += x[i] != (float)sum || y[i] != (float)(sum / N);
+	}
+	CHECK(!bad, "all-reduce of %d floats over %d ranks: %d wrong (x[0] %g, avg %g)", n, N, bad, x[0], y[0]);
+	free(x);
+	free(y);
+}
+
+static void check_max_and_ints(ferry_comm_t c)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c), v[2] = { r, -r };
+	double d = r + 0.5;
+
+	CHECK(ferry_comm_all_reduce(c, v, 1, FERRY_COMM_I32, FERRY_COMM_MAX, NULL) == FERRY_OK &&
+	      ferry_comm_all_reduce(c, v + 1, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) == FERRY_OK && v[0] == N - 1 &&
+	      v[1] == 1 - N, "max %d, min %d over %d ranks", v[0], v[1], N);
+	CHECK(ferry_comm_all_reduce(c, &d, 1, FERRY_COMM_F64, FERRY_COMM_MAX, NULL) == FERRY_OK && d == N - 0.5,
+	      "double max %g", d);
+	CHECK(ferry_comm_all_reduce(c, v, 1, FERRY_COMM_I32, FERRY_COMM_AVG, NULL) == FERRY_ERR_INVALID,
+	      "an average of integers is refused");
+}
+
+/* Reduce-scatter then all-gather: every rank ends with every block's sum. */
+static void check_scatter_gather(ferry_comm_t c, int per)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c), bad = 0;
+	float *send = TALLOC(float, (size_t)N * per), *mine = TALLOC(float, per), *all = TALLOC(float, (size_t)N * per);
+
+	for (int i = 0; i < N * per; i++)
+		send[i] = part(r, (size_t)i);
+	CHECK(ferry_comm_reduce_scatter(c, send, mine, per, FERRY_COMM_F32, FERRY_COMM_SUM, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	for (int i = 0; i < per; i++)
+		bad += mine[i] != (float)((double)(r * per + i + 1) * N * (N + 1) / 2);
+	CHECK(!bad, "rank %d's block of the reduce-scatter: %d wrong", r, bad);
+	CHECK(ferry_comm_all_gather(c, mine, all, per, FERRY_COMM_F32, NULL) == FERRY_OK, "%s", ferry_last_error());
+	bad = 0;
+	for (int i = 0; i < N * per; i++)
+		bad += all[i] != (float)((double)(i + 1) * N * (N + 1) / 2);
+	CHECK(!bad, "all-gather of the blocks: %d wrong", bad);
+	/* in place: each rank's block already at its place in the whole */
+	memset(all, 0, sizeof(float) * N * per);
+	memcpy(all + r * per, mine, sizeof(float) * per);
+	CHECK(ferry_comm_all_gather(c, all + r * per, all, per, FERRY_COMM_F32, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	bad = 0;
+	for (int i = 0; i < N * per; i++)
+		bad += all[i] != (float)((double)(i + 1) * N * (N + 1) / 2);
+	CHECK(!bad, "all-gather in place: %d wrong", bad);
+	free(send);
+	free(mine);
+	free(all);
+}
+
+static void check_broadcast(ferry_comm_t c)
+{
+	int N = ferry_comm_size(c), root = N - 1;
+	char msg[24];
+
+	snprintf(msg, sizeof(msg), "from %d", ferry_comm_rank(c));
+	CHECK(ferry_comm_broadcast(c, msg, sizeof(msg), FERRY_COMM_BYTE, root, NULL) == FERRY_OK, "%s",
+	      ferry_last_error());
+	char want[24];
+	snprintf(want, sizeof(want), "from %d", root);
+	CHECK(!strcmp(msg, want), "broadcast from rank %d gave '%s'", root, msg);
+	CHECK(ferry_comm_broadcast(c, msg, 1, FERRY_COMM_BYTE, N, NULL) == FERRY_ERR_INVALID, "a root past the ranks");
+}
+
+/* The last rank fails alone: every rank gets its status and message. */
+static void check_agree(ferry_comm_t c)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c);
+	ferry_status st = FERRY_OK;
+	char want[64];
+
+	CHECK(ferry_comm_agree(c, FERRY_OK) == FERRY_OK && !ferry_comm_error_shared(c), "all ranks fine");
+	if (r == N - 1)
+		st = ferry_error(FERRY_ERR_IO, "shard 3 is missing");
+	else
+		(void)ferry_error(FERRY_ERR_INVALID, "another message");
+	st = ferry_comm_agree(c, st);
+	CHECK(st == FERRY_ERR_IO && ferry_comm_error_shared(c), "rank %d: agreed status %d", r, st);
+	snprintf(want, sizeof(want), N > 1 ? "rank %d: shard 3 is missing" : "shard 3 is missing", N - 1);
+	CHECK(!strcmp(ferry_last_error(), want), "rank %d's message: '%s', not '%s'", r, ferry_last_error(), want);
+	CHECK(ferry_comm_agree(c, FERRY_OK) == FERRY_OK && !ferry_comm_error_shared(c), "fine again");
+	/* every rank failed: rank 0's message, no rank named */
+	st = ferry_error(FERRY_ERR_INVALID, "bad flag on rank %d", r);
+	CHECK(ferry_comm_agree(c, st) == FERRY_ERR_INVALID && !strcmp(ferry_last_error(), "bad flag on rank 0"),
+	      "rank %d: every rank failed: '%s'", r, ferry_last_error());
+}
+
+struct thread_arg {
+	ferry_comm_t c;
+	int n;
+};
+
+static void *other_thread(void *p)
+{
+	struct thread_arg *a = p;
+
+	for (int k = 0; k < 20; k++)
+		check_all_reduce(a->c, a->n);
+	return NULL;
+}
+
+/* A communicator of its own on a second thread, collectives on both at once. */
+static void check_threads(ferry_comm_t c)
+{
+	struct thread_arg a = { NULL, 1000 };
+	pthread_t t;
+
+	CHECK(ferry_comm_dup(c, &a.c) == FERRY_OK, "%s", ferry_last_error());
+	if (!a.c)
+		return;
+	CHECK(ferry_comm_size(a.c) == ferry_comm_size(c) && ferry_comm_rank(a.c) == ferry_comm_rank(c), "same ranks");
+	pthread_create(&t, NULL, other_thread, &a);
+	for (int k = 0; k < 20; k++)
+		check_scatter_gather(c, 100);
+	pthread_join(t, NULL);
+	ferry_comm_free(a.c);
+}
+
+int main(void)
+{
+	ferry_comm_t c;
+
+	CHECK(ferry_comm_open(&c) == FERRY_OK, "%s", ferry_last_error());
+	if (!c)
+		return test_exit_code();
+	printf("rank %d of %d (%s), local %d of %d\n", ferry_comm_rank(c), ferry_comm_size(c), ferry_comm_engine(c),
+	       ferry_comm_local_rank(c), ferry_comm_local_size(c));
+	CHECK(ferry_comm_launched() == !strcmp(ferry_comm_engine(c), "mpi"), "launched by mpirun: the MPI engine");
+	CHECK(ferry_comm_local_rank(c) < ferry_comm_local_size(c) && ferry_comm_local_size(c) <= ferry_comm_size(c),
+	      "local ranks");
+	check_all_reduce(c, 1);
+	check_all_reduce(c, 100000);
+	check_max_and_ints(c);
+	check_scatter_gather(c, 7);
+	check_broadcast(c);
+	check_agree(c);
+	check_threads(c);
+	CHECK(ferry_comm_barrier(c) == FERRY_OK, "%s", ferry_last_error());
+	ferry_comm_free(c);
+	return test_exit_code();
+}

@@ -1,0 +1,89 @@
+/* ferry train on many ranks: printing, stopping together, failing alone
+ * (train_ranks.h). */
+#include "train_ranks.h"
+#include "cli_args.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* All but rank 0 write to /dev/null; err_fd keeps their own stderr. */
+static void silence(struct ranks *r)
+{
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+	fflush(stdout);
+	fflush(stderr);
+	r->err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	if (null < 0 || r->err_fd < 0)
+		return; /* then it prints like rank 0 */
+	dup2(null, STDOUT_FILENO);
+	dup2(null, STDERR_FILENO);
+	close(null);
+}
+
+int ranks_open(const char *cmd, struct ranks *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->err_fd = STDERR_FILENO;
+	if (ferry_comm_open(&r->comm) != FERRY_OK)
+		return ferry_cli_fail(cmd);
+	r->rank = ferry_comm_rank(r->comm);
+	r->size = ferry_comm_size(r->comm);
+	r->local_size = ferry_comm_local_size(r->comm);
+	if (r->rank != 0)
+		silence(r);
+	return 0;
+}
+
+void ranks_close(struct ranks *r)
+{
+	ferry_comm_free(r->comm);
+	if (r->err_fd > STDERR_FILENO)
+		close(r->err_fd);
+	r->comm = NULL;
+}
+
+int ranks_fail(const char *cmd, const struct ranks *r)
+{
+	if (r->size <= 1 || ferry_comm_error_shared(r->comm))
+		return ferry_cli_fail(cmd);
+	dprintf(r->err_fd, "ferry %s: rank %d: %s\n", cmd, r->rank, ferry_last_error());
+	ferry_comm_abort(r->comm, 1);
+	return 1;
+}
+
+int ranks_agree_rc(const char *cmd, const struct ranks *r, int rc)
+{
+	int worst = rc;
+
+	if (r->size <= 1)
+		return rc;
+	if (ferry_comm_agree(r->comm, rc ? FERRY_ERR_INVALID : FERRY_OK) == FERRY_OK)
+		return 0;
+	if (rc == 0 && r->rank == 0)
+		ferry_cli_fail(cmd);
+	if (ferry_comm_all_reduce(r->comm, &worst, 1, FERRY_COMM_I32, FERRY_COMM_MAX, NULL) != FERRY_OK)
+		return 1;
+	return worst ? worst : 1;
+}
+
+int ranks_agree_stop(const struct ranks *r, int why)
+{
+	if (r->size > 1 && ferry_comm_all_reduce(r->comm, &why, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) != FERRY_OK)
+		return ranks_fail("train", r);
+	return why;
+}
+
+const char *ranks_path(const struct ranks *r, const char *path, char *buf, size_t n)
+{
+	const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+
+	if (r->size <= 1)
+		return path;
+	if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : path))
+		dot = path + strlen(path);
+	snprintf(buf, n, "%.*s.rank%d%s", (int)(dot - path), path, r->rank, dot);
+	return buf;
+}
