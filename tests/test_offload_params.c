@@ -6,7 +6,9 @@
  *  - GPT-2 and Llama trained several steps with clipping that bites, under
  *    every preset policy, both optimizer modes and two prefetch depths,
  *    give losses, parameters, moments and the next gradients bit-identical
- *    to everything on the device;
+ *    to everything on the device, and so do the gradients of a second
+ *    batch's backward added to them without zeroing (micro-batches: the
+ *    host's gradients come back into the ring for the backward to add to);
  *  - the device arena's measured peak equals the plan's, which holds only
  *    the rings of the stacked weights and gradients;
  *  - with the embeddings, head and final norm streamed too
@@ -30,7 +32,7 @@ enum { B = 2, T = 16 };
 
 struct result {
 	float loss[STEPS];
-	float *params, *mom, *var, *grads;
+	float *params, *mom, *var, *grads, *summed;
 };
 
 static void batch(const struct ferry_model_config *cfg, int32_t *in, int32_t *tg, int s)
@@ -61,6 +63,7 @@ static void train(const char *name, const struct ferry_model_config *cfg, const 
 	r->mom = TALLOC(float, n);
 	r->var = TALLOC(float, n);
 	r->grads = TALLOC(float, n);
+	r->summed = TALLOC(float, n);
 	for (int s = 1; s <= STEPS; s++) {
 		batch(cfg, in, tg, s);
 		CHECK(ferry_model_step_submit(m, in, tg, B, T) == FERRY_OK &&
@@ -74,6 +77,9 @@ static void train(const char *name, const struct ferry_model_config *cfg, const 
 		      ferry_model_backward(m) == FERRY_OK, "%s: backward: %s", name, ferry_last_error());
 	CHECK(ferry_model_get_params(m, r->params) == FERRY_OK && ferry_model_get_opt_state(m, r->mom, r->var) ==
 		      FERRY_OK && ferry_model_get_grads(m, r->grads) == FERRY_OK, "read back");
+	batch(cfg, in, tg, STEPS + 2);
+	CHECK(ferry_model_forward(m, in, tg, B, T, NULL) == FERRY_OK && ferry_model_backward(m) == FERRY_OK &&
+		      ferry_model_get_grads(m, r->summed) == FERRY_OK, "%s: a second backward: %s", name, ferry_last_error());
 	CHECK(ferry_backend_mem_peak(be) == plan.mem.peak_bytes, "%s: measured peak %zu == plan %zu", name,
 	      ferry_backend_mem_peak(be), plan.mem.peak_bytes);
 	ferry_model_free(m);
@@ -86,6 +92,7 @@ static void result_free(struct result *r)
 	free(r->mom);
 	free(r->var);
 	free(r->grads);
+	free(r->summed);
 }
 
 static void check_same(const char *name, const struct ferry_model_config *cfg, const struct result *ref,
@@ -97,6 +104,7 @@ static void check_same(const char *name, const struct ferry_model_config *cfg, c
 	CHECK(!memcmp(ref->params, got->params, n), "%s: the same parameters", name);
 	CHECK(!memcmp(ref->mom, got->mom, n) && !memcmp(ref->var, got->var, n), "%s: the same moments", name);
 	CHECK(!memcmp(ref->grads, got->grads, n), "%s: the same gradients", name);
+	CHECK(!memcmp(ref->summed, got->summed, n), "%s: the same sum of two batches' gradients", name);
 }
 
 /* Every preset policy x {stream, cpu} x prefetch {1, deeper than the

@@ -336,12 +336,14 @@ static void placed_stage_forward(ferry_model_t m, struct ferry_program *p, const
 }
 
 /* A stage's backward; when its parameters stream, their gradients start
- * from zero in the slot and go to the host after it.  The epilogue, the
+ * from zero in the slot (or from the host's, adding a micro-batch to
+ * them) and go to the host after it.  The epilogue, the
  * forward's last unit, is still in the slot; the prologue is loaded again,
  * with the gradients the epilogue's backward left on the host for
  * parameters both read (a tied embedding's head contribution, which the
  * embedding's backward then adds to, in the order it does on the device). */
-static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T)
+static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, const struct stage *s, int B, int T,
+				  bool grads_from_host)
 {
 	struct ferry_weight_rings *r = stage_ring(m);
 
@@ -350,7 +352,7 @@ static void placed_stage_backward(ferry_model_t m, struct ferry_program *p, cons
 		ferry_weight_ring_acquire(r, p, s->unit);
 	}
 	if (r)
-		ferry_weight_ring_zero_grads(r, p, s->unit);
+		ferry_weight_ring_start_grads(r, p, s->unit, grads_from_host);
 	stage_backward(m, p, s, B, T);
 	if (r)
 		ferry_weight_ring_grads_out(r, p, s->unit);
@@ -382,34 +384,60 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 	return FERRY_OK;
 }
 
-/* --offload-params: after the last backward op, the unstacked parameters'
- * gradients join the layers' on the host, and then every gradient is. */
-static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
+/* The unstacked parameters' device gradients to their host arrays (D2H)
+ * or from them (H2D), on stream s. */
+static void unstacked_grads_copy(ferry_model_t m, struct ferry_program *p, int s, enum ferry_copy_kind kind)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	char label[56];
 
-	ferry_emit_record(p, m->compute, m->stage_grads_done, -1);
-	ferry_emit_wait(p, m->opt_d2h, m->stage_grads_done, -1);
 	for (int q = 0; q < m->md->n_params; q++) {
+		void *host, *dev;
+
 		if (ix->dev_grad[q] < 0)
 			continue;
+		host = entry(m, ix->grad[q]);
+		dev = entry(m, ix->dev_grad[q]);
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_d2h, entry(m, ix->grad[q]), entry(m, ix->dev_grad[q]),
-				m->tt.e[ix->dev_grad[q]].bytes, FERRY_COPY_D2H, -1, label);
+		ferry_emit_copy(p, s, kind == FERRY_COPY_D2H ? host : dev, kind == FERRY_COPY_D2H ? dev : host,
+				m->tt.e[ix->dev_grad[q]].bytes, kind, -1, label);
 	}
+}
+
+/* --offload-params: after the last backward op, the unstacked parameters'
+ * gradients join the layers' on the host, and then every gradient is. */
+static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
+{
+	ferry_emit_record(p, m->compute, m->stage_grads_done, -1);
+	ferry_emit_wait(p, m->opt_d2h, m->stage_grads_done, -1);
+	unstacked_grads_copy(m, p, m->opt_d2h, FERRY_COPY_D2H);
 	ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
+}
+
+/* A backward adding to what the last one left: every gradient of that on
+ * the host first (on several ranks averaged there), so nothing is read
+ * back, or grows on the device, under a copy or an average.  On several
+ * ranks the unstacked ones start from the host's average too (the device
+ * holds this rank's own sum). */
+static void adding_backward_start(ferry_model_t m, struct ferry_program *p)
+{
+	ferry_emit_wait(p, m->compute, m->comm ? m->dp_all : m->all_grads_home, -1);
+	if (m->comm && !stage_ring(m))
+		unstacked_grads_copy(m, p, m->compute, FERRY_COPY_H2D);
 }
 
 static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, const struct ferry_prog_key *k)
 {
 	struct stage pro = prologue_of(m), epi = epilogue_of(m);
+	const bool from_host = k->variant == FERRY_BACKWARD_ADD;
 	ferry_status st;
 
-	placed_stage_backward(m, p, &epi, k->B, k->T);
-	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T)))
+	if (from_host)
+		adding_backward_start(m, p);
+	placed_stage_backward(m, p, &epi, k->B, k->T, from_host);
+	if ((st = ferry_layer_exec_backward(m->layers, p, k->B, k->T, from_host)))
 		return st;
-	placed_stage_backward(m, p, &pro, k->B, k->T);
+	placed_stage_backward(m, p, &pro, k->B, k->T, from_host);
 	if (stage_ring(m)) /* the stages' gradients went out with their ring */
 		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
 	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))

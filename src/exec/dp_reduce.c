@@ -23,7 +23,9 @@
  * by the same scale and updates identical parameters identically: they
  * stay equal without a broadcast.  Each backward averages, so with
  * --grad-accum the accumulated sum is averaged once per micro-batch (the
- * same mean: the earlier micro-batches' part is equal on every rank).
+ * same mean: the earlier micro-batches' part is equal on every rank); with
+ * the weights streamed the next backward starts from that average on the
+ * host (build.c), as it would from the device buffer.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"

@@ -604,7 +604,8 @@ void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_l
 	ex->hook = hook ? *hook : (struct ferry_layer_hook){ 0 };
 }
 
-ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T)
+ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
+				       bool grads_from_host)
 {
 	int L = ex->L, depth = ex->sp.depth;
 	bool offload = offloads(ex);
@@ -625,7 +626,7 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 		if (ex->wstream && l < ex->L - ex->wr.ring) /* else still there from the forward */
 			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
-			ferry_weight_ring_zero_grads(&ex->wr, p, l);
+			ferry_weight_ring_start_grads(&ex->wr, p, l, grads_from_host);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);

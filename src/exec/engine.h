@@ -90,8 +90,10 @@ void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_l
 
 /* Emits the backward pass (after a forward with for_backward); weight
  * gradients accumulate into the weight table's grad_base; after each
- * layer, a "gradients complete" marker. */
-ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B,
-				       int T) FERRY_MUST_CHECK;
+ * layer, a "gradients complete" marker.  With weight rings, each layer's
+ * gradients start from zero in their slot, or with grads_from_host from
+ * the host's (what earlier backwards added up there). */
+ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry_program *p, int B, int T,
+				       bool grads_from_host) FERRY_MUST_CHECK;
 
 #endif

@@ -605,7 +605,11 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 	const struct ferry_program *p;
 	ferry_status st = ferry_model_program(m, key, &p);
 
-	return st ? st : ferry_program_submit_traced(p, &m->rt, v, &m->trace);
+	if (!st)
+		st = ferry_program_submit_traced(p, &m->rt, v, &m->trace);
+	if (!st && (key->kind == FERRY_PROG_ZERO || key->kind == FERRY_PROG_BACKWARD))
+		m->grads_added = key->kind == FERRY_PROG_BACKWARD;
+	return st;
 }
 
 /* Checks the batch, stages it for upload and submits the forward. */
@@ -736,6 +740,9 @@ static ferry_status submit_backward(ferry_model_t m)
 {
 	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
 
+	/* streamed weights: the gradients added so far are on the host */
+	if (m->grads_added && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+		key.variant = FERRY_BACKWARD_ADD;
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "backward needs a forward pass with targets (one backward per forward)");

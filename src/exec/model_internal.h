@@ -29,7 +29,12 @@ enum ferry_update_variant {   /* FERRY_PROG_UPDATE, AdamW on host threads */
 				 again with the clipping scale, then the unstacked */
 	FERRY_UPDATE_UNDO,    /* after one whose norm is not finite: undone only */
 };
-enum { FERRY_BACKWARD_SPECULATIVE = 1 }; /* FERRY_PROG_BACKWARD: with early updates */
+enum {                        /* FERRY_PROG_BACKWARD */
+	FERRY_BACKWARD_SPECULATIVE = 1, /* with early updates */
+	FERRY_BACKWARD_ADD,           /* with streamed weights, after another backward since
+					 the gradients were zeroed: each unit's come back from
+					 the host to be added to (micro-batches) */
+};
 
 struct ferry_prog_key {
 	enum ferry_prog_kind kind;
@@ -55,6 +60,7 @@ struct ferry_model {
 	int B, T;                     /* largest batch */
 	int cur_B, cur_T;             /* of the last forward */
 	bool have_targets;
+	bool grads_added;             /* a backward since the gradients were zeroed */
 	enum ferry_dtype act;
 	size_t asz;                   /* bytes per activation element */
 	float scalars[FERRY_OP_SCALAR_COUNT];

@@ -210,7 +210,7 @@ static ferry_status emit_grad(ferry_tutorial_t t, struct ferry_program *p, int s
 	ferry_emit_op(p, s, &c, -1, "d layer_output");
 	if (!t->offload) /* else each layer's gradient slot is zeroed before its backward */
 		ferry_emit_zero(p, s, ferry_buffer_ptr(t->grads), 2 * t->wfloats * sizeof(float), -1, "dw1, dw2");
-	if ((st = ferry_layer_exec_backward(t->layers, p, 1, t->cfg.rows)))
+	if ((st = ferry_layer_exec_backward(t->layers, p, 1, t->cfg.rows, false)))
 		return st;
 	ferry_emit_copy(p, s, t->host_loss, ferry_buffer_ptr(t->loss), sizeof(double), FERRY_COPY_D2H, -1, "loss");
 	return p->failed ? ferry_error(FERRY_ERR_NOMEM, "tutorial network: out of host memory") : FERRY_OK;

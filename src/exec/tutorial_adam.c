@@ -241,7 +241,7 @@ static ferry_status emit_grad(ferry_tutorial_adam_t t)
 		return st;
 	emit_loss(t, n);
 	ferry_emit_zero(&t->grad, t->compute, ferry_buffer_ptr(t->dw), t->nw * sizeof(float), -1, "dw");
-	if ((st = ferry_layer_exec_backward(t->layers, &t->grad, 1, t->cfg.rows)))
+	if ((st = ferry_layer_exec_backward(t->layers, &t->grad, 1, t->cfg.rows, false)))
 		return st;
 	emit_l2_and_norm(t);
 	ferry_emit_copy(&t->grad, t->compute, t->host_sums, ferry_buffer_ptr(t->sums), N_SUMS * sizeof(double),

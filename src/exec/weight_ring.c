@@ -99,25 +99,31 @@ void ferry_weight_ring_release(struct ferry_weight_rings *r, struct ferry_progra
 	ferry_emit_record(p, r->compute, r->read[u % r->ring], layer_of(r, u));
 }
 
-void ferry_weight_ring_zero_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u)
+void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool from_host)
 {
 	const int g = grad_slot(r, u), layer = layer_of(r, u);
 	char label[56];
 
 	if (r->grad_ring) {
 		ferry_emit_wait(p, r->compute, r->out[g], layer);
-		ferry_emit_zero(p, r->compute, at(r->grad_slot0, (size_t)g * r->slot_numel * sizeof(float)),
-				r->slot_numel * sizeof(float), layer, r->names->zero);
-		return;
+		if (!from_host) {
+			ferry_emit_zero(p, r->compute, at(r->grad_slot0, (size_t)g * r->slot_numel * sizeof(float)),
+					r->slot_numel * sizeof(float), layer, r->names->zero);
+			return;
+		}
 	}
 	for (int i = 0; i < r->n; i++) {
 		const struct ferry_weight_stream *s = &r->s[i];
+		void *dev = at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float));
 
 		if (!reads(r, s, u) || s->grad_in)
 			continue;
 		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
-		ferry_emit_zero(p, r->compute, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
-				s->numel * sizeof(float), layer, label);
+		if (from_host) /* its last copy out is done: the wait above, or the slot's load, waited */
+			ferry_emit_copy(p, r->compute, dev, at(s->host_grad, host_numel(r, s, u) * sizeof(float)),
+					s->numel * sizeof(float), FERRY_COPY_H2D, layer, label);
+		else
+			ferry_emit_zero(p, r->compute, dev, s->numel * sizeof(float), layer, label);
 	}
 }
 

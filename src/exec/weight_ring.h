@@ -3,8 +3,9 @@
  * streamed (ferry/place.h: host:stream) reaches the kernels.  The group's
  * parameters pass through device slots unit by unit: loaded on the
  * host-to-device stream once the slot's last reader is done, read by the
- * compute stream, their gradients zeroed before the unit's backward and
- * sent to the host on the device-to-host stream after it.
+ * compute stream, their gradients zeroed (or, for a later micro-batch,
+ * brought back from the host) before the unit's backward and sent to the
+ * host on the device-to-host stream after it.
  *
  * Units are the stack's layers (layers.weights: every layer reads every
  * stacked parameter, layer l in slot l % ring, `depth` layers loaded ahead;
@@ -76,8 +77,9 @@ void ferry_weight_ring_acquire(struct ferry_weight_rings *r, struct ferry_progra
 void ferry_weight_ring_release(struct ferry_weight_rings *r, struct ferry_program *p, int u);
 /* Before unit u's backward: its gradients from zero (a gradient ring's
  * slot whole, once copied out; in a shared slot each gradient not
- * brought in). */
-void ferry_weight_ring_zero_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u);
+ * brought in), or from_host, from the host's (an earlier backward's since
+ * they were zeroed: micro-batches add up there), on the compute stream. */
+void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool from_host);
 /* After unit u's backward: its gradients written (in a shared slot, the
  * slot read), then copied to the host on the device-to-host stream. */
 void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_program *p, int u);

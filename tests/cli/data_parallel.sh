@@ -5,6 +5,7 @@
 # batch (--batch N*B): the losses, gradient norms and validation losses
 # within 1e-6 relative, also with the optimizer on host threads (exact and
 # speculative), streamed, the weights streamed, and over tiles of tokens;
+# micro-batches with the weights streamed give the device run's bits;
 # the saved model read by one process gives the same eval loss; a run
 # saved on 2 ranks resumes on 1 and on 4 as the unbroken run goes on;
 # every rank's parameters agree (the library test, and the check a save
@@ -96,6 +97,23 @@ for mode in "${modes[@]}"; do
 		echo "ok: $mode on 2 ranks = one process: $d"
 	else
 		fail "$mode on 2 ranks against one process: $d"
+	fi
+done
+
+# Micro-batches on 2 ranks with the weights streamed: the bits of the
+# device run on 2 ranks (each micro-batch's gradients added to the host's
+# average and averaged again, as the device buffer is).
+mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --grad-accum 2 --save acc_dev.bin >/dev/null 2>&1
+for mode in "--offload-params" "--offload-params --offload-optimizer cpu" "--offload-params --offload-embeddings"; do
+	checks=$((checks + 1))
+	rm -f acc.bin acc.bin.state
+	# shellcheck disable=SC2086
+	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --grad-accum 2 $mode --save acc.bin >acc.out 2>&1 ||
+		{ fail "$mode, 2 micro-batches on 2 ranks: $(tail -n 2 acc.out)"; continue; }
+	if cmp -s acc_dev.bin acc.bin && cmp -s acc_dev.bin.state acc.bin.state; then
+		echo "ok: $mode, 2 micro-batches on 2 ranks: the device run's bits"
+	else
+		fail "$mode, 2 micro-batches on 2 ranks: other bits than the device run's"
 	fi
 done
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Training knobs (issue 25 item 13): --grad-accum against the larger batch,
+# Training knobs (issue 25 item 13): --grad-accum against the larger batch
+# and, under every offload mode, against the run with nothing offloaded,
 # the AdamW and schedule flags, their refusals, the warmup warning, the
 # schedule's values in --json, and a resume that keeps them all.
 . "$(dirname "$0")/lib.bash"
@@ -22,6 +23,36 @@ strip() { sed -E 's/"(step_ms|tokens_per_s|device_peak_bytes|elapsed_s|mfu)": [^
 [ "$(strip big.jsonl)" = "$(strip acc.jsonl)" ] || fail "accumulated steps differ from the larger batch:
 $(strip big.jsonl)
 $(strip acc.jsonl)"
+
+# micro-batches under every offload mode: the bits of the run with nothing
+# offloaded and the same micro-batches (2 and 3), on GPT-2 (tied head),
+# Llama (its own head) and Llama with a tied head; clipping bites, so the
+# speculative order has something to redo
+ACCUM_MODELS=("gpt2|--layers 2 --channels 16 --heads 2|acc.bin|acc.bin acc.bin.state"
+	"llama|--model llama --layers 2 --channels 16 --heads 2 --kv-heads 1|acc|acc/model.safetensors acc/ferry_state.bin"
+	"llama-tied|--model llama --layers 2 --channels 16 --heads 2 --kv-heads 1 --tied-head|acc|acc/model.safetensors acc/ferry_state.bin")
+ACCUM_MODES=("--offload-optimizer stream" "--offload-optimizer cpu" "--offload-optimizer cpu --clip-order speculative"
+	"--offload-params --param-prefetch 2" "--offload-params --offload-optimizer stream"
+	"--offload-params --offload-optimizer cpu --policy minimal_offloaded"
+	"--offload-params --offload-embeddings" "--offload-params --offload-embeddings --offload-optimizer stream"
+	"--offload-params --offload-embeddings --offload-optimizer cpu --policy qkv_proj_offloaded")
+for m in "${ACCUM_MODELS[@]}"; do
+	IFS='|' read -r mname mflags msave mfiles <<<"$m"
+	for n in 2 3; do
+		# shellcheck disable=SC2086
+		expect_ok "$mname, $n micro-batches" "$FERRY" train "${TINY[@]}" $mflags --batch 2 --grad-accum $n --steps 3 \
+			--grad-clip 0.05 --save $msave
+		rm -rf dev_acc && mkdir dev_acc && cp $mfiles dev_acc/
+		for md in "${ACCUM_MODES[@]}"; do
+			# shellcheck disable=SC2086
+			expect_ok "$mname, $n micro-batches, $md" "$FERRY" train "${TINY[@]}" $mflags --batch 2 --grad-accum $n \
+				--steps 3 --grad-clip 0.05 --save $msave $md
+			for f in $mfiles; do
+				cmp -s "dev_acc/${f##*/}" "$f" || fail "$mname, $n micro-batches, $md: other bits in $f"
+			done
+		done
+	done
+done
 
 expect_error "unknown schedule" "--lr-schedule step: one of cosine, linear, constant, wsd" \
 	"$FERRY" train "${TINY[@]}" --batch 2 --lr-schedule step
