@@ -340,6 +340,12 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
 				   "(not device), adam=host:stream or host:cpu in --place");
+	/* the weight ring copies the parameters straight from host memory:
+	   an NVMe file is not that */
+	if (lw->home == FERRY_HOME_HOST && !strcmp(adam->tier[FERRY_HOST_PARAMS], "nvme"))
+		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) streams the "
+				   "parameters from host memory: the NVMe tier cannot hold them (--host-tier params= or "
+				   "all= a memory tier: dram, node:N, cxl)");
 	return FERRY_OK;
 }
 

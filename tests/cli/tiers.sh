@@ -50,6 +50,11 @@ expect_error "train: tier too small" "host tier too small: activations need" \
 	"$FERRY" train "${TRAIN[@]}" --topology tiny.txt --host-tier activations=node:1
 expect_error "a node that does not exist" "no NUMA node 9" "$FERRY" train "${TRAIN[@]}" --host-tier params=node:9
 expect_error "nvme without a directory" "needs --nvme-dir" "$FERRY" plan --host-tier activations=nvme
+mkdir -p nvme
+for spec in params=nvme all=nvme; do # streamed weights are read from host memory, not a file (was a crash)
+	expect_error "--offload-params with --host-tier $spec" "the NVMe tier cannot hold them" "$FERRY" train \
+		"${TRAIN[@]}" --offload-params --offload-optimizer stream --host-tier $spec --nvme-dir nvme
+done
 expect_error "NVMe directory missing" "--nvme-dir nothere: No such file" "$FERRY" train "${TRAIN[@]}" \
 	--host-tier activations=nvme --nvme-dir nothere
 if [ "$(id -u)" -ne 0 ]; then
