@@ -375,21 +375,14 @@ static ferry_status flush_mid_doc(struct counter *c)
 static ferry_status json_doc(struct counter *c, const char *path, char *line,
 			     size_t n, long lineno)
 {
-	json_error_t err;
-	json_t *rec, *text;
-	ferry_status st;
+	json_t *rec;
+	const char *text;
+	size_t len;
+	ferry_status st = ferry_jsonl_text(path, lineno, line, n, c->field, &rec, &text, &len);
 
-	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
-		n--;
-	if (n == 0)
-		return FERRY_OK;
-	rec = json_loadb(line, n, JSON_ALLOW_NUL, &err);
-	if (!rec)
-		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s", path, lineno, err.text);
-	text = json_object_get(rec, c->field);
-	st = json_is_string(text) ?
-		ferry_tok_str_add(&c->text, json_string_value(text), json_string_length(text)) :
-		ferry_error(FERRY_ERR_FORMAT, "%s:%ld: no string field \"%s\"", path, lineno, c->field);
+	if (st || !rec)
+		return st;
+	st = ferry_tok_str_add(&c->text, text, len);
 	json_decref(rec);
 	return st ? st : end_doc(c);
 }

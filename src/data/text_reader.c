@@ -8,6 +8,7 @@
 #include "core/error.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
@@ -143,4 +144,33 @@ void ferry_text_reader_close(struct ferry_text_reader *r)
 	ZSTD_freeDStream(r->zs);
 	ferry_free(r->in);
 	ferry_free(r);
+}
+
+ferry_status ferry_jsonl_text(const char *path, long lineno, const char *line,
+			      size_t n, const char *field, json_t **rec,
+			      const char **text, size_t *len)
+{
+	json_error_t err;
+	json_t *t;
+
+	*rec = NULL;
+	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+		n--;
+	if (n == 0)
+		return FERRY_OK; /* blank lines are no records */
+	*rec = json_loadb(line, n, JSON_ALLOW_NUL, &err);
+	if (!*rec)
+		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s", path,
+				   lineno, err.text);
+	t = json_object_get(*rec, field);
+	if (!json_is_string(t)) {
+		json_decref(*rec);
+		*rec = NULL;
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s:%ld: no string field \"%s\" (--text-field names it)",
+				   path, lineno, field);
+	}
+	*text = json_string_value(t);
+	*len = json_string_length(t);
+	return FERRY_OK;
 }

@@ -173,27 +173,14 @@ static ferry_status feed(struct builder *b, const unsigned char *p, size_t n)
 static ferry_status json_line(struct builder *b, const char *line, size_t n,
 			      long lineno)
 {
-	json_error_t err;
-	json_t *rec, *text;
-	ferry_status st;
+	json_t *rec;
+	const char *text;
+	size_t len;
+	ferry_status st = ferry_jsonl_text(b->path, lineno, line, n, b->field, &rec, &text, &len);
 
-	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
-		n--;
-	if (n == 0)
-		return FERRY_OK; /* blank lines are no records */
-	rec = json_loadb(line, n, JSON_ALLOW_NUL, &err);
-	if (!rec)
-		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s", b->path,
-				   lineno, err.text);
-	text = json_object_get(rec, b->field);
-	if (!json_is_string(text)) {
-		json_decref(rec);
-		return ferry_error(FERRY_ERR_FORMAT,
-				   "%s:%ld: no string field \"%s\" (--text-field names it)",
-				   b->path, lineno, b->field);
-	}
-	st = emit(b, (const unsigned char *)json_string_value(text),
-		  json_string_length(text));
+	if (st || !rec)
+		return st;
+	st = emit(b, (const unsigned char *)text, len);
 	json_decref(rec);
 	return st ? st : end_doc(b);
 }
