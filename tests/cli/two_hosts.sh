@@ -18,6 +18,7 @@ for old in $(ip netns list 2>/dev/null | sed -n 's/^ferry-h[01]-\([0-9]*\).*/\1/
 done
 hosts=(ferry-h0-$$ ferry-h1-$$)
 addr=(10.231.0.1 10.231.0.2)
+ends=("fy$$a" "fy$$b") # the veth pair's ends (names of 15 bytes at most)
 cleanup() {
 	for h in "${hosts[@]}"; do
 		ip netns del "$h" 2>/dev/null
@@ -31,9 +32,9 @@ trap 'exit 1' INT TERM
 # each resolving both names
 ip netns add "${hosts[0]}" 2>netns.err || { echo "skip: no network namespaces: $(cat netns.err)"; exit 77; }
 ip netns add "${hosts[1]}" &&
-	ip link add "fy$$a" type veth peer name "fy$$b" 2>netns.err || { echo "skip: no veth: $(cat netns.err)"; exit 77; }
+	ip link add "${ends[0]}" type veth peer name "${ends[1]}" 2>netns.err || { echo "skip: no veth: $(cat netns.err)"; exit 77; }
 for i in 0 1; do
-	end="fy$$$(echo ab | cut -c$((i + 1)))"
+	end=${ends[i]}
 	mkdir -p "/etc/netns/${hosts[i]}" &&
 		printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "${addr[0]}" "${hosts[0]}" "${addr[1]}" "${hosts[1]}" \
 			>"/etc/netns/${hosts[i]}/hosts" &&
@@ -47,7 +48,7 @@ printf '%s slots=1\n' "${hosts[@]}" >hostfile
 # mpirun runs on the first host; the agent starts the second's daemon
 make_corpus
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-net=(--hostfile hostfile --mca plm_rsh_agent "$AGENT" --mca btl tcp,self
+net=(--hostfile hostfile --mca plm_rsh_agent "$AGENT" --mca btl "tcp,self"
 	--mca btl_tcp_if_include 10.231.0.0/24 --mca oob_tcp_if_include 10.231.0.0/24)
 across() {
 	timeout 300 ip netns exec "${hosts[0]}" "${MPIRUN[@]}" -np 2 "${net[@]}" "$@"
