@@ -34,13 +34,12 @@ ip netns add "${hosts[0]}" 2>netns.err || { echo "skip: no network namespaces: $
 ip netns add "${hosts[1]}" &&
 	ip link add "${ends[0]}" type veth peer name "${ends[1]}" 2>netns.err || { echo "skip: no veth: $(cat netns.err)"; exit 77; }
 for i in 0 1; do
-	end=${ends[i]}
-	mkdir -p "/etc/netns/${hosts[i]}" &&
+	mkdir -p "/etc/netns/${hosts[i]}" 2>netns.err &&
 		printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "${addr[0]}" "${hosts[0]}" "${addr[1]}" "${hosts[1]}" \
-			>"/etc/netns/${hosts[i]}/hosts" &&
-		ip link set "$end" netns "${hosts[i]}" &&
-		ip -n "${hosts[i]}" addr add "${addr[i]}/24" dev "$end" &&
-		ip -n "${hosts[i]}" link set "$end" up &&
+			>"/etc/netns/${hosts[i]}/hosts" || { echo "skip: cannot write /etc/netns: $(cat netns.err)"; exit 77; }
+	ip link set "${ends[i]}" netns "${hosts[i]}" &&
+		ip -n "${hosts[i]}" addr add "${addr[i]}/24" dev "${ends[i]}" &&
+		ip -n "${hosts[i]}" link set "${ends[i]}" up &&
 		ip -n "${hosts[i]}" link set lo up || { echo "FAIL: cannot set up host ${hosts[i]}" >&2; exit 1; }
 done
 printf '%s slots=1\n' "${hosts[@]}" >hostfile
