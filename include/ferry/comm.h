@@ -124,11 +124,11 @@ typedef void (*ferry_comm_timeout_fn)(void *arg, ferry_status st);
  * completing, each rank that waits asks every other rank (over messages
  * of its own, which a rank's watchdog thread answers even while its main
  * thread is busy) where it is, and fn gets FERRY_ERR_IO and a message
- * naming the ranks that did not answer (stopped, or hung in the kernel)
- * and those that did not arrive (alive elsewhere): "rank 1 did not
- * answer; rank 0 waited 3 s in collective 412 (all-reduce) of
- * communicator 1".  The lowest waiting rank that answers is told first;
- * the others a few seconds later, should the job still run.  fn is meant
+ * naming the ranks that did not answer (stopped: the whole process) and
+ * those that did not arrive (alive, their main thread elsewhere): "rank 1
+ * did not answer; rank 0 waited 3.0 s in collective 412 (all-reduce) of
+ * communicator 1".  The lowest rank waiting there is told at once, the
+ * others 5 s later should the job still run.  fn is meant
  * to end the job (ferry_comm_abort): MPI cannot take back a collective,
  * so the waiting thread never returns on its own.  A time of waiting,
  * not of a step: a rank that computes for hours between collectives
