@@ -43,6 +43,7 @@ struct train_cli {
 	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
+	float comm_timeout;                             /* --comm-timeout (s) */
 	bool shape_given;
 	struct ranks ranks;                             /* mpirun -np N: this rank */
 };
@@ -185,6 +186,12 @@ static const struct cli_flag train_flags[] = {
 	  "as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
 	  "every op and copy on its stream's track (on N ranks:\n"
 	  "a file per rank, FILE with .rankK before its extension)" },
+	{ .name = "--comm-timeout", .value = "S", .type = CLI_FLOAT, .at = AT(comm_timeout),
+	  .help = "on N ranks: a collective that waits S seconds (default\n"
+	  "600; 0 = never) ends the job, naming the ranks that did\n"
+	  "not arrive (a rank that hangs alive; a dead one ends it\n"
+	  "at once).  Time waiting, not working: rank 0 writing a\n"
+	  "save makes the others wait", .section = "many processes:" },
 	{ NULL },
 };
 #undef AT
@@ -226,6 +233,8 @@ static int check_values(struct train_cli *c)
 		return ferry_cli_usage_error(CMD, "counts must not be negative");
 	if (c->sample > 1000000)
 		return ferry_cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
+	if (!(c->comm_timeout >= 0) || !isfinite(c->comm_timeout))
+		return ferry_cli_usage_error(CMD, "--comm-timeout must be 0 (never) or a number of seconds");
 	if (!(c->sample_temperature >= 0))
 		return ferry_cli_usage_error(CMD, "--sample-temperature must not be negative");
 	if (!(c->o.lr > 0) || !isfinite(c->o.lr))
@@ -899,7 +908,8 @@ static int set_up(struct train_cli *c, struct run *run)
 
 int cmd_train(int argc, char **argv)
 {
-	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f };
+	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f,
+			       .comm_timeout = 600 };
 	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 
@@ -917,7 +927,7 @@ int cmd_train(int argc, char **argv)
 		ranks_close(&c.ranks);
 		return rc == 1 ? 0 : rc; /* 1: --help */
 	}
-	if (!(rc = set_up(&c, &run))) {
+	if (!(rc = ranks_watch(&c.ranks, c.comm_timeout)) && !(rc = set_up(&c, &run))) {
 		/* Ctrl-C from here on finishes the step and saves */
 		interrupt_install();
 		rc = train(&run);

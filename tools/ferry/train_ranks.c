@@ -27,6 +27,7 @@ int ranks_open(const char *cmd, struct ranks *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->err_fd = STDERR_FILENO;
+	r->cmd = cmd;
 	if (ferry_comm_open(&r->comm) != FERRY_OK)
 		return ferry_cli_fail(cmd);
 	r->rank = ferry_comm_rank(r->comm);
@@ -34,6 +35,25 @@ int ranks_open(const char *cmd, struct ranks *r)
 	r->local_size = ferry_comm_local_size(r->comm);
 	if (r->rank != 0)
 		silence(r);
+	return 0;
+}
+
+/* On the watchdog's thread: the first waiting rank prints, all end. */
+static void timed_out(void *arg, ferry_status st)
+{
+	struct ranks *r = arg;
+
+	(void)st;
+	dprintf(r->err_fd, "ferry %s: %s (--comm-timeout %g): stopping every rank\n", r->cmd, ferry_last_error(),
+		r->timeout);
+	ferry_comm_abort(r->comm, 1);
+}
+
+int ranks_watch(struct ranks *r, double seconds)
+{
+	r->timeout = seconds;
+	if (ferry_comm_set_timeout(r->comm, seconds, timed_out, r) != FERRY_OK)
+		return ranks_fail(r->cmd, r);
 	return 0;
 }
 

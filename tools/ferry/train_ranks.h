@@ -21,12 +21,18 @@ struct ranks {
 	ferry_comm_t comm; /* the job's ranks (one process: a single one) */
 	int rank, size, local_size;
 	int err_fd;        /* this rank's own standard error */
+	const char *cmd;   /* "train": for messages */
+	double timeout;    /* the collective timeout (s; 0: none) */
 };
 
 /* The ranks this process is one of (ferry_comm_open); silences the
  * output of all but rank 0.  0, or 1 after a message. */
 int ranks_open(const char *cmd, struct ranks *r);
 void ranks_close(struct ranks *r);
+/* The collective timeout (ferry_comm_set_timeout): a collective that
+ * waits `seconds` prints which ranks did not arrive and ends the job.
+ * Every rank calls it; 0, or 1 after a message. */
+int ranks_watch(struct ranks *r, double seconds);
 /* A failure (ferry_last_error): printed once; one this rank met alone
  * ends the job.  Returns 1 (when the job goes on: one rank). */
 int ranks_fail(const char *cmd, const struct ranks *r);
