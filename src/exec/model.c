@@ -95,9 +95,8 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 	if ((st = ferry_exec_opts_places(&o, &p)))
 		return st;
 	if (p.group[FERRY_GROUP_ADAM].shard > 1 && p.group[FERRY_GROUP_ADAM].shard != ranks)
-		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks, "
-				   "not the %d planned", p.group[FERRY_GROUP_ADAM].shard, p.group[FERRY_GROUP_ADAM].shard,
-				   ranks);
+		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
+				   "run has %d", p.group[FERRY_GROUP_ADAM].shard, p.group[FERRY_GROUP_ADAM].shard, ranks);
 	return ferry_model_plan(cfg, B, T, &o, plan);
 }
 

@@ -209,7 +209,11 @@ static void usage(void)
 	       "rows: the ranks read together the batch one process reads with --batch N*B and\n"
 	       "average their gradients, so the run trains as that process would.  Rank 0\n"
 	       "prints, writes --json and saves (the same files; a save resumes on any number\n"
-	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n");
+	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n"
+	       "At the end rank 0 prints each rank's measured device peak and host bytes,\n"
+	       "and writes them as a last --json record {\"rank_memory\": [...]}: the figures\n"
+	       "ferry plan --ranks N plans.  --device-mem is checked against the rank's plan\n"
+	       "(with --zero 1, its share).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
