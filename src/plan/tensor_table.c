@@ -762,7 +762,10 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 				tt->pinned_bytes += host_aligned(b->bytes);
 			else
 				tt->pageable_bytes += b->bytes;
-			tt->host_alloc_bytes += tt->host_tiers ? b->bytes : b->pinned ? 0 : host_aligned(b->bytes ? b->bytes : 1);
+			if (tt->host_tiers) /* as ferry_tensor_table_alloc asks for them */
+				tt->host_alloc_bytes += b->bytes;
+			else if (!b->pinned)
+				tt->host_alloc_bytes += host_aligned(b->bytes ? b->bytes : 1);
 			if (!b->pinned && host_buffer_copied(tt, i))
 				full = tt->over_pinned_limit = true;
 		}
