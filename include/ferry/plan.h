@@ -91,6 +91,11 @@ struct ferry_memory_analysis {
 	size_t host_pageable_bytes; /* the rest: past pinned_limit, or never copied
 				       (AdamW's moments on host threads, undo copies) */
 	size_t pinned_limit;        /* the limit applied */
+	size_t host_alloc_bytes;    /* the host memory the model's buffers take as allocated:
+				       the pinned pool, and each other buffer rounded up to
+				       a 4 KiB page (on host tiers, each buffer's bytes);
+				       what a rank's host_bytes measures
+				       (ferry_model_host_memory) */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
 	size_t host_act_unit; /* one layer's offloaded activations, when they are one

@@ -762,9 +762,15 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 				tt->pinned_bytes += host_aligned(b->bytes);
 			else
 				tt->pageable_bytes += b->bytes;
+			if (tt->host_tiers) /* as ferry_tensor_table_alloc asks for them */
+				tt->host_alloc_bytes += b->bytes;
+			else if (!b->pinned)
+				tt->host_alloc_bytes += host_aligned(b->bytes ? b->bytes : 1);
 			if (!b->pinned && host_buffer_copied(tt, i))
 				full = tt->over_pinned_limit = true;
 		}
+	if (!tt->host_tiers) /* the pool, in one piece */
+		tt->host_alloc_bytes += tt->pinned_bytes;
 }
 
 /* --loss-tile: the epilogue's head and loss, and the tile's rows. */
@@ -907,6 +913,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	m->host_act_unit = ferry_tensor_table_act_unit(tt);
 	m->host_pinned_bytes = tt->pinned_bytes;
 	m->host_pageable_bytes = tt->pageable_bytes;
+	m->host_alloc_bytes = tt->host_alloc_bytes;
 	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
 }
@@ -942,6 +949,18 @@ static void alloc_pool(const struct ferry_tensor_table *tt, ferry_backend_t be, 
 	a->pool_pageable = pinned_before && !ferry_backend_caps(be).host_pinned;
 }
 
+/* A host buffer of its own, page-aligned (pageable). */
+static ferry_status alloc_pageable(const struct ferry_table_buffer *b, struct ferry_table_alloc *a, int i)
+{
+	size_t bytes = host_aligned(b->bytes ? b->bytes : 1);
+
+	if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, bytes)))
+		return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
+				   b->name);
+	a->host_bytes += bytes;
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a)
 {
@@ -962,6 +981,7 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 			return st;
 	} else {
 		alloc_pool(tt, be, a); /* tier memory is registered by its tier */
+		a->host_bytes = a->pool_bytes;
 	}
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
@@ -969,14 +989,14 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 		if (b->site == FERRY_SITE_DEVICE) {
 			st = ferry_buffer_alloc(be, b->bytes, &a->dev[i]);
 		} else if (a->tiers) {
-			st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i]);
+			if (!(st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i])))
+				a->host_bytes += b->bytes;
 		} else if (b->pinned && a->pool) {
 			a->host[i] = (char *)a->pool + carved;
 			a->in_pool[i] = true;
 			carved += host_aligned(b->bytes);
-		} else if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, host_aligned(b->bytes ? b->bytes : 1)))) {
-			st = ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
-					 b->name);
+		} else {
+			st = alloc_pageable(b, a, i);
 		}
 	}
 	if (st)

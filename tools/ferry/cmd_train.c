@@ -216,7 +216,11 @@ static void usage(void)
 	       "rows: the ranks read together the batch one process reads with --batch N*B and\n"
 	       "average their gradients, so the run trains as that process would.  Rank 0\n"
 	       "prints, writes --json and saves (the same files; a save resumes on any number\n"
-	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n");
+	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n"
+	       "At the end rank 0 prints each rank's measured device peak and host bytes,\n"
+	       "and writes them as a last --json record {\"rank_memory\": [...]}: the figures\n"
+	       "ferry plan --ranks N plans.  --device-mem is checked against the rank's plan\n"
+	       "(with --zero 1, its share).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
@@ -554,7 +558,10 @@ static int prepare(struct train_cli *c)
 
 		shape.o.B = B;
 		shape.o.T = T;
-		if (ferry_model_plan(&cfg, B, T, &c->o.exec, &plan) != FERRY_OK)
+		/* this rank's plan: --zero splits over the run's ranks */
+		if (shape.o.exec.zero && !shape.o.exec.zero_ranks && c->ranks.size > 1)
+			shape.o.exec.zero_ranks = c->ranks.size;
+		if (ferry_model_rank_plan(&cfg, B, T, &shape.o.exec, c->ranks.size, c->ranks.rank, &plan) != FERRY_OK)
 			return ferry_cli_fail(CMD);
 		if (check_device_mem(&shape, &cfg, &plan))
 			return 1;
@@ -819,6 +826,30 @@ static void print_saved(const struct train_cli *c, int step, bool saved)
 		fprintf(stderr, "not saved (no --save)\n");
 }
 
+/* On several ranks: every rank's measured device peak and host bytes,
+ * reported by rank 0 (ferry plan --ranks N plans them).  0, or 1 after a
+ * message. */
+static int report_rank_peaks(struct run *run)
+{
+	const struct ranks *r = &run->c->ranks;
+	struct ferry_host_memory h;
+	size_t mine[2], *all = calloc(2 * (size_t)r->size, sizeof(size_t));
+	int rc;
+
+	if ((rc = ranks_agree_rc(CMD, r, all ? 0 : 1))) { /* the others must not wait for this one */
+		free(all);
+		return rc;
+	}
+	ferry_model_host_memory(ferry_trainer_model(run->tr), &h);
+	mine[0] = ferry_backend_mem_peak(ferry_trainer_backend(run->tr));
+	mine[1] = h.allocated_bytes;
+	rc = ranks_gather(CMD, r, mine, 2, all);
+	if (!rc && r->rank == 0)
+		(void)report_rank_memory(&run->rep, r->size, all); /* a failed write: json_errno, seen at the close */
+	free(all);
+	return rc;
+}
+
 /* After the steps: the save (unless this step was saved already), why the
  * run stopped, the summary.  Returns the exit code. */
 static int finish_run(struct run *run, int why)
@@ -847,6 +878,8 @@ static int finish_run(struct run *run, int why)
 		print_saved(c, step, saved);
 	}
 	report_summary(&run->rep, ferry_backend_mem_peak(ferry_trainer_backend(run->tr)), step);
+	if (c->ranks.size > 1 && report_rank_peaks(run))
+		return 1;
 	fflush(stdout);
 	return why == STOPPED_BY_OUTPUT ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
 }

@@ -96,6 +96,15 @@ int ranks_agree_stop(const struct ranks *r, int why)
 	return why;
 }
 
+int ranks_gather(const char *cmd, const struct ranks *r, const size_t *mine, size_t n, size_t *all)
+{
+	memcpy(all + (size_t)r->rank * n, mine, n * sizeof(size_t));
+	if (r->size > 1 && ferry_comm_all_gather(r->comm, all + (size_t)r->rank * n, all, n * sizeof(size_t),
+						 FERRY_COMM_BYTE, NULL) != FERRY_OK)
+		return ranks_fail(cmd, r);
+	return 0;
+}
+
 const char *ranks_path(const struct ranks *r, const char *path, char *buf, size_t n)
 {
 	const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');

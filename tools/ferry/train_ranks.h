@@ -43,6 +43,9 @@ int ranks_agree_rc(const char *cmd, const struct ranks *r, int rc);
 /* The first reason to stop (a negative code; 0 none) any rank has, on
  * every rank, so all stop after the same step. */
 int ranks_agree_stop(const struct ranks *r, int why);
+/* Every rank's n numbers: all[k * n + i] is rank k's mine[i], on every
+ * rank.  0, or 1 after a message (ranks_fail). */
+int ranks_gather(const char *cmd, const struct ranks *r, const size_t *mine, size_t n, size_t *all);
 /* path for this rank: "step.json" is "step.rank1.json" on rank 1 of
  * several (before the last extension, else at the end); path itself for
  * one rank. */
