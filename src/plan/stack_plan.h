@@ -83,7 +83,24 @@ struct ferry_stack_plan {
 	int tile_rows;
 	struct ferry_row_tiles tiles;
 	bool tile_refill;
+	/* Offloaded activations over host tiers with a depth per tier (set
+	 * by the caller, who knows the tiers): layers [tier_end[i - 1],
+	 * tier_end[i]) are on tier i and loaded tier_depth[i] layers ahead,
+	 * the deepest of which is `depth`, which the ring holds.  n_tier_depths 0: every
+	 * layer `depth` ahead. */
+	int n_tier_depths;
+	int tier_depth[FERRY_PREFETCH_TIERS], tier_end[FERRY_PREFETCH_TIERS];
 };
+
+/* How many layers ahead of its backward layer l's offloaded tensors are
+ * loaded. */
+static inline int ferry_stack_layer_depth(const struct ferry_stack_plan *sp, int l)
+{
+	for (int i = 0; i < sp->n_tier_depths; i++)
+		if (l < sp->tier_end[i])
+			return sp->tier_depth[i];
+	return sp->depth;
+}
 
 /* Whether op o runs tile by tile. */
 static inline bool ferry_stack_tiled_op(const struct ferry_stack_plan *sp, int o)

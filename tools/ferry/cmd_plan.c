@@ -234,6 +234,9 @@ int cmd_plan(int argc, char **argv)
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
+	if (rc < 0 && !a.tutorial && a.o.exec.prefetch_depth == FERRY_PREFETCH_AUTO)
+		rc = ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
+		     prefetch_auto_resolve(CMD, &a.o, &cfg, a.json && !a.json_path ? NULL : stdout) ? 1 : -1;
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0) {

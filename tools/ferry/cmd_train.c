@@ -539,6 +539,8 @@ static int prepare(struct train_cli *c)
 		if (auto_policy_resolve(CMD, &c->o, &cfg, &autor, stdout))
 			return 1;
 	}
+	if (prefetch_auto_resolve(CMD, &c->o, &cfg, stdout))
+		return 1;
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {
 		struct train_cli shape = *c;
