@@ -136,8 +136,8 @@ struct ferry_tier_report {
 	int tier_of[FERRY_HOST_KINDS]; /* index into use[], -1: the kind has no bytes;
 					  activations spread over tiers: the first */
 	int act_tiers;                 /* tiers the activations are on (more than 1: spread) */
-	int act_layers[FERRY_TIER_SPAN_MAX]; /* activations asked to span tiers: the layers
-						on each tier asked, in its order */
+	int act_asked;                 /* tiers the activations were asked to span (0: one) */
+	int act_layers[FERRY_TIER_SPAN_MAX]; /* ... the layers on each, in its order */
 };
 
 /* Offloaded activations may span tiers: "dram+nvme" (activations.host, or

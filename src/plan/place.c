@@ -356,10 +356,10 @@ static int prefetch_tiers(const struct ferry_places *p)
 	return n;
 }
 
-/* The tiers of "dram+nvme" (0: ""). */
+/* The tiers of "dram+nvme". */
 static int span_tiers(const char *tier)
 {
-	int n = tier[0] != '\0';
+	int n = 1;
 
 	for (; *tier; tier++)
 		n += *tier == '+';
@@ -387,10 +387,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 				   "(not device), adam=host:stream or host:cpu in --place");
 	/* the weight ring copies the parameters straight from host memory:
 	   an NVMe file is not that */
-	if (p->act_prefetch_tier[0] && prefetch_tiers(p) != span_tiers(p->act_tier))
+	if (p->act_prefetch_tier[0] && p->act_tier[0] && prefetch_tiers(p) != span_tiers(p->act_tier))
 		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
 				   "activations span (activations.host=%s): one per tier, in its order", prefetch_tiers(p),
-				   span_tiers(p->act_tier), p->act_tier[0] ? p->act_tier : "not named");
+				   span_tiers(p->act_tier), p->act_tier);
 	if (lw->home == FERRY_HOME_HOST && !strcmp(adam->tier[FERRY_HOST_PARAMS], "nvme"))
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) streams the "
 				   "parameters from host memory: the NVMe tier cannot hold them (--host-tier params= or "

@@ -801,7 +801,7 @@ static ferry_status tier_depths(struct ferry_tensor_table *tt)
 	size_t bytes[FERRY_TK_COUNT];
 	struct ferry_tier_report rep;
 	ferry_status st;
-	int end = 0;
+	int end = 0, n = 0;
 
 	if (!tt->place.act_prefetch_tier[0] || !sp->offloaded)
 		return FERRY_OK;
@@ -811,7 +811,13 @@ static ferry_status tier_depths(struct ferry_tensor_table *tt)
 	host_bytes_by_kind(tt, bytes);
 	if ((st = ferry_host_tiers_place_layers(tt->host_tiers, bytes, ferry_tensor_table_act_unit(tt), &rep)))
 		return st;
-	for (int i = 0; i < FERRY_PREFETCH_TIERS && tt->place.act_prefetch_tier[i]; i++) {
+	while (n < FERRY_PREFETCH_TIERS && tt->place.act_prefetch_tier[n])
+		n++;
+	if (n != rep.act_asked)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
+				   "activations span (--host-tier activations=TIER+TIER...): one per tier, in its order",
+				   n, rep.act_asked ? rep.act_asked : 1);
+	for (int i = 0; i < n; i++) {
 		end += rep.act_layers[i];
 		sp->tier_end[i] = end;
 		sp->tier_depth[i] = tt->place.act_prefetch_tier[i] < sp->depth ? tt->place.act_prefetch_tier[i] : sp->depth;

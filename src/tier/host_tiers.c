@@ -325,6 +325,7 @@ static void add_use(const struct ferry_host_tiers *h, int k, uint64_t bytes, uin
  * order (a tier with no room: none). */
 static void span_layers(const struct ferry_host_tiers *h, uint64_t bytes, uint64_t unit, struct ferry_tier_report *r)
 {
+	r->act_asked = h->act_asked_n > 1 ? h->act_asked_n : 0;
 	for (int a = 0; a < h->act_asked_n && unit; a++) {
 		for (int i = 0; i < h->act_n; i++)
 			if (ferry_tier_equal(&h->act_tier[i], &h->act_asked[a]))
