@@ -94,7 +94,7 @@ static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
 	if (!ex->mem.host[t])
 		return NULL;
-	return (char *)ex->mem.host[t] + (size_t)l * ex->sp.host_bytes[t];
+	return (char *)ex->mem.host[t] + (size_t)l * (ex->sp.host_stride ? ex->sp.host_stride : ex->sp.host_bytes[t]);
 }
 
 static int d2h_event(const struct ferry_layer_exec *ex, int t, int l)

@@ -48,6 +48,10 @@ struct ferry_stack_plan {
 	size_t elem[FERRY_LAYER_MAX_TENSORS];       /* bytes per element */
 	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
 	size_t host_bytes[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
+	/* Set by the caller: the host copies laid out layer by layer, layer l's
+	 * tensor t at l * host_stride + host_off[t] from the first's (0:
+	 * tensor by tensor, tensor t's layer l at l * host_bytes[t]) */
+	size_t host_stride, host_off[FERRY_LAYER_MAX_TENSORS];
 	size_t grad_bytes;                          /* activation gradient workspace */
 	/* The workspace: the layer input's and output's gradients alternate in
 	 * its first two slots; every other gradient lives from the backward of
@@ -91,6 +95,12 @@ struct ferry_stack_plan {
 	int n_tier_depths;
 	int tier_depth[FERRY_PREFETCH_TIERS], tier_end[FERRY_PREFETCH_TIERS];
 };
+
+/* The first offloaded tensor (its host copy starts the host buffer). */
+static inline int ferry_stack_first_offloaded(const struct ferry_stack_plan *sp)
+{
+	return sp->offloaded ? __builtin_ctz(sp->offloaded) : -1;
+}
 
 /* How many layers ahead of its backward layer l's offloaded tensors are
  * loaded. */

@@ -783,6 +783,26 @@ static ferry_status plan_loss_tiles(struct ferry_tensor_table *tt)
 	return FERRY_OK;
 }
 
+/* With host tiers and more than one offloaded tensor a layer: their host
+ * copies layer by layer, a layer's tensors together, so that whole layers
+ * may sit on different tiers (the table's entries keep their sizes, the
+ * engine their addresses by stride).  Without tiers, tensor by tensor, as
+ * the pinned pool pins them. */
+static void host_by_layer(struct ferry_tensor_table *tt)
+{
+	struct ferry_stack_plan *sp = &tt->sp;
+	size_t off = 0;
+
+	if (!tt->host_tiers || __builtin_popcount(sp->offloaded) < 2)
+		return;
+	for (int t = 0; t < sp->n_tensors; t++)
+		if (sp->offloaded & (1u << t)) {
+			sp->host_off[t] = off;
+			off += sp->host_bytes[t];
+		}
+	sp->host_stride = off;
+}
+
 /* The host bytes by tensor kind of the table's host buffers. */
 static void host_bytes_by_kind(const struct ferry_tensor_table *tt, size_t out[FERRY_TK_COUNT])
 {
@@ -861,6 +881,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
+	host_by_layer(tt);
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
@@ -962,12 +983,12 @@ size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt)
 {
 	const struct ferry_stack_plan *sp = &tt->sp;
 	unsigned off = sp->offloaded;
-	int t = 0;
+	int t = ferry_stack_first_offloaded(sp);
 
+	if (sp->host_stride)
+		return sp->host_stride;
 	if (!off || (off & (off - 1)))
 		return 0;
-	while (!(off & (1u << t)))
-		t++;
 	return tt->e[tt->ix.stack_host[t]].offset == 0 ? sp->host_bytes[t] : 0;
 }
 

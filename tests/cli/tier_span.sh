@@ -86,6 +86,16 @@ expect_error "a span of weights" "only offloaded activations span tiers" "$FERRY
 	--host-tier params=dram+nvme --nvme-dir nvme
 expect_error "a span too small" "host tiers too small: activations need 4.0 MiB" "$FERRY" plan "${SHAPE[@]}" \
 	--topology topology.txt --host-tier activations=dram+node:1 --host-mem 1M --json
-expect_error "several tensors per layer" "not one tensor per layer" "$FERRY" plan "${SHAPE[@]}" \
-	--policy minimal_offloaded "${SPAN[@]}" --json
+# several offloaded tensors a layer (minimal_offloaded: 8.5 MiB of them a
+# layer) span tiers too, a layer's tensors together
+MIN=(--policy minimal_offloaded --host-tier activations=dram+nvme --nvme-dir nvme --host-mem 18M)
+expect_ok "plan several tensors a layer" "$FERRY" plan "${SHAPE[@]}" "${MIN[@]}"
+grep -qE "^  dram .* \(layers 0-1, 17825792 bytes\)$" out.txt && grep -qE "^  nvme .* \(layers 2-3, 17825792 bytes\)$" out.txt ||
+	{ fail "minimal_offloaded: layers 0-1 in DRAM, 2-3 on NVMe"; cat out.txt >&2; }
+expect_ok "train several tensors a layer over tiers" "$FERRY" train "${TRAIN[@]}" "${MIN[@]}" --save minspan
+grep -q "peaks (bytes, measured / planned): dram (node 0) 17825792 / 17825792; nvme 17825792 / 17825792;" out.txt ||
+	fail "minimal_offloaded: peaks per tier as planned: $(grep '^host tier peaks' out.txt)"
+expect_ok "train several tensors a layer in DRAM" "$FERRY" train "${TRAIN[@]}" --policy minimal_offloaded \
+	--host-tier activations=dram --save mindram
+diff -r mindram minspan >/dev/null || fail "minimal_offloaded over tiers: bits differ from the all-DRAM run"
 finish
