@@ -65,8 +65,10 @@ awk '$2 == "backward" && $5 == "grads" { done = $4 }
 expect_ok "plan --json depths" "$FERRY" plan "${DEEP[@]}" "${SPAN[@]}" --prefetch-depth 1+3 --json
 grep -q '"tier_prefetch": \[{"layers": 2, "depth": 1}, {"layers": 6, "depth": 3}\], "ring_slots": 4,' out.txt ||
 	fail "the JSON has each tier's depth"
+planned=$(grep -o '"peak_bytes": [0-9]*' out.txt | head -1 | grep -o '[0-9]*$')
 expect_ok "train with depths per tier" "$FERRY" train "${DEEP[@]}" --data 'corpus_train_*.bin' --steps 2 --sample 0 \
-	--threads 2 --val-every 0 "${SPAN[@]}" --prefetch-depth 1+3 --save deep13 --trace deep.json
+	--threads 2 --val-every 0 "${SPAN[@]}" --prefetch-depth 1+3 --save deep13 --trace deep.json --json deep.jsonl
+grep -q "\"device_peak_bytes\": $planned[,}]" deep.jsonl || fail "1+3: the device peak is the plan's ($planned)"
 grep -q "peaks (bytes, measured / planned): dram (node 0) $((2 * MiB)) / $((2 * MiB)); nvme $((6 * MiB)) / $((6 * MiB));" out.txt ||
 	fail "1+3: peaks per tier as planned: $(grep '^host tier peaks' out.txt)"
 [ "$(grep -o '"cat":"read from NVMe"' deep.json | wc -l)" -eq 2 ] || fail "the trace shows 2 NVMe reads (layers 2-3)"
