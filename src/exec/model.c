@@ -211,6 +211,10 @@ static ferry_status create_stack(struct ferry_model *m)
 		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
 		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
 	}
+	for (int t = 0; m->tt.sp.host_stride && t < d->n_tensors; t++) /* layer by layer: from the first's */
+		if (mem.host[t])
+			mem.host[t] = (char *)entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
+				      m->tt.sp.host_off[t];
 	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
 				       &m->layers);
 }

@@ -226,8 +226,8 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 }
 
 /* When no preset fits: the placement with offloading that keeps the most
- * on the device, if one fits. */
-static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg)
+ * on the device, if one fits (else, unless tiles would, that nothing does). */
+static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg, bool tiled)
 {
 	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
 	size_t peak = ferry_model_fitting_placement(cfg, a->o.B, a->o.T, &a->o.exec, a->o.device_mem, place,
@@ -236,7 +236,7 @@ static void print_offloaded_fit(const struct plan_args *a, const struct ferry_mo
 	if (peak)
 		printf("offloading, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
 		       place);
-	else
+	else if (!tiled)
 		printf("nothing fits, offloaded or not: use a smaller batch or model\n");
 }
 
@@ -247,6 +247,7 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 {
 	const struct ferry_train_opts *o = &a->o;
 	char fits[1024] = "", need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS];
+	size_t tiled;
 	int n;
 
 	if (!o->device_mem)
@@ -262,10 +263,14 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 	printf("\ndoes not fit: needs %s of device memory, the device has %s (%zu and %zu bytes)\n",
 	       ferry_format_size(device_need(a, plan), need), ferry_format_size(o->device_mem, have),
 	       device_need(a, plan), o->device_mem);
-	if (!a->tutorial)
-		printf("presets that fit: %s\n", n ? fits : "none");
-	if (!a->tutorial && !n)
-		print_offloaded_fit(a, cfg);
+	if (a->tutorial)
+		return 1;
+	printf("presets that fit: %s\n", n ? fits : "none");
+	tiled = ferry_model_fitting_tiles(cfg, o->B, o->T, &o->exec, o->device_mem, fits, sizeof(fits));
+	if (!n)
+		print_offloaded_fit(a, cfg, tiled);
+	if (tiled)
+		printf("tiles of tokens that fit: %s\n", fits);
 	return 1;
 }
 
@@ -289,6 +294,9 @@ int cmd_plan(int argc, char **argv)
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
+	if (rc < 0 && !a.tutorial && a.o.exec.prefetch_depth == FERRY_PREFETCH_AUTO)
+		rc = ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
+		     prefetch_auto_resolve(CMD, &a.o, &cfg, a.json && !a.json_path ? NULL : stdout) ? 1 : -1;
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0) {

@@ -378,21 +378,24 @@ static size_t stack_bytes(const struct ferry_plan *p)
 static int check_device_mem(const struct train_cli *c, const struct ferry_model_config *cfg,
 			    const struct ferry_plan *plan)
 {
-	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS];
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS], tiles[256];
 	size_t offloaded;
+	bool tiled;
 
 	if (!c->o.device_mem || plan->mem.peak_bytes <= c->o.device_mem)
 		return 0;
 	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that fit: ",
 		plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have));
+	tiled = ferry_model_fitting_tiles(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, tiles, sizeof(tiles));
 	if (ferry_model_fitting_presets(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, fits, sizeof(fits)))
-		fprintf(stderr, "%s\n", fits);
+		fprintf(stderr, "%s", fits);
 	else if ((offloaded = ferry_model_fitting_placement(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, place,
 							      sizeof(place))))
-		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'\n",
+		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'",
 			ferry_format_size(offloaded, need), place);
 	else
-		fprintf(stderr, "none: use a smaller batch or model\n");
+		fprintf(stderr, "%s", tiled ? "none" : "none: use a smaller batch or model");
+	fprintf(stderr, "%s%s\n", tiled ? "; tiles of tokens that fit: " : "", tiled ? tiles : "");
 	return 1;
 }
 
@@ -552,6 +555,8 @@ static int prepare(struct train_cli *c)
 		if (auto_policy_resolve(CMD, &c->o, &cfg, &autor, stdout))
 			return 1;
 	}
+	if (prefetch_auto_resolve(CMD, &c->o, &cfg, stdout))
+		return 1;
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {
 		struct train_cli shape = *c;
