@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Each Llama-family model against Hugging Face transformers itself:
 # tools/family_hf_check.py loads each checkpoint of lib.bash's
-# family_checkpoints with transformers' own model class (eager attention,
-# float64 but for what its code casts to float32).  Its mean loss over the
-# first batches must equal `ferry eval`'s within 2e-6 relative (ferry
-# computes in fp32: the difference is its rounding, about 1e-7 at these
-# sizes, and the 6 printed decimals).  Its gradient of the first batch's
-# loss must equal, tensor by tensor, the gradient ferry's first training
-# step on that batch took (--shuffle off; recovered from the AdamW step,
-# the script says how), and its norm the grad_norm ferry reports, each as
-# close as transformers' own float32 gradient is (times 4, plus 2e-6):
-# Qwen 2's first layer here is ill-conditioned enough that a correct fp32
-# gradient is 2e-5 off, where the others are 1e-6 off.  torch and
-# transformers are looked for in $FERRY_TORCH_PYTHON (a venv's python, e.g.
+# family_checkpoints (ferry's) and of tools/family_hf_make.py
+# (transformers', with what ferry's flags cannot make: head sizes other
+# than C / heads, an untied Gemma 2, config.json as transformers writes it)
+# with transformers' own model class (eager attention, float64 but for
+# what its code casts to float32).  Its mean loss over the first batches
+# must equal `ferry eval`'s within 2e-6 relative (ferry computes in fp32:
+# the difference is its rounding, about 1e-7 at these sizes, and the 6
+# printed decimals).  Its gradient of the first batch's loss must equal,
+# tensor by tensor, the gradient ferry's first training step on that batch
+# took (--shuffle off; recovered from the AdamW step, the script says how),
+# and its norm the grad_norm ferry reports, each as close as transformers'
+# own float32 gradient is (times 4, plus 2e-6): Qwen 2's first layer in
+# family_checkpoints is ill-conditioned enough that a correct fp32 gradient
+# is 2e-5 off, where the others are 1e-6 off.  torch and transformers are
+# looked for in $FERRY_TORCH_PYTHON (a venv's python, e.g.
 # /work/venv-torch/bin/python), then python3; skipped (77) where none has
 # them (pip install torch transformers safetensors).
-TOOL=$(cd "$(dirname "$0")/../.." && pwd)/tools/family_hf_check.py
+TOOLS=$(cd "$(dirname "$0")/../.." && pwd)/tools
 . "$(dirname "$0")/lib.bash"
 PY=
 for p in ${FERRY_TORCH_PYTHON:-} python3 /usr/bin/python3; do
@@ -27,6 +30,8 @@ done
 }
 make_corpus
 family_checkpoints
+"$PY" "$TOOLS/family_hf_make.py" . >made.txt 2>&1 || { fail "family_hf_make.py: $(cat made.txt)"; finish; exit; }
+mapfile -t MADE < <(cut -d: -f1 made.txt)
 ROWS=(--batch 2 --seq 16)
 # one AdamW step whose move gives its gradient back (tools/family_hf_check.py)
 LR=1e4 EPS=1
@@ -45,7 +50,7 @@ same_as_transformers() {
 		--save "$d.step" --save-dtype f32 --sample 0 --val-every 0 --threads 2 --json "$d.json" >out.txt 2>err.txt ||
 		{ fail "$d: ferry train: $(cat err.txt)"; return; }
 	norm=$(sed -n 's/.*"grad_norm": \([^,]*\),.*/\1/p' "$d.json")
-	if "$PY" "$TOOL" "$d" corpus_train_000000.bin "${ROWS[@]}" --batches 3 --ferry-step "$d.step" --lr $LR --eps $EPS \
+	if "$PY" "$TOOLS/family_hf_check.py" "$d" corpus_train_000000.bin "${ROWS[@]}" --batches 3 --ferry-step "$d.step" --lr $LR --eps $EPS \
 		--ferry-grad-norm "$norm" >hf.txt 2>&1; then
 		echo "ok: $d: gradient: $(grep -c '|g| ' hf.txt) tensors and the norm as close as transformers' fp32"
 	else
@@ -59,5 +64,5 @@ same_as_transformers() {
 	fi
 }
 
-for d in "${FAMILIES[@]}"; do same_as_transformers "$d"; done
+for d in "${FAMILIES[@]}" "${MADE[@]}"; do same_as_transformers "$d"; done
 finish
