@@ -240,6 +240,8 @@ static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weig
 
 	if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
 		layer = (size_t)(l % (grad ? ex->wr.grad_ring : ex->wr.ring)) * ex->wr.slot_numel;
+	else if (grad && ex->weights.grad_slots && ex->weights.layer_stride[w.param]) /* a gradient slot */
+		layer = (size_t)(l % ex->weights.grad_slots) * ex->weights.grad_slot_numel;
 	return layer + (size_t)w.block * view;
 }
 
@@ -627,6 +629,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
 			ferry_weight_ring_start_grads(&ex->wr, p, l, grads_from_host);
+		if (ex->hook.before_layer)
+			ex->hook.before_layer(ex->hook.ctx, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);

@@ -294,7 +294,7 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	    (st = ferry_host_alloc(be, sizeof(double), (void **)&t->host_loss)))
 		goto fail;
 	{
-		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, t->offload ? &t->rings : NULL };
+		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, t->offload ? &t->rings : NULL, 0, 0 };
 
 		int compute = ferry_sched_stream(&t->res, "compute");
 

@@ -56,7 +56,8 @@ static void update_piece(ferry_model_t m, struct ferry_program *p, int q, const 
 	c.param_copy = at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
 	c.out[0] = at(entry(m, ix->mom_slice), (a - lo) * sizeof(float));
 	c.out[1] = at(entry(m, ix->var_slice), (a - lo) * sizeof(float));
-	c.in[0] = at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
+	c.in[0] = ix->grad_slice >= 0 ? at(entry(m, ix->grad_slice), (a - lo) * sizeof(float)) /* ZeRO-2 */
+				      : at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
 	c.n = (long)(b - a);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	snprintf(label, sizeof(label), "adamw %.40s (slice)", pi->name);

@@ -11,6 +11,7 @@
 #include "plan/tensor_table.h"
 #include "backend/run_op.h"
 #include "optim/cpu_adamw.h"
+#include "ops/cpu/kernels.h"
 #include "core/error.h"
 #include "ferry/tier.h"
 #include "ferry/platform.h"
@@ -395,6 +396,58 @@ static int add_rollback(struct ferry_tensor_table *tt)
 	return buf;
 }
 
+/* Elements per rank of a split over N ranks: n / N rounded up; with the
+ * gradients split, rounded up to whole blocks of the gradient norm's sum
+ * (each rank then sums whole blocks: the norm keeps its bits). */
+static size_t shard_numel(const struct ferry_tensor_table *tt)
+{
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, n = tt->n_params;
+	const size_t per = (size_t)ferry_cpu_sum_block((long)n), blocks = (n + per - 1) / per;
+
+	if (!ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		return (n + N - 1) / N;
+	return (blocks + N - 1) / N * per;
+}
+
+/* ZeRO-2's gradients: this rank's slice, one layer's whole in each of
+ * two slots (as the weight ring's gradient slots), the unstacked
+ * parameters' whole. */
+static int add_grad_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	ix->shard_numel = shard_numel(tt);
+	ix->grads_buffer = add_buffer(tt, "grads (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD);
+	r = ix->grad_slice = add_entry(tt, ix->grads_buffer, "grads (this rank's slice)", FERRY_TK_GRAD, -1, FERRY_F32,
+				       ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	for (int p = 0; p < tt->md->n_params && r >= 0; p++) {
+		struct ferry_param_info pi;
+
+		ix->grad[p] = -1;
+		if (ferry_model_param_info(&tt->cfg, p, &pi))
+			return -1;
+		if (!pi.present || !pi.layers)
+			continue;
+		ix->grad_slot_off[p] = ix->grad_slot_numel;
+		ix->grad_slot_numel += align64(pi.layer_numel);
+	}
+	ix->grad_slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	if (r >= 0)
+		r = ix->grad_ring = add_single(tt, "gradient slots", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+					       FERRY_F32, (size_t)ix->grad_slots * ix->grad_slot_numel * sizeof(float),
+					       FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		tt->e[ix->grad_ring].group = FERRY_GROUP_LAYER_WEIGHTS;
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
+							   FERRY_GROUP_EDGE_WEIGHTS);
+	if (r >= 0)
+		tt->e[ix->grad_slice].group = FERRY_GROUP_ADAM;
+	return r;
+}
+
 /* adam=device:shard(N): a slice of each moment, and the parameter array
  * and its compute copy padded to N slices (the update's all-gather writes
  * every slice). */
@@ -402,7 +455,7 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 {
 	static const char *const names[2] = { "adamw m (this rank's slice)", "adamw v (this rank's slice)" };
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
 	int *buf[2] = { &ix->mom_buffer, &ix->var_buffer }, *slice[2] = { &ix->mom_slice, &ix->var_slice }, r = 0;
 
 	ix->shard_numel = S;
@@ -450,6 +503,9 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = -1;
+	tt->ix.grad_slots = 0;
+	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;
 	tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
@@ -460,7 +516,9 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param,
 						   FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		r = add_grad_slices(tt);
+	else if (r >= 0)
 		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad, BY_STACKING);
 	if (r >= 0 && !shard)
