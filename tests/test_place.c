@@ -51,6 +51,8 @@ static void test_syntax(void)
 		"activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(3,grads),activations=nothing_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=device:shard(2,params),activations=everything_saveable,"
+		"activations.prefetch=2",
 		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
 		"activations.host=nvme,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
@@ -63,7 +65,7 @@ static void test_syntax(void)
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
 		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
 		"adam=device:shard(1,grads)", "adam=device:shard(2,grad)", "adam=device:shard(2,grads",
-		"adam=device:shard(,grads)",
+		"adam=device:shard(,grads)", "adam=device:shard(2,param)", "adam=device:shard(2,grads,params)",
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
 		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
 		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
@@ -334,6 +336,21 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 	for (int i = 0; i < tt.n; i++)
 		check_entry(arch, &tt, i);
 	ferry_tensor_table_release(&tt);
+	/* and the parameters (ZeRO-3): a slice, two slots gathered, the unstacked whole; fp32 only */
+	o.place = "adam=device:shard(3,params)";
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: parameters split: %s", arch, ferry_last_error());
+		return;
+	}
+	CHECK(tt.ix.shard_numel == S && tt.buffers[tt.ix.params_buffer].bytes == S * 4 && tt.ix.param[0] < 0 &&
+	      tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * 4 &&
+	      tt.buffers[tt.ix.copy_buffer].bytes == unstacked * 4,
+	      "%s: a slice of the parameters, two gathered slots, the unstacked whole", arch);
+	for (int i = 0; i < tt.n; i++)
+		check_entry(arch, &tt, i);
+	ferry_tensor_table_release(&tt);
+	o.act_dtype = FERRY_BF16;
+	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED, "%s: ZeRO-3 in bf16: not yet", arch);
 }
 
 /* adam=device:shard(3): this rank's slice of each moment, the parameter

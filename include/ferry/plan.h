@@ -193,7 +193,8 @@ struct ferry_exec_opts {
 				   host_tiers places when it is made from them */
 	int zero;               /* --zero: 1 splits AdamW's moments over the
 				   ranks (ZeRO-1, adam=device:shard(N)), 2 the
-				   gradients too (ZeRO-2, shard(N,grads)); 0 none */
+				   gradients too (ZeRO-2, shard(N,grads)), 3 the
+				   parameters too (ZeRO-3, shard(N,params)); 0 none */
 	int zero_ranks;         /* ... over this many (0: comm's ranks) */
 	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
 				   weight gradients are averaged over these ranks

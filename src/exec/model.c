@@ -117,7 +117,7 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 				pi.name, entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
 				entry(m, ix->grad[q]), at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
 				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
-				r->per_stage && read_later(tr, k, q) };
+				r->per_stage && read_later(tr, k, q), 0 };
 			if (tr->grad_slots)
 				r->grad_slot0 = entry(m, tr->g[k][q]);
 		}
@@ -304,6 +304,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_param_streams(m);
 	if (m->comm || m->tt.ix.shard_numel) /* (a dry build of a split optimizer: its gather) */
 		ferry_dp_add_streams(m);
+	if (m->tt.ix.param_slice >= 0)
+		ferry_zero_params_bind(m);
 	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
 	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
@@ -560,6 +562,8 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
+	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: this rank's slice */
+		return ferry_zero_set_params(m, params);
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
 	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
@@ -569,6 +573,8 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
+	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
+		return ferry_zero_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
@@ -832,6 +838,11 @@ void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
 	out->limit = m->tt.pinned_limit;
 	out->over_limit = m->tt.over_pinned_limit;
 	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
+}
+
+bool ferry_model_collective_forward(ferry_model_t m)
+{
+	return m->comm && m->tt.ix.param_slice >= 0;
 }
 
 bool ferry_model_speculative(ferry_model_t m)

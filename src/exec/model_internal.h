@@ -124,6 +124,7 @@ struct ferry_model {
 	int zero_slot_in[2], zero_edges_in; /* "gathered back" (adding) */
 	bool emit_adding;             /* while a backward adding to the last is emitted */
 	double *norm_parts;
+	struct ferry_ring_gather zero_gather; /* ZeRO-3: the layers' ring's loads */
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
@@ -166,6 +167,15 @@ void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program
  * gathered back whole first. */
 void ferry_zero_grads_adding_start(struct ferry_model *m, struct ferry_program *p);
 void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p);
+
+/* ZeRO-3 (zero_params.c, adam=device:shard(N,params)): the layers' weight
+ * ring loaded by all-gathers (after the comm stream exists); the
+ * unstacked parameters gathered whole after an update; the parameters to
+ * and from whole arrays (zero.c; reading them is a collective). */
+void ferry_zero_params_bind(struct ferry_model *m);
+void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_program *p);
+ferry_status ferry_zero_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
+ferry_status ferry_zero_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 
 /* n bytes of table buffer b to or from host memory (model.c). */
 ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;

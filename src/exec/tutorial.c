@@ -260,7 +260,7 @@ static ferry_status alloc_offloaded(ferry_tutorial_t t, const struct ferry_exec_
 		t->grad_base[p] = (float *)ferry_buffer_ptr(t->gring) + p * layer;
 		t->stride[p] = layer;
 		*w = (struct ferry_weight_stream){ p == W1 ? "w1" : "w2", t->master[p], t->host_grads + p * t->wfloats,
-						   t->base[p], t->grad_base[p], layer, 0, false };
+						   t->base[p], t->grad_base[p], layer, 0, false, 0 };
 	}
 	return FERRY_OK;
 }

@@ -65,13 +65,13 @@ void ferry_zero_grads_add_events(struct ferry_model *m)
 
 /* Parameter q's gradient elements [off, off + n) of the array, whole at
  * `whole` on every rank, into the ranks' slices (or back: gather). */
-static void move(struct ferry_model *m, struct ferry_program *p, int q, float *whole, size_t off, size_t n,
-		 int layer, bool gather)
+static void move(struct ferry_model *m, struct ferry_program *p, const struct ferry_param_info *pi, float *whole,
+		 size_t off, size_t n, int layer, bool gather)
 {
 	float *slice = entry(m, m->tt.ix.grad_slice);
 	char label[56];
 
-	snprintf(label, sizeof(label), "%s grad: %.40s", gather ? "gather" : "scatter", m->tt.e[m->tt.ix.param[q]].name);
+	snprintf(label, sizeof(label), "%s grad: %.40s", gather ? "gather" : "scatter", pi->name);
 	if (gather)
 		ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, slice, off, n, m->tt.ix.shard_numel,
 					     &m->comm_status, layer, label);
@@ -86,8 +86,8 @@ static void move_layer(struct ferry_model *m, struct ferry_program *p, int l, bo
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 
-		if (m->tt.ix.param[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.layers)
-			move(m, p, q, at(slot_of(m, l), m->tt.ix.grad_slot_off[q] * sizeof(float)),
+		if (ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.present && pi.layers)
+			move(m, p, &pi, at(slot_of(m, l), m->tt.ix.grad_slot_off[q] * sizeof(float)),
 			     pi.offset + (size_t)l * pi.layer_numel, pi.layer_numel, l, gather);
 	}
 }
@@ -99,7 +99,7 @@ static void move_unstacked(struct ferry_model *m, struct ferry_program *p, bool 
 		struct ferry_param_info pi;
 
 		if (m->tt.ix.dev_grad[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
-			move(m, p, q, entry(m, m->tt.ix.dev_grad[q]), pi.offset, pi.numel, -1, gather);
+			move(m, p, &pi, entry(m, m->tt.ix.dev_grad[q]), pi.offset, pi.numel, -1, gather);
 	}
 }
 

@@ -120,6 +120,12 @@ struct ferry_table_index {
 	 * whole in dev_grad[q] (-1, 0: not split) */
 	int grad_slice, grad_ring, grad_slots;
 	size_t grad_slot_numel, grad_slot_off[FERRY_MODEL_MAX_PARAMS];
+	/* adam=device:shard(N,params) (ZeRO-3): no param[q]; this rank's
+	 * slice of the parameter array (entry param_slice, in params_buffer),
+	 * the stacked parameters one layer at a time in the slots of
+	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
+	 * unstacked ones whole in copy[q] (-1: not split) */
+	int param_slice;
 };
 
 struct ferry_tensor_table {

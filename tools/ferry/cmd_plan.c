@@ -229,7 +229,7 @@ int cmd_plan(int argc, char **argv)
 		rc = 2;
 	if (rc < 0 && a.o.exec.zero && !a.o.exec.zero_ranks) /* a plan has no ranks */
 		fprintf(stderr, "ferry plan: note: --zero %d splits over a run's ranks; --place 'adam=device:shard(N%s)' "
-				"plans one rank of N\n", a.o.exec.zero, a.o.exec.zero == 2 ? ",grads" : "");
+				"plans one rank of N\n", a.o.exec.zero, a.o.exec.zero == 3 ? ",params" : a.o.exec.zero == 2 ? ",grads" : "");
 	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
