@@ -13,6 +13,8 @@
  * prologue and the epilogue, each its own parameters, in one slot that
  * their gradients share).  These emitters are the rule; the callers say
  * when each unit moves (engine.c for the layers, build.c for the stages).
+ * With ZeRO-3 the layers' ring loads by all-gathering the ranks' slices of
+ * the parameters instead (struct ferry_ring_gather, zero_params.c).
  */
 #ifndef FERRY_EXEC_WEIGHT_RING_H
 #define FERRY_EXEC_WEIGHT_RING_H

@@ -173,7 +173,8 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
-				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, shard(N,params): and the parameters); host(TIER) or host(KIND=TIER,...) "
+				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
+				   "shard(N,params): and the parameters); host(TIER) or host(KIND=TIER,...) "
 				   "names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
