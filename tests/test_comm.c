@@ -89,6 +89,40 @@ static void check_scatter_gather(ferry_comm_t c, int per)
 	free(all);
 }
 
+/* Uneven slices: rank r holds r + 1 elements of the whole (rank 0 also
+ * none at all in a second round); reduce-scatter (averaged) then
+ * all-gather, in place, gives every rank the whole average. */
+static void check_uneven(ferry_comm_t c, bool empty0)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c), bad = 0;
+	size_t *counts = TALLOC(size_t, N), total = 0, mine = 0;
+
+	for (int k = 0; k < N; k++) {
+		counts[k] = empty0 && k == 0 ? 0 : (size_t)k + 1;
+		mine = k < r ? mine + counts[k] : mine; /* where this rank's starts */
+		total += counts[k];
+	}
+	float *send = TALLOC(float, total), *all = TALLOC(float, total);
+
+	for (size_t i = 0; i < total; i++)
+		send[i] = part(r, i);
+	memset(all, 0, sizeof(float) * total);
+	CHECK(ferry_comm_reduce_scatter_v(c, send, counts[r] ? all + mine : NULL, counts, FERRY_COMM_F32, FERRY_COMM_AVG,
+					  NULL) == FERRY_OK, "%s", ferry_last_error());
+	for (size_t i = mine; i < mine + counts[r]; i++)
+		bad += all[i] != (float)((double)(i + 1) * (N + 1) / 2);
+	CHECK(!bad, "rank %d's uneven slice of the average: %d wrong", r, bad);
+	CHECK(ferry_comm_all_gather_v(c, counts[r] ? all + mine : NULL, all, counts, FERRY_COMM_F32, NULL) == FERRY_OK,
+	      "%s", ferry_last_error());
+	bad = 0;
+	for (size_t i = 0; i < total; i++)
+		bad += all[i] != (float)((double)(i + 1) * (N + 1) / 2);
+	CHECK(!bad, "uneven all-gather in place: %d wrong", bad);
+	free(send);
+	free(all);
+	free(counts);
+}
+
 static void check_broadcast(ferry_comm_t c)
 {
 	int N = ferry_comm_size(c), root = N - 1;
@@ -216,6 +250,8 @@ int main(void)
 	check_all_reduce(c, 100000);
 	check_max_and_ints(c);
 	check_scatter_gather(c, 7);
+	check_uneven(c, false);
+	check_uneven(c, true);
 	check_broadcast(c);
 	check_agree(c);
 	check_threads(c);

@@ -97,10 +97,22 @@ ferry_status ferry_comm_all_reduce(ferry_comm_t c, void *buf, size_t count, enum
 ferry_status ferry_comm_reduce_scatter(ferry_comm_t c, const void *send, void *recv, size_t count,
 				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
 	FERRY_MUST_CHECK;
+/* Uneven slices: recv[0..counts[rank]) = the op over every rank's
+ * send[displ .. displ + counts[rank]), displ the sum of counts[0..rank)
+ * (send holds the sum of counts elements; recv may be NULL where this
+ * rank's count is 0). */
+ferry_status ferry_comm_reduce_scatter_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+	FERRY_MUST_CHECK;
 /* recv[r*count .. (r+1)*count) on every rank = rank r's send[0..count);
  * in place when send is recv + rank*count. */
 ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream) FERRY_MUST_CHECK;
+/* Uneven slices: recv[displ(r) .. displ(r) + counts[r]) on every rank =
+ * rank r's send[0..counts[r]), displ(r) the sum of counts[0..r); in
+ * place when send is recv + displ(rank). */
+ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream) FERRY_MUST_CHECK;
 /* buf[0..count) on every rank = root's. */
 ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream) FERRY_MUST_CHECK;

@@ -168,9 +168,15 @@ int ferry_model_max_seq_len(ferry_model_t m);
 ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_CHECK;
 
 /* Copies between host arrays (n_params floats, declaration order) and the
- * device. */
+ * device.  With the parameters split over the ranks (--zero 3) each rank
+ * keeps its slice of them, and reading them back is a collective (every
+ * rank calls it). */
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+/* Whether every forward is a collective: the parameters are split over
+ * several ranks (--zero 3) and gathered as it goes, so every rank runs
+ * each forward (and a rank alone, a sample say, cannot). */
+bool ferry_model_collective_forward(ferry_model_t m);
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads) FERRY_MUST_CHECK;
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 	FERRY_MUST_CHECK;

@@ -27,6 +27,10 @@
  *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
  *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
  *                                      keeps and updates its 1/N of the moments
+ *        | device:shard(N,grads)       and of the gradients, each layer's
+ *                                      reduce-scattered after its backward (ZeRO-2)
+ *        | device:shard(N,params)      and of the parameters, each layer's
+ *                                      all-gathered ahead of use (ZeRO-3)
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
@@ -52,6 +56,7 @@
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
  * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N),
+ * --zero 2 adam=device:shard(N,grads), --zero 3 adam=device:shard(N,params),
  * --policy activations=, --prefetch-depth activations.prefetch=,
  * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
  * --host-tier KIND=TIER the tiers (activations activations.host, the
@@ -108,6 +113,15 @@ struct ferry_place {
 				     holding elements [r*S, (r+1)*S) of the
 				     parameter array's moments, S = n / shard
 				     rounded up (ZeRO-1, --zero 1); 0: whole */
+	bool shard_grads;         /* adam split: the gradients too, each rank
+				     keeping its slice of them (ZeRO-2,
+				     --zero 2: shard(N,grads); S then rounded
+				     up to whole blocks of the gradient norm's
+				     sum, src/exec/zero_grads.c) */
+	bool shard_params;        /* and the parameters (ZeRO-3, --zero 3:
+				     shard(N,params)): each layer's all-gathered
+				     into a ring of device slots ahead of use,
+				     src/exec/zero_params.c */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,

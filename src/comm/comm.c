@@ -228,6 +228,42 @@ ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv,
 	return st || !count ? st : WATCHED(c, "all-gather", c->iface->all_gather(c, send, recv, count, t, stream));
 }
 
+/* The elements of every rank's slice together. */
+static size_t total_count(const struct ferry_comm *c, const size_t *counts)
+{
+	size_t n = 0;
+
+	for (int r = 0; r < c->size; r++)
+		n += counts[r];
+	return n;
+}
+
+ferry_status ferry_comm_reduce_scatter_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	ferry_status st = check(c, send, t, "reduce-scatter");
+
+	if (!st && !counts)
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL counts");
+	if (!st && !recv && counts[c->rank])
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL buffer");
+	if (!st && op == FERRY_COMM_AVG && t != FERRY_COMM_F32 && t != FERRY_COMM_F64)
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: an average of integers");
+	return st || !total_count(c, counts) ? st : c->iface->reduce_scatter_v(c, send, recv, counts, t, op, stream);
+}
+
+ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream)
+{
+	ferry_status st = check(c, recv, t, "all-gather");
+
+	if (!st && !counts)
+		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL counts");
+	if (!st && !send && counts[c->rank])
+		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL buffer");
+	return st || !total_count(c, counts) ? st : c->iface->all_gather_v(c, send, recv, counts, t, stream);
+}
+
 ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream)
 {

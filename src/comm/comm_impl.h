@@ -22,6 +22,11 @@ struct ferry_comm_iface {
 				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream);
 	ferry_status (*all_gather)(struct ferry_comm *c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream);
+	/* uneven slices (counts: one per rank) */
+	ferry_status (*reduce_scatter_v)(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream);
+	ferry_status (*all_gather_v)(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream);
 	ferry_status (*broadcast)(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream);
 	ferry_status (*barrier)(struct ferry_comm *c);

@@ -135,6 +135,58 @@ static ferry_status mpi_all_gather(struct ferry_comm *c, const void *send, void 
 				    mpi_type(t), comm_of(c)), "all-gather");
 }
 
+/* counts as MPI's ints and their displacements (2 * size ints, freed by
+ * the caller). */
+static ferry_status mpi_counts(const struct ferry_comm *c, const size_t *counts, const char *what, int **out)
+{
+	int *n = ferry_calloc(2 * (size_t)c->size, sizeof(int));
+	size_t displ = 0;
+
+	*out = n;
+	if (!n)
+		return ferry_error(FERRY_ERR_NOMEM, "MPI %s: out of host memory", what);
+	for (int r = 0; r < c->size; r++) {
+		if (counts[r] > INT_MAX || displ > INT_MAX)
+			return too_many(counts[r] > INT_MAX ? counts[r] : displ, what);
+		n[r] = (int)counts[r];
+		n[c->size + r] = (int)displ;
+		displ += counts[r];
+	}
+	return FERRY_OK;
+}
+
+static ferry_status mpi_reduce_scatter_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	int *n;
+	ferry_status st = mpi_counts(c, counts, "reduce-scatter", &n);
+
+	(void)stream;
+	if (!st)
+		st = failed(MPI_Reduce_scatter(send, recv, n, mpi_type(t), mpi_op(op), comm_of(c)), "reduce-scatter");
+	if (!st && op == FERRY_COMM_AVG && c->size > 1) /* as the all-reduce averages */
+		divide(recv, counts[c->rank], t, c->size);
+	ferry_free(n);
+	return st;
+}
+
+static ferry_status mpi_all_gather_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream)
+{
+	int *n;
+	ferry_status st = mpi_counts(c, counts, "all-gather", &n);
+
+	(void)stream;
+	if (!st) {
+		const void *in_place = (const char *)recv + (size_t)n[c->size + c->rank] * ferry_comm_dtype_size(t);
+
+		st = failed(MPI_Allgatherv(send == in_place ? MPI_IN_PLACE : send, n[c->rank], mpi_type(t), recv, n,
+					   n + c->size, mpi_type(t), comm_of(c)), "all-gather");
+	}
+	ferry_free(n);
+	return st;
+}
+
 static ferry_status mpi_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream)
 {
@@ -250,6 +302,8 @@ static const struct ferry_comm_iface mpi_iface = {
 	.all_reduce = mpi_all_reduce,
 	.reduce_scatter = mpi_reduce_scatter,
 	.all_gather = mpi_all_gather,
+	.reduce_scatter_v = mpi_reduce_scatter_v,
+	.all_gather_v = mpi_all_gather_v,
 	.broadcast = mpi_broadcast,
 	.barrier = mpi_barrier,
 	.dup = mpi_dup,

@@ -117,7 +117,8 @@ static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sche
 	ex->wr.per_stage = false;
 	ex->wr.names = &layer_ring_names;
 	ex->wr.compute = ex->compute;
-	ex->wr.h2d = ex->h2d;
+	if (!ex->wr.gather) /* a gathered ring loads on the caller's comm stream */
+		ex->wr.h2d = ex->h2d;
 	ex->wr.d2h = ex->d2h;
 	ferry_weight_ring_register(&ex->wr, res);
 }
@@ -242,7 +243,9 @@ static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weig
 {
 	size_t layer = (size_t)l * ex->weights.layer_stride[w.param];
 
-	if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
+	if (grad && ex->weights.grad_slots && ex->weights.layer_stride[w.param]) /* a gradient slot */
+		layer = (size_t)(l % ex->weights.grad_slots) * ex->weights.grad_slot_numel;
+	else if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
 		layer = (size_t)(l % (grad ? ex->wr.grad_ring : ex->wr.ring)) * ex->wr.slot_numel;
 	return layer + (size_t)w.block * view;
 }
@@ -632,6 +635,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
 			ferry_weight_ring_start_grads(&ex->wr, p, l, grads_from_host);
+		if (ex->hook.before_layer)
+			ex->hook.before_layer(ex->hook.ctx, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);

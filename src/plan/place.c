@@ -135,6 +135,23 @@ static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum f
 	return FERRY_OK;
 }
 
+/* "device:shard(N,grads)" or "device:shard(N,params)": N into *ranks. */
+static bool grads_shard(const char *v, int *ranks)
+{
+	static const char head[] = "device:shard(";
+	char *end;
+	long n;
+
+	if (strncmp(v, head, sizeof(head) - 1))
+		return false;
+	n = strtol(v + sizeof(head) - 1, &end, 10);
+	if (end == v + sizeof(head) - 1 || (strcmp(end, ",grads)") && strcmp(end, ",params)")) || n < 1 ||
+	    n > MAX_SHARDS)
+		return false;
+	*ranks = (int)n;
+	return true;
+}
+
 static ferry_status adam_value(const char *v, struct ferry_place *out)
 {
 	const char *tiers = !strncmp(v, "host(", 5) ? v + 5 : NULL, *close = tiers ? strchr(tiers, ')') : NULL;
@@ -142,9 +159,11 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	struct ferry_place pl = { 0 };
 	int ranks = 0;
 
-	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1) {
+	if ((word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) || grads_shard(v, &ranks)) && ranks > 1) {
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 		pl.shard = ranks;
+		pl.shard_params = strstr(v, ",params)") != NULL;
+		pl.shard_grads = pl.shard_params || strstr(v, ",grads)") != NULL;
 	} else if (!strcmp(v, "device"))
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 	else if (!strcmp(how, ":stream"))
@@ -154,7 +173,8 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
-				   "device:shard(N) (split over N ranks, 2 or more); host(TIER) or host(KIND=TIER,...) "
+				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
+				   "shard(N,params): and the parameters); host(TIER) or host(KIND=TIER,...) "
 				   "names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
@@ -379,8 +399,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
 	if (adam->shard > 1 && adam->home != FERRY_HOME_DEVICE)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 1 (adam=device:shard(N)) splits AdamW's state on the "
-				   "device: with --offload-optimizer or --offload-params (adam on the host), not yet");
+		return ferry_error(FERRY_ERR_INVALID, "--zero %s) splits AdamW's state on the "
+				   "device: with --offload-optimizer or --offload-params (adam on the host), not yet",
+				   adam->shard_params ? "3 (adam=device:shard(N,params)" : adam->shard_grads ?
+				   "2 (adam=device:shard(N,grads)" : "1 (adam=device:shard(N)");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
@@ -440,7 +462,7 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 	char home[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16)];
 
 	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
-		snprintf(buf, n, "device:shard(%d)", pl->shard);
+		snprintf(buf, n, "device:shard(%d%s)", pl->shard, pl->shard_params ? ",params" : pl->shard_grads ? ",grads" : "");
 		return;
 	}
 	if (pl->home == FERRY_HOME_DEVICE) {
@@ -587,11 +609,13 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 	if (o->optimizer != FERRY_OPTIM_DEVICE)
 		(void)adam_value(o->optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p->group[FERRY_GROUP_ADAM]);
 	p->group[FERRY_GROUP_ADAM].speculative = o->clip_order == FERRY_CLIP_SPECULATIVE;
-	if (o->zero < 0 || o->zero > 1)
-		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0 or 1 (stages 2 and 3: not yet)", o->zero);
-	if (o->zero == 1) /* over the ranks asked for, else the run's */
+	if (o->zero < 0 || o->zero > 3)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0, 1, 2 or 3", o->zero);
+	if (o->zero >= 1) /* over the ranks asked for, else the run's */
 		p->group[FERRY_GROUP_ADAM].shard = o->zero_ranks > 1 ? o->zero_ranks
 						   : o->comm && ferry_comm_size(o->comm) > 1 ? ferry_comm_size(o->comm) : 0;
+	p->group[FERRY_GROUP_ADAM].shard_grads = o->zero >= 2 && p->group[FERRY_GROUP_ADAM].shard > 1;
+	p->group[FERRY_GROUP_ADAM].shard_params = o->zero == 3 && p->group[FERRY_GROUP_ADAM].shard > 1;
 	if (o->offload_params)
 		p->group[FERRY_GROUP_LAYER_WEIGHTS] = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
 							       o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false);
@@ -630,7 +654,8 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 
 	o->optimizer = ferry_places_optimizer(p);
 	o->clip_order = p->group[FERRY_GROUP_ADAM].speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
-	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1;
+	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1 ? 1 + p->group[FERRY_GROUP_ADAM].shard_grads +
+							     p->group[FERRY_GROUP_ADAM].shard_params : 0;
 	o->zero_ranks = o->zero ? p->group[FERRY_GROUP_ADAM].shard : 0;
 	o->offload_params = lw->access == FERRY_ACCESS_STREAM;
 	o->param_prefetch = o->offload_params && lw->depth != 1 ? lw->depth : 0;

@@ -11,6 +11,7 @@
 #include "plan/tensor_table.h"
 #include "backend/run_op.h"
 #include "optim/cpu_adamw.h"
+#include "ops/cpu/kernels.h"
 #include "core/error.h"
 #include "ferry/tier.h"
 #include "ferry/platform.h"
@@ -395,6 +396,95 @@ static int add_rollback(struct ferry_tensor_table *tt)
 	return buf;
 }
 
+/* Elements per rank of a split over N ranks: n / N rounded up; with the
+ * gradients split, rounded up to whole blocks of the gradient norm's sum
+ * (each rank then sums whole blocks: the norm keeps its bits). */
+static size_t shard_numel(const struct ferry_tensor_table *tt)
+{
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, n = tt->n_params;
+	const size_t per = (size_t)ferry_cpu_sum_block((long)n), blocks = (n + per - 1) / per;
+
+	if (!ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		return (n + N - 1) / N;
+	return (blocks + N - 1) / N * per;
+}
+
+/* ZeRO-2's gradients: this rank's slice, one layer's whole in each of
+ * two slots (as the weight ring's gradient slots), the unstacked
+ * parameters' whole. */
+static int add_grad_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	ix->shard_numel = shard_numel(tt);
+	ix->grads_buffer = add_buffer(tt, "grads (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD);
+	r = ix->grad_slice = add_entry(tt, ix->grads_buffer, "grads (this rank's slice)", FERRY_TK_GRAD, -1, FERRY_F32,
+				       ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	for (int p = 0; p < tt->md->n_params && r >= 0; p++) {
+		struct ferry_param_info pi;
+
+		ix->grad[p] = -1;
+		if (ferry_model_param_info(&tt->cfg, p, &pi))
+			return -1;
+		if (!pi.present || !pi.layers)
+			continue;
+		ix->grad_slot_off[p] = ix->grad_slot_numel;
+		ix->grad_slot_numel += align64(pi.layer_numel);
+	}
+	ix->grad_slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	if (r >= 0)
+		r = ix->grad_ring = add_single(tt, "gradient slots", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+					       FERRY_F32, (size_t)ix->grad_slots * ix->grad_slot_numel * sizeof(float),
+					       FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		tt->e[ix->grad_ring].group = FERRY_GROUP_LAYER_WEIGHTS;
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
+							   FERRY_GROUP_EDGE_WEIGHTS);
+	if (r >= 0)
+		tt->e[ix->grad_slice].group = FERRY_GROUP_ADAM;
+	return r;
+}
+
+/* ZeRO-3's parameters: this rank's slice, the unstacked ones whole (the
+ * kernels' copy), the stacked ones gathered into the slots of a ring,
+ * laid out as the gradient slots (add_grad_slices first). */
+static int add_param_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	int w;
+
+	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED,
+				       FERRY_TK_WEIGHT);
+	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", FERRY_TK_WEIGHT, -1, FERRY_F32,
+				    ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	if (ix->param_slice < 0)
+		return ix->param_slice;
+	tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+					   FERRY_TK_WEIGHT_COPY, FERRY_F32, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
+	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	r->n_layouts = 1;
+	r->slot_numel = ix->grad_slot_numel;
+	r->buffer = tt->n_buffers;
+	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, FERRY_F32,
+		       (size_t)r->slots * r->slot_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	if (ix->copy_buffer < 0 || w < 0)
+		return ix->copy_buffer < 0 ? ix->copy_buffer : w;
+	tt->e[w].group = FERRY_GROUP_LAYER_WEIGHTS;
+	for (int p = 0; p < tt->md->n_params; p++) {
+		ix->param[p] = -1;
+		if (ferry_param_present(tt->md, &tt->cfg, p) && ix->copy[p] < 0) { /* stacked */
+			r->off[p] = ix->grad_slot_off[p];
+			r->w[0][p] = w;
+		}
+	}
+	return w;
+}
+
 /* adam=device:shard(N): a slice of each moment, and the parameter array
  * and its compute copy padded to N slices (the update's all-gather writes
  * every slice). */
@@ -402,7 +492,7 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 {
 	static const char *const names[2] = { "adamw m (this rank's slice)", "adamw v (this rank's slice)" };
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
 	int *buf[2] = { &ix->mom_buffer, &ix->var_buffer }, *slice[2] = { &ix->mom_slice, &ix->var_slice }, r = 0;
 
 	ix->shard_numel = S;
@@ -413,10 +503,10 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 		r = *slice[i] = add_entry(tt, *buf[i], names[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, S * sizeof(float),
 					  FERRY_PLACE_DEVICE);
 	}
-	if (r >= 0 && S * N > tt->n_params)
+	if (r >= 0 && S * N > tt->n_params && ix->param_slice < 0)
 		r = add_entry(tt, ix->params_buffer, "params: padding to whole slices", FERRY_TK_WEIGHT, -1, FERRY_F32,
 			      (S * N - tt->n_params) * sizeof(float), FERRY_PLACE_DEVICE);
-	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params)
+	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params && ix->param_slice < 0)
 		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
 			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype),
 			      FERRY_PLACE_DEVICE);
@@ -450,6 +540,9 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = -1;
+	tt->ix.grad_slots = 0;
+	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;
 	tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
@@ -457,10 +550,17 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	rings_off(&tt->ix);
 	if (ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS))
 		return add_offloaded_params(tt);
+	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) { /* ZeRO-3 */
+		r = add_grad_slices(tt);
+		r = r >= 0 ? add_param_slices(tt) : r;
+		return r >= 0 ? add_adam_shard(tt) : r;
+	}
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param,
 						   FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		r = add_grad_slices(tt);
+	else if (r >= 0)
 		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad, BY_STACKING);
 	if (r >= 0 && !shard)
@@ -888,6 +988,9 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
+	if (tt->place.group[FERRY_GROUP_ADAM].shard_params && tt->act_dtype != FERRY_F32)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=device:shard(N,params)) gathers fp32 "
+				   "parameters: with %s compute weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

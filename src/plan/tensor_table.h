@@ -112,6 +112,20 @@ struct ferry_table_index {
 	 * to N slices (0: not split) */
 	int mom_slice, var_slice;
 	size_t shard_numel;
+	/* adam=device:shard(N,grads) (ZeRO-2): no grad[q]; this rank's slice
+	 * of the gradient array (entry grad_slice, shard_numel elements), the
+	 * stacked parameters' gradients one layer at a time in grad_slots
+	 * slots (entry grad_ring, slot s grad_slot_numel * s elements on,
+	 * parameter q at element grad_slot_off[q] of it), the unstacked ones
+	 * whole in dev_grad[q] (-1, 0: not split) */
+	int grad_slice, grad_ring, grad_slots;
+	size_t grad_slot_numel, grad_slot_off[FERRY_MODEL_MAX_PARAMS];
+	/* adam=device:shard(N,params) (ZeRO-3): no param[q]; this rank's
+	 * slice of the parameter array (entry param_slice, in params_buffer),
+	 * the stacked parameters one layer at a time in the slots of
+	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
+	 * unstacked ones whole in copy[q] (-1: not split) */
+	int param_slice;
 };
 
 struct ferry_tensor_table {

@@ -70,6 +70,36 @@ mpi_run() {
 	"${MPIRUN[@]}" -np "$n" "$@"
 }
 
+json_field() { # json_field FILE KEY: the first number after "KEY":
+	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
+}
+
+# losses_agree A.json B.json [FIRST_STEP]: loss, grad_norm and val_loss of
+# every step (from FIRST_STEP) within 1e-6 relative, same steps.
+losses_agree() {
+	awk -v first="${3:-1}" '
+		function val(line, key,   m) {
+			if (match(line, "\"" key "\": [-0-9.e+naif]+")) { m = substr(line, RSTART, RLENGTH); sub(/^[^:]*: /, "", m); return m }
+			return ""
+		}
+		FNR == NR { if (val($0, "step") + 0 >= first) a[n++] = $0; next }
+		val($0, "step") + 0 >= first { b[m++] = $0 }
+		END {
+			if (n == 0 || n != m) { print "steps: " n " vs " m; exit 1 }
+			worst = 0
+			for (i = 0; i < n; i++) for (k = 1; k <= 3; k++) {
+				key = k == 1 ? "loss" : k == 2 ? "grad_norm" : "val_loss"
+				x = val(a[i], key); y = val(b[i], key)
+				if (x == "" && y == "") continue
+				if (x == "" || y == "") { print "step " i ": " key " missing"; exit 1 }
+				d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
+				if (d > worst * s) worst = d / (s > 0 ? s : 1)
+			}
+			printf "worst relative difference %.3g\n", worst
+			exit worst > 1e-6
+		}' "$1" "$2"
+}
+
 # A Hugging Face family's placements: with SHAPE (the model's flags) and RUN
 # (data and batch), dev/ the plain run's 4 steps, each policy (POLICIES) and
 # offload mode (MODES) plans and trains to dev/'s bits.

@@ -289,7 +289,8 @@ int cmd_plan(int argc, char **argv)
 	if (rc < 0)
 		rc = setup_ranks(&a);
 	if (rc < 0 && a.o.exec.zero && !a.o.exec.zero_ranks) /* a plan has no ranks */
-		fprintf(stderr, "ferry plan: note: --zero 1 splits over a run's ranks; --ranks N plans each of N\n");
+		fprintf(stderr, "ferry plan: note: --zero %d splits over a run's ranks; --ranks N plans each of N\n",
+			a.o.exec.zero);
 	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))

@@ -909,7 +909,10 @@ static int train(struct run *run)
 	if (rc > 0)
 		return rc;
 	rc = finish_run(run, rc);
-	if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0)
+	if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0 &&
+	    ferry_model_collective_forward(ferry_trainer_model(run->tr)))
+		printf("\n(no sample: the parameters are split over the ranks, --zero 3; `ferry sample` reads a save)\n");
+	else if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0)
 		print_sample(run->tr, c);
 	if (report_close_json(&run->rep) && rc != 1) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));

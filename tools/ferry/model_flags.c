@@ -245,8 +245,12 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
-	  "of the moments, then the ranks gather the parameters",
-	  .min = 0, .max = 1, .range = "--zero %d: 0 or 1 (stages 2 and 3: not yet)" },
+	  "of the moments, then the ranks gather the parameters;\n"
+	  "2 (ZeRO-2) also keeps only its 1/N of the gradients, each\n"
+	  "layer's reduce-scattered as soon as its backward is done;\n"
+	  "3 (ZeRO-3) also keeps only its 1/N of the parameters, each\n"
+	  "layer's all-gathered one layer ahead of use",
+	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
 	  "waits for the global norm) or speculative (each layer\n"
