@@ -46,7 +46,10 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 			fprintf(f, "%s %d layers %d ahead", i ? ";" : "", p->tier_layers[i], p->tier_prefetch[i]);
 		fprintf(f, "; ring of %d slots\n", p->ring_slots);
 	}
-	if (p->param_ring_slots)
+	if (p->param_ring_slots && strstr(p->place, ",params)")) /* ZeRO-3 gathers through the ring */
+		fprintf(f, "parameters split over the ranks (ZeRO-3): each rank's slice on the device, the layers' "
+			   "weights gathered into a %d-layer ring\n", p->param_ring_slots);
+	else if (p->param_ring_slots)
 		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
 			   "ring on the device\n", p->param_ring_slots);
 	if (p->edge_bytes)

@@ -103,7 +103,7 @@ void plan_ranks_print_text(FILE *f, const struct plan_ranks *r)
 			r->host[k], ferry_format_size(r->host[k], h));
 	}
 	if (same_run(r, 0) == r->ranks)
-		fprintf(f, "every rank the same%s\n", r->zero ? ": ZeRO-1 pads the last rank's slice to the others' size"
+		fprintf(f, "every rank the same%s\n", r->zero ? ": ZeRO pads the last rank's slice to the others' size"
 							       : "");
 	print_machines(f, r);
 	fprintf(f, "not counted: each rank's staging of its batch and losses, its data loader's buffers, MPI's and "
