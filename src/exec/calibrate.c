@@ -19,8 +19,12 @@
  *  - the CPU AdamW over the model's parameter count (1 to 16 million);
  *  - with host tiers (opts->host_tiers), each CPU-less node against DRAM
  *    and the NVMe tier's file I/O (calibrate_tiers.c);
- *  - last, the in-step factor: the fastest untraced step against
- *    the cost model's prediction from all of the above (fit_in_step);
+ *  - the in-step factor: the fastest untraced step against the cost
+ *    model's prediction from all of the above (fit_in_step);
+ *  - last, on several ranks (opts->comm), the collectives the step runs,
+ *    at its sizes, every rank at once (each rank's steps above ran on
+ *    their own, beside the other ranks', as data parallel steps run
+ *    them; the collectives apart: cost/calibrate_collectives.c);
  *  - meanwhile, the share of the CPUs' time other processes took (a busy
  *    machine's calibration predicts slow steps: cost/machine_load.c).
  */
@@ -28,6 +32,7 @@
 #include "cost/calibrate_tiers.h"
 #include "cost/calibration.h"
 #include "core/error.h"
+#include "ferry/comm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -495,6 +500,45 @@ static int transfer_sizes(const struct ferry_model_config *cfg, int B, int T, co
 	return n;
 }
 
+/* One collective to measure, unless want already has it. */
+static void want_coll(struct ferry_calib_coll *want, int *n, int max, enum ferry_calib_coll_kind k, size_t bytes)
+{
+	for (int i = 0; i < *n; i++)
+		if (want[i].kind == k && want[i].bytes == bytes)
+			return;
+	if (*n < max)
+		want[(*n)++] = (struct ferry_calib_coll){ .kind = k, .bytes = bytes };
+}
+
+/* The collectives a step runs over opts->comm's ranks, each size once:
+ * its all-gathers, its all-reduces, and reduce-scatters of the same
+ * arrays (what ZeRO-2 runs instead).  From the step's programs, built dry. */
+static int step_collectives(const struct ferry_model_config *cfg, int B, int T, const struct ferry_exec_opts *opts,
+			    struct ferry_calib_coll *want, int max)
+{
+	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
+	const struct ferry_program *p;
+	ferry_model_t m;
+	int n = 0;
+
+	if (ferry_model_build(NULL, cfg, B, T, opts, &m) != FERRY_OK)
+		return 0;
+	ferry_model_step_keys(B, T, keys);
+	for (int i = 0; i < FERRY_STEP_PROGRAMS && ferry_model_program(m, &keys[i], &p) == FERRY_OK; i++)
+		for (int j = 0; j < p->n; j++) {
+			const struct ferry_task *t = &p->t[j];
+
+			if (t->kind != FERRY_TASK_COMM)
+				continue;
+			want_coll(want, &n, max, t->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE,
+				  t->bytes);
+			if (!t->comm_gather)
+				want_coll(want, &n, max, FERRY_COLL_REDUCE_SCATTER, t->bytes);
+		}
+	ferry_model_free(m);
+	return n;
+}
+
 /* What this run does not measure again, from the earlier calibration. */
 static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_calibration *base)
 {
@@ -513,6 +557,8 @@ static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_ca
 	memcpy(c->nvme_dir, base->nvme_dir, sizeof(c->nvme_dir));
 	memcpy(c->nvme_mode, base->nvme_mode, sizeof(c->nvme_mode));
 	c->copy_compute_slowdown = base->copy_compute_slowdown;
+	for (int i = 0; i < base->n_coll; i++)
+		ferry_calib_add_coll(c, &base->coll[i]);
 	return st;
 }
 
@@ -542,6 +588,20 @@ static void report(struct progress *p, const char *fmt, ...)
 	p->fn(p->ctx, what, p->part, p->parts);
 }
 
+/* The collectives of the step over opts->comm's ranks, every rank at
+ * once (after agreeing that every rank got this far). */
+static ferry_status calibrate_collectives(const struct ferry_exec_opts *opts, struct ferry_calib_coll *want, int n,
+					  int repeats, ferry_status st, struct ferry_calibration *c, struct progress *p)
+{
+	int ranks = ferry_comm_size(opts->comm);
+
+	if ((st = ferry_comm_agree(ferry_comm_host(opts->comm), st)))
+		return st;
+	report(p, "the collectives over %d ranks (%s) at the step's %d size%s", ranks, ferry_comm_engine(opts->comm),
+	       n, plural(n));
+	return ferry_calib_measure_collectives(opts->comm, want, n, repeats < 3 ? 3 : repeats, c);
+}
+
 /* Every measurement, in order; the parts as the progress reports them. */
 static ferry_status measure(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			    const struct ferry_exec_opts *opts, const struct ferry_exec_opts *o, int repeats,
@@ -549,10 +609,13 @@ static ferry_status measure(ferry_backend_t be, const struct ferry_model_config 
 {
 	size_t sizes[FERRY_CALIB_MAX_SIZES];
 	const int n_sizes = transfer_sizes(cfg, B, T, o, sizes, FERRY_CALIB_MAX_SIZES);
+	struct ferry_calib_coll want[FERRY_CALIB_MAX_COLL];
+	const bool ranks = opts->comm && ferry_comm_size(opts->comm) > 1;
+	const int n_coll = ranks ? step_collectives(cfg, B, T, opts, want, FERRY_CALIB_MAX_COLL) : 0;
 	double untraced_s = 0;
 	ferry_status st;
 
-	p->parts = 3 + (n_sizes > 0) + (opts->host_tiers != NULL);
+	p->parts = 3 + (n_sizes > 0) + (opts->host_tiers != NULL) + ranks;
 	report(p, "the model's ops: a warm-up step, then %d traced step%s, each with two untraced", repeats,
 	       plural(repeats));
 	st = calibrate_ops(be, cfg, B, T, o, repeats, c, &untraced_s);
@@ -576,6 +639,8 @@ static ferry_status measure(ferry_backend_t be, const struct ferry_model_config 
 					       repeats, c);
 	if (!st)
 		st = fit_in_step(cfg, B, T, o, untraced_s, c);
+	if (ranks) /* (also with an error: the other ranks wait for it) */
+		st = calibrate_collectives(opts, want, n_coll, repeats, st, c, p);
 	return st;
 }
 
@@ -593,6 +658,7 @@ ferry_status ferry_calibrate_progress(ferry_backend_t be, const struct ferry_mod
 
 	*out = NULL;
 	o.host_tiers = NULL;
+	o.comm = NULL; /* each rank's steps on its own (beside the others'); the collectives apart */
 	if (repeats < 1)
 		repeats = 1;
 	ferry_cpu_sample_take(&load0);

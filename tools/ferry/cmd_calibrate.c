@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
+#include "train_ranks.h"
 #include "ferry/platform.h"
 
 #include <stdio.h>
@@ -42,6 +43,15 @@ static void usage(void)
 	       "own file I/O (at most 256 MiB, the file gone from DIR as soon as it is open).\n"
 	       "Figures not measured keep an earlier calibration's, else the documented\n"
 	       "defaults; `ferry info` says which.\n"
+	       "\n"
+	       "Under mpirun (mpirun -np N ferry calibrate ..., as ferry train runs on N\n"
+	       "ranks; --threads then defaults to the cores shared by the ranks), every rank\n"
+	       "measures its steps beside the others', then the collectives the step runs\n"
+	       "over N ranks (all-reduce, reduce-scatter, all-gather) at its sizes, every\n"
+	       "rank at once; rank 0 saves them, kept per engine and number of ranks: a\n"
+	       "calibration of one process does not price N ranks' collectives (--policy\n"
+	       "auto on N ranks measures them when the cache lacks them).  It then prints\n"
+	       "the step predicted on N ranks for these flags.\n"
 	       "\n");
 	ferry_cli_model_flags_help(stdout);
 }
@@ -95,38 +105,77 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	}
 }
 
-int cmd_calibrate(int argc, char **argv)
+/* On several ranks: the step the calibration's flags give, predicted on
+ * them, so its collectives are seen priced (ferry train measures it). */
+static void print_ranks_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
+			     ferry_calibration_t c)
 {
-	struct ferry_train_opts o;
+	struct ferry_exec_opts e = o->exec;
+	struct ferry_prediction p;
+
+	e.comm = o->comm;
+	if (ferry_model_predict(cfg, o->B, o->T, &e, c, &p) != FERRY_OK) {
+		printf("no prediction on %d ranks: %s\n", ferry_comm_size(o->comm), ferry_last_error());
+		return;
+	}
+	printf("predicted step on %d ranks of %d rows (--policy %s): %.1f ms, of which the compute stream waits "
+	       "%.1f ms for collectives (%.1f ms of them on the comm stream)\n", ferry_comm_size(o->comm), o->B,
+	       o->exec.policy, p.step_s * 1e3, p.exposed_comm_s * 1e3, p.comm_s * 1e3);
+}
+
+static int calibrate(struct ferry_train_opts *o, int repeats)
+{
 	struct ferry_model_config cfg;
 	ferry_calibration_t c = NULL;
 	ferry_backend_t be;
 	char path[4200] = "";
-	int repeats, rc = parse(argc, argv, &o, &repeats);
+	int rc;
 
-	if (rc >= 0)
-		return rc;
-	ferry_set_threads(o.threads);
-	if (ferry_cli_model_flags_backend(CMD, &o, stdout) || ferry_cli_model_flags_config(CMD, &o, &cfg))
+	ferry_set_threads(o->threads);
+	if (ferry_cli_model_flags_backend(CMD, o, stdout) || ferry_cli_model_flags_config(CMD, o, &cfg))
 		return 1;
-	if (ferry_cli_model_flags_places(CMD, &o) || ferry_cli_tier_flags_setup(CMD, &o))
+	if (ferry_cli_model_flags_places(CMD, o) || ferry_cli_tier_flags_setup(CMD, o))
 		return 1;
-	if (ferry_backend_open(o.backend, &(struct ferry_backend_opts){ .device_mem = o.device_mem,
-									.threads = o.threads }, &be) != FERRY_OK) {
-		ferry_cli_tier_flags_release(&o);
+	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
+									 .threads = o->threads }, &be) != FERRY_OK) {
+		ferry_cli_tier_flags_release(o);
 		return ferry_cli_fail(CMD);
 	}
-	rc = calib_cache_calibrate(CMD, be, &cfg, &o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
+	rc = calib_cache_calibrate(CMD, be, &cfg, o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
 				   &c);
 	if (!rc) {
 		printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers,
-		       cfg.channels, o.B, o.T, ferry_backend_description(be));
-		print_tier_notes(&o, c);
+		       cfg.channels, o->B, o->T, ferry_backend_description(be));
+		print_tier_notes(o, c);
 		calib_print(stdout, c, "  ");
+		if (o->comm)
+			print_ranks_step(o, &cfg, c);
 		printf("saved to %s\n", path);
 	}
 	ferry_calibration_free(c);
 	ferry_backend_close(be);
-	ferry_cli_tier_flags_release(&o);
+	ferry_cli_tier_flags_release(o);
+	return rc;
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+	struct ferry_train_opts o;
+	struct ranks r;
+	int repeats, rc;
+
+	if (ranks_open(CMD, &r)) /* mpirun: the collectives over its ranks too */
+		return 1;
+	if ((rc = parse(argc, argv, &o, &repeats)) < 0) {
+		if (r.size > 1) {
+			o.comm = r.comm;
+			o.threads = ranks_threads(&r, o.threads);
+		}
+		/* every rank saw the same failure, or one alone (then the job ends) */
+		rc = calibrate(&o, repeats);
+		if (r.size > 1)
+			rc = ranks_agree_rc(CMD, &r, rc);
+	}
+	ranks_close(&r);
 	return rc;
 }

@@ -27,6 +27,9 @@ struct ranks {
  * output of all but rank 0.  0, or 1 after a message. */
 int ranks_open(const char *cmd, struct ranks *r);
 void ranks_close(struct ranks *r);
+/* The threads a rank runs on: `threads` when given (not 0), else the
+ * machine's cores shared by its ranks (at least 1). */
+int ranks_threads(const struct ranks *r, int threads);
 /* A failure (ferry_last_error): printed once; one this rank met alone
  * ends the job.  Returns 1 (when the job goes on: one rank). */
 int ranks_fail(const char *cmd, const struct ranks *r);
