@@ -111,14 +111,25 @@ static ferry_status call(struct ferry_comm *comm, const struct ferry_calib_coll 
 	}
 }
 
-/* The fastest of `repeats` calls after a warm-up, each after a barrier
- * (so no rank's lateness counts), the slowest rank's, into e->seconds. */
+/* Calls to time at a size: at least `repeats`, more where they are
+ * short (a call preempted on a shared machine takes milliseconds, and the
+ * fastest of a few short ones is still one of those); the same count on
+ * every rank, never from a time measured (ranks would diverge). */
+static int calls_at(size_t bytes, int repeats)
+{
+	int n = bytes < ((size_t)1 << 20) ? 30 : bytes < ((size_t)16 << 20) ? 10 : repeats;
+
+	return n > repeats ? n : repeats;
+}
+
+/* The fastest of the calls after a warm-up, each after a barrier (so no
+ * rank's lateness counts), the slowest rank's, into e->seconds. */
 static ferry_status time_one(struct ferry_comm *comm, struct ferry_calib_coll *e, char *buf, int repeats)
 {
 	double best = INFINITY;
 	ferry_status st = call(comm, e, buf);
 
-	for (int r = 0; r < repeats && !st; r++) {
+	for (int r = 0; r < calls_at(e->bytes, repeats) && !st; r++) {
 		double t0;
 
 		if ((st = ferry_comm_barrier(comm)))
@@ -159,6 +170,9 @@ ferry_status ferry_calib_measure_collectives(struct ferry_comm *comm, struct fer
 				   "are not measured yet", ferry_comm_engine(comm));
 	if (!(buf = ferry_calloc(buffer_bytes(want, n, ranks), 1)))
 		return ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory for the collectives");
+	/* the engine's first calls set up its buffers between the ranks */
+	for (int i = 0; i < 10 && !st; i++)
+		st = ferry_comm_barrier(comm);
 	for (int i = 0; i < n && !st; i++) {
 		want[i].ranks = ranks;
 		snprintf(want[i].engine, sizeof(want[i].engine), "%s", ferry_comm_engine(comm));

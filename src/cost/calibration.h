@@ -122,8 +122,8 @@ double ferry_calib_coll_seconds(const struct ferry_calibration *c, enum ferry_ca
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing);
 /* Measures want[0..n) (kind and bytes; engine, ranks and seconds are
  * filled in) over comm's ranks on host buffers, every rank at once: a
- * barrier before each call, the fastest of `repeats` after a warm-up, the
- * slowest rank's; into c.  Every rank of comm calls it with the same
+ * barrier before each call, the fastest of at least `repeats` after a
+ * warm-up (30 below 1 MiB, 10 below 16 MiB), the slowest rank's; into c.  Every rank of comm calls it with the same
  * want.  FERRY_ERR_UNSUPPORTED for an engine on device buffers. */
 ferry_status ferry_calib_measure_collectives(struct ferry_comm *comm, struct ferry_calib_coll *want, int n,
 					     int repeats, struct ferry_calibration *c) FERRY_MUST_CHECK;

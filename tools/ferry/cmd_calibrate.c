@@ -50,8 +50,10 @@ static void usage(void)
 	       "over N ranks (all-reduce, reduce-scatter, all-gather) at its sizes, every\n"
 	       "rank at once; rank 0 saves them, kept per engine and number of ranks: a\n"
 	       "calibration of one process does not price N ranks' collectives (--policy\n"
-	       "auto on N ranks measures them when the cache lacks them).  It then prints\n"
-	       "the step predicted on N ranks for these flags.\n"
+	       "auto on N ranks measures them when the cache lacks them).\n"
+	       "\n"
+	       "Last it prints the step the cost model predicts for these flags (on N\n"
+	       "ranks, with the time the compute stream waits for the collectives).\n"
 	       "\n");
 	ferry_cli_model_flags_help(stdout);
 }
@@ -105,22 +107,25 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	}
 }
 
-/* On several ranks: the step the calibration's flags give, predicted on
- * them, so its collectives are seen priced (ferry train measures it). */
-static void print_ranks_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-			     ferry_calibration_t c)
+/* The step the calibration's flags give, predicted (on several ranks
+ * with its collectives priced): what ferry train then measures. */
+static void print_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg, ferry_calibration_t c)
 {
 	struct ferry_exec_opts e = o->exec;
 	struct ferry_prediction p;
+	int ranks = o->comm ? ferry_comm_size(o->comm) : 1;
 
 	e.comm = o->comm;
 	if (ferry_model_predict(cfg, o->B, o->T, &e, c, &p) != FERRY_OK) {
-		printf("no prediction on %d ranks: %s\n", ferry_comm_size(o->comm), ferry_last_error());
+		printf("no prediction: %s\n", ferry_last_error());
 		return;
 	}
-	printf("predicted step on %d ranks of %d rows (--policy %s): %.1f ms, of which the compute stream waits "
-	       "%.1f ms for collectives (%.1f ms of them on the comm stream)\n", ferry_comm_size(o->comm), o->B,
-	       o->exec.policy, p.step_s * 1e3, p.exposed_comm_s * 1e3, p.comm_s * 1e3);
+	printf("predicted step (--policy %s, %d rank%s of %d rows): %.1f ms", o->exec.policy, ranks, ranks > 1 ? "s" : "",
+	       o->B, p.step_s * 1e3);
+	if (ranks > 1)
+		printf(", of which the compute stream waits %.1f ms for the collectives (%.1f ms of them on the comm "
+		       "stream)", p.exposed_comm_s * 1e3, p.comm_s * 1e3);
+	printf("\n");
 }
 
 static int calibrate(struct ferry_train_opts *o, int repeats)
@@ -148,8 +153,7 @@ static int calibrate(struct ferry_train_opts *o, int repeats)
 		       cfg.channels, o->B, o->T, ferry_backend_description(be));
 		print_tier_notes(o, c);
 		calib_print(stdout, c, "  ");
-		if (o->comm)
-			print_ranks_step(o, &cfg, c);
+		print_step(o, &cfg, c);
 		printf("saved to %s\n", path);
 	}
 	ferry_calibration_free(c);
