@@ -37,7 +37,7 @@ done
 median_ms() {
 	python3 -c 'import json, statistics, sys
 rs = [json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l]
-print(f"{statistics.median(r["step_ms"] for r in rs[1:]):.1f}")' "$1"
+print("%.1f" % statistics.median(r["step_ms"] for r in rs[1:]))' "$1"
 }
 
 # the collectives of a trace: their time and the part with the compute stream idle (ms)
@@ -79,7 +79,7 @@ run_model() {
 	read -r comm exposed < <(comm_in_trace tr.rank0.json)
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
-	grep -E "^  (all_reduce|reduce_scatter|all_gather) over" cal2.txt
+	grep -E "^  ((all_reduce|reduce_scatter|all_gather) over|inside data-parallel)" cal2.txt
 	grep "^predicted step" cal1.txt cal2.txt | sed 's/^cal[12].txt:/    /'
 	echo
 	python3 - "$(predicted_ms cal1.txt)" "$(predicted_ms cal2.txt)" "$comm" "$exposed" "${one[*]}" "${two[*]}" <<'PY'

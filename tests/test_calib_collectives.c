@@ -3,8 +3,9 @@
  * out by hand: a calibration's collectives priced between, above and below
  * the sizes measured, and never from another number of ranks, another
  * engine or another kind; stored and read back (file and text) keyed by
- * ranks and engine, a damaged entry refused; and the simulation running a
- * collective on a stream of its own, hidden under compute or exposed.
+ * ranks and engine with their figures inside steps, a damaged entry
+ * refused; and the simulation running a collective on a stream of its
+ * own, hidden under compute or exposed, and slowing compute beside it.
  * (Measuring them and pricing a 2-rank step: tests/cli/calibrate_ranks.sh,
  * under mpirun.)
  */
@@ -38,6 +39,7 @@ static struct ferry_calibration *hand(void)
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 100000, 1e-4);
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 1000000, 6e-4);
 	add(c, FERRY_COLL_ALL_GATHER, "mpi", 2, 1000000, 3e-4);
+	ferry_calib_add_comm_step(c, &(struct ferry_calib_comm_step){ "mpi", 2, 35.5, 2.25 });
 	return c;
 }
 
@@ -81,7 +83,10 @@ static void pricing(void)
 
 static bool same_colls(const struct ferry_calibration *a, const struct ferry_calibration *b)
 {
-	if (a->n_coll != b->n_coll)
+	const struct ferry_calib_comm_step *s = ferry_calib_comm_step_find(b, "mpi", 2);
+
+	if (a->n_coll != b->n_coll || !s || !NEAR(s->in_step, 35.5) || !NEAR(s->compute_slowdown, 2.25) ||
+	    ferry_calib_comm_step_find(b, "mpi", 4) || b->n_comm_step != 1)
 		return false;
 	for (int i = 0; i < a->n_coll; i++)
 		if (a->coll[i].kind != b->coll[i].kind || a->coll[i].ranks != b->coll[i].ranks ||
@@ -143,7 +148,7 @@ enum { COMPUTE = 0, COMM = 3 };
  * (comm_s) while the next op (1 s) runs; the update (1 s) waits for the
  * average.  comm 0.5: done at 2.5, hidden under 2..3, step 4.  comm 3:
  * done at 5, the compute stream waits 3..5 (2 exposed), step 6. */
-static void simulated(double comm_s, double step, double exposed)
+static void simulated(double comm_s, double slowdown, double step, double exposed)
 {
 	struct ferry_program p;
 	struct ferry_op_call call;
@@ -162,8 +167,9 @@ static void simulated(double comm_s, double step, double exposed)
 	ferry_emit_wait(&p, COMPUTE, 1, -1);
 	ferry_emit_op(&p, COMPUTE, &call, -1, "update");
 	CHECK(p.n == 8, "%d tasks", p.n);
-	CHECK(ferry_sim_run(pp, 1, -1, COMPUTE, dur, &(struct ferry_sim_params){ .both_slowdown = 1 }, &r) == FERRY_OK,
-	      "simulation: %s", ferry_last_error());
+	CHECK(ferry_sim_run(pp, 1, -1, COMPUTE, dur,
+			    &(struct ferry_sim_params){ .both_slowdown = 1, .comm_compute_slowdown = slowdown },
+			    &r) == FERRY_OK, "simulation: %s", ferry_last_error());
 	CHECK(NEAR(r.step_s, step), "comm %g: step %g, want %g", comm_s, r.step_s, step);
 	CHECK(NEAR(r.exposed_comm_s, exposed) && r.exposed_copy_s == 0, "comm %g: exposed %g, want %g", comm_s,
 	      r.exposed_comm_s, exposed);
@@ -175,7 +181,10 @@ int main(void)
 {
 	pricing();
 	stored();
-	simulated(0.5, 4, 0);
-	simulated(3, 6, 2);
+	simulated(0.5, 1, 4, 0);
+	simulated(3, 1, 6, 2);
+	/* compute at half speed while the collective runs (2..2.5): the op
+	 * below has done 0.25 of its 1 s by 2.5, ends at 3.25; step 4.25 */
+	simulated(0.5, 2, 4.25, 0);
 	return test_exit_code();
 }

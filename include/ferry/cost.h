@@ -147,6 +147,15 @@ struct ferry_calib_summary {
 		size_t small_bytes, big_bytes;
 		double small_s, big_s;
 	} coll[12];
+	/* inside data-parallel steps, per engine and ranks: the collectives
+	 * take in_step times their time alone, compute ops beside them
+	 * compute_slowdown times theirs (0: not measured) */
+	int n_comm_step;
+	struct {
+		char engine[8];
+		int ranks;
+		double in_step, compute_slowdown;
+	} comm_step[8];
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 

@@ -75,13 +75,37 @@ double ferry_calib_coll_seconds(const struct ferry_calibration *c, enum ferry_ca
 	return lo == hi ? lo->seconds : on_line(lo, hi, (double)bytes);
 }
 
+void ferry_calib_add_comm_step(struct ferry_calibration *c, const struct ferry_calib_comm_step *e)
+{
+	struct ferry_calib_comm_step *old = (struct ferry_calib_comm_step *)ferry_calib_comm_step_find(c, e->engine,
+												     e->ranks);
+
+	if (old)
+		*old = *e;
+	else if (c->n_comm_step < FERRY_CALIB_MAX_COMM_STEP)
+		c->comm_step[c->n_comm_step++] = *e;
+}
+
+const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferry_calibration *c,
+							      const char *engine, int ranks)
+{
+	for (int i = 0; i < c->n_comm_step; i++)
+		if (c->comm_step[i].ranks == ranks && !strcmp(c->comm_step[i].engine, engine))
+			return &c->comm_step[i];
+	return NULL;
+}
+
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing)
 {
 	enum ferry_calib_coll_kind k = t->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE;
+	const struct ferry_calib_comm_step *in;
+	double s;
 
 	if (!t->comm || ferry_comm_size(t->comm) < 2)
 		return 0; /* one rank: nothing to exchange */
-	return ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), t->bytes, missing);
+	s = ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), t->bytes, missing);
+	in = ferry_calib_comm_step_find(c, ferry_comm_engine(t->comm), ferry_comm_size(t->comm));
+	return in && in->in_step > 0 ? s * in->in_step : s;
 }
 
 /* ---- measuring ------------------------------------------------------------------- */

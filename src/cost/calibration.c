@@ -237,6 +237,17 @@ static void coll_summary(const struct ferry_calibration *c, struct ferry_calib_s
 	}
 }
 
+static void comm_step_summary(const struct ferry_calibration *c, struct ferry_calib_summary *out)
+{
+	for (int i = 0; i < c->n_comm_step && i < (int)(sizeof(out->comm_step) / sizeof(out->comm_step[0])); i++) {
+		snprintf(out->comm_step[i].engine, sizeof(out->comm_step[i].engine), "%s", c->comm_step[i].engine);
+		out->comm_step[i].ranks = c->comm_step[i].ranks;
+		out->comm_step[i].in_step = c->comm_step[i].in_step;
+		out->comm_step[i].compute_slowdown = c->comm_step[i].compute_slowdown;
+		out->n_comm_step = i + 1;
+	}
+}
+
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out)
 {
 	const struct ferry_calib_copy *big = NULL;
@@ -280,6 +291,7 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->in_step_factor = c->in_step_factor;
 	tier_summary(c, out);
 	coll_summary(c, out);
+	comm_step_summary(c, out);
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

@@ -51,6 +51,19 @@ struct ferry_calib_coll {
 };
 #define FERRY_CALIB_MAX_COLL 256
 
+/* The collectives inside data-parallel steps over `ranks` ranks of one
+ * engine, from traced steps: they take in_step times their time alone
+ * (waiting for ranks behind, sharing the cores), and the compute ops
+ * beside them compute_slowdown times as long (on the CPU backend the comm
+ * thread polls on a core while a collective is under way); 0: not
+ * measured (1). */
+struct ferry_calib_comm_step {
+	char engine[8];
+	int ranks;
+	double in_step, compute_slowdown;
+};
+#define FERRY_CALIB_MAX_COMM_STEP 8
+
 struct ferry_calibration {
 	char fingerprint[400];
 	char version[16];
@@ -84,6 +97,8 @@ struct ferry_calibration {
 	/* collectives, per engine and number of ranks (calibrate_collectives.c) */
 	int n_coll;
 	struct ferry_calib_coll coll[FERRY_CALIB_MAX_COLL];
+	int n_comm_step;
+	struct ferry_calib_comm_step comm_step[FERRY_CALIB_MAX_COMM_STEP];
 };
 
 /* Adds (or replaces) the entry of op's shape. */
@@ -118,7 +133,13 @@ void ferry_calib_add_coll(struct ferry_calibration *c, const struct ferry_calib_
  * says nothing of these. */
 double ferry_calib_coll_seconds(const struct ferry_calibration *c, enum ferry_calib_coll_kind k, const char *engine,
 				int ranks, size_t bytes, bool *missing);
-/* A COMM task's duration (its communicator's engine and ranks). */
+/* Adds (or replaces) the entry of e's engine and ranks. */
+void ferry_calib_add_comm_step(struct ferry_calibration *c, const struct ferry_calib_comm_step *e);
+/* The entry of an engine and ranks (NULL: none). */
+const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferry_calibration *c,
+							      const char *engine, int ranks);
+/* A COMM task's duration (its communicator's engine and ranks), inside a
+ * step (the comm step's in_step factor where measured). */
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing);
 /* Measures want[0..n) (kind and bytes; engine, ranks and seconds are
  * filled in) over comm's ranks on host buffers, every rank at once: a

@@ -42,6 +42,17 @@ static json_t *coll_json(const struct ferry_calibration *c)
 	return a;
 }
 
+static json_t *comm_step_json(const struct ferry_calibration *c)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < c->n_comm_step; i++)
+		json_array_append_new(a, json_pack("{s:s, s:i, s:f, s:f}", "engine", c->comm_step[i].engine, "ranks",
+						   c->comm_step[i].ranks, "in_step", c->comm_step[i].in_step,
+						   "compute_slowdown", c->comm_step[i].compute_slowdown));
+	return a;
+}
+
 static json_t *to_json(const struct ferry_calibration *c)
 {
 	json_t *ops = json_array(), *copies = json_array(), *cxl = json_array(), *root;
@@ -69,7 +80,8 @@ static json_t *to_json(const struct ferry_calibration *c)
 			 c->cxl_adamw_factor, "cxl_nodes", cxl, "nvme_read_Bps", c->nvme_read_Bps, "nvme_write_Bps",
 			 c->nvme_write_Bps, "nvme_dir", c->nvme_dir, "nvme_mode", c->nvme_mode, "copies", copies, "ops",
 			 ops);
-	if (root && json_object_set_new(root, "collectives", coll_json(c)) != 0) {
+	if (root && (json_object_set_new(root, "collectives", coll_json(c)) != 0 ||
+		     json_object_set_new(root, "collective_steps", comm_step_json(c)) != 0)) {
 		json_decref(root);
 		return NULL;
 	}
@@ -323,6 +335,32 @@ static ferry_status read_colls(const json_t *a, struct ferry_calibration *c, con
 	return FERRY_OK;
 }
 
+/* The collectives inside steps, per engine and ranks (absent: none). */
+static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(a, i, o) {
+		struct ferry_calib_comm_step e;
+		const char *engine = "";
+		ferry_status st;
+
+		memset(&e, 0, sizeof(e));
+		if (json_unpack(o, "{s:s, s:i, s:F, s:F}", "engine", &engine, "ranks", &e.ranks, "in_step", &e.in_step,
+				"compute_slowdown", &e.compute_slowdown) != 0 || e.ranks < 2 || e.ranks > (1 << 24) ||
+		    strlen(engine) >= sizeof(e.engine))
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collective_steps entry %zu is malformed: "
+					   "run `ferry calibrate` again", path, i);
+		if ((st = check_figure(path, "a step's in_step", e.in_step, 1e-3, 1e4, true)) ||
+		    (st = check_figure(path, "a step's compute_slowdown", e.compute_slowdown, 1e-3, 1e3, true)))
+			return st;
+		snprintf(e.engine, sizeof(e.engine), "%s", engine);
+		ferry_calib_add_comm_step(c, &e);
+	}
+	return FERRY_OK;
+}
+
 /* The header: refuses what is not for this machine and version, or old. */
 static ferry_status check_header(const json_t *root, const char *fingerprint, struct ferry_calibration *c,
 				 const char *path)
@@ -360,13 +398,13 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 	return check_figures(c, path);
 }
 
-/* ops and copies (always written), cxl_nodes and collectives (where
- * there are) are arrays: a string there used to read as no entries. */
+/* ops and copies (always written), cxl_nodes, collectives and
+ * collective_steps (where there are) are arrays: a string there used to read as no entries. */
 static ferry_status check_arrays(const json_t *root, const char *path)
 {
-	static const char *const names[] = { "ops", "copies", "cxl_nodes", "collectives" };
+	static const char *const names[] = { "ops", "copies", "cxl_nodes", "collectives", "collective_steps" };
 
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		const json_t *a = json_object_get(root, names[i]);
 
 		if ((a || i < 2) && !json_is_array(a))
@@ -397,6 +435,8 @@ static ferry_status from_json(json_t *root, const char *path, const char *finger
 		st = read_cxl(json_object_get(root, "cxl_nodes"), c, path);
 	if (!st)
 		st = read_colls(json_object_get(root, "collectives"), c, path);
+	if (!st)
+		st = read_comm_steps(json_object_get(root, "collective_steps"), c, path);
 	json_decref(root);
 	if (st)
 		ferry_calibration_free(c);

@@ -170,13 +170,32 @@ static void start_ready(struct sim *s)
 	}
 }
 
+static bool comm_running(const struct sim *s)
+{
+	for (int k = 0; k < NS; k++)
+		if (s->running[k] >= 0 && s->t[s->running[k]]->kind == FERRY_TASK_COMM)
+			return true;
+	return false;
+}
+
+/* The compute stream's rate: slowed while copies or collectives run. */
+static double compute_rate(const struct sim *s)
+{
+	double f = 1;
+
+	if ((s->engine_busy[0] || s->engine_busy[1]) && s->prm->copy_compute_slowdown > f)
+		f = s->prm->copy_compute_slowdown;
+	if (s->prm->comm_compute_slowdown > f && comm_running(s))
+		f = s->prm->comm_compute_slowdown;
+	return 1 / f;
+}
+
 static double rate(const struct sim *s, int k)
 {
 	int e = s->engine_of[k];
 
-	if (e < 0) /* compute slowed while copies run */
-		return k == s->compute && (s->engine_busy[0] || s->engine_busy[1]) && s->prm->copy_compute_slowdown > 1
-			       ? 1 / s->prm->copy_compute_slowdown : 1;
+	if (e < 0)
+		return k == s->compute ? compute_rate(s) : 1;
 	if (s->prm->shared_copy_engine || !s->engine_busy[1 - e] || s->prm->both_slowdown <= 1)
 		return 1;
 	return 1 / s->prm->both_slowdown;

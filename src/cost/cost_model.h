@@ -14,7 +14,8 @@
  * the compute stream may be slowed while copies run (shared cores).
  *
  * Collectives (data parallel) run on a stream of their own, each for its
- * calibrated time, with the events of the others.
+ * calibrated time inside a step, with the events of the others; the
+ * compute stream may be slowed while one runs, as while copies do.
  *
  * What it gives: the step time, how long the compute stream waited for
  * copies (exposed transfer time) and for collectives, and each stream's
@@ -35,6 +36,8 @@ struct ferry_sim_params {
 	double copy_compute_slowdown; /* the compute stream's tasks take this many times as long while a
 					 host<->device copy runs (CPU backend: copies take cores and
 					 memory bandwidth; 1 or 0: no effect, as on a GPU) */
+	double comm_compute_slowdown; /* the same while a collective runs (CPU backend: the comm
+					 thread polls on a core; 1 or 0: no effect) */
 };
 
 struct ferry_sim_result {

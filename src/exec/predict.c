@@ -14,6 +14,7 @@
 #include "sched/trace.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
+#include "ferry/comm.h"
 
 #include <string.h>
 
@@ -158,6 +159,12 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
 	prm.copy_compute_slowdown = c->copy_compute_slowdown;
+	if (m->comm) {
+		const struct ferry_calib_comm_step *in =
+			ferry_calib_comm_step_find(c, ferry_comm_engine(m->comm), ferry_comm_size(m->comm));
+
+		prm.comm_compute_slowdown = in ? in->compute_slowdown : 0;
+	}
 	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &u)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);

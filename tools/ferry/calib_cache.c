@@ -82,6 +82,10 @@ static void print_collectives(FILE *f, const struct ferry_calib_summary *s, cons
 			ferry_format_size(s->coll[i].small_bytes, small), s->coll[i].small_s * 1e6,
 			ferry_format_size(s->coll[i].big_bytes, big), s->coll[i].big_s * 1e3,
 			gbps((double)s->coll[i].big_bytes / s->coll[i].big_s));
+	for (int i = 0; i < s->n_comm_step; i++)
+		fprintf(f, "%sinside data-parallel steps over %d ranks (%s): the collectives take %.1fx their time "
+			   "alone, compute ops beside them %.2fx theirs\n", indent, s->comm_step[i].ranks,
+			s->comm_step[i].engine, s->comm_step[i].in_step, s->comm_step[i].compute_slowdown);
 }
 
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
