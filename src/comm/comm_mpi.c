@@ -19,8 +19,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A message of a few ints on its way (send_ints): MPI reads msg until
+ * the request completes. */
+struct mpi_send {
+	MPI_Request req;
+	int msg[4];
+	struct mpi_send *next;
+};
+
 struct mpi_ctx {
 	MPI_Comm comm;
+	struct mpi_send *sends; /* send_ints' not yet known complete */
 };
 
 static int users; /* communicators open: the last one finalises MPI */
@@ -174,12 +183,61 @@ static void mpi_abort(struct ferry_comm *c, int code)
 	MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* Frees the sends MPI is done with; those it is not (to a rank that hangs,
+ * as the job ends) are left to MPI. */
+static void reap_sends(struct mpi_ctx *x)
+{
+	for (struct mpi_send **at = &x->sends; *at;) {
+		struct mpi_send *m = *at;
+		int done = 0;
+
+		MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
+		if (done) {
+			*at = m->next;
+			ferry_free(m);
+		} else {
+			at = &m->next;
+		}
+	}
+}
+
+static ferry_status mpi_send_ints(struct ferry_comm *c, int to, int tag, const int *msg, int n)
+{
+	struct mpi_ctx *x = c->ctx;
+	struct mpi_send *m;
+
+	reap_sends(x);
+	if (n > 4 || !(m = ferry_calloc(1, sizeof(*m))))
+		return ferry_error(FERRY_ERR_NOMEM, "MPI message: out of host memory");
+	memcpy(m->msg, msg, (size_t)n * sizeof(*msg));
+	if (MPI_Isend(m->msg, n, MPI_INT, to, tag, x->comm, &m->req) != MPI_SUCCESS) {
+		ferry_free(m);
+		return ferry_error(FERRY_ERR_IO, "MPI message to rank %d failed", to);
+	}
+	m->next = x->sends;
+	x->sends = m;
+	return FERRY_OK;
+}
+
+static bool mpi_recv_ints(struct ferry_comm *c, int tag, int *msg, int n, int *from)
+{
+	MPI_Status status;
+	int came = 0;
+
+	if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_of(c), &came, &status) != MPI_SUCCESS || !came)
+		return false;
+	*from = status.MPI_SOURCE;
+	return MPI_Recv(msg, n, MPI_INT, status.MPI_SOURCE, tag, comm_of(c), MPI_STATUS_IGNORE) == MPI_SUCCESS;
+}
+
 static void mpi_free(struct ferry_comm *c)
 {
 	struct mpi_ctx *x = c->ctx;
 
 	if (!x)
 		return;
+	for (double t0 = MPI_Wtime(); x->sends && MPI_Wtime() - t0 < 1;) /* answers on their way */
+		reap_sends(x);
 	MPI_Comm_free(&x->comm);
 	ferry_free(x);
 	if (--users == 0)
@@ -197,6 +255,8 @@ static const struct ferry_comm_iface mpi_iface = {
 	.dup = mpi_dup,
 	.abort = mpi_abort,
 	.free = mpi_free,
+	.send_ints = mpi_send_ints,
+	.recv_ints = mpi_recv_ints,
 };
 
 /* MPI with threads, once. */

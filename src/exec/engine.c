@@ -16,7 +16,11 @@
  * (bwd_done[s]), then prefetch_ready[s] is recorded.  Before layer l's
  * backward the compute stream waits for prefetch_ready[l % R]; after it, the
  * prefetch for layer l - depth - 1 is issued.  With R >= depth + 1 the
- * slot's previous user (layer j + R >= l) has always been submitted.
+ * slot's previous user (layer j + R >= l) has always been submitted.  With
+ * a depth per host tier, layer j is loaded depth(j) ahead, after layer
+ * j + depth(j) + 1's backward (depth(j) <= depth: the same holds); the
+ * tiers' depths grow with j (slower tiers hold later layers), so the loads
+ * still go onto the h2d stream in the order the backward reads them.
  */
 #include "exec/engine.h"
 #include "core/error.h"
@@ -90,7 +94,7 @@ static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
 	if (!ex->mem.host[t])
 		return NULL;
-	return (char *)ex->mem.host[t] + (size_t)l * ex->sp.host_bytes[t];
+	return (char *)ex->mem.host[t] + (size_t)l * (ex->sp.host_stride ? ex->sp.host_stride : ex->sp.host_bytes[t]);
 }
 
 static int d2h_event(const struct ferry_layer_exec *ex, int t, int l)
@@ -612,7 +616,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 
 	ex->io_cur = 0;
 	for (int j = L - 1; offload && j >= 0 && j >= L - 1 - depth; j--)
-		prefetch(ex, p, j, B, T);
+		if (j + ferry_stack_layer_depth(&ex->sp, j) >= L - 1)
+			prefetch(ex, p, j, B, T);
 	for (int l = L - 1; l >= 0; l--) {
 		int slot = l % ex->sp.ring;
 
@@ -636,8 +641,9 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 		}
 		if (offload) {
 			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);
-			if (l - depth - 1 >= 0)
-				prefetch(ex, p, l - depth - 1, B, T);
+			for (int j = l - 1; j >= 0 && j >= l - depth - 1; j--)
+				if (j + ferry_stack_layer_depth(&ex->sp, j) + 1 == l)
+					prefetch(ex, p, j, B, T);
 		}
 		if (ex->hook.after_layer)
 			ex->hook.after_layer(ex->hook.ctx, p, l);

@@ -78,6 +78,28 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 	return st;
 }
 
+ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, int T,
+				   const struct ferry_exec_opts *opts, int ranks, int rank, struct ferry_plan *plan)
+{
+	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
+	struct ferry_places p;
+	ferry_status st;
+
+	memset(plan, 0, sizeof(*plan));
+	if (ranks < 1 || rank < 0 || rank >= ranks)
+		return ferry_error(FERRY_ERR_INVALID, "rank %d of %d ranks: ranks from 0 to N-1, N at least 1", rank,
+				   ranks);
+	o.comm = NULL; /* the split is over `ranks`, not a run's */
+	if (o.zero && !o.zero_ranks)
+		o.zero_ranks = ranks;
+	if ((st = ferry_exec_opts_places(&o, &p)))
+		return st;
+	if (p.group[FERRY_GROUP_ADAM].shard > 1 && p.group[FERRY_GROUP_ADAM].shard != ranks)
+		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
+				   "run has %d", p.group[FERRY_GROUP_ADAM].shard, p.group[FERRY_GROUP_ADAM].shard, ranks);
+	return ferry_model_plan(cfg, B, T, &o, plan);
+}
+
 /* base + bytes, or NULL in a dry build. */
 static void *at(void *base, size_t bytes)
 {
@@ -189,6 +211,10 @@ static ferry_status create_stack(struct ferry_model *m)
 		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
 		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
 	}
+	for (int t = 0; m->tt.sp.host_stride && t < d->n_tensors; t++) /* layer by layer: from the first's */
+		if (mem.host[t])
+			mem.host[t] = (char *)entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
+				      m->tt.sp.host_off[t];
 	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
 				       &m->layers);
 }
@@ -819,6 +845,7 @@ void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
 	out->limit = m->tt.pinned_limit;
 	out->over_limit = m->tt.over_pinned_limit;
 	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
+	out->allocated_bytes = m->mem.host_bytes;
 }
 
 bool ferry_model_speculative(ferry_model_t m)

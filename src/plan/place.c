@@ -213,6 +213,40 @@ static ferry_status tile_value(const char *key, const char *v, int *out)
 	return FERRY_OK;
 }
 
+/* activations.prefetch=D, D1+D2... (a depth per tier of the span) or
+ * auto, into *depth (per tier: the deepest) and tiers[]; unchanged on
+ * error. */
+ferry_status ferry_prefetch_parse(const char *v, int *depth, int tiers[FERRY_PREFETCH_TIERS])
+{
+	int d[FERRY_PREFETCH_TIERS] = { 0 }, n = 0, deepest = 0;
+	const char *s = v;
+
+	if (!strcmp(v, "auto")) {
+		*depth = FERRY_PREFETCH_AUTO;
+		memset(tiers, 0, FERRY_PREFETCH_TIERS * sizeof(int));
+		return FERRY_OK;
+	}
+	for (;;) {
+		char *end;
+		long x = strtol(s, &end, 10);
+
+		if (end == s || x < 1 || x > MAX_DEPTH || n == FERRY_PREFETCH_TIERS || (*end && *end != '+'))
+			return ferry_error(FERRY_ERR_INVALID, "activations.prefetch=%s: layers loaded ahead, 1 to %d, "
+					   "one depth or one per tier of activations.host (D1+D2..., at most %d), or auto",
+					   v, MAX_DEPTH, FERRY_PREFETCH_TIERS);
+		d[n++] = (int)x;
+		deepest = x > deepest ? (int)x : deepest;
+		if (!*end)
+			break;
+		s = end + 1;
+	}
+	*depth = deepest;
+	memset(tiers, 0, FERRY_PREFETCH_TIERS * sizeof(int));
+	if (n > 1)
+		memcpy(tiers, d, sizeof(d));
+	return FERRY_OK;
+}
+
 static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, enum act_form *form)
 {
 	if (!strcmp(key, "activations")) {
@@ -237,16 +271,8 @@ static ferry_status activations_item(struct ferry_places *p, const char *key, co
 		snprintf(p->act_tier, sizeof(p->act_tier), "%s", v);
 		return FERRY_OK;
 	}
-	if (!strcmp(key, "prefetch")) {
-		char *end;
-		long d = strtol(v, &end, 10);
-
-		if (end == v || *end || d < 1 || d > MAX_DEPTH)
-			return ferry_error(FERRY_ERR_INVALID, "--place activations.prefetch=%s: layers loaded ahead, "
-					   "1 to %d", v, MAX_DEPTH);
-		p->act_prefetch = (int)d;
-		return FERRY_OK;
-	}
+	if (!strcmp(key, "prefetch"))
+		return ferry_prefetch_parse(v, &p->act_prefetch, p->act_prefetch_tier);
 	return add_custom(p, key, v, form);
 }
 
@@ -321,6 +347,25 @@ ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 
 /* ---- checking ----------------------------------------------------------------------- */
 
+static int prefetch_tiers(const struct ferry_places *p)
+{
+	int n = 0;
+
+	while (n < FERRY_PREFETCH_TIERS && p->act_prefetch_tier[n])
+		n++;
+	return n;
+}
+
+/* The tiers of "dram+nvme". */
+static int span_tiers(const char *tier)
+{
+	int n = 1;
+
+	for (; *tier; tier++)
+		n += *tier == '+';
+	return n;
+}
+
 ferry_status ferry_places_check(const struct ferry_places *p)
 {
 	const struct ferry_place *lw = &p->group[FERRY_GROUP_LAYER_WEIGHTS], *ew = &p->group[FERRY_GROUP_EDGE_WEIGHTS],
@@ -342,6 +387,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 				   "(not device), adam=host:stream or host:cpu in --place");
 	/* the weight ring copies the parameters straight from host memory:
 	   an NVMe file is not that */
+	if (p->act_prefetch_tier[0] && p->act_tier[0] && prefetch_tiers(p) != span_tiers(p->act_tier))
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
+				   "activations span (activations.host=%s): one per tier, in its order", prefetch_tiers(p),
+				   span_tiers(p->act_tier), p->act_tier);
 	if (lw->home == FERRY_HOME_HOST && !strcmp(adam->tier[FERRY_HOST_PARAMS], "nvme"))
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) streams the "
 				   "parameters from host memory: the NVMe tier cannot hold them (--host-tier params= or "
@@ -415,6 +464,18 @@ static void tile_text(const char *key, int tile, char *buf, size_t n, size_t *le
 		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=%d", key, tile);
 }
 
+size_t ferry_prefetch_format(int depth, const int tiers[FERRY_PREFETCH_TIERS], char *buf, size_t n)
+{
+	size_t len = 0;
+
+	if (!tiers[0])
+		return (size_t)(depth == FERRY_PREFETCH_AUTO ? snprintf(buf, n, "auto")
+				: snprintf(buf, n, "%d", depth ? depth : FERRY_DEFAULT_PREFETCH_DEPTH));
+	for (int i = 0; i < FERRY_PREFETCH_TIERS && tiers[i] && len < n; i++)
+		len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? "+" : "", tiers[i]);
+	return len;
+}
+
 /* The activations: the policy as one item, or a custom policy's names as
  * an item each (its commas would end the item). */
 static void activations_text(const struct ferry_places *p, char *buf, size_t n)
@@ -436,8 +497,9 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 	if (p->act_tier[0] && len < n)
 		len += (size_t)snprintf(buf + len, n - len, ",activations.host=%s", p->act_tier);
 	if (len < n)
-		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=%d",
-					p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=");
+	if (len < n)
+		len += ferry_prefetch_format(p->act_prefetch, p->act_prefetch_tier, buf + len, n - len);
 	tile_text("mlp_tile", p->mlp_tile, buf, n, &len);
 	tile_text("loss_tile", p->loss_tile, buf, n, &len);
 }
@@ -540,6 +602,9 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 		return ferry_error(FERRY_ERR_INVALID, "policy: longer than %d characters", FERRY_PLACE_POLICY_CHARS - 1);
 	snprintf(p->policy, sizeof(p->policy), "%s", o->policy ? o->policy : "");
 	p->act_prefetch = o->prefetch_depth;
+	memcpy(p->act_prefetch_tier, o->prefetch_tiers, sizeof(p->act_prefetch_tier));
+	for (int i = 0; i < FERRY_PREFETCH_TIERS && p->act_prefetch_tier[i]; i++)
+		p->act_prefetch = p->act_prefetch_tier[i] > p->act_prefetch ? p->act_prefetch_tier[i] : p->act_prefetch;
 	if (o->mlp_tile < FERRY_TILE_AUTO || o->loss_tile < FERRY_TILE_AUTO)
 		return ferry_error(FERRY_ERR_INVALID, "tiles of %d (MLP) and %d (loss) tokens: a count, 0 (untiled) "
 				   "or auto", o->mlp_tile, o->loss_tile);
@@ -572,6 +637,7 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;
 	o->policy = p->policy[0] ? p->policy : NULL;
 	o->prefetch_depth = p->act_prefetch;
+	memcpy(o->prefetch_tiers, p->act_prefetch_tier, sizeof(o->prefetch_tiers));
 	o->mlp_tile = p->mlp_tile;
 	o->loss_tile = p->loss_tile;
 	o->place = NULL;

@@ -762,9 +762,15 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 				tt->pinned_bytes += host_aligned(b->bytes);
 			else
 				tt->pageable_bytes += b->bytes;
+			if (tt->host_tiers) /* as ferry_tensor_table_alloc asks for them */
+				tt->host_alloc_bytes += b->bytes;
+			else if (!b->pinned)
+				tt->host_alloc_bytes += host_aligned(b->bytes ? b->bytes : 1);
 			if (!b->pinned && host_buffer_copied(tt, i))
 				full = tt->over_pinned_limit = true;
 		}
+	if (!tt->host_tiers) /* the pool, in one piece */
+		tt->host_alloc_bytes += tt->pinned_bytes;
 }
 
 /* --loss-tile: the epilogue's head and loss, and the tile's rows. */
@@ -780,6 +786,69 @@ static ferry_status plan_loss_tiles(struct ferry_tensor_table *tt)
 	tt->place.loss_tile = ferry_row_tiles_rows(&tt->loss, tt->place.loss_tile, n);
 	if (tt->place.loss_tile < 1)
 		return ferry_error(FERRY_ERR_INVALID, "--loss-tile: tokens per tile must be positive");
+	return FERRY_OK;
+}
+
+/* With host tiers and more than one offloaded tensor a layer: their host
+ * copies layer by layer, a layer's tensors together, so that whole layers
+ * may sit on different tiers (the table's entries keep their sizes, the
+ * engine their addresses by stride).  Without tiers, tensor by tensor, as
+ * the pinned pool pins them. */
+static void host_by_layer(struct ferry_tensor_table *tt)
+{
+	struct ferry_stack_plan *sp = &tt->sp;
+	size_t off = 0;
+
+	if (!tt->host_tiers || __builtin_popcount(sp->offloaded) < 2)
+		return;
+	for (int t = 0; t < sp->n_tensors; t++)
+		if (sp->offloaded & (1u << t)) {
+			sp->host_off[t] = off;
+			off += sp->host_bytes[t];
+		}
+	sp->host_stride = off;
+}
+
+/* The host bytes by tensor kind of the table's host buffers. */
+static void host_bytes_by_kind(const struct ferry_tensor_table *tt, size_t out[FERRY_TK_COUNT])
+{
+	memset(out, 0, FERRY_TK_COUNT * sizeof(size_t));
+	for (int i = 0; i < tt->n_buffers; i++)
+		if (tt->buffers[i].site == FERRY_SITE_HOST)
+			out[tt->buffers[i].kind] += tt->buffers[i].bytes;
+}
+
+/* activations.prefetch=D1+D2...: which layers each tier of the span
+ * holds, as the host tiers will place them, and each tier's depth (at
+ * most the stack's). */
+static ferry_status tier_depths(struct ferry_tensor_table *tt)
+{
+	struct ferry_stack_plan *sp = &tt->sp;
+	size_t bytes[FERRY_TK_COUNT];
+	struct ferry_tier_report rep;
+	ferry_status st;
+	int end = 0, n = 0;
+
+	if (!tt->place.act_prefetch_tier[0] || !sp->offloaded)
+		return FERRY_OK;
+	if (!tt->host_tiers)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: a depth per tier of activations.host, "
+				   "and no host tiers were given");
+	host_bytes_by_kind(tt, bytes);
+	if ((st = ferry_host_tiers_place_layers(tt->host_tiers, bytes, ferry_tensor_table_act_unit(tt), &rep)))
+		return st;
+	while (n < FERRY_PREFETCH_TIERS && tt->place.act_prefetch_tier[n])
+		n++;
+	if (n != rep.act_asked)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
+				   "activations span (--host-tier activations=TIER+TIER...): one per tier, in its order",
+				   n, rep.act_asked ? rep.act_asked : 1);
+	for (int i = 0; i < n; i++) {
+		end += rep.act_layers[i];
+		sp->tier_end[i] = end;
+		sp->tier_depth[i] = tt->place.act_prefetch_tier[i] < sp->depth ? tt->place.act_prefetch_tier[i] : sp->depth;
+		sp->n_tier_depths = i + 1;
+	}
 	return FERRY_OK;
 }
 
@@ -808,12 +877,17 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		 tt->place.policy[0] ? tt->place.policy : "everything_saveable");
 	/* the activations as placed (--place may name them) */
 	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
+	if (tt->place.act_prefetch == FERRY_PREFETCH_AUTO)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch=auto: the depths per tier come from the "
+				   "tiers' rates and a calibration; ferry_prefetch_auto chooses them (ferry plan and "
+				   "ferry train do)");
 	act_opts.prefetch_depth = tt->place.act_prefetch;
 	act_opts.mlp_tile = tt->place.mlp_tile;
 	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) || (st = plan_loss_tiles(tt)) ||
 	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
+	host_by_layer(tt);
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
@@ -838,7 +912,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return ferry_error(FERRY_ERR_INVALID, "%s: more than %d buffers in the tensor table",
 				   cfg.arch, FERRY_TABLE_MAX_BUFFERS);
 	}
-	if ((st = check_total(tt, B, T)))
+	if ((st = tier_depths(tt)) || (st = check_total(tt, B, T)))
 		ferry_tensor_table_release(tt);
 	else
 		assign_pinning(tt, opts ? opts->pinned_limit : 0);
@@ -907,6 +981,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	m->host_act_unit = ferry_tensor_table_act_unit(tt);
 	m->host_pinned_bytes = tt->pinned_bytes;
 	m->host_pageable_bytes = tt->pageable_bytes;
+	m->host_alloc_bytes = tt->host_alloc_bytes;
 	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
 }
@@ -915,12 +990,12 @@ size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt)
 {
 	const struct ferry_stack_plan *sp = &tt->sp;
 	unsigned off = sp->offloaded;
-	int t = 0;
+	int t = ferry_stack_first_offloaded(sp);
 
+	if (sp->host_stride)
+		return sp->host_stride;
 	if (!off || (off & (off - 1)))
 		return 0;
-	while (!(off & (1u << t)))
-		t++;
 	return tt->e[tt->ix.stack_host[t]].offset == 0 ? sp->host_bytes[t] : 0;
 }
 
@@ -942,6 +1017,18 @@ static void alloc_pool(const struct ferry_tensor_table *tt, ferry_backend_t be, 
 	a->pool_pageable = pinned_before && !ferry_backend_caps(be).host_pinned;
 }
 
+/* A host buffer of its own, page-aligned (pageable). */
+static ferry_status alloc_pageable(const struct ferry_table_buffer *b, struct ferry_table_alloc *a, int i)
+{
+	size_t bytes = host_aligned(b->bytes ? b->bytes : 1);
+
+	if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, bytes)))
+		return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
+				   b->name);
+	a->host_bytes += bytes;
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a)
 {
@@ -952,16 +1039,15 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 	a->be = be;
 	a->tiers = tt->host_tiers;
 	if (a->tiers) {
-		size_t host_kind_bytes[FERRY_TK_COUNT] = { 0 };
+		size_t host_kind_bytes[FERRY_TK_COUNT];
 
-		for (int i = 0; i < tt->n_buffers; i++)
-			if (tt->buffers[i].site == FERRY_SITE_HOST)
-				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
+		host_bytes_by_kind(tt, host_kind_bytes);
 		if ((st = ferry_host_tiers_place_layers(a->tiers, host_kind_bytes, ferry_tensor_table_act_unit(tt),
 							NULL)))
 			return st;
 	} else {
 		alloc_pool(tt, be, a); /* tier memory is registered by its tier */
+		a->host_bytes = a->pool_bytes;
 	}
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
@@ -969,14 +1055,14 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 		if (b->site == FERRY_SITE_DEVICE) {
 			st = ferry_buffer_alloc(be, b->bytes, &a->dev[i]);
 		} else if (a->tiers) {
-			st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i]);
+			if (!(st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i])))
+				a->host_bytes += b->bytes;
 		} else if (b->pinned && a->pool) {
 			a->host[i] = (char *)a->pool + carved;
 			a->in_pool[i] = true;
 			carved += host_aligned(b->bytes);
-		} else if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, host_aligned(b->bytes ? b->bytes : 1)))) {
-			st = ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
-					 b->name);
+		} else {
+			st = alloc_pageable(b, a, i);
 		}
 	}
 	if (st)

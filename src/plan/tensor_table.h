@@ -131,6 +131,8 @@ struct ferry_tensor_table {
 	struct ferry_host_tiers *host_tiers; /* opts->host_tiers: host buffers' tiers */
 	size_t pinned_limit;          /* the limit applied (opts, or the default) */
 	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
+	size_t host_alloc_bytes;      /* what allocating them takes: the pool, each other
+					 buffer rounded up to a page (on tiers: as asked) */
 	bool over_pinned_limit;       /* some copied buffer is pageable for it */
 	struct ferry_row_tiles loss;  /* place.loss_tile > 0: the epilogue's head and loss
 					 run tile by tile; its inner tensors (the logits)
@@ -186,6 +188,9 @@ struct ferry_table_alloc {
 	size_t pool_bytes;
 	bool pool_failed;             /* the pool could not be had: all pageable */
 	bool pool_pageable;           /* the backend gave it, but not pinned */
+	size_t host_bytes;            /* host bytes the allocations got (the pool, each
+					 other buffer as allocated): measured, for the plan's
+					 host_alloc_bytes */
 };
 
 /* Allocates every buffer in table order (device buffers from the arena,

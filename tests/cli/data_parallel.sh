@@ -65,8 +65,9 @@ for entry in "${models[@]}"; do
 		fi
 		checks=$((checks + 1))
 		if [ "$(grep -c '^step ' many.out)" -eq 8 ] && grep -q "($n ranks of 2 rows, mpi)" many.out &&
-			[ "$(grep -c . many.json)" -eq 8 ]; then
-			echo "ok: $name on $n ranks: rank 0 alone printed 8 steps and wrote 8 records"
+			[ "$(grep -c '^{"step"' many.json)" -eq 8 ] && [ "$(grep -c . many.json)" -eq 9 ] &&
+			[ "$(grep -o '"rank": [0-9]*' many.json | grep -c .)" -eq "$n" ]; then
+			echo "ok: $name on $n ranks: rank 0 alone printed 8 steps and wrote 8 records and the ranks' memory"
 		else
 			fail "$name on $n ranks: output $(grep -c '^step ' many.out) step lines, $(grep -c . many.json) records"
 		fi
