@@ -84,6 +84,12 @@ ferry_status ferry_calibration_save(ferry_calibration_t c, const char *path) FER
 ferry_status ferry_calibration_lock(const char *path, bool wait, int *fd) FERRY_MUST_CHECK;
 void ferry_calibration_unlock(int fd);
 void ferry_calibration_free(ferry_calibration_t c);
+/* Rank 0's calibration (*c there) to every rank of comm, in place of
+ * theirs (freed): ranks whose machines' caches differ then predict and
+ * choose alike.  A collective; nothing for one rank.  FERRY_ERR_INVALID
+ * on every rank when rank 0 has none. */
+struct ferry_comm;
+ferry_status ferry_calibration_share(struct ferry_comm *comm, ferry_calibration_t *c) FERRY_MUST_CHECK;
 
 /* A calibration in figures (ferry info, ferry calibrate). */
 struct ferry_calib_summary {
@@ -130,6 +136,26 @@ struct ferry_calib_summary {
 	char nvme_dir[512], nvme_mode[160];
 	char nvme_error[320];        /* why this calibration could not measure the NVMe tier
 					(a full directory); "" when it did or was not asked */
+	/* collectives (ferry calibrate under mpirun), per kind, engine and
+	 * number of ranks: how many sizes, the smallest and largest and their
+	 * times */
+	int n_coll;
+	struct {
+		char kind[16];       /* "all_reduce", "reduce_scatter", "all_gather" */
+		char engine[8];
+		int ranks, sizes;
+		size_t small_bytes, big_bytes;
+		double small_s, big_s;
+	} coll[12];
+	/* inside data-parallel steps, per engine and ranks: the collectives
+	 * take in_step times their time alone, compute ops beside them
+	 * compute_slowdown times theirs (0: not measured) */
+	int n_comm_step;
+	struct {
+		char engine[8];
+		int ranks;
+		double in_step, compute_slowdown;
+	} comm_step[8];
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
 
@@ -150,6 +176,13 @@ struct ferry_prediction {
 	bool host_fits;         /* the host tiers (opts->host_tiers) hold the host state; with
 				   tiers, each kind's copies and the CPU AdamW run at the speed
 				   of the tier it is placed on (where they fit) */
+	/* data parallel (opts->comm of several ranks): the collectives on the
+	 * comm stream */
+	double comm_s;          /* their time, one after the other */
+	double exposed_comm_s;  /* the compute stream waiting for them */
+	int uncalibrated_comm;  /* those the calibration has not measured over this many ranks
+				   with this engine, priced 0: calibrate under mpirun with as
+				   many ranks (ferry calibrate) */
 };
 ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, int T,
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,

@@ -206,6 +206,48 @@ static void tier_summary(const struct ferry_calibration *c, struct ferry_calib_s
 	snprintf(out->nvme_error, sizeof(out->nvme_error), "%s", c->nvme_error);
 }
 
+/* The collectives, one line a kind, engine and number of ranks. */
+static void coll_summary(const struct ferry_calibration *c, struct ferry_calib_summary *out)
+{
+	const int max = (int)(sizeof(out->coll) / sizeof(out->coll[0]));
+
+	for (int i = 0; i < c->n_coll; i++) {
+		const struct ferry_calib_coll *e = &c->coll[i];
+		const char *kind = ferry_calib_coll_name(e->kind);
+		int g = 0;
+
+		while (g < out->n_coll && (strcmp(out->coll[g].kind, kind) || strcmp(out->coll[g].engine, e->engine) ||
+					   out->coll[g].ranks != e->ranks))
+			g++;
+		if (g == max)
+			continue;
+		if (g == out->n_coll) {
+			out->n_coll++;
+			snprintf(out->coll[g].kind, sizeof(out->coll[g].kind), "%s", kind);
+			snprintf(out->coll[g].engine, sizeof(out->coll[g].engine), "%s", e->engine);
+			out->coll[g].ranks = e->ranks;
+			out->coll[g].small_bytes = out->coll[g].big_bytes = e->bytes;
+			out->coll[g].small_s = out->coll[g].big_s = e->seconds;
+		}
+		out->coll[g].sizes++;
+		if (e->bytes < out->coll[g].small_bytes)
+			out->coll[g].small_bytes = e->bytes, out->coll[g].small_s = e->seconds;
+		if (e->bytes > out->coll[g].big_bytes)
+			out->coll[g].big_bytes = e->bytes, out->coll[g].big_s = e->seconds;
+	}
+}
+
+static void comm_step_summary(const struct ferry_calibration *c, struct ferry_calib_summary *out)
+{
+	for (int i = 0; i < c->n_comm_step && i < (int)(sizeof(out->comm_step) / sizeof(out->comm_step[0])); i++) {
+		snprintf(out->comm_step[i].engine, sizeof(out->comm_step[i].engine), "%s", c->comm_step[i].engine);
+		out->comm_step[i].ranks = c->comm_step[i].ranks;
+		out->comm_step[i].in_step = c->comm_step[i].in_step;
+		out->comm_step[i].compute_slowdown = c->comm_step[i].compute_slowdown;
+		out->n_comm_step = i + 1;
+	}
+}
+
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out)
 {
 	const struct ferry_calib_copy *big = NULL;
@@ -248,6 +290,8 @@ void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary
 	out->step_host_s = c->step_host_s;
 	out->in_step_factor = c->in_step_factor;
 	tier_summary(c, out);
+	coll_summary(c, out);
+	comm_step_summary(c, out);
 }
 
 /* ---- where it is valid, where it is kept ------------------------------------------- */

@@ -33,6 +33,37 @@ struct ferry_calib_cxl {
 };
 #define FERRY_CALIB_MAX_CXL 16
 
+/* A collective over `ranks` ranks of one engine at one size: every rank in
+ * it at once, the slowest rank's fastest call.  bytes: all-reduce's and
+ * reduce-scatter's whole array, all-gather's slice of one rank. */
+enum ferry_calib_coll_kind {
+	FERRY_COLL_ALL_REDUCE,
+	FERRY_COLL_REDUCE_SCATTER,
+	FERRY_COLL_ALL_GATHER,
+	FERRY_COLL_KINDS
+};
+struct ferry_calib_coll {
+	enum ferry_calib_coll_kind kind;
+	char engine[8];  /* "mpi", "nccl" (ferry_comm_engine) */
+	int ranks;
+	size_t bytes;
+	double seconds;
+};
+#define FERRY_CALIB_MAX_COLL 256
+
+/* The collectives inside data-parallel steps over `ranks` ranks of one
+ * engine, from traced steps: they take in_step times their time alone
+ * (waiting for ranks behind, sharing the cores), and the compute ops
+ * beside them compute_slowdown times as long (on the CPU backend the comm
+ * thread polls on a core while a collective is under way); 0: not
+ * measured (1). */
+struct ferry_calib_comm_step {
+	char engine[8];
+	int ranks;
+	double in_step, compute_slowdown;
+};
+#define FERRY_CALIB_MAX_COMM_STEP 8
+
 struct ferry_calibration {
 	char fingerprint[400];
 	char version[16];
@@ -63,6 +94,11 @@ struct ferry_calibration {
 	double nvme_read_Bps, nvme_write_Bps;
 	char nvme_dir[512], nvme_mode[160];
 	char nvme_error[320];          /* this run's NVMe measurement failed: why (not stored) */
+	/* collectives, per engine and number of ranks (calibrate_collectives.c) */
+	int n_coll;
+	struct ferry_calib_coll coll[FERRY_CALIB_MAX_COLL];
+	int n_comm_step;
+	struct ferry_calib_comm_step comm_step[FERRY_CALIB_MAX_COMM_STEP];
 };
 
 /* Adds (or replaces) the entry of op's shape. */
@@ -80,6 +116,38 @@ double ferry_calib_copy_seconds(const struct ferry_calibration *c, size_t bytes,
 /* The median of both-at-once over alone, over the sizes measured (1: none). */
 double ferry_calib_both_slowdown(const struct ferry_calibration *c);
 struct ferry_calibration *ferry_calib_new(void);
+/* The calibration as the cache file's text (free()), and back (what names
+ * it in errors; any machine's). */
+char *ferry_calib_to_text(const struct ferry_calibration *c);
+ferry_status ferry_calib_from_text(const char *text, const char *what, ferry_calibration_t *out) FERRY_MUST_CHECK;
+
+/* ---- collectives (calibrate_collectives.c) ---- */
+const char *ferry_calib_coll_name(enum ferry_calib_coll_kind k);
+/* Adds (or replaces) the entry of e's kind, engine, ranks and size. */
+void ferry_calib_add_coll(struct ferry_calibration *c, const struct ferry_calib_coll *e);
+/* A collective's duration at `bytes` from the sizes measured at its kind,
+ * engine and ranks: between two, on the line through them; above the
+ * largest, on the line through the two largest (its bandwidth); below the
+ * smallest, the smallest's (its latency).  *missing is set, and 0
+ * returned, when none was measured there: a calibration over other ranks
+ * says nothing of these. */
+double ferry_calib_coll_seconds(const struct ferry_calibration *c, enum ferry_calib_coll_kind k, const char *engine,
+				int ranks, size_t bytes, bool *missing);
+/* Adds (or replaces) the entry of e's engine and ranks. */
+void ferry_calib_add_comm_step(struct ferry_calibration *c, const struct ferry_calib_comm_step *e);
+/* The entry of an engine and ranks (NULL: none). */
+const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferry_calibration *c,
+							      const char *engine, int ranks);
+/* A COMM task's duration (its communicator's engine and ranks), inside a
+ * step (the comm step's in_step factor where measured). */
+double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing);
+/* Measures want[0..n) (kind and bytes; engine, ranks and seconds are
+ * filled in) over comm's ranks on host buffers, every rank at once: a
+ * barrier before each call, the fastest of at least `repeats` after a
+ * warm-up (30 below 1 MiB, 10 below 16 MiB), the slowest rank's; into c.  Every rank of comm calls it with the same
+ * want.  FERRY_ERR_UNSUPPORTED for an engine on device buffers. */
+ferry_status ferry_calib_measure_collectives(struct ferry_comm *comm, struct ferry_calib_coll *want, int n,
+					     int repeats, struct ferry_calibration *c) FERRY_MUST_CHECK;
 
 /* ---- the machine's load (machine_load.c) ---- */
 struct ferry_cpu_sample {

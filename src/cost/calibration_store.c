@@ -28,9 +28,34 @@ static json_t *op_json(const struct ferry_calib_op *o)
 			 o->seconds, "flops", o->flops);
 }
 
+static json_t *coll_json(const struct ferry_calibration *c)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < c->n_coll; i++) {
+		const struct ferry_calib_coll *e = &c->coll[i];
+
+		json_array_append_new(a, json_pack("{s:s, s:s, s:i, s:I, s:f}", "collective",
+						   ferry_calib_coll_name(e->kind), "engine", e->engine, "ranks",
+						   e->ranks, "bytes", (json_int_t)e->bytes, "seconds", e->seconds));
+	}
+	return a;
+}
+
+static json_t *comm_step_json(const struct ferry_calibration *c)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < c->n_comm_step; i++)
+		json_array_append_new(a, json_pack("{s:s, s:i, s:f, s:f}", "engine", c->comm_step[i].engine, "ranks",
+						   c->comm_step[i].ranks, "in_step", c->comm_step[i].in_step,
+						   "compute_slowdown", c->comm_step[i].compute_slowdown));
+	return a;
+}
+
 static json_t *to_json(const struct ferry_calibration *c)
 {
-	json_t *ops = json_array(), *copies = json_array(), *cxl = json_array();
+	json_t *ops = json_array(), *copies = json_array(), *cxl = json_array(), *root;
 
 	for (int i = 0; i < c->n_cxl; i++)
 		json_array_append_new(cxl, json_pack("{s:i, s:f, s:f}", "node", c->cxl[i].node, "copy_factor",
@@ -44,7 +69,7 @@ static json_t *to_json(const struct ferry_calibration *c)
 							"d2h_s", p->d2h_s, "h2d_s", p->h2d_s, "d2h_both_s",
 							p->d2h_both_s, "h2d_both_s", p->h2d_both_s));
 	}
-	return json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:f, s:f, "
+	root = json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:f, s:f, "
 			 "s:s, s:s, s:o, s:o}",
 			 "format", FORMAT_NAME, "version", c->version, "fingerprint", c->fingerprint, "created",
 			 (json_int_t)c->created, "d2d_Bps", c->d2d_Bps, "zero_Bps", c->zero_Bps, "adamw_floats_per_s",
@@ -55,6 +80,12 @@ static json_t *to_json(const struct ferry_calibration *c)
 			 c->cxl_adamw_factor, "cxl_nodes", cxl, "nvme_read_Bps", c->nvme_read_Bps, "nvme_write_Bps",
 			 c->nvme_write_Bps, "nvme_dir", c->nvme_dir, "nvme_mode", c->nvme_mode, "copies", copies, "ops",
 			 ops);
+	if (root && (json_object_set_new(root, "collectives", coll_json(c)) != 0 ||
+		     json_object_set_new(root, "collective_steps", comm_step_json(c)) != 0)) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
 }
 
 /* mkdir -p of path's directory. */
@@ -267,6 +298,69 @@ static ferry_status read_cxl(const json_t *nodes, struct ferry_calibration *c, c
 	return FERRY_OK;
 }
 
+static int coll_kind(const char *name)
+{
+	for (int k = 0; k < FERRY_COLL_KINDS; k++)
+		if (!strcmp(ferry_calib_coll_name((enum ferry_calib_coll_kind)k), name))
+			return k;
+	return -1;
+}
+
+/* The collectives measured, per engine and ranks (absent: none; a cache
+ * from before they were measured). */
+static ferry_status read_colls(const json_t *a, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(a, i, o) {
+		struct ferry_calib_coll e;
+		const char *kind = "", *engine = "";
+		json_int_t b = 0;
+		ferry_status st;
+
+		memset(&e, 0, sizeof(e));
+		if (json_unpack(o, "{s:s, s:s, s:i, s:I, s:F}", "collective", &kind, "engine", &engine, "ranks",
+				&e.ranks, "bytes", &b, "seconds", &e.seconds) != 0 || coll_kind(kind) < 0 ||
+		    e.ranks < 2 || e.ranks > (1 << 24) || b <= 0 || strlen(engine) >= sizeof(e.engine))
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collectives entry %zu is malformed: run "
+					   "`ferry calibrate` again", path, i);
+		if ((st = check_figure(path, "a collective's seconds", e.seconds, 1e-12, 3600, false)))
+			return st;
+		e.kind = (enum ferry_calib_coll_kind)coll_kind(kind);
+		e.bytes = (size_t)b;
+		snprintf(e.engine, sizeof(e.engine), "%s", engine);
+		ferry_calib_add_coll(c, &e);
+	}
+	return FERRY_OK;
+}
+
+/* The collectives inside steps, per engine and ranks (absent: none). */
+static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c, const char *path)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(a, i, o) {
+		struct ferry_calib_comm_step e;
+		const char *engine = "";
+		ferry_status st;
+
+		memset(&e, 0, sizeof(e));
+		if (json_unpack(o, "{s:s, s:i, s:F, s:F}", "engine", &engine, "ranks", &e.ranks, "in_step", &e.in_step,
+				"compute_slowdown", &e.compute_slowdown) != 0 || e.ranks < 2 || e.ranks > (1 << 24) ||
+		    strlen(engine) >= sizeof(e.engine))
+			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collective_steps entry %zu is malformed: "
+					   "run `ferry calibrate` again", path, i);
+		if ((st = check_figure(path, "a step's in_step", e.in_step, 1e-3, 1e4, true)) ||
+		    (st = check_figure(path, "a step's compute_slowdown", e.compute_slowdown, 1e-3, 1e3, true)))
+			return st;
+		snprintf(e.engine, sizeof(e.engine), "%s", engine);
+		ferry_calib_add_comm_step(c, &e);
+	}
+	return FERRY_OK;
+}
+
 /* The header: refuses what is not for this machine and version, or old. */
 static ferry_status check_header(const json_t *root, const char *fingerprint, struct ferry_calibration *c,
 				 const char *path)
@@ -304,13 +398,13 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 	return check_figures(c, path);
 }
 
-/* ops and copies (always written) and cxl_nodes (where there is one) are
- * arrays: a string there used to read as no entries. */
+/* ops and copies (always written), cxl_nodes, collectives and
+ * collective_steps (where there are) are arrays: a string there used to read as no entries. */
 static ferry_status check_arrays(const json_t *root, const char *path)
 {
-	static const char *const names[] = { "ops", "copies", "cxl_nodes" };
+	static const char *const names[] = { "ops", "copies", "cxl_nodes", "collectives", "collective_steps" };
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 5; i++) {
 		const json_t *a = json_object_get(root, names[i]);
 
 		if ((a || i < 2) && !json_is_array(a))
@@ -320,19 +414,12 @@ static ferry_status check_arrays(const json_t *root, const char *path)
 	return FERRY_OK;
 }
 
-ferry_status ferry_calibration_load(const char *path, const char *fingerprint, ferry_calibration_t *out)
+/* A calibration from its JSON (root, consumed); path names it in errors. */
+static ferry_status from_json(json_t *root, const char *path, const char *fingerprint, ferry_calibration_t *out)
 {
-	json_error_t err;
-	json_t *root;
 	struct ferry_calibration *c;
 	ferry_status st;
 
-	*out = NULL;
-	if (access(path, R_OK) != 0)
-		return ferry_error(FERRY_ERR_IO, "no calibration at %s: run `ferry calibrate` first", path);
-	if (!(root = json_load_file(path, 0, &err)))
-		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s (line %d): run `ferry calibrate` again",
-				   path, err.text, err.line);
 	if (!(c = ferry_calib_new())) {
 		json_decref(root);
 		return ferry_error(FERRY_ERR_NOMEM, "calibration: out of host memory");
@@ -346,10 +433,48 @@ ferry_status ferry_calibration_load(const char *path, const char *fingerprint, f
 		st = read_copies(json_object_get(root, "copies"), c, path);
 	if (!st)
 		st = read_cxl(json_object_get(root, "cxl_nodes"), c, path);
+	if (!st)
+		st = read_colls(json_object_get(root, "collectives"), c, path);
+	if (!st)
+		st = read_comm_steps(json_object_get(root, "collective_steps"), c, path);
 	json_decref(root);
 	if (st)
 		ferry_calibration_free(c);
 	else
 		*out = c;
 	return st;
+}
+
+ferry_status ferry_calibration_load(const char *path, const char *fingerprint, ferry_calibration_t *out)
+{
+	json_error_t err;
+	json_t *root;
+
+	*out = NULL;
+	if (access(path, R_OK) != 0)
+		return ferry_error(FERRY_ERR_IO, "no calibration at %s: run `ferry calibrate` first", path);
+	if (!(root = json_load_file(path, 0, &err)))
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s (line %d): run `ferry calibrate` again",
+				   path, err.text, err.line);
+	return from_json(root, path, fingerprint, out);
+}
+
+char *ferry_calib_to_text(const struct ferry_calibration *c)
+{
+	json_t *root = to_json(c);
+	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+
+	json_decref(root);
+	return s;
+}
+
+ferry_status ferry_calib_from_text(const char *text, const char *what, ferry_calibration_t *out)
+{
+	json_error_t err;
+	json_t *root = json_loads(text, 0, &err);
+
+	*out = NULL;
+	if (!root)
+		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s", what, err.text);
+	return from_json(root, what, NULL, out);
 }

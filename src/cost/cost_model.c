@@ -21,6 +21,7 @@ struct sim {
 	int *rec_of;                 /* WAIT: the record it refers to, -1 none */
 	double *reached;             /* RECORD: when its stream reached it, < 0 not yet */
 	bool copy_stream[NS];        /* the stream moves data between host and device */
+	bool comm_stream[NS];        /* the stream runs collectives */
 	int running[NS];             /* the task running on each stream, -1 none */
 	double left[NS], wait_since[NS];
 	int engine_of[NS];           /* the engine the running task holds, -1 none */
@@ -54,7 +55,11 @@ static ferry_status index_tasks(struct sim *s, int n_events_hint)
 		s->order[k] = ferry_calloc((size_t)(s->n + 1), sizeof(int));
 	s->rec_of = ferry_calloc((size_t)(s->n + 1), sizeof(int));
 	s->reached = ferry_calloc((size_t)(s->n + 1), sizeof(double));
-	if (!last || !s->rec_of || !s->reached || !s->order[0] || !s->order[1] || !s->order[2] || !s->order[3]) {
+	bool ok = last && s->rec_of && s->reached;
+
+	for (int k = 0; k < NS; k++)
+		ok &= s->order[k] != NULL;
+	if (!ok) {
 		ferry_free(last);
 		return ferry_error(FERRY_ERR_NOMEM, "cost model: out of host memory");
 	}
@@ -74,6 +79,8 @@ static ferry_status index_tasks(struct sim *s, int n_events_hint)
 			last[t->event] = g;
 		if (host_copy(t))
 			s->copy_stream[t->stream] = true;
+		if (t->kind == FERRY_TASK_COMM)
+			s->comm_stream[t->stream] = true;
 		if (g < s->gate && t->stream == s->compute)
 			s->gate_need++;
 	}
@@ -117,6 +124,8 @@ static bool try_stream(struct sim *s, int k)
 		}
 		if (k == s->compute && r >= 0 && s->wait_since[k] >= 0 && s->copy_stream[s->t[r]->stream])
 			s->out->exposed_copy_s += s->now - s->wait_since[k];
+		else if (k == s->compute && r >= 0 && s->wait_since[k] >= 0 && s->comm_stream[s->t[r]->stream])
+			s->out->exposed_comm_s += s->now - s->wait_since[k];
 		s->wait_since[k] = -1;
 		break;
 	}
@@ -161,13 +170,32 @@ static void start_ready(struct sim *s)
 	}
 }
 
+static bool comm_running(const struct sim *s)
+{
+	for (int k = 0; k < NS; k++)
+		if (s->running[k] >= 0 && s->t[s->running[k]]->kind == FERRY_TASK_COMM)
+			return true;
+	return false;
+}
+
+/* The compute stream's rate: slowed while copies or collectives run. */
+static double compute_rate(const struct sim *s)
+{
+	double f = 1;
+
+	if ((s->engine_busy[0] || s->engine_busy[1]) && s->prm->copy_compute_slowdown > f)
+		f = s->prm->copy_compute_slowdown;
+	if (s->prm->comm_compute_slowdown > f && comm_running(s))
+		f = s->prm->comm_compute_slowdown;
+	return 1 / f;
+}
+
 static double rate(const struct sim *s, int k)
 {
 	int e = s->engine_of[k];
 
-	if (e < 0) /* compute slowed while copies run */
-		return k == s->compute && (s->engine_busy[0] || s->engine_busy[1]) && s->prm->copy_compute_slowdown > 1
-			       ? 1 / s->prm->copy_compute_slowdown : 1;
+	if (e < 0)
+		return k == s->compute ? compute_rate(s) : 1;
 	if (s->prm->shared_copy_engine || !s->engine_busy[1 - e] || s->prm->both_slowdown <= 1)
 		return 1;
 	return 1 / s->prm->both_slowdown;
@@ -196,6 +224,8 @@ static bool step_time(struct sim *s)
 		s->out->busy_s[k] += dt;
 		if (s->engine_of[k] >= 0)
 			s->out->copy_s += dt;
+		if (s->t[s->running[k]]->kind == FERRY_TASK_COMM)
+			s->out->comm_s += dt;
 		if (s->left[k] <= 1e-12) {
 			if (s->engine_of[k] >= 0)
 				s->engine_busy[s->engine_of[k]] = false;

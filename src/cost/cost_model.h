@@ -13,8 +13,13 @@
  * at once, or a single engine both directions share (one copy at a time);
  * the compute stream may be slowed while copies run (shared cores).
  *
+ * Collectives (data parallel) run on a stream of their own, each for its
+ * calibrated time inside a step, with the events of the others; the
+ * compute stream may be slowed while one runs, as while copies do.
+ *
  * What it gives: the step time, how long the compute stream waited for
- * copies (exposed transfer time), and each stream's busy time.  Memory is
+ * copies (exposed transfer time) and for collectives, and each stream's
+ * busy time.  Memory is
  * not simulated: every buffer is allocated before step 1, so the peak is the
  * tensor table's plan, exactly (exec/predict.c reports it).
  */
@@ -31,6 +36,8 @@ struct ferry_sim_params {
 	double copy_compute_slowdown; /* the compute stream's tasks take this many times as long while a
 					 host<->device copy runs (CPU backend: copies take cores and
 					 memory bandwidth; 1 or 0: no effect, as on a GPU) */
+	double comm_compute_slowdown; /* the same while a collective runs (CPU backend: the comm
+					 thread polls on a core; 1 or 0: no effect) */
 };
 
 struct ferry_sim_result {
@@ -38,6 +45,8 @@ struct ferry_sim_result {
 	double exposed_copy_s;  /* the compute stream waiting for events recorded on copy streams */
 	double busy_s[FERRY_SCHED_MAX_STREAMS];
 	double copy_s;          /* host<->device copy time, all directions */
+	double exposed_comm_s;  /* the compute stream waiting for events recorded after collectives */
+	double comm_s;          /* collectives' time */
 	int n_tasks;
 };
 

@@ -19,8 +19,14 @@
  *  - the CPU AdamW over the model's parameter count (1 to 16 million);
  *  - with host tiers (opts->host_tiers), each CPU-less node against DRAM
  *    and the NVMe tier's file I/O (calibrate_tiers.c);
- *  - last, the in-step factor: the fastest untraced step against
- *    the cost model's prediction from all of the above (fit_in_step);
+ *  - the in-step factor: the fastest untraced step against the cost
+ *    model's prediction from all of the above (fit_in_step);
+ *  - last, on several ranks (opts->comm), the collectives the step runs,
+ *    at its sizes, every rank at once (each rank's steps above ran on
+ *    their own, beside the other ranks', as data parallel steps run
+ *    them; the collectives apart: cost/calibrate_collectives.c), then
+ *    traced data-parallel steps: how much longer the collectives take
+ *    inside them, and how much they slow the compute ops beside them;
  *  - meanwhile, the share of the CPUs' time other processes took (a busy
  *    machine's calibration predicts slow steps: cost/machine_load.c).
  */
@@ -28,6 +34,7 @@
 #include "cost/calibrate_tiers.h"
 #include "cost/calibration.h"
 #include "core/error.h"
+#include "ferry/comm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -341,43 +348,60 @@ static ferry_status fit_in_step(const struct ferry_model_config *cfg, int B, int
 }
 
 /* Of [a, b], the fraction that host<->device copies of the trace cover
- * (copies of one direction never overlap each other: one stream each). */
-static double copy_cover(const struct ferry_sched_trace *tr, const double *t, double a, double b)
+ * (copies of one direction never overlap each other: one stream each),
+ * or with comm its collectives (one stream). */
+static double cover(const struct ferry_sched_trace *tr, const double *t, double a, double b, bool comm)
 {
 	double in = 0;
 
 	for (int j = 0; j < tr->n; j++) {
 		const struct ferry_task *k = tr->s[j].task;
 		double lo = t[2 * j] > a ? t[2 * j] : a, hi = t[2 * j + 1] < b ? t[2 * j + 1] : b;
+		bool counts = comm ? k->kind == FERRY_TASK_COMM
+				   : k->kind == FERRY_TASK_COPY && k->copy_kind != FERRY_COPY_D2D;
 
-		if (k->kind == FERRY_TASK_COPY && k->copy_kind != FERRY_COPY_D2D && hi > lo)
+		if (counts && hi > lo)
 			in += hi - lo;
 	}
 	return b > a ? (in > b - a ? 1 : in / (b - a)) : 0;
 }
 
 /* One traced step's compute ops: per op its duration, its calibrated
- * duration and the time copies ran beside it (op[3i..3i+2]). */
-static ferry_status overlap_ops(ferry_model_t m, const struct ferry_calibration *c, double *op, int *n, int max)
+ * duration and the time copies (or with comm collectives) ran beside it
+ * (op[3i..3i+2]). */
+static void overlap_ops(const ferry_model_t m, const struct ferry_calibration *c, const double *t, double *op,
+			int *n, int max, bool comm)
 {
-	struct ferry_sched_trace *tr = &m->trace;
-	double *t;
-	ferry_status st = trace_times(m, &t);
+	const struct ferry_sched_trace *tr = &m->trace;
 
-	for (int i = 0; i < tr->n && !st; i++) {
+	for (int i = 0; i < tr->n && *n < max; i++) {
 		const struct ferry_task *k = tr->s[i].task;
 		const struct ferry_calib_op *e = k->kind == FERRY_TASK_OP ? ferry_calib_find(c, &k->call) : NULL;
-		double cover;
 
 		if (!e || e->seconds <= 0 || k->stream != m->compute)
 			continue;
-		cover = copy_cover(tr, t, t[2 * i], t[2 * i + 1]);
-		if (*n < max) {
-			op[3 * *n] = t[2 * i + 1] - t[2 * i];
-			op[3 * *n + 1] = e->seconds;
-			op[3 * *n + 2] = cover * op[3 * *n];
-			(*n)++;
-		}
+		op[3 * *n] = t[2 * i + 1] - t[2 * i];
+		op[3 * *n + 1] = e->seconds;
+		op[3 * *n + 2] = cover(tr, t, t[2 * i], t[2 * i + 1], comm) * op[3 * *n];
+		(*n)++;
+	}
+}
+
+/* A traced step's slice times, then its compute ops as overlap_ops reads
+ * them and (comm) its collectives' ratios as comm_ratios reads them. */
+static void comm_ratios(const ferry_model_t m, const struct ferry_calibration *c, const double *t, double *r, int *n,
+			int max);
+
+static ferry_status read_overlap(ferry_model_t m, const struct ferry_calibration *c, double *op, int *n, double *r,
+				 int *nr, int max, bool comm)
+{
+	double *t;
+	ferry_status st = trace_times(m, &t);
+
+	if (!st) {
+		overlap_ops(m, c, t, op, n, max, comm);
+		if (comm)
+			comm_ratios(m, c, t, r, nr, max);
 	}
 	ferry_free(t);
 	return st;
@@ -453,11 +477,79 @@ static ferry_status calibrate_overlap(ferry_backend_t be, const struct ferry_mod
 		st = one_step(m, B, T, 0); /* the warm-up step */
 	for (int r = 1; m && !st && r <= repeats; r++)
 		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, r)))
-			st = overlap_ops(m, c, ops, &n, MAX);
+			st = read_overlap(m, c, ops, &n, NULL, NULL, MAX, false);
 	if (!st && slowdown(ops, n) > 0) /* else the earlier calibration's, if any */
 		c->copy_compute_slowdown = slowdown(ops, n);
 	ferry_model_free(m);
 	ferry_free(ops);
+	return st;
+}
+
+/* One traced step's collectives: each one's slice and its time alone. */
+static void comm_ratios(const ferry_model_t m, const struct ferry_calibration *c, const double *t, double *r, int *n,
+			int max)
+{
+	const struct ferry_sched_trace *tr = &m->trace;
+
+	for (int i = 0; i < tr->n && *n < max; i++) {
+		const struct ferry_task *k = tr->s[i].task;
+		bool missing = false;
+		double alone;
+
+		if (k->kind != FERRY_TASK_COMM)
+			continue;
+		alone = ferry_calib_coll_seconds(c, k->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE,
+						 ferry_comm_engine(m->comm), ferry_comm_size(m->comm), k->bytes, &missing);
+		if (!missing && alone > 0 && *n + 1 < max) { /* (in step, alone) pairs */
+			r[(*n)++] = t[2 * i + 1] - t[2 * i];
+			r[(*n)++] = alone;
+		}
+	}
+}
+
+/* The collectives' time in the steps over their time alone, all summed:
+ * a short one's slice is mostly the wait for the other ranks, so one's
+ * own ratio says little (thousands); the sum weighs them by time. */
+static double in_step_ratio(const double *pairs, int n)
+{
+	double in = 0, alone = 0, r;
+
+	for (int i = 0; i + 1 < n; i += 2)
+		in += pairs[i], alone += pairs[i + 1];
+	r = alone > 0 ? in / alone : 0;
+	return r < 1e-3 ? 0 : r > 1e4 ? 1e4 : r;
+}
+
+/* The collectives inside data-parallel steps over opts->comm's ranks:
+ * traced steps of the model with every rank at once; the collectives'
+ * slices over their time alone (in_step_ratio), and the compute ops
+ * beside them as for copies (slowdown).  Not measured (left as it was) where
+ * the model cannot run on these ranks (the same on every rank). */
+static ferry_status calibrate_comm_step(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+					const struct ferry_exec_opts *opts, int repeats, struct ferry_calibration *c)
+{
+	enum { MAX = 8192 };
+	double *ops = ferry_calloc(3 * MAX, sizeof(double)), *ratio = ferry_calloc(MAX, sizeof(double));
+	int n = 0, nr = 0;
+	ferry_model_t m = NULL;
+	ferry_status st = ops && ratio ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+
+	if (!st && ferry_model_create(be, cfg, B, T, opts, &m) == FERRY_OK && ferry_model_init_random(m, 1) == FERRY_OK)
+		st = one_step(m, B, T, 0); /* the warm-up step */
+	for (int r = 1; m && !st && r <= repeats; r++)
+		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, r)))
+			st = read_overlap(m, c, ops, &n, ratio, &nr, MAX, true);
+	if (!st && m && nr >= 2) {
+		struct ferry_calib_comm_step e = { .ranks = ferry_comm_size(opts->comm),
+						   .in_step = in_step_ratio(ratio, nr),
+						   .compute_slowdown = slowdown(ops, n) };
+
+		snprintf(e.engine, sizeof(e.engine), "%s", ferry_comm_engine(opts->comm));
+		ferry_calib_add_comm_step(c, &e);
+	}
+	ferry_model_free(m);
+	ferry_free(ops);
+	ferry_free(ratio);
 	return st;
 }
 
@@ -495,6 +587,45 @@ static int transfer_sizes(const struct ferry_model_config *cfg, int B, int T, co
 	return n;
 }
 
+/* One collective to measure, unless want already has it. */
+static void want_coll(struct ferry_calib_coll *want, int *n, int max, enum ferry_calib_coll_kind k, size_t bytes)
+{
+	for (int i = 0; i < *n; i++)
+		if (want[i].kind == k && want[i].bytes == bytes)
+			return;
+	if (*n < max)
+		want[(*n)++] = (struct ferry_calib_coll){ .kind = k, .bytes = bytes };
+}
+
+/* The collectives a step runs over opts->comm's ranks, each size once:
+ * its all-gathers, its all-reduces, and reduce-scatters of the same
+ * arrays (what ZeRO-2 runs instead).  From the step's programs, built dry. */
+static int step_collectives(const struct ferry_model_config *cfg, int B, int T, const struct ferry_exec_opts *opts,
+			    struct ferry_calib_coll *want, int max)
+{
+	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
+	const struct ferry_program *p;
+	ferry_model_t m;
+	int n = 0;
+
+	if (ferry_model_build(NULL, cfg, B, T, opts, &m) != FERRY_OK)
+		return 0;
+	ferry_model_step_keys(B, T, keys);
+	for (int i = 0; i < FERRY_STEP_PROGRAMS && ferry_model_program(m, &keys[i], &p) == FERRY_OK; i++)
+		for (int j = 0; j < p->n; j++) {
+			const struct ferry_task *t = &p->t[j];
+
+			if (t->kind != FERRY_TASK_COMM)
+				continue;
+			want_coll(want, &n, max, t->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE,
+				  t->bytes);
+			if (!t->comm_gather)
+				want_coll(want, &n, max, FERRY_COLL_REDUCE_SCATTER, t->bytes);
+		}
+	ferry_model_free(m);
+	return n;
+}
+
 /* What this run does not measure again, from the earlier calibration. */
 static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_calibration *base)
 {
@@ -513,6 +644,10 @@ static ferry_status keep_base(struct ferry_calibration *c, const struct ferry_ca
 	memcpy(c->nvme_dir, base->nvme_dir, sizeof(c->nvme_dir));
 	memcpy(c->nvme_mode, base->nvme_mode, sizeof(c->nvme_mode));
 	c->copy_compute_slowdown = base->copy_compute_slowdown;
+	for (int i = 0; i < base->n_coll; i++)
+		ferry_calib_add_coll(c, &base->coll[i]);
+	for (int i = 0; i < base->n_comm_step; i++)
+		ferry_calib_add_comm_step(c, &base->comm_step[i]);
 	return st;
 }
 
@@ -542,6 +677,28 @@ static void report(struct progress *p, const char *fmt, ...)
 	p->fn(p->ctx, what, p->part, p->parts);
 }
 
+/* The collectives of the step over opts->comm's ranks, every rank at
+ * once (after agreeing that every rank got this far), alone, then inside
+ * traced data-parallel steps. */
+static ferry_status calibrate_collectives(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
+					  const struct ferry_exec_opts *opts, struct ferry_calib_coll *want, int n,
+					  int repeats, ferry_status st, struct ferry_calibration *c, struct progress *p)
+{
+	ferry_comm_t host = ferry_comm_host(opts->comm);
+	int ranks = ferry_comm_size(opts->comm);
+
+	if ((st = ferry_comm_agree(host, st)))
+		return st;
+	report(p, "the collectives over %d ranks (%s) at the step's %d size%s", ranks, ferry_comm_engine(opts->comm),
+	       n, plural(n));
+	if ((st = ferry_comm_agree(host, ferry_calib_measure_collectives(opts->comm, want, n, repeats < 3 ? 3 : repeats,
+									  c))))
+		return st;
+	report(p, "the collectives inside %d traced data-parallel step%s over %d ranks", repeats, plural(repeats),
+	       ranks);
+	return ferry_comm_agree(host, calibrate_comm_step(be, cfg, B, T, opts, repeats, c));
+}
+
 /* Every measurement, in order; the parts as the progress reports them. */
 static ferry_status measure(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			    const struct ferry_exec_opts *opts, const struct ferry_exec_opts *o, int repeats,
@@ -549,10 +706,13 @@ static ferry_status measure(ferry_backend_t be, const struct ferry_model_config 
 {
 	size_t sizes[FERRY_CALIB_MAX_SIZES];
 	const int n_sizes = transfer_sizes(cfg, B, T, o, sizes, FERRY_CALIB_MAX_SIZES);
+	struct ferry_calib_coll want[FERRY_CALIB_MAX_COLL];
+	const bool ranks = opts->comm && ferry_comm_size(opts->comm) > 1;
+	const int n_coll = ranks ? step_collectives(cfg, B, T, opts, want, FERRY_CALIB_MAX_COLL) : 0;
 	double untraced_s = 0;
 	ferry_status st;
 
-	p->parts = 3 + (n_sizes > 0) + (opts->host_tiers != NULL);
+	p->parts = 3 + (n_sizes > 0) + (opts->host_tiers != NULL) + 2 * ranks;
 	report(p, "the model's ops: a warm-up step, then %d traced step%s, each with two untraced", repeats,
 	       plural(repeats));
 	st = calibrate_ops(be, cfg, B, T, o, repeats, c, &untraced_s);
@@ -576,6 +736,8 @@ static ferry_status measure(ferry_backend_t be, const struct ferry_model_config 
 					       repeats, c);
 	if (!st)
 		st = fit_in_step(cfg, B, T, o, untraced_s, c);
+	if (ranks) /* (also with an error: the other ranks wait for it) */
+		st = calibrate_collectives(be, cfg, B, T, opts, want, n_coll, repeats, st, c, p);
 	return st;
 }
 
@@ -593,6 +755,7 @@ ferry_status ferry_calibrate_progress(ferry_backend_t be, const struct ferry_mod
 
 	*out = NULL;
 	o.host_tiers = NULL;
+	o.comm = NULL; /* each rank's steps on its own (beside the others'); the collectives apart */
 	if (repeats < 1)
 		repeats = 1;
 	ferry_cpu_sample_take(&load0);

@@ -4,7 +4,9 @@
  * from the calibration, and the simulation (cost/cost_model.h) replays
  * them as ferry_model_step_submit, _finish and ferry_model_sync submit
  * them: zeroing, forward, backward, gradient norm, the host's
- * synchronisation, the update.  The peak is the memory plan's.
+ * synchronisation, the update; on several ranks (opts->comm) the
+ * gradients' collectives on the comm stream, at the calibration's times
+ * for that many ranks.  The peak is the memory plan's.
  */
 #include "exec/model_internal.h"
 #include "cost/calibration.h"
@@ -12,6 +14,7 @@
 #include "sched/trace.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
+#include "ferry/comm.h"
 
 #include <string.h>
 
@@ -118,10 +121,33 @@ static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, 
 	return s;
 }
 
+/* What the durations could not price from the calibration. */
+struct unpriced {
+	int ops;  /* ops at shapes not measured, NVMe I/O at default rates */
+	int comm; /* collectives not measured over these ranks */
+};
+
+/* A task's duration on its own. */
+static double task_seconds(const struct ferry_calibration *c, const struct tier_speeds *ts,
+			   const struct ferry_task *t, struct unpriced *u)
+{
+	bool est = false, missing = false;
+	double d;
+
+	if (t->kind == FERRY_TASK_COMM) {
+		d = ferry_calib_comm_task_seconds(c, t, &missing);
+		u->comm += missing;
+		return d;
+	}
+	d = on_tier(ts, t, ferry_calib_task_seconds(c, t, &est), &est);
+	u->ops += est;
+	return d;
+}
+
 /* Each task's duration, the programs' tasks one after the other; a
  * compute-stream task also takes the stream's calibrated gap before it. */
 static double *durations(const struct ferry_calibration *c, const struct tier_speeds *ts,
-			 const struct ferry_program *const *p, int n, int compute, int *estimated)
+			 const struct ferry_program *const *p, int n, int compute, struct unpriced *u)
 {
 	int total = 0, k = 0;
 	double *d;
@@ -132,14 +158,10 @@ static double *durations(const struct ferry_calibration *c, const struct tier_sp
 		return NULL;
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < p[i]->n; j++) {
-			bool est = false;
-
-			d[k] = ferry_calib_task_seconds(c, &p[i]->t[j], &est);
-			d[k] = on_tier(ts, &p[i]->t[j], d[k], &est);
+			d[k] = task_seconds(c, ts, &p[i]->t[j], u);
 			if (p[i]->t[j].stream == compute && ferry_trace_timed_kind(p[i]->t[j].kind))
 				d[k] += c->task_gap_s;
 			k++;
-			*estimated += est;
 		}
 	return d;
 }
@@ -151,6 +173,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
 	struct ferry_sim_params prm = { .both_slowdown = ferry_calib_both_slowdown(c) };
 	struct ferry_sim_result r;
+	struct unpriced u = { 0, 0 };
 	ferry_status st = FERRY_OK;
 	double *d;
 
@@ -161,7 +184,13 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 		return st;
 	prm.shared_copy_engine = prm.both_slowdown >= 1.9;
 	prm.copy_compute_slowdown = c->copy_compute_slowdown;
-	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &out->estimated_ops)))
+	if (m->comm) {
+		const struct ferry_calib_comm_step *in =
+			ferry_calib_comm_step_find(c, ferry_comm_engine(m->comm), ferry_comm_size(m->comm));
+
+		prm.comm_compute_slowdown = in ? in->compute_slowdown : 0;
+	}
+	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &u)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
 	ferry_free(d);
@@ -173,6 +202,10 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 	out->copy_s = r.copy_s;
 	out->host_s = ferry_table_host_update(&m->tt) ? r.busy_s[m->opt_cpu_stream] : 0;
 	out->n_tasks = r.n_tasks;
+	out->estimated_ops = u.ops;
+	out->uncalibrated_comm = u.comm;
+	out->comm_s = r.comm_s;
+	out->exposed_comm_s = r.exposed_comm_s;
 	return FERRY_OK;
 }
 

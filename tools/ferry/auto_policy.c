@@ -17,11 +17,14 @@ ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct f
 				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r)
 {
 	struct ferry_memory_limit ml;
+	struct ferry_exec_opts e = o->exec;
 
+	if (!e.comm) /* on several ranks, their collectives priced (the trainer makes its own) */
+		e.comm = o->comm;
 	ferry_memory_limit(&ml);
 	if (with_state)
-		return ferry_policy_auto_state(cfg, o->B, o->T, &o->exec, device_mem, (size_t)ml.bytes, c, r);
-	return ferry_policy_auto(cfg, o->B, o->T, &o->exec, device_mem, (size_t)ml.bytes, c, r);
+		return ferry_policy_auto_state(cfg, o->B, o->T, &e, device_mem, (size_t)ml.bytes, c, r);
+	return ferry_policy_auto(cfg, o->B, o->T, &e, device_mem, (size_t)ml.bytes, c, r);
 }
 
 /* The host tiers auto chose, over the ones given, into o->exec.host_tier

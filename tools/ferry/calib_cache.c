@@ -70,6 +70,24 @@ bool calib_busy(ferry_calibration_t c, char *why, size_t n)
 	return why[0] != 0;
 }
 
+/* Each kind of collective over each number of ranks: its smallest and
+ * largest size measured. */
+static void print_collectives(FILE *f, const struct ferry_calib_summary *s, const char *indent)
+{
+	char small[FERRY_SIZE_CHARS], big[FERRY_SIZE_CHARS];
+
+	for (int i = 0; i < s->n_coll; i++)
+		fprintf(f, "%s%s over %d ranks (%s), %d sizes: %s in %.1f us .. %s in %.2f ms (%.2f GB/s)\n", indent,
+			s->coll[i].kind, s->coll[i].ranks, s->coll[i].engine, s->coll[i].sizes,
+			ferry_format_size(s->coll[i].small_bytes, small), s->coll[i].small_s * 1e6,
+			ferry_format_size(s->coll[i].big_bytes, big), s->coll[i].big_s * 1e3,
+			gbps((double)s->coll[i].big_bytes / s->coll[i].big_s));
+	for (int i = 0; i < s->n_comm_step; i++)
+		fprintf(f, "%sinside data-parallel steps over %d ranks (%s): the collectives take %.1fx their time "
+			   "alone, compute ops beside them %.2fx theirs\n", indent, s->comm_step[i].ranks,
+			s->comm_step[i].engine, s->comm_step[i].in_step, s->comm_step[i].compute_slowdown);
+}
+
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 {
 	char zero[32], d2d[32], busy[160];
@@ -108,6 +126,7 @@ void calib_print(FILE *f, ferry_calibration_t c, const char *indent)
 	if (calib_busy(c, busy, sizeof(busy)))
 		fprintf(f, "%sthe machine looked busy (%s): calibrate again when it is quiet\n", indent, busy);
 	print_tiers(f, &s, indent);
+	print_collectives(f, &s, indent);
 }
 
 void calib_print_all(FILE *f)

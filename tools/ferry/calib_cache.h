@@ -36,6 +36,9 @@ struct calib_log {
  * and saying so, while another calibration holds it), building on what
  * the cache holds (else saying why it starts anew), each part's progress
  * as it starts; saved to the cache, whose path goes to path[path_n].
+ * On several ranks (o->comm; every rank calls it) each rank measures, the
+ * collectives too, rank 0 alone holds the lock, reports and saves, and
+ * every rank gets rank 0's calibration.
  * *out: the new calibration.  0, or 1 after printing the error. */
 int calib_cache_calibrate(const char *cmd, ferry_backend_t be, const struct ferry_model_config *cfg,
 			  const struct ferry_train_opts *o, int repeats, const struct calib_log *log,

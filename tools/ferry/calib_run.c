@@ -3,6 +3,8 @@
 #include "calib_cache.h"
 #include "cli_args.h"
 
+#include "ferry/comm.h"
+
 #include <stdio.h>
 #include <time.h>
 
@@ -49,6 +51,42 @@ static int lock_cache(const char *cmd, ferry_backend_t be, const struct calib_lo
 	return 0;
 }
 
+/* On several ranks (o->comm): whether this rank leads (rank 0: the
+ * cache's lock, its loading and saving, the progress); every rank
+ * measures, the others' figures go unsaved. */
+static bool leads(const struct ferry_train_opts *o)
+{
+	return !o->comm || ferry_comm_rank(o->comm) == 0;
+}
+
+/* rc on every rank: the worst of the ranks' (one rank: its own). */
+static int agree(const struct ferry_train_opts *o, int rc)
+{
+	if (!o->comm || ferry_comm_size(o->comm) < 2)
+		return rc;
+	return ferry_comm_agree(o->comm, rc ? FERRY_ERR_INVALID : FERRY_OK) != FERRY_OK;
+}
+
+/* Every rank measures (the collectives over o->comm's ranks as well);
+ * rank 0's is saved, then shared, so that every rank holds the same. */
+static int measure_all(const char *cmd, ferry_backend_t be, const struct ferry_model_config *cfg,
+		       const struct ferry_train_opts *o, int repeats, ferry_calibration_t old, struct progress *p,
+		       const char *path, ferry_calibration_t *out)
+{
+	struct ferry_exec_opts e = o->exec;
+	int rc;
+
+	e.comm = o->comm;
+	rc = ferry_calibrate_progress(be, cfg, o->B, o->T, &e, repeats, old, leads(o) ? progress : NULL, p, out) !=
+		     FERRY_OK ||
+	     (leads(o) && ferry_calibration_save(*out, path) != FERRY_OK);
+	if (rc)
+		ferry_cli_fail(cmd);
+	if ((rc = agree(o, rc)) == 0 && o->comm && ferry_calibration_share(o->comm, out) != FERRY_OK)
+		rc = ferry_cli_fail(cmd);
+	return rc;
+}
+
 int calib_cache_calibrate(const char *cmd, ferry_backend_t be, const struct ferry_model_config *cfg,
 			  const struct ferry_train_opts *o, int repeats, const struct calib_log *log,
 			  char *path, size_t path_n, ferry_calibration_t *out)
@@ -58,15 +96,13 @@ int calib_cache_calibrate(const char *cmd, ferry_backend_t be, const struct ferr
 	int lock = -1, rc;
 
 	*out = NULL;
-	if (lock_cache(cmd, be, log, path, path_n, &lock))
+	if (agree(o, leads(o) && lock_cache(cmd, be, log, path, path_n, &lock)))
 		return 1;
 	/* a cache that is there but refused is replaced: say why */
-	if (calib_cache_load(be, &old, path, path_n) == FERRY_ERR_FORMAT)
+	if (leads(o) && calib_cache_load(be, &old, path, path_n) == FERRY_ERR_FORMAT)
 		fprintf(log->f, "%sstarting a new calibration: %s\n", log->prefix, ferry_last_error());
-	rc = ferry_calibrate_progress(be, cfg, o->B, o->T, &o->exec, repeats, old, progress, &p, out) != FERRY_OK ||
-	     ferry_calibration_save(*out, path) != FERRY_OK;
+	rc = measure_all(cmd, be, cfg, o, repeats, old, &p, path, out);
 	if (rc) {
-		ferry_cli_fail(cmd);
 		ferry_calibration_free(*out);
 		*out = NULL;
 	}

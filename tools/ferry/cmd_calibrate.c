@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
+#include "train_ranks.h"
 #include "ferry/platform.h"
 
 #include <stdio.h>
@@ -42,6 +43,17 @@ static void usage(void)
 	       "own file I/O (at most 256 MiB, the file gone from DIR as soon as it is open).\n"
 	       "Figures not measured keep an earlier calibration's, else the documented\n"
 	       "defaults; `ferry info` says which.\n"
+	       "\n"
+	       "Under mpirun (mpirun -np N ferry calibrate ..., as ferry train runs on N\n"
+	       "ranks; --threads then defaults to the cores shared by the ranks), every rank\n"
+	       "measures its steps beside the others', then the collectives the step runs\n"
+	       "over N ranks (all-reduce, reduce-scatter, all-gather) at its sizes, every\n"
+	       "rank at once; rank 0 saves them, kept per engine and number of ranks: a\n"
+	       "calibration of one process does not price N ranks' collectives (--policy\n"
+	       "auto on N ranks measures them when the cache lacks them).\n"
+	       "\n"
+	       "Last it prints the step the cost model predicts for these flags (on N\n"
+	       "ranks, with the time the compute stream waits for the collectives).\n"
 	       "\n");
 	ferry_cli_model_flags_help(stdout);
 }
@@ -95,38 +107,79 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 	}
 }
 
-int cmd_calibrate(int argc, char **argv)
+/* The step the calibration's flags give, predicted (on several ranks
+ * with its collectives priced): what ferry train then measures. */
+static void print_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg, ferry_calibration_t c)
 {
-	struct ferry_train_opts o;
+	struct ferry_exec_opts e = o->exec;
+	struct ferry_prediction p;
+	int ranks = o->comm ? ferry_comm_size(o->comm) : 1;
+
+	e.comm = o->comm;
+	if (ferry_model_predict(cfg, o->B, o->T, &e, c, &p) != FERRY_OK) {
+		printf("no prediction: %s\n", ferry_last_error());
+		return;
+	}
+	printf("predicted step (--policy %s, %d rank%s of %d rows): %.1f ms", o->exec.policy, ranks, ranks > 1 ? "s" : "",
+	       o->B, p.step_s * 1e3);
+	if (ranks > 1)
+		printf(", of which the compute stream waits %.1f ms for the collectives (%.1f ms of them on the comm "
+		       "stream)", p.exposed_comm_s * 1e3, p.comm_s * 1e3);
+	printf("\n");
+}
+
+static int calibrate(struct ferry_train_opts *o, int repeats)
+{
 	struct ferry_model_config cfg;
 	ferry_calibration_t c = NULL;
 	ferry_backend_t be;
 	char path[4200] = "";
-	int repeats, rc = parse(argc, argv, &o, &repeats);
+	int rc;
 
-	if (rc >= 0)
-		return rc;
-	ferry_set_threads(o.threads);
-	if (ferry_cli_model_flags_backend(CMD, &o, stdout) || ferry_cli_model_flags_config(CMD, &o, &cfg))
+	ferry_set_threads(o->threads);
+	if (ferry_cli_model_flags_backend(CMD, o, stdout) || ferry_cli_model_flags_config(CMD, o, &cfg))
 		return 1;
-	if (ferry_cli_model_flags_places(CMD, &o) || ferry_cli_tier_flags_setup(CMD, &o))
+	if (ferry_cli_model_flags_places(CMD, o) || ferry_cli_tier_flags_setup(CMD, o))
 		return 1;
-	if (ferry_backend_open(o.backend, &(struct ferry_backend_opts){ .device_mem = o.device_mem,
-									.threads = o.threads }, &be) != FERRY_OK) {
-		ferry_cli_tier_flags_release(&o);
+	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
+									 .threads = o->threads }, &be) != FERRY_OK) {
+		ferry_cli_tier_flags_release(o);
 		return ferry_cli_fail(CMD);
 	}
-	rc = calib_cache_calibrate(CMD, be, &cfg, &o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
+	rc = calib_cache_calibrate(CMD, be, &cfg, o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
 				   &c);
 	if (!rc) {
 		printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers,
-		       cfg.channels, o.B, o.T, ferry_backend_description(be));
-		print_tier_notes(&o, c);
+		       cfg.channels, o->B, o->T, ferry_backend_description(be));
+		print_tier_notes(o, c);
 		calib_print(stdout, c, "  ");
+		print_step(o, &cfg, c);
 		printf("saved to %s\n", path);
 	}
 	ferry_calibration_free(c);
 	ferry_backend_close(be);
-	ferry_cli_tier_flags_release(&o);
+	ferry_cli_tier_flags_release(o);
+	return rc;
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+	struct ferry_train_opts o;
+	struct ranks r;
+	int repeats, rc;
+
+	if (ranks_open(CMD, &r)) /* mpirun: the collectives over its ranks too */
+		return 1;
+	if ((rc = parse(argc, argv, &o, &repeats)) < 0) {
+		if (r.size > 1) {
+			o.comm = r.comm;
+			o.threads = ranks_threads(&r, o.threads);
+		}
+		/* every rank saw the same failure, or one alone (then the job ends) */
+		rc = calibrate(&o, repeats);
+		if (r.size > 1)
+			rc = ranks_agree_rc(CMD, &r, rc);
+	}
+	ranks_close(&r);
 	return rc;
 }

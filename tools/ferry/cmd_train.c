@@ -930,8 +930,7 @@ static int set_up(struct train_cli *c, struct run *run)
 
 	if (c->ranks.size > 1) {
 		c->o.comm = c->ranks.comm;
-		if (!c->o.threads) /* the machine's cores shared by its ranks */
-			c->o.threads = ferry_cpu_count() / c->ranks.local_size > 1 ? ferry_cpu_count() / c->ranks.local_size : 1;
+		c->o.threads = ranks_threads(&c->ranks, c->o.threads);
 		if (c->trace)
 			c->trace = ranks_path(&c->ranks, c->trace, trace, sizeof(trace));
 	}

@@ -2,6 +2,7 @@
  * (train_ranks.h). */
 #include "train_ranks.h"
 #include "cli_args.h"
+#include "ferry/platform.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -63,6 +64,13 @@ void ranks_close(struct ranks *r)
 	if (r->err_fd > STDERR_FILENO)
 		close(r->err_fd);
 	r->comm = NULL;
+}
+
+int ranks_threads(const struct ranks *r, int threads)
+{
+	int share = ferry_cpu_count() / (r->local_size > 0 ? r->local_size : 1);
+
+	return threads ? threads : share > 1 ? share : 1;
 }
 
 int ranks_fail(const char *cmd, const struct ranks *r)

@@ -29,6 +29,9 @@ struct ranks {
  * output of all but rank 0.  0, or 1 after a message. */
 int ranks_open(const char *cmd, struct ranks *r);
 void ranks_close(struct ranks *r);
+/* The threads a rank runs on: `threads` when given (not 0), else the
+ * machine's cores shared by its ranks (at least 1). */
+int ranks_threads(const struct ranks *r, int threads);
 /* The collective timeout (ferry_comm_set_timeout): a collective that
  * waits `seconds` prints which ranks did not arrive and ends the job.
  * Every rank calls it; 0, or 1 after a message. */

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The cost model on several ranks (issue 22 item 8): a calibration of one
+# process has no collectives, and --policy auto on 2 ranks says so and
+# measures them; mpirun -np 2 ferry calibrate measures the all-reduces and
+# reduce-scatters at the sizes of the step's gradients (the model's shapes
+# give them: a layer's qkv weight is 3 C x C floats), stores them keyed by
+# 2 ranks and the mpi engine, and prices them in the 2-rank prediction it
+# prints (more than 0 on the comm stream; none for one process); a
+# calibration of one process afterwards keeps them.  Skips without mpirun
+# or a ferry built with MPI.
+. "$(dirname "$0")/lib.bash"
+need_mpi
+make_corpus
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+SHAPE=(--backend cpu --layers 2 --channels 32 --heads 4 --vocab 257 --max-seq 32 --batch 2 --seq 16 --threads 1)
+
+# collectives CACHE: "kind ranks engine bytes" a line
+collectives() {
+	python3 -c 'import json, sys
+for e in json.load(open(sys.argv[1])).get("collectives", []):
+    assert e["seconds"] > 0, e
+    print(e["collective"], e["ranks"], e["engine"], e["bytes"])' "$1"
+}
+
+expect_ok "calibrate one process" "$FERRY" calibrate "${SHAPE[@]}" --quick
+cache=$(ls "$XDG_CACHE_HOME"/ferry/calibration-*.json)
+[ -z "$(collectives "$cache")" ] || fail "one process measured collectives: $(collectives "$cache")"
+grep -qE "^predicted step \(--policy nothing_saveable, 1 rank of 2 rows\): [0-9.]+ ms$" out.txt ||
+	fail "one process: the predicted step, no collectives: $(grep predicted out.txt)"
+
+checks=$((checks + 1))
+if mpi_run 2 "$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 1 --sample 0 --val-every 0 \
+	--policy auto >auto.out 2>auto.err; then
+	grep -q "has not measured the collectives over 2 ranks; calibrating now" auto.err &&
+		grep -q "^all_reduce 2 mpi " <(collectives "$cache") && echo "ok: --policy auto on 2 ranks measures them" ||
+		fail "--policy auto on 2 ranks: $(cat auto.err)"
+else
+	fail "--policy auto on 2 ranks: $(tail -n 3 auto.err)"
+fi
+
+checks=$((checks + 1))
+if mpi_run 2 "$FERRY" calibrate "${SHAPE[@]}" --quick >two.out 2>two.err; then
+	qkv=$((3 * 32 * 32 * 4))
+	list=$(collectives "$cache")
+	for kind in all_reduce reduce_scatter; do
+		grep -q "^$kind 2 mpi $qkv$" <<<"$list" || fail "no $kind of a layer's qkv weight gradient ($qkv bytes): $list"
+	done
+	grep -q "^  all_reduce over 2 ranks (mpi), [0-9]* sizes" two.out || fail "calibrate prints the collectives"
+	comm=$(sed -n 's/^predicted step (--policy nothing_saveable, 2 ranks of 2 rows): [0-9.]* ms, .*(\([0-9.]*\) ms of them on the comm stream)$/\1/p' two.out)
+	awk -v c="${comm:-0}" 'BEGIN { exit !(c > 0) }' &&
+		echo "ok: 2 ranks: $(collectives "$cache" | wc -l) collectives stored; $comm ms of them a step predicted" ||
+		fail "the 2-rank prediction prices no collectives: $(grep predicted two.out)"
+else
+	fail "calibrate on 2 ranks: $(tail -n 3 two.err)"
+fi
+
+expect_ok "calibrate one process again" "$FERRY" calibrate "${SHAPE[@]}" --quick
+grep -q "^all_reduce 2 mpi $((3 * 32 * 32 * 4))$" <(collectives "$cache") ||
+	fail "one process's calibration dropped the 2 ranks' collectives"
+finish
