@@ -95,15 +95,33 @@ const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferr
 	return NULL;
 }
 
+enum ferry_calib_coll_kind ferry_calib_coll_of_task(const struct ferry_task *t, int ranks, size_t *bytes)
+{
+	*bytes = t->bytes;
+	switch (t->comm_job) {
+	case FERRY_COMM_JOB_GATHER: /* `bytes` per rank */
+		return FERRY_COLL_ALL_GATHER;
+	case FERRY_COMM_JOB_COLLECT: /* `bytes` whole, gathered from the slices */
+		*bytes = t->bytes / (size_t)(ranks > 0 ? ranks : 1);
+		return FERRY_COLL_ALL_GATHER;
+	case FERRY_COMM_JOB_SCATTER:
+		return FERRY_COLL_REDUCE_SCATTER;
+	default: /* averages, and the norm's doubles summed */
+		return FERRY_COLL_ALL_REDUCE;
+	}
+}
+
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing)
 {
-	enum ferry_calib_coll_kind k = t->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE;
 	const struct ferry_calib_comm_step *in;
+	enum ferry_calib_coll_kind k;
+	size_t bytes;
 	double s;
 
 	if (!t->comm || ferry_comm_size(t->comm) < 2)
 		return 0; /* one rank: nothing to exchange */
-	s = ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), t->bytes, missing);
+	k = ferry_calib_coll_of_task(t, ferry_comm_size(t->comm), &bytes);
+	s = ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), bytes, missing);
 	in = ferry_calib_comm_step_find(c, ferry_comm_engine(t->comm), ferry_comm_size(t->comm));
 	return in && in->in_step > 0 ? s * in->in_step : s;
 }

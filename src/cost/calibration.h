@@ -138,6 +138,10 @@ void ferry_calib_add_comm_step(struct ferry_calibration *c, const struct ferry_c
 /* The entry of an engine and ranks (NULL: none). */
 const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferry_calibration *c,
 							      const char *engine, int ranks);
+/* The calibrated collective a COMM task runs over `ranks`, and its size
+ * in the calibration's terms (*bytes: an all-gather's per rank, the
+ * others' whole buffer). */
+enum ferry_calib_coll_kind ferry_calib_coll_of_task(const struct ferry_task *t, int ranks, size_t *bytes);
 /* A COMM task's duration (its communicator's engine and ranks), inside a
  * step (the comm step's in_step factor where measured). */
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing);

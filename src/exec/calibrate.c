@@ -493,13 +493,16 @@ static void comm_ratios(const ferry_model_t m, const struct ferry_calibration *c
 
 	for (int i = 0; i < tr->n && *n < max; i++) {
 		const struct ferry_task *k = tr->s[i].task;
+		enum ferry_calib_coll_kind kind;
 		bool missing = false;
+		size_t bytes;
 		double alone;
 
 		if (k->kind != FERRY_TASK_COMM)
 			continue;
-		alone = ferry_calib_coll_seconds(c, k->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE,
-						 ferry_comm_engine(m->comm), ferry_comm_size(m->comm), k->bytes, &missing);
+		kind = ferry_calib_coll_of_task(k, ferry_comm_size(m->comm), &bytes);
+		alone = ferry_calib_coll_seconds(c, kind, ferry_comm_engine(m->comm), ferry_comm_size(m->comm), bytes,
+						 &missing);
 		if (!missing && alone > 0 && *n + 1 < max) { /* (in step, alone) pairs */
 			r[(*n)++] = t[2 * i + 1] - t[2 * i];
 			r[(*n)++] = alone;
@@ -597,9 +600,8 @@ static void want_coll(struct ferry_calib_coll *want, int *n, int max, enum ferry
 		want[(*n)++] = (struct ferry_calib_coll){ .kind = k, .bytes = bytes };
 }
 
-/* The collectives a step runs over opts->comm's ranks, each size once:
- * its all-gathers, its all-reduces, and reduce-scatters of the same
- * arrays (what ZeRO-2 runs instead).  From the step's programs, built dry. */
+/* The collectives a step runs over opts->comm's ranks, each kind and size
+ * once (ferry_calib_coll_of_task).  From the step's programs, built dry. */
 static int step_collectives(const struct ferry_model_config *cfg, int B, int T, const struct ferry_exec_opts *opts,
 			    struct ferry_calib_coll *want, int max)
 {
@@ -614,13 +616,13 @@ static int step_collectives(const struct ferry_model_config *cfg, int B, int T, 
 	for (int i = 0; i < FERRY_STEP_PROGRAMS && ferry_model_program(m, &keys[i], &p) == FERRY_OK; i++)
 		for (int j = 0; j < p->n; j++) {
 			const struct ferry_task *t = &p->t[j];
+			enum ferry_calib_coll_kind kind;
+			size_t bytes;
 
 			if (t->kind != FERRY_TASK_COMM)
 				continue;
-			want_coll(want, &n, max, t->comm_gather ? FERRY_COLL_ALL_GATHER : FERRY_COLL_ALL_REDUCE,
-				  t->bytes);
-			if (!t->comm_gather)
-				want_coll(want, &n, max, FERRY_COLL_REDUCE_SCATTER, t->bytes);
+			kind = ferry_calib_coll_of_task(t, ferry_comm_size(opts->comm), &bytes);
+			want_coll(want, &n, max, kind, bytes);
 		}
 	ferry_model_free(m);
 	return n;

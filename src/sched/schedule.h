@@ -36,10 +36,8 @@ enum ferry_task_kind {
 	FERRY_TASK_FILE,       /* host memory to or from the NVMe tier's file
 				  (D2H: write src there, H2D: read into dst), by
 				  a host thread in the stream's order */
-	FERRY_TASK_COMM,       /* a collective over comm's ranks (comm_gather:
-				  an all-gather of `bytes` per rank into dst,
-				  in place; else the fp32 array at dst averaged
-				  in place): a host thread in the stream's order
+	FERRY_TASK_COMM,       /* a collective over comm's ranks (which one:
+				  comm_job): a host thread in the stream's order
 				  runs it, or, for a communicator on device
 				  buffers, the stream itself */
 };
