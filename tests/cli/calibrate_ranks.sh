@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The cost model on several ranks (issue 22 item 8): a calibration of one
 # process has no collectives, and --policy auto on 2 ranks says so and
-# measures them; mpirun -np 2 ferry calibrate measures the all-reduces and
-# reduce-scatters at the sizes of the step's gradients (the model's shapes
-# give them: a layer's qkv weight is 3 C x C floats), stores them keyed by
+# measures them; mpirun -np 2 ferry calibrate measures the collectives the
+# step runs at the sizes of its gradients (the model's shapes give them: a
+# layer's qkv weight is 3 C x C floats): all-reduces, and with --zero 2
+# reduce-scatters; it stores them keyed by
 # 2 ranks and the mpi engine, and prices them in the 2-rank prediction it
 # prints (more than 0 on the comm stream; none for one process); a
 # calibration of one process afterwards keeps them.  Skips without mpirun
@@ -42,9 +43,8 @@ checks=$((checks + 1))
 if mpi_run 2 "$FERRY" calibrate "${SHAPE[@]}" --quick >two.out 2>two.err; then
 	qkv=$((3 * 32 * 32 * 4))
 	list=$(collectives "$cache")
-	for kind in all_reduce reduce_scatter; do
-		grep -q "^$kind 2 mpi $qkv$" <<<"$list" || fail "no $kind of a layer's qkv weight gradient ($qkv bytes): $list"
-	done
+	grep -q "^all_reduce 2 mpi $qkv$" <<<"$list" || fail "no all_reduce of a layer's qkv weight gradient ($qkv bytes): $list"
+	grep -q "^reduce_scatter " <<<"$list" && fail "reduce-scatters measured for a step that runs none: $list"
 	grep -q "^  all_reduce over 2 ranks (mpi), [0-9]* sizes" two.out || fail "calibrate prints the collectives"
 	comm=$(sed -n 's/^predicted step (--policy nothing_saveable, 2 ranks of 2 rows): [0-9.]* ms, .*(\([0-9.]*\) ms of them on the comm stream)$/\1/p' two.out)
 	awk -v c="${comm:-0}" 'BEGIN { exit !(c > 0) }' &&
@@ -52,6 +52,15 @@ if mpi_run 2 "$FERRY" calibrate "${SHAPE[@]}" --quick >two.out 2>two.err; then
 		fail "the 2-rank prediction prices no collectives: $(grep predicted two.out)"
 else
 	fail "calibrate on 2 ranks: $(tail -n 3 two.err)"
+fi
+
+checks=$((checks + 1))
+if mpi_run 2 "$FERRY" calibrate "${SHAPE[@]}" --quick --zero 2 >zero2.out 2>zero2.err; then
+	grep -q "^reduce_scatter 2 mpi $((3 * 32 * 32 * 4))$" <(collectives "$cache") &&
+		echo "ok: --zero 2 on 2 ranks: the reduce-scatter of a layer's qkv weight gradient measured" ||
+		fail "--zero 2: no reduce_scatter of a layer's qkv weight gradient: $(collectives "$cache")"
+else
+	fail "calibrate --zero 2 on 2 ranks: $(tail -n 3 zero2.err)"
 fi
 
 expect_ok "calibrate one process again" "$FERRY" calibrate "${SHAPE[@]}" --quick
