@@ -157,7 +157,11 @@ int ferry_model_max_seq_len(ferry_model_t m);
 ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_CHECK;
 
 /* Copies between host arrays (n_params floats, declaration order) and the
- * device. */
+ * device.  With the optimizer state split over the ranks (ZeRO-1, opts'
+ * zero: its moments; with the optimizer on the host also its master
+ * weights, which get_params then gathers) the optimizer state's and, in
+ * the second case, the parameters' get are collectives: every rank calls
+ * them. */
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads) FERRY_MUST_CHECK;

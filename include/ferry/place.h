@@ -27,6 +27,11 @@
  *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
  *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
  *                                      keeps and updates its 1/N of the moments
+ *        | HOST:cpu:shard(N) | HOST:cpu(speculative):shard(N)
+ *                                      the same with the state on the host: each
+ *                                      rank keeps its 1/N of the master weights,
+ *                                      moments and host gradients, updated by
+ *                                      its own host threads
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
@@ -48,7 +53,8 @@
  * layers.weights=host:stream(1), --param-prefetch D sets its D,
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
- * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N),
+ * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N)
+ * (with --offload-optimizer cpu: adam=host:cpu:shard(N)),
  * --policy activations=, --prefetch-depth activations.prefetch=,
  * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
  * --host-tier KIND=TIER the tiers (activations activations.host, the
@@ -103,8 +109,10 @@ struct ferry_place {
 				     norm then needs clipping (FERRY_CLIP_SPECULATIVE) */
 	int shard;                /* adam: split over this many ranks, rank r
 				     holding elements [r*S, (r+1)*S) of the
-				     parameter array's moments, S = n / shard
-				     rounded up (ZeRO-1, --zero 1); 0: whole */
+				     parameter array's moments (home host: and
+				     of its master weights and host gradients),
+				     S = n / shard rounded up (ZeRO-1, --zero 1);
+				     0: whole */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,

@@ -550,6 +550,8 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
+	if (m->tt.ix.param_slice >= 0) /* this rank's slice of the master weights */
+		return ferry_zero_host_set_params(m, params);
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
 	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
@@ -559,6 +561,8 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
+	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
+		return ferry_zero_host_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 

@@ -115,7 +115,7 @@ struct ferry_model {
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
 	/* adam=device:shard(N): "this rank's slices updated", "every slice
-	 * gathered" (zero.c) */
+	 * gathered" (zero.c; adam=host:cpu:shard(N): the second, zero_host.c) */
 	int zero_updated, zero_gathered;
 };
 
@@ -145,6 +145,14 @@ void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var) FERRY_MUST_CHECK;
 ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
+
+/* ZeRO-1 with AdamW on host threads (zero_host.c, adam=host:cpu:shard(N)):
+ * the all-gather of every rank's slice of the compute copy after the
+ * update; the parameters from and to whole arrays (reading them is a
+ * collective: every rank calls it). */
+void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p);
+ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
+ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 
 /* n bytes of table buffer b to or from host memory (model.c). */
 ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;

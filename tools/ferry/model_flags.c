@@ -222,7 +222,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
-	  "of the moments, then the ranks gather the parameters",
+	  "of the moments (with --offload-optimizer cpu: also of the\n"
+	  "master weights and gradients on the host, updated by its\n"
+	  "own threads), then the ranks gather the parameters",
 	  .min = 0, .max = 1, .range = "--zero %d: 0 or 1 (stages 2 and 3: not yet)" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
