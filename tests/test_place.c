@@ -332,13 +332,11 @@ static void test_shard(const char *arch)
 	}
 	ferry_places_default(&p);
 	CHECK(ferry_places_parse("adam=device:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK, "shard");
-	p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
-	CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID, "a split optimizer streamed from the host: not yet");
 	ferry_places_default(&p);
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer on host threads");
-	CHECK(ferry_places_parse("adam=host:stream:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_ERR_INVALID,
-	      "adam=host:stream:shard(2): not yet");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer streamed from the host");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
 }
@@ -357,16 +355,19 @@ static size_t host_bytes(const struct ferry_tensor_table *tt)
  * weights, both moments and the gradients (and of the bf16 result, and
  * with the speculative order of their undo copy) and nothing else; on
  * the device the compute copy padded to 3 slices, which the parameters'
- * entries are. */
+ * entries are.  adam=host:stream:shard(3): on the host the slices of the
+ * master weights and moments only. */
 static void test_host_shard(const char *arch)
 {
 	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
-	static const char *const place[2] = { "adam=host:cpu:shard(3)", "adam=host:cpu(speculative):shard(3)" };
+	static const char *const place[3] = { "adam=host:cpu:shard(3)", "adam=host:cpu(speculative):shard(3)",
+					      "adam=host:stream:shard(3)" };
 
 	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
-	for (int v = 0; v < 4; v++) {
-		const bool bf16 = v & 1, spec = v & 2;
-		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .place = place[spec] };
+	for (int v = 0; v < 6; v++) {
+		const bool bf16 = v & 1, spec = v / 2 == 1, stream = v / 2 == 2;
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .place = place[v / 2] };
+		const size_t per = stream ? 12 : 16 + (bf16 ? 2 : 0) + (spec ? 12 : 0);
 		struct ferry_tensor_table tt;
 		size_t S, n;
 
@@ -378,11 +379,11 @@ static void test_host_shard(const char *arch)
 		S = tt.ix.shard_numel;
 		CHECK(S == (n + 2) / 3 && S * 3 >= n && tt.e[tt.ix.param_slice].bytes == S * 4 &&
 		      tt.e[tt.ix.mom_slice].bytes == S * 4 && tt.e[tt.ix.var_slice].bytes == S * 4 &&
-		      tt.e[tt.ix.host_grad_slice].bytes == S * 4 && tt.ix.mom[0] < 0 && tt.ix.host_grad[0] < 0,
+		      (stream || tt.e[tt.ix.host_grad_slice].bytes == S * 4) && tt.ix.mom[0] < 0 && tt.ix.host_grad[0] < 0,
 		      "%s: host slices of %zu of %zu elements", arch, S, n);
-		CHECK(host_bytes(&tt) == S * (16 + (bf16 ? 2 : 0) + (spec ? 12 : 0)),
-		      "%s%s%s: host bytes %zu, a slice's %zu", arch, bf16 ? " bf16" : "", spec ? " speculative" : "",
-		      host_bytes(&tt), S * (16 + (bf16 ? 2 : 0) + (spec ? 12 : 0)));
+		CHECK(host_bytes(&tt) == S * per, "%s %s: host bytes %zu, a slice's %zu", arch, place[v / 2],
+		      host_bytes(&tt), S * per);
+		CHECK(stream == (tt.ix.opt_ring >= 0), "%s %s: an optimizer ring when streamed", arch, place[v / 2]);
 		CHECK(tt.buffers[tt.ix.copy_buffer].bytes == 3 * S * (bf16 ? 2 : 4) &&
 		      tt.buffers[tt.ix.copy_buffer].site == FERRY_SITE_DEVICE && tt.ix.param[0] == tt.ix.copy[0],
 		      "%s: the device's compute copy padded to 3 slices", arch);

@@ -27,11 +27,11 @@
  *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
  *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
  *                                      keeps and updates its 1/N of the moments
- *        | HOST:cpu:shard(N) | HOST:cpu(speculative):shard(N)
+ *        | HOST:stream:shard(N) | HOST:cpu:shard(N) | HOST:cpu(speculative):shard(N)
  *                                      the same with the state on the host: each
  *                                      rank keeps its 1/N of the master weights,
- *                                      moments and host gradients, updated by
- *                                      its own host threads
+ *                                      moments (and host gradients: cpu), and
+ *                                      updates it there
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
@@ -54,7 +54,7 @@
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
  * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N)
- * (with --offload-optimizer cpu: adam=host:cpu:shard(N)),
+ * (with --offload-optimizer stream|cpu: adam=host:stream|cpu:shard(N)),
  * --policy activations=, --prefetch-depth activations.prefetch=,
  * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
  * --host-tier KIND=TIER the tiers (activations activations.host, the

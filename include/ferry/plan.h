@@ -193,8 +193,8 @@ struct ferry_exec_opts {
 				   host_tiers places when it is made from them */
 	int zero;               /* --zero: 1 splits AdamW's moments over the
 				   ranks (ZeRO-1, adam=device:shard(N); with
-				   optimizer cpu also its master weights and host
-				   gradients, adam=host:cpu:shard(N)); 0 none */
+				   optimizer stream or cpu also its master weights
+				   and host gradients, adam=host:...:shard(N)); 0 none */
 	int zero_ranks;         /* ... over this many (0: comm's ranks) */
 	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
 				   weight gradients are averaged over these ranks

@@ -32,7 +32,6 @@
  * updated weights.
  */
 #include "exec/model_internal.h"
-#include "ferry/comm.h"
 
 #include <stdio.h>
 
@@ -47,58 +46,19 @@ static void *at(void *base, size_t bytes)
 	return base ? (char *)base + bytes : NULL;
 }
 
-/* Split over the ranks (adam=host:cpu:shard(N)): the host holds this
- * rank's slice of the parameter array, elements [lo, lo + S). */
 static bool split(const struct ferry_model *m)
 {
-	return m->tt.ix.param_slice >= 0;
+	return m->tt.ix.param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
 }
 
-static size_t slice_start(const struct ferry_model *m)
-{
-	return m->comm ? (size_t)ferry_comm_rank(m->comm) * m->tt.ix.shard_numel : 0; /* a dry build: rank 0's */
-}
-
-static size_t param_offset(const struct ferry_model *m, int q)
-{
-	struct ferry_param_info pi;
-
-	return ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK ? pi.offset : 0;
-}
-
-/* This rank's part of elements [*off, *off + *n) of parameter q: all of
- * them, or in a split those in its slice; false when none. */
 static bool mine(const struct ferry_model *m, int q, size_t *off, size_t *n)
 {
-	const size_t base = param_offset(m, q), lo = slice_start(m), hi = lo + m->tt.ix.shard_numel;
-	size_t a = base + *off, b = base + *off + *n;
-
-	if (!split(m))
-		return *n > 0;
-	a = a > lo ? a : lo;
-	b = b < hi ? b : hi;
-	if (a >= b)
-		return false;
-	*off = a - base;
-	*n = b - a;
-	return true;
-}
-
-/* The host entry holding element off of parameter q's array (whole[q],
- * or in a split this rank's slice), and the element's index in it. */
-static int host_entry(const struct ferry_model *m, const int *whole, int slice, int q)
-{
-	return split(m) ? slice : whole[q];
-}
-
-static size_t host_index(const struct ferry_model *m, int q, size_t off)
-{
-	return split(m) ? param_offset(m, q) + off - slice_start(m) : off;
+	return ferry_zero_host_piece(m, q, off, n);
 }
 
 static void *host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
 {
-	return at(entry(m, host_entry(m, whole, slice, q)), host_index(m, q, off) * elem);
+	return ferry_zero_host_at(m, whole, slice, q, off, elem);
 }
 
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
@@ -112,7 +72,7 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	c.out[1] = host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
 	c.in[0] = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? at(entry(m, ix->grad[q]), off * sizeof(float))
 			  : host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float));
-	if (host_entry(m, ix->host_copy, ix->host_copy_slice, q) >= 0)
+	if ((split(m) ? ix->host_copy_slice : ix->host_copy[q]) >= 0)
 		c.param_copy = host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	return c;
@@ -132,11 +92,11 @@ static void *rollback(ferry_model_t m, int i, size_t bytes)
 static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *c)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	const int state[3] = { host_entry(m, ix->param, ix->param_slice, q), host_entry(m, ix->mom, ix->mom_slice, q),
-			       host_entry(m, ix->var, ix->var_slice, q) };
+	const int state[3] = { split(m) ? ix->param_slice : ix->param[q], split(m) ? ix->mom_slice : ix->mom[q],
+			       split(m) ? ix->var_slice : ix->var[q] };
 
 	for (int i = 0; i < 3; i++)
-		c->din[i] = rollback(m, state[i], host_index(m, q, off) * sizeof(float));
+		c->din[i] = rollback(m, state[i], ferry_zero_host_index(m, q, off) * sizeof(float));
 }
 
 /* The updated slice into the device's compute copy, on stream s (after

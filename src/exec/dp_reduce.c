@@ -68,7 +68,8 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 
 	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
 		return ferry_error(FERRY_ERR_INVALID, "adam=%s:shard(%d) splits AdamW's state over %d ranks; this "
-				   "run has %d", ferry_table_host_update(&m->tt) ? "host:cpu" : "device", shard, shard,
+				   "run has %d", m->tt.ix.param_slice < 0 ? "device" : ferry_table_host_update(&m->tt) ? "host:cpu"
+				   : "host:stream", shard, shard,
 				   m->comm ? ferry_comm_size(m->comm) : 1);
 	if (!m->be || !m->comm)
 		return FERRY_OK;

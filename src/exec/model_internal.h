@@ -115,7 +115,7 @@ struct ferry_model {
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
 	/* adam=device:shard(N): "this rank's slices updated", "every slice
-	 * gathered" (zero.c; adam=host:cpu:shard(N): the second, zero_host.c) */
+	 * gathered" (zero.c; adam=host:...:shard(N): zero_host.c) */
 	int zero_updated, zero_gathered;
 };
 
@@ -146,10 +146,17 @@ void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var) FERRY_MUST_CHECK;
 ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
 
-/* ZeRO-1 with AdamW on host threads (zero_host.c, adam=host:cpu:shard(N)):
- * the all-gather of every rank's slice of the compute copy after the
- * update; the parameters from and to whole arrays (reading them is a
- * collective: every rank calls it). */
+/* ZeRO-1 with AdamW's state on the host (zero_host.c, adam=host:cpu:shard(N),
+ * host:stream:shard(N); else all of it, and nothing split): this rank's
+ * part of elements [*off, *off + *n) of parameter q (false: none); where
+ * element off of q is in the host array whose entries are whole[q] or,
+ * split, this rank's slice entry, and its index there; the all-gather of
+ * every rank's slice of the compute copy after the update (the compute
+ * stream waits for it); the parameters from and to whole arrays (reading
+ * them is a collective: every rank calls it). */
+bool ferry_zero_host_piece(const struct ferry_model *m, int q, size_t *off, size_t *n);
+size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off);
+void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem);
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;

@@ -19,16 +19,62 @@
 
 #include <string.h>
 
+/* base + bytes, or NULL in a dry build. */
+static void *at(void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
+static bool split(const struct ferry_model *m)
+{
+	return m->tt.ix.param_slice >= 0;
+}
+
+/* This rank's first element of the parameter array (a dry build's: rank 0's). */
 static size_t slice_start(const struct ferry_model *m)
 {
 	return m->comm ? (size_t)ferry_comm_rank(m->comm) * m->tt.ix.shard_numel : 0;
+}
+
+static size_t param_offset(const struct ferry_model *m, int q)
+{
+	struct ferry_param_info pi;
+
+	return ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK ? pi.offset : 0;
+}
+
+bool ferry_zero_host_piece(const struct ferry_model *m, int q, size_t *off, size_t *n)
+{
+	const size_t base = param_offset(m, q), lo = slice_start(m), hi = lo + m->tt.ix.shard_numel;
+	size_t a = base + *off, b = base + *off + *n;
+
+	if (!split(m))
+		return *n > 0;
+	a = a > lo ? a : lo;
+	b = b < hi ? b : hi;
+	if (a >= b)
+		return false;
+	*off = a - base;
+	*n = b - a;
+	return true;
+}
+
+size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off)
+{
+	return split(m) ? param_offset(m, q) + off - slice_start(m) : off;
+}
+
+void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
+{
+	return at(ferry_tensor_ptr(&m->tt, &m->mem, split(m) ? slice : whole[q]), ferry_zero_host_index(m, q, off) * elem);
 }
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 {
 	ferry_buffer_t copy = m->mem.dev[m->tt.ix.copy_buffer];
 
-	ferry_emit_wait(p, m->comm_stream, m->opt_uploaded, -1);
+	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
+	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
 	ferry_emit_all_gather(p, m->comm_stream, m->comm, copy ? ferry_buffer_ptr(copy) : NULL,
 			      m->tt.ix.shard_numel * m->asz, &m->comm_status, "gather compute copy");
 	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);

@@ -154,8 +154,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
-				   "device:shard(N) or host:cpu:shard(N) (split over N ranks, 2 or more); host(TIER) or "
-				   "host(KIND=TIER,...) names its tiers", v);
+				   "device:shard(N), host:stream:shard(N) or host:cpu:shard(N) (split over N ranks, 2 or more); "
+				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
 					     pl.update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM, &pl);
@@ -351,10 +351,6 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard > 1 && adam->home == FERRY_HOME_HOST && adam->update != FERRY_UPDATE_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 1 with --offload-optimizer stream (adam=host:stream:"
-				   "shard(N)): AdamW streamed through a device ring on each rank's slice, not yet "
-				   "(--offload-optimizer cpu splits: adam=host:cpu:shard(N))");
 	if (adam->shard > 1 && lw->home == FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--zero 1 with --offload-params (layers.weights=host:stream, "
 				   "adam=...:shard(N)): the weight ring streams whole parameters from the host, which "

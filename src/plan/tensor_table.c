@@ -436,11 +436,13 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
 	return r;
 }
 
-/* adam=host:cpu:shard(N): on the device the gradients and the compute
- * copy whole (the copy padded to N slices: the update's all-gather
- * writes every slice), which is then the parameters' entry; on the host
- * this rank's slice of the master weights, both moments, the gradients
- * and, when the kernels read bf16, the update's bf16 result. */
+/* adam=host:cpu:shard(N), host:stream:shard(N): on the device the
+ * gradients and the compute copy whole (the copy padded to N slices: the
+ * update's all-gather writes every slice), which is then the parameters'
+ * entry; on the host this rank's slice of the master weights and both
+ * moments; updated by host threads, also of the gradients and, when the
+ * kernels read bf16, of the update's bf16 result; streamed, the device's
+ * two-slot ring of master, m and v slices. */
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -468,6 +470,10 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	if (r >= 0)
 		r = ix->var_slice = add_host_slice(tt, "host: adamw v (this rank's slice)", FERRY_BUF_DONATED,
 						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->var_buffer);
+	ix->opt_chunk = optimizer_chunk(tt);
+	if (r >= 0 && !ferry_table_host_update(tt))
+		return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
+						 FERRY_F32, 2 * 3 * ix->opt_chunk * sizeof(float), FERRY_PLACE_DEVICE);
 	if (r >= 0)
 		r = ix->host_grad_slice = add_host_slice(tt, "host: grads (this rank's slice)", FERRY_BUF_TEMP,
 							 FERRY_TK_GRAD, FERRY_F32, &unused);
@@ -475,7 +481,6 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 		r = ix->host_copy_slice = add_host_slice(tt, "host: params (compute copy, this rank's slice)",
 							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
 							 &ix->host_copy_buffer);
-	ix->opt_chunk = optimizer_chunk(tt);
 	return r;
 }
 

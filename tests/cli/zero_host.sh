@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# ZeRO-1 with AdamW on host threads (--zero 1 --offload-optimizer cpu,
+# ZeRO-1 with AdamW's state on the host (--zero 1 --offload-optimizer cpu,
 # adam=host:cpu:shard(N); issue 22 item 4): each rank keeps its slice of
 # the master weights, moments and host gradients and updates it on its own
-# threads, then the compute copy is gathered.  On 2, 3 and 4 ranks, GPT-2
-# and Llama, exact and speculative order (clipping, so undone and redone,
-# and not), with --grad-accum: the same files, bit for bit, as --zero 0
+# threads, then the compute copy is gathered (--offload-optimizer stream,
+# adam=host:stream:shard(N): the slice streamed through the device's ring).
+# On 2, 3 and 4 ranks, GPT-2 and Llama, exact and speculative order
+# (clipping, so undone and redone, and not), with --grad-accum, and
+# streamed: the same files, bit for bit, as --zero 0
 # with the same offload mode and as the device run; a split run resumed on
 # 4 ranks goes on as an unsplit one does; `ferry plan` prints the placement,
 # --place reproduces the plan, and its host bytes are a slice's (measured:
@@ -21,6 +23,7 @@ gpt=(--layers 2 --channels 32 --heads 4)
 llama=(--model llama --layers 2 --channels 32 --heads 4 --kv-heads 2)
 cpu=(--offload-optimizer cpu)
 spec=(--offload-optimizer cpu --clip-order speculative)
+stream=(--offload-optimizer stream)
 
 # same_save A B: the same files (an llm.c file and its state, or a directory).
 same_save() {
@@ -37,7 +40,8 @@ trains() {
 # NAME|RANKS|MODEL|MODE|MORE: --zero 1 against --zero 0 in MODE, and the device run
 runs=("gpt2|2|gpt|cpu|" "gpt2 speculative, clipped|2|gpt|spec|" "gpt2 speculative, unclipped|2|gpt|spec|--grad-clip 10"
 	"gpt2|3|gpt|cpu|" "gpt2, micro-batches|4|gpt|cpu|--grad-accum 2"
-	"llama|2|llama|cpu|" "llama speculative|2|llama|spec|" "llama|4|llama|cpu|")
+	"llama|2|llama|cpu|" "llama speculative|2|llama|spec|" "llama|4|llama|cpu|"
+	"gpt2 streamed|2|gpt|stream|" "gpt2 streamed|3|gpt|stream|" "llama streamed|2|llama|stream|")
 for entry in "${runs[@]}"; do
 	IFS='|' read -r name n model mode more <<<"$entry"
 	declare -n shape=$model opts=$mode
@@ -119,7 +123,7 @@ for r in range(2):
 PY
 echo "ok: the ranks' peak resident memory falls by the plan's host bytes (within 15%)"
 
-for flags in "--offload-optimizer stream" "--offload-optimizer cpu --offload-params"; do
+for flags in "--offload-optimizer cpu --offload-params" "--offload-optimizer stream --offload-params"; do
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086
 	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 1 $flags >off.out 2>off.err
@@ -132,5 +136,6 @@ for flags in "--offload-optimizer stream" "--offload-optimizer cpu --offload-par
 done
 expect_error "a split on the host over 2 ranks in one process" "adam=host:cpu:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2)'
-expect_error "adam=host:stream:shard(2)" "not yet" "$FERRY" plan "${plan[@]}" --place 'adam=host:stream:shard(2)'
+expect_error "adam=host:cpu:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
+	--place 'adam=host:cpu:shard(2),layers.weights=host:stream'
 finish

@@ -229,7 +229,8 @@ int cmd_plan(int argc, char **argv)
 		rc = 2;
 	if (rc < 0 && a.o.exec.zero && !a.o.exec.zero_ranks) /* a plan has no ranks */
 		fprintf(stderr, "ferry plan: note: --zero 1 splits over a run's ranks; --place 'adam=%s:shard(N)' "
-				"plans one rank of N\n", a.o.exec.optimizer == FERRY_OPTIM_CPU ? "host:cpu" : "device");
+				"plans one rank of N\n", a.o.exec.optimizer == FERRY_OPTIM_CPU ? "host:cpu"
+				: a.o.exec.optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "device");
 	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))

@@ -222,9 +222,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
-	  "of the moments (with --offload-optimizer cpu: also of the\n"
-	  "master weights and gradients on the host, updated by its\n"
-	  "own threads), then the ranks gather the parameters",
+	  "of the moments (with --offload-optimizer cpu or stream: also\n"
+	  "of the master weights (cpu: and gradients) on the host),\n"
+	  "then the ranks gather the parameters",
 	  .min = 0, .max = 1, .range = "--zero %d: 0 or 1 (stages 2 and 3: not yet)" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
@@ -236,7 +236,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
 	  "host:cpu|host:cpu(speculative)|device:shard(N)|\n"
-	  "host:cpu:shard(N)|host:cpu(speculative):shard(N),\n"
+	  "host:stream:shard(N)|host:cpu:shard(N)|\n"
+	  "host:cpu(speculative):shard(N),\n"
 	  "activations=POLICY,\n"
 	  "activations.NAME=device|offload|remat, activations.prefetch=D,\n"
 	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
