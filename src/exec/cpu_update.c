@@ -30,6 +30,12 @@
  * update program ends with the host-to-device stream waiting for the last
  * host task and the compute stream for it, so the next step reads the
  * updated weights.
+ *
+ * Split over the ranks (adam=host:cpu:shard(N), zero_host.c) the host
+ * holds only the rank's slice of the parameter array: every slice above
+ * is cut to its part of the slice (ferry_zero_host_piece), gradients come
+ * down and weights go up only there, and after the update the compute
+ * copy is all-gathered.
  */
 #include "exec/model_internal.h"
 
@@ -51,29 +57,19 @@ static bool split(const struct ferry_model *m)
 	return m->tt.ix.param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
 }
 
-static bool mine(const struct ferry_model *m, int q, size_t *off, size_t *n)
-{
-	return ferry_zero_host_piece(m, q, off, n);
-}
-
-static void *host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
-{
-	return ferry_zero_host_at(m, whole, slice, q, off, elem);
-}
-
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
 static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t n)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
 
-	c.param = host_at(m, ix->param, ix->param_slice, q, off, sizeof(float));
-	c.out[0] = host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
-	c.out[1] = host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
+	c.param = ferry_zero_host_at(m, ix->param, ix->param_slice, q, off, sizeof(float));
+	c.out[0] = ferry_zero_host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
+	c.out[1] = ferry_zero_host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
 	c.in[0] = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? at(entry(m, ix->grad[q]), off * sizeof(float))
-			  : host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float));
+			  : ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float));
 	if ((split(m) ? ix->host_copy_slice : ix->host_copy[q]) >= 0)
-		c.param_copy = host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
+		c.param_copy = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	return c;
 }
@@ -124,12 +120,13 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 	struct ferry_op_call c;
 	char label[56];
 
-	if (!mine(m, q, &off, &n))
+	if (!ferry_zero_host_piece(m, q, &off, &n))
 		return;
 	c = host_call(m, q, off, n);
 	if (copy_grad && !ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_d2h, host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
+		ferry_emit_copy(p, m->opt_d2h,
+				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
 				at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, layer,
 				label);
 		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
@@ -154,7 +151,7 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!mine(m, q, &off, &n))
+		if (!ferry_zero_host_piece(m, q, &off, &n))
 			continue;
 		if (variant == FERRY_UPDATE_REDO || variant == FERRY_UPDATE_UNDO) {
 			c = host_call(m, q, off, n);
@@ -215,7 +212,7 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!mine(m, q, &off, &n))
+		if (!ferry_zero_host_piece(m, q, &off, &n))
 			continue;
 		c = host_call(m, q, off, n);
 		with_undo(m, q, off, &c);
@@ -244,10 +241,11 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 				continue;
 			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-			if (!mine(m, q, &off, &n))
+			if (!ferry_zero_host_piece(m, q, &off, &n))
 				continue;
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
-			ferry_emit_copy(p, m->opt_d2h, host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
+			ferry_emit_copy(p, m->opt_d2h,
+					ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
 					at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, l,
 					label);
 		}
