@@ -101,7 +101,7 @@ done
 
 # Measured: each rank's peak resident memory, unsplit less split, is the
 # plans' host totals' difference, for a model whose optimizer state on the
-# host dominates (within 15% below it: initialisation holds whole arrays
+# host dominates (from 15% below to 10% above: initialisation holds whole arrays
 # for a moment on every rank, which no plan counts).  Not under the
 # sanitizers, whose shadow memory and quarantine are resident too.
 if grep -q "__asan_init\|__tsan_init" "$FERRY"; then
@@ -123,10 +123,10 @@ planned = host[0] - host[1]
 for r in range(2):
     saved = rss[0][r] - rss[1][r]
     print(f"rank peak RSS {rss[0][r]} -> {rss[1][r]}: {saved} bytes saved, planned {planned}")
-    assert 0.85 * planned <= saved <= 1.05 * planned, (saved, planned)
+    assert 0.85 * planned <= saved <= 1.1 * planned, (saved, planned)
 PY
 	then
-		echo "ok: the ranks' peak resident memory falls by the plan's host bytes (within 15%)"
+		echo "ok: the ranks' peak resident memory falls by the plan's host bytes (-15% to +10%)"
 	else
 		fail "the ranks' peak resident memory, split, against the plan: see above"
 	fi
