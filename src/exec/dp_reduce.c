@@ -64,13 +64,12 @@ void ferry_dp_add_streams(struct ferry_model *m)
 ferry_status ferry_dp_check(const struct ferry_model *m)
 {
 	int shard = ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->shard;
+	const char *home = m->tt.ix.param_slice < 0 ? "device" : ferry_table_host_update(&m->tt) ? "host:cpu" : "host:stream";
 	bool dev;
 
 	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
 		return ferry_error(FERRY_ERR_INVALID, "adam=%s:shard(%d) splits AdamW's state over %d ranks; this "
-				   "run has %d", m->tt.ix.param_slice < 0 ? "device" : ferry_table_host_update(&m->tt) ? "host:cpu"
-				   : "host:stream", shard, shard,
-				   m->comm ? ferry_comm_size(m->comm) : 1);
+				   "run has %d", home, shard, shard, m->comm ? ferry_comm_size(m->comm) : 1);
 	if (!m->be || !m->comm)
 		return FERRY_OK;
 	dev = ferry_comm_device_buffers(m->comm);

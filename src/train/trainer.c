@@ -1040,8 +1040,8 @@ static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
 /* What a save writes, read from the model: parameters (and their hash),
  * moments.  With the moments split over the ranks (--zero 1) every rank
  * reads them (a collective), and the parameters too when the master
- * weights are split (--zero 1 --offload-optimizer cpu): after the ranks
- * agree to save. */
+ * weights are split (--zero 1 with --offload-optimizer cpu or stream):
+ * after the ranks agree to save. */
 struct save_state {
 	float *params, *mom, *var;
 	uint64_t hash;
@@ -1088,7 +1088,6 @@ static ferry_status save_ranks(ferry_trainer_t tr, const char *path, struct save
 
 	if (!st)
 		st = same_params(tr, s->hash);
-
 	if (!st)
 		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
 	if (!st && tr->rank == 0)
