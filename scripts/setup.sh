@@ -21,9 +21,11 @@ cd "$(dirname "$0")/.."
 # python3-numpy runs the model families' independent reference
 # (tools/family_numpy_check.py, tests/cli/families_ref.sh); OpenMPI
 # (libopenmpi-dev, and openmpi-bin's mpirun) runs training on many
-# processes (mpirun -np N ferry train).
+# processes (mpirun -np N ferry train); iproute2's ip makes the two network
+# namespaces of the two-host test (tests/cli/two_hosts.sh).
 packages=(gcc make cmake libopenblas-openmp-dev libjansson-dev libpcre2-dev libutf8proc-dev
-	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev python3-numpy libopenmpi-dev openmpi-bin)
+	zlib1g-dev libzstd-dev fortunes libnuma-dev liburing-dev python3-numpy libopenmpi-dev openmpi-bin
+	iproute2)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -9,8 +9,10 @@ case "${1:-}" in
 	echo "usage: bash scripts/test.sh"
 	echo
 	echo "Builds the default, asan and tsan presets (scripts/setup.sh), installs what the"
-	echo "two-node QEMU test needs (scripts/qemu_deps.sh; it skips without) and runs the"
-	echo "test suite on each (ctest).  No arguments."
+	echo "two-node QEMU test needs (scripts/qemu_deps.sh; it skips without), torch and"
+	echo "transformers for the check against transformers (scripts/torch_deps.sh, in the"
+	echo "default build only; it skips without) and runs the test suite on each (ctest)."
+	echo "No arguments."
 	exit 0 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -22,6 +24,9 @@ bash scripts/setup.sh tsan
 # qemu-system-x86 and a Debian kernel; where they cannot be had (no root,
 # no package network) it skips, and the rest still runs
 bash scripts/qemu_deps.sh >/dev/null || echo "test: qemu or a kernel could not be installed; the QEMU test skips"
+# torch and transformers (about 6 GB from PyPI) for the check against
+# transformers itself, run in the optimised build only; without them it skips
+torch_python=$(bash scripts/torch_deps.sh) || echo "test: torch or transformers could not be installed; cli_families_hf skips"
 ctest --preset asan -j 2
 ctest --preset tsan -j 2
-ctest --preset default -j 2
+FERRY_TORCH_PYTHON=${torch_python:-} ctest --preset default -j 2

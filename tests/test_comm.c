@@ -4,13 +4,16 @@
  * ranks) it checks MPI's collectives against values each rank computes
  * on its own from the ranks' known contributions (all-gather in place
  * too), agreement on an error only one rank saw and on one every rank
- * saw, and two threads each on a communicator of its own.
+ * saw, two threads each on a communicator of its own, and the collective
+ * timeout naming a rank that is late.
  */
 #include "ferry/comm.h"
 #include "core/error.h"
 #include "test_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 
 /* Rank r's contribution at i: (r + 1) * (i + 1), exact in float. */
 static float part(int r, size_t i)
@@ -86,6 +89,40 @@ static void check_scatter_gather(ferry_comm_t c, int per)
 	free(all);
 }
 
+/* Uneven slices: rank r holds r + 1 elements of the whole (rank 0 also
+ * none at all in a second round); reduce-scatter (averaged) then
+ * all-gather, in place, gives every rank the whole average. */
+static void check_uneven(ferry_comm_t c, bool empty0)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c), bad = 0;
+	size_t *counts = TALLOC(size_t, N), total = 0, mine = 0;
+
+	for (int k = 0; k < N; k++) {
+		counts[k] = empty0 && k == 0 ? 0 : (size_t)k + 1;
+		mine = k < r ? mine + counts[k] : mine; /* where this rank's starts */
+		total += counts[k];
+	}
+	float *send = TALLOC(float, total), *all = TALLOC(float, total);
+
+	for (size_t i = 0; i < total; i++)
+		send[i] = part(r, i);
+	memset(all, 0, sizeof(float) * total);
+	CHECK(ferry_comm_reduce_scatter_v(c, send, counts[r] ? all + mine : NULL, counts, FERRY_COMM_F32, FERRY_COMM_AVG,
+					  NULL) == FERRY_OK, "%s", ferry_last_error());
+	for (size_t i = mine; i < mine + counts[r]; i++)
+		bad += all[i] != (float)((double)(i + 1) * (N + 1) / 2);
+	CHECK(!bad, "rank %d's uneven slice of the average: %d wrong", r, bad);
+	CHECK(ferry_comm_all_gather_v(c, counts[r] ? all + mine : NULL, all, counts, FERRY_COMM_F32, NULL) == FERRY_OK,
+	      "%s", ferry_last_error());
+	bad = 0;
+	for (size_t i = 0; i < total; i++)
+		bad += all[i] != (float)((double)(i + 1) * (N + 1) / 2);
+	CHECK(!bad, "uneven all-gather in place: %d wrong", bad);
+	free(send);
+	free(all);
+	free(counts);
+}
+
 static void check_broadcast(ferry_comm_t c)
 {
 	int N = ferry_comm_size(c), root = N - 1;
@@ -154,6 +191,49 @@ static void check_threads(ferry_comm_t c)
 	ferry_comm_free(a.c);
 }
 
+static atomic_int fired; /* the timeout's status, 0: not called */
+static char fired_msg[512];
+
+static void on_timeout(void *arg, ferry_status st)
+{
+	(void)arg;
+	snprintf(fired_msg, sizeof(fired_msg), "%s", ferry_last_error());
+	atomic_store(&fired, st);
+}
+
+/* A timeout of 0.3 s watches c and a duplicate made after it (slot 1):
+ * the last rank sleeps 1.5 s outside any collective while the others
+ * wait in an all-reduce on the duplicate; rank 0 is told the last rank
+ * did not arrive (alive: its watchdog answered), the others wait out
+ * their grace; the all-reduce completes when the last rank comes. */
+static void check_timeout(ferry_comm_t c)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c), x = 1;
+	ferry_comm_t d = NULL;
+	char want[64];
+
+	CHECK(ferry_comm_set_timeout(c, -1, on_timeout, NULL) == FERRY_ERR_INVALID, "a negative timeout refused");
+	CHECK(ferry_comm_set_timeout(c, 0.3, NULL, NULL) == FERRY_ERR_INVALID, "a timeout calling nothing refused");
+	CHECK(ferry_comm_set_timeout(c, 0.3, on_timeout, NULL) == FERRY_OK && ferry_comm_dup(c, &d) == FERRY_OK, "%s",
+	      ferry_last_error());
+	if (!d)
+		return;
+	if (N > 1 && r == N - 1)
+		nanosleep(&(struct timespec){ 1, 500000000 }, NULL);
+	CHECK(ferry_comm_all_reduce(d, &x, 1, FERRY_COMM_I32, FERRY_COMM_SUM, NULL) == FERRY_OK && x == N,
+	      "the late rank's all-reduce: %d", x);
+	snprintf(want, sizeof(want), "rank %d did not arrive; rank 0 waited ", N - 1);
+	if (N > 1 && r == 0) {
+		CHECK(atomic_load(&fired) == FERRY_ERR_IO && strstr(fired_msg, want) == fired_msg &&
+		      strstr(fired_msg, "(all-reduce) of communicator 1"), "rank 0 told: status %d, '%s'",
+		      atomic_load(&fired), fired_msg);
+		printf("the timeout on rank 0: %s\n", fired_msg);
+	} else {
+		CHECK(!atomic_load(&fired), "rank %d not told first: '%s'", r, fired_msg);
+	}
+	ferry_comm_free(d);
+}
+
 int main(void)
 {
 	ferry_comm_t c;
@@ -170,9 +250,12 @@ int main(void)
 	check_all_reduce(c, 100000);
 	check_max_and_ints(c);
 	check_scatter_gather(c, 7);
+	check_uneven(c, false);
+	check_uneven(c, true);
 	check_broadcast(c);
 	check_agree(c);
 	check_threads(c);
+	check_timeout(c);
 	CHECK(ferry_comm_barrier(c) == FERRY_OK, "%s", ferry_last_error());
 	ferry_comm_free(c);
 	return test_exit_code();

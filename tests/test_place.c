@@ -53,6 +53,10 @@ static void test_syntax(void)
 		"activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(dram):cpu(speculative):shard(2),"
 		"activations=nothing_saveable,activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=device:shard(3,grads),activations=nothing_saveable,"
+		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=device:shard(2,params),activations=everything_saveable,"
+		"activations.prefetch=2",
 		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
 		"activations.host=nvme,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
@@ -65,7 +69,9 @@ static void test_syntax(void)
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
 		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
 		"adam=host:cpu:shard(1)", "adam=host:cpu:shard", "adam=host:cpu:shard(2", "adam=host:cpu:shard(2)x",
-		"adam=host:shard(2):cpu",
+		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,grads)", "adam=host:stream:shard(2,params)",
+		"adam=device:shard(1,grads)", "adam=device:shard(2,grad)", "adam=device:shard(2,grads",
+		"adam=device:shard(,grads)", "adam=device:shard(2,param)", "adam=device:shard(2,grads,params)",
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
 		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
 		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
@@ -301,6 +307,58 @@ static void test_tables(const char *arch, int tied)
 		}
 }
 
+/* adam=device:shard(3,grads): the slices are whole blocks of the norm's
+ * sum (n / 256 rounded up each), 3 of them cover the array; the gradients
+ * are a slice, two slots of one layer's stacked gradients, and the
+ * unstacked ones whole. */
+static void test_grad_shard(const struct ferry_model_config *cfg, const char *arch)
+{
+	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = "adam=device:shard(3,grads)" };
+	struct ferry_tensor_table tt;
+	size_t block, S, layer = 0, unstacked = 0;
+
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: gradients split: %s", arch, ferry_last_error());
+		return;
+	}
+	block = (tt.n_params + 255) / 256;
+	S = tt.ix.shard_numel;
+	for (int q = 0; q < tt.md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&tt.cfg, q, &pi) || !pi.present)
+			continue;
+		CHECK(tt.ix.grad[q] < 0, "%s: no whole gradient of %s", arch, pi.name);
+		if (pi.layers)
+			layer += (pi.layer_numel + 63) / 64 * 64;
+		else
+			unstacked += pi.numel;
+	}
+	CHECK(S % block == 0 && 3 * S >= tt.n_params && 3 * (S - block) < tt.n_params &&
+	      tt.e[tt.ix.grad_slice].bytes == S * 4 && tt.e[tt.ix.mom_slice].bytes == S * 4,
+	      "%s: slices of %zu of %zu elements, blocks of %zu", arch, S, tt.n_params, block);
+	CHECK(tt.e[tt.ix.grad_ring].bytes == 2 * layer * 4 && tt.buffers[tt.ix.dev_grad_buffer].bytes == unstacked * 4,
+	      "%s: two slots of %zu and %zu unstacked gradient elements", arch, layer, unstacked);
+	for (int i = 0; i < tt.n; i++)
+		check_entry(arch, &tt, i);
+	ferry_tensor_table_release(&tt);
+	/* and the parameters (ZeRO-3): a slice, two slots gathered, the unstacked whole; fp32 only */
+	o.place = "adam=device:shard(3,params)";
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: parameters split: %s", arch, ferry_last_error());
+		return;
+	}
+	CHECK(tt.ix.shard_numel == S && tt.buffers[tt.ix.params_buffer].bytes == S * 4 && tt.ix.param[0] < 0 &&
+	      tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * 4 &&
+	      tt.buffers[tt.ix.copy_buffer].bytes == unstacked * 4,
+	      "%s: a slice of the parameters, two gathered slots, the unstacked whole", arch);
+	for (int i = 0; i < tt.n; i++)
+		check_entry(arch, &tt, i);
+	ferry_tensor_table_release(&tt);
+	o.act_dtype = FERRY_BF16;
+	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED, "%s: ZeRO-3 in bf16: not yet", arch);
+}
+
 /* adam=device:shard(3): this rank's slice of each moment, the parameter
  * array (and its compute copy) padded to 3 slices; not on the host. */
 static void test_shard(const char *arch)
@@ -330,6 +388,7 @@ static void test_shard(const char *arch)
 			check_entry(arch, &tt, i);
 		ferry_tensor_table_release(&tt);
 	}
+	test_grad_shard(&cfg, arch);
 	ferry_places_default(&p);
 	CHECK(ferry_places_parse("adam=device:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK, "shard");
 	ferry_places_default(&p);
@@ -339,6 +398,14 @@ static void test_shard(const char *arch)
 	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer streamed from the host");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
+	for (int z = 2; z <= 3; z++) {
+		ferry_places_default(&p);
+		CHECK(ferry_places_parse(z == 2 ? "adam=device:shard(2,grads)" : "adam=device:shard(2,params)", &p) ==
+		      FERRY_OK, "--zero %d", z);
+		p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
+		CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "not yet"),
+		      "--zero %d with the optimizer on the host: not yet", z);
+	}
 }
 
 /* Bytes of the table's entries on the host. */
@@ -377,7 +444,7 @@ static void test_host_shard(const char *arch)
 		}
 		n = tt.n_params;
 		S = tt.ix.shard_numel;
-		CHECK(S == (n + 2) / 3 && S * 3 >= n && tt.e[tt.ix.param_slice].bytes == S * 4 &&
+		CHECK(S == (n + 2) / 3 && S * 3 >= n && tt.e[tt.ix.host_param_slice].bytes == S * 4 &&
 		      tt.e[tt.ix.mom_slice].bytes == S * 4 && tt.e[tt.ix.var_slice].bytes == S * 4 &&
 		      (stream || tt.e[tt.ix.host_grad_slice].bytes == S * 4) && tt.ix.mom[0] < 0 && tt.ix.host_grad[0] < 0,
 		      "%s: host slices of %zu of %zu elements", arch, S, n);
@@ -387,7 +454,7 @@ static void test_host_shard(const char *arch)
 		CHECK(tt.buffers[tt.ix.copy_buffer].bytes == 3 * S * (bf16 ? 2 : 4) &&
 		      tt.buffers[tt.ix.copy_buffer].site == FERRY_SITE_DEVICE && tt.ix.param[0] == tt.ix.copy[0],
 		      "%s: the device's compute copy padded to 3 slices", arch);
-		CHECK(!spec || tt.e[tt.ix.param_slice].rollback >= 0, "%s: the slice's undo copy", arch);
+		CHECK(!spec || tt.e[tt.ix.host_param_slice].rollback >= 0, "%s: the slice's undo copy", arch);
 		for (int i = 0; i < tt.n; i++)
 			check_entry(arch, &tt, i);
 		ferry_tensor_table_release(&tt);

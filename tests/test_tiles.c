@@ -1,6 +1,7 @@
 /*
- * Tiles of tokens (--mlp-tile, --loss-tile) on GPT-2 and on Llama
- * (grouped-query attention, its own head):
+ * Tiles of tokens (--mlp-tile, --loss-tile) on GPT-2, on Llama
+ * (grouped-query attention, its own head) and on Gemma 2 (the logits
+ * soft-capped between the head and the loss, per tile):
  *  - losses and gradients of STEPS training steps agree with the untiled
  *    run's within 1e-6 of their largest magnitude (each step on the same
  *    parameters: the untiled model's, updated by AdamW), with tiles
@@ -41,6 +42,14 @@ static const struct tmodel llama = {
 	"llama", { .arch = "llama", .max_seq = 16, .vocab = 37, .layers = 3, .heads = 4, .kv_heads = 2,
 		   .channels = 32, .ffn = 48 },
 	2, 12, 48, 3, "save_and_offload_only_these_names([mlpwi_0], [post_self_attention_norm])",
+};
+
+/* Gemma 2: its logits soft-capped between the head and the loss (a cap of
+ * 0.5, so the cap bends them), a norm after the MLP, the head tied. */
+static const struct tmodel gemma2 = {
+	"gemma2", { .arch = "gemma2", .max_seq = 16, .vocab = 37, .layers = 3, .heads = 4, .kv_heads = 2,
+		    .channels = 32, .ffn = 48, .final_softcap = 0.5f },
+	2, 12, 48, 3, "save_and_offload_only_these_names([mlpwi_0], [pre_ffw_norm])",
 };
 
 /* What a tiled run is measured by: its plan, and the largest relative
@@ -322,8 +331,10 @@ int main(void)
 {
 	test_model(&gpt2);
 	test_model(&llama);
+	test_model(&gemma2);
 	test_auto(&gpt2);
 	test_auto(&llama);
+	test_auto(&gemma2);
 	test_refused();
 	test_refill();
 	printf("largest difference from the untiled runs: %.2e\n", worst_seen);

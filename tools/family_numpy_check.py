@@ -268,14 +268,20 @@ def check_with_transformers(directory, cfg, out):
     print(f"transformers {type(tc).__name__}: the same fields, layer types {kinds}; its config.json in {out}")
 
 
-def main():
-    global np
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def eval_arguments(ap, shard=None):
+    """The checkpoint and the batches of a shard, as `ferry eval` takes them
+    (the other check scripts' arguments too)."""
     ap.add_argument("checkpoint", help="a directory with config.json and model.safetensors")
-    ap.add_argument("shard", nargs="?", help="an llm.c token shard (ferry data)")
+    ap.add_argument("shard", nargs=shard, help="an llm.c token shard (ferry data)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batches", type=int, default=10)
+
+
+def main():
+    global np
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    eval_arguments(ap, shard="?")
     ap.add_argument("--transformers-config", metavar="OUT", help="check config.json with transformers; "
                     "write its config.json into OUT")
     a = ap.parse_args()

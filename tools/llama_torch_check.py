@@ -22,6 +22,8 @@ import os
 import struct
 import sys
 
+from family_numpy_check import eval_arguments, read_shard  # beside this script
+
 np = torch = None  # imported by main() once the arguments are read, so --help needs neither
 
 
@@ -119,11 +121,7 @@ def llama_loss(cfg, w, inputs, targets, dtype):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoint", help="a directory with config.json and model.safetensors")
-    ap.add_argument("shard", help="an llm.c token shard (ferry data)")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--batches", type=int, default=10)
+    eval_arguments(ap)
     a = ap.parse_args()
     import_torch()
 
@@ -131,7 +129,6 @@ def main():
         cfg = json.load(f)
     assert cfg.get("model_type") == "llama", "not a Llama"
     w, how = load_safetensors(os.path.join(a.checkpoint, "model.safetensors"))
-    from family_numpy_check import read_shard  # beside this script
 
     tokens = read_shard(a.shard)
     n = a.batch * a.seq

@@ -18,7 +18,9 @@
  * A communicator's collectives must be called in the same order on every
  * rank, from one thread at a time; two threads that each need collectives
  * use a communicator each (ferry_comm_dup).  An MPI failure or a lost rank
- * ends the job (MPI's default error handler; the launcher names the rank).
+ * ends the job (MPI's default error handler; the launcher names the rank);
+ * a rank that hangs, alive, is noticed by the collective timeout
+ * (ferry_comm_set_timeout).
  */
 #ifndef FERRY_COMM_H
 #define FERRY_COMM_H
@@ -95,10 +97,22 @@ ferry_status ferry_comm_all_reduce(ferry_comm_t c, void *buf, size_t count, enum
 ferry_status ferry_comm_reduce_scatter(ferry_comm_t c, const void *send, void *recv, size_t count,
 				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
 	FERRY_MUST_CHECK;
+/* Uneven slices: recv[0..counts[rank]) = the op over every rank's
+ * send[displ .. displ + counts[rank]), displ the sum of counts[0..rank)
+ * (send holds the sum of counts elements; recv may be NULL where this
+ * rank's count is 0). */
+ferry_status ferry_comm_reduce_scatter_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+	FERRY_MUST_CHECK;
 /* recv[r*count .. (r+1)*count) on every rank = rank r's send[0..count);
  * in place when send is recv + rank*count. */
 ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream) FERRY_MUST_CHECK;
+/* Uneven slices: recv[displ(r) .. displ(r) + counts[r]) on every rank =
+ * rank r's send[0..counts[r]), displ(r) the sum of counts[0..r); in
+ * place when send is recv + displ(rank). */
+ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream) FERRY_MUST_CHECK;
 /* buf[0..count) on every rank = root's. */
 ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream) FERRY_MUST_CHECK;
@@ -112,6 +126,30 @@ ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st) FERRY_MUST_CHECK;
 /* Whether the last ferry_comm_agree on c returned an error, so every rank
  * holds the same one (a caller prints it once, on rank 0). */
 bool ferry_comm_error_shared(ferry_comm_t c);
+
+/* What the collective timeout calls, on a thread of the library's own,
+ * with ferry_last_error() saying which ranks did not arrive. */
+typedef void (*ferry_comm_timeout_fn)(void *arg, ferry_status st);
+
+/* The collective timeout: when a collective of c (an agreement's too), or
+ * of a communicator duplicated from c later, has waited `seconds` without
+ * completing, each rank that waits asks every other rank (over messages
+ * of its own, which a rank's watchdog thread answers even while its main
+ * thread is busy) where it is, and fn gets FERRY_ERR_IO and a message
+ * naming the ranks that did not answer (stopped: the whole process) and
+ * those that did not arrive (alive, their main thread elsewhere): "rank 1
+ * did not answer; rank 0 waited 3.0 s in collective 412 (all-reduce) of
+ * communicator 1".  The lowest rank waiting there is told at once, the
+ * others 5 s later should the job still run.  fn is meant
+ * to end the job (ferry_comm_abort): MPI cannot take back a collective,
+ * so the waiting thread never returns on its own.  A time of waiting,
+ * not of a step: a rank that computes for hours between collectives
+ * fires nothing, but one that waits `seconds` for another (a save rank
+ * 0 writes alone) does.  0 turns it off.  Every rank calls it (it makes a
+ * communicator); nothing is watched on one rank, nor NCCL's device
+ * collectives (their host side, through the MPI base, is). */
+ferry_status ferry_comm_set_timeout(ferry_comm_t c, double seconds, ferry_comm_timeout_fn fn, void *arg)
+	FERRY_MUST_CHECK;
 
 /* Ends every rank of the job with exit code `code` (MPI_Abort); for a
  * single process it returns, and the caller exits. */

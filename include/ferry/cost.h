@@ -259,6 +259,37 @@ ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B
 				     const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
 				     ferry_calibration_t c, struct ferry_auto_result *out) FERRY_MUST_CHECK;
 
+/* ---- activations.prefetch=auto --------------------------------------------------
+ * How far ahead to load each tier's offloaded activations: far enough that
+ * a layer's bytes move, read back in the backward and written out in the
+ * forward, within the compute of the layers between (d layers ahead leave
+ * d layers' backward for the read; a ring of d + 1 slots leaves d layers'
+ * forward for the write): depth = the larger of ceil(read / backward) and
+ * ceil(write / forward), at least 1, a slower tier never shallower than a
+ * faster one before it.  Rates: the tier's (calibrated, else the documented
+ * defaults, as the cost model takes them); compute: the calibration's ops
+ * of one layer (its recomputations included).  With device_mem (0: any),
+ * the deepest tiers are held shallower until the plan fits, if it can. */
+struct ferry_prefetch_choice {
+	int n;                       /* tiers (1: the activations are on one, or no tiers) */
+	int depth[FERRY_PREFETCH_TIERS];
+	int layers[FERRY_PREFETCH_TIERS];
+	char tier[FERRY_PREFETCH_TIERS][40]; /* "dram", "nvme", ... ("host" without tiers) */
+	double read_s[FERRY_PREFETCH_TIERS], write_s[FERRY_PREFETCH_TIERS]; /* one layer's bytes */
+	bool rate_measured[FERRY_PREFETCH_TIERS]; /* from the calibration (DRAM: its copies) */
+	int wanted[FERRY_PREFETCH_TIERS];         /* the rates' depths, before device_mem */
+	double forward_s, backward_s; /* one layer's compute */
+	size_t layer_bytes;          /* one layer's offloaded activations */
+	size_t peak_bytes;           /* the plan's device peak with the depths chosen */
+};
+ferry_status ferry_prefetch_auto(const struct ferry_model_config *cfg, int B, int T,
+				 const struct ferry_exec_opts *opts, ferry_calibration_t c, size_t device_mem,
+				 struct ferry_prefetch_choice *out) FERRY_MUST_CHECK;
+/* The choice into o: its --place with activations.prefetch=D1+D2... (or D)
+ * last, written into place (n bytes), which o->place then points to. */
+ferry_status ferry_prefetch_apply(const struct ferry_prefetch_choice *ch, struct ferry_exec_opts *o, char *place,
+				  size_t n) FERRY_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

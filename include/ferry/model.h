@@ -145,6 +145,17 @@ ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_con
 ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T,
 			      const struct ferry_exec_opts *opts, struct ferry_plan *plan)
 	FERRY_MUST_CHECK;
+/* The plan of rank `rank` of a data-parallel run of `ranks` (mpirun -np
+ * ranks), made without one: opts with --zero's split over `ranks` (0 or
+ * `ranks` in opts->zero_ranks; an adam=device:shard(N) placement must
+ * say N = ranks).  Averaging the gradients adds no buffer (in place), so
+ * without --zero every rank's plan is the one process's; with --zero 1
+ * each rank holds one slice of S = n/ranks (rounded up) elements of each
+ * moment, the last rank's padded past n, so every rank's bytes are the
+ * same today. */
+ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, int T,
+				   const struct ferry_exec_opts *opts, int ranks, int rank, struct ferry_plan *plan)
+	FERRY_MUST_CHECK;
 void ferry_model_free(ferry_model_t m);
 const struct ferry_model_config *ferry_model_config(ferry_model_t m);
 size_t ferry_model_num_params(ferry_model_t m);
@@ -159,11 +170,15 @@ ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_
 /* Copies between host arrays (n_params floats, declaration order) and the
  * device.  With the optimizer state split over the ranks (ZeRO-1, opts'
  * zero: its moments; with the optimizer on the host also its master
- * weights, which get_params then gathers) the optimizer state's and, in
- * the second case, the parameters' get are collectives: every rank calls
- * them. */
+ * weights) or the parameters split too (--zero 3), each rank keeps its
+ * slice, and reading back what is split (the optimizer state; the
+ * parameters in those two cases) is a collective: every rank calls it. */
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+/* Whether every forward is a collective: the parameters are split over
+ * several ranks (--zero 3) and gathered as it goes, so every rank runs
+ * each forward (and a rank alone, a sample say, cannot). */
+bool ferry_model_collective_forward(ferry_model_t m);
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads) FERRY_MUST_CHECK;
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 	FERRY_MUST_CHECK;
@@ -235,6 +250,8 @@ struct ferry_host_memory {
 	size_t limit;          /* the limit applied */
 	bool over_limit;       /* buffers that copies use are pageable: past the limit */
 	bool pin_failed;       /* the backend could not pin the pool: it is pageable */
+	size_t allocated_bytes; /* host bytes the buffers' allocations got, counted as
+				   they were made: the plan's host_alloc_bytes */
 };
 void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out);
 

@@ -27,8 +27,12 @@
  *   adam=device | HOST:stream | HOST:cpu | HOST:cpu(speculative)
  *        | device:shard(N)             split over N ranks (ZeRO-1): each rank
  *                                      keeps and updates its 1/N of the moments
+ *        | device:shard(N,grads)       and of the gradients, each layer's
+ *                                      reduce-scattered after its backward (ZeRO-2)
+ *        | device:shard(N,params)      and of the parameters, each layer's
+ *                                      all-gathered ahead of use (ZeRO-3)
  *        | HOST:stream:shard(N) | HOST:cpu:shard(N) | HOST:cpu(speculative):shard(N)
- *                                      the same with the state on the host: each
+ *                                      ZeRO-1 with the state on the host: each
  *                                      rank keeps its 1/N of the master weights,
  *                                      moments (and host gradients: cpu), and
  *                                      updates it there
@@ -37,6 +41,9 @@
  *                                      the names not listed recomputed)
  *   activations.host=TIER[+TIER...]    the tier(s) offloaded activations live on (layer by layer)
  *   activations.prefetch=D             offloaded activations loaded D layers ahead
+ *   activations.prefetch=D1+D2...      ... the layers on activations.host's Nth tier DN ahead
+ *   activations.prefetch=auto          ... as far ahead as each tier's rate needs
+ *                                      (ferry_prefetch_auto resolves it to D1+D2...)
  *   activations.mlp_tile=N|auto        the MLP over tiles of N tokens, its hidden
  *                                      activations recomputed per tile in backward
  *   activations.loss_tile=N|auto       the LM head and the loss over tiles of N
@@ -55,6 +62,7 @@
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
  * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N)
  * (with --offload-optimizer stream|cpu: adam=host:stream|cpu:shard(N)),
+ * --zero 2 adam=device:shard(N,grads), --zero 3 adam=device:shard(N,params),
  * --policy activations=, --prefetch-depth activations.prefetch=,
  * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
  * --host-tier KIND=TIER the tiers (activations activations.host, the
@@ -113,6 +121,16 @@ struct ferry_place {
 				     of its master weights and host gradients),
 				     S = n / shard rounded up (ZeRO-1, --zero 1);
 				     0: whole */
+	bool shard_grads;         /* adam split: the gradients too, each rank
+				     keeping its slice of them (ZeRO-2,
+				     --zero 2: shard(N,grads); S then rounded
+				     up to whole blocks of the gradient norm's
+				     sum, src/exec/zero_grads.c; home device
+				     only) */
+	bool shard_params;        /* and the parameters (ZeRO-3, --zero 3:
+				     shard(N,params)): each layer's all-gathered
+				     into a ring of device slots ahead of use,
+				     src/exec/zero_params.c; home device only */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,
@@ -132,6 +150,12 @@ enum ferry_place_group {
 
 /* Layers of offloaded activations loaded ahead in backward, by default. */
 #define FERRY_DEFAULT_PREFETCH_DEPTH 2
+/* activations.prefetch=auto: a depth per tier from the tiers' rates and a
+ * layer's compute time (cost.h, ferry_prefetch_auto); a plan needs it
+ * resolved first. */
+#define FERRY_PREFETCH_AUTO (-1)
+/* Tiers a depth each (as many as offloaded activations may span, tier.h). */
+#define FERRY_PREFETCH_TIERS 4
 
 #define FERRY_PLACE_POLICY_CHARS 1024 /* as --policy auto's choice (cost.h) */
 #define FERRY_PLACE_CHARS 3072
@@ -144,7 +168,11 @@ enum ferry_place_group {
 struct ferry_places {
 	struct ferry_place group[FERRY_GROUP_COUNT];
 	char policy[FERRY_PLACE_POLICY_CHARS]; /* "" : everything_saveable */
-	int act_prefetch;                      /* 0: the default (2) */
+	int act_prefetch;                      /* 0: the default (2); FERRY_PREFETCH_AUTO;
+						  with depths per tier, the deepest */
+	int act_prefetch_tier[FERRY_PREFETCH_TIERS]; /* activations.prefetch=D1+D2...: the
+						  depth of each tier of act_tier, in its
+						  order (0 after the last; none: one depth) */
 	int mlp_tile, loss_tile;               /* tokens per tile; 0: untiled,
 						  FERRY_TILE_AUTO: the plan's choice */
 	char act_tier[FERRY_TIER_NAME_CHARS];  /* offloaded activations' tier ("": not named) */
@@ -174,6 +202,12 @@ ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t
  * the host), the others keep theirs.  Errors name the item; *p is
  * unchanged then. */
 ferry_status ferry_places_set_tiers(struct ferry_places *p, const char *spec) FERRY_MUST_CHECK;
+
+/* An activations.prefetch value (D, D1+D2..., auto) into *depth (the
+ * deepest; FERRY_PREFETCH_AUTO) and tiers[] (zeros for one depth), and
+ * back (what fits n bytes; the length it wanted, as snprintf). */
+ferry_status ferry_prefetch_parse(const char *v, int *depth, int tiers[FERRY_PREFETCH_TIERS]) FERRY_MUST_CHECK;
+size_t ferry_prefetch_format(int depth, const int tiers[FERRY_PREFETCH_TIERS], char *buf, size_t n);
 
 /* The host tiers the placements name, as --host-tier's KIND=TIER,... (""
  * when none): what ferry_host_tiers_create takes.  Errors: it does not

@@ -91,6 +91,11 @@ struct ferry_memory_analysis {
 	size_t host_pageable_bytes; /* the rest: past pinned_limit, or never copied
 				       (AdamW's moments on host threads, undo copies) */
 	size_t pinned_limit;        /* the limit applied */
+	size_t host_alloc_bytes;    /* the host memory the model's buffers take as allocated:
+				       the pinned pool, and each other buffer rounded up to
+				       a 4 KiB page (on host tiers, each buffer's bytes);
+				       what a rank's host_bytes measures
+				       (ferry_model_host_memory) */
 	size_t device_kind_bytes[FERRY_TK_COUNT]; /* device bytes by tensor kind */
 	size_t host_kind_bytes[FERRY_TK_COUNT];   /* host bytes by tensor kind */
 	size_t host_act_unit; /* one layer's offloaded activations, when they are one
@@ -105,7 +110,11 @@ struct ferry_plan {
 	enum ferry_dtype act_dtype;
 	int B, T, L;
 	int n_table_entries;  /* tensors in the model's tensor table */
-	int prefetch_depth;   /* layers prefetched ahead in backward */
+	int prefetch_depth;   /* layers prefetched ahead in backward (per tier: the deepest) */
+	int n_tier_prefetch;  /* offloaded activations over host tiers with a depth per
+				 tier: how many tiers (0: one depth) */
+	int tier_prefetch[FERRY_PREFETCH_TIERS]; /* each tier's depth, in the span's order */
+	int tier_layers[FERRY_PREFETCH_TIERS]; /* the layers on each tier */
 	int ring_slots;       /* device slots per offloaded tensor */
 	int param_ring_slots; /* --offload-params: the weight ring's slots (0: off) */
 	size_t edge_bytes;    /* --offload-embeddings: the edge region (0: off) */
@@ -151,7 +160,8 @@ enum ferry_clip_order {
 /* Options for building a model's executor: the policy and the prefetch depth. */
 struct ferry_exec_opts {
 	const char *policy;     /* NULL: everything_saveable */
-	int prefetch_depth;     /* 0: default (2) */
+	int prefetch_depth;     /* 0: default (2); FERRY_PREFETCH_AUTO (ferry/place.h):
+				   per tier, resolved by ferry_prefetch_auto first */
 	enum ferry_optim_place optimizer; /* --offload-optimizer */
 	bool offload_params;    /* --offload-params: the layers' weights live on the host
 				   and pass through a device ring (prefetched param_prefetch
@@ -194,8 +204,14 @@ struct ferry_exec_opts {
 	int zero;               /* --zero: 1 splits AdamW's moments over the
 				   ranks (ZeRO-1, adam=device:shard(N); with
 				   optimizer stream or cpu also its master weights
-				   and host gradients, adam=host:...:shard(N)); 0 none */
+				   and host gradients, adam=host:...:shard(N)), 2 the
+				   gradients too (ZeRO-2, shard(N,grads)), 3 the
+				   parameters too (ZeRO-3, shard(N,params)); 0 none */
 	int zero_ranks;         /* ... over this many (0: comm's ranks) */
+	int prefetch_tiers[FERRY_PREFETCH_TIERS]; /* offloaded activations over host tiers: the layers on
+				   the Nth tier of their span loaded prefetch_tiers[N]
+				   layers ahead (0 after the last; none: prefetch_depth
+				   for all); the ring holds the deepest */
 	struct ferry_comm *comm; /* data parallel (ferry/comm.h): each backward's
 				   weight gradients are averaged over these ranks
 				   on a stream of their own, layer by layer (NULL

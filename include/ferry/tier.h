@@ -123,7 +123,7 @@ const struct ferry_topology *ferry_host_tiers_topology(ferry_host_tiers_t h);
 
 /* Where each kind goes and how many bytes each tier gets. */
 #define FERRY_MAX_TIERS 8
-#define FERRY_TIER_SPAN_MAX 4 /* tiers offloaded activations may span */
+#define FERRY_TIER_SPAN_MAX FERRY_PREFETCH_TIERS /* tiers offloaded activations may span */
 struct ferry_tier_use {
 	struct ferry_tier tier;
 	uint64_t bytes[FERRY_HOST_KINDS];
@@ -136,6 +136,8 @@ struct ferry_tier_report {
 	int tier_of[FERRY_HOST_KINDS]; /* index into use[], -1: the kind has no bytes;
 					  activations spread over tiers: the first */
 	int act_tiers;                 /* tiers the activations are on (more than 1: spread) */
+	int act_asked;                 /* tiers the activations were asked to span (0: one) */
+	int act_layers[FERRY_TIER_SPAN_MAX]; /* ... the layers on each, in its order */
 };
 
 /* Offloaded activations may span tiers: "dram+nvme" (activations.host, or

@@ -88,7 +88,7 @@ ferry_status ferry_comm_open_single(ferry_comm_t *out)
 
 	if (st)
 		return st;
-	**out = (struct ferry_comm){ &ferry_comm_single_iface, NULL, 0, 1, 0, 1, *out, false };
+	**out = (struct ferry_comm){ &ferry_comm_single_iface, NULL, 0, 1, 0, 1, *out, false, NULL, 0 };
 	return FERRY_OK;
 }
 
@@ -158,14 +158,17 @@ ferry_status ferry_comm_dup(ferry_comm_t c, ferry_comm_t *out)
 	if (c->iface->dup && (st = c->iface->dup(c, *out))) {
 		ferry_free(*out);
 		*out = NULL;
+		return st;
 	}
-	return st;
+	ferry_comm_watch_attach(*out); /* a watched one's duplicate is watched */
+	return FERRY_OK;
 }
 
 void ferry_comm_free(ferry_comm_t c)
 {
 	if (!c)
 		return;
+	ferry_comm_watch_detach(c);
 	if (c->iface->free)
 		c->iface->free(c);
 	ferry_free(c);
@@ -178,6 +181,9 @@ int ferry_comm_local_size(ferry_comm_t c) { return c->local_size; }
 ferry_comm_t ferry_comm_host(ferry_comm_t c) { return c->host; }
 const char *ferry_comm_engine(ferry_comm_t c) { return c->iface->name; }
 bool ferry_comm_device_buffers(ferry_comm_t c) { return c->iface->device_buffers; }
+
+/* st = call, a collective of c, timed by c's watch (comm_watch.c). */
+#define WATCHED(c, what, call) (ferry_comm_watch_begin(c, what), st = (call), ferry_comm_watch_end(c), st)
 
 /* Arguments every collective shares. */
 static ferry_status check(ferry_comm_t c, const void *buf, enum ferry_comm_dtype t, const char *what)
@@ -196,7 +202,7 @@ ferry_status ferry_comm_all_reduce(ferry_comm_t c, void *buf, size_t count, enum
 
 	if (!st && op == FERRY_COMM_AVG && t != FERRY_COMM_F32 && t != FERRY_COMM_F64)
 		st = ferry_error(FERRY_ERR_INVALID, "all-reduce: an average of integers");
-	return st || !count ? st : c->iface->all_reduce(c, buf, count, t, op, stream);
+	return st || !count ? st : WATCHED(c, "all-reduce", c->iface->all_reduce(c, buf, count, t, op, stream));
 }
 
 ferry_status ferry_comm_reduce_scatter(ferry_comm_t c, const void *send, void *recv, size_t count,
@@ -208,7 +214,8 @@ ferry_status ferry_comm_reduce_scatter(ferry_comm_t c, const void *send, void *r
 		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL buffer");
 	if (!st && op == FERRY_COMM_AVG && t != FERRY_COMM_F32 && t != FERRY_COMM_F64)
 		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: an average of integers");
-	return st || !count ? st : c->iface->reduce_scatter(c, send, recv, count, t, op, stream);
+	return st || !count ? st
+			    : WATCHED(c, "reduce-scatter", c->iface->reduce_scatter(c, send, recv, count, t, op, stream));
 }
 
 ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv, size_t count,
@@ -218,7 +225,43 @@ ferry_status ferry_comm_all_gather(ferry_comm_t c, const void *send, void *recv,
 
 	if (!st && !recv)
 		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL buffer");
-	return st || !count ? st : c->iface->all_gather(c, send, recv, count, t, stream);
+	return st || !count ? st : WATCHED(c, "all-gather", c->iface->all_gather(c, send, recv, count, t, stream));
+}
+
+/* The elements of every rank's slice together. */
+static size_t total_count(const struct ferry_comm *c, const size_t *counts)
+{
+	size_t n = 0;
+
+	for (int r = 0; r < c->size; r++)
+		n += counts[r];
+	return n;
+}
+
+ferry_status ferry_comm_reduce_scatter_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	ferry_status st = check(c, send, t, "reduce-scatter");
+
+	if (!st && !counts)
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL counts");
+	if (!st && !recv && counts[c->rank])
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL buffer");
+	if (!st && op == FERRY_COMM_AVG && t != FERRY_COMM_F32 && t != FERRY_COMM_F64)
+		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: an average of integers");
+	return st || !total_count(c, counts) ? st : c->iface->reduce_scatter_v(c, send, recv, counts, t, op, stream);
+}
+
+ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream)
+{
+	ferry_status st = check(c, recv, t, "all-gather");
+
+	if (!st && !counts)
+		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL counts");
+	if (!st && !send && counts[c->rank])
+		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL buffer");
+	return st || !total_count(c, counts) ? st : c->iface->all_gather_v(c, send, recv, counts, t, stream);
 }
 
 ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
@@ -228,14 +271,16 @@ ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum 
 
 	if (!st && (root < 0 || root >= c->size))
 		st = ferry_error(FERRY_ERR_INVALID, "broadcast: root %d outside ranks 0 to %d", root, c->size - 1);
-	return st || !count ? st : c->iface->broadcast(c, buf, count, t, root, stream);
+	return st || !count ? st : WATCHED(c, "broadcast", c->iface->broadcast(c, buf, count, t, root, stream));
 }
 
 ferry_status ferry_comm_barrier(ferry_comm_t c)
 {
+	ferry_status st;
+
 	if (!c)
 		return ferry_error(FERRY_ERR_INVALID, "barrier: NULL communicator");
-	return c->host->iface->barrier(c->host);
+	return WATCHED(c->host, "barrier", c->host->iface->barrier(c->host));
 }
 
 void ferry_comm_abort(ferry_comm_t c, int code)

@@ -10,7 +10,7 @@
 
 #include "ferry/comm.h"
 
-#define FERRY_COMM_IFACE_VERSION 1
+#define FERRY_COMM_IFACE_VERSION 2
 
 struct ferry_comm_iface {
 	int version;
@@ -22,6 +22,11 @@ struct ferry_comm_iface {
 				       enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream);
 	ferry_status (*all_gather)(struct ferry_comm *c, const void *send, void *recv, size_t count,
 				   enum ferry_comm_dtype t, void *stream);
+	/* uneven slices (counts: one per rank) */
+	ferry_status (*reduce_scatter_v)(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream);
+	ferry_status (*all_gather_v)(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream);
 	ferry_status (*broadcast)(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream);
 	ferry_status (*barrier)(struct ferry_comm *c);
@@ -29,7 +34,16 @@ struct ferry_comm_iface {
 	ferry_status (*dup)(struct ferry_comm *c, struct ferry_comm *out);
 	void (*abort)(struct ferry_comm *c, int code);
 	void (*free)(struct ferry_comm *c);
+	/* The collective timeout's messages (comm_watch.c), on a duplicate of
+	 * their own: n ints to rank `to`, sent without waiting for it (a
+	 * rank that hangs never receives); and the next n ints that came with
+	 * `tag`, if any, without waiting (their sender in *from).  NULL where
+	 * nothing is watched (single: one rank). */
+	ferry_status (*send_ints)(struct ferry_comm *c, int to, int tag, const int *msg, int n);
+	bool (*recv_ints)(struct ferry_comm *c, int tag, int *msg, int n, int *from);
 };
+
+struct comm_watch;
 
 struct ferry_comm {
 	const struct ferry_comm_iface *iface;
@@ -38,9 +52,19 @@ struct ferry_comm {
 	struct ferry_comm *host;  /* host-side collectives: itself, or an nccl
 				     communicator's base */
 	bool error_shared;        /* the last agree returned an error */
+	struct comm_watch *watch; /* the collective timeout's, or NULL */
+	int watch_slot;           /* this communicator's place in it */
 };
 
 size_t ferry_comm_dtype_size(enum ferry_comm_dtype t);
+
+/* The collective timeout (comm_watch.c): a duplicate of a watched
+ * communicator is watched too (attach), until freed (detach); each
+ * collective runs between begin and end, what it is named by `what`. */
+void ferry_comm_watch_attach(struct ferry_comm *c);
+void ferry_comm_watch_detach(struct ferry_comm *c);
+void ferry_comm_watch_begin(struct ferry_comm *c, const char *what);
+void ferry_comm_watch_end(struct ferry_comm *c);
 
 /* The engines (comm_single.c, comm_mpi.c, comm_nccl.c), each filling *c
  * (iface, ctx, ranks). */

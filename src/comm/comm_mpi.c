@@ -19,8 +19,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A message of a few ints on its way (send_ints): MPI reads msg until
+ * the request completes. */
+struct mpi_send {
+	MPI_Request req;
+	int msg[4];
+	struct mpi_send *next;
+};
+
 struct mpi_ctx {
 	MPI_Comm comm;
+	struct mpi_send *sends; /* send_ints' not yet known complete */
 };
 
 static int users; /* communicators open: the last one finalises MPI */
@@ -126,6 +135,58 @@ static ferry_status mpi_all_gather(struct ferry_comm *c, const void *send, void 
 				    mpi_type(t), comm_of(c)), "all-gather");
 }
 
+/* counts as MPI's ints and their displacements (2 * size ints, freed by
+ * the caller). */
+static ferry_status mpi_counts(const struct ferry_comm *c, const size_t *counts, const char *what, int **out)
+{
+	int *n = ferry_calloc(2 * (size_t)c->size, sizeof(int));
+	size_t displ = 0;
+
+	*out = n;
+	if (!n)
+		return ferry_error(FERRY_ERR_NOMEM, "MPI %s: out of host memory", what);
+	for (int r = 0; r < c->size; r++) {
+		if (counts[r] > INT_MAX || displ > INT_MAX)
+			return too_many(counts[r] > INT_MAX ? counts[r] : displ, what);
+		n[r] = (int)counts[r];
+		n[c->size + r] = (int)displ;
+		displ += counts[r];
+	}
+	return FERRY_OK;
+}
+
+static ferry_status mpi_reduce_scatter_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					 enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	int *n;
+	ferry_status st = mpi_counts(c, counts, "reduce-scatter", &n);
+
+	(void)stream;
+	if (!st)
+		st = failed(MPI_Reduce_scatter(send, recv, n, mpi_type(t), mpi_op(op), comm_of(c)), "reduce-scatter");
+	if (!st && op == FERRY_COMM_AVG && c->size > 1) /* as the all-reduce averages */
+		divide(recv, counts[c->rank], t, c->size);
+	ferry_free(n);
+	return st;
+}
+
+static ferry_status mpi_all_gather_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+				     enum ferry_comm_dtype t, void *stream)
+{
+	int *n;
+	ferry_status st = mpi_counts(c, counts, "all-gather", &n);
+
+	(void)stream;
+	if (!st) {
+		const void *in_place = (const char *)recv + (size_t)n[c->size + c->rank] * ferry_comm_dtype_size(t);
+
+		st = failed(MPI_Allgatherv(send == in_place ? MPI_IN_PLACE : send, n[c->rank], mpi_type(t), recv, n,
+					   n + c->size, mpi_type(t), comm_of(c)), "all-gather");
+	}
+	ferry_free(n);
+	return st;
+}
+
 static ferry_status mpi_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				  void *stream)
 {
@@ -174,12 +235,61 @@ static void mpi_abort(struct ferry_comm *c, int code)
 	MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* Frees the sends MPI is done with; those it is not (to a rank that hangs,
+ * as the job ends) are left to MPI. */
+static void reap_sends(struct mpi_ctx *x)
+{
+	for (struct mpi_send **at = &x->sends; *at;) {
+		struct mpi_send *m = *at;
+		int done = 0;
+
+		MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
+		if (done) {
+			*at = m->next;
+			ferry_free(m);
+		} else {
+			at = &m->next;
+		}
+	}
+}
+
+static ferry_status mpi_send_ints(struct ferry_comm *c, int to, int tag, const int *msg, int n)
+{
+	struct mpi_ctx *x = c->ctx;
+	struct mpi_send *m;
+
+	reap_sends(x);
+	if (n > 4 || !(m = ferry_calloc(1, sizeof(*m))))
+		return ferry_error(FERRY_ERR_NOMEM, "MPI message: out of host memory");
+	memcpy(m->msg, msg, (size_t)n * sizeof(*msg));
+	if (MPI_Isend(m->msg, n, MPI_INT, to, tag, x->comm, &m->req) != MPI_SUCCESS) {
+		ferry_free(m);
+		return ferry_error(FERRY_ERR_IO, "MPI message to rank %d failed", to);
+	}
+	m->next = x->sends;
+	x->sends = m;
+	return FERRY_OK;
+}
+
+static bool mpi_recv_ints(struct ferry_comm *c, int tag, int *msg, int n, int *from)
+{
+	MPI_Status status;
+	int came = 0;
+
+	if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_of(c), &came, &status) != MPI_SUCCESS || !came)
+		return false;
+	*from = status.MPI_SOURCE;
+	return MPI_Recv(msg, n, MPI_INT, status.MPI_SOURCE, tag, comm_of(c), MPI_STATUS_IGNORE) == MPI_SUCCESS;
+}
+
 static void mpi_free(struct ferry_comm *c)
 {
 	struct mpi_ctx *x = c->ctx;
 
 	if (!x)
 		return;
+	for (double t0 = MPI_Wtime(); x->sends && MPI_Wtime() - t0 < 1;) /* answers on their way */
+		reap_sends(x);
 	MPI_Comm_free(&x->comm);
 	ferry_free(x);
 	if (--users == 0)
@@ -192,11 +302,15 @@ static const struct ferry_comm_iface mpi_iface = {
 	.all_reduce = mpi_all_reduce,
 	.reduce_scatter = mpi_reduce_scatter,
 	.all_gather = mpi_all_gather,
+	.reduce_scatter_v = mpi_reduce_scatter_v,
+	.all_gather_v = mpi_all_gather_v,
 	.broadcast = mpi_broadcast,
 	.barrier = mpi_barrier,
 	.dup = mpi_dup,
 	.abort = mpi_abort,
 	.free = mpi_free,
+	.send_ints = mpi_send_ints,
+	.recv_ints = mpi_recv_ints,
 };
 
 /* MPI with threads, once. */

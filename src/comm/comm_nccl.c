@@ -93,6 +93,45 @@ static ferry_status nccl_all_gather(struct ferry_comm *c, const void *send, void
 		      "all-gather");
 }
 
+/* Uneven slices: one reduce (or broadcast) per rank's slice, rooted at
+ * that rank, in one group. */
+static ferry_status nccl_reduce_scatter_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					  enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	const size_t esz = ferry_comm_dtype_size(t);
+	ncclResult_t r = ncclGroupStart();
+	size_t displ = 0;
+
+	for (int k = 0; k < c->size && r == ncclSuccess; displ += counts[k++])
+		if (counts[k])
+			r = ncclReduce((const char *)send + displ * esz, k == c->rank ? recv : NULL, counts[k],
+				       nccl_type(t), nccl_op(op), k, ctx_of(c)->comm, stream_of(c, stream));
+	if (r == ncclSuccess)
+		r = ncclGroupEnd();
+	else
+		(void)ncclGroupEnd();
+	return finish(c, stream, r, "reduce-scatter");
+}
+
+static ferry_status nccl_all_gather_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+				      enum ferry_comm_dtype t, void *stream)
+{
+	const size_t esz = ferry_comm_dtype_size(t);
+	ncclResult_t r = ncclGroupStart();
+	size_t displ = 0;
+
+	for (int k = 0; k < c->size && r == ncclSuccess; displ += counts[k++])
+		if (counts[k])
+			r = ncclBroadcast(k == c->rank ? send : (const char *)recv + displ * esz,
+					  (char *)recv + displ * esz, counts[k], nccl_type(t), k, ctx_of(c)->comm,
+					  stream_of(c, stream));
+	if (r == ncclSuccess)
+		r = ncclGroupEnd();
+	else
+		(void)ncclGroupEnd();
+	return finish(c, stream, r, "all-gather");
+}
+
 static ferry_status nccl_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				   void *stream)
 {
@@ -157,6 +196,8 @@ static const struct ferry_comm_iface nccl_iface = {
 	.all_reduce = nccl_all_reduce,
 	.reduce_scatter = nccl_reduce_scatter,
 	.all_gather = nccl_all_gather,
+	.reduce_scatter_v = nccl_reduce_scatter_v,
+	.all_gather_v = nccl_all_gather_v,
 	.broadcast = nccl_broadcast,
 	.barrier = nccl_barrier,
 	.dup = nccl_dup,
@@ -180,7 +221,7 @@ ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct fe
 	    (st = ferry_comm_broadcast(base, &id, sizeof(id), FERRY_COMM_BYTE, 0, NULL)) || (st = new_ctx(c)))
 		return st;
 	*c = (struct ferry_comm){ &nccl_iface, c->ctx, base->rank, base->size, base->local_rank, base->local_size,
-				  base, false };
+				  base, false, NULL, 0 };
 	st = nccl_failed(ncclCommInitRank(&ctx_of(c)->comm, base->size, id, base->rank), "init");
 	if (st) {
 		cudaStreamDestroy(ctx_of(c)->own);

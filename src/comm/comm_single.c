@@ -28,6 +28,19 @@ static ferry_status single_all_gather(struct ferry_comm *c, const void *send, vo
 	return FERRY_OK;
 }
 
+/* One rank: its slice is the whole. */
+static ferry_status single_reduce_scatter_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					    enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
+{
+	return single_reduce_scatter(c, send, recv, counts[0], t, op, stream);
+}
+
+static ferry_status single_all_gather_v(struct ferry_comm *c, const void *send, void *recv, const size_t *counts,
+					enum ferry_comm_dtype t, void *stream)
+{
+	return single_all_gather(c, send, recv, counts[0], t, stream);
+}
+
 static ferry_status single_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t,
 				     int root, void *stream)
 {
@@ -47,6 +60,8 @@ const struct ferry_comm_iface ferry_comm_single_iface = {
 	.all_reduce = single_all_reduce,
 	.reduce_scatter = single_reduce_scatter,
 	.all_gather = single_all_gather,
+	.reduce_scatter_v = single_reduce_scatter_v,
+	.all_gather_v = single_all_gather_v,
 	.broadcast = single_broadcast,
 	.barrier = single_barrier,
 };

@@ -421,6 +421,10 @@ static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
  * holds this rank's own sum). */
 static void adding_backward_start(ferry_model_t m, struct ferry_program *p)
 {
+	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: they are in the slices */
+		ferry_zero_grads_adding_start(m, p);
+		return;
+	}
 	ferry_emit_wait(p, m->compute, m->comm ? m->dp_all : m->all_grads_home, -1);
 	if (m->comm && !stage_ring(m))
 		unstacked_grads_copy(m, p, m->compute, FERRY_COPY_H2D);
@@ -466,6 +470,10 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 		emit_losses_copy(m, p, k);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		emit_host_norm(m, p);
+		return;
+	}
+	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: from every rank's slice */
+		ferry_zero_grads_norm(m, p);
 		return;
 	}
 	void *sumsq = entry(m, m->tt.ix.grad_norm);
@@ -540,7 +548,7 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 	const int k = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? 4 : 3;
 	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
 	const int *home[4] = { ix->param, ix->mom, ix->var, ix->grad };
-	const int slice[4] = { ix->param_slice, ix->mom_slice, ix->var_slice, -1 }; /* split: adam=host:stream:shard(N) */
+	const int slice[4] = { ix->host_param_slice, ix->mom_slice, ix->var_slice, -1 }; /* split: adam=host:stream:shard(N) */
 	struct opt_slice s = { .n_in = k, .n_out = 3 };
 
 	for (int i = 0; i < k; i++) {
@@ -627,7 +635,7 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
-	if (m->tt.ix.param_slice >= 0) /* split: every rank's slice of the compute copy to every rank */
+	if (m->tt.ix.host_param_slice >= 0) /* split: every rank's slice of the compute copy to every rank */
 		ferry_zero_host_gather(m, p);
 }
 
@@ -636,6 +644,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	ferry_status st = FERRY_OK;
 
 	m->emit_speculative = k->kind == FERRY_PROG_BACKWARD && k->variant == FERRY_BACKWARD_SPECULATIVE;
+	m->emit_adding = k->kind == FERRY_PROG_BACKWARD && k->variant == FERRY_BACKWARD_ADD;
 	switch (k->kind) {
 	case FERRY_PROG_FORWARD: st = emit_forward(m, p, k); break;
 	case FERRY_PROG_BACKWARD: st = emit_backward(m, p, k); break;
@@ -653,7 +662,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	case FERRY_PROG_ZERO: /* with --offload-params the layers' zero their ring slot */
 		if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) /* and the edge region's before each stage's backward */
 			break;
-		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.grad_slice >= 0) /* (ZeRO-2: and the slots) */
 			ferry_emit_zero(p, m->compute, dev_grads(m),
 					m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes, -1, "unstacked weight gradients");
 		else

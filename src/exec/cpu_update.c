@@ -54,7 +54,7 @@ static void *at(void *base, size_t bytes)
 
 static bool split(const struct ferry_model *m)
 {
-	return m->tt.ix.param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
+	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
 }
 
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
@@ -63,7 +63,7 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	const struct ferry_table_index *ix = &m->tt.ix;
 	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
 
-	c.param = ferry_zero_host_at(m, ix->param, ix->param_slice, q, off, sizeof(float));
+	c.param = ferry_zero_host_at(m, ix->param, ix->host_param_slice, q, off, sizeof(float));
 	c.out[0] = ferry_zero_host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
 	c.out[1] = ferry_zero_host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
 	c.in[0] = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? at(entry(m, ix->grad[q]), off * sizeof(float))
@@ -88,7 +88,7 @@ static void *rollback(ferry_model_t m, int i, size_t bytes)
 static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *c)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	const int state[3] = { split(m) ? ix->param_slice : ix->param[q], split(m) ? ix->mom_slice : ix->mom[q],
+	const int state[3] = { split(m) ? ix->host_param_slice : ix->param[q], split(m) ? ix->mom_slice : ix->mom[q],
 			       split(m) ? ix->var_slice : ix->var[q] };
 
 	for (int i = 0; i < 3; i++)

@@ -59,17 +59,35 @@ void ferry_dp_add_streams(struct ferry_model *m)
 		return;
 	m->zero_updated = ferry_sched_event(&m->res, "this rank's slices updated");
 	m->zero_gathered = ferry_sched_event(&m->res, "every rank's slices gathered");
+	if (m->tt.ix.grad_slice >= 0)
+		ferry_zero_grads_add_events(m);
+}
+
+ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks)
+{
+	const char *home = adam->home == FERRY_HOME_DEVICE ? "device"
+			   : adam->update == FERRY_UPDATE_HOST ? "host:cpu" : "host:stream";
+
+	if (adam->shard > 1 && adam->shard != ranks)
+		return ferry_error(FERRY_ERR_INVALID, "adam=%s:shard(%d%s) splits AdamW's state over %d ranks; this "
+				   "run has %d", home, adam->shard, adam->shard_params ? ",params"
+				   : adam->shard_grads ? ",grads" : "", adam->shard, ranks);
+	return FERRY_OK;
 }
 
 ferry_status ferry_dp_check(const struct ferry_model *m)
 {
-	int shard = ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->shard;
-	const char *home = m->tt.ix.param_slice < 0 ? "device" : ferry_table_host_update(&m->tt) ? "host:cpu" : "host:stream";
+	ferry_status st;
 	bool dev;
 
-	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
-		return ferry_error(FERRY_ERR_INVALID, "adam=%s:shard(%d) splits AdamW's state over %d ranks; this "
-				   "run has %d", home, shard, shard, m->comm ? ferry_comm_size(m->comm) : 1);
+	if (m->be && (st = ferry_shard_check(ferry_table_place(&m->tt, FERRY_GROUP_ADAM),
+					     m->comm ? ferry_comm_size(m->comm) : 1)))
+		return st;
+	if (m->be && m->tt.ix.grad_slice >= 0 && !ferry_backend_caps(m->be).unified)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d (adam=device:shard(N,%s)) on the %s backend: "
+				   "not yet (the gradient norm over the ranks' slices is summed by host threads)",
+				   m->tt.ix.param_slice >= 0 ? 3 : 2, m->tt.ix.param_slice >= 0 ? "params" : "grads",
+				   ferry_backend_name(m->be));
 	if (!m->be || !m->comm)
 		return FERRY_OK;
 	dev = ferry_comm_device_buffers(m->comm);
@@ -125,7 +143,9 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 {
 	struct ferry_model *m = model;
 
-	if (m->comm)
+	if (m->tt.ix.grad_slice >= 0)
+		ferry_zero_grads_after_layer(m, p, l);
+	else if (m->comm)
 		layer_average(m, p, l);
 	if (ferry_table_host_update(&m->tt))
 		ferry_cpu_update_after_layer(m, p, l);
@@ -133,6 +153,10 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 {
+	if (m->tt.ix.grad_slice >= 0) {
+		ferry_zero_grads_after_backward(m, p);
+		return;
+	}
 	if (!m->comm)
 		return;
 	if (streamed(m)) {

@@ -16,7 +16,11 @@
  * (bwd_done[s]), then prefetch_ready[s] is recorded.  Before layer l's
  * backward the compute stream waits for prefetch_ready[l % R]; after it, the
  * prefetch for layer l - depth - 1 is issued.  With R >= depth + 1 the
- * slot's previous user (layer j + R >= l) has always been submitted.
+ * slot's previous user (layer j + R >= l) has always been submitted.  With
+ * a depth per host tier, layer j is loaded depth(j) ahead, after layer
+ * j + depth(j) + 1's backward (depth(j) <= depth: the same holds); the
+ * tiers' depths grow with j (slower tiers hold later layers), so the loads
+ * still go onto the h2d stream in the order the backward reads them.
  */
 #include "exec/engine.h"
 #include "core/error.h"
@@ -90,7 +94,7 @@ static char *host_ptr(const struct ferry_layer_exec *ex, int t, int l)
 {
 	if (!ex->mem.host[t])
 		return NULL;
-	return (char *)ex->mem.host[t] + (size_t)l * ex->sp.host_bytes[t];
+	return (char *)ex->mem.host[t] + (size_t)l * (ex->sp.host_stride ? ex->sp.host_stride : ex->sp.host_bytes[t]);
 }
 
 static int d2h_event(const struct ferry_layer_exec *ex, int t, int l)
@@ -113,7 +117,8 @@ static void register_weight_rings(struct ferry_layer_exec *ex, struct ferry_sche
 	ex->wr.per_stage = false;
 	ex->wr.names = &layer_ring_names;
 	ex->wr.compute = ex->compute;
-	ex->wr.h2d = ex->h2d;
+	if (!ex->wr.gather) /* a gathered ring loads on the caller's comm stream */
+		ex->wr.h2d = ex->h2d;
 	ex->wr.d2h = ex->d2h;
 	ferry_weight_ring_register(&ex->wr, res);
 }
@@ -238,7 +243,9 @@ static size_t weight_offset(const struct ferry_layer_exec *ex, struct ferry_weig
 {
 	size_t layer = (size_t)l * ex->weights.layer_stride[w.param];
 
-	if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
+	if (grad && ex->weights.grad_slots && ex->weights.layer_stride[w.param]) /* a gradient slot */
+		layer = (size_t)(l % ex->weights.grad_slots) * ex->weights.grad_slot_numel;
+	else if (ex->wstream && ex->weights.layer_stride[w.param]) /* a ring slot */
 		layer = (size_t)(l % (grad ? ex->wr.grad_ring : ex->wr.ring)) * ex->wr.slot_numel;
 	return layer + (size_t)w.block * view;
 }
@@ -612,7 +619,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 
 	ex->io_cur = 0;
 	for (int j = L - 1; offload && j >= 0 && j >= L - 1 - depth; j--)
-		prefetch(ex, p, j, B, T);
+		if (j + ferry_stack_layer_depth(&ex->sp, j) >= L - 1)
+			prefetch(ex, p, j, B, T);
 	for (int l = L - 1; l >= 0; l--) {
 		int slot = l % ex->sp.ring;
 
@@ -627,6 +635,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 			ferry_weight_ring_acquire(&ex->wr, p, l);
 		if (ex->wstream)
 			ferry_weight_ring_start_grads(&ex->wr, p, l, grads_from_host);
+		if (ex->hook.before_layer)
+			ex->hook.before_layer(ex->hook.ctx, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);
@@ -636,8 +646,9 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 		}
 		if (offload) {
 			ferry_emit_record(p, ex->compute, ex->bwd_done[slot], l);
-			if (l - depth - 1 >= 0)
-				prefetch(ex, p, l - depth - 1, B, T);
+			for (int j = l - 1; j >= 0 && j >= l - depth - 1; j--)
+				if (j + ferry_stack_layer_depth(&ex->sp, j) + 1 == l)
+					prefetch(ex, p, j, B, T);
 		}
 		if (ex->hook.after_layer)
 			ex->hook.after_layer(ex->hook.ctx, p, l);

@@ -34,6 +34,11 @@ struct ferry_weight_table {
 	float *const *grad_base;
 	const size_t *layer_stride;
 	struct ferry_weight_rings *rings; /* NULL: every layer's weights resident */
+	int grad_slots;      /* weights resident, their gradients one layer at a
+				time in slots (ZeRO-2): layer l's in slot l %
+				grad_slots, grad_slot_numel elements per slot
+				from grad_base; 0: every layer's resident */
+	size_t grad_slot_numel;
 };
 
 /* Where the stack's activations live: device slots of tensor t (as the
@@ -84,6 +89,8 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
  * emit tasks that start on them (the CPU optimizer's early updates). */
 struct ferry_layer_hook {
 	void (*after_layer)(void *ctx, struct ferry_program *p, int layer);
+	/* NULL, or before layer l's backward (its gradient slot made ready) */
+	void (*before_layer)(void *ctx, struct ferry_program *p, int layer);
 	void *ctx;
 };
 void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook);

@@ -14,6 +14,7 @@
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
+#include "ops/cpu/kernels.h"
 #include "sched/tier_copy.h"
 #include "tier/nvme_tier.h"
 
@@ -60,6 +61,7 @@ void ferry_model_free(ferry_model_t m)
 		ferry_host_free(m->be, m->host_targets);
 		ferry_host_free(m->be, m->host_losses);
 		ferry_host_free(m->be, m->host_sumsq);
+		ferry_host_free(m->be, m->norm_parts);
 	}
 	ferry_free(m);
 }
@@ -76,6 +78,27 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 	st = ferry_tensor_table_plan(&tt, plan);
 	ferry_tensor_table_release(&tt);
 	return st;
+}
+
+ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, int T,
+				   const struct ferry_exec_opts *opts, int ranks, int rank, struct ferry_plan *plan)
+{
+	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
+	struct ferry_places p;
+	ferry_status st;
+
+	memset(plan, 0, sizeof(*plan));
+	if (ranks < 1 || rank < 0 || rank >= ranks)
+		return ferry_error(FERRY_ERR_INVALID, "rank %d of %d ranks: ranks from 0 to N-1, N at least 1", rank,
+				   ranks);
+	o.comm = NULL; /* the split is over `ranks`, not a run's */
+	if (o.zero && !o.zero_ranks)
+		o.zero_ranks = ranks;
+	if ((st = ferry_exec_opts_places(&o, &p)))
+		return st;
+	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)))
+		return st;
+	return ferry_model_plan(cfg, B, T, &o, plan);
 }
 
 /* base + bytes, or NULL in a dry build. */
@@ -115,7 +138,7 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 				pi.name, entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
 				entry(m, ix->grad[q]), at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
 				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
-				r->per_stage && read_later(tr, k, q) };
+				r->per_stage && read_later(tr, k, q), 0 };
 			if (tr->grad_slots)
 				r->grad_slot0 = entry(m, tr->g[k][q]);
 		}
@@ -170,6 +193,9 @@ static void bind_params(struct ferry_model *m)
 		m->gptr[p] = entry(m, m->tt.ix.grad[q]);
 		m->wptr[p] = m->tt.ix.copy[q] >= 0 ? entry(m, m->tt.ix.copy[q]) : entry(m, m->tt.ix.param[q]);
 		m->stride[p] = ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.layers ? pi.layer_numel : 0;
+		if (m->tt.ix.grad_slice >= 0) /* ZeRO-2: a layer's in a slot, the unstacked whole */
+			m->gptr[p] = m->stride[p] ? at(entry(m, m->tt.ix.grad_ring), m->tt.ix.grad_slot_off[q] * sizeof(float))
+						  : entry(m, m->tt.ix.dev_grad[q]);
 	}
 }
 
@@ -177,7 +203,8 @@ static ferry_status create_stack(struct ferry_model *m)
 {
 	const struct ferry_layer_decl *d = m->md->layer;
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
-					 m->ring[FERRY_GROUP_LAYER_WEIGHTS].ring ? &m->ring[FERRY_GROUP_LAYER_WEIGHTS] : NULL };
+					 m->ring[FERRY_GROUP_LAYER_WEIGHTS].ring ? &m->ring[FERRY_GROUP_LAYER_WEIGHTS] : NULL,
+					 m->tt.ix.grad_slots, m->tt.ix.grad_slot_numel };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -189,6 +216,10 @@ static ferry_status create_stack(struct ferry_model *m)
 		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
 		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
 	}
+	for (int t = 0; m->tt.sp.host_stride && t < d->n_tensors; t++) /* layer by layer: from the first's */
+		if (mem.host[t])
+			mem.host[t] = (char *)entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
+				      m->tt.sp.host_off[t];
 	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
 				       &m->layers);
 }
@@ -201,6 +232,9 @@ static ferry_status alloc_host(struct ferry_model *m)
 	if ((st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_tokens)) ||
 	    (st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_targets)) ||
 	    (st = ferry_host_alloc(m->be, N * sizeof(float), (void **)&m->host_losses)))
+		return st;
+	if (m->tt.ix.grad_slice >= 0 && /* ZeRO-2's norm: block sums */
+	    (st = ferry_host_alloc(m->be, FERRY_CPU_SUM_BLOCKS * sizeof(double), (void **)&m->norm_parts)))
 		return st;
 	return ferry_host_alloc(m->be, sizeof(double), (void **)&m->host_sumsq);
 }
@@ -295,12 +329,15 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_param_streams(m);
 	if (m->comm || m->tt.ix.shard_numel) /* (a dry build of a split optimizer: its gather) */
 		ferry_dp_add_streams(m);
+	if (m->tt.ix.param_slice >= 0)
+		ferry_zero_params_bind(m);
 	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
 	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
 		goto fail;
 	/* gradients averaged over the ranks, and to the host, layer by layer */
-	if (ferry_table_host_update(&m->tt) || m->comm)
-		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){ ferry_dp_after_layer, m });
+	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_slice >= 0)
+		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){
+			ferry_dp_after_layer, m->tt.ix.grad_slice >= 0 ? ferry_zero_grads_before_layer : NULL, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -550,8 +587,10 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
-	if (m->tt.ix.param_slice >= 0) /* this rank's slice of the master weights */
+	if (m->tt.ix.host_param_slice >= 0) /* this rank's slice of the master weights */
 		return ferry_zero_host_set_params(m, params);
+	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: this rank's slice */
+		return ferry_zero_set_params(m, params);
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
 	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
@@ -562,12 +601,17 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
 	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
+		return ferry_zero_get_params(m, params);
+	if (m->tt.ix.host_param_slice >= 0) /* every rank's slice: a collective */
 		return ferry_zero_host_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
+	if (m->tt.ix.grad_slice >= 0)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "the gradients are split over the ranks (--zero 2): each "
+				   "holds its slice, no rank the whole");
 	return ferry_model_buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
 }
 
@@ -745,8 +789,8 @@ static ferry_status submit_backward(ferry_model_t m)
 	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
 
 	/* streamed weights: the gradients added so far are on the host */
-	if (m->grads_added && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
-		key.variant = FERRY_BACKWARD_ADD;
+	if (m->grads_added && (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.grad_slice >= 0))
+		key.variant = FERRY_BACKWARD_ADD; /* (ZeRO-2: in the ranks' slices) */
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "backward needs a forward pass with targets (one backward per forward)");
@@ -823,6 +867,12 @@ void ferry_model_host_memory(ferry_model_t m, struct ferry_host_memory *out)
 	out->limit = m->tt.pinned_limit;
 	out->over_limit = m->tt.over_pinned_limit;
 	out->pin_failed = m->mem.pool_failed || m->mem.pool_pageable;
+	out->allocated_bytes = m->mem.host_bytes;
+}
+
+bool ferry_model_collective_forward(ferry_model_t m)
+{
+	return m->comm && m->tt.ix.param_slice >= 0;
 }
 
 bool ferry_model_speculative(ferry_model_t m)

@@ -117,6 +117,14 @@ struct ferry_model {
 	/* adam=device:shard(N): "this rank's slices updated", "every slice
 	 * gathered" (zero.c; adam=host:...:shard(N): zero_host.c) */
 	int zero_updated, zero_gathered;
+	/* adam=device:shard(N,grads) (zero_grads.c): per gradient slot "its
+	 * layer's gradients scattered"; the norm's "this rank's block sums",
+	 * "summed over the ranks", and those FERRY_CPU_SUM_BLOCKS sums */
+	int zero_slot_free[2], zero_parts_done, zero_parts_summed;
+	int zero_slot_in[2], zero_edges_in; /* "gathered back" (adding) */
+	bool emit_adding;             /* while a backward adding to the last is emitted */
+	double *norm_parts;
+	struct ferry_ring_gather zero_gather; /* ZeRO-3: the layers' ring's loads */
 };
 
 /* The programs of a training step as ferry_model_step_submit and _finish
@@ -136,6 +144,9 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int laye
  * the unstacked parameters' average at the backward's end. */
 void ferry_dp_add_streams(struct ferry_model *m);
 ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
+/* Refuses a split of AdamW's state (adam's placement) over another number
+ * of ranks than the run's, naming the placement. */
+ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks) FERRY_MUST_CHECK;
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 
@@ -160,6 +171,29 @@ void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, si
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+
+/* ZeRO-2 (zero_grads.c, adam=device:shard(N,grads)): its events; before
+ * and after each layer's backward, its gradient slot zeroed, then
+ * reduce-scattered into the slices (adding: the average gathered back
+ * into it first); the unstacked parameters' after the backward; the
+ * gradient norm from the slices. */
+void ferry_zero_grads_add_events(struct ferry_model *m);
+void ferry_zero_grads_before_layer(void *model, struct ferry_program *p, int layer);
+void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p, int layer);
+void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program *p);
+/* A backward adding to the last one's: the unstacked gradients' average
+ * gathered back whole first. */
+void ferry_zero_grads_adding_start(struct ferry_model *m, struct ferry_program *p);
+void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p);
+
+/* ZeRO-3 (zero_params.c, adam=device:shard(N,params)): the layers' weight
+ * ring loaded by all-gathers (after the comm stream exists); the
+ * unstacked parameters gathered whole after an update; the parameters to
+ * and from whole arrays (zero.c; reading them is a collective). */
+void ferry_zero_params_bind(struct ferry_model *m);
+void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_program *p);
+ferry_status ferry_zero_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
+ferry_status ferry_zero_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 
 /* n bytes of table buffer b to or from host memory (model.c). */
 ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;

@@ -15,10 +15,15 @@
 
 #include <string.h>
 
-/* Each kind of host state's tier speed (all DRAM's without tiers). */
+/* Each kind of host state's tier speeds (all DRAM's without tiers);
+ * offloaded activations over several tiers: each tier's, by layer. */
 struct tier_speeds {
 	struct ferry_tier_rate r[FERRY_HOST_KINDS];
 	bool nvme[FERRY_HOST_KINDS];
+	int span;                          /* tiers of the span (0: none) */
+	int span_end[FERRY_TIER_SPAN_MAX]; /* layers [span_end[i - 1], span_end[i]) on tier i */
+	struct ferry_tier_rate span_r[FERRY_TIER_SPAN_MAX];
+	bool span_nvme[FERRY_TIER_SPAN_MAX];
 };
 
 /* The kind of host state a host<->device copy moves, by what the executor
@@ -65,7 +70,27 @@ static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c,
 			ferry_calib_tier_rate(c, &h->topo, t, &ts->r[k]);
 			ts->nvme[k] = t->type == FERRY_TIER_NVME;
 		}
+	for (int i = 0; rep.act_tiers > 1 && i < h->act_asked_n; i++) {
+		ts->span_end[i] = (i ? ts->span_end[i - 1] : 0) + rep.act_layers[i];
+		ferry_calib_tier_rate(c, &h->topo, &h->act_asked[i], &ts->span_r[i]);
+		ts->span_nvme[i] = h->act_asked[i].type == FERRY_TIER_NVME;
+		ts->span = i + 1;
+	}
 	return true;
+}
+
+/* The speeds of the tier a host<->device copy's bytes are on: kind k's,
+ * or for a layer's offloaded activations over several tiers, its tier's. */
+static const struct ferry_tier_rate *rate_of(const struct tier_speeds *ts, const struct ferry_task *t,
+					     enum ferry_host_kind k, bool *nvme)
+{
+	for (int i = 0; k == FERRY_HOST_ACTIVATIONS && t->layer >= 0 && i < ts->span; i++)
+		if (t->layer < ts->span_end[i]) {
+			*nvme = ts->span_nvme[i];
+			return &ts->span_r[i];
+		}
+	*nvme = ts->nvme[k];
+	return &ts->r[k];
 }
 
 /* A task's duration with its host state on its tier: copies and file I/O
@@ -78,11 +103,11 @@ static double on_tier(const struct tier_speeds *ts, const struct ferry_task *t, 
 	bool file = t->kind == FERRY_TASK_FILE;
 
 	if ((t->kind == FERRY_TASK_COPY && t->copy_kind != FERRY_COPY_D2D) || file) {
-		enum ferry_host_kind k = copy_kind_of(t);
+		bool nvme;
 
-		r = &ts->r[k];
-		if (ts->nvme[k] || file) {
-			*est |= ts->nvme[k] && !r->measured; /* (a file task: calibration.c says) */
+		r = rate_of(ts, t, copy_kind_of(t), &nvme);
+		if (nvme || file) {
+			*est |= nvme && !r->measured; /* (a file task: calibration.c says) */
 			return (double)t->bytes / (t->copy_kind == FERRY_COPY_D2H ? r->write_Bps : r->read_Bps);
 		}
 		return s / r->copy;

@@ -260,7 +260,7 @@ static ferry_status alloc_offloaded(ferry_tutorial_t t, const struct ferry_exec_
 		t->grad_base[p] = (float *)ferry_buffer_ptr(t->gring) + p * layer;
 		t->stride[p] = layer;
 		*w = (struct ferry_weight_stream){ p == W1 ? "w1" : "w2", t->master[p], t->host_grads + p * t->wfloats,
-						   t->base[p], t->grad_base[p], layer, 0, false };
+						   t->base[p], t->grad_base[p], layer, 0, false, 0 };
 	}
 	return FERRY_OK;
 }
@@ -294,7 +294,7 @@ ferry_status ferry_tutorial_create(ferry_backend_t be, const struct ferry_tutori
 	    (st = ferry_host_alloc(be, sizeof(double), (void **)&t->host_loss)))
 		goto fail;
 	{
-		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, t->offload ? &t->rings : NULL };
+		struct ferry_weight_table wt = { t->base, t->grad_base, t->stride, t->offload ? &t->rings : NULL, 0, 0 };
 
 		int compute = ferry_sched_stream(&t->res, "compute");
 

@@ -346,7 +346,7 @@ static ferry_status build(ferry_tutorial_adam_t t, const struct ferry_exec_opts 
 {
 	struct ferry_dims d = dims_of(&t->cfg);
 	struct ferry_stack_plan sp;
-	struct ferry_weight_table wt = { &t->base, &t->grad_base, &t->stride, NULL };
+	struct ferry_weight_table wt = { &t->base, &t->grad_base, &t->stride, NULL, 0, 0 };
 	ferry_status st;
 
 	t->base = t->wcopy ? ferry_buffer_ptr(t->wcopy) : ferry_buffer_ptr(t->w);

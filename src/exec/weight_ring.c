@@ -77,8 +77,13 @@ void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *
 		if (!reads(r, s, u))
 			continue;
 		snprintf(label, sizeof(label), "%s: %.40s", r->names->label, s->name);
-		ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
-				at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);
+		if (r->gather)
+			ferry_emit_all_gather_slices(p, r->h2d, r->gather->comm, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
+						     r->gather->slice, s->flat + host_numel(r, s, u), s->numel,
+						     r->gather->slice_numel, r->gather->status, layer, label);
+		else
+			ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
+					at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);
 		if (!backward || !s->grad_in)
 			continue;
 		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
@@ -104,6 +109,8 @@ void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_pr
 	const int g = grad_slot(r, u), layer = layer_of(r, u);
 	char label[56];
 
+	if (r->grads_apart)
+		return;
 	if (r->grad_ring) {
 		ferry_emit_wait(p, r->compute, r->out[g], layer);
 		if (!from_host) {
@@ -132,6 +139,8 @@ void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_prog
 	const int g = grad_slot(r, u), layer = layer_of(r, u);
 	char label[56];
 
+	if (r->grads_apart)
+		return;
 	ferry_emit_record(p, r->compute, r->written[g], layer);
 	ferry_emit_wait(p, r->d2h, r->written[g], layer);
 	for (int i = 0; i < r->n; i++) {

@@ -13,6 +13,8 @@
  * prologue and the epilogue, each its own parameters, in one slot that
  * their gradients share).  These emitters are the rule; the callers say
  * when each unit moves (engine.c for the layers, build.c for the stages).
+ * With ZeRO-3 the layers' ring loads by all-gathering the ranks' slices of
+ * the parameters instead (struct ferry_ring_gather, zero_params.c).
  */
 #ifndef FERRY_EXEC_WEIGHT_RING_H
 #define FERRY_EXEC_WEIGHT_RING_H
@@ -36,6 +38,19 @@ struct ferry_weight_stream {
 	bool grad_in;         /* units that are stages: an earlier unit of the
 				 backward sent this gradient to the host, so it
 				 comes back with the weights and accumulates */
+	size_t flat;          /* gathered rings: unit 0's first element in the
+				 parameter array */
+};
+
+/* A ring loaded by gathering the ranks' slices of the parameter array
+ * (ZeRO-3) instead of copying from the host: on its "h2d" stream, the
+ * comm stream, each unit's elements of each parameter all-gathered from
+ * `slice` (this rank's, `slice_numel` elements a rank) into the slot. */
+struct ferry_ring_gather {
+	struct ferry_comm *comm;
+	const float *slice;
+	size_t slice_numel;
+	ferry_status *status;
 };
 
 /* What the schedule calls a ring's slots, gradients and copies. */
@@ -53,6 +68,9 @@ struct ferry_weight_rings {
 	size_t elem;          /* bytes per weight element */
 	float *grad_slot0;    /* a gradient ring's first slot */
 	bool per_stage;       /* units are stages (parts name theirs), not layers */
+	const struct ferry_ring_gather *gather; /* NULL: loaded by copies */
+	bool grads_apart;     /* the gradients are not the ring's (the engine's
+				 gradient slots): start_grads, grads_out do nothing */
 	const struct ferry_ring_names *names;
 	int n;
 	struct ferry_weight_stream s[FERRY_WEIGHT_RING_PARTS];

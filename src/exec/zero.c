@@ -52,11 +52,13 @@ static void update_piece(ferry_model_t m, struct ferry_program *p, int q, const 
 
 	if (a >= b)
 		return;
-	c.param = at(entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
+	c.param = ix->param_slice >= 0 ? at(entry(m, ix->param_slice), (a - lo) * sizeof(float)) /* ZeRO-3 */
+				       : at(entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
 	c.param_copy = at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
 	c.out[0] = at(entry(m, ix->mom_slice), (a - lo) * sizeof(float));
 	c.out[1] = at(entry(m, ix->var_slice), (a - lo) * sizeof(float));
-	c.in[0] = at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
+	c.in[0] = ix->grad_slice >= 0 ? at(entry(m, ix->grad_slice), (a - lo) * sizeof(float)) /* ZeRO-2 */
+				      : at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
 	c.n = (long)(b - a);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	snprintf(label, sizeof(label), "adamw %.40s (slice)", pi->name);
@@ -73,54 +75,94 @@ void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p)
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 
-		if (ix->param[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
+		if (ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.present)
 			update_piece(m, p, q, &pi, lo, lo + S);
 	}
 	/* every rank's updated slice to every rank, before the next forward */
 	ferry_emit_record(p, m->compute, m->zero_updated, -1);
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
-	ferry_emit_all_gather(p, m->comm_stream, m->comm, buffer_base(m, ix->params_buffer), S * sizeof(float),
-			      &m->comm_status, "gather params");
-	if (ix->copy_buffer >= 0)
+	if (ix->param_slice >= 0) /* ZeRO-3: the unstacked whole; the layers in their ring */
+		ferry_zero_params_gather_unstacked(m, p);
+	else
+		ferry_emit_all_gather(p, m->comm_stream, m->comm, buffer_base(m, ix->params_buffer), S * sizeof(float),
+				      &m->comm_status, "gather params");
+	if (ix->copy_buffer >= 0 && ix->param_slice < 0)
 		ferry_emit_all_gather(p, m->comm_stream, m->comm, buffer_base(m, ix->copy_buffer), S * m->asz,
 				      &m->comm_status, "gather compute copy");
 	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
 	ferry_emit_wait(p, m->compute, m->zero_gathered, -1);
 }
 
-ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var)
+/* This rank's slice of whole (n floats; the padding past n 0) into
+ * buffer b. */
+static ferry_status write_slice(ferry_model_t m, int b, const float *whole)
 {
 	const size_t S = m->tt.ix.shard_numel, lo = slice_start(m), n = m->tt.n_params;
 	const size_t have = lo < n ? (n - lo < S ? n - lo : S) : 0;
-	const float *whole[2] = { mom, var };
-	const int bufs[2] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer };
-	float *slice = ferry_calloc(S, sizeof(float)); /* the padding past n stays 0 */
-	ferry_status st = slice ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "optimizer state: out of host memory");
+	float *slice = ferry_calloc(S, sizeof(float));
+	ferry_status st = slice ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
 
-	for (int i = 0; i < 2 && !st; i++) {
-		memcpy(slice, whole[i] + lo, have * sizeof(float));
-		st = ferry_model_buffer_write(m, bufs[i], slice, S * sizeof(float));
+	if (!st) {
+		memcpy(slice, whole + lo, have * sizeof(float));
+		st = ferry_model_buffer_write(m, b, slice, S * sizeof(float));
 	}
 	ferry_free(slice);
 	return st;
 }
 
-ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
+/* Every rank's slice in buffer b, whole (n floats), on every rank: a
+ * collective. */
+static ferry_status read_whole(ferry_model_t m, int b, float *whole)
 {
 	const size_t S = m->tt.ix.shard_numel, N = (size_t)ferry_comm_size(m->comm);
-	float *whole[2] = { mom, var };
-	const int bufs[2] = { m->tt.ix.mom_buffer, m->tt.ix.var_buffer };
-	float *all = ferry_calloc(N * S, sizeof(float));
+	float *all = ferry_calloc(N * S, sizeof(float)), *mine = all ? all + (size_t)ferry_comm_rank(m->comm) * S : NULL;
 	ferry_comm_t host = ferry_comm_host(m->comm); /* its collectives on host memory */
-	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "optimizer state: out of host memory");
+	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
 
-	for (int i = 0; i < 2 && !st; i++) {
-		float *mine = all + (size_t)ferry_comm_rank(m->comm) * S;
-
-		if (!(st = ferry_model_buffer_read(m, bufs[i], mine, S * sizeof(float))) &&
-		    !(st = ferry_comm_all_gather(host, mine, all, S, FERRY_COMM_F32, NULL)))
-			memcpy(whole[i], all, m->tt.n_params * sizeof(float));
-	}
+	if (!st && !(st = ferry_model_buffer_read(m, b, mine, S * sizeof(float))) &&
+	    !(st = ferry_comm_all_gather(host, mine, all, S, FERRY_COMM_F32, NULL)))
+		memcpy(whole, all, m->tt.n_params * sizeof(float));
 	ferry_free(all);
 	return st;
+}
+
+ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var)
+{
+	ferry_status st = write_slice(m, m->tt.ix.mom_buffer, mom);
+
+	return st ? st : write_slice(m, m->tt.ix.var_buffer, var);
+}
+
+ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
+{
+	ferry_status st = read_whole(m, m->tt.ix.mom_buffer, mom);
+
+	return st ? st : read_whole(m, m->tt.ix.var_buffer, var);
+}
+
+/* ZeRO-3: this rank's slice, and the unstacked parameters whole (the
+ * copy buffer holds them in array order, each where its entry is). */
+ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	size_t bytes = m->tt.buffers[ix->copy_buffer].bytes;
+	char *edges = ferry_calloc(bytes ? bytes : 1, 1);
+	ferry_status st = edges ? write_slice(m, ix->params_buffer, params)
+				: ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
+
+	for (int q = 0; q < m->md->n_params && !st; q++) {
+		struct ferry_param_info pi;
+
+		if (ix->copy[q] >= 0 && (st = ferry_model_param_info(&m->cfg, q, &pi)) == FERRY_OK)
+			memcpy(edges + m->tt.e[ix->copy[q]].offset, params + pi.offset, pi.numel * sizeof(float));
+	}
+	if (!st)
+		st = ferry_model_buffer_write(m, ix->copy_buffer, edges, bytes);
+	ferry_free(edges);
+	return st;
+}
+
+ferry_status ferry_zero_get_params(ferry_model_t m, float *params)
+{
+	return read_whole(m, m->tt.ix.params_buffer, params);
 }

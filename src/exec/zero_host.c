@@ -27,7 +27,7 @@ static void *at(void *base, size_t bytes)
 
 static bool split(const struct ferry_model *m)
 {
-	return m->tt.ix.param_slice >= 0;
+	return m->tt.ix.host_param_slice >= 0;
 }
 
 /* This rank's first element of the parameter array (a dry build's: rank 0's). */

@@ -95,16 +95,35 @@ ferry_status ferry_layer_mlp_tiles(const struct ferry_layer_decl *d, const struc
 	return run_of(d, dims, first, last, "the MLP", out);
 }
 
+/* Whether op o is a one-input op whose output op o + 1 reads first (a
+ * link of a chain from the head's product to the loss). */
+static bool feeds_next(const struct ferry_layer_decl *d, int o)
+{
+	return o + 1 < d->n_ops && d->ops[o].out[0] == d->ops[o + 1].in[0];
+}
+
+/* The LM head and the loss: a matrix product, then ops that each read
+ * the one before's output row by row (Gemma 2's soft cap of the logits),
+ * then the softmax cross-entropy; every output but the loss's made and
+ * read only there. */
 ferry_status ferry_layer_loss_tiles(const struct ferry_layer_decl *d, const struct ferry_dims *dims,
 				    struct ferry_row_tiles *out)
 {
 	for (int o = 1; o < d->n_ops; o++) {
-		int logits = d->ops[o].in[0], mm = o - 1;
+		int mm = o - 1;
+		bool inner = true;
 
-		if (d->ops[o].kind != FERRY_OP_SOFTMAX_XENT || d->ops[mm].kind != FERRY_OP_MATMUL ||
-		    d->ops[mm].out[0] != logits)
+		if (d->ops[o].kind != FERRY_OP_SOFTMAX_XENT)
 			continue;
-		if (run_of(d, dims, mm, o, "the loss", out) == FERRY_OK && ferry_row_tiles_inner(out, logits))
+		while (mm > 0 && d->ops[mm].kind != FERRY_OP_MATMUL && ferry_op_info(d->ops[mm].kind)->n_in == 1 &&
+		       feeds_next(d, mm))
+			mm--;
+		if (d->ops[mm].kind != FERRY_OP_MATMUL || !feeds_next(d, mm) ||
+		    run_of(d, dims, mm, o, "the loss", out) != FERRY_OK)
+			continue;
+		for (int u = mm; u < o; u++)
+			inner &= ferry_row_tiles_inner(out, d->ops[u].out[0]);
+		if (inner)
 			return FERRY_OK;
 	}
 	return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: no matrix product feeding the loss alone: the loss cannot be "

@@ -7,7 +7,8 @@
  *
  * Two runs are tiled: the layer's MLP (the ops that make or read a tensor
  * of the hidden width, FERRY_DIM_FFN) and an epilogue's LM head and loss
- * (the matrix product whose output only the softmax cross-entropy reads).
+ * (the matrix product whose output only the softmax cross-entropy reads,
+ * directly or through one-input row-by-row ops: Gemma 2's soft cap).
  * Nothing here knows a model; the declarations say which ops these are.
  */
 #ifndef FERRY_GRAPH_ROW_TILES_H
@@ -27,8 +28,9 @@ ferry_status ferry_layer_mlp_tiles(const struct ferry_layer_decl *d, const struc
 				   struct ferry_row_tiles *out) FERRY_MUST_CHECK;
 
 /* An epilogue's LM head and loss: a matrix product and the softmax
- * cross-entropy that alone reads its output.  Errors: the program has no
- * such pair. */
+ * cross-entropy that alone reads its output, or reads it through a chain
+ * of one-input row-by-row ops (a soft cap), each of whose outputs only the
+ * next reads.  Errors: the program has no such run. */
 ferry_status ferry_layer_loss_tiles(const struct ferry_layer_decl *d, const struct ferry_dims *dims,
 				    struct ferry_row_tiles *out) FERRY_MUST_CHECK;
 

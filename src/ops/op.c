@@ -37,7 +37,7 @@ static const struct ferry_op_info op_table[FERRY_OP_COUNT] = {
 	/* linear: its backward reads nothing, and may assign over d out */
 	[FERRY_OP_SCALE] = { "scale", 1, 1, 0, 0, 0, false, true },
 	/* its backward reads the input: the softmax overwrites the output */
-	[FERRY_OP_SOFTCAP] = { "softcap", 1, 1, 0, IN(0), 0, false, true },
+	[FERRY_OP_SOFTCAP] = { "softcap", 1, 1, 0, IN(0), 0, false, true, .rows = true },
 };
 
 const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)

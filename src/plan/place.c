@@ -135,6 +135,23 @@ static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum f
 	return FERRY_OK;
 }
 
+/* "device:shard(N,grads)" or "device:shard(N,params)": N into *ranks. */
+static bool grads_shard(const char *v, int *ranks)
+{
+	static const char head[] = "device:shard(";
+	char *end;
+	long n;
+
+	if (strncmp(v, head, sizeof(head) - 1))
+		return false;
+	n = strtol(v + sizeof(head) - 1, &end, 10);
+	if (end == v + sizeof(head) - 1 || (strcmp(end, ",grads)") && strcmp(end, ",params)")) || n < 1 ||
+	    n > MAX_SHARDS)
+		return false;
+	*ranks = (int)n;
+	return true;
+}
+
 static ferry_status adam_whole(const char *v, struct ferry_place *out)
 {
 	const char *tiers = !strncmp(v, "host(", 5) ? v + 5 : NULL, *close = tiers ? strchr(tiers, ')') : NULL;
@@ -142,9 +159,11 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 	struct ferry_place pl = { 0 };
 	int ranks = 0;
 
-	if (word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) && ranks > 1) {
+	if ((word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) || grads_shard(v, &ranks)) && ranks > 1) {
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 		pl.shard = ranks;
+		pl.shard_params = strstr(v, ",params)") != NULL;
+		pl.shard_grads = pl.shard_params || strstr(v, ",grads)") != NULL;
 	} else if (!strcmp(v, "device"))
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 	else if (!strcmp(how, ":stream"))
@@ -154,7 +173,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 	else
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
-				   "device:shard(N), host:stream:shard(N) or host:cpu:shard(N) (split over N ranks, 2 or more); "
+				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
+				   "shard(N,params): and the parameters), host:stream:shard(N) or host:cpu:shard(N); "
 				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
@@ -231,6 +251,40 @@ static ferry_status tile_value(const char *key, const char *v, int *out)
 	return FERRY_OK;
 }
 
+/* activations.prefetch=D, D1+D2... (a depth per tier of the span) or
+ * auto, into *depth (per tier: the deepest) and tiers[]; unchanged on
+ * error. */
+ferry_status ferry_prefetch_parse(const char *v, int *depth, int tiers[FERRY_PREFETCH_TIERS])
+{
+	int d[FERRY_PREFETCH_TIERS] = { 0 }, n = 0, deepest = 0;
+	const char *s = v;
+
+	if (!strcmp(v, "auto")) {
+		*depth = FERRY_PREFETCH_AUTO;
+		memset(tiers, 0, FERRY_PREFETCH_TIERS * sizeof(int));
+		return FERRY_OK;
+	}
+	for (;;) {
+		char *end;
+		long x = strtol(s, &end, 10);
+
+		if (end == s || x < 1 || x > MAX_DEPTH || n == FERRY_PREFETCH_TIERS || (*end && *end != '+'))
+			return ferry_error(FERRY_ERR_INVALID, "activations.prefetch=%s: layers loaded ahead, 1 to %d, "
+					   "one depth or one per tier of activations.host (D1+D2..., at most %d), or auto",
+					   v, MAX_DEPTH, FERRY_PREFETCH_TIERS);
+		d[n++] = (int)x;
+		deepest = x > deepest ? (int)x : deepest;
+		if (!*end)
+			break;
+		s = end + 1;
+	}
+	*depth = deepest;
+	memset(tiers, 0, FERRY_PREFETCH_TIERS * sizeof(int));
+	if (n > 1)
+		memcpy(tiers, d, sizeof(d));
+	return FERRY_OK;
+}
+
 static ferry_status activations_item(struct ferry_places *p, const char *key, const char *v, enum act_form *form)
 {
 	if (!strcmp(key, "activations")) {
@@ -255,16 +309,8 @@ static ferry_status activations_item(struct ferry_places *p, const char *key, co
 		snprintf(p->act_tier, sizeof(p->act_tier), "%s", v);
 		return FERRY_OK;
 	}
-	if (!strcmp(key, "prefetch")) {
-		char *end;
-		long d = strtol(v, &end, 10);
-
-		if (end == v || *end || d < 1 || d > MAX_DEPTH)
-			return ferry_error(FERRY_ERR_INVALID, "--place activations.prefetch=%s: layers loaded ahead, "
-					   "1 to %d", v, MAX_DEPTH);
-		p->act_prefetch = (int)d;
-		return FERRY_OK;
-	}
+	if (!strcmp(key, "prefetch"))
+		return ferry_prefetch_parse(v, &p->act_prefetch, p->act_prefetch_tier);
 	return add_custom(p, key, v, form);
 }
 
@@ -339,6 +385,25 @@ ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 
 /* ---- checking ----------------------------------------------------------------------- */
 
+static int prefetch_tiers(const struct ferry_places *p)
+{
+	int n = 0;
+
+	while (n < FERRY_PREFETCH_TIERS && p->act_prefetch_tier[n])
+		n++;
+	return n;
+}
+
+/* The tiers of "dram+nvme". */
+static int span_tiers(const char *tier)
+{
+	int n = 1;
+
+	for (; *tier; tier++)
+		n += *tier == '+';
+	return n;
+}
+
 ferry_status ferry_places_check(const struct ferry_places *p)
 {
 	const struct ferry_place *lw = &p->group[FERRY_GROUP_LAYER_WEIGHTS], *ew = &p->group[FERRY_GROUP_EDGE_WEIGHTS],
@@ -351,6 +416,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
+	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %s) splits the gradients on the device: with "
+				   "--offload-optimizer or --offload-params (adam on the host), not yet",
+				   adam->shard_params ? "3 (adam=device:shard(N,params)" : "2 (adam=device:shard(N,grads)");
 	if (adam->shard > 1 && lw->home == FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--zero 1 with --offload-params (layers.weights=host:stream, "
 				   "adam=...:shard(N)): the weight ring streams whole parameters from the host, which "
@@ -361,6 +430,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 				   "(not device), adam=host:stream or host:cpu in --place");
 	/* the weight ring copies the parameters straight from host memory:
 	   an NVMe file is not that */
+	if (p->act_prefetch_tier[0] && p->act_tier[0] && prefetch_tiers(p) != span_tiers(p->act_tier))
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
+				   "activations span (activations.host=%s): one per tier, in its order", prefetch_tiers(p),
+				   span_tiers(p->act_tier), p->act_tier);
 	if (lw->home == FERRY_HOME_HOST && !strcmp(adam->tier[FERRY_HOST_PARAMS], "nvme"))
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) streams the "
 				   "parameters from host memory: the NVMe tier cannot hold them (--host-tier params= or "
@@ -410,7 +483,7 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 	char home[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16)];
 
 	if (pl->home == FERRY_HOME_DEVICE && pl->shard > 1) {
-		snprintf(buf, n, "device:shard(%d)", pl->shard);
+		snprintf(buf, n, "device:shard(%d%s)", pl->shard, pl->shard_params ? ",params" : pl->shard_grads ? ",grads" : "");
 		return;
 	}
 	if (pl->home == FERRY_HOME_DEVICE) {
@@ -436,6 +509,18 @@ static void tile_text(const char *key, int tile, char *buf, size_t n, size_t *le
 		*len += (size_t)snprintf(buf + *len, n - *len, ",activations.%s=%d", key, tile);
 }
 
+size_t ferry_prefetch_format(int depth, const int tiers[FERRY_PREFETCH_TIERS], char *buf, size_t n)
+{
+	size_t len = 0;
+
+	if (!tiers[0])
+		return (size_t)(depth == FERRY_PREFETCH_AUTO ? snprintf(buf, n, "auto")
+				: snprintf(buf, n, "%d", depth ? depth : FERRY_DEFAULT_PREFETCH_DEPTH));
+	for (int i = 0; i < FERRY_PREFETCH_TIERS && tiers[i] && len < n; i++)
+		len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? "+" : "", tiers[i]);
+	return len;
+}
+
 /* The activations: the policy as one item, or a custom policy's names as
  * an item each (its commas would end the item). */
 static void activations_text(const struct ferry_places *p, char *buf, size_t n)
@@ -457,8 +542,9 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 	if (p->act_tier[0] && len < n)
 		len += (size_t)snprintf(buf + len, n - len, ",activations.host=%s", p->act_tier);
 	if (len < n)
-		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=%d",
-					p->act_prefetch ? p->act_prefetch : FERRY_DEFAULT_PREFETCH_DEPTH);
+		len += (size_t)snprintf(buf + len, n - len, ",activations.prefetch=");
+	if (len < n)
+		len += ferry_prefetch_format(p->act_prefetch, p->act_prefetch_tier, buf + len, n - len);
 	tile_text("mlp_tile", p->mlp_tile, buf, n, &len);
 	tile_text("loss_tile", p->loss_tile, buf, n, &len);
 }
@@ -546,11 +632,13 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 	if (o->optimizer != FERRY_OPTIM_DEVICE)
 		(void)adam_value(o->optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p->group[FERRY_GROUP_ADAM]);
 	p->group[FERRY_GROUP_ADAM].speculative = o->clip_order == FERRY_CLIP_SPECULATIVE;
-	if (o->zero < 0 || o->zero > 1)
-		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0 or 1 (stages 2 and 3: not yet)", o->zero);
-	if (o->zero == 1) /* over the ranks asked for, else the run's */
+	if (o->zero < 0 || o->zero > 3)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0, 1, 2 or 3", o->zero);
+	if (o->zero >= 1) /* over the ranks asked for, else the run's */
 		p->group[FERRY_GROUP_ADAM].shard = o->zero_ranks > 1 ? o->zero_ranks
 						   : o->comm && ferry_comm_size(o->comm) > 1 ? ferry_comm_size(o->comm) : 0;
+	p->group[FERRY_GROUP_ADAM].shard_grads = o->zero >= 2 && p->group[FERRY_GROUP_ADAM].shard > 1;
+	p->group[FERRY_GROUP_ADAM].shard_params = o->zero == 3 && p->group[FERRY_GROUP_ADAM].shard > 1;
 	if (o->offload_params)
 		p->group[FERRY_GROUP_LAYER_WEIGHTS] = place_of(FERRY_HOME_HOST, FERRY_ACCESS_STREAM,
 							       o->param_prefetch ? o->param_prefetch : 1, FERRY_UPDATE_NONE, false);
@@ -561,6 +649,9 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 		return ferry_error(FERRY_ERR_INVALID, "policy: longer than %d characters", FERRY_PLACE_POLICY_CHARS - 1);
 	snprintf(p->policy, sizeof(p->policy), "%s", o->policy ? o->policy : "");
 	p->act_prefetch = o->prefetch_depth;
+	memcpy(p->act_prefetch_tier, o->prefetch_tiers, sizeof(p->act_prefetch_tier));
+	for (int i = 0; i < FERRY_PREFETCH_TIERS && p->act_prefetch_tier[i]; i++)
+		p->act_prefetch = p->act_prefetch_tier[i] > p->act_prefetch ? p->act_prefetch_tier[i] : p->act_prefetch;
 	if (o->mlp_tile < FERRY_TILE_AUTO || o->loss_tile < FERRY_TILE_AUTO)
 		return ferry_error(FERRY_ERR_INVALID, "tiles of %d (MLP) and %d (loss) tokens: a count, 0 (untiled) "
 				   "or auto", o->mlp_tile, o->loss_tile);
@@ -586,13 +677,15 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 
 	o->optimizer = ferry_places_optimizer(p);
 	o->clip_order = p->group[FERRY_GROUP_ADAM].speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT;
-	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1;
+	o->zero = p->group[FERRY_GROUP_ADAM].shard > 1 ? 1 + p->group[FERRY_GROUP_ADAM].shard_grads +
+							     p->group[FERRY_GROUP_ADAM].shard_params : 0;
 	o->zero_ranks = o->zero ? p->group[FERRY_GROUP_ADAM].shard : 0;
 	o->offload_params = lw->access == FERRY_ACCESS_STREAM;
 	o->param_prefetch = o->offload_params && lw->depth != 1 ? lw->depth : 0;
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;
 	o->policy = p->policy[0] ? p->policy : NULL;
 	o->prefetch_depth = p->act_prefetch;
+	memcpy(o->prefetch_tiers, p->act_prefetch_tier, sizeof(o->prefetch_tiers));
 	o->mlp_tile = p->mlp_tile;
 	o->loss_tile = p->loss_tile;
 	o->place = NULL;

@@ -439,6 +439,11 @@ void ferry_stack_plan_describe(const struct ferry_stack_plan *sp, const struct f
 	plan->L = sp->L;
 	plan->act_dtype = sp->act_dtype;
 	plan->prefetch_depth = sp->depth;
+	plan->n_tier_prefetch = sp->n_tier_depths;
+	for (int i = 0; i < sp->n_tier_depths; i++) {
+		plan->tier_prefetch[i] = sp->tier_depth[i];
+		plan->tier_layers[i] = sp->tier_end[i] - (i ? sp->tier_end[i - 1] : 0);
+	}
 	plan->ring_slots = sp->ring;
 	plan->n_ops = sp->n_ops;
 	plan->n_recompute_ops = __builtin_popcount(sp->recompute_ops);

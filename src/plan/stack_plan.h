@@ -48,6 +48,10 @@ struct ferry_stack_plan {
 	size_t elem[FERRY_LAYER_MAX_TENSORS];       /* bytes per element */
 	size_t slot_bytes[FERRY_LAYER_MAX_TENSORS]; /* aligned to 256 bytes */
 	size_t host_bytes[FERRY_LAYER_MAX_TENSORS]; /* per layer, offloaded only */
+	/* Set by the caller: the host copies laid out layer by layer, layer l's
+	 * tensor t at l * host_stride + host_off[t] from the first's (0:
+	 * tensor by tensor, tensor t's layer l at l * host_bytes[t]) */
+	size_t host_stride, host_off[FERRY_LAYER_MAX_TENSORS];
 	size_t grad_bytes;                          /* activation gradient workspace */
 	/* The workspace: the layer input's and output's gradients alternate in
 	 * its first two slots; every other gradient lives from the backward of
@@ -83,7 +87,30 @@ struct ferry_stack_plan {
 	int tile_rows;
 	struct ferry_row_tiles tiles;
 	bool tile_refill;
+	/* Offloaded activations over host tiers with a depth per tier (set
+	 * by the caller, who knows the tiers): layers [tier_end[i - 1],
+	 * tier_end[i]) are on tier i and loaded tier_depth[i] layers ahead,
+	 * the deepest of which is `depth`, which the ring holds.  n_tier_depths 0: every
+	 * layer `depth` ahead. */
+	int n_tier_depths;
+	int tier_depth[FERRY_PREFETCH_TIERS], tier_end[FERRY_PREFETCH_TIERS];
 };
+
+/* The first offloaded tensor (its host copy starts the host buffer). */
+static inline int ferry_stack_first_offloaded(const struct ferry_stack_plan *sp)
+{
+	return sp->offloaded ? __builtin_ctz(sp->offloaded) : -1;
+}
+
+/* How many layers ahead of its backward layer l's offloaded tensors are
+ * loaded. */
+static inline int ferry_stack_layer_depth(const struct ferry_stack_plan *sp, int l)
+{
+	for (int i = 0; i < sp->n_tier_depths; i++)
+		if (l < sp->tier_end[i])
+			return sp->tier_depth[i];
+	return sp->depth;
+}
 
 /* Whether op o runs tile by tile. */
 static inline bool ferry_stack_tiled_op(const struct ferry_stack_plan *sp, int o)

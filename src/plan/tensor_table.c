@@ -11,6 +11,7 @@
 #include "plan/tensor_table.h"
 #include "backend/run_op.h"
 #include "optim/cpu_adamw.h"
+#include "ops/cpu/kernels.h"
 #include "core/error.h"
 #include "ferry/tier.h"
 #include "ferry/platform.h"
@@ -395,6 +396,95 @@ static int add_rollback(struct ferry_tensor_table *tt)
 	return buf;
 }
 
+/* Elements per rank of a split over N ranks: n / N rounded up; with the
+ * gradients split, rounded up to whole blocks of the gradient norm's sum
+ * (each rank then sums whole blocks: the norm keeps its bits). */
+static size_t shard_numel(const struct ferry_tensor_table *tt)
+{
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, n = tt->n_params;
+	const size_t per = (size_t)ferry_cpu_sum_block((long)n), blocks = (n + per - 1) / per;
+
+	if (!ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		return (n + N - 1) / N;
+	return (blocks + N - 1) / N * per;
+}
+
+/* ZeRO-2's gradients: this rank's slice, one layer's whole in each of
+ * two slots (as the weight ring's gradient slots), the unstacked
+ * parameters' whole. */
+static int add_grad_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	ix->shard_numel = shard_numel(tt);
+	ix->grads_buffer = add_buffer(tt, "grads (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD);
+	r = ix->grad_slice = add_entry(tt, ix->grads_buffer, "grads (this rank's slice)", FERRY_TK_GRAD, -1, FERRY_F32,
+				       ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	for (int p = 0; p < tt->md->n_params && r >= 0; p++) {
+		struct ferry_param_info pi;
+
+		ix->grad[p] = -1;
+		if (ferry_model_param_info(&tt->cfg, p, &pi))
+			return -1;
+		if (!pi.present || !pi.layers)
+			continue;
+		ix->grad_slot_off[p] = ix->grad_slot_numel;
+		ix->grad_slot_numel += align64(pi.layer_numel);
+	}
+	ix->grad_slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	if (r >= 0)
+		r = ix->grad_ring = add_single(tt, "gradient slots", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+					       FERRY_F32, (size_t)ix->grad_slots * ix->grad_slot_numel * sizeof(float),
+					       FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		tt->e[ix->grad_ring].group = FERRY_GROUP_LAYER_WEIGHTS;
+	if (r >= 0)
+		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
+							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
+							   FERRY_GROUP_EDGE_WEIGHTS);
+	if (r >= 0)
+		tt->e[ix->grad_slice].group = FERRY_GROUP_ADAM;
+	return r;
+}
+
+/* ZeRO-3's parameters: this rank's slice, the unstacked ones whole (the
+ * kernels' copy), the stacked ones gathered into the slots of a ring,
+ * laid out as the gradient slots (add_grad_slices first). */
+static int add_param_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	int w;
+
+	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED,
+				       FERRY_TK_WEIGHT);
+	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", FERRY_TK_WEIGHT, -1, FERRY_F32,
+				    ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	if (ix->param_slice < 0)
+		return ix->param_slice;
+	tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+					   FERRY_TK_WEIGHT_COPY, FERRY_F32, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
+	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	r->n_layouts = 1;
+	r->slot_numel = ix->grad_slot_numel;
+	r->buffer = tt->n_buffers;
+	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, FERRY_F32,
+		       (size_t)r->slots * r->slot_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	if (ix->copy_buffer < 0 || w < 0)
+		return ix->copy_buffer < 0 ? ix->copy_buffer : w;
+	tt->e[w].group = FERRY_GROUP_LAYER_WEIGHTS;
+	for (int p = 0; p < tt->md->n_params; p++) {
+		ix->param[p] = -1;
+		if (ferry_param_present(tt->md, &tt->cfg, p) && ix->copy[p] < 0) { /* stacked */
+			r->off[p] = ix->grad_slot_off[p];
+			r->w[0][p] = w;
+		}
+	}
+	return w;
+}
+
 /* adam=device:shard(N): a slice of each moment, and the parameter array
  * and its compute copy padded to N slices (the update's all-gather writes
  * every slice). */
@@ -402,7 +492,7 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 {
 	static const char *const names[2] = { "adamw m (this rank's slice)", "adamw v (this rank's slice)" };
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
 	int *buf[2] = { &ix->mom_buffer, &ix->var_buffer }, *slice[2] = { &ix->mom_slice, &ix->var_slice }, r = 0;
 
 	ix->shard_numel = S;
@@ -413,10 +503,10 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 		r = *slice[i] = add_entry(tt, *buf[i], names[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, S * sizeof(float),
 					  FERRY_PLACE_DEVICE);
 	}
-	if (r >= 0 && S * N > tt->n_params)
+	if (r >= 0 && S * N > tt->n_params && ix->param_slice < 0)
 		r = add_entry(tt, ix->params_buffer, "params: padding to whole slices", FERRY_TK_WEIGHT, -1, FERRY_F32,
 			      (S * N - tt->n_params) * sizeof(float), FERRY_PLACE_DEVICE);
-	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params)
+	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params && ix->param_slice < 0)
 		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
 			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype),
 			      FERRY_PLACE_DEVICE);
@@ -462,7 +552,7 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
 		ix->mom[q] = ix->var[q] = -1;
 	if (r >= 0)
-		r = ix->param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
+		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
 						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
 	if (r >= 0)
 		r = ix->mom_slice = add_host_slice(tt, "host: adamw m (this rank's slice)", FERRY_BUF_DONATED,
@@ -491,7 +581,7 @@ static int add_rollback_slices(struct ferry_tensor_table *tt)
 {
 	static const char *const what[3] = { "undo: master (this rank's slice)", "undo: adamw m (this rank's slice)",
 					     "undo: adamw v (this rank's slice)" };
-	const int state[3] = { tt->ix.param_slice, tt->ix.mom_slice, tt->ix.var_slice };
+	const int state[3] = { tt->ix.host_param_slice, tt->ix.mom_slice, tt->ix.var_slice };
 	int buf = add_buffer(tt, "host: optimizer undo copy", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE);
 
 	for (int i = 0; i < 3; i++) {
@@ -531,7 +621,11 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	int r;
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
-	tt->ix.mom_slice = tt->ix.var_slice = tt->ix.param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
+	tt->ix.mom_slice = tt->ix.var_slice = -1;
+	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = -1;
+	tt->ix.grad_slots = 0;
+	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;
 	tt->ix.dev_grad_buffer = -1;
 	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
@@ -541,10 +635,17 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 		return add_offloaded_params(tt);
 	if (stream && shard)
 		return add_host_shard(tt);
+	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) { /* ZeRO-3 */
+		r = add_grad_slices(tt);
+		r = r >= 0 ? add_param_slices(tt) : r;
+		return r >= 0 ? add_adam_shard(tt) : r;
+	}
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
 						   FERRY_BUF_DONATED, FERRY_TK_WEIGHT, FERRY_F32, tt->ix.param,
 						   FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads)
+		r = add_grad_slices(tt);
+	else if (r >= 0)
 		r = tt->ix.grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 							  FERRY_TK_GRAD, FERRY_F32, tt->ix.grad, BY_STACKING);
 	if (r >= 0 && !shard)
@@ -579,7 +680,7 @@ static int add_params(struct ferry_tensor_table *tt)
 	int r = add_params_placed(tt);
 
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative)
-		r = tt->ix.param_slice >= 0 ? add_rollback_slices(tt) : add_rollback(tt);
+		r = tt->ix.host_param_slice >= 0 ? add_rollback_slices(tt) : add_rollback(tt);
 	return r;
 }
 
@@ -846,9 +947,15 @@ static void assign_pinning(struct ferry_tensor_table *tt, size_t limit)
 				tt->pinned_bytes += host_aligned(b->bytes);
 			else
 				tt->pageable_bytes += b->bytes;
+			if (tt->host_tiers) /* as ferry_tensor_table_alloc asks for them */
+				tt->host_alloc_bytes += b->bytes;
+			else if (!b->pinned)
+				tt->host_alloc_bytes += host_aligned(b->bytes ? b->bytes : 1);
 			if (!b->pinned && host_buffer_copied(tt, i))
 				full = tt->over_pinned_limit = true;
 		}
+	if (!tt->host_tiers) /* the pool, in one piece */
+		tt->host_alloc_bytes += tt->pinned_bytes;
 }
 
 /* --loss-tile: the epilogue's head and loss, and the tile's rows. */
@@ -864,6 +971,69 @@ static ferry_status plan_loss_tiles(struct ferry_tensor_table *tt)
 	tt->place.loss_tile = ferry_row_tiles_rows(&tt->loss, tt->place.loss_tile, n);
 	if (tt->place.loss_tile < 1)
 		return ferry_error(FERRY_ERR_INVALID, "--loss-tile: tokens per tile must be positive");
+	return FERRY_OK;
+}
+
+/* With host tiers and more than one offloaded tensor a layer: their host
+ * copies layer by layer, a layer's tensors together, so that whole layers
+ * may sit on different tiers (the table's entries keep their sizes, the
+ * engine their addresses by stride).  Without tiers, tensor by tensor, as
+ * the pinned pool pins them. */
+static void host_by_layer(struct ferry_tensor_table *tt)
+{
+	struct ferry_stack_plan *sp = &tt->sp;
+	size_t off = 0;
+
+	if (!tt->host_tiers || __builtin_popcount(sp->offloaded) < 2)
+		return;
+	for (int t = 0; t < sp->n_tensors; t++)
+		if (sp->offloaded & (1u << t)) {
+			sp->host_off[t] = off;
+			off += sp->host_bytes[t];
+		}
+	sp->host_stride = off;
+}
+
+/* The host bytes by tensor kind of the table's host buffers. */
+static void host_bytes_by_kind(const struct ferry_tensor_table *tt, size_t out[FERRY_TK_COUNT])
+{
+	memset(out, 0, FERRY_TK_COUNT * sizeof(size_t));
+	for (int i = 0; i < tt->n_buffers; i++)
+		if (tt->buffers[i].site == FERRY_SITE_HOST)
+			out[tt->buffers[i].kind] += tt->buffers[i].bytes;
+}
+
+/* activations.prefetch=D1+D2...: which layers each tier of the span
+ * holds, as the host tiers will place them, and each tier's depth (at
+ * most the stack's). */
+static ferry_status tier_depths(struct ferry_tensor_table *tt)
+{
+	struct ferry_stack_plan *sp = &tt->sp;
+	size_t bytes[FERRY_TK_COUNT];
+	struct ferry_tier_report rep;
+	ferry_status st;
+	int end = 0, n = 0;
+
+	if (!tt->place.act_prefetch_tier[0] || !sp->offloaded)
+		return FERRY_OK;
+	if (!tt->host_tiers)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: a depth per tier of activations.host, "
+				   "and no host tiers were given");
+	host_bytes_by_kind(tt, bytes);
+	if ((st = ferry_host_tiers_place_layers(tt->host_tiers, bytes, ferry_tensor_table_act_unit(tt), &rep)))
+		return st;
+	while (n < FERRY_PREFETCH_TIERS && tt->place.act_prefetch_tier[n])
+		n++;
+	if (n != rep.act_asked)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch: %d depths for the %d tier(s) offloaded "
+				   "activations span (--host-tier activations=TIER+TIER...): one per tier, in its order",
+				   n, rep.act_asked ? rep.act_asked : 1);
+	for (int i = 0; i < n; i++) {
+		end += rep.act_layers[i];
+		sp->tier_end[i] = end;
+		sp->tier_depth[i] = tt->place.act_prefetch_tier[i] < sp->depth ? tt->place.act_prefetch_tier[i] : sp->depth;
+		sp->n_tier_depths = i + 1;
+	}
 	return FERRY_OK;
 }
 
@@ -892,12 +1062,20 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		 tt->place.policy[0] ? tt->place.policy : "everything_saveable");
 	/* the activations as placed (--place may name them) */
 	act_opts.policy = tt->place.policy[0] ? tt->place.policy : NULL;
+	if (tt->place.act_prefetch == FERRY_PREFETCH_AUTO)
+		return ferry_error(FERRY_ERR_INVALID, "activations.prefetch=auto: the depths per tier come from the "
+				   "tiers' rates and a calibration; ferry_prefetch_auto chooses them (ferry plan and "
+				   "ferry train do)");
 	act_opts.prefetch_depth = tt->place.act_prefetch;
 	act_opts.mlp_tile = tt->place.mlp_tile;
 	if ((st = ferry_stack_plan_make(tt->md->layer, &tt->dims, &act_opts, &tt->sp)) || (st = plan_loss_tiles(tt)) ||
 	    (st = check_kernels(tt, opts ? opts->backend : NULL)))
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
+	host_by_layer(tt);
+	if (tt->place.group[FERRY_GROUP_ADAM].shard_params && tt->act_dtype != FERRY_F32)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=device:shard(N,params)) gathers fp32 "
+				   "parameters: with %s compute weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");
@@ -922,7 +1100,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return ferry_error(FERRY_ERR_INVALID, "%s: more than %d buffers in the tensor table",
 				   cfg.arch, FERRY_TABLE_MAX_BUFFERS);
 	}
-	if ((st = check_total(tt, B, T)))
+	if ((st = tier_depths(tt)) || (st = check_total(tt, B, T)))
 		ferry_tensor_table_release(tt);
 	else
 		assign_pinning(tt, opts ? opts->pinned_limit : 0);
@@ -991,6 +1169,7 @@ ferry_status ferry_tensor_table_plan(const struct ferry_tensor_table *tt, struct
 	m->host_act_unit = ferry_tensor_table_act_unit(tt);
 	m->host_pinned_bytes = tt->pinned_bytes;
 	m->host_pageable_bytes = tt->pageable_bytes;
+	m->host_alloc_bytes = tt->host_alloc_bytes;
 	m->pinned_limit = tt->pinned_limit;
 	return ferry_plan_finish(plan);
 }
@@ -999,12 +1178,12 @@ size_t ferry_tensor_table_act_unit(const struct ferry_tensor_table *tt)
 {
 	const struct ferry_stack_plan *sp = &tt->sp;
 	unsigned off = sp->offloaded;
-	int t = 0;
+	int t = ferry_stack_first_offloaded(sp);
 
+	if (sp->host_stride)
+		return sp->host_stride;
 	if (!off || (off & (off - 1)))
 		return 0;
-	while (!(off & (1u << t)))
-		t++;
 	return tt->e[tt->ix.stack_host[t]].offset == 0 ? sp->host_bytes[t] : 0;
 }
 
@@ -1026,6 +1205,18 @@ static void alloc_pool(const struct ferry_tensor_table *tt, ferry_backend_t be, 
 	a->pool_pageable = pinned_before && !ferry_backend_caps(be).host_pinned;
 }
 
+/* A host buffer of its own, page-aligned (pageable). */
+static ferry_status alloc_pageable(const struct ferry_table_buffer *b, struct ferry_table_alloc *a, int i)
+{
+	size_t bytes = host_aligned(b->bytes ? b->bytes : 1);
+
+	if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, bytes)))
+		return ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
+				   b->name);
+	a->host_bytes += bytes;
+	return FERRY_OK;
+}
+
 ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry_backend_t be,
 				      struct ferry_table_alloc *a)
 {
@@ -1036,16 +1227,15 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 	a->be = be;
 	a->tiers = tt->host_tiers;
 	if (a->tiers) {
-		size_t host_kind_bytes[FERRY_TK_COUNT] = { 0 };
+		size_t host_kind_bytes[FERRY_TK_COUNT];
 
-		for (int i = 0; i < tt->n_buffers; i++)
-			if (tt->buffers[i].site == FERRY_SITE_HOST)
-				host_kind_bytes[tt->buffers[i].kind] += tt->buffers[i].bytes;
+		host_bytes_by_kind(tt, host_kind_bytes);
 		if ((st = ferry_host_tiers_place_layers(a->tiers, host_kind_bytes, ferry_tensor_table_act_unit(tt),
 							NULL)))
 			return st;
 	} else {
 		alloc_pool(tt, be, a); /* tier memory is registered by its tier */
+		a->host_bytes = a->pool_bytes;
 	}
 	for (int i = 0; i < tt->n_buffers && !st; i++, a->n++) {
 		const struct ferry_table_buffer *b = &tt->buffers[i];
@@ -1053,14 +1243,14 @@ ferry_status ferry_tensor_table_alloc(const struct ferry_tensor_table *tt, ferry
 		if (b->site == FERRY_SITE_DEVICE) {
 			st = ferry_buffer_alloc(be, b->bytes, &a->dev[i]);
 		} else if (a->tiers) {
-			st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i]);
+			if (!(st = ferry_host_tiers_alloc(a->tiers, be, b->kind, b->bytes, &a->host[i])))
+				a->host_bytes += b->bytes;
 		} else if (b->pinned && a->pool) {
 			a->host[i] = (char *)a->pool + carved;
 			a->in_pool[i] = true;
 			carved += host_aligned(b->bytes);
-		} else if (!(a->host[i] = ferry_aligned_alloc(HOST_ALIGN, host_aligned(b->bytes ? b->bytes : 1)))) {
-			st = ferry_error(FERRY_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", b->bytes,
-					 b->name);
+		} else {
+			st = alloc_pageable(b, a, i);
 		}
 	}
 	if (st)

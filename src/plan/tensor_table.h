@@ -117,7 +117,21 @@ struct ferry_table_index {
 	 * (bf16) of the update's result, no host entries per parameter
 	 * (param[q] is the device compute copy, whole, padded to N slices;
 	 * -1 otherwise) */
-	int param_slice, host_grad_slice, host_copy_slice;
+	int host_param_slice, host_grad_slice, host_copy_slice;
+	/* adam=device:shard(N,grads) (ZeRO-2): no grad[q]; this rank's slice
+	 * of the gradient array (entry grad_slice, shard_numel elements), the
+	 * stacked parameters' gradients one layer at a time in grad_slots
+	 * slots (entry grad_ring, slot s grad_slot_numel * s elements on,
+	 * parameter q at element grad_slot_off[q] of it), the unstacked ones
+	 * whole in dev_grad[q] (-1, 0: not split) */
+	int grad_slice, grad_ring, grad_slots;
+	size_t grad_slot_numel, grad_slot_off[FERRY_MODEL_MAX_PARAMS];
+	/* adam=device:shard(N,params) (ZeRO-3): no param[q]; this rank's
+	 * slice of the parameter array (entry param_slice, in params_buffer),
+	 * the stacked parameters one layer at a time in the slots of
+	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
+	 * unstacked ones whole in copy[q] (-1: not split) */
+	int param_slice;
 };
 
 struct ferry_tensor_table {
@@ -137,6 +151,8 @@ struct ferry_tensor_table {
 	struct ferry_host_tiers *host_tiers; /* opts->host_tiers: host buffers' tiers */
 	size_t pinned_limit;          /* the limit applied (opts, or the default) */
 	size_t pinned_bytes, pageable_bytes; /* host buffers, by where they come from */
+	size_t host_alloc_bytes;      /* what allocating them takes: the pool, each other
+					 buffer rounded up to a page (on tiers: as asked) */
 	bool over_pinned_limit;       /* some copied buffer is pageable for it */
 	struct ferry_row_tiles loss;  /* place.loss_tile > 0: the epilogue's head and loss
 					 run tile by tile; its inner tensors (the logits)
@@ -192,6 +208,9 @@ struct ferry_table_alloc {
 	size_t pool_bytes;
 	bool pool_failed;             /* the pool could not be had: all pageable */
 	bool pool_pageable;           /* the backend gave it, but not pinned */
+	size_t host_bytes;            /* host bytes the allocations got (the pool, each
+					 other buffer as allocated): measured, for the plan's
+					 host_alloc_bytes */
 };
 
 /* Allocates every buffer in table order (device buffers from the arena,

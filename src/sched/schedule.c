@@ -191,28 +191,55 @@ void ferry_emit_host_restore(struct ferry_program *p, int stream, const struct f
 	ferry_program_add(p, &t);
 }
 
-void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
-				 const char *label)
+/* A HOST task summing: in[0] (n elements) into result. */
+static struct ferry_task sum_task(enum ferry_host_job job, int stream, const void *x, long n, double *result,
+				  const char *label)
 {
 	struct ferry_task t = task(FERRY_TASK_HOST, stream, -1, label);
 
-	t.host_job = FERRY_HOST_SUM_SQUARES;
-	t.call.kind = FERRY_OP_SUM_SQUARES;
+	t.host_job = job;
+	t.call.kind = job == FERRY_HOST_SUM_PARTS ? FERRY_OP_SUM : FERRY_OP_SUM_SQUARES;
 	t.call.in[0] = x;
 	t.call.n = n;
 	t.call.result = result;
+	return t;
+}
+
+void ferry_emit_host_sum_squares(struct ferry_program *p, int stream, const float *x, long n, double *result,
+				 const char *label)
+{
+	struct ferry_task t = sum_task(FERRY_HOST_SUM_SQUARES, stream, x, n, result, label);
+
 	ferry_program_add(p, &t);
 }
 
-/* A COMM task: all-gather (`bytes` per rank) or average (of bytes / 4 floats). */
-static struct ferry_task comm_task(int stream, struct ferry_comm *comm, void *buf, size_t bytes, bool gather,
-				   ferry_status *status, int layer, const char *label)
+void ferry_emit_host_sum_squares_parts(struct ferry_program *p, int stream, const float *x, long n, size_t lo,
+				       size_t hi, double *parts, const char *label)
+{
+	struct ferry_task t = sum_task(FERRY_HOST_SUM_SQUARES_PARTS, stream, x, n, parts, label);
+
+	t.offset = lo;
+	t.slice = hi - lo;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_host_sum_parts(struct ferry_program *p, int stream, const double *parts, double *result,
+			       const char *label)
+{
+	struct ferry_task t = sum_task(FERRY_HOST_SUM_PARTS, stream, parts, FERRY_CPU_SUM_BLOCKS, result, label);
+
+	ferry_program_add(p, &t);
+}
+
+/* A COMM task: what job says, on `bytes` at buf. */
+static struct ferry_task comm_task(int stream, struct ferry_comm *comm, void *buf, size_t bytes,
+				   enum ferry_comm_job job, ferry_status *status, int layer, const char *label)
 {
 	struct ferry_task t = task(FERRY_TASK_COMM, stream, layer, label);
 
 	t.comm = comm;
 	t.comm_status = status;
-	t.comm_gather = gather;
+	t.comm_job = job;
 	t.dst = buf;
 	t.bytes = bytes;
 	return t;
@@ -221,7 +248,8 @@ static struct ferry_task comm_task(int stream, struct ferry_comm *comm, void *bu
 void ferry_emit_all_reduce(struct ferry_program *p, int stream, struct ferry_comm *comm, float *buf, size_t n,
 			   ferry_status *status, int layer, const char *label)
 {
-	struct ferry_task t = comm_task(stream, comm, buf, n * sizeof(float), false, status, layer, label);
+	struct ferry_task t = comm_task(stream, comm, buf, n * sizeof(float), FERRY_COMM_JOB_AVERAGE, status, layer,
+					label);
 
 	ferry_program_add(p, &t);
 }
@@ -229,7 +257,44 @@ void ferry_emit_all_reduce(struct ferry_program *p, int stream, struct ferry_com
 void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_comm *comm, void *buf, size_t bytes,
 			   ferry_status *status, const char *label)
 {
-	struct ferry_task t = comm_task(stream, comm, buf, bytes, true, status, -1, label);
+	struct ferry_task t = comm_task(stream, comm, buf, bytes, FERRY_COMM_JOB_GATHER, status, -1, label);
+
+	ferry_program_add(p, &t);
+}
+
+/* A COMM task moving elements [offset, offset + n) between whole arrays
+ * and the ranks' slices of `slice` elements. */
+static void slices_task(struct ferry_program *p, enum ferry_comm_job job, int stream, struct ferry_comm *comm,
+			float *dst, const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
+			int layer, const char *label)
+{
+	struct ferry_task t = comm_task(stream, comm, dst, n * sizeof(float), job, status, layer, label);
+
+	t.src = src;
+	t.offset = offset;
+	t.slice = slice;
+	ferry_program_add(p, &t);
+}
+
+void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
+				      int layer, const char *label)
+{
+	slices_task(p, FERRY_COMM_JOB_SCATTER, stream, comm, dst, src, offset, n, slice, status, layer, label);
+}
+
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
+				  int layer, const char *label)
+{
+	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, slice, status, layer, label);
+}
+
+void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
+			ferry_status *status, const char *label)
+{
+	struct ferry_task t = comm_task(stream, comm, buf, n * sizeof(double), FERRY_COMM_JOB_SUM_F64, status, -1,
+					label);
 
 	ferry_program_add(p, &t);
 }
@@ -308,6 +373,14 @@ static void run_host_task(void *arg)
 		*c->result = ferry_cpu_sum_squares(c->in[0], c->n);
 		return;
 	}
+	if (t->host_job == FERRY_HOST_SUM_SQUARES_PARTS) {
+		ferry_cpu_sum_squares_parts(c->in[0], c->n, (long)t->offset, (long)(t->offset + t->slice), c->result);
+		return;
+	}
+	if (t->host_job == FERRY_HOST_SUM_PARTS) {
+		*c->result = ferry_cpu_sum_parts(c->in[0]);
+		return;
+	}
 	struct ferry_cpu_adamw_args a = {
 		.param = c->param, .m = c->out[0], .v = c->out[1], .grad = c->in[0], .param_bf16 = c->param_copy,
 		.save_param = c->din[0], .save_m = c->din[1], .save_v = c->din[2],
@@ -347,14 +420,57 @@ static void run_file_io(void *arg)
 		ferry_nvme_file_keep(t->file, ferry_nvme_read(t->file, t->file_offset, t->dst, t->bytes));
 }
 
+/* The elements of [a, b) in rank r's slice (of S from r * S): how many,
+ * and in *from where they start in it. */
+static size_t slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
+{
+	size_t lo = (size_t)r * S, s = a > lo ? a : lo, e = b < lo + S ? b : lo + S;
+
+	*from = s - lo;
+	return e > s ? e - s : 0;
+}
+
+/* Elements [t->offset, + n) split at the slices' bounds: each rank's part
+ * averaged into where it falls in that rank's slice (scatter), or
+ * gathered from there whole (collect). */
+static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *stream)
+{
+	const int N = ferry_comm_size(t->comm), me = ferry_comm_rank(t->comm);
+	const size_t a = t->offset, b = a + t->bytes / sizeof(float);
+	size_t *counts = ferry_calloc((size_t)N, sizeof(size_t)), from = 0;
+	ferry_status st;
+
+	if (!counts)
+		return ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
+	for (int r = 0; r < N; r++)
+		counts[r] = slice_part(a, b, t->slice, r, &from);
+	counts[me] = slice_part(a, b, t->slice, me, &from); /* and where this rank's starts */
+	if (scatter)
+		st = ferry_comm_reduce_scatter_v(t->comm, t->src, counts[me] ? (float *)t->dst + from : NULL, counts,
+						 FERRY_COMM_F32, FERRY_COMM_AVG, stream);
+	else
+		st = ferry_comm_all_gather_v(t->comm, counts[me] ? (const float *)t->src + from : NULL, t->dst, counts,
+					     FERRY_COMM_F32, stream);
+	ferry_free(counts);
+	return st;
+}
+
 /* A COMM task's collective, queued on `stream` (NULL: done on return). */
 static ferry_status comm_call(const struct ferry_task *t, void *stream)
 {
 	char *buf = t->dst;
 
-	if (t->comm_gather)
+	switch (t->comm_job) {
+	case FERRY_COMM_JOB_GATHER:
 		return ferry_comm_all_gather(t->comm, buf + (size_t)ferry_comm_rank(t->comm) * t->bytes, buf, t->bytes,
 					     FERRY_COMM_BYTE, stream);
+	case FERRY_COMM_JOB_SCATTER: return slices_call(t, true, stream);
+	case FERRY_COMM_JOB_COLLECT: return slices_call(t, false, stream);
+	case FERRY_COMM_JOB_SUM_F64:
+		return ferry_comm_all_reduce(t->comm, buf, t->bytes / sizeof(double), FERRY_COMM_F64, FERRY_COMM_SUM,
+					     stream);
+	case FERRY_COMM_JOB_AVERAGE: break;
+	}
 	return ferry_comm_all_reduce(t->comm, buf, t->bytes / sizeof(float), FERRY_COMM_F32, FERRY_COMM_AVG, stream);
 }
 

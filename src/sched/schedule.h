@@ -59,6 +59,30 @@ enum ferry_host_job {
 	FERRY_HOST_SUM_SQUARES, /* *result = sum of in[0][0..n)^2 */
 	FERRY_HOST_RESTORE,     /* param, m, v (out[0], out[1]) = the undo copies
 				   din[0..2]; param_copy (bf16) rounded again */
+	FERRY_HOST_SUM_SQUARES_PARTS, /* result[0..FERRY_CPU_SUM_BLOCKS) = the block
+				   sums of squares of an n-element array's
+				   blocks starting in [offset, offset + slice),
+				   in[0] holding its elements from offset
+				   (ferry_cpu_sum_squares_parts) */
+	FERRY_HOST_SUM_PARTS,   /* *out[0] (a double) = those block sums, in[0],
+				   added in order */
+};
+
+/* What a COMM task does.  Slices: an fp32 array of the parameter
+ * array's layout split over the ranks, rank r holding elements
+ * [r * slice, (r + 1) * slice). */
+enum ferry_comm_job {
+	FERRY_COMM_JOB_AVERAGE, /* the fp32 array at dst (bytes / 4) averaged in place */
+	FERRY_COMM_JOB_GATHER,  /* every rank's `bytes` at dst + rank * bytes to every rank */
+	FERRY_COMM_JOB_SCATTER, /* elements [offset, offset + bytes / 4), whole at
+				   src on every rank: their average over the
+				   ranks into the slices (dst: where this rank's
+				   starts), each rank its part (ZeRO-2's gradients) */
+	FERRY_COMM_JOB_COLLECT, /* the same elements from the ranks' slices (src:
+				   where this rank's starts) whole into dst on
+				   every rank (ZeRO-2's gradients when a
+				   micro-batch adds to them) */
+	FERRY_COMM_JOB_SUM_F64, /* the doubles at dst (bytes / 8) summed in place */
 };
 
 struct ferry_task {
@@ -84,7 +108,8 @@ struct ferry_task {
 	uint64_t file_offset;
 	struct ferry_comm *comm;      /* COMM: the ranks, and where a failure on */
 	ferry_status *comm_status;    /* a host thread is kept (the first) */
-	bool comm_gather;
+	enum ferry_comm_job comm_job;
+	size_t offset, slice;   /* COMM slices, HOST block sums: elements */
 };
 
 struct ferry_program {
@@ -152,6 +177,30 @@ void ferry_emit_all_reduce(struct ferry_program *p, int stream, struct ferry_com
  * (ZeRO-1's updated slices); a failure as for an all-reduce. */
 void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_comm *comm, void *buf, size_t bytes,
 			   ferry_status *status, const char *label);
+
+/* ZeRO-2: elements [offset, offset + n) of the gradient array, whole at
+ * src on every rank, averaged over the ranks into their slices of `slice`
+ * elements (dst: where this rank's starts), each rank its part; a
+ * failure as for an all-reduce. */
+void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
+				      int layer, const char *label);
+/* The reverse: elements [offset, offset + n) from the ranks' slices (src:
+ * where this rank's starts) whole into dst on every rank. */
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
+				  int layer, const char *label);
+/* The n doubles at buf summed over comm's ranks in place. */
+void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
+			ferry_status *status, const char *label);
+/* On host memory, by a host thread in the stream's order: parts = the
+ * block sums of squares of an n-element array's blocks that start in
+ * [lo, hi), x holding its elements from lo (the CPU kernel's blocks);
+ * then *result = parts added in order. */
+void ferry_emit_host_sum_squares_parts(struct ferry_program *p, int stream, const float *x, long n, size_t lo,
+				       size_t hi, double *parts, const char *label);
+void ferry_emit_host_sum_parts(struct ferry_program *p, int stream, const double *parts, double *result,
+			       const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
 

@@ -321,6 +321,22 @@ static void add_use(const struct ferry_host_tiers *h, int k, uint64_t bytes, uin
 	r->act_tiers = h->act_n;
 }
 
+/* The layers on each tier the activations were asked to span, in its
+ * order (a tier with no room: none). */
+static void span_layers(const struct ferry_host_tiers *h, uint64_t bytes, uint64_t unit, struct ferry_tier_report *r)
+{
+	r->act_asked = h->act_asked_n > 1 ? h->act_asked_n : 0;
+	for (int a = 0; a < h->act_asked_n && unit; a++) {
+		for (int i = 0; i < h->act_n; i++)
+			if (ferry_tier_equal(&h->act_tier[i], &h->act_asked[a]))
+				r->act_layers[a] = (int)(h->act_bytes[i] / unit);
+		if (h->act_n < 2 && ferry_tier_equal(&h->placed[FERRY_HOST_ACTIVATIONS], &h->act_asked[a])) {
+			r->act_layers[a] = (int)(bytes / unit); /* all on this one */
+			return;
+		}
+	}
+}
+
 /* Free bytes per node when ferry starts, the nodes with CPUs together
  * held to --host-mem (filled in order, as the bind policy fills them). */
 static void budget_init(const struct ferry_host_tiers *h, struct budget *b)
@@ -372,6 +388,8 @@ ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t ho
 	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++)
 		if (bytes[k])
 			add_use(h, k, bytes[k], act_unit, &r);
+	if (!st)
+		span_layers(h, bytes[FERRY_HOST_ACTIVATIONS], act_unit, &r);
 	for (int u = 0; u < r.n; u++) {
 		struct budget full;
 

@@ -418,9 +418,10 @@ size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B
 }
 
 /* What fits when no activation preset does: the placement with offloading
- * that keeps the most on the device, or "none". */
-static void offloaded_advice(ferry_trainer_t tr, const struct ferry_model_config *cfg, size_t cap, char *buf,
-			     size_t n)
+ * that keeps the most on the device, or "none" (tiled: tiles of tokens
+ * would fit, said after). */
+static void offloaded_advice(ferry_trainer_t tr, const struct ferry_model_config *cfg, size_t cap, bool tiled,
+			     char *buf, size_t n)
 {
 	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
 	size_t peak = ferry_model_fitting_placement(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, place,
@@ -430,7 +431,7 @@ static void offloaded_advice(ferry_trainer_t tr, const struct ferry_model_config
 		snprintf(buf, n, "none; offloading, the largest plan that fits (%s): --place '%s'",
 			 ferry_format_size(peak, size), place);
 	else
-		snprintf(buf, n, "none: use a smaller batch or model");
+		snprintf(buf, n, tiled ? "none" : "none: use a smaller batch or model");
 }
 
 /* Refuses a plan larger than the device, naming the presets that fit. */
@@ -440,10 +441,18 @@ static ferry_status check_fits(ferry_trainer_t tr, const struct ferry_model_conf
 	const char *note = ferry_backend_mem_note(tr->be);
 	char fits[FERRY_PLACE_CHARS + 128], sizes[2][FERRY_SIZE_CHARS];
 
+	char tiles[256];
+	bool tiled;
+	int n;
+
 	if (need <= cap)
 		return FERRY_OK;
-	if (!ferry_model_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits)))
-		offloaded_advice(tr, cfg, cap, fits, sizeof(fits));
+	n = ferry_model_fitting_presets(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, fits, sizeof(fits));
+	tiled = ferry_model_fitting_tiles(cfg, tr->opts.B, tr->opts.T, &tr->opts.exec, cap, tiles, sizeof(tiles));
+	if (!n)
+		offloaded_advice(tr, cfg, cap, tiled, fits, sizeof(fits));
+	if (tiled)
+		snprintf(fits + strlen(fits), sizeof(fits) - strlen(fits), "; tiles of tokens that fit: %s", tiles);
 	return ferry_error(FERRY_ERR_DEVICE_MEM,
 			   "policy %s needs %s of device memory (%zu bytes), the device has %s%s%s%s; presets that "
 			   "fit: %s", tr->plan.policy, ferry_format_size(need, sizes[0]), need,

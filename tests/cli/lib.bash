@@ -70,6 +70,36 @@ mpi_run() {
 	"${MPIRUN[@]}" -np "$n" "$@"
 }
 
+json_field() { # json_field FILE KEY: the first number after "KEY":
+	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
+}
+
+# losses_agree A.json B.json [FIRST_STEP]: loss, grad_norm and val_loss of
+# every step (from FIRST_STEP) within 1e-6 relative, same steps.
+losses_agree() {
+	awk -v first="${3:-1}" '
+		function val(line, key,   m) {
+			if (match(line, "\"" key "\": [-0-9.e+naif]+")) { m = substr(line, RSTART, RLENGTH); sub(/^[^:]*: /, "", m); return m }
+			return ""
+		}
+		FNR == NR { if (val($0, "step") + 0 >= first) a[n++] = $0; next }
+		val($0, "step") + 0 >= first { b[m++] = $0 }
+		END {
+			if (n == 0 || n != m) { print "steps: " n " vs " m; exit 1 }
+			worst = 0
+			for (i = 0; i < n; i++) for (k = 1; k <= 3; k++) {
+				key = k == 1 ? "loss" : k == 2 ? "grad_norm" : "val_loss"
+				x = val(a[i], key); y = val(b[i], key)
+				if (x == "" && y == "") continue
+				if (x == "" || y == "") { print "step " i ": " key " missing"; exit 1 }
+				d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
+				if (d > worst * s) worst = d / (s > 0 ? s : 1)
+			}
+			printf "worst relative difference %.3g\n", worst
+			exit worst > 1e-6
+		}' "$1" "$2"
+}
+
 # A Hugging Face family's placements: with SHAPE (the model's flags) and RUN
 # (data and batch), dev/ the plain run's 4 steps, each policy (POLICIES) and
 # offload mode (MODES) plans and trains to dev/'s bits.
@@ -106,4 +136,30 @@ hf_directory_works() {
 	cmp -s dev/model.safetensors resumed/model.safetensors || fail "resumed $1 differs from the unbroken run"
 	expect_ok "sample" "$FERRY" train --checkpoint dev "${RUN[@]}" --steps 1 --sample 8
 	grep -q -- "--- sample" out.txt || fail "prints a sample"
+}
+
+# The Llama-family checkpoints the reference checks compare ferry with
+# (families_ref.sh, families_hf.sh), one directory each, named in FAMILIES:
+# ferry's own, trained 30 steps at a high rate so that every parameter has
+# moved and the loss is far from log V, windows shorter than a 16-token
+# row; then config.json edited for what a fresh model from flags does not
+# have: Llama 3.1's rope scaling (its three frequency bands all used) and
+# a linear one, Qwen 2's window from its second layer on, Gemma 2's caps
+# small enough to bend every score, and Gemma 2 with no window or cap.
+FAMILIES=(llama qwen2 mistral gemma2 llama3 llamalin qwen2w gemma2c gemma2n)
+family_checkpoints() {
+	local run=(--batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 30 --lr 3e-2 --warmup 0)
+	expect_ok "train llama" "$FERRY" train --model llama --layers 2 --channels 32 --heads 4 --kv-heads 2 \
+		--max-seq 32 "${run[@]}" --save llama
+	expect_ok "train qwen2" "$FERRY" train --model qwen2 --layers 3 --channels 32 --heads 4 --kv-heads 2 \
+		--max-seq 32 --tied-head "${run[@]}" --save qwen2
+	expect_ok "train mistral" "$FERRY" train --model mistral --layers 2 --channels 32 --heads 4 --kv-heads 1 \
+		--max-seq 32 --sliding-window 5 "${run[@]}" --save mistral
+	expect_ok "train gemma2" "$FERRY" train --model gemma2 --layers 3 --channels 32 --heads 4 --kv-heads 2 \
+		--max-seq 32 --sliding-window 5 "${run[@]}" --save gemma2
+	cp -r llama llama3 && sed -i 's/"rope_theta": 10000.0,/"rope_theta": 500000.0,\n  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256},/' llama3/config.json
+	cp -r llama llamalin && sed -i 's/"rope_theta": 10000.0,/"rope_theta": 10000.0,\n  "rope_scaling": {"rope_type": "linear", "factor": 4.0},/' llamalin/config.json
+	cp -r qwen2 qwen2w && sed -i 's/"use_sliding_window": false/"use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1/' qwen2w/config.json
+	cp -r gemma2 gemma2c && sed -i 's/"attn_logit_softcapping": 50.0/"attn_logit_softcapping": 0.7/; s/"final_logit_softcapping": 30.0/"final_logit_softcapping": 3.0/' gemma2c/config.json
+	cp -r gemma2 gemma2n && sed -i 's/"sliding_window": 5/"sliding_window": null/; s/"attn_logit_softcapping": 50.0/"attn_logit_softcapping": null/' gemma2n/config.json
 }

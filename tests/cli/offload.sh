@@ -7,10 +7,6 @@ make_corpus
 SHAPE=(--layers 2 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
 TRAIN=("${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 3 --sample 0 --threads 2)
 
-json_field() { # json_field FILE KEY: the first number after "KEY":
-	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
-}
-
 expect_ok "plan lists the model's names" "$FERRY" plan "${SHAPE[@]}"
 for name in decoder_layer_input query_proj key_proj value_proj context out_proj mlpwi mlpwo attention_lse pre_attention_norm_mean; do
 	grep -q "^  $name " out.txt || fail "plan lists $name"

@@ -9,10 +9,6 @@ make_corpus
 SHAPE=(--layers 3 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
 TRAIN=("${SHAPE[@]}" --data 'corpus_train_*.bin' --sample 0 --threads 2)
 
-json_field() { # json_field FILE KEY: the first number after "KEY":
-	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
-}
-
 expect_ok "plan --offload-params" "$FERRY" plan "${SHAPE[@]}" --offload-params --param-prefetch 2
 grep -q "parameters offloaded: the layers' weights and gradients on the host, 3-layer weight ring" out.txt ||
 	fail "plan names the ring: $(head -3 out.txt)"

@@ -52,4 +52,25 @@ checks=$((checks + 1))
 expect_error "zero tile" "--mlp-tile 0" "$FERRY" plan "${GPT2[@]}" --mlp-tile 0
 expect_error "not a count" "--loss-tile" "$FERRY" plan "${GPT2[@]}" --loss-tile many
 expect_error "bad --place tile" "activations.mlp_tile=-3" "$FERRY" plan "${GPT2[@]}" --place activations.mlp_tile=-3
+
+# a plan that does not fit names the tiles that would make it fit, each
+# planned: the loss's alone, else both; the flags advised fit, at the
+# peak advised
+LONG=(--model llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --ffn 512 --vocab 32000 --max-seq 4096
+	--batch 1 --seq 4096 --policy custom:decoder_layer_input=offload)
+peak_of() { grep -o '"peak_bytes": [0-9]*' "$1" | head -1 | grep -o '[0-9]*$'; }
+"$FERRY" plan "${LONG[@]}" --loss-tile auto --json loss.json >/dev/null
+"$FERRY" plan "${LONG[@]}" --loss-tile auto --mlp-tile auto --json both.json >/dev/null
+loss=$(peak_of loss.json) both=$(peak_of both.json)
+"$FERRY" plan "${LONG[@]}" --device-mem $((loss / 1024 + 1))K >out.txt && fail "the untiled plan fits?"
+grep -q "^tiles of tokens that fit: --loss-tile auto (" out.txt || fail "the loss's tiles fit: $(tail -2 out.txt)"
+"$FERRY" plan "${LONG[@]}" --device-mem $((loss / 1024 - 1))K >out.txt
+grep -q "^tiles of tokens that fit: --mlp-tile auto --loss-tile auto (" out.txt ||
+	fail "below the loss's tiles, both: $(tail -2 out.txt)"
+expect_ok "the advice fits" "$FERRY" plan "${LONG[@]}" --device-mem $((loss / 1024 - 1))K --mlp-tile auto --loss-tile auto
+grep -q "^fits: needs .* ($both of" out.txt || fail "the advised flags fit at $both bytes: $(tail -1 out.txt)"
+expect_error "train's refusal names the tiles" "presets that fit: none; tiles of tokens that fit: --loss-tile auto (" \
+	"$FERRY" train "${LONG[@]}" --device-mem $((loss / 1024 + 1))K --data 'corpus_train_*.bin'
+"$FERRY" plan "${LONG[@]}" --device-mem $((both / 1024 - 64))K >out.txt
+grep -q "tiles of tokens" out.txt && fail "below both tiles' peak, no tiles advised: $(tail -2 out.txt)"
 finish

@@ -57,8 +57,9 @@ int auto_calibration(const char *cmd, ferry_backend_t be, const struct ferry_tra
 	ferry_calibration_free(*c);
 	*c = NULL;
 	snprintf(prefix, sizeof(prefix), "ferry %s: ", cmd);
-	fprintf(stderr, "%s--policy auto: %s; calibrating now, as `ferry calibrate --quick` with this model and "
-			"batch would\n", prefix, why);
+	fprintf(stderr, "%s%s: %s; calibrating now, as `ferry calibrate --quick` with this model and "
+			"batch would\n", prefix, is_auto_policy(o->exec.policy) ? "--policy auto" : "--prefetch-depth auto",
+		why);
 	q.exec.policy = POLICY;
 	rc = calib_cache_calibrate(cmd, be, cfg, &q, 1, &(struct calib_log){ stderr, prefix }, path, sizeof(path), c);
 	if (!rc) {

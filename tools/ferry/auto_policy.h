@@ -30,6 +30,13 @@ ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct f
  * machine (calib_busy).  0, or 1 after printing the error. */
 int auto_calibration(const char *cmd, ferry_backend_t be, const struct ferry_train_opts *o,
 		     const struct ferry_model_config *cfg, ferry_calibration_t *c);
+/* --prefetch-depth auto (o->exec.prefetch_depth FERRY_PREFETCH_AUTO; else
+ * nothing): the depth of each tier of the offloaded activations from this
+ * machine's calibration (as auto_calibration finds it) and --device-mem,
+ * into o->exec (its place), said on log (NULL: nothing).  0, or 1 after
+ * printing the error. */
+int prefetch_auto_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
+			  FILE *log);
 void auto_policy_print(FILE *f, const struct ferry_auto_result *r);
 void auto_policy_json(FILE *f, const struct ferry_auto_result *r);
 /* The host tiers' choice (nothing / null without host tiers). */

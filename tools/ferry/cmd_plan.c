@@ -5,6 +5,7 @@
 #include "model_flags.h"
 #include "tier_flags.h"
 #include "plan_print.h"
+#include "plan_ranks.h"
 #include "ferry/tutorial.h"
 #include "ferry/backend.h"
 
@@ -18,6 +19,7 @@ static void usage(void)
 {
 	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
 	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE] [--schedule]\n"
+	       "                  [--ranks N [--ranks-per-node R]]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
 	       "memory_analysis (argument, output, alias, temp, total, peak), the host memory\n"
@@ -32,6 +34,10 @@ static void usage(void)
 	       "--schedule: also every task of one training step as it is prepared before\n"
 	       "step 1 (stream, layer, op or copy, tensor), with the step's one host\n"
 	       "synchronisation.\n"
+	       "--ranks N: the plan of each of N data-parallel ranks (mpirun -np N ferry train,\n"
+	       "with --zero's split over N): its device peak and its host bytes as allocated,\n"
+	       "and each machine's host bytes with R ranks on a machine (--ranks-per-node,\n"
+	       "default N); --device-mem then applies to every rank (docs/distributed.md).\n"
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
 	       "\n");
@@ -55,6 +61,7 @@ struct plan_args {
 	const char *json_path;
 	bool shape_given, json, schedule, tutorial;
 	int rows;
+	struct plan_ranks ranks; /* --ranks: 0 when not given */
 };
 
 /* --json [FILE]: a JSON object, to FILE or stdout */
@@ -75,6 +82,10 @@ static int json_flag(const struct cli_flag *f, const char *cmd, int argc, char *
 static const struct cli_flag plan_flags[] = {
 	{ .name = "--rows", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, rows) },
 	{ .name = "--schedule", .type = CLI_TRUE, .at = offsetof(struct plan_args, schedule) },
+	{ .name = "--ranks", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.ranks), .min = 1,
+	  .max = 1 << 16, .range = "--ranks %d: from 1 to 65536" },
+	{ .name = "--ranks-per-node", .value = "R", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.per_node),
+	  .min = 1, .max = 1 << 16, .range = "--ranks-per-node %d: from 1 to 65536" },
 	{ .name = "--json", .value = "FILE", .type = CLI_CUSTOM, .optional = true, .parse = json_flag },
 	{ NULL },
 };
@@ -121,9 +132,44 @@ static int make_plan(struct plan_args *a, struct ferry_model_config *cfg, struct
 	} else {
 		if (ferry_cli_model_flags_config(CMD, &a->o, cfg))
 			return 1;
-		st = ferry_model_plan(cfg, a->o.B, a->o.T, &a->o.exec, plan);
+		if (a->ranks.ranks && plan_ranks_make(CMD, cfg, a->o.B, a->o.T, &a->o.exec, &a->ranks))
+			return 1;
+		st = a->ranks.ranks ? ferry_model_rank_plan(cfg, a->o.B, a->o.T, &a->o.exec, a->ranks.ranks, 0, plan)
+				    : ferry_model_plan(cfg, a->o.B, a->o.T, &a->o.exec, plan);
 	}
 	return st ? ferry_cli_fail(CMD) : -1;
+}
+
+/* --ranks N and --ranks-per-node R, after the placements: --zero's split
+ * over the N ranks.  -1 to go on, or the exit code after a message. */
+static int setup_ranks(struct plan_args *a)
+{
+	struct plan_ranks *r = &a->ranks;
+
+	if (r->per_node && !r->ranks) {
+		fprintf(stderr, "ferry plan: --ranks-per-node needs --ranks N\n");
+		return 2;
+	}
+	if (!r->ranks)
+		return -1;
+	if (a->tutorial) {
+		fprintf(stderr, "ferry plan: --ranks is for gpt2 and llama models\n");
+		return 2;
+	}
+	if (!r->per_node)
+		r->per_node = r->ranks;
+	r->zero = a->o.exec.zero;
+	r->cpu = !strcmp(a->o.backend, "cpu");
+	if (a->o.exec.zero && !a->o.exec.zero_ranks)
+		a->o.exec.zero_ranks = r->ranks;
+	return -1;
+}
+
+/* The device bytes that must fit: the plan's, or with --ranks the
+ * largest rank's. */
+static size_t device_need(const struct plan_args *a, const struct ferry_plan *plan)
+{
+	return a->ranks.ranks ? a->ranks.max_device : plan->mem.peak_bytes;
 }
 
 /* The plan as JSON, to the file or stdout; -1 to go on, or the exit code:
@@ -137,20 +183,28 @@ static int write_plan_json(const struct plan_args *a, const struct ferry_plan *p
 		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
 		return 1;
 	}
+	if (autor || a->ranks.ranks)
+		fprintf(f, "{");
 	if (autor) {
-		fprintf(f, "{\"auto\": ");
+		fprintf(f, "\"auto\": ");
 		auto_policy_json(f, autor);
-		fprintf(f, ",\n\"plan\": ");
+		fprintf(f, ",\n");
 	}
+	if (autor || a->ranks.ranks)
+		fprintf(f, "\"plan\": ");
 	plan_print_json(f, plan, a->o.device_mem);
-	if (autor)
+	if (a->ranks.ranks) {
+		fprintf(f, ",\n");
+		plan_ranks_print_json(f, &a->ranks);
+	}
+	if (autor || a->ranks.ranks)
 		fprintf(f, "}\n");
 	if (a->json_path && fclose(f) != 0) {
 		fprintf(stderr, "ferry plan: cannot write %s\n", a->json_path);
 		return 1;
 	}
 	if (!a->json_path) /* the JSON says whether it fits; so does the status */
-		return a->o.device_mem && plan->mem.peak_bytes > a->o.device_mem ? 1 : 0;
+		return a->o.device_mem && device_need(a, plan) > a->o.device_mem ? 1 : 0;
 	return -1;
 }
 
@@ -172,8 +226,8 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 }
 
 /* When no preset fits: the placement with offloading that keeps the most
- * on the device, if one fits. */
-static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg)
+ * on the device, if one fits (else, unless tiles would, that nothing does). */
+static void print_offloaded_fit(const struct plan_args *a, const struct ferry_model_config *cfg, bool tiled)
 {
 	char place[FERRY_PLACE_CHARS], size[FERRY_SIZE_CHARS];
 	size_t peak = ferry_model_fitting_placement(cfg, a->o.B, a->o.T, &a->o.exec, a->o.device_mem, place,
@@ -182,7 +236,7 @@ static void print_offloaded_fit(const struct plan_args *a, const struct ferry_mo
 	if (peak)
 		printf("offloading, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
 		       place);
-	else
+	else if (!tiled)
 		printf("nothing fits, offloaded or not: use a smaller batch or model\n");
 }
 
@@ -193,25 +247,30 @@ static int report_fit(const struct plan_args *a, const struct ferry_model_config
 {
 	const struct ferry_train_opts *o = &a->o;
 	char fits[1024] = "", need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS];
+	size_t tiled;
 	int n;
 
 	if (!o->device_mem)
 		return 0;
 	n = a->tutorial ? 0 : ferry_model_fitting_presets(cfg, o->B, o->T, &o->exec, o->device_mem, fits,
 							   sizeof(fits));
-	if (plan->mem.peak_bytes <= o->device_mem) {
-		printf("\nfits: needs %s of the %s of device memory (%zu of %zu bytes)\n",
-		       ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(o->device_mem, have),
-		       plan->mem.peak_bytes, o->device_mem);
+	if (device_need(a, plan) <= o->device_mem) {
+		printf("\nfits: needs %s of the %s of device memory (%zu of %zu bytes)%s\n",
+		       ferry_format_size(device_need(a, plan), need), ferry_format_size(o->device_mem, have),
+		       device_need(a, plan), o->device_mem, a->ranks.ranks ? ", on every rank" : "");
 		return 0;
 	}
 	printf("\ndoes not fit: needs %s of device memory, the device has %s (%zu and %zu bytes)\n",
-	       ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(o->device_mem, have),
-	       plan->mem.peak_bytes, o->device_mem);
-	if (!a->tutorial)
-		printf("presets that fit: %s\n", n ? fits : "none");
-	if (!a->tutorial && !n)
-		print_offloaded_fit(a, cfg);
+	       ferry_format_size(device_need(a, plan), need), ferry_format_size(o->device_mem, have),
+	       device_need(a, plan), o->device_mem);
+	if (a->tutorial)
+		return 1;
+	printf("presets that fit: %s\n", n ? fits : "none");
+	tiled = ferry_model_fitting_tiles(cfg, o->B, o->T, &o->exec, o->device_mem, fits, sizeof(fits));
+	if (!n)
+		print_offloaded_fit(a, cfg, tiled);
+	if (tiled)
+		printf("tiles of tokens that fit: %s\n", fits);
 	return 1;
 }
 
@@ -227,18 +286,23 @@ int cmd_plan(int argc, char **argv)
 	rc = parse_plan_flags(argc, argv, &a);
 	if (rc < 0 && ferry_cli_model_flags_places(CMD, &a.o))
 		rc = 2;
+	if (rc < 0)
+		rc = setup_ranks(&a);
 	if (rc < 0 && a.o.exec.zero && !a.o.exec.zero_ranks) /* a plan has no ranks */
-		fprintf(stderr, "ferry plan: note: --zero 1 splits over a run's ranks; --place 'adam=%s:shard(N)' "
-				"plans one rank of N\n", a.o.exec.optimizer == FERRY_OPTIM_CPU ? "host:cpu"
-				: a.o.exec.optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "device");
+		fprintf(stderr, "ferry plan: note: --zero %d splits over a run's ranks; --ranks N plans each of N\n",
+			a.o.exec.zero);
 	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
+	if (rc < 0 && !a.tutorial && a.o.exec.prefetch_depth == FERRY_PREFETCH_AUTO)
+		rc = ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
+		     prefetch_auto_resolve(CMD, &a.o, &cfg, a.json && !a.json_path ? NULL : stdout) ? 1 : -1;
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0) {
 		ferry_cli_tier_flags_release(&a.o);
+		plan_ranks_free(&a.ranks);
 		return rc;
 	}
 	if (a.json) {
@@ -246,6 +310,8 @@ int cmd_plan(int argc, char **argv)
 		rc = ferry_cli_tier_flags_check(CMD, &a.o, &plan) ? 1 : write_plan_json(&a, &plan, autor.n >= 0 ? &autor : NULL);
 	} else {
 		plan_print_text(stdout, &plan);
+		if (a.ranks.ranks)
+			plan_ranks_print_text(stdout, &a.ranks);
 		/* host tiers: bytes by tier and kind; a tier too small refuses */
 		rc = ferry_cli_tier_flags_print_plan(stdout, CMD, &a.o, &plan) ? 1 : -1;
 	}
@@ -254,5 +320,6 @@ int cmd_plan(int argc, char **argv)
 	if (rc < 0)
 		rc = report_fit(&a, &cfg, &plan);
 	ferry_cli_tier_flags_release(&a.o);
+	plan_ranks_free(&a.ranks);
 	return rc;
 }

@@ -43,6 +43,7 @@ struct train_cli {
 	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
+	float comm_timeout;                             /* --comm-timeout (s) */
 	bool shape_given;
 	struct ranks ranks;                             /* mpirun -np N: this rank */
 };
@@ -185,6 +186,12 @@ static const struct cli_flag train_flags[] = {
 	  "as Chrome trace JSON: Perfetto (ui.perfetto.dev) shows\n"
 	  "every op and copy on its stream's track (on N ranks:\n"
 	  "a file per rank, FILE with .rankK before its extension)" },
+	{ .name = "--comm-timeout", .value = "S", .type = CLI_FLOAT, .at = AT(comm_timeout),
+	  .help = "on N ranks: a collective that waits S seconds (default\n"
+	  "600; 0 = never) ends the job, naming the ranks that did\n"
+	  "not arrive (a rank that hangs alive; a dead one ends it\n"
+	  "at once).  Time waiting, not working: rank 0 writing a\n"
+	  "save makes the others wait", .section = "many processes:" },
 	{ NULL },
 };
 #undef AT
@@ -209,7 +216,11 @@ static void usage(void)
 	       "rows: the ranks read together the batch one process reads with --batch N*B and\n"
 	       "average their gradients, so the run trains as that process would.  Rank 0\n"
 	       "prints, writes --json and saves (the same files; a save resumes on any number\n"
-	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n");
+	       "of ranks); --trace F gives each rank its own file, F with .rankK inserted.\n"
+	       "At the end rank 0 prints each rank's measured device peak and host bytes,\n"
+	       "and writes them as a last --json record {\"rank_memory\": [...]}: the figures\n"
+	       "ferry plan --ranks N plans.  --device-mem is checked against the rank's plan\n"
+	       "(with --zero 1, its share).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
@@ -226,6 +237,8 @@ static int check_values(struct train_cli *c)
 		return ferry_cli_usage_error(CMD, "counts must not be negative");
 	if (c->sample > 1000000)
 		return ferry_cli_usage_error(CMD, "--sample %d: at most 1000000 tokens", c->sample);
+	if (!(c->comm_timeout >= 0) || !isfinite(c->comm_timeout))
+		return ferry_cli_usage_error(CMD, "--comm-timeout must be 0 (never) or a number of seconds");
 	if (!(c->sample_temperature >= 0))
 		return ferry_cli_usage_error(CMD, "--sample-temperature must not be negative");
 	if (!(c->o.lr > 0) || !isfinite(c->o.lr))
@@ -365,21 +378,24 @@ static size_t stack_bytes(const struct ferry_plan *p)
 static int check_device_mem(const struct train_cli *c, const struct ferry_model_config *cfg,
 			    const struct ferry_plan *plan)
 {
-	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS];
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS], fits[1024], place[FERRY_PLACE_CHARS], tiles[256];
 	size_t offloaded;
+	bool tiled;
 
 	if (!c->o.device_mem || plan->mem.peak_bytes <= c->o.device_mem)
 		return 0;
 	fprintf(stderr, "ferry train: policy %s needs %s of device memory, --device-mem gives %s; presets that fit: ",
 		plan->policy, ferry_format_size(plan->mem.peak_bytes, need), ferry_format_size(c->o.device_mem, have));
+	tiled = ferry_model_fitting_tiles(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, tiles, sizeof(tiles));
 	if (ferry_model_fitting_presets(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, fits, sizeof(fits)))
-		fprintf(stderr, "%s\n", fits);
+		fprintf(stderr, "%s", fits);
 	else if ((offloaded = ferry_model_fitting_placement(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, place,
 							      sizeof(place))))
-		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'\n",
+		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'",
 			ferry_format_size(offloaded, need), place);
 	else
-		fprintf(stderr, "none: use a smaller batch or model\n");
+		fprintf(stderr, "%s", tiled ? "none" : "none: use a smaller batch or model");
+	fprintf(stderr, "%s%s\n", tiled ? "; tiles of tokens that fit: " : "", tiled ? tiles : "");
 	return 1;
 }
 
@@ -539,13 +555,18 @@ static int prepare(struct train_cli *c)
 		if (auto_policy_resolve(CMD, &c->o, &cfg, &autor, stdout))
 			return 1;
 	}
+	if (prefetch_auto_resolve(CMD, &c->o, &cfg, stdout))
+		return 1;
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {
 		struct train_cli shape = *c;
 
 		shape.o.B = B;
 		shape.o.T = T;
-		if (ferry_model_plan(&cfg, B, T, &c->o.exec, &plan) != FERRY_OK)
+		/* this rank's plan: --zero splits over the run's ranks */
+		if (shape.o.exec.zero && !shape.o.exec.zero_ranks && c->ranks.size > 1)
+			shape.o.exec.zero_ranks = c->ranks.size;
+		if (ferry_model_rank_plan(&cfg, B, T, &shape.o.exec, c->ranks.size, c->ranks.rank, &plan) != FERRY_OK)
 			return ferry_cli_fail(CMD);
 		if (check_device_mem(&shape, &cfg, &plan))
 			return 1;
@@ -810,6 +831,30 @@ static void print_saved(const struct train_cli *c, int step, bool saved)
 		fprintf(stderr, "not saved (no --save)\n");
 }
 
+/* On several ranks: every rank's measured device peak and host bytes,
+ * reported by rank 0 (ferry plan --ranks N plans them).  0, or 1 after a
+ * message. */
+static int report_rank_peaks(struct run *run)
+{
+	const struct ranks *r = &run->c->ranks;
+	struct ferry_host_memory h;
+	size_t mine[2], *all = calloc(2 * (size_t)r->size, sizeof(size_t));
+	int rc;
+
+	if ((rc = ranks_agree_rc(CMD, r, all ? 0 : 1))) { /* the others must not wait for this one */
+		free(all);
+		return rc;
+	}
+	ferry_model_host_memory(ferry_trainer_model(run->tr), &h);
+	mine[0] = ferry_backend_mem_peak(ferry_trainer_backend(run->tr));
+	mine[1] = h.allocated_bytes;
+	rc = ranks_gather(CMD, r, mine, 2, all);
+	if (!rc && r->rank == 0)
+		(void)report_rank_memory(&run->rep, r->size, all); /* a failed write: json_errno, seen at the close */
+	free(all);
+	return rc;
+}
+
 /* After the steps: the save (unless this step was saved already), why the
  * run stopped, the summary.  Returns the exit code. */
 static int finish_run(struct run *run, int why)
@@ -838,6 +883,8 @@ static int finish_run(struct run *run, int why)
 		print_saved(c, step, saved);
 	}
 	report_summary(&run->rep, ferry_backend_mem_peak(ferry_trainer_backend(run->tr)), step);
+	if (c->ranks.size > 1 && report_rank_peaks(run))
+		return 1;
 	fflush(stdout);
 	return why == STOPPED_BY_OUTPUT ? 1 : why == STOPPED_BY_SIGNAL ? 128 + interrupt_signal() : 0;
 }
@@ -862,7 +909,10 @@ static int train(struct run *run)
 	if (rc > 0)
 		return rc;
 	rc = finish_run(run, rc);
-	if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0)
+	if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0 &&
+	    ferry_model_collective_forward(ferry_trainer_model(run->tr)))
+		printf("\n(no sample: the parameters are split over the ranks, --zero 3; `ferry sample` reads a save)\n");
+	else if (!rc && c->sample && !interrupt_poll() && c->ranks.rank == 0)
 		print_sample(run->tr, c);
 	if (report_close_json(&run->rep) && rc != 1) {
 		fprintf(stderr, "ferry train: cannot write --json %s: %s\n", c->json, strerror(run->rep.json_errno));
@@ -899,7 +949,8 @@ static int set_up(struct train_cli *c, struct run *run)
 
 int cmd_train(int argc, char **argv)
 {
-	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f };
+	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f,
+			       .comm_timeout = 600 };
 	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 
@@ -917,7 +968,7 @@ int cmd_train(int argc, char **argv)
 		ranks_close(&c.ranks);
 		return rc == 1 ? 0 : rc; /* 1: --help */
 	}
-	if (!(rc = set_up(&c, &run))) {
+	if (!(rc = ranks_watch(&c.ranks, c.comm_timeout)) && !(rc = set_up(&c, &run))) {
 		/* Ctrl-C from here on finishes the step and saves */
 		interrupt_install();
 		rc = train(&run);

@@ -123,6 +123,27 @@ static int tile_flag(const struct cli_flag *f, const char *cmd, int argc, char *
 	return 2;
 }
 
+/* --prefetch-depth N, D1+D2... (a depth per tier of the activations'
+ * span) or auto. */
+static int prefetch_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	const char *v;
+
+	(void)f;
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (v[0] == '-' || (v[0] == '0' && !v[1])) {
+		ferry_cli_error(cmd, "--prefetch-depth must be at least 1");
+		return -1;
+	}
+	if (ferry_prefetch_parse(v, &o->exec.prefetch_depth, o->exec.prefetch_tiers)) {
+		ferry_cli_error(cmd, "--prefetch-depth %s: %s", v, ferry_last_error());
+		return -1;
+	}
+	return 2;
+}
+
 #define AT(field) offsetof(struct ferry_train_opts, field)
 #define SHAPE(flag, field, ...) \
 	{ .name = flag, .value = "N", .type = CLI_INT, .at = AT(model.field), .given = MODEL_GIVEN_SHAPE, __VA_ARGS__ }
@@ -188,9 +209,11 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "`ferry plan` lists the model's names; auto: the cost model's\n"
 	  "choice per name for --device-mem (calibrating this machine\n"
 	  "first where ferry calibrate's cache lacks the model)" },
-	{ .name = "--prefetch-depth", .value = "N", .type = CLI_INT, .at = AT(exec.prefetch_depth),
-	  .help = "layers prefetched ahead in the backward pass (default 2)",
-	  .min = 1, .max = INT_MAX, .range = "--prefetch-depth must be at least 1" },
+	{ .name = "--prefetch-depth", .value = "N", .type = CLI_CUSTOM, .at = 0, .parse = prefetch_flag,
+	  .help = "layers prefetched ahead in the backward pass (default 2);\n"
+	  "over host tiers (--host-tier activations=dram+nvme) one per\n"
+	  "tier, D1+D2, or auto: each tier's from its rate against a\n"
+	  "layer's compute time (this machine's calibration)" },
 	{ .name = "--mlp-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.mlp_tile), .parse = tile_flag,
 	  .help = "the MLP over tiles of N tokens (or auto), its hidden\n"
 	  "activations recomputed per tile in backward: one tile's\n"
@@ -224,8 +247,13 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
 	  "of the moments (with --offload-optimizer cpu or stream: also\n"
 	  "of the master weights (cpu: and gradients) on the host),\n"
-	  "then the ranks gather the parameters",
-	  .min = 0, .max = 1, .range = "--zero %d: 0 or 1 (stages 2 and 3: not yet)" },
+	  "then the ranks gather the parameters; 2 (ZeRO-2) also\n"
+	  "keeps only its 1/N of the gradients, each layer's\n"
+	  "reduce-scattered as soon as its backward is done; 3 (ZeRO-3)\n"
+	  "also keeps only its 1/N of the parameters, each layer's\n"
+	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
+	  "device)",
+	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
 	  "waits for the global norm) or speculative (each layer\n"
@@ -235,11 +263,12 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
-	  "host:cpu|host:cpu(speculative)|device:shard(N)|\n"
+	  "host:cpu|host:cpu(speculative)|device:shard(N[,grads|params])|\n"
 	  "host:stream:shard(N)|host:cpu:shard(N)|\n"
 	  "host:cpu(speculative):shard(N),\n"
 	  "activations=POLICY,\n"
-	  "activations.NAME=device|offload|remat, activations.prefetch=D,\n"
+	  "activations.NAME=device|offload|remat,\n"
+	  "activations.prefetch=D|D1+D2...|auto,\n"
 	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
 	  "adam's host(TIER) or host(KIND=TIER,...) and activations.host=TIER\n"
 	  "name host tiers (as --host-tier);\n"

@@ -40,6 +40,12 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 		p->model, p->L, p->B, p->T, ferry_dtype_name(p->act_dtype), p->policy, p->prefetch_depth);
 	if (p->place[0])
 		fprintf(f, "placement: %s\n", p->place);
+	if (p->n_tier_prefetch) {
+		fprintf(f, "prefetch per host tier (layers loaded ahead, in the span's order):");
+		for (int i = 0; i < p->n_tier_prefetch; i++)
+			fprintf(f, "%s %d layers %d ahead", i ? ";" : "", p->tier_layers[i], p->tier_prefetch[i]);
+		fprintf(f, "; ring of %d slots\n", p->ring_slots);
+	}
 	if (p->param_ring_slots)
 		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
 			   "ring on the device\n", p->param_ring_slots);
@@ -120,6 +126,13 @@ void plan_print_json(FILE *f, const struct ferry_plan *p, size_t device_mem)
 		p->n_recompute_ops, p->n_ops);
 	fprintf(f, " \"param_ring_slots\": %d, \"edge_bytes\": %zu, \"edge_saved_bytes\": %lld,\n",
 		p->param_ring_slots, p->edge_bytes, (long long)p->edge_saved_bytes);
+	if (p->n_tier_prefetch) { /* a depth per tier: the others print as before */
+		fprintf(f, " \"tier_prefetch\": [");
+		for (int i = 0; i < p->n_tier_prefetch; i++)
+			fprintf(f, "%s{\"layers\": %d, \"depth\": %d}", i ? ", " : "", p->tier_layers[i],
+				p->tier_prefetch[i]);
+		fprintf(f, "], \"ring_slots\": %d,\n", p->ring_slots);
+	}
 	if (p->mlp_tile || p->loss_tile) /* untiled plans print as they did before tiles */
 		fprintf(f, " \"mlp_tile\": %d, \"loss_tile\": %d,\n", p->mlp_tile, p->loss_tile);
 	fprintf(f, " \"device\": {\"argument_bytes\": %zu, \"output_bytes\": %zu, \"alias_bytes\": %zu, "

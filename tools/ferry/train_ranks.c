@@ -27,6 +27,7 @@ int ranks_open(const char *cmd, struct ranks *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->err_fd = STDERR_FILENO;
+	r->cmd = cmd;
 	if (ferry_comm_open(&r->comm) != FERRY_OK)
 		return ferry_cli_fail(cmd);
 	r->rank = ferry_comm_rank(r->comm);
@@ -34,6 +35,25 @@ int ranks_open(const char *cmd, struct ranks *r)
 	r->local_size = ferry_comm_local_size(r->comm);
 	if (r->rank != 0)
 		silence(r);
+	return 0;
+}
+
+/* On the watchdog's thread: the first waiting rank prints, all end. */
+static void timed_out(void *arg, ferry_status st)
+{
+	struct ranks *r = arg;
+
+	(void)st;
+	dprintf(r->err_fd, "ferry %s: %s (--comm-timeout %g): stopping every rank\n", r->cmd, ferry_last_error(),
+		r->timeout);
+	ferry_comm_abort(r->comm, 1);
+}
+
+int ranks_watch(struct ranks *r, double seconds)
+{
+	r->timeout = seconds;
+	if (ferry_comm_set_timeout(r->comm, seconds, timed_out, r) != FERRY_OK)
+		return ranks_fail(r->cmd, r);
 	return 0;
 }
 
@@ -74,6 +94,15 @@ int ranks_agree_stop(const struct ranks *r, int why)
 	if (r->size > 1 && ferry_comm_all_reduce(r->comm, &why, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) != FERRY_OK)
 		return ranks_fail("train", r);
 	return why;
+}
+
+int ranks_gather(const char *cmd, const struct ranks *r, const size_t *mine, size_t n, size_t *all)
+{
+	memcpy(all + (size_t)r->rank * n, mine, n * sizeof(size_t));
+	if (r->size > 1 && ferry_comm_all_gather(r->comm, all + (size_t)r->rank * n, all, n * sizeof(size_t),
+						 FERRY_COMM_BYTE, NULL) != FERRY_OK)
+		return ranks_fail(cmd, r);
+	return 0;
 }
 
 const char *ranks_path(const struct ranks *r, const char *path, char *buf, size_t n)

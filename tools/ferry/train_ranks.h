@@ -21,12 +21,18 @@ struct ranks {
 	ferry_comm_t comm; /* the job's ranks (one process: a single one) */
 	int rank, size, local_size;
 	int err_fd;        /* this rank's own standard error */
+	const char *cmd;   /* "train": for messages */
+	double timeout;    /* the collective timeout (s; 0: none) */
 };
 
 /* The ranks this process is one of (ferry_comm_open); silences the
  * output of all but rank 0.  0, or 1 after a message. */
 int ranks_open(const char *cmd, struct ranks *r);
 void ranks_close(struct ranks *r);
+/* The collective timeout (ferry_comm_set_timeout): a collective that
+ * waits `seconds` prints which ranks did not arrive and ends the job.
+ * Every rank calls it; 0, or 1 after a message. */
+int ranks_watch(struct ranks *r, double seconds);
 /* A failure (ferry_last_error): printed once; one this rank met alone
  * ends the job.  Returns 1 (when the job goes on: one rank). */
 int ranks_fail(const char *cmd, const struct ranks *r);
@@ -37,6 +43,9 @@ int ranks_agree_rc(const char *cmd, const struct ranks *r, int rc);
 /* The first reason to stop (a negative code; 0 none) any rank has, on
  * every rank, so all stop after the same step. */
 int ranks_agree_stop(const struct ranks *r, int why);
+/* Every rank's n numbers: all[k * n + i] is rank k's mine[i], on every
+ * rank.  0, or 1 after a message (ranks_fail). */
+int ranks_gather(const char *cmd, const struct ranks *r, const size_t *mine, size_t n, size_t *all);
 /* path for this rank: "step.json" is "step.rank1.json" on rank 1 of
  * several (before the last extension, else at the end); path itself for
  * one rank. */

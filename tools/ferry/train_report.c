@@ -175,6 +175,28 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	printf(", device peak %s\n", ferry_format_size(device_peak, mem));
 }
 
+int report_rank_memory(struct train_report *r, int ranks, const size_t *bytes)
+{
+	int bad = 0;
+
+	printf("memory per rank (measured; device peak, host buffers):");
+	for (int k = 0; k < ranks; k++)
+		printf("%s rank %d %zu + %zu bytes", k ? ";" : "", k, bytes[2 * k], bytes[2 * k + 1]);
+	printf("\n");
+	if (!r->json || r->json_errno)
+		return r->json_errno ? -1 : 0;
+	errno = 0;
+	bad = fprintf(r->json, "{\"rank_memory\": [") < 0;
+	for (int k = 0; k < ranks && !bad; k++)
+		bad = fprintf(r->json, "%s{\"rank\": %d, \"device_peak_bytes\": %zu, \"host_bytes\": %zu}", k ? ", " : "",
+			      k, bytes[2 * k], bytes[2 * k + 1]) < 0;
+	if (bad || fprintf(r->json, "]}\n") < 0 || fflush(r->json) != 0 || ferror(r->json)) {
+		r->json_errno = errno ? errno : EIO;
+		return -1;
+	}
+	return 0;
+}
+
 void report_end(struct train_report *r)
 {
 	report_close_json(r);

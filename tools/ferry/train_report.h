@@ -40,6 +40,11 @@ int report_close_json(struct train_report *r);
 /* The summary line; at_step and of_steps say where a run without steps
  * stands. */
 void report_summary(const struct train_report *r, size_t device_peak, int at_step);
+/* On several ranks, after the summary: each rank's measured device peak
+ * and host bytes (bytes[2k], bytes[2k + 1]), a line and a JSON record
+ * {"rank_memory": [...]} (ferry plan --ranks plans the same figures).
+ * Returns 0, or -1 when the record could not be written. */
+int report_rank_memory(struct train_report *r, int ranks, const size_t *bytes);
 void report_end(struct train_report *r);
 /* "42s", "3m07s", "2h05m". */
 const char *report_duration(double seconds, char *buf, size_t n);

@@ -140,6 +140,18 @@ void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
 
 /* Sum of squares of x, accumulated in double (for the global gradient norm). */
 double ferry_cpu_sum_squares(const float *x, long n);
+/* The sums above split an n-element array into FERRY_CPU_SUM_BLOCKS
+ * blocks of ferry_cpu_sum_block(n) elements (the last shorter), each
+ * summed alone, then the block sums added in order: the sum of squares of
+ * an array split over ranks (ZeRO-2's gradient slices, each whole blocks)
+ * is each rank's block sums (parts[b] for the blocks starting in [lo, hi),
+ * x holding elements lo on; 0 for the others), added up over the ranks
+ * (each block's is one rank's) and then in order by ferry_cpu_sum_parts:
+ * the bits of the whole array's. */
+#define FERRY_CPU_SUM_BLOCKS 256
+long ferry_cpu_sum_block(long n);
+void ferry_cpu_sum_squares_parts(const float *x, long n, long lo, long hi, double *parts);
+double ferry_cpu_sum_parts(const double *parts);
 
 /* Sum of x, accumulated in double, deterministic for a fixed thread count. */
 double ferry_cpu_sum_all(const float *x, long n);

@@ -8,7 +8,7 @@
  */
 #include "ops/cpu/kernels.h"
 
-#define SUM_BLOCKS 256
+#define SUM_BLOCKS FERRY_CPU_SUM_BLOCKS
 
 /* Eight interleaved accumulators, added in a fixed order at the end: the
  * compiler can keep them in vector registers, and the result does not
@@ -30,20 +30,46 @@ static double block_sum(const float *x, long lo, long hi, int squares)
 	return total;
 }
 
-static double blocked_sum(const float *x, long n, int squares)
+/* parts[b] = block b's sum for the blocks of an n-element array that
+ * start in [lo, hi) (lo a block's start; x holds elements lo on), 0 for
+ * the others. */
+static void blocked_parts(const float *x, long n, long lo, long hi, int squares, double *part)
 {
-	double part[SUM_BLOCKS], acc = 0.0;
-	long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+	long per = ferry_cpu_sum_block(n);
 
 #pragma omp parallel for schedule(static)
 	for (int b = 0; b < SUM_BLOCKS; b++) {
-		long lo = (long)b * per, hi = lo + per < n ? lo + per : n;
+		long a = (long)b * per, e = a + per < n ? a + per : n;
 
-		part[b] = lo < hi ? block_sum(x, lo, hi, squares) : 0.0;
+		part[b] = a >= lo && a < hi && a < e ? block_sum(x + (a - lo), 0, e - a, squares) : 0.0;
 	}
+}
+
+double ferry_cpu_sum_parts(const double *part)
+{
+	double acc = 0.0;
+
 	for (int b = 0; b < SUM_BLOCKS; b++)
 		acc += part[b];
 	return acc;
+}
+
+static double blocked_sum(const float *x, long n, int squares)
+{
+	double part[SUM_BLOCKS];
+
+	blocked_parts(x, n, 0, n, squares, part);
+	return ferry_cpu_sum_parts(part);
+}
+
+long ferry_cpu_sum_block(long n)
+{
+	return (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+}
+
+void ferry_cpu_sum_squares_parts(const float *x, long n, long lo, long hi, double *parts)
+{
+	blocked_parts(x, n, lo, hi, 1, parts);
 }
 
 double ferry_cpu_sum_squares(const float *x, long n)

@@ -1,0 +1,354 @@
+/*
+ * The collective timeout (ferry_comm_set_timeout): a watchdog thread per
+ * watched family of communicators notices a collective that has waited
+ * too long, asks the other ranks where they are, and tells the caller who
+ * is missing.
+ *
+ * Each watched communicator has a slot: how many collectives it began and
+ * since when the one under way waits (0: none), written by the thread that
+ * calls its collectives, read by the watchdog.  Slots are taken lowest
+ * first as communicators are made and freed, which every rank does in the
+ * same order, so slot s is the same communicator on every rank.  Questions
+ * and answers go over a duplicate of their own, never mixed with
+ * collectives; every rank's watchdog answers each tick, also when its own
+ * collectives are fine, since another rank may be the one waiting.
+ */
+#include "comm/comm_impl.h"
+#include "core/error.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define WATCH_SLOTS 16
+#define TICK_NS 100000000LL       /* how often the watchdog looks: 0.1 s */
+#define ROLL_CALL_NS 2000000000LL /* how long it waits for answers, at most */
+#define ROLL_NAP_NS 10000000LL    /* ... looking every 10 ms */
+#define GRACE_NS 5000000000LL     /* the other waiting ranks' pause: the first ends the job */
+#define TAG_ASK 0x6601            /* {slot} */
+#define TAG_ANSWER 0x6602         /* {slot, started (2 ints), waiting in it} */
+
+struct watch_slot {
+	atomic_bool used;
+	atomic_llong started; /* collectives begun */
+	atomic_llong since;   /* when the one under way began (ns); 0: none */
+	_Atomic(const char *) what;
+};
+
+struct comm_watch {
+	pthread_mutex_t lock; /* taking and leaving slots, refs, fn */
+	pthread_t thread;
+	atomic_bool stop;
+	atomic_llong timeout; /* ns; 0: off */
+	ferry_comm_timeout_fn fn;
+	void *arg;
+	struct ferry_comm *side; /* the questions' and answers' duplicate */
+	int refs;                /* communicators watched */
+	struct watch_slot slots[WATCH_SLOTS];
+};
+
+/* What the roll call learnt of one rank. */
+enum roll { SILENT, ANSWERED, WAITING_TOO };
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void nap(long long ns)
+{
+	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
+
+	nanosleep(&ts, NULL);
+}
+
+void ferry_comm_watch_begin(struct ferry_comm *c, const char *what)
+{
+	struct watch_slot *s;
+
+	if (!c->watch)
+		return;
+	s = &c->watch->slots[c->watch_slot];
+	atomic_store(&s->what, what);
+	atomic_fetch_add(&s->started, 1);
+	atomic_store(&s->since, now_ns());
+}
+
+void ferry_comm_watch_end(struct ferry_comm *c)
+{
+	if (c->watch)
+		atomic_store(&c->watch->slots[c->watch_slot].since, 0);
+}
+
+/* c (whose watch is set) takes the lowest free slot; none free: c is not
+ * watched. */
+void ferry_comm_watch_attach(struct ferry_comm *c)
+{
+	struct comm_watch *w = c->watch;
+	int s = 0;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	while (s < WATCH_SLOTS && atomic_load(&w->slots[s].used))
+		s++;
+	if (s < WATCH_SLOTS) {
+		atomic_store(&w->slots[s].started, 0);
+		atomic_store(&w->slots[s].since, 0);
+		atomic_store(&w->slots[s].used, true);
+		w->refs++;
+		c->watch_slot = s;
+	} else {
+		c->watch = NULL;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void watch_free(struct comm_watch *w)
+{
+	atomic_store(&w->stop, true);
+	pthread_join(w->thread, NULL);
+	ferry_comm_free(w->side);
+	pthread_mutex_destroy(&w->lock);
+	ferry_free(w);
+}
+
+void ferry_comm_watch_detach(struct ferry_comm *c)
+{
+	struct comm_watch *w = c->watch;
+	bool last;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	atomic_store(&w->slots[c->watch_slot].used, false);
+	last = --w->refs == 0;
+	pthread_mutex_unlock(&w->lock);
+	c->watch = NULL;
+	if (last)
+		watch_free(w);
+}
+
+/* Answers every question that came: where this rank is at the slot asked. */
+static void answer(struct comm_watch *w)
+{
+	struct ferry_comm *side = w->side;
+	int q, from;
+
+	while (side->iface->recv_ints(side, TAG_ASK, &q, 1, &from)) {
+		int a[4] = { q, -1, -1, 0 };
+
+		if (q >= 0 && q < WATCH_SLOTS && atomic_load(&w->slots[q].used)) {
+			unsigned long long k = (unsigned long long)atomic_load(&w->slots[q].started);
+
+			a[1] = (int)(k >> 32);
+			a[2] = (int)(unsigned)k;
+			a[3] = atomic_load(&w->slots[q].since) != 0;
+		}
+		(void)side->iface->send_ints(side, from, TAG_ANSWER, a, 4);
+	}
+}
+
+/* The slot whose collective has waited past the timeout (*waited ns), or -1. */
+static int overdue(struct comm_watch *w, long long *waited)
+{
+	long long timeout = atomic_load(&w->timeout), now = now_ns();
+
+	for (int s = 0; timeout && s < WATCH_SLOTS; s++) {
+		long long since = atomic_load(&w->slots[s].since);
+
+		if (atomic_load(&w->slots[s].used) && since && now - since >= timeout) {
+			*waited = now - since;
+			return s;
+		}
+	}
+	return -1;
+}
+
+/* Asks every other rank where it is at slot s; roll[p] and at[p] (the
+ * collectives it began there) for those that answer in time. */
+static void roll_call(struct comm_watch *w, int s, enum roll *roll, long long *at)
+{
+	struct ferry_comm *side = w->side;
+	long long wait = atomic_load(&w->timeout), deadline;
+	int left = side->size - 1, a[4], from;
+
+	wait = wait && wait < ROLL_CALL_NS ? wait : ROLL_CALL_NS;
+	deadline = now_ns() + wait;
+	for (int p = 0; p < side->size; p++)
+		if (p != side->rank)
+			(void)side->iface->send_ints(side, p, TAG_ASK, &s, 1);
+	while (left > 0 && now_ns() < deadline && !atomic_load(&w->stop)) {
+		answer(w);
+		while (side->iface->recv_ints(side, TAG_ANSWER, a, 4, &from))
+			if (a[0] == s && from >= 0 && from < side->size && roll[from] == SILENT) {
+				at[from] = (long long)(((unsigned long long)(unsigned)a[1] << 32) | (unsigned)a[2]);
+				roll[from] = a[3] ? WAITING_TOO : ANSWERED;
+				left--;
+			}
+		nap(ROLL_NAP_NS);
+	}
+}
+
+/* Appends lead, "rank 1" or "ranks 1, 3" (those `pick` says) and tail to
+ * buf at *len; false, appending nothing, when there are none. */
+static bool name_ranks(char *buf, size_t n, size_t *len, int size, bool (*pick)(int, const void *), const void *ctx,
+		       const char *lead, const char *tail)
+{
+	int count = 0;
+
+	for (int p = 0; p < size; p++)
+		count += pick(p, ctx);
+	if (count && *len < n)
+		*len += snprintf(buf + *len, n - *len, "%s%s", lead, count > 1 ? "ranks " : "rank ");
+	for (int p = 0, i = 0; count && p < size; p++)
+		if (pick(p, ctx) && *len < n)
+			*len += snprintf(buf + *len, n - *len, "%s%d", i++ ? ", " : "", p);
+	if (count && *len < n)
+		*len += snprintf(buf + *len, n - *len, "%s", tail);
+	return count > 0;
+}
+
+struct roll_result {
+	const enum roll *roll; /* NULL: no roll call (out of memory) */
+	const long long *at;
+	long long k;           /* the collective waited in, as this rank counts */
+	int me;
+};
+
+static bool silent(int p, const void *ctx)
+{
+	const struct roll_result *r = ctx;
+
+	return r->roll && p != r->me && r->roll[p] == SILENT;
+}
+
+static bool behind(int p, const void *ctx)
+{
+	const struct roll_result *r = ctx;
+
+	return r->roll && p != r->me && r->roll[p] != SILENT && r->at[p] < r->k;
+}
+
+/* The message: who did not answer, who did not arrive, and where this
+ * rank waits. */
+static ferry_status describe(struct comm_watch *w, int s, long long waited, const struct roll_result *r)
+{
+	char msg[400] = "";
+	size_t len = 0;
+	bool any = name_ranks(msg, sizeof(msg), &len, w->side->size, silent, r, "", " did not answer");
+
+	any |= name_ranks(msg, sizeof(msg), &len, w->side->size, behind, r, any ? " and " : "", " did not arrive");
+	return ferry_error(FERRY_ERR_IO, "%s; rank %d waited %.1f s in collective %lld (%s) of communicator %d",
+			   any ? msg : "no other rank known to be missing", r->me, waited * 1e-9, r->k,
+			   atomic_load(&w->slots[s].what), s);
+}
+
+/* Slot s has waited past the timeout: the roll call, then fn, at once on
+ * the lowest rank waiting there too, after a grace on the others. */
+static void fire(struct comm_watch *w, int s, long long waited)
+{
+	int n = w->side->size, first = w->side->rank;
+	enum roll *roll = ferry_calloc((size_t)n, sizeof(*roll));
+	long long *at = ferry_calloc((size_t)n, sizeof(*at));
+	struct roll_result r = { roll && at ? roll : NULL, at, atomic_load(&w->slots[s].started), w->side->rank };
+	ferry_comm_timeout_fn fn;
+	void *arg;
+	ferry_status st;
+
+	if (r.roll)
+		roll_call(w, s, roll, at);
+	for (int p = 0; r.roll && p < first; p++)
+		if (roll[p] == WAITING_TOO && at[p] == r.k)
+			first = p;
+	st = describe(w, s, waited, &r);
+	ferry_free(roll);
+	ferry_free(at);
+	for (long long end = now_ns() + GRACE_NS; first != r.me && now_ns() < end && !atomic_load(&w->stop);
+	     nap(ROLL_NAP_NS))
+		answer(w);
+	if (atomic_load(&w->stop))
+		return;
+	pthread_mutex_lock(&w->lock);
+	fn = w->fn;
+	arg = w->arg;
+	pthread_mutex_unlock(&w->lock);
+	fn(arg, st);
+}
+
+static void *watch_main(void *p)
+{
+	struct comm_watch *w = p;
+	bool fired = false;
+
+	while (!atomic_load(&w->stop)) {
+		long long waited = 0;
+		int s;
+
+		answer(w);
+		if (!fired && (s = overdue(w, &waited)) >= 0) {
+			fired = true; /* once: fn ends the job */
+			fire(w, s, waited);
+		}
+		nap(TICK_NS);
+	}
+	return NULL;
+}
+
+/* A watch of c: its questions' duplicate, c's slot, the thread. */
+static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_comm_timeout_fn fn, void *arg)
+{
+	struct comm_watch *w = ferry_calloc(1, sizeof(*w));
+	ferry_status st;
+
+	if (!w)
+		return ferry_error(FERRY_ERR_NOMEM, "collective timeout: out of host memory");
+	if ((st = ferry_comm_dup(c, &w->side))) {
+		ferry_free(w);
+		return st;
+	}
+	pthread_mutex_init(&w->lock, NULL);
+	atomic_store(&w->timeout, timeout);
+	w->fn = fn;
+	w->arg = arg;
+	c->watch = w;
+	ferry_comm_watch_attach(c);
+	if (pthread_create(&w->thread, NULL, watch_main, w)) {
+		c->watch = NULL;
+		ferry_comm_free(w->side);
+		pthread_mutex_destroy(&w->lock);
+		ferry_free(w);
+		return ferry_error(FERRY_ERR_NOMEM, "collective timeout: cannot start its thread");
+	}
+	return FERRY_OK;
+}
+
+ferry_status ferry_comm_set_timeout(ferry_comm_t c, double seconds, ferry_comm_timeout_fn fn, void *arg)
+{
+	long long timeout = (long long)(seconds * 1e9);
+
+	if (!c)
+		return ferry_error(FERRY_ERR_INVALID, "collective timeout: NULL communicator");
+	if (!(seconds >= 0 && seconds <= 1e9))
+		return ferry_error(FERRY_ERR_INVALID, "collective timeout of %g s: 0 (off) to 1e9 s", seconds);
+	if (seconds > 0 && !fn)
+		return ferry_error(FERRY_ERR_INVALID, "collective timeout: no function to call");
+	if (seconds > 0 && timeout == 0)
+		timeout = 1;
+	if (c->watch) {
+		pthread_mutex_lock(&c->watch->lock);
+		c->watch->fn = fn ? fn : c->watch->fn;
+		c->watch->arg = fn ? arg : c->watch->arg;
+		pthread_mutex_unlock(&c->watch->lock);
+		atomic_store(&c->watch->timeout, timeout);
+		return FERRY_OK;
+	}
+	if (!timeout || c->size == 1 || !c->iface->send_ints)
+		return FERRY_OK;
+	return watch_new(c, timeout, fn, arg);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The collective timeout (issue 22 item 10, a rank that hangs alive): on 2
+# ranks, one stopped with SIGSTOP mid-run under --comm-timeout 3 leaves the
+# other waiting in a collective; the job exits non-zero within 20 s (3 s
+# of waiting, up to 2 s of roll call, the abort), with one message naming
+# the stopped rank, and the last save resumes.  Steps longer than the
+# timeout do not fire it: the time is one collective's wait, not a step's.
+# Skips without mpirun or a ferry built with MPI.
+. "$(dirname "$0")/lib.bash"
+need_mpi
+make_corpus
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --batch 2 --lr 1e-3 --sample 0 --threads 1
+	--layers 2 --channels 32 --heads 4 --val-every 0)
+
+expect_error "--comm-timeout -1" "--comm-timeout must be 0 (never) or a number of seconds" \
+	"$FERRY" train "${common[@]}" --steps 1 --comm-timeout -1
+
+checks=$((checks + 1))
+"${MPIRUN[@]}" -np 2 "$FERRY" train "${common[@]}" --steps 1000000 --save hung --save-every 50 --comm-timeout 3 \
+	>hung.out 2>hung.err &
+mp=$!
+for _ in $(seq 1 300); do [ -f hung.state ] && break; sleep 0.1; done
+victim=$(pgrep -P "$mp" | tail -n 1)
+rank=$(tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+start=$(date +%s)
+[ -n "$rank" ] && kill -STOP "$victim"
+for _ in $(seq 1 200); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+took=$(($(date +%s) - start))
+if [ -z "$rank" ]; then
+	fail "a stopped rank: no rank to stop (mpirun's children: $(pgrep -P "$mp" | tr '\n' ' '))"
+	kill "$mp"
+elif kill -0 "$mp" 2>/dev/null; then
+	kill -CONT "$victim"
+	kill "$mp"
+	fail "a stopped rank: the job still runs after 20 s"
+elif wait "$mp"; then
+	fail "a stopped rank: the job exited 0"
+elif [ "$(grep -c 'stopping every rank' hung.err)" -eq 1 ] &&
+	grep -q "^ferry train: rank $rank did not answer; rank $((1 - rank)) waited [0-9.]* s in collective [0-9]* ([a-z-]*) of communicator [0-9]* (--comm-timeout 3): stopping every rank$" hung.err; then
+	echo "ok: rank $rank stopped: the job ended in ${took} s: $(grep 'stopping every rank' hung.err)"
+else
+	fail "a stopped rank ($rank): $(cat hung.err)"
+fi
+wait "$mp" 2>/dev/null
+checks=$((checks + 1))
+last=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' hung.out | tail -n 1)
+if "$FERRY" train --resume hung --steps $((${last:-0} + 60)) --sample 0 --threads 1 >after.out 2>&1; then
+	echo "ok: the stopped run's last save resumes: $(grep -m1 '^resumed at' after.out)"
+else
+	fail "resuming the stopped run: $(tail -n 2 after.out)"
+fi
+
+# steps of seconds under a timeout of 1 s: nothing fires
+checks=$((checks + 1))
+if mpi_run 2 "$FERRY" train --data 'corpus_train_*.bin' --vocab 257 --max-seq 128 --seq 128 --batch 4 --layers 4 \
+	--channels 384 --heads 4 --steps 2 --sample 0 --threads 1 --val-every 0 --comm-timeout 1 --json long.json \
+	>long.out 2>long.err && [ "$(grep -c '^{"step"' long.json)" -eq 2 ]; then
+	echo "ok: steps of $(sed -n 's/.*"step_ms": \([0-9]*\).*/\1/p' long.json | tr '\n' ' ')ms under --comm-timeout 1: no timeout"
+else
+	fail "long steps under --comm-timeout 1: $(cat long.err)"
+fi
+finish
