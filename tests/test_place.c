@@ -49,6 +49,10 @@ static void test_syntax(void)
 		"activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(4),activations=everything_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host:cpu:shard(4),activations=everything_saveable,"
+		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host(dram):cpu(speculative):shard(2),"
+		"activations=nothing_saveable,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(3,grads),activations=nothing_saveable,"
 		"activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(2,params),activations=everything_saveable,"
@@ -64,6 +68,8 @@ static void test_syntax(void)
 		"activations=full,activations.context=offload", "activations.context=offload,activations=full",
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
 		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
+		"adam=host:cpu:shard(1)", "adam=host:cpu:shard", "adam=host:cpu:shard(2", "adam=host:cpu:shard(2)x",
+		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,grads)", "adam=host:stream:shard(2,params)",
 		"adam=device:shard(1,grads)", "adam=device:shard(2,grad)", "adam=device:shard(2,grads",
 		"adam=device:shard(,grads)", "adam=device:shard(2,param)", "adam=device:shard(2,grads,params)",
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
@@ -385,8 +391,74 @@ static void test_shard(const char *arch)
 	test_grad_shard(&cfg, arch);
 	ferry_places_default(&p);
 	CHECK(ferry_places_parse("adam=device:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK, "shard");
-	p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
-	CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID, "a split optimizer on the host: not yet");
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse("adam=host:cpu:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer on host threads");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer streamed from the host");
+	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
+	for (int z = 2; z <= 3; z++) {
+		ferry_places_default(&p);
+		CHECK(ferry_places_parse(z == 2 ? "adam=device:shard(2,grads)" : "adam=device:shard(2,params)", &p) ==
+		      FERRY_OK, "--zero %d", z);
+		p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
+		CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "not yet"),
+		      "--zero %d with the optimizer on the host: not yet", z);
+	}
+}
+
+/* Bytes of the table's entries on the host. */
+static size_t host_bytes(const struct ferry_tensor_table *tt)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < tt->n; i++)
+		n += tt->e[i].site == FERRY_SITE_HOST ? tt->e[i].bytes : 0;
+	return n;
+}
+
+/* adam=host:cpu:shard(3): on the host this rank's slice of the master
+ * weights, both moments and the gradients (and of the bf16 result, and
+ * with the speculative order of their undo copy) and nothing else; on
+ * the device the compute copy padded to 3 slices, which the parameters'
+ * entries are.  adam=host:stream:shard(3): on the host the slices of the
+ * master weights and moments only. */
+static void test_host_shard(const char *arch)
+{
+	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
+	static const char *const place[3] = { "adam=host:cpu:shard(3)", "adam=host:cpu(speculative):shard(3)",
+					      "adam=host:stream:shard(3)" };
+
+	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
+	for (int v = 0; v < 6; v++) {
+		const bool bf16 = v & 1, spec = v / 2 == 1, stream = v / 2 == 2;
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .place = place[v / 2] };
+		const size_t per = stream ? 12 : 16 + (bf16 ? 2 : 0) + (spec ? 12 : 0);
+		struct ferry_tensor_table tt;
+		size_t S, n;
+
+		if (ferry_tensor_table_build(&cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: split table on the host: %s", arch, ferry_last_error());
+			continue;
+		}
+		n = tt.n_params;
+		S = tt.ix.shard_numel;
+		CHECK(S == (n + 2) / 3 && S * 3 >= n && tt.e[tt.ix.host_param_slice].bytes == S * 4 &&
+		      tt.e[tt.ix.mom_slice].bytes == S * 4 && tt.e[tt.ix.var_slice].bytes == S * 4 &&
+		      (stream || tt.e[tt.ix.host_grad_slice].bytes == S * 4) && tt.ix.mom[0] < 0 && tt.ix.host_grad[0] < 0,
+		      "%s: host slices of %zu of %zu elements", arch, S, n);
+		CHECK(host_bytes(&tt) == S * per, "%s %s: host bytes %zu, a slice's %zu", arch, place[v / 2],
+		      host_bytes(&tt), S * per);
+		CHECK(stream == (tt.ix.opt_ring >= 0), "%s %s: an optimizer ring when streamed", arch, place[v / 2]);
+		CHECK(tt.buffers[tt.ix.copy_buffer].bytes == 3 * S * (bf16 ? 2 : 4) &&
+		      tt.buffers[tt.ix.copy_buffer].site == FERRY_SITE_DEVICE && tt.ix.param[0] == tt.ix.copy[0],
+		      "%s: the device's compute copy padded to 3 slices", arch);
+		CHECK(!spec || tt.e[tt.ix.host_param_slice].rollback >= 0, "%s: the slice's undo copy", arch);
+		for (int i = 0; i < tt.n; i++)
+			check_entry(arch, &tt, i);
+		ferry_tensor_table_release(&tt);
+	}
 }
 
 int main(void)
@@ -398,5 +470,7 @@ int main(void)
 	test_tables("llama", 1);
 	test_shard("gpt2");
 	test_shard("llama");
+	test_host_shard("gpt2");
+	test_host_shard("llama");
 	return test_exit_code();
 }

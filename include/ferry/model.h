@@ -168,9 +168,11 @@ int ferry_model_max_seq_len(ferry_model_t m);
 ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_CHECK;
 
 /* Copies between host arrays (n_params floats, declaration order) and the
- * device.  With the parameters split over the ranks (--zero 3) each rank
- * keeps its slice of them, and reading them back is a collective (every
- * rank calls it). */
+ * device.  With the optimizer state split over the ranks (ZeRO-1, opts'
+ * zero: its moments; with the optimizer on the host also its master
+ * weights) or the parameters split too (--zero 3), each rank keeps its
+ * slice, and reading back what is split (the optimizer state; the
+ * parameters in those two cases) is a collective: every rank calls it. */
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 /* Whether every forward is a collective: the parameters are split over

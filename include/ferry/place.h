@@ -31,6 +31,11 @@
  *                                      reduce-scattered after its backward (ZeRO-2)
  *        | device:shard(N,params)      and of the parameters, each layer's
  *                                      all-gathered ahead of use (ZeRO-3)
+ *        | HOST:stream:shard(N) | HOST:cpu:shard(N) | HOST:cpu(speculative):shard(N)
+ *                                      ZeRO-1 with the state on the host: each
+ *                                      rank keeps its 1/N of the master weights,
+ *                                      moments (and host gradients: cpu), and
+ *                                      updates it there
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
@@ -55,7 +60,8 @@
  * layers.weights=host:stream(1), --param-prefetch D sets its D,
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
- * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N),
+ * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N)
+ * (with --offload-optimizer stream|cpu: adam=host:stream|cpu:shard(N)),
  * --zero 2 adam=device:shard(N,grads), --zero 3 adam=device:shard(N,params),
  * --policy activations=, --prefetch-depth activations.prefetch=,
  * --mlp-tile activations.mlp_tile=, --loss-tile activations.loss_tile=,
@@ -111,17 +117,20 @@ struct ferry_place {
 				     norm then needs clipping (FERRY_CLIP_SPECULATIVE) */
 	int shard;                /* adam: split over this many ranks, rank r
 				     holding elements [r*S, (r+1)*S) of the
-				     parameter array's moments, S = n / shard
-				     rounded up (ZeRO-1, --zero 1); 0: whole */
+				     parameter array's moments (home host: and
+				     of its master weights and host gradients),
+				     S = n / shard rounded up (ZeRO-1, --zero 1);
+				     0: whole */
 	bool shard_grads;         /* adam split: the gradients too, each rank
 				     keeping its slice of them (ZeRO-2,
 				     --zero 2: shard(N,grads); S then rounded
 				     up to whole blocks of the gradient norm's
-				     sum, src/exec/zero_grads.c) */
+				     sum, src/exec/zero_grads.c; home device
+				     only) */
 	bool shard_params;        /* and the parameters (ZeRO-3, --zero 3:
 				     shard(N,params)): each layer's all-gathered
 				     into a ring of device slots ahead of use,
-				     src/exec/zero_params.c */
+				     src/exec/zero_params.c; home device only */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,

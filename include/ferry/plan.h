@@ -202,7 +202,9 @@ struct ferry_exec_opts {
 				   placements name, below place (NULL: none); what
 				   host_tiers places when it is made from them */
 	int zero;               /* --zero: 1 splits AdamW's moments over the
-				   ranks (ZeRO-1, adam=device:shard(N)), 2 the
+				   ranks (ZeRO-1, adam=device:shard(N); with
+				   optimizer stream or cpu also its master weights
+				   and host gradients, adam=host:...:shard(N)), 2 the
 				   gradients too (ZeRO-2, shard(N,grads)), 3 the
 				   parameters too (ZeRO-3, shard(N,params)); 0 none */
 	int zero_ranks;         /* ... over this many (0: comm's ranks) */

@@ -547,12 +547,13 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 	const size_t chunk = ix->opt_chunk, f32 = chunk * sizeof(float);
 	const int k = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? 4 : 3;
 	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
-	const int home[4] = { ix->param[q], ix->mom[q], ix->var[q], ix->grad[q] };
+	const int *home[4] = { ix->param, ix->mom, ix->var, ix->grad };
+	const int slice[4] = { ix->host_param_slice, ix->mom_slice, ix->var_slice, -1 }; /* split: adam=host:stream:shard(N) */
 	struct opt_slice s = { .n_in = k, .n_out = 3 };
 
 	for (int i = 0; i < k; i++) {
 		s.dev[i] = at(ring, (size_t)i * f32);
-		s.host[i] = at(entry(m, home[i]), off * sizeof(float));
+		s.host[i] = ferry_zero_host_at(m, home[i], slice[i], q, off, sizeof(float));
 		s.bytes[i] = n * sizeof(float);
 	}
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* the gradients and the compute copy are on the device */
@@ -623,16 +624,19 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 
 		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 			continue;
-		for (size_t off = 0; off < pi.numel; off += chunk, k++) {
-			size_t n = pi.numel - off < chunk ? pi.numel - off : chunk;
+		for (size_t off = 0; off < pi.numel; off += chunk) {
+			size_t from = off, n = pi.numel - off < chunk ? pi.numel - off : chunk;
 			int layer = pi.layers && pi.layer_numel == chunk ? (int)(off / chunk) : -1;
 
-			emit_streamed_slice(m, p, q, off, n, k % 2, layer);
+			if (ferry_zero_host_piece(m, q, &from, &n)) /* split: this rank's part */
+				emit_streamed_slice(m, p, q, from, n, k++ % 2, layer);
 		}
 	}
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
+	if (m->tt.ix.host_param_slice >= 0) /* split: every rank's slice of the compute copy to every rank */
+		ferry_zero_host_gather(m, p);
 }
 
 ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)

@@ -30,6 +30,12 @@
  * update program ends with the host-to-device stream waiting for the last
  * host task and the compute stream for it, so the next step reads the
  * updated weights.
+ *
+ * Split over the ranks (adam=host:cpu:shard(N), zero_host.c) the host
+ * holds only the rank's slice of the parameter array: every slice above
+ * is cut to its part of the slice (ferry_zero_host_piece), gradients come
+ * down and weights go up only there, and after the update the compute
+ * copy is all-gathered.
  */
 #include "exec/model_internal.h"
 
@@ -46,18 +52,24 @@ static void *at(void *base, size_t bytes)
 	return base ? (char *)base + bytes : NULL;
 }
 
+static bool split(const struct ferry_model *m)
+{
+	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
+}
+
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
 static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t n)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	const size_t f32 = off * sizeof(float);
 	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
 
-	c.param = at(entry(m, ix->param[q]), f32);
-	c.out[0] = at(entry(m, ix->mom[q]), f32);
-	c.out[1] = at(entry(m, ix->var[q]), f32);
-	c.in[0] = at(entry(m, ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? ix->grad[q] : ix->host_grad[q]), f32);
-	c.param_copy = ix->host_copy[q] >= 0 ? at(entry(m, ix->host_copy[q]), off * m->asz) : NULL;
+	c.param = ferry_zero_host_at(m, ix->param, ix->host_param_slice, q, off, sizeof(float));
+	c.out[0] = ferry_zero_host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
+	c.out[1] = ferry_zero_host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
+	c.in[0] = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? at(entry(m, ix->grad[q]), off * sizeof(float))
+			  : ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float));
+	if ((split(m) ? ix->host_copy_slice : ix->host_copy[q]) >= 0)
+		c.param_copy = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	return c;
 }
@@ -71,14 +83,16 @@ static void *rollback(ferry_model_t m, int i, size_t bytes)
 	return at(entry(m, e->rollback), e->rollback_off + bytes);
 }
 
-/* The copies for rollback of layer l of stacked parameter q's master, m
- * and v, in c->din[0..2]. */
-static void with_undo(ferry_model_t m, int q, int l, size_t layer_numel, struct ferry_op_call *c)
+/* The copies for rollback of elements from off of stacked parameter q's
+ * master, m and v, in c->din[0..2]. */
+static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *c)
 {
-	const int state[3] = { m->tt.ix.param[q], m->tt.ix.mom[q], m->tt.ix.var[q] };
+	const struct ferry_table_index *ix = &m->tt.ix;
+	const int state[3] = { split(m) ? ix->host_param_slice : ix->param[q], split(m) ? ix->mom_slice : ix->mom[q],
+			       split(m) ? ix->var_slice : ix->var[q] };
 
 	for (int i = 0; i < 3; i++)
-		c->din[i] = rollback(m, state[i], (size_t)l * layer_numel * sizeof(float));
+		c->din[i] = rollback(m, state[i], ferry_zero_host_index(m, q, off) * sizeof(float));
 }
 
 /* The updated slice into the device's compute copy, on stream s (after
@@ -103,12 +117,16 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 		      bool copy_grad)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	struct ferry_op_call c = host_call(m, q, off, n);
+	struct ferry_op_call c;
 	char label[56];
 
+	if (!ferry_zero_host_piece(m, q, &off, &n))
+		return;
+	c = host_call(m, q, off, n);
 	if (copy_grad && !ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), off * sizeof(float)),
+		ferry_emit_copy(p, m->opt_d2h,
+				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
 				at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, layer,
 				label);
 		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
@@ -127,21 +145,25 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 		struct ferry_op_call c;
+		size_t off, n;
 		char label[56];
 
 		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 			continue;
+		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
+		if (!ferry_zero_host_piece(m, q, &off, &n))
+			continue;
 		if (variant == FERRY_UPDATE_REDO || variant == FERRY_UPDATE_UNDO) {
-			c = host_call(m, q, (size_t)l * pi.layer_numel, pi.layer_numel);
-			with_undo(m, q, l, pi.layer_numel, &c);
+			c = host_call(m, q, off, n);
+			with_undo(m, q, off, &c);
 			snprintf(label, sizeof(label), "undo %.40s", pi.name);
 			ferry_emit_host_restore(p, m->opt_cpu_stream, &c, l, label);
 			ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, l);
 			if (variant == FERRY_UPDATE_UNDO)
-				upload(m, p, m->opt_h2d, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, &c);
+				upload(m, p, m->opt_h2d, q, off, n, l, &c);
 		}
 		if (variant == FERRY_UPDATE_FULL || variant == FERRY_UPDATE_REDO)
-			cpu_slice(m, p, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, false);
+			cpu_slice(m, p, q, off, n, l, false);
 	}
 }
 
@@ -173,6 +195,8 @@ void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_
 	ferry_emit_wait(p, m->opt_h2d, m->opt_host_done, -1);
 	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
 	ferry_emit_wait(p, m->compute, m->opt_uploaded, -1);
+	if (split(m)) /* every rank's slice of the compute copy to every rank */
+		ferry_zero_host_gather(m, p);
 }
 
 /* Layer l's early update, before the norm is known: grad_scale 1, with an
@@ -182,17 +206,21 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 		struct ferry_op_call c;
+		size_t off, n;
 		char label[56];
 
 		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 			continue;
-		c = host_call(m, q, (size_t)l * pi.layer_numel, pi.layer_numel);
-		with_undo(m, q, l, pi.layer_numel, &c);
+		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
+		if (!ferry_zero_host_piece(m, q, &off, &n))
+			continue;
+		c = host_call(m, q, off, n);
+		with_undo(m, q, off, &c);
 		snprintf(label, sizeof(label), "early adamw %.40s", pi.name);
 		ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, l, label);
 		if (!p->failed)
 			p->t[p->n - 1].patch = FERRY_PATCH_ADAMW_UNCLIPPED;
-		upload(m, p, m->opt_cpu_stream, q, (size_t)l * pi.layer_numel, pi.layer_numel, l, &c);
+		upload(m, p, m->opt_cpu_stream, q, off, n, l, &c);
 	}
 }
 
@@ -208,14 +236,18 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 		ferry_emit_wait(p, m->opt_d2h, m->comm ? m->dp_reduced : m->opt_layer_grads, l);
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
-			size_t off;
+			size_t off, n;
 
 			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
 				continue;
-			off = (size_t)l * pi.layer_numel * sizeof(float);
+			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
+			if (!ferry_zero_host_piece(m, q, &off, &n))
+				continue;
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
-			ferry_emit_copy(p, m->opt_d2h, at(entry(m, ix->host_grad[q]), off), at(entry(m, ix->grad[q]), off),
-					pi.layer_numel * sizeof(float), FERRY_COPY_D2H, l, label);
+			ferry_emit_copy(p, m->opt_d2h,
+					ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
+					at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, l,
+					label);
 		}
 	}
 	/* streamed weights on several ranks: home once averaged there */

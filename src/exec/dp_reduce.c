@@ -63,14 +63,26 @@ void ferry_dp_add_streams(struct ferry_model *m)
 		ferry_zero_grads_add_events(m);
 }
 
+ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks)
+{
+	const char *home = adam->home == FERRY_HOME_DEVICE ? "device"
+			   : adam->update == FERRY_UPDATE_HOST ? "host:cpu" : "host:stream";
+
+	if (adam->shard > 1 && adam->shard != ranks)
+		return ferry_error(FERRY_ERR_INVALID, "adam=%s:shard(%d%s) splits AdamW's state over %d ranks; this "
+				   "run has %d", home, adam->shard, adam->shard_params ? ",params"
+				   : adam->shard_grads ? ",grads" : "", adam->shard, ranks);
+	return FERRY_OK;
+}
+
 ferry_status ferry_dp_check(const struct ferry_model *m)
 {
-	int shard = ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->shard;
+	ferry_status st;
 	bool dev;
 
-	if (m->be && shard > 1 && (m->comm ? ferry_comm_size(m->comm) : 1) != shard)
-		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
-				   "run has %d", shard, shard, m->comm ? ferry_comm_size(m->comm) : 1);
+	if (m->be && (st = ferry_shard_check(ferry_table_place(&m->tt, FERRY_GROUP_ADAM),
+					     m->comm ? ferry_comm_size(m->comm) : 1)))
+		return st;
 	if (m->be && m->tt.ix.grad_slice >= 0 && !ferry_backend_caps(m->be).unified)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d (adam=device:shard(N,%s)) on the %s backend: "
 				   "not yet (the gradient norm over the ranks' slices is summed by host threads)",

@@ -96,9 +96,8 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 		o.zero_ranks = ranks;
 	if ((st = ferry_exec_opts_places(&o, &p)))
 		return st;
-	if (p.group[FERRY_GROUP_ADAM].shard > 1 && p.group[FERRY_GROUP_ADAM].shard != ranks)
-		return ferry_error(FERRY_ERR_INVALID, "adam=device:shard(%d) splits AdamW's state over %d ranks; this "
-				   "run has %d", p.group[FERRY_GROUP_ADAM].shard, p.group[FERRY_GROUP_ADAM].shard, ranks);
+	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)))
+		return st;
 	return ferry_model_plan(cfg, B, T, &o, plan);
 }
 
@@ -588,6 +587,8 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
+	if (m->tt.ix.host_param_slice >= 0) /* this rank's slice of the master weights */
+		return ferry_zero_host_set_params(m, params);
 	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: this rank's slice */
 		return ferry_zero_set_params(m, params);
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
@@ -601,6 +602,8 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
 	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
 		return ferry_zero_get_params(m, params);
+	if (m->tt.ix.host_param_slice >= 0) /* every rank's slice: a collective */
+		return ferry_zero_host_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 

@@ -115,7 +115,7 @@ struct ferry_model {
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
 	/* adam=device:shard(N): "this rank's slices updated", "every slice
-	 * gathered" (zero.c) */
+	 * gathered" (zero.c; adam=host:...:shard(N): zero_host.c) */
 	int zero_updated, zero_gathered;
 	/* adam=device:shard(N,grads) (zero_grads.c): per gradient slot "its
 	 * layer's gradients scattered"; the norm's "this rank's block sums",
@@ -144,6 +144,9 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int laye
  * the unstacked parameters' average at the backward's end. */
 void ferry_dp_add_streams(struct ferry_model *m);
 ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
+/* Refuses a split of AdamW's state (adam's placement) over another number
+ * of ranks than the run's, naming the placement. */
+ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks) FERRY_MUST_CHECK;
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 
@@ -153,6 +156,21 @@ void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var) FERRY_MUST_CHECK;
 ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
+
+/* ZeRO-1 with AdamW's state on the host (zero_host.c, adam=host:cpu:shard(N),
+ * host:stream:shard(N); else all of it, and nothing split): this rank's
+ * part of elements [*off, *off + *n) of parameter q (false: none); where
+ * element off of q is in the host array whose entries are whole[q] or,
+ * split, this rank's slice entry, and its index there; the all-gather of
+ * every rank's slice of the compute copy after the update (the compute
+ * stream waits for it); the parameters from and to whole arrays (reading
+ * them is a collective: every rank calls it). */
+bool ferry_zero_host_piece(const struct ferry_model *m, int q, size_t *off, size_t *n);
+size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off);
+void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem);
+void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p);
+ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
+ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
 
 /* ZeRO-2 (zero_grads.c, adam=device:shard(N,grads)): its events; before
  * and after each layer's backward, its gradient slot zeroed, then

@@ -152,7 +152,7 @@ static bool grads_shard(const char *v, int *ranks)
 	return true;
 }
 
-static ferry_status adam_value(const char *v, struct ferry_place *out)
+static ferry_status adam_whole(const char *v, struct ferry_place *out)
 {
 	const char *tiers = !strncmp(v, "host(", 5) ? v + 5 : NULL, *close = tiers ? strchr(tiers, ')') : NULL;
 	const char *how = close ? close + 1 : !strncmp(v, "host", 4) ? v + 4 : "";
@@ -174,8 +174,8 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
 				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
-				   "shard(N,params): and the parameters); host(TIER) or host(KIND=TIER,...) "
-				   "names its tiers", v);
+				   "shard(N,params): and the parameters), host:stream:shard(N) or host:cpu:shard(N); "
+				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
 					     pl.update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM, &pl);
@@ -185,6 +185,24 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	}
 	*out = pl;
 	return FERRY_OK;
+}
+
+/* adam's host forms with ":shard(N)" after them (N >= 2): split over N
+ * ranks as device:shard(N) is (ZeRO-1 with the state on the host). */
+static ferry_status adam_value(const char *v, struct ferry_place *out)
+{
+	const char *s = strstr(v, ":shard(");
+	char whole[FERRY_PLACE_CHARS];
+	int ranks = 0;
+	ferry_status st;
+
+	if (strncmp(v, "host", 4) || !s || !word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || ranks < 2 ||
+	    (size_t)(s - v) >= sizeof(whole))
+		return adam_whole(v, out);
+	snprintf(whole, sizeof(whole), "%.*s", (int)(s - v), v);
+	if (!(st = adam_whole(whole, out)))
+		out->shard = ranks;
+	return st;
 }
 
 /* How a spec names the activations: not yet, by policy, or name by name
@@ -398,11 +416,14 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard > 1 && adam->home != FERRY_HOME_DEVICE)
-		return ferry_error(FERRY_ERR_INVALID, "--zero %s) splits AdamW's state on the "
-				   "device: with --offload-optimizer or --offload-params (adam on the host), not yet",
-				   adam->shard_params ? "3 (adam=device:shard(N,params)" : adam->shard_grads ?
-				   "2 (adam=device:shard(N,grads)" : "1 (adam=device:shard(N)");
+	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--zero %s) splits the gradients on the device: with "
+				   "--offload-optimizer or --offload-params (adam on the host), not yet",
+				   adam->shard_params ? "3 (adam=device:shard(N,params)" : "2 (adam=device:shard(N,grads)");
+	if (adam->shard > 1 && lw->home == FERRY_HOME_HOST)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 1 with --offload-params (layers.weights=host:stream, "
+				   "adam=...:shard(N)): the weight ring streams whole parameters from the host, which "
+				   "keeps only a slice: not yet");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
@@ -472,6 +493,8 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 	adam_home_text(pl, home, sizeof(home));
 	snprintf(buf, n, "%s:%s", home, pl->update == FERRY_UPDATE_DEVICE ? "stream"
 					: pl->speculative ? "cpu(speculative)" : "cpu");
+	if (pl->shard > 1 && strlen(buf) < n)
+		snprintf(buf + strlen(buf), n - strlen(buf), ":shard(%d)", pl->shard);
 }
 
 /* ",activations.KEY=N" (or auto) when tiled: untiled placements print as

@@ -513,6 +513,88 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 	return r;
 }
 
+/* One host buffer holding this rank's slice of a parameter array
+ * (adam=host:cpu:shard(N)): S elements of dtype. */
+static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum ferry_buffer_kind mem,
+			  enum ferry_tensor_kind kind, enum ferry_dtype dtype, int *buffer)
+{
+	int r = *buffer = add_buffer(tt, name, FERRY_SITE_HOST, mem, kind);
+
+	r = add_entry(tt, r, name, kind, -1, dtype, tt->ix.shard_numel * ferry_dtype_size(dtype), FERRY_PLACE_OFFLOAD);
+	if (r >= 0)
+		tt->e[r].group = FERRY_GROUP_ADAM;
+	return r;
+}
+
+/* adam=host:cpu:shard(N), host:stream:shard(N): on the device the
+ * gradients and the compute copy whole (the copy padded to N slices: the
+ * update's all-gather writes every slice), which is then the parameters'
+ * entry; on the host this rank's slice of the master weights and both
+ * moments; updated by host threads, also of the gradients and, when the
+ * kernels read bf16, of the update's bf16 result; streamed, the device's
+ * two-slot ring of master, m and v slices. */
+static int add_host_shard(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	int r, unused;
+
+	ix->shard_numel = S;
+	r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+					       FERRY_F32, ix->grad, BY_STACKING);
+	if (r >= 0)
+		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
+	if (r >= 0 && S * N > tt->n_params)
+		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
+			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
+	memcpy(ix->param, ix->copy, sizeof(ix->param));
+	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
+		ix->mom[q] = ix->var[q] = -1;
+	if (r >= 0)
+		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
+						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
+	if (r >= 0)
+		r = ix->mom_slice = add_host_slice(tt, "host: adamw m (this rank's slice)", FERRY_BUF_DONATED,
+						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->mom_buffer);
+	if (r >= 0)
+		r = ix->var_slice = add_host_slice(tt, "host: adamw v (this rank's slice)", FERRY_BUF_DONATED,
+						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->var_buffer);
+	ix->opt_chunk = optimizer_chunk(tt);
+	if (r >= 0 && !ferry_table_host_update(tt))
+		return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
+						 FERRY_F32, 2 * 3 * ix->opt_chunk * sizeof(float), FERRY_PLACE_DEVICE);
+	if (r >= 0)
+		r = ix->host_grad_slice = add_host_slice(tt, "host: grads (this rank's slice)", FERRY_BUF_TEMP,
+							 FERRY_TK_GRAD, FERRY_F32, &unused);
+	if (r >= 0 && tt->act_dtype != FERRY_F32)
+		r = ix->host_copy_slice = add_host_slice(tt, "host: params (compute copy, this rank's slice)",
+							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+							 &ix->host_copy_buffer);
+	return r;
+}
+
+/* The host copy for rollback of a split speculative update: this rank's
+ * slice of the master weights and both moments, each slice's copy at
+ * the start of its own entry. */
+static int add_rollback_slices(struct ferry_tensor_table *tt)
+{
+	static const char *const what[3] = { "undo: master (this rank's slice)", "undo: adamw m (this rank's slice)",
+					     "undo: adamw v (this rank's slice)" };
+	const int state[3] = { tt->ix.host_param_slice, tt->ix.mom_slice, tt->ix.var_slice };
+	int buf = add_buffer(tt, "host: optimizer undo copy", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE);
+
+	for (int i = 0; i < 3; i++) {
+		int c = add_entry(tt, buf, what[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, tt->ix.shard_numel * sizeof(float),
+				  FERRY_PLACE_OFFLOAD);
+
+		if (c < 0)
+			return c;
+		tt->e[state[i]].rollback = c;
+	}
+	return buf;
+}
+
 /* Every streamed weight group's ring off (struct ferry_table_ring). */
 static void rings_off(struct ferry_table_index *ix)
 {
@@ -540,6 +622,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
+	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
 	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = -1;
 	tt->ix.grad_slots = 0;
 	tt->ix.grad_slot_numel = 0;
@@ -550,6 +633,8 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	rings_off(&tt->ix);
 	if (ferry_table_streamed(tt, FERRY_GROUP_LAYER_WEIGHTS))
 		return add_offloaded_params(tt);
+	if (stream && shard)
+		return add_host_shard(tt);
 	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) { /* ZeRO-3 */
 		r = add_grad_slices(tt);
 		r = r >= 0 ? add_param_slices(tt) : r;
@@ -595,7 +680,7 @@ static int add_params(struct ferry_tensor_table *tt)
 	int r = add_params_placed(tt);
 
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative)
-		r = add_rollback(tt);
+		r = tt->ix.host_param_slice >= 0 ? add_rollback_slices(tt) : add_rollback(tt);
 	return r;
 }
 

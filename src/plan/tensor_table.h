@@ -112,6 +112,12 @@ struct ferry_table_index {
 	 * to N slices (0: not split) */
 	int mom_slice, var_slice;
 	size_t shard_numel;
+	/* adam=host:cpu:shard(N), host:stream:shard(N): on the host also this
+	 * rank's slice of the master weights and (cpu) of the gradients and
+	 * (bf16) of the update's result, no host entries per parameter
+	 * (param[q] is the device compute copy, whole, padded to N slices;
+	 * -1 otherwise) */
+	int host_param_slice, host_grad_slice, host_copy_slice;
 	/* adam=device:shard(N,grads) (ZeRO-2): no grad[q]; this rank's slice
 	 * of the gradient array (entry grad_slice, shard_numel elements), the
 	 * stacked parameters' gradients one layer at a time in grad_slots

@@ -1048,7 +1048,9 @@ static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
 
 /* What a save writes, read from the model: parameters (and their hash),
  * moments.  With the moments split over the ranks (--zero 1) every rank
- * reads them (a collective). */
+ * reads them (a collective), and the parameters too when the master
+ * weights are split (--zero 1 with --offload-optimizer cpu or stream):
+ * after the ranks agree to save. */
 struct save_state {
 	float *params, *mom, *var;
 	uint64_t hash;
@@ -1063,7 +1065,14 @@ static ferry_status save_alloc(ferry_trainer_t tr, struct save_state *s)
 		st = ferry_host_alloc(tr->be, bytes, (void **)&s->mom);
 	if (!st)
 		st = ferry_host_alloc(tr->be, bytes, (void **)&s->var);
-	if (!st && !(st = ferry_model_get_params(tr->model, s->params)))
+	return st;
+}
+
+static ferry_status save_params(ferry_trainer_t tr, struct save_state *s)
+{
+	ferry_status st = ferry_model_get_params(tr->model, s->params);
+
+	if (!st)
 		s->hash = ferry_params_hash(s->params, ferry_model_num_params(tr->model));
 	return st;
 }
@@ -1082,10 +1091,12 @@ static ferry_status save_write(ferry_trainer_t tr, const char *path, const struc
 
 /* Several ranks: every rank's parameters checked against rank 0's, the
  * moments gathered, rank 0 writes; the same status on every rank. */
-static ferry_status save_ranks(ferry_trainer_t tr, const char *path, const struct save_state *s)
+static ferry_status save_ranks(ferry_trainer_t tr, const char *path, struct save_state *s)
 {
-	ferry_status st = same_params(tr, s->hash);
+	ferry_status st = ferry_comm_agree(tr->comm, save_params(tr, s));
 
+	if (!st)
+		st = same_params(tr, s->hash);
 	if (!st)
 		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
 	if (!st && tr->rank == 0)
@@ -1112,7 +1123,8 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		st = save_alloc(tr, &s);
 	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
 		st = save_ranks(tr, path, &s);
-	else if (tr->ranks == 1 && !st && !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
+	else if (tr->ranks == 1 && !st && !(st = save_params(tr, &s)) &&
+		 !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
 		st = save_write(tr, path, &s);
 	ferry_host_free(tr->be, s.var);
 	ferry_host_free(tr->be, s.mom);

@@ -3,7 +3,9 @@
 # each rank's device peak and host bytes, and on 2 and 3 ranks under
 # mpirun every rank's measured peaks (`ferry train --json`'s rank_memory
 # record) equal them, for GPT-2 and Llama, --zero 0 and 1, offloaded
-# activations, optimizer and parameters.  The ZeRO-1 split is checked
+# activations, optimizer and parameters, and --zero 1 with AdamW on the
+# host (host threads, exact and speculative, and streamed: each rank's
+# host bytes its slice's).  The ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
 # step 1 plans the rank's share.  Skips without mpirun or a ferry built
@@ -50,6 +52,9 @@ for n in 2 3; do
 	compare "$n" --offload-optimizer stream --policy nothing_saveable
 	compare "$n" --offload-params --offload-optimizer cpu --policy minimal_offloaded
 	compare "$n" --model llama --kv-heads 2 --offload-params --offload-embeddings --offload-optimizer stream
+	compare "$n" --zero 1 --offload-optimizer cpu
+	compare "$n" --zero 1 --offload-optimizer cpu --clip-order speculative
+	compare "$n" --model llama --kv-heads 2 --zero 1 --offload-optimizer stream
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)

@@ -245,11 +245,14 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
-	  "of the moments, then the ranks gather the parameters;\n"
-	  "2 (ZeRO-2) also keeps only its 1/N of the gradients, each\n"
-	  "layer's reduce-scattered as soon as its backward is done;\n"
-	  "3 (ZeRO-3) also keeps only its 1/N of the parameters, each\n"
-	  "layer's all-gathered one layer ahead of use",
+	  "of the moments (with --offload-optimizer cpu or stream: also\n"
+	  "of the master weights (cpu: and gradients) on the host),\n"
+	  "then the ranks gather the parameters; 2 (ZeRO-2) also\n"
+	  "keeps only its 1/N of the gradients, each layer's\n"
+	  "reduce-scattered as soon as its backward is done; 3 (ZeRO-3)\n"
+	  "also keeps only its 1/N of the parameters, each layer's\n"
+	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
+	  "device)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
@@ -260,7 +263,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
 	  "edges.weights=device|host:stream, adam=device|host:stream|\n"
-	  "host:cpu|host:cpu(speculative)|device:shard(N),\n"
+	  "host:cpu|host:cpu(speculative)|device:shard(N[,grads|params])|\n"
+	  "host:stream:shard(N)|host:cpu:shard(N)|\n"
+	  "host:cpu(speculative):shard(N),\n"
 	  "activations=POLICY,\n"
 	  "activations.NAME=device|offload|remat,\n"
 	  "activations.prefetch=D|D1+D2...|auto,\n"

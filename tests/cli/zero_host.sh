@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# ZeRO-1 with AdamW's state on the host (--zero 1 --offload-optimizer cpu,
+# adam=host:cpu:shard(N); issue 22 item 4): each rank keeps its slice of
+# the master weights, moments and host gradients and updates it on its own
+# threads, then the compute copy is gathered (--offload-optimizer stream,
+# adam=host:stream:shard(N): the slice streamed through the device's ring).
+# On 2, 3 and 4 ranks, GPT-2 and Llama, exact and speculative order
+# (clipping, so undone and redone, and not), with --grad-accum, and
+# streamed: the same files, bit for bit, as --zero 0
+# with the same offload mode and as the device run; a split run resumed on
+# 4 ranks goes on as an unsplit one does; `ferry plan` prints the placement,
+# --place reproduces the plan, and its host bytes are a slice's (that each
+# rank's measured host bytes are its plan's, exactly: plan_ranks.sh).  What
+# it does not do yet is refused by name before step 1.  Skips without
+# mpirun or a ferry built with MPI.
+. "$(dirname "$0")/lib.bash"
+need_mpi
+make_corpus
+
+common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
+gpt=(--layers 2 --channels 32 --heads 4)
+llama=(--model llama --layers 2 --channels 32 --heads 4 --kv-heads 2)
+cpu=(--offload-optimizer cpu)
+spec=(--offload-optimizer cpu --clip-order speculative)
+stream=(--offload-optimizer stream)
+
+# same_save A B: the same files (an llm.c file and its state, or a directory).
+same_save() {
+	if [ -d "$1" ]; then diff -r "$1" "$2" >/dev/null; else cmp -s "$1" "$2" && cmp -s "$1.state" "$2.state"; fi
+}
+
+# trains NAME N FLAGS...: N ranks save NAME.
+trains() {
+	local name=$1 n=$2; shift 2
+	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
+		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
+}
+
+# NAME|RANKS|MODEL|MODE|MORE: --zero 1 against --zero 0 in MODE, and the device run
+runs=("gpt2|2|gpt|cpu|" "gpt2 speculative, clipped|2|gpt|spec|" "gpt2 speculative, unclipped|2|gpt|spec|--grad-clip 10"
+	"gpt2|3|gpt|cpu|" "gpt2, micro-batches|4|gpt|cpu|--grad-accum 2"
+	"llama|2|llama|cpu|" "llama speculative|2|llama|spec|" "gpt2 streamed|3|gpt|stream|"
+	"llama streamed|2|llama|stream|")
+for entry in "${runs[@]}"; do
+	IFS='|' read -r name n model mode more <<<"$entry"
+	declare -n shape=$model opts=$mode
+	read -r -a extra <<<"$more"
+	checks=$((checks + 1))
+	rm -rf dev z0 z1 dev.state z0.state z1.state
+	trains dev "$n" "${shape[@]}" --batch 2 "${extra[@]}" &&
+		trains z0 "$n" "${shape[@]}" --batch 2 "${opts[@]}" --zero 0 "${extra[@]}" &&
+		trains z1 "$n" "${shape[@]}" --batch 2 "${opts[@]}" --zero 1 "${extra[@]}" || continue
+	if same_save z0 z1 && same_save dev z1; then
+		echo "ok: $name (${opts[*]} $more) on $n ranks: --zero 1 saves the bits of --zero 0 and of the device run"
+	else
+		fail "$name (${opts[*]} $more) on $n ranks: --zero 1, --zero 0 and the device run differ"
+	fi
+	unset -n shape opts
+done
+
+# Split on the host over 2 ranks at step 3, resumed on 4: split on the
+# host, on the device, and not split, the same bits.
+checks=$((checks + 1))
+mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 4 "${cpu[@]}" --zero 1 --steps 3 --save half >/dev/null 2>&1
+for z in "0" "1 --offload-optimizer cpu" "1"; do
+	# shellcheck disable=SC2086
+	mpi_run 4 "$FERRY" train --resume half --zero $z --steps 6 --sample 0 --threads 1 --save "on4_${z// /_}" \
+		>/dev/null 2>&1
+done
+if [ -f on4_1_--offload-optimizer_cpu ] && same_save on4_0 on4_1_--offload-optimizer_cpu && same_save on4_0 on4_1; then
+	echo "ok: split on the host over 2 ranks at step 3, resumed on 4 split (host, device) and unsplit: the same bits"
+else
+	fail "resuming a run split on the host on 4 ranks: other bits"
+fi
+
+# The plan of one rank of 2: the placement printed and read back, its
+# host bytes a slice's (16 bytes an element: master, m, v, gradient; the
+# speculative order's undo copy of master, m and v 12 more) of the
+# parameters the unsplit exact plan holds (16 bytes each).
+json_host_total() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["host"]["total_bytes"])' "$1"; }
+json_place() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["place"])' "$1"; }
+plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}")
+for order in exact speculative; do
+	checks=$((checks + 1))
+	"$FERRY" plan "${plan[@]}" "${cpu[@]}" --clip-order $order --json whole.json >/dev/null &&
+		"$FERRY" plan "${plan[@]}" "${cpu[@]}" --clip-order $order --place "adam=host:cpu$(
+			[ $order = speculative ] && echo '(speculative)'):shard(2)" --json split.json >/dev/null 2>&1 &&
+		"$FERRY" plan "${plan[@]}" --place "$(json_place split.json)" --json again.json >/dev/null ||
+		{ fail "plan, $order: $(tail -n 1 split.json)"; continue; }
+	per=$([ $order = speculative ] && echo 28 || echo 16)
+	[ $order = exact ] && n=$(($(json_host_total whole.json) / 16))
+	want=$(((n + 1) / 2 * per))
+	if [ "$(json_host_total split.json)" = "$want" ] && grep -q ':shard(2)' <<<"$(json_place split.json)" &&
+		cmp -s split.json again.json; then
+		echo "ok: plan, $order: $(json_place split.json | grep -o 'adam=[^,]*'), host $want bytes for $n parameters, --place reproduces it"
+	else
+		fail "plan, $order: host $(json_host_total split.json) bytes, not $want, or the placement does not round-trip"
+	fi
+done
+
+for flags in "--offload-optimizer cpu --offload-params" "--offload-optimizer stream --offload-params"; do
+	checks=$((checks + 1))
+	# shellcheck disable=SC2086
+	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 1 $flags >off.out 2>off.err
+	if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q 'not yet' off.err &&
+		! grep -q '^step' off.out; then
+		echo "ok: --zero 1 $flags is refused before step 1: $(grep '^ferry train' off.err)"
+	else
+		fail "--zero 1 $flags: $(cat off.err)"
+	fi
+done
+expect_error "a split on the host over 2 ranks in one process" "adam=host:cpu:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
+	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2)'
+expect_error "adam=host:cpu:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
+	--place 'adam=host:cpu:shard(2),layers.weights=host:stream'
+finish
