@@ -8,7 +8,9 @@
 # config.json's window changes the loss and null is none (window, caps),
 # what it may not say is refused by name (an activation, layer_types against
 # its even layers, max_window_layers; a cap in a Llama's); what it lacks on
-# the CUDA backend is refused when planned, naming it.  (The caps' effect on
+# the CUDA backend is refused when planned, naming it; on 2 ranks every ZeRO
+# stage saves the bits of --zero 0, one process with the global batch's
+# losses (where MPI is).  (The caps' effect on
 # the loss: tests/cli/families_ref.sh.)
 . "$(dirname "$0")/lib.bash"
 make_corpus
@@ -80,6 +82,29 @@ expect_ok "a llama" "$FERRY" train --model llama --layers 1 --channels 16 --head
 sed -i 's/"rope_theta"/"final_logit_softcapping": 30.0,\n  "rope_theta"/' llama/config.json
 expect_error "a cap on llama" "final_logit_softcapping is not a field of LlamaForCausalLM" \
 	"$FERRY" eval --checkpoint llama "${EVAL[@]}"
+# on 2 ranks (where MPI is): every ZeRO stage saves the bits of --zero 0,
+# and --zero 0 is one process with the global batch within 1e-6
+if command -v mpirun >/dev/null && "$FERRY" info 2>/dev/null | grep -q "MPI built in"; then
+	ONE=(--sample 0 --threads 1 --data 'corpus_train_*.bin' --seq 16 --steps 4)
+	expect_ok "one process, batch 4" "$FERRY" train "${SHAPE[@]}" "${ONE[@]}" --batch 4 --json one.json --save one
+	for z in 0 1 2 3; do
+		checks=$((checks + 1))
+		mpi_run 2 "$FERRY" train "${SHAPE[@]}" "${ONE[@]}" --batch 2 --zero "$z" --json z$z.json --save z$z \
+			>z$z.out 2>&1 || fail "2 ranks, --zero $z: $(tail -n 2 z$z.out)"
+	done
+	for z in 1 2 3; do
+		cmp -s z0/model.safetensors z$z/model.safetensors && echo "ok: 2 ranks, --zero $z: the bits of --zero 0" ||
+			fail "2 ranks, --zero $z saves other bits than --zero 0"
+	done
+	checks=$((checks + 1))
+	if d=$(losses_agree one.json z0.json); then
+		echo "ok: 2 ranks against one process with the global batch: $d"
+	else
+		fail "2 ranks against one process with the global batch: $d"
+	fi
+else
+	echo "skipped: the 2-rank checks (no mpirun or MPI)"
+fi
 # every op of it has a CUDA kernel: planned there as on the CPU (no GPU needed)
 expect_ok "gemma2 on the cuda backend" "$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --backend cuda
 finish
