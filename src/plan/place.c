@@ -200,15 +200,15 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	ferry_status st;
 
 	if (strncmp(v, "host", 4) || !s ||
-	    !(word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || grads_shard(s + 1, &ranks)) || ranks < 2 ||
+	    !(word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || (grads_shard(s + 1, &ranks) && !strstr(s, ",params)"))) ||
+	    ranks < 2 ||
 	    (size_t)(s - v) >= sizeof(whole))
 		return adam_whole(v, out);
 	snprintf(whole, sizeof(whole), "%.*s", (int)(s - v), v);
 	if ((st = adam_whole(whole, out)))
 		return st;
 	out->shard = ranks;
-	out->shard_params = strstr(s, ",params)") != NULL;
-	out->shard_grads = out->shard_params || strstr(s, ",grads)") != NULL;
+	out->shard_grads = strstr(s, ",grads)") != NULL;
 	return FERRY_OK;
 }
 

@@ -164,6 +164,8 @@ expect_error "adam=host:cpu:shard(2) with the parameters offloaded" "not yet" "$
 	--place 'adam=host:cpu:shard(2),layers.weights=host:stream'
 expect_error "adam=host:stream:shard(2,grads)" "--zero 2 with --offload-optimizer stream" "$FERRY" plan "${plan[@]}" \
 	--place 'adam=host:stream:shard(2,grads)'
-expect_error "adam=host:cpu:shard(2,params)" "--zero 3 (adam=...:shard(N,params))" "$FERRY" plan "${plan[@]}" \
-	--place 'adam=host:cpu:shard(2,params)'
+expect_error "adam=host:cpu:shard(2,params)" "host:cpu:shard(N) (host:cpu:shard(N,grads)" "$FERRY" plan \
+	"${plan[@]}" --place 'adam=host:cpu:shard(2,params)'
+expect_error "--zero 3 --offload-optimizer cpu" "--zero 3 (adam=...:shard(N,params))" "$FERRY" plan "${plan[@]}" \
+	--zero 3 --offload-optimizer cpu --ranks 2
 finish
