@@ -55,6 +55,8 @@ static void test_syntax(void)
 		"activations=nothing_saveable,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(3,grads),activations=nothing_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host(dram):cpu(speculative):shard(2,grads),"
+		"activations=nothing_saveable,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(2,params),activations=everything_saveable,"
 		"activations.prefetch=2",
 		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
@@ -69,7 +71,8 @@ static void test_syntax(void)
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
 		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
 		"adam=host:cpu:shard(1)", "adam=host:cpu:shard", "adam=host:cpu:shard(2", "adam=host:cpu:shard(2)x",
-		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,grads)", "adam=host:stream:shard(2,params)",
+		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,params)", "adam=host:stream:shard(2,params)",
+		"adam=host:cpu:shard(2,grads", "adam=host:cpu:shard(1,grads)",
 		"adam=device:shard(1,grads)", "adam=device:shard(2,grad)", "adam=device:shard(2,grads",
 		"adam=device:shard(,grads)", "adam=device:shard(2,param)", "adam=device:shard(2,grads,params)",
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
@@ -396,6 +399,12 @@ static void test_shard(const char *arch)
 	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer on host threads");
 	CHECK(ferry_places_parse("adam=host:stream:shard(2)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].shard == 2, "a split optimizer streamed from the host");
+	CHECK(ferry_places_parse("adam=host:cpu:shard(2,grads)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard_grads && !p.group[FERRY_GROUP_ADAM].shard_params,
+	      "ZeRO-2 on host threads");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2,grads)", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
+	      "ZeRO-2 streamed: not yet, by name");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
 	for (int z = 2; z <= 3; z++) {

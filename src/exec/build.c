@@ -474,18 +474,18 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 	}
 	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: from every rank's slice */
 		ferry_zero_grads_norm(m, p);
-		return;
-	}
-	void *sumsq = entry(m, m->tt.ix.grad_norm);
-	struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
+	} else {
+		void *sumsq = entry(m, m->tt.ix.grad_norm);
+		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
 
-	ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
-	c.in[0] = grads_base(m);
-	c.n = (long)m->tt.n_params;
-	with_workspace(m, &c);
-	c.result = sumsq;
-	ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
-	ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
+		ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
+		c.in[0] = grads_base(m);
+		c.n = (long)m->tt.n_params;
+		with_workspace(m, &c);
+		c.result = sumsq;
+		ferry_emit_op(p, m->compute, &c, -1, "grad norm: sum of squares");
+		ferry_emit_copy(p, m->compute, m->host_sumsq, sumsq, sizeof(double), FERRY_COPY_D2H, -1, "grad norm");
+	}
 	/* the step's synchronisation also waits for a speculative backward's
 	 * early updates: the next step re-patches their tasks in place */
 	if (ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->speculative)

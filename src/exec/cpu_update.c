@@ -35,7 +35,9 @@
  * holds only the rank's slice of the parameter array: every slice above
  * is cut to its part of the slice (ferry_zero_host_piece), gradients come
  * down and weights go up only there, and after the update the compute
- * copy is all-gathered.
+ * copy is all-gathered.  With the gradients split too (host:cpu:shard(N,
+ * grads), ZeRO-2) they come down from the device's slice once a layer's
+ * are reduce-scattered into it (zero_grads.c).
  */
 #include "exec/model_internal.h"
 
@@ -55,6 +57,17 @@ static void *at(void *base, size_t bytes)
 static bool split(const struct ferry_model *m)
 {
 	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
+}
+
+/* Gradient elements from off of parameter q on the device: whole, or
+ * (adam=host:cpu:shard(N,grads), ZeRO-2) in this rank's slice there. */
+static void *device_grad(ferry_model_t m, int q, size_t off)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	if (ix->grad_slice >= 0)
+		return at(entry(m, ix->grad_slice), ferry_zero_host_index(m, q, off) * sizeof(float));
+	return at(entry(m, ix->grad[q]), off * sizeof(float));
 }
 
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
@@ -127,8 +140,7 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
 		ferry_emit_copy(p, m->opt_d2h,
 				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
-				at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, layer,
-				label);
+				device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
 		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
 		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
 	}
@@ -231,9 +243,10 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	char label[56];
 
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
-		if (!m->comm) /* on several ranks: once averaged (dp_reduce.c) */
+		if (!m->comm) /* on several ranks: once averaged (dp_reduce.c), ZeRO-2's into the slice */
 			ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
-		ferry_emit_wait(p, m->opt_d2h, m->comm ? m->dp_reduced : m->opt_layer_grads, l);
+		ferry_emit_wait(p, m->opt_d2h, !m->comm ? m->opt_layer_grads
+					      : ix->grad_slice >= 0 ? m->zero_slot_free[l % ix->grad_slots] : m->dp_reduced, l);
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
 			size_t off, n;
@@ -246,8 +259,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
 			ferry_emit_copy(p, m->opt_d2h,
 					ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
-					at(entry(m, ix->grad[q]), off * sizeof(float)), n * sizeof(float), FERRY_COPY_D2H, l,
-					label);
+					device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, l, label);
 		}
 	}
 	/* streamed weights on several ranks: home once averaged there */

@@ -84,7 +84,7 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 					     m->comm ? ferry_comm_size(m->comm) : 1)))
 		return st;
 	if (m->be && m->tt.ix.grad_slice >= 0 && !ferry_backend_caps(m->be).unified)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d (adam=device:shard(N,%s)) on the %s backend: "
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d (adam=...:shard(N,%s)) on the %s backend: "
 				   "not yet (the gradient norm over the ranks' slices is summed by host threads)",
 				   m->tt.ix.param_slice >= 0 ? 3 : 2, m->tt.ix.param_slice >= 0 ? "params" : "grads",
 				   ferry_backend_name(m->be));

@@ -135,10 +135,10 @@ static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum f
 	return FERRY_OK;
 }
 
-/* "device:shard(N,grads)" or "device:shard(N,params)": N into *ranks. */
+/* "shard(N,grads)" or "shard(N,params)": N into *ranks. */
 static bool grads_shard(const char *v, int *ranks)
 {
-	static const char head[] = "device:shard(";
+	static const char head[] = "shard(";
 	char *end;
 	long n;
 
@@ -159,7 +159,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 	struct ferry_place pl = { 0 };
 	int ranks = 0;
 
-	if ((word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) || grads_shard(v, &ranks)) && ranks > 1) {
+	if ((word_with_depth(v, "device:shard", MAX_SHARDS, &ranks) ||
+	     (!strncmp(v, "device:", 7) && grads_shard(v + 7, &ranks))) && ranks > 1) {
 		pl = place_of(FERRY_HOME_DEVICE, FERRY_ACCESS_RESIDENT, 0, FERRY_UPDATE_DEVICE, false);
 		pl.shard = ranks;
 		pl.shard_params = strstr(v, ",params)") != NULL;
@@ -174,7 +175,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: device, host:stream (updated on the device "
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
 				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
-				   "shard(N,params): and the parameters), host:stream:shard(N) or host:cpu:shard(N); "
+				   "shard(N,params): and the parameters), host:stream:shard(N) or host:cpu:shard(N) "
+				   "(host:cpu:shard(N,grads): the gradients too); "
 				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
@@ -188,7 +190,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 }
 
 /* adam's host forms with ":shard(N)" after them (N >= 2): split over N
- * ranks as device:shard(N) is (ZeRO-1 with the state on the host). */
+ * ranks as device:shard(N) is (ZeRO-1 with the state on the host;
+ * ":shard(N,grads)": ZeRO-2's gradients too). */
 static ferry_status adam_value(const char *v, struct ferry_place *out)
 {
 	const char *s = strstr(v, ":shard(");
@@ -196,13 +199,17 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	int ranks = 0;
 	ferry_status st;
 
-	if (strncmp(v, "host", 4) || !s || !word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || ranks < 2 ||
+	if (strncmp(v, "host", 4) || !s ||
+	    !(word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || (grads_shard(s + 1, &ranks) && !strstr(s, ",params)"))) ||
+	    ranks < 2 ||
 	    (size_t)(s - v) >= sizeof(whole))
 		return adam_whole(v, out);
 	snprintf(whole, sizeof(whole), "%.*s", (int)(s - v), v);
-	if (!(st = adam_whole(whole, out)))
-		out->shard = ranks;
-	return st;
+	if ((st = adam_whole(whole, out)))
+		return st;
+	out->shard = ranks;
+	out->shard_grads = strstr(s, ",grads)") != NULL;
+	return FERRY_OK;
 }
 
 /* How a spec names the activations: not yet, by policy, or name by name
@@ -416,14 +423,17 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE)
-		return ferry_error(FERRY_ERR_INVALID, "--zero %s) splits the gradients on the device: with "
-				   "--offload-optimizer or --offload-params (adam on the host), not yet",
-				   adam->shard_params ? "3 (adam=device:shard(N,params)" : "2 (adam=device:shard(N,grads)");
+	if (adam->shard_params && adam->home != FERRY_HOME_DEVICE)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 3 (adam=...:shard(N,params)) splits the parameters "
+				   "on the device: with --offload-optimizer or --offload-params (adam on the host), not yet");
+	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE && adam->update != FERRY_UPDATE_HOST)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 2 with --offload-optimizer stream "
+				   "(adam=host:stream:shard(N,grads)): the optimizer ring reads whole gradients: not yet "
+				   "(--offload-optimizer cpu, adam=host:cpu:shard(N,grads), splits them)");
 	if (adam->shard > 1 && lw->home == FERRY_HOME_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 1 with --offload-params (layers.weights=host:stream, "
+		return ferry_error(FERRY_ERR_INVALID, "--zero %d with --offload-params (layers.weights=host:stream, "
 				   "adam=...:shard(N)): the weight ring streams whole parameters from the host, which "
-				   "keeps only a slice: not yet");
+				   "keeps only a slice: not yet", 1 + adam->shard_grads + adam->shard_params);
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "
@@ -494,7 +504,7 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 	snprintf(buf, n, "%s:%s", home, pl->update == FERRY_UPDATE_DEVICE ? "stream"
 					: pl->speculative ? "cpu(speculative)" : "cpu");
 	if (pl->shard > 1 && strlen(buf) < n)
-		snprintf(buf + strlen(buf), n - strlen(buf), ":shard(%d)", pl->shard);
+		snprintf(buf + strlen(buf), n - strlen(buf), ":shard(%d%s)", pl->shard, pl->shard_grads ? ",grads" : "");
 }
 
 /* ",activations.KEY=N" (or auto) when tiled: untiled placements print as

@@ -527,7 +527,8 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
 }
 
 /* adam=host:cpu:shard(N), host:stream:shard(N): on the device the
- * gradients and the compute copy whole (the copy padded to N slices: the
+ * gradients (host:cpu:shard(N,grads): this rank's slice, as ZeRO-2's)
+ * and the compute copy whole (the copy padded to N slices: the
  * update's all-gather writes every slice), which is then the parameters'
  * entry; on the host this rank's slice of the master weights and both
  * moments; updated by host threads, also of the gradients and, when the
@@ -536,12 +537,15 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = (tt->n_params + N - 1) / N;
+	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
 	int r, unused;
 
 	ix->shard_numel = S;
-	r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-					       FERRY_F32, ix->grad, BY_STACKING);
+	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads) /* ZeRO-2: the device's gradients a slice */
+		r = add_grad_slices(tt);
+	else
+		r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+						       FERRY_TK_GRAD, FERRY_F32, ix->grad, BY_STACKING);
 	if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
