@@ -2,8 +2,11 @@
 # docs/plan_70b.md stays true: every row of its table of settings is what
 # `ferry plan --ranks 8` prints for Llama 3.3 70B (docs/llama33_70b), and
 # the rows of its case worked by hand add up to that plan's bytes.
+# The plans are the CUDA backend's (its kernels' workspace among them): a
+# build without it (the sanitizer presets) skips (77).
 DOC=$(cd "$(dirname "$0")/../../docs" && pwd)
 . "$(dirname "$0")/lib.bash"
+"$FERRY" info 2>/dev/null | grep -q '^  cuda ' || { echo "skipped: ferry built without the CUDA backend"; exit 77; }
 BASE=(--checkpoint "$DOC/llama33_70b" --backend cuda --batch 1 --seq 8192 --pinned-limit 116G --device-mem 134468M
 	--ranks 8)
 
