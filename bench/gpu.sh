@@ -14,7 +14,7 @@ case "${1:-}" in
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
 	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_GPU_SECTIONS"
-	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; the build"
+	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; also \"sanitize\"; the build"
 	echo "always runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
 	echo "history.  JSON rows and a Perfetto trace go next to the log (same name stem)."
 	exit 0 ;;
@@ -117,6 +117,23 @@ if has offload; then
 		"--offload-optimizer cpu --offload-params --offload-embeddings"; do
 		# shellcheck disable=SC2086 # the flags are words
 		./build/ferry bench "${llama[@]}" $flags --steps 3 nothing_saveable || rc=1
+	done
+fi
+if has sanitize; then
+	# cuBLAS's own kernels are left out (racecheck reports hazards inside
+	# them, and they are not ferry's to fix): every kernel of ferry's ends
+	# in _kernel
+	echo; echo "## compute-sanitizer memcheck and racecheck on ferry's kernels (names *_kernel)"
+	for tool in memcheck racecheck; do
+		for t in test_gpu_ops test_gpu_llama_ops test_gpu_train; do
+			log="${stem}_sanitize_${tool}_$t.txt"
+			timeout "${FERRY_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --kernel-regex kns=_kernel \
+				--error-exitcode 9 "./build/tests/$t" >"$log" 2>&1
+			src=$?
+			echo "$tool $t: exit $src ($([ $src -eq 124 ] && echo "stopped at the time limit" ||
+				grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log"))"
+			[ $src -eq 0 ] || [ $src -eq 124 ] || { rc=1; tail -20 "$log"; }
+		done
 	done
 fi
 echo; echo "results: $out"
