@@ -16,7 +16,8 @@ case "${1:-}" in
 	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_GPU_SECTIONS"
 	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; also \"sanitize\"; the build"
 	echo "always runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
-	echo "history.  JSON rows and a Perfetto trace go next to the log (same name stem)."
+	echo "history; FERRY_GPU_TESTS=REGEX runs only the GPU tests it matches, printing their"
+	echo "whole output.  JSON rows and a Perfetto trace go next to the log (same name stem)."
 	exit 0 ;;
 "") ;;
 *) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
@@ -67,7 +68,11 @@ stem=${out%.txt}
 export FERRY_REQUIRE_GPU=1
 if has tests; then
 	echo; echo "## GPU tests"
-	ctest --test-dir build -L gpu --output-on-failure || rc=1
+	if [ -n "${FERRY_GPU_TESTS:-}" ]; then # a subset, each test's whole output
+		ctest --test-dir build -L gpu -R "$FERRY_GPU_TESTS" -V || rc=1
+	else
+		ctest --test-dir build -L gpu --output-on-failure || rc=1
+	fi
 fi
 if has gpt2; then
 	echo; echo "## GPT-2 124M step (bf16, everything kept): batch 16 x 1024 and 48 x 1024"
