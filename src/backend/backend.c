@@ -83,6 +83,11 @@ static ferry_status unknown_backend(const char *name)
 	return ferry_error(FERRY_ERR_INVALID, "unknown backend '%s' (have: %s)", name, list);
 }
 
+ferry_status ferry_backend_compiled_in(const char *name)
+{
+	return find_backend(name) ? FERRY_OK : unknown_backend(name);
+}
+
 ferry_status ferry_backend_probe(const char *name)
 {
 	const struct ferry_backend_iface *iface = name ? find_backend(name) : NULL;

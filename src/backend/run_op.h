@@ -13,6 +13,10 @@
 /* Every device buffer starts at, and is sized in, multiples of this. */
 #define FERRY_BUFFER_ALIGN 256
 
+/* FERRY_OK when the named backend is compiled into this build (it may
+ * still have no device here), else why not; no device is opened. */
+ferry_status ferry_backend_compiled_in(const char *backend);
+
 /* Bytes of scratch the named backend's kernels need for a call (0 for an
  * unknown backend or one that needs none); no device is opened. */
 size_t ferry_backend_op_scratch(const char *backend, const struct ferry_op_call *call);

@@ -832,7 +832,11 @@ static ferry_status check_kernels(const struct ferry_tensor_table *tt, const cha
 	const char *why;
 	char missing[256] = "";
 	int lw = 0;
+	ferry_status st;
 
+	/* a backend this build lacks: its kernels' workspace and gaps are unknown */
+	if (backend && (st = ferry_backend_compiled_in(backend)))
+		return st;
 	ferry_model_scalars(&tt->cfg, scalars);
 	while (lw < tt->cfg.layers - 1 && !ferry_window_at_layer(scalars, lw))
 		lw++;
