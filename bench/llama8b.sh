@@ -101,25 +101,26 @@ PEAK=()
 
 # (ii) and (iii) for one mode: its plan, then its training run if it fits
 ferry_mode() {
-	local k=$1 mode=$2 plan=$TMP/plan$1.json name fits dpeak host avail rc trace=$TMP/trace$1.json
+	local k=$1 mode=$2 plan=$TMP/plan$1.json name fits dpeak host avail rc why trace=$TMP/trace$1.json
 	local -a flags
 	read -r -a flags <<<"$mode"
 	name="$POLICY ${mode:-(device)}"
 	echo; echo "## ferry: $name"
-	if ! timeout 60 "$FERRY" plan "${FSHAPE[@]}" "${flags[@]}" --json "$plan" >"$TMP/plan.txt" 2>&1; then
+	# (a plan that does not fit --device-mem exits 1, its --json written)
+	timeout 60 "$FERRY" plan "${FSHAPE[@]}" "${flags[@]}" --json "$plan" >"$TMP/plan.txt" 2>&1
+	if ! read -r fits dpeak host < <("${REPORT[@]}" plan "$plan" 2>/dev/null); then
 		cat "$TMP/plan.txt"
-		echo "{\"impl\": \"ferry $name\", \"status\": \"failed\", \"reason\": \"ferry plan failed\"}" >>"$JSONL"
+		"${REPORT[@]}" note "ferry $name" failed "$(grep -v '^ *$' "$TMP/plan.txt" | tail -1)" >>"$JSONL"
 		return
 	fi
-	read -r fits dpeak host < <("${REPORT[@]}" plan "$plan")
 	avail=$(mem_available)
 	echo "plan: device peak $((dpeak >> 20)) MiB of $DMEM, host $((host >> 20)) MiB; MemAvailable $((avail >> 20)) MiB"
 	# 2 GiB more for the process itself (CUDA's context, libraries)
 	if [ "$fits" != 1 ] || [ $((host + (2 << 30))) -gt "$avail" ]; then
-		local why="the plan's host total $((host >> 20)) MiB and 2 GiB for the process exceed MemAvailable $((avail >> 20)) MiB"
+		why="the plan's host total $((host >> 20)) MiB and 2 GiB for the process exceed MemAvailable $((avail >> 20)) MiB"
 		[ "$fits" != 1 ] && why="the plan's device peak $((dpeak >> 20)) MiB does not fit $DMEM"
 		echo "skipped: $why"
-		echo "{\"impl\": \"ferry $name\", \"status\": \"skipped\", \"reason\": \"$why\", \"plan_device_peak_bytes\": $dpeak, \"plan_host_bytes\": $host}" >>"$JSONL"
+		"${REPORT[@]}" note "ferry $name" skipped "$why" "$plan" >>"$JSONL"
 		return
 	fi
 	with_rss "$TMP/rss" timeout "${L8B_FERRY_TIMEOUT:-75}" "$FERRY" train "${FSHAPE[@]}" "${flags[@]}" \
@@ -152,10 +153,13 @@ for impl in $IMPLS; do
 		why="exit $rc"
 		[ "$rc" = 124 ] && why="stopped at the time limit (${L8B_TORCH_TIMEOUT:-75} s)"
 		echo "$impl: $why"
-		echo "{\"impl\": \"$impl\", \"status\": \"failed\", \"reason\": \"$why\"}" >>"$JSONL"
+		"${REPORT[@]}" note "$impl" failed "$why" >>"$JSONL"
 	fi
 done
 
-echo; echo "## summary (median step after the first; host: RSS peak, or what a refused run needs)"
+echo; echo "## summary: the median step after the first; device peak and host RSS peak, each against"
+echo "## ferry's plan (PyTorch: the script's estimate of its host memory); the CPU AdamW's time the"
+echo "## compute stream did not hide (PyTorch offload: its update after backward), and ferry's compute"
+echo "## stream idle time, in the traced step"
 "${REPORT[@]}" table "$JSONL"
 echo "files: $OUT/llama8b.log $JSONL $([ -e "$OUT/trace.json" ] && echo "$OUT/trace.json")"

@@ -12,6 +12,9 @@ usage: python3 bench/llama8b_report.py COMMAND ARGS...
                             against RATE, device peak against the plan's,
                             host RSS peak, and from the traced step the
                             CPU AdamW's time the compute stream did not hide
+  note NAME STATUS REASON [PLAN_JSON]
+                            one JSON line for a run not made (skipped,
+                            failed), with the plan's peaks when given
   table JSONL               the summary table of every run's line
 
 The model FLOPs of a ferry run are ferry's own ("MFU: X GFLOP per step" in
@@ -123,6 +126,14 @@ def ferry_record(name, rc, plan_path, train_path, trace, log, rss, rate):
     print(json.dumps(rec))
 
 
+def note(name, status, reason, plan_path=None):
+    rec = {"impl": name, "status": status, "reason": reason}
+    if plan_path:
+        p = load_plan(plan_path)
+        rec.update(plan_device_peak_bytes=p["device"]["peak_bytes"], plan_host_bytes=p["host"]["total_bytes"])
+    print(json.dumps(rec))
+
+
 def gib(x):
     return f"{x / (1 << 30):.1f}" if isinstance(x, (int, float)) else "-"
 
@@ -134,22 +145,24 @@ def table(path):
         if r.get("impl") == "matmul" and r.get("status") == "ok":
             n = r["matmul_size"]
             print(f"bf16 {n}x{n}x{n} product (this run): {r['matmul_flops_per_s'] / 1e12:.4g} TFLOP/s")
-    head = ("run", "status", "ms/step", "tokens/s", "TFLOP/s", "vs mm", "dev GiB", "plan GiB", "host GiB",
+    head = ("run", "status", "ms/step", "tokens/s", "TFLOP/s", "vs mm", "dev GiB", "plan", "host GiB", "plan",
             "opt exp ms", "idle ms")
     recs = [r for r in recs if r.get("impl") != "matmul"]
     for r in recs:
         if not str(r.get("impl")).startswith("ferry"):
             r["impl"] = f"torch {r.get('impl')}"
     w = max([len(head[0])] + [len(str(r.get("impl"))) for r in recs])
-    fmt = "%-" + str(w) + "s %-8s %9s %9s %8s %6s %8s %8s %8s %10s %8s"
+    fmt = "%-" + str(w) + "s %-8s %9s %9s %8s %6s %8s %6s %8s %6s %10s %8s"
     print(fmt % head)
     for r in recs:
         flops = r.get("model_flops_per_s")
-        host = r.get("host_rss_peak_bytes") if r.get("status") == "ok" else r.get("host_need_bytes", r.get("plan_host_bytes"))
+        ran = r.get("status") in ("ok", "partial")
         print(fmt % (
             r.get("impl"), r.get("status"), r.get("median_ms", "-"), r.get("tokens_per_s", "-"),
             f"{flops / 1e12:.3g}" if flops else "-", r.get("vs_matmul", "-"), gib(r.get("gpu_peak_bytes")),
-            gib(r.get("plan_device_peak_bytes")), gib(host), r.get("exposed_optimizer_ms", "-"),
+            gib(r.get("plan_device_peak_bytes")), gib(r.get("host_rss_peak_bytes") if ran else None),
+            gib(r.get("plan_host_bytes", r.get("host_need_bytes"))),
+            r.get("exposed_optimizer_ms", "-"),
             r.get("compute_idle_ms", "-")))
         if r.get("reason"):
             print(f"    {r['reason']}")
@@ -166,8 +179,9 @@ def table(path):
 
 
 def main(argv):
-    cmds = {"shard": (shard, 3), "plan": (plan_line, 1), "ferry": (ferry_record, 8), "table": (table, 1)}
-    if not argv or argv[0] not in cmds or len(argv) - 1 != cmds[argv[0]][1]:
+    cmds = {"shard": (shard, 3), "plan": (plan_line, 1), "ferry": (ferry_record, 8), "note": (note, 3),
+            "table": (table, 1)}
+    if not argv or argv[0] not in cmds or len(argv) - 1 not in (cmds[argv[0]][1], 4 if argv[0] == "note" else -1):
         print(__doc__, file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     fn, _ = cmds[argv[0]]

@@ -44,6 +44,7 @@ import json
 import os
 import re
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -65,7 +66,7 @@ def parse_size(s):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Exit status: 0 ok, 3 refused or skipped, 1 failed, 2 usage.")
+                                epilog="Exit status: 0 ok, 3 refused or skipped, 1 failed or stopped (on SIGTERM status partial, with the steps taken), 2 usage.")
     p.add_argument("--impl", choices=IMPLS, default="offload")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a dry run at a small shape)")
     p.add_argument("--steps", type=int, default=3, help="steps; the median leaves the first out (default 3)")
@@ -332,12 +333,12 @@ def run_offload(a, dev, batch, res):
         sync(dev)
         phases.append({"fwd_bwd_ms": (t1 - t) * 1e3, "cpu_adamw_ms": (t2 - t1) * 1e3,
                        "copy_back_wait_ms": (time.perf_counter() - t2) * 1e3})
+        res["phases"] = [{k: round(v, 1) for k, v in ph.items()} for ph in phases]
+        res["exposed_optimizer_ms"] = round(statistics.median(
+            ph["cpu_adamw_ms"] + ph["copy_back_wait_ms"] for ph in phases[1:] or phases), 1)
         return loss.item(), norm
 
     timed(a, dev, step, res)
-    res["phases"] = [{k: round(v, 1) for k, v in ph.items()} for ph in phases]
-    res["exposed_optimizer_ms"] = round(statistics.median(
-        ph["cpu_adamw_ms"] + ph["copy_back_wait_ms"] for ph in phases[1:] or phases), 1)
 
 
 def run_fsdp2(a, dev, batch, res):
@@ -391,6 +392,14 @@ def run_torchao(a, dev, batch, res):
     timed(a, dev, step, res)
 
 
+class Stopped(Exception):
+    """SIGTERM (timeout's): the steps taken so far still count."""
+
+
+def on_term(signum, frame):
+    raise Stopped(f"stopped by signal {signum}")
+
+
 def timed(a, dev, step, res):
     """--steps steps, each printed; the median leaves the first out."""
     tokens = a.batch * a.seq
@@ -405,6 +414,12 @@ def timed(a, dev, step, res):
         print(f"{a.impl} step {s + 1}/{a.steps}: {ms[-1]:.1f} ms, {tokens / ms[-1] * 1e3:.0f} tokens/s, "
               f"{res['model_flops_per_step'] / ms[-1] / 1e9:.3g} TFLOP/s, loss {loss:.4f}"
               + (f", grad norm {norm:.3f}" if norm is not None else ""), flush=True)
+        summarize(a, dev, res, ms, losses)
+
+
+def summarize(a, dev, res, ms, losses):
+    """The figures of the steps so far."""
+    tokens = a.batch * a.seq
     med = statistics.median(ms[1:] or ms)
     res.update(step_ms=[round(x, 1) for x in ms], median_ms=round(med, 1), loss=losses,
                tokens_per_s=round(tokens / med * 1e3, 1), model_flops_per_s=res["model_flops_per_step"] / med * 1e3)
@@ -431,6 +446,7 @@ def main(argv):
            "shape": {k: getattr(a, k) for k in ("layers", "channels", "heads", "kv_heads", "ffn", "vocab", "seq", "batch")},
            "checkpoint": a.checkpoint}
     check_host(a, res)
+    signal.signal(signal.SIGTERM, on_term)
     import importlib.util
     if a.impl == "torchao" and importlib.util.find_spec("torchao") is None:
         finish(a, res, "skipped", "torchao is not installed")
@@ -457,6 +473,8 @@ def main(argv):
         torch.manual_seed(0)
         batch = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
         {"offload": run_offload, "fsdp2": run_fsdp2, "torchao": run_torchao}[a.impl](a, dev, batch, res)
+    except Stopped as e:  # a partial result needs a step after the first
+        finish(a, res, "partial" if len(res.get("step_ms", [])) > 1 else "failed", str(e))
     except Exception as e:  # noqa: BLE001: any failure (out of memory included) is one JSON line
         finish(a, res, "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
     finish(a, res, "ok")
