@@ -66,7 +66,8 @@ def parse_size(s):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Exit status: 0 ok, 3 refused or skipped, 1 failed or stopped (on SIGTERM status partial, with the steps taken), 2 usage.")
+                                epilog="Exit status: 0 ok, 3 refused or skipped, 1 failed or stopped (SIGTERM: status "
+                                "partial, with the steps taken), 2 usage.")
     p.add_argument("--impl", choices=IMPLS, default="offload")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a dry run at a small shape)")
     p.add_argument("--steps", type=int, default=3, help="steps; the median leaves the first out (default 3)")
@@ -97,7 +98,7 @@ def parse_args(argv):
 
 
 def param_sizes(a):
-    """Each parameter's element count, in transformers' order."""
+    """Each parameter's element count: the embedding, each layer's, the final norm and the head."""
     kv = a.kv_heads * (a.channels // a.heads)
     c, f = a.channels, a.ffn
     layer = [c, c * c, kv * c, kv * c, c * c, c, f * c, f * c, c * f]  # norms, q k v o, gate up down
@@ -211,7 +212,7 @@ def build_model(a, dev, dtype):
     print(f"{a.impl}: model made on {dev} in {time.perf_counter() - T0:.1f} s since start", flush=True)
     if a.checkpoint == "on":
         kw = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.24 renamed it
+        if hasattr(model, "activation_checkpointing_enable"):  # what newer transformers call it
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
@@ -450,8 +451,11 @@ def main(argv):
     import importlib.util
     if a.impl == "torchao" and importlib.util.find_spec("torchao") is None:
         finish(a, res, "skipped", "torchao is not installed")
-    import torch as torch_module
-    import transformers
+    try:
+        import torch as torch_module
+        import transformers
+    except ImportError as e:
+        finish(a, res, "skipped", f"{e} (PYTHON: a python with torch and transformers)")
     torch = torch_module
     res.update(torch=torch.__version__, transformers=transformers.__version__, threads=torch.get_num_threads())
     try:
