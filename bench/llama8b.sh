@@ -4,8 +4,8 @@
 # weights, random tokens, a few steps per run, each under `timeout`:
 #   (i)   the bf16 8192^3 product's rate (PyTorch), ferry's --peak-flops;
 #   (ii)  `ferry plan --json` per ferry mode; a mode whose device peak does
-#         not fit --device-mem, or whose host total exceeds MemAvailable,
-#         is skipped with the figures;
+#         not fit --device-mem, or whose host total (and 2 GiB for the
+#         process) exceeds MemAvailable, is skipped with the figures;
 #   (iii) `ferry train` per mode that fits (its --json records, and a
 #         traced step for the compute stream's idle time and the CPU
 #         AdamW's exposed time);
@@ -23,6 +23,11 @@ Trains Llama 3.1 8B's shape (32 layers, 4096 channels, 32/8 heads, FFN 14336,
 vocabulary 128256, sequence 4096, batch 1) with ferry in each offload mode and
 with PyTorch (bench/llama8b_torch.py), on one GPU capped at --device-mem, and
 writes OUTDIR/llama8b.log, OUTDIR/llama8b.jsonl and OUTDIR/trace.json.
+A mode whose plan does not fit --device-mem, or whose host total and 2 GiB
+exceed MemAvailable, is skipped with the figures.  FERRY must be a CUDA build
+(bench/gpu.sh makes build/ferry).  A dry run on the CPU:
+  L8B_BACKEND=cpu L8B_LAYERS=2 L8B_CHANNELS=64 L8B_HEADS=4 L8B_KV_HEADS=2 \
+  L8B_FFN=128 L8B_VOCAB=512 L8B_SEQ=64 L8B_BATCH=2 bash bench/llama8b.sh OUTDIR
 
 environment (defaults in brackets):
   FERRY              ferry binary [build/ferry]
