@@ -725,6 +725,8 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B * c->ranks.size);
 	printf(", %d steps, lr %.2e (%s), backend %s (%s)\n", o->steps, o->lr, schedule_words(o, sched, sizeof(sched)),
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
+	if (c->ranks.size > 1)
+		printf("collectives: %s\n", ferry_trainer_comm_engine(tr));
 	/* a --warmup given past the run (the default 50 is no choice of the user's) */
 	if ((c->o.given & FERRY_GIVEN_WARMUP) && o->warmup > o->steps && o->steps > 0)
 		fprintf(stderr, "ferry train: warning: --warmup %d exceeds --steps %d: the learning rate only "
