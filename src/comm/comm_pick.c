@@ -22,6 +22,8 @@ static bool pick_auto(ferry_comm_t c, char *why, size_t n)
 
 	if (!ferry_comm_built_in("nccl"))
 		snprintf(why, n, "MPI through pinned host staging: this ferry was built without NCCL");
+	else if (gpus < 1)
+		snprintf(why, n, "MPI through pinned host staging: NCCL sees no GPU");
 	else if (gpus < here)
 		snprintf(why, n, "MPI through pinned host staging: %d ranks on this machine share %d GPU%s, "
 			 "which NCCL refuses", here, gpus, gpus == 1 ? "" : "s");
