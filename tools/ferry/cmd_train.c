@@ -220,7 +220,10 @@ static void usage(void)
 	       "At the end rank 0 prints each rank's measured device peak and host bytes,\n"
 	       "and writes them as a last --json record {\"rank_memory\": [...]}: the figures\n"
 	       "ferry plan --ranks N plans.  --device-mem is checked against the rank's plan\n"
-	       "(with --zero 1, its share).\n");
+	       "(with --zero 1, its share).  On a GPU the gradients are averaged by NCCL when\n"
+	       "each rank has a GPU of its own, else by MPI through pinned host staging (two\n"
+	       "ranks on one GPU); FERRY_COMM_ENGINE=nccl|mpi|auto chooses, and the start\n"
+	       "says which and why (docs/distributed.md).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
