@@ -541,8 +541,24 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	return st;
 }
 
+/* A device backend's engine (comm/comm_pick.h), the same on every rank
+ * (a collective). */
+static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
+{
+	ferry_status st = ferry_comm_pick(tr->comm, nccl, tr->engine_why, sizeof(tr->engine_why));
+	int32_t v[2] = { *nccl, !*nccl }; /* some ranks NCCL, some MPI: both 1 */
+
+	if ((st = ferry_comm_agree(tr->comm, st)) ||
+	    (st = ferry_comm_all_reduce(tr->comm, v, 2, FERRY_COMM_I32, FERRY_COMM_MAX, NULL)))
+		return st;
+	if (v[0] && v[1])
+		return ferry_error(FERRY_ERR_INVALID, "the ranks pick different collectives engines (set "
+				   "FERRY_COMM_ENGINE alike on every rank: mpirun -x FERRY_COMM_ENGINE=...)");
+	return FERRY_OK;
+}
+
 /* Several ranks: the model's comm stream gets a communicator of its own,
- * NCCL's on a GPU when it is built in, else a duplicate of the ranks'
+ * NCCL's on a GPU when it is picked, else a duplicate of the ranks'
  * (collectives: every rank makes it, before anything that may fail on
  * one rank only). */
 static ferry_status open_step_comm(ferry_trainer_t tr)
@@ -555,8 +571,7 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 		return FERRY_OK;
 	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
 		 ferry_comm_stage_forced() ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
-	if (!strcmp(tr->opts.backend, "cuda") &&
-	    (st = ferry_comm_agree(c, ferry_comm_pick(c, &nccl, tr->engine_why, sizeof(tr->engine_why)))))
+	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
 		return st;
 	if (nccl)
 		return ferry_comm_open_nccl(c, ferry_comm_local_rank(c), &tr->step_comm);
