@@ -58,5 +58,5 @@ bool ferry_comm_pick_planned_nccl(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");
 
-	return v && !strcmp(v, "nccl") ? true : v && !strcmp(v, "mpi") ? false : ferry_comm_built_in("nccl");
+	return ferry_comm_built_in("nccl") && !(v && !strcmp(v, "mpi"));
 }

@@ -15,8 +15,8 @@
  * FERRY_ERR_UNSUPPORTED: nccl asked for but not built in. */
 ferry_status ferry_comm_pick(ferry_comm_t c, bool *nccl, char *why, size_t n) FERRY_MUST_CHECK;
 
-/* What a plan made before the run assumes: NCCL when FERRY_COMM_ENGINE
- * says nccl, or auto and NCCL is built in (each rank a GPU of its own). */
+/* What a plan made before the run assumes: NCCL when it is built in and
+ * FERRY_COMM_ENGINE is not mpi (each rank a GPU of its own). */
 bool ferry_comm_pick_planned_nccl(void);
 
 /* GPUs this process sees (NCCL builds; 0 elsewhere). */
