@@ -132,6 +132,8 @@ const char *ferry_backend_mem_note(ferry_backend_t be) { return be->mem_note; }
 struct ferry_backend_caps ferry_backend_caps(ferry_backend_t be) { return be->caps; }
 size_t ferry_backend_mem_capacity(ferry_backend_t be) { return be->arena.capacity; }
 size_t ferry_backend_mem_live(ferry_backend_t be) { return be->arena.live; }
+size_t ferry_backend_mem_peak(ferry_backend_t be) { return be->arena.peak; }
+void ferry_backend_mem_reset_peak(ferry_backend_t be) { be->arena.peak = be->arena.live; }
 
 bool ferry_backend_in_arena(ferry_backend_t be, const void *p)
 {
@@ -139,8 +141,6 @@ bool ferry_backend_in_arena(ferry_backend_t be, const void *p)
 
 	return c >= be->device_base && c < be->device_base + be->arena.capacity;
 }
-size_t ferry_backend_mem_peak(ferry_backend_t be) { return be->arena.peak; }
-void ferry_backend_mem_reset_peak(ferry_backend_t be) { be->arena.peak = be->arena.live; }
 
 int ferry_backend_op_stats(ferry_backend_t be, struct ferry_op_stats *out, int max)
 {
