@@ -5,9 +5,11 @@
  * on its own from the ranks' known contributions (all-gather in place
  * too), agreement on an error only one rank saw and on one every rank
  * saw, two threads each on a communicator of its own, and the collective
- * timeout naming a rank that is late.
+ * timeout naming a rank that is late; and the pick of a device
+ * backend's engine by FERRY_COMM_ENGINE.
  */
 #include "ferry/comm.h"
+#include "comm/comm_pick.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -234,6 +236,31 @@ static void check_timeout(ferry_comm_t c)
 	ferry_comm_free(d);
 }
 
+/* FERRY_COMM_ENGINE's pick (comm_pick.c): mpi stages, nccl asks for
+ * NCCL (refused where it is not built in), anything else is refused
+ * naming it; auto takes NCCL only with a GPU for each rank here. */
+static void check_pick(ferry_comm_t c)
+{
+	bool nccl = true, built = ferry_comm_built_in("nccl");
+	char why[160];
+
+	setenv("FERRY_COMM_ENGINE", "mpi", 1);
+	CHECK(ferry_comm_pick(c, &nccl, why, sizeof(why)) == FERRY_OK && !nccl && strstr(why, "staging"),
+	      "mpi: %s", why);
+	CHECK(!ferry_comm_pick_planned_nccl(), "mpi planned");
+	setenv("FERRY_COMM_ENGINE", "nccl", 1);
+	CHECK((ferry_comm_pick(c, &nccl, why, sizeof(why)) == FERRY_OK) == built && nccl == built, "nccl: %s",
+	      built ? why : ferry_last_error());
+	CHECK(ferry_comm_pick_planned_nccl() == built, "nccl planned");
+	setenv("FERRY_COMM_ENGINE", "gloo", 1);
+	CHECK(ferry_comm_pick(c, &nccl, why, sizeof(why)) == FERRY_ERR_INVALID &&
+	      strstr(ferry_last_error(), "FERRY_COMM_ENGINE=gloo: nccl, mpi or auto"), "%s", ferry_last_error());
+	unsetenv("FERRY_COMM_ENGINE");
+	CHECK(ferry_comm_pick(c, &nccl, why, sizeof(why)) == FERRY_OK &&
+	      nccl == (built && ferry_comm_nccl_devices() >= ferry_comm_local_size(c)) &&
+	      strstr(why, nccl ? "NCCL: built in" : "MPI through pinned host staging"), "auto: %s", why);
+}
+
 int main(void)
 {
 	ferry_comm_t c;
@@ -256,6 +283,7 @@ int main(void)
 	check_agree(c);
 	check_threads(c);
 	check_timeout(c);
+	check_pick(c);
 	CHECK(ferry_comm_barrier(c) == FERRY_OK, "%s", ferry_last_error());
 	ferry_comm_free(c);
 	return test_exit_code();

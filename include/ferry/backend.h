@@ -89,6 +89,8 @@ size_t ferry_backend_mem_capacity(ferry_backend_t be);
  * ulimit -v, 1.5 GiB"); "" otherwise. */
 const char *ferry_backend_mem_note(ferry_backend_t be);
 size_t ferry_backend_mem_live(ferry_backend_t be);
+/* Whether p points into the arena (device memory; host memory on CPU). */
+bool ferry_backend_in_arena(ferry_backend_t be, const void *p);
 size_t ferry_backend_mem_peak(ferry_backend_t be);
 void ferry_backend_mem_reset_peak(ferry_backend_t be);
 

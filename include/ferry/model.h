@@ -148,8 +148,11 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
 /* The plan of rank `rank` of a data-parallel run of `ranks` (mpirun -np
  * ranks), made without one: opts with --zero's split over `ranks` (0 or
  * `ranks` in opts->zero_ranks; an adam=device:shard(N) placement must
- * say N = ranks).  Averaging the gradients adds no buffer (in place), so
- * without --zero every rank's plan is the one process's; with --zero 1
+ * say N = ranks).  Averaging the gradients adds no device buffer (in
+ * place), so without --zero every rank's device plan is the one
+ * process's; MPI on device memory adds its pinned staging buffer to the
+ * host bytes (FERRY_COMM_ENGINE=mpi on the CUDA backend, or NCCL not
+ * built in; FERRY_COMM_STAGE=1 on the CPU's); with --zero 1
  * each rank holds one slice of S = n/ranks (rounded up) elements of each
  * moment, the last rank's padded past n, so every rank's bytes are the
  * same today. */

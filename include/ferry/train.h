@@ -169,6 +169,11 @@ void ferry_trainer_free(ferry_trainer_t tr);
 int ferry_trainer_step_count(ferry_trainer_t tr);
 ferry_model_t ferry_trainer_model(ferry_trainer_t tr);
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr);
+/* On several ranks: the engine of the gradients' collectives and why, in
+ * words ("MPI through pinned host staging: 2 ranks on this machine share
+ * 1 GPU, which NCCL refuses"); "" on one rank.  FERRY_COMM_ENGINE=nccl,
+ * mpi or auto (the default) chooses it on the CUDA backend. */
+const char *ferry_trainer_comm_engine(ferry_trainer_t tr);
 
 /* One optimizer step on the next training batch.  A loss or gradient norm
  * that is not finite stops training: FERRY_ERR_INVALID, "step 12: the loss

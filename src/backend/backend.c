@@ -140,6 +140,13 @@ size_t ferry_backend_mem_live(ferry_backend_t be) { return be->arena.live; }
 size_t ferry_backend_mem_peak(ferry_backend_t be) { return be->arena.peak; }
 void ferry_backend_mem_reset_peak(ferry_backend_t be) { be->arena.peak = be->arena.live; }
 
+bool ferry_backend_in_arena(ferry_backend_t be, const void *p)
+{
+	const char *c = p;
+
+	return c >= be->device_base && c < be->device_base + be->arena.capacity;
+}
+
 int ferry_backend_op_stats(ferry_backend_t be, struct ferry_op_stats *out, int max)
 {
 	int n = 0;

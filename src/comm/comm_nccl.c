@@ -9,6 +9,7 @@
  * ranks on one device; such ranks use the MPI engine instead.
  */
 #include "comm/comm_impl.h"
+#include "comm/comm_pick.h"
 #include "core/error.h"
 
 #include <cuda_runtime.h>
@@ -229,6 +230,13 @@ ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct fe
 		c->ctx = NULL;
 	}
 	return st;
+}
+
+int ferry_comm_nccl_devices(void)
+{
+	int n = 0;
+
+	return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
 const char *ferry_comm_nccl_version(char *buf, size_t n)

@@ -18,6 +18,8 @@
  *    the unstacked ones once every gradient is on the host (with
  *    edges.weights=host:stream, sent out by the edges' ring); the host
  *    norm waits for them.
+ * With MPI on device memory (CUDA) each collective goes through a pinned
+ * host buffer (sched/comm_stage.c), which waits for it.
  * A speculative early update of a layer waits for that layer's average.
  * The norm is then the global gradient's on every rank, every rank clips
  * by the same scale and updates identical parameters identically: they
@@ -29,9 +31,12 @@
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
+#include "sched/comm_stage.h"
+#include "comm/comm_pick.h"
 #include "core/error.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static void *entry(const struct ferry_model *m, int i)
 {
@@ -94,10 +99,39 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 	if (streamed(m) && dev)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "layers.weights=host:stream on several ranks averages "
 				   "gradients in host memory, which %s cannot reach: not yet", ferry_comm_engine(m->comm));
-	if (!streamed(m) && !dev && !ferry_backend_caps(m->be).unified)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "the %s backend's gradients are in device memory, which "
-				   "the %s engine cannot reach (NCCL is needed; MPI through host staging: not yet)",
-				   ferry_backend_name(m->be), ferry_comm_engine(m->comm));
+	return FERRY_OK;
+}
+
+/* Host-memory collectives on arena memory the host cannot address (or
+ * asked to, to test the path on the CPU). */
+static bool staged(const struct ferry_model *m)
+{
+	return m->be && m->comm && !ferry_comm_device_buffers(m->comm) &&
+	       (!ferry_backend_caps(m->be).unified || ferry_comm_stage_forced());
+}
+
+size_t ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks)
+{
+	bool device = o->backend && strcmp(o->backend, "cpu");
+
+	if (ranks < 2 || (device ? ferry_comm_pick_planned_nccl() : !ferry_comm_stage_forced()))
+		return 0;
+	return ferry_comm_stage_bytes();
+}
+
+ferry_status ferry_dp_stage_create(struct ferry_model *m)
+{
+	ferry_status st;
+
+	if (!staged(m))
+		return FERRY_OK;
+	if (m->tt.ix.grad_slice >= 0)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d with MPI through host staging: not yet (--zero 0 "
+				   "and 1 are staged)", m->tt.ix.param_slice >= 0 ? 3 : 2);
+	if ((st = ferry_comm_stage_create(m->be, &m->stage)))
+		return st;
+	m->rt.stage = m->stage;
+	m->mem.host_bytes += m->stage->bytes;
 	return FERRY_OK;
 }
 

@@ -11,6 +11,7 @@
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
+#include "sched/comm_stage.h"
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
@@ -49,6 +50,7 @@ void ferry_model_free(ferry_model_t m)
 	if (!m)
 		return;
 	ferry_sched_runtime_free(&m->rt); /* streams drain first */
+	ferry_comm_stage_free(m->stage);
 	for (int i = 0; i < m->n_progs; i++)
 		ferry_program_release(&m->prog[i]);
 	ferry_layer_exec_free(m->layers);
@@ -96,9 +98,10 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 		o.zero_ranks = ranks;
 	if ((st = ferry_exec_opts_places(&o, &p)))
 		return st;
-	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)))
+	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)) || (st = ferry_model_plan(cfg, B, T, &o, plan)))
 		return st;
-	return ferry_model_plan(cfg, B, T, &o, plan);
+	plan->mem.host_alloc_bytes += ferry_dp_stage_planned(&o, ranks); /* MPI on device memory */
+	return FERRY_OK;
 }
 
 /* base + bytes, or NULL in a dry build. */
@@ -332,7 +335,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	if (m->tt.ix.param_slice >= 0)
 		ferry_zero_params_bind(m);
 	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
-	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))))
+	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))) || (st = ferry_dp_stage_create(m)))
 		goto fail;
 	/* gradients averaged over the ranks, and to the host, layer by layer */
 	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_slice >= 0)

@@ -114,6 +114,7 @@ struct ferry_model {
 	struct ferry_comm *comm;
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
+	struct ferry_comm_stage *stage; /* MPI on device memory: its host copy (dp_reduce.c) */
 	/* adam=device:shard(N): "this rank's slices updated", "every slice
 	 * gathered" (zero.c; adam=host:...:shard(N): zero_host.c) */
 	int zero_updated, zero_gathered;
@@ -147,6 +148,13 @@ ferry_status ferry_dp_check(const struct ferry_model *m) FERRY_MUST_CHECK;
 /* Refuses a split of AdamW's state (adam's placement) over another number
  * of ranks than the run's, naming the placement. */
 ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks) FERRY_MUST_CHECK;
+/* MPI on a backend whose memory the host cannot address (or
+ * FERRY_COMM_STAGE=1): the runtime's collectives through a pinned host
+ * buffer, made here (sched/comm_stage.h). */
+ferry_status ferry_dp_stage_create(struct ferry_model *m) FERRY_MUST_CHECK;
+/* The host bytes it takes on each of `ranks` ranks, planned before the
+ * run (ferry_comm_pick_planned_nccl's assumption); 0: none. */
+size_t ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks);
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 

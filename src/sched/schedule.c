@@ -1,6 +1,7 @@
 /* Prepared schedules: building programs of tasks, and replaying them. */
 #include "sched/schedule.h"
 #include "sched/trace.h"
+#include "sched/comm_stage.h"
 #include "ferry/comm.h"
 #include "optim/cpu_adamw.h"
 #include "ops/cpu/kernels.h"
@@ -485,11 +486,15 @@ static void run_comm(void *arg)
 }
 
 /* A communicator on device buffers queues on the stream itself (NCCL on
- * a CUDA stream); one on host buffers runs on the stream's host thread. */
-static ferry_status submit_comm(const struct ferry_task *t, ferry_stream_t s)
+ * a CUDA stream); one on host buffers runs on the stream's host thread,
+ * through the staging buffer where the runtime has one and the buffer is
+ * the arena's. */
+static ferry_status submit_comm(const struct ferry_task *t, ferry_stream_t s, const struct ferry_sched_runtime *rt)
 {
 	if (ferry_comm_device_buffers(t->comm))
 		return comm_call(t, ferry_stream_native(s));
+	if (rt->stage && ferry_backend_in_arena(rt->be, t->dst))
+		return ferry_comm_stage_run(rt->stage, t, s);
 	return ferry_stream_host_fn(s, run_comm, (void *)t);
 }
 
@@ -521,7 +526,7 @@ ferry_status ferry_program_submit_traced(const struct ferry_program *p, const st
 		case FERRY_TASK_GRADS_DONE: break; /* a marker for traces and the planner */
 		case FERRY_TASK_HOST: st = submit_host(t, rt, v); break;
 		case FERRY_TASK_FILE: st = ferry_stream_host_fn(s, run_file_io, (void *)t); break;
-		case FERRY_TASK_COMM: st = submit_comm(t, s); break;
+		case FERRY_TASK_COMM: st = submit_comm(t, s, rt); break;
 		}
 		if (!st)
 			st = ferry_trace_task(tr, p, t, s, true);

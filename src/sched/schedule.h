@@ -208,6 +208,9 @@ struct ferry_sched_runtime {
 	int n_streams, n_events;
 	ferry_stream_t stream[FERRY_SCHED_MAX_STREAMS];
 	ferry_event_t *event;
+	/* where COMM tasks on arena memory go through host memory (MPI on a
+	 * device backend: sched/comm_stage.h); NULL: none staged */
+	const struct ferry_comm_stage *stage;
 };
 
 ferry_status ferry_sched_runtime_create(ferry_backend_t be, const struct ferry_sched_resources *r,

@@ -2,6 +2,8 @@
 #include "ferry/train.h"
 #include "ferry/checkpoint.h"
 #include "ferry/comm.h"
+#include "comm/comm_pick.h"
+#include "sched/comm_stage.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/policy.h"
@@ -41,6 +43,7 @@ struct ferry_trainer {
 	 * and this one's, and the communicator of the model's comm stream */
 	ferry_comm_t comm, step_comm;
 	int ranks, rank;
+	char engine_why[160];          /* the comm stream's engine, and why */
 };
 
 void ferry_train_opts_default(struct ferry_train_opts *o)
@@ -538,19 +541,46 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	return st;
 }
 
+/* A device backend's engine (comm/comm_pick.h), the same on every rank
+ * (a collective). */
+static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
+{
+	ferry_status st = ferry_comm_pick(tr->comm, nccl, tr->engine_why, sizeof(tr->engine_why));
+	int32_t v[2] = { *nccl, !*nccl }; /* some ranks NCCL, some MPI: both 1 */
+
+	if ((st = ferry_comm_agree(tr->comm, st)) ||
+	    (st = ferry_comm_all_reduce(tr->comm, v, 2, FERRY_COMM_I32, FERRY_COMM_MAX, NULL)))
+		return st;
+	if (v[0] && v[1])
+		return ferry_error(FERRY_ERR_INVALID, "the ranks pick different collectives engines (set "
+				   "FERRY_COMM_ENGINE alike on every rank: mpirun -x FERRY_COMM_ENGINE=...)");
+	return FERRY_OK;
+}
+
 /* Several ranks: the model's comm stream gets a communicator of its own,
- * NCCL's on a GPU when it is built in, else a duplicate of the ranks'
+ * NCCL's on a GPU when it is picked, else a duplicate of the ranks'
  * (collectives: every rank makes it, before anything that may fail on
  * one rank only). */
 static ferry_status open_step_comm(ferry_trainer_t tr)
 {
 	ferry_comm_t c = tr->comm;
+	bool nccl = false;
+	ferry_status st;
 
 	if (tr->ranks == 1)
 		return FERRY_OK;
-	if (!strcmp(tr->opts.backend, "cuda") && ferry_comm_built_in("nccl"))
+	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
+		 ferry_comm_stage_forced() ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
+	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
+		return st;
+	if (nccl)
 		return ferry_comm_open_nccl(c, ferry_comm_local_rank(c), &tr->step_comm);
 	return ferry_comm_dup(c, &tr->step_comm);
+}
+
+const char *ferry_trainer_comm_engine(ferry_trainer_t tr)
+{
+	return tr->engine_why;
 }
 
 /* Everything ferry_trainer_create does before the ranks agree. */

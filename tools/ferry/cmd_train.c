@@ -220,7 +220,10 @@ static void usage(void)
 	       "At the end rank 0 prints each rank's measured device peak and host bytes,\n"
 	       "and writes them as a last --json record {\"rank_memory\": [...]}: the figures\n"
 	       "ferry plan --ranks N plans.  --device-mem is checked against the rank's plan\n"
-	       "(with --zero 1, its share).\n");
+	       "(with --zero 1, its share).  On a GPU the gradients are averaged by NCCL when\n"
+	       "each rank has a GPU of its own, else by MPI through pinned host staging (two\n"
+	       "ranks on one GPU); FERRY_COMM_ENGINE=nccl|mpi|auto chooses, and the start\n"
+	       "says which and why (docs/distributed.md).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
@@ -725,6 +728,8 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B * c->ranks.size);
 	printf(", %d steps, lr %.2e (%s), backend %s (%s)\n", o->steps, o->lr, schedule_words(o, sched, sizeof(sched)),
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
+	if (c->ranks.size > 1)
+		printf("collectives: %s\n", ferry_trainer_comm_engine(tr));
 	/* a --warmup given past the run (the default 50 is no choice of the user's) */
 	if ((c->o.given & FERRY_GIVEN_WARMUP) && o->warmup > o->steps && o->steps > 0)
 		fprintf(stderr, "ferry train: warning: --warmup %d exceeds --steps %d: the learning rate only "

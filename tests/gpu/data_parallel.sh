@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Data parallel on the CUDA backend through MPI's pinned host staging
+# (issue 22 item 2; sched/comm_stage.c): 2 ranks on one GPU (NCCL refuses
+# two ranks on one device, so FERRY_COMM_ENGINE's auto picks MPI, and the
+# start says why), each in --device-mem 4G, GPT-2 and Llama, 4 steps:
+# --zero 0 and --zero 1 against one process with the global batch (bf16:
+# the batch split changes the sums, so the losses within 1e-3 relative;
+# the worst difference printed), --zero 1 the same bits as --zero 0 (its
+# update is elementwise on the same averaged gradients); every rank's
+# measured host bytes are `ferry plan --ranks 2`'s (the staging buffer,
+# planned with FERRY_COMM_ENGINE=mpi); an unknown FERRY_COMM_ENGINE stops
+# every rank with one message.  Skips (77) without a usable GPU or without
+# mpirun and a ferry built with MPI; fails instead of skipping for a
+# missing GPU when FERRY_REQUIRE_GPU is set.
+. "$(dirname "$0")/../cli/lib.bash"
+if ! "$FERRY" info 2>/dev/null | grep -q "^  cuda  CUDA:"; then
+	[ -n "${FERRY_REQUIRE_GPU:-}" ] && { echo "FAIL: a GPU is required and ferry sees none"; exit 1; }
+	echo "skip: no usable GPU"; exit 77
+fi
+need_mpi
+make_corpus
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*} # both ranks on one GPU
+RUN=(--backend cuda --data 'corpus_train_*.bin' --steps 4 --lr 3e-3 --warmup 1 --sample 0 --val-every 0
+	--device-mem 4G)
+GPT2=(--layers 2 --channels 128 --heads 4 --max-seq 64 --seq 64)
+LLAMA=(--model llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --max-seq 64 --seq 64)
+
+# every step's loss and gradient norm, as printed
+bits() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
+
+# near A B: the steps' losses of A and B within 1e-3 relative; prints the worst
+near() {
+	python3 - "$1" "$2" <<'PY'
+import json, sys
+def losses(f):
+    return [r["loss"] for r in map(json.loads, open(f)) if "step" in r and "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == 4 and len(a) == len(b), f"steps: {len(a)} vs {len(b)}"
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"worst relative loss difference {worst:.3g}, losses {' '.join(f'{x:.6f}' for x in b)}")
+sys.exit(not worst <= 1e-3)
+PY
+}
+
+# ranks NAME ZERO: 2 ranks of 2 rows, NAME.json; checks the start's line
+ranks() {
+	local name=$1 zero=$2; shift 2
+	checks=$((checks + 1))
+	mpi_run 2 "$FERRY" train "${RUN[@]}" "$@" --batch 2 --zero "$zero" --json "$name.json" >"$name.out" 2>&1 ||
+		{ fail "$name: $(tail -n 3 "$name.out")"; return 1; }
+	grep -q "^collectives: MPI through pinned host staging: 2 ranks on this machine share 1 GPU" "$name.out" &&
+		echo "ok: $name: $(grep '^collectives' "$name.out")" || fail "$name: start says $(grep '^collectives' "$name.out")"
+}
+
+for family in gpt2 llama; do
+	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
+	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
+		continue
+	for z in 0 1; do
+		ranks "${family}_z$z" $z "${shape[@]}" || continue
+		checks=$((checks + 1))
+		d=$(near one.json "${family}_z$z.json") && echo "ok: $family --zero $z on 2 ranks = one process: $d" ||
+			fail "$family --zero $z on 2 ranks against one process: $d"
+	done
+	checks=$((checks + 1))
+	if [ -n "$(bits "${family}_z0.json")" ] && [ "$(bits "${family}_z0.json")" = "$(bits "${family}_z1.json")" ]; then
+		echo "ok: $family --zero 1 = --zero 0, the same bits"
+	else
+		fail "$family --zero 1 [$(bits "${family}_z1.json" | tr '\n' ' ')], --zero 0 [$(bits "${family}_z0.json" | tr '\n' ' ')]"
+	fi
+done
+
+# plan = measured host bytes on each rank (the staging buffer)
+checks=$((checks + 1))
+per_rank() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/.*"rank": ([0-9]*).*"host_bytes": ([0-9]*)/\1 \2/'; }
+FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 1 --ranks 2 --json plan.json >plan.out 2>&1
+planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json device_peak_bytes)
+[ -n "$planned" ] && [ "$planned" = "$measured" ] && echo "ok: every rank's host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
+	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
+
+checks=$((checks + 1))
+"${MPIRUN[@]}" -x FERRY_COMM_ENGINE=bogus -np 2 "$FERRY" train "${RUN[@]}" "${GPT2[@]}" --batch 2 >bad.out 2>&1 &&
+	fail "FERRY_COMM_ENGINE=bogus: trained"
+[ "$(grep -c 'FERRY_COMM_ENGINE=bogus: nccl, mpi or auto' bad.out)" = 1 ] &&
+	echo "ok: FERRY_COMM_ENGINE=bogus: refused, one message" || fail "FERRY_COMM_ENGINE=bogus: $(tail -n 3 bad.out)"
+
+finish
