@@ -26,11 +26,6 @@ gpt=(--layers 3 --channels 32 --heads 4)
 llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
 host=(--offload-optimizer cpu)
 
-# same_save A B: the same files (an llm.c file and its state, or a directory).
-same_save() {
-	if [ -d "$1" ]; then diff -r "$1" "$2" >/dev/null; else cmp -s "$1" "$2" && cmp -s "$1.state" "$2.state"; fi
-}
-
 # trains NAME N FLAGS...: N ranks save NAME.
 trains() {
 	local name=$1 n=$2; shift 2
