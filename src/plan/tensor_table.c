@@ -531,10 +531,11 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
  * and the compute copy whole (the copy padded to N slices: the
  * update's all-gather writes every slice), which is then the parameters'
  * entry (host:cpu:shard(N,params): ZeRO-3's slice of it, its ring and
- * the unstacked parameters whole, no parameters' entry); on the host this rank's slice of the master weights and both
- * moments; updated by host threads, also of the gradients and, when the
- * kernels read bf16, of the update's bf16 result; streamed, the device's
- * two-slot ring of master, m and v slices. */
+ * the unstacked parameters whole, no parameters' entry); on the host
+ * this rank's slice of the master weights and both moments; updated by
+ * host threads, also of the gradients and, when the kernels read bf16,
+ * of the update's bf16 result; streamed, the device's two-slot ring of
+ * master, m and v slices. */
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
