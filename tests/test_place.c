@@ -59,6 +59,8 @@ static void test_syntax(void)
 		"activations=nothing_saveable,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=device:shard(2,params),activations=everything_saveable,"
 		"activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host:cpu(speculative):shard(3,params),"
+		"activations=nothing_saveable,activations.prefetch=2",
 		"layers.weights=host:stream(2),edges.weights=device,adam=host(cxl):stream,activations=nothing_saveable,"
 		"activations.host=nvme,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
@@ -71,7 +73,7 @@ static void test_syntax(void)
 		"activations.prefetch=x", "activations.=device", "adam=device,bogus=1",
 		"adam=device:shard(1)", "adam=device:shard", "adam=host:shard(2)", "adam=host(dram):shard(2)",
 		"adam=host:cpu:shard(1)", "adam=host:cpu:shard", "adam=host:cpu:shard(2", "adam=host:cpu:shard(2)x",
-		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,params)", "adam=host:stream:shard(2,params)",
+		"adam=host:shard(2):cpu", "adam=host:cpu:shard(2,params", "adam=host:cpu:shard(1,params)",
 		"adam=host:cpu:shard(2,grads", "adam=host:cpu:shard(1,grads)",
 		"adam=device:shard(1,grads)", "adam=device:shard(2,grad)", "adam=device:shard(2,grads",
 		"adam=device:shard(,grads)", "adam=device:shard(2,param)", "adam=device:shard(2,grads,params)",
@@ -405,6 +407,12 @@ static void test_shard(const char *arch)
 	CHECK(ferry_places_parse("adam=host:stream:shard(2,grads)", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
 	      "ZeRO-2 streamed: not yet, by name");
+	CHECK(ferry_places_parse("adam=host:cpu:shard(2,params)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard_grads && p.group[FERRY_GROUP_ADAM].shard_params,
+	      "ZeRO-3 on host threads");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2,params)", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--zero 3 with --offload-optimizer stream"),
+	      "ZeRO-3 streamed: not yet, by name");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
 	for (int z = 2; z <= 3; z++) {

@@ -126,11 +126,12 @@ struct ferry_place {
 				     --zero 2: shard(N,grads); S then rounded
 				     up to whole blocks of the gradient norm's
 				     sum, src/exec/zero_grads.c; home device
-				     only) */
+				     or updated on the host) */
 	bool shard_params;        /* and the parameters (ZeRO-3, --zero 3:
 				     shard(N,params)): each layer's all-gathered
 				     into a ring of device slots ahead of use,
-				     src/exec/zero_params.c; home device only */
+				     src/exec/zero_params.c; home device or
+				     updated on the host (zero_host.c) */
 	char tier[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS]; /* home host: each
 				     kind of its host state's tier ("dram", ...;
 				     "": not named); adam's: params, grads,

@@ -37,7 +37,10 @@
  * down and weights go up only there, and after the update the compute
  * copy is all-gathered.  With the gradients split too (host:cpu:shard(N,
  * grads), ZeRO-2) they come down from the device's slice once a layer's
- * are reduce-scattered into it (zero_grads.c).
+ * are reduce-scattered into it (zero_grads.c); with the parameters split
+ * too (host:cpu:shard(N,params), ZeRO-3) the weights go up into the
+ * device's slice, and only the unstacked ones are gathered after the
+ * update (the layers are, ahead of use, by ZeRO-3's ring).
  */
 #include "exec/model_internal.h"
 
@@ -57,6 +60,21 @@ static void *at(void *base, size_t bytes)
 static bool split(const struct ferry_model *m)
 {
 	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
+}
+
+/* Whether parameter q is updated here (its info in *pi): it has an
+ * entry, or (ZeRO-3, no parameters' entries) storage in the slices. */
+static bool updated(ferry_model_t m, int q, struct ferry_param_info *pi)
+{
+	return ferry_model_param_info(&m->cfg, q, pi) == FERRY_OK &&
+	       (m->tt.ix.param[q] >= 0 || (m->tt.ix.param_slice >= 0 && pi->present));
+}
+
+static const char *name_of(ferry_model_t m, int q)
+{
+	struct ferry_param_info pi;
+
+	return ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK ? pi.name : "";
 }
 
 /* Gradient elements from off of parameter q on the device: whole, or
@@ -108,6 +126,15 @@ static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *
 		c->din[i] = rollback(m, state[i], ferry_zero_host_index(m, q, off) * sizeof(float));
 }
 
+/* Where the updated elements from off of parameter q go on the device:
+ * its compute copy, or (ZeRO-3) the rank's slice of it. */
+static void *device_copy(ferry_model_t m, int q, size_t off)
+{
+	if (m->tt.ix.param_slice >= 0)
+		return at(entry(m, m->tt.ix.param_slice), ferry_zero_host_index(m, q, off) * m->asz);
+	return at(entry(m, m->tt.ix.copy[q]), off * m->asz);
+}
+
 /* The updated slice into the device's compute copy, on stream s (after
  * the host task: s waits for it unless s is the host stream itself). */
 static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_t off, size_t n, int layer,
@@ -115,13 +142,14 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 {
 	char label[56];
 
-	if (m->tt.ix.copy[q] < 0 || (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && layer >= 0))
+	if ((m->tt.ix.copy[q] < 0 && m->tt.ix.param_slice < 0) ||
+	    (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && layer >= 0))
 		return; /* the weight ring loads it from the host */
 	if (s != m->opt_cpu_stream)
 		ferry_emit_wait(p, s, m->opt_host_done, layer);
-	snprintf(label, sizeof(label), "weights: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-	ferry_emit_copy(p, s, at(entry(m, m->tt.ix.copy[q]), off * m->asz), c->param_copy ? c->param_copy : c->param,
-			n * m->asz, FERRY_COPY_H2D, layer, label);
+	snprintf(label, sizeof(label), "weights: %.40s", name_of(m, q));
+	ferry_emit_copy(p, s, device_copy(m, q, off), c->param_copy ? c->param_copy : c->param, n * m->asz,
+			FERRY_COPY_H2D, layer, label);
 }
 
 /* Slice [off, off + n) of parameter q (layer `layer`, or -1), updated by a
@@ -137,14 +165,14 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 		return;
 	c = host_call(m, q, off, n);
 	if (copy_grad && !ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
-		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
+		snprintf(label, sizeof(label), "grad: %.40s", name_of(m, q));
 		ferry_emit_copy(p, m->opt_d2h,
 				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
 				device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
 		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
 		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
 	}
-	snprintf(label, sizeof(label), "cpu adamw %.40s", m->tt.e[ix->param[q]].name);
+	snprintf(label, sizeof(label), "cpu adamw %.40s", name_of(m, q));
 	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
 	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, layer);
 	upload(m, p, m->opt_h2d, q, off, n, layer, &c);
@@ -160,7 +188,7 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 		size_t off, n;
 		char label[56];
 
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+		if (!updated(m, q, &pi) || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 		if (!ferry_zero_host_piece(m, q, &off, &n))
@@ -187,7 +215,7 @@ static void unstacked_update(ferry_model_t m, struct ferry_program *p)
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || pi.layers)
+		if (!updated(m, q, &pi) || pi.layers)
 			continue;
 		for (size_t off = 0; off < pi.numel; off += chunk)
 			cpu_slice(m, p, q, off, pi.numel - off < chunk ? pi.numel - off : chunk, -1, true);
@@ -221,7 +249,7 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 		size_t off, n;
 		char label[56];
 
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+		if (!updated(m, q, &pi) || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 		if (!ferry_zero_host_piece(m, q, &off, &n))
@@ -251,7 +279,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			struct ferry_param_info pi;
 			size_t off, n;
 
-			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+			if (!updated(m, q, &pi) || !pi.layers)
 				continue;
 			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 			if (!ferry_zero_host_piece(m, q, &off, &n))

@@ -603,10 +603,10 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 {
-	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
-		return ferry_zero_get_params(m, params);
 	if (m->tt.ix.host_param_slice >= 0) /* every rank's slice: a collective */
 		return ferry_zero_host_get_params(m, params);
+	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
+		return ferry_zero_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 

@@ -140,14 +140,15 @@ ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
 	return st ? st : read_whole(m, m->tt.ix.var_buffer, var);
 }
 
-/* ZeRO-3: this rank's slice, and the unstacked parameters whole (the
- * copy buffer holds them in array order, each where its entry is). */
+/* ZeRO-3: this rank's slice (the device's: with AdamW on host threads
+ * the compute slice), and the unstacked parameters whole (the copy
+ * buffer holds them in array order, each where its entry is). */
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	size_t bytes = m->tt.buffers[ix->copy_buffer].bytes;
 	char *edges = ferry_calloc(bytes ? bytes : 1, 1);
-	ferry_status st = edges ? write_slice(m, ix->params_buffer, params)
+	ferry_status st = edges ? write_slice(m, m->tt.e[ix->param_slice].buffer, params)
 				: ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
 
 	for (int q = 0; q < m->md->n_params && !st; q++) {
@@ -164,5 +165,5 @@ ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 
 ferry_status ferry_zero_get_params(ferry_model_t m, float *params)
 {
-	return read_whole(m, m->tt.ix.params_buffer, params);
+	return read_whole(m, m->tt.e[m->tt.ix.param_slice].buffer, params);
 }

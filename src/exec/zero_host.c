@@ -11,6 +11,14 @@
  * the clipping scale are the same on every rank, so the weights have the
  * bits of --zero 0.  Setting and reading the parameters goes through
  * whole arrays as without the split (reading them is a collective).
+ *
+ * ZeRO-3 on the host (adam=host:cpu:shard(N,params), --zero 3 with
+ * --offload-optimizer cpu, FSDP2's CPU offload): the device keeps only
+ * the rank's slice of the compute copy (fp32: the master's bits) and
+ * ZeRO-3's ring (zero_params.c) all-gathers each layer from it ahead of
+ * use; the gradients come down from ZeRO-2's slice; each piece updated
+ * goes up into the device's slice, and after the update only the
+ * unstacked parameters are gathered whole.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -75,8 +83,11 @@ void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 
 	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
-	ferry_emit_all_gather(p, m->comm_stream, m->comm, copy ? ferry_buffer_ptr(copy) : NULL,
-			      m->tt.ix.shard_numel * m->asz, &m->comm_status, "gather compute copy");
+	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: the unstacked whole; the layers in their ring */
+		ferry_zero_params_gather_unstacked(m, p);
+	else
+		ferry_emit_all_gather(p, m->comm_stream, m->comm, copy ? ferry_buffer_ptr(copy) : NULL,
+				      m->tt.ix.shard_numel * m->asz, &m->comm_status, "gather compute copy");
 	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
 	ferry_emit_wait(p, m->compute, m->zero_gathered, -1);
 }
@@ -107,7 +118,10 @@ ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params)
 	const size_t have = lo < n ? (n - lo < S ? n - lo : S) : 0;
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params + lo, have * sizeof(float));
 
-	return st ? st : upload_whole(m, params);
+	if (st)
+		return st;
+	/* ZeRO-3: the device's slice and unstacked parameters (fp32) */
+	return m->tt.ix.param_slice >= 0 ? ferry_zero_set_params(m, params) : upload_whole(m, params);
 }
 
 ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params)

@@ -176,7 +176,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 				   "through a ring), host:cpu or host:cpu(speculative) (updated by host threads), or "
 				   "device:shard(N) (split over N ranks, 2 or more; shard(N,grads): the gradients too, "
 				   "shard(N,params): and the parameters), host:stream:shard(N) or host:cpu:shard(N) "
-				   "(host:cpu:shard(N,grads): the gradients too); "
+				   "(host:cpu:shard(N,grads): the gradients too, host:cpu:shard(N,params): and the "
+				   "parameters); "
 				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
 		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
@@ -191,7 +192,8 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 
 /* adam's host forms with ":shard(N)" after them (N >= 2): split over N
  * ranks as device:shard(N) is (ZeRO-1 with the state on the host;
- * ":shard(N,grads)": ZeRO-2's gradients too). */
+ * ":shard(N,grads)": ZeRO-2's gradients too; ":shard(N,params)": ZeRO-3's
+ * parameters too). */
 static ferry_status adam_value(const char *v, struct ferry_place *out)
 {
 	const char *s = strstr(v, ":shard(");
@@ -200,7 +202,7 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	ferry_status st;
 
 	if (strncmp(v, "host", 4) || !s ||
-	    !(word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || (grads_shard(s + 1, &ranks) && !strstr(s, ",params)"))) ||
+	    !(word_with_depth(s + 1, "shard", MAX_SHARDS, &ranks) || grads_shard(s + 1, &ranks)) ||
 	    ranks < 2 ||
 	    (size_t)(s - v) >= sizeof(whole))
 		return adam_whole(v, out);
@@ -208,7 +210,8 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	if ((st = adam_whole(whole, out)))
 		return st;
 	out->shard = ranks;
-	out->shard_grads = strstr(s, ",grads)") != NULL;
+	out->shard_params = strstr(s, ",params)") != NULL;
+	out->shard_grads = out->shard_params || strstr(s, ",grads)") != NULL;
 	return FERRY_OK;
 }
 
@@ -423,9 +426,10 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard_params && adam->home != FERRY_HOME_DEVICE)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 3 (adam=...:shard(N,params)) splits the parameters "
-				   "on the device: with --offload-optimizer or --offload-params (adam on the host), not yet");
+	if (adam->shard_params && adam->home != FERRY_HOME_DEVICE && adam->update != FERRY_UPDATE_HOST)
+		return ferry_error(FERRY_ERR_INVALID, "--zero 3 with --offload-optimizer stream "
+				   "(adam=host:stream:shard(N,params)): the optimizer ring reads whole gradients: not yet "
+				   "(--offload-optimizer cpu, adam=host:cpu:shard(N,params), splits them)");
 	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE && adam->update != FERRY_UPDATE_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--zero 2 with --offload-optimizer stream "
 				   "(adam=host:stream:shard(N,grads)): the optimizer ring reads whole gradients: not yet "
@@ -504,7 +508,8 @@ static void adam_text(const struct ferry_place *pl, char *buf, size_t n)
 	snprintf(buf, n, "%s:%s", home, pl->update == FERRY_UPDATE_DEVICE ? "stream"
 					: pl->speculative ? "cpu(speculative)" : "cpu");
 	if (pl->shard > 1 && strlen(buf) < n)
-		snprintf(buf + strlen(buf), n - strlen(buf), ":shard(%d%s)", pl->shard, pl->shard_grads ? ",grads" : "");
+		snprintf(buf + strlen(buf), n - strlen(buf), ":shard(%d%s)", pl->shard,
+			 pl->shard_params ? ",params" : pl->shard_grads ? ",grads" : "");
 }
 
 /* ",activations.KEY=N" (or auto) when tiled: untiled placements print as

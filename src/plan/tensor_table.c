@@ -530,10 +530,12 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
  * gradients (host:cpu:shard(N,grads): this rank's slice, as ZeRO-2's)
  * and the compute copy whole (the copy padded to N slices: the
  * update's all-gather writes every slice), which is then the parameters'
- * entry; on the host this rank's slice of the master weights and both
- * moments; updated by host threads, also of the gradients and, when the
- * kernels read bf16, of the update's bf16 result; streamed, the device's
- * two-slot ring of master, m and v slices. */
+ * entry (host:cpu:shard(N,params): ZeRO-3's slice of it, its ring and
+ * the unstacked parameters whole, no parameters' entry); on the host
+ * this rank's slice of the master weights and both moments; updated by
+ * host threads, also of the gradients and, when the kernels read bf16,
+ * of the update's bf16 result; streamed, the device's two-slot ring of
+ * master, m and v slices. */
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -546,13 +548,16 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	else
 		r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						       FERRY_TK_GRAD, FERRY_F32, ix->grad, BY_STACKING);
-	if (r >= 0)
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) /* ZeRO-3: its slice, ring and edges */
+		r = add_param_slices(tt);
+	else if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
-	if (r >= 0 && S * N > tt->n_params)
+	if (r >= 0 && S * N > tt->n_params && ix->param_slice < 0)
 		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
 			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
-	memcpy(ix->param, ix->copy, sizeof(ix->param));
+	if (ix->param_slice < 0)
+		memcpy(ix->param, ix->copy, sizeof(ix->param));
 	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
 		ix->mom[q] = ix->var[q] = -1;
 	if (r >= 0)
@@ -1082,7 +1087,7 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
 	if (tt->place.group[FERRY_GROUP_ADAM].shard_params && tt->act_dtype != FERRY_F32)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=device:shard(N,params)) gathers fp32 "
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=...:shard(N,params)) gathers fp32 "
 				   "parameters: with %s compute weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "

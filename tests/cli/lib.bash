@@ -74,6 +74,11 @@ json_field() { # json_field FILE KEY: the first number after "KEY":
 	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
 }
 
+# same_save A B: the same files (an llm.c file and its state, or a directory).
+same_save() {
+	if [ -d "$1" ]; then diff -r "$1" "$2" >/dev/null; else cmp -s "$1" "$2" && cmp -s "$1.state" "$2.state"; fi
+}
+
 # losses_agree A.json B.json [FIRST_STEP]: loss, grad_norm and val_loss of
 # every step (from FIRST_STEP) within 1e-6 relative, same steps.
 losses_agree() {

@@ -21,11 +21,6 @@ make_corpus
 common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
 gpt=(--layers 2 --channels 32 --heads 4)
 
-# same_save A B: the same files (an llm.c file and its state, or a directory).
-same_save() {
-	if [ -d "$1" ]; then diff -r "$1" "$2" >/dev/null; else cmp -s "$1" "$2" && cmp -s "$1.state" "$2.state"; fi
-}
-
 runs=("gpt2|${gpt[*]}||2" "gpt2|${gpt[*]}||3" "gpt2|${gpt[*]}|--grad-accum 2|4"
 	"llama|--model llama ${gpt[*]} --kv-heads 2||2" "llama|--model llama ${gpt[*]} --kv-heads 2||4")
 for entry in "${runs[@]}"; do
