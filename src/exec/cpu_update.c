@@ -318,10 +318,14 @@ static void unstacked_update(ferry_model_t m, struct ferry_program *p)
 
 void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant)
 {
-	/* the layers' gradients reached the host during the backward (or
-	   come down now, after the step's synchronisation) */
-	if (!grads_on_device(m))
+	/* the layers' gradients reached the host during the backward, or
+	   come down now, after every gradient is written */
+	if (!grads_on_device(m)) {
 		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, -1);
+	} else {
+		ferry_emit_record(p, m->compute, m->opt_layer_grads, -1);
+		ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, -1);
+	}
 	for (int l = 0; l < m->cfg.layers && variant != FERRY_UPDATE_COMMIT; l++)
 		layer_update(m, p, l, variant);
 	if (variant != FERRY_UPDATE_UNDO)
