@@ -7,10 +7,12 @@
  *    one kept), and an optimizer value changed after arming (redone): the
  *    parameters, moments and losses are bit-identical to AdamW on the
  *    device, for GPT-2 and Llama, with and without --offload-params (and
- *    --offload-embeddings), under several activation policies; the model
+ *    --offload-embeddings) and with the gradients kept on the device
+ *    (--device-grads), under several activation policies; the model
  *    counts the steps it undid;
  *  - a step whose norm is not finite fails and leaves parameters and
- *    moments exactly as they were before it, as the exact order does;
+ *    moments exactly as they were before it, as the exact order does
+ *    (with the gradients on the host or on the device);
  *  - speculation without the speculative order, or with another optimizer
  *    placement, is refused.
  */
@@ -92,7 +94,9 @@ static void result_free(struct result *r)
 /* Speculative runs against the device's AdamW: clipping on every step
  * (0.05), on none (1e9), and the lr changed after arming. */
 /* params: 0 on the device, 1 the layers' offloaded (--offload-params), 2
- * the embeddings' and the head's too (--offload-embeddings). */
+ * the embeddings' and the head's too (--offload-embeddings); 3 on the
+ * device with their gradients kept there (--device-grads: each layer's
+ * copied down through a host ring, again when the step is redone). */
 static void check_model(const char *model, const struct ferry_model_config *cfg, const char *policy, int params)
 {
 	const float clips[3] = { 0.05f, 1e9f, 0.05f };
@@ -102,14 +106,16 @@ static void check_model(const char *model, const struct ferry_model_config *cfg,
 	for (int k = 0; k < 3; k++) {
 		struct run_opts dev = { .exec = { .policy = policy }, .clip = clips[k] };
 		struct run_opts spec = { .exec = { .policy = policy, .optimizer = FERRY_OPTIM_CPU,
-						   .offload_params = params > 0, .offload_embeddings = params > 1,
+						   .offload_params = params == 1 || params == 2,
+						   .offload_embeddings = params == 2, .device_grads = params == 3,
 						   .clip_order = FERRY_CLIP_SPECULATIVE },
 					 .speculate = true, .clip = clips[k], .armed_lr = k == 2 ? 5e-3f : 0 };
 		struct result a, b;
 		const int want_undone = k == 1 ? 0 : STEPS;
 
 		snprintf(name, sizeof(name), "%s %s%s, clip %g%s", model, policy,
-			 params > 1 ? ", params and embeddings offloaded" : params ? ", params offloaded" : "",
+			 params == 3 ? ", gradients on the device" : params == 2 ? ", params and embeddings offloaded"
+			 : params ? ", params offloaded" : "",
 			 clips[k], k == 2 ? ", armed with another lr" : "");
 		train(name, cfg, &dev, &a);
 		train(name, cfg, &spec, &b);
@@ -123,10 +129,11 @@ static void check_model(const char *model, const struct ferry_model_config *cfg,
 	}
 }
 
-/* A parameter set to NaN: the step fails and puts every layer back. */
-static void check_diverged(const char *model, const struct ferry_model_config *cfg, bool speculative)
+/* A parameter set to NaN: the step fails and puts every layer back (the
+ * gradients kept on the device: device_grads). */
+static void check_diverged(const char *model, const struct ferry_model_config *cfg, bool speculative, bool device_grads)
 {
-	struct ferry_exec_opts o = { .optimizer = FERRY_OPTIM_CPU,
+	struct ferry_exec_opts o = { .optimizer = FERRY_OPTIM_CPU, .device_grads = device_grads,
 				     .clip_order = speculative ? FERRY_CLIP_SPECULATIVE : FERRY_CLIP_EXACT };
 	struct ferry_adamw opt = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	size_t n = ferry_model_config_num_params(cfg);
@@ -203,9 +210,11 @@ int main(void)
 	check_model("llama", &llama, "minimal_offloaded", 0);
 	check_model("llama", &llama, "everything_saveable", 1);
 	check_model("llama", &llama, "nothing_saveable", 2);
-	for (int spec = 0; spec < 2; spec++) {
-		check_diverged("gpt2", &gpt2, spec);
-		check_diverged("llama", &llama, spec);
+	check_model("gpt2", &gpt2, "qkv_proj_offloaded", 3);
+	check_model("llama", &llama, "minimal_offloaded", 3);
+	for (int k = 0; k < 4; k++) {
+		check_diverged("gpt2", &gpt2, k & 1, k >> 1);
+		check_diverged("llama", &llama, k & 1, k >> 1);
 	}
 	return test_exit_code();
 }

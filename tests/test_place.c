@@ -65,6 +65,8 @@ static void test_syntax(void)
 		"activations.host=nvme,activations.prefetch=2",
 		"layers.weights=device,edges.weights=device,adam=host(params=node:2,optimizer=dram):cpu(speculative),"
 		"activations.context=offload,activations.host=interleave:1*3+2,activations.prefetch=2",
+		"layers.weights=device,edges.weights=device,adam=host:cpu,adam.grads=device:stream(3),"
+		"activations=minimal_offloaded,activations.prefetch=2",
 	};
 	static const char *const bad[] = {
 		"adam", "adam=", "adam=host", "layers.weights=host:stream(0)", "layers.weights=host:stream(65)",
@@ -80,7 +82,8 @@ static void test_syntax(void)
 		"adam=host(Tape):cpu", "adam=host(activations=dram):cpu", "layers.weights=host(dram):stream(2)",
 		"adam=host(nvme):cpu", "adam=host(grads=nvme):stream", "adam=host(cxl)", "adam=host(cxl:stream",
 		"adam=host():stream", "adam=host(params=dram,params=cxl):cpu", "adam=:stream", "activations.host=",
-		"activations.host=c,x",
+		"activations.host=c,x", "adam.grads=device", "adam.grads=device:stream(0)",
+		"adam.grads=device:stream(16)", "adam.grads=host:stream", "adam.grads=device:stream(2",
 	};
 	struct ferry_places p, before;
 
@@ -158,24 +161,27 @@ struct flags {
 	bool params, embeddings;
 	int prefetch;
 	enum ferry_clip_order clip;
+	int grads_ring; /* --device-grads's D */
 };
 
 static const struct flags combos[] = {
-	{ FERRY_OPTIM_DEVICE, false, false, 0, FERRY_CLIP_EXACT },
-	{ FERRY_OPTIM_STREAM, false, false, 0, FERRY_CLIP_EXACT },
-	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_EXACT },
-	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_SPECULATIVE },
-	{ FERRY_OPTIM_STREAM, true, false, 0, FERRY_CLIP_EXACT },
-	{ FERRY_OPTIM_CPU, true, false, 2, FERRY_CLIP_EXACT },
-	{ FERRY_OPTIM_CPU, true, true, 0, FERRY_CLIP_SPECULATIVE },
-	{ FERRY_OPTIM_STREAM, true, true, 3, FERRY_CLIP_EXACT },
+	{ FERRY_OPTIM_DEVICE, false, false, 0, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_STREAM, false, false, 0, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_SPECULATIVE, 0 },
+	{ FERRY_OPTIM_STREAM, true, false, 0, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_CPU, true, false, 2, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_CPU, true, true, 0, FERRY_CLIP_SPECULATIVE, 0 },
+	{ FERRY_OPTIM_STREAM, true, true, 3, FERRY_CLIP_EXACT, 0 },
+	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_EXACT, 1 },
+	{ FERRY_OPTIM_CPU, false, false, 0, FERRY_CLIP_SPECULATIVE, 2 },
 };
 
 static struct ferry_exec_opts opts_of(const struct flags *f, enum ferry_dtype act)
 {
 	return (struct ferry_exec_opts){ .policy = "minimal_offloaded", .optimizer = f->opt, .offload_params = f->params,
 					 .offload_embeddings = f->embeddings, .param_prefetch = f->prefetch,
-					 .clip_order = f->clip, .act_dtype = act };
+					 .clip_order = f->clip, .device_grads = f->grads_ring, .act_dtype = act };
 }
 
 static bool same_table(const struct ferry_tensor_table *a, const struct ferry_tensor_table *b)

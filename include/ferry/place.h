@@ -36,6 +36,16 @@
  *                                      rank keeps its 1/N of the master weights,
  *                                      moments (and host gradients: cpu), and
  *                                      updates it there
+ *   adam.grads=host                    with adam=HOST:cpu: a host copy of every
+ *                                      gradient, each layer's sent down when its
+ *                                      backward ends (the default; not printed)
+ *   adam.grads=device:stream(D)        ... the gradients stay on the device only;
+ *                                      the host threads read them through a
+ *                                      ring of D + 1 host slots (1 to 15; D
+ *                                      units copied down ahead of the one being
+ *                                      updated), a unit a layer's slice of
+ *                                      every stacked parameter or a slot's
+ *                                      worth of an unstacked one
  *   activations=POLICY                 any --policy spec
  *   activations.NAME=device|offload|remat   (one per name: a custom policy,
  *                                      the names not listed recomputed)
@@ -60,7 +70,8 @@
  * layers.weights=host:stream(1), --param-prefetch D sets its D,
  * --offload-embeddings edges.weights=host:stream, --offload-optimizer
  * stream|cpu adam=host:stream|host:cpu, --clip-order speculative
- * adam=host:cpu(speculative), --zero 1 on N ranks adam=device:shard(N)
+ * adam=host:cpu(speculative), --device-grads adam.grads=device:stream(1),
+ * --zero 1 on N ranks adam=device:shard(N)
  * (with --offload-optimizer stream|cpu: adam=host:stream|cpu:shard(N)),
  * --zero 2 adam=device:shard(N,grads), --zero 3 adam=device:shard(N,params),
  * --policy activations=, --prefetch-depth activations.prefetch=,
@@ -158,6 +169,9 @@ enum ferry_place_group {
 /* Tiers a depth each (as many as offloaded activations may span, tier.h). */
 #define FERRY_PREFETCH_TIERS 4
 
+/* adam.grads=device:stream(D): the deepest D (ring slots D + 1). */
+#define FERRY_GRADS_DEVICE_MAX_DEPTH 15
+
 #define FERRY_PLACE_POLICY_CHARS 1024 /* as --policy auto's choice (cost.h) */
 #define FERRY_PLACE_CHARS 3072
 
@@ -177,6 +191,12 @@ struct ferry_places {
 	int mlp_tile, loss_tile;               /* tokens per tile; 0: untiled,
 						  FERRY_TILE_AUTO: the plan's choice */
 	char act_tier[FERRY_TIER_NAME_CHARS];  /* offloaded activations' tier ("": not named) */
+	int adam_grads_device;                 /* adam=HOST:cpu: 0, a host copy of every
+						  gradient (adam.grads=host); D >= 1, they
+						  stay on the device and reach the host
+						  threads through D + 1 host slots
+						  (adam.grads=device:stream(D)); apart from
+						  adam's value, so an adam= item keeps it */
 };
 
 /* "layers.weights", "edges.weights", "adam". */

@@ -178,6 +178,11 @@ struct ferry_exec_opts {
 				   backward (the size of the larger stage's weights and
 				   gradients on the device instead of all of them) */
 	enum ferry_clip_order clip_order; /* --clip-order, with optimizer cpu */
+	int device_grads;       /* --device-grads, with optimizer cpu: 0, a host copy of
+				   every gradient; D (1 to 15), the gradients stay on the
+				   device and the host threads read them through a ring
+				   of D + 1 host slots, each a layer's slice of every
+				   stacked parameter (adam.grads=device:stream(D)) */
 	size_t pinned_limit;    /* --pinned-limit: host buffers that copies read or write
 				   come from one pinned pool (pinned where the backend can)
 				   of at most this many bytes, offloaded activations first;

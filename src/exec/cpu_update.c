@@ -41,6 +41,16 @@
  * too (host:cpu:shard(N,params), ZeRO-3) the weights go up into the
  * device's slice, and only the unstacked ones are gathered after the
  * update (the layers are, ahead of use, by ZeRO-3's ring).
+ *
+ * With the gradients kept on the device (adam.grads=device:stream(D),
+ * --device-grads) nothing goes down during the backward: the host holds
+ * a ring of D + 1 slots, and each unit (a layer's slice of every stacked
+ * parameter, or a slot's worth of an unstacked one) is copied into the
+ * next slot on the device-to-host stream once the slot is free, updated
+ * from it by the host threads, and the slot freed, so the next units'
+ * copies overlap this one's update.  The exact order does this after the
+ * norm; the speculative order for each layer during the backward, and
+ * REDO copies the layers down again (the device still has them).
  */
 #include "exec/model_internal.h"
 
@@ -178,6 +188,113 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 	upload(m, p, m->opt_h2d, q, off, n, layer, &c);
 }
 
+/* ---- adam.grads=device:stream(D): the gradients through a host ring ---------------- */
+
+static bool grads_on_device(const struct ferry_model *m)
+{
+	return m->tt.ix.host_grad_ring >= 0;
+}
+
+/* The next unit's slot: the device-to-host stream waits until the host
+ * threads have read what it held. */
+static int ring_take(ferry_model_t m, struct ferry_program *p, int layer)
+{
+	int slot = m->grad_slot_next++ % m->tt.ix.host_grad_slots;
+
+	ferry_emit_wait(p, m->opt_d2h, m->grad_slot_free[slot], layer);
+	return slot;
+}
+
+/* Element off of slot `slot`. */
+static float *ring_at(ferry_model_t m, int slot, size_t off)
+{
+	return at(entry(m, m->tt.ix.host_grad_ring), ((size_t)slot * m->tt.ix.host_grad_slot_numel + off) * sizeof(float));
+}
+
+/* n gradient elements of parameter q from off down into dst. */
+static void ring_copy(ferry_model_t m, struct ferry_program *p, float *dst, int q, size_t off, size_t n, int layer)
+{
+	char label[56];
+
+	snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
+	ferry_emit_copy(p, m->opt_d2h, dst, device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
+}
+
+/* The slot is filled: the host threads wait for it. */
+static void ring_filled(ferry_model_t m, struct ferry_program *p, int slot, int layer)
+{
+	ferry_emit_record(p, m->opt_d2h, m->grad_slot_full[slot], layer);
+	ferry_emit_wait(p, m->opt_cpu_stream, m->grad_slot_full[slot], layer);
+}
+
+/* Parameter q's AdamW over [off, off + n) from gradients at g, on a host
+ * thread; early: before the norm (grad_scale 1, an undo copy first, the
+ * weights up on the host stream itself). */
+static void ring_adamw(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int layer,
+		       const float *g, bool early)
+{
+	struct ferry_op_call c = host_call(m, q, off, n);
+	char label[56];
+
+	c.in[0] = g;
+	if (early)
+		with_undo(m, q, off, &c);
+	snprintf(label, sizeof(label), "%s %.40s", early ? "early adamw" : "cpu adamw", m->tt.e[m->tt.ix.param[q]].name);
+	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
+	if (early && !p->failed)
+		p->t[p->n - 1].patch = FERRY_PATCH_ADAMW_UNCLIPPED;
+	if (!early)
+		ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, layer);
+	upload(m, p, early ? m->opt_cpu_stream : m->opt_h2d, q, off, n, layer, &c);
+}
+
+/* Layer l's slice of every stacked parameter: down into a slot, updated
+ * from it, the slot freed. */
+static void ring_layer(ferry_model_t m, struct ferry_program *p, int l, bool early)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	int slot = ring_take(m, p, l);
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (int q = 0; q < m->md->n_params; q++) {
+			struct ferry_param_info pi;
+			size_t off;
+
+			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+				continue;
+			off = (size_t)l * pi.layer_numel;
+			if (pass == 0)
+				ring_copy(m, p, ring_at(m, slot, ix->host_grad_slot_off[q]), q, off, pi.layer_numel, l);
+			else
+				ring_adamw(m, p, q, off, pi.layer_numel, l, ring_at(m, slot, ix->host_grad_slot_off[q]), early);
+		}
+		if (pass == 0)
+			ring_filled(m, p, slot, l);
+	}
+	ferry_emit_record(p, m->opt_cpu_stream, m->grad_slot_free[slot], l);
+}
+
+/* Elements [off, off + n) of unstacked parameter q through a slot. */
+static void ring_chunk(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n)
+{
+	int slot = ring_take(m, p, -1);
+
+	ring_copy(m, p, ring_at(m, slot, 0), q, off, n, -1);
+	ring_filled(m, p, slot, -1);
+	ring_adamw(m, p, q, off, n, -1, ring_at(m, slot, 0), false);
+	ferry_emit_record(p, m->opt_cpu_stream, m->grad_slot_free[slot], -1);
+}
+
+/* A speculative backward's early update of layer l, once its gradients
+ * are written on the device. */
+static void early_from_device(ferry_model_t m, struct ferry_program *p, int l)
+{
+	ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
+	ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, l);
+	ring_layer(m, p, l, true);
+	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, l);
+}
+
 /* Layer l's slice of every stacked parameter: undone first (REDO, UNDO),
  * then updated (FULL, REDO). */
 static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum ferry_update_variant variant)
@@ -202,15 +319,17 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 			if (variant == FERRY_UPDATE_UNDO)
 				upload(m, p, m->opt_h2d, q, off, n, l, &c);
 		}
-		if (variant == FERRY_UPDATE_FULL || variant == FERRY_UPDATE_REDO)
+		if ((variant == FERRY_UPDATE_FULL || variant == FERRY_UPDATE_REDO) && !grads_on_device(m))
 			cpu_slice(m, p, q, off, n, l, false);
 	}
+	if ((variant == FERRY_UPDATE_FULL || variant == FERRY_UPDATE_REDO) && grads_on_device(m))
+		ring_layer(m, p, l, false);
 }
 
 /* The unstacked parameters, in slices of the optimizer chunk. */
 static void unstacked_update(ferry_model_t m, struct ferry_program *p)
 {
-	const size_t chunk = m->tt.ix.opt_chunk;
+	const size_t chunk = grads_on_device(m) ? m->tt.ix.host_grad_slot_numel : m->tt.ix.opt_chunk;
 
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
@@ -218,14 +337,23 @@ static void unstacked_update(ferry_model_t m, struct ferry_program *p)
 		if (!updated(m, q, &pi) || pi.layers)
 			continue;
 		for (size_t off = 0; off < pi.numel; off += chunk)
-			cpu_slice(m, p, q, off, pi.numel - off < chunk ? pi.numel - off : chunk, -1, true);
+			if (grads_on_device(m))
+				ring_chunk(m, p, q, off, pi.numel - off < chunk ? pi.numel - off : chunk);
+			else
+				cpu_slice(m, p, q, off, pi.numel - off < chunk ? pi.numel - off : chunk, -1, true);
 	}
 }
 
 void ferry_emit_update_cpu(ferry_model_t m, struct ferry_program *p, enum ferry_update_variant variant)
 {
-	/* the layers' gradients reached the host during the backward */
-	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, -1);
+	/* the layers' gradients reached the host during the backward, or
+	   come down now, after every gradient is written */
+	if (!grads_on_device(m)) {
+		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, -1);
+	} else {
+		ferry_emit_record(p, m->compute, m->opt_layer_grads, -1);
+		ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, -1);
+	}
 	for (int l = 0; l < m->cfg.layers && variant != FERRY_UPDATE_COMMIT; l++)
 		layer_update(m, p, l, variant);
 	if (variant != FERRY_UPDATE_UNDO)
@@ -269,6 +397,12 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	ferry_model_t m = model;
 	const struct ferry_table_index *ix = &m->tt.ix;
 	char label[56];
+
+	if (grads_on_device(m)) { /* nothing goes down but a speculative layer's */
+		if (m->emit_speculative)
+			early_from_device(m, p, l);
+		return;
+	}
 
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
 		if (!m->comm) /* on several ranks: once averaged (dp_reduce.c), ZeRO-2's into the slice */

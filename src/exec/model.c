@@ -272,6 +272,14 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 	m->opt_host_done = ferry_sched_event(&m->res, "slice updated on the host");
 	m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
 	m->opt_layer_grads = ferry_sched_event(&m->res, "a layer's gradients written");
+	for (int slot = 0; slot < m->tt.ix.host_grad_slots; slot++) {
+		char name[40];
+
+		snprintf(name, sizeof(name), "gradient slot filled [%d]", slot);
+		m->grad_slot_full[slot] = ferry_sched_event(&m->res, name);
+		snprintf(name, sizeof(name), "gradient slot free [%d]", slot);
+		m->grad_slot_free[slot] = ferry_sched_event(&m->res, name);
+	}
 }
 
 /* What the schedule calls the edges' ring. */

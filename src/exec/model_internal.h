@@ -85,6 +85,11 @@ struct ferry_model {
 	/* AdamW on host threads (tt.ix.opt_cpu): its stream, and the events
 	 * "a slice's gradients are on the host", "updated", "all uploaded" */
 	int opt_cpu_stream, opt_grads_home, opt_host_done, opt_uploaded;
+	/* adam.grads=device:stream(D) (tt.ix.host_grad_ring): per host slot
+	 * "a unit's gradients in it", "read, free again"; the slot the next
+	 * unit takes (units take the slots in turn, across programs) */
+	int grad_slot_full[FERRY_GRADS_DEVICE_MAX_DEPTH + 1], grad_slot_free[FERRY_GRADS_DEVICE_MAX_DEPTH + 1];
+	int grad_slot_next;
 	/* each streamed weight group's ring (weight_ring.h; the table's
 	 * tt.ix.ring): the layers' (the engine streams them; their streams and
 	 * events are the engine's) and the edges' (units the stages, on the

@@ -215,6 +215,24 @@ static ferry_status adam_value(const char *v, struct ferry_place *out)
 	return FERRY_OK;
 }
 
+/* adam.grads=host | device:stream(D) | device:stream (D 1). */
+static ferry_status adam_grads_value(const char *v, int *out)
+{
+	int depth = 1;
+
+	if (!strcmp(v, "host")) {
+		*out = 0;
+		return FERRY_OK;
+	}
+	if (!strncmp(v, "device:", 7) && word_with_depth(v + 7, "stream", FERRY_GRADS_DEVICE_MAX_DEPTH, &depth)) {
+		*out = depth;
+		return FERRY_OK;
+	}
+	return ferry_error(FERRY_ERR_INVALID, "--place adam.grads=%s: host (a host copy of every gradient) or "
+			   "device:stream(D) (they stay on the device; the host threads read them through D + 1 "
+			   "host slots, D from 1 to %d)", v, FERRY_GRADS_DEVICE_MAX_DEPTH);
+}
+
 /* How a spec names the activations: not yet, by policy, or name by name
  * (a custom policy built from its items; a policy from before the spec,
  * the flags', is replaced). */
@@ -331,7 +349,7 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 
 	if (!eq)
 		return ferry_error(FERRY_ERR_INVALID, "--place '%s': GROUP=PLACEMENT expected (groups: layers.weights, "
-				   "edges.weights, adam, activations, activations.NAME, activations.host, "
+				   "edges.weights, adam, adam.grads, activations, activations.NAME, activations.host, "
 				   "activations.prefetch, activations.mlp_tile, activations.loss_tile)", item);
 	*eq = '\0';
 	v = eq + 1;
@@ -341,10 +359,12 @@ static ferry_status apply_item(struct ferry_places *p, char *item, enum act_form
 		return weights_value(key, v, FERRY_GROUP_EDGE_WEIGHTS, &p->group[FERRY_GROUP_EDGE_WEIGHTS]);
 	if (!strcmp(key, "adam"))
 		return adam_value(v, &p->group[FERRY_GROUP_ADAM]);
+	if (!strcmp(key, "adam.grads"))
+		return adam_grads_value(v, &p->adam_grads_device);
 	if (!strcmp(key, "activations") || !strncmp(key, "activations.", strlen("activations.")))
 		return activations_item(p, key, v, form);
 	return ferry_error(FERRY_ERR_INVALID, "--place: unknown group '%s' (groups: layers.weights, edges.weights, "
-			   "adam, activations, activations.NAME, activations.host, activations.prefetch, "
+			   "adam, adam.grads, activations, activations.NAME, activations.host, activations.prefetch, "
 			   "activations.mlp_tile, activations.loss_tile)", key);
 }
 
@@ -419,6 +439,17 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 	const struct ferry_place *lw = &p->group[FERRY_GROUP_LAYER_WEIGHTS], *ew = &p->group[FERRY_GROUP_EDGE_WEIGHTS],
 				 *adam = &p->group[FERRY_GROUP_ADAM];
 
+	if (p->adam_grads_device && (adam->update != FERRY_UPDATE_HOST || adam->home != FERRY_HOME_HOST))
+		return ferry_error(FERRY_ERR_INVALID, "--device-grads (adam.grads=device:stream(D)) keeps the gradients "
+				   "on the device for AdamW on host threads: it needs --offload-optimizer cpu "
+				   "(adam=host:cpu)");
+	if (p->adam_grads_device && lw->home == FERRY_HOME_HOST)
+		return ferry_error(FERRY_ERR_INVALID, "--device-grads (adam.grads=device:stream(D)) with "
+				   "--offload-params (layers.weights=host:stream): the weight ring sends the layers' "
+				   "gradients to the host: not together");
+	if (p->adam_grads_device && adam->shard > 1)
+		return ferry_error(FERRY_ERR_INVALID, "--device-grads (adam.grads=device:stream(D)) with --zero %d "
+				   "(adam=...:shard(%d)): not yet", 1 + adam->shard_grads + adam->shard_params, adam->shard);
 	if (adam->speculative && adam->update != FERRY_UPDATE_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative (adam=host:cpu(speculative)) updates on "
 				   "host threads: it needs --offload-optimizer cpu (adam=host:cpu)");
@@ -567,13 +598,16 @@ static void activations_text(const struct ferry_places *p, char *buf, size_t n)
 ferry_status ferry_places_format(const struct ferry_places *p, char *buf, size_t n)
 {
 	char lw[32], ew[32], adam[FERRY_HOST_KINDS * (FERRY_TIER_NAME_CHARS + 16) + 32], act[FERRY_PLACE_CHARS];
+	char grads[48] = "";
 	int r;
 
 	weights_text(&p->group[FERRY_GROUP_LAYER_WEIGHTS], lw, sizeof(lw));
 	weights_text(&p->group[FERRY_GROUP_EDGE_WEIGHTS], ew, sizeof(ew));
 	adam_text(&p->group[FERRY_GROUP_ADAM], adam, sizeof(adam));
 	activations_text(p, act, sizeof(act));
-	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s", lw, ew, adam, act);
+	if (p->adam_grads_device) /* the default (host) prints as before the key */
+		snprintf(grads, sizeof(grads), "adam.grads=device:stream(%d),", p->adam_grads_device);
+	r = snprintf(buf, n, "layers.weights=%s,edges.weights=%s,adam=%s,%s%s", lw, ew, adam, grads, act);
 	if (r < 0 || (size_t)r >= n)
 		return ferry_error(FERRY_ERR_INVALID, "placements: more than %zu characters", n - 1);
 	return FERRY_OK;
@@ -647,6 +681,10 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 	if (o->optimizer != FERRY_OPTIM_DEVICE)
 		(void)adam_value(o->optimizer == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p->group[FERRY_GROUP_ADAM]);
 	p->group[FERRY_GROUP_ADAM].speculative = o->clip_order == FERRY_CLIP_SPECULATIVE;
+	if (o->device_grads < 0 || o->device_grads > FERRY_GRADS_DEVICE_MAX_DEPTH)
+		return ferry_error(FERRY_ERR_INVALID, "device_grads %d: 0 (a host copy of the gradients) or a ring "
+				   "depth from 1 to %d", o->device_grads, FERRY_GRADS_DEVICE_MAX_DEPTH);
+	p->adam_grads_device = o->device_grads;
 	if (o->zero < 0 || o->zero > 3)
 		return ferry_error(FERRY_ERR_INVALID, "--zero %d: 0, 1, 2 or 3", o->zero);
 	if (o->zero >= 1) /* over the ranks asked for, else the run's */
@@ -698,6 +736,7 @@ void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_pl
 	o->offload_params = lw->access == FERRY_ACCESS_STREAM;
 	o->param_prefetch = o->offload_params && lw->depth != 1 ? lw->depth : 0;
 	o->offload_embeddings = p->group[FERRY_GROUP_EDGE_WEIGHTS].access == FERRY_ACCESS_STREAM;
+	o->device_grads = p->adam_grads_device;
 	o->policy = p->policy[0] ? p->policy : NULL;
 	o->prefetch_depth = p->act_prefetch;
 	memcpy(o->prefetch_tiers, p->act_prefetch_tier, sizeof(o->prefetch_tiers));

@@ -154,13 +154,47 @@ static size_t optimizer_chunk(const struct ferry_tensor_table *tt)
 	return layer ? layer : whole;
 }
 
+/* 64 elements: ring offsets keep kernels' vector loads aligned. */
+static size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* adam.grads=device:stream(D): D + 1 host slots, each a layer's slice of
+ * every stacked parameter (at least one optimizer chunk), in place of the
+ * gradients' host copy. */
+static int add_host_grad_ring(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+
+	ix->host_grad_slot_numel = 0;
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		ix->host_grad_slot_off[p] = ix->host_grad_slot_numel;
+		ix->host_grad_slot_numel += align64(pi.layer_numel);
+	}
+	if (!ix->host_grad_slot_numel)
+		ix->host_grad_slot_numel = optimizer_chunk(tt);
+	ix->host_grad_slots = tt->place.adam_grads_device + 1;
+	ix->host_grad_ring = add_single(tt, "host: gradient ring", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+					FERRY_F32, (size_t)ix->host_grad_slots * ix->host_grad_slot_numel * sizeof(float),
+					FERRY_PLACE_OFFLOAD);
+	if (ix->host_grad_ring >= 0)
+		tt->e[ix->host_grad_ring].group = FERRY_GROUP_ADAM;
+	return ix->host_grad_ring;
+}
+
 /* With AdamW on host threads: the gradients' host copy and, when the
  * kernels read bf16, the update's bf16 result to upload (both the
  * update's, so they live where it runs). */
 static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 {
-	int r = add_param_group(tt, "host: grads", "host grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-				FERRY_F32, tt->ix.host_grad, FERRY_GROUP_ADAM);
+	int r = tt->place.adam_grads_device ? add_host_grad_ring(tt)
+		: add_param_group(tt, "host: grads", "host grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				  FERRY_F32, tt->ix.host_grad, FERRY_GROUP_ADAM);
 
 	tt->ix.opt_chunk = optimizer_chunk(tt);
 	if (r >= 0 && tt->act_dtype != FERRY_F32)
@@ -168,12 +202,6 @@ static int add_cpu_optimizer(struct ferry_tensor_table *tt)
 							      FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
 							      tt->act_dtype, tt->ix.host_copy, FERRY_GROUP_ADAM);
 	return r;
-}
-
-/* 64 elements: ring offsets keep kernels' vector loads aligned. */
-static size_t align64(size_t n)
-{
-	return (n + 63) & ~(size_t)63;
 }
 
 /* The layers' units: a weight ring of depth + 1 slots and a gradient ring
@@ -632,7 +660,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
 	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
-	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.host_grad_ring = -1;
 	tt->ix.grad_slots = 0;
 	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;

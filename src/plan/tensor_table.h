@@ -132,6 +132,13 @@ struct ferry_table_index {
 	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
 	 * unstacked ones whole in copy[q] (-1: not split) */
 	int param_slice;
+	/* adam.grads=device:stream(D): no host_grad[q]; the host ring the
+	 * device's gradients come down through (entry host_grad_ring, -1:
+	 * none), host_grad_slots slots of host_grad_slot_numel floats, a
+	 * layer's slice of stacked parameter q at element host_grad_slot_off[q]
+	 * of a slot (an unstacked parameter: a slot's worth at a time) */
+	int host_grad_ring, host_grad_slots;
+	size_t host_grad_slot_numel, host_grad_slot_off[FERRY_MODEL_MAX_PARAMS];
 };
 
 struct ferry_tensor_table {

@@ -50,6 +50,9 @@ for shape in GPT2 LLAMA; do
 	round_trip "$shape optimizer stream" "${S[@]}" -- --offload-optimizer stream --policy minimal_offloaded
 	round_trip "$shape optimizer cpu" "${S[@]}" -- --offload-optimizer cpu --policy nothing_saveable
 	round_trip "$shape speculative" "${S[@]}" -- --offload-optimizer cpu --clip-order speculative
+	round_trip "$shape gradients on the device" "${S[@]}" -- --device-grads --clip-order speculative
+	round_trip "$shape gradients on the device, 4 slots" "${S[@]}" -- --offload-optimizer cpu \
+		--place 'adam.grads=device:stream(3)' --policy minimal_offloaded
 	round_trip "$shape split on the host" "${S[@]}" -- --place 'adam=host:cpu:shard(2)' --policy minimal_offloaded
 	round_trip "$shape split, streamed" "${S[@]}" -- --place 'adam=host:stream:shard(4)'
 	round_trip "$shape split, speculative" "${S[@]}" -- --place 'adam=host(dram):cpu(speculative):shard(3)'

@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether --offload-optimizer was given (--offload-params defaults it to
- * cpu otherwise), and --offload-params, --offload-embeddings or --place. */
-static bool optimizer_given, params_given, embeddings_given, place_given;
+/* Whether --offload-optimizer was given (--offload-params and
+ * --device-grads default it to cpu otherwise), and --offload-params,
+ * --offload-embeddings, --device-grads or --place. */
+static bool optimizer_given, params_given, embeddings_given, grads_given, place_given;
 
 /* --model NAME: the arch, checked by name later (ferry_cli_model_flags_config). */
 static int model_arch_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
@@ -82,6 +83,18 @@ static int embeddings_flag(const struct cli_flag *f, const char *cmd, int argc, 
 	(void)f, (void)cmd, (void)argc, (void)argv, (void)i;
 	/* the plan checks for --offload-params */
 	((struct ferry_train_opts *)dst)->exec.offload_embeddings = embeddings_given = true;
+	return 1;
+}
+
+static int device_grads_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+
+	(void)f, (void)cmd, (void)argc, (void)argv, (void)i;
+	o->exec.device_grads = 1;
+	grads_given = true;
+	if (!optimizer_given) /* the host threads update from the device's gradients */
+		o->exec.optimizer = FERRY_OPTIM_CPU;
 	return 1;
 }
 
@@ -259,6 +272,13 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "waits for the global norm) or speculative (each layer\n"
 	  "updated as soon as its gradients are on the host, the\n"
 	  "step undone and redone when the norm needs clipping)", .parse = clip_order_flag },
+	{ .name = "--device-grads", .type = CLI_CUSTOM, .at = 0,
+	  .help = "with --offload-optimizer cpu (the default with it): the\n"
+	  "fp32 gradients stay on the device; after the norm each\n"
+	  "layer's come down into a ring of two pinned host slots\n"
+	  "and the host threads update from there, the next layer's\n"
+	  "copy overlapping (no host copy of every gradient;\n"
+	  "adam.grads=device:stream(D) in --place: D + 1 slots)", .parse = device_grads_flag },
 	{ .name = "--place", .value = "SPEC", .type = CLI_STRING, .at = AT(exec.place),
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
@@ -266,6 +286,7 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "host:cpu|host:cpu(speculative)|device:shard(N[,grads|params])|\n"
 	  "host:stream:shard(N)|host:cpu:shard(N[,grads])|\n"
 	  "host:cpu(speculative):shard(N[,grads]),\n"
+	  "adam.grads=host|device:stream(D),\n"
 	  "activations=POLICY,\n"
 	  "activations.NAME=device|offload|remat,\n"
 	  "activations.prefetch=D|D1+D2...|auto,\n"
@@ -316,7 +337,7 @@ void ferry_cli_model_flags_default(struct ferry_train_opts *o)
 
 bool ferry_cli_model_flags_state_given(void)
 {
-	return optimizer_given || params_given || embeddings_given || place_given;
+	return optimizer_given || params_given || embeddings_given || grads_given || place_given;
 }
 
 int ferry_cli_model_flags_places(const char *cmd, struct ferry_train_opts *o)
