@@ -12,6 +12,13 @@
 #include "bench_util.h"
 #include "ferry/comm.h"
 
+#define USAGE "usage: mpirun -np N bench_collectives [REPEATS (1..64, default 20)], N >= 2\n"
+
+static bool asks_help(int argc, char **argv)
+{
+	return argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+}
+
 #if __has_include(<mpi.h>)
 #include <mpi.h>
 
@@ -71,10 +78,15 @@ int main(int argc, char **argv)
 	static const size_t sizes[] = { 3 << 10, 64 << 10, 1 << 20, 9 << 20, 64 << 20 };
 	int repeats = argc > 1 ? atoi(argv[1]) : 20;
 	ferry_comm_t c;
-	float *a = malloc((64 << 20) + 64), *b = malloc((64 << 20) + 64);
+	float *a, *b;
 
+	if (asks_help(argc, argv)) {
+		printf(USAGE);
+		return 0;
+	}
+	a = malloc((64 << 20) + 64), b = malloc((64 << 20) + 64);
 	if (!a || !b || repeats < 1 || repeats > 64 || ferry_comm_open(&c) || ferry_comm_size(c) < 2) {
-		fprintf(stderr, "usage: mpirun -np N bench_collectives [REPEATS (1..64)], N >= 2\n");
+		fprintf(stderr, USAGE);
 		return 1;
 	}
 	for (size_t i = 0; i < (64u << 20) / sizeof(float); i++)
@@ -91,8 +103,12 @@ int main(int argc, char **argv)
 	return 0;
 }
 #else
-int main(void)
+int main(int argc, char **argv)
 {
+	if (asks_help(argc, argv)) {
+		printf(USAGE);
+		return 0;
+	}
 	fprintf(stderr, "bench_collectives: ferry was built without MPI\n");
 	return 77;
 }
