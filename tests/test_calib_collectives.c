@@ -39,7 +39,7 @@ static struct ferry_calibration *hand(void)
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 100000, 1e-4);
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 1000000, 6e-4);
 	add(c, FERRY_COLL_ALL_GATHER, "mpi", 2, 1000000, 3e-4);
-	ferry_calib_add_comm_step(c, &(struct ferry_calib_comm_step){ "mpi", 2, 35.5, 2.25 });
+	ferry_calib_add_comm_step(c, &(struct ferry_calib_comm_step){ "mpi", 2, 35.5, 2.25, 0.125 });
 	return c;
 }
 
@@ -86,6 +86,7 @@ static bool same_colls(const struct ferry_calibration *a, const struct ferry_cal
 	const struct ferry_calib_comm_step *s = ferry_calib_comm_step_find(b, "mpi", 2);
 
 	if (a->n_coll != b->n_coll || !s || !NEAR(s->in_step, 35.5) || !NEAR(s->compute_slowdown, 2.25) ||
+	    !NEAR(s->skew_s, 0.125) ||
 	    ferry_calib_comm_step_find(b, "mpi", 4) || b->n_comm_step != 1)
 		return false;
 	for (int i = 0; i < a->n_coll; i++)
@@ -147,8 +148,10 @@ enum { COMPUTE = 0, COMM = 3 };
 /* Backward's op (2 s) makes gradients; the comm stream averages them
  * (comm_s) while the next op (1 s) runs; the update (1 s) waits for the
  * average.  comm 0.5: done at 2.5, hidden under 2..3, step 4.  comm 3:
- * done at 5, the compute stream waits 3..5 (2 exposed), step 6. */
-static void simulated(double comm_s, double slowdown, double step, double exposed)
+ * done at 5, the compute stream waits 3..5 (2 exposed), step 6.  The
+ * other ranks `skew` behind: the collective waits for them from 2, its
+ * slice comm_s + skew. */
+static void simulated(double comm_s, double slowdown, double skew, double step, double exposed)
 {
 	struct ferry_program p;
 	struct ferry_op_call call;
@@ -168,12 +171,13 @@ static void simulated(double comm_s, double slowdown, double step, double expose
 	ferry_emit_op(&p, COMPUTE, &call, -1, "update");
 	CHECK(p.n == 8, "%d tasks", p.n);
 	CHECK(ferry_sim_run(pp, 1, -1, COMPUTE, dur,
-			    &(struct ferry_sim_params){ .both_slowdown = 1, .comm_compute_slowdown = slowdown },
+			    &(struct ferry_sim_params){ .both_slowdown = 1, .comm_compute_slowdown = slowdown,
+							.comm_skew_s = skew },
 			    &r) == FERRY_OK, "simulation: %s", ferry_last_error());
 	CHECK(NEAR(r.step_s, step), "comm %g: step %g, want %g", comm_s, r.step_s, step);
 	CHECK(NEAR(r.exposed_comm_s, exposed) && r.exposed_copy_s == 0, "comm %g: exposed %g, want %g", comm_s,
 	      r.exposed_comm_s, exposed);
-	CHECK(NEAR(r.comm_s, comm_s) && NEAR(r.busy_s[COMM], comm_s), "comm time %g", r.comm_s);
+	CHECK(NEAR(r.comm_s, comm_s + skew) && NEAR(r.busy_s[COMM], comm_s + skew), "comm time %g", r.comm_s);
 	ferry_program_release(&p);
 }
 
@@ -181,10 +185,14 @@ int main(void)
 {
 	pricing();
 	stored();
-	simulated(0.5, 1, 4, 0);
-	simulated(3, 1, 6, 2);
+	simulated(0.5, 1, 0, 4, 0);
+	simulated(3, 1, 0, 6, 2);
+	/* the other rank 1 s behind: the average from 2 + 1 to 3.5, the
+	 * update waits 3..3.5; 0.25 behind: done at 2.75, hidden */
+	simulated(0.5, 1, 1, 4.5, 0.5);
+	simulated(0.5, 1, 0.25, 4, 0);
 	/* compute at half speed while the collective runs (2..2.5): the op
 	 * below has done 0.25 of its 1 s by 2.5, ends at 3.25; step 4.25 */
-	simulated(0.5, 2, 4.25, 0);
+	simulated(0.5, 2, 0, 4.25, 0);
 	return test_exit_code();
 }

@@ -149,12 +149,13 @@ struct ferry_calib_summary {
 	} coll[12];
 	/* inside data-parallel steps, per engine and ranks: the collectives
 	 * take in_step times their time alone, compute ops beside them
-	 * compute_slowdown times theirs (0: not measured) */
+	 * compute_slowdown times theirs, the ranks ahead wait skew_s for the
+	 * last (0: not measured) */
 	int n_comm_step;
 	struct {
 		char engine[8];
 		int ranks;
-		double in_step, compute_slowdown;
+		double in_step, compute_slowdown, skew_s;
 	} comm_step[8];
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);

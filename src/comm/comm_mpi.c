@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A message of a few ints on its way (send_ints): MPI reads msg until
@@ -313,12 +314,28 @@ static const struct ferry_comm_iface mpi_iface = {
 	.recv_ints = mpi_recv_ints,
 };
 
+/* Open MPI's ranks wait for their peers by polling, and only yield the
+ * core when mpirun counts more ranks than slots.  A rank of ferry runs
+ * its compute threads beside the comm stream's thread, so a collective
+ * waiting for the other rank would hold a core the compute (or the other
+ * rank, on a shared core, for a whole scheduler tick: 4 ms a message)
+ * needs: ask for the yield unless the user chose (an MCA variable is read
+ * from the environment by MPI_Init). */
+static void yield_when_idle(void)
+{
+#ifdef OPEN_MPI
+	setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+#endif
+}
+
 /* MPI with threads, once. */
 static ferry_status init_mpi(void)
 {
 	int inited = 0, provided = 0;
 
 	MPI_Initialized(&inited);
+	if (!inited)
+		yield_when_idle();
 	if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
 		return ferry_error(FERRY_ERR_IO, "MPI_Init_thread failed");
 	if (inited)

@@ -53,14 +53,14 @@ struct ferry_calib_coll {
 
 /* The collectives inside data-parallel steps over `ranks` ranks of one
  * engine, from traced steps: they take in_step times their time alone
- * (waiting for ranks behind, sharing the cores), and the compute ops
- * beside them compute_slowdown times as long (on the CPU backend the comm
- * thread polls on a core while a collective is under way); 0: not
- * measured (1). */
+ * (the last rank to arrive at each: sharing the cores), the ranks ahead
+ * wait skew_s for it (the ranks' skew), and the compute ops beside them
+ * take compute_slowdown times as long (on the CPU backend the comm thread
+ * polls while a collective is under way); 0: not measured (1, none). */
 struct ferry_calib_comm_step {
 	char engine[8];
 	int ranks;
-	double in_step, compute_slowdown;
+	double in_step, compute_slowdown, skew_s;
 };
 #define FERRY_CALIB_MAX_COMM_STEP 8
 

@@ -24,6 +24,7 @@ struct sim {
 	bool comm_stream[NS];        /* the stream runs collectives */
 	int running[NS];             /* the task running on each stream, -1 none */
 	double left[NS], wait_since[NS];
+	double ready[NS];            /* when the events the stream last waited for were recorded */
 	int engine_of[NS];           /* the engine the running task holds, -1 none */
 	bool engine_busy[2];
 	int gate_need;               /* compute tasks before the gate */
@@ -122,6 +123,8 @@ static bool try_stream(struct sim *s, int k)
 				s->wait_since[k] = s->now;
 			return false;
 		}
+		if (r >= 0)
+			s->ready[k] = fmax(s->ready[k], s->reached[r]);
 		if (k == s->compute && r >= 0 && s->wait_since[k] >= 0 && s->copy_stream[s->t[r]->stream])
 			s->out->exposed_copy_s += s->now - s->wait_since[k];
 		else if (k == s->compute && r >= 0 && s->wait_since[k] >= 0 && s->comm_stream[s->t[r]->stream])
@@ -140,6 +143,8 @@ static bool try_stream(struct sim *s, int k)
 		}
 		s->running[k] = g;
 		s->left[k] = s->dur[g] > 0 ? s->dur[g] : 0;
+		if (t->kind == FERRY_TASK_COMM) /* the other ranks reach it skew later: waits for them first */
+			s->left[k] += fmax(0, s->ready[k] + s->prm->comm_skew_s - s->now);
 		return true;
 	}
 	advance(s, k);

@@ -38,6 +38,8 @@ struct ferry_sim_params {
 					 memory bandwidth; 1 or 0: no effect, as on a GPU) */
 	double comm_compute_slowdown; /* the same while a collective runs (CPU backend: the comm
 					 thread polls on a core; 1 or 0: no effect) */
+	double comm_skew_s;           /* a collective ends no earlier than this after the event it
+					 waited for (the other ranks reach it later: their skew) */
 };
 
 struct ferry_sim_result {

@@ -523,16 +523,49 @@ static double in_step_ratio(const double *pairs, int n)
 	return r < 1e-3 ? 0 : r > 1e4 ? 1e4 : r;
 }
 
+/* The (in step, alone) pairs of n / 2 collectives, the same on every
+ * rank of comm, taken across the ranks: a collective's shortest slice is
+ * the last rank's to arrive, which waits for none (its time in the step,
+ * into the pairs), and the longest less the shortest is how long the
+ * first waited for the last.  The median of those waits (*skew): by how
+ * much the ranks reach a collective apart.  The pairs stay as traced, and
+ * no skew, where the ranks traced different numbers of collectives. */
+static ferry_status across_ranks(ferry_comm_t comm, double *pairs, int n, double *skew)
+{
+	int most = n, least = n, k = n / 2;
+	double *lo = ferry_calloc((size_t)k + 1, 2 * sizeof(double)), *hi = lo ? lo + k + 1 : NULL;
+	ferry_status st = lo ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
+
+	*skew = 0;
+	if (!st && !(st = ferry_comm_all_reduce(comm, &most, 1, FERRY_COMM_I32, FERRY_COMM_MAX, NULL)))
+		st = ferry_comm_all_reduce(comm, &least, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL);
+	if (st || most != least || k == 0) {
+		ferry_free(lo);
+		return st;
+	}
+	for (int i = 0; i < k; i++)
+		lo[i] = hi[i] = pairs[2 * i];
+	if (!(st = ferry_comm_all_reduce(comm, lo, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MIN, NULL)))
+		st = ferry_comm_all_reduce(comm, hi, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MAX, NULL);
+	for (int i = 0; !st && i < k; i++)
+		pairs[2 * i] = lo[i], hi[i] -= lo[i];
+	if (!st)
+		*skew = median_of(hi, k);
+	ferry_free(lo);
+	return st;
+}
+
 /* The collectives inside data-parallel steps over opts->comm's ranks:
  * traced steps of the model with every rank at once; the collectives'
- * slices over their time alone (in_step_ratio), and the compute ops
- * beside them as for copies (slowdown).  Not measured (left as it was) where
+ * slices, across the ranks (across_ranks), over their time alone
+ * (in_step_ratio), the ranks' skew, and the compute ops beside them as
+ * for copies (slowdown).  Not measured (left as it was) where
  * the model cannot run on these ranks (the same on every rank). */
 static ferry_status calibrate_comm_step(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 					const struct ferry_exec_opts *opts, int repeats, struct ferry_calibration *c)
 {
 	enum { MAX = 8192 };
-	double *ops = ferry_calloc(3 * MAX, sizeof(double)), *ratio = ferry_calloc(MAX, sizeof(double));
+	double *ops = ferry_calloc(3 * MAX, sizeof(double)), *ratio = ferry_calloc(MAX, sizeof(double)), skew;
 	int n = 0, nr = 0;
 	ferry_model_t m = NULL;
 	ferry_status st = ops && ratio ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
@@ -542,10 +575,13 @@ static ferry_status calibrate_comm_step(ferry_backend_t be, const struct ferry_m
 	for (int r = 1; m && !st && r <= repeats; r++)
 		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, r)))
 			st = read_overlap(m, c, ops, &n, ratio, &nr, MAX, true);
+	if (!st) /* every rank, also one whose model did not run (its count differs: no skew) */
+		st = across_ranks(opts->comm, ratio, nr, &skew);
 	if (!st && m && nr >= 2) {
 		struct ferry_calib_comm_step e = { .ranks = ferry_comm_size(opts->comm),
 						   .in_step = in_step_ratio(ratio, nr),
-						   .compute_slowdown = slowdown(ops, n) };
+						   .compute_slowdown = slowdown(ops, n),
+						   .skew_s = skew };
 
 		snprintf(e.engine, sizeof(e.engine), "%s", ferry_comm_engine(opts->comm));
 		ferry_calib_add_comm_step(c, &e);

@@ -189,6 +189,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 			ferry_calib_comm_step_find(c, ferry_comm_engine(m->comm), ferry_comm_size(m->comm));
 
 		prm.comm_compute_slowdown = in ? in->compute_slowdown : 0;
+		prm.comm_skew_s = in ? in->skew_s : 0;
 	}
 	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &u)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");

@@ -6,7 +6,8 @@
 # layer's qkv weight is 3 C x C floats): all-reduces, and with --zero 2
 # reduce-scatters; it stores them keyed by
 # 2 ranks and the mpi engine, and prices them in the 2-rank prediction it
-# prints (more than 0 on the comm stream; none for one process); a
+# prints (more than 0 on the comm stream; none for one process), with the
+# ranks' skew measured in its traced steps; a
 # calibration of one process afterwards keeps them.  Skips without mpirun
 # or a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
@@ -46,6 +47,11 @@ if mpi_run 2 "$FERRY" calibrate "${SHAPE[@]}" --quick >two.out 2>two.err; then
 	grep -q "^all_reduce 2 mpi $qkv$" <<<"$list" || fail "no all_reduce of a layer's qkv weight gradient ($qkv bytes): $list"
 	grep -q "^reduce_scatter " <<<"$list" && fail "reduce-scatters measured for a step that runs none: $list"
 	grep -q "^  all_reduce over 2 ranks (mpi), [0-9]* sizes" two.out || fail "calibrate prints the collectives"
+	grep -qE "^  inside data-parallel steps over 2 ranks \(mpi\): .*, the ranks ahead wait [0-9.]+ ms for the last$" two.out ||
+		fail "calibrate prints the ranks' skew: $(grep inside two.out)"
+	python3 -c 'import json, sys
+s = [e for e in json.load(open(sys.argv[1]))["collective_steps"] if e["ranks"] == 2 and e["engine"] == "mpi"]
+assert len(s) == 1 and 0 <= s[0]["skew_s"] < 60, s' "$cache" || fail "the skew of 2 ranks stored"
 	comm=$(sed -n 's/^predicted step (--policy nothing_saveable, 2 ranks of 2 rows): [0-9.]* ms, .*(\([0-9.]*\) ms of them on the comm stream)$/\1/p' two.out)
 	awk -v c="${comm:-0}" 'BEGIN { exit !(c > 0) }' &&
 		echo "ok: 2 ranks: $(collectives "$cache" | wc -l) collectives stored; $comm ms of them a step predicted" ||
