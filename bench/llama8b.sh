@@ -39,7 +39,7 @@ environment (defaults in brackets):
                      AdamW's state on the host, so --policy auto has nothing to
                      trade; auto calibrates first, too slow for this budget]
   L8B_MODES          ferry modes, flag sets separated by ';'
-                     [--offload-optimizer stream;--offload-optimizer cpu --offload-params]
+                     [--offload-optimizer stream;--device-grads;--offload-optimizer cpu --offload-params]
   L8B_EXTRA_MODES    more modes, appended (e.g. a flag being built)
   L8B_TORCH_IMPLS    PyTorch implementations [offload fsdp2 torchao]
   L8B_FERRY_TIMEOUT  seconds per ferry train run [75]
@@ -63,7 +63,7 @@ BACKEND=${L8B_BACKEND:-cuda}
 DMEM=${L8B_DEVICE_MEM:-80G}
 STEPS=${L8B_STEPS:-3}
 POLICY=${L8B_POLICY:-everything_saveable}
-MODES=${L8B_MODES:---offload-optimizer stream;--offload-optimizer cpu --offload-params}
+MODES=${L8B_MODES:---offload-optimizer stream;--device-grads;--offload-optimizer cpu --offload-params}
 [ -n "${L8B_EXTRA_MODES:-}" ] && MODES="$MODES;$L8B_EXTRA_MODES"
 IMPLS=${L8B_TORCH_IMPLS:-offload fsdp2 torchao}
 L=${L8B_LAYERS:-32} C=${L8B_CHANNELS:-4096} H=${L8B_HEADS:-32} KV=${L8B_KV_HEADS:-8}
