@@ -14,10 +14,12 @@ case "${1:-}" in
 	echo "GPU tests and the benchmarks (a GPT-2 124M step, policies side by side) and"
 	echo "writes everything to bench/results/<date>_<gpu>_<commit>.txt.  No arguments."
 	echo "Environment: FERRY_GPU_SKIP_BENCH=1 stops after the tests; FERRY_GPU_SECTIONS"
-	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; also \"sanitize\"; the build"
+	echo "picks sections (default: \"tests gpt2 copy policies wide offload\"; the build"
 	echo "always runs); FERRY_COMMIT=HASH names the commit when the tree has no (or a stale) git"
 	echo "history; FERRY_GPU_TESTS=REGEX runs only the GPU tests it matches, printing their"
-	echo "whole output.  JSON rows and a Perfetto trace go next to the log (same name stem)."
+	echo "whole output; FERRY_GPU_BASELINE=DIR (another source tree) times its GPT-2 step beside"
+	echo "this one's.  Sections also: \"llama8b\" (bench/llama8b.sh), \"sanitize\".  JSON rows and a"
+	echo "Perfetto trace go next to the log (same name stem)."
 	exit 0 ;;
 "") ;;
 *) echo "gpu.sh: no arguments expected, got '$1' (see --help)" >&2; exit 2 ;;
@@ -58,6 +60,14 @@ case "$conf" in
 *) echo "no CUDA backend in this build (nvcc not found)"; exit 1 ;;
 esac
 cmake --build --preset default -j "$(nproc)" || exit 1
+# FERRY_GPU_BASELINE=DIR: another source tree (e.g. `git archive OLD | tar
+# -x -C DIR`), whose GPT-2 step the gpt2 section times beside this one's
+base=${FERRY_GPU_BASELINE:-}
+if [ -n "$base" ]; then
+	(cd "$base" && cmake --preset default "${cmake_args[@]}" >/dev/null &&
+		cmake --build --preset default -j "$(nproc)" --target bench_gpt2_step >/dev/null) ||
+		{ echo "the baseline in $base does not build"; exit 1; }
+fi
 ./build/ferry info
 rc=0
 sections=${FERRY_GPU_SECTIONS:-tests gpt2 copy policies wide offload}
@@ -78,6 +88,16 @@ if has gpt2; then
 	echo; echo "## GPT-2 124M step (bf16, everything kept): batch 16 x 1024 and 48 x 1024"
 	./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 16 --seq 1024 --steps 5 || rc=1
 	./build/bench/bench_gpt2_step --backend cuda --vocab 50257 --batch 48 --seq 1024 --steps 3 || rc=1
+	if [ -n "$base" ]; then # baseline, this tree, baseline: the same card, minutes apart
+		for b in "$base/build" build "$base/build"; do
+			echo; echo "### $b, batch 48 x 1024"
+			"$b/bench/bench_gpt2_step" --backend cuda --vocab 50257 --batch 48 --seq 1024 --steps 3 || rc=1
+		done
+	fi
+fi
+if has llama8b; then
+	echo; echo "## Llama 3.1 8B's shape on one GPU capped at 80 GiB: ferry's offload modes against PyTorch"
+	FERRY=build/ferry bash bench/llama8b.sh "${stem}_llama8b" || rc=1
 fi
 if has copy; then
 	echo; echo "## copy bandwidth: ferry's copies against plain cudaMemcpyAsync"
