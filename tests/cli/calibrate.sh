@@ -216,6 +216,15 @@ assert all(o["predicted_ms"] >= 0 for o in k["optimizer"]["options"]), k
 cxl = [o for o in k["optimizer"]["options"] if o["tier"] == "cxl"][0]
 assert cxl["copy_speed"] == 0.5 and not cxl["speed_measured"], cxl
 PY
+# tiles given: auto's JSON names them beside its choices, and stays JSON
+expect_ok "plan --policy auto --json, tiled" "$FERRY" plan "${SHAPE[@]}" --policy auto --mlp-tile 8 --loss-tile 8 \
+	--json tiled_auto.json
+python3 - tiled_auto.json <<'PY' || fail "plan --policy auto --json with tiles"
+import json, sys
+a = json.load(open(sys.argv[1]))["auto"]
+assert (a["mlp_tile"], a["loss_tile"]) == (8, 8), a
+assert isinstance(a["choices"], list) and all("name" in c for c in a["choices"]), a["choices"]
+PY
 # the choice, its tiers included, is a placement: fed back with the same
 # machine it is the same plan
 python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plan"]["place"])' tiers.json >auto_place.txt

@@ -202,14 +202,15 @@ void auto_policy_json(FILE *f, const struct ferry_auto_result *r)
 	fprintf(f, "{\"policy\": \"%s\", \"fits\": %s, \"predicted_ms\": %.4f, \"compute_ms\": %.4f, "
 		   "\"copy_ms\": %.4f, \"exposed_copy_ms\": %.4f, \"device_peak_bytes\": %zu, \"host_bytes\": %zu, "
 		   "\"device_mem\": %zu, \"host_mem\": %zu, \"layers\": %d, \"start\": \"%s\", \"evaluations\": %d, "
-		   "\"search_s\": %.3f, \"optimizer\": \"%s\", \"offload_params\": %s, \"state_placements\": %d,\n"
-		   "  \"choices\": [", r->policy, r->fits ? "true" : "false", r->pred.step_s * 1e3,
+		   "\"search_s\": %.3f, \"optimizer\": \"%s\", \"offload_params\": %s, \"state_placements\": %d,\n",
+		r->policy, r->fits ? "true" : "false", r->pred.step_s * 1e3,
 		r->pred.compute_s * 1e3, r->pred.copy_s * 1e3, r->pred.exposed_copy_s * 1e3, r->pred.device_peak_bytes,
 		r->pred.host_bytes, r->device_mem, r->host_mem, r->layers, r->start, r->evaluations, r->search_s,
 		r->optimizer == FERRY_OPTIM_DEVICE ? "device" : r->optimizer == FERRY_OPTIM_STREAM ? "stream" : "cpu",
 		r->offload_params ? "true" : "false", r->n_states);
 	if (r->mlp_tile || r->loss_tile) /* untiled choices print as before tiles */
 		fprintf(f, "  \"mlp_tile\": %d, \"loss_tile\": %d,\n", r->mlp_tile, r->loss_tile);
+	fprintf(f, "  \"choices\": [");
 	for (int i = 0; i < r->n; i++)
 		if (r->c[i].needed) {
 			json_choice(f, &r->c[i], first);
