@@ -82,6 +82,9 @@ int ferry_comm_size(ferry_comm_t c);
 /* Rank among the ranks on this machine, and how many there are. */
 int ferry_comm_local_rank(ferry_comm_t c);
 int ferry_comm_local_size(ferry_comm_t c);
+/* Which machine the rank is on: the lowest rank there (ranks on one
+ * machine share memory: MPI_COMM_TYPE_SHARED). */
+int ferry_comm_machine(ferry_comm_t c);
 /* The communicator that runs c's collectives on host memory: c itself, or
  * an nccl communicator's base (the same ranks). */
 ferry_comm_t ferry_comm_host(ferry_comm_t c);

@@ -46,6 +46,13 @@ void ferry_set_threads(int n);
 int ferry_max_threads(void);
 int ferry_get_threads(void);
 int ferry_cpu_count(void);
+/* CPU masks: bit c of word c / 64 is CPU c, for CPUs below FERRY_MAX_CPUS. */
+#define FERRY_MAX_CPUS 1024
+#define FERRY_CPU_WORDS (FERRY_MAX_CPUS / 64)
+/* The CPUs this thread may run on, and their number. */
+int ferry_cpu_mask(uint64_t mask[FERRY_CPU_WORDS]);
+/* Binds every thread of the process, and those it starts later, to mask. */
+ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS]) FERRY_MUST_CHECK;
 /* The single-precision matrix-product rate this process gets from BLAS on
  * its current threads, in FLOP/s: the best of three n x n x n sgemms after
  * a warm-up one (n = 1024 takes about 0.1 s at 100 GFLOP/s); 0 when n < 1

@@ -72,6 +72,10 @@ struct ferry_topology {
 ferry_status ferry_topology_discover(const char *sysfs_dir, struct ferry_topology *t) FERRY_MUST_CHECK;
 /* A description file, as above.  Errors name the line. */
 ferry_status ferry_topology_load(const char *path, struct ferry_topology *t) FERRY_MUST_CHECK;
+/* The node of each CPU below n_cpus (-1: none, or offline), from the
+ * cpulists of the folder t was discovered from; a machine of one node
+ * gives that node to all, a simulated topology (nothing is bound) -1. */
+ferry_status ferry_topology_cpu_nodes(const struct ferry_topology *t, int *node_of_cpu, int n_cpus) FERRY_MUST_CHECK;
 /* Node id's entry, NULL when there is none. */
 const struct ferry_numa_node *ferry_topology_node(const struct ferry_topology *t, int id);
 

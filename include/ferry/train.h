@@ -6,7 +6,9 @@
 #ifndef FERRY_TRAIN_H
 #define FERRY_TRAIN_H
 
+#include "ferry/comm.h"
 #include "ferry/model.h"
+#include "ferry/platform.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -264,6 +266,31 @@ struct ferry_sample_opts {
  * model and opts give the same tokens. */
 ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
 			       const struct ferry_sample_opts *opts, uint64_t *rng) FERRY_MUST_CHECK;
+
+/* A rank's cores (docs/distributed.md, "Cores and NUMA nodes"). */
+struct ferry_rank_cores {
+	int threads; /* the threads it should run: its CPUs, or its share of
+			CPUs other ranks of its machine run on too */
+	int cpus;    /* the CPUs it runs on */
+	int sharing; /* ranks of its machine that had its CPU mask (1: the
+			launcher bound it apart) */
+	bool bound;  /* ferry bound it to its part of that mask */
+	int node;    /* the NUMA node of all its CPUs; -1: several, unknown */
+	char list[96]; /* its CPUs as a cpulist ("0-3,8"), cut short if long */
+};
+/* Every rank of comm (a collective): ranks of one machine that share one
+ * CPU mask split it, each binding all its threads to its part (in node
+ * order, so a part keeps to one node where the counts allow); a mask the
+ * launcher gave one rank alone is kept.  *out is filled also on an error
+ * (a bind that failed: the rank runs unbound). */
+ferry_status ferry_rank_cores_bind(ferry_comm_t comm, struct ferry_rank_cores *out) FERRY_MUST_CHECK;
+/* Part j of k of mask's CPUs taken in order of node_of_cpu (then number;
+ * CPUs of node -1 last), contiguous, into part; its CPU count (0 when mask
+ * has fewer than k CPUs or j is not below k). */
+int ferry_rank_cores_part(const uint64_t mask[FERRY_CPU_WORDS], const int *node_of_cpu, int k, int j,
+			  uint64_t part[FERRY_CPU_WORDS]);
+/* mask as a cpulist, "0-3,8" ("" when empty; cut short to fit n). */
+void ferry_cpulist_format(const uint64_t mask[FERRY_CPU_WORDS], char *buf, size_t n);
 
 #ifdef __cplusplus
 }

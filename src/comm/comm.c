@@ -88,7 +88,7 @@ ferry_status ferry_comm_open_single(ferry_comm_t *out)
 
 	if (st)
 		return st;
-	**out = (struct ferry_comm){ &ferry_comm_single_iface, NULL, 0, 1, 0, 1, *out, false, NULL, 0 };
+	**out = (struct ferry_comm){ &ferry_comm_single_iface, NULL, 0, 1, 0, 1, 0, *out, false, NULL, 0 };
 	return FERRY_OK;
 }
 
@@ -178,6 +178,7 @@ int ferry_comm_rank(ferry_comm_t c) { return c->rank; }
 int ferry_comm_size(ferry_comm_t c) { return c->size; }
 int ferry_comm_local_rank(ferry_comm_t c) { return c->local_rank; }
 int ferry_comm_local_size(ferry_comm_t c) { return c->local_size; }
+int ferry_comm_machine(ferry_comm_t c) { return c->machine; }
 ferry_comm_t ferry_comm_host(ferry_comm_t c) { return c->host; }
 const char *ferry_comm_engine(ferry_comm_t c) { return c->iface->name; }
 bool ferry_comm_device_buffers(ferry_comm_t c) { return c->iface->device_buffers; }

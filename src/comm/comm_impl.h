@@ -49,6 +49,7 @@ struct ferry_comm {
 	const struct ferry_comm_iface *iface;
 	void *ctx;                /* the engine's own state */
 	int rank, size, local_rank, local_size;
+	int machine;              /* the lowest rank on this rank's machine */
 	struct ferry_comm *host;  /* host-side collectives: itself, or an nccl
 				     communicator's base */
 	bool error_shared;        /* the last agree returned an error */

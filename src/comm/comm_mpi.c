@@ -358,8 +358,9 @@ static ferry_status local_ranks(struct ferry_comm *c)
 		return st;
 	MPI_Comm_rank(node, &c->local_rank);
 	MPI_Comm_size(node, &c->local_size);
+	st = failed(MPI_Allreduce(&c->rank, &c->machine, 1, MPI_INT, MPI_MIN, node), "name the machine");
 	MPI_Comm_free(&node);
-	return FERRY_OK;
+	return st;
 }
 
 ferry_status ferry_comm_mpi_open(struct ferry_comm *c)

@@ -222,7 +222,7 @@ ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct fe
 	    (st = ferry_comm_broadcast(base, &id, sizeof(id), FERRY_COMM_BYTE, 0, NULL)) || (st = new_ctx(c)))
 		return st;
 	*c = (struct ferry_comm){ &nccl_iface, c->ctx, base->rank, base->size, base->local_rank, base->local_size,
-				  base, false, NULL, 0 };
+				  base->machine, base, false, NULL, 0 };
 	st = nccl_failed(ncclCommInitRank(&ctx_of(c)->comm, base->size, id, base->rank), "init");
 	if (st) {
 		cudaStreamDestroy(ctx_of(c)->own);

@@ -26,8 +26,9 @@ const struct ferry_numa_node *ferry_topology_node(const struct ferry_topology *t
 	return NULL;
 }
 
-/* CPUs in a cpulist ("0-3,8,10-11"); -1 when it is not one. */
-static int count_cpulist(const char *s)
+/* CPUs in a cpulist ("0-3,8,10-11"), each marked node in node_of_cpu
+ * (when given, for CPUs below n_cpus); -1 when it is not one. */
+static int walk_cpulist(const char *s, int node, int *node_of_cpu, int n_cpus)
 {
 	int n = 0;
 
@@ -45,6 +46,8 @@ static int count_cpulist(const char *s)
 				return -1;
 		}
 		n += (int)(b - a + 1);
+		for (long c = a; node_of_cpu && c <= b && c < n_cpus; c++)
+			node_of_cpu[c] = node;
 		s = end;
 		if (*s == ',')
 			s++;
@@ -84,7 +87,7 @@ static ferry_status read_node(const char *dir, int id, struct ferry_numa_node *n
 	snprintf(path, sizeof(path), "%s/node%d/cpulist", dir, id);
 	if (read_small_file(path, text, sizeof(text)) != 0)
 		return ferry_error(FERRY_ERR_IO, "%s: %s", path, strerror(errno));
-	node->cpus = count_cpulist(text);
+	node->cpus = walk_cpulist(text, id, NULL, 0);
 	if (node->cpus < 0)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: not a CPU list: '%.40s'", path, text);
 	snprintf(path, sizeof(path), "%s/node%d/meminfo", dir, id);
@@ -151,6 +154,24 @@ ferry_status ferry_topology_discover(const char *sysfs_dir, struct ferry_topolog
 	if (t->n == 0)
 		return ferry_error(FERRY_ERR_FORMAT, "topology: no nodeN folders in %s", dir);
 	qsort(t->node, (size_t)t->n, sizeof(t->node[0]), compare_nodes);
+	return FERRY_OK;
+}
+
+ferry_status ferry_topology_cpu_nodes(const struct ferry_topology *t, int *node_of_cpu, int n_cpus)
+{
+	char path[512], text[4096];
+
+	for (int c = 0; c < n_cpus; c++)
+		node_of_cpu[c] = t->n == 1 && !t->simulated ? t->node[0].id : -1;
+	if (t->n == 1 || t->simulated) /* one node (or none in sysfs); a simulated one binds nothing */
+		return FERRY_OK;
+	for (int i = 0; i < t->n; i++) {
+		snprintf(path, sizeof(path), "%s/node%d/cpulist", t->source, t->node[i].id);
+		if (read_small_file(path, text, sizeof(text)) != 0)
+			return ferry_error(FERRY_ERR_IO, "%s: %s", path, strerror(errno));
+		if (walk_cpulist(text, t->node[i].id, node_of_cpu, n_cpus) < 0)
+			return ferry_error(FERRY_ERR_FORMAT, "%s: not a CPU list: '%.40s'", path, text);
+	}
 	return FERRY_OK;
 }
 

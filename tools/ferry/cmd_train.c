@@ -730,6 +730,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
 	if (c->ranks.size > 1)
 		printf("collectives: %s\n", ferry_trainer_comm_engine(tr));
+	ranks_print_cores(&c->ranks);
 	/* a --warmup given past the run (the default 50 is no choice of the user's) */
 	if ((c->o.given & FERRY_GIVEN_WARMUP) && o->warmup > o->steps && o->steps > 0)
 		fprintf(stderr, "ferry train: warning: --warmup %d exceeds --steps %d: the learning rate only "

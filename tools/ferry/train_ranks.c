@@ -36,6 +36,9 @@ int ranks_open(const char *cmd, struct ranks *r)
 	r->local_size = ferry_comm_local_size(r->comm);
 	if (r->rank != 0)
 		silence(r);
+	if (r->size > 1 && ferry_rank_cores_bind(r->comm, &r->cores) != FERRY_OK)
+		dprintf(r->err_fd, "ferry %s: rank %d: warning: runs on CPUs %s unbound: %s\n", cmd, r->rank,
+			r->cores.list, ferry_last_error());
 	return 0;
 }
 
@@ -68,9 +71,27 @@ void ranks_close(struct ranks *r)
 
 int ranks_threads(const struct ranks *r, int threads)
 {
-	int share = ferry_cpu_count() / (r->local_size > 0 ? r->local_size : 1);
+	return threads ? threads : r->cores.threads > 1 ? r->cores.threads : 1;
+}
 
-	return threads ? threads : share > 1 ? share : 1;
+void ranks_print_cores(const struct ranks *r)
+{
+	const struct ferry_rank_cores *k = &r->cores;
+	char node[24] = "";
+
+	if (r->size < 2)
+		return;
+	if (k->node >= 0)
+		snprintf(node, sizeof(node), ", node %d", k->node);
+	if (k->bound)
+		printf("cores: %d ranks of this machine shared one CPU mask; ferry bound each to its part "
+		       "(rank 0: CPUs %s%s)\n", k->sharing, k->list, node);
+	else if (k->sharing == 1 && k->cpus == k->threads)
+		printf("cores: each rank keeps the CPUs its launcher bound it to (rank 0: CPUs %s%s)\n", k->list,
+		       node);
+	else
+		printf("cores: rank 0 runs on CPUs %s%s, shared with other ranks (fewer CPUs than ranks, or "
+		       "overlapping masks): unbound\n", k->list, node);
 }
 
 int ranks_fail(const char *cmd, const struct ranks *r)

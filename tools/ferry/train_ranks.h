@@ -14,6 +14,7 @@
 #define FERRY_TOOLS_TRAIN_RANKS_H
 
 #include "ferry/comm.h"
+#include "ferry/train.h"
 
 #include <stddef.h>
 
@@ -23,15 +24,19 @@ struct ranks {
 	int err_fd;        /* this rank's own standard error */
 	const char *cmd;   /* "train": for messages */
 	double timeout;    /* the collective timeout (s; 0: none) */
+	struct ferry_rank_cores cores; /* its CPUs (several ranks) */
 };
 
 /* The ranks this process is one of (ferry_comm_open); silences the
- * output of all but rank 0.  0, or 1 after a message. */
+ * output of all but rank 0; binds each to its cores (ferry_rank_cores_bind:
+ * a rank that cannot says so and runs unbound).  0, or 1 after a message. */
 int ranks_open(const char *cmd, struct ranks *r);
 void ranks_close(struct ranks *r);
-/* The threads a rank runs on: `threads` when given (not 0), else the
- * machine's cores shared by its ranks (at least 1). */
+/* The threads a rank runs on: `threads` when given (not 0), else its
+ * cores' (ferry_rank_cores). */
 int ranks_threads(const struct ranks *r, int threads);
+/* One line on how the ranks' cores were bound, rank 0's among them. */
+void ranks_print_cores(const struct ranks *r);
 /* The collective timeout (ferry_comm_set_timeout): a collective that
  * waits `seconds` prints which ranks did not arrive and ends the job.
  * Every rank calls it; 0, or 1 after a message. */
