@@ -633,11 +633,12 @@ static void print_resume_note(ferry_trainer_t tr)
 			ferry_train_lr(o, at));
 }
 
-/* On the CPU, the peak MFU is against: the sgemm rate of this machine's
- * calibration (ferry calibrate) when there is one, else a 1024^3 sgemm
- * measured now; a rate measured now under load is low and MFU then reads
- * high, above 100% even, so a measured rate far below the calibrated one
- * says the machine is busy. */
+/* On the CPU, the peak MFU is against: the better of the sgemm rate of
+ * this machine's calibration (ferry calibrate), if any, and a 1024^3 sgemm
+ * measured now.  Either can read low, and MFU then high (above 100% even):
+ * one measured now under load, or a calibration taken on a busier machine
+ * or of small products; a peak is the best rate seen.  A rate now far
+ * below the calibrated one says the machine is busy. */
 static void set_cpu_peak(ferry_trainer_t tr, struct train_report *r)
 {
 	ferry_calibration_t calib = NULL;
@@ -649,12 +650,17 @@ static void set_cpu_peak(ferry_trainer_t tr, struct train_report *r)
 		ferry_calibration_summary(calib, &s);
 		ferry_calibration_free(calib);
 	}
-	if (!(s.matmul_flops > 0)) {
+	if (!(s.matmul_flops > now)) {
 		r->peak_flops = now;
 		r->peak_what = "an sgemm measured now";
 		printf("MFU: %.2f GFLOP per step (the model's) against %.1f GFLOP/s, a 1024^3 sgemm on %d threads "
-		       "measured now (no calibration of this machine; --peak-flops sets it)\n", r->step_flops / 1e9,
-		       r->peak_flops / 1e9, ferry_get_threads());
+		       "measured now (", r->step_flops / 1e9, r->peak_flops / 1e9, ferry_get_threads());
+		if (s.matmul_flops > 0)
+			printf("above the calibrated rate %.1f GFLOP/s: smaller products, or a busier machine then; ",
+			       s.matmul_flops / 1e9);
+		else
+			printf("no calibration of this machine; ");
+		printf("--peak-flops sets it)\n");
 		return;
 	}
 	r->peak_flops = s.matmul_flops;
