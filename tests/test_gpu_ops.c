@@ -7,6 +7,7 @@
  * Exits 77 (skipped) without a GPU.
  */
 #include "backend/cpu/cpu_ops.h"
+#include "ops/cpu/kernels.h"
 #include "gpu_util.h"
 
 static ferry_backend_t gpu;
@@ -355,6 +356,44 @@ static void test_small_ops(long n)
 		twin_free(all[i]);
 }
 
+/* ZeRO-2's gradient norm on a GPU: 4 ranks' block sums of their slices
+ * (whole blocks; the last slice past n), added over the ranks and then in
+ * order, give the GPU's whole sum to the bit (the same blocks), and the
+ * CPU's parts the CPU's whole sum to the bit. */
+static void test_sum_parts(const struct twin *g, long n, double whole_gpu)
+{
+	const long S = (n + FERRY_CPU_SUM_BLOCKS - 1) / FERRY_CPU_SUM_BLOCKS * (FERRY_CPU_SUM_BLOCKS / 4);
+	double hsum[FERRY_CPU_SUM_BLOCKS] = { 0 }, dsum[FERRY_CPU_SUM_BLOCKS] = { 0 }, hp[FERRY_CPU_SUM_BLOCKS],
+	       dp[FERRY_CPU_SUM_BLOCKS], h, d;
+	ferry_buffer_t pb;
+
+	CHECK(ferry_buffer_alloc(gpu, sizeof(dp), &pb) == FERRY_OK, "parts");
+	for (long lo = 0; lo < n; lo += S) {
+		struct ferry_op_call cc = { .kind = FERRY_OP_SUM_SQUARES, .n = n, .lo = lo, .hi = lo + S }, gc = cc;
+
+		cc.in[0] = g->h + lo;
+		gc.in[0] = (const float *)g->d + lo;
+		cc.out[0] = hp;
+		gc.out[0] = ferry_buffer_ptr(pb);
+		run_pair("sum_squares parts", &cc, &gc);
+		CHECK(ferry_memcpy_async(gs, dp, gc.out[0], sizeof(dp), FERRY_COPY_D2H) == FERRY_OK &&
+		      ferry_stream_synchronize(gs) == FERRY_OK, "down");
+		for (int b = 0; b < FERRY_CPU_SUM_BLOCKS; b++) {
+			hsum[b] += hp[b];
+			dsum[b] += dp[b];
+		}
+	}
+	h = ferry_cpu_sum_parts(hsum);
+	d = ferry_cpu_sum_parts(dsum);
+	printf("  %-34s gpu %s, cpu %s, rel %.2e\n", "sum_squares over 4 slices", d == whole_gpu ? "same bits" : "DIFFERS",
+	       h == ferry_cpu_sum_squares(g->h, n) ? "same bits" : "DIFFERS", fabs(d - h) / h);
+	CHECK(d == whole_gpu, "GPU slices' parts %.17g, whole %.17g", d, whole_gpu);
+	CHECK(h == ferry_cpu_sum_squares(g->h, n), "CPU slices' parts %.17g, whole %.17g", h,
+	      ferry_cpu_sum_squares(g->h, n));
+	CHECK(fabs(d - h) <= 1e-9 * h, "GPU %.17g vs CPU %.17g", d, h);
+	ferry_buffer_free(pb);
+}
+
 static void test_optimizer(long n)
 {
 	struct twin p = twin(n, F32, NORMAL, 1), m = twin(n, F32, NORMAL, 0.1f), v = twin(n, F32, POSITIVE, 0.01f),
@@ -390,6 +429,7 @@ static void test_optimizer(long n)
 	printf("  %-34s rel %.2e\n", "sum_squares", fabs(got - host_res) / host_res);
 	CHECK(fabs(got - host_res) <= 1e-9 * host_res, "sum_squares %.17g vs %.17g", got, host_res);
 	ferry_buffer_free(rb);
+	test_sum_parts(&g, n, got);
 	struct twin *all[] = { &p, &m, &v, &g, &copy };
 	for (size_t i = 0; i < 5; i++)
 		twin_free(all[i]);

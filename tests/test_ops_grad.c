@@ -14,6 +14,7 @@
  * scores; matmul without bias; softmax padding, aliasing, write semantics;
  * AdamW one and three steps; sum_squares).
  */
+#include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
 #include "optim/cpu_adamw.h"
 #include "grad_check.h"
@@ -591,6 +592,40 @@ static void test_sum_squares(long n)
 	free(x);
 }
 
+/* The op's block sums (ZeRO-2's norm, through the CPU backend's op
+ * dispatch): 3 ranks' slices of whole blocks (the last one past n), added
+ * over the ranks and then in order, are the whole sum to the bit; the
+ * blocks of a slice are only its own (the others 0). */
+static void test_sum_squares_parts(long n)
+{
+	Rng rng = rng_new(7 + (uint64_t)n);
+	float *x = TALLOC(float, n);
+	const long per = ferry_cpu_sum_block(n), S = per * (FERRY_CPU_SUM_BLOCKS / 3 + 1);
+	double sum[FERRY_CPU_SUM_BLOCKS] = { 0 }, part[FERRY_CPU_SUM_BLOCKS];
+	int nonzero = 0, slices = 0;
+
+	fill_normal(&rng, x, n, 3.0f);
+	for (long lo = 0; lo < n; lo += S, slices++) {
+		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES, .n = n, .lo = lo, .hi = lo + S };
+
+		c.in[0] = x + lo;
+		c.out[0] = part;
+		ferry_cpu_run_op(&c);
+		for (int b = 0; b < FERRY_CPU_SUM_BLOCKS; b++) {
+			CHECK(part[b] == 0 || (b * per >= lo && b * per < lo + S), "slice at %ld: block %d is not its", lo,
+			      b);
+			nonzero += part[b] != 0;
+			sum[b] += part[b];
+		}
+	}
+	CHECK(slices == 3 && nonzero == (int)((n + per - 1) / per), "%d slices, %d blocks summed", slices, nonzero);
+	CHECK(ferry_cpu_sum_parts(sum) == ferry_cpu_sum_squares(x, n), "slices %.17g, whole %.17g",
+	      ferry_cpu_sum_parts(sum), ferry_cpu_sum_squares(x, n));
+	printf("%-44s same bits as the whole: %s\n", "sum_squares in 3 slices",
+	       ferry_cpu_sum_parts(sum) == ferry_cpu_sum_squares(x, n) ? "ok" : "FAIL");
+	free(x);
+}
+
 int main(void)
 {
 	test_encoder(1, 2, 5, 8, 11);
@@ -635,6 +670,7 @@ int main(void)
 	test_sum_squares(0);
 	test_sum_squares(1001);
 	test_sum_squares(1000003);
+	test_sum_squares_parts(1000003);
 
 	return test_exit_code();
 }

@@ -88,11 +88,6 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 	if (m->be && (st = ferry_shard_check(ferry_table_place(&m->tt, FERRY_GROUP_ADAM),
 					     m->comm ? ferry_comm_size(m->comm) : 1)))
 		return st;
-	if (m->be && m->tt.ix.grad_slice >= 0 && !ferry_backend_caps(m->be).unified)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d (adam=...:shard(N,%s)) on the %s backend: "
-				   "not yet (the gradient norm over the ranks' slices is summed by host threads)",
-				   m->tt.ix.param_slice >= 0 ? 3 : 2, m->tt.ix.param_slice >= 0 ? "params" : "grads",
-				   ferry_backend_name(m->be));
 	if (!m->be || !m->comm)
 		return FERRY_OK;
 	if (m->tt.ix.host_grad_ring >= 0)

@@ -20,7 +20,10 @@
  * (ops/cpu/kernels.h), each rank sums the blocks of its slice, the block
  * sums are summed over the ranks (each block's is one rank's, the others
  * add 0) and then added in order, as the sum over the whole array does.
- * That sum runs on host threads: the CPU backend's.
+ * On the CPU backend the block sums run on host threads; on a GPU a
+ * kernel writes them into the kernel workspace (the same blocks and the
+ * same order as the GPU's whole sum, so --zero 2 keeps --zero 0's bits
+ * there too), the ranks sum them there, and they come down to be added.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -146,17 +149,39 @@ void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program
 	ferry_emit_wait(p, m->compute, m->dp_all, -1);
 }
 
-void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p)
+/* The block sums at parts (this rank's), summed over the ranks in place on
+ * the comm stream; the compute stream waits for them. */
+static void sum_over_ranks(struct ferry_model *m, struct ferry_program *p, double *parts)
 {
-	const size_t S = m->tt.ix.shard_numel, lo = m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0;
-
-	ferry_emit_host_sum_squares_parts(p, m->compute, entry(m, m->tt.ix.grad_slice), (long)m->tt.n_params, lo,
-					  lo + S, m->norm_parts, "grad norm: this rank's block sums");
 	ferry_emit_record(p, m->compute, m->zero_parts_done, -1);
 	ferry_emit_wait(p, m->comm_stream, m->zero_parts_done, -1);
-	ferry_emit_sum_f64(p, m->comm_stream, m->comm, m->norm_parts, FERRY_CPU_SUM_BLOCKS, &m->comm_status,
+	ferry_emit_sum_f64(p, m->comm_stream, m->comm, parts, FERRY_CPU_SUM_BLOCKS, &m->comm_status,
 			   "grad norm: block sums over the ranks");
 	ferry_emit_record(p, m->comm_stream, m->zero_parts_summed, -1);
 	ferry_emit_wait(p, m->compute, m->zero_parts_summed, -1);
+}
+
+void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p)
+{
+	const size_t S = m->tt.ix.shard_numel, lo = m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0;
+	const long n = (long)m->tt.n_params;
+
+	if (m->be && !ferry_backend_caps(m->be).unified) {
+		/* a GPU's: in the kernel workspace, which no op reuses before
+		 * the compute stream has waited for the sum and copied it down */
+		double *parts = entry(m, m->tt.ix.workspace);
+		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES, .n = n, .lo = (long)lo, .hi = (long)(lo + S) };
+
+		c.in[0] = entry(m, m->tt.ix.grad_slice);
+		c.out[0] = parts;
+		ferry_emit_op(p, m->compute, &c, -1, "grad norm: this rank's block sums");
+		sum_over_ranks(m, p, parts);
+		ferry_emit_copy(p, m->compute, m->norm_parts, parts, FERRY_CPU_SUM_BLOCKS * sizeof(double),
+				FERRY_COPY_D2H, -1, "grad norm: block sums");
+	} else {
+		ferry_emit_host_sum_squares_parts(p, m->compute, entry(m, m->tt.ix.grad_slice), n, lo, lo + S,
+						  m->norm_parts, "grad norm: this rank's block sums");
+		sum_over_ranks(m, p, m->norm_parts);
+	}
 	ferry_emit_host_sum_parts(p, m->compute, m->norm_parts, m->host_sumsq, "grad norm: sum of squares");
 }

@@ -30,7 +30,11 @@ enum ferry_op_kind {
 	FERRY_OP_RESIDUAL,     /* out0 = in0 + in1 */
 	FERRY_OP_SOFTMAX_XENT, /* out0 losses[N], out1 probs (may alias in0); in0 logits */
 	FERRY_OP_ADAMW,        /* w0 param, out0 m, out1 v, in0 grad */
-	FERRY_OP_SUM_SQUARES,  /* *result += sum(in0^2) */
+	FERRY_OP_SUM_SQUARES,  /* *result += sum(in0^2); with out0, the block
+				  sums instead (ferry_cpu_sum_squares_parts):
+				  out0[b] (double, FERRY_CPU_SUM_BLOCKS) for
+				  the blocks of an n-element array starting in
+				  [lo, hi), in0 holding elements lo on */
 	FERRY_OP_SUM,          /* *result += sum(in0) */
 	FERRY_OP_FILL,         /* out0[:n] = scalar[0] */
 	FERRY_OP_SGD,          /* param -= scalar[0] * in0 (the gradient) */
@@ -94,6 +98,7 @@ struct ferry_op_call {
 				       attention, NKV divides NH; k and v are
 				       [B, T, NKV * C / NH]); 0 means NH */
 	long n;                     /* element count (gelu, residual, adamw) */
+	long lo, hi;                /* sum_squares' block sums: the slice */
 	void *out[FERRY_OP_MAX_OUT];
 	const void *in[FERRY_OP_MAX_IN];
 	const void *w[FERRY_OP_MAX_W];

@@ -155,7 +155,10 @@ static void run_param_op(const struct ferry_op_call *c)
 			memcpy(c->param_copy, c->param, (size_t)c->n * sizeof(float));
 		break;
 	case FERRY_OP_SUM_SQUARES:
-		*c->result += ferry_cpu_sum_squares(CF(c->in[0]), c->n);
+		if (c->out[0])
+			ferry_cpu_sum_squares_parts(CF(c->in[0]), c->n, c->lo, c->hi, c->out[0]);
+		else
+			*c->result += ferry_cpu_sum_squares(CF(c->in[0]), c->n);
 		break;
 	case FERRY_OP_SUM:
 		*c->result += ferry_cpu_sum_all(CF(c->in[0]), c->n);

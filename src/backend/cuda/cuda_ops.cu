@@ -241,6 +241,8 @@ static cudaError_t run_param_op(struct scratch ws, cudaStream_t s, const struct 
 					c->n, c->scalar[0], c->scalar[1], c->scalar[2], c->scalar[3],
 					c->scalar[4], c->scalar[5], c->step);
 	case FERRY_OP_SUM_SQUARES:
+		if (c->out[0])
+			return ferry_cuda_sum_squares_parts(s, (double *)c->out[0], CF(c->in[0]), c->n, c->lo, c->hi);
 		return ferry_cuda_sum_squares(s, c->result, CF(c->in[0]), c->n, ws.p, ws.bytes);
 	case FERRY_OP_SUM:
 		return ferry_cuda_sum(s, c->result, CBF(c->in[0]), c->n, ws.p, ws.bytes);

@@ -60,6 +60,12 @@ cudaError_t ferry_cuda_sgd(cudaStream_t s, float *param, bf16 *param_copy, const
  * x; deterministic (fixed block count, fixed combination order), using ws. */
 cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, const float *x, long n, void *ws,
 				   size_t ws_bytes);
+/* The block sums of ferry_cuda_sum_squares for the blocks of an n-element
+ * array that start in [lo, hi) (x holds elements lo on; lo a block's
+ * start), 0 for the others, into parts[SUM_BLOCKS]: the CPU's
+ * ferry_cpu_sum_squares_parts, so the ranks' parts added up and then in
+ * order give the whole array's sum (ZeRO-2's gradient norm). */
+cudaError_t ferry_cuda_sum_squares_parts(cudaStream_t s, double *parts, const float *x, long n, long lo, long hi);
 cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16 *x, long n, void *ws,
 			   size_t ws_bytes);
 /* e = pred - target: dpred = scale * e (bf16), *result (device double) +=

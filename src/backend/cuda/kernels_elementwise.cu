@@ -525,16 +525,19 @@ static __device__ void block_total(double *ws, double acc)
 /* Pass 1: block b (of exactly SUM_BLOCKS, SUM_THREADS threads each) sums
  * x[b*per, min((b+1)*per, n)): thread j takes elements j, j + SUM_THREADS,
  * ... of that range, then a fixed shared-memory tree in double; ws[b] gets
- * the block's total.  The result depends only on n, not on the GPU. */
+ * the block's total.  The result depends only on n, not on the GPU.  Only
+ * blocks starting in [from, to) are summed, the others' totals 0, and x
+ * holds elements from on (a rank's slice: from 0 to n for a whole array). */
 template <typename T, bool SQUARES>
-static __global__ void __launch_bounds__(SUM_THREADS) block_sums_kernel(double *ws, const T *x, long n, long per)
+static __global__ void __launch_bounds__(SUM_THREADS)
+	block_sums_kernel(double *ws, const T *x, long n, long per, long from, long to)
 {
 	const long lo = (long)blockIdx.x * per;
 	const long hi = lo + per < n ? lo + per : n;
 	double acc = 0.0;
 
-	for (long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
-		const double d = to_double(x[i]);
+	for (long i = lo + threadIdx.x; lo >= from && lo < to && i < hi; i += SUM_THREADS) {
+		const double d = to_double(x[i - from]);
 
 		acc += SQUARES ? d * d : d;
 	}
@@ -566,7 +569,7 @@ static cudaError_t blocked_sum(cudaStream_t s, double *result, const T *x, long 
 	const long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
 	cudaError_t e;
 
-	block_sums_kernel<T, SQUARES><<<SUM_BLOCKS, SUM_THREADS, 0, s>>>(part, x, n, per);
+	block_sums_kernel<T, SQUARES><<<SUM_BLOCKS, SUM_THREADS, 0, s>>>(part, x, n, per, 0, n);
 	e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
@@ -583,6 +586,17 @@ extern "C" cudaError_t ferry_cuda_sum_squares(cudaStream_t s, double *result, co
 					      size_t ws_bytes)
 {
 	return blocked_sum<float, true>(s, result, x, n, ws, ws_bytes);
+}
+
+extern "C" cudaError_t ferry_cuda_sum_squares_parts(cudaStream_t s, double *parts, const float *x, long n, long lo,
+						    long hi)
+{
+	const long per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+
+	if (n <= 0 || lo < 0 || hi < lo || !parts || (uintptr_t)parts % alignof(double) != 0)
+		return cudaErrorInvalidValue;
+	block_sums_kernel<float, true><<<SUM_BLOCKS, SUM_THREADS, 0, s>>>(parts, x, n, per, lo, hi);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t ferry_cuda_sum(cudaStream_t s, double *result, const bf16 *x, long n, void *ws,
