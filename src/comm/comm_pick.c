@@ -54,6 +54,13 @@ ferry_status ferry_comm_pick(ferry_comm_t c, bool *nccl, char *why, size_t n)
 	return FERRY_OK;
 }
 
+bool ferry_comm_engine_named(void)
+{
+	const char *v = getenv("FERRY_COMM_ENGINE");
+
+	return v && (!strcmp(v, "nccl") || !strcmp(v, "mpi"));
+}
+
 bool ferry_comm_pick_planned_nccl(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");

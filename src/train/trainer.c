@@ -567,7 +567,7 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 	bool nccl = false;
 	ferry_status st;
 
-	if (tr->ranks == 1)
+	if (!c || (tr->ranks == 1 && !ferry_comm_engine_named()))
 		return FERRY_OK;
 	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
 		 ferry_comm_stage_forced() ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);

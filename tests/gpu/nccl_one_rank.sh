@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# NCCL on a machine of one GPU (issue 22 items 2 and 11): NCCL refuses two
+# ranks on one device, so one rank runs its collectives through NCCL where
+# FERRY_COMM_ENGINE=nccl names it (tests/cli/one_rank_engine.sh is the
+# same on the CPU through MPI): GPT-2 and Llama, 4 steps, the same bits as
+# a plain process on the GPU (an average over one rank changes nothing),
+# the start naming NCCL; then the time of a step with and without it.
+# Skips (77) without a usable GPU, mpirun, or MPI and NCCL in ferry; fails
+# instead of skipping for a missing GPU when FERRY_REQUIRE_GPU is set.
+. "$(dirname "$0")/../cli/lib.bash"
+if ! "$FERRY" info 2>/dev/null | grep -q "^  cuda  CUDA:"; then
+	[ -n "${FERRY_REQUIRE_GPU:-}" ] && { echo "FAIL: a GPU is required and ferry sees none"; exit 1; }
+	echo "skip: no usable GPU"; exit 77
+fi
+need_mpi
+"$FERRY" info 2>/dev/null | grep -qi "nccl.*built in" || { echo "skip: ferry built without NCCL"; exit 77; }
+make_corpus
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+RUN=(--backend cuda --data 'corpus_train_*.bin' --steps 4 --lr 3e-3 --warmup 1 --sample 0 --val-every 0
+	--device-mem 4G --batch 4 --layers 2 --channels 128 --heads 4 --max-seq 64 --seq 64)
+fields() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
+for model in gpt2 llama; do
+	shape=(--model "$model")
+	[ $model = llama ] && shape+=(--kv-heads 2)
+	expect_ok "$model: plain" "$FERRY" train "${RUN[@]}" "${shape[@]}" --json plain.json || continue
+	checks=$((checks + 1))
+	mpi_run 1 env FERRY_COMM_ENGINE=nccl "$FERRY" train "${RUN[@]}" "${shape[@]}" --json nccl.json >nccl.out 2>&1 ||
+		{ fail "$model through NCCL: $(tail -n 3 nccl.out)"; continue; }
+	if ! grep -q "^collectives: NCCL" nccl.out; then
+		fail "$model: the start does not name NCCL: $(grep collectives nccl.out)"
+	elif [ -n "$(fields plain.json)" ] && [ "$(fields plain.json)" = "$(fields nccl.json)" ]; then
+		echo "ok: $model, one rank through NCCL: a plain process's bits ($(grep '"loss"' nccl.json | tail -1 | grep -o '"step_ms": [0-9.]*') vs plain $(grep '"loss"' plain.json | tail -1 | grep -o '"step_ms": [0-9.]*'))"
+	else
+		fail "$model: NCCL [$(fields nccl.json | tr '\n' ' ')], plain [$(fields plain.json | tr '\n' ' ')]"
+	fi
+done
+finish
