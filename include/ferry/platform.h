@@ -45,12 +45,17 @@ void ferry_set_threads(int n);
 #define FERRY_THREADS_PER_CORE 4
 int ferry_max_threads(void);
 int ferry_get_threads(void);
+/* The CPUs the process was given (a rank's before ferry bound it to its
+ * part: rank_cores.c), so what it reports, and a calibration's
+ * fingerprint, do not change with the binding. */
 int ferry_cpu_count(void);
 /* CPU masks: bit c of word c / 64 is CPU c, for CPUs below FERRY_MAX_CPUS. */
 #define FERRY_MAX_CPUS 1024
 #define FERRY_CPU_WORDS (FERRY_MAX_CPUS / 64)
 /* The CPUs this thread may run on, and their number. */
 int ferry_cpu_mask(uint64_t mask[FERRY_CPU_WORDS]);
+/* ferry_cpu_count's figure once the process has been bound (0 before). */
+int ferry_cpu_count_given(void);
 /* Binds every thread of the process, and those it starts later, to mask. */
 ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS]) FERRY_MUST_CHECK;
 /* The single-precision matrix-product rate this process gets from BLAS on

@@ -38,6 +38,13 @@ int ferry_cpu_mask(uint64_t mask[FERRY_CPU_WORDS])
 	return n;
 }
 
+static int cpus_given; /* before the first bind: 0 until then */
+
+int ferry_cpu_count_given(void)
+{
+	return cpus_given;
+}
+
 ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS])
 {
 	DIR *dp = opendir("/proc/self/task");
@@ -45,6 +52,11 @@ ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS])
 	cpu_set_t set;
 	ferry_status st = FERRY_OK;
 
+	if (!cpus_given) {
+		uint64_t before[FERRY_CPU_WORDS];
+
+		cpus_given = ferry_cpu_mask(before);
+	}
 	to_set(mask, &set);
 	if (!CPU_COUNT(&set))
 		return ferry_error(FERRY_ERR_INVALID, "binding to no CPU");

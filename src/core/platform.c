@@ -118,7 +118,9 @@ int ferry_get_threads(void)
 
 int ferry_cpu_count(void)
 {
-	return omp_get_num_procs();
+	int given = ferry_cpu_count_given();
+
+	return given > 0 ? given : omp_get_num_procs();
 }
 
 const char *ferry_cpu_name(void)
