@@ -152,7 +152,8 @@ ferry_status ferry_model_plan(const struct ferry_model_config *cfg, int B, int T
  * place), so without --zero every rank's device plan is the one
  * process's; MPI on device memory adds its pinned staging buffer to the
  * host bytes (FERRY_COMM_ENGINE=mpi on the CUDA backend, or NCCL not
- * built in; FERRY_COMM_STAGE=1 on the CPU's); with --zero 1
+ * built in; FERRY_COMM_STAGE=1 on the CPU's; FERRY_ERR_INVALID for a
+ * malformed FERRY_COMM_STAGE or FERRY_COMM_STAGE_BYTES); with --zero 1
  * each rank holds one slice of S = n/ranks (rounded up) elements of each
  * moment, the last rank's padded past n, so every rank's bytes are the
  * same today. */

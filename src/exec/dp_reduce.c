@@ -19,7 +19,7 @@
  *    edges.weights=host:stream, sent out by the edges' ring); the host
  *    norm waits for them.
  * With MPI on device memory (CUDA) each collective goes through a pinned
- * host buffer (sched/comm_stage.c), which waits for it.
+ * host buffer (sched/comm_stage.c), on the comm stream as NCCL's.
  * A speculative early update of a layer waits for that layer's average.
  * The norm is then the global gradient's on every rank, every rank clips
  * by the same scale and updates identical parameters identically: they
@@ -100,32 +100,31 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 	return FERRY_OK;
 }
 
-/* Host-memory collectives on arena memory the host cannot address (or
- * asked to, to test the path on the CPU). */
-static bool staged(const struct ferry_model *m)
+/* Whether host-memory collectives run on arena memory the host cannot
+ * address (or are asked to, to test the path on the CPU). */
+static ferry_status staged(const struct ferry_model *m, bool *yes)
 {
-	return m->be && m->comm && !ferry_comm_device_buffers(m->comm) &&
-	       (!ferry_backend_caps(m->be).unified || ferry_comm_stage_forced());
+	*yes = m->be && m->comm && !ferry_comm_device_buffers(m->comm);
+	return *yes && ferry_backend_caps(m->be).unified ? ferry_comm_stage_forced(yes) : FERRY_OK;
 }
 
-size_t ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks)
+ferry_status ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks, size_t *bytes)
 {
-	bool device = o->backend && strcmp(o->backend, "cpu");
+	const bool device = o->backend && strcmp(o->backend, "cpu");
+	bool yes = ranks > 1 && device && !ferry_comm_pick_planned_nccl();
+	ferry_status st = ranks > 1 && !device ? ferry_comm_stage_forced(&yes) : FERRY_OK;
 
-	if (ranks < 2 || (device ? ferry_comm_pick_planned_nccl() : !ferry_comm_stage_forced()))
-		return 0;
-	return ferry_comm_stage_bytes();
+	*bytes = 0;
+	return st || !yes ? st : ferry_comm_stage_bytes(bytes);
 }
 
 ferry_status ferry_dp_stage_create(struct ferry_model *m)
 {
 	ferry_status st;
+	bool yes;
 
-	if (!staged(m))
-		return FERRY_OK;
-	if (m->tt.ix.grad_slice >= 0)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d with MPI through host staging: not yet (--zero 0 "
-				   "and 1 are staged)", m->tt.ix.param_slice >= 0 ? 3 : 2);
+	if ((st = staged(m, &yes)) || !yes)
+		return st;
 	if ((st = ferry_comm_stage_create(m->be, &m->stage)))
 		return st;
 	m->rt.stage = m->stage;

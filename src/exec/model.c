@@ -87,6 +87,7 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 {
 	struct ferry_exec_opts o = opts ? *opts : (struct ferry_exec_opts){ 0 };
 	struct ferry_places p;
+	size_t stage;
 	ferry_status st;
 
 	memset(plan, 0, sizeof(*plan));
@@ -98,9 +99,10 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 		o.zero_ranks = ranks;
 	if ((st = ferry_exec_opts_places(&o, &p)))
 		return st;
-	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)) || (st = ferry_model_plan(cfg, B, T, &o, plan)))
+	if ((st = ferry_shard_check(&p.group[FERRY_GROUP_ADAM], ranks)) || (st = ferry_model_plan(cfg, B, T, &o, plan)) ||
+	    (st = ferry_dp_stage_planned(&o, ranks, &stage)))
 		return st;
-	plan->mem.host_alloc_bytes += ferry_dp_stage_planned(&o, ranks); /* MPI on device memory */
+	plan->mem.host_alloc_bytes += stage; /* MPI on device memory */
 	return FERRY_OK;
 }
 

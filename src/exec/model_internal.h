@@ -157,9 +157,10 @@ ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks) FERRY_
  * FERRY_COMM_STAGE=1): the runtime's collectives through a pinned host
  * buffer, made here (sched/comm_stage.h). */
 ferry_status ferry_dp_stage_create(struct ferry_model *m) FERRY_MUST_CHECK;
-/* The host bytes it takes on each of `ranks` ranks, planned before the
- * run (ferry_comm_pick_planned_nccl's assumption); 0: none. */
-size_t ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks);
+/* The host bytes it takes on each of `ranks` ranks into *bytes, planned
+ * before the run (ferry_comm_pick_planned_nccl's assumption); 0: none.
+ * FERRY_ERR_INVALID: a staging variable not understood. */
+ferry_status ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks, size_t *bytes) FERRY_MUST_CHECK;
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 

@@ -60,8 +60,10 @@ void ferry_program_init(struct ferry_program *p, const char *name)
 
 void ferry_program_release(struct ferry_program *p)
 {
-	for (int i = 0; i < p->n; i++)
+	for (int i = 0; i < p->n; i++) {
 		ferry_free(p->t[i].host);
+		ferry_free(p->t[i].pieces);
+	}
 	ferry_free(p->t);
 	p->t = NULL;
 	p->n = p->cap = 0;
@@ -421,9 +423,7 @@ static void run_file_io(void *arg)
 		ferry_nvme_file_keep(t->file, ferry_nvme_read(t->file, t->file_offset, t->dst, t->bytes));
 }
 
-/* The elements of [a, b) in rank r's slice (of S from r * S): how many,
- * and in *from where they start in it. */
-static size_t slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
+size_t ferry_slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
 {
 	size_t lo = (size_t)r * S, s = a > lo ? a : lo, e = b < lo + S ? b : lo + S;
 
@@ -431,33 +431,39 @@ static size_t slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
 	return e > s ? e - s : 0;
 }
 
-/* Elements [t->offset, + n) split at the slices' bounds: each rank's part
- * averaged into where it falls in that rank's slice (scatter), or
- * gathered from there whole (collect). */
-static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *stream)
+ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, float *whole,
+			       float *mine, void *stream)
 {
-	const int N = ferry_comm_size(t->comm), me = ferry_comm_rank(t->comm);
-	const size_t a = t->offset, b = a + t->bytes / sizeof(float);
+	const int N = ferry_comm_size(comm);
 	size_t *counts = ferry_calloc((size_t)N, sizeof(size_t)), from = 0;
 	ferry_status st;
 
 	if (!counts)
 		return ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
 	for (int r = 0; r < N; r++)
-		counts[r] = slice_part(a, b, t->slice, r, &from);
-	counts[me] = slice_part(a, b, t->slice, me, &from); /* and where this rank's starts */
+		counts[r] = ferry_slice_part(a, a + n, slice, r, &from);
 	if (scatter)
-		st = ferry_comm_reduce_scatter_v(t->comm, t->src, counts[me] ? (float *)t->dst + from : NULL, counts,
-						 FERRY_COMM_F32, FERRY_COMM_AVG, stream);
+		st = ferry_comm_reduce_scatter_v(comm, whole, mine, counts, FERRY_COMM_F32, FERRY_COMM_AVG, stream);
 	else
-		st = ferry_comm_all_gather_v(t->comm, counts[me] ? (const float *)t->src + from : NULL, t->dst, counts,
-					     FERRY_COMM_F32, stream);
+		st = ferry_comm_all_gather_v(comm, mine, whole, counts, FERRY_COMM_F32, stream);
 	ferry_free(counts);
 	return st;
 }
 
-/* A COMM task's collective, queued on `stream` (NULL: done on return). */
-static ferry_status comm_call(const struct ferry_task *t, void *stream)
+/* Elements [t->offset, + n) split at the slices' bounds: each rank's part
+ * averaged into where it falls in that rank's slice (scatter: dst is
+ * where this rank's starts), or gathered from there (collect: src) whole. */
+static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *stream)
+{
+	const size_t n = t->bytes / sizeof(float);
+	float *slice = scatter ? t->dst : (void *)t->src, *whole = scatter ? (void *)t->src : t->dst; /* src: read */
+	size_t from = 0;
+	bool mine = ferry_slice_part(t->offset, t->offset + n, t->slice, ferry_comm_rank(t->comm), &from) > 0;
+
+	return ferry_comm_slices(t->comm, scatter, t->offset, n, t->slice, whole, mine ? slice + from : NULL, stream);
+}
+
+ferry_status ferry_comm_task_call(const struct ferry_task *t, void *stream)
 {
 	char *buf = t->dst;
 
@@ -475,14 +481,18 @@ static ferry_status comm_call(const struct ferry_task *t, void *stream)
 	return ferry_comm_all_reduce(t->comm, buf, t->bytes / sizeof(float), FERRY_COMM_F32, FERRY_COMM_AVG, stream);
 }
 
+void ferry_comm_task_keep(const struct ferry_task *t, ferry_status st)
+{
+	if (st && t->comm_status && !*t->comm_status)
+		*t->comm_status = st;
+}
+
 /* On the stream's host thread. */
 static void run_comm(void *arg)
 {
 	const struct ferry_task *t = arg;
-	ferry_status st = comm_call(t, NULL);
 
-	if (st && t->comm_status && !*t->comm_status)
-		*t->comm_status = st;
+	ferry_comm_task_keep(t, ferry_comm_task_call(t, NULL));
 }
 
 /* A communicator on device buffers queues on the stream itself (NCCL on
@@ -492,7 +502,7 @@ static void run_comm(void *arg)
 static ferry_status submit_comm(const struct ferry_task *t, ferry_stream_t s, const struct ferry_sched_runtime *rt)
 {
 	if (ferry_comm_device_buffers(t->comm))
-		return comm_call(t, ferry_stream_native(s));
+		return ferry_comm_task_call(t, ferry_stream_native(s));
 	if (rt->stage && ferry_backend_in_arena(rt->be, t->dst))
 		return ferry_comm_stage_run(rt->stage, t, s);
 	return ferry_stream_host_fn(s, run_comm, (void *)t);

@@ -108,6 +108,9 @@ struct ferry_task {
 	ferry_status *comm_status;    /* a host thread is kept (the first) */
 	enum ferry_comm_job comm_job;
 	size_t offset, slice;   /* COMM slices, HOST block sums: elements */
+	struct ferry_stage_piece *pieces; /* COMM through host staging: its
+				   pieces (sched/comm_stage.h), made at its
+				   first submission, freed with the program */
 };
 
 struct ferry_program {
@@ -201,6 +204,23 @@ void ferry_emit_host_sum_parts(struct ferry_program *p, int stream, const double
 			       const char *label);
 
 /* ---- running ------------------------------------------------------------------- */
+
+/* A COMM task's collective on its buffers, queued on `stream` (the
+ * engine's native one; NULL: done on return). */
+ferry_status ferry_comm_task_call(const struct ferry_task *t, void *stream) FERRY_MUST_CHECK;
+/* A failure of t's collective on a host thread, kept in its comm_status
+ * (the first) for the caller to read after the stream has drained. */
+void ferry_comm_task_keep(const struct ferry_task *t, ferry_status st);
+/* The elements of [a, b) in rank r's slice (of `slice` elements from
+ * r * slice): how many, and in *from where they start in it. */
+size_t ferry_slice_part(size_t a, size_t b, size_t slice, int r, size_t *from);
+/* Elements [a, a + n) of an fp32 array split over comm's ranks in slices
+ * of `slice` elements: whole at `whole` on every rank, each rank's part
+ * averaged over the ranks into `mine` (scatter), or every rank's part
+ * from its `mine` into `whole` (gather); mine: where this rank's part
+ * is, NULL when it has none. */
+ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, float *whole,
+			       float *mine, void *stream) FERRY_MUST_CHECK;
 
 /* A schedule's streams and events on a backend. */
 struct ferry_sched_runtime {

@@ -5,6 +5,7 @@
  */
 #include "ferry/tier.h"
 #include "core/error.h"
+#include "core/size.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -175,27 +176,6 @@ ferry_status ferry_topology_cpu_nodes(const struct ferry_topology *t, int *node_
 	return FERRY_OK;
 }
 
-/* "16G", "512M", "4096": bytes; 0 when it is not a size. */
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end), mult = 1;
-
-	if (end == s || !(v >= 0))
-		return 0;
-	switch (toupper((unsigned char)*end)) {
-	case 'T': mult *= 1024; /* fall through */
-	case 'G': mult *= 1024; /* fall through */
-	case 'M': mult *= 1024; /* fall through */
-	case 'K': mult *= 1024; end++; break;
-	case '\0': break;
-	default: return 0;
-	}
-	if (*end && strcmp(end, "B") && strcmp(end, "iB"))
-		return 0;
-	return v * mult > 1e18 ? 0 : (uint64_t)(v * mult);
-}
-
 /* One "node ID cpus N mem SIZE [free SIZE]" line into t. */
 static ferry_status parse_node_line(const char *path, int line, char *s, struct ferry_topology *t)
 {
@@ -216,7 +196,7 @@ static ferry_status parse_node_line(const char *path, int line, char *s, struct 
 				return ferry_error(FERRY_ERR_FORMAT, "%s:%d: %s '%s': a count", path, line, key, val);
 			*(!strcmp(key, "node") ? &nd.id : &nd.cpus) = (int)v;
 		} else if (!strcmp(key, "mem") || !strcmp(key, "free")) {
-			uint64_t v = parse_size(val);
+			uint64_t v = ferry_parse_size(val);
 
 			if (!v)
 				return ferry_error(FERRY_ERR_FORMAT, "%s:%d: %s '%s': a size like 64G", path, line,

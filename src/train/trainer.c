@@ -564,13 +564,18 @@ static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
 static ferry_status open_step_comm(ferry_trainer_t tr)
 {
 	ferry_comm_t c = tr->comm;
-	bool nccl = false;
+	bool nccl = false, forced = false;
+	size_t stage;
 	ferry_status st;
 
 	if (!c || (tr->ranks == 1 && !ferry_comm_engine_named()))
 		return FERRY_OK;
+	if ((st = ferry_comm_stage_forced(&forced)) == FERRY_OK) /* malformed on one rank: every rank stops */
+		st = ferry_comm_stage_bytes(&stage);
+	if ((st = ferry_comm_agree(c, st)))
+		return st;
 	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
-		 ferry_comm_stage_forced() ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
+		 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
 	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
 		return st;
 	if (nccl)

@@ -39,7 +39,8 @@ static void usage(void)
 	       "and each machine's host bytes with R ranks on a machine (--ranks-per-node,\n"
 	       "default N); --device-mem then applies to every rank (docs/distributed.md).\n"
 	       "On the CUDA backend the host bytes count MPI's staging buffer when the plan\n"
-	       "expects MPI (FERRY_COMM_ENGINE=mpi, or NCCL not built in).\n"
+	       "expects MPI (FERRY_COMM_ENGINE=mpi, or NCCL not built in), of\n"
+	       "FERRY_COMM_STAGE_BYTES (8M by default).\n"
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
 	       "\n");

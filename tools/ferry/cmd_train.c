@@ -223,7 +223,8 @@ static void usage(void)
 	       "(with --zero 1, its share).  On a GPU the gradients are averaged by NCCL when\n"
 	       "each rank has a GPU of its own, else by MPI through pinned host staging (two\n"
 	       "ranks on one GPU); FERRY_COMM_ENGINE=nccl|mpi|auto chooses, and the start\n"
-	       "says which and why (docs/distributed.md).\n");
+	       "says which and why (docs/distributed.md); FERRY_COMM_STAGE_BYTES sizes the\n"
+	       "staging buffer (8M by default; bytes, or with K, M or G).\n");
 	ferry_cli_model_flags_help(stdout);
 	printf("\n"
 	       "a Llama, from random weights, then from its checkpoint directory:\n"
