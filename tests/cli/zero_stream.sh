@@ -68,7 +68,7 @@ done
 # resume N SAVE FROM FLAGS...: FROM resumed to step 6 on N ranks, saved as SAVE
 resume() {
 	local n=$1 name=$2 from=$3; shift 3
-	rm -rf "$name" "$name.state"
+	rm -rf "$name" "$name.state" "$name.json" # (--json appends)
 	mpi_run "$n" "$FERRY" train --resume "$from" --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
 		--json "$name.json" >"$name.out" 2>&1 || fail "$from resumed on $n ranks $*: $(tail -n 2 "$name.out")"
 }
