@@ -410,24 +410,25 @@ static void test_shard(const char *arch)
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2,grads)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].shard_grads && !p.group[FERRY_GROUP_ADAM].shard_params,
 	      "ZeRO-2 on host threads");
-	CHECK(ferry_places_parse("adam=host:stream:shard(2,grads)", &p) == FERRY_OK &&
-	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
-	      "ZeRO-2 streamed: not yet, by name");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2,grads)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard_grads && !p.group[FERRY_GROUP_ADAM].shard_params, "ZeRO-2 streamed");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2,params)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].shard_grads && p.group[FERRY_GROUP_ADAM].shard_params,
 	      "ZeRO-3 on host threads");
-	CHECK(ferry_places_parse("adam=host:stream:shard(2,params)", &p) == FERRY_OK &&
-	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--zero 3 with --offload-optimizer stream"),
-	      "ZeRO-3 streamed: not yet, by name");
+	CHECK(ferry_places_parse("adam=host:stream:shard(2,params)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
+	      p.group[FERRY_GROUP_ADAM].shard_grads && p.group[FERRY_GROUP_ADAM].shard_params, "ZeRO-3 streamed");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
-	for (int z = 2; z <= 3; z++) {
+	for (int z = 2; z <= 3; z++) { /* the device's split with its state moved to the host: streamed */
+		char text[FERRY_PLACE_CHARS];
+
 		ferry_places_default(&p);
 		CHECK(ferry_places_parse(z == 2 ? "adam=device:shard(2,grads)" : "adam=device:shard(2,params)", &p) ==
 		      FERRY_OK, "--zero %d", z);
 		p.group[FERRY_GROUP_ADAM].home = FERRY_HOME_HOST;
-		CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "not yet"),
-		      "--zero %d with the optimizer on the host: not yet", z);
+		CHECK(ferry_places_check(&p) == FERRY_OK && ferry_places_format(&p, text, sizeof(text)) == FERRY_OK &&
+		      strstr(text, z == 2 ? "adam=host:stream:shard(2,grads)" : "adam=host:stream:shard(2,params)"),
+		      "--zero %d with the optimizer streamed from the host", z);
 	}
 }
 
@@ -484,6 +485,45 @@ static void test_host_shard(const char *arch)
 	}
 }
 
+/* adam=host:stream:shard(3,grads) and shard(3,params): on the host this
+ * rank's slice of the master weights and both moments and nothing else
+ * (S whole blocks of the norm's sum, as ZeRO-2's); on the device ZeRO-2's
+ * gradient slice, the optimizer ring and either the compute copy padded to
+ * 3 slices (grads) or ZeRO-3's weight slice (params). */
+static void test_stream_shard(const char *arch)
+{
+	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
+	static const char *const place[2] = { "adam=host:stream:shard(3,grads)", "adam=host:stream:shard(3,params)" };
+
+	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
+	for (int v = 0; v < 2; v++) {
+		struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = place[v] };
+		struct ferry_tensor_table tt;
+		size_t S, n, block;
+
+		if (ferry_tensor_table_build(&cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s %s: %s", arch, place[v], ferry_last_error());
+			continue;
+		}
+		n = tt.n_params;
+		S = tt.ix.shard_numel;
+		block = (n + 255) / 256;
+		CHECK(S % block == 0 && 3 * S >= n && 3 * (S - block) < n && host_bytes(&tt) == 12 * S &&
+		      tt.e[tt.ix.host_param_slice].bytes == S * 4 && tt.ix.host_grad_slice < 0,
+		      "%s %s: host bytes %zu, 12 a slice element (S %zu of %zu)", arch, place[v], host_bytes(&tt), S, n);
+		CHECK(tt.ix.opt_ring >= 0 && tt.e[tt.ix.opt_ring].site == FERRY_SITE_DEVICE && tt.ix.grad_slice >= 0 &&
+		      tt.e[tt.ix.grad_slice].site == FERRY_SITE_DEVICE && tt.e[tt.ix.grad_slice].bytes == S * 4,
+		      "%s %s: the optimizer ring and the gradient slice on the device", arch, place[v]);
+		CHECK(v ? tt.ix.param_slice >= 0 && tt.e[tt.ix.param_slice].site == FERRY_SITE_DEVICE &&
+			      tt.e[tt.ix.param_slice].bytes == S * 4 && tt.ix.param[0] < 0
+			: tt.ix.param_slice < 0 && tt.buffers[tt.ix.copy_buffer].bytes == 3 * S * 4,
+		      "%s %s: %s", arch, place[v], v ? "the weights' slice" : "the compute copy padded to 3 slices");
+		for (int i = 0; i < tt.n; i++)
+			check_entry(arch, &tt, i);
+		ferry_tensor_table_release(&tt);
+	}
+}
+
 int main(void)
 {
 	test_syntax();
@@ -495,5 +535,7 @@ int main(void)
 	test_shard("llama");
 	test_host_shard("gpt2");
 	test_host_shard("llama");
+	test_stream_shard("gpt2");
+	test_stream_shard("llama");
 	return test_exit_code();
 }

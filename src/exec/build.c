@@ -557,8 +557,8 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 		s.bytes[i] = n * sizeof(float);
 	}
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* the gradients and the compute copy are on the device */
-		s.dev[3] = at(entry(m, ix->grad[q]), off * sizeof(float));
-		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
+		s.dev[3] = ferry_zero_host_device_grad(m, q, off); /* split: ZeRO-2's slice */
+		s.param_copy = ferry_zero_host_device_copy(m, q, off); /* ZeRO-3's */
 	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
 		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
 	} else if (ix->host_copy[q] >= 0) { /* the bf16 bits the rings load */
@@ -573,10 +573,9 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n, int slot,
 				int layer)
 {
-	const struct ferry_table_index *ix = &m->tt.ix;
 	struct opt_slice s = opt_slice_of(m, q, off, n, slot);
 	static const char *const part[5] = { "master", "adamw m", "adamw v", "grad", "weights" };
-	const char *name = m->tt.e[ix->param[q]].name;
+	const char *name = m->md->params[q].name;
 	struct ferry_op_call c = { .kind = FERRY_OP_ADAMW, .n = (long)n };
 	char label[56];
 
@@ -613,7 +612,10 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
 }
 
 /* AdamW with its state on the host, slice by slice through two ring slots,
- * so one slice's copies overlap the next one's update. */
+ * so one slice's copies overlap the next one's update.  Split over the
+ * ranks (adam=host:stream:shard(N), zero_host.c) only this rank's pieces
+ * pass, their gradients read from ZeRO-2's slice and their weights
+ * written into ZeRO-3's (shard(N,grads), shard(N,params)). */
 static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 {
 	const size_t chunk = m->tt.ix.opt_chunk;
@@ -622,7 +624,7 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 
-		if (m->tt.ix.param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+		if (!ferry_zero_host_updated(m, q, &pi))
 			continue;
 		for (size_t off = 0; off < pi.numel; off += chunk) {
 			size_t from = off, n = pi.numel - off < chunk ? pi.numel - off : chunk;
@@ -635,7 +637,7 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
-	if (m->tt.ix.host_param_slice >= 0) /* split: every rank's slice of the compute copy to every rank */
+	if (m->tt.ix.host_param_slice >= 0) /* split: the ranks' slices of the copy (ZeRO-3: the unstacked) to all */
 		ferry_zero_host_gather(m, p);
 }
 

@@ -72,30 +72,11 @@ static bool split(const struct ferry_model *m)
 	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
 }
 
-/* Whether parameter q is updated here (its info in *pi): it has an
- * entry, or (ZeRO-3, no parameters' entries) storage in the slices. */
-static bool updated(ferry_model_t m, int q, struct ferry_param_info *pi)
-{
-	return ferry_model_param_info(&m->cfg, q, pi) == FERRY_OK &&
-	       (m->tt.ix.param[q] >= 0 || (m->tt.ix.param_slice >= 0 && pi->present));
-}
-
 static const char *name_of(ferry_model_t m, int q)
 {
 	struct ferry_param_info pi;
 
 	return ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK ? pi.name : "";
-}
-
-/* Gradient elements from off of parameter q on the device: whole, or
- * (adam=host:cpu:shard(N,grads), ZeRO-2) in this rank's slice there. */
-static void *device_grad(ferry_model_t m, int q, size_t off)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-
-	if (ix->grad_slice >= 0)
-		return at(entry(m, ix->grad_slice), ferry_zero_host_index(m, q, off) * sizeof(float));
-	return at(entry(m, ix->grad[q]), off * sizeof(float));
 }
 
 /* Parameter q's AdamW call over [off, off + n) of its array on the host. */
@@ -136,15 +117,6 @@ static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *
 		c->din[i] = rollback(m, state[i], ferry_zero_host_index(m, q, off) * sizeof(float));
 }
 
-/* Where the updated elements from off of parameter q go on the device:
- * its compute copy, or (ZeRO-3) the rank's slice of it. */
-static void *device_copy(ferry_model_t m, int q, size_t off)
-{
-	if (m->tt.ix.param_slice >= 0)
-		return at(entry(m, m->tt.ix.param_slice), ferry_zero_host_index(m, q, off) * m->asz);
-	return at(entry(m, m->tt.ix.copy[q]), off * m->asz);
-}
-
 /* The updated slice into the device's compute copy, on stream s (after
  * the host task: s waits for it unless s is the host stream itself). */
 static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_t off, size_t n, int layer,
@@ -158,8 +130,8 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 	if (s != m->opt_cpu_stream)
 		ferry_emit_wait(p, s, m->opt_host_done, layer);
 	snprintf(label, sizeof(label), "weights: %.40s", name_of(m, q));
-	ferry_emit_copy(p, s, device_copy(m, q, off), c->param_copy ? c->param_copy : c->param, n * m->asz,
-			FERRY_COPY_H2D, layer, label);
+	ferry_emit_copy(p, s, ferry_zero_host_device_copy(m, q, off), c->param_copy ? c->param_copy : c->param,
+			n * m->asz, FERRY_COPY_H2D, layer, label);
 }
 
 /* Slice [off, off + n) of parameter q (layer `layer`, or -1), updated by a
@@ -178,7 +150,7 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 		snprintf(label, sizeof(label), "grad: %.40s", name_of(m, q));
 		ferry_emit_copy(p, m->opt_d2h,
 				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
-				device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
+				ferry_zero_host_device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
 		ferry_emit_record(p, m->opt_d2h, m->opt_grads_home, layer);
 		ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, layer);
 	}
@@ -217,7 +189,8 @@ static void ring_copy(ferry_model_t m, struct ferry_program *p, float *dst, int 
 	char label[56];
 
 	snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-	ferry_emit_copy(p, m->opt_d2h, dst, device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, layer, label);
+	ferry_emit_copy(p, m->opt_d2h, dst, ferry_zero_host_device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H,
+			layer, label);
 }
 
 /* The slot is filled: the host threads wait for it. */
@@ -305,7 +278,7 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 		size_t off, n;
 		char label[56];
 
-		if (!updated(m, q, &pi) || !pi.layers)
+		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 		if (!ferry_zero_host_piece(m, q, &off, &n))
@@ -334,7 +307,7 @@ static void unstacked_update(ferry_model_t m, struct ferry_program *p)
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
 
-		if (!updated(m, q, &pi) || pi.layers)
+		if (!ferry_zero_host_updated(m, q, &pi) || pi.layers)
 			continue;
 		for (size_t off = 0; off < pi.numel; off += chunk)
 			if (grads_on_device(m))
@@ -377,7 +350,7 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 		size_t off, n;
 		char label[56];
 
-		if (!updated(m, q, &pi) || !pi.layers)
+		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
 			continue;
 		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 		if (!ferry_zero_host_piece(m, q, &off, &n))
@@ -413,7 +386,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			struct ferry_param_info pi;
 			size_t off, n;
 
-			if (!updated(m, q, &pi) || !pi.layers)
+			if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
 				continue;
 			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
 			if (!ferry_zero_host_piece(m, q, &off, &n))
@@ -421,7 +394,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
 			ferry_emit_copy(p, m->opt_d2h,
 					ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
-					device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, l, label);
+					ferry_zero_host_device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, l, label);
 		}
 	}
 	/* streamed weights on several ranks: home once averaged there */

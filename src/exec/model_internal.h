@@ -182,6 +182,14 @@ ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) F
 bool ferry_zero_host_piece(const struct ferry_model *m, int q, size_t *off, size_t *n);
 size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off);
 void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem);
+/* Whether parameter q is updated (its info in *pi): it has an entry, or
+ * (ZeRO-3, no parameters' entries) storage in the slices; where the
+ * device holds its gradient elements from off, whole or (ZeRO-2) in this
+ * rank's slice, and where their update goes up, the compute copy or
+ * (ZeRO-3) this rank's slice of it. */
+bool ferry_zero_host_updated(const struct ferry_model *m, int q, struct ferry_param_info *pi);
+void *ferry_zero_host_device_grad(ferry_model_t m, int q, size_t off);
+void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off);
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p);
 ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;

@@ -19,6 +19,14 @@
  * use; the gradients come down from ZeRO-2's slice; each piece updated
  * goes up into the device's slice, and after the update only the
  * unstacked parameters are gathered whole.
+ *
+ * Streamed (adam=host:stream:shard(N), with ",grads" ZeRO-2, with
+ * ",params" ZeRO-3) the host keeps the rank's slice of the master weights
+ * and moments only; the pieces in it pass through the device's optimizer
+ * ring (emit_update_streamed in build.c), where AdamW reads the gradients
+ * from the device as the host threads' copies would (whole, or ZeRO-2's
+ * slice) and writes the weights where their upload would (the compute
+ * copy, or ZeRO-3's slice); then the same gather.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -75,6 +83,30 @@ size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off)
 void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
 {
 	return at(ferry_tensor_ptr(&m->tt, &m->mem, split(m) ? slice : whole[q]), ferry_zero_host_index(m, q, off) * elem);
+}
+
+bool ferry_zero_host_updated(const struct ferry_model *m, int q, struct ferry_param_info *pi)
+{
+	return ferry_model_param_info(&m->cfg, q, pi) == FERRY_OK &&
+	       (m->tt.ix.param[q] >= 0 || (m->tt.ix.param_slice >= 0 && pi->present));
+}
+
+void *ferry_zero_host_device_grad(ferry_model_t m, int q, size_t off)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	if (ix->grad_slice >= 0) /* ZeRO-2 */
+		return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->grad_slice), ferry_zero_host_index(m, q, off) * sizeof(float));
+	return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->grad[q]), off * sizeof(float));
+}
+
+void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	if (ix->param_slice >= 0) /* ZeRO-3 */
+		return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->param_slice), ferry_zero_host_index(m, q, off) * m->asz);
+	return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->copy[q]), off * m->asz);
 }
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)

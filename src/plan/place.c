@@ -457,14 +457,6 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard_params && adam->home != FERRY_HOME_DEVICE && adam->update != FERRY_UPDATE_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 3 with --offload-optimizer stream "
-				   "(adam=host:stream:shard(N,params)): the optimizer ring reads whole gradients: not yet "
-				   "(--offload-optimizer cpu, adam=host:cpu:shard(N,params), splits them)");
-	if (adam->shard_grads && adam->home != FERRY_HOME_DEVICE && adam->update != FERRY_UPDATE_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 2 with --offload-optimizer stream "
-				   "(adam=host:stream:shard(N,grads)): the optimizer ring reads whole gradients: not yet "
-				   "(--offload-optimizer cpu, adam=host:cpu:shard(N,grads), splits them)");
 	if (adam->shard > 1 && lw->home == FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--zero %d with --offload-params (layers.weights=host:stream, "
 				   "adam=...:shard(N)): the weight ring streams whole parameters from the host, which "

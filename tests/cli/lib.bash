@@ -70,9 +70,24 @@ mpi_run() {
 	"${MPIRUN[@]}" -np "$n" "$@"
 }
 
+# trains NAME N FLAGS...: N ranks train with the script's common flags
+# (its array `common`) and FLAGS, and save NAME (afresh).
+trains() {
+	local name=$1 n=$2; shift 2
+	rm -rf "$name" "$name.state"
+	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
+		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
+}
+
 json_field() { # json_field FILE KEY: the first number after "KEY":
 	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
 }
+
+# json_host_total FILE, json_place FILE: a plan's host bytes and placement
+# (a plan --ranks N's JSON holds the rank's plan under "plan").
+json_plan() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d.get("plan", d); print(eval(sys.argv[2]))' "$@"; }
+json_host_total() { json_plan "$1" 'd["host"]["total_bytes"]'; }
+json_place() { json_plan "$1" 'd["place"]'; }
 
 # same_save A B: the same files (an llm.c file and its state, or a directory).
 same_save() {

@@ -26,14 +26,6 @@ gpt=(--layers 3 --channels 32 --heads 4)
 llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
 host=(--offload-optimizer cpu)
 
-# trains NAME N FLAGS...: N ranks save NAME.
-trains() {
-	local name=$1 n=$2; shift 2
-	rm -rf "$name" "$name.state"
-	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
-		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
-}
-
 # NAME|MODEL|ORDER|MORE on 2 ranks: ZeRO-3 on the host against --zero 0 on
 # the host (in ORDER) and --zero 3 on the device (exact: either order's bits)
 runs=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
@@ -103,10 +95,6 @@ fi
 # blocks of ceil(n/256) elements), n the unsplit exact plan's (16 bytes an
 # element); with 8 layers (the ring holds 2) the device's peak below
 # ZeRO-2 on the host's.
-# (a plan --ranks N's JSON holds the rank's plan under "plan")
-json_plan() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d.get("plan", d); print(eval(sys.argv[2]))' "$@"; }
-json_host_total() { json_plan "$1" 'd["host"]["total_bytes"]'; }
-json_place() { json_plan "$1" 'd["place"]'; }
 plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}" --layers 8)
 checks=$((checks + 1))
 "$FERRY" plan "${plan[@]}" "${host[@]}" --json whole.json >/dev/null &&
@@ -126,8 +114,6 @@ else
 		"$((16 * S)), device $(json_field z3.json peak_bytes) (ZeRO-2's $(json_field z2.json peak_bytes))"
 fi
 
-expect_error "adam=host:stream:shard(2,params)" "--zero 3 with --offload-optimizer stream" "$FERRY" plan \
-	"${plan[@]}" --place 'adam=host:stream:shard(2,params)'
 expect_error "adam=host:cpu:shard(2,params) in one process" \
 	"adam=host:cpu:shard(2,params) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2,params)'

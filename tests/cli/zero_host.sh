@@ -28,13 +28,6 @@ cpu=(--offload-optimizer cpu)
 spec=(--offload-optimizer cpu --clip-order speculative)
 stream=(--offload-optimizer stream)
 
-# trains NAME N FLAGS...: N ranks save NAME.
-trains() {
-	local name=$1 n=$2; shift 2
-	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
-		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
-}
-
 # NAME|RANKS|MODEL|MODE|MORE: --zero STAGE against --zero 0 in MODE, and the device run
 against_zero0() {
 	local stage=$1 name n model mode more
@@ -103,8 +96,6 @@ fi
 # host bytes a slice's (16 bytes an element: master, m, v, gradient; the
 # speculative order's undo copy of master, m and v 12 more) of the
 # parameters the unsplit exact plan holds (16 bytes each).
-json_host_total() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["host"]["total_bytes"])' "$1"; }
-json_place() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["place"])' "$1"; }
 plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}")
 for order in exact speculative; do
 	checks=$((checks + 1))
@@ -125,7 +116,7 @@ for order in exact speculative; do
 done
 
 for flags in "1 --offload-optimizer cpu --offload-params" "1 --offload-optimizer stream --offload-params" \
-	"2 --offload-optimizer stream" "2 --offload-optimizer cpu --offload-params" "3 --offload-optimizer stream"; do
+	"2 --offload-optimizer cpu --offload-params"; do
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086
 	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero $flags >off.out 2>off.err
@@ -158,8 +149,6 @@ expect_error "a split on the host over 2 ranks in one process" "adam=host:cpu:sh
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2)'
 expect_error "adam=host:cpu:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
 	--place 'adam=host:cpu:shard(2),layers.weights=host:stream'
-expect_error "adam=host:stream:shard(2,grads)" "--zero 2 with --offload-optimizer stream" "$FERRY" plan "${plan[@]}" \
-	--place 'adam=host:stream:shard(2,grads)'
 expect_error "adam=host:cpu:shard(2,params,grads)" "host:cpu:shard(N,params): and the parameters" "$FERRY" plan \
 	"${plan[@]}" --place 'adam=host:cpu:shard(2,params,grads)'
 finish
