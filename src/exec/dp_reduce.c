@@ -18,6 +18,8 @@
  *    the unstacked ones once every gradient is on the host (with
  *    edges.weights=host:stream, sent out by the edges' ring); the host
  *    norm waits for them.
+ * ZeRO-2 (a split gradient array) reduce-scatters them instead, at the
+ * same points (zero_grads.c).
  * With MPI on device memory (CUDA) each collective goes through a pinned
  * host buffer (sched/comm_stage.c), which waits for it.
  * A speculative early update of a layer waits for that layer's average.
@@ -64,7 +66,7 @@ void ferry_dp_add_streams(struct ferry_model *m)
 		return;
 	m->zero_updated = ferry_sched_event(&m->res, "this rank's slices updated");
 	m->zero_gathered = ferry_sched_event(&m->res, "every rank's slices gathered");
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		ferry_zero_grads_add_events(m);
 }
 
@@ -128,7 +130,7 @@ ferry_status ferry_dp_stage_create(struct ferry_model *m)
 
 	if (!staged(m))
 		return FERRY_OK;
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero %d with MPI through host staging: not yet (--zero 0 "
 				   "and 1 are staged)", m->tt.ix.param_slice >= 0 ? 3 : 2);
 	if ((st = ferry_comm_stage_create(m->be, &m->stage)))
@@ -180,7 +182,7 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 {
 	struct ferry_model *m = model;
 
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		ferry_zero_grads_after_layer(m, p, l);
 	else if (m->comm)
 		layer_average(m, p, l);
@@ -190,7 +192,7 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 {
-	if (m->tt.ix.grad_slice >= 0) {
+	if (m->tt.ix.grad_ring >= 0) {
 		ferry_zero_grads_after_backward(m, p);
 		return;
 	}
