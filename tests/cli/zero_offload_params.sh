@@ -15,8 +15,9 @@
 # layer's reduce-scattered from a host slot as the ring sends it there.
 # `ferry plan` prints the placement, --place reproduces it, a rank's host
 # bytes hold the parameters whole and 8 bytes a slice element of the
-# moments (each rank's measured bytes are its plan's: plan_ranks.sh).  What stays refused is refused by name.  Skips
-# without mpirun or a ferry built with MPI.
+# moments (each rank's measured bytes are its plan's: plan_ranks.sh).
+# What stays refused is refused by name.  Skips without mpirun or a ferry
+# built with MPI.
 . "$(dirname "$0")/lib.bash"
 need_mpi
 make_corpus
