@@ -124,14 +124,15 @@ static void gather_streamed(ferry_model_t m, struct ferry_program *p)
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 {
-	ferry_buffer_t copy = m->mem.dev[m->tt.ix.copy_buffer];
+	ferry_buffer_t copy;
 
 	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* (no device copy to gather) */
 		gather_streamed(m, p);
 		return;
 	}
+	copy = m->mem.dev[m->tt.ix.copy_buffer];
 	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: the unstacked whole; the layers in their ring */
 		ferry_zero_params_gather_unstacked(m, p);
 	else
