@@ -370,6 +370,59 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED, "%s: ZeRO-3 in bf16: not yet", arch);
 }
 
+/* adam=host:cpu:shard(3) with layers.weights=host:stream (ZeRO-1): the
+ * parameters (and their bf16 copy) whole on the host, padded to 3 slices,
+ * the gradients whole, the moments a slice; (3,grads), ZeRO-2: the
+ * gradients a slice, two host slots of a layer's, the unstacked whole. */
+static void test_offloaded_shard(const char *arch)
+{
+	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
+
+	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
+	for (int k = 0; k < 4; k++) {
+		const bool bf16 = k & 1, grads = k & 2;
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .optimizer = FERRY_OPTIM_CPU,
+					     .place = grads ? "adam=host:cpu:shard(3,grads),layers.weights=host:stream"
+							    : "adam=host:cpu:shard(3),layers.weights=host:stream" };
+		struct ferry_tensor_table tt;
+		size_t S, n, layer = 0, unstacked = 0;
+
+		if (ferry_tensor_table_build(&cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: offloaded and split: %s", arch, ferry_last_error());
+			continue;
+		}
+		n = tt.n_params;
+		S = tt.ix.shard_numel;
+		for (int q = 0; q < tt.md->n_params; q++) {
+			struct ferry_param_info pi;
+
+			if (ferry_model_param_info(&tt.cfg, q, &pi) || !pi.present)
+				continue;
+			if (pi.layers)
+				layer += (pi.layer_numel + 63) / 64 * 64;
+			else
+				unstacked += pi.numel;
+		}
+		CHECK(3 * S >= n && tt.buffers[tt.ix.params_buffer].bytes == 3 * S * 4 &&
+		      tt.buffers[tt.ix.params_buffer].site == FERRY_SITE_HOST &&
+		      (!bf16 || tt.buffers[tt.ix.host_copy_buffer].bytes == 3 * S * 2) &&
+		      tt.e[tt.ix.mom_slice].bytes == S * 4 && tt.e[tt.ix.var_slice].bytes == S * 4 && tt.ix.mom[0] < 0 &&
+		      tt.ix.host_param_slice < 0 && tt.ix.grad_slice < 0,
+		      "%s %s: the parameters whole on the host, padded to 3 slices of %zu; the moments a slice", arch,
+		      bf16 ? "bf16" : "fp32", S);
+		CHECK(grads ? tt.e[tt.ix.host_grad_slice].bytes == S * 4 && tt.e[tt.ix.grad_ring].bytes == 2 * layer * 4 &&
+				      tt.e[tt.ix.grad_ring].site == FERRY_SITE_HOST &&
+				      tt.buffers[tt.ix.grads_buffer].bytes == unstacked * 4
+			    : tt.buffers[tt.ix.grads_buffer].bytes == n * 4 && tt.ix.grad_ring < 0,
+		      "%s %s: the gradients %s", arch, bf16 ? "bf16" : "fp32",
+		      grads ? "a slice, two host slots and the unstacked whole" : "whole");
+		for (int i = 0; i < tt.n; i++)
+			check_entry(arch, &tt, i);
+		check_rings(arch, &tt);
+		ferry_tensor_table_release(&tt);
+	}
+}
+
 /* adam=device:shard(3): this rank's slice of each moment, the parameter
  * array (and its compute copy) padded to 3 slices; not on the host. */
 static void test_shard(const char *arch)
@@ -418,7 +471,16 @@ static void test_shard(const char *arch)
 	CHECK(ferry_places_parse("adam=host:stream:shard(2,params)", &p) == FERRY_OK && ferry_places_check(&p) == FERRY_OK &&
 	      p.group[FERRY_GROUP_ADAM].shard_grads && p.group[FERRY_GROUP_ADAM].shard_params, "ZeRO-3 streamed");
 	CHECK(ferry_places_parse("adam=host:cpu:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
-	      ferry_places_check(&p) == FERRY_ERR_INVALID, "split with the parameters offloaded: not yet");
+	      ferry_places_check(&p) == FERRY_OK, "ZeRO-1 on host threads with the parameters offloaded");
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse("adam=host:stream:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
+	      "ZeRO-1 streamed with the parameters offloaded: not yet, by name");
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse("adam=host:cpu:shard(2,params),layers.weights=host:stream", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--zero 3 with --offload-params"),
+	      "ZeRO-3 with the parameters offloaded: not yet, by name");
+	ferry_places_default(&p);
 	for (int z = 2; z <= 3; z++) { /* the device's split with its state moved to the host: streamed */
 		char text[FERRY_PLACE_CHARS];
 
@@ -533,6 +595,8 @@ int main(void)
 	test_tables("llama", 1);
 	test_shard("gpt2");
 	test_shard("llama");
+	test_offloaded_shard("gpt2");
+	test_offloaded_shard("llama");
 	test_host_shard("gpt2");
 	test_host_shard("llama");
 	test_stream_shard("gpt2");

@@ -421,12 +421,11 @@ static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
  * holds this rank's own sum). */
 static void adding_backward_start(ferry_model_t m, struct ferry_program *p)
 {
-	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: they are in the slices */
+	if (m->tt.ix.grad_ring >= 0) /* ZeRO-2: they are in the slices, gathered whole (on the host if streamed) */
 		ferry_zero_grads_adding_start(m, p);
-		return;
-	}
-	ferry_emit_wait(p, m->compute, m->comm ? m->dp_all : m->all_grads_home, -1);
-	if (m->comm && !stage_ring(m))
+	else
+		ferry_emit_wait(p, m->compute, m->comm ? m->dp_all : m->all_grads_home, -1);
+	if (m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && !stage_ring(m))
 		unstacked_grads_copy(m, p, m->compute, FERRY_COPY_H2D);
 }
 
@@ -456,8 +455,11 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 static void emit_host_norm(ferry_model_t m, struct ferry_program *p)
 {
 	ferry_emit_wait(p, m->opt_cpu_stream, m->comm ? m->dp_all : m->all_grads_home, -1); /* averaged */
-	ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
-				    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
+	if (m->tt.ix.grad_ring >= 0) /* ZeRO-2: from every rank's slice */
+		ferry_zero_grads_norm(m, p, m->opt_cpu_stream);
+	else
+		ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
+					    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
 	ferry_emit_record(p, m->opt_cpu_stream, m->norm_done, -1);
 	ferry_emit_wait(p, m->compute, m->norm_done, -1);
 }
@@ -473,7 +475,7 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 		return;
 	}
 	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: from every rank's slice */
-		ferry_zero_grads_norm(m, p);
+		ferry_zero_grads_norm(m, p, m->compute);
 	} else {
 		void *sumsq = entry(m, m->tt.ix.grad_norm);
 		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };

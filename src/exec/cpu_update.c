@@ -69,7 +69,7 @@ static void *at(void *base, size_t bytes)
 
 static bool split(const struct ferry_model *m)
 {
-	return m->tt.ix.host_param_slice >= 0; /* adam=host:cpu:shard(N) (zero_host.c) */
+	return ferry_zero_host_split(m); /* adam=host:cpu:shard(N) (zero_host.c) */
 }
 
 static const char *name_of(ferry_model_t m, int q)
@@ -88,9 +88,9 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	c.param = ferry_zero_host_at(m, ix->param, ix->host_param_slice, q, off, sizeof(float));
 	c.out[0] = ferry_zero_host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
 	c.out[1] = ferry_zero_host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
-	c.in[0] = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? at(entry(m, ix->grad[q]), off * sizeof(float))
-			  : ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float));
-	if ((split(m) ? ix->host_copy_slice : ix->host_copy[q]) >= 0)
+	c.in[0] = ferry_zero_host_at(m, ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? ix->grad : ix->host_grad,
+				     ix->host_grad_slice, q, off, sizeof(float));
+	if (ix->host_copy_slice >= 0 || ix->host_copy[q] >= 0)
 		c.param_copy = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	return c;
@@ -110,8 +110,8 @@ static void *rollback(ferry_model_t m, int i, size_t bytes)
 static void with_undo(ferry_model_t m, int q, size_t off, struct ferry_op_call *c)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	const int state[3] = { split(m) ? ix->host_param_slice : ix->param[q], split(m) ? ix->mom_slice : ix->mom[q],
-			       split(m) ? ix->var_slice : ix->var[q] };
+	const int state[3] = { ix->host_param_slice >= 0 ? ix->host_param_slice : ix->param[q],
+			       split(m) ? ix->mom_slice : ix->mom[q], split(m) ? ix->var_slice : ix->var[q] };
 
 	for (int i = 0; i < 3; i++)
 		c->din[i] = rollback(m, state[i], ferry_zero_host_index(m, q, off) * sizeof(float));
@@ -125,8 +125,8 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 	char label[56];
 
 	if ((m->tt.ix.copy[q] < 0 && m->tt.ix.param_slice < 0) ||
-	    (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && layer >= 0))
-		return; /* the weight ring loads it from the host */
+	    (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && (layer >= 0 || split(m))))
+		return; /* the weight ring loads it from the host (split: uploaded whole once gathered) */
 	if (s != m->opt_cpu_stream)
 		ferry_emit_wait(p, s, m->opt_host_done, layer);
 	snprintf(label, sizeof(label), "weights: %.40s", name_of(m, q));

@@ -18,6 +18,8 @@
  *    the unstacked ones once every gradient is on the host (with
  *    edges.weights=host:stream, sent out by the edges' ring); the host
  *    norm waits for them.
+ * ZeRO-2 (a split gradient array) reduce-scatters them instead, at the
+ * same points (zero_grads.c).
  * With MPI on device memory (CUDA) each collective goes through a pinned
  * host buffer (sched/comm_stage.c), on the comm stream as NCCL's.
  * A speculative early update of a layer waits for that layer's average.
@@ -64,7 +66,7 @@ void ferry_dp_add_streams(struct ferry_model *m)
 		return;
 	m->zero_updated = ferry_sched_event(&m->res, "this rank's slices updated");
 	m->zero_gathered = ferry_sched_event(&m->res, "every rank's slices gathered");
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		ferry_zero_grads_add_events(m);
 }
 
@@ -174,7 +176,7 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 {
 	struct ferry_model *m = model;
 
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		ferry_zero_grads_after_layer(m, p, l);
 	else if (m->comm)
 		layer_average(m, p, l);
@@ -184,7 +186,7 @@ void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 {
-	if (m->tt.ix.grad_slice >= 0) {
+	if (m->tt.ix.grad_ring >= 0) {
 		ferry_zero_grads_after_backward(m, p);
 		return;
 	}

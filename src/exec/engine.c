@@ -633,10 +633,10 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 				ferry_emit_wait(p, ex->compute, d2h_event(ex, t, l), l);
 		if (ex->wstream && l < ex->L - ex->wr.ring) /* else still there from the forward */
 			ferry_weight_ring_acquire(&ex->wr, p, l);
+		if (ex->hook.before_layer) /* (before the ring's gradients start: ZeRO-2 gathers what they start from) */
+			ex->hook.before_layer(ex->hook.ctx, p, l);
 		if (ex->wstream)
 			ferry_weight_ring_start_grads(&ex->wr, p, l, grads_from_host);
-		if (ex->hook.before_layer)
-			ex->hook.before_layer(ex->hook.ctx, p, l);
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);

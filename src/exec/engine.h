@@ -89,7 +89,8 @@ ferry_status ferry_layer_exec_forward(struct ferry_layer_exec *ex, struct ferry_
  * emit tasks that start on them (the CPU optimizer's early updates). */
 struct ferry_layer_hook {
 	void (*after_layer)(void *ctx, struct ferry_program *p, int layer);
-	/* NULL, or before layer l's backward (its gradient slot made ready) */
+	/* NULL, or before layer l's backward (its gradient slot made ready;
+	 * with weight rings, before the ring's gradients start) */
 	void (*before_layer)(void *ctx, struct ferry_program *p, int layer);
 	void *ctx;
 };

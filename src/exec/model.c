@@ -133,6 +133,10 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 
 	*r = (struct ferry_weight_rings){ .ring = tr->slots, .grad_ring = tr->grad_slots, .slot_numel = tr->slot_numel,
 					  .elem = m->asz, .per_stage = tr->n_layouts > 1 };
+	if (g == FERRY_GROUP_LAYER_WEIGHTS && ix->grad_ring >= 0) { /* ZeRO-2: the layers' go to host slots */
+		r->host_grad_slots = ix->grad_slots;
+		r->host_grad_slot_numel = ix->grad_slot_numel;
+	}
 	for (int k = 0; k < tr->n_layouts; k++)
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
@@ -141,7 +145,9 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 				continue;
 			r->s[r->n++] = (struct ferry_weight_stream){
 				pi.name, entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
-				entry(m, ix->grad[q]), at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
+				r->host_grad_slots ? at(entry(m, ix->grad_ring), ix->grad_slot_off[q] * sizeof(float))
+						   : entry(m, ix->grad[q]),
+				at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
 				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
 				r->per_stage && read_later(tr, k, q), 0 };
 			if (tr->grad_slots)
@@ -209,7 +215,7 @@ static ferry_status create_stack(struct ferry_model *m)
 	const struct ferry_layer_decl *d = m->md->layer;
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
 					 m->ring[FERRY_GROUP_LAYER_WEIGHTS].ring ? &m->ring[FERRY_GROUP_LAYER_WEIGHTS] : NULL,
-					 m->tt.ix.grad_slots, m->tt.ix.grad_slot_numel };
+					 m->tt.ix.grad_slice >= 0 ? m->tt.ix.grad_slots : 0, m->tt.ix.grad_slot_numel };
 	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
@@ -238,7 +244,7 @@ static ferry_status alloc_host(struct ferry_model *m)
 	    (st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_targets)) ||
 	    (st = ferry_host_alloc(m->be, N * sizeof(float), (void **)&m->host_losses)))
 		return st;
-	if (m->tt.ix.grad_slice >= 0 && /* ZeRO-2's norm: block sums */
+	if (m->tt.ix.grad_ring >= 0 && /* ZeRO-2's norm: block sums */
 	    (st = ferry_host_alloc(m->be, FERRY_CPU_SUM_BLOCKS * sizeof(double), (void **)&m->norm_parts)))
 		return st;
 	return ferry_host_alloc(m->be, sizeof(double), (void **)&m->host_sumsq);
@@ -348,9 +354,9 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))) || (st = ferry_dp_stage_create(m)))
 		goto fail;
 	/* gradients averaged over the ranks, and to the host, layer by layer */
-	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_slice >= 0)
+	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_ring >= 0)
 		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){
-			ferry_dp_after_layer, m->tt.ix.grad_slice >= 0 ? ferry_zero_grads_before_layer : NULL, m });
+			ferry_dp_after_layer, m->tt.ix.grad_ring >= 0 ? ferry_zero_grads_before_layer : NULL, m });
 	*out = m;
 	return FERRY_OK;
 fail:
@@ -622,7 +628,7 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
-	if (m->tt.ix.grad_slice >= 0)
+	if (m->tt.ix.grad_ring >= 0)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "the gradients are split over the ranks (--zero 2): each "
 				   "holds its slice, no rank the whole");
 	return ferry_model_buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));

@@ -172,13 +172,15 @@ ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const f
 ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
 
 /* ZeRO-1 with AdamW's state on the host (zero_host.c, adam=host:cpu:shard(N),
- * host:stream:shard(N); else all of it, and nothing split): this rank's
- * part of elements [*off, *off + *n) of parameter q (false: none); where
- * element off of q is in the host array whose entries are whole[q] or,
- * split, this rank's slice entry, and its index there; the all-gather of
- * every rank's slice of the compute copy after the update (the compute
- * stream waits for it); the parameters from and to whole arrays (reading
- * them is a collective: every rank calls it). */
+ * host:stream:shard(N); else all of it, and nothing split): whether it is
+ * split; this rank's part of elements [*off, *off + *n) of parameter q
+ * (false: none); where element off of q is in the host array whose
+ * entries are whole[q] or, when it has one (slice >= 0), this rank's
+ * slice entry, and its index there; the all-gather of every rank's slice
+ * of the compute copy (with --offload-params, of the host's parameters)
+ * after the update (the compute stream waits for it); the parameters from
+ * and to whole arrays (reading them is a collective: every rank calls it). */
+bool ferry_zero_host_split(const struct ferry_model *m);
 bool ferry_zero_host_piece(const struct ferry_model *m, int q, size_t *off, size_t *n);
 size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off);
 void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem);
@@ -198,7 +200,8 @@ ferry_status ferry_zero_host_get_params(ferry_model_t m, float *params) FERRY_MU
  * and after each layer's backward, its gradient slot zeroed, then
  * reduce-scattered into the slices (adding: the average gathered back
  * into it first); the unstacked parameters' after the backward; the
- * gradient norm from the slices. */
+ * gradient norm from the slices, on `stream` (with the weights streamed:
+ * all of it on the host, where the weight ring sends them). */
 void ferry_zero_grads_add_events(struct ferry_model *m);
 void ferry_zero_grads_before_layer(void *model, struct ferry_program *p, int layer);
 void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p, int layer);
@@ -206,7 +209,7 @@ void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program
 /* A backward adding to the last one's: the unstacked gradients' average
  * gathered back whole first. */
 void ferry_zero_grads_adding_start(struct ferry_model *m, struct ferry_program *p);
-void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p);
+void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p, int stream);
 
 /* ZeRO-3 (zero_params.c, adam=device:shard(N,params)): the layers' weight
  * ring loaded by all-gathers (after the comm stream exists); the

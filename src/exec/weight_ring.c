@@ -34,6 +34,15 @@ static size_t host_numel(const struct ferry_weight_rings *r, const struct ferry_
 	return r->per_stage ? 0 : (size_t)u * s->numel;
 }
 
+/* Where unit u's gradient of a part is on the host: in its arrays, or
+ * in the unit's host slot. */
+static float *host_grad(const struct ferry_weight_rings *r, const struct ferry_weight_stream *s, int u)
+{
+	size_t off = r->host_grad_slots ? (size_t)(u % r->host_grad_slots) * r->host_grad_slot_numel : host_numel(r, s, u);
+
+	return at(s->host_grad, off * sizeof(float));
+}
+
 static int ring_event(struct ferry_sched_resources *res, const char *what, const char *state,
 		      const struct ferry_weight_rings *r, int slot)
 {
@@ -87,9 +96,8 @@ void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *
 		if (!backward || !s->grad_in)
 			continue;
 		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
-		ferry_emit_copy(p, r->h2d, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
-				at(s->host_grad, host_numel(r, s, u) * sizeof(float)), gbytes, FERRY_COPY_H2D, layer,
-				label);
+		ferry_emit_copy(p, r->h2d, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)), host_grad(r, s, u),
+				gbytes, FERRY_COPY_H2D, layer, label);
 	}
 	ferry_emit_record(p, r->h2d, r->loaded[slot], layer);
 }
@@ -127,8 +135,8 @@ void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_pr
 			continue;
 		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
 		if (from_host) /* its last copy out is done: the wait above, or the slot's load, waited */
-			ferry_emit_copy(p, r->compute, dev, at(s->host_grad, host_numel(r, s, u) * sizeof(float)),
-					s->numel * sizeof(float), FERRY_COPY_H2D, layer, label);
+			ferry_emit_copy(p, r->compute, dev, host_grad(r, s, u), s->numel * sizeof(float), FERRY_COPY_H2D,
+					layer, label);
 		else
 			ferry_emit_zero(p, r->compute, dev, s->numel * sizeof(float), layer, label);
 	}
@@ -149,9 +157,8 @@ void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_prog
 		if (!reads(r, s, u))
 			continue;
 		snprintf(label, sizeof(label), "grad: %.40s", s->name);
-		ferry_emit_copy(p, r->d2h, at(s->host_grad, host_numel(r, s, u) * sizeof(float)),
-				at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)), s->numel * sizeof(float),
-				FERRY_COPY_D2H, layer, label);
+		ferry_emit_copy(p, r->d2h, host_grad(r, s, u), at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
+				s->numel * sizeof(float), FERRY_COPY_D2H, layer, label);
 	}
 	ferry_emit_record(p, r->d2h, r->out[g], layer);
 }

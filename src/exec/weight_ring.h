@@ -71,6 +71,10 @@ struct ferry_weight_rings {
 	const struct ferry_ring_gather *gather; /* NULL: loaded by copies */
 	bool grads_apart;     /* the gradients are not the ring's (the engine's
 				 gradient slots): start_grads, grads_out do nothing */
+	int host_grad_slots;  /* 0: the host's gradients are whole arrays; else
+				 unit u's are in host slot u % host_grad_slots,
+				 host_grad_slot_numel elements apart (ZeRO-2) */
+	size_t host_grad_slot_numel;
 	const struct ferry_ring_names *names;
 	int n;
 	struct ferry_weight_stream s[FERRY_WEIGHT_RING_PARTS];

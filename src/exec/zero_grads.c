@@ -24,6 +24,16 @@
  * kernel writes them into the kernel workspace (the same blocks and the
  * same order as the GPU's whole sum, so --zero 2 keeps --zero 0's bits
  * there too), the ranks sum them there, and they come down to be added.
+ *
+ * With the weights streamed (layers.weights=host:stream, AdamW on host
+ * threads) the slice, the slots and the unstacked gradients are on the
+ * host: the weight ring sends a layer's gradients into its host slot, the
+ * comm stream reduce-scatters them from there once the copy is done (and
+ * the ring's next copy into that slot waits for it); the unstacked
+ * parameters' are scattered from their host arrays once every gradient
+ * is on the host; adding, a layer's average is gathered back into its host
+ * slot (the unstacked ones' into their arrays) before the ring brings it
+ * up; the norm's block sums run on the host optimizer's stream.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -40,6 +50,17 @@ static void *entry(const struct ferry_model *m, int i)
 static void *at(void *base, size_t bytes)
 {
 	return base ? (char *)base + bytes : NULL;
+}
+
+static bool streamed(const struct ferry_model *m)
+{
+	return ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS);
+}
+
+/* This rank's slice of the gradient array: the device's, or the host's. */
+static float *slice_of(const struct ferry_model *m)
+{
+	return entry(m, m->tt.ix.grad_slice >= 0 ? m->tt.ix.grad_slice : m->tt.ix.host_grad_slice);
 }
 
 static float *slot_of(const struct ferry_model *m, int l)
@@ -71,7 +92,7 @@ void ferry_zero_grads_add_events(struct ferry_model *m)
 static void move(struct ferry_model *m, struct ferry_program *p, const struct ferry_param_info *pi, float *whole,
 		 size_t off, size_t n, int layer, bool gather)
 {
-	float *slice = entry(m, m->tt.ix.grad_slice);
+	float *slice = slice_of(m);
 	char label[56];
 
 	snprintf(label, sizeof(label), "%s grad: %.40s", gather ? "gather" : "scatter", pi->name);
@@ -95,31 +116,39 @@ static void move_layer(struct ferry_model *m, struct ferry_program *p, int l, bo
 	}
 }
 
-/* The unstacked parameters' gradients between their buffer and the slices. */
+/* The unstacked parameters' gradients between their arrays (the
+ * device's, or the host's) and the slices. */
 static void move_unstacked(struct ferry_model *m, struct ferry_program *p, bool gather)
 {
 	for (int q = 0; q < m->md->n_params; q++) {
+		const int whole = streamed(m) ? m->tt.ix.grad[q] : m->tt.ix.dev_grad[q];
 		struct ferry_param_info pi;
 
-		if (m->tt.ix.dev_grad[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
-			move(m, p, &pi, entry(m, m->tt.ix.dev_grad[q]), pi.offset, pi.numel, -1, gather);
+		if (whole >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
+			move(m, p, &pi, entry(m, whole), pi.offset, pi.numel, -1, gather);
 	}
 }
 
 /* Before layer l's backward: its slot zeroed once the gradients it last
  * held are scattered, or, adding to them, their average gathered into it
- * (after that scatter: the comm stream's order). */
+ * (after that scatter: the comm stream's order).  A host slot: the ring
+ * zeroes its device slot, and its copy into the host slot waits for the
+ * scatter. */
 void ferry_zero_grads_before_layer(void *model, struct ferry_program *p, int l)
 {
 	struct ferry_model *m = model;
 	const int s = l % m->tt.ix.grad_slots;
 
+	if (streamed(m))
+		ferry_emit_wait(p, m->opt_d2h, m->zero_slot_free[s], l);
 	if (m->emit_adding) {
 		move_layer(m, p, l, true);
 		ferry_emit_record(p, m->comm_stream, m->zero_slot_in[s], l);
 		ferry_emit_wait(p, m->compute, m->zero_slot_in[s], l);
 		return;
 	}
+	if (streamed(m))
+		return;
 	ferry_emit_wait(p, m->compute, m->zero_slot_free[s], l);
 	ferry_emit_zero(p, m->compute, slot_of(m, l), m->tt.ix.grad_slot_numel * sizeof(float), l,
 			"weight gradient slot");
@@ -134,7 +163,7 @@ void ferry_zero_grads_adding_start(struct ferry_model *m, struct ferry_program *
 
 void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p, int l)
 {
-	ferry_emit_record(p, m->compute, m->dp_ready, l);
+	ferry_emit_record(p, streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l); /* (the ring's copy out) */
 	ferry_emit_wait(p, m->comm_stream, m->dp_ready, l);
 	move_layer(m, p, l, false);
 	ferry_emit_record(p, m->comm_stream, m->zero_slot_free[l % m->tt.ix.grad_slots], l);
@@ -142,46 +171,52 @@ void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p
 
 void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program *p)
 {
-	ferry_emit_record(p, m->compute, m->dp_ready, -1);
-	ferry_emit_wait(p, m->comm_stream, m->dp_ready, -1);
+	if (streamed(m)) { /* (the host norm waits for dp_all) */
+		ferry_emit_wait(p, m->comm_stream, m->all_grads_home, -1);
+	} else {
+		ferry_emit_record(p, m->compute, m->dp_ready, -1);
+		ferry_emit_wait(p, m->comm_stream, m->dp_ready, -1);
+	}
 	move_unstacked(m, p, false);
 	ferry_emit_record(p, m->comm_stream, m->dp_all, -1);
-	ferry_emit_wait(p, m->compute, m->dp_all, -1);
+	if (!streamed(m))
+		ferry_emit_wait(p, m->compute, m->dp_all, -1);
 }
 
 /* The block sums at parts (this rank's), summed over the ranks in place on
- * the comm stream; the compute stream waits for them. */
-static void sum_over_ranks(struct ferry_model *m, struct ferry_program *p, double *parts)
+ * the comm stream; `stream` waits for them. */
+static void sum_over_ranks(struct ferry_model *m, struct ferry_program *p, int stream, double *parts)
 {
-	ferry_emit_record(p, m->compute, m->zero_parts_done, -1);
+	ferry_emit_record(p, stream, m->zero_parts_done, -1);
 	ferry_emit_wait(p, m->comm_stream, m->zero_parts_done, -1);
 	ferry_emit_sum_f64(p, m->comm_stream, m->comm, parts, FERRY_CPU_SUM_BLOCKS, &m->comm_status,
 			   "grad norm: block sums over the ranks");
 	ferry_emit_record(p, m->comm_stream, m->zero_parts_summed, -1);
-	ferry_emit_wait(p, m->compute, m->zero_parts_summed, -1);
+	ferry_emit_wait(p, stream, m->zero_parts_summed, -1);
 }
 
-void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p)
+void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p, int stream)
 {
 	const size_t S = m->tt.ix.shard_numel, lo = m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0;
 	const long n = (long)m->tt.n_params;
 
-	if (m->be && !ferry_backend_caps(m->be).unified) {
-		/* a GPU's: in the kernel workspace, which no op reuses before
-		 * the compute stream has waited for the sum and copied it down */
+	if (m->be && !ferry_backend_caps(m->be).unified && m->tt.ix.grad_slice >= 0) {
+		/* a GPU's slice: the block sums into the kernel workspace, which
+		 * no op reuses before the stream has waited for their sum and
+		 * copied it down */
 		double *parts = entry(m, m->tt.ix.workspace);
 		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES, .n = n, .lo = (long)lo, .hi = (long)(lo + S) };
 
-		c.in[0] = entry(m, m->tt.ix.grad_slice);
+		c.in[0] = slice_of(m);
 		c.out[0] = parts;
-		ferry_emit_op(p, m->compute, &c, -1, "grad norm: this rank's block sums");
-		sum_over_ranks(m, p, parts);
-		ferry_emit_copy(p, m->compute, m->norm_parts, parts, FERRY_CPU_SUM_BLOCKS * sizeof(double),
-				FERRY_COPY_D2H, -1, "grad norm: block sums");
+		ferry_emit_op(p, stream, &c, -1, "grad norm: this rank's block sums");
+		sum_over_ranks(m, p, stream, parts);
+		ferry_emit_copy(p, stream, m->norm_parts, parts, FERRY_CPU_SUM_BLOCKS * sizeof(double), FERRY_COPY_D2H,
+				-1, "grad norm: block sums");
 	} else {
-		ferry_emit_host_sum_squares_parts(p, m->compute, entry(m, m->tt.ix.grad_slice), n, lo, lo + S,
-						  m->norm_parts, "grad norm: this rank's block sums");
-		sum_over_ranks(m, p, m->norm_parts);
+		ferry_emit_host_sum_squares_parts(p, stream, slice_of(m), n, lo, lo + S, m->norm_parts,
+						  "grad norm: this rank's block sums");
+		sum_over_ranks(m, p, stream, m->norm_parts);
 	}
-	ferry_emit_host_sum_parts(p, m->compute, m->norm_parts, m->host_sumsq, "grad norm: sum of squares");
+	ferry_emit_host_sum_parts(p, stream, m->norm_parts, m->host_sumsq, "grad norm: sum of squares");
 }

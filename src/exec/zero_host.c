@@ -27,12 +27,22 @@
  * from the device as the host threads' copies would (whole, or ZeRO-2's
  * slice) and writes the weights where their upload would (the compute
  * copy, or ZeRO-3's slice); then the same gather.
+ *
+ * ZeRO-1 with --offload-params (adam=host:cpu:shard(N) with
+ * layers.weights=host:stream): the weight ring reads the parameters
+ * whole from the host, so the host keeps them (and their bf16 copy)
+ * whole, padded to N slices, and the gradients whole (averaged in place
+ * as without the split); only the moments are the rank's slice.  The
+ * rank's threads update the slice's pieces in the whole arrays, which
+ * are then all-gathered in place on the host, and the unstacked
+ * parameters' device copy uploaded from them.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
 #include "ferry/safetensors.h"
 #include "core/error.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* base + bytes, or NULL in a dry build. */
@@ -41,9 +51,14 @@ static void *at(void *base, size_t bytes)
 	return base ? (char *)base + bytes : NULL;
 }
 
+bool ferry_zero_host_split(const struct ferry_model *m)
+{
+	return m->tt.ix.shard_numel && ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->home == FERRY_HOME_HOST;
+}
+
 static bool split(const struct ferry_model *m)
 {
-	return m->tt.ix.host_param_slice >= 0;
+	return ferry_zero_host_split(m);
 }
 
 /* This rank's first element of the parameter array (a dry build's: rank 0's). */
@@ -82,7 +97,37 @@ size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off)
 
 void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
 {
-	return at(ferry_tensor_ptr(&m->tt, &m->mem, split(m) ? slice : whole[q]), ferry_zero_host_index(m, q, off) * elem);
+	if (slice < 0) /* whole on every rank (unsplit; split, the weights --offload-params streams) */
+		return at(ferry_tensor_ptr(&m->tt, &m->mem, whole[q]), off * elem);
+	return at(ferry_tensor_ptr(&m->tt, &m->mem, slice), ferry_zero_host_index(m, q, off) * elem);
+}
+
+/* --offload-params: every rank's slice of the host's parameters (and of
+ * the bf16 copy the rings load) to every rank, in place; then the
+ * unstacked parameters' device copy uploaded whole from them, and the next
+ * forward's loads (on h2d) and ops wait for it. */
+static void gather_streamed(ferry_model_t m, struct ferry_program *p)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+	char label[56];
+
+	ferry_emit_all_gather(p, m->comm_stream, m->comm, m->mem.host[ix->params_buffer],
+			      ix->shard_numel * sizeof(float), &m->comm_status, "gather params");
+	if (ix->host_copy_buffer >= 0)
+		ferry_emit_all_gather(p, m->comm_stream, m->comm, m->mem.host[ix->host_copy_buffer],
+				      ix->shard_numel * m->asz, &m->comm_status, "gather compute copy");
+	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
+	ferry_emit_wait(p, m->opt_h2d, m->zero_gathered, -1);
+	for (int q = 0; q < m->md->n_params; q++) {
+		if (ix->copy[q] < 0)
+			continue;
+		snprintf(label, sizeof(label), "weights: %.40s", m->tt.e[ix->param[q]].name);
+		ferry_emit_copy(p, m->opt_h2d, ferry_tensor_ptr(&m->tt, &m->mem, ix->copy[q]),
+				ferry_tensor_ptr(&m->tt, &m->mem, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+				m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D, -1, label);
+	}
+	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
+	ferry_emit_wait(p, m->compute, m->opt_uploaded, -1);
 }
 
 bool ferry_zero_host_updated(const struct ferry_model *m, int q, struct ferry_param_info *pi)
@@ -111,10 +156,15 @@ void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 {
-	ferry_buffer_t copy = m->mem.dev[m->tt.ix.copy_buffer];
+	ferry_buffer_t copy;
 
 	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* (no device copy to gather) */
+		gather_streamed(m, p);
+		return;
+	}
+	copy = m->mem.dev[m->tt.ix.copy_buffer];
 	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: the unstacked whole; the layers in their ring */
 		ferry_zero_params_gather_unstacked(m, p);
 	else

@@ -347,22 +347,27 @@ static int add_unstacked(struct ferry_tensor_table *tt)
  * compute copy the rings are filled from, when the kernels read bf16); on
  * the device the rings, and a compute copy and gradients of the unstacked
  * parameters (or, with edges.weights=host:stream, the edge region). */
+static int add_offloaded_shard(struct ferry_tensor_table *tt);
+static int add_offloaded_grads(struct ferry_tensor_table *tt);
+
 static int add_offloaded_params(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
-	const bool bf16 = tt->act_dtype != FERRY_F32;
+	const bool bf16 = tt->act_dtype != FERRY_F32, shard = ferry_table_place(tt, FERRY_GROUP_ADAM)->shard > 1;
 	int r;
 
 	r = ix->params_buffer = add_param_group(tt, "host: params", "", FERRY_SITE_HOST, FERRY_BUF_DONATED,
 						FERRY_TK_WEIGHT, FERRY_F32, ix->param, FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads) /* ZeRO-2: a slice and two layer slots */
+		r = add_offloaded_grads(tt);
+	else if (r >= 0)
 		r = ix->grads_buffer = add_param_group(tt, "host: grads", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP,
 						       FERRY_TK_GRAD, FERRY_F32, ix->grad, FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && !shard)
 		r = ix->mom_buffer = add_param_group(tt, "host: adamw m", "adamw m:", FERRY_SITE_HOST,
 						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->mom,
 						     FERRY_GROUP_ADAM);
-	if (r >= 0)
+	if (r >= 0 && !shard)
 		r = ix->var_buffer = add_param_group(tt, "host: adamw v", "adamw v:", FERRY_SITE_HOST,
 						     FERRY_BUF_DONATED, FERRY_TK_OPT_STATE, FERRY_F32, ix->var,
 						     FERRY_GROUP_ADAM);
@@ -370,6 +375,8 @@ static int add_offloaded_params(struct ferry_tensor_table *tt)
 		r = ix->host_copy_buffer = add_param_group(tt, "host: params (compute copy)", "host copy:",
 							   FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
 							   tt->act_dtype, ix->host_copy, FERRY_GROUP_ADAM);
+	if (r >= 0 && shard)
+		r = add_offloaded_shard(tt);
 	if (r >= 0)
 		r = add_unstacked(tt);
 	if (r >= 0)
@@ -437,9 +444,54 @@ static size_t shard_numel(const struct ferry_tensor_table *tt)
 	return (blocks + N - 1) / N * per;
 }
 
+/* An entry at the end of buffer b (a parameter array's layout) padding
+ * it to N slices of shard_numel elements, when the slices pass n: the
+ * all-gather of the updated slices writes every one.  0: none needed. */
+static int add_padding(struct ferry_tensor_table *tt, int b, const char *name, enum ferry_tensor_kind kind,
+		       enum ferry_dtype dtype)
+{
+	const size_t all = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard * tt->ix.shard_numel;
+	const bool host = tt->buffers[b].site == FERRY_SITE_HOST;
+	int r;
+
+	if (all <= tt->n_params)
+		return 0;
+	r = add_entry(tt, b, name, kind, -1, dtype, (all - tt->n_params) * ferry_dtype_size(dtype),
+		      host ? FERRY_PLACE_OFFLOAD : FERRY_PLACE_DEVICE);
+	if (r >= 0 && host) /* the host's arrays are AdamW's */
+		tt->e[r].group = FERRY_GROUP_ADAM;
+	return r;
+}
+
+/* ZeRO-2's gradient slots: one layer of every stacked parameter whole in
+ * each of two slots (laid out as the weight ring's gradient slots), on
+ * the device, or on the host where the weight ring sends the gradients
+ * (layers.weights=host:stream). */
+static int add_grad_slots(struct ferry_tensor_table *tt, enum ferry_site site, const char *name)
+{
+	struct ferry_table_index *ix = &tt->ix;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&tt->cfg, p, &pi))
+			return -1;
+		if (!pi.present || !pi.layers)
+			continue;
+		ix->grad_slot_off[p] = ix->grad_slot_numel;
+		ix->grad_slot_numel += align64(pi.layer_numel);
+	}
+	ix->grad_slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	ix->grad_ring = add_single(tt, name, site, FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32,
+				   (size_t)ix->grad_slots * ix->grad_slot_numel * sizeof(float),
+				   site == FERRY_SITE_HOST ? FERRY_PLACE_OFFLOAD : FERRY_PLACE_DEVICE);
+	if (ix->grad_ring >= 0)
+		tt->e[ix->grad_ring].group = FERRY_GROUP_LAYER_WEIGHTS;
+	return ix->grad_ring;
+}
+
 /* ZeRO-2's gradients: this rank's slice, one layer's whole in each of
- * two slots (as the weight ring's gradient slots), the unstacked
- * parameters' whole. */
+ * two slots, the unstacked parameters' whole. */
 static int add_grad_slices(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -449,24 +501,10 @@ static int add_grad_slices(struct ferry_tensor_table *tt)
 	ix->grads_buffer = add_buffer(tt, "grads (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD);
 	r = ix->grad_slice = add_entry(tt, ix->grads_buffer, "grads (this rank's slice)", FERRY_TK_GRAD, -1, FERRY_F32,
 				       ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
-	for (int p = 0; p < tt->md->n_params && r >= 0; p++) {
-		struct ferry_param_info pi;
-
+	for (int p = 0; p < FERRY_MODEL_MAX_PARAMS; p++)
 		ix->grad[p] = -1;
-		if (ferry_model_param_info(&tt->cfg, p, &pi))
-			return -1;
-		if (!pi.present || !pi.layers)
-			continue;
-		ix->grad_slot_off[p] = ix->grad_slot_numel;
-		ix->grad_slot_numel += align64(pi.layer_numel);
-	}
-	ix->grad_slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
 	if (r >= 0)
-		r = ix->grad_ring = add_single(tt, "gradient slots", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_GRAD,
-					       FERRY_F32, (size_t)ix->grad_slots * ix->grad_slot_numel * sizeof(float),
-					       FERRY_PLACE_DEVICE);
-	if (r >= 0)
-		tt->e[ix->grad_ring].group = FERRY_GROUP_LAYER_WEIGHTS;
+		r = add_grad_slots(tt, FERRY_SITE_DEVICE, "gradient slots");
 	if (r >= 0)
 		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
 							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
@@ -520,7 +558,7 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 {
 	static const char *const names[2] = { "adamw m (this rank's slice)", "adamw v (this rank's slice)" };
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
+	const size_t S = shard_numel(tt);
 	int *buf[2] = { &ix->mom_buffer, &ix->var_buffer }, *slice[2] = { &ix->mom_slice, &ix->var_slice }, r = 0;
 
 	ix->shard_numel = S;
@@ -531,13 +569,10 @@ static int add_adam_shard(struct ferry_tensor_table *tt)
 		r = *slice[i] = add_entry(tt, *buf[i], names[i], FERRY_TK_OPT_STATE, -1, FERRY_F32, S * sizeof(float),
 					  FERRY_PLACE_DEVICE);
 	}
-	if (r >= 0 && S * N > tt->n_params && ix->param_slice < 0)
-		r = add_entry(tt, ix->params_buffer, "params: padding to whole slices", FERRY_TK_WEIGHT, -1, FERRY_F32,
-			      (S * N - tt->n_params) * sizeof(float), FERRY_PLACE_DEVICE);
-	if (r >= 0 && ix->copy_buffer >= 0 && S * N > tt->n_params && ix->param_slice < 0)
-		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
-			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype),
-			      FERRY_PLACE_DEVICE);
+	if (r >= 0 && ix->param_slice < 0)
+		r = add_padding(tt, ix->params_buffer, "params: padding to whole slices", FERRY_TK_WEIGHT, FERRY_F32);
+	if (r >= 0 && ix->copy_buffer >= 0 && ix->param_slice < 0)
+		r = add_padding(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, tt->act_dtype);
 	return r;
 }
 
@@ -554,6 +589,62 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
 	return r;
 }
 
+/* This rank's slice of both moments on the host, in place of whole ones. */
+static int add_host_moments(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
+		ix->mom[q] = ix->var[q] = -1;
+	r = ix->mom_slice = add_host_slice(tt, "host: adamw m (this rank's slice)", FERRY_BUF_DONATED,
+					   FERRY_TK_OPT_STATE, FERRY_F32, &ix->mom_buffer);
+	if (r >= 0)
+		r = ix->var_slice = add_host_slice(tt, "host: adamw v (this rank's slice)", FERRY_BUF_DONATED,
+						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->var_buffer);
+	return r;
+}
+
+/* adam=host:cpu:shard(N,grads) with layers.weights=host:stream (ZeRO-2):
+ * on the host this rank's slice of the gradients, two slots the weight
+ * ring sends a layer's gradients into (each reduce-scattered from there
+ * into the slices), and the unstacked parameters' whole (the edges' ring
+ * and their device copy exchange them there). */
+static int add_offloaded_grads(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r, unused;
+
+	ix->shard_numel = shard_numel(tt);
+	r = ix->grads_buffer = add_param_subset(tt, "host: grads (unstacked)", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP,
+						FERRY_TK_GRAD, FERRY_F32, ix->grad, true, FERRY_GROUP_ADAM);
+	if (r >= 0)
+		r = ix->host_grad_slice = add_host_slice(tt, "host: grads (this rank's slice)", FERRY_BUF_TEMP,
+							 FERRY_TK_GRAD, FERRY_F32, &unused);
+	return r >= 0 ? add_grad_slots(tt, FERRY_SITE_HOST, "host: gradient slots") : r;
+}
+
+/* adam=host:cpu:shard(N) with layers.weights=host:stream (ZeRO-1; with
+ * (N,grads), ZeRO-2): the weight ring reads the parameters (and their
+ * bf16 copy) whole from the host, so every rank keeps them whole there,
+ * padded to N slices (the update's all-gather writes every slice), and
+ * (ZeRO-1) the gradients whole (the ring writes each layer's; they are
+ * averaged in place); the moments are this rank's slice. */
+static int add_offloaded_shard(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r;
+
+	ix->shard_numel = shard_numel(tt);
+	r = add_host_moments(tt);
+	if (r >= 0)
+		r = add_padding(tt, ix->params_buffer, "host: params: padding to whole slices", FERRY_TK_WEIGHT, FERRY_F32);
+	if (r >= 0 && ix->host_copy_buffer >= 0)
+		r = add_padding(tt, ix->host_copy_buffer, "host copy: padding to whole slices", FERRY_TK_WEIGHT_COPY,
+				tt->act_dtype);
+	return r;
+}
+
 /* adam=host:cpu:shard(N), host:stream:shard(N): on the device the
  * gradients (host:cpu:shard(N,grads): this rank's slice, as ZeRO-2's)
  * and the compute copy whole (the copy padded to N slices: the
@@ -567,10 +658,9 @@ static int add_host_slice(struct ferry_tensor_table *tt, const char *name, enum 
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
-	const size_t N = (size_t)ferry_table_place(tt, FERRY_GROUP_ADAM)->shard, S = shard_numel(tt);
 	int r, unused;
 
-	ix->shard_numel = S;
+	ix->shard_numel = shard_numel(tt);
 	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_grads) /* ZeRO-2: the device's gradients a slice */
 		r = add_grad_slices(tt);
 	else
@@ -581,22 +671,15 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	else if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
-	if (r >= 0 && S * N > tt->n_params && ix->param_slice < 0)
-		r = add_entry(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, -1,
-			      tt->act_dtype, (S * N - tt->n_params) * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
+	if (r >= 0 && ix->param_slice < 0)
+		r = add_padding(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, tt->act_dtype);
 	if (ix->param_slice < 0)
 		memcpy(ix->param, ix->copy, sizeof(ix->param));
-	for (int q = 0; q < FERRY_MODEL_MAX_PARAMS; q++)
-		ix->mom[q] = ix->var[q] = -1;
 	if (r >= 0)
 		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
 						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
 	if (r >= 0)
-		r = ix->mom_slice = add_host_slice(tt, "host: adamw m (this rank's slice)", FERRY_BUF_DONATED,
-						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->mom_buffer);
-	if (r >= 0)
-		r = ix->var_slice = add_host_slice(tt, "host: adamw v (this rank's slice)", FERRY_BUF_DONATED,
-						   FERRY_TK_OPT_STATE, FERRY_F32, &ix->var_buffer);
+		r = add_host_moments(tt);
 	ix->opt_chunk = optimizer_chunk(tt);
 	if (r >= 0 && !ferry_table_host_update(tt))
 		return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
@@ -613,7 +696,8 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 
 /* The host copy for rollback of a split speculative update: this rank's
  * slice of the master weights and both moments, each slice's copy at
- * the start of its own entry. */
+ * the start of its own entry (with the master whole, each parameter's
+ * entry points at the master's). */
 static int add_rollback_slices(struct ferry_tensor_table *tt)
 {
 	static const char *const what[3] = { "undo: master (this rank's slice)", "undo: adamw m (this rank's slice)",
@@ -627,7 +711,11 @@ static int add_rollback_slices(struct ferry_tensor_table *tt)
 
 		if (c < 0)
 			return c;
-		tt->e[state[i]].rollback = c;
+		if (state[i] >= 0)
+			tt->e[state[i]].rollback = c;
+		for (int q = 0; state[i] < 0 && q < tt->md->n_params; q++) /* the master whole (--offload-params) */
+			if (tt->ix.param[q] >= 0)
+				tt->e[tt->ix.param[q]].rollback = c; /* at the slice's index (cpu_update.c) */
 	}
 	return buf;
 }
@@ -717,7 +805,7 @@ static int add_params(struct ferry_tensor_table *tt)
 	int r = add_params_placed(tt);
 
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->speculative)
-		r = tt->ix.host_param_slice >= 0 ? add_rollback_slices(tt) : add_rollback(tt);
+		r = tt->ix.shard_numel ? add_rollback_slices(tt) : add_rollback(tt);
 	return r;
 }
 

@@ -109,7 +109,9 @@ struct ferry_table_index {
 	/* adam=device:shard(N): no mom[q], var[q]; this rank's slice of each
 	 * moment (shard_numel elements of the parameter array from rank *
 	 * shard_numel), and the parameter array and its compute copy padded
-	 * to N slices (0: not split) */
+	 * to N slices (0: not split); adam=host:cpu:shard(N) with
+	 * layers.weights=host:stream: the host's, its parameters and their
+	 * bf16 copy whole, padded so */
 	int mom_slice, var_slice;
 	size_t shard_numel;
 	/* adam=host:cpu:shard(N), host:stream:shard(N): on the host also this
@@ -123,7 +125,11 @@ struct ferry_table_index {
 	 * stacked parameters' gradients one layer at a time in grad_slots
 	 * slots (entry grad_ring, slot s grad_slot_numel * s elements on,
 	 * parameter q at element grad_slot_off[q] of it), the unstacked ones
-	 * whole in dev_grad[q] (-1, 0: not split) */
+	 * whole in dev_grad[q] (-1, 0: not split).  With layers.weights=
+	 * host:stream (adam=host:cpu:shard(N,grads)) grad_slice is -1: the
+	 * slice is host_grad_slice, the slots (grad_ring) are on the host,
+	 * where the weight ring sends a layer's gradients, and grad[q] are
+	 * the unstacked parameters' host gradients, whole */
 	int grad_slice, grad_ring, grad_slots;
 	size_t grad_slot_numel, grad_slot_off[FERRY_MODEL_MAX_PARAMS];
 	/* adam=device:shard(N,params) (ZeRO-3): no param[q]; this rank's

@@ -143,12 +143,12 @@ else
 fi
 
 checks=$((checks + 1))
-mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 1 --offload-optimizer cpu --offload-params \
+mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 1 --offload-optimizer stream --offload-params \
 	>off.out 2>off.err
 if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q 'not yet' off.err; then
-	echo "ok: --zero 1 with the parameters on the host is refused: $(grep '^ferry train' off.err)"
+	echo "ok: --zero 1 with the parameters on the host, the optimizer streamed, is refused: $(grep '^ferry train' off.err)"
 else
-	fail "--zero 1 --offload-params: $(cat off.err)"
+	fail "--zero 1 --offload-params --offload-optimizer stream: $(cat off.err)"
 fi
 expect_error "--zero 4" "--zero 4: 0, 1, 2 or 3" "$FERRY" train "${common[@]}" --zero 4
 # --zero 2 and 3 with the parameters on the host are refused by name (with

@@ -15,7 +15,7 @@
 # --place reproduces the plan, and its host bytes are a slice's (that each
 # rank's measured host bytes are its plan's, exactly: plan_ranks.sh).  What
 # it does not do yet is refused by name before step 1 (ZeRO-3 on the host:
-# zero3_host.sh).  Skips without
+# zero3_host.sh; with --offload-params: zero_offload_params.sh).  Skips without
 # mpirun or a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
 need_mpi
@@ -115,8 +115,7 @@ for order in exact speculative; do
 	fi
 done
 
-for flags in "1 --offload-optimizer cpu --offload-params" "1 --offload-optimizer stream --offload-params" \
-	"2 --offload-optimizer cpu --offload-params"; do
+for flags in "1 --offload-optimizer stream --offload-params" "2 --offload-optimizer stream --offload-params"; do
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086
 	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero $flags >off.out 2>off.err
@@ -147,8 +146,8 @@ fi
 
 expect_error "a split on the host over 2 ranks in one process" "adam=host:cpu:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2)'
-expect_error "adam=host:cpu:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
-	--place 'adam=host:cpu:shard(2),layers.weights=host:stream'
+expect_error "adam=host:stream:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
+	--place 'adam=host:stream:shard(2),layers.weights=host:stream'
 expect_error "adam=host:cpu:shard(2,params,grads)" "host:cpu:shard(N,params): and the parameters" "$FERRY" plan \
 	"${plan[@]}" --place 'adam=host:cpu:shard(2,params,grads)'
 finish

@@ -264,8 +264,10 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "keeps only its 1/N of the gradients, each layer's\n"
 	  "reduce-scattered as soon as its backward is done; 3 (ZeRO-3)\n"
 	  "also keeps only its 1/N of the parameters, each layer's\n"
-	  "all-gathered one layer ahead of use (2 and 3: not with\n"
-	  "--offload-params yet)",
+	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
+	  "device, streamed or --offload-optimizer cpu; 1 and 2 with\n"
+	  "--offload-params and --offload-optimizer cpu keep the\n"
+	  "parameters whole on every host, gathered after the update)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
