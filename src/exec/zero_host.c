@@ -18,7 +18,10 @@
  * ZeRO-3's ring (zero_params.c) all-gathers each layer from it ahead of
  * use; the gradients come down from ZeRO-2's slice; each piece updated
  * goes up into the device's slice, and after the update only the
- * unstacked parameters are gathered whole.
+ * unstacked parameters are gathered whole.  With --offload-params too
+ * the host's slice is the one the layers are gathered from (staged up
+ * part by part, zero_params.c): only the unstacked parameters' updated
+ * parts go up, into their whole copy.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -120,7 +123,7 @@ ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params)
 
 	if (st)
 		return st;
-	/* ZeRO-3: the device's slice and unstacked parameters (fp32) */
+	/* ZeRO-3: the device's slice (if any) and unstacked parameters (fp32) */
 	return m->tt.ix.param_slice >= 0 ? ferry_zero_set_params(m, params) : upload_whole(m, params);
 }
 

@@ -291,6 +291,15 @@ void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct fe
 	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, slice, status, layer, label);
 }
 
+void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				const float *part, size_t offset, size_t n, size_t slice, ferry_status *status,
+				int layer, const char *label)
+{
+	ferry_emit_all_gather_slices(p, stream, comm, dst, part, offset, n, slice, status, layer, label);
+	if (!p->failed)
+		p->t[p->n - 1].src_part = true;
+}
+
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
 			ferry_status *status, const char *label)
 {
@@ -450,8 +459,8 @@ static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *
 		st = ferry_comm_reduce_scatter_v(t->comm, t->src, counts[me] ? (float *)t->dst + from : NULL, counts,
 						 FERRY_COMM_F32, FERRY_COMM_AVG, stream);
 	else
-		st = ferry_comm_all_gather_v(t->comm, counts[me] ? (const float *)t->src + from : NULL, t->dst, counts,
-					     FERRY_COMM_F32, stream);
+		st = ferry_comm_all_gather_v(t->comm, !counts[me] ? NULL : t->src_part ? t->src : (const float *)t->src + from,
+					     t->dst, counts, FERRY_COMM_F32, stream);
 	ferry_free(counts);
 	return st;
 }

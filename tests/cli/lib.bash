@@ -74,6 +74,29 @@ json_field() { # json_field FILE KEY: the first number after "KEY":
 	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
 }
 
+# The ZeRO tests' runs, with their flags in `common`: trains NAME N
+# FLAGS...: N ranks train and save NAME (a failure is the check's);
+# resume N SAVE FLAGS...: N ranks resume the save `half` to step 6 and
+# save SAVE (and SAVE.json).
+trains() {
+	local name=$1 n=$2; shift 2
+	rm -rf "$name" "$name.state"
+	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
+		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
+}
+resume() {
+	local n=$1 name=$2; shift 2
+	rm -rf "$name" "$name.state"
+	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
+		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
+}
+
+# json_plan FILE EXPR: EXPR of a plan's JSON as d (a plan --ranks N's:
+# the rank's plan, under "plan"); its host total and placement.
+json_plan() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d.get("plan", d); print(eval(sys.argv[2]))' "$@"; }
+json_host_total() { json_plan "$1" 'd["host"]["total_bytes"]'; }
+json_place() { json_plan "$1" 'd["place"]'; }
+
 # same_save A B: the same files (an llm.c file and its state, or a directory).
 same_save() {
 	if [ -d "$1" ]; then diff -r "$1" "$2" >/dev/null; else cmp -s "$1" "$2" && cmp -s "$1.state" "$2.state"; fi

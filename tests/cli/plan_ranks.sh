@@ -5,7 +5,8 @@
 # record) equal them, for GPT-2 and Llama, --zero 0 and 1, offloaded
 # activations, optimizer and parameters, and --zero 1 with AdamW on the
 # host (host threads, exact and speculative, and streamed: each rank's
-# host bytes its slice's), --zero 2 and 3 with AdamW on host threads.  The ZeRO-1 split is checked
+# host bytes its slice's), --zero 2 and 3 with AdamW on host threads (3
+# also with the parameters on the host).  The ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
 # step 1 plans the rank's share.  Skips without mpirun or a ferry built
@@ -59,6 +60,8 @@ for n in 2 3; do
 	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-optimizer cpu --clip-order speculative
 	compare "$n" --zero 3 --offload-optimizer cpu --policy qkv_proj_offloaded
 	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-optimizer cpu --clip-order speculative
+	compare "$n" --zero 3 --offload-params --offload-optimizer cpu --policy nothing_saveable
+	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer cpu --clip-order speculative
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)

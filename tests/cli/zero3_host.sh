@@ -26,14 +26,6 @@ gpt=(--layers 3 --channels 32 --heads 4)
 llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
 host=(--offload-optimizer cpu)
 
-# trains NAME N FLAGS...: N ranks save NAME.
-trains() {
-	local name=$1 n=$2; shift 2
-	rm -rf "$name" "$name.state"
-	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
-		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
-}
-
 # NAME|MODEL|ORDER|MORE on 2 ranks: ZeRO-3 on the host against --zero 0 on
 # the host (in ORDER) and --zero 3 on the device (exact: either order's bits)
 runs=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
@@ -81,12 +73,6 @@ done
 checks=$((checks + 1))
 trains unbroken 2 "${gpt[@]}" --batch 3 "${host[@]}" --zero 0 &&
 	trains half 2 "${gpt[@]}" --batch 3 "${host[@]}" --zero 3 --steps 3 || true
-resume() { # resume N SAVE FLAGS...: --resume half to step 6 on N ranks
-	local n=$1 name=$2; shift 2
-	rm -rf "$name" "$name.state"
-	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
-		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
-}
 resume 2 again "${host[@]}" --zero 3
 resume 3 on3 "${host[@]}" --zero 3
 resume 3 on3_dev --zero 3
@@ -103,10 +89,6 @@ fi
 # blocks of ceil(n/256) elements), n the unsplit exact plan's (16 bytes an
 # element); with 8 layers (the ring holds 2) the device's peak below
 # ZeRO-2 on the host's.
-# (a plan --ranks N's JSON holds the rank's plan under "plan")
-json_plan() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d.get("plan", d); print(eval(sys.argv[2]))' "$@"; }
-json_host_total() { json_plan "$1" 'd["host"]["total_bytes"]'; }
-json_place() { json_plan "$1" 'd["place"]'; }
 plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}" --layers 8)
 checks=$((checks + 1))
 "$FERRY" plan "${plan[@]}" "${host[@]}" --json whole.json >/dev/null &&

@@ -28,13 +28,6 @@ cpu=(--offload-optimizer cpu)
 spec=(--offload-optimizer cpu --clip-order speculative)
 stream=(--offload-optimizer stream)
 
-# trains NAME N FLAGS...: N ranks save NAME.
-trains() {
-	local name=$1 n=$2; shift 2
-	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
-		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
-}
-
 # NAME|RANKS|MODEL|MODE|MORE: --zero STAGE against --zero 0 in MODE, and the device run
 against_zero0() {
 	local stage=$1 name n model mode more
@@ -103,8 +96,6 @@ fi
 # host bytes a slice's (16 bytes an element: master, m, v, gradient; the
 # speculative order's undo copy of master, m and v 12 more) of the
 # parameters the unsplit exact plan holds (16 bytes each).
-json_host_total() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["host"]["total_bytes"])' "$1"; }
-json_place() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["place"])' "$1"; }
 plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}")
 for order in exact speculative; do
 	checks=$((checks + 1))

@@ -265,7 +265,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "reduce-scattered as soon as its backward is done; 3 (ZeRO-3)\n"
 	  "also keeps only its 1/N of the parameters, each layer's\n"
 	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
-	  "device or --offload-optimizer cpu)",
+	  "device or --offload-optimizer cpu; 3 with --offload-params:\n"
+	  "the slice on the host only, each layer's part sent up\n"
+	  "before its all-gather)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
