@@ -28,45 +28,21 @@ llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
 host=(--offload-optimizer cpu)
 off=(--offload-params --offload-optimizer cpu)
 
-# NAME|MODEL|ORDER|MORE on 2 ranks: against --zero 3 with the slice on the
-# device and --zero 0 with the parameters on the host, in ORDER.
-runs=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
-	"gpt2 nothing_saveable, micro-batches|gpt|exact|--policy nothing_saveable --grad-accum 2"
-	"gpt2 speculative, clipped|gpt|speculative|" "gpt2 speculative, unclipped|gpt|speculative|--grad-clip 10"
-	"llama|llama|exact|" "llama minimal_offloaded|llama|exact|--policy minimal_offloaded"
-	"llama micro-batches, speculative|llama|speculative|--grad-accum 2"
-	"llama speculative, unclipped|llama|speculative|--grad-clip 10 --policy nothing_saveable")
-for entry in "${runs[@]}"; do
-	IFS='|' read -r name model order more <<<"$entry"
-	unset -n shape
-	declare -n shape=$model
-	read -r -a extra <<<"$more"
-	checks=$((checks + 1))
-	trains z3 2 "${shape[@]}" --batch 2 "${host[@]}" --clip-order "$order" --zero 3 "${extra[@]}" &&
-		trains z0 2 "${shape[@]}" --batch 2 "${off[@]}" --clip-order "$order" --zero 0 "${extra[@]}" &&
-		trains z3off 2 "${shape[@]}" --batch 2 "${off[@]}" --clip-order "$order" --zero 3 "${extra[@]}" || continue
-	if same_save z3 z3off && same_save z0 z3off; then
-		echo "ok: $name ($order $more) on 2 ranks: --zero 3 --offload-params saves the bits of --zero 3 with" \
-			"the slice on the device and of --zero 0 --offload-params"
-	else
-		fail "$name ($order $more) on 2 ranks: --zero 3 --offload-params, --zero 3 and --zero 0" \
-			"--offload-params differ"
-	fi
-done
+# On 2 ranks: against --zero 3 with the slice on the device and --zero 0
+# with the parameters on the host, in ORDER.
+against_both() { # NAME ORDER MORE
+	saves_alike "$1 ($2 $3) on 2 ranks: --zero 3 --offload-params, --zero 3 and --zero 0 --offload-params" 2 \
+		"z3off --batch 2 ${off[*]} --clip-order $2 --zero 3" "z3 --batch 2 ${host[*]} --clip-order $2 --zero 3" \
+		"z0 --batch 2 ${off[*]} --clip-order $2 --zero 0"
+}
+for_runs against_both "${ZERO3_RUNS[@]}"
 
 # 3 ranks: the last slice padded.
-for model in gpt llama; do
-	unset -n shape
-	declare -n shape=$model
-	checks=$((checks + 1))
-	trains z3 3 "${shape[@]}" --steps 8 --batch 2 "${host[@]}" --zero 3 &&
-		trains z3off 3 "${shape[@]}" --steps 8 --batch 2 "${off[@]}" --zero 3 || continue
-	if same_save z3 z3off; then
-		echo "ok: $model on 3 ranks: --zero 3 --offload-params saves the bits of --zero 3 with the slice on the device"
-	else
-		fail "$model on 3 ranks: --zero 3 --offload-params and --zero 3 differ"
-	fi
-done
+on3() { # MODEL
+	saves_alike "$1 on 3 ranks: --zero 3 --offload-params and --zero 3" 3 \
+		"z3off --steps 8 --batch 2 ${off[*]} --zero 3" "z3 --steps 8 --batch 2 ${host[*]} --zero 3"
+}
+for_runs on3 "gpt2|gpt||" "llama|llama||"
 
 # Saved on 2 ranks at step 3 (6 rows a step): resumed on 2, the unbroken
 # run's bits; on 3, those of --zero 3 with the slice on the device resumed
