@@ -7,7 +7,9 @@
 # each layer's all-gather its part of that layer goes up into a device
 # staging slot.  On 2 ranks, GPT-2 and Llama, several activation policies
 # (one offloaded), --grad-accum 2, exact and speculative order (clipped, so
-# undone and redone, and not): the same files, bit for bit, as --zero 3
+# undone and redone, and not), an embedding table across the bound of the
+# ranks' slices (the update's in-place gather of the unstacked
+# parameters): the same files, bit for bit, as --zero 3
 # --offload-optimizer cpu (the slice on the device) and as --zero 0
 # --offload-params --offload-optimizer cpu (two ranks' sums are exact).  On
 # 3 ranks (the last slice padded): the bits of --zero 3 --offload-optimizer
@@ -35,7 +37,9 @@ against_both() { # NAME ORDER MORE
 		"z3off --batch 2 ${off[*]} --clip-order $2 --zero 3" "z3 --batch 2 ${host[*]} --clip-order $2 --zero 3" \
 		"z0 --batch 2 ${off[*]} --clip-order $2 --zero 0"
 }
-for_runs against_both "${ZERO3_RUNS[@]}"
+# (and with the embedding table across the slices' bound: its parts go up
+# into the whole copy where they fall, gathered around them in place)
+for_runs against_both "${ZERO3_RUNS[@]}" "gpt2, the embeddings split between the ranks|gpt|exact|--vocab 4096"
 
 # 3 ranks: the last slice padded.
 on3() { # MODEL
