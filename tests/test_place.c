@@ -318,6 +318,46 @@ static void test_tables(const char *arch, int tied)
 		}
 }
 
+/* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
+ * params),layers.weights=host:stream): the slice gathered from is the
+ * host's master slice (S elements, as on the device), the device keeps no
+ * weights but the two gathered slots (`layer` elements each), the
+ * unstacked ones whole and a slot for the largest layer's part of one
+ * parameter (at most S), and the layers are not streamed whole. */
+static void test_params_on_host(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
+				size_t unstacked)
+{
+	struct ferry_exec_opts o = { .act_dtype = FERRY_F32,
+				     .place = "adam=host:cpu:shard(3,params),layers.weights=host:stream" };
+	struct ferry_tensor_table tt;
+	size_t most = 0, device_weights = 0;
+
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: parameters split on the host: %s", arch, ferry_last_error());
+		return;
+	}
+	for (int q = 0; q < tt.md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
+			most = pi.layer_numel;
+	}
+	for (int i = 0; i < tt.n; i++) {
+		device_weights += tt.e[i].site == FERRY_SITE_DEVICE && tt.e[i].kind == FERRY_TK_WEIGHT;
+		check_entry(arch, &tt, i);
+	}
+	CHECK(tt.ix.shard_numel == S && tt.ix.param_slice >= 0 && tt.ix.param_slice == tt.ix.host_param_slice &&
+	      tt.e[tt.ix.param_slice].site == FERRY_SITE_HOST && tt.e[tt.ix.param_slice].bytes == S * 4 &&
+	      !device_weights && tt.e[tt.ix.param_stage].site == FERRY_SITE_DEVICE &&
+	      tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4 &&
+	      tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * 4 &&
+	      tt.buffers[tt.ix.copy_buffer].bytes == unstacked * 4 &&
+	      !ferry_table_streamed(&tt, FERRY_GROUP_LAYER_WEIGHTS),
+	      "%s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the unstacked whole",
+	      arch, most < S ? most : S);
+	ferry_tensor_table_release(&tt);
+}
+
 /* adam=device:shard(3,grads): the slices are whole blocks of the norm's
  * sum (n / 256 rounded up each), 3 of them cover the array; the gradients
  * are a slice, two slots of one layer's stacked gradients, and the
@@ -366,6 +406,7 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 	for (int i = 0; i < tt.n; i++)
 		check_entry(arch, &tt, i);
 	ferry_tensor_table_release(&tt);
+	test_params_on_host(cfg, arch, S, layer, unstacked);
 	o.act_dtype = FERRY_BF16;
 	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED, "%s: ZeRO-3 in bf16: not yet", arch);
 }
@@ -423,6 +464,34 @@ static void test_offloaded_shard(const char *arch)
 	}
 }
 
+/* ZeRO-3 with the parameters on the host: AdamW on host threads only,
+ * the gathered ring one layer ahead, the embeddings whole on the device. */
+static void zero3_offloaded_places(void)
+{
+	static const struct {
+		const char *place, *error; /* NULL: accepted */
+	} cases[] = {
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream", NULL },
+		{ "adam=host:cpu(speculative):shard(2,params),layers.weights=host:stream", NULL },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
+		  "--zero 3 with --offload-embeddings" },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", "--offload-optimizer stream" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ferry_places p;
+
+		ferry_places_default(&p);
+		CHECK(ferry_places_parse(cases[i].place, &p) == FERRY_OK, "%s parses", cases[i].place);
+		if (cases[i].error)
+			CHECK(ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), cases[i].error),
+			      "%s: refused (%s)", cases[i].place, ferry_last_error());
+		else
+			CHECK(ferry_places_check(&p) == FERRY_OK, "%s: accepted (%s)", cases[i].place, ferry_last_error());
+	}
+}
+
 /* adam=device:shard(3): this rank's slice of each moment, the parameter
  * array (and its compute copy) padded to 3 slices; not on the host. */
 static void test_shard(const char *arch)
@@ -476,10 +545,7 @@ static void test_shard(const char *arch)
 	CHECK(ferry_places_parse("adam=host:stream:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
 	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
 	      "ZeRO-1 streamed with the parameters offloaded: not yet, by name");
-	ferry_places_default(&p);
-	CHECK(ferry_places_parse("adam=host:cpu:shard(2,params),layers.weights=host:stream", &p) == FERRY_OK &&
-	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--zero 3 with --offload-params"),
-	      "ZeRO-3 with the parameters offloaded: not yet, by name");
+	zero3_offloaded_places();
 	ferry_places_default(&p);
 	for (int z = 2; z <= 3; z++) { /* the device's split with its state moved to the host: streamed */
 		char text[FERRY_PLACE_CHARS];

@@ -40,7 +40,10 @@
  * are reduce-scattered into it (zero_grads.c); with the parameters split
  * too (host:cpu:shard(N,params), ZeRO-3) the weights go up into the
  * device's slice, and only the unstacked ones are gathered after the
- * update (the layers are, ahead of use, by ZeRO-3's ring).
+ * update (the layers are, ahead of use, by ZeRO-3's ring); with the
+ * slice on the host (--offload-params) only the unstacked ones go up,
+ * into their whole copy, and ZeRO-3's ring stages the layers' parts from
+ * the host.
  *
  * With the gradients kept on the device (adam.grads=device:stream(D),
  * --device-grads) nothing goes down during the backward: the host holds
@@ -124,9 +127,10 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 {
 	char label[56];
 
-	if ((m->tt.ix.copy[q] < 0 && m->tt.ix.param_slice < 0) ||
+	if ((m->tt.ix.copy[q] < 0 && (m->tt.ix.param_slice < 0 || m->tt.ix.param_stage >= 0)) ||
 	    (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && (layer >= 0 || split(m))))
-		return; /* the weight ring loads it from the host (split: uploaded whole once gathered) */
+		return; /* the weight ring loads it from the host (split: uploaded whole once gathered;
+			   ZeRO-3's: stages its part) */
 	if (s != m->opt_cpu_stream)
 		ferry_emit_wait(p, s, m->opt_host_done, layer);
 	snprintf(label, sizeof(label), "weights: %.40s", name_of(m, q));

@@ -71,6 +71,30 @@ void ferry_weight_ring_register(struct ferry_weight_rings *r, struct ferry_sched
 	}
 }
 
+/* Unit u's elements of s from the ranks' slices into its slot; a host
+ * slice's part staged first. */
+static void gather_unit(const struct ferry_weight_rings *r, struct ferry_program *p,
+			const struct ferry_weight_stream *s, int u, const char *label)
+{
+	const struct ferry_ring_gather *g = r->gather;
+	const size_t a = s->flat + host_numel(r, s, u), b = a + s->numel, last = g->first + g->slice_numel;
+	const size_t lo = a > g->first ? a : g->first, hi = b < last ? b : last; /* this rank's part */
+	void *dst = at(s->dev, (size_t)(u % r->ring) * r->slot_numel * r->elem);
+	char what[56];
+
+	if (!g->stage) {
+		ferry_emit_all_gather_slices(p, r->h2d, g->comm, dst, g->slice, a, s->numel, g->slice_numel, g->status,
+					     layer_of(r, u), label);
+		return;
+	}
+	snprintf(what, sizeof(what), "staged %.40s", s->name);
+	if (hi > lo)
+		ferry_emit_copy(p, r->h2d, g->stage, at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
+				FERRY_COPY_H2D, layer_of(r, u), what);
+	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, s->numel, g->slice_numel, g->status,
+				   layer_of(r, u), label);
+}
+
 void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool backward)
 {
 	const int slot = u % r->ring, g = grad_slot(r, u), layer = layer_of(r, u);
@@ -87,9 +111,7 @@ void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *
 			continue;
 		snprintf(label, sizeof(label), "%s: %.40s", r->names->label, s->name);
 		if (r->gather)
-			ferry_emit_all_gather_slices(p, r->h2d, r->gather->comm, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
-						     r->gather->slice, s->flat + host_numel(r, s, u), s->numel,
-						     r->gather->slice_numel, r->gather->status, layer, label);
+			gather_unit(r, p, s, u, label);
 		else
 			ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
 					at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);

@@ -141,16 +141,18 @@ ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
 }
 
 /* ZeRO-3: this rank's slice (the device's: with AdamW on host threads
- * the compute slice), and the unstacked parameters whole (the copy
- * buffer holds them in array order, each where its entry is). */
+ * the compute slice; none when the slice is the host's master, which the
+ * caller wrote), and the unstacked parameters whole (the copy buffer
+ * holds them in array order, each where its entry is). */
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	size_t bytes = m->tt.buffers[ix->copy_buffer].bytes;
 	char *edges = ferry_calloc(bytes ? bytes : 1, 1);
-	ferry_status st = edges ? write_slice(m, m->tt.e[ix->param_slice].buffer, params)
-				: ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
+	ferry_status st = edges ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
 
+	if (!st && ix->param_stage < 0)
+		st = write_slice(m, m->tt.e[ix->param_slice].buffer, params);
 	for (int q = 0; q < m->md->n_params && !st; q++) {
 		struct ferry_param_info pi;
 

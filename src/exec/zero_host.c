@@ -18,7 +18,10 @@
  * ZeRO-3's ring (zero_params.c) all-gathers each layer from it ahead of
  * use; the gradients come down from ZeRO-2's slice; each piece updated
  * goes up into the device's slice, and after the update only the
- * unstacked parameters are gathered whole.
+ * unstacked parameters are gathered whole.  With --offload-params too
+ * the host's slice is the one the layers are gathered from (staged up
+ * part by part, zero_params.c): only the unstacked parameters' updated
+ * parts go up, into their whole copy.
  *
  * Streamed (adam=host:stream:shard(N), with ",grads" ZeRO-2, with
  * ",params" ZeRO-3) the host keeps the rank's slice of the master weights
@@ -149,7 +152,7 @@ void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 
-	if (ix->param_slice >= 0) /* ZeRO-3 */
+	if (ix->param_slice >= 0 && ix->param_stage < 0) /* ZeRO-3 (its slice on the host: the unstacked whole copy) */
 		return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->param_slice), ferry_zero_host_index(m, q, off) * m->asz);
 	return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->copy[q]), off * m->asz);
 }
@@ -202,7 +205,7 @@ ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params)
 
 	if (st)
 		return st;
-	/* ZeRO-3: the device's slice and unstacked parameters (fp32) */
+	/* ZeRO-3: the device's slice (if any) and unstacked parameters (fp32) */
 	return m->tt.ix.param_slice >= 0 ? ferry_zero_set_params(m, params) : upload_whole(m, params);
 }
 

@@ -18,8 +18,18 @@
  * Each rank updates its slice (zero.c); the gathered weights are the
  * updated slices' bits, so every stage gives the bits of --zero 0 where
  * ZeRO-2 does.
+ *
+ * With the parameters on the host too (--zero 3 --offload-params
+ * --offload-optimizer cpu, FSDP2's CPU offload) the slice gathered from
+ * is the host's master slice (fp32: the weights' bits), and the device
+ * keeps none: before each all-gather of a layer's parameter this rank's
+ * part of it goes up into a device staging slot on the comm stream, and
+ * is gathered from there.  The host AdamW sends only the unstacked
+ * parameters' updated parts up, into their place in the whole, gathered
+ * around them in place (zero_host.c).
  */
 #include "exec/model_internal.h"
+#include "ferry/comm.h"
 
 static void *entry(const struct ferry_model *m, int i)
 {
@@ -36,9 +46,12 @@ void ferry_zero_params_bind(struct ferry_model *m)
 {
 	const struct ferry_table_ring *tr = &m->tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS];
 	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	const size_t S = m->tt.ix.shard_numel;
 
-	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.param_slice), m->tt.ix.shard_numel,
-						     &m->comm_status };
+	/* (a dry build's slice: rank 0's) */
+	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.param_slice), S, &m->comm_status,
+						     entry(m, m->tt.ix.param_stage),
+						     m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0 };
 	r->ring = tr->slots;
 	r->grad_ring = m->tt.ix.grad_slots; /* the engine's gradient slots, not the ring's */
 	r->grads_apart = true;
@@ -60,14 +73,27 @@ void ferry_zero_params_bind(struct ferry_model *m)
 	}
 }
 
+/* With the slice on the host (ix.param_stage) the update sent this
+ * rank's part of each unstacked parameter up into its place in the whole,
+ * and the gather fills in the others' around it. */
 void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_program *p)
 {
+	const size_t lo = m->zero_gather.first, S = m->tt.ix.shard_numel;
+
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
+		float *whole = entry(m, m->tt.ix.copy[q]);
+		size_t mine;
 
-		if (m->tt.ix.copy[q] >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
-			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, entry(m, m->tt.ix.copy[q]),
-						     entry(m, m->tt.ix.param_slice), pi.offset, pi.numel,
-						     m->tt.ix.shard_numel, &m->comm_status, -1, "gather params: unstacked");
+		if (m->tt.ix.copy[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
+			continue;
+		if (m->tt.ix.param_stage < 0) {
+			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, entry(m, m->tt.ix.param_slice),
+						     pi.offset, pi.numel, S, &m->comm_status, -1, "gather params: unstacked");
+			continue;
+		}
+		mine = lo < pi.offset ? 0 : lo - pi.offset < pi.numel ? lo - pi.offset : pi.numel; /* its part's place */
+		ferry_emit_all_gather_part(p, m->comm_stream, m->comm, whole, at(whole, mine * sizeof(float)), pi.offset,
+					   pi.numel, S, &m->comm_status, -1, "gather params: unstacked, in place");
 	}
 }

@@ -514,22 +514,64 @@ static int add_grad_slices(struct ferry_tensor_table *tt)
 	return r;
 }
 
-/* ZeRO-3's parameters: this rank's slice, the unstacked ones whole (the
- * kernels' copy), the stacked ones gathered into the slots of a ring,
- * laid out as the gradient slots (add_grad_slices first). */
-static int add_param_slices(struct ferry_tensor_table *tt)
+/* ZeRO-3 with the layers' weights on the host: the device slot a
+ * layer's part of one parameter in this rank's host slice passes through,
+ * as large as the largest such part (a layer's elements of a parameter,
+ * or a whole slice). */
+static int add_param_stage(struct ferry_tensor_table *tt)
+{
+	size_t most = 0;
+
+	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
+		if (ferry_model_param_info(&tt->cfg, p, &pi) || !pi.present || !pi.layers)
+			continue;
+		most = pi.layer_numel > most ? pi.layer_numel : most;
+	}
+	most = most < tt->ix.shard_numel ? most : tt->ix.shard_numel;
+	tt->ix.param_stage = add_single(tt, "params (a layer's part, staged)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
+					FERRY_TK_WEIGHT_COPY, tt->act_dtype, most * ferry_dtype_size(tt->act_dtype),
+					FERRY_PLACE_DEVICE);
+	if (tt->ix.param_stage >= 0)
+		tt->e[tt->ix.param_stage].group = FERRY_GROUP_LAYER_WEIGHTS;
+	return tt->ix.param_stage;
+}
+
+/* ZeRO-3's slice of the parameters on the device. */
+static int add_device_param_slice(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
-	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
-	int w;
 
 	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED,
 				       FERRY_TK_WEIGHT);
 	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", FERRY_TK_WEIGHT, -1, FERRY_F32,
 				    ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
-	if (ix->param_slice < 0)
-		return ix->param_slice;
-	tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	if (ix->param_slice >= 0)
+		tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	return ix->param_slice;
+}
+
+/* Whether ZeRO-3's slice of the parameters is the host's master slice
+ * (adam=host:cpu:shard(N,params) with layers.weights=host:stream). */
+static bool params_on_host(const struct ferry_tensor_table *tt)
+{
+	return ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params &&
+	       ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->home == FERRY_HOME_HOST;
+}
+
+/* ZeRO-3's parameters: this rank's slice (on the host: add_host_shard
+ * adds it, the device a slot to stage it through), the unstacked ones
+ * whole (the kernels' copy), the stacked ones gathered into the slots of
+ * a ring, laid out as the gradient slots (add_grad_slices first). */
+static int add_param_slices(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	int w = params_on_host(tt) ? add_param_stage(tt) : add_device_param_slice(tt);
+
+	if (w < 0)
+		return w;
 	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 					   FERRY_TK_WEIGHT_COPY, FERRY_F32, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
 	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
@@ -671,13 +713,15 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	else if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
-	if (r >= 0 && ix->param_slice < 0)
+	if (r >= 0 && !ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params)
 		r = add_padding(tt, ix->copy_buffer, "copy: padding to whole slices", FERRY_TK_WEIGHT_COPY, tt->act_dtype);
-	if (ix->param_slice < 0)
+	if (!ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params)
 		memcpy(ix->param, ix->copy, sizeof(ix->param));
 	if (r >= 0)
 		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
 						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
+	if (params_on_host(tt)) /* fp32: the master's bits are the weights' */
+		ix->param_slice = ix->host_param_slice;
 	if (r >= 0)
 		r = add_host_moments(tt);
 	ix->opt_chunk = optimizer_chunk(tt);
@@ -748,7 +792,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
 	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
-	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.host_grad_ring = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.param_stage = tt->ix.host_grad_ring = -1;
 	tt->ix.grad_slots = 0;
 	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;

@@ -136,8 +136,13 @@ struct ferry_table_index {
 	 * slice of the parameter array (entry param_slice, in params_buffer),
 	 * the stacked parameters one layer at a time in the slots of
 	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
-	 * unstacked ones whole in copy[q] (-1: not split) */
-	int param_slice;
+	 * unstacked ones whole in copy[q] (-1: not split).  With the layers'
+	 * weights on the host too (host:cpu:shard(N,params) with
+	 * layers.weights=host:stream, --offload-params) the slice is the
+	 * host's master (param_slice is host_param_slice), and each layer's
+	 * part of a parameter in it goes up into the device slot param_stage
+	 * before that layer's gather (-1: none) */
+	int param_slice, param_stage;
 	/* adam.grads=device:stream(D): no host_grad[q]; the host ring the
 	 * device's gradients come down through (entry host_grad_ring, -1:
 	 * none), host_grad_slots slots of host_grad_slot_numel floats, a
@@ -179,10 +184,15 @@ static inline const struct ferry_place *ferry_table_place(const struct ferry_ten
 	return &tt->place.group[g];
 }
 
-/* Whether group g streams through device rings from the host. */
+/* Whether group g streams through device rings from the host, whole
+ * parameters copied in (weight_ring.h).  ZeRO-3's layers on the host
+ * (adam=...:shard(N,params) with layers.weights=host:stream) do not: they
+ * are gathered from the ranks' host slices through ZeRO-3's ring
+ * (ix.param_stage). */
 static inline bool ferry_table_streamed(const struct ferry_tensor_table *tt, enum ferry_place_group g)
 {
-	return tt->place.group[g].access == FERRY_ACCESS_STREAM;
+	return tt->place.group[g].access == FERRY_ACCESS_STREAM &&
+	       !(g == FERRY_GROUP_LAYER_WEIGHTS && tt->place.group[FERRY_GROUP_ADAM].shard_params);
 }
 
 /* Whether AdamW runs on host threads (adam=host:cpu). */

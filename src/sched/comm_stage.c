@@ -110,6 +110,19 @@ static size_t my_part(const struct ferry_stage_piece *pc, size_t *from, size_t *
 	return n;
 }
 
+/* Where a COLLECT's piece finds this rank's elements that start at from
+ * in its slice: src + from, or where src is this rank's part itself (a
+ * staging slot: src_part) that far past the task's first element in it. */
+static const float *collect_src(const struct ferry_task *t, size_t from)
+{
+	size_t first = 0;
+
+	if (t->src_part)
+		ferry_slice_part(t->offset, t->offset + t->bytes / sizeof(float), t->slice, ferry_comm_rank(t->comm),
+				 &first);
+	return (const float *)t->src + (from - first);
+}
+
 /* The piece's bytes into the buffer, on s. */
 static ferry_status piece_out(const struct ferry_stage_piece *pc, ferry_stream_t s)
 {
@@ -126,7 +139,7 @@ static ferry_status piece_out(const struct ferry_stage_piece *pc, ferry_stream_t
 		return ferry_memcpy_async(s, host, (const float *)t->src + pc->at, pc->n * es, FERRY_COPY_D2H);
 	case FERRY_COMM_JOB_COLLECT:
 		n = my_part(pc, &from, &in);
-		return n ? ferry_memcpy_async(s, (float *)host + in, (const float *)t->src + from, n * es,
+		return n ? ferry_memcpy_async(s, (float *)host + in, collect_src(t, from), n * es,
 					      FERRY_COPY_D2H) : FERRY_OK;
 	case FERRY_COMM_JOB_AVERAGE:
 	case FERRY_COMM_JOB_SUM_F64: break;

@@ -293,6 +293,15 @@ void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct fe
 	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, slice, status, layer, label);
 }
 
+void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				const float *part, size_t offset, size_t n, size_t slice, ferry_status *status,
+				int layer, const char *label)
+{
+	ferry_emit_all_gather_slices(p, stream, comm, dst, part, offset, n, slice, status, layer, label);
+	if (!p->failed)
+		p->t[p->n - 1].src_part = true;
+}
+
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
 			ferry_status *status, const char *label)
 {
@@ -460,6 +469,8 @@ static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *
 	size_t from = 0;
 	bool mine = ferry_slice_part(t->offset, t->offset + n, t->slice, ferry_comm_rank(t->comm), &from) > 0;
 
+	if (mine && !scatter && t->src_part) /* src is this rank's part itself */
+		from = 0;
 	return ferry_comm_slices(t->comm, scatter, t->offset, n, t->slice, whole, mine ? slice + from : NULL, stream);
 }
 

@@ -111,6 +111,8 @@ struct ferry_task {
 	struct ferry_stage_piece *pieces; /* COMM through host staging: its
 				   pieces (sched/comm_stage.h), made at its
 				   first submission, freed with the program */
+	bool src_part;          /* COMM collect: src is this rank's part itself,
+				   not where its slice starts */
 };
 
 struct ferry_program {
@@ -191,6 +193,11 @@ void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struc
 void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
 				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
 				  int layer, const char *label);
+/* The same, this rank's part of [offset, offset + n) at `part` itself (a
+ * staged copy of it, or its place in dst: then in place). */
+void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
+				const float *part, size_t offset, size_t n, size_t slice, ferry_status *status,
+				int layer, const char *label);
 /* The n doubles at buf summed over comm's ranks in place. */
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
 			ferry_status *status, const char *label);

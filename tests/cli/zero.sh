@@ -151,9 +151,10 @@ else
 	fail "--zero 1 --offload-params --offload-optimizer stream: $(cat off.err)"
 fi
 expect_error "--zero 4" "--zero 4: 0, 1, 2 or 3" "$FERRY" train "${common[@]}" --zero 4
-# --zero 2 and 3 with the parameters on the host are refused by name (with
-# AdamW's state on the host: zero_host.sh, zero3_host.sh, zero_stream.sh).
-for entry in "2|--offload-optimizer stream --offload-params" "3|--offload-optimizer cpu --offload-params"; do
+# --zero 2 and 3 with the parameters on the host and AdamW streamed are
+# refused by name (on host threads: zero_offload_params.sh,
+# zero3_offload_params.sh; streamed without them: zero_stream.sh).
+for entry in "2|--offload-optimizer stream --offload-params" "3|--offload-optimizer stream --offload-params"; do
 	IFS='|' read -r z more <<<"$entry"
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086

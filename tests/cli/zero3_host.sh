@@ -26,30 +26,14 @@ gpt=(--layers 3 --channels 32 --heads 4)
 llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
 host=(--offload-optimizer cpu)
 
-# NAME|MODEL|ORDER|MORE on 2 ranks: ZeRO-3 on the host against --zero 0 on
-# the host (in ORDER) and --zero 3 on the device (exact: either order's bits)
-runs=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
-	"gpt2 nothing_saveable, micro-batches|gpt|exact|--policy nothing_saveable --grad-accum 2"
-	"gpt2 speculative, clipped|gpt|speculative|" "gpt2 speculative, unclipped|gpt|speculative|--grad-clip 10"
-	"llama|llama|exact|" "llama minimal_offloaded|llama|exact|--policy minimal_offloaded"
-	"llama micro-batches|llama|exact|--grad-accum 2"
-	"llama speculative, unclipped|llama|speculative|--grad-clip 10 --policy nothing_saveable")
-for entry in "${runs[@]}"; do
-	IFS='|' read -r name model order more <<<"$entry"
-	unset -n shape
-	declare -n shape=$model
-	read -r -a extra <<<"$more"
-	checks=$((checks + 1))
-	trains dev 2 "${shape[@]}" --batch 2 --zero 3 "${extra[@]}" &&
-		trains z0 2 "${shape[@]}" --batch 2 "${host[@]}" --clip-order "$order" --zero 0 "${extra[@]}" &&
-		trains z3 2 "${shape[@]}" --batch 2 "${host[@]}" --clip-order "$order" --zero 3 "${extra[@]}" || continue
-	if same_save z0 z3 && same_save dev z3; then
-		echo "ok: $name ($order $more) on 2 ranks: --zero 3 on the host saves the bits of --zero 0 on the host" \
-			"and of --zero 3 on the device"
-	else
-		fail "$name ($order $more) on 2 ranks: --zero 3 on the host, --zero 0 on the host and --zero 3 differ"
-	fi
-done
+# On 2 ranks: ZeRO-3 on the host against --zero 0 on the host (in ORDER)
+# and --zero 3 on the device (exact: either order's bits).
+against_both() { # NAME ORDER MORE
+	saves_alike "$1 ($2 $3) on 2 ranks: --zero 3 on the host, --zero 0 on the host and --zero 3 on the device" 2 \
+		"z3 --batch 2 ${host[*]} --clip-order $2 --zero 3" "z0 --batch 2 ${host[*]} --clip-order $2 --zero 0" \
+		"dev --batch 2 --zero 3"
+}
+for_runs against_both "${ZERO3_RUNS[@]}"
 
 # 3 ranks: the last slice padded.
 for model in gpt llama; do
@@ -73,12 +57,6 @@ done
 checks=$((checks + 1))
 trains unbroken 2 "${gpt[@]}" --batch 3 "${host[@]}" --zero 0 &&
 	trains half 2 "${gpt[@]}" --batch 3 "${host[@]}" --zero 3 --steps 3 || true
-resume() { # resume N SAVE FLAGS...: --resume half to step 6 on N ranks
-	local n=$1 name=$2; shift 2
-	rm -rf "$name" "$name.state"
-	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
-		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
-}
 resume 2 again "${host[@]}" --zero 3
 resume 3 on3 "${host[@]}" --zero 3
 resume 3 on3_dev --zero 3

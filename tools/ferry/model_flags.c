@@ -267,7 +267,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
 	  "device, streamed or --offload-optimizer cpu; 1 and 2 with\n"
 	  "--offload-params and --offload-optimizer cpu keep the\n"
-	  "parameters whole on every host, gathered after the update)",
+	  "parameters whole on every host, gathered after the update;\n"
+	  "3 with them keeps only the slice on the host, each layer's\n"
+	  "part sent up before its all-gather)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"

@@ -47,8 +47,11 @@ void plan_print_text(FILE *f, const struct ferry_plan *p)
 		fprintf(f, "; ring of %d slots\n", p->ring_slots);
 	}
 	if (p->param_ring_slots && strstr(p->place, ",params)")) /* ZeRO-3 gathers through the ring */
-		fprintf(f, "parameters split over the ranks (ZeRO-3): each rank's slice on the device, the layers' "
-			   "weights gathered into a %d-layer ring\n", p->param_ring_slots);
+		fprintf(f, "parameters split over the ranks (ZeRO-3): each rank's slice on the %s, the layers' "
+			   "weights gathered into a %d-layer ring\n",
+			strstr(p->place, "layers.weights=host") ? "host (a layer's part staged up before its gather)"
+								 : "device",
+			p->param_ring_slots);
 	else if (p->param_ring_slots)
 		fprintf(f, "parameters offloaded: the layers' weights and gradients on the host, %d-layer weight "
 			   "ring on the device\n", p->param_ring_slots);
