@@ -79,7 +79,7 @@ void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *
 		snprintf(label, sizeof(label), "%s: %.40s", r->names->label, s->name);
 		if (r->gather)
 			ferry_emit_all_gather_slices(p, r->h2d, r->gather->comm, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
-						     r->gather->slice, s->flat + host_numel(r, s, u), s->numel,
+						     r->gather->slice, s->flat + host_numel(r, s, u), s->numel, r->elem,
 						     r->gather->slice_numel, r->gather->status, layer, label);
 		else
 			ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),

@@ -45,10 +45,11 @@ struct ferry_weight_stream {
 /* A ring loaded by gathering the ranks' slices of the parameter array
  * (ZeRO-3) instead of copying from the host: on its "h2d" stream, the
  * comm stream, each unit's elements of each parameter all-gathered from
- * `slice` (this rank's, `slice_numel` elements a rank) into the slot. */
+ * `slice` (this rank's compute copy, `slice_numel` elements a rank, of
+ * the ring's element size) into the slot. */
 struct ferry_ring_gather {
 	struct ferry_comm *comm;
-	const float *slice;
+	const void *slice;
 	size_t slice_numel;
 	ferry_status *status;
 };

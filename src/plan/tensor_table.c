@@ -476,30 +476,51 @@ static int add_grad_slices(struct ferry_tensor_table *tt)
 	return r;
 }
 
-/* ZeRO-3's parameters: this rank's slice, the unstacked ones whole (the
- * kernels' copy), the stacked ones gathered into the slots of a ring,
- * laid out as the gradient slots (add_grad_slices first). */
-static int add_param_slices(struct ferry_tensor_table *tt)
+/* ZeRO-3's compute copy, this rank's slice in the kernels' type: apart
+ * from a slice of another type (the fp32 master beside bf16 kernels). */
+static int add_copy_slice(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const char *name = "params (compute copy, this rank's slice)";
+
+	if (tt->e[ix->param_slice].dtype == tt->act_dtype)
+		return ix->copy_slice = ix->param_slice;
+	ix->copy_slice = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+				    ix->shard_numel * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
+	if (ix->copy_slice >= 0)
+		tt->e[ix->copy_slice].group = FERRY_GROUP_ADAM;
+	return ix->copy_slice;
+}
+
+/* ZeRO-3's parameters: this rank's slice in type t (fp32 master weights,
+ * or with AdamW on host threads the compute copy) and its compute copy's
+ * (add_copy_slice), the unstacked ones whole (the kernels' copy), the
+ * stacked ones gathered into the slots of a ring, laid out as the
+ * gradient slots (add_grad_slices first). */
+static int add_param_slices(struct ferry_tensor_table *tt, enum ferry_dtype t)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	const enum ferry_tensor_kind kind = t == FERRY_F32 ? FERRY_TK_WEIGHT : FERRY_TK_WEIGHT_COPY;
+	const size_t asz = ferry_dtype_size(tt->act_dtype);
 	int w;
 
-	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED,
-				       FERRY_TK_WEIGHT);
-	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", FERRY_TK_WEIGHT, -1, FERRY_F32,
-				    ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED, kind);
+	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", kind, -1, t,
+				    ix->shard_numel * ferry_dtype_size(t), FERRY_PLACE_DEVICE);
 	if (ix->param_slice < 0)
 		return ix->param_slice;
 	tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	if (add_copy_slice(tt) < 0)
+		return ix->copy_slice;
 	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
-					   FERRY_TK_WEIGHT_COPY, FERRY_F32, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
+					   FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
 	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
 	r->n_layouts = 1;
 	r->slot_numel = ix->grad_slot_numel;
 	r->buffer = tt->n_buffers;
-	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, FERRY_F32,
-		       (size_t)r->slots * r->slot_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+		       tt->act_dtype, (size_t)r->slots * r->slot_numel * asz, FERRY_PLACE_DEVICE);
 	if (ix->copy_buffer < 0 || w < 0)
 		return ix->copy_buffer < 0 ? ix->copy_buffer : w;
 	tt->e[w].group = FERRY_GROUP_LAYER_WEIGHTS;
@@ -577,7 +598,7 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 		r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						       FERRY_TK_GRAD, FERRY_F32, ix->grad, BY_STACKING);
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) /* ZeRO-3: its slice, ring and edges */
-		r = add_param_slices(tt);
+		r = add_param_slices(tt, tt->act_dtype);
 	else if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
@@ -660,7 +681,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
 	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
-	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.host_grad_ring = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.copy_slice = tt->ix.host_grad_ring = -1;
 	tt->ix.grad_slots = 0;
 	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;
@@ -674,7 +695,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 		return add_host_shard(tt);
 	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) { /* ZeRO-3 */
 		r = add_grad_slices(tt);
-		r = r >= 0 ? add_param_slices(tt) : r;
+		r = r >= 0 ? add_param_slices(tt, FERRY_F32) : r;
 		return r >= 0 ? add_adam_shard(tt) : r;
 	}
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
@@ -1114,9 +1135,6 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
-	if (tt->place.group[FERRY_GROUP_ADAM].shard_params && tt->act_dtype != FERRY_F32)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=...:shard(N,params)) gathers fp32 "
-				   "parameters: with %s compute weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

@@ -263,15 +263,16 @@ void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_com
 	ferry_program_add(p, &t);
 }
 
-/* A COMM task moving elements [offset, offset + n) between whole arrays
- * and the ranks' slices of `slice` elements. */
+/* A COMM task moving elements [offset, offset + n) of elem bytes between
+ * whole arrays and the ranks' slices of `slice` elements. */
 static void slices_task(struct ferry_program *p, enum ferry_comm_job job, int stream, struct ferry_comm *comm,
-			float *dst, const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-			int layer, const char *label)
+			void *dst, const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+			ferry_status *status, int layer, const char *label)
 {
-	struct ferry_task t = comm_task(stream, comm, dst, n * sizeof(float), job, status, layer, label);
+	struct ferry_task t = comm_task(stream, comm, dst, n * elem, job, status, layer, label);
 
 	t.src = src;
+	t.elem = (unsigned)elem;
 	t.offset = offset;
 	t.slice = slice;
 	ferry_program_add(p, &t);
@@ -281,14 +282,15 @@ void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struc
 				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
 				      int layer, const char *label)
 {
-	slices_task(p, FERRY_COMM_JOB_SCATTER, stream, comm, dst, src, offset, n, slice, status, layer, label);
+	slices_task(p, FERRY_COMM_JOB_SCATTER, stream, comm, dst, src, offset, n, sizeof(float), slice, status, layer,
+		    label);
 }
 
-void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-				  int layer, const char *label)
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				  const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+				  ferry_status *status, int layer, const char *label)
 {
-	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, slice, status, layer, label);
+	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, elem, slice, status, layer, label);
 }
 
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
@@ -432,12 +434,13 @@ static size_t slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
 }
 
 /* Elements [t->offset, + n) split at the slices' bounds: each rank's part
- * averaged into where it falls in that rank's slice (scatter), or
- * gathered from there whole (collect). */
+ * averaged into where it falls in that rank's slice (scatter, fp32), or
+ * gathered from there whole (collect, any element type: moved as fp32
+ * words when whole ones, else as bytes, MPI's int counts of those). */
 static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *stream)
 {
 	const int N = ferry_comm_size(t->comm), me = ferry_comm_rank(t->comm);
-	const size_t a = t->offset, b = a + t->bytes / sizeof(float);
+	const size_t a = t->offset, b = a + t->bytes / t->elem;
 	size_t *counts = ferry_calloc((size_t)N, sizeof(size_t)), from = 0;
 	ferry_status st;
 
@@ -446,12 +449,18 @@ static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *
 	for (int r = 0; r < N; r++)
 		counts[r] = slice_part(a, b, t->slice, r, &from);
 	counts[me] = slice_part(a, b, t->slice, me, &from); /* and where this rank's starts */
-	if (scatter)
+	if (scatter) {
 		st = ferry_comm_reduce_scatter_v(t->comm, t->src, counts[me] ? (float *)t->dst + from : NULL, counts,
 						 FERRY_COMM_F32, FERRY_COMM_AVG, stream);
-	else
-		st = ferry_comm_all_gather_v(t->comm, counts[me] ? (const float *)t->src + from : NULL, t->dst, counts,
-					     FERRY_COMM_F32, stream);
+	} else {
+		const bool words = t->elem % sizeof(float) == 0;
+		const char *mine = counts[me] ? (const char *)t->src + from * t->elem : NULL;
+
+		for (int r = 0; r < N; r++)
+			counts[r] *= words ? t->elem / sizeof(float) : t->elem;
+		st = ferry_comm_all_gather_v(t->comm, mine, t->dst, counts, words ? FERRY_COMM_F32 : FERRY_COMM_BYTE,
+					     stream);
+	}
 	ferry_free(counts);
 	return st;
 }

@@ -66,20 +66,22 @@ enum ferry_host_job {
 				   added in order */
 };
 
-/* What a COMM task does.  Slices: an fp32 array of the parameter
- * array's layout split over the ranks, rank r holding elements
- * [r * slice, (r + 1) * slice). */
+/* What a COMM task does.  Slices: an array of the parameter array's
+ * layout split over the ranks, rank r holding elements
+ * [r * slice, (r + 1) * slice), fp32 (gradients) or of the kernels' type
+ * (ZeRO-3's compute copy: elem bytes an element). */
 enum ferry_comm_job {
 	FERRY_COMM_JOB_AVERAGE, /* the fp32 array at dst (bytes / 4) averaged in place */
 	FERRY_COMM_JOB_GATHER,  /* every rank's `bytes` at dst + rank * bytes to every rank */
-	FERRY_COMM_JOB_SCATTER, /* elements [offset, offset + bytes / 4), whole at
+	FERRY_COMM_JOB_SCATTER, /* fp32 elements [offset, offset + bytes / 4), whole at
 				   src on every rank: their average over the
 				   ranks into the slices (dst: where this rank's
 				   starts), each rank its part (ZeRO-2's gradients) */
-	FERRY_COMM_JOB_COLLECT, /* the same elements from the ranks' slices (src:
-				   where this rank's starts) whole into dst on
-				   every rank (ZeRO-2's gradients when a
-				   micro-batch adds to them) */
+	FERRY_COMM_JOB_COLLECT, /* elements [offset, offset + bytes / elem) from
+				   the ranks' slices (src: where this rank's
+				   starts) whole into dst on every rank
+				   (ZeRO-2's gradients when a micro-batch adds
+				   to them, ZeRO-3's weights) */
 	FERRY_COMM_JOB_SUM_F64, /* the doubles at dst (bytes / 8) summed in place */
 };
 
@@ -107,6 +109,7 @@ struct ferry_task {
 	struct ferry_comm *comm;      /* COMM: the ranks, and where a failure on */
 	ferry_status *comm_status;    /* a host thread is kept (the first) */
 	enum ferry_comm_job comm_job;
+	unsigned elem;          /* COMM slices: bytes an element */
 	size_t offset, slice;   /* COMM slices, HOST block sums: elements */
 };
 
@@ -183,11 +186,12 @@ void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_com
 void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
 				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
 				      int layer, const char *label);
-/* The reverse: elements [offset, offset + n) from the ranks' slices (src:
- * where this rank's starts) whole into dst on every rank. */
-void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-				  int layer, const char *label);
+/* The reverse, for elements of elem bytes (fp32 gradients, or weights in
+ * the kernels' type): elements [offset, offset + n) from the ranks'
+ * slices (src: where this rank's starts) whole into dst on every rank. */
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				  const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+				  ferry_status *status, int layer, const char *label);
 /* The n doubles at buf summed over comm's ranks in place. */
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
 			ferry_status *status, const char *label);
