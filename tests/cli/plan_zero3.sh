@@ -14,7 +14,7 @@
 . "$(dirname "$0")/lib.bash"
 
 N=8 C=32 L=2 V=320 T=32 # the vocabulary 257 padded to 320
-SHAPE=(--layers $L --channels $C --heads 4 --vocab 257 --max-seq $T --seq 16 --batch 2 --ranks $N)
+SHAPE=(--layers "$L" --channels "$C" --heads 4 --vocab 257 --max-seq "$T" --seq 16 --batch 2 --ranks "$N")
 
 # n: the parameter array; S: a rank's slice, whole blocks of the norm's
 # sum (n / 256 rounded up each); G: a layer's stacked parameters, each
@@ -51,7 +51,8 @@ want_host() {
 	[ "$2" = device ] && { echo 0; return; }
 	local copy=0
 	[ "$1" = 2 ] && copy=$(($(h $((2 * S))) - $(h $((2 * n)))))
-	local slice=$(h $((4 * S))) whole=$(h $((4 * n)))
+	local slice whole
+	slice=$(h $((4 * S))) whole=$(h $((4 * n)))
 	echo $((4 * (slice - whole) + copy))
 }
 
@@ -67,7 +68,8 @@ check() {
 		{ fail "$backend, AdamW on $opt: $(cat err.txt)"; return; }
 	read -r d0 h0 <<<"$(rank0 z0.json)"
 	read -r d3 h3 <<<"$(rank0 z3.json)"
-	local want="$(want_device "$a" "$opt") $(want_host "$a" "$opt")" got="$((d3 - d0)) $((h3 - h0))"
+	local want got="$((d3 - d0)) $((h3 - h0))"
+	want="$(want_device "$a" "$opt") $(want_host "$a" "$opt")"
 	[ "$got" = "$want" ] &&
 		echo "ok: $backend, AdamW on $opt: --zero 3 - --zero 0 = $got bytes (device host), n $n S $S G $G U $U" ||
 		fail "$backend, AdamW on $opt: --zero 3 - --zero 0 (device host) is [$got], by hand [$want]"
