@@ -358,6 +358,46 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 	ferry_tensor_table_release(&tt);
 }
 
+/* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
+ * on host threads: a slice of the parameters (S elements, the fp32
+ * master; on the host's side the device's is the compute copy), a slice
+ * of the compute copy in the kernels' type (the master's own in fp32),
+ * two slots gathered and the unstacked parameters whole in the kernels'
+ * type; the gradients fp32 (layer: a slot's elements, unstacked: the
+ * unstacked parameters'). */
+static void test_param_shard(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
+			     size_t unstacked)
+{
+	static const char *const place[2] = { "adam=device:shard(3,params)", "adam=host:cpu:shard(3,params)" };
+
+	for (int k = 0; k < 4; k++) {
+		const bool bf16 = k & 1, host = k >> 1;
+		const size_t a = bf16 ? 2 : 4, master = host ? a : 4;
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .place = place[host] };
+		struct ferry_tensor_table tt;
+		const struct ferry_table_index *ix = &tt.ix;
+
+		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s %s: parameters split: %s", arch, place[host], ferry_last_error());
+			continue;
+		}
+		CHECK(ix->shard_numel == S && tt.e[ix->param_slice].bytes == S * master && ix->param[0] < 0 &&
+		      tt.e[ix->copy_slice].bytes == S * a && (ix->copy_slice == ix->param_slice) == (master == a) &&
+		      tt.e[ix->copy_slice].dtype == o.act_dtype &&
+		      tt.buffers[ix->ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * a &&
+		      tt.buffers[ix->copy_buffer].bytes == unstacked * a,
+		      "%s %s %s: a slice of the parameters and of their copy, two gathered slots, the unstacked whole",
+		      arch, place[host], bf16 ? "bf16" : "fp32");
+		CHECK(tt.e[ix->grad_slice].bytes == S * 4 && tt.e[ix->grad_ring].bytes == 2 * layer * 4 &&
+		      (!host || tt.e[ix->host_param_slice].bytes == S * 4) &&
+		      (!host || !bf16 || tt.e[ix->host_copy_slice].bytes == S * 2),
+		      "%s %s %s: fp32 gradients and master", arch, place[host], bf16 ? "bf16" : "fp32");
+		for (int i = 0; i < tt.n; i++)
+			check_entry(arch, &tt, i);
+		ferry_tensor_table_release(&tt);
+	}
+}
+
 /* adam=device:shard(3,grads): the slices are whole blocks of the norm's
  * sum (n / 256 rounded up each), 3 of them cover the array; the gradients
  * are a slice, two slots of one layer's stacked gradients, and the
@@ -393,22 +433,12 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 	for (int i = 0; i < tt.n; i++)
 		check_entry(arch, &tt, i);
 	ferry_tensor_table_release(&tt);
-	/* and the parameters (ZeRO-3): a slice, two slots gathered, the unstacked whole; fp32 only */
-	o.place = "adam=device:shard(3,params)";
-	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
-		CHECK(0, "%s: parameters split: %s", arch, ferry_last_error());
-		return;
-	}
-	CHECK(tt.ix.shard_numel == S && tt.buffers[tt.ix.params_buffer].bytes == S * 4 && tt.ix.param[0] < 0 &&
-	      tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * 4 &&
-	      tt.buffers[tt.ix.copy_buffer].bytes == unstacked * 4,
-	      "%s: a slice of the parameters, two gathered slots, the unstacked whole", arch);
-	for (int i = 0; i < tt.n; i++)
-		check_entry(arch, &tt, i);
-	ferry_tensor_table_release(&tt);
+	test_param_shard(cfg, arch, S, layer, unstacked);
 	test_params_on_host(cfg, arch, S, layer, unstacked);
+	o.place = "adam=host:cpu:shard(3,params),layers.weights=host:stream";
 	o.act_dtype = FERRY_BF16;
-	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED, "%s: ZeRO-3 in bf16: not yet", arch);
+	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED,
+	      "%s: ZeRO-3 with the parameters on the host in bf16: not yet", arch);
 }
 
 /* adam=host:cpu:shard(3) with layers.weights=host:stream (ZeRO-1): the

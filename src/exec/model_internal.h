@@ -219,6 +219,9 @@ void ferry_zero_params_bind(struct ferry_model *m);
 void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_program *p);
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_zero_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+/* n weights from fp32 into type t at dst (zero.c): as they are, or bf16
+ * rounded as the CPU AdamW rounds. */
+void ferry_zero_compute_bits(enum ferry_dtype t, void *dst, const float *src, size_t n);
 
 /* n bytes of table buffer b to or from host memory (model.c). */
 ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;

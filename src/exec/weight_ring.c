@@ -83,16 +83,16 @@ static void gather_unit(const struct ferry_weight_rings *r, struct ferry_program
 	char what[56];
 
 	if (!g->stage) {
-		ferry_emit_all_gather_slices(p, r->h2d, g->comm, dst, g->slice, a, s->numel, g->slice_numel, g->status,
-					     layer_of(r, u), label);
+		ferry_emit_all_gather_slices(p, r->h2d, g->comm, dst, g->slice, a, s->numel, r->elem, g->slice_numel,
+					     g->status, layer_of(r, u), label);
 		return;
 	}
 	snprintf(what, sizeof(what), "staged %.40s", s->name);
 	if (hi > lo)
 		ferry_emit_copy(p, r->h2d, g->stage, at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
 				FERRY_COPY_H2D, layer_of(r, u), what);
-	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, s->numel, g->slice_numel, g->status,
-				   layer_of(r, u), label);
+	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, s->numel, r->elem, g->slice_numel,
+				   g->status, layer_of(r, u), label);
 }
 
 void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool backward)

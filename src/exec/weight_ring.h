@@ -45,13 +45,14 @@ struct ferry_weight_stream {
 /* A ring loaded by gathering the ranks' slices of the parameter array
  * (ZeRO-3) instead of copying from the host: on its "h2d" stream, the
  * comm stream, each unit's elements of each parameter all-gathered from
- * `slice` (this rank's, `slice_numel` elements a rank) into the slot.
- * With `stage` (the slice in host memory: --offload-params) this rank's
- * part is first copied up into that device slot, on the same stream, and
- * gathered from there: the stream's order frees the slot for the next. */
+ * `slice` (this rank's compute copy, `slice_numel` elements a rank, of
+ * the ring's element size) into the slot.  With `stage` (the slice in
+ * host memory: --offload-params) this rank's part is first copied up into
+ * that device slot, on the same stream, and gathered from there: the
+ * stream's order frees the slot for the next. */
 struct ferry_ring_gather {
 	struct ferry_comm *comm;
-	const float *slice;
+	const void *slice;
 	size_t slice_numel;
 	ferry_status *status;
 	void *stage;          /* NULL: the slice is on the device */

@@ -14,6 +14,7 @@
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
+#include "ferry/safetensors.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -54,7 +55,9 @@ static void update_piece(ferry_model_t m, struct ferry_program *p, int q, const 
 		return;
 	c.param = ix->param_slice >= 0 ? at(entry(m, ix->param_slice), (a - lo) * sizeof(float)) /* ZeRO-3 */
 				       : at(entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
-	c.param_copy = at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
+	c.param_copy = ix->copy_slice >= 0 && ix->copy_slice != ix->param_slice /* ZeRO-3, bf16: the slice gathered */
+			       ? at(entry(m, ix->copy_slice), (a - lo) * m->asz)
+			       : at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
 	c.out[0] = at(entry(m, ix->mom_slice), (a - lo) * sizeof(float));
 	c.out[1] = at(entry(m, ix->var_slice), (a - lo) * sizeof(float));
 	c.in[0] = ix->grad_slice >= 0 ? at(entry(m, ix->grad_slice), (a - lo) * sizeof(float)) /* ZeRO-2 */
@@ -93,18 +96,28 @@ void ferry_emit_update_sharded(ferry_model_t m, struct ferry_program *p)
 	ferry_emit_wait(p, m->compute, m->zero_gathered, -1);
 }
 
+void ferry_zero_compute_bits(enum ferry_dtype t, void *dst, const float *src, size_t n)
+{
+	if (t == FERRY_F32) {
+		memcpy(dst, src, n * sizeof(float));
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		((uint16_t *)dst)[i] = ferry_st_f32_to_bf16(src[i]); /* as the CPU AdamW rounds */
+}
+
 /* This rank's slice of whole (n floats; the padding past n 0) into
- * buffer b. */
-static ferry_status write_slice(ferry_model_t m, int b, const float *whole)
+ * buffer b, in type t. */
+static ferry_status write_slice(ferry_model_t m, int b, enum ferry_dtype t, const float *whole)
 {
 	const size_t S = m->tt.ix.shard_numel, lo = slice_start(m), n = m->tt.n_params;
 	const size_t have = lo < n ? (n - lo < S ? n - lo : S) : 0;
-	float *slice = ferry_calloc(S, sizeof(float));
+	char *slice = ferry_calloc(S, ferry_dtype_size(t));
 	ferry_status st = slice ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
 
 	if (!st) {
-		memcpy(slice, whole + lo, have * sizeof(float));
-		st = ferry_model_buffer_write(m, b, slice, S * sizeof(float));
+		ferry_zero_compute_bits(t, slice, whole + lo, have);
+		st = ferry_model_buffer_write(m, b, slice, S * ferry_dtype_size(t));
 	}
 	ferry_free(slice);
 	return st;
@@ -128,9 +141,9 @@ static ferry_status read_whole(ferry_model_t m, int b, float *whole)
 
 ferry_status ferry_zero_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 {
-	ferry_status st = write_slice(m, m->tt.ix.mom_buffer, mom);
+	ferry_status st = write_slice(m, m->tt.ix.mom_buffer, FERRY_F32, mom);
 
-	return st ? st : write_slice(m, m->tt.ix.var_buffer, var);
+	return st ? st : write_slice(m, m->tt.ix.var_buffer, FERRY_F32, var);
 }
 
 ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
@@ -140,10 +153,17 @@ ferry_status ferry_zero_get_opt_state(ferry_model_t m, float *mom, float *var)
 	return st ? st : read_whole(m, m->tt.ix.var_buffer, var);
 }
 
+/* An entry's slice: the first of its buffer. */
+static ferry_status write_entry_slice(ferry_model_t m, int i, const float *whole)
+{
+	return write_slice(m, m->tt.e[i].buffer, m->tt.e[i].dtype, whole);
+}
+
 /* ZeRO-3: this rank's slice (the device's: with AdamW on host threads
  * the compute slice; none when the slice is the host's master, which the
- * caller wrote), and the unstacked parameters whole (the copy buffer
- * holds them in array order, each where its entry is). */
+ * caller wrote) and, apart, its compute copy's, and the unstacked
+ * parameters whole in the kernels' type (the copy buffer holds them in
+ * array order, each where its entry is). */
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
@@ -152,12 +172,14 @@ ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 	ferry_status st = edges ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
 
 	if (!st && ix->param_stage < 0)
-		st = write_slice(m, m->tt.e[ix->param_slice].buffer, params);
+		st = write_entry_slice(m, ix->param_slice, params);
+	if (!st && ix->param_stage < 0 && ix->copy_slice != ix->param_slice)
+		st = write_entry_slice(m, ix->copy_slice, params);
 	for (int q = 0; q < m->md->n_params && !st; q++) {
 		struct ferry_param_info pi;
 
 		if (ix->copy[q] >= 0 && (st = ferry_model_param_info(&m->cfg, q, &pi)) == FERRY_OK)
-			memcpy(edges + m->tt.e[ix->copy[q]].offset, params + pi.offset, pi.numel * sizeof(float));
+			ferry_zero_compute_bits(m->act, edges + m->tt.e[ix->copy[q]].offset, params + pi.offset, pi.numel);
 	}
 	if (!st)
 		st = ferry_model_buffer_write(m, ix->copy_buffer, edges, bytes);

@@ -97,8 +97,8 @@ static void move(struct ferry_model *m, struct ferry_program *p, const struct fe
 
 	snprintf(label, sizeof(label), "%s grad: %.40s", gather ? "gather" : "scatter", pi->name);
 	if (gather)
-		ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, slice, off, n, m->tt.ix.shard_numel,
-					     &m->comm_status, layer, label);
+		ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, slice, off, n, sizeof(float),
+					     m->tt.ix.shard_numel, &m->comm_status, layer, label);
 	else
 		ferry_emit_reduce_scatter_slices(p, m->comm_stream, m->comm, slice, whole, off, n, m->tt.ix.shard_numel,
 						 &m->comm_status, layer, label);

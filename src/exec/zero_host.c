@@ -14,7 +14,8 @@
  *
  * ZeRO-3 on the host (adam=host:cpu:shard(N,params), --zero 3 with
  * --offload-optimizer cpu, FSDP2's CPU offload): the device keeps only
- * the rank's slice of the compute copy (fp32: the master's bits) and
+ * the rank's slice of the compute copy (in the kernels' type: bf16 the
+ * bits the CPU AdamW rounds to, fp32 the master's) and
  * ZeRO-3's ring (zero_params.c) all-gathers each layer from it ahead of
  * use; the gradients come down from ZeRO-2's slice; each piece updated
  * goes up into the device's slice, and after the update only the
@@ -42,7 +43,6 @@
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
-#include "ferry/safetensors.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -182,16 +182,15 @@ void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 static ferry_status upload_whole(ferry_model_t m, const float *params)
 {
 	const size_t n = m->tt.n_params;
-	uint16_t *bits;
+	void *bits;
 	ferry_status st;
 
 	if (m->act == FERRY_F32)
 		return ferry_model_buffer_write(m, m->tt.ix.copy_buffer, params, n * sizeof(float));
-	if (!(bits = ferry_calloc(n, sizeof(*bits))))
+	if (!(bits = ferry_calloc(n, m->asz)))
 		return ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
-	for (size_t i = 0; i < n; i++)
-		bits[i] = ferry_st_f32_to_bf16(params[i]);
-	st = ferry_model_buffer_write(m, m->tt.ix.copy_buffer, bits, n * sizeof(*bits));
+	ferry_zero_compute_bits(m->act, bits, params, n);
+	st = ferry_model_buffer_write(m, m->tt.ix.copy_buffer, bits, n * m->asz);
 	ferry_free(bits);
 	return st;
 }
@@ -205,7 +204,7 @@ ferry_status ferry_zero_host_set_params(ferry_model_t m, const float *params)
 
 	if (st)
 		return st;
-	/* ZeRO-3: the device's slice (if any) and unstacked parameters (fp32) */
+	/* ZeRO-3: the device's slice (if any) and unstacked parameters (the kernels' type) */
 	return m->tt.ix.param_slice >= 0 ? ferry_zero_set_params(m, params) : upload_whole(m, params);
 }
 

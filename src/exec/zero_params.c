@@ -1,7 +1,11 @@
 /*
  * ZeRO-3 (adam=device:shard(N,params), --zero 3): the parameters split
  * over the ranks too, each rank keeping its slice [r*S, (r+1)*S) of the
- * master weights, moments and gradients (ZeRO-2's slices, zero_grads.c).
+ * master weights, moments and gradients (ZeRO-2's slices, zero_grads.c),
+ * and of the compute copy in the kernels' type (bf16: an array of its
+ * own, which AdamW writes beside the master; fp32: the master itself).
+ * The gathers below read the compute copy's slice, 2 bytes an element in
+ * bf16, 4 in fp32, and write the kernels' weights; gradients stay fp32.
  *
  * The stacked layers' weights reach the kernels through the weight ring
  * of --offload-params (weight_ring.h), whose load is here an all-gather:
@@ -49,14 +53,14 @@ void ferry_zero_params_bind(struct ferry_model *m)
 	const size_t S = m->tt.ix.shard_numel;
 
 	/* (a dry build's slice: rank 0's) */
-	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.param_slice), S, &m->comm_status,
+	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.copy_slice), S, &m->comm_status,
 						     entry(m, m->tt.ix.param_stage),
 						     m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0 };
 	r->ring = tr->slots;
 	r->grad_ring = m->tt.ix.grad_slots; /* the engine's gradient slots, not the ring's */
 	r->grads_apart = true;
 	r->slot_numel = tr->slot_numel;
-	r->elem = sizeof(float);
+	r->elem = m->asz;
 	r->gather = &m->zero_gather;
 	r->h2d = m->comm_stream; /* collectives run on the comm stream alone */
 	for (int q = 0; q < m->md->n_params; q++) {
@@ -68,7 +72,7 @@ void ferry_zero_params_bind(struct ferry_model *m)
 		s = &r->s[r->n++];
 		*s = (struct ferry_weight_stream){ .name = m->md->params[q].name, .numel = pi.layer_numel,
 						   .flat = pi.offset };
-		s->dev = at(entry(m, tr->w[0][q]), tr->off[q] * sizeof(float));
+		s->dev = at(entry(m, tr->w[0][q]), tr->off[q] * m->asz);
 		m->wptr[q] = s->dev;
 	}
 }
@@ -82,18 +86,19 @@ void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_prog
 
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
-		float *whole = entry(m, m->tt.ix.copy[q]);
+		void *whole = entry(m, m->tt.ix.copy[q]);
 		size_t mine;
 
 		if (m->tt.ix.copy[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 			continue;
 		if (m->tt.ix.param_stage < 0) {
-			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, entry(m, m->tt.ix.param_slice),
-						     pi.offset, pi.numel, S, &m->comm_status, -1, "gather params: unstacked");
+			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, entry(m, m->tt.ix.copy_slice),
+						     pi.offset, pi.numel, m->asz, S, &m->comm_status, -1,
+						     "gather params: unstacked");
 			continue;
 		}
 		mine = lo < pi.offset ? 0 : lo - pi.offset < pi.numel ? lo - pi.offset : pi.numel; /* its part's place */
-		ferry_emit_all_gather_part(p, m->comm_stream, m->comm, whole, at(whole, mine * sizeof(float)), pi.offset,
-					   pi.numel, S, &m->comm_status, -1, "gather params: unstacked, in place");
+		ferry_emit_all_gather_part(p, m->comm_stream, m->comm, whole, at(whole, mine * m->asz), pi.offset,
+					   pi.numel, m->asz, S, &m->comm_status, -1, "gather params: unstacked, in place");
 	}
 }

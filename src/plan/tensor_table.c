@@ -538,18 +538,37 @@ static int add_param_stage(struct ferry_tensor_table *tt)
 	return tt->ix.param_stage;
 }
 
-/* ZeRO-3's slice of the parameters on the device. */
-static int add_device_param_slice(struct ferry_tensor_table *tt)
+/* ZeRO-3's compute copy, this rank's slice in the kernels' type: apart
+ * from a slice of another type (the fp32 master beside bf16 kernels). */
+static int add_copy_slice(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
+	const char *name = "params (compute copy, this rank's slice)";
 
-	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED,
-				       FERRY_TK_WEIGHT);
-	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", FERRY_TK_WEIGHT, -1, FERRY_F32,
-				    ix->shard_numel * sizeof(float), FERRY_PLACE_DEVICE);
-	if (ix->param_slice >= 0)
-		tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
-	return ix->param_slice;
+	if (tt->e[ix->param_slice].dtype == tt->act_dtype)
+		return ix->copy_slice = ix->param_slice;
+	ix->copy_slice = add_single(tt, name, FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+				    ix->shard_numel * ferry_dtype_size(tt->act_dtype), FERRY_PLACE_DEVICE);
+	if (ix->copy_slice >= 0)
+		tt->e[ix->copy_slice].group = FERRY_GROUP_ADAM;
+	return ix->copy_slice;
+}
+
+/* ZeRO-3's slice of the parameters on the device, in type t (fp32 master
+ * weights, or with AdamW on host threads the compute copy), and its
+ * compute copy's (add_copy_slice). */
+static int add_device_param_slice(struct ferry_tensor_table *tt, enum ferry_dtype t)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const enum ferry_tensor_kind kind = t == FERRY_F32 ? FERRY_TK_WEIGHT : FERRY_TK_WEIGHT_COPY;
+
+	ix->params_buffer = add_buffer(tt, "params (this rank's slice)", FERRY_SITE_DEVICE, FERRY_BUF_DONATED, kind);
+	ix->param_slice = add_entry(tt, ix->params_buffer, "params (this rank's slice)", kind, -1, t,
+				    ix->shard_numel * ferry_dtype_size(t), FERRY_PLACE_DEVICE);
+	if (ix->param_slice < 0)
+		return ix->param_slice;
+	tt->e[ix->param_slice].group = FERRY_GROUP_ADAM;
+	return add_copy_slice(tt);
 }
 
 /* Whether ZeRO-3's slice of the parameters is the host's master slice
@@ -561,25 +580,27 @@ static bool params_on_host(const struct ferry_tensor_table *tt)
 }
 
 /* ZeRO-3's parameters: this rank's slice (on the host: add_host_shard
- * adds it, the device a slot to stage it through), the unstacked ones
- * whole (the kernels' copy), the stacked ones gathered into the slots of
- * a ring, laid out as the gradient slots (add_grad_slices first). */
-static int add_param_slices(struct ferry_tensor_table *tt)
+ * adds it, the device a slot to stage it through; on the device in type
+ * t, add_device_param_slice), the unstacked ones whole (the kernels'
+ * copy), the stacked ones gathered into the slots of a ring, laid out as
+ * the gradient slots (add_grad_slices first), both in the kernels' type. */
+static int add_param_slices(struct ferry_tensor_table *tt, enum ferry_dtype t)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
-	int w = params_on_host(tt) ? add_param_stage(tt) : add_device_param_slice(tt);
+	const size_t asz = ferry_dtype_size(tt->act_dtype);
+	int w = params_on_host(tt) ? add_param_stage(tt) : add_device_param_slice(tt, t);
 
 	if (w < 0)
 		return w;
 	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
-					   FERRY_TK_WEIGHT_COPY, FERRY_F32, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
+					   FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
 	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
 	r->n_layouts = 1;
 	r->slot_numel = ix->grad_slot_numel;
 	r->buffer = tt->n_buffers;
-	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, FERRY_F32,
-		       (size_t)r->slots * r->slot_numel * sizeof(float), FERRY_PLACE_DEVICE);
+	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
+		       tt->act_dtype, (size_t)r->slots * r->slot_numel * asz, FERRY_PLACE_DEVICE);
 	if (ix->copy_buffer < 0 || w < 0)
 		return ix->copy_buffer < 0 ? ix->copy_buffer : w;
 	tt->e[w].group = FERRY_GROUP_LAYER_WEIGHTS;
@@ -709,7 +730,7 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 		r = ix->grads_buffer = add_param_group(tt, "grads", "grad:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						       FERRY_TK_GRAD, FERRY_F32, ix->grad, BY_STACKING);
 	if (r >= 0 && ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) /* ZeRO-3: its slice, ring and edges */
-		r = add_param_slices(tt);
+		r = add_param_slices(tt, tt->act_dtype);
 	else if (r >= 0)
 		r = ix->copy_buffer = add_param_group(tt, "params (compute copy)", "", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 						      FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, BY_STACKING);
@@ -720,8 +741,8 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	if (r >= 0)
 		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
 						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
-	if (params_on_host(tt)) /* fp32: the master's bits are the weights' */
-		ix->param_slice = ix->host_param_slice;
+	if (params_on_host(tt)) /* fp32 (refused otherwise): the master's bits are the weights' */
+		ix->param_slice = ix->copy_slice = ix->host_param_slice;
 	if (r >= 0)
 		r = add_host_moments(tt);
 	ix->opt_chunk = optimizer_chunk(tt);
@@ -792,7 +813,8 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 	tt->ix.copy_buffer = tt->ix.opt_ring = tt->ix.host_copy_buffer = -1;
 	tt->ix.mom_slice = tt->ix.var_slice = -1;
 	tt->ix.host_param_slice = tt->ix.host_grad_slice = tt->ix.host_copy_slice = -1;
-	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.param_stage = tt->ix.host_grad_ring = -1;
+	tt->ix.grad_slice = tt->ix.grad_ring = tt->ix.param_slice = tt->ix.param_stage = tt->ix.copy_slice =
+		tt->ix.host_grad_ring = -1;
 	tt->ix.grad_slots = 0;
 	tt->ix.grad_slot_numel = 0;
 	tt->ix.shard_numel = 0;
@@ -806,7 +828,7 @@ static int add_params_placed(struct ferry_tensor_table *tt)
 		return add_host_shard(tt);
 	if (ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params) { /* ZeRO-3 */
 		r = add_grad_slices(tt);
-		r = r >= 0 ? add_param_slices(tt) : r;
+		r = r >= 0 ? add_param_slices(tt, FERRY_F32) : r;
 		return r >= 0 ? add_adam_shard(tt) : r;
 	}
 	r = tt->ix.params_buffer = add_param_group(tt, stream ? "host: params" : "params", "", opt,
@@ -1246,9 +1268,10 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
-	if (tt->place.group[FERRY_GROUP_ADAM].shard_params && tt->act_dtype != FERRY_F32)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 (adam=...:shard(N,params)) gathers fp32 "
-				   "parameters: with %s compute weights, not yet", ferry_dtype_name(tt->act_dtype));
+	if (params_on_host(tt) && tt->act_dtype != FERRY_F32)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 with --offload-params (adam=host:cpu:shard(N,params), "
+				   "layers.weights=host:stream) stages the host's fp32 master slice: with %s compute "
+				   "weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

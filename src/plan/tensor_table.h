@@ -133,16 +133,20 @@ struct ferry_table_index {
 	int grad_slice, grad_ring, grad_slots;
 	size_t grad_slot_numel, grad_slot_off[FERRY_MODEL_MAX_PARAMS];
 	/* adam=device:shard(N,params) (ZeRO-3): no param[q]; this rank's
-	 * slice of the parameter array (entry param_slice, in params_buffer),
-	 * the stacked parameters one layer at a time in the slots of
-	 * ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots' layout), the
-	 * unstacked ones whole in copy[q] (-1: not split).  With the layers'
-	 * weights on the host too (host:cpu:shard(N,params) with
-	 * layers.weights=host:stream, --offload-params) the slice is the
-	 * host's master (param_slice is host_param_slice), and each layer's
-	 * part of a parameter in it goes up into the device slot param_stage
+	 * slice of the parameter array (entry param_slice, in params_buffer:
+	 * fp32 master weights, or with AdamW on host threads the compute
+	 * copy), and of the compute copy, in the kernels' type, which the
+	 * gathers read (entry copy_slice: param_slice itself when that is of
+	 * the kernels' type); the stacked parameters one layer at a time in
+	 * the slots of ring[FERRY_GROUP_LAYER_WEIGHTS] (the gradient slots'
+	 * layout), the unstacked ones whole in copy[q], both in the kernels'
+	 * type (-1: not split).  With the layers' weights on the host too
+	 * (host:cpu:shard(N,params) with layers.weights=host:stream,
+	 * --offload-params) the slice is the host's master (param_slice and
+	 * copy_slice are host_param_slice: fp32 only), and each layer's part
+	 * of a parameter in it goes up into the device slot param_stage
 	 * before that layer's gather (-1: none) */
-	int param_slice, param_stage;
+	int param_slice, param_stage, copy_slice;
 	/* adam.grads=device:stream(D): no host_grad[q]; the host ring the
 	 * device's gradients come down through (entry host_grad_ring, -1:
 	 * none), host_grad_slots slots of host_grad_slot_numel floats, a

@@ -79,9 +79,9 @@ static size_t elem_size(const struct ferry_task *t)
 	switch (t->comm_job) {
 	case FERRY_COMM_JOB_SUM_F64: return sizeof(double);
 	case FERRY_COMM_JOB_GATHER: return 1;
+	case FERRY_COMM_JOB_COLLECT: return t->elem; /* fp32, or the kernels' type */
 	case FERRY_COMM_JOB_AVERAGE:
-	case FERRY_COMM_JOB_SCATTER:
-	case FERRY_COMM_JOB_COLLECT: break;
+	case FERRY_COMM_JOB_SCATTER: break;
 	}
 	return sizeof(float);
 }
@@ -113,14 +113,13 @@ static size_t my_part(const struct ferry_stage_piece *pc, size_t *from, size_t *
 /* Where a COLLECT's piece finds this rank's elements that start at from
  * in its slice: src + from, or where src is this rank's part itself (a
  * staging slot: src_part) that far past the task's first element in it. */
-static const float *collect_src(const struct ferry_task *t, size_t from)
+static const char *collect_src(const struct ferry_task *t, size_t from)
 {
 	size_t first = 0;
 
 	if (t->src_part)
-		ferry_slice_part(t->offset, t->offset + t->bytes / sizeof(float), t->slice, ferry_comm_rank(t->comm),
-				 &first);
-	return (const float *)t->src + (from - first);
+		ferry_slice_part(t->offset, t->offset + t->bytes / t->elem, t->slice, ferry_comm_rank(t->comm), &first);
+	return (const char *)t->src + (from - first) * t->elem;
 }
 
 /* The piece's bytes into the buffer, on s. */
@@ -139,8 +138,7 @@ static ferry_status piece_out(const struct ferry_stage_piece *pc, ferry_stream_t
 		return ferry_memcpy_async(s, host, (const float *)t->src + pc->at, pc->n * es, FERRY_COPY_D2H);
 	case FERRY_COMM_JOB_COLLECT:
 		n = my_part(pc, &from, &in);
-		return n ? ferry_memcpy_async(s, (float *)host + in, collect_src(t, from), n * es,
-					      FERRY_COPY_D2H) : FERRY_OK;
+		return n ? ferry_memcpy_async(s, host + in * es, collect_src(t, from), n * es, FERRY_COPY_D2H) : FERRY_OK;
 	case FERRY_COMM_JOB_AVERAGE:
 	case FERRY_COMM_JOB_SUM_F64: break;
 	}
@@ -151,19 +149,20 @@ static ferry_status piece_out(const struct ferry_stage_piece *pc, ferry_stream_t
 static ferry_status piece_collective(const struct ferry_stage_piece *pc)
 {
 	const struct ferry_task *t = pc->t;
-	float *host = pc->g->buf;
+	const size_t es = elem_size(t);
+	char *host = pc->g->buf;
 	struct ferry_task whole;
 	size_t from, in, n;
 
 	switch (t->comm_job) {
 	case FERRY_COMM_JOB_SCATTER: /* this rank's part received after the piece */
 		n = my_part(pc, &from, &in);
-		return ferry_comm_slices(t->comm, true, t->offset + pc->at, pc->n, t->slice, host,
-					 n ? host + piece_elems(pc->g, t) : NULL, NULL);
+		return ferry_comm_slices(t->comm, true, t->offset + pc->at, pc->n, t->slice, es, host,
+					 n ? host + piece_elems(pc->g, t) * es : NULL, NULL);
 	case FERRY_COMM_JOB_COLLECT:
 		n = my_part(pc, &from, &in);
-		return ferry_comm_slices(t->comm, false, t->offset + pc->at, pc->n, t->slice, host, n ? host + in : NULL,
-					 NULL);
+		return ferry_comm_slices(t->comm, false, t->offset + pc->at, pc->n, t->slice, es, host,
+					 n ? host + in * es : NULL, NULL);
 	case FERRY_COMM_JOB_AVERAGE:
 	case FERRY_COMM_JOB_GATHER:
 	case FERRY_COMM_JOB_SUM_F64: break;

@@ -265,15 +265,16 @@ void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_com
 	ferry_program_add(p, &t);
 }
 
-/* A COMM task moving elements [offset, offset + n) between whole arrays
- * and the ranks' slices of `slice` elements. */
+/* A COMM task moving elements [offset, offset + n) of elem bytes between
+ * whole arrays and the ranks' slices of `slice` elements. */
 static void slices_task(struct ferry_program *p, enum ferry_comm_job job, int stream, struct ferry_comm *comm,
-			float *dst, const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-			int layer, const char *label)
+			void *dst, const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+			ferry_status *status, int layer, const char *label)
 {
-	struct ferry_task t = comm_task(stream, comm, dst, n * sizeof(float), job, status, layer, label);
+	struct ferry_task t = comm_task(stream, comm, dst, n * elem, job, status, layer, label);
 
 	t.src = src;
+	t.elem = (unsigned)elem;
 	t.offset = offset;
 	t.slice = slice;
 	ferry_program_add(p, &t);
@@ -283,21 +284,22 @@ void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struc
 				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
 				      int layer, const char *label)
 {
-	slices_task(p, FERRY_COMM_JOB_SCATTER, stream, comm, dst, src, offset, n, slice, status, layer, label);
+	slices_task(p, FERRY_COMM_JOB_SCATTER, stream, comm, dst, src, offset, n, sizeof(float), slice, status, layer,
+		    label);
 }
 
-void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-				  int layer, const char *label)
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				  const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+				  ferry_status *status, int layer, const char *label)
 {
-	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, slice, status, layer, label);
+	slices_task(p, FERRY_COMM_JOB_COLLECT, stream, comm, dst, src, offset, n, elem, slice, status, layer, label);
 }
 
-void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				const float *part, size_t offset, size_t n, size_t slice, ferry_status *status,
+void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				const void *part, size_t offset, size_t n, size_t elem, size_t slice, ferry_status *status,
 				int layer, const char *label)
 {
-	ferry_emit_all_gather_slices(p, stream, comm, dst, part, offset, n, slice, status, layer, label);
+	ferry_emit_all_gather_slices(p, stream, comm, dst, part, offset, n, elem, slice, status, layer, label);
 	if (!p->failed)
 		p->t[p->n - 1].src_part = true;
 }
@@ -440,10 +442,11 @@ size_t ferry_slice_part(size_t a, size_t b, size_t S, int r, size_t *from)
 	return e > s ? e - s : 0;
 }
 
-ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, float *whole,
-			       float *mine, void *stream)
+ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, size_t elem,
+			       void *whole, void *mine, void *stream)
 {
 	const int N = ferry_comm_size(comm);
+	const bool words = elem % sizeof(float) == 0;
 	size_t *counts = ferry_calloc((size_t)N, sizeof(size_t)), from = 0;
 	ferry_status st;
 
@@ -451,27 +454,32 @@ ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, 
 		return ferry_error(FERRY_ERR_NOMEM, "slices: out of host memory");
 	for (int r = 0; r < N; r++)
 		counts[r] = ferry_slice_part(a, a + n, slice, r, &from);
-	if (scatter)
+	if (scatter) {
 		st = ferry_comm_reduce_scatter_v(comm, whole, mine, counts, FERRY_COMM_F32, FERRY_COMM_AVG, stream);
-	else
-		st = ferry_comm_all_gather_v(comm, mine, whole, counts, FERRY_COMM_F32, stream);
+	} else {
+		for (int r = 0; r < N; r++) /* as fp32 words when whole ones, else as bytes */
+			counts[r] *= words ? elem / sizeof(float) : elem;
+		st = ferry_comm_all_gather_v(comm, mine, whole, counts, words ? FERRY_COMM_F32 : FERRY_COMM_BYTE, stream);
+	}
 	ferry_free(counts);
 	return st;
 }
 
 /* Elements [t->offset, + n) split at the slices' bounds: each rank's part
- * averaged into where it falls in that rank's slice (scatter: dst is
- * where this rank's starts), or gathered from there (collect: src) whole. */
+ * averaged into where it falls in that rank's slice (scatter, fp32: dst is
+ * where this rank's starts), or gathered from there (collect, elements of
+ * t->elem bytes: src) whole. */
 static ferry_status slices_call(const struct ferry_task *t, bool scatter, void *stream)
 {
-	const size_t n = t->bytes / sizeof(float);
-	float *slice = scatter ? t->dst : (void *)t->src, *whole = scatter ? (void *)t->src : t->dst; /* src: read */
+	const size_t es = scatter ? sizeof(float) : t->elem, n = t->bytes / es;
+	char *slice = scatter ? t->dst : (void *)t->src, *whole = scatter ? (void *)t->src : t->dst; /* src: read */
 	size_t from = 0;
 	bool mine = ferry_slice_part(t->offset, t->offset + n, t->slice, ferry_comm_rank(t->comm), &from) > 0;
 
 	if (mine && !scatter && t->src_part) /* src is this rank's part itself */
 		from = 0;
-	return ferry_comm_slices(t->comm, scatter, t->offset, n, t->slice, whole, mine ? slice + from : NULL, stream);
+	return ferry_comm_slices(t->comm, scatter, t->offset, n, t->slice, es, whole, mine ? slice + from * es : NULL,
+				 stream);
 }
 
 ferry_status ferry_comm_task_call(const struct ferry_task *t, void *stream)

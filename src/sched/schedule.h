@@ -66,20 +66,22 @@ enum ferry_host_job {
 				   added in order */
 };
 
-/* What a COMM task does.  Slices: an fp32 array of the parameter
- * array's layout split over the ranks, rank r holding elements
- * [r * slice, (r + 1) * slice). */
+/* What a COMM task does.  Slices: an array of the parameter array's
+ * layout split over the ranks, rank r holding elements
+ * [r * slice, (r + 1) * slice), fp32 (gradients) or of the kernels' type
+ * (ZeRO-3's compute copy: elem bytes an element). */
 enum ferry_comm_job {
 	FERRY_COMM_JOB_AVERAGE, /* the fp32 array at dst (bytes / 4) averaged in place */
 	FERRY_COMM_JOB_GATHER,  /* every rank's `bytes` at dst + rank * bytes to every rank */
-	FERRY_COMM_JOB_SCATTER, /* elements [offset, offset + bytes / 4), whole at
+	FERRY_COMM_JOB_SCATTER, /* fp32 elements [offset, offset + bytes / 4), whole at
 				   src on every rank: their average over the
 				   ranks into the slices (dst: where this rank's
 				   starts), each rank its part (ZeRO-2's gradients) */
-	FERRY_COMM_JOB_COLLECT, /* the same elements from the ranks' slices (src:
-				   where this rank's starts) whole into dst on
-				   every rank (ZeRO-2's gradients when a
-				   micro-batch adds to them) */
+	FERRY_COMM_JOB_COLLECT, /* elements [offset, offset + bytes / elem) from
+				   the ranks' slices (src: where this rank's
+				   starts) whole into dst on every rank
+				   (ZeRO-2's gradients when a micro-batch adds
+				   to them, ZeRO-3's weights) */
 	FERRY_COMM_JOB_SUM_F64, /* the doubles at dst (bytes / 8) summed in place */
 };
 
@@ -107,6 +109,7 @@ struct ferry_task {
 	struct ferry_comm *comm;      /* COMM: the ranks, and where a failure on */
 	ferry_status *comm_status;    /* a host thread is kept (the first) */
 	enum ferry_comm_job comm_job;
+	unsigned elem;          /* COMM slices: bytes an element */
 	size_t offset, slice;   /* COMM slices, HOST block sums: elements */
 	struct ferry_stage_piece *pieces; /* COMM through host staging: its
 				   pieces (sched/comm_stage.h), made at its
@@ -188,15 +191,16 @@ void ferry_emit_all_gather(struct ferry_program *p, int stream, struct ferry_com
 void ferry_emit_reduce_scatter_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
 				      const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
 				      int layer, const char *label);
-/* The reverse: elements [offset, offset + n) from the ranks' slices (src:
- * where this rank's starts) whole into dst on every rank. */
-void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				  const float *src, size_t offset, size_t n, size_t slice, ferry_status *status,
-				  int layer, const char *label);
+/* The reverse, for elements of elem bytes (fp32 gradients, or weights in
+ * the kernels' type): elements [offset, offset + n) from the ranks'
+ * slices (src: where this rank's starts) whole into dst on every rank. */
+void ferry_emit_all_gather_slices(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				  const void *src, size_t offset, size_t n, size_t elem, size_t slice,
+				  ferry_status *status, int layer, const char *label);
 /* The same, this rank's part of [offset, offset + n) at `part` itself (a
  * staged copy of it, or its place in dst: then in place). */
-void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, float *dst,
-				const float *part, size_t offset, size_t n, size_t slice, ferry_status *status,
+void ferry_emit_all_gather_part(struct ferry_program *p, int stream, struct ferry_comm *comm, void *dst,
+				const void *part, size_t offset, size_t n, size_t elem, size_t slice, ferry_status *status,
 				int layer, const char *label);
 /* The n doubles at buf summed over comm's ranks in place. */
 void ferry_emit_sum_f64(struct ferry_program *p, int stream, struct ferry_comm *comm, double *buf, size_t n,
@@ -221,13 +225,13 @@ void ferry_comm_task_keep(const struct ferry_task *t, ferry_status st);
 /* The elements of [a, b) in rank r's slice (of `slice` elements from
  * r * slice): how many, and in *from where they start in it. */
 size_t ferry_slice_part(size_t a, size_t b, size_t slice, int r, size_t *from);
-/* Elements [a, a + n) of an fp32 array split over comm's ranks in slices
- * of `slice` elements: whole at `whole` on every rank, each rank's part
- * averaged over the ranks into `mine` (scatter), or every rank's part
- * from its `mine` into `whole` (gather); mine: where this rank's part
- * is, NULL when it has none. */
-ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, float *whole,
-			       float *mine, void *stream) FERRY_MUST_CHECK;
+/* Elements [a, a + n) of an array split over comm's ranks in slices of
+ * `slice` elements: whole at `whole` on every rank, each rank's part
+ * averaged over the ranks into `mine` (scatter: fp32), or every rank's
+ * part from its `mine` into `whole` (gather: elements of elem bytes);
+ * mine: where this rank's part is, NULL when it has none. */
+ferry_status ferry_comm_slices(struct ferry_comm *comm, bool scatter, size_t a, size_t n, size_t slice, size_t elem,
+			       void *whole, void *mine, void *stream) FERRY_MUST_CHECK;
 
 /* A schedule's streams and events on a backend. */
 struct ferry_sched_runtime {

@@ -3,13 +3,17 @@
 # (issue 22 item 2; sched/comm_stage.c): 2 ranks on one GPU (NCCL refuses
 # two ranks on one device, so FERRY_COMM_ENGINE's auto picks MPI, and the
 # start says why), each in --device-mem 4G, GPT-2 and Llama, 4 steps:
-# --zero 0 and --zero 1 against one process with the global batch (bf16:
-# the batch split changes the sums, so the losses within 1e-3 relative;
-# the worst difference printed), --zero 1 the same bits as --zero 0 (its
-# update is elementwise on the same averaged gradients); every rank's
-# measured host bytes are `ferry plan --ranks 2`'s (the staging buffer,
-# planned with FERRY_COMM_ENGINE=mpi); an unknown FERRY_COMM_ENGINE stops
-# every rank with one message.  Skips (77) without a usable GPU or without
+# --zero 0, --zero 1 and --zero 3 (bf16 compute slices gathered; AdamW on
+# the device, and on host threads with --offload-optimizer cpu) against
+# one process with the global batch (bf16: the batch split changes the
+# sums, so the losses within 1e-3 relative; the worst difference printed),
+# --zero 1 the same bits as --zero 0 (its update is elementwise on the
+# same averaged gradients); every rank's measured host bytes are `ferry
+# plan --ranks 2`'s (the staging buffer, planned with
+# FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
+# unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
+# that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
+# fails the test.  Skips (77) without a usable GPU or without
 # mpirun and a ferry built with MPI; fails instead of skipping for a
 # missing GPU when FERRY_REQUIRE_GPU is set.
 . "$(dirname "$0")/../cli/lib.bash"
@@ -57,8 +61,9 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1; do
-		ranks "${family}_z$z" $z "${shape[@]}" || continue
+	for z in 0 1 3 3cpu; do
+		opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
+		ranks "${family}_z$z" "${z%cpu}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
 		d=$(near one.json "${family}_z$z.json") && echo "ok: $family --zero $z on 2 ranks = one process: $d" ||
 			fail "$family --zero $z on 2 ranks against one process: $d"
@@ -78,6 +83,19 @@ FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" 
 planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json device_peak_bytes)
 [ -n "$planned" ] && [ "$planned" = "$measured" ] && echo "ok: every rank's host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
+
+# ZeRO-3's bf16 slices, ring and unstacked weights: plan = measured, device and host, on each rank
+for z in 3 3cpu; do
+	checks=$((checks + 1))
+	opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
+	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
+	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 3 "${opt[@]}" \
+		--ranks 2 --json plan.json >plan.out 2>&1
+	planned=$(both plan.json device_bytes) measured=$(both "gpt2_z$z.json" device_peak_bytes)
+	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&
+		echo "ok: --zero $z: every rank's device and host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
+		fail "--zero $z: (rank device host) planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
+done
 
 checks=$((checks + 1))
 "${MPIRUN[@]}" -x FERRY_COMM_ENGINE=bogus -np 2 "$FERRY" train "${RUN[@]}" "${GPT2[@]}" --batch 2 >bad.out 2>&1 &&

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# ZeRO-3's bytes a rank, worked out by hand from GPT-2's shape (issue 22
+# items 4 and 7): `ferry plan --zero 3 --ranks 8` against `--zero 0`, with
+# AdamW on the device and on host threads (--offload-optimizer cpu), for
+# the CPU backend (fp32 kernels) and `--backend cuda` (bf16 kernels,
+# planned without a GPU).  Only the parameters' buffers differ between the
+# two plans (the activations, the batch and the workspace are the same),
+# so the change of each rank's device and host bytes is the sum below;
+# from fp32 to bf16 ZeRO-3 adds the compute slice (2 S bytes beside the
+# fp32 master's 4 S with AdamW on the device; with AdamW on the host the
+# device's only slice, 2 S instead of 4 S) and halves the gathered ring
+# and the unstacked weights, while the gradients stay fp32.  The cuda
+# half skips without the CUDA backend (the sanitizer presets).
+. "$(dirname "$0")/lib.bash"
+
+N=8 C=32 L=2 V=320 T=32 # the vocabulary 257 padded to 320
+SHAPE=(--layers "$L" --channels "$C" --heads 4 --vocab 257 --max-seq "$T" --seq 16 --batch 2 --ranks "$N")
+
+# n: the parameter array; S: a rank's slice, whole blocks of the norm's
+# sum (n / 256 rounded up each); G: a layer's stacked parameters, each
+# rounded up to 64 elements (a gathered or gradient slot); U: the
+# unstacked ones (token and position embeddings, the final norm)
+n=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
+per=$(((n + 255) / 256)) blocks=$(((n + per - 1) / per))
+S=$(((blocks + N - 1) / N * per))
+r64() { echo $((($1 + 63) / 64 * 64)); }
+G=0
+for k in $C $C $((3 * C * C)) $((3 * C)) $((C * C)) $C $C $C $((4 * C * C)) $((4 * C)) $((4 * C * C)) $C; do
+	G=$((G + $(r64 $k)))
+done
+U=$((V * C + T * C + 2 * C))
+# device buffers round up to 256 bytes, host buffers to a 4 KiB page
+d() { echo $((($1 + 255) / 256 * 256)); }
+h() { echo $((($1 + 4095) / 4096 * 4096)); }
+
+# want_device A (kernels' bytes an element) OPT (device or cpu): zero3 - zero0 on the device
+want_device() {
+	local a=$1 copy0=0 copy3=0
+	if [ "$2" = device ]; then # zero0: params, grads, m, v whole (+ the bf16 copy)
+		[ "$a" = 2 ] && copy0=$(d $((2 * n))) copy3=$(d $((2 * S)))
+		echo $(($(d $((4 * S))) * 4 + copy3 + $(d $((8 * G))) + $(d $((4 * U))) + $(d $((a * U))) +
+			$(d $((2 * G * a))) - 4 * $(d $((4 * n))) - copy0))
+	else # zero0: grads and the compute copy whole; zero3: the compute slice
+		echo $(($(d $((4 * S))) + $(d $((a * S))) + $(d $((8 * G))) + $(d $((4 * U))) + $(d $((a * U))) +
+			$(d $((2 * G * a))) - $(d $((4 * n))) - $(d $((a * n)))))
+	fi
+}
+
+# want_host A OPT: zero3 - zero0 on the host (master, m, v, gradients; bf16 the update's copy)
+want_host() {
+	[ "$2" = device ] && { echo 0; return; }
+	local copy=0
+	[ "$1" = 2 ] && copy=$(($(h $((2 * S))) - $(h $((2 * n)))))
+	local slice whole
+	slice=$(h $((4 * S))) whole=$(h $((4 * n)))
+	echo $((4 * (slice - whole) + copy))
+}
+
+# rank 0's "device host" bytes
+rank0() { grep -o '"rank": 0, "device_bytes": [0-9]*, "host_bytes": [0-9]*' "$1" | grep -o '[0-9][0-9]*' | tail -2 | tr '\n' ' '; }
+
+check() {
+	local backend=$1 a=$2 opt=$3 flags=()
+	[ "$opt" = cpu ] && flags=(--offload-optimizer cpu)
+	checks=$((checks + 1))
+	"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 0 --json z0.json >/dev/null 2>err.txt &&
+		"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 3 --json z3.json >/dev/null 2>>err.txt ||
+		{ fail "$backend, AdamW on $opt: $(cat err.txt)"; return; }
+	read -r d0 h0 <<<"$(rank0 z0.json)"
+	read -r d3 h3 <<<"$(rank0 z3.json)"
+	local want got="$((d3 - d0)) $((h3 - h0))"
+	want="$(want_device "$a" "$opt") $(want_host "$a" "$opt")"
+	[ "$got" = "$want" ] &&
+		echo "ok: $backend, AdamW on $opt: --zero 3 - --zero 0 = $got bytes (device host), n $n S $S G $G U $U" ||
+		fail "$backend, AdamW on $opt: --zero 3 - --zero 0 (device host) is [$got], by hand [$want]"
+}
+
+for opt in device cpu; do
+	check cpu 4 $opt
+	if "$FERRY" info 2>/dev/null | grep -q '^  cuda '; then
+		check cuda 2 $opt
+	else
+		echo "skipped: --backend cuda (ferry built without the CUDA backend)"
+	fi
+done
+finish
