@@ -138,7 +138,7 @@ else
 		"or no round trip"
 fi
 
-for flags in "1 --offload-optimizer stream" "2 --offload-optimizer stream" "3 --offload-optimizer cpu"; do
+for flags in "1 --offload-optimizer stream" "2 --offload-optimizer stream" "3 --offload-optimizer stream"; do
 	checks=$((checks + 1))
 	# shellcheck disable=SC2086
 	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --offload-params --zero $flags >off.out 2>off.err
