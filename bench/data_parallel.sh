@@ -114,7 +114,7 @@ run_model() {
 	echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	"$ferry" calibrate "$@" --threads 1 >cal1.txt 2>&1 || { echo "calibrate failed: $(tail -n 3 cal1.txt)"; return; }
 	for z in 0 2; do
-		"${mpi[@]}" "$ferry" calibrate "$@" --threads 1 --zero $z --predict-trace "predz$z.json" >"cal2z$z.txt" 2>&1 ||
+		"${mpi[@]}" "$ferry" calibrate "$@" --threads 1 --zero $z ${keep:+--predict-trace "predz$z.json"} >"cal2z$z.txt" 2>&1 ||
 			{ echo "calibrate --zero $z on 2 ranks failed: $(tail -n 3 "cal2z$z.txt")"; return; }
 	done
 	echo "load average after the calibrations: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -139,7 +139,7 @@ run_model() {
 	row 2 0 cal2z0.txt "${two0[*]}" trz0.rank0.json
 	row 2 2 cal2z2.txt "${two2[*]}" trz2.rank0.json
 	echo
-	[ -n "$keep" ] && mkdir -p "$keep/$tag" && cp cal*.txt pred*.json trz*.json "$keep/$tag/"
+	[ -n "$keep" ] && mkdir -p "$keep/$tag" && cp cal*.txt predz*.json trz*.json "$keep/$tag/"
 	return 0
 }
 
