@@ -17,9 +17,14 @@
 #     the compute stream had nothing to do (exposed), beside the
 #     prediction's;
 #   - the machine's load average before and after.
-# Prints a Markdown table per model.
+# Every run, calibrations included, at one --policy (the prediction is of
+# the calibration's policy: ferry train's default, everything_saveable,
+# runs no recomputation, which nothing_saveable's prediction priced).
+# Prints a Markdown table per model; with KEEP=DIR set, the calibrations'
+# outputs, their simulated steps (--predict-trace) and the traces go to
+# DIR/MODEL/.
 #
-#   bash bench/data_parallel.sh [FERRY] [REPEATS] [STEPS] [MODELS]
+#   [KEEP=DIR] bash bench/data_parallel.sh [FERRY] [REPEATS] [STEPS] [MODELS]
 #   (default: build/ferry 3 4 "gpt2 llama")
 set -u
 case "${1:-}" in
@@ -29,6 +34,8 @@ case "${1:-}" in
 esac
 ferry=$(realpath "${1:-build/ferry}")
 repeats=${2:-3} steps=${3:-4} models=${4:-gpt2 llama}
+policy=nothing_saveable
+keep=${KEEP:+$(realpath -m "$KEEP")}
 command -v mpirun >/dev/null || { echo "no mpirun (apt-get install openmpi-bin)" >&2; exit 1; }
 work=$(mktemp -d) && cd "$work" || exit 1
 trap 'rm -rf "$work"' EXIT
@@ -98,7 +105,8 @@ PY
 # A model at --zero 0 and --zero 2: calibrations, then interleaved runs,
 # then a traced 2-rank step of each.
 run_model() {
-	local name=$1; shift
+	local name=$1 tag=$2; shift 2
+	set -- "$@" --policy "$policy"
 	local flags=("$@" --data 'c_train_*.bin' --sample 0 --val-every 0 --threads 1)
 	local one=() two0=() two2=()
 	echo "### $name"
@@ -106,7 +114,7 @@ run_model() {
 	echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	"$ferry" calibrate "$@" --threads 1 >cal1.txt 2>&1 || { echo "calibrate failed: $(tail -n 3 cal1.txt)"; return; }
 	for z in 0 2; do
-		"${mpi[@]}" "$ferry" calibrate "$@" --threads 1 --zero $z >"cal2z$z.txt" 2>&1 ||
+		"${mpi[@]}" "$ferry" calibrate "$@" --threads 1 --zero $z ${keep:+--predict-trace "predz$z.json"} >"cal2z$z.txt" 2>&1 ||
 			{ echo "calibrate --zero $z on 2 ranks failed: $(tail -n 3 "cal2z$z.txt")"; return; }
 	done
 	echo "load average after the calibrations: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -131,12 +139,14 @@ run_model() {
 	row 2 0 cal2z0.txt "${two0[*]}" trz0.rank0.json
 	row 2 2 cal2z2.txt "${two2[*]}" trz2.rank0.json
 	echo
+	[ -n "$keep" ] && mkdir -p "$keep/$tag" && cp cal*.txt predz*.json trz*.json "$keep/$tag/"
+	return 0
 }
 
-echo "ferry $("$ferry" --version 2>/dev/null | head -n 1), $(nproc --all) cores, $repeats interleaved repeats of $steps steps"
+echo "ferry $("$ferry" --version 2>/dev/null | head -n 1), $(nproc --all) cores, $repeats interleaved repeats of $steps steps, --policy $policy"
 echo
-[[ " $models " == *" gpt2 "* ]] && run_model "GPT-2 small shapes (12 layers, 768 channels, 12 heads, vocabulary 50257), 1 x 256 tokens a rank" \
+[[ " $models " == *" gpt2 "* ]] && run_model "GPT-2 small shapes (12 layers, 768 channels, 12 heads, vocabulary 50257), 1 x 256 tokens a rank" gpt2 \
 	--layers 12 --channels 768 --heads 12 --seq 256 --max-seq 256 --batch 1
-[[ " $models " == *" llama "* ]] && run_model "Llama (8 layers, 512 channels, 8 heads, 4 KV heads, vocabulary 32000), 1 x 256 tokens a rank" \
+[[ " $models " == *" llama "* ]] && run_model "Llama (8 layers, 512 channels, 8 heads, 4 KV heads, vocabulary 32000), 1 x 256 tokens a rank" llama \
 	--model llama --layers 8 --channels 512 --heads 8 --kv-heads 4 --vocab 32000 --seq 256 --max-seq 256 --batch 1
 exit 0

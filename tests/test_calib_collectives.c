@@ -4,8 +4,10 @@
  * the sizes measured, and never from another number of ranks, another
  * engine or another kind; stored and read back (file and text) keyed by
  * ranks and engine with their figures inside steps, a damaged entry
- * refused; and the simulation running a collective on a stream of its
- * own, hidden under compute or exposed, and slowing compute beside it.
+ * refused; the in-step ratios of collectives beside compute and not; and
+ * the simulation running a collective on a stream of its own, hidden under
+ * compute or exposed, slowing compute beside it, and slowed by compute
+ * beside it more than with the compute stream idle.
  * (Measuring them and pricing a 2-rank step: tests/cli/calibrate_ranks.sh,
  * under mpirun.)
  */
@@ -39,7 +41,9 @@ static struct ferry_calibration *hand(void)
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 100000, 1e-4);
 	add(c, FERRY_COLL_ALL_REDUCE, "mpi", 2, 1000000, 6e-4);
 	add(c, FERRY_COLL_ALL_GATHER, "mpi", 2, 1000000, 3e-4);
-	ferry_calib_add_comm_step(c, &(struct ferry_calib_comm_step){ "mpi", 2, 35.5, 2.25, 0.125 });
+	ferry_calib_add_comm_step(c, &(struct ferry_calib_comm_step){ .engine = "mpi", .ranks = 2, .in_step = 35.5,
+									.in_step_idle = 1.5, .compute_slowdown = 2.25,
+									.skew_s = 0.125 });
 	return c;
 }
 
@@ -85,7 +89,8 @@ static bool same_colls(const struct ferry_calibration *a, const struct ferry_cal
 {
 	const struct ferry_calib_comm_step *s = ferry_calib_comm_step_find(b, "mpi", 2);
 
-	if (a->n_coll != b->n_coll || !s || !NEAR(s->in_step, 35.5) || !NEAR(s->compute_slowdown, 2.25) ||
+	if (a->n_coll != b->n_coll || !s || !NEAR(s->in_step, 35.5) || !NEAR(s->in_step_idle, 1.5) ||
+	    !NEAR(s->compute_slowdown, 2.25) ||
 	    !NEAR(s->skew_s, 0.125) ||
 	    ferry_calib_comm_step_find(b, "mpi", 4) || b->n_comm_step != 1)
 		return false;
@@ -143,20 +148,44 @@ static void stored(void)
 	ferry_calibration_free(c);
 }
 
+/* Collectives of traced steps, (in step, alone, beside compute) each:
+ * beside compute for at least half their slice 4 + 6 s in steps of 0.2 +
+ * 0.3 alone (20x); the others 2 + 1 s of 1.5 + 0.5 (1.5x).  None beside
+ * compute: both the idle ones' 1.5x; none at all: 0. */
+static void ratios(void)
+{
+	const double r[] = { 4, 0.2, 0.9, 2, 1.5, 0, 6, 0.3, 0.5, 1, 0.5, 0.4 };
+	double beside, idle;
+
+	ferry_calib_in_step_ratios(r, 12, &beside, &idle);
+	CHECK(NEAR(beside, 20.0) && NEAR(idle, 1.5), "beside %g, idle %g", beside, idle);
+	ferry_calib_in_step_ratios(r + 3, 3, &beside, &idle);
+	CHECK(NEAR(beside, 2 / 1.5) && NEAR(idle, 2 / 1.5), "idle only: beside %g, idle %g", beside, idle);
+	ferry_calib_in_step_ratios(r, 0, &beside, &idle);
+	CHECK(beside == 0 && idle == 0, "none: beside %g, idle %g", beside, idle);
+}
+
 enum { COMPUTE = 0, COMM = 3 };
 
 /* Backward's op (2 s) makes gradients; the comm stream averages them
- * (comm_s) while the next op (1 s) runs; the update (1 s) waits for the
- * average.  comm 0.5: done at 2.5, hidden under 2..3, step 4.  comm 3:
+ * (comm_s alone) while the next op (1 s) runs; the update (1 s) waits for
+ * the average.  comm 0.5: done at 2.5, hidden under 2..3, step 4.  comm 3:
  * done at 5, the compute stream waits 3..5 (2 exposed), step 6.  The
  * other ranks `skew` behind: the collective waits for them from 2, its
- * slice comm_s + skew. */
-static void simulated(double comm_s, double slowdown, double skew, double step, double exposed)
+ * slice comm_s + skew.  The collective stretched `beside` times while
+ * the compute stream runs a task, `idle` times while it runs none. */
+struct comm_case {
+	double comm_s, slowdown, skew, beside, idle;
+	double step, exposed, slice; /* expected (slice 0: comm_s + skew) */
+};
+
+static void simulated(struct comm_case k)
 {
 	struct ferry_program p;
 	struct ferry_op_call call;
 	const struct ferry_program *pp[1] = { &p };
-	double dur[16] = { 2, 0, 0, comm_s, 0, 1, 0, 1 };
+	double dur[16] = { 2, 0, 0, k.comm_s, 0, 1, 0, 1 }, times[16];
+	double slice = k.slice > 0 ? k.slice : k.comm_s + k.skew;
 	struct ferry_sim_result r;
 
 	memset(&call, 0, sizeof(call));
@@ -171,13 +200,17 @@ static void simulated(double comm_s, double slowdown, double skew, double step, 
 	ferry_emit_op(&p, COMPUTE, &call, -1, "update");
 	CHECK(p.n == 8, "%d tasks", p.n);
 	CHECK(ferry_sim_run(pp, 1, -1, COMPUTE, dur,
-			    &(struct ferry_sim_params){ .both_slowdown = 1, .comm_compute_slowdown = slowdown,
-							.comm_skew_s = skew },
+			    &(struct ferry_sim_params){ .both_slowdown = 1, .comm_compute_slowdown = k.slowdown,
+							.comm_skew_s = k.skew, .comm_beside = k.beside,
+							.comm_idle = k.idle, .times = times },
 			    &r) == FERRY_OK, "simulation: %s", ferry_last_error());
-	CHECK(NEAR(r.step_s, step), "comm %g: step %g, want %g", comm_s, r.step_s, step);
-	CHECK(NEAR(r.exposed_comm_s, exposed) && r.exposed_copy_s == 0, "comm %g: exposed %g, want %g", comm_s,
-	      r.exposed_comm_s, exposed);
-	CHECK(NEAR(r.comm_s, comm_s + skew) && NEAR(r.busy_s[COMM], comm_s + skew), "comm time %g", r.comm_s);
+	CHECK(NEAR(r.step_s, k.step), "comm %g: step %g, want %g", k.comm_s, r.step_s, k.step);
+	CHECK(NEAR(r.exposed_comm_s, k.exposed) && r.exposed_copy_s == 0, "comm %g: exposed %g, want %g", k.comm_s,
+	      r.exposed_comm_s, k.exposed);
+	CHECK(NEAR(r.comm_s, slice) && NEAR(r.busy_s[COMM], slice), "comm time %g, want %g", r.comm_s, slice);
+	/* the timeline: the collective from 2 (the backward's end), the update last */
+	CHECK(NEAR(times[6], 2.0) && NEAR(times[7], 2 + slice) && NEAR(times[15], k.step),
+	      "timeline: collective %g..%g, update ends %g", times[6], times[7], times[15]);
 	ferry_program_release(&p);
 }
 
@@ -185,14 +218,30 @@ int main(void)
 {
 	pricing();
 	stored();
-	simulated(0.5, 1, 0, 4, 0);
-	simulated(3, 1, 0, 6, 2);
+	ratios();
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .step = 4 });
+	simulated((struct comm_case){ .comm_s = 3, .slowdown = 1, .step = 6, .exposed = 2 });
 	/* the other rank 1 s behind: the average from 2 + 1 to 3.5, the
 	 * update waits 3..3.5; 0.25 behind: done at 2.75, hidden */
-	simulated(0.5, 1, 1, 4.5, 0.5);
-	simulated(0.5, 1, 0.25, 4, 0);
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .skew = 1, .step = 4.5, .exposed = 0.5 });
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .skew = 0.25, .step = 4 });
 	/* compute at half speed while the collective runs (2..2.5): the op
 	 * below has done 0.25 of its 1 s by 2.5, ends at 3.25; step 4.25 */
-	simulated(0.5, 2, 0, 4.25, 0);
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 2, .step = 4.25 });
+	/* 4x beside compute, 1x idle: by 3 (the op below done) a quarter of
+	 * a second's work, 0.25 of the average's 0.5 s; the rest at its own
+	 * speed to 3.25: the update waits 0.25, step 4.25 (one factor 4 for
+	 * all: the average 2 s, to 4, step 5) */
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .beside = 4, .idle = 1, .step = 4.25,
+				      .exposed = 0.25, .slice = 1.25 });
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .beside = 4, .idle = 4, .step = 5, .exposed = 1,
+				      .slice = 2 });
+	/* the same at 2x idle: the rest takes 0.5, to 3.5, step 4.5 */
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .beside = 4, .idle = 2, .step = 4.5,
+				      .exposed = 0.5, .slice = 1.5 });
+	/* the other rank 1 s behind: nothing done while it waits (2..3), then
+	 * idle: 0.5 at its own speed to 3.5, step 4.5 */
+	simulated((struct comm_case){ .comm_s = 0.5, .slowdown = 1, .skew = 1, .beside = 4, .idle = 1, .step = 4.5,
+				      .exposed = 0.5, .slice = 1.5 });
 	return test_exit_code();
 }

@@ -148,14 +148,15 @@ struct ferry_calib_summary {
 		double small_s, big_s;
 	} coll[12];
 	/* inside data-parallel steps, per engine and ranks: the collectives
-	 * take in_step times their time alone, compute ops beside them
+	 * take in_step times their time alone beside compute, in_step_idle
+	 * times with the compute stream idle (0: in_step), compute ops beside them
 	 * compute_slowdown times theirs, the ranks ahead wait skew_s for the
 	 * last (0: not measured) */
 	int n_comm_step;
 	struct {
 		char engine[8];
 		int ranks;
-		double in_step, compute_slowdown, skew_s;
+		double in_step, in_step_idle, compute_slowdown, skew_s;
 	} comm_step[8];
 };
 void ferry_calibration_summary(ferry_calibration_t c, struct ferry_calib_summary *out);
@@ -188,6 +189,13 @@ struct ferry_prediction {
 ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, int T,
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,
 				 struct ferry_prediction *out) FERRY_MUST_CHECK;
+/* The same, also writing the simulated step to path as `ferry train
+ * --trace` writes a traced one (Chrome trace JSON: a track per stream, a
+ * slice per task at its simulated times), to compare task by task with a
+ * traced step; path NULL: nothing written. */
+ferry_status ferry_model_predict_timeline(const struct ferry_model_config *cfg, int B, int T,
+					  const struct ferry_exec_opts *opts, ferry_calibration_t c,
+					  const char *path, struct ferry_prediction *out) FERRY_MUST_CHECK;
 
 /* ---- --policy auto ----------------------------------------------------------------
  * Chooses, per activation name of a layer (shared by every layer), keep on

@@ -113,17 +113,38 @@ enum ferry_calib_coll_kind ferry_calib_coll_of_task(const struct ferry_task *t, 
 
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing)
 {
-	const struct ferry_calib_comm_step *in;
 	enum ferry_calib_coll_kind k;
 	size_t bytes;
-	double s;
 
 	if (!t->comm || ferry_comm_size(t->comm) < 2)
 		return 0; /* one rank: nothing to exchange */
 	k = ferry_calib_coll_of_task(t, ferry_comm_size(t->comm), &bytes);
-	s = ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), bytes, missing);
-	in = ferry_calib_comm_step_find(c, ferry_comm_engine(t->comm), ferry_comm_size(t->comm));
-	return in && in->in_step > 0 ? s * in->in_step : s;
+	return ferry_calib_coll_seconds(c, k, ferry_comm_engine(t->comm), ferry_comm_size(t->comm), bytes, missing);
+}
+
+/* A sum in steps over a sum alone, 0 where too small to be one (none
+ * measured), at most 1e4. */
+static double ratio_of(double in, double alone)
+{
+	double r = alone > 0 ? in / alone : 0;
+
+	return r < 1e-3 ? 0 : r > 1e4 ? 1e4 : r;
+}
+
+void ferry_calib_in_step_ratios(const double *r, int n, double *beside, double *idle)
+{
+	double in[2] = { 0, 0 }, alone[2] = { 0, 0 }; /* [0] idle, [1] beside */
+
+	for (int i = 0; i + 2 < n; i += 3) {
+		in[r[i + 2] >= 0.5] += r[i];
+		alone[r[i + 2] >= 0.5] += r[i + 1];
+	}
+	*idle = ratio_of(in[0], alone[0]);
+	*beside = ratio_of(in[1], alone[1]);
+	if (*beside == 0)
+		*beside = *idle;
+	if (*idle == 0)
+		*idle = *beside;
 }
 
 /* ---- measuring ------------------------------------------------------------------- */

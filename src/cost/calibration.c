@@ -243,6 +243,7 @@ static void comm_step_summary(const struct ferry_calibration *c, struct ferry_ca
 		snprintf(out->comm_step[i].engine, sizeof(out->comm_step[i].engine), "%s", c->comm_step[i].engine);
 		out->comm_step[i].ranks = c->comm_step[i].ranks;
 		out->comm_step[i].in_step = c->comm_step[i].in_step;
+		out->comm_step[i].in_step_idle = c->comm_step[i].in_step_idle;
 		out->comm_step[i].compute_slowdown = c->comm_step[i].compute_slowdown;
 		out->comm_step[i].skew_s = c->comm_step[i].skew_s;
 		out->n_comm_step = i + 1;

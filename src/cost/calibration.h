@@ -53,14 +53,17 @@ struct ferry_calib_coll {
 
 /* The collectives inside data-parallel steps over `ranks` ranks of one
  * engine, from traced steps: they take in_step times their time alone
- * (the last rank to arrive at each: sharing the cores), the ranks ahead
+ * while the compute stream runs beside them, in_step_idle times while it
+ * is idle (the last rank to arrive at each: sharing the cores with the
+ * compute threads, then having them; in_step_idle 0: not measured apart,
+ * in_step), the ranks ahead
  * wait skew_s for it (the ranks' skew), and the compute ops beside them
  * take compute_slowdown times as long (on the CPU backend the comm thread
  * polls while a collective is under way); 0: not measured (1, none). */
 struct ferry_calib_comm_step {
 	char engine[8];
 	int ranks;
-	double in_step, compute_slowdown, skew_s;
+	double in_step, in_step_idle, compute_slowdown, skew_s;
 };
 #define FERRY_CALIB_MAX_COMM_STEP 8
 
@@ -142,8 +145,21 @@ const struct ferry_calib_comm_step *ferry_calib_comm_step_find(const struct ferr
  * in the calibration's terms (*bytes: an all-gather's per rank, the
  * others' whole buffer). */
 enum ferry_calib_coll_kind ferry_calib_coll_of_task(const struct ferry_task *t, int ranks, size_t *bytes);
-/* A COMM task's duration (its communicator's engine and ranks), inside a
- * step (the comm step's in_step factor where measured). */
+/* The in-step ratios from n / 3 collectives of traced steps, r[3i..3i+2]
+ * each: its slice in the step, its time alone, and the fraction of its
+ * slice the compute stream ran tasks beside it.  The slices summed over
+ * the times alone summed, of those the compute stream ran beside for at
+ * least half their time (*beside) and of the others (*idle): a short
+ * one's slice is mostly the wait for the other ranks, so one's own ratio
+ * says little (thousands); the sum weighs them by time.  Apart because
+ * they differ: on the CPU backend the comm threads share the cores with
+ * the compute threads during the backward (the layers' averages took 16x
+ * their time alone, summed) and have them after it (the embeddings'
+ * 1.0x to 1.6x).  A kind with no collective takes the other's; 0 both
+ * where none was measured. */
+void ferry_calib_in_step_ratios(const double *r, int n, double *beside, double *idle);
+/* A COMM task's duration alone (its communicator's engine and ranks);
+ * inside a step the cost model stretches it by the comm step's factors. */
 double ferry_calib_comm_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *missing);
 /* Measures want[0..n) (kind and bytes; engine, ranks and seconds are
  * filled in) over comm's ranks on host buffers, every rank at once: a

@@ -47,8 +47,9 @@ static json_t *comm_step_json(const struct ferry_calibration *c)
 	json_t *a = json_array();
 
 	for (int i = 0; i < c->n_comm_step; i++)
-		json_array_append_new(a, json_pack("{s:s, s:i, s:f, s:f, s:f}", "engine", c->comm_step[i].engine,
+		json_array_append_new(a, json_pack("{s:s, s:i, s:f, s:f, s:f, s:f}", "engine", c->comm_step[i].engine,
 						   "ranks", c->comm_step[i].ranks, "in_step", c->comm_step[i].in_step,
+						   "in_step_idle", c->comm_step[i].in_step_idle,
 						   "compute_slowdown", c->comm_step[i].compute_slowdown, "skew_s",
 						   c->comm_step[i].skew_s));
 	return a;
@@ -337,7 +338,8 @@ static ferry_status read_colls(const json_t *a, struct ferry_calibration *c, con
 }
 
 /* The collectives inside steps, per engine and ranks (absent: none;
- * skew_s absent, as calibrations before it wrote: none). */
+ * skew_s absent, as calibrations before it wrote: none; in_step_idle
+ * absent: 0, in_step's). */
 static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c, const char *path)
 {
 	size_t i;
@@ -349,13 +351,15 @@ static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c
 		ferry_status st;
 
 		memset(&e, 0, sizeof(e));
-		if (json_unpack(o, "{s:s, s:i, s:F, s:F, s?F}", "engine", &engine, "ranks", &e.ranks, "in_step",
-				&e.in_step, "compute_slowdown", &e.compute_slowdown, "skew_s", &e.skew_s) != 0 ||
+		if (json_unpack(o, "{s:s, s:i, s:F, s?F, s:F, s?F}", "engine", &engine, "ranks", &e.ranks, "in_step",
+				&e.in_step, "in_step_idle", &e.in_step_idle, "compute_slowdown", &e.compute_slowdown,
+				"skew_s", &e.skew_s) != 0 ||
 		    e.ranks < 2 || e.ranks > (1 << 24) ||
 		    strlen(engine) >= sizeof(e.engine))
 			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collective_steps entry %zu is malformed: "
 					   "run `ferry calibrate` again", path, i);
 		if ((st = check_figure(path, "a step's in_step", e.in_step, 1e-3, 1e4, true)) ||
+		    (st = check_figure(path, "a step's in_step_idle", e.in_step_idle, 1e-3, 1e4, true)) ||
 		    (st = check_figure(path, "a step's compute_slowdown", e.compute_slowdown, 1e-3, 1e3, true)) ||
 		    (st = check_figure(path, "a step's skew_s", e.skew_s, 0, 3600, true)))
 			return st;

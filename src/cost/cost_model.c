@@ -2,7 +2,8 @@
  * The cost model's simulation (see cost_model.h): time advances from one
  * task's end to the next; between two such instants every running task
  * progresses at its rate (1, or 1/both_slowdown for a copy while the other
- * direction copies on its own engine).
+ * direction copies on its own engine; a collective's by whether the
+ * compute stream runs a task).
  */
 #include "cost/cost_model.h"
 #include "core/error.h"
@@ -24,6 +25,7 @@ struct sim {
 	bool comm_stream[NS];        /* the stream runs collectives */
 	int running[NS];             /* the task running on each stream, -1 none */
 	double left[NS], wait_since[NS];
+	double comm_from[NS];        /* a collective: when the other ranks have reached it */
 	double ready[NS];            /* when the events the stream last waited for were recorded */
 	int engine_of[NS];           /* the engine the running task holds, -1 none */
 	bool engine_busy[2];
@@ -89,9 +91,17 @@ static ferry_status index_tasks(struct sim *s, int n_events_hint)
 	return FERRY_OK;
 }
 
+/* When task g started (end: ended), for the timeline. */
+static void mark(struct sim *s, int g, bool end)
+{
+	if (s->prm->times)
+		s->prm->times[2 * g + end] = s->now;
+}
+
 /* One task leaves its stream's queue. */
 static void advance(struct sim *s, int k)
 {
+	mark(s, s->order[k][s->pos[k]], true);
 	s->pos[k]++;
 	if (!s->released && k == s->compute && s->pos[k] == s->gate_need) {
 		s->released = true;
@@ -143,10 +153,12 @@ static bool try_stream(struct sim *s, int k)
 		}
 		s->running[k] = g;
 		s->left[k] = s->dur[g] > 0 ? s->dur[g] : 0;
-		if (t->kind == FERRY_TASK_COMM) /* the other ranks reach it skew later: waits for them first */
-			s->left[k] += fmax(0, s->ready[k] + s->prm->comm_skew_s - s->now);
+		/* the other ranks reach it skew later: it waits for them first */
+		s->comm_from[k] = fmax(s->now, s->ready[k] + s->prm->comm_skew_s);
+		mark(s, g, false);
 		return true;
 	}
+	mark(s, g, false);
 	advance(s, k);
 	return true;
 }
@@ -195,10 +207,23 @@ static double compute_rate(const struct sim *s)
 	return 1 / f;
 }
 
+/* A collective's rate: none while it waits for the other ranks, then by
+ * whether the compute stream runs a task beside it. */
+static double comm_rate(const struct sim *s, int k)
+{
+	double f = s->running[s->compute] >= 0 ? s->prm->comm_beside : s->prm->comm_idle;
+
+	if (s->comm_from[k] > s->now + 1e-12)
+		return 0;
+	return f > 0 ? 1 / f : 1;
+}
+
 static double rate(const struct sim *s, int k)
 {
 	int e = s->engine_of[k];
 
+	if (e < 0 && s->t[s->running[k]]->kind == FERRY_TASK_COMM)
+		return comm_rate(s, k);
 	if (e < 0)
 		return k == s->compute ? compute_rate(s) : 1;
 	if (s->prm->shared_copy_engine || !s->engine_busy[1 - e] || s->prm->both_slowdown <= 1)
@@ -215,7 +240,7 @@ static bool step_time(struct sim *s)
 	for (int k = 0; k < NS; k++)
 		if (s->running[k] >= 0) {
 			r[k] = rate(s, k);
-			dt = fmin(dt, s->left[k] / r[k]);
+			dt = fmin(dt, r[k] > 0 ? s->left[k] / r[k] : s->comm_from[k] - s->now);
 		}
 	if (s->released && s->now < s->release_t)
 		dt = fmin(dt, s->release_t - s->now);

@@ -13,8 +13,11 @@
  * at once, or a single engine both directions share (one copy at a time);
  * the compute stream may be slowed while copies run (shared cores).
  *
- * Collectives (data parallel) run on a stream of their own, each for its
- * calibrated time inside a step, with the events of the others; the
+ * Collectives (data parallel) run on a stream of their own, with the
+ * events of the others, each for its calibrated time alone stretched by
+ * one factor while the compute stream runs a task and by another while it
+ * runs none (CPU backend: the comm threads share the cores with the
+ * compute threads, and get them back when the backward is done); the
  * compute stream may be slowed while one runs, as while copies do.
  *
  * What it gives: the step time, how long the compute stream waited for
@@ -40,6 +43,12 @@ struct ferry_sim_params {
 					 thread polls on a core; 1 or 0: no effect) */
 	double comm_skew_s;           /* a collective ends no earlier than this after the event it
 					 waited for (the other ranks reach it later: their skew) */
+	double comm_beside;           /* a collective takes this many times its duration while the
+					 compute stream runs a task (0: 1) */
+	double comm_idle;             /* the same while the compute stream runs none (0: 1) */
+	double *times;                /* NULL, or each task's start and end into times[2g] and
+					 [2g + 1] (g: its index, the programs' tasks one after the
+					 other; a record or wait: when it passed) */
 };
 
 struct ferry_sim_result {

@@ -347,18 +347,23 @@ static ferry_status fit_in_step(const struct ferry_model_config *cfg, int B, int
 	return FERRY_OK;
 }
 
-/* Of [a, b], the fraction that host<->device copies of the trace cover
- * (copies of one direction never overlap each other: one stream each),
- * or with comm its collectives (one stream). */
-static double cover(const struct ferry_sched_trace *tr, const double *t, double a, double b, bool comm)
+/* What cover() counts: host<->device copies (those of one direction
+ * never overlap each other: one stream each), collectives (one stream),
+ * or the compute stream's tasks. */
+enum beside { BESIDE_COPIES, BESIDE_COMM, BESIDE_COMPUTE };
+
+/* Of [a, b], the fraction that the trace's tasks of kind `what` cover. */
+static double cover(const ferry_model_t m, const double *t, double a, double b, enum beside what)
 {
+	const struct ferry_sched_trace *tr = &m->trace;
 	double in = 0;
 
 	for (int j = 0; j < tr->n; j++) {
 		const struct ferry_task *k = tr->s[j].task;
 		double lo = t[2 * j] > a ? t[2 * j] : a, hi = t[2 * j + 1] < b ? t[2 * j + 1] : b;
-		bool counts = comm ? k->kind == FERRY_TASK_COMM
-				   : k->kind == FERRY_TASK_COPY && k->copy_kind != FERRY_COPY_D2D;
+		bool counts = what == BESIDE_COMM      ? k->kind == FERRY_TASK_COMM
+			      : what == BESIDE_COMPUTE ? k->stream == m->compute
+						       : k->kind == FERRY_TASK_COPY && k->copy_kind != FERRY_COPY_D2D;
 
 		if (counts && hi > lo)
 			in += hi - lo;
@@ -382,7 +387,7 @@ static void overlap_ops(const ferry_model_t m, const struct ferry_calibration *c
 			continue;
 		op[3 * *n] = t[2 * i + 1] - t[2 * i];
 		op[3 * *n + 1] = e->seconds;
-		op[3 * *n + 2] = cover(tr, t, t[2 * i], t[2 * i + 1], comm) * op[3 * *n];
+		op[3 * *n + 2] = cover(m, t, t[2 * i], t[2 * i + 1], comm ? BESIDE_COMM : BESIDE_COPIES) * op[3 * *n];
 		(*n)++;
 	}
 }
@@ -485,7 +490,9 @@ static ferry_status calibrate_overlap(ferry_backend_t be, const struct ferry_mod
 	return st;
 }
 
-/* One traced step's collectives: each one's slice and its time alone. */
+/* One traced step's collectives: each one's slice, its time alone and
+ * the fraction of its slice the compute stream ran tasks beside it
+ * (r[3i..3i+2]). */
 static void comm_ratios(const ferry_model_t m, const struct ferry_calibration *c, const double *t, double *r, int *n,
 			int max)
 {
@@ -503,37 +510,28 @@ static void comm_ratios(const ferry_model_t m, const struct ferry_calibration *c
 		kind = ferry_calib_coll_of_task(k, ferry_comm_size(m->comm), &bytes);
 		alone = ferry_calib_coll_seconds(c, kind, ferry_comm_engine(m->comm), ferry_comm_size(m->comm), bytes,
 						 &missing);
-		if (!missing && alone > 0 && *n + 1 < max) { /* (in step, alone) pairs */
+		if (!missing && alone > 0 && *n + 2 < max) { /* (in step, alone, beside compute) */
 			r[(*n)++] = t[2 * i + 1] - t[2 * i];
 			r[(*n)++] = alone;
+			r[(*n)++] = cover(m, t, t[2 * i], t[2 * i + 1], BESIDE_COMPUTE);
 		}
 	}
 }
 
-/* The collectives' time in the steps over their time alone, all summed:
- * a short one's slice is mostly the wait for the other ranks, so one's
- * own ratio says little (thousands); the sum weighs them by time. */
-static double in_step_ratio(const double *pairs, int n)
+/* The (in step, alone, beside compute) triples of n / 3 collectives, the
+ * same on every rank of comm, taken across the ranks: a collective's
+ * shortest slice is the last rank's to arrive, which waits for none (its
+ * time in the step, into the triples), and the longest less the shortest
+ * is how long the first waited for the last; the fraction beside compute
+ * is the ranks' mean (every rank's compute threads share the cores).  The
+ * median of those waits (*skew): by how much the ranks reach a collective
+ * apart.  The triples stay as traced, and no skew, where the ranks traced
+ * different numbers of collectives. */
+static ferry_status across_ranks(ferry_comm_t comm, double *r, int n, double *skew)
 {
-	double in = 0, alone = 0, r;
-
-	for (int i = 0; i + 1 < n; i += 2)
-		in += pairs[i], alone += pairs[i + 1];
-	r = alone > 0 ? in / alone : 0;
-	return r < 1e-3 ? 0 : r > 1e4 ? 1e4 : r;
-}
-
-/* The (in step, alone) pairs of n / 2 collectives, the same on every
- * rank of comm, taken across the ranks: a collective's shortest slice is
- * the last rank's to arrive, which waits for none (its time in the step,
- * into the pairs), and the longest less the shortest is how long the
- * first waited for the last.  The median of those waits (*skew): by how
- * much the ranks reach a collective apart.  The pairs stay as traced, and
- * no skew, where the ranks traced different numbers of collectives. */
-static ferry_status across_ranks(ferry_comm_t comm, double *pairs, int n, double *skew)
-{
-	int most = n, least = n, k = n / 2;
-	double *lo = ferry_calloc((size_t)k + 1, 2 * sizeof(double)), *hi = lo ? lo + k + 1 : NULL;
+	int most = n, least = n, k = n / 3;
+	double *lo = ferry_calloc((size_t)k + 1, 3 * sizeof(double)), *hi = lo ? lo + k + 1 : NULL,
+	       *p = lo ? hi + k + 1 : NULL;
 	ferry_status st = lo ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "calibrate: out of host memory");
 
 	*skew = 0;
@@ -544,11 +542,12 @@ static ferry_status across_ranks(ferry_comm_t comm, double *pairs, int n, double
 		return st;
 	}
 	for (int i = 0; i < k; i++)
-		lo[i] = hi[i] = pairs[2 * i];
-	if (!(st = ferry_comm_all_reduce(comm, lo, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MIN, NULL)))
-		st = ferry_comm_all_reduce(comm, hi, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MAX, NULL);
+		lo[i] = hi[i] = r[3 * i], p[i] = r[3 * i + 2];
+	if (!(st = ferry_comm_all_reduce(comm, lo, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MIN, NULL)) &&
+	    !(st = ferry_comm_all_reduce(comm, hi, (size_t)k, FERRY_COMM_F64, FERRY_COMM_MAX, NULL)))
+		st = ferry_comm_all_reduce(comm, p, (size_t)k, FERRY_COMM_F64, FERRY_COMM_AVG, NULL);
 	for (int i = 0; !st && i < k; i++)
-		pairs[2 * i] = lo[i], hi[i] -= lo[i];
+		r[3 * i] = lo[i], r[3 * i + 2] = p[i], hi[i] -= lo[i];
 	if (!st)
 		*skew = median_of(hi, k);
 	ferry_free(lo);
@@ -557,10 +556,10 @@ static ferry_status across_ranks(ferry_comm_t comm, double *pairs, int n, double
 
 /* The collectives inside data-parallel steps over opts->comm's ranks:
  * traced steps of the model with every rank at once; the collectives'
- * slices, across the ranks (across_ranks), over their time alone
- * (in_step_ratio), the ranks' skew, and the compute ops beside them as
- * for copies (slowdown).  Not measured (left as it was) where
- * the model cannot run on these ranks (the same on every rank). */
+ * slices, across the ranks (across_ranks), over their time alone beside
+ * compute and not (ferry_calib_in_step_ratios), the ranks' skew, and the compute ops
+ * beside them as for copies (slowdown).  Not measured (left as it was)
+ * where the model cannot run on these ranks (the same on every rank). */
 static ferry_status calibrate_comm_step(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 					const struct ferry_exec_opts *opts, int repeats, struct ferry_calibration *c)
 {
@@ -577,12 +576,12 @@ static ferry_status calibrate_comm_step(ferry_backend_t be, const struct ferry_m
 			st = read_overlap(m, c, ops, &n, ratio, &nr, MAX, true);
 	if (!st) /* every rank, also one whose model did not run (its count differs: no skew) */
 		st = across_ranks(opts->comm, ratio, nr, &skew);
-	if (!st && m && nr >= 2) {
+	if (!st && m && nr >= 3) {
 		struct ferry_calib_comm_step e = { .ranks = ferry_comm_size(opts->comm),
-						   .in_step = in_step_ratio(ratio, nr),
 						   .compute_slowdown = slowdown(ops, n),
 						   .skew_s = skew };
 
+		ferry_calib_in_step_ratios(ratio, nr, &e.in_step, &e.in_step_idle);
 		snprintf(e.engine, sizeof(e.engine), "%s", ferry_comm_engine(opts->comm));
 		ferry_calib_add_comm_step(c, &e);
 	}

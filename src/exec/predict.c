@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "ferry/comm.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Each kind of host state's tier speeds (all DRAM's without tiers);
@@ -144,17 +145,25 @@ static double task_seconds(const struct ferry_calibration *c, const struct tier_
 	return d;
 }
 
+/* The tasks of programs p[0..n). */
+static int tasks(const struct ferry_program *const *p, int n)
+{
+	int total = 0;
+
+	for (int i = 0; i < n; i++)
+		total += p[i]->n;
+	return total;
+}
+
 /* Each task's duration, the programs' tasks one after the other; a
  * compute-stream task also takes the stream's calibrated gap before it. */
 static double *durations(const struct ferry_calibration *c, const struct tier_speeds *ts,
 			 const struct ferry_program *const *p, int n, int compute, struct unpriced *u)
 {
-	int total = 0, k = 0;
+	int k = 0;
 	double *d;
 
-	for (int i = 0; i < n; i++)
-		total += p[i]->n;
-	if (!(d = ferry_calloc((size_t)total + 1, sizeof(double))))
+	if (!(d = ferry_calloc((size_t)tasks(p, n) + 1, sizeof(double))))
 		return NULL;
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < p[i]->n; j++) {
@@ -166,8 +175,36 @@ static double *durations(const struct ferry_calibration *c, const struct tier_sp
 	return d;
 }
 
+/* The simulated step as ferry train --trace writes a traced one (each
+ * task's slice at its simulated times, from 0), to compare task by task;
+ * times as ferry_sim_params.times holds them for n tasks. */
+static ferry_status write_timeline(ferry_model_t m, const struct ferry_program *const *p, const double *times,
+				   int n, const char *path)
+{
+	struct ferry_sched_trace tr;
+	double *at = ferry_calloc((size_t)(2 * n + 2), sizeof(double));
+	ferry_status st = at ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
+	char about[200];
+
+	memset(&tr, 0, sizeof(tr));
+	for (int i = 0, g = 0; i < FERRY_STEP_PROGRAMS && !st; i++)
+		for (int j = 0; j < p[i]->n && !st; j++, g++) {
+			int k = tr.n;
+
+			if (!(st = ferry_trace_add(&tr, p[i], &p[i]->t[j])) && tr.n > k)
+				at[2 * k] = times[2 * g], at[2 * k + 1] = times[2 * g + 1];
+		}
+	snprintf(about, sizeof(about), "ferry: the cost model's step, %s %d layers, %d channels", m->cfg.arch,
+		 m->cfg.layers, m->cfg.channels);
+	if (!st)
+		st = ferry_trace_write_at(&tr, &m->res, about, at, path);
+	ferry_trace_release(&tr);
+	ferry_free(at);
+	return st;
+}
+
 static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c, const struct tier_speeds *ts,
-			     int B, int T, struct ferry_prediction *out)
+			     int B, int T, const char *timeline, struct ferry_prediction *out)
 {
 	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
 	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
@@ -190,10 +227,18 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 
 		prm.comm_compute_slowdown = in ? in->compute_slowdown : 0;
 		prm.comm_skew_s = in ? in->skew_s : 0;
+		prm.comm_beside = in ? in->in_step : 0;
+		prm.comm_idle = in && in->in_step_idle > 0 ? in->in_step_idle : prm.comm_beside;
 	}
 	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &u)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
-	st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
+	if (timeline && !(prm.times = ferry_calloc(2 * (size_t)tasks(p, FERRY_STEP_PROGRAMS) + 2, sizeof(double))))
+		st = ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
+	if (!st)
+		st = ferry_sim_run(p, FERRY_STEP_PROGRAMS, 3, m->compute, d, &prm, &r);
+	if (!st && timeline)
+		st = write_timeline(m, p, prm.times, r.n_tasks, timeline);
+	ferry_free(prm.times);
 	ferry_free(d);
 	if (st)
 		return st;
@@ -214,6 +259,13 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 				 const struct ferry_exec_opts *opts, ferry_calibration_t c,
 				 struct ferry_prediction *out)
 {
+	return ferry_model_predict_timeline(cfg, B, T, opts, c, NULL, out);
+}
+
+ferry_status ferry_model_predict_timeline(const struct ferry_model_config *cfg, int B, int T,
+					  const struct ferry_exec_opts *opts, ferry_calibration_t c,
+					  const char *path, struct ferry_prediction *out)
+{
 	struct ferry_plan plan;
 	struct tier_speeds ts;
 	ferry_model_t m;
@@ -230,7 +282,7 @@ ferry_status ferry_model_predict(const struct ferry_model_config *cfg, int B, in
 		for (int k = 0; k < FERRY_TK_COUNT; k++)
 			out->host_bytes += plan.mem.host_kind_bytes[k];
 		out->host_fits = tier_speeds(m, c, &plan, &ts);
-		st = simulate(m, c, &ts, B, T, out);
+		st = simulate(m, c, &ts, B, T, path, out);
 	}
 	ferry_model_free(m);
 	return st;

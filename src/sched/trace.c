@@ -283,6 +283,27 @@ static ferry_status write_json(json_t *root, const char *path)
 	return FERRY_OK;
 }
 
+ferry_status ferry_trace_add(struct ferry_sched_trace *tr, const struct ferry_program *p, const struct ferry_task *t)
+{
+	return ferry_trace_timed_kind(t->kind) ? add_slice(tr, p, t) : FERRY_OK;
+}
+
+ferry_status ferry_trace_write_at(const struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+				  const char *about, const double *times, const char *path)
+{
+	double t0 = 0;
+	json_t *root;
+	ferry_status st;
+
+	for (int i = 0; i < tr->n; i++)
+		t0 = i == 0 || times[2 * i] < t0 ? times[2 * i] : t0;
+	if (!(root = trace_json(tr, res, about, times, t0)))
+		return ferry_error(FERRY_ERR_NOMEM, "trace: out of host memory");
+	st = write_json(root, path);
+	json_decref(root);
+	return st;
+}
+
 ferry_status ferry_trace_write(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 			       const char *about, const char *path)
 {
@@ -293,7 +314,6 @@ ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry
 				const char *about, const char *path, struct ferry_trace_stats *stats)
 {
 	double *times, t0;
-	json_t *root;
 	ferry_status st;
 
 	if (!tr->on)
@@ -308,16 +328,8 @@ ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry
 	}
 	if (stats)
 		trace_stats(tr, res, times, t0, stats);
-	if (!path) {
-		ferry_free(times);
-		return FERRY_OK;
-	}
-	root = trace_json(tr, res, about, times, t0);
+	st = path ? ferry_trace_write_at(tr, res, about, times, path) : FERRY_OK;
 	ferry_free(times);
-	if (!root)
-		return ferry_error(FERRY_ERR_NOMEM, "trace: out of host memory");
-	st = write_json(root, path);
-	json_decref(root);
 	return st;
 }
 

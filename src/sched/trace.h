@@ -66,6 +66,14 @@ struct ferry_trace_stats;
 ferry_status ferry_trace_finish(struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
 				const char *about, const char *path, struct ferry_trace_stats *stats)
 	FERRY_MUST_CHECK;
+/* A timeline not run (the cost model's): the slice of task t of program
+ * p added (tr zeroed first, never begun; timed kinds only), then written
+ * to path with each slice's start and end in seconds at times[2i] and
+ * times[2i + 1]; released by ferry_trace_release. */
+ferry_status ferry_trace_add(struct ferry_sched_trace *tr, const struct ferry_program *p, const struct ferry_task *t)
+	FERRY_MUST_CHECK;
+ferry_status ferry_trace_write_at(const struct ferry_sched_trace *tr, const struct ferry_sched_resources *res,
+				  const char *about, const double *times, const char *path) FERRY_MUST_CHECK;
 /* The same, writing nothing: each slice's start and end, in seconds from
  * the origin, into times[2i] and times[2i + 1] (tr->n slices). */
 ferry_status ferry_trace_collect(struct ferry_sched_trace *tr, double *times) FERRY_MUST_CHECK;

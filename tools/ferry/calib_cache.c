@@ -82,11 +82,15 @@ static void print_collectives(FILE *f, const struct ferry_calib_summary *s, cons
 			ferry_format_size(s->coll[i].small_bytes, small), s->coll[i].small_s * 1e6,
 			ferry_format_size(s->coll[i].big_bytes, big), s->coll[i].big_s * 1e3,
 			gbps((double)s->coll[i].big_bytes / s->coll[i].big_s));
-	for (int i = 0; i < s->n_comm_step; i++)
+	for (int i = 0; i < s->n_comm_step; i++) {
+		double idle = s->comm_step[i].in_step_idle > 0 ? s->comm_step[i].in_step_idle : s->comm_step[i].in_step;
+
 		fprintf(f, "%sinside data-parallel steps over %d ranks (%s): the collectives take %.1fx their time "
-			   "alone, compute ops beside them %.2fx theirs, the ranks ahead wait %.1f ms for the last\n",
-			indent, s->comm_step[i].ranks, s->comm_step[i].engine, s->comm_step[i].in_step,
+			   "alone beside compute (%.1fx with the compute stream idle), compute ops beside them %.2fx "
+			   "theirs, the ranks ahead wait %.1f ms for the last\n",
+			indent, s->comm_step[i].ranks, s->comm_step[i].engine, s->comm_step[i].in_step, idle,
 			s->comm_step[i].compute_slowdown, 1e3 * s->comm_step[i].skew_s);
+	}
 }
 
 void calib_print(FILE *f, ferry_calibration_t c, const char *indent)

@@ -16,7 +16,7 @@ static const char *const CMD = "calibrate";
 static void usage(void)
 {
 	printf("usage: ferry calibrate [model, batch and memory flags of ferry train] [--repeats N]\n"
-	       "                       [--quick]\n"
+	       "                       [--quick] [--predict-trace FILE]\n"
 	       "\n"
 	       "Measures on the active backend, at the model's shapes: every op of a training\n"
 	       "step (a warm-up step, then --repeats traced steps, default 3: each op's\n"
@@ -53,28 +53,39 @@ static void usage(void)
 	       "auto on N ranks measures them when the cache lacks them).\n"
 	       "\n"
 	       "Last it prints the step the cost model predicts for these flags (on N\n"
-	       "ranks, with the time the compute stream waits for the collectives).\n"
+	       "ranks, with the time the compute stream waits for the collectives);\n"
+	       "--predict-trace FILE also writes that simulated step (rank 0's) as\n"
+	       "`ferry train --trace` writes a traced one, to compare the two task by task\n"
+	       "(docs/cost_model.md).\n"
 	       "\n");
 	ferry_cli_model_flags_help(stdout);
 }
 
-/* calibrate's own flags, into its repeats (the usage's text says them) */
+/* calibrate's own flags (the usage's text says them) */
+struct calibrate_args {
+	int repeats;
+	const char *timeline; /* --predict-trace */
+};
+
 static const struct cli_flag calibrate_flags[] = {
-	{ .name = "--repeats",
-	  .value = "N", .type = CLI_INT, .min = 1, .max = 100, .range = "--repeats must be 1..100", .usage = true },
-	{ .name = "--quick", .type = CLI_ONE, .at = 0 },
+	{ .name = "--repeats", .value = "N", .type = CLI_INT, .at = offsetof(struct calibrate_args, repeats),
+	  .min = 1, .max = 100, .range = "--repeats must be 1..100", .usage = true },
+	{ .name = "--quick", .type = CLI_ONE, .at = offsetof(struct calibrate_args, repeats) },
+	{ .name = "--predict-trace", .value = "FILE", .type = CLI_STRING,
+	  .at = offsetof(struct calibrate_args, timeline) },
 	{ NULL },
 };
 
-static int parse(int argc, char **argv, struct ferry_train_opts *o, int *repeats)
+static int parse(int argc, char **argv, struct ferry_train_opts *o, struct calibrate_args *a)
 {
 	const struct cli_group groups[] = { ferry_cli_model_flags_group(o, NULL), ferry_cli_tier_flags_group(),
-					    { calibrate_flags, repeats, NULL, NULL }, { NULL } };
+					    { calibrate_flags, a, NULL, NULL }, { NULL } };
 	int rc;
 
 	ferry_cli_model_flags_default(o);
 	o->exec.policy = "nothing_saveable";
-	*repeats = 3;
+	a->repeats = 3;
+	a->timeline = NULL;
 	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups, .arg = ferry_cli_unexpected }, argc, argv);
 	if (rc == CLI_HELP)
 		usage();
@@ -108,17 +119,24 @@ static void print_tier_notes(const struct ferry_train_opts *o, ferry_calibration
 }
 
 /* The step the calibration's flags give, predicted (on several ranks
- * with its collectives priced): what ferry train then measures. */
-static void print_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg, ferry_calibration_t c)
+ * with its collectives priced): what ferry train then measures; its
+ * simulated timeline into `timeline` (rank 0's; NULL: none).  1 where
+ * the timeline asked for could not be written. */
+static int print_step(const struct ferry_train_opts *o, const struct ferry_model_config *cfg, ferry_calibration_t c,
+		      const char *timeline)
 {
 	struct ferry_exec_opts e = o->exec;
 	struct ferry_prediction p;
 	int ranks = o->comm ? ferry_comm_size(o->comm) : 1;
 
 	e.comm = o->comm;
-	if (ferry_model_predict(cfg, o->B, o->T, &e, c, &p) != FERRY_OK) {
+	if (o->comm && ferry_comm_rank(o->comm) > 0)
+		timeline = NULL;
+	if (ferry_model_predict_timeline(cfg, o->B, o->T, &e, c, timeline, &p) != FERRY_OK) {
+		if (timeline)
+			return ferry_cli_fail(CMD);
 		printf("no prediction: %s\n", ferry_last_error());
-		return;
+		return 0;
 	}
 	printf("predicted step (--policy %s, %d rank%s of %d rows): %.1f ms", o->exec.policy, ranks, ranks > 1 ? "s" : "",
 	       o->B, p.step_s * 1e3);
@@ -126,9 +144,12 @@ static void print_step(const struct ferry_train_opts *o, const struct ferry_mode
 		printf(", of which the compute stream waits %.1f ms for the collectives (%.1f ms of them on the comm "
 		       "stream)", p.exposed_comm_s * 1e3, p.comm_s * 1e3);
 	printf("\n");
+	if (timeline)
+		printf("the simulated step written to %s\n", timeline);
+	return 0;
 }
 
-static int calibrate(struct ferry_train_opts *o, int repeats)
+static int calibrate(struct ferry_train_opts *o, const struct calibrate_args *a)
 {
 	struct ferry_model_config cfg;
 	ferry_calibration_t c = NULL;
@@ -146,14 +167,14 @@ static int calibrate(struct ferry_train_opts *o, int repeats)
 		ferry_cli_tier_flags_release(o);
 		return ferry_cli_fail(CMD);
 	}
-	rc = calib_cache_calibrate(CMD, be, &cfg, o, repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
+	rc = calib_cache_calibrate(CMD, be, &cfg, o, a->repeats, &(struct calib_log){ stdout, "" }, path, sizeof(path),
 				   &c);
 	if (!rc) {
 		printf("calibrated %s: %d layers, %d channels, batch %d x %d on %s\n", cfg.arch, cfg.layers,
 		       cfg.channels, o->B, o->T, ferry_backend_description(be));
 		print_tier_notes(o, c);
 		calib_print(stdout, c, "  ");
-		print_step(o, &cfg, c);
+		rc = print_step(o, &cfg, c, a->timeline);
 		printf("saved to %s\n", path);
 	}
 	ferry_calibration_free(c);
@@ -166,17 +187,18 @@ int cmd_calibrate(int argc, char **argv)
 {
 	struct ferry_train_opts o;
 	struct ranks r;
-	int repeats, rc;
+	struct calibrate_args a;
+	int rc;
 
 	if (ranks_open(CMD, &r)) /* mpirun: the collectives over its ranks too */
 		return 1;
-	if ((rc = parse(argc, argv, &o, &repeats)) < 0) {
+	if ((rc = parse(argc, argv, &o, &a)) < 0) {
 		if (r.size > 1) {
 			o.comm = r.comm;
 			o.threads = ranks_threads(&r, o.threads);
 		}
 		/* every rank saw the same failure, or one alone (then the job ends) */
-		rc = calibrate(&o, repeats);
+		rc = calibrate(&o, &a);
 		if (r.size > 1)
 			rc = ranks_agree_rc(CMD, &r, rc);
 	}
