@@ -105,9 +105,7 @@ checks=$((checks + 1))
 
 # --zero 2 and 3 through staging (each layer's gradients reduce-scattered
 # and ZeRO-3's layers gathered piece by piece on the comm stream): within
-# 1e-3 of --zero 0 on the same 2 ranks (refused today by the CUDA
-# backend's ZeRO-2/3 norm, which sums the slices on host threads: then
-# these fail, they do not skip)
+# 1e-3 of --zero 0 on the same 2 ranks (the norm's block sums a kernel's)
 for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	for z in 2 3; do
