@@ -83,11 +83,22 @@ json_field() { # json_field FILE KEY: the first number after "KEY":
 	grep -o "\"$2\": [0-9]*" "$1" | head -1 | grep -o '[0-9]*$'
 }
 
+# zero_setup LAYERS: the ZeRO tests' data (make_corpus) and flags: the
+# runs' `common`, and the GPT-2 and Llama shapes `gpt` and `llama` of
+# LAYERS layers; skips without MPI (need_mpi).
+zero_setup() {
+	need_mpi
+	make_corpus
+	common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
+	gpt=(--layers "$1" --channels 32 --heads 4)
+	llama=(--model llama --layers "$1" --channels 32 --heads 4 --kv-heads 2)
+}
+
 # resume N SAVE FLAGS...: N ranks resume the save `half` to step 6 and
 # save SAVE (and SAVE.json), with the script's common flags' shape.
 resume() {
 	local n=$1 name=$2; shift 2
-	rm -rf "$name" "$name.state"
+	rm -rf "$name" "$name.state" "$name.json" # (a resumed run's --json appends)
 	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
 		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
 }

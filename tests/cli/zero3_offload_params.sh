@@ -21,12 +21,7 @@
 # measured bytes are its plan's: plan_ranks.sh).  Skips without mpirun or a
 # ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
-need_mpi
-make_corpus
-
-common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
-gpt=(--layers 3 --channels 32 --heads 4)
-llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
+zero_setup 3
 host=(--offload-optimizer cpu)
 off=(--offload-params --offload-optimizer cpu)
 

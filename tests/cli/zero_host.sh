@@ -18,12 +18,7 @@
 # zero3_host.sh; with --offload-params: zero_offload_params.sh).  Skips without
 # mpirun or a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
-need_mpi
-make_corpus
-
-common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
-gpt=(--layers 2 --channels 32 --heads 4)
-llama=(--model llama --layers 2 --channels 32 --heads 4 --kv-heads 2)
+zero_setup 2
 cpu=(--offload-optimizer cpu)
 spec=(--offload-optimizer cpu --clip-order speculative)
 stream=(--offload-optimizer stream)

@@ -19,22 +19,9 @@
 # What stays refused is refused by name.  Skips without mpirun or a ferry
 # built with MPI.
 . "$(dirname "$0")/lib.bash"
-need_mpi
-make_corpus
-
-common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
-gpt=(--layers 3 --channels 32 --heads 4)
-llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
+zero_setup 3
 off=(--offload-params --offload-optimizer cpu)
 stages=(1 2)
-
-# trains NAME N FLAGS...: N ranks save NAME.
-trains() {
-	local name=$1 n=$2; shift 2
-	rm -rf "$name" "$name.state"
-	mpi_run "$n" "$FERRY" train "${common[@]}" "$@" --save "$name" >"$name.out" 2>&1 ||
-		{ fail "$name on $n ranks: $(tail -n 2 "$name.out")"; return 1; }
-}
 
 # NAME|MODEL|ORDER|MORE on 2 ranks: each stage against --zero 0, same mode
 runs=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
@@ -83,12 +70,6 @@ done
 
 # Saved on 2 ranks at step 3 (6 rows a step), resumed on 3 and on 1: within
 # 1e-6 of the unbroken run (on 2 ranks, --zero 0)
-resume() { # resume N NAME FLAGS...: --resume half to step 6 on N ranks
-	local n=$1 name=$2; shift 2
-	rm -rf "$name" "$name.state" "$name.json"
-	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
-		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
-}
 trains unbroken 2 "${gpt[@]}" --batch 3 "${off[@]}" --zero 0 --json unbroken.json
 for z in "${stages[@]}"; do
 	checks=$((checks + 1))
@@ -106,9 +87,6 @@ done
 # holds the parameters and gradients whole, the moments a slice: 16 bytes
 # an unsplit element less 8 for the half of the moments a rank does not
 # hold (S = ceil(n/2); the parameters padded to 2S).
-json_plan() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d.get("plan", d); print(eval(sys.argv[2]))' "$@"; }
-json_host_total() { json_plan "$1" 'd["host"]["total_bytes"]'; }
-json_place() { json_plan "$1" 'd["place"]'; }
 plan=(--vocab 257 --max-seq 32 --seq 16 --batch 2 "${gpt[@]}" --layers 8)
 checks=$((checks + 1))
 "$FERRY" plan "${plan[@]}" "${off[@]}" --json whole.json >/dev/null &&

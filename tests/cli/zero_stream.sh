@@ -17,12 +17,7 @@
 # are its plan's: plan_ranks.sh).  Skips without mpirun or a ferry built
 # with MPI.
 . "$(dirname "$0")/lib.bash"
-need_mpi
-make_corpus
-
-common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --steps 6 --lr 1e-3 --sample 0 --threads 1)
-gpt=(--layers 3 --channels 32 --heads 4)
-llama=(--model llama --layers 3 --channels 32 --heads 4 --kv-heads 2)
+zero_setup 3
 stream=(--offload-optimizer stream)
 
 # NAME|MODEL|MORE on 2 ranks: --zero 2 and 3 streamed against --zero 0
