@@ -47,7 +47,7 @@ int ferry_cpu_count_given(void)
 
 ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS])
 {
-	DIR *dp = opendir("/proc/self/task");
+	DIR *dp;
 	struct dirent *d;
 	cpu_set_t set;
 	ferry_status st = FERRY_OK;
@@ -62,6 +62,7 @@ ferry_status ferry_cpu_bind_process(const uint64_t mask[FERRY_CPU_WORDS])
 		return ferry_error(FERRY_ERR_INVALID, "binding to no CPU");
 	if (sched_setaffinity(0, sizeof(set), &set) != 0) /* this thread first: those it starts inherit it */
 		return ferry_error(FERRY_ERR_IO, "sched_setaffinity: %s", strerror(errno));
+	dp = opendir("/proc/self/task");
 	if (!dp)
 		return ferry_error(FERRY_ERR_IO, "/proc/self/task: %s", strerror(errno));
 	while (!st && (d = readdir(dp))) {
