@@ -226,7 +226,7 @@ static void test_encoder(int B, int T, int C, int V)
 	struct twin wte = twin((long)V * C, BF, NORMAL, 1), wpe = twin((long)T * C, BF, NORMAL, 1),
 		    o = twin((long)B * T * C, BF, ZERO, 0), d = twin((long)B * T * C, BF, NORMAL, 1),
 		    dwte = twin((long)V * C, F32, NORMAL, 1), dwpe = twin((long)T * C, F32, NORMAL, 1);
-	struct ferry_op_call cc = { .kind = FERRY_OP_ENCODER, .B = B, .T = T, .C = C }, gc;
+	struct ferry_op_call cc = { .kind = FERRY_OP_ENCODER, .B = B, .T = T, .C = C, .V = V }, gc;
 
 	for (int i = 0; i < B * T; i++)
 		tok[i] = rng_int(&rng, V / 4 + 1); /* repeats, to exercise accumulation */

@@ -15,9 +15,9 @@
  * at most 65535 blocks.  Sizes <= 0 launch nothing and return cudaSuccess.
  *
  * Determinism: everything here gives the same bits run to run.
- * encoder_backward's dwte has one owner block per token present (the block
- * of its first row), which adds that token's rows in row order, as the CPU
- * does: no atomics.  The sums use a fixed number of blocks
+ * encoder_backward's dwte has one block per token, which adds that token's
+ * rows in row order, as the CPU does (the atomics that bucket the rows only
+ * draw places that are then sorted back).  The sums use a fixed number of blocks
  * and a fixed combination tree, independent of the GPU, and
  * bias_backward a fixed per-column tree.
  */
@@ -109,55 +109,101 @@ static __global__ void encoder_backward_kernel(float *dwpe, const bf16 *dout, in
 	}
 }
 
-/* Whether a row before n holds token tok (the block's threads look at
- * THREADS rows each round and stop at the first round with a hit). */
-static __device__ bool earlier_row_holds(const int32_t *tokens, long n, int32_t tok)
+/* The embedding gradient without atomics on dwte, in linear time: a
+ * counting sort buckets the rows by token (counts, their prefix sums, each
+ * row into its token's bucket at an atomically drawn place), each bucket is
+ * put back in row order (a row's place is the number of smaller rows in its
+ * bucket), and one block per token adds its rows in that order, as the CPU
+ * does.  Scratch: count[V] and fill[V] (zeroed), offset[V + 1], bucket[N]
+ * and sorted[N], all int. */
+static __global__ void count_tokens_kernel(int *count, const int32_t *tokens, long N, int V)
 {
-	for (long base = 0; base < n; base += THREADS) {
-		const long m = base + threadIdx.x;
-		if (__syncthreads_or(m < n && tokens[m] == tok))
-			return true;
+	GRID_STRIDE(i, N) {
+		const int32_t tok = tokens[i];
+
+		if (tok >= 0 && tok < V)
+			atomicAdd(&count[tok], 1);
 	}
-	return false;
 }
 
-/* dwte[tok] += dout rows holding tok, in row order.  Block per row n; the
- * block of a token's first row owns that token's gradient row: it finds the
- * token's rows THREADS at a time, lists them in order in shared memory
- * (ballot + popc), then adds them one after another. */
-static __global__ void __launch_bounds__(THREADS)
-	embedding_backward_kernel(float *dwte, const bf16 *dout, const int32_t *tokens, long N, int C)
+/* offset[v] = count[0] + ... + count[v - 1], v <= V: one block, each thread
+ * a contiguous run of tokens, the runs' totals scanned in shared memory. */
+#define SCAN_THREADS 1024
+static __global__ void __launch_bounds__(SCAN_THREADS) token_offsets_kernel(int *offset, const int *count, int V)
 {
-	__shared__ long rows[THREADS];
-	__shared__ int warp_hits[THREADS / 32];
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const long n = blockIdx.x;
-	const int32_t tok = tokens[n];
+	__shared__ int run_total[SCAN_THREADS];
+	const int per = (V + SCAN_THREADS - 1) / SCAN_THREADS;
+	const int lo = threadIdx.x * per, hi = min(lo + per, V);
+	int sum = 0;
 
-	if (earlier_row_holds(tokens, n, tok))
-		return; /* the whole block: another block owns tok */
-	float *g = dwte + (long)tok * C;
-	for (long base = n; base < N; base += THREADS) {
-		const long m = base + threadIdx.x;
-		const bool hit = m < N && tokens[m] == tok;
-		const unsigned ballot = __ballot_sync(0xffffffffu, hit);
-		int before = 0, total = 0;
+	for (int v = lo; v < hi; v++)
+		sum += count[v];
+	run_total[threadIdx.x] = sum;
+	__syncthreads();
+	for (int step = 1; step < SCAN_THREADS; step *= 2) { /* inclusive scan of the runs */
+		const int add = threadIdx.x >= step ? run_total[threadIdx.x - step] : 0;
 
-		if (lane == 0)
-			warp_hits[warp] = __popc(ballot);
 		__syncthreads();
-		for (int w = 0; w < THREADS / 32; w++) {
-			before += w < warp ? warp_hits[w] : 0;
-			total += warp_hits[w];
-		}
-		if (hit)
-			rows[before + __popc(ballot & ((1u << lane) - 1u))] = m;
+		run_total[threadIdx.x] += add;
 		__syncthreads();
-		for (int i = 0; i < total; i++)
-			for (int c = threadIdx.x; c < C; c += THREADS)
-				g[c] += f32(dout[rows[i] * C + c]);
-		__syncthreads(); /* rows[] and warp_hits[] are reused */
 	}
+	sum = run_total[threadIdx.x] - sum; /* tokens before this run */
+	for (int v = lo; v < hi; v++) {
+		offset[v] = sum;
+		sum += count[v];
+	}
+	if (threadIdx.x == SCAN_THREADS - 1)
+		offset[V] = run_total[SCAN_THREADS - 1];
+}
+
+static __global__ void bucket_rows_kernel(int *bucket, int *fill, const int *offset, const int32_t *tokens, long N,
+					  int V)
+{
+	GRID_STRIDE(i, N) {
+		const int32_t tok = tokens[i];
+
+		if (tok >= 0 && tok < V)
+			bucket[offset[tok] + atomicAdd(&fill[tok], 1)] = (int)i;
+	}
+}
+
+/* dwte[tok] += its rows of dout in row order: block per token. */
+static __global__ void __launch_bounds__(THREADS)
+	embedding_backward_kernel(float *dwte, const bf16 *dout, const int *offset, const int *bucket, int *sorted,
+				  int V, int C)
+{
+	for (int tok = blockIdx.x; tok < V; tok += gridDim.x) {
+		const int first = offset[tok], k = offset[tok + 1] - first;
+		const int *rows = bucket + first;
+
+		if (k == 0)
+			continue;
+		if (k > 1) { /* k is the block's own: every thread takes this branch */
+			for (int i = threadIdx.x; i < k; i += THREADS) {
+				const int r = rows[i];
+				int place = 0;
+
+				for (int j = 0; j < k; j++)
+					place += rows[j] < r;
+				sorted[first + place] = r;
+			}
+			__syncthreads(); /* the block's writes to sorted[] are seen by all its threads */
+			rows = sorted + first;
+		}
+		float *g = dwte + (long)tok * C;
+		for (int c = threadIdx.x; c < C; c += THREADS) {
+			float acc = g[c];
+
+			for (int i = 0; i < k; i++)
+				acc += f32(dout[(long)rows[i] * C + c]);
+			g[c] = acc;
+		}
+	}
+}
+
+extern "C" size_t ferry_cuda_embedding_backward_ws_bytes(long N, int V)
+{
+	return sizeof(int) * (3 * (size_t)V + 1 + 2 * (size_t)N);
 }
 
 extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
@@ -172,7 +218,8 @@ extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, con
 }
 
 extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
-						   const int32_t *tokens, int B, int T, int C)
+						   const int32_t *tokens, int B, int T, int C, int V, void *ws,
+						   size_t ws_bytes)
 {
 	const long N = (long)B * T;
 
@@ -180,10 +227,20 @@ extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, 
 		return cudaSuccess;
 	if (dwpe)
 		encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwpe, dout, B, T, C);
-	if (dwte && N <= 0x7fffffffL)
-		embedding_backward_kernel<<<(unsigned)N, THREADS, 0, s>>>(dwte, dout, tokens, N, C);
-	else if (dwte)
+	if (!dwte)
+		return cudaGetLastError();
+	if (N > 0x7fffffffL || V <= 0 || ws_bytes < ferry_cuda_embedding_backward_ws_bytes(N, V))
 		return cudaErrorInvalidValue;
+	int *count = (int *)ws, *fill = count + V, *offset = fill + V, *bucket = offset + V + 1, *sorted = bucket + N;
+	cudaError_t e = cudaMemsetAsync(count, 0, sizeof(int) * 2 * (size_t)V, s);
+
+	if (e != cudaSuccess)
+		return e;
+	count_tokens_kernel<<<grid_for(N), THREADS, 0, s>>>(count, tokens, N, V);
+	token_offsets_kernel<<<1, SCAN_THREADS, 0, s>>>(offset, count, V);
+	bucket_rows_kernel<<<grid_for(N), THREADS, 0, s>>>(bucket, fill, offset, tokens, N, V);
+	embedding_backward_kernel<<<(unsigned)(V > MAX_BLOCKS ? MAX_BLOCKS : V), THREADS, 0, s>>>(
+		dwte, dout, offset, bucket, sorted, V, C);
 	return cudaGetLastError();
 }
 
