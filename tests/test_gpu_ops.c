@@ -444,7 +444,8 @@ int main(void)
 	test_attention(1, 40, 96, 2);    /* head size 48 */
 	test_attention(1, 70, 256, 2);   /* head size 128 */
 	test_attention(1, 33, 256, 1);   /* head size 256, the largest */
-	test_elementwise(100003);
+	test_elementwise(100003);        /* one value a thread */
+	test_elementwise(100000);        /* 8 values a thread: a multiple of 8, 16-byte aligned */
 	test_encoder(3, 17, 64, 101);
 	test_encoder(4, 1024, 768, 50257); /* GPT-2 124M's embedding at sequence 1024 */
 	test_encoder(2, 300, 96, 3);        /* one token in every row: one long run */

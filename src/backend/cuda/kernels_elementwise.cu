@@ -4,8 +4,11 @@
  *
  * Conventions: bf16 values are widened to float with __bfloat162float and
  * narrowed with __float2bfloat16 (round to nearest even); all arithmetic is
- * fp32 (reductions: fp64).  Accesses are scalar: pointers may be slices of a
- * buffer with only 2-byte alignment, so no vector loads.  Pointers that the
+ * fp32 (reductions: fp64).  Pointers may be slices of a buffer with only
+ * 2-byte alignment: the GELU and residual kernels take 8 values (16 bytes)
+ * a thread where every pointer is 16-byte aligned and the count a multiple
+ * of 8, one value a thread elsewhere, with the same arithmetic per value,
+ * so the same bits either way.  Pointers that the
  * CPU reference allows to alias (gelu out/inp, dinp/dout; residual out/a/b,
  * da/db; geglu out/gate/up; scale and softcap dinp/dout, softcap dinp/inp)
  * are not __restrict__; every element is read before it is written by the
@@ -67,6 +70,28 @@ static __device__ __forceinline__ float f32(bf16 x)
 static __device__ __forceinline__ bf16 b16(float x)
 {
 	return __float2bfloat16(x); /* round to nearest even */
+}
+
+/* W values, loaded and stored in one access of 2 * W bytes. */
+template <int W> struct alignas(2 * W) bf16s {
+	bf16 v[W];
+};
+
+template <int W> static __device__ __forceinline__ bf16s<W> load(const bf16 *p)
+{
+	return *(const bf16s<W> *)p;
+}
+
+template <int W> static __device__ __forceinline__ void store(bf16 *p, const bf16s<W> &x)
+{
+	*(bf16s<W> *)p = x;
+}
+
+/* Whether 8 values a thread fit: n a multiple of 8, every pointer (NULL
+ * too) 16-byte aligned. */
+static bool by_eight(long n, const void *a, const void *b, const void *c = NULL, const void *d = NULL)
+{
+	return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15u) == 0;
 }
 
 /* ---- encoder --------------------------------------------------------------- */
@@ -246,24 +271,38 @@ extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, 
 
 /* ---- GELU (tanh form) -------------------------------------------------------- */
 
-static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
+/* W values a thread (W = 1 or 8: by_eight); n counts groups of W. */
+template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
 {
 	GRID_STRIDE(i, n) {
-		out[i] = b16(gelu_value(f32(inp[i])));
+		const bf16s<W> x = load<W>(inp + i * W);
+		bf16s<W> y;
+
+		for (int k = 0; k < W; k++)
+			y.v[k] = b16(gelu_value(f32(x.v[k])));
+		store<W>(out + i * W, y);
 	}
 }
 
 /* dinp += dout * d gelu / dx, or with assign dinp = ... (dinp may alias
- * dout: the in-place backward the planner chooses) */
+ * dout: the in-place backward the planner chooses; each thread reads its
+ * values before it writes them) */
+template <int W>
 static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n, bool assign)
 {
 	GRID_STRIDE(i, n) {
-		float d;
+		const bf16s<W> x = load<W>(inp + i * W), g = load<W>(dout + i * W);
+		bf16s<W> acc;
 
-		(void)gelu_value_slope(f32(inp[i]), &d);
-		const float g = f32(dout[i]);
+		if (!assign)
+			acc = load<W>(dinp + i * W);
+		for (int k = 0; k < W; k++) {
+			float d;
 
-		dinp[i] = b16((assign ? 0.0f : f32(dinp[i])) + g * d);
+			(void)gelu_value_slope(f32(x.v[k]), &d);
+			acc.v[k] = b16((assign ? 0.0f : f32(acc.v[k])) + f32(g.v[k]) * d);
+		}
+		store<W>(dinp + i * W, acc);
 	}
 }
 
@@ -271,7 +310,10 @@ extern "C" cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const 
 {
 	if (n <= 0)
 		return cudaSuccess;
-	gelu_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
+	if (by_eight(n, out, inp))
+		gelu_forward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(out, inp, n / 8);
+	else
+		gelu_forward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
 	return cudaGetLastError();
 }
 
@@ -280,28 +322,45 @@ extern "C" cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, cons
 {
 	if (n <= 0 || !dinp)
 		return cudaSuccess;
-	gelu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n, assign);
+	if (by_eight(n, dinp, dout, inp))
+		gelu_backward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(dinp, dout, inp, n / 8, assign);
+	else
+		gelu_backward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n, assign);
 	return cudaGetLastError();
 }
 
 /* ---- residual ------------------------------------------------------------------ */
 
-static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, long n)
+template <int W> static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, long n)
 {
-	GRID_STRIDE(i, n)
-		out[i] = b16(f32(a[i]) + f32(b[i]));
+	GRID_STRIDE(i, n) {
+		const bf16s<W> x = load<W>(a + i * W), y = load<W>(b + i * W);
+		bf16s<W> z;
+
+		for (int k = 0; k < W; k++)
+			z.v[k] = b16(f32(x.v[k]) + f32(y.v[k]));
+		store<W>(out + i * W, z);
+	}
 }
 
 /* x += scale_x * dout; y += dout when y != NULL.  x != y (the launcher folds
  * da == db into one pointer with scale 2, so it is rounded once). */
+template <int W>
 static __global__ void residual_backward_kernel(bf16 *x, float scale_x, bf16 *y, const bf16 *dout, long n)
 {
 	GRID_STRIDE(i, n) {
-		const float d = f32(dout[i]);
+		const bf16s<W> d = load<W>(dout + i * W);
+		bf16s<W> u = load<W>(x + i * W);
 
-		x[i] = b16(f32(x[i]) + scale_x * d);
-		if (y)
-			y[i] = b16(f32(y[i]) + d);
+		for (int k = 0; k < W; k++)
+			u.v[k] = b16(f32(u.v[k]) + scale_x * f32(d.v[k]));
+		store<W>(x + i * W, u);
+		if (y) {
+			u = load<W>(y + i * W);
+			for (int k = 0; k < W; k++)
+				u.v[k] = b16(f32(u.v[k]) + f32(d.v[k]));
+			store<W>(y + i * W, u);
+		}
 	}
 }
 
@@ -309,7 +368,10 @@ extern "C" cudaError_t ferry_cuda_residual_forward(cudaStream_t s, bf16 *out, co
 {
 	if (n <= 0)
 		return cudaSuccess;
-	residual_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
+	if (by_eight(n, out, a, b))
+		residual_forward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(out, a, b, n / 8);
+	else
+		residual_forward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
 	return cudaGetLastError();
 }
 
@@ -330,7 +392,10 @@ extern "C" cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf
 	}
 	if (!x)
 		return cudaSuccess;
-	residual_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
+	if (by_eight(n, x, y, dout))
+		residual_backward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(x, scale, y, dout, n / 8);
+	else
+		residual_backward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
 	return cudaGetLastError();
 }
 
