@@ -227,7 +227,7 @@ static void test_encoder(int B, int T, int C, int V)
 	struct twin wte = twin((long)V * C, BF, NORMAL, 1), wpe = twin((long)T * C, BF, NORMAL, 1),
 		    o = twin((long)B * T * C, BF, ZERO, 0), d = twin((long)B * T * C, BF, NORMAL, 1),
 		    dwte = twin((long)V * C, F32, NORMAL, 1), dwpe = twin((long)T * C, F32, NORMAL, 1);
-	struct ferry_op_call cc = { .kind = FERRY_OP_ENCODER, .B = B, .T = T, .C = C }, gc;
+	struct ferry_op_call cc = { .kind = FERRY_OP_ENCODER, .B = B, .T = T, .C = C, .V = V }, gc;
 
 	for (int i = 0; i < B * T; i++)
 		tok[i] = rng_int(&rng, V / 4 + 1); /* repeats, to exercise accumulation */
@@ -484,7 +484,8 @@ int main(void)
 	test_attention(1, 40, 96, 2);    /* head size 48 */
 	test_attention(1, 70, 256, 2);   /* head size 128 */
 	test_attention(1, 33, 256, 1);   /* head size 256, the largest */
-	test_elementwise(100003);
+	test_elementwise(100003);        /* one value a thread */
+	test_elementwise(100000);        /* 8 values a thread: a multiple of 8, 16-byte aligned */
 	test_encoder(3, 17, 64, 101);
 	test_encoder(4, 1024, 768, 50257); /* GPT-2 124M's embedding at sequence 1024 */
 	test_encoder(2, 300, 96, 3);        /* one token in every row: one long run */

@@ -35,19 +35,39 @@
  * (out, dinp) or fp32 (dweight).  The math mode forbids reduced-precision
  * reductions (split-K partial sums kept in fp32, not bf16).
  *
- * Bias: the forward seeds out with the bias broadcast over rows and runs the
- * product with beta = 1, as the CPU does, so out = bf16(bias + product) is
- * rounded once (adding the bias afterwards would round twice).
+ * Bias: out = bf16(product + bias), rounded once, as the CPU does (adding
+ * the bias afterwards would round twice).  cuBLASLt adds it in the
+ * product's epilogue, in fp32 before the rounding; where it has no
+ * algorithm for the shape and the pointers' alignment, the forward seeds
+ * out with the bias broadcast over rows and runs the product with beta = 1
+ * (one more pass over out).  The epilogue's algorithms are asked for with
+ * no workspace and no split-K reduction (so no partial sums in bf16, and
+ * nothing outside the planned arena), and remembered per shape.
  */
 #include "backend/cuda/cuda_matmul.h"
 #include "backend/cuda/kernels.cuh"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+/* A forward-with-bias shape and the cuBLASLt algorithm found for it. */
+struct lt_choice {
+	int N, C, OC;
+	unsigned align;
+	bool found;
+	cublasLtMatmulAlgo_t algo;
+};
+
+#define LT_CHOICES 64
+
 struct ferry_cuda_blas {
 	cublasHandle_t h;
+	cublasLtHandle_t lt; /* NULL: every bias goes the seeded way */
+	struct lt_choice choice[LT_CHOICES];
+	int n_choices;
 };
 
 #define THREADS 256
@@ -105,6 +125,8 @@ extern "C" int ferry_cuda_blas_create(struct ferry_cuda_blas **out, char *err, s
 		free(b);
 		return blas_fail(err, err_len, "cublasSetMathMode", st);
 	}
+	if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS)
+		b->lt = NULL;
 	*out = b;
 	return 0;
 }
@@ -113,6 +135,8 @@ extern "C" void ferry_cuda_blas_free(struct ferry_cuda_blas *b)
 {
 	if (!b)
 		return;
+	if (b->lt)
+		cublasLtDestroy(b->lt);
 	cublasDestroy(b->h);
 	free(b);
 }
@@ -128,6 +152,134 @@ static int check_dims(const struct ferry_cuda_blas *b, int N, int C, int OC, con
 		set_err(err, err_len, what, "negative dimension");
 		return -1;
 	}
+	return 0;
+}
+
+/* The largest power of two up to 256 dividing the address. */
+static unsigned align_of(const void *p)
+{
+	const uintptr_t a = (uintptr_t)p;
+	unsigned al = 256;
+
+	while (al > 1 && a % al)
+		al >>= 1;
+	return al;
+}
+
+/* The descriptors of out[N, OC] = inp[N, C] @ W^T + bias, column-major as
+ * at the top of the file, and a preference for no workspace, no split-K
+ * reduction and the pointers' alignment. */
+struct lt_descs {
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t a, b, d;
+	cublasLtMatmulPreference_t pref;
+};
+
+static void lt_descs_free(struct lt_descs *x)
+{
+	if (x->pref)
+		cublasLtMatmulPreferenceDestroy(x->pref);
+	if (x->d)
+		cublasLtMatrixLayoutDestroy(x->d);
+	if (x->b)
+		cublasLtMatrixLayoutDestroy(x->b);
+	if (x->a)
+		cublasLtMatrixLayoutDestroy(x->a);
+	if (x->op)
+		cublasLtMatmulDescDestroy(x->op);
+}
+
+static cublasStatus_t lt_descs_make(struct lt_descs *x, const void *bias, int N, int C, int OC, unsigned align)
+{
+	const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+	const cudaDataType_t bias_type = CUDA_R_16BF;
+	const uint64_t no_workspace = 0;
+	const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE, al = align;
+	const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+	};
+	cublasStatus_t st;
+
+	*x = (struct lt_descs){};
+	if ((st = cublasLtMatmulDescCreate(&x->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+	    (st = cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta))) ||
+	    (st = cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb))) ||
+	    (st = cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+						 sizeof(epilogue))) ||
+	    (st = cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias))) ||
+	    (st = cublasLtMatmulDescSetAttribute(x->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+						 sizeof(bias_type))) ||
+	    (st = cublasLtMatrixLayoutCreate(&x->a, CUDA_R_16BF, C, OC, C)) ||
+	    (st = cublasLtMatrixLayoutCreate(&x->b, CUDA_R_16BF, C, N, C)) ||
+	    (st = cublasLtMatrixLayoutCreate(&x->d, CUDA_R_16BF, OC, N, OC)) ||
+	    (st = cublasLtMatmulPreferenceCreate(&x->pref)) ||
+	    (st = cublasLtMatmulPreferenceSetAttribute(x->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+						       &no_workspace, sizeof(no_workspace))) ||
+	    (st = cublasLtMatmulPreferenceSetAttribute(x->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+						       &no_split_k, sizeof(no_split_k))))
+		return st;
+	for (size_t i = 0; i < sizeof(aligns) / sizeof(*aligns); i++)
+		if ((st = cublasLtMatmulPreferenceSetAttribute(x->pref, aligns[i], &al, sizeof(al))))
+			return st;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The algorithm for the shape, asked for once; NULL when there is none. */
+static const cublasLtMatmulAlgo_t *lt_algo(struct ferry_cuda_blas *b, const struct lt_descs *x, int N, int C,
+					   int OC, unsigned align)
+{
+	cublasLtMatmulHeuristicResult_t res;
+	struct lt_choice *c;
+	int found = 0;
+
+	for (int i = 0; i < b->n_choices; i++) {
+		c = &b->choice[i];
+		if (c->N == N && c->C == C && c->OC == OC && c->align == align)
+			return c->found ? &c->algo : NULL;
+	}
+	if (cublasLtMatmulAlgoGetHeuristic(b->lt, x->op, x->a, x->b, x->d, x->d, x->pref, 1, &res, &found) !=
+		    CUBLAS_STATUS_SUCCESS ||
+	    res.state != CUBLAS_STATUS_SUCCESS)
+		found = 0;
+	if (b->n_choices == LT_CHOICES) /* more shapes than a model has: forget the oldest */
+		b->n_choices = 0;
+	c = &b->choice[b->n_choices++];
+	*c = (struct lt_choice){ N, C, OC, align, found > 0, found > 0 ? res.algo : cublasLtMatmulAlgo_t{} };
+	return c->found ? &c->algo : NULL;
+}
+
+/* out = inp @ W^T + bias in one cuBLASLt product; *done false (and 0)
+ * when cuBLASLt has no algorithm here, for the seeded way. */
+static int lt_forward_bias(struct ferry_cuda_blas *b, cudaStream_t s, void *out, const void *inp,
+			   const void *weight, const void *bias, int N, int C, int OC, bool *done, char *err,
+			   size_t err_len)
+{
+	const float alpha = 1.0f, beta = 0.0f;
+	unsigned align = align_of(out);
+	const cublasLtMatmulAlgo_t *algo;
+	struct lt_descs x;
+	cublasStatus_t st;
+
+	*done = false;
+	align = align_of(inp) < align ? align_of(inp) : align;
+	align = align_of(weight) < align ? align_of(weight) : align;
+	align = align_of(bias) < align ? align_of(bias) : align;
+	if (!b->lt || align < 16)
+		return 0;
+	if ((st = lt_descs_make(&x, bias, N, C, OC, align))) {
+		lt_descs_free(&x);
+		return blas_fail(err, err_len, "cuBLASLt descriptors (matmul forward)", st);
+	}
+	algo = lt_algo(b, &x, N, C, OC, align);
+	st = algo ? cublasLtMatmul(b->lt, x.op, &alpha, weight, x.a, inp, x.b, &beta, out, x.d, out, x.d, algo,
+				   NULL, 0, s)
+		  : CUBLAS_STATUS_SUCCESS;
+	lt_descs_free(&x);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return blas_fail(err, err_len, "cublasLtMatmul (matmul forward, bias epilogue)", st);
+	*done = algo != NULL;
 	return 0;
 }
 
@@ -148,7 +300,13 @@ extern "C" int ferry_cuda_matmul_forward(struct ferry_cuda_blas *b, cudaStream_t
 		return blas_fail(err, err_len, "cublasSetStream (matmul forward)", st);
 	if (bias) {
 		const unsigned grid = (unsigned)(N > MAX_BLOCKS ? MAX_BLOCKS : N);
+		bool done;
 		cudaError_t e;
+
+		if (lt_forward_bias(b, s, out, inp, weight, bias, N, C, OC, &done, err, err_len))
+			return -1;
+		if (done)
+			return 0;
 
 		bias_seed_kernel<<<grid, THREADS, 0, s>>>((bf16 *)out, (const bf16 *)bias, N, OC);
 		e = cudaGetLastError();

@@ -12,7 +12,7 @@
 
 /* One cuBLAS handle per backend.  Kernel scratch (layernorm backward needs
  * 512 * C bytes, rmsnorm backward 256 * C, attention backward 4 * B*NH*T,
- * reductions a few KiB) comes with the call when a model runs it (the
+ * the embedding's backward 4 * (3 * V + 1 + 2 * B*T), reductions a few KiB) comes with the call when a model runs it (the
  * tensor table's workspace, planned and in the arena); a call without one
  * (an op run directly, as the GPU tests do) uses the backend's own, taken
  * on first need.  Sharing either is safe because ferry's models run their
@@ -70,12 +70,20 @@ static int launched(cudaError_t e, const struct ferry_op_call *c, char *err, siz
 	return -1;
 }
 
+/* The embedding's rows: the vocabulary, padded or not (tokens are below). */
+static int embedding_rows(const struct ferry_op_call *c)
+{
+	return c->Vp > c->V ? c->Vp : c->V;
+}
+
 /* Bytes of scratch a call's kernels need. */
 static size_t op_scratch_need(const struct ferry_op_call *c)
 {
 	int N = c->B * c->T;
 
 	switch (c->kind) {
+	case FERRY_OP_ENCODER:
+		return c->backward ? ferry_cuda_embedding_backward_ws_bytes(N, embedding_rows(c)) : 0;
 	case FERRY_OP_LAYERNORM:
 		return c->backward ? ferry_cuda_layernorm_backward_ws_bytes(N, c->C) : 0;
 	case FERRY_OP_ATTENTION:
@@ -190,7 +198,7 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
 		return ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens, c->B,
-						   c->T, c->C);
+						   c->T, c->C, embedding_rows(c), ws.p, ws.bytes);
 	case FERRY_OP_LAYERNORM:
 		return ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]),
 						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,

@@ -35,9 +35,13 @@ extern "C" {
 cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
 				       const bf16 *wte, const bf16 *wpe, int B, int T, int C);
 /* dwte[tok] += dout rows; dwpe[t] += dout (float grads), each in the CPU's
- * row order: the same bits as the CPU backend, run to run */
+ * row order: the same bits as the CPU backend, run to run.  Tokens are
+ * below V; dwte needs ferry_cuda_embedding_backward_ws_bytes(B * T, V)
+ * bytes of ws. */
 cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
-					const int32_t *tokens, int B, int T, int C);
+					const int32_t *tokens, int B, int T, int C, int V, void *ws,
+					size_t ws_bytes);
+size_t ferry_cuda_embedding_backward_ws_bytes(long N, int V);
 cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n);
 /* dinp += dout * gelu'(inp), or with assign dinp = ... (dinp may be dout) */
 cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const bf16 *inp, long n,

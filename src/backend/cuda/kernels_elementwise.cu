@@ -4,8 +4,11 @@
  *
  * Conventions: bf16 values are widened to float with __bfloat162float and
  * narrowed with __float2bfloat16 (round to nearest even); all arithmetic is
- * fp32 (reductions: fp64).  Accesses are scalar: pointers may be slices of a
- * buffer with only 2-byte alignment, so no vector loads.  Pointers that the
+ * fp32 (reductions: fp64).  Pointers may be slices of a buffer with only
+ * 2-byte alignment: the GELU and residual kernels take 8 values (16 bytes)
+ * a thread where every pointer is 16-byte aligned and the count a multiple
+ * of 8, one value a thread elsewhere, with the same arithmetic per value,
+ * so the same bits either way.  Pointers that the
  * CPU reference allows to alias (gelu out/inp, dinp/dout; residual out/a/b,
  * da/db; geglu out/gate/up; scale and softcap dinp/dout, softcap dinp/inp)
  * are not __restrict__; every element is read before it is written by the
@@ -15,9 +18,9 @@
  * at most 65535 blocks.  Sizes <= 0 launch nothing and return cudaSuccess.
  *
  * Determinism: everything here gives the same bits run to run.
- * encoder_backward's dwte has one owner block per token present (the block
- * of its first row), which adds that token's rows in row order, as the CPU
- * does: no atomics.  The sums use a fixed number of blocks
+ * encoder_backward's dwte has one block per token, which adds that token's
+ * rows in row order, as the CPU does (the atomics that bucket the rows only
+ * draw places that are then sorted back).  The sums use a fixed number of blocks
  * and a fixed combination tree, independent of the GPU, and
  * bias_backward a fixed per-column tree.
  */
@@ -69,6 +72,28 @@ static __device__ __forceinline__ bf16 b16(float x)
 	return __float2bfloat16(x); /* round to nearest even */
 }
 
+/* W values, loaded and stored in one access of 2 * W bytes. */
+template <int W> struct alignas(2 * W) bf16s {
+	bf16 v[W];
+};
+
+template <int W> static __device__ __forceinline__ bf16s<W> load(const bf16 *p)
+{
+	return *(const bf16s<W> *)p;
+}
+
+template <int W> static __device__ __forceinline__ void store(bf16 *p, const bf16s<W> &x)
+{
+	*(bf16s<W> *)p = x;
+}
+
+/* Whether 8 values a thread fit: n a multiple of 8, every pointer (NULL
+ * too) 16-byte aligned. */
+static bool by_eight(long n, const void *a, const void *b, const void *c = NULL, const void *d = NULL)
+{
+	return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15u) == 0;
+}
+
 /* ---- encoder --------------------------------------------------------------- */
 
 /* out[row, c] = wte[tokens[row], c] + wpe[row % T, c]; one block per row.
@@ -109,55 +134,101 @@ static __global__ void encoder_backward_kernel(float *dwpe, const bf16 *dout, in
 	}
 }
 
-/* Whether a row before n holds token tok (the block's threads look at
- * THREADS rows each round and stop at the first round with a hit). */
-static __device__ bool earlier_row_holds(const int32_t *tokens, long n, int32_t tok)
+/* The embedding gradient without atomics on dwte, in linear time: a
+ * counting sort buckets the rows by token (counts, their prefix sums, each
+ * row into its token's bucket at an atomically drawn place), each bucket is
+ * put back in row order (a row's place is the number of smaller rows in its
+ * bucket), and one block per token adds its rows in that order, as the CPU
+ * does.  Scratch: count[V] and fill[V] (zeroed), offset[V + 1], bucket[N]
+ * and sorted[N], all int. */
+static __global__ void count_tokens_kernel(int *count, const int32_t *tokens, long N, int V)
 {
-	for (long base = 0; base < n; base += THREADS) {
-		const long m = base + threadIdx.x;
-		if (__syncthreads_or(m < n && tokens[m] == tok))
-			return true;
+	GRID_STRIDE(i, N) {
+		const int32_t tok = tokens[i];
+
+		if (tok >= 0 && tok < V)
+			atomicAdd(&count[tok], 1);
 	}
-	return false;
 }
 
-/* dwte[tok] += dout rows holding tok, in row order.  Block per row n; the
- * block of a token's first row owns that token's gradient row: it finds the
- * token's rows THREADS at a time, lists them in order in shared memory
- * (ballot + popc), then adds them one after another. */
-static __global__ void __launch_bounds__(THREADS)
-	embedding_backward_kernel(float *dwte, const bf16 *dout, const int32_t *tokens, long N, int C)
+/* offset[v] = count[0] + ... + count[v - 1], v <= V: one block, each thread
+ * a contiguous run of tokens, the runs' totals scanned in shared memory. */
+#define SCAN_THREADS 1024
+static __global__ void __launch_bounds__(SCAN_THREADS) token_offsets_kernel(int *offset, const int *count, int V)
 {
-	__shared__ long rows[THREADS];
-	__shared__ int warp_hits[THREADS / 32];
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const long n = blockIdx.x;
-	const int32_t tok = tokens[n];
+	__shared__ int run_total[SCAN_THREADS];
+	const int per = (V + SCAN_THREADS - 1) / SCAN_THREADS;
+	const int lo = threadIdx.x * per, hi = min(lo + per, V);
+	int sum = 0;
 
-	if (earlier_row_holds(tokens, n, tok))
-		return; /* the whole block: another block owns tok */
-	float *g = dwte + (long)tok * C;
-	for (long base = n; base < N; base += THREADS) {
-		const long m = base + threadIdx.x;
-		const bool hit = m < N && tokens[m] == tok;
-		const unsigned ballot = __ballot_sync(0xffffffffu, hit);
-		int before = 0, total = 0;
+	for (int v = lo; v < hi; v++)
+		sum += count[v];
+	run_total[threadIdx.x] = sum;
+	__syncthreads();
+	for (int step = 1; step < SCAN_THREADS; step *= 2) { /* inclusive scan of the runs */
+		const int add = threadIdx.x >= step ? run_total[threadIdx.x - step] : 0;
 
-		if (lane == 0)
-			warp_hits[warp] = __popc(ballot);
 		__syncthreads();
-		for (int w = 0; w < THREADS / 32; w++) {
-			before += w < warp ? warp_hits[w] : 0;
-			total += warp_hits[w];
-		}
-		if (hit)
-			rows[before + __popc(ballot & ((1u << lane) - 1u))] = m;
+		run_total[threadIdx.x] += add;
 		__syncthreads();
-		for (int i = 0; i < total; i++)
-			for (int c = threadIdx.x; c < C; c += THREADS)
-				g[c] += f32(dout[rows[i] * C + c]);
-		__syncthreads(); /* rows[] and warp_hits[] are reused */
 	}
+	sum = run_total[threadIdx.x] - sum; /* tokens before this run */
+	for (int v = lo; v < hi; v++) {
+		offset[v] = sum;
+		sum += count[v];
+	}
+	if (threadIdx.x == SCAN_THREADS - 1)
+		offset[V] = run_total[SCAN_THREADS - 1];
+}
+
+static __global__ void bucket_rows_kernel(int *bucket, int *fill, const int *offset, const int32_t *tokens, long N,
+					  int V)
+{
+	GRID_STRIDE(i, N) {
+		const int32_t tok = tokens[i];
+
+		if (tok >= 0 && tok < V)
+			bucket[offset[tok] + atomicAdd(&fill[tok], 1)] = (int)i;
+	}
+}
+
+/* dwte[tok] += its rows of dout in row order: block per token. */
+static __global__ void __launch_bounds__(THREADS)
+	embedding_backward_kernel(float *dwte, const bf16 *dout, const int *offset, const int *bucket, int *sorted,
+				  int V, int C)
+{
+	for (int tok = blockIdx.x; tok < V; tok += gridDim.x) {
+		const int first = offset[tok], k = offset[tok + 1] - first;
+		const int *rows = bucket + first;
+
+		if (k == 0)
+			continue;
+		if (k > 1) { /* k is the block's own: every thread takes this branch */
+			for (int i = threadIdx.x; i < k; i += THREADS) {
+				const int r = rows[i];
+				int place = 0;
+
+				for (int j = 0; j < k; j++)
+					place += rows[j] < r;
+				sorted[first + place] = r;
+			}
+			__syncthreads(); /* the block's writes to sorted[] are seen by all its threads */
+			rows = sorted + first;
+		}
+		float *g = dwte + (long)tok * C;
+		for (int c = threadIdx.x; c < C; c += THREADS) {
+			float acc = g[c];
+
+			for (int i = 0; i < k; i++)
+				acc += f32(dout[(long)rows[i] * C + c]);
+			g[c] = acc;
+		}
+	}
+}
+
+extern "C" size_t ferry_cuda_embedding_backward_ws_bytes(long N, int V)
+{
+	return sizeof(int) * (3 * (size_t)V + 1 + 2 * (size_t)N);
 }
 
 extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
@@ -172,7 +243,8 @@ extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, con
 }
 
 extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
-						   const int32_t *tokens, int B, int T, int C)
+						   const int32_t *tokens, int B, int T, int C, int V, void *ws,
+						   size_t ws_bytes)
 {
 	const long N = (long)B * T;
 
@@ -180,33 +252,57 @@ extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, 
 		return cudaSuccess;
 	if (dwpe)
 		encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwpe, dout, B, T, C);
-	if (dwte && N <= 0x7fffffffL)
-		embedding_backward_kernel<<<(unsigned)N, THREADS, 0, s>>>(dwte, dout, tokens, N, C);
-	else if (dwte)
+	if (!dwte)
+		return cudaGetLastError();
+	if (N > 0x7fffffffL || V <= 0 || ws_bytes < ferry_cuda_embedding_backward_ws_bytes(N, V))
 		return cudaErrorInvalidValue;
+	int *count = (int *)ws, *fill = count + V, *offset = fill + V, *bucket = offset + V + 1, *sorted = bucket + N;
+	cudaError_t e = cudaMemsetAsync(count, 0, sizeof(int) * 2 * (size_t)V, s);
+
+	if (e != cudaSuccess)
+		return e;
+	count_tokens_kernel<<<grid_for(N), THREADS, 0, s>>>(count, tokens, N, V);
+	token_offsets_kernel<<<1, SCAN_THREADS, 0, s>>>(offset, count, V);
+	bucket_rows_kernel<<<grid_for(N), THREADS, 0, s>>>(bucket, fill, offset, tokens, N, V);
+	embedding_backward_kernel<<<(unsigned)(V > MAX_BLOCKS ? MAX_BLOCKS : V), THREADS, 0, s>>>(
+		dwte, dout, offset, bucket, sorted, V, C);
 	return cudaGetLastError();
 }
 
 /* ---- GELU (tanh form) -------------------------------------------------------- */
 
-static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
+/* W values a thread (W = 1 or 8: by_eight); n counts groups of W. */
+template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, long n)
 {
 	GRID_STRIDE(i, n) {
-		out[i] = b16(gelu_value(f32(inp[i])));
+		const bf16s<W> x = load<W>(inp + i * W);
+		bf16s<W> y;
+
+		for (int k = 0; k < W; k++)
+			y.v[k] = b16(gelu_value(f32(x.v[k])));
+		store<W>(out + i * W, y);
 	}
 }
 
 /* dinp += dout * d gelu / dx, or with assign dinp = ... (dinp may alias
- * dout: the in-place backward the planner chooses) */
+ * dout: the in-place backward the planner chooses; each thread reads its
+ * values before it writes them) */
+template <int W>
 static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, long n, bool assign)
 {
 	GRID_STRIDE(i, n) {
-		float d;
+		const bf16s<W> x = load<W>(inp + i * W), g = load<W>(dout + i * W);
+		bf16s<W> acc;
 
-		(void)gelu_value_slope(f32(inp[i]), &d);
-		const float g = f32(dout[i]);
+		if (!assign)
+			acc = load<W>(dinp + i * W);
+		for (int k = 0; k < W; k++) {
+			float d;
 
-		dinp[i] = b16((assign ? 0.0f : f32(dinp[i])) + g * d);
+			(void)gelu_value_slope(f32(x.v[k]), &d);
+			acc.v[k] = b16((assign ? 0.0f : f32(acc.v[k])) + f32(g.v[k]) * d);
+		}
+		store<W>(dinp + i * W, acc);
 	}
 }
 
@@ -214,7 +310,10 @@ extern "C" cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const 
 {
 	if (n <= 0)
 		return cudaSuccess;
-	gelu_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
+	if (by_eight(n, out, inp))
+		gelu_forward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(out, inp, n / 8);
+	else
+		gelu_forward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(out, inp, n);
 	return cudaGetLastError();
 }
 
@@ -223,28 +322,45 @@ extern "C" cudaError_t ferry_cuda_gelu_backward(cudaStream_t s, bf16 *dinp, cons
 {
 	if (n <= 0 || !dinp)
 		return cudaSuccess;
-	gelu_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n, assign);
+	if (by_eight(n, dinp, dout, inp))
+		gelu_backward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(dinp, dout, inp, n / 8, assign);
+	else
+		gelu_backward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(dinp, dout, inp, n, assign);
 	return cudaGetLastError();
 }
 
 /* ---- residual ------------------------------------------------------------------ */
 
-static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, long n)
+template <int W> static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, long n)
 {
-	GRID_STRIDE(i, n)
-		out[i] = b16(f32(a[i]) + f32(b[i]));
+	GRID_STRIDE(i, n) {
+		const bf16s<W> x = load<W>(a + i * W), y = load<W>(b + i * W);
+		bf16s<W> z;
+
+		for (int k = 0; k < W; k++)
+			z.v[k] = b16(f32(x.v[k]) + f32(y.v[k]));
+		store<W>(out + i * W, z);
+	}
 }
 
 /* x += scale_x * dout; y += dout when y != NULL.  x != y (the launcher folds
  * da == db into one pointer with scale 2, so it is rounded once). */
+template <int W>
 static __global__ void residual_backward_kernel(bf16 *x, float scale_x, bf16 *y, const bf16 *dout, long n)
 {
 	GRID_STRIDE(i, n) {
-		const float d = f32(dout[i]);
+		const bf16s<W> d = load<W>(dout + i * W);
+		bf16s<W> u = load<W>(x + i * W);
 
-		x[i] = b16(f32(x[i]) + scale_x * d);
-		if (y)
-			y[i] = b16(f32(y[i]) + d);
+		for (int k = 0; k < W; k++)
+			u.v[k] = b16(f32(u.v[k]) + scale_x * f32(d.v[k]));
+		store<W>(x + i * W, u);
+		if (y) {
+			u = load<W>(y + i * W);
+			for (int k = 0; k < W; k++)
+				u.v[k] = b16(f32(u.v[k]) + f32(d.v[k]));
+			store<W>(y + i * W, u);
+		}
 	}
 }
 
@@ -252,7 +368,10 @@ extern "C" cudaError_t ferry_cuda_residual_forward(cudaStream_t s, bf16 *out, co
 {
 	if (n <= 0)
 		return cudaSuccess;
-	residual_forward_kernel<<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
+	if (by_eight(n, out, a, b))
+		residual_forward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(out, a, b, n / 8);
+	else
+		residual_forward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(out, a, b, n);
 	return cudaGetLastError();
 }
 
@@ -273,7 +392,10 @@ extern "C" cudaError_t ferry_cuda_residual_backward(cudaStream_t s, bf16 *da, bf
 	}
 	if (!x)
 		return cudaSuccess;
-	residual_backward_kernel<<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
+	if (by_eight(n, x, y, dout))
+		residual_backward_kernel<8><<<grid_for(n / 8), THREADS, 0, s>>>(x, scale, y, dout, n / 8);
+	else
+		residual_backward_kernel<1><<<grid_for(n), THREADS, 0, s>>>(x, scale, y, dout, n);
 	return cudaGetLastError();
 }
 
