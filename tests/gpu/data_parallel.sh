@@ -4,15 +4,17 @@
 # two ranks on one device, so FERRY_COMM_ENGINE's auto picks MPI, and the
 # start says why), each in --device-mem 4G, GPT-2 and Llama, 4 steps:
 # --zero 0, --zero 1 and --zero 3 (bf16 compute slices gathered; AdamW on
-# the device, and on host threads with --offload-optimizer cpu) against
+# the device, and on host threads with --offload-optimizer cpu), and
+# --zero 0-3 with --device-grads (the gradients averaged on the device,
+# read through the host ring; speculative order) against
 # one process with the global batch (bf16: the batch split changes the
 # sums, so the losses within 1e-3 relative; the worst difference printed),
 # --zero 1 the same bits as --zero 0 (its update is elementwise on the
-# same averaged gradients); every rank's measured host bytes are `ferry
-# plan --ranks 2`'s (the staging buffer, planned with
-# FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
-# unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
-# that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
+# same averaged gradients; with --device-grads too); every rank's measured
+# host bytes are `ferry plan --ranks 2`'s (the staging buffer, planned with
+# FERRY_COMM_ENGINE=mpi), and with --zero 3 and --device-grads its device
+# bytes too; an unknown FERRY_COMM_ENGINE stops every rank with one
+# message.  A --zero 3 (or --device-grads on 2 ranks) that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
 # fails the test.  Skips (77) without a usable GPU or without
 # mpirun and a ferry built with MPI; fails instead of skipping for a
 # missing GPU when FERRY_REQUIRE_GPU is set.
@@ -61,9 +63,10 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1 3 3cpu; do
+	for z in 0 1 3 3cpu 0dg 1dg 2dg 3dg; do
 		opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
-		ranks "${family}_z$z" "${z%cpu}" "${shape[@]}" "${opt[@]}" || continue
+		[ "${z%dg}" != "$z" ] && opt=(--device-grads --clip-order speculative)
+		ranks "${family}_z$z" "${z%[cd][pg]*}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
 		d=$(near one.json "${family}_z$z.json") && echo "ok: $family --zero $z on 2 ranks = one process: $d" ||
 			fail "$family --zero $z on 2 ranks against one process: $d"
@@ -73,6 +76,15 @@ for family in gpt2 llama; do
 		echo "ok: $family --zero 1 = --zero 0, the same bits"
 	else
 		fail "$family --zero 1 [$(bits "${family}_z1.json" | tr '\n' ' ')], --zero 0 [$(bits "${family}_z0.json" | tr '\n' ' ')]"
+	fi
+	# --device-grads: the gradients averaged (ZeRO-2/3: reduce-scattered) on
+	# the device, the rank's pieces through the host ring; --zero 1 the bits
+	# of --zero 0 (2 and 3: the norm's block sums a kernel's, within 1e-3)
+	checks=$((checks + 1))
+	if [ -n "$(bits "${family}_z0dg.json")" ] && [ "$(bits "${family}_z0dg.json")" = "$(bits "${family}_z1dg.json")" ]; then
+		echo "ok: $family --device-grads: --zero 1 = --zero 0, the same bits"
+	else
+		fail "$family --device-grads --zero 1 [$(bits "${family}_z1dg.json" | tr '\n' ' ')], --zero 0 [$(bits "${family}_z0dg.json" | tr '\n' ' ')]"
 	fi
 done
 
@@ -84,12 +96,14 @@ planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json devi
 [ -n "$planned" ] && [ "$planned" = "$measured" ] && echo "ok: every rank's host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
 
-# ZeRO-3's bf16 slices, ring and unstacked weights: plan = measured, device and host, on each rank
-for z in 3 3cpu; do
+# ZeRO-3's bf16 slices, ring and unstacked weights, and --device-grads at
+# every stage: plan = measured, device and host, on each rank
+for z in 3 3cpu 0dg 1dg 2dg 3dg; do
 	checks=$((checks + 1))
 	opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
+	[ "${z%dg}" != "$z" ] && opt=(--device-grads --clip-order speculative)
 	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
-	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 3 "${opt[@]}" \
+	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero "${z%[cd][pg]*}" "${opt[@]}" \
 		--ranks 2 --json plan.json >plan.out 2>&1
 	planned=$(both plan.json device_bytes) measured=$(both "gpt2_z$z.json" device_peak_bytes)
 	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&
