@@ -11,11 +11,13 @@
 # 1e-6 of one process of the global batch (not its bits: one process sums
 # 4 rows' gradients in one product, 2 ranks average two sums of 2); one
 # rank through MPI (FERRY_COMM_ENGINE=mpi, the comm stream's averages of
-# one rank) saves a plain process's bits, both orders.  On 3 ranks --zero 1 saves --zero
-# 0's bits, every stage within 1e-6 of one process.  Saved at step 3 on 2
-# ranks, the bits of AdamW on the device; resumed on 3 (--zero 1: the bits
-# of AdamW on the device resumed there; 2 and 3 within 1e-6) and on 1
-# (the bits of one process resumed).  Through MPI host staging
+# one rank) saves a plain process's bits, both orders.  On 3 ranks --zero 1
+# saves --zero 0's bits, 2 and 3 those of --zero 2 with the host copy (the
+# same reduce-scatter; not --zero 0's all-reduce order), every stage within
+# 1e-6 of one process.  Saved at step 3 on 2 ranks, the bits of AdamW on
+# the device; resumed on 3 (--zero 1: the bits of AdamW on the device
+# resumed there; 2 and 3 those of --zero 2 with the host copy resumed so,
+# within 1e-6 of the device's) and on 1 (the bits of one process resumed).  Through MPI host staging
 # (FERRY_COMM_STAGE=1, pieces of 100 bytes) the unstaged bits.  The plan:
 # the device bytes of the host copy's, the host bytes its less the
 # rank's gradient slice plus the ring, the placement read back (plan =
@@ -76,8 +78,10 @@ for model in gpt llama; do
 		d=$(losses_agree one.json "z$z.json") || fail "$model --zero $z on 3 ranks against one process: $d"
 		worst+=" ${d##* }"
 	done
-	same_save z0 z1 && echo "ok: $model on 3 ranks: --zero 1 saves --zero 0's bits; --zero 0-3 within [$worst ] of one process" ||
-		fail "$model on 3 ranks: --zero 1 --device-grads differs from --zero 0"
+	trains h2 3 "${shape[@]}" --batch 2 --offload-optimizer cpu --zero 2 --clip-order speculative
+	same_save z0 z1 && same_save h2 z2 && same_save h2 z3 &&
+		echo "ok: $model on 3 ranks: --zero 1 saves --zero 0's bits, 2 and 3 those of --zero 2 with the host copy; --zero 0-3 within [$worst ] of one process" ||
+		fail "$model on 3 ranks: --zero 1 --device-grads differs from --zero 0, or 2 or 3 from --zero 2 with the host copy"
 	unset -n shape
 done
 
@@ -92,11 +96,13 @@ resume 3 r3_dev --zero 0
 resume 3 r3_z1 --zero 1 "${dg[@]}"
 same_save r3_dev r3_z1 && echo "ok: resumed on 3 ranks, --zero 1 --device-grads: the bits of AdamW on the device" ||
 	fail "resumed on 3 ranks: --zero 1 --device-grads differs from AdamW on the device"
+resume 3 r3_h2 --zero 2 --offload-optimizer cpu
 for z in 2 3; do
 	checks=$((checks + 1))
 	resume 3 "r3_z$z" --zero $z "${dg[@]}"
-	d=$(losses_agree r3_dev.json "r3_z$z.json" 4) && echo "ok: resumed on 3 ranks, --zero $z --device-grads: $d" ||
-		fail "resumed on 3 ranks, --zero $z --device-grads against AdamW on the device: $d"
+	d=$(losses_agree r3_dev.json "r3_z$z.json" 4) && same_save r3_h2 "r3_z$z" &&
+		echo "ok: resumed on 3 ranks, --zero $z --device-grads: --zero 2 with the host copy's bits; AdamW on the device's $d" ||
+		fail "resumed on 3 ranks, --zero $z --device-grads: other bits than --zero 2 with the host copy, or against AdamW on the device $d"
 done
 checks=$((checks + 1))
 resume 1 r1_dev
