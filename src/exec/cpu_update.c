@@ -52,8 +52,11 @@
  * next slot on the device-to-host stream once the slot is free, updated
  * from it by the host threads, and the slot freed, so the next units'
  * copies overlap this one's update.  The exact order does this after the
- * norm; the speculative order for each layer during the backward, and
- * REDO copies the layers down again (the device still has them).
+ * norm; the speculative order for each layer during the backward (on
+ * several ranks once its average is done), and REDO copies the layers
+ * down again (the device still has them).  Split over the ranks, a unit
+ * is the rank's pieces of it (from the whole device gradients, or ZeRO-2's
+ * slice), each where its whole part would be in the slot.
  */
 #include "exec/model_internal.h"
 
@@ -192,7 +195,7 @@ static void ring_copy(ferry_model_t m, struct ferry_program *p, float *dst, int 
 {
 	char label[56];
 
-	snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
+	snprintf(label, sizeof(label), "grad: %.40s", name_of(m, q));
 	ferry_emit_copy(p, m->opt_d2h, dst, ferry_zero_host_device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H,
 			layer, label);
 }
@@ -216,7 +219,7 @@ static void ring_adamw(ferry_model_t m, struct ferry_program *p, int q, size_t o
 	c.in[0] = g;
 	if (early)
 		with_undo(m, q, off, &c);
-	snprintf(label, sizeof(label), "%s %.40s", early ? "early adamw" : "cpu adamw", m->tt.e[m->tt.ix.param[q]].name);
+	snprintf(label, sizeof(label), "%s %.40s", early ? "early adamw" : "cpu adamw", name_of(m, q));
 	ferry_emit_host_adamw(p, m->opt_cpu_stream, &c, layer, label);
 	if (early && !p->failed)
 		p->t[p->n - 1].patch = FERRY_PATCH_ADAMW_UNCLIPPED;
@@ -225,36 +228,54 @@ static void ring_adamw(ferry_model_t m, struct ferry_program *p, int q, size_t o
 	upload(m, p, early ? m->opt_cpu_stream : m->opt_h2d, q, off, n, layer, &c);
 }
 
-/* Layer l's slice of every stacked parameter: down into a slot, updated
- * from it, the slot freed. */
+/* Stacked parameter q's part of layer l this rank updates (split: the
+ * piece in its slice), as [*off, *off + *n); false: none. */
+static bool layer_piece(ferry_model_t m, int q, int l, size_t *off, size_t *n)
+{
+	struct ferry_param_info pi;
+
+	if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
+		return false;
+	*off = (size_t)l * pi.layer_numel, *n = pi.layer_numel;
+	return ferry_zero_host_piece(m, q, off, n);
+}
+
+/* Layer l's slice of every stacked parameter (split: the rank's pieces of
+ * it, each where the whole slice would be in the slot): down into a slot,
+ * updated from it, the slot freed; none taken when the rank has no piece. */
 static void ring_layer(ferry_model_t m, struct ferry_program *p, int l, bool early)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	int slot = ring_take(m, p, l);
+	size_t off, n;
+	int slot = -1;
 
 	for (int pass = 0; pass < 2; pass++) {
 		for (int q = 0; q < m->md->n_params; q++) {
-			struct ferry_param_info pi;
-			size_t off;
-
-			if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK || !pi.layers)
+			if (!layer_piece(m, q, l, &off, &n))
 				continue;
-			off = (size_t)l * pi.layer_numel;
+			if (slot < 0)
+				slot = ring_take(m, p, l);
 			if (pass == 0)
-				ring_copy(m, p, ring_at(m, slot, ix->host_grad_slot_off[q]), q, off, pi.layer_numel, l);
+				ring_copy(m, p, ring_at(m, slot, ix->host_grad_slot_off[q]), q, off, n, l);
 			else
-				ring_adamw(m, p, q, off, pi.layer_numel, l, ring_at(m, slot, ix->host_grad_slot_off[q]), early);
+				ring_adamw(m, p, q, off, n, l, ring_at(m, slot, ix->host_grad_slot_off[q]), early);
 		}
-		if (pass == 0)
+		if (pass == 0 && slot >= 0)
 			ring_filled(m, p, slot, l);
 	}
-	ferry_emit_record(p, m->opt_cpu_stream, m->grad_slot_free[slot], l);
+	if (slot >= 0)
+		ferry_emit_record(p, m->opt_cpu_stream, m->grad_slot_free[slot], l);
 }
 
-/* Elements [off, off + n) of unstacked parameter q through a slot. */
+/* Elements [off, off + n) of unstacked parameter q through a slot (split:
+ * the rank's piece of them, if any). */
 static void ring_chunk(ferry_model_t m, struct ferry_program *p, int q, size_t off, size_t n)
 {
-	int slot = ring_take(m, p, -1);
+	int slot;
+
+	if (!ferry_zero_host_piece(m, q, &off, &n))
+		return;
+	slot = ring_take(m, p, -1);
 
 	ring_copy(m, p, ring_at(m, slot, 0), q, off, n, -1);
 	ring_filled(m, p, slot, -1);
@@ -262,12 +283,24 @@ static void ring_chunk(ferry_model_t m, struct ferry_program *p, int q, size_t o
 	ferry_emit_record(p, m->opt_cpu_stream, m->grad_slot_free[slot], -1);
 }
 
+/* The device-to-host stream waits until layer l's gradients are final on
+ * the device: written, and on several ranks averaged (dp_reduce.c; ZeRO-2:
+ * reduce-scattered into the slice, zero_grads.c). */
+static void layer_grads_final(ferry_model_t m, struct ferry_program *p, int l)
+{
+	const struct ferry_table_index *ix = &m->tt.ix;
+
+	if (!m->comm)
+		ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
+	ferry_emit_wait(p, m->opt_d2h, !m->comm ? m->opt_layer_grads
+				      : ix->grad_slice >= 0 ? m->zero_slot_free[l % ix->grad_slots] : m->dp_reduced, l);
+}
+
 /* A speculative backward's early update of layer l, once its gradients
- * are written on the device. */
+ * are final on the device. */
 static void early_from_device(ferry_model_t m, struct ferry_program *p, int l)
 {
-	ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
-	ferry_emit_wait(p, m->opt_d2h, m->opt_layer_grads, l);
+	layer_grads_final(m, p, l);
 	ring_layer(m, p, l, true);
 	ferry_emit_record(p, m->opt_cpu_stream, m->opt_host_done, l);
 }
@@ -382,10 +415,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	}
 
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
-		if (!m->comm) /* on several ranks: once averaged (dp_reduce.c), ZeRO-2's into the slice */
-			ferry_emit_record(p, m->compute, m->opt_layer_grads, l);
-		ferry_emit_wait(p, m->opt_d2h, !m->comm ? m->opt_layer_grads
-					      : ix->grad_slice >= 0 ? m->zero_slot_free[l % ix->grad_slots] : m->dp_reduced, l);
+		layer_grads_final(m, p, l);
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
 			size_t off, n;

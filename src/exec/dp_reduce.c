@@ -92,9 +92,6 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 		return st;
 	if (!m->be || !m->comm)
 		return FERRY_OK;
-	if (m->tt.ix.host_grad_ring >= 0)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--device-grads (adam.grads=device:stream(D)) on %d ranks: "
-				   "not yet (one rank only)", ferry_comm_size(m->comm));
 	dev = ferry_comm_device_buffers(m->comm);
 	if (streamed(m) && dev)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "layers.weights=host:stream on several ranks averages "

@@ -447,9 +447,6 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--device-grads (adam.grads=device:stream(D)) with "
 				   "--offload-params (layers.weights=host:stream): the weight ring sends the layers' "
 				   "gradients to the host: not together");
-	if (p->adam_grads_device && adam->shard > 1)
-		return ferry_error(FERRY_ERR_INVALID, "--device-grads (adam.grads=device:stream(D)) with --zero %d "
-				   "(adam=...:shard(%d)): not yet", 1 + adam->shard_grads + adam->shard_params, adam->shard);
 	if (adam->speculative && adam->update != FERRY_UPDATE_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--clip-order speculative (adam=host:cpu(speculative)) updates on "
 				   "host threads: it needs --offload-optimizer cpu (adam=host:cpu)");

@@ -749,7 +749,9 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	if (r >= 0 && !ferry_table_host_update(tt))
 		return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
 						 FERRY_F32, 2 * 3 * ix->opt_chunk * sizeof(float), FERRY_PLACE_DEVICE);
-	if (r >= 0)
+	if (r >= 0 && tt->place.adam_grads_device) /* --device-grads: the slice's pieces through a host ring */
+		r = add_host_grad_ring(tt);
+	else if (r >= 0)
 		r = ix->host_grad_slice = add_host_slice(tt, "host: grads (this rank's slice)", FERRY_BUF_TEMP,
 							 FERRY_TK_GRAD, FERRY_F32, &unused);
 	if (r >= 0 && tt->act_dtype != FERRY_F32)

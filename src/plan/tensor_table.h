@@ -148,11 +148,12 @@ struct ferry_table_index {
 	 * copy_slice goes up into the device slot param_stage before that
 	 * layer's gather (-1: none) */
 	int param_slice, param_stage, copy_slice;
-	/* adam.grads=device:stream(D): no host_grad[q]; the host ring the
-	 * device's gradients come down through (entry host_grad_ring, -1:
-	 * none), host_grad_slots slots of host_grad_slot_numel floats, a
-	 * layer's slice of stacked parameter q at element host_grad_slot_off[q]
-	 * of a slot (an unstacked parameter: a slot's worth at a time) */
+	/* adam.grads=device:stream(D): no host_grad[q] (split: no
+	 * host_grad_slice); the host ring the device's gradients come down
+	 * through (entry host_grad_ring, -1: none), host_grad_slots slots of
+	 * host_grad_slot_numel floats, a layer's slice of stacked parameter q
+	 * (split: the rank's piece of it) at element host_grad_slot_off[q] of
+	 * a slot (an unstacked parameter: a slot's worth at a time) */
 	int host_grad_ring, host_grad_slots;
 	size_t host_grad_slot_numel, host_grad_slot_off[FERRY_MODEL_MAX_PARAMS];
 };

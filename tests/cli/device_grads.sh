@@ -6,7 +6,8 @@
 # the plan's; GPT-2 and Llama save the same bytes as with the host copy
 # (--offload-optimizer cpu) and as AdamW on the device, with clipping that
 # bites and without, with --grad-accum 2, in both clipping orders, and
-# resumed; what it does not go with is refused before step 1.
+# resumed; what it does not go with is refused before step 1 (on several
+# ranks and with --zero: device_grads_ranks.sh).
 . "$(dirname "$0")/lib.bash"
 make_corpus
 SHAPE=(--layers 3 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)
@@ -107,7 +108,6 @@ expect_error "streamed" "it needs --offload-optimizer cpu" "$FERRY" plan "${SHAP
 	--device-grads
 expect_error "with --offload-params" "--device-grads (adam.grads=device:stream(D)) with --offload-params" "$FERRY" \
 	train "${TRAIN[@]}" --steps 1 --device-grads --offload-params
-expect_error "with ZeRO" "with --zero 1" "$FERRY" plan "${SHAPE[@]}" --place 'adam=host:cpu:shard(2),adam.grads=device:stream(1)'
 expect_error "a bad depth" "--place adam.grads=device:stream(16): host" "$FERRY" plan "${SHAPE[@]}" \
 	--offload-optimizer cpu --place 'adam.grads=device:stream(16)'
 grep -q "^step" out.txt && fail "no step ran"

@@ -15,8 +15,11 @@
 # the host instead of the device); every rank's measured host bytes are
 # `ferry plan --ranks 2`'s (the staging buffer, planned with
 # FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
-# unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
-# that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
+# unknown FERRY_COMM_ENGINE stops every rank with one message; --zero 0-3
+# with --device-grads (the gradients averaged on the device, read through
+# the host ring; speculative order) within 1e-3 of one process, --zero 1
+# the bits of --zero 0, plan = measured device and host bytes.  A --zero 3
+# (or --device-grads on 2 ranks) that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
 # fails the test.  Skips (77) without a usable GPU or without
 # mpirun and a ferry built with MPI; fails instead of skipping for a
 # missing GPU when FERRY_REQUIRE_GPU is set.
@@ -38,11 +41,13 @@ LLAMA=(--model llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --max-seq 
 bits() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
 
 # zero_opt CASE: opt, the flags beside --zero of a case (3cpu: AdamW on
-# host threads; 3params: and the parameters' slice on the host)
+# host threads; 3params: and the parameters' slice on the host; Ndg:
+# --device-grads)
 zero_opt() {
 	opt=()
 	[ "$1" = 3cpu ] && opt=(--offload-optimizer cpu)
 	[ "$1" = 3params ] && opt=(--offload-params --offload-optimizer cpu)
+	[ "${1%dg}" != "$1" ] && opt=(--device-grads --clip-order speculative)
 	return 0
 }
 
@@ -84,7 +89,7 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1 3 3cpu 3params; do
+	for z in 0 1 3 3cpu 3params 0dg 1dg 2dg 3dg; do
 		zero_opt $z
 		ranks "${family}_z$z" "${z:0:1}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
@@ -94,6 +99,10 @@ for family in gpt2 llama; do
 	same_bits "${family}_z0.json" "${family}_z1.json" "$family --zero 1 = --zero 0"
 	same_bits "${family}_z3cpu.json" "${family}_z3params.json" \
 		"$family --zero 3 --offload-params --offload-optimizer cpu = --zero 3 --offload-optimizer cpu"
+	# --device-grads: the gradients averaged (ZeRO-2/3: reduce-scattered) on
+	# the device, the rank's pieces through the host ring; --zero 1 the bits
+	# of --zero 0 (2 and 3: the norm's block sums a kernel's, within 1e-3)
+	same_bits "${family}_z0dg.json" "${family}_z1dg.json" "$family --device-grads: --zero 1 = --zero 0"
 done
 
 # plan = measured host bytes on each rank (the staging buffer)
@@ -105,13 +114,13 @@ planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json devi
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
 
 # ZeRO-3's bf16 slices, ring and unstacked weights (3params: the bf16
-# slice on the host, the staging slot on the device): plan = measured,
-# device and host, on each rank
-for z in 3 3cpu 3params; do
+# slice on the host, the staging slot on the device), and --device-grads at
+# every stage: plan = measured, device and host, on each rank
+for z in 3 3cpu 3params 0dg 1dg 2dg 3dg; do
 	checks=$((checks + 1))
 	zero_opt $z
 	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
-	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 3 "${opt[@]}" \
+	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero "${z:0:1}" "${opt[@]}" \
 		--ranks 2 --json plan.json >plan.out 2>&1
 	planned=$(both plan.json device_bytes) measured=$(both "gpt2_z$z.json" device_peak_bytes)
 	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&

@@ -282,7 +282,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "layer's come down into a ring of two pinned host slots\n"
 	  "and the host threads update from there, the next layer's\n"
 	  "copy overlapping (no host copy of every gradient;\n"
-	  "adam.grads=device:stream(D) in --place: D + 1 slots)", .parse = device_grads_flag },
+	  "adam.grads=device:stream(D) in --place: D + 1 slots); on\n"
+	  "several ranks averaged on the device first, with --zero\n"
+	  "1-3 only the rank's slice coming down", .parse = device_grads_flag },
 	{ .name = "--place", .value = "SPEC", .type = CLI_STRING, .at = AT(exec.place),
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
