@@ -318,6 +318,47 @@ static void test_tables(const char *arch, int tied)
 		}
 }
 
+/* One placement's table of test_params_on_host (below), in fp32 or bf16. */
+static void params_on_host_table(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
+				 size_t unstacked, const char *place, bool bf16)
+{
+	const bool stream = strstr(place, "host:stream:") != NULL;
+	struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .place = place };
+	const size_t a = bf16 ? 2 : 4;
+	struct ferry_tensor_table tt;
+	const struct ferry_table_index *ix = &tt.ix;
+	size_t most = 0, device_weights = 0;
+
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s %s: parameters split on the host: %s", arch, place, ferry_last_error());
+		return;
+	}
+	for (int q = 0; q < tt.md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
+			most = pi.layer_numel;
+	}
+	for (int i = 0; i < tt.n; i++) {
+		device_weights += tt.e[i].site == FERRY_SITE_DEVICE && tt.e[i].kind == FERRY_TK_WEIGHT;
+		check_entry(arch, &tt, i);
+	}
+	CHECK(ix->shard_numel == S && ix->param_slice >= 0 && ix->param_slice == ix->host_param_slice &&
+	      tt.e[ix->param_slice].site == FERRY_SITE_HOST && tt.e[ix->param_slice].bytes == S * 4 &&
+	      (ix->copy_slice == ix->param_slice) == !bf16 && (!bf16 || ix->copy_slice == ix->host_copy_slice) &&
+	      tt.e[ix->copy_slice].site == FERRY_SITE_HOST && tt.e[ix->copy_slice].bytes == S * a &&
+	      tt.e[ix->copy_slice].dtype == o.act_dtype && !device_weights &&
+	      tt.e[ix->param_stage].site == FERRY_SITE_DEVICE &&
+	      tt.e[ix->param_stage].bytes == (most < S ? most : S) * a &&
+	      tt.buffers[ix->ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * a &&
+	      tt.buffers[ix->copy_buffer].bytes == unstacked * a &&
+	      !ferry_table_streamed(&tt, FERRY_GROUP_LAYER_WEIGHTS) &&
+	      (stream ? ix->opt_ring >= 0 && ix->host_grad_slice < 0 : ix->opt_ring < 0 && ix->host_grad_slice >= 0),
+	      "%s %s %s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the "
+	      "unstacked whole", arch, place, bf16 ? "bf16" : "fp32", most < S ? most : S);
+	ferry_tensor_table_release(&tt);
+}
+
 /* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
  * params),layers.weights=host:stream), in fp32 and bf16: the slice
  * gathered from is the host's (S elements, as on the device: in fp32 the
@@ -325,46 +366,23 @@ static void test_tables(const char *arch, int tied)
  * device keeps no weights but the two gathered slots (`layer` elements
  * each), the unstacked ones whole and a slot for the largest layer's part
  * of one parameter (at most S), all in the kernels' type, and the layers
- * are not streamed whole. */
+ * are not streamed whole.  With AdamW streamed (adam=host:stream:...) the
+ * same in fp32, and the optimizer ring in place of the host's slice of the
+ * gradients; in bf16 refused (nothing writes a host bf16 slice). */
 static void test_params_on_host(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
 				size_t unstacked)
 {
-	for (int bf16 = 0; bf16 < 2; bf16++) {
-		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32,
-					     .place = "adam=host:cpu:shard(3,params),layers.weights=host:stream" };
-		const size_t a = bf16 ? 2 : 4;
-		struct ferry_tensor_table tt;
-		const struct ferry_table_index *ix = &tt.ix;
-		size_t most = 0, device_weights = 0;
+	static const char cpu[] = "adam=host:cpu:shard(3,params),layers.weights=host:stream",
+			  stream[] = "adam=host:stream:shard(3,params),layers.weights=host:stream";
+	struct ferry_exec_opts o = { .act_dtype = FERRY_BF16, .place = stream };
+	struct ferry_tensor_table tt;
 
-		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
-			CHECK(0, "%s: parameters split on the host: %s", arch, ferry_last_error());
-			continue;
-		}
-		for (int q = 0; q < tt.md->n_params; q++) {
-			struct ferry_param_info pi;
-
-			if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
-				most = pi.layer_numel;
-		}
-		for (int i = 0; i < tt.n; i++) {
-			device_weights += tt.e[i].site == FERRY_SITE_DEVICE && tt.e[i].kind == FERRY_TK_WEIGHT;
-			check_entry(arch, &tt, i);
-		}
-		CHECK(ix->shard_numel == S && ix->param_slice >= 0 && ix->param_slice == ix->host_param_slice &&
-		      tt.e[ix->param_slice].site == FERRY_SITE_HOST && tt.e[ix->param_slice].bytes == S * 4 &&
-		      (ix->copy_slice == ix->param_slice) == !bf16 && (!bf16 || ix->copy_slice == ix->host_copy_slice) &&
-		      tt.e[ix->copy_slice].site == FERRY_SITE_HOST && tt.e[ix->copy_slice].bytes == S * a &&
-		      tt.e[ix->copy_slice].dtype == o.act_dtype && !device_weights &&
-		      tt.e[ix->param_stage].site == FERRY_SITE_DEVICE &&
-		      tt.e[ix->param_stage].bytes == (most < S ? most : S) * a &&
-		      tt.buffers[ix->ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * a &&
-		      tt.buffers[ix->copy_buffer].bytes == unstacked * a &&
-		      !ferry_table_streamed(&tt, FERRY_GROUP_LAYER_WEIGHTS),
-		      "%s %s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the "
-		      "unstacked whole", arch, bf16 ? "bf16" : "fp32", most < S ? most : S);
-		ferry_tensor_table_release(&tt);
-	}
+	params_on_host_table(cfg, arch, S, layer, unstacked, cpu, false);
+	params_on_host_table(cfg, arch, S, layer, unstacked, cpu, true);
+	params_on_host_table(cfg, arch, S, layer, unstacked, stream, false);
+	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED &&
+	      strstr(ferry_last_error(), "adam=host:stream:shard(N,params)"),
+	      "%s: ZeRO-3 streamed with the parameters on the host in bf16: not yet (%s)", arch, ferry_last_error());
 }
 
 /* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
@@ -449,17 +467,21 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 /* adam=host:cpu:shard(3) with layers.weights=host:stream (ZeRO-1): the
  * parameters (and their bf16 copy) whole on the host, padded to 3 slices,
  * the gradients whole, the moments a slice; (3,grads), ZeRO-2: the
- * gradients a slice, two host slots of a layer's, the unstacked whole. */
+ * gradients a slice, two host slots of a layer's, the unstacked whole.
+ * The same with adam=host:stream:shard(3), and the optimizer ring. */
 static void test_offloaded_shard(const char *arch)
 {
 	struct ferry_model_config cfg = { .layers = 3, .channels = 32, .heads = 4, .vocab = 61, .max_seq = 16 };
+	static const char *const place[4] = { "adam=host:cpu:shard(3),layers.weights=host:stream",
+					      "adam=host:cpu:shard(3,grads),layers.weights=host:stream",
+					      "adam=host:stream:shard(3),layers.weights=host:stream",
+					      "adam=host:stream:shard(3,grads),layers.weights=host:stream" };
 
 	snprintf(cfg.arch, sizeof(cfg.arch), "%s", arch);
-	for (int k = 0; k < 4; k++) {
-		const bool bf16 = k & 1, grads = k & 2;
-		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32, .optimizer = FERRY_OPTIM_CPU,
-					     .place = grads ? "adam=host:cpu:shard(3,grads),layers.weights=host:stream"
-							    : "adam=host:cpu:shard(3),layers.weights=host:stream" };
+	for (int k = 0; k < 8; k++) {
+		const bool bf16 = k & 1, grads = k & 2, stream = k & 4;
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32,
+					     .optimizer = stream ? FERRY_OPTIM_STREAM : FERRY_OPTIM_CPU, .place = place[k >> 1] };
 		struct ferry_tensor_table tt;
 		size_t S, n, layer = 0, unstacked = 0;
 
@@ -492,6 +514,10 @@ static void test_offloaded_shard(const char *arch)
 			    : tt.buffers[tt.ix.grads_buffer].bytes == n * 4 && tt.ix.grad_ring < 0,
 		      "%s %s: the gradients %s", arch, bf16 ? "bf16" : "fp32",
 		      grads ? "a slice, two host slots and the unstacked whole" : "whole");
+		/* streamed: a ring of master, m, v, gradient (and the bf16 copy), two slots of a chunk */
+		CHECK(stream ? tt.ix.opt_ring >= 0 && tt.e[tt.ix.opt_ring].bytes == 2 * tt.ix.opt_chunk * (16 + (bf16 ? 2 : 0))
+			     : tt.ix.opt_ring < 0,
+		      "%s %s: %s", arch, place[k >> 1], stream ? "the optimizer ring" : "no optimizer ring");
 		for (int i = 0; i < tt.n; i++)
 			check_entry(arch, &tt, i);
 		check_rings(arch, &tt);
@@ -499,8 +525,9 @@ static void test_offloaded_shard(const char *arch)
 	}
 }
 
-/* ZeRO-3 with the parameters on the host: AdamW on host threads only,
- * the gathered ring one layer ahead, the embeddings whole on the device. */
+/* ZeRO-3 with the parameters on the host: AdamW on host threads or
+ * streamed, the gathered ring one layer ahead, the embeddings whole on the
+ * device. */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -511,7 +538,9 @@ static void zero3_offloaded_places(void)
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
 		  "--zero 3 with --offload-embeddings" },
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
-		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", "--offload-optimizer stream" },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", NULL },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
+		  "--zero 3 with --offload-embeddings" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -578,8 +607,10 @@ static void test_shard(const char *arch)
 	      ferry_places_check(&p) == FERRY_OK, "ZeRO-1 on host threads with the parameters offloaded");
 	ferry_places_default(&p);
 	CHECK(ferry_places_parse("adam=host:stream:shard(2),layers.weights=host:stream", &p) == FERRY_OK &&
-	      ferry_places_check(&p) == FERRY_ERR_INVALID && strstr(ferry_last_error(), "--offload-optimizer stream"),
-	      "ZeRO-1 streamed with the parameters offloaded: not yet, by name");
+	      ferry_places_check(&p) == FERRY_OK, "ZeRO-1 streamed with the parameters offloaded");
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse("adam=host:stream:shard(2,grads),layers.weights=host:stream", &p) == FERRY_OK &&
+	      ferry_places_check(&p) == FERRY_OK, "ZeRO-2 streamed with the parameters offloaded");
 	zero3_offloaded_places();
 	ferry_places_default(&p);
 	for (int z = 2; z <= 3; z++) { /* the device's split with its state moved to the host: streamed */

@@ -550,7 +550,8 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 	const int k = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? 4 : 3;
 	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
 	const int *home[4] = { ix->param, ix->mom, ix->var, ix->grad };
-	const int slice[4] = { ix->host_param_slice, ix->mom_slice, ix->var_slice, -1 }; /* split: adam=host:stream:shard(N) */
+	/* split: adam=host:stream:shard(N) (with --offload-params, ZeRO-2's host slice of the gradients) */
+	const int slice[4] = { ix->host_param_slice, ix->mom_slice, ix->var_slice, ix->host_grad_slice };
 	struct opt_slice s = { .n_in = k, .n_out = 3 };
 
 	for (int i = 0; i < k; i++) {
@@ -561,13 +562,14 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* the gradients and the compute copy are on the device */
 		s.dev[3] = ferry_zero_host_device_grad(m, q, off); /* split: ZeRO-2's slice */
 		s.param_copy = ferry_zero_host_device_copy(m, q, off); /* ZeRO-3's */
-	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
-		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
-	} else if (ix->host_copy[q] >= 0) { /* the bf16 bits the rings load */
+	} else if (ix->host_copy[q] >= 0 && (ix->copy[q] < 0 || ferry_zero_host_split(m))) {
+		/* the bf16 bits the rings load (split: the unstacked ones' too, uploaded whole once gathered) */
 		s.param_copy = s.dev[4] = at(ring, (size_t)k * f32);
 		s.host[4] = at(entry(m, ix->host_copy[q]), off * m->asz);
 		s.bytes[4] = n * m->asz;
 		s.copy_out = true;
+	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
+		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
 	}
 	return s;
 }
@@ -617,7 +619,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
  * so one slice's copies overlap the next one's update.  Split over the
  * ranks (adam=host:stream:shard(N), zero_host.c) only this rank's pieces
  * pass, their gradients read from ZeRO-2's slice and their weights
- * written into ZeRO-3's (shard(N,grads), shard(N,params)). */
+ * written into ZeRO-3's (shard(N,grads), shard(N,params)); with the
+ * parameters on the host (--offload-params) the gathers read the master
+ * weights the ring wrote back, so the comm stream waits for the copies. */
 static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 {
 	const size_t chunk = m->tt.ix.opt_chunk;
@@ -639,8 +643,12 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
-	if (m->tt.ix.host_param_slice >= 0) /* split: the ranks' slices of the copy (ZeRO-3: the unstacked) to all */
-		ferry_zero_host_gather(m, p);
+	if (!ferry_zero_host_split(m))
+		return;
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.param_stage >= 0)
+		for (int slot = 0; slot < 2; slot++)
+			ferry_emit_wait(p, m->comm_stream, m->opt_free[slot], -1);
+	ferry_zero_host_gather(m, p); /* the ranks' slices (ZeRO-3: of the unstacked) to all */
 }
 
 ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, struct ferry_program *p)

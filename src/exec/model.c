@@ -269,6 +269,9 @@ static void add_optimizer_streams(struct ferry_model *m)
 			*ev[i] = ferry_sched_event(&m->res, name);
 		}
 	}
+	/* split with the parameters on the host: the unstacked uploaded whole once gathered (zero_host.c) */
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && m->tt.ix.shard_numel)
+		m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
 }
 
 /* The streams and events of AdamW on host threads. */

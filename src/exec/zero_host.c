@@ -40,7 +40,13 @@
  * as without the split); only the moments are the rank's slice.  The
  * rank's threads update the slice's pieces in the whole arrays, which
  * are then all-gathered in place on the host, and the unstacked
- * parameters' device copy uploaded from them.
+ * parameters' device copy uploaded from them.  Streamed
+ * (adam=host:stream:shard(N) with layers.weights=host:stream) the same
+ * host arrays, the slice's pieces passing through the optimizer ring
+ * (the gradients from the whole host array, ZeRO-2's from the host
+ * slice), written back into the whole arrays before the same gather;
+ * ZeRO-3 streamed writes its pieces back into the host slice the gathers
+ * stage from.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"

@@ -572,7 +572,8 @@ static int add_device_param_slice(struct ferry_tensor_table *tt, enum ferry_dtyp
 }
 
 /* Whether ZeRO-3's slice of the parameters is the host's master slice
- * (adam=host:cpu:shard(N,params) with layers.weights=host:stream). */
+ * (adam=host:cpu:shard(N,params) or host:stream:shard(N,params) with
+ * layers.weights=host:stream). */
 static bool params_on_host(const struct ferry_tensor_table *tt)
 {
 	return ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params &&
@@ -687,12 +688,13 @@ static int add_offloaded_grads(struct ferry_tensor_table *tt)
 	return r >= 0 ? add_grad_slots(tt, FERRY_SITE_HOST, "host: gradient slots") : r;
 }
 
-/* adam=host:cpu:shard(N) with layers.weights=host:stream (ZeRO-1; with
- * (N,grads), ZeRO-2): the weight ring reads the parameters (and their
- * bf16 copy) whole from the host, so every rank keeps them whole there,
- * padded to N slices (the update's all-gather writes every slice), and
- * (ZeRO-1) the gradients whole (the ring writes each layer's; they are
- * averaged in place); the moments are this rank's slice. */
+/* adam=host:cpu:shard(N) or host:stream:shard(N) with
+ * layers.weights=host:stream (ZeRO-1; with (N,grads), ZeRO-2): the weight
+ * ring reads the parameters (and their bf16 copy) whole from the host, so
+ * every rank keeps them whole there, padded to N slices (the update's
+ * all-gather writes every slice), and (ZeRO-1) the gradients whole (the
+ * ring writes each layer's; they are averaged in place); the moments are
+ * this rank's slice. */
 static int add_offloaded_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -1272,6 +1274,11 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
+	if (params_on_host(tt) && tt->act_dtype != FERRY_F32 && !ferry_table_host_update(tt))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 with --offload-params --offload-optimizer stream "
+				   "(adam=host:stream:shard(N,params), layers.weights=host:stream) stages the host's "
+				   "fp32 master slice: with %s compute weights, not yet (--offload-optimizer cpu "
+				   "stages the bf16 copy its update writes)", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

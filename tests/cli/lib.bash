@@ -94,6 +94,15 @@ zero_setup() {
 	llama=(--model llama --layers "$1" --channels 32 --heads 4 --kv-heads 2)
 }
 
+# one_and_3_ranks FLAGS...: 8 steps of `shape` with FLAGS by one process
+# with the global batch of 6 rows (one.json), and by 3 ranks of 2 rows
+# with --zero 0 (saved as on3_0); 1 (a failure told) when either fails.
+one_and_3_ranks() {
+	"$FERRY" train "${common[@]}" "${shape[@]}" --steps 8 --batch 6 "$@" --json one.json >one.out 2>&1 ||
+		{ fail "one process $*: $(tail -n 2 one.out)"; return 1; }
+	trains on3_0 3 "${shape[@]}" --steps 8 --batch 2 "$@" --zero 0
+}
+
 # resume N SAVE FLAGS...: N ranks resume the save `half` to step 6 and
 # save SAVE (and SAVE.json), with the script's common flags' shape.
 resume() {

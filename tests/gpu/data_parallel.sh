@@ -10,10 +10,12 @@
 # one process with the global batch (bf16: the batch split changes the
 # sums, so the losses within 1e-3 relative; the worst difference printed),
 # --zero 1 the same bits as --zero 0 (its update is elementwise on the
-# same averaged gradients), --zero 3 --offload-params the same bits as
-# --zero 3 --offload-optimizer cpu (the same bf16 slices gathered, from
-# the host instead of the device); every rank's measured host bytes are
-# `ferry plan --ranks 2`'s (the staging buffer, planned with
+# same averaged gradients), and so --zero 1 and 2 with --offload-params
+# --offload-optimizer stream against --zero 0 in that mode, --zero 3
+# --offload-params the same bits as --zero 3 --offload-optimizer cpu (the
+# same bf16 slices gathered, from the host instead of the device); every
+# rank's measured host bytes are `ferry plan --ranks 2`'s (the staging
+# buffer, planned with
 # FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
 # unknown FERRY_COMM_ENGINE stops every rank with one message; --zero 0-3
 # with --device-grads (the gradients averaged on the device, read through
@@ -147,5 +149,18 @@ for family in gpt2 llama; do
 			fail "$family --zero $z staged on 2 ranks against --zero 0: $d"
 	done
 done
+
+# --zero 1 and 2 with the parameters on the host and AdamW streamed (not
+# yet run on a GPU when written): in bf16 the ring writes the unstacked
+# parameters' bf16 copy back too, the host gathers it and uploads it; the
+# bits of --zero 0 in the same mode on the same 2 ranks (AdamW is
+# elementwise, two ranks' sums exact, the host norm's blocks the same)
+off=(--offload-params --offload-optimizer stream)
+if ranks gpt2_p0 0 "${GPT2[@]}" "${off[@]}"; then
+	for z in 1 2; do
+		ranks "gpt2_p$z" $z "${GPT2[@]}" "${off[@]}" &&
+			same_bits gpt2_p0.json "gpt2_p$z.json" "gpt2 --zero $z ${off[*]} = --zero 0"
+	done
+fi
 
 finish

@@ -266,8 +266,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "also keeps only its 1/N of the parameters, each layer's\n"
 	  "all-gathered one layer ahead of use (2 and 3: AdamW on the\n"
 	  "device, streamed or --offload-optimizer cpu; 1 and 2 with\n"
-	  "--offload-params and --offload-optimizer cpu keep the\n"
-	  "parameters whole on every host, gathered after the update;\n"
+	  "--offload-params (--offload-optimizer cpu or stream) keep\n"
+	  "the parameters whole on every host, gathered after the update;\n"
 	  "3 with them keeps only the slice on the host, each layer's\n"
 	  "part sent up before its all-gather)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
