@@ -73,10 +73,17 @@ for n in 2 3; do
 		--policy qkv_proj_offloaded
 	compare "$n" --zero 3 --offload-params --offload-optimizer cpu --policy nothing_saveable
 	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer cpu --clip-order speculative
-# streamed, --zero 1, 2 and 3 with the parameters on the host too, and
-# --zero 0-3 with the gradients kept on the device (--device-grads).  The
-# streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
-# on host threads and streamed).  The
+	compare "$n" --device-grads --policy qkv_proj_offloaded
+	compare "$n" --zero 1 --device-grads --clip-order speculative
+	compare "$n" --model llama --kv-heads 2 --zero 2 --device-grads --policy nothing_saveable
+	compare "$n" --zero 3 --device-grads --clip-order speculative
+	compare "$n" --model llama --kv-heads 2 --zero 3 --device-grads --place 'adam.grads=device:stream(2)'
+	compare "$n" --zero 1 --offload-params --offload-optimizer stream --policy qkv_proj_offloaded
+	compare "$n" --model llama --kv-heads 2 --zero 1 --offload-params --offload-embeddings --offload-optimizer stream
+	compare "$n" --zero 2 --offload-params --offload-optimizer stream --policy minimal_offloaded
+	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-params --offload-embeddings --offload-optimizer stream
+	compare "$n" --zero 3 --offload-params --offload-optimizer stream --policy nothing_saveable
+	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer stream
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)
