@@ -356,6 +356,21 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 	      "%s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the unstacked whole",
 	      arch, most < S ? most : S);
 	ferry_tensor_table_release(&tt);
+	for (int d = 2; d <= 5; d += 3) { /* --param-prefetch D: D + 1 gathered slots, at most the layers */
+		const size_t slots = d + 1 < cfg->layers ? (size_t)d + 1 : (size_t)cfg->layers;
+		char place[96];
+
+		snprintf(place, sizeof(place), "adam=host:cpu:shard(3,params),layers.weights=host:stream(%d)", d);
+		o.place = place;
+		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: %s: %s", arch, place, ferry_last_error());
+			continue;
+		}
+		CHECK(tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == slots * layer * 4 &&
+		      tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].slots == (int)slots,
+		      "%s: %s: %zu gathered slots", arch, place, slots);
+		ferry_tensor_table_release(&tt);
+	}
 }
 
 /* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
@@ -495,7 +510,7 @@ static void test_offloaded_shard(const char *arch)
 }
 
 /* ZeRO-3 with the parameters on the host: AdamW on host threads only,
- * the gathered ring one layer ahead, the embeddings whole on the device. */
+ * the gathered ring any depth, the embeddings whole on the device. */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -505,7 +520,7 @@ static void zero3_offloaded_places(void)
 		{ "adam=host:cpu(speculative):shard(2,params),layers.weights=host:stream", NULL },
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
 		  "--zero 3 with --offload-embeddings" },
-		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(3)", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", "--offload-optimizer stream" },
 	};
 

@@ -10,9 +10,10 @@
  * The stacked layers' weights reach the kernels through the weight ring
  * of --offload-params (weight_ring.h), whose load is here an all-gather:
  * on the comm stream, layer l's elements of each parameter gathered from
- * the ranks' slices into slot l % 2, one layer ahead of use, in forward
- * and again in backward (the last layer's stays for it), the slot reused
- * once its layer is done.  The gradients are not the ring's: a layer's
+ * the ranks' slices into slot l % R, R - 1 layers ahead of use (R = 2;
+ * with the slice on the host, --param-prefetch D + 1), in forward and
+ * again in backward (the last R layers' stay for it), the slot
+ * reused once its layer is done.  The gradients are not the ring's: a layer's
  * are written into ZeRO-2's gradient slots and reduce-scattered from
  * there.  The unstacked parameters (embeddings, head, final norm), read
  * at both ends of the step, stay whole on every rank (the kernels' copy),

@@ -583,19 +583,22 @@ static bool params_on_host(const struct ferry_tensor_table *tt)
  * adds it, the device a slot to stage it through; on the device in type
  * t, add_device_param_slice), the unstacked ones whole (the kernels'
  * copy), the stacked ones gathered into the slots of a ring, laid out as
- * the gradient slots (add_grad_slices first), both in the kernels' type. */
+ * the gradient slots (add_grad_slices first), both in the kernels' type.
+ * The ring gathers one layer ahead, or with the slice on the host
+ * --param-prefetch's D (layers.weights=host:stream(D)): D + 1 slots. */
 static int add_param_slices(struct ferry_tensor_table *tt, enum ferry_dtype t)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
 	const size_t asz = ferry_dtype_size(tt->act_dtype);
+	const int depth = params_on_host(tt) ? ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->depth : 1;
 	int w = params_on_host(tt) ? add_param_stage(tt) : add_device_param_slice(tt, t);
 
 	if (w < 0)
 		return w;
 	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
 					   FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
-	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	r->slots = tt->cfg.layers < depth + 1 ? tt->cfg.layers : depth + 1;
 	r->n_layouts = 1;
 	r->slot_numel = ix->grad_slot_numel;
 	r->buffer = tt->n_buffers;

@@ -6,7 +6,8 @@
 # activations, optimizer and parameters, and --zero 1 with AdamW on the
 # host (host threads, exact and speculative, and streamed: each rank's
 # host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
-# streamed, --zero 1, 2 and 3 with the parameters on the host too.  The
+# streamed, --zero 1, 2 and 3 with the parameters on the host too (3: and
+# a deeper ring, --param-prefetch).  The
 # ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
@@ -71,6 +72,9 @@ for n in 2 3; do
 		--policy qkv_proj_offloaded
 	compare "$n" --zero 3 --offload-params --offload-optimizer cpu --policy nothing_saveable
 	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer cpu --clip-order speculative
+	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer cpu --param-prefetch 2
+	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer cpu \
+		--param-prefetch 3 --policy qkv_proj_offloaded
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)
