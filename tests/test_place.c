@@ -318,6 +318,45 @@ static void test_tables(const char *arch, int tied)
 		}
 }
 
+/* ZeRO-3 with the layers' weights on the host and the edges streamed
+ * (edges.weights=host:stream, --offload-embeddings): no unstacked
+ * parameters or gradients whole on the device but the edge region,
+ * --zero 0's; their gradients whole on the host (`unstacked` elements);
+ * the staging slot a layer's part still (the edges pass in pieces). */
+static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked,
+				size_t most)
+{
+	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = "adam=host:cpu,layers.weights=host:stream,"
+									"edges.weights=host:stream" };
+	struct ferry_tensor_table z0, tt;
+	size_t host_grads = 0;
+
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &z0)) {
+		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
+		return;
+	}
+	o.place = "adam=host:cpu:shard(3,params),layers.weights=host:stream,edges.weights=host:stream";
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
+		ferry_tensor_table_release(&z0);
+		return;
+	}
+	for (int q = 0; q < tt.md->n_params; q++) {
+		if (tt.ix.grad[q] >= 0 && tt.e[tt.ix.grad[q]].site == FERRY_SITE_HOST)
+			host_grads += tt.e[tt.ix.grad[q]].bytes / 4;
+	}
+	for (int i = 0; i < tt.n; i++)
+		check_entry(arch, &tt, i);
+	CHECK(tt.ix.copy_buffer < 0 && tt.ix.dev_grad_buffer < 0 && tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].slots == 1 &&
+	      tt.buffers[tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes ==
+		      z0.buffers[z0.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes &&
+	      host_grads == unstacked && tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4,
+	      "%s: the edges gathered: --zero 0's edge region, %zu unstacked gradients on the host, a staging slot of %zu",
+	      arch, unstacked, most < S ? most : S);
+	ferry_tensor_table_release(&tt);
+	ferry_tensor_table_release(&z0);
+}
+
 /* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
  * params),layers.weights=host:stream): the slice gathered from is the
  * host's master slice (S elements, as on the device), the device keeps no
@@ -371,6 +410,7 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 		      "%s: %s: %zu gathered slots", arch, place, slots);
 		ferry_tensor_table_release(&tt);
 	}
+	test_edges_gathered(cfg, arch, S, unstacked, most);
 }
 
 /* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
@@ -510,7 +550,7 @@ static void test_offloaded_shard(const char *arch)
 }
 
 /* ZeRO-3 with the parameters on the host: AdamW on host threads only,
- * the gathered ring any depth, the embeddings whole on the device. */
+ * the gathered ring any depth, the embeddings whole or streamed. */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -518,8 +558,7 @@ static void zero3_offloaded_places(void)
 	} cases[] = {
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream", NULL },
 		{ "adam=host:cpu(speculative):shard(2,params),layers.weights=host:stream", NULL },
-		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
-		  "--zero 3 with --offload-embeddings" },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream", NULL },
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(3)", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", "--offload-optimizer stream" },
 	};

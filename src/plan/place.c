@@ -462,9 +462,6 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--zero %d with --offload-params and --offload-optimizer stream "
 				   "(layers.weights=host:stream, adam=host:stream:shard(N)): not yet (--offload-optimizer "
 				   "cpu, adam=host:cpu:shard(N), splits them)", 1 + adam->shard_grads + adam->shard_params);
-	if (adam->shard_params && lw->home == FERRY_HOME_HOST && ew->home == FERRY_HOME_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 3 with --offload-embeddings (edges.weights=host:stream): "
-				   "ZeRO-3 keeps the embeddings and the head whole on every rank's device: not yet");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "

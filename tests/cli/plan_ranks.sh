@@ -7,7 +7,7 @@
 # host (host threads, exact and speculative, and streamed: each rank's
 # host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
 # streamed, --zero 1, 2 and 3 with the parameters on the host too (3: and
-# a deeper ring, --param-prefetch).  The
+# a deeper ring, --param-prefetch, and the edges, --offload-embeddings).  The
 # ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
@@ -75,6 +75,10 @@ for n in 2 3; do
 	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer cpu --param-prefetch 2
 	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer cpu \
 		--param-prefetch 3 --policy qkv_proj_offloaded
+	compare "$n" --vocab 4096 --zero 3 --offload-params --offload-embeddings --offload-optimizer cpu \
+		--clip-order speculative
+	compare "$n" --model llama --kv-heads 2 --vocab 4096 --layers 4 --zero 3 --offload-params --offload-embeddings \
+		--offload-optimizer cpu --param-prefetch 2 --policy minimal_offloaded
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)

@@ -251,7 +251,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "with --offload-params: the embeddings, head and final\n"
 	  "norm in host memory too, loaded into one device region\n"
 	  "before the prologue and the epilogue (the larger one's\n"
-	  "weights and gradients on the device, not all of them)", .parse = embeddings_flag },
+	  "weights and gradients on the device, not all of them;\n"
+	  "--zero 3: gathered there from the ranks' slices)", .parse = embeddings_flag },
 	{ .name = "--param-prefetch", .value = "N", .type = CLI_INT, .at = AT(exec.param_prefetch),
 	  .help = "layers of weights loaded ahead (default 1; with --zero 3,\n"
 	  "layers gathered ahead)",
