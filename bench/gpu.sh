@@ -96,7 +96,7 @@ if has gpt2; then
 	fi
 fi
 if has llama8b; then
-	echo; echo "## Llama 3.1 8B's shape on one GPU capped at 80 GiB: ferry's offload modes against PyTorch"
+	echo; echo "## Llama 3.1 8B's shape on one GPU capped at 78 GiB: ferry's offload modes against PyTorch"
 	FERRY=build/ferry bash bench/llama8b.sh "${stem}_llama8b" || rc=1
 fi
 if has copy; then
@@ -147,12 +147,15 @@ fi
 if has sanitize; then
 	# cuBLAS's own kernels are left out (racecheck reports hazards inside
 	# them, and they are not ferry's to fix): every kernel of ferry's ends
-	# in _kernel
+	# in _kernel, and cuBLAS's sm90 kernels' names can hold "_kernel" too
+	# (on 2026-11-26 racecheck crashed at the first product with a cuBLASLt
+	# bias epilogue; the exclusion is the first guess, not yet run)
 	echo; echo "## compute-sanitizer memcheck and racecheck on ferry's kernels (names *_kernel)"
 	for tool in memcheck racecheck; do
 		for t in test_gpu_ops test_gpu_llama_ops test_gpu_train; do
 			log="${stem}_sanitize_${tool}_$t.txt"
-			timeout "${FERRY_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --kernel-regex kns=_kernel \
+			timeout "${FERRY_SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --kernel-name kns=_kernel \
+				--kernel-name-exclude kns=cublas \
 				--error-exitcode 9 "./build/tests/$t" >"$log" 2>&1
 			src=$?
 			echo "$tool $t: exit $src ($([ $src -eq 124 ] && echo "stopped at the time limit" ||

@@ -33,16 +33,18 @@ environment (defaults in brackets):
   FERRY              ferry binary [build/ferry]
   PYTHON             python with torch and transformers [$FERRY_TORCH_PYTHON or python3]
   L8B_BACKEND        cuda or cpu (a dry run at a small shape) [cuda]
-  L8B_DEVICE_MEM     device memory, ferry's units [80G]
+  L8B_DEVICE_MEM     device memory, ferry's units (GiB) [78G: an H100 80GB has
+                     79.2 GiB, less the CUDA context; 80G could not be allocated]
   L8B_STEPS          steps per run; the median leaves the first out [3]
-  L8B_POLICY         ferry's --policy [everything_saveable: it fits in 80G with
+  L8B_POLICY         ferry's --policy [everything_saveable: it fits in 78G with
                      AdamW's state on the host, so --policy auto has nothing to
                      trade; auto calibrates first, too slow for this budget]
   L8B_MODES          ferry modes, flag sets separated by ';'
                      [--offload-optimizer stream;--device-grads;--offload-optimizer cpu --offload-params]
   L8B_EXTRA_MODES    more modes, appended (e.g. a flag being built)
   L8B_TORCH_IMPLS    PyTorch implementations [offload fsdp2 torchao]
-  L8B_FERRY_TIMEOUT  seconds per ferry train run [75]
+  L8B_FERRY_TIMEOUT  seconds per ferry train run [150: its set-up pins and fills
+                     about 100 GB of host state first]
   L8B_TORCH_TIMEOUT  seconds per PyTorch run [75; the offload run took 45 s on an H200]
   L8B_LAYERS L8B_CHANNELS L8B_HEADS L8B_KV_HEADS L8B_FFN L8B_VOCAB L8B_SEQ L8B_BATCH
                      the shape [32 4096 32 8 14336 128256 4096 1]
@@ -60,7 +62,7 @@ OUT=$(cd "$OUT" && pwd)
 FERRY=${FERRY:-$ROOT/build/ferry}
 PYTHON=${PYTHON:-${FERRY_TORCH_PYTHON:-python3}}
 BACKEND=${L8B_BACKEND:-cuda}
-DMEM=${L8B_DEVICE_MEM:-80G}
+DMEM=${L8B_DEVICE_MEM:-78G}
 STEPS=${L8B_STEPS:-3}
 POLICY=${L8B_POLICY:-everything_saveable}
 MODES=${L8B_MODES:---offload-optimizer stream;--device-grads;--offload-optimizer cpu --offload-params}
@@ -128,11 +130,11 @@ ferry_mode() {
 		"${REPORT[@]}" note "ferry $name" skipped "$why" "$plan" >>"$JSONL"
 		return
 	fi
-	with_rss "$TMP/rss" timeout "${L8B_FERRY_TIMEOUT:-75}" "$FERRY" train "${FSHAPE[@]}" "${flags[@]}" \
+	with_rss "$TMP/rss" timeout "${L8B_FERRY_TIMEOUT:-150}" "$FERRY" train "${FSHAPE[@]}" "${flags[@]}" \
 		--steps "$STEPS" --data "$TMP/rand_train_*.bin" --val-every 0 --sample 0 --lr 3e-4 --warmup 0 \
 		--lr-schedule constant --json "$TMP/train$k.json" --trace "$trace" "${PEAK[@]}" 2>&1 | tee "$TMP/train$k.log"
 	rc=${PIPESTATUS[0]}
-	[ "$rc" = 124 ] && echo "stopped at the time limit (${L8B_FERRY_TIMEOUT:-75} s)"
+	[ "$rc" = 124 ] && echo "stopped at the time limit (${L8B_FERRY_TIMEOUT:-150} s)"
 	"${REPORT[@]}" ferry "$name" "$rc" "$plan" "$TMP/train$k.json" "$trace" "$TMP/train$k.log" \
 		"$(cat "$TMP/rss" 2>/dev/null)" "${RATE:-0}" >>"$JSONL"
 	[ -e "$OUT/trace.json" ] || cp "$trace" "$OUT/trace.json" 2>/dev/null

@@ -323,13 +323,12 @@ static void test_tables(const char *arch, int tied)
  * parameters or gradients whole on the device but the edge region,
  * --zero 0's; their gradients whole on the host (`unstacked` elements);
  * the staging slot a layer's part still (the edges pass in pieces). */
-static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked,
-				size_t most)
+static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked)
 {
 	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = "adam=host:cpu,layers.weights=host:stream,"
 									"edges.weights=host:stream" };
 	struct ferry_tensor_table z0, tt;
-	size_t host_grads = 0;
+	size_t host_grads = 0, most = 0;
 
 	if (ferry_tensor_table_build(cfg, 2, 8, &o, &z0)) {
 		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
@@ -342,8 +341,12 @@ static void test_edges_gathered(const struct ferry_model_config *cfg, const char
 		return;
 	}
 	for (int q = 0; q < tt.md->n_params; q++) {
+		struct ferry_param_info pi;
+
 		if (tt.ix.grad[q] >= 0 && tt.e[tt.ix.grad[q]].site == FERRY_SITE_HOST)
 			host_grads += tt.e[tt.ix.grad[q]].bytes / 4;
+		if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
+			most = pi.layer_numel;
 	}
 	for (int i = 0; i < tt.n; i++)
 		check_entry(arch, &tt, i);
@@ -358,45 +361,56 @@ static void test_edges_gathered(const struct ferry_model_config *cfg, const char
 }
 
 /* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
- * params),layers.weights=host:stream): the slice gathered from is the
- * host's master slice (S elements, as on the device), the device keeps no
- * weights but the two gathered slots (`layer` elements each), the
- * unstacked ones whole and a slot for the largest layer's part of one
- * parameter (at most S), and the layers are not streamed whole. */
+ * params),layers.weights=host:stream), in fp32 and bf16: the slice
+ * gathered from is the host's (S elements, as on the device: in fp32 the
+ * master slice, in bf16 a slice of the compute copy beside it), the
+ * device keeps no weights but the two gathered slots (`layer` elements
+ * each), the unstacked ones whole and a slot for the largest layer's part
+ * of one parameter (at most S), all in the kernels' type, and the layers
+ * are not streamed whole. */
 static void test_params_on_host(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
 				size_t unstacked)
 {
-	struct ferry_exec_opts o = { .act_dtype = FERRY_F32,
-				     .place = "adam=host:cpu:shard(3,params),layers.weights=host:stream" };
-	struct ferry_tensor_table tt;
-	size_t most = 0, device_weights = 0;
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		struct ferry_exec_opts o = { .act_dtype = bf16 ? FERRY_BF16 : FERRY_F32,
+					     .place = "adam=host:cpu:shard(3,params),layers.weights=host:stream" };
+		const size_t a = bf16 ? 2 : 4;
+		struct ferry_tensor_table tt;
+		const struct ferry_table_index *ix = &tt.ix;
+		size_t most = 0, device_weights = 0;
 
-	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
-		CHECK(0, "%s: parameters split on the host: %s", arch, ferry_last_error());
-		return;
-	}
-	for (int q = 0; q < tt.md->n_params; q++) {
-		struct ferry_param_info pi;
+		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: parameters split on the host: %s", arch, ferry_last_error());
+			continue;
+		}
+		for (int q = 0; q < tt.md->n_params; q++) {
+			struct ferry_param_info pi;
 
-		if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
-			most = pi.layer_numel;
+			if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
+				most = pi.layer_numel;
+		}
+		for (int i = 0; i < tt.n; i++) {
+			device_weights += tt.e[i].site == FERRY_SITE_DEVICE && tt.e[i].kind == FERRY_TK_WEIGHT;
+			check_entry(arch, &tt, i);
+		}
+		CHECK(ix->shard_numel == S && ix->param_slice >= 0 && ix->param_slice == ix->host_param_slice &&
+		      tt.e[ix->param_slice].site == FERRY_SITE_HOST && tt.e[ix->param_slice].bytes == S * 4 &&
+		      (ix->copy_slice == ix->param_slice) == !bf16 && (!bf16 || ix->copy_slice == ix->host_copy_slice) &&
+		      tt.e[ix->copy_slice].site == FERRY_SITE_HOST && tt.e[ix->copy_slice].bytes == S * a &&
+		      tt.e[ix->copy_slice].dtype == o.act_dtype && !device_weights &&
+		      tt.e[ix->param_stage].site == FERRY_SITE_DEVICE &&
+		      tt.e[ix->param_stage].bytes == (most < S ? most : S) * a &&
+		      tt.buffers[ix->ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * a &&
+		      tt.buffers[ix->copy_buffer].bytes == unstacked * a &&
+		      !ferry_table_streamed(&tt, FERRY_GROUP_LAYER_WEIGHTS),
+		      "%s %s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the "
+		      "unstacked whole", arch, bf16 ? "bf16" : "fp32", most < S ? most : S);
+		ferry_tensor_table_release(&tt);
 	}
-	for (int i = 0; i < tt.n; i++) {
-		device_weights += tt.e[i].site == FERRY_SITE_DEVICE && tt.e[i].kind == FERRY_TK_WEIGHT;
-		check_entry(arch, &tt, i);
-	}
-	CHECK(tt.ix.shard_numel == S && tt.ix.param_slice >= 0 && tt.ix.param_slice == tt.ix.host_param_slice &&
-	      tt.e[tt.ix.param_slice].site == FERRY_SITE_HOST && tt.e[tt.ix.param_slice].bytes == S * 4 &&
-	      !device_weights && tt.e[tt.ix.param_stage].site == FERRY_SITE_DEVICE &&
-	      tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4 &&
-	      tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == 2 * layer * 4 &&
-	      tt.buffers[tt.ix.copy_buffer].bytes == unstacked * 4 &&
-	      !ferry_table_streamed(&tt, FERRY_GROUP_LAYER_WEIGHTS),
-	      "%s: the host's slice of the parameters, a staging slot of %zu, two gathered slots, the unstacked whole",
-	      arch, most < S ? most : S);
-	ferry_tensor_table_release(&tt);
 	for (int d = 2; d <= 5; d += 3) { /* --param-prefetch D: D + 1 gathered slots, at most the layers */
 		const size_t slots = d + 1 < cfg->layers ? (size_t)d + 1 : (size_t)cfg->layers;
+		struct ferry_exec_opts o = { .act_dtype = FERRY_F32 };
+		struct ferry_tensor_table tt;
 		char place[96];
 
 		snprintf(place, sizeof(place), "adam=host:cpu:shard(3,params),layers.weights=host:stream(%d)", d);
@@ -410,7 +424,7 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 		      "%s: %s: %zu gathered slots", arch, place, slots);
 		ferry_tensor_table_release(&tt);
 	}
-	test_edges_gathered(cfg, arch, S, unstacked, most);
+	test_edges_gathered(cfg, arch, S, unstacked);
 }
 
 /* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
@@ -490,10 +504,6 @@ static void test_grad_shard(const struct ferry_model_config *cfg, const char *ar
 	ferry_tensor_table_release(&tt);
 	test_param_shard(cfg, arch, S, layer, unstacked);
 	test_params_on_host(cfg, arch, S, layer, unstacked);
-	o.place = "adam=host:cpu:shard(3,params),layers.weights=host:stream";
-	o.act_dtype = FERRY_BF16;
-	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED,
-	      "%s: ZeRO-3 with the parameters on the host in bf16: not yet", arch);
 }
 
 /* adam=host:cpu:shard(3) with layers.weights=host:stream (ZeRO-1): the

@@ -15,6 +15,7 @@
 #include "ferry/safetensors.h"
 #include "backend/run_op.h"
 #include "core/error.h"
+#include "core/host_fill.h"
 #include "ops/cpu/kernels.h"
 #include "sched/tier_copy.h"
 #include "tier/nvme_tier.h"
@@ -399,7 +400,7 @@ static ferry_status zero_state(struct ferry_model *m)
 		size_t n = m->tt.buffers[bufs[i]].bytes; /* the parameter array's (a slice's: adam=device:shard) */
 
 		if (on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers, buffer(m, bufs[i]), n, &st))
-			memset(buffer(m, bufs[i]), 0, n);
+			ferry_host_zero(buffer(m, bufs[i]), n);
 		else if (!on_host(m, bufs[i]))
 			st = ferry_memset_zero_async(s, buffer(m, bufs[i]), n);
 	}
@@ -434,10 +435,14 @@ ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_con
 
 /* ---- parameters and optimizer state ------------------------------------------- */
 
-/* splitmix64 -> uniform -> Box-Muller: deterministic normal samples. */
+/* splitmix64 -> uniform -> Box-Muller: deterministic normal samples.  The
+ * k-th draw of a stream is a function of seed + k * SPLITMIX_STEP alone, so
+ * threads can start anywhere in it and give the one-thread bits. */
+#define SPLITMIX_STEP 0x9E3779B97F4A7C15ull
+
 static uint64_t splitmix64(uint64_t *s)
 {
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	uint64_t z = (*s += SPLITMIX_STEP);
 
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -449,15 +454,28 @@ static double uniform01(uint64_t *s)
 	return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+/* x's n values, two draws a pair: pieces of even length on every thread
+ * (an 8B model's draws took two minutes on one) */
 static void fill_normal(float *x, size_t n, double std, uint64_t *s)
 {
-	for (size_t i = 0; i < n; i += 2) {
-		double r = sqrt(-2.0 * log(uniform01(s))), a = 2.0 * M_PI * uniform01(s);
+	const size_t piece = (size_t)1 << 16;
+	const long pieces = (long)((n + piece - 1) / piece);
+	const uint64_t s0 = *s;
 
-		x[i] = (float)(std * r * cos(a));
-		if (i + 1 < n)
-			x[i + 1] = (float)(std * r * sin(a));
+#pragma omp parallel for schedule(static) if (pieces > 1)
+	for (long k = 0; k < pieces; k++) {
+		const size_t lo = (size_t)k * piece, hi = n - lo < piece ? n : lo + piece;
+		uint64_t sk = s0 + lo * SPLITMIX_STEP; /* lo draws before element lo */
+
+		for (size_t i = lo; i < hi; i += 2) {
+			double r = sqrt(-2.0 * log(uniform01(&sk))), a = 2.0 * M_PI * uniform01(&sk);
+
+			x[i] = (float)(std * r * cos(a));
+			if (i + 1 < n)
+				x[i + 1] = (float)(std * r * sin(a));
+		}
 	}
+	*s = s0 + ((n + 1) & ~(size_t)1) * SPLITMIX_STEP;
 }
 
 /* Parameter p's initial values, drawing normals from one stream in
@@ -484,21 +502,46 @@ static void init_param(const struct ferry_model *m, int p, const struct ferry_pa
 	}
 }
 
+/* The master weights when they are this process's whole array in plain
+ * host memory (AdamW's state on the host, no ZeRO slice, no NVMe file):
+ * the draws go straight there, since a second n_params-float buffer (32 GB
+ * for an 8B model) may not fit beside the host state.  NULL otherwise. */
+static float *host_master(const struct ferry_model *m)
+{
+	const int b = m->tt.ix.params_buffer;
+	uint64_t off;
+
+	if (m->tt.ix.host_param_slice >= 0 || m->tt.ix.param_slice >= 0 || !on_host(m, b) ||
+	    ferry_host_tiers_nvme_at(m->tt.host_tiers, buffer(m, b), &off))
+		return NULL;
+	return buffer(m, b);
+}
+
+static ferry_status refresh_copy(ferry_model_t m);
+static ferry_status sync_all(ferry_model_t m);
+
+/* After the whole master array is written: the copy the kernels read */
+static ferry_status params_written(ferry_model_t m)
+{
+	if (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+		return refresh_copy(m);
+	return FERRY_OK;
+}
+
 ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed)
 {
-	float *host;
-	ferry_status st;
+	float *master = host_master(m), *host = master;
+	ferry_status st = master ? sync_all(m) : ferry_host_alloc(m->be, m->tt.n_params * sizeof(float), (void **)&host);
 	uint64_t s = seed;
 
-	st = ferry_host_alloc(m->be, m->tt.n_params * sizeof(float), (void **)&host);
-	if (st)
-		return st;
 	for (int p = 0; p < m->md->n_params && !st; p++) {
 		struct ferry_param_info pi;
 
 		if (!(st = ferry_model_param_info(&m->cfg, p, &pi)) && pi.present)
 			init_param(m, p, &pi, host + pi.offset, &s);
 	}
+	if (master)
+		return st ? st : params_written(m);
 	if (!st)
 		st = ferry_model_set_params(m, host);
 	ferry_host_free(m->be, host);
@@ -536,7 +579,7 @@ ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n
 	if (!on_host(m, b))
 		return copy_sync(m, dst, buffer(m, b), n, FERRY_COPY_D2H);
 	if (!(st = sync_all(m)) && !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), dst, n, false, &st))
-		memcpy(dst, buffer(m, b), n);
+		ferry_host_copy(dst, buffer(m, b), n);
 	return st;
 }
 
@@ -548,8 +591,17 @@ ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, s
 		return copy_sync(m, buffer(m, b), src, n, FERRY_COPY_H2D);
 	if (!(st = sync_all(m)) &&
 	    !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), (void *)src, n, true, &st))
-		memcpy(buffer(m, b), src, n);
+		ferry_host_copy(buffer(m, b), src, n);
 	return st;
+}
+
+/* The host's bf16 copy of the master, rounded as the CPU AdamW rounds,
+ * on every thread (8B parameters took seconds on one) */
+static void host_bf16_bits(uint16_t *bits, const float *master, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 22))
+	for (long i = 0; i < (long)n; i++)
+		bits[i] = ferry_st_f32_to_bf16(master[i]);
 }
 
 /* With AdamW on host threads: the compute copy uploaded from the host
@@ -563,8 +615,7 @@ static ferry_status upload_copy(ferry_model_t m)
 	if (m->tt.ix.host_copy_buffer >= 0) { /* the kernels read bf16 */
 		uint16_t *bits = buffer(m, m->tt.ix.host_copy_buffer);
 
-		for (size_t i = 0; i < m->tt.n_params; i++)
-			bits[i] = ferry_st_f32_to_bf16(master[i]); /* as the CPU AdamW rounds */
+		host_bf16_bits(bits, master, m->tt.n_params);
 		src = bits;
 	}
 	st = ferry_memcpy_async(compute(m), buffer(m, m->tt.ix.copy_buffer), src, m->tt.n_params * m->asz,
@@ -582,10 +633,7 @@ static ferry_status refresh_offloaded(ferry_model_t m)
 	ferry_status st = FERRY_OK;
 
 	if (ix->host_copy_buffer >= 0) {
-		uint16_t *bits = buffer(m, ix->host_copy_buffer);
-
-		for (size_t i = 0; i < m->tt.n_params; i++)
-			bits[i] = ferry_st_f32_to_bf16(master[i]); /* as the CPU AdamW rounds */
+		host_bf16_bits(buffer(m, ix->host_copy_buffer), master, m->tt.n_params);
 	}
 	for (int q = 0; q < m->md->n_params && !st; q++)
 		if (ix->copy[q] >= 0)
@@ -634,9 +682,7 @@ ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 		return ferry_zero_set_params(m, params);
 	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 
-	if (!st && (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))) /* the copy the kernels read */
-		st = refresh_copy(m);
-	return st;
+	return st ? st : params_written(m);
 }
 
 ferry_status ferry_model_get_params(ferry_model_t m, float *params)

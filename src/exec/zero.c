@@ -161,7 +161,8 @@ static ferry_status write_entry_slice(ferry_model_t m, int i, const float *whole
 
 /* ZeRO-3: this rank's slice (the device's: with AdamW on host threads
  * the compute slice; none when the slice is the host's master, which the
- * caller wrote) and, apart, its compute copy's, and the unstacked
+ * caller wrote) and, apart, its compute copy's (on the host beside that
+ * master: the bf16 slice the layers are gathered from), and the unstacked
  * parameters whole in the kernels' type (the copy buffer holds them in
  * array order, each where its entry is). */
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
@@ -173,7 +174,7 @@ ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 
 	if (!st && ix->param_stage < 0)
 		st = write_entry_slice(m, ix->param_slice, params);
-	if (!st && ix->param_stage < 0 && ix->copy_slice != ix->param_slice)
+	if (!st && ix->copy_slice != ix->param_slice)
 		st = write_entry_slice(m, ix->copy_slice, params);
 	for (int q = 0; q < m->md->n_params && !st; q++) {
 		struct ferry_param_info pi;

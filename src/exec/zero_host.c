@@ -20,9 +20,10 @@
  * use; the gradients come down from ZeRO-2's slice; each piece updated
  * goes up into the device's slice, and after the update only the
  * unstacked parameters are gathered whole.  With --offload-params too
- * the host's slice is the one the layers are gathered from (staged up
- * part by part, zero_params.c): only the unstacked parameters' updated
- * parts go up, into their whole copy.
+ * the host's slice (fp32 the master's, bf16 the update's bf16 result) is
+ * the one the layers are gathered from (staged up part by part,
+ * zero_params.c): only the unstacked parameters' updated parts go up,
+ * into their whole copy.
  *
  * Streamed (adam=host:stream:shard(N), with ",grads" ZeRO-2, with
  * ",params" ZeRO-3) the host keeps the rank's slice of the master weights

@@ -26,10 +26,11 @@
  *
  * With the parameters on the host too (--zero 3 --offload-params
  * --offload-optimizer cpu, FSDP2's CPU offload) the slice gathered from
- * is the host's master slice (fp32: the weights' bits), and the device
- * keeps none: before each all-gather of a layer's parameter this rank's
- * part of it goes up into a device staging slot on the comm stream, and
- * is gathered from there.  The host AdamW sends only the unstacked
+ * is the host's (fp32: the master slice itself; bf16: the slice of the
+ * compute copy the host AdamW writes beside it), and the device keeps
+ * none: before each all-gather of a layer's parameter this rank's part
+ * of it goes up into a device staging slot on the comm stream (2 bytes
+ * an element in bf16), and is gathered from there.  The host AdamW sends only the unstacked
  * parameters' updated parts up, into their place in the whole, gathered
  * around them in place (zero_host.c).  With --offload-embeddings too
  * (edges.weights=host:stream) no rank keeps those whole: the edges' ring

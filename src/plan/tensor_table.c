@@ -770,7 +770,7 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 	if (r >= 0)
 		r = ix->host_param_slice = add_host_slice(tt, "host: params (this rank's slice)", FERRY_BUF_DONATED,
 						     FERRY_TK_WEIGHT, FERRY_F32, &ix->params_buffer);
-	if (params_on_host(tt)) /* fp32 (refused otherwise): the master's bits are the weights' */
+	if (params_on_host(tt)) /* fp32: the master's bits are the weights' (bf16: below) */
 		ix->param_slice = ix->copy_slice = ix->host_param_slice;
 	if (r >= 0)
 		r = add_host_moments(tt);
@@ -785,6 +785,8 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 		r = ix->host_copy_slice = add_host_slice(tt, "host: params (compute copy, this rank's slice)",
 							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
 							 &ix->host_copy_buffer);
+	if (r >= 0 && params_on_host(tt) && ix->host_copy_slice >= 0) /* bf16: the update's result is gathered */
+		ix->copy_slice = ix->host_copy_slice;
 	return r;
 }
 
@@ -1297,10 +1299,6 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
-	if (params_on_host(tt) && tt->act_dtype != FERRY_F32)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 with --offload-params (adam=host:cpu:shard(N,params), "
-				   "layers.weights=host:stream) stages the host's fp32 master slice: with %s compute "
-				   "weights, not yet", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

@@ -142,10 +142,11 @@ struct ferry_table_index {
 	 * layout), the unstacked ones whole in copy[q], both in the kernels'
 	 * type (-1: not split).  With the layers' weights on the host too
 	 * (host:cpu:shard(N,params) with layers.weights=host:stream,
-	 * --offload-params) the slice is the host's master (param_slice and
-	 * copy_slice are host_param_slice: fp32 only), and each layer's part
-	 * of a parameter in it goes up into the device slot param_stage
-	 * before that layer's gather (-1: none) */
+	 * --offload-params) the slice is on the host (param_slice is
+	 * host_param_slice; copy_slice too in fp32, in bf16 host_copy_slice,
+	 * the update's result), and each layer's part of a parameter in
+	 * copy_slice goes up into the device slot param_stage before that
+	 * layer's gather (-1: none) */
 	int param_slice, param_stage, copy_slice;
 	/* adam.grads=device:stream(D): no host_grad[q]; the host ring the
 	 * device's gradients come down through (entry host_grad_ring, -1:

@@ -9,8 +9,17 @@
 # from fp32 to bf16 ZeRO-3 adds the compute slice (2 S bytes beside the
 # fp32 master's 4 S with AdamW on the device; with AdamW on the host the
 # device's only slice, 2 S instead of 4 S) and halves the gathered ring
-# and the unstacked weights, while the gradients stay fp32.  The cuda
-# half skips without the CUDA backend (the sanitizer presets).
+# and the unstacked weights, while the gradients stay fp32.  With the
+# parameters on the host too (--offload-params --offload-optimizer cpu,
+# against --zero 0 in the same mode) the device keeps no slice of the
+# weights, only ZeRO-2's gradient slice and a slot a layer's part of one
+# parameter is staged through (the largest, 4 C^2 elements, in the
+# kernels' type), the rings and unstacked buffers being the same; the host
+# the same slices as with AdamW on the host, which are then all it holds:
+# the fp32 master, m, v and gradients (4 S each) and in bf16 the slice of
+# the compute copy the update writes and the layers are gathered from (2
+# S).  The cuda half skips without the CUDA backend (the sanitizer
+# presets).
 . "$(dirname "$0")/lib.bash"
 
 N=8 C=32 L=2 V=320 T=32 # the vocabulary 257 padded to 320
@@ -33,10 +42,13 @@ U=$((V * C + T * C + 2 * C))
 d() { echo $((($1 + 255) / 256 * 256)); }
 h() { echo $((($1 + 4095) / 4096 * 4096)); }
 
-# want_device A (kernels' bytes an element) OPT (device or cpu): zero3 - zero0 on the device
+# want_device A (kernels' bytes an element) OPT (device, cpu or params): zero3 - zero0 on the device
 want_device() {
-	local a=$1 copy0=0 copy3=0
-	if [ "$2" = device ]; then # zero0: params, grads, m, v whole (+ the bf16 copy)
+	local a=$1 copy0=0 copy3=0 stage=$((4 * C * C))
+	if [ "$2" = params ]; then # the gradient slice and the staging slot
+		[ $stage -gt "$S" ] && stage=$S
+		echo $(($(d $((4 * S))) + $(d $((a * stage)))))
+	elif [ "$2" = device ]; then # zero0: params, grads, m, v whole (+ the bf16 copy)
 		[ "$a" = 2 ] && copy0=$(d $((2 * n))) copy3=$(d $((2 * S)))
 		echo $(($(d $((4 * S))) * 4 + copy3 + $(d $((8 * G))) + $(d $((4 * U))) + $(d $((a * U))) +
 			$(d $((2 * G * a))) - 4 * $(d $((4 * n))) - copy0))
@@ -60,22 +72,31 @@ want_host() {
 rank0() { grep -o '"rank": 0, "device_bytes": [0-9]*, "host_bytes": [0-9]*' "$1" | grep -o '[0-9][0-9]*' | tail -2 | tr '\n' ' '; }
 
 check() {
-	local backend=$1 a=$2 opt=$3 flags=()
+	local backend=$1 a=$2 opt=$3 flags=() what="AdamW on $3"
 	[ "$opt" = cpu ] && flags=(--offload-optimizer cpu)
+	[ "$opt" = params ] && flags=(--offload-params --offload-optimizer cpu) what="the parameters on the host"
 	checks=$((checks + 1))
 	"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 0 --json z0.json >/dev/null 2>err.txt &&
 		"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 3 --json z3.json >/dev/null 2>>err.txt ||
-		{ fail "$backend, AdamW on $opt: $(cat err.txt)"; return; }
+		{ fail "$backend, $what: $(cat err.txt)"; return; }
 	read -r d0 h0 <<<"$(rank0 z0.json)"
 	read -r d3 h3 <<<"$(rank0 z3.json)"
 	local want got="$((d3 - d0)) $((h3 - h0))"
 	want="$(want_device "$a" "$opt") $(want_host "$a" "$opt")"
 	[ "$got" = "$want" ] &&
-		echo "ok: $backend, AdamW on $opt: --zero 3 - --zero 0 = $got bytes (device host), n $n S $S G $G U $U" ||
-		fail "$backend, AdamW on $opt: --zero 3 - --zero 0 (device host) is [$got], by hand [$want]"
+		echo "ok: $backend, $what: --zero 3 - --zero 0 = $got bytes (device host), n $n S $S G $G U $U" ||
+		fail "$backend, $what: --zero 3 - --zero 0 (device host) is [$got], by hand [$want]"
+	[ "$opt" = params ] || return
+	# the host's whole: the four fp32 slices and in bf16 the compute slice
+	checks=$((checks + 1))
+	want=$((4 * $(h $((4 * S)))))
+	[ "$a" = 2 ] && want=$((want + $(h $((2 * S)))))
+	[ "$h3" = "$want" ] &&
+		echo "ok: $backend, --zero 3 --offload-params: the host holds $h3 bytes, the slices by hand" ||
+		fail "$backend, --zero 3 --offload-params: the host holds $h3 bytes, by hand $want"
 }
 
-for opt in device cpu; do
+for opt in device cpu params; do
 	check cpu 4 $opt
 	if "$FERRY" info 2>/dev/null | grep -q '^  cuda '; then
 		check cuda 2 $opt

@@ -4,12 +4,16 @@
 # two ranks on one device, so FERRY_COMM_ENGINE's auto picks MPI, and the
 # start says why), each in --device-mem 4G, GPT-2 and Llama, 4 steps:
 # --zero 0, --zero 1 and --zero 3 (bf16 compute slices gathered; AdamW on
-# the device, and on host threads with --offload-optimizer cpu) against
+# the device, on host threads with --offload-optimizer cpu, and with
+# --offload-params too, FSDP2's CPU offload: the bf16 slice the host
+# AdamW writes staged up from host memory before each gather) against
 # one process with the global batch (bf16: the batch split changes the
 # sums, so the losses within 1e-3 relative; the worst difference printed),
 # --zero 1 the same bits as --zero 0 (its update is elementwise on the
-# same averaged gradients); every rank's measured host bytes are `ferry
-# plan --ranks 2`'s (the staging buffer, planned with
+# same averaged gradients), --zero 3 --offload-params the same bits as
+# --zero 3 --offload-optimizer cpu (the same bf16 slices gathered, from
+# the host instead of the device); every rank's measured host bytes are
+# `ferry plan --ranks 2`'s (the staging buffer, planned with
 # FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
 # unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
 # that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
@@ -32,6 +36,25 @@ LLAMA=(--model llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --max-seq 
 
 # every step's loss and gradient norm, as printed
 bits() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
+
+# zero_opt CASE: opt, the flags beside --zero of a case (3cpu: AdamW on
+# host threads; 3params: and the parameters' slice on the host)
+zero_opt() {
+	opt=()
+	[ "$1" = 3cpu ] && opt=(--offload-optimizer cpu)
+	[ "$1" = 3params ] && opt=(--offload-params --offload-optimizer cpu)
+	return 0
+}
+
+# same_bits A B WHAT: the same losses and gradient norms, every step
+same_bits() {
+	checks=$((checks + 1))
+	if [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; then
+		echo "ok: $3, the same bits"
+	else
+		fail "$3: [$(bits "$2" | tr '\n' ' ')] against [$(bits "$1" | tr '\n' ' ')]"
+	fi
+}
 
 # near A B: the steps' losses of A and B within 1e-3 relative; prints the worst
 near() {
@@ -61,19 +84,16 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1 3 3cpu; do
-		opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
-		ranks "${family}_z$z" "${z%cpu}" "${shape[@]}" "${opt[@]}" || continue
+	for z in 0 1 3 3cpu 3params; do
+		zero_opt $z
+		ranks "${family}_z$z" "${z:0:1}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
 		d=$(near one.json "${family}_z$z.json") && echo "ok: $family --zero $z on 2 ranks = one process: $d" ||
 			fail "$family --zero $z on 2 ranks against one process: $d"
 	done
-	checks=$((checks + 1))
-	if [ -n "$(bits "${family}_z0.json")" ] && [ "$(bits "${family}_z0.json")" = "$(bits "${family}_z1.json")" ]; then
-		echo "ok: $family --zero 1 = --zero 0, the same bits"
-	else
-		fail "$family --zero 1 [$(bits "${family}_z1.json" | tr '\n' ' ')], --zero 0 [$(bits "${family}_z0.json" | tr '\n' ' ')]"
-	fi
+	same_bits "${family}_z0.json" "${family}_z1.json" "$family --zero 1 = --zero 0"
+	same_bits "${family}_z3cpu.json" "${family}_z3params.json" \
+		"$family --zero 3 --offload-params --offload-optimizer cpu = --zero 3 --offload-optimizer cpu"
 done
 
 # plan = measured host bytes on each rank (the staging buffer)
@@ -84,10 +104,12 @@ planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json devi
 [ -n "$planned" ] && [ "$planned" = "$measured" ] && echo "ok: every rank's host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
 
-# ZeRO-3's bf16 slices, ring and unstacked weights: plan = measured, device and host, on each rank
-for z in 3 3cpu; do
+# ZeRO-3's bf16 slices, ring and unstacked weights (3params: the bf16
+# slice on the host, the staging slot on the device): plan = measured,
+# device and host, on each rank
+for z in 3 3cpu 3params; do
 	checks=$((checks + 1))
-	opt=(); [ $z = 3cpu ] && opt=(--offload-optimizer cpu)
+	zero_opt $z
 	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
 	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 3 "${opt[@]}" \
 		--ranks 2 --json plan.json >plan.out 2>&1

@@ -951,7 +951,15 @@ static int set_up(struct train_cli *c, struct run *run)
 	if ((rc = ranks_agree_rc(CMD, &c->ranks, prepare(c))))
 		return rc;
 	run->rep.json_path = c->json;
-	if (ferry_trainer_create(&c->o, &run->tr) != FERRY_OK)
+	/* billions of parameters take a while: say what the wait is */
+	printf("setting up the model, its state and the data... ");
+	fflush(stdout);
+	const double t0 = report_now_s();
+	const ferry_status st = ferry_trainer_create(&c->o, &run->tr);
+
+	printf(st ? "\n" : "%.1f s\n", report_now_s() - t0);
+	fflush(stdout);
+	if (st != FERRY_OK)
 		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */
 	warn_pageable(run->tr);
 	run->first_step = ferry_trainer_step_count(run->tr);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
+double report_now_s(void)
 {
 	struct timespec ts;
 
@@ -37,7 +37,7 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->val_loss = NAN;
 	r->shown_peak = 0;
 	r->warned_over = false;
-	r->t0 = now_s();
+	r->t0 = report_now_s();
 	r->step_ms = calloc((size_t)(steps > first_step ? steps - first_step : 1), sizeof(double));
 	return r->step_ms ? 0 : -1;
 }
@@ -89,7 +89,7 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
 {
-	double elapsed = now_s() - r->t0, u = mfu(r, m->step_ms);
+	double elapsed = report_now_s() - r->t0, u = mfu(r, m->step_ms);
 	int done = m->step - r->first_step;
 	char el[32], eta[32], mem[32];
 

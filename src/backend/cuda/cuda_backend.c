@@ -147,8 +147,11 @@ static ferry_status cuda_open(struct ferry_backend *be, const struct ferry_backe
 		goto out_ops;
 	if (be->arena.capacity && (e = cudaMalloc(&base, be->arena.capacity)) != cudaSuccess) {
 		cudaGetLastError(); /* not to be reported by the next launch as its own */
-		st = ferry_error(FERRY_ERR_DEVICE_MEM, "cuda: cannot allocate a %zu-byte device arena: %s",
-				 be->arena.capacity, cudaGetErrorString(e));
+		st = ferry_error(FERRY_ERR_DEVICE_MEM, "cuda: cannot allocate a %zu-byte device arena (%.2f GiB): %s; "
+				 "the device has %.2f GiB, %.2f GiB free (--device-mem asks for less; by default "
+				 "ferry takes what is free less %.2f GiB for CUDA)", be->arena.capacity,
+				 be->arena.capacity / 1073741824.0, cudaGetErrorString(e), total_b / 1073741824.0,
+				 free_b / 1073741824.0, (CONTEXT_RESERVE + WORKSPACE_BYTES) / 1073741824.0);
 		goto out_arena;
 	}
 	{	/* can host memory be pinned here?  `ferry info` says */
