@@ -359,6 +359,48 @@ static void params_on_host_table(const struct ferry_model_config *cfg, const cha
 	ferry_tensor_table_release(&tt);
 }
 
+/* ZeRO-3 with the layers' weights on the host and the edges streamed
+ * (edges.weights=host:stream, --offload-embeddings): no unstacked
+ * parameters or gradients whole on the device but the edge region,
+ * --zero 0's; their gradients whole on the host (`unstacked` elements);
+ * the staging slot a layer's part still (the edges pass in pieces). */
+static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked)
+{
+	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = "adam=host:cpu,layers.weights=host:stream,"
+									"edges.weights=host:stream" };
+	struct ferry_tensor_table z0, tt;
+	size_t host_grads = 0, most = 0;
+
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &z0)) {
+		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
+		return;
+	}
+	o.place = "adam=host:cpu:shard(3,params),layers.weights=host:stream,edges.weights=host:stream";
+	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
+		ferry_tensor_table_release(&z0);
+		return;
+	}
+	for (int q = 0; q < tt.md->n_params; q++) {
+		struct ferry_param_info pi;
+
+		if (tt.ix.grad[q] >= 0 && tt.e[tt.ix.grad[q]].site == FERRY_SITE_HOST)
+			host_grads += tt.e[tt.ix.grad[q]].bytes / 4;
+		if (!ferry_model_param_info(&tt.cfg, q, &pi) && pi.present && pi.layers && pi.layer_numel > most)
+			most = pi.layer_numel;
+	}
+	for (int i = 0; i < tt.n; i++)
+		check_entry(arch, &tt, i);
+	CHECK(tt.ix.copy_buffer < 0 && tt.ix.dev_grad_buffer < 0 && tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].slots == 1 &&
+	      tt.buffers[tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes ==
+		      z0.buffers[z0.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes &&
+	      host_grads == unstacked && tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4,
+	      "%s: the edges gathered: --zero 0's edge region, %zu unstacked gradients on the host, a staging slot of %zu",
+	      arch, unstacked, most < S ? most : S);
+	ferry_tensor_table_release(&tt);
+	ferry_tensor_table_release(&z0);
+}
+
 /* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
  * params),layers.weights=host:stream), in fp32 and bf16: the slice
  * gathered from is the host's (S elements, as on the device: in fp32 the
@@ -368,7 +410,9 @@ static void params_on_host_table(const struct ferry_model_config *cfg, const cha
  * of one parameter (at most S), all in the kernels' type, and the layers
  * are not streamed whole.  With AdamW streamed (adam=host:stream:...) the
  * same in fp32, and the optimizer ring in place of the host's slice of the
- * gradients; in bf16 refused (nothing writes a host bf16 slice). */
+ * gradients; in bf16 refused (nothing writes a host bf16 slice).  With
+ * AdamW on host threads, --param-prefetch D: D + 1 gathered slots; and
+ * the edges sharded too (test_edges_gathered). */
 static void test_params_on_host(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
 				size_t unstacked)
 {
@@ -383,6 +427,24 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED &&
 	      strstr(ferry_last_error(), "adam=host:stream:shard(N,params)"),
 	      "%s: ZeRO-3 streamed with the parameters on the host in bf16: not yet (%s)", arch, ferry_last_error());
+	for (int d = 2; d <= 5; d += 3) { /* --param-prefetch D: D + 1 gathered slots, at most the layers */
+		const size_t slots = d + 1 < cfg->layers ? (size_t)d + 1 : (size_t)cfg->layers;
+		struct ferry_exec_opts o = { .act_dtype = FERRY_F32 };
+		struct ferry_tensor_table tt;
+		char place[96];
+
+		snprintf(place, sizeof(place), "adam=host:cpu:shard(3,params),layers.weights=host:stream(%d)", d);
+		o.place = place;
+		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
+			CHECK(0, "%s: %s: %s", arch, place, ferry_last_error());
+			continue;
+		}
+		CHECK(tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == slots * layer * 4 &&
+		      tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].slots == (int)slots,
+		      "%s: %s: %zu gathered slots", arch, place, slots);
+		ferry_tensor_table_release(&tt);
+	}
+	test_edges_gathered(cfg, arch, S, unstacked);
 }
 
 /* adam=device:shard(3,params) (ZeRO-3), in fp32 and bf16, and with AdamW
@@ -525,9 +587,9 @@ static void test_offloaded_shard(const char *arch)
 	}
 }
 
-/* ZeRO-3 with the parameters on the host: AdamW on host threads or
- * streamed, the gathered ring one layer ahead, the embeddings whole on the
- * device. */
+/* ZeRO-3 with the parameters on the host: AdamW on host threads (the
+ * gathered ring any depth, the embeddings whole or sharded) or streamed
+ * (one layer ahead, the embeddings whole on the device). */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -535,12 +597,12 @@ static void zero3_offloaded_places(void)
 	} cases[] = {
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream", NULL },
 		{ "adam=host:cpu(speculative):shard(2,params),layers.weights=host:stream", NULL },
-		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
-		  "--zero 3 with --offload-embeddings" },
-		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream", NULL },
+		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(3)", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
 		  "--zero 3 with --offload-embeddings" },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -150,10 +150,22 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 						   : entry(m, ix->grad[q]),
 				at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
 				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
-				r->per_stage && read_later(tr, k, q), 0 };
+				r->per_stage && read_later(tr, k, q), pi.offset };
 			if (tr->grad_slots)
 				r->grad_slot0 = entry(m, tr->g[k][q]);
 		}
+}
+
+/* Parameter p's addresses in each stage's layout of the edges' ring
+ * (reading q, the tensor it is tied to or itself), if it has one. */
+static void bind_edges(struct ferry_model *m, int p, int q)
+{
+	const struct ferry_table_ring *edges = &m->tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS];
+
+	for (int s = 0; s < edges->n_layouts; s++) {
+		m->edge_w[s][p] = entry(m, edges->w[s][q]);
+		m->edge_g[s][p] = entry(m, edges->g[s][q]);
+	}
 }
 
 /* Kernel and gradient addresses of every parameter with the layers'
@@ -170,7 +182,6 @@ static void bind_offloaded(struct ferry_model *m)
 	for (int p = 0; p < m->md->n_params; p++) {
 		const struct ferry_param_decl *pd = &m->md->params[p];
 		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
-		const struct ferry_table_ring *edges = &ix->ring[FERRY_GROUP_EDGE_WEIGHTS];
 		const struct ferry_table_ring *layers = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
 		struct ferry_param_info pi;
 
@@ -184,10 +195,7 @@ static void bind_offloaded(struct ferry_model *m)
 		}
 		m->wptr[p] = entry(m, ix->copy[q]);
 		m->gptr[p] = entry(m, ix->dev_grad[q]);
-		for (int s = 0; s < edges->n_layouts; s++) {
-			m->edge_w[s][p] = entry(m, edges->w[s][q]);
-			m->edge_g[s][p] = entry(m, edges->g[s][q]);
-		}
+		bind_edges(m, p, q);
 	}
 }
 
@@ -208,7 +216,11 @@ static void bind_params(struct ferry_model *m)
 		if (m->tt.ix.grad_slice >= 0) /* ZeRO-2: a layer's in a slot, the unstacked whole */
 			m->gptr[p] = m->stride[p] ? at(entry(m, m->tt.ix.grad_ring), m->tt.ix.grad_slot_off[q] * sizeof(float))
 						  : entry(m, m->tt.ix.dev_grad[q]);
+		if (!m->stride[p]) /* ZeRO-3 with the edges gathered: in their ring */
+			bind_edges(m, p, q);
 	}
+	if (m->tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].slots)
+		bind_ring(m, FERRY_GROUP_EDGE_WEIGHTS);
 }
 
 static ferry_status create_stack(struct ferry_model *m)
@@ -297,25 +309,31 @@ static void add_cpu_optimizer_streams(struct ferry_model *m)
 /* What the schedule calls the edges' ring. */
 static const struct ferry_ring_names edge_ring_names = { "edge region", "edge gradients", "edge", NULL };
 
+/* The edges' ring (edges.weights=host:stream) loaded on stream h2d, its
+ * gradients sent home on the optimizer's d2h. */
+static void add_edge_streams(struct ferry_model *m, int h2d)
+{
+	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
+
+	r->names = &edge_ring_names;
+	r->compute = m->compute;
+	r->h2d = h2d;
+	r->d2h = m->opt_d2h;
+	ferry_weight_ring_register(r, &m->res);
+}
+
 /* layers.weights=host:stream: the norm runs on the host, after every
  * gradient has arrived there; with edges.weights=host:stream the edges'
  * ring moves on the copy streams. */
 static void add_param_streams(struct ferry_model *m)
 {
-	struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_EDGE_WEIGHTS];
-
 	m->opt_d2h = ferry_sched_stream(&m->res, "d2h");
 	m->opt_cpu_stream = ferry_sched_stream(&m->res, "cpu optimizer");
 	m->stage_grads_done = ferry_sched_event(&m->res, "unstacked gradients written");
 	m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
 	m->norm_done = ferry_sched_event(&m->res, "gradient norm on the host");
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
-		return;
-	r->names = &edge_ring_names;
-	r->compute = m->compute;
-	r->h2d = ferry_sched_stream(&m->res, "h2d");
-	r->d2h = m->opt_d2h;
-	ferry_weight_ring_register(r, &m->res);
+	if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS))
+		add_edge_streams(m, ferry_sched_stream(&m->res, "h2d"));
 }
 
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
@@ -354,6 +372,10 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		ferry_dp_add_streams(m);
 	if (m->tt.ix.param_slice >= 0)
 		ferry_zero_params_bind(m);
+	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].gather) { /* ZeRO-3: gathered on the comm stream, sent home whole */
+		m->all_grads_home = ferry_sched_event(&m->res, "every gradient on the host");
+		add_edge_streams(m, m->comm_stream);
+	}
 	if ((st = ferry_dp_check(m)) || (st = create_stack(m)) ||
 	    (be && (st = ferry_sched_runtime_create(be, &m->res, &m->rt))) || (st = ferry_dp_stage_create(m)))
 		goto fail;

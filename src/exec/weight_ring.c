@@ -71,28 +71,53 @@ void ferry_weight_ring_register(struct ferry_weight_rings *r, struct ferry_sched
 	}
 }
 
+/* This rank's part of elements [a, b) of the parameter array. */
+static void part_of(const struct ferry_ring_gather *g, size_t a, size_t b, size_t *lo, size_t *hi)
+{
+	const size_t last = g->first + g->slice_numel;
+
+	*lo = a > g->first ? a : g->first;
+	*hi = b < last ? b : last;
+}
+
+/* Elements [a, a + n) of the array from the ranks' host slices into dst:
+ * this rank's part staged up, then gathered from there. */
+static void gather_staged(const struct ferry_weight_rings *r, struct ferry_program *p,
+			  const struct ferry_weight_stream *s, int u, size_t a, size_t n, void *dst, const char *label)
+{
+	const struct ferry_ring_gather *g = r->gather;
+	size_t lo, hi;
+	char what[56];
+
+	part_of(g, a, a + n, &lo, &hi);
+	snprintf(what, sizeof(what), "staged %.40s", s->name);
+	if (hi > lo)
+		ferry_emit_copy(p, r->h2d, g->stage, at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
+				FERRY_COPY_H2D, layer_of(r, u), what);
+	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, n, r->elem, g->slice_numel, g->status,
+				   layer_of(r, u), label);
+}
+
 /* Unit u's elements of s from the ranks' slices into its slot; a host
- * slice's part staged first. */
+ * slice's part staged first, in pieces the staging slot holds when it is
+ * larger (an edge's parameter: a layer's part always fits). */
 static void gather_unit(const struct ferry_weight_rings *r, struct ferry_program *p,
 			const struct ferry_weight_stream *s, int u, const char *label)
 {
 	const struct ferry_ring_gather *g = r->gather;
-	const size_t a = s->flat + host_numel(r, s, u), b = a + s->numel, last = g->first + g->slice_numel;
-	const size_t lo = a > g->first ? a : g->first, hi = b < last ? b : last; /* this rank's part */
-	void *dst = at(s->dev, (size_t)(u % r->ring) * r->slot_numel * r->elem);
-	char what[56];
+	const size_t a = s->flat + host_numel(r, s, u), b = a + s->numel;
+	char *dst = at(s->dev, (size_t)(u % r->ring) * r->slot_numel * r->elem);
+	/* (the same pieces on every rank: any rank's part is at most n and S) */
+	const size_t most = s->numel < g->slice_numel ? s->numel : g->slice_numel;
+	const size_t piece = most <= g->stage_numel ? s->numel : g->stage_numel;
 
 	if (!g->stage) {
 		ferry_emit_all_gather_slices(p, r->h2d, g->comm, dst, g->slice, a, s->numel, r->elem, g->slice_numel,
 					     g->status, layer_of(r, u), label);
 		return;
 	}
-	snprintf(what, sizeof(what), "staged %.40s", s->name);
-	if (hi > lo)
-		ferry_emit_copy(p, r->h2d, g->stage, at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
-				FERRY_COPY_H2D, layer_of(r, u), what);
-	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, s->numel, r->elem, g->slice_numel,
-				   g->status, layer_of(r, u), label);
+	for (size_t c = a; c < b; c += piece)
+		gather_staged(r, p, s, u, c, b - c < piece ? b - c : piece, at(dst, (c - a) * r->elem), label);
 }
 
 void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool backward)

@@ -48,14 +48,16 @@ struct ferry_weight_stream {
  * `slice` (this rank's compute copy, `slice_numel` elements a rank, of
  * the ring's element size) into the slot.  With `stage` (the slice in
  * host memory: --offload-params) this rank's part is first copied up into
- * that device slot, on the same stream, and gathered from there: the
- * stream's order frees the slot for the next. */
+ * that device slot, on the same stream, and gathered from there (in
+ * pieces of the slot's size where a rank's part may not fit: an edge's
+ * parameter): the stream's order frees the slot for the next. */
 struct ferry_ring_gather {
 	struct ferry_comm *comm;
 	const void *slice;
 	size_t slice_numel;
 	ferry_status *status;
 	void *stage;          /* NULL: the slice is on the device */
+	size_t stage_numel;   /* the staging slot's elements */
 	size_t first;         /* the slice's first element in the parameter array */
 };
 

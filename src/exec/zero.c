@@ -168,7 +168,7 @@ static ferry_status write_entry_slice(ferry_model_t m, int i, const float *whole
 ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
-	size_t bytes = m->tt.buffers[ix->copy_buffer].bytes;
+	size_t bytes = ix->copy_buffer >= 0 ? m->tt.buffers[ix->copy_buffer].bytes : 0; /* none: the edges gathered */
 	char *edges = ferry_calloc(bytes ? bytes : 1, 1);
 	ferry_status st = edges ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "parameters: out of host memory");
 
@@ -182,7 +182,7 @@ ferry_status ferry_zero_set_params(ferry_model_t m, const float *params)
 		if (ix->copy[q] >= 0 && (st = ferry_model_param_info(&m->cfg, q, &pi)) == FERRY_OK)
 			ferry_zero_compute_bits(m->act, edges + m->tt.e[ix->copy[q]].offset, params + pi.offset, pi.numel);
 	}
-	if (!st)
+	if (!st && ix->copy_buffer >= 0)
 		st = ferry_model_buffer_write(m, ix->copy_buffer, edges, bytes);
 	ferry_free(edges);
 	return st;

@@ -33,7 +33,10 @@
  * parameters' are scattered from their host arrays once every gradient
  * is on the host; adding, a layer's average is gathered back into its host
  * slot (the unstacked ones' into their arrays) before the ring brings it
- * up; the norm's block sums run on the host optimizer's stream.
+ * up; the norm's block sums run on the host optimizer's stream.  ZeRO-3
+ * with the edges gathered (zero_params.c) sends only the unstacked
+ * gradients to host arrays, through the edges' ring, and scatters them
+ * from there in the same way.
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -116,12 +119,19 @@ static void move_layer(struct ferry_model *m, struct ferry_program *p, int l, bo
 	}
 }
 
+/* Whether the unstacked parameters' gradients are whole on the host: the
+ * layers' or (ZeRO-3) the edges' ring sends them there. */
+static bool unstacked_on_host(const struct ferry_model *m)
+{
+	return streamed(m) || m->ring[FERRY_GROUP_EDGE_WEIGHTS].gather;
+}
+
 /* The unstacked parameters' gradients between their arrays (the
  * device's, or the host's) and the slices. */
 static void move_unstacked(struct ferry_model *m, struct ferry_program *p, bool gather)
 {
 	for (int q = 0; q < m->md->n_params; q++) {
-		const int whole = streamed(m) ? m->tt.ix.grad[q] : m->tt.ix.dev_grad[q];
+		const int whole = unstacked_on_host(m) ? m->tt.ix.grad[q] : m->tt.ix.dev_grad[q];
 		struct ferry_param_info pi;
 
 		if (whole >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
@@ -171,7 +181,7 @@ void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p
 
 void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program *p)
 {
-	if (streamed(m)) { /* (the host norm waits for dp_all) */
+	if (unstacked_on_host(m)) { /* (streamed: the host norm waits for dp_all) */
 		ferry_emit_wait(p, m->comm_stream, m->all_grads_home, -1);
 	} else {
 		ferry_emit_record(p, m->compute, m->dp_ready, -1);

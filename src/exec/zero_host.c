@@ -166,20 +166,20 @@ void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 {
-	ferry_buffer_t copy;
-
 	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
 	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* (no device copy to gather) */
 		gather_streamed(m, p);
 		return;
 	}
-	copy = m->mem.dev[m->tt.ix.copy_buffer];
-	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: the unstacked whole; the layers in their ring */
+	if (m->tt.ix.param_slice >= 0) { /* ZeRO-3: the unstacked whole (or in the edges' ring); the layers in theirs */
 		ferry_zero_params_gather_unstacked(m, p);
-	else
+	} else {
+		ferry_buffer_t copy = m->mem.dev[m->tt.ix.copy_buffer];
+
 		ferry_emit_all_gather(p, m->comm_stream, m->comm, copy ? ferry_buffer_ptr(copy) : NULL,
 				      m->tt.ix.shard_numel * m->asz, &m->comm_status, "gather compute copy");
+	}
 	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
 	ferry_emit_wait(p, m->compute, m->zero_gathered, -1);
 }

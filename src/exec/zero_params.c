@@ -10,9 +10,10 @@
  * The stacked layers' weights reach the kernels through the weight ring
  * of --offload-params (weight_ring.h), whose load is here an all-gather:
  * on the comm stream, layer l's elements of each parameter gathered from
- * the ranks' slices into slot l % 2, one layer ahead of use, in forward
- * and again in backward (the last layer's stays for it), the slot reused
- * once its layer is done.  The gradients are not the ring's: a layer's
+ * the ranks' slices into slot l % R, R - 1 layers ahead of use (R = 2;
+ * with the slice on the host, --param-prefetch D + 1), in forward and
+ * again in backward (the last R layers' stay for it), the slot
+ * reused once its layer is done.  The gradients are not the ring's: a layer's
  * are written into ZeRO-2's gradient slots and reduce-scattered from
  * there.  The unstacked parameters (embeddings, head, final norm), read
  * at both ends of the step, stay whole on every rank (the kernels' copy),
@@ -31,7 +32,11 @@
  * of it goes up into a device staging slot on the comm stream (2 bytes
  * an element in bf16), and is gathered from there.  The host AdamW sends only the unstacked
  * parameters' updated parts up, into their place in the whole, gathered
- * around them in place (zero_host.c).
+ * around them in place (zero_host.c).  With --offload-embeddings too
+ * (edges.weights=host:stream) no rank keeps those whole: the edges' ring
+ * (one region, a stage's parameters at a time, build.c) loads by the
+ * same staged gathers, in pieces of the staging slot, and sends their
+ * gradients home whole, reduce-scattered from there (zero_grads.c).
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
@@ -56,6 +61,7 @@ void ferry_zero_params_bind(struct ferry_model *m)
 	/* (a dry build's slice: rank 0's) */
 	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.copy_slice), S, &m->comm_status,
 						     entry(m, m->tt.ix.param_stage),
+						     m->tt.ix.param_stage >= 0 ? m->tt.e[m->tt.ix.param_stage].bytes / m->asz : 0,
 						     m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0 };
 	r->ring = tr->slots;
 	r->grad_ring = m->tt.ix.grad_slots; /* the engine's gradient slots, not the ring's */
@@ -76,6 +82,8 @@ void ferry_zero_params_bind(struct ferry_model *m)
 		s->dev = at(entry(m, tr->w[0][q]), tr->off[q] * m->asz);
 		m->wptr[q] = s->dev;
 	}
+	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].ring) /* the edges' too, a stage's parameters into its region */
+		m->ring[FERRY_GROUP_EDGE_WEIGHTS].gather = &m->zero_gather;
 }
 
 /* With the slice on the host (ix.param_stage) the update sent this

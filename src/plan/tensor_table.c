@@ -490,8 +490,21 @@ static int add_grad_slots(struct ferry_tensor_table *tt, enum ferry_site site, c
 	return ix->grad_ring;
 }
 
+/* Whether ZeRO-3's edges are gathered from the host slices into the
+ * edge region (adam=...:shard(N,params) with layers.weights and
+ * edges.weights=host:stream: --zero 3 --offload-params
+ * --offload-embeddings). */
+static bool edges_gathered(const struct ferry_tensor_table *tt)
+{
+	return ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params &&
+	       ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->home == FERRY_HOME_HOST &&
+	       ferry_table_streamed(tt, FERRY_GROUP_EDGE_WEIGHTS);
+}
+
 /* ZeRO-2's gradients: this rank's slice, one layer's whole in each of
- * two slots, the unstacked parameters' whole. */
+ * two slots, the unstacked parameters' whole (on the device; with the
+ * edges gathered on the host, where the edge region sends them, as
+ * --offload-embeddings' do). */
 static int add_grad_slices(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -505,7 +518,10 @@ static int add_grad_slices(struct ferry_tensor_table *tt)
 		ix->grad[p] = -1;
 	if (r >= 0)
 		r = add_grad_slots(tt, FERRY_SITE_DEVICE, "gradient slots");
-	if (r >= 0)
+	if (r >= 0 && edges_gathered(tt))
+		r = add_param_subset(tt, "host: grads (unstacked)", "grad:", FERRY_SITE_HOST, FERRY_BUF_TEMP, FERRY_TK_GRAD,
+				     FERRY_F32, ix->grad, true, FERRY_GROUP_ADAM);
+	else if (r >= 0)
 		r = ix->dev_grad_buffer = add_param_subset(tt, "unstacked grads", "device grad:", FERRY_SITE_DEVICE,
 							   FERRY_BUF_TEMP, FERRY_TK_GRAD, FERRY_F32, ix->dev_grad, true,
 							   FERRY_GROUP_EDGE_WEIGHTS);
@@ -517,7 +533,8 @@ static int add_grad_slices(struct ferry_tensor_table *tt)
 /* ZeRO-3 with the layers' weights on the host: the device slot a
  * layer's part of one parameter in this rank's host slice passes through,
  * as large as the largest such part (a layer's elements of a parameter,
- * or a whole slice). */
+ * or a whole slice); with the edges gathered, theirs pass in pieces of
+ * its size. */
 static int add_param_stage(struct ferry_tensor_table *tt)
 {
 	size_t most = 0;
@@ -583,31 +600,43 @@ static bool params_on_host(const struct ferry_tensor_table *tt)
 /* ZeRO-3's parameters: this rank's slice (on the host: add_host_shard
  * adds it, the device a slot to stage it through; on the device in type
  * t, add_device_param_slice), the unstacked ones whole (the kernels'
- * copy), the stacked ones gathered into the slots of a ring, laid out as
- * the gradient slots (add_grad_slices first), both in the kernels' type. */
+ * copy; with the edges gathered, a stage's at a time in the edge region,
+ * --offload-embeddings'), the stacked ones gathered into the slots of a ring, laid out as
+ * the gradient slots (add_grad_slices first), both in the kernels' type.
+ * The ring gathers one layer ahead, or with the slice on the host
+ * --param-prefetch's D (layers.weights=host:stream(D)): D + 1 slots. */
 static int add_param_slices(struct ferry_tensor_table *tt, enum ferry_dtype t)
 {
 	struct ferry_table_index *ix = &tt->ix;
 	struct ferry_table_ring *r = &ix->ring[FERRY_GROUP_LAYER_WEIGHTS];
 	const size_t asz = ferry_dtype_size(tt->act_dtype);
+	const int depth = params_on_host(tt) ? ferry_table_place(tt, FERRY_GROUP_LAYER_WEIGHTS)->depth : 1;
 	int w = params_on_host(tt) ? add_param_stage(tt) : add_device_param_slice(tt, t);
 
 	if (w < 0)
 		return w;
-	ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE, FERRY_BUF_TEMP,
-					   FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true, FERRY_GROUP_EDGE_WEIGHTS);
-	r->slots = tt->cfg.layers < 2 ? tt->cfg.layers : 2;
+	if (edges_gathered(tt)) /* the edge region, each stage's gathered into it */
+		w = add_ring(tt, FERRY_GROUP_EDGE_WEIGHTS);
+	else
+		w = ix->copy_buffer = add_param_subset(tt, "unstacked params (whole)", "copy:", FERRY_SITE_DEVICE,
+						       FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype, ix->copy, true,
+						       FERRY_GROUP_EDGE_WEIGHTS);
+	if (w < 0)
+		return w;
+	r->slots = tt->cfg.layers < depth + 1 ? tt->cfg.layers : depth + 1;
 	r->n_layouts = 1;
 	r->slot_numel = ix->grad_slot_numel;
 	r->buffer = tt->n_buffers;
 	w = add_single(tt, "weight ring (gathered)", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY,
 		       tt->act_dtype, (size_t)r->slots * r->slot_numel * asz, FERRY_PLACE_DEVICE);
-	if (ix->copy_buffer < 0 || w < 0)
-		return ix->copy_buffer < 0 ? ix->copy_buffer : w;
+	if (w < 0)
+		return w;
 	tt->e[w].group = FERRY_GROUP_LAYER_WEIGHTS;
 	for (int p = 0; p < tt->md->n_params; p++) {
+		struct ferry_param_info pi;
+
 		ix->param[p] = -1;
-		if (ferry_param_present(tt->md, &tt->cfg, p) && ix->copy[p] < 0) { /* stacked */
+		if (!ferry_model_param_info(&tt->cfg, p, &pi) && pi.present && pi.layers) {
 			r->off[p] = ix->grad_slot_off[p];
 			r->w[0][p] = w;
 		}

@@ -7,8 +7,9 @@
 # host (host threads, exact and speculative, and streamed: each rank's
 # host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
 # streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
-# on host threads and streamed), and --zero 0-3 with the gradients kept on
-# the device (--device-grads).  The
+# on host threads and streamed; 3 on host threads: and a deeper ring,
+# --param-prefetch, and the edges, --offload-embeddings), and --zero 0-3
+# with the gradients kept on the device (--device-grads).  The
 # ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
@@ -84,6 +85,13 @@ for n in 2 3; do
 	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-params --offload-embeddings --offload-optimizer stream
 	compare "$n" --zero 3 --offload-params --offload-optimizer stream --policy nothing_saveable
 	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer stream
+	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer cpu --param-prefetch 2
+	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer cpu \
+		--param-prefetch 3 --policy qkv_proj_offloaded
+	compare "$n" --vocab 4096 --zero 3 --offload-params --offload-embeddings --offload-optimizer cpu \
+		--clip-order speculative
+	compare "$n" --model llama --kv-heads 2 --vocab 4096 --layers 4 --zero 3 --offload-params --offload-embeddings \
+		--offload-optimizer cpu --param-prefetch 2 --policy minimal_offloaded
 done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)

@@ -251,9 +251,11 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "with --offload-params: the embeddings, head and final\n"
 	  "norm in host memory too, loaded into one device region\n"
 	  "before the prologue and the epilogue (the larger one's\n"
-	  "weights and gradients on the device, not all of them)", .parse = embeddings_flag },
+	  "weights and gradients on the device, not all of them;\n"
+	  "--zero 3: gathered there from the ranks' slices)", .parse = embeddings_flag },
 	{ .name = "--param-prefetch", .value = "N", .type = CLI_INT, .at = AT(exec.param_prefetch),
-	  .help = "layers of weights loaded ahead (default 1)",
+	  .help = "layers of weights loaded ahead (default 1; with --zero 3,\n"
+	  "layers gathered ahead)",
 	  .min = 1, .max = 64, .range = "--param-prefetch must be from 1 to 64" },
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
@@ -269,7 +271,7 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "--offload-params (--offload-optimizer cpu or stream) keep\n"
 	  "the parameters whole on every host, gathered after the update;\n"
 	  "3 with them keeps only the slice on the host, each layer's\n"
-	  "part sent up before its all-gather)",
+	  "part sent up before its all-gather, --param-prefetch ahead)",
 	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
