@@ -357,7 +357,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	/* gradients averaged over the ranks, and to the host, layer by layer */
 	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_ring >= 0)
 		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){
-			ferry_dp_after_layer, m->tt.ix.grad_ring >= 0 ? ferry_zero_grads_before_layer : NULL, m });
+			ferry_dp_after_layer, m->tt.ix.grad_ring >= 0 ? ferry_zero_grads_before_layer : NULL,
+			ferry_dp_on_device(m) ? ferry_dp_grads_written : NULL, m });
 	*out = m;
 	return FERRY_OK;
 fail:

@@ -161,6 +161,12 @@ ferry_status ferry_dp_stage_create(struct ferry_model *m) FERRY_MUST_CHECK;
  * before the run (ferry_comm_pick_planned_nccl's assumption); 0: none.
  * FERRY_ERR_INVALID: a staging variable not understood. */
 ferry_status ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks, size_t *bytes) FERRY_MUST_CHECK;
+/* Whether the streamed weights' gradients are averaged on the device
+ * before their copies to the host (collectives on device memory); the
+ * hook that does it for layer l once written (-1: the unstacked
+ * parameters', before their copies), the d2h stream waiting for it. */
+bool ferry_dp_on_device(const struct ferry_model *m);
+void ferry_dp_grads_written(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 
