@@ -28,8 +28,10 @@
  * same points (zero_grads.c).
  * With MPI on device memory (CUDA) each collective goes through a pinned
  * host buffer (sched/comm_stage.c), on the comm stream as NCCL's.
- * ZeRO-1's parameter gather, ZeRO-2's and 3's gradients in host slots
- * and --offload-embeddings' ring stay on the host: NCCL refuses them.
+ * ZeRO-1's parameter gather, ZeRO-2's and 3's gradients in host slots,
+ * their norm's block sums and --offload-embeddings' averages stay in host
+ * memory: with NCCL on the same stream through the options' host_comm
+ * (MPI over the same ranks), in the same order on every rank.
  * A speculative early update of a layer waits for that layer's average.
  * The norm is then the global gradient's on every rank, every rank clips
  * by the same scale and updates identical parameters identically: they
@@ -90,22 +92,28 @@ ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks)
 	return FERRY_OK;
 }
 
-/* With the weights streamed, what still runs collectives on the host's
- * arrays, in words (NULL: nothing, every gradient averaged on the device). */
-static const char *host_collectives(const struct ferry_model *m)
+/* With the weights streamed, what averages gradients in the host's
+ * arrays, in words (NULL: nothing, each on the device before its copy). */
+static const char *host_averages(const struct ferry_model *m)
 {
 	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].ring)
 		return "edges.weights=host:stream (--offload-embeddings: the edges' gradients averaged on the host)";
 	if (m->tt.ix.grad_ring >= 0)
 		return "ZeRO-2 or 3 (the gradients reduce-scattered from host slots)";
-	if (ferry_zero_host_split(m))
-		return "ZeRO-1 (the parameters all-gathered on the host)";
 	return NULL;
+}
+
+/* ... and what else runs collectives on host memory. */
+static const char *host_collectives(const struct ferry_model *m)
+{
+	const char *what = host_averages(m);
+
+	return what || !ferry_zero_host_split(m) ? what : "ZeRO-1 (the parameters all-gathered on the host)";
 }
 
 bool ferry_dp_on_device(const struct ferry_model *m)
 {
-	return m->comm && streamed(m) && (ferry_comm_device_buffers(m->comm) || m->stage) && !host_collectives(m);
+	return m->comm && streamed(m) && (ferry_comm_device_buffers(m->comm) || m->stage) && !host_averages(m);
 }
 
 ferry_status ferry_dp_check(const struct ferry_model *m)
@@ -121,12 +129,12 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 	if (m->tt.ix.host_grad_ring >= 0)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--device-grads (adam.grads=device:stream(D)) on %d ranks: "
 				   "not yet (one rank only)", ferry_comm_size(m->comm));
-	if (!streamed(m) || !ferry_comm_device_buffers(m->comm))
+	if (!streamed(m) || !ferry_comm_device_buffers(m->comm) || m->host_comm != m->comm)
 		return FERRY_OK;
 	if ((what = host_collectives(m)))
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "layers.weights=host:stream on several ranks with %s runs "
-				   "collectives on host memory, which %s cannot reach: not yet", what,
-				   ferry_comm_engine(m->comm));
+		return ferry_error(FERRY_ERR_INVALID, "layers.weights=host:stream on several ranks with %s runs "
+				   "collectives on host memory, which %s cannot reach: the options name no "
+				   "communicator on host memory (host_comm)", what, ferry_comm_engine(m->comm));
 	return FERRY_OK;
 }
 
@@ -168,7 +176,8 @@ static void average(struct ferry_model *m, struct ferry_program *p, int q, size_
 	char label[56];
 
 	snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-	ferry_emit_all_reduce(p, m->comm_stream, m->comm, at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
+	ferry_emit_all_reduce(p, m->comm_stream, streamed(m) ? m->host_comm : m->comm,
+			      at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
 			      &m->comm_status, layer, label);
 }
 

@@ -338,6 +338,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	m->compute = ferry_sched_stream(&m->res, "compute");
 	if (opts && opts->comm && (ferry_comm_size(opts->comm) > 1 || ferry_comm_engine_named()))
 		m->comm = opts->comm;
+	m->host_comm = m->comm && opts->host_comm ? opts->host_comm : m->comm;
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);

@@ -117,6 +117,8 @@ struct ferry_model {
 	 * "gradients to average", "a layer's gradients averaged", "every
 	 * gradient averaged", and the first failure on the stream's thread */
 	struct ferry_comm *comm;
+	struct ferry_comm *host_comm; /* the collectives on host memory's: comm, or
+				 with comm on device buffers, opts->host_comm */
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
 	struct ferry_comm_stage *stage; /* MPI on device memory: its host copy (dp_reduce.c) */
