@@ -17,7 +17,9 @@
 # FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
 # unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
 # that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
-# fails the test.  Skips (77) without a usable GPU or without
+# fails the test.  With --offload-params --offload-optimizer cpu at every
+# --zero stage: within 1e-3 of one process, --zero 1 the bits of --zero 0,
+# plan = measured (--zero 0 and 3).  Skips (77) without a usable GPU or without
 # mpirun and a ferry built with MPI; fails instead of skipping for a
 # missing GPU when FERRY_REQUIRE_GPU is set.
 . "$(dirname "$0")/../cli/lib.bash"
@@ -124,6 +126,41 @@ checks=$((checks + 1))
 	fail "FERRY_COMM_ENGINE=bogus: trained"
 [ "$(grep -c 'FERRY_COMM_ENGINE=bogus: nccl, mpi or auto' bad.out)" = 1 ] &&
 	echo "ok: FERRY_COMM_ENGINE=bogus: refused, one message" || fail "FERRY_COMM_ENGINE=bogus: $(tail -n 3 bad.out)"
+
+# --offload-params at every --zero stage through staging (exec/dp_reduce.c:
+# each layer's gradients averaged on the device, in the ring's slot,
+# before their copy to the host; ZeRO-2's and 3's from host slots): within
+# 1e-3 of one process with the global batch, --zero 1 the bits of --zero 0,
+# and every rank's device and host bytes as planned.
+OFF=(--offload-params --offload-optimizer cpu)
+for family in gpt2 llama; do
+	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
+	expect_ok "$family --offload-params: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" "${OFF[@]}" \
+		--batch 4 --json one_off.json || continue
+	for z in 0 1 2 3; do
+		ranks "${family}_off_z$z" $z "${shape[@]}" "${OFF[@]}" || continue
+		checks=$((checks + 1))
+		d=$(near one_off.json "${family}_off_z$z.json") &&
+			echo "ok: $family --zero $z --offload-params on 2 ranks = one process: $d" ||
+			fail "$family --zero $z --offload-params on 2 ranks against one process: $d"
+	done
+	checks=$((checks + 1))
+	if [ -n "$(bits "${family}_off_z0.json")" ] && [ "$(bits "${family}_off_z0.json")" = "$(bits "${family}_off_z1.json")" ]; then
+		echo "ok: $family --offload-params: --zero 1 = --zero 0, the same bits"
+	else
+		fail "$family --offload-params: --zero 1 [$(bits "${family}_off_z1.json" | tr '\n' ' ')], --zero 0" \
+			"[$(bits "${family}_off_z0.json" | tr '\n' ' ')]"
+	fi
+done
+for z in 0 3; do
+	checks=$((checks + 1))
+	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero $z "${OFF[@]}" \
+		--ranks 2 --json plan.json >plan.out 2>&1
+	planned=$(both plan.json device_bytes) measured=$(both "gpt2_off_z$z.json" device_peak_bytes)
+	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&
+		echo "ok: --zero $z --offload-params: every rank's device and host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
+		fail "--zero $z --offload-params: (rank device host) planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
+done
 
 # --zero 2 and 3 through staging (each layer's gradients reduce-scattered
 # and ZeRO-3's layers gathered piece by piece on the comm stream): within
