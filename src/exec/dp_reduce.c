@@ -28,7 +28,7 @@
  * same points (zero_grads.c).
  * With MPI on device memory (CUDA) each collective goes through a pinned
  * host buffer (sched/comm_stage.c), on the comm stream as NCCL's.
- * ZeRO-1's parameter gather, ZeRO-2's and 3's gradients in host slots,
+ * ZeRO-1's parameter gather, ZeRO-2's gradients in host slots,
  * their norm's block sums and --offload-embeddings' averages stay in host
  * memory: with NCCL on the same stream through the options' host_comm
  * (MPI over the same ranks), in the same order on every rank.
@@ -99,7 +99,7 @@ static const char *host_averages(const struct ferry_model *m)
 	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].ring)
 		return "edges.weights=host:stream (--offload-embeddings: the edges' gradients averaged on the host)";
 	if (m->tt.ix.grad_ring >= 0)
-		return "ZeRO-2 or 3 (the gradients reduce-scattered from host slots)";
+		return "ZeRO-2 (the gradients reduce-scattered from host slots)";
 	return NULL;
 }
 

@@ -4,9 +4,11 @@
 # gradient arrays, so each layer's gradients are averaged on the device,
 # in the ring's slot, before the ring copies them out (and the unstacked
 # ones before their copies), as FSDP2 and DeepSpeed order it; what stays
-# in host memory (ZeRO-1's parameter gather, ZeRO-2's and 3's host slots
-# and norm sums) goes through a host communicator of the same ranks on the
-# same stream.  FERRY_COMM_STAGE=1 runs that schedule on the CPU: MPI
+# in host memory (ZeRO-1's parameter gather, ZeRO-2's host slots and norm
+# sums) goes through a host communicator of the same ranks on the same
+# stream (ZeRO-3 gathers each layer from the host slice on the device and
+# reduce-scatters its gradients there, as FSDP2's CPU offload does).
+# FERRY_COMM_STAGE=1 runs that schedule on the CPU: MPI
 # through pinned host staging (here cut into 100-byte pieces) for the
 # device's collectives, a host communicator of its own for the host's.
 # On 2 ranks, GPT-2 and Llama, --grad-accum 2, --offload-params with
@@ -80,7 +82,8 @@ for model in gpt llama; do
 done
 
 # The staged schedule averages on the device before the copies (ZeRO-0
-# and 1; ZeRO-2 and 3 reduce-scatter from host slots, on the host).
+# and 1; ZeRO-2 reduce-scatters from host slots, on the host, and ZeRO-3
+# on the device, without the weight ring's copies).
 for z in 0 1; do
 	checks=$((checks + 1))
 	rm -f st.rank*.json
