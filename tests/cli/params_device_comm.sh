@@ -16,7 +16,9 @@
 # 0 (the others refuse it): the saved files of the unstaged MPI run (the
 # same values averaged in the same order).  The staged run's trace shows
 # each layer's average on the comm stream before its copy to the host.
-# On 3 ranks: within 1e-6 of one process at the global batch.  Every
+# On 3 ranks: within 1e-6 of one process at the global batch (not the
+# unstaged bits: Open MPI adds three ranks' values in an order that
+# depends on the message's size, and 100-byte pieces are not the whole).  Every
 # rank's measured bytes are `ferry plan --ranks 2`'s, staging buffer
 # included.  Skips without mpirun or a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
