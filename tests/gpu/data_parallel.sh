@@ -12,14 +12,17 @@
 # --zero 1 the same bits as --zero 0 (its update is elementwise on the
 # same averaged gradients), --zero 3 --offload-params the same bits as
 # --zero 3 --offload-optimizer cpu (the same bf16 slices gathered, from
-# the host instead of the device); every rank's measured host bytes are
+# the host instead of the device); --offload-params --offload-optimizer
+# cpu at --zero 0, 1 and 2 too (exec/dp_reduce.c: each layer's gradients
+# averaged on the device, in the weight ring's slot, before their copy to
+# the host; ZeRO-2's reduce-scattered from host slots), --zero 1 the bits
+# of --zero 0 there too; every rank's measured host bytes are
 # `ferry plan --ranks 2`'s (the staging buffer, planned with
-# FERRY_COMM_ENGINE=mpi), and with --zero 3 its device bytes too; an
+# FERRY_COMM_ENGINE=mpi), and with --zero 3 (and --zero 0 with
+# --offload-params) its device bytes too; an
 # unknown FERRY_COMM_ENGINE stops every rank with one message.  A --zero 3
 # that is refused (ZeRO-2 and 3 through staging, or on a GPU backend)
-# fails the test.  With --offload-params --offload-optimizer cpu at every
-# --zero stage: within 1e-3 of one process, --zero 1 the bits of --zero 0,
-# plan = measured (--zero 0 and 3).  Skips (77) without a usable GPU or without
+# fails the test.  Skips (77) without a usable GPU or without
 # mpirun and a ferry built with MPI; fails instead of skipping for a
 # missing GPU when FERRY_REQUIRE_GPU is set.
 . "$(dirname "$0")/../cli/lib.bash"
@@ -40,11 +43,11 @@ LLAMA=(--model llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --max-seq 
 bits() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
 
 # zero_opt CASE: opt, the flags beside --zero of a case (3cpu: AdamW on
-# host threads; 3params: and the parameters' slice on the host)
+# host threads; Nparams: and the parameters on the host, at --zero N)
 zero_opt() {
 	opt=()
 	[ "$1" = 3cpu ] && opt=(--offload-optimizer cpu)
-	[ "$1" = 3params ] && opt=(--offload-params --offload-optimizer cpu)
+	[[ $1 == *params ]] && opt=(--offload-params --offload-optimizer cpu)
 	return 0
 }
 
@@ -86,7 +89,7 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1 3 3cpu 3params; do
+	for z in 0 1 3 3cpu 0params 1params 2params 3params; do
 		zero_opt $z
 		ranks "${family}_z$z" "${z:0:1}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
@@ -96,6 +99,7 @@ for family in gpt2 llama; do
 	same_bits "${family}_z0.json" "${family}_z1.json" "$family --zero 1 = --zero 0"
 	same_bits "${family}_z3cpu.json" "${family}_z3params.json" \
 		"$family --zero 3 --offload-params --offload-optimizer cpu = --zero 3 --offload-optimizer cpu"
+	same_bits "${family}_z0params.json" "${family}_z1params.json" "$family --offload-params: --zero 1 = --zero 0"
 done
 
 # plan = measured host bytes on each rank (the staging buffer)
@@ -107,13 +111,14 @@ planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json devi
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
 
 # ZeRO-3's bf16 slices, ring and unstacked weights (3params: the bf16
-# slice on the host, the staging slot on the device): plan = measured,
+# slice on the host, the staging slot on the device; 0params: the
+# weights' ring, the gradients averaged in its slots): plan = measured,
 # device and host, on each rank
-for z in 3 3cpu 3params; do
+for z in 3 3cpu 3params 0params; do
 	checks=$((checks + 1))
 	zero_opt $z
 	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
-	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero 3 "${opt[@]}" \
+	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero "${z:0:1}" "${opt[@]}" \
 		--ranks 2 --json plan.json >plan.out 2>&1
 	planned=$(both plan.json device_bytes) measured=$(both "gpt2_z$z.json" device_peak_bytes)
 	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&
@@ -126,41 +131,6 @@ checks=$((checks + 1))
 	fail "FERRY_COMM_ENGINE=bogus: trained"
 [ "$(grep -c 'FERRY_COMM_ENGINE=bogus: nccl, mpi or auto' bad.out)" = 1 ] &&
 	echo "ok: FERRY_COMM_ENGINE=bogus: refused, one message" || fail "FERRY_COMM_ENGINE=bogus: $(tail -n 3 bad.out)"
-
-# --offload-params at every --zero stage through staging (exec/dp_reduce.c:
-# each layer's gradients averaged on the device, in the ring's slot,
-# before their copy to the host; ZeRO-2's and 3's from host slots): within
-# 1e-3 of one process with the global batch, --zero 1 the bits of --zero 0,
-# and every rank's device and host bytes as planned.
-OFF=(--offload-params --offload-optimizer cpu)
-for family in gpt2 llama; do
-	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
-	expect_ok "$family --offload-params: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" "${OFF[@]}" \
-		--batch 4 --json one_off.json || continue
-	for z in 0 1 2 3; do
-		ranks "${family}_off_z$z" $z "${shape[@]}" "${OFF[@]}" || continue
-		checks=$((checks + 1))
-		d=$(near one_off.json "${family}_off_z$z.json") &&
-			echo "ok: $family --zero $z --offload-params on 2 ranks = one process: $d" ||
-			fail "$family --zero $z --offload-params on 2 ranks against one process: $d"
-	done
-	checks=$((checks + 1))
-	if [ -n "$(bits "${family}_off_z0.json")" ] && [ "$(bits "${family}_off_z0.json")" = "$(bits "${family}_off_z1.json")" ]; then
-		echo "ok: $family --offload-params: --zero 1 = --zero 0, the same bits"
-	else
-		fail "$family --offload-params: --zero 1 [$(bits "${family}_off_z1.json" | tr '\n' ' ')], --zero 0" \
-			"[$(bits "${family}_off_z0.json" | tr '\n' ' ')]"
-	fi
-done
-for z in 0 3; do
-	checks=$((checks + 1))
-	FERRY_COMM_ENGINE=mpi "$FERRY" plan --backend cuda --device-mem 4G "${GPT2[@]}" --batch 2 --zero $z "${OFF[@]}" \
-		--ranks 2 --json plan.json >plan.out 2>&1
-	planned=$(both plan.json device_bytes) measured=$(both "gpt2_off_z$z.json" device_peak_bytes)
-	[ -n "$planned" ] && [ "$planned" = "$measured" ] &&
-		echo "ok: --zero $z --offload-params: every rank's device and host bytes as planned: $(echo "$planned" | tr '\n' ';')" ||
-		fail "--zero $z --offload-params: (rank device host) planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
-done
 
 # --zero 2 and 3 through staging (each layer's gradients reduce-scattered
 # and ZeRO-3's layers gathered piece by piece on the comm stream): within
