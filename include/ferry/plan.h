@@ -222,6 +222,11 @@ struct ferry_exec_opts {
 				   on a stream of their own, layer by layer (NULL
 				   or one rank: none); collectives run on the
 				   stream's thread, so no other thread may use it */
+	struct ferry_comm *host_comm; /* NULL, or with a comm on device buffers
+				   (NCCL) the same ranks on host buffers (MPI), for
+				   the collectives on host memory (--offload-params
+				   with ZeRO or --offload-embeddings); run on the
+				   same stream's thread, so no other thread may use it */
 };
 
 /* The placement of every group of training tensors that o asks for: its

@@ -408,6 +408,7 @@ static void unstacked_grads_copy(ferry_model_t m, struct ferry_program *p, int s
  * gradients join the layers' on the host, and then every gradient is. */
 static void unstacked_grads_out(ferry_model_t m, struct ferry_program *p)
 {
+	ferry_dp_grads_written(m, p, -1); /* (on several ranks, maybe averaged first) */
 	ferry_emit_record(p, m->compute, m->stage_grads_done, -1);
 	ferry_emit_wait(p, m->opt_d2h, m->stage_grads_done, -1);
 	unstacked_grads_copy(m, p, m->opt_d2h, FERRY_COPY_D2H);

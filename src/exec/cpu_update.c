@@ -431,9 +431,10 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 					ferry_zero_host_device_grad(m, q, off), n * sizeof(float), FERRY_COPY_D2H, l, label);
 		}
 	}
-	/* streamed weights on several ranks: home once averaged there */
-	ferry_emit_record(p, m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? m->comm_stream : m->opt_d2h,
-			  m->opt_grads_home, l);
+	/* streamed weights on several ranks: home once averaged there (or,
+	 * averaged on the device, once copied) */
+	ferry_emit_record(p, m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && !ferry_dp_on_device(m)
+				     ? m->comm_stream : m->opt_d2h, m->opt_grads_home, l);
 	if (!m->emit_speculative)
 		return;
 	ferry_emit_wait(p, m->opt_cpu_stream, m->opt_grads_home, l);

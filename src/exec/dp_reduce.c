@@ -17,11 +17,21 @@
  *    once the layers' ring has sent its gradients out (weight_ring.c),
  *    the unstacked ones once every gradient is on the host (with
  *    edges.weights=host:stream, sent out by the edges' ring); the host
- *    norm waits for them.
+ *    norm waits for them.  Where the collectives run on device memory
+ *    (NCCL, which cannot reach the host's; MPI through the staging
+ *    buffer, the same schedule), before that instead, on the device, as
+ *    FSDP2 and DeepSpeed do: a layer's in its ring slot before the ring
+ *    sends them out (the d2h stream waits), the unstacked ones in their
+ *    device arrays before their copies (ferry_dp_on_device).  The same
+ *    values are averaged in the same order, so the bits are the host's.
  * ZeRO-2 (a split gradient array) reduce-scatters them instead, at the
  * same points (zero_grads.c).
  * With MPI on device memory (CUDA) each collective goes through a pinned
  * host buffer (sched/comm_stage.c), on the comm stream as NCCL's.
+ * ZeRO-1's parameter gather, ZeRO-2's gradients in host slots,
+ * their norm's block sums and --offload-embeddings' averages stay in host
+ * memory: with NCCL on the same stream through the options' host_comm
+ * (MPI over the same ranks), in the same order on every rank.
  * A speculative early update of a layer waits for that layer's average.
  * The norm is then the global gradient's on every rank, every rank clips
  * by the same scale and updates identical parameters identically: they
@@ -82,20 +92,46 @@ ferry_status ferry_shard_check(const struct ferry_place *adam, int ranks)
 	return FERRY_OK;
 }
 
+/* With the weights streamed, what averages gradients in the host's
+ * arrays, in words (NULL: nothing, each on the device before its copy). */
+static const char *host_averages(const struct ferry_model *m)
+{
+	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].ring)
+		return "edges.weights=host:stream (--offload-embeddings: the edges' gradients averaged on the host)";
+	if (m->tt.ix.grad_ring >= 0)
+		return "ZeRO-2 (the gradients reduce-scattered from host slots)";
+	return NULL;
+}
+
+/* ... and what else runs collectives on host memory. */
+static const char *host_collectives(const struct ferry_model *m)
+{
+	const char *what = host_averages(m);
+
+	return what || !ferry_zero_host_split(m) ? what : "ZeRO-1 (the parameters all-gathered on the host)";
+}
+
+bool ferry_dp_on_device(const struct ferry_model *m)
+{
+	return m->comm && streamed(m) && (ferry_comm_device_buffers(m->comm) || m->stage) && !host_averages(m);
+}
+
 ferry_status ferry_dp_check(const struct ferry_model *m)
 {
+	const char *what;
 	ferry_status st;
-	bool dev;
 
 	if (m->be && (st = ferry_shard_check(ferry_table_place(&m->tt, FERRY_GROUP_ADAM),
 					     m->comm ? ferry_comm_size(m->comm) : 1)))
 		return st;
 	if (!m->be || !m->comm)
 		return FERRY_OK;
-	dev = ferry_comm_device_buffers(m->comm);
-	if (streamed(m) && dev)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "layers.weights=host:stream on several ranks averages "
-				   "gradients in host memory, which %s cannot reach: not yet", ferry_comm_engine(m->comm));
+	if (!streamed(m) || !ferry_comm_device_buffers(m->comm) || m->host_comm != m->comm)
+		return FERRY_OK;
+	if ((what = host_collectives(m)))
+		return ferry_error(FERRY_ERR_INVALID, "layers.weights=host:stream on several ranks with %s runs "
+				   "collectives on host memory, which %s cannot reach: the options name no "
+				   "communicator on host memory (host_comm)", what, ferry_comm_engine(m->comm));
 	return FERRY_OK;
 }
 
@@ -137,7 +173,8 @@ static void average(struct ferry_model *m, struct ferry_program *p, int q, size_
 	char label[56];
 
 	snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-	ferry_emit_all_reduce(p, m->comm_stream, m->comm, at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
+	ferry_emit_all_reduce(p, m->comm_stream, streamed(m) ? m->host_comm : m->comm,
+			      at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
 			      &m->comm_status, layer, label);
 }
 
@@ -169,13 +206,49 @@ static void layer_average(struct ferry_model *m, struct ferry_program *p, int l)
 	ferry_emit_record(p, m->comm_stream, m->dp_reduced, l);
 }
 
+/* Layer l's gradients in their ring slot, or (l = -1) the unstacked
+ * parameters' in their device arrays, averaged on the comm stream. */
+static void average_on_device(struct ferry_model *m, struct ferry_program *p, int l)
+{
+	const struct ferry_weight_rings *r = &m->ring[FERRY_GROUP_LAYER_WEIGHTS];
+	char label[56];
+
+	for (int i = 0; l >= 0 && i < r->n; i++) {
+		snprintf(label, sizeof(label), "average grad: %.40s", r->s[i].name);
+		ferry_emit_all_reduce(p, m->comm_stream, m->comm, ferry_weight_ring_dev_grad(r, i, l), r->s[i].numel,
+				      &m->comm_status, l, label);
+	}
+	for (int q = 0; l < 0 && q < m->md->n_params; q++) {
+		const int d = m->tt.ix.dev_grad[q];
+
+		if (d < 0)
+			continue;
+		snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
+		ferry_emit_all_reduce(p, m->comm_stream, m->comm, entry(m, d), m->tt.e[d].bytes / sizeof(float),
+				      &m->comm_status, -1, label);
+	}
+}
+
+void ferry_dp_grads_written(void *model, struct ferry_program *p, int l)
+{
+	struct ferry_model *m = model;
+
+	if (!ferry_dp_on_device(m))
+		return;
+	ferry_emit_record(p, m->compute, m->dp_ready, l);
+	ferry_emit_wait(p, m->comm_stream, m->dp_ready, l);
+	average_on_device(m, p, l);
+	ferry_emit_record(p, m->comm_stream, m->dp_reduced, l);
+	ferry_emit_wait(p, m->opt_d2h, m->dp_reduced, l);
+}
+
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int l)
 {
 	struct ferry_model *m = model;
 
 	if (m->tt.ix.grad_ring >= 0)
 		ferry_zero_grads_after_layer(m, p, l);
-	else if (m->comm)
+	else if (m->comm && !ferry_dp_on_device(m))
 		layer_average(m, p, l);
 	if (ferry_table_host_update(&m->tt))
 		ferry_cpu_update_after_layer(m, p, l);
@@ -189,6 +262,10 @@ void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 	}
 	if (!m->comm)
 		return;
+	if (ferry_dp_on_device(m)) { /* averaged before their copies, the last of them on d2h */
+		ferry_emit_record(p, m->opt_d2h, m->dp_all, -1);
+		return;
+	}
 	if (streamed(m)) {
 		ferry_emit_wait(p, m->comm_stream, m->all_grads_home, -1);
 	} else {

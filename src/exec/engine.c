@@ -640,6 +640,8 @@ ferry_status ferry_layer_exec_backward(struct ferry_layer_exec *ex, struct ferry
 		backward_layer(ex, p, l, B, T);
 		if (ex->wstream) {
 			ferry_weight_ring_release(&ex->wr, p, l);
+			if (ex->hook.grads_written)
+				ex->hook.grads_written(ex->hook.ctx, p, l);
 			ferry_weight_ring_grads_out(&ex->wr, p, l);
 			if (l - ex->wr.ring >= 0)
 				ferry_weight_ring_load(&ex->wr, p, l - ex->wr.ring, true);

@@ -92,6 +92,10 @@ struct ferry_layer_hook {
 	/* NULL, or before layer l's backward (its gradient slot made ready;
 	 * with weight rings, before the ring's gradients start) */
 	void (*before_layer)(void *ctx, struct ferry_program *p, int layer);
+	/* NULL, or with weight rings after layer l's backward, before the
+	 * ring sends its gradients to the host (the d2h stream may be made to
+	 * wait: averaged on the device first) */
+	void (*grads_written)(void *ctx, struct ferry_program *p, int layer);
 	void *ctx;
 };
 void ferry_layer_exec_set_hook(struct ferry_layer_exec *ex, const struct ferry_layer_hook *hook);

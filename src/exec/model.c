@@ -359,6 +359,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	m->compute = ferry_sched_stream(&m->res, "compute");
 	if (opts && opts->comm && (ferry_comm_size(opts->comm) > 1 || ferry_comm_engine_named()))
 		m->comm = opts->comm;
+	m->host_comm = m->comm && opts->host_comm ? opts->host_comm : m->comm;
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))
 		goto fail;
 	bind_params(m);
@@ -382,7 +383,8 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	/* gradients averaged over the ranks, and to the host, layer by layer */
 	if (ferry_table_host_update(&m->tt) || m->comm || m->tt.ix.grad_ring >= 0)
 		ferry_layer_exec_set_hook(m->layers, &(struct ferry_layer_hook){
-			ferry_dp_after_layer, m->tt.ix.grad_ring >= 0 ? ferry_zero_grads_before_layer : NULL, m });
+			ferry_dp_after_layer, m->tt.ix.grad_ring >= 0 ? ferry_zero_grads_before_layer : NULL,
+			ferry_dp_on_device(m) ? ferry_dp_grads_written : NULL, m });
 	*out = m;
 	return FERRY_OK;
 fail:

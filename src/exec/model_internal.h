@@ -117,6 +117,8 @@ struct ferry_model {
 	 * "gradients to average", "a layer's gradients averaged", "every
 	 * gradient averaged", and the first failure on the stream's thread */
 	struct ferry_comm *comm;
+	struct ferry_comm *host_comm; /* the collectives on host memory's: comm, or
+				 with comm on device buffers, opts->host_comm */
 	int comm_stream, dp_ready, dp_reduced, dp_all;
 	ferry_status comm_status;
 	struct ferry_comm_stage *stage; /* MPI on device memory: its host copy (dp_reduce.c) */
@@ -161,6 +163,12 @@ ferry_status ferry_dp_stage_create(struct ferry_model *m) FERRY_MUST_CHECK;
  * before the run (ferry_comm_pick_planned_nccl's assumption); 0: none.
  * FERRY_ERR_INVALID: a staging variable not understood. */
 ferry_status ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks, size_t *bytes) FERRY_MUST_CHECK;
+/* Whether the streamed weights' gradients are averaged on the device
+ * before their copies to the host (collectives on device memory); the
+ * hook that does it for layer l once written (-1: the unstacked
+ * parameters', before their copies), the d2h stream waiting for it. */
+bool ferry_dp_on_device(const struct ferry_model *m);
+void ferry_dp_grads_written(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_layer(void *model, struct ferry_program *p, int layer);
 void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p);
 

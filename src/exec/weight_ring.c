@@ -189,6 +189,11 @@ void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_pr
 	}
 }
 
+float *ferry_weight_ring_dev_grad(const struct ferry_weight_rings *r, int i, int u)
+{
+	return at(r->s[i].dev_grad, (size_t)grad_slot(r, u) * r->slot_numel * sizeof(float));
+}
+
 void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_program *p, int u)
 {
 	const int g = grad_slot(r, u), layer = layer_of(r, u);
@@ -204,8 +209,8 @@ void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_prog
 		if (!reads(r, s, u))
 			continue;
 		snprintf(label, sizeof(label), "grad: %.40s", s->name);
-		ferry_emit_copy(p, r->d2h, host_grad(r, s, u), at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)),
-				s->numel * sizeof(float), FERRY_COPY_D2H, layer, label);
+		ferry_emit_copy(p, r->d2h, host_grad(r, s, u), ferry_weight_ring_dev_grad(r, i, u), s->numel * sizeof(float),
+				FERRY_COPY_D2H, layer, label);
 	}
 	ferry_emit_record(p, r->d2h, r->out[g], layer);
 }

@@ -110,6 +110,8 @@ void ferry_weight_ring_release(struct ferry_weight_rings *r, struct ferry_progra
  * brought in), or from_host, from the host's (an earlier backward's since
  * they were zeroed: micro-batches add up there), on the compute stream. */
 void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool from_host);
+/* Where part i's gradient of unit u is on the device (its gradient slot). */
+float *ferry_weight_ring_dev_grad(const struct ferry_weight_rings *r, int i, int u);
 /* After unit u's backward: its gradients written (in a shared slot, the
  * slot read), then copied to the host on the device-to-host stream. */
 void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_program *p, int u);

@@ -95,15 +95,16 @@ void ferry_zero_grads_add_events(struct ferry_model *m)
 static void move(struct ferry_model *m, struct ferry_program *p, const struct ferry_param_info *pi, float *whole,
 		 size_t off, size_t n, int layer, bool gather)
 {
+	struct ferry_comm *comm = streamed(m) ? m->host_comm : m->comm; /* (the slots and slice on the host) */
 	float *slice = slice_of(m);
 	char label[56];
 
 	snprintf(label, sizeof(label), "%s grad: %.40s", gather ? "gather" : "scatter", pi->name);
 	if (gather)
-		ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, slice, off, n, sizeof(float),
+		ferry_emit_all_gather_slices(p, m->comm_stream, comm, whole, slice, off, n, sizeof(float),
 					     m->tt.ix.shard_numel, &m->comm_status, layer, label);
 	else
-		ferry_emit_reduce_scatter_slices(p, m->comm_stream, m->comm, slice, whole, off, n, m->tt.ix.shard_numel,
+		ferry_emit_reduce_scatter_slices(p, m->comm_stream, comm, slice, whole, off, n, m->tt.ix.shard_numel,
 						 &m->comm_status, layer, label);
 }
 
@@ -194,12 +195,13 @@ void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program
 }
 
 /* The block sums at parts (this rank's), summed over the ranks in place on
- * the comm stream; `stream` waits for them. */
-static void sum_over_ranks(struct ferry_model *m, struct ferry_program *p, int stream, double *parts)
+ * the comm stream by comm; `stream` waits for them. */
+static void sum_over_ranks(struct ferry_model *m, struct ferry_program *p, int stream, struct ferry_comm *comm,
+			   double *parts)
 {
 	ferry_emit_record(p, stream, m->zero_parts_done, -1);
 	ferry_emit_wait(p, m->comm_stream, m->zero_parts_done, -1);
-	ferry_emit_sum_f64(p, m->comm_stream, m->comm, parts, FERRY_CPU_SUM_BLOCKS, &m->comm_status,
+	ferry_emit_sum_f64(p, m->comm_stream, comm, parts, FERRY_CPU_SUM_BLOCKS, &m->comm_status,
 			   "grad norm: block sums over the ranks");
 	ferry_emit_record(p, m->comm_stream, m->zero_parts_summed, -1);
 	ferry_emit_wait(p, stream, m->zero_parts_summed, -1);
@@ -220,13 +222,13 @@ void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p, int s
 		c.in[0] = slice_of(m);
 		c.out[0] = parts;
 		ferry_emit_op(p, stream, &c, -1, "grad norm: this rank's block sums");
-		sum_over_ranks(m, p, stream, parts);
+		sum_over_ranks(m, p, stream, m->comm, parts);
 		ferry_emit_copy(p, stream, m->norm_parts, parts, FERRY_CPU_SUM_BLOCKS * sizeof(double), FERRY_COPY_D2H,
 				-1, "grad norm: block sums");
 	} else {
 		ferry_emit_host_sum_squares_parts(p, stream, slice_of(m), n, lo, lo + S, m->norm_parts,
 						  "grad norm: this rank's block sums");
-		sum_over_ranks(m, p, stream, m->norm_parts);
+		sum_over_ranks(m, p, stream, m->host_comm, m->norm_parts);
 	}
 	ferry_emit_host_sum_parts(p, stream, m->norm_parts, m->host_sumsq, "grad norm: sum of squares");
 }

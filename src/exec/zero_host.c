@@ -121,10 +121,10 @@ static void gather_streamed(ferry_model_t m, struct ferry_program *p)
 	const struct ferry_table_index *ix = &m->tt.ix;
 	char label[56];
 
-	ferry_emit_all_gather(p, m->comm_stream, m->comm, m->mem.host[ix->params_buffer],
+	ferry_emit_all_gather(p, m->comm_stream, m->host_comm, m->mem.host[ix->params_buffer],
 			      ix->shard_numel * sizeof(float), &m->comm_status, "gather params");
 	if (ix->host_copy_buffer >= 0)
-		ferry_emit_all_gather(p, m->comm_stream, m->comm, m->mem.host[ix->host_copy_buffer],
+		ferry_emit_all_gather(p, m->comm_stream, m->host_comm, m->mem.host[ix->host_copy_buffer],
 				      ix->shard_numel * m->asz, &m->comm_status, "gather compute copy");
 	ferry_emit_record(p, m->comm_stream, m->zero_gathered, -1);
 	ferry_emit_wait(p, m->opt_h2d, m->zero_gathered, -1);

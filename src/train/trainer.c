@@ -41,7 +41,7 @@ struct ferry_trainer {
 	char state_path[4096];
 	/* data parallel: the ranks (opts.comm, this thread's), their number
 	 * and this one's, and the communicator of the model's comm stream */
-	ferry_comm_t comm, step_comm;
+	ferry_comm_t comm, step_comm, host_comm;
 	int ranks, rank;
 	char engine_why[160];          /* the comm stream's engine, and why */
 };
@@ -560,7 +560,8 @@ static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
 /* Several ranks: the model's comm stream gets a communicator of its own,
  * NCCL's on a GPU when it is picked, else a duplicate of the ranks'
  * (collectives: every rank makes it, before anything that may fail on
- * one rank only). */
+ * one rank only); with NCCL (or staging forced, to test that on the
+ * CPU) also a duplicate for what stays in host memory (host_comm). */
 static ferry_status open_step_comm(ferry_trainer_t tr)
 {
 	ferry_comm_t c = tr->comm;
@@ -577,6 +578,8 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
 		 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
 	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
+		return st;
+	if ((nccl || forced) && (st = ferry_comm_dup(c, &tr->host_comm)))
 		return st;
 	if (nccl)
 		return ferry_comm_open_nccl(c, ferry_comm_local_rank(c), &tr->step_comm);
@@ -600,6 +603,7 @@ static ferry_status create(ferry_trainer_t tr, const struct ferry_train_opts *op
 	if ((st = open_step_comm(tr)))
 		return st;
 	tr->opts.exec.comm = tr->step_comm;
+	tr->opts.exec.host_comm = tr->host_comm;
 	st = settle_options(tr, &cfg);
 	if (!st) {
 		tr->rng = tr->opts.seed;
@@ -648,6 +652,7 @@ void ferry_trainer_free(ferry_trainer_t tr)
 	}
 	ferry_model_free(tr->model); /* its streams drained: the comm stream's communicator is free */
 	ferry_comm_free(tr->step_comm);
+	ferry_comm_free(tr->host_comm);
 	ferry_loader_free(tr->train);
 	ferry_loader_free(tr->val);
 	ferry_backend_close(tr->be);

@@ -5,6 +5,8 @@
 # same on the CPU through MPI): GPT-2 and Llama, 4 steps, the same bits as
 # a plain process on the GPU (an average over one rank changes nothing),
 # the start naming NCCL; then the time of a step with and without it.
+# GPT-2 with --offload-params --offload-optimizer cpu at every --zero
+# stage through NCCL: a plain process's bits (--zero 2 and 3 within 1e-6).
 # Skips (77) without a usable GPU, mpirun, or MPI and NCCL in ferry; fails
 # instead of skipping for a missing GPU when FERRY_REQUIRE_GPU is set.
 . "$(dirname "$0")/../cli/lib.bash"
@@ -34,4 +36,27 @@ for model in gpt2 llama; do
 		fail "$model: NCCL [$(fields nccl.json | tr '\n' ' ')], plain [$(fields plain.json | tr '\n' ' ')]"
 	fi
 done
+
+# --offload-params at every --zero stage through NCCL (exec/dp_reduce.c:
+# the layers' gradients averaged by NCCL in the ring's slots before their
+# copies; what stays in host memory through the MPI host communicator):
+# a plain process's bits (--zero 2 and 3: their host norm's block sums,
+# within 1e-6 if not the bits)
+OFF=(--offload-params --offload-optimizer cpu)
+if expect_ok "gpt2 --offload-params: plain" "$FERRY" train "${RUN[@]}" "${OFF[@]}" --json plain.json; then
+	for z in 0 1 2 3; do
+		checks=$((checks + 1))
+		mpi_run 1 env FERRY_COMM_ENGINE=nccl "$FERRY" train "${RUN[@]}" "${OFF[@]}" --zero $z --json nccl.json \
+			>nccl.out 2>&1 || { fail "--zero $z --offload-params through NCCL: $(tail -n 3 nccl.out)"; continue; }
+		if ! grep -q "^collectives: NCCL" nccl.out; then
+			fail "--zero $z --offload-params: the start does not name NCCL: $(grep collectives nccl.out)"
+		elif [ -n "$(fields plain.json)" ] && [ "$(fields plain.json)" = "$(fields nccl.json)" ]; then
+			echo "ok: --zero $z --offload-params, one rank through NCCL: a plain process's bits"
+		elif [ $z -ge 2 ] && d=$(losses_agree plain.json nccl.json); then
+			echo "ok: --zero $z --offload-params, one rank through NCCL: within 1e-6 of a plain process: $d"
+		else
+			fail "--zero $z --offload-params: NCCL [$(fields nccl.json | tr '\n' ' ')], plain [$(fields plain.json | tr '\n' ' ')]"
+		fi
+	done
+fi
 finish
