@@ -957,7 +957,10 @@ static int set_up(struct train_cli *c, struct run *run)
 	const double t0 = report_now_s();
 	const ferry_status st = ferry_trainer_create(&c->o, &run->tr);
 
-	printf(st ? "\n" : "%.1f s\n", report_now_s() - t0);
+	if (st)
+		printf("\n"); /* the error follows on its own line */
+	else
+		printf("%.1f s\n", report_now_s() - t0);
 	fflush(stdout);
 	if (st != FERRY_OK)
 		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */
