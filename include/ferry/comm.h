@@ -82,9 +82,10 @@ int ferry_comm_size(ferry_comm_t c);
 /* Rank among the ranks on this machine, and how many there are. */
 int ferry_comm_local_rank(ferry_comm_t c);
 int ferry_comm_local_size(ferry_comm_t c);
-/* FERRY_COMM_ENGINE names an engine (nccl or mpi, not auto): then even
- * one rank runs its collectives through it (all-reduces of one rank: the
- * same bits as none), the way to run NCCL on a machine of one GPU. */
+/* FERRY_COMM_ENGINE names an engine (nccl or mpi, not auto; or a name
+ * the trainer then refuses): then even one rank runs its collectives
+ * through it (all-reduces of one rank: the same bits as none), the way to
+ * run NCCL on a machine of one GPU. */
 bool ferry_comm_engine_named(void);
 
 /* Which machine the rank is on: the lowest rank there (ranks on one

@@ -32,23 +32,36 @@ static bool pick_auto(ferry_comm_t c, char *why, size_t n)
 	return ferry_comm_built_in("nccl") && gpus >= here;
 }
 
-ferry_status ferry_comm_pick(ferry_comm_t c, bool *nccl, char *why, size_t n)
+ferry_status ferry_comm_engine_check(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");
 
+	if (!ferry_comm_engine_named())
+		return FERRY_OK;
+	if (strcmp(v, "nccl") && strcmp(v, "mpi"))
+		return ferry_error(FERRY_ERR_INVALID, "FERRY_COMM_ENGINE=%s: nccl, mpi or auto", v);
+	if (!ferry_comm_built_in(v))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "FERRY_COMM_ENGINE=%s, but this ferry was built without %s", v,
+				   strcmp(v, "mpi") ? "NCCL" : "MPI");
+	return FERRY_OK;
+}
+
+ferry_status ferry_comm_pick(ferry_comm_t c, bool *nccl, char *why, size_t n)
+{
+	const char *v = getenv("FERRY_COMM_ENGINE");
+	ferry_status st;
+
 	*nccl = false;
-	if (!v || !*v || !strcmp(v, "auto")) {
+	if (!ferry_comm_engine_named()) {
 		*nccl = pick_auto(c, why, n);
 		return FERRY_OK;
 	}
+	if ((st = ferry_comm_engine_check()))
+		return st;
 	if (!strcmp(v, "mpi")) {
 		snprintf(why, n, "MPI through pinned host staging: FERRY_COMM_ENGINE=mpi");
 		return FERRY_OK;
 	}
-	if (strcmp(v, "nccl"))
-		return ferry_error(FERRY_ERR_INVALID, "FERRY_COMM_ENGINE=%s: nccl, mpi or auto", v);
-	if (!ferry_comm_built_in("nccl"))
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "FERRY_COMM_ENGINE=nccl, but this ferry was built without NCCL");
 	*nccl = true;
 	snprintf(why, n, "NCCL: FERRY_COMM_ENGINE=nccl");
 	return FERRY_OK;
@@ -58,7 +71,7 @@ bool ferry_comm_engine_named(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");
 
-	return v && (!strcmp(v, "nccl") || !strcmp(v, "mpi"));
+	return v && *v && strcmp(v, "auto"); /* a name not understood too: ferry_comm_engine_check refuses it */
 }
 
 bool ferry_comm_pick_planned_nccl(void)

@@ -9,6 +9,10 @@
 
 #include "ferry/comm.h"
 
+/* FERRY_COMM_ENGINE understood (unset, auto, mpi or nccl) and what it
+ * names built in: FERRY_ERR_INVALID or FERRY_ERR_UNSUPPORTED, by name. */
+ferry_status ferry_comm_engine_check(void) FERRY_MUST_CHECK;
+
 /* For c's ranks on a backend whose memory the host cannot address:
  * *nccl whether NCCL runs them, and why in words into why (n bytes).
  * FERRY_ERR_INVALID: FERRY_COMM_ENGINE not understood;

@@ -147,9 +147,11 @@ ferry_status ferry_dp_stage_planned(const struct ferry_exec_opts *o, int ranks, 
 {
 	const bool device = o->backend && strcmp(o->backend, "cpu");
 	bool yes = ranks > 1 && device && !ferry_comm_pick_planned_nccl();
-	ferry_status st = ranks > 1 && !device ? ferry_comm_stage_forced(&yes) : FERRY_OK;
+	ferry_status st = ranks > 1 ? ferry_comm_engine_check() : FERRY_OK;
 
 	*bytes = 0;
+	if (!st && ranks > 1 && !device)
+		st = ferry_comm_stage_forced(&yes);
 	return st || !yes ? st : ferry_comm_stage_bytes(bytes);
 }
 

@@ -557,6 +557,19 @@ static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
 	return FERRY_OK;
 }
 
+/* FERRY_COMM_ENGINE as the backend can take it: NCCL averages device
+ * buffers, which the CPU backend has none of. */
+static ferry_status step_engine_check(ferry_trainer_t tr)
+{
+	const char *v = getenv("FERRY_COMM_ENGINE");
+	ferry_status st = ferry_comm_engine_check();
+
+	if (st || !v || strcmp(v, "nccl") || strcmp(tr->opts.backend, "cpu"))
+		return st;
+	return ferry_error(FERRY_ERR_UNSUPPORTED, "FERRY_COMM_ENGINE=nccl: NCCL runs on GPU buffers; the cpu "
+			   "backend's collectives run on MPI (FERRY_COMM_ENGINE=mpi or auto)");
+}
+
 /* Several ranks: the model's comm stream gets a communicator of its own,
  * NCCL's on a GPU when it is picked, else a duplicate of the ranks'
  * (collectives: every rank makes it, before anything that may fail on
@@ -571,12 +584,17 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 
 	if (!c || (tr->ranks == 1 && !ferry_comm_engine_named()))
 		return FERRY_OK;
-	if ((st = ferry_comm_stage_forced(&forced)) == FERRY_OK) /* malformed on one rank: every rank stops */
+	/* malformed on one rank: every rank stops */
+	if ((st = step_engine_check(tr)) == FERRY_OK && (st = ferry_comm_stage_forced(&forced)) == FERRY_OK)
 		st = ferry_comm_stage_bytes(&stage);
 	if ((st = ferry_comm_agree(c, st)))
 		return st;
-	snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
-		 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
+	if (!strcmp(ferry_comm_engine(c), "single"))
+		snprintf(tr->engine_why, sizeof(tr->engine_why), "this process alone (no MPI launcher started it): "
+			 "each collective over one rank");
+	else
+		snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
+			 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
 	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
 		return st;
 	if ((nccl || forced) && (st = ferry_comm_dup(c, &tr->host_comm)))
