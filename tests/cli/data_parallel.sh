@@ -9,8 +9,8 @@
 # the saved model read by one process gives the same eval loss; a run
 # saved on 2 ranks resumes on 1 and on 4 as the unbroken run goes on;
 # every rank's parameters agree (the library test, and the check a save
-# makes); a bad token in rank 1's rows only stops every rank
-# with one message naming rank 1; a rank killed mid-run ends the job
+# makes); a bad token in rank 1's rows only, or its data missing, stops
+# every rank with one message naming rank 1; a rank killed mid-run ends the job
 # within a bounded time with a message naming it, and the last save
 # resumes.  Skips without mpirun or a ferry built with MPI.
 . "$(dirname "$0")/lib.bash"
@@ -145,6 +145,21 @@ if [ $rc -ne 0 ] && [ "$(grep -c '^ferry train' bad.err)" -eq 1 ] && grep -q '^f
 	echo "ok: bad input in rank 1's rows: every rank stopped (exit $rc), one message: $(grep '^ferry train' bad.err)"
 else
 	fail "bad input in rank 1's rows: exit $rc, $(grep -c '^ferry train' bad.err) messages: $(cat bad.err)"
+fi
+# A shard missing on rank 1 only (its --data names no file, as on a host
+# without the data): every rank stops before step 1, one message, in a
+# bounded time.
+checks=$((checks + 1))
+start=$(date +%s)
+timeout 120 "${MPIRUN[@]}" -np 2 bash -c 'data=$1; shift; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && data="nothere_*.bin"
+	exec "$@" --data "$data"' missing 'corpus_train_*.bin' "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 \
+	--steps 2 --sample 0 --threads 1 >missing.out 2>missing.err
+rc=$? took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^ferry train' missing.err)" -eq 1 ] &&
+	grep -q "^ferry train: rank 1: no files match 'nothere_\*.bin'" missing.err && ! grep -q '^step ' missing.out; then
+	echo "ok: a shard missing on rank 1 only: every rank stopped in ${took} s (exit $rc), one message: $(grep '^ferry train' missing.err)"
+else
+	fail "a shard missing on rank 1 only: exit $rc after ${took} s, $(grep -c '^ferry train' missing.err) messages: $(cat missing.err)"
 fi
 
 # A rank killed with SIGKILL mid-run: the job ends within 30 s, naming
