@@ -411,8 +411,8 @@ static void test_edges_gathered(const struct ferry_model_config *cfg, const char
  * are not streamed whole.  With AdamW streamed (adam=host:stream:...) the
  * same in fp32, and the optimizer ring in place of the host's slice of the
  * gradients; in bf16 refused (nothing writes a host bf16 slice).  With
- * AdamW on host threads, --param-prefetch D: D + 1 gathered slots; and
- * the edges sharded too (test_edges_gathered). */
+ * AdamW on host threads or streamed, --param-prefetch D: D + 1 gathered
+ * slots; and the edges sharded too (test_edges_gathered). */
 static void test_params_on_host(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t layer,
 				size_t unstacked)
 {
@@ -427,21 +427,23 @@ static void test_params_on_host(const struct ferry_model_config *cfg, const char
 	CHECK(ferry_tensor_table_build(cfg, 2, 8, &o, &tt) == FERRY_ERR_UNSUPPORTED &&
 	      strstr(ferry_last_error(), "adam=host:stream:shard(N,params)"),
 	      "%s: ZeRO-3 streamed with the parameters on the host in bf16: not yet (%s)", arch, ferry_last_error());
-	for (int d = 2; d <= 5; d += 3) { /* --param-prefetch D: D + 1 gathered slots, at most the layers */
+	for (int k = 0; k < 4; k++) { /* --param-prefetch D: D + 1 gathered slots, at most the layers */
+		const int d = k & 1 ? 5 : 2;
 		const size_t slots = d + 1 < cfg->layers ? (size_t)d + 1 : (size_t)cfg->layers;
 		struct ferry_exec_opts o = { .act_dtype = FERRY_F32 };
 		struct ferry_tensor_table tt;
 		char place[96];
 
-		snprintf(place, sizeof(place), "adam=host:cpu:shard(3,params),layers.weights=host:stream(%d)", d);
+		snprintf(place, sizeof(place), "adam=host:%s:shard(3,params),layers.weights=host:stream(%d)",
+			 k >> 1 ? "stream" : "cpu", d);
 		o.place = place;
 		if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
 			CHECK(0, "%s: %s: %s", arch, place, ferry_last_error());
 			continue;
 		}
 		CHECK(tt.buffers[tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].buffer].bytes == slots * layer * 4 &&
-		      tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].slots == (int)slots,
-		      "%s: %s: %zu gathered slots", arch, place, slots);
+		      tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS].slots == (int)slots && (tt.ix.opt_ring >= 0) == (k >> 1),
+		      "%s: %s: %zu gathered slots%s", arch, place, slots, k >> 1 ? ", the optimizer ring" : "");
 		ferry_tensor_table_release(&tt);
 	}
 	test_edges_gathered(cfg, arch, S, unstacked);
@@ -589,7 +591,7 @@ static void test_offloaded_shard(const char *arch)
 
 /* ZeRO-3 with the parameters on the host: AdamW on host threads (the
  * gathered ring any depth, the embeddings whole or sharded) or streamed
- * (one layer ahead, the embeddings whole on the device). */
+ * (the gathered ring any depth, the embeddings whole on the device). */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -602,7 +604,7 @@ static void zero3_offloaded_places(void)
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
 		  "--zero 3 with --offload-embeddings" },
-		{ "adam=host:stream:shard(2,params),layers.weights=host:stream(2)", "--zero 3 with --param-prefetch 2" },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream(2)", NULL },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -7,8 +7,8 @@
 # host (host threads, exact and speculative, and streamed: each rank's
 # host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
 # streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
-# on host threads and streamed; 3 on host threads: and a deeper ring,
-# --param-prefetch, and the edges, --offload-embeddings), and --zero 0-3
+# on host threads and streamed; 3: and a deeper ring, --param-prefetch,
+# on host threads also the edges, --offload-embeddings), and --zero 0-3
 # with the gradients kept on the device (--device-grads).  The
 # ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
@@ -90,6 +90,10 @@ for n in 2 3; do
 		--param-prefetch 3 --policy qkv_proj_offloaded
 	compare "$n" --vocab 4096 --zero 3 --offload-params --offload-embeddings --offload-optimizer cpu \
 		--clip-order speculative
+	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer stream --param-prefetch 2 \
+		--policy qkv_proj_offloaded
+	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer stream \
+		--param-prefetch 3
 	compare "$n" --model llama --kv-heads 2 --vocab 4096 --layers 4 --zero 3 --offload-params --offload-embeddings \
 		--offload-optimizer cpu --param-prefetch 2 --policy minimal_offloaded
 done

@@ -187,9 +187,8 @@ else
 fi
 
 # Not yet, refused by name before step 1: AdamW streamed with the edges
-# sharded or a deeper ring.
-for entry in "--offload-optimizer stream --offload-embeddings|--zero 3 with --offload-embeddings" \
-	"--offload-optimizer stream --param-prefetch 2|--zero 3 with --param-prefetch 2"; do
+# sharded (with a deeper ring: zero3_stream_prefetch.sh).
+for entry in "--offload-optimizer stream --offload-embeddings|--zero 3 with --offload-embeddings"; do
 	IFS='|' read -r more needle <<<"$entry"
 	read -r -a extra <<<"$more"
 	checks=$((checks + 1))
