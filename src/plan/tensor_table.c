@@ -763,7 +763,6 @@ static int add_streamed_shard(struct ferry_tensor_table *tt)
 	struct ferry_table_index *ix = &tt->ix;
 	const bool copy = params_on_host(tt) && tt->act_dtype != FERRY_F32;
 	const size_t slot = 3 * sizeof(float) + (copy ? ferry_dtype_size(tt->act_dtype) : 0);
-
 	int r = copy ? add_host_copy_slice(tt) : 0;
 
 	if (r < 0)
