@@ -560,15 +560,18 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 		s.host[i] = ferry_zero_host_at(m, home[i], slice[i], q, off, sizeof(float));
 		s.bytes[i] = n * sizeof(float);
 	}
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* the gradients and the compute copy are on the device */
+	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the gradients are on the device */
 		s.dev[3] = ferry_zero_host_device_grad(m, q, off); /* split: ZeRO-2's slice */
-		s.param_copy = ferry_zero_host_device_copy(m, q, off); /* ZeRO-3's */
-	} else if (ix->host_copy[q] >= 0 && (ix->copy[q] < 0 || ferry_zero_host_split(m))) {
-		/* the bf16 bits the rings load (split: the unstacked ones' too, uploaded whole once gathered) */
+	if ((ix->host_copy[q] >= 0 && (ix->copy[q] < 0 || ferry_zero_host_split(m))) ||
+	    (ix->host_copy_slice >= 0 && ix->copy[q] < 0)) {
+		/* the bf16 bits the rings load (split: the unstacked ones' too, uploaded whole once gathered;
+		   ZeRO-3's layers: the host slice their gathers stage) */
 		s.param_copy = s.dev[4] = at(ring, (size_t)k * f32);
-		s.host[4] = at(entry(m, ix->host_copy[q]), off * m->asz);
+		s.host[4] = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 		s.bytes[4] = n * m->asz;
 		s.copy_out = true;
+	} else if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+		s.param_copy = ferry_zero_host_device_copy(m, q, off); /* ZeRO-3's (with its slice on the host: the unstacked) */
 	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
 		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
 	}
@@ -621,8 +624,9 @@ static void emit_streamed_slice(ferry_model_t m, struct ferry_program *p, int q,
  * ranks (adam=host:stream:shard(N), zero_host.c) only this rank's pieces
  * pass, their gradients read from ZeRO-2's slice and their weights
  * written into ZeRO-3's (shard(N,grads), shard(N,params)); with the
- * parameters on the host (--offload-params) the gathers read the master
- * weights the ring wrote back, so the comm stream waits for the copies. */
+ * parameters on the host (--offload-params) the gathers read what the
+ * ring wrote back (the master weights; ZeRO-3 in bf16 the slice of their
+ * bf16 copy), so the comm stream waits for the copies. */
 static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 {
 	const size_t chunk = m->tt.ix.opt_chunk;

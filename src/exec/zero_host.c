@@ -46,7 +46,10 @@
  * (the gradients from the whole host array, ZeRO-2's from the host
  * slice), written back into the whole arrays before the same gather;
  * ZeRO-3 streamed writes its pieces back into the host slice the gathers
- * stage from.
+ * stage from (in bf16 the layers' pieces of the bf16 slice beside the
+ * master, AdamW's result copied down from the ring; the unstacked ones'
+ * go into their whole device copy, so that part of the host slice is not
+ * read).
  */
 #include "exec/model_internal.h"
 #include "ferry/comm.h"

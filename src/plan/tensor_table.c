@@ -588,9 +588,9 @@ static int add_device_param_slice(struct ferry_tensor_table *tt, enum ferry_dtyp
 	return add_copy_slice(tt);
 }
 
-/* Whether ZeRO-3's slice of the parameters is the host's master slice
- * (adam=host:cpu:shard(N,params) or host:stream:shard(N,params) with
- * layers.weights=host:stream). */
+/* Whether ZeRO-3's slice of the parameters is on the host, beside its
+ * master slice (adam=host:cpu:shard(N,params) or
+ * host:stream:shard(N,params) with layers.weights=host:stream). */
 static bool params_on_host(const struct ferry_tensor_table *tt)
 {
 	return ferry_table_place(tt, FERRY_GROUP_ADAM)->shard_params &&
@@ -739,6 +739,38 @@ static int add_offloaded_shard(struct ferry_tensor_table *tt)
 	return r;
 }
 
+/* When the kernels read bf16, this rank's slice of the update's bf16
+ * result on the host: uploaded piece by piece after host threads'
+ * update; with the parameters on the host too (ZeRO-3), the slice the
+ * layers are gathered from, which a streamed update copies down. */
+static int add_host_copy_slice(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	int r = ix->host_copy_slice = add_host_slice(tt, "host: params (compute copy, this rank's slice)",
+						     FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
+						     &ix->host_copy_buffer);
+
+	if (r >= 0 && params_on_host(tt))
+		ix->copy_slice = r;
+	return r;
+}
+
+/* adam=host:stream:shard(N): the device's two-slot ring of master, m
+ * and v slices (ZeRO-3 with the parameters on the host, in bf16: and of
+ * the update's bf16 result, copied down into the host's slice). */
+static int add_streamed_shard(struct ferry_tensor_table *tt)
+{
+	struct ferry_table_index *ix = &tt->ix;
+	const bool copy = params_on_host(tt) && tt->act_dtype != FERRY_F32;
+	const size_t slot = 3 * sizeof(float) + (copy ? ferry_dtype_size(tt->act_dtype) : 0);
+	int r = copy ? add_host_copy_slice(tt) : 0;
+
+	if (r < 0)
+		return r;
+	return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
+					 FERRY_F32, 2 * ix->opt_chunk * slot, FERRY_PLACE_DEVICE);
+}
+
 /* adam=host:cpu:shard(N), host:stream:shard(N): on the device the
  * gradients (host:cpu:shard(N,grads): this rank's slice, as ZeRO-2's)
  * and the compute copy whole (the copy padded to N slices: the
@@ -747,8 +779,7 @@ static int add_offloaded_shard(struct ferry_tensor_table *tt)
  * the unstacked parameters whole, no parameters' entry); on the host
  * this rank's slice of the master weights and both moments; updated by
  * host threads, also of the gradients and, when the kernels read bf16,
- * of the update's bf16 result; streamed, the device's two-slot ring of
- * master, m and v slices. */
+ * of the update's bf16 result; streamed, add_streamed_shard. */
 static int add_host_shard(struct ferry_tensor_table *tt)
 {
 	struct ferry_table_index *ix = &tt->ix;
@@ -778,19 +809,14 @@ static int add_host_shard(struct ferry_tensor_table *tt)
 		r = add_host_moments(tt);
 	ix->opt_chunk = optimizer_chunk(tt);
 	if (r >= 0 && !ferry_table_host_update(tt))
-		return ix->opt_ring = add_single(tt, "optimizer ring", FERRY_SITE_DEVICE, FERRY_BUF_TEMP, FERRY_TK_OPT_STATE,
-						 FERRY_F32, 2 * 3 * ix->opt_chunk * sizeof(float), FERRY_PLACE_DEVICE);
+		return add_streamed_shard(tt);
 	if (r >= 0 && tt->place.adam_grads_device) /* --device-grads: the slice's pieces through a host ring */
 		r = add_host_grad_ring(tt);
 	else if (r >= 0)
 		r = ix->host_grad_slice = add_host_slice(tt, "host: grads (this rank's slice)", FERRY_BUF_TEMP,
 							 FERRY_TK_GRAD, FERRY_F32, &unused);
 	if (r >= 0 && tt->act_dtype != FERRY_F32)
-		r = ix->host_copy_slice = add_host_slice(tt, "host: params (compute copy, this rank's slice)",
-							 FERRY_BUF_TEMP, FERRY_TK_WEIGHT_COPY, tt->act_dtype,
-							 &ix->host_copy_buffer);
-	if (r >= 0 && params_on_host(tt) && ix->host_copy_slice >= 0) /* bf16: the update's result is gathered */
-		ix->copy_slice = ix->host_copy_slice;
+		r = add_host_copy_slice(tt);
 	return r;
 }
 
@@ -1303,11 +1329,6 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 		return st;
 	tt->place.mlp_tile = tt->sp.tile_rows; /* as chosen: the placement printed reproduces it */
 	host_by_layer(tt);
-	if (params_on_host(tt) && tt->act_dtype != FERRY_F32 && !ferry_table_host_update(tt))
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "--zero 3 with --offload-params --offload-optimizer stream "
-				   "(adam=host:stream:shard(N,params), layers.weights=host:stream) stages the host's "
-				   "fp32 master slice: with %s compute weights, not yet (--offload-optimizer cpu "
-				   "stages the bf16 copy its update writes)", ferry_dtype_name(tt->act_dtype));
 	if (ferry_table_host_update(tt) && !ferry_cpu_adamw_isa())
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "--offload-optimizer cpu: FERRY_CPU_ADAMW_ISA names a path "
 				   "this CPU does not run");

@@ -18,8 +18,15 @@
 # the same slices as with AdamW on the host, which are then all it holds:
 # the fp32 master, m, v and gradients (4 S each) and in bf16 the slice of
 # the compute copy the update writes and the layers are gathered from (2
-# S).  The cuda half skips without the CUDA backend (the sanitizer
-# presets).
+# S).  With AdamW streamed instead (--offload-params --offload-optimizer
+# stream, against --zero 0 in that mode) the device the same, and the
+# optimizer ring's two slots of a chunk (the largest layer's part of a
+# parameter, 4 C^2 elements) holding master, m and v (at --zero 0 the
+# gradients too), and in bf16 the update's result to copy down; the host
+# the master, m and v slices (no gradients: ZeRO-2's slice is on the
+# device) and in bf16 the compute slice the ring copies down and the
+# layers are gathered from.  The cuda half skips without the CUDA backend
+# (the sanitizer presets).
 . "$(dirname "$0")/lib.bash"
 
 N=8 C=32 L=2 V=320 T=32 # the vocabulary 257 padded to 320
@@ -42,10 +49,13 @@ U=$((V * C + T * C + 2 * C))
 d() { echo $((($1 + 255) / 256 * 256)); }
 h() { echo $((($1 + 4095) / 4096 * 4096)); }
 
-# want_device A (kernels' bytes an element) OPT (device, cpu or params): zero3 - zero0 on the device
+# want_device A (kernels' bytes an element) OPT (device, cpu, params or stream): zero3 - zero0 on the device
 want_device() {
-	local a=$1 copy0=0 copy3=0 stage=$((4 * C * C))
-	if [ "$2" = params ]; then # the gradient slice and the staging slot
+	local a=$1 copy0=0 copy3=0 stage=$((4 * C * C)) chunk=$((4 * C * C)) out=0
+	if [ "$2" = stream ]; then # as params, and the ring's slots: 3 (zero0: 4) fp32 arrays (+ the bf16 result)
+		[ "$a" = 2 ] && out=2
+		echo $(($(want_device "$a" params) + $(d $((2 * chunk * (12 + out)))) - $(d $((2 * chunk * (16 + out))))))
+	elif [ "$2" = params ]; then # the gradient slice and the staging slot
 		[ $stage -gt "$S" ] && stage=$S
 		echo $(($(d $((4 * S))) + $(d $((a * stage)))))
 	elif [ "$2" = device ]; then # zero0: params, grads, m, v whole (+ the bf16 copy)
@@ -61,11 +71,12 @@ want_device() {
 # want_host A OPT: zero3 - zero0 on the host (master, m, v, gradients; bf16 the update's copy)
 want_host() {
 	[ "$2" = device ] && { echo 0; return; }
-	local copy=0
+	local copy=0 slices=4
 	[ "$1" = 2 ] && copy=$(($(h $((2 * S))) - $(h $((2 * n)))))
+	[ "$2" = stream ] && slices=3 # no gradients' slice
 	local slice whole
 	slice=$(h $((4 * S))) whole=$(h $((4 * n)))
-	echo $((4 * (slice - whole) + copy))
+	echo $((slices * slice - 4 * whole + copy))
 }
 
 # rank 0's "device host" bytes
@@ -75,6 +86,7 @@ check() {
 	local backend=$1 a=$2 opt=$3 flags=() what="AdamW on $3"
 	[ "$opt" = cpu ] && flags=(--offload-optimizer cpu)
 	[ "$opt" = params ] && flags=(--offload-params --offload-optimizer cpu) what="the parameters on the host"
+	[ "$opt" = stream ] && flags=(--offload-params --offload-optimizer stream) what="the parameters on the host, streamed"
 	checks=$((checks + 1))
 	"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 0 --json z0.json >/dev/null 2>err.txt &&
 		"$FERRY" plan "${SHAPE[@]}" --backend "$backend" "${flags[@]}" --zero 3 --json z3.json >/dev/null 2>>err.txt ||
@@ -86,17 +98,18 @@ check() {
 	[ "$got" = "$want" ] &&
 		echo "ok: $backend, $what: --zero 3 - --zero 0 = $got bytes (device host), n $n S $S G $G U $U" ||
 		fail "$backend, $what: --zero 3 - --zero 0 (device host) is [$got], by hand [$want]"
-	[ "$opt" = params ] || return
-	# the host's whole: the four fp32 slices and in bf16 the compute slice
+	[ "$opt" = params ] || [ "$opt" = stream ] || return
+	# the host's whole: the four fp32 slices (streamed: three) and in bf16 the compute slice
 	checks=$((checks + 1))
 	want=$((4 * $(h $((4 * S)))))
+	[ "$opt" = stream ] && want=$((3 * $(h $((4 * S)))))
 	[ "$a" = 2 ] && want=$((want + $(h $((2 * S)))))
 	[ "$h3" = "$want" ] &&
-		echo "ok: $backend, --zero 3 --offload-params: the host holds $h3 bytes, the slices by hand" ||
-		fail "$backend, --zero 3 --offload-params: the host holds $h3 bytes, by hand $want"
+		echo "ok: $backend, $what, --zero 3: the host holds $h3 bytes, the slices by hand" ||
+		fail "$backend, $what, --zero 3: the host holds $h3 bytes, by hand $want"
 }
 
-for opt in device cpu params; do
+for opt in device cpu params stream; do
 	check cpu 4 $opt
 	if "$FERRY" info 2>/dev/null | grep -q '^  cuda '; then
 		check cuda 2 $opt

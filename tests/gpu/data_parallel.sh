@@ -13,7 +13,11 @@
 # same averaged gradients), and so --zero 1 and 2 with --offload-params
 # --offload-optimizer stream against --zero 0 in that mode, --zero 3
 # --offload-params the same bits as --zero 3 --offload-optimizer cpu (the
-# same bf16 slices gathered, from the host instead of the device);
+# same bf16 slices gathered, from the host instead of the device), and
+# --zero 3 --offload-params --offload-optimizer stream (3pstream: the
+# device AdamW's bf16 result copied down into the host's slice and staged
+# up from there) the same bits as --zero 3 (the same AdamW on the device,
+# the same bf16 slices gathered) and its plan = measured;
 # --offload-params --offload-optimizer cpu at --zero 0, 1 and 2 too
 # (exec/dp_reduce.c: each layer's gradients averaged on the device, in the
 # weight ring's slot, before their copy to the host; ZeRO-2's
@@ -48,11 +52,12 @@ bits() { grep -o '"\(loss\|grad_norm\)": [^,}]*' "$1"; }
 
 # zero_opt CASE: opt, the flags beside --zero of a case (3cpu: AdamW on
 # host threads; Nparams: and the parameters on the host, at --zero N;
-# Ndg: --device-grads)
+# 3pstream: the parameters on the host, AdamW streamed; Ndg: --device-grads)
 zero_opt() {
 	opt=()
 	[ "$1" = 3cpu ] && opt=(--offload-optimizer cpu)
 	[[ $1 == *params ]] && opt=(--offload-params --offload-optimizer cpu)
+	[ "$1" = 3pstream ] && opt=(--offload-params --offload-optimizer stream)
 	[ "${1%dg}" != "$1" ] && opt=(--device-grads --clip-order speculative)
 	return 0
 }
@@ -95,7 +100,7 @@ for family in gpt2 llama; do
 	if [ $family = gpt2 ]; then shape=("${GPT2[@]}"); else shape=("${LLAMA[@]}"); fi
 	expect_ok "$family: one process of 4 rows" "$FERRY" train "${RUN[@]}" "${shape[@]}" --batch 4 --json one.json ||
 		continue
-	for z in 0 1 3 3cpu 0params 1params 2params 3params 0dg 1dg 2dg 3dg; do
+	for z in 0 1 3 3cpu 0params 1params 2params 3params 3pstream 0dg 1dg 2dg 3dg; do
 		zero_opt $z
 		ranks "${family}_z$z" "${z:0:1}" "${shape[@]}" "${opt[@]}" || continue
 		checks=$((checks + 1))
@@ -105,6 +110,8 @@ for family in gpt2 llama; do
 	same_bits "${family}_z0.json" "${family}_z1.json" "$family --zero 1 = --zero 0"
 	same_bits "${family}_z3cpu.json" "${family}_z3params.json" \
 		"$family --zero 3 --offload-params --offload-optimizer cpu = --zero 3 --offload-optimizer cpu"
+	same_bits "${family}_z3.json" "${family}_z3pstream.json" \
+		"$family --zero 3 --offload-params --offload-optimizer stream = --zero 3"
 	same_bits "${family}_z0params.json" "${family}_z1params.json" "$family --offload-params: --zero 1 = --zero 0"
 	# --device-grads: the gradients averaged (ZeRO-2/3: reduce-scattered) on
 	# the device, the rank's pieces through the host ring; --zero 1 the bits
@@ -121,10 +128,11 @@ planned=$(per_rank plan.json device_bytes) measured=$(per_rank gpt2_z1.json devi
 	fail "host bytes per rank: planned [$planned], measured [$measured] ($(tail -n 1 plan.out))"
 
 # ZeRO-3's bf16 slices, ring and unstacked weights (3params: the bf16
-# slice on the host, the staging slot on the device; 0params: the
-# weights' ring, the gradients averaged in its slots), and --device-grads
-# at every stage: plan = measured, device and host, on each rank
-for z in 3 3cpu 3params 0params 0dg 1dg 2dg 3dg; do
+# slice on the host, the staging slot on the device; 3pstream: that slice
+# written by the optimizer ring; 0params: the weights' ring, the gradients
+# averaged in its slots), and --device-grads at every stage: plan =
+# measured, device and host, on each rank
+for z in 3 3cpu 3params 3pstream 0params 0dg 1dg 2dg 3dg; do
 	checks=$((checks + 1))
 	zero_opt $z
 	both() { grep -o "\"rank\": [0-9]*, \"$2\": [0-9]*, \"host_bytes\": [0-9]*" "$1" | sed -E 's/[^0-9]+/ /g'; }
