@@ -103,7 +103,7 @@ for_runs resumes "gpt2|gpt||--vocab 4096" "llama|llama||--vocab 4096"
 # stage's weights and gradients: the head and norm's, 2 x 4 (V C + C)),
 # as --zero 0 saves.
 V=4096 C=32
-plan=(--vocab $V --max-seq 32 --seq 16 --batch 2 "${llama[@]}" --layers 8)
+plan=(--vocab "$V" --max-seq 32 --seq 16 --batch 2 "${llama[@]}" --layers 8)
 checks=$((checks + 1))
 "$FERRY" plan "${plan[@]}" "${off[@]}" --json whole.json >/dev/null &&
 	"$FERRY" plan "${plan[@]}" "${off[@]}" --zero 3 --ranks 2 --json e3.json >/dev/null &&
