@@ -362,22 +362,29 @@ static void params_on_host_table(const struct ferry_model_config *cfg, const cha
 }
 
 /* ZeRO-3 with the layers' weights on the host and the edges streamed
- * (edges.weights=host:stream, --offload-embeddings): no unstacked
- * parameters or gradients whole on the device but the edge region,
- * --zero 0's; their gradients whole on the host (`unstacked` elements);
- * the staging slot a layer's part still (the edges pass in pieces). */
-static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked)
+ * (edges.weights=host:stream, --offload-embeddings), AdamW `adam` (cpu:
+ * on host threads; stream: streamed): no unstacked parameters or
+ * gradients whole on the device but the edge region, --zero 0's; their
+ * gradients whole on the host (`unstacked` elements); the staging slot a
+ * layer's part still (the edges pass in pieces); streamed, the optimizer
+ * ring in place of the host's slice of the gradients. */
+static void edges_gathered_table(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked,
+				 const char *adam)
 {
-	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = "adam=host:cpu,layers.weights=host:stream,"
-									"edges.weights=host:stream" };
+	char z0_place[96], place[96];
+	struct ferry_exec_opts o = { .act_dtype = FERRY_F32, .place = z0_place };
 	struct ferry_tensor_table z0, tt;
 	size_t host_grads = 0, most = 0;
+	const bool stream = !strcmp(adam, "stream");
 
+	snprintf(z0_place, sizeof(z0_place), "adam=host:%s,layers.weights=host:stream,edges.weights=host:stream", adam);
+	snprintf(place, sizeof(place), "adam=host:%s:shard(3,params),layers.weights=host:stream,"
+		 "edges.weights=host:stream", adam);
 	if (ferry_tensor_table_build(cfg, 2, 8, &o, &z0)) {
 		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
 		return;
 	}
-	o.place = "adam=host:cpu:shard(3,params),layers.weights=host:stream,edges.weights=host:stream";
+	o.place = place;
 	if (ferry_tensor_table_build(cfg, 2, 8, &o, &tt)) {
 		CHECK(0, "%s: %s: %s", arch, o.place, ferry_last_error());
 		ferry_tensor_table_release(&z0);
@@ -396,11 +403,18 @@ static void test_edges_gathered(const struct ferry_model_config *cfg, const char
 	CHECK(tt.ix.copy_buffer < 0 && tt.ix.dev_grad_buffer < 0 && tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].slots == 1 &&
 	      tt.buffers[tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes ==
 		      z0.buffers[z0.ix.ring[FERRY_GROUP_EDGE_WEIGHTS].buffer].bytes &&
-	      host_grads == unstacked && tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4,
-	      "%s: the edges gathered: --zero 0's edge region, %zu unstacked gradients on the host, a staging slot of %zu",
-	      arch, unstacked, most < S ? most : S);
+	      host_grads == unstacked && tt.e[tt.ix.param_stage].bytes == (most < S ? most : S) * 4 &&
+	      (stream ? tt.ix.opt_ring >= 0 && tt.ix.host_grad_slice < 0 : tt.ix.opt_ring < 0 && tt.ix.host_grad_slice >= 0),
+	      "%s %s: the edges gathered: --zero 0's edge region, %zu unstacked gradients on the host, a staging slot "
+	      "of %zu", arch, place, unstacked, most < S ? most : S);
 	ferry_tensor_table_release(&tt);
 	ferry_tensor_table_release(&z0);
+}
+
+static void test_edges_gathered(const struct ferry_model_config *cfg, const char *arch, size_t S, size_t unstacked)
+{
+	edges_gathered_table(cfg, arch, S, unstacked, "cpu");
+	edges_gathered_table(cfg, arch, S, unstacked, "stream");
 }
 
 /* ZeRO-3 with the layers' weights on the host (adam=host:cpu:shard(3,
@@ -590,7 +604,7 @@ static void test_offloaded_shard(const char *arch)
 
 /* ZeRO-3 with the parameters on the host: AdamW on host threads (the
  * gathered ring any depth, the embeddings whole or sharded) or streamed
- * (the gathered ring any depth, the embeddings whole on the device). */
+ * (the gathered ring any depth, the embeddings whole or sharded). */
 static void zero3_offloaded_places(void)
 {
 	static const struct {
@@ -601,8 +615,7 @@ static void zero3_offloaded_places(void)
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream,edges.weights=host:stream", NULL },
 		{ "adam=host:cpu:shard(2,params),layers.weights=host:stream(3)", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream", NULL },
-		{ "adam=host:stream:shard(2,params),layers.weights=host:stream,edges.weights=host:stream",
-		  "--zero 3 with --offload-embeddings" },
+		{ "adam=host:stream:shard(2,params),layers.weights=host:stream,edges.weights=host:stream", NULL },
 		{ "adam=host:stream:shard(2,params),layers.weights=host:stream(2)", NULL },
 	};
 

@@ -454,11 +454,6 @@ ferry_status ferry_places_check(const struct ferry_places *p)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-embeddings streams the embeddings and the head as "
 				   "--offload-params streams the layers: it needs --offload-params (in --place, "
 				   "edges.weights=host:stream needs layers.weights=host:stream)");
-	if (adam->shard_params && lw->home == FERRY_HOME_HOST && adam->update != FERRY_UPDATE_HOST &&
-	    ew->home == FERRY_HOME_HOST)
-		return ferry_error(FERRY_ERR_INVALID, "--zero 3 with --offload-embeddings (edges.weights=host:stream) and "
-				   "--offload-optimizer stream (adam=host:stream:shard(N,params)): not yet "
-				   "(--offload-optimizer cpu shards the edges too)");
 	if (lw->home == FERRY_HOME_HOST && adam->home != FERRY_HOME_HOST)
 		return ferry_error(FERRY_ERR_INVALID, "--offload-params (layers.weights=host:stream) keeps the master "
 				   "weights on the host: AdamW's state goes there too, --offload-optimizer stream or cpu "

@@ -186,19 +186,4 @@ else
 		"(the unstacked gradients: $unstacked)"
 fi
 
-# Not yet, refused by name before step 1: AdamW streamed with the edges
-# sharded (with a deeper ring: zero3_stream_prefetch.sh).
-for entry in "--offload-optimizer stream --offload-embeddings|--zero 3 with --offload-embeddings"; do
-	IFS='|' read -r more needle <<<"$entry"
-	read -r -a extra <<<"$more"
-	checks=$((checks + 1))
-	mpi_run 2 "$FERRY" train "${common[@]}" "${gpt[@]}" --batch 2 --zero 3 --offload-params "${extra[@]}" \
-		>no.out 2>no.err
-	if [ $? -ne 0 ] && [ "$(grep -c '^ferry train' no.err)" -eq 1 ] && grep -qF -- "$needle" no.err &&
-		! grep -q '^step' no.out; then
-		echo "ok: --zero 3 --offload-params $more is refused before step 1: $(grep '^ferry train' no.err)"
-	else
-		fail "--zero 3 --offload-params $more: $(cat no.err)"
-	fi
-done
 finish

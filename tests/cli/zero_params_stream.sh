@@ -16,9 +16,11 @@
 # 3: resumed on 2, the unbroken run's bits; on 3 and on 1, within 1e-6 of
 # its losses.  `ferry plan` prints the placement, --place reproduces it,
 # and a rank's host bytes are worked out from the parameter count (each
-# rank's measured bytes are its plan's: plan_ranks.sh).  What stays
-# refused is refused by name.  Skips without mpirun or a ferry built with
-# MPI.
+# rank's measured bytes are its plan's: plan_ranks.sh).  ZeRO-3 streamed
+# with --offload-embeddings: zero3_stream_edges.sh; with --param-prefetch
+# D: zero3_stream_prefetch.sh; in bf16: plan_zero3.sh (the plan) and
+# tests/gpu/data_parallel.sh (the bits).  Skips without mpirun or a ferry
+# built with MPI.
 . "$(dirname "$0")/lib.bash"
 zero_setup 3
 off=(--offload-params --offload-optimizer stream)
@@ -129,12 +131,6 @@ for z in 1 2 3; do
 	fi
 done
 
-# What stays refused, by name: ZeRO-3 with --offload-embeddings (in bf16
-# ZeRO-3 streamed copies the update's bf16 slice down and stages it: its
-# plan by hand in plan_zero3.sh, its bits on a GPU in
-# tests/gpu/data_parallel.sh)
-expect_error "--zero 3 --offload-params --offload-embeddings streamed" "--zero 3 with --offload-embeddings" \
-	"$FERRY" plan "${plan[@]}" "${off[@]}" --offload-embeddings --zero 3 --ranks 2
 expect_error "adam=host:stream:shard(2) with the parameters offloaded in one process" \
 	"adam=host:stream:shard(2) splits AdamW's state over 2 ranks; this run has 1" \
 	"$FERRY" train "${common[@]}" "${gpt[@]}" --place 'adam=host:stream:shard(2),layers.weights=host:stream'
