@@ -61,6 +61,11 @@ bool ferry_comm_engine_named(void)
 	return v && (!strcmp(v, "nccl") || !strcmp(v, "mpi"));
 }
 
+bool ferry_comm_in_use(ferry_comm_t c)
+{
+	return c && (ferry_comm_size(c) > 1 || ferry_comm_engine_named());
+}
+
 bool ferry_comm_pick_planned_nccl(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");
