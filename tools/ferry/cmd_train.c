@@ -1,5 +1,6 @@
 /* ferry train: the training loop as a command. */
 #include "cli_args.h"
+#include "clock.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
@@ -954,13 +955,13 @@ static int set_up(struct train_cli *c, struct run *run)
 	/* billions of parameters take a while: say what the wait is */
 	printf("setting up the model, its state and the data... ");
 	fflush(stdout);
-	const double t0 = report_now_s();
+	const double t0 = cli_now_s();
 	const ferry_status st = ferry_trainer_create(&c->o, &run->tr);
 
 	if (st)
 		printf("\n"); /* the error follows on its own line */
 	else
-		printf("%.1f s\n", report_now_s() - t0);
+		printf("%.1f s\n", cli_now_s() - t0);
 	fflush(stdout);
 	if (st != FERRY_OK)
 		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */
