@@ -2,8 +2,10 @@
  * split in node order, the cpulists printed, the node of each CPU read
  * from a sysfs-like folder, and binding every thread of the process (one
  * started before the bind too).  The expected parts are written out by
- * hand from the node layouts below.  The same across real ranks:
+ * hand from the node layouts below, and a mask's bits (core/cpu_mask.h)
+ * from its documented layout.  The same across real ranks:
  * tests/cli/rank_cores.sh. */
+#include "core/cpu_mask.h"
 #include "ferry/comm.h"
 #include "ferry/platform.h"
 #include "ferry/tier.h"
@@ -98,6 +100,24 @@ static void test_format(void)
 	mask_of(cpus, 0, mask);
 	ferry_cpulist_format(mask, buf, sizeof(buf));
 	CHECK(!strcmp(buf, ""), "empty cpulist '%s'", buf);
+}
+
+/* bit c of word c / 64 is CPU c (ferry/platform.h), the words by hand */
+static void test_mask_bits(void)
+{
+	const int cpus[] = { 0, 63, 64, 70, 1023 }, absent[] = { 1, 62, 65, 128, 1022 };
+	uint64_t mask[FERRY_CPU_WORDS] = { 0 };
+
+	for (int i = 0; i < 5; i++)
+		ferry_cpu_mask_add(mask, cpus[i]);
+	CHECK(mask[0] == (1ull | 1ull << 63) && mask[1] == (1ull | 1ull << 6) && mask[15] == 1ull << 63,
+	      "words %#llx %#llx %#llx", (unsigned long long)mask[0], (unsigned long long)mask[1],
+	      (unsigned long long)mask[15]);
+	for (int w = 2; w < 15; w++)
+		CHECK(mask[w] == 0, "word %d: %#llx", w, (unsigned long long)mask[w]);
+	for (int i = 0; i < 5; i++)
+		CHECK(ferry_cpu_mask_has(mask, cpus[i]) && !ferry_cpu_mask_has(mask, absent[i]), "CPU %d in, %d not",
+		      cpus[i], absent[i]);
 }
 
 static void put(const char *dir, const char *rel, const char *text)
@@ -206,6 +226,7 @@ int main(void)
 	test_interleaved_nodes();
 	test_uneven_and_unknown();
 	test_format();
+	test_mask_bits();
 	test_cpu_nodes();
 	test_bind_process();
 	test_single_rank();

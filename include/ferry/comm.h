@@ -87,6 +87,9 @@ int ferry_comm_local_size(ferry_comm_t c);
  * through it (all-reduces of one rank: the same bits as none), the way to
  * run NCCL on a machine of one GPU. */
 bool ferry_comm_engine_named(void);
+/* Whether a run given c runs its collectives through it: c has several
+ * ranks, or an engine is named; false for NULL (one process, no engine). */
+bool ferry_comm_in_use(ferry_comm_t c);
 
 /* Which machine the rank is on: the lowest rank there (ranks on one
  * machine share memory: MPI_COMM_TYPE_SHARED). */

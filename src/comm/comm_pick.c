@@ -74,6 +74,11 @@ bool ferry_comm_engine_named(void)
 	return v && *v && strcmp(v, "auto"); /* a name not understood too: ferry_comm_engine_check refuses it */
 }
 
+bool ferry_comm_in_use(ferry_comm_t c)
+{
+	return c && (ferry_comm_size(c) > 1 || ferry_comm_engine_named());
+}
+
 bool ferry_comm_pick_planned_nccl(void)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");

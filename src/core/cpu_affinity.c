@@ -6,6 +6,7 @@
  * creator's).
  */
 #include "ferry/platform.h"
+#include "core/cpu_mask.h"
 #include "core/error.h"
 
 #include <dirent.h>
@@ -18,7 +19,7 @@ static void to_set(const uint64_t *mask, cpu_set_t *set)
 {
 	CPU_ZERO(set);
 	for (int c = 0; c < FERRY_MAX_CPUS && c < CPU_SETSIZE; c++)
-		if (mask[c / 64] >> (c % 64) & 1)
+		if (ferry_cpu_mask_has(mask, c))
 			CPU_SET(c, set);
 }
 
@@ -32,7 +33,7 @@ int ferry_cpu_mask(uint64_t mask[FERRY_CPU_WORDS])
 		return 0;
 	for (int c = 0; c < FERRY_MAX_CPUS && c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &set)) {
-			mask[c / 64] |= 1ull << (c % 64);
+			ferry_cpu_mask_add(mask, c);
 			n++;
 		}
 	return n;

@@ -357,7 +357,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 	m->T = T;
 	ferry_model_scalars(&m->cfg, m->scalars);
 	m->compute = ferry_sched_stream(&m->res, "compute");
-	if (opts && opts->comm && (ferry_comm_size(opts->comm) > 1 || ferry_comm_engine_named()))
+	if (opts && ferry_comm_in_use(opts->comm))
 		m->comm = opts->comm;
 	m->host_comm = m->comm && opts->host_comm ? opts->host_comm : m->comm;
 	if (be && ((st = ferry_tensor_table_alloc(&m->tt, be, &m->mem)) || (st = alloc_host(m))))

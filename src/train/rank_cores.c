@@ -20,6 +20,7 @@
 #include "ferry/comm.h"
 #include "ferry/platform.h"
 #include "ferry/tier.h"
+#include "core/cpu_mask.h"
 #include "core/error.h"
 
 #include <limits.h>
@@ -31,11 +32,6 @@ struct rank_mask {
 	int32_t machine, unused;
 	uint64_t bits[FERRY_CPU_WORDS];
 };
-
-static bool has(const uint64_t *m, int c)
-{
-	return m[c / 64] >> (c % 64) & 1;
-}
 
 static int count(const uint64_t *m)
 {
@@ -69,7 +65,7 @@ int ferry_rank_cores_part(const uint64_t mask[FERRY_CPU_WORDS], const int *node_
 	for (int c = 0; c < FERRY_MAX_CPUS; c++) { /* insertion by (node, number), stable */
 		int i = n;
 
-		if (!has(mask, c))
+		if (!ferry_cpu_mask_has(mask, c))
 			continue;
 		for (; i > 0 && node_key(node_of_cpu, order[i - 1]) > node_key(node_of_cpu, c); i--)
 			order[i] = order[i - 1];
@@ -81,7 +77,7 @@ int ferry_rank_cores_part(const uint64_t mask[FERRY_CPU_WORDS], const int *node_
 	lo = (int)((long)j * n / k);
 	hi = (int)((long)(j + 1) * n / k);
 	for (int i = lo; i < hi; i++)
-		part[order[i] / 64] |= 1ull << (order[i] % 64);
+		ferry_cpu_mask_add(part, order[i]);
 	return hi - lo;
 }
 
@@ -93,9 +89,9 @@ void ferry_cpulist_format(const uint64_t mask[FERRY_CPU_WORDS], char *buf, size_
 	for (int c = 0; c < FERRY_MAX_CPUS && at < n; c++) {
 		int e = c;
 
-		if (!has(mask, c))
+		if (!ferry_cpu_mask_has(mask, c))
 			continue;
-		while (e + 1 < FERRY_MAX_CPUS && has(mask, e + 1))
+		while (e + 1 < FERRY_MAX_CPUS && ferry_cpu_mask_has(mask, e + 1))
 			e++;
 		at += (size_t)snprintf(buf + at, n - at, e > c ? "%s%d-%d" : "%s%d", at ? "," : "", c, e);
 		c = e;
@@ -108,7 +104,7 @@ static int one_node(const uint64_t *mask, const int *node_of_cpu)
 	int node = -2;
 
 	for (int c = 0; c < FERRY_MAX_CPUS; c++)
-		if (has(mask, c)) {
+		if (ferry_cpu_mask_has(mask, c)) {
 			if (node_of_cpu[c] < 0 || (node != -2 && node != node_of_cpu[c]))
 				return -1;
 			node = node_of_cpu[c];

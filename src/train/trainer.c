@@ -582,7 +582,7 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 	size_t stage;
 	ferry_status st;
 
-	if (!c || (tr->ranks == 1 && !ferry_comm_engine_named()))
+	if (!ferry_comm_in_use(c))
 		return FERRY_OK;
 	/* malformed on one rank: every rank stops */
 	if ((st = step_engine_check(tr)) == FERRY_OK && (st = ferry_comm_stage_forced(&forced)) == FERRY_OK)

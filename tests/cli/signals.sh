@@ -87,7 +87,7 @@ wait
 checks=$((checks + 1))
 "$FERRY" train "${TINY[@]}" --steps 50 --json /dev/stdout --save head.bin 2>err.txt | head -n 3 >/dev/null
 rc=${PIPESTATUS[0]}
-if [ "$rc" -ne 1 ] || [ "$(grep -c . err.txt)" -ne 1 ] ||
+if [ "$rc" -ne 1 ] || [ "$(stderr_lines err.txt | grep -c .)" -ne 1 ] ||
 	! grep -q "^ferry train: cannot write standard output: Broken pipe; stopped after step [0-9]* of 50, saved head.bin" err.txt; then
 	fail "--json /dev/stdout | head -3: exit $rc, $(cat err.txt)"
 else

@@ -60,13 +60,6 @@ for model in gpt llama; do
 	done
 done
 
-# resume N SAVE FROM FLAGS...: FROM resumed to step 6 on N ranks, saved as SAVE
-resume() {
-	local n=$1 name=$2 from=$3; shift 3
-	rm -rf "$name" "$name.state" "$name.json" # (--json appends)
-	mpi_run "$n" "$FERRY" train --resume "$from" --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
-		--json "$name.json" >"$name.out" 2>&1 || fail "$from resumed on $n ranks $*: $(tail -n 2 "$name.out")"
-}
 # Saved on 2 ranks at step 3 (6 rows a step): resumed on 2, the unbroken
 # --zero 0 run's bits; on 3, the device's --zero K resumed so; on 1, one
 # process's with AdamW on the device, within 1e-6 of the unbroken run.
@@ -74,11 +67,11 @@ trains unbroken 2 "${gpt[@]}" --batch 3 "${stream[@]}" --zero 0 --json unbroken.
 for z in 2 3; do
 	checks=$((checks + 1))
 	trains half 2 "${gpt[@]}" --batch 3 "${stream[@]}" --zero $z --steps 3 || continue
-	resume 2 again half "${stream[@]}" --zero $z
-	resume 3 on3 half "${stream[@]}" --zero $z
-	resume 3 on3_dev half --zero $z
-	resume 1 on1 half "${stream[@]}"
-	resume 1 on1_dev half
+	resume 2 again "${stream[@]}" --zero $z
+	resume 3 on3 "${stream[@]}" --zero $z
+	resume 3 on3_dev --zero $z
+	resume 1 on1 "${stream[@]}"
+	resume 1 on1_dev
 	if [ -f again ] && same_save unbroken again && same_save on3 on3_dev && same_save on1 on1_dev &&
 		d=$(losses_agree unbroken.json on1.json 4); then
 		echo "ok: --zero $z streamed, saved on 2 ranks at step 3: resumed on 2, the unbroken run's bits; on 3," \

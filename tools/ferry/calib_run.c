@@ -2,19 +2,11 @@
  * one and --policy auto makes one where the cache lacks it. */
 #include "calib_cache.h"
 #include "cli_args.h"
+#include "clock.h"
 
 #include "ferry/comm.h"
 
 #include <stdio.h>
-#include <time.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct progress {
 	const struct calib_log *log;
@@ -27,7 +19,7 @@ static void progress(void *ctx, const char *what, int part, int parts)
 {
 	const struct progress *p = ctx;
 
-	fprintf(p->log->f, "%smeasuring %d/%d (%.1f s): %s\n", p->log->prefix, part, parts, now_s() - p->t0, what);
+	fprintf(p->log->f, "%smeasuring %d/%d (%.1f s): %s\n", p->log->prefix, part, parts, cli_now_s() - p->t0, what);
 	fflush(p->log->f);
 }
 
@@ -92,7 +84,7 @@ int calib_cache_calibrate(const char *cmd, ferry_backend_t be, const struct ferr
 			  char *path, size_t path_n, ferry_calibration_t *out)
 {
 	ferry_calibration_t old = NULL;
-	struct progress p = { log, now_s() };
+	struct progress p = { log, cli_now_s() };
 	int lock = -1, rc;
 
 	*out = NULL;

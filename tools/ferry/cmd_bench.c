@@ -2,6 +2,7 @@
 #include "auto_policy.h"
 #include "calib_cache.h"
 #include "cli_args.h"
+#include "clock.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *const CMD = "bench";
 
@@ -108,14 +108,6 @@ static int parse(int argc, char **argv, struct bench_args *a)
 	return -1;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static int cmp_double(const void *x, const void *y)
 {
 	double a = *(const double *)x, b = *(const double *)y;
@@ -144,7 +136,7 @@ static void run_steps(ferry_model_t m, const struct bench_args *a, int32_t *in, 
 
 	opt.lr = 1e-4f;
 	for (int s = 0; s <= a->steps + 1 && !st; s++) {
-		const double t0 = now_ms();
+		const double t0 = cli_now_s();
 
 		batch(vocab, in, tg, (long)a->o.B * a->o.T, s);
 		if (s == a->steps + 1 && (st = ferry_model_trace_begin(m)))
@@ -153,7 +145,7 @@ static void run_steps(ferry_model_t m, const struct bench_args *a, int32_t *in, 
 		    (st = ferry_model_step_finish(m, &opt, s + 1, &loss, &norm)) || (st = ferry_model_sync(m)))
 			break;
 		if (s >= 1 && s <= a->steps)
-			ms[s - 1] = now_ms() - t0;
+			ms[s - 1] = (cli_now_s() - t0) * 1e3;
 	}
 	if (!st && !(st = ferry_model_trace_end_stats(m, NULL, &ts))) {
 		qsort(ms, (size_t)a->steps, sizeof(double), cmp_double);

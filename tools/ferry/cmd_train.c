@@ -1,5 +1,6 @@
 /* ferry train: the training loop as a command. */
 #include "cli_args.h"
+#include "clock.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
@@ -735,7 +736,7 @@ static void print_banner(ferry_trainer_t tr, const struct train_cli *c)
 		printf(" x %d micro-batches a step (%d rows)", o->grad_accum, o->grad_accum * o->B * c->ranks.size);
 	printf(", %d steps, lr %.2e (%s), backend %s (%s)\n", o->steps, o->lr, schedule_words(o, sched, sizeof(sched)),
 	       ferry_backend_name(ferry_trainer_backend(tr)), ferry_backend_description(ferry_trainer_backend(tr)));
-	if (c->ranks.size > 1 || ferry_comm_engine_named())
+	if (ferry_comm_in_use(c->ranks.comm))
 		printf("collectives: %s\n", ferry_trainer_comm_engine(tr));
 	ranks_print_cores(&c->ranks);
 	/* a --warmup given past the run (the default 50 is no choice of the user's) */
@@ -941,7 +942,7 @@ static int set_up(struct train_cli *c, struct run *run)
 	static char trace[4200];
 	int rc;
 
-	if (c->ranks.size > 1 || ferry_comm_engine_named())
+	if (ferry_comm_in_use(c->ranks.comm))
 		c->o.comm = c->ranks.comm; /* one rank too where an engine is named */
 	if (c->ranks.size > 1) {
 		c->o.threads = ranks_threads(&c->ranks, c->o.threads);
@@ -954,13 +955,13 @@ static int set_up(struct train_cli *c, struct run *run)
 	/* billions of parameters take a while: say what the wait is */
 	printf("setting up the model, its state and the data... ");
 	fflush(stdout);
-	const double t0 = report_now_s();
+	const double t0 = cli_now_s();
 	const ferry_status st = ferry_trainer_create(&c->o, &run->tr);
 
 	if (st)
 		printf("\n"); /* the error follows on its own line */
 	else
-		printf("%.1f s\n", report_now_s() - t0);
+		printf("%.1f s\n", cli_now_s() - t0);
 	fflush(stdout);
 	if (st != FERRY_OK)
 		return ferry_cli_fail(CMD); /* the ranks agreed on it: each fails here */

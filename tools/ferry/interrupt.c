@@ -1,10 +1,10 @@
 #include "interrupt.h"
+#include "clock.h"
 
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t received, deferring, grace_s;
@@ -45,14 +45,6 @@ static void on_alarm(int sig)
 	end_now(received ? received : SIGTERM);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 void interrupt_install(void)
 {
 	struct sigaction sa;
@@ -80,7 +72,7 @@ void interrupt_defer(void)
 {
 	if (deferring)
 		return;
-	last_poll = now_s();
+	last_poll = cli_now_s();
 	longest_gap = 0;
 	grace_s = INTERRUPT_FIRST_GRACE_S;
 	deferring = 1;
@@ -88,7 +80,7 @@ void interrupt_defer(void)
 
 int interrupt_poll(void)
 {
-	double t = now_s();
+	double t = cli_now_s();
 	int sig = received;
 
 	if (sig) {

@@ -1,19 +1,11 @@
 #include "train_report.h"
 #include "cli_args.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-double report_now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 const char *report_duration(double s, char *buf, size_t n)
 {
@@ -37,7 +29,7 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->val_loss = NAN;
 	r->shown_peak = 0;
 	r->warned_over = false;
-	r->t0 = report_now_s();
+	r->t0 = cli_now_s();
 	r->step_ms = calloc((size_t)(steps > first_step ? steps - first_step : 1), sizeof(double));
 	return r->step_ms ? 0 : -1;
 }
@@ -89,7 +81,7 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
 {
-	double elapsed = report_now_s() - r->t0, u = mfu(r, m->step_ms);
+	double elapsed = cli_now_s() - r->t0, u = mfu(r, m->step_ms);
 	int done = m->step - r->first_step;
 	char el[32], eta[32], mem[32];
 

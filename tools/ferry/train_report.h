@@ -47,8 +47,6 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 int report_rank_memory(struct train_report *r, int ranks, const size_t *bytes);
 void report_end(struct train_report *r);
 /* "42s", "3m07s", "2h05m". */
-/* seconds on a monotonic clock */
-double report_now_s(void);
 const char *report_duration(double seconds, char *buf, size_t n);
 
 #endif
