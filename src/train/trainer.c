@@ -562,12 +562,11 @@ static ferry_status pick_engine(ferry_trainer_t tr, bool *nccl)
 static ferry_status step_engine_check(ferry_trainer_t tr)
 {
 	const char *v = getenv("FERRY_COMM_ENGINE");
-	ferry_status st = ferry_comm_engine_check();
 
-	if (st || !v || strcmp(v, "nccl") || strcmp(tr->opts.backend, "cpu"))
-		return st;
-	return ferry_error(FERRY_ERR_UNSUPPORTED, "FERRY_COMM_ENGINE=nccl: NCCL runs on GPU buffers; the cpu "
-			   "backend's collectives run on MPI (FERRY_COMM_ENGINE=mpi or auto)");
+	if (v && !strcmp(v, "nccl") && !strcmp(tr->opts.backend, "cpu")) /* (whether NCCL is built in or not) */
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "FERRY_COMM_ENGINE=nccl: NCCL runs on GPU buffers; the cpu "
+				   "backend's collectives run on MPI (FERRY_COMM_ENGINE=mpi or auto)");
+	return ferry_comm_engine_check();
 }
 
 /* Several ranks: the model's comm stream gets a communicator of its own,
