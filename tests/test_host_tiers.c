@@ -96,13 +96,16 @@ static void check_load(const char *topo)
 
 	CHECK(ferry_topology_load(topo, &t) == FERRY_OK, "load: %s", ferry_last_error());
 	CHECK(t.simulated && t.n == 3 && t.node[1].cpus == 0 && t.node[1].capacity == 1ull << 30 &&
-		      t.node[0].free == 3ull << 30, "three simulated nodes as written");
+		      t.node[0].free == 3ull << 30 && t.nvme_free == 64ull << 30, "three simulated nodes and NVMe as written");
 	expect_load_error("node 0 cpus 2\n", ":1: a node needs");
 	expect_load_error("# two lines\nnode 0 cpus 2 mem 1G\nnode 0 cpus 0 mem 1G\n", ":3: node 0 declared twice");
 	expect_load_error("node 0 cpus 2 mem 1Q\n", "a size like 64G");
 	expect_load_error("node 0 cpus 2 mem 1G colour blue\n", "unknown key 'colour'");
 	expect_load_error("node 1 cpus 0 mem 1G\n", "no node has CPUs");
 	expect_load_error("\n# nothing\n", "no nodes");
+	expect_load_error("node 0 cpus 2 mem 1G\nnvme 2T\n", ":2: the NVMe line is 'nvme free SIZE'");
+	expect_load_error("node 0 cpus 2 mem 1G\nnvme free 2Q\n", "a size like 2T");
+	expect_load_error("node 0 cpus 2 mem 1G\nnvme free 2T cheap\n", "the NVMe line");
 	CHECK(ferry_topology_load("/nonexistent/topology", &t) == FERRY_ERR_IO, "a missing file");
 }
 
@@ -175,7 +178,9 @@ static void check_default(const char *topo)
 	struct ferry_tier_report r;
 	ferry_host_tiers_t h;
 	const uint64_t M = 1 << 20;
+	char small[600];
 
+	snprintf(small, sizeof(small), "%s/small_nvme.txt", dir);
 	/* streamed optimizer: everything streamed goes to CXL, both cards */
 	h = make(NULL, topo, NULL, FERRY_OPTIM_STREAM);
 	kinds(b, 300 * M, 100 * M, 200 * M, 0);
@@ -212,6 +217,13 @@ static void check_default(const char *topo)
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_CXL &&
 		      placed(&r, FERRY_HOST_PARAMS) == FERRY_TIER_CXL && placed(&r, FERRY_HOST_OPTIMIZER) == FERRY_TIER_NVME,
 	      "stream: 1.9 GiB on CXL, 4 GiB of moments past DRAM's 3 to NVMe: %s", ferry_last_error());
+	ferry_host_tiers_free(h);
+	write_file(small, "node 0 cpus 4 mem 4G free 3G\nnode 1 cpus 0 mem 1G\nnode 2 cpus 0 mem 1G\nnvme free 3G\n");
+	h = make(NULL, small, dir, FERRY_OPTIM_STREAM);
+	kinds(b, 1500 * M, 400 * M, 4000 * M, 0);
+	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID &&
+		      strstr(ferry_last_error(), "optimizer need 3.91 GiB") != NULL,
+	      "with 'nvme free 3G' the 4 GiB of moments fit nowhere: %s", ferry_last_error());
 	ferry_host_tiers_free(h);
 	h = make(NULL, topo, dir, FERRY_OPTIM_CPU);
 	kinds(b, 0, 1000 * M, 5000 * M, 0);
@@ -298,7 +310,7 @@ int main(void)
 	mkdir(dir, 0700);
 	snprintf(topo, sizeof(topo), "%s/topology.txt", dir);
 	write_file(topo, "# DRAM and two CXL cards\nnode 0 cpus 4 mem 4G free 3G\nnode 1 cpus 0 mem 1G\n"
-			 "node 2 cpus 0 mem 1G  # a second card\n");
+			 "node 2 cpus 0 mem 1G  # a second card\nnvme free 64G  # not this disk's room: the same on any\n");
 	check_discovery();
 	check_load(topo);
 	check_specs(topo);

@@ -34,6 +34,7 @@
  *   # node ID cpus N mem SIZE [free SIZE]
  *   node 0 cpus 2 mem 16G
  *   node 1 cpus 0 mem 64G
+ *   nvme free 2T              # optional: --nvme-dir's room (default: its disk's)
  *
  * Memory of a simulated topology is not bound (the nodes do not exist).
  */
@@ -62,6 +63,7 @@ struct ferry_topology {
 	int n;
 	struct ferry_numa_node node[FERRY_MAX_NODES]; /* by increasing id */
 	bool simulated;            /* from a description file: nothing is bound */
+	uint64_t nvme_free;        /* a file's "nvme free SIZE"; 0: --nvme-dir's disk says */
 	bool weighted_interleave;  /* the kernel has MPOL_WEIGHTED_INTERLEAVE */
 	char source[256];          /* the sysfs folder or the file it came from */
 };

@@ -350,7 +350,7 @@ static void budget_init(const struct ferry_host_tiers *h, struct budget *b)
 			dram_left -= b->node_free[i];
 		}
 	}
-	b->disk_free = disk_free(h->nvme_dir);
+	b->disk_free = h->nvme_dir[0] && h->topo.nvme_free ? h->topo.nvme_free : disk_free(h->nvme_dir);
 }
 
 ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],

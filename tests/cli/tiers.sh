@@ -43,6 +43,13 @@ checks=$((checks + 1))
 	--host-tier activations=nvme --nvme-dir nvme >out.txt 2>&1
 [ $? -eq 1 ] && grep -q "activations need .* on nvme, which has .* free" out.txt ||
 	{ fail "an NVMe disk too small is refused"; cat out.txt >&2; }
+printf 'node 0 cpus 2 mem 8G\nnvme free 16K\n' >tiny_nvme.txt # the room declared, whatever this disk has
+checks=$((checks + 1))
+"$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --topology tiny_nvme.txt --host-tier activations=nvme \
+	--nvme-dir nvme >out.txt 2>&1
+[ $? -eq 1 ] && grep -q "nvme: 16.0 KiB free (declared" out.txt &&
+	grep -q "activations need .* on nvme, which has 16.0 KiB free (simulated topology)" out.txt ||
+	{ fail "a topology's 'nvme free' is the room the plan checks"; cat out.txt >&2; }
 
 expect_error "plan --json: tier too small" "host tier too small: activations need" \
 	"$FERRY" plan "${SHAPE[@]}" --policy minimal_offloaded --topology tiny.txt --host-tier activations=node:1 --json

@@ -107,6 +107,9 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 	for (int i = 0; i < t->n; i++)
 		fprintf(out, "  node %d: %s, %s free\n", t->node[i].id,
 			t->node[i].cpus ? "CPUs" : "no CPUs (CXL)", ferry_format_size(t->node[i].free, sz));
+	if (t->nvme_free)
+		fprintf(out, "  nvme: %s free (declared; --nvme-dir's disk is not asked)\n",
+			ferry_format_size(t->nvme_free, sz));
 	if (ferry_host_tiers_place_layers(h, plan->mem.host_kind_bytes, plan->mem.host_act_unit, &r) != FERRY_OK) {
 		fprintf(out, "does not fit: %s\n", ferry_last_error());
 		return 1;
