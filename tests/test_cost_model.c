@@ -12,6 +12,7 @@
 #include "cost/cost_model.h"
 #include "test_util.h"
 
+#include <libgen.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -291,6 +292,8 @@ static void file_round_trip(void)
 	      "another machine's calibration is refused");
 	CHECK(strstr(ferry_last_error(), "another machine") != NULL, "says why: %s", ferry_last_error());
 	unlink(path);
+	rmdir(dirname(path)); /* sub/, then calib_PID/: the save made both */
+	rmdir(dirname(path));
 	ferry_calibration_free(c);
 }
 
