@@ -14,6 +14,7 @@
  * collectives are fine, since another rank may be the one waiting.
  */
 #include "comm/comm_impl.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <pthread.h>
@@ -52,14 +53,6 @@ struct comm_watch {
 /* What the roll call learnt of one rank. */
 enum roll { SILENT, ANSWERED, WAITING_TOO };
 
-static long long now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void nap(long long ns)
 {
 	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
@@ -76,7 +69,7 @@ void ferry_comm_watch_begin(struct ferry_comm *c, const char *what)
 	s = &c->watch->slots[c->watch_slot];
 	atomic_store(&s->what, what);
 	atomic_fetch_add(&s->started, 1);
-	atomic_store(&s->since, now_ns());
+	atomic_store(&s->since, ferry_now_ns());
 }
 
 void ferry_comm_watch_end(struct ferry_comm *c)
@@ -157,7 +150,7 @@ static void answer(struct comm_watch *w)
 /* The slot whose collective has waited past the timeout (*waited ns), or -1. */
 static int overdue(struct comm_watch *w, long long *waited)
 {
-	long long timeout = atomic_load(&w->timeout), now = now_ns();
+	long long timeout = atomic_load(&w->timeout), now = ferry_now_ns();
 
 	for (int s = 0; timeout && s < WATCH_SLOTS; s++) {
 		long long since = atomic_load(&w->slots[s].since);
@@ -179,11 +172,11 @@ static void roll_call(struct comm_watch *w, int s, enum roll *roll, long long *a
 	int left = side->size - 1, a[4], from;
 
 	wait = wait && wait < ROLL_CALL_NS ? wait : ROLL_CALL_NS;
-	deadline = now_ns() + wait;
+	deadline = ferry_now_ns() + wait;
 	for (int p = 0; p < side->size; p++)
 		if (p != side->rank)
 			(void)side->iface->send_ints(side, p, TAG_ASK, &s, 1);
-	while (left > 0 && now_ns() < deadline && !atomic_load(&w->stop)) {
+	while (left > 0 && ferry_now_ns() < deadline && !atomic_load(&w->stop)) {
 		answer(w);
 		while (side->iface->recv_ints(side, TAG_ANSWER, a, 4, &from))
 			if (a[0] == s && from >= 0 && from < side->size && roll[from] == SILENT) {
@@ -269,7 +262,7 @@ static void fire(struct comm_watch *w, int s, long long waited)
 	st = describe(w, s, waited, &r);
 	ferry_free(roll);
 	ferry_free(at);
-	for (long long end = now_ns() + GRACE_NS; first != r.me && now_ns() < end && !atomic_load(&w->stop);
+	for (long long end = ferry_now_ns() + GRACE_NS; first != r.me && ferry_now_ns() < end && !atomic_load(&w->stop);
 	     nap(ROLL_NAP_NS))
 		answer(w);
 	if (atomic_load(&w->stop))

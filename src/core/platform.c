@@ -1,4 +1,5 @@
 #include "ferry/platform.h"
+#include "core/clock.h"
 
 #include <cblas.h>
 #include <stdbool.h>
@@ -154,14 +155,6 @@ const char *ferry_cpu_features(void)
 	return cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2+fma" : "sse";
 }
 
-static double seconds_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double ferry_cpu_sgemm_flops(int n)
 {
 	size_t nn = (size_t)(n > 0 ? n : 1) * (size_t)(n > 0 ? n : 1);
@@ -174,10 +167,10 @@ double ferry_cpu_sgemm_flops(int n)
 			b[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
 		}
 		for (int r = 0; r < 4; r++) {
-			double t = seconds_now();
+			double t = ferry_now_s();
 
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-			t = seconds_now() - t;
+			t = ferry_now_s() - t;
 			if (r > 0 && t > 0 && 2.0 * n * n * (double)n / t > best)
 				best = 2.0 * n * n * (double)n / t;
 		}

@@ -5,6 +5,7 @@
  * ranks on one machine and eight over a network are different things).
  */
 #include "cost/calibration.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "ferry/comm.h"
 
@@ -149,14 +150,6 @@ void ferry_calib_in_step_ratios(const double *r, int n, double *beside, double *
 
 /* ---- measuring ------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One call of e's collective on buf (room for the largest of any kind). */
 static ferry_status call(struct ferry_comm *comm, const struct ferry_calib_coll *e, char *buf)
 {
@@ -197,9 +190,9 @@ static ferry_status time_one(struct ferry_comm *comm, struct ferry_calib_coll *e
 
 		if ((st = ferry_comm_barrier(comm)))
 			break;
-		t0 = now_s();
+		t0 = ferry_now_s();
 		st = call(comm, e, buf);
-		best = fmin(best, now_s() - t0);
+		best = fmin(best, ferry_now_s() - t0);
 	}
 	if (!st)
 		st = ferry_comm_all_reduce(comm, &best, 1, FERRY_COMM_F64, FERRY_COMM_MAX, NULL);

@@ -10,6 +10,7 @@
  * step's on the CPU backend.
  */
 #include "cost/calibration.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <string.h>
@@ -38,19 +39,11 @@ static size_t next_place(struct copy_rig *r, size_t b)
 	return at;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* k copies of b bytes in each direction asked for, at once; seconds per copy. */
 static ferry_status timed(struct copy_rig *r, size_t b, int k, bool out, bool in, double *s)
 {
 	char *dev = ferry_buffer_ptr(r->dev);
-	double t0 = now_s();
+	double t0 = ferry_now_s();
 	ferry_status st = FERRY_OK;
 
 	for (int i = 0; i < k && !st; i++) {
@@ -66,7 +59,7 @@ static ferry_status timed(struct copy_rig *r, size_t b, int k, bool out, bool in
 		st = ferry_stream_synchronize(r->d2h);
 	if (!st)
 		st = ferry_stream_synchronize(r->h2d);
-	*s = (now_s() - t0) / k;
+	*s = (ferry_now_s() - t0) / k;
 	return st;
 }
 

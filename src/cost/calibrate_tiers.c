@@ -19,6 +19,7 @@
 #include "backend/host_tiers.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/nvme_file.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <limits.h>
@@ -36,14 +37,6 @@
 #define NVME_BUDGET ((size_t)256 << 20)
 #define NVME_MAX_COUNT 256
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 long ferry_calib_adamw_floats(const struct ferry_model_config *cfg)
 {
 	size_t np = ferry_model_config_num_params(cfg);
@@ -60,10 +53,10 @@ ferry_status ferry_calib_time_adamw(float *buf, long n, int repeats, double *bes
 	*best = 0;
 	a.param = buf, a.m = buf + n, a.v = buf + 2 * n, a.grad = buf + 3 * n;
 	for (int r = 0; r <= repeats && !st; r++) { /* the first: a warm-up */
-		double t0 = now_s(), s;
+		double t0 = ferry_now_s(), s;
 
 		st = ferry_cpu_adamw_step(&a);
-		s = now_s() - t0;
+		s = ferry_now_s() - t0;
 		if (r > 0 && (*best == 0 || s < *best))
 			*best = s;
 	}
@@ -187,12 +180,12 @@ static ferry_status nvme_round(struct ferry_nvme_file *f, char *buf, const size_
 	for (int dir = 0; dir < 2; dir++)
 		for (int i = 0; i < k && !st; i++) {
 			size_t stride = (sz[i] + FERRY_NVME_ALIGN - 1) / FERRY_NVME_ALIGN * FERRY_NVME_ALIGN;
-			double t0 = now_s(), s;
+			double t0 = ferry_now_s(), s;
 
 			for (int j = 0; j < count[i] && !st; j++)
 				st = dir ? ferry_nvme_read(f, (uint64_t)j * stride, buf, sz[i])
 					 : ferry_nvme_write(f, (uint64_t)j * stride, buf, sz[i]);
-			s = (now_s() - t0) / count[i];
+			s = (ferry_now_s() - t0) / count[i];
 			if (!st && (best[dir][i] == 0 || s < best[dir][i]))
 				best[dir][i] = s;
 		}

@@ -7,6 +7,7 @@
  */
 #include "exec/auto_internal.h"
 #include "ferry/policy.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "cost/calibration.h"
 
@@ -217,14 +218,6 @@ static ferry_status refuse(const struct eval *cur, size_t device_mem)
 			   ferry_format_size(device_mem, have));
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ferry_policy_auto without making the tier choice the tiers' own. */
 static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int T,
 				const struct ferry_exec_opts *opts, size_t device_mem, size_t host_mem,
@@ -234,7 +227,7 @@ static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int
 			    { !opts->mlp_tile, !opts->loss_tile } };
 	enum ferry_placement place[FERRY_AUTO_MAX_NAMES] = { 0 };
 	struct eval cur;
-	double t0 = now_s();
+	double t0 = ferry_now_s();
 	ferry_status st;
 
 	memset(out, 0, sizeof(*out));
@@ -258,12 +251,12 @@ static ferry_status policy_auto(const struct ferry_model_config *cfg, int B, int
 	spec_of(out, place, out->policy, sizeof(out->policy));
 	out->fits = cur.fits;
 	out->pred = cur.pred;
-	out->search_s = now_s() - t0;
+	out->search_s = ferry_now_s() - t0;
 	if (!cur.fits)
 		return refuse(&cur, device_mem);
 	st = ferry_auto_tiers_search(cfg, B, T, opts, c, out);
 	out->evaluations += out->tiers.searched;
-	out->search_s = now_s() - t0;
+	out->search_s = ferry_now_s() - t0;
 	return st;
 }
 
@@ -305,7 +298,7 @@ ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B
 	char why[512] = "";
 	int evaluations = 0;
 	bool have = false;
-	double t0 = now_s();
+	double t0 = ferry_now_s();
 
 	if (!r)
 		return ferry_error(FERRY_ERR_NOMEM, "--policy auto: out of host memory");
@@ -333,7 +326,7 @@ ferry_status ferry_policy_auto_state(const struct ferry_model_config *cfg, int B
 		return ferry_error(first, "%s", why);
 	out->evaluations = evaluations;
 	out->n_states = n;
-	out->search_s = now_s() - t0;
+	out->search_s = ferry_now_s() - t0;
 	ferry_auto_tiers_apply(opts->host_tiers, out);
 	return FERRY_OK;
 }

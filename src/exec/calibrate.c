@@ -33,6 +33,7 @@
 #include "exec/model_internal.h"
 #include "cost/calibrate_tiers.h"
 #include "cost/calibration.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "ferry/comm.h"
 
@@ -57,14 +58,6 @@ struct samples {
 	double gap_s, outside_s;
 	double untraced_s; /* the fastest untraced step's wall time (0: none) */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static ferry_status add_sample(struct samples *a, const struct ferry_op_call *c, double s)
 {
@@ -204,11 +197,11 @@ static int cmp_double(const void *x, const void *y)
 /* An untraced step, timed into wall[*n] while there is room. */
 static ferry_status untraced_step(ferry_model_t m, int B, int T, int s, double *wall, int *n, int max)
 {
-	double t0 = now_s();
+	double t0 = ferry_now_s();
 	ferry_status st = one_step(m, B, T, s);
 
 	if (!st && *n < max)
-		wall[(*n)++] = now_s() - t0;
+		wall[(*n)++] = ferry_now_s() - t0;
 	return st;
 }
 
@@ -225,10 +218,10 @@ static ferry_status traced_steps(ferry_model_t m, int B, int T, int repeats, str
 	int n = 0, s = 1;
 
 	for (int r = 1; r <= repeats && !st; r++) {
-		double t0 = now_s();
+		double t0 = ferry_now_s();
 
 		if (!(st = ferry_model_trace_begin(m)) && !(st = one_step(m, B, T, s++)))
-			st = read_slices(m, now_s() - t0, a);
+			st = read_slices(m, ferry_now_s() - t0, a);
 		for (int k = 0; k < 2 && !st && n < MAX_UNTRACED - 1; k++)
 			st = untraced_step(m, B, T, s++, wall, &n, MAX_UNTRACED);
 	}

@@ -7,6 +7,7 @@
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/policy.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "train/commit.h"
 
@@ -61,14 +62,6 @@ void ferry_train_opts_default(struct ferry_train_opts *o)
 					 .weight_decay = 0.1f, .grad_clip = 1.0f };
 	o->seed = 1337;
 	o->shuffle = true;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 static const char *short_path(const char *path, char buf[FERRY_CKPT_SHORT])
@@ -792,7 +785,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 {
 	const struct ferry_train_opts *o = &tr->opts;
 	struct ferry_adamw opt = o->adamw;
-	double t0 = now_ms();
+	double t0 = (1e3 * ferry_now_s());
 	bool early;
 	ferry_status st;
 
@@ -816,7 +809,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	tr->step++;
 	m->step = tr->step;
 	m->lr = opt.lr;
-	m->step_ms = now_ms() - t0;
+	m->step_ms = (1e3 * ferry_now_s()) - t0;
 	m->tokens_per_s = (double)o->B * tr->ranks * o->grad_accum * o->T / (m->step_ms / 1e3);
 	m->device_peak_bytes = ferry_backend_mem_peak(tr->be);
 	return FERRY_OK;

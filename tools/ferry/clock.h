@@ -1,5 +1,6 @@
 /* The CLI's clock: seconds on CLOCK_MONOTONIC, for the durations it
- * prints and the gaps it watches (the library's clock is its own). */
+ * prints and the gaps it watches (the library's is src/core/clock.h, not
+ * public). */
 #ifndef FERRY_CLI_CLOCK_H
 #define FERRY_CLI_CLOCK_H
 

@@ -17,6 +17,7 @@
  */
 #include "backend/backend_impl.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include "ferry/platform.h"
@@ -77,14 +78,6 @@ static void event_wait_ticket(struct cpu_event *ev, uint64_t ticket)
 	pthread_mutex_unlock(&ev->lock);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Runs an op, timing it when the backend profiles (the table is shared by
  * the backend's streams, hence the lock; only taken when profiling). */
 static void run_op(struct cpu_stream *cs, const struct ferry_op_call *op)
@@ -96,9 +89,9 @@ static void run_op(struct cpu_stream *cs, const struct ferry_op_call *op)
 		ferry_cpu_run_op(op);
 		return;
 	}
-	t0 = now_s();
+	t0 = ferry_now_s();
 	ferry_cpu_run_op(op);
-	t0 = now_s() - t0;
+	t0 = ferry_now_s() - t0;
 	pthread_mutex_lock(&((struct cpu_backend *)cs->be->ctx)->timing_lock);
 	tm = &cs->be->timing[op->kind][op->backward];
 	tm->seconds += t0;
@@ -122,7 +115,7 @@ static void run_task(struct cpu_stream *cs, struct task *t)
 	case TASK_RECORD: {
 		struct cpu_event *ev = t->u.event.ev;
 
-		const double now = now_s();
+		const double now = ferry_now_s();
 
 		pthread_mutex_lock(&ev->lock);
 		if (t->u.event.ticket > ev->completed) {
