@@ -581,14 +581,15 @@ static ferry_status open_step_comm(ferry_trainer_t tr)
 		st = ferry_comm_stage_bytes(&stage);
 	if ((st = ferry_comm_agree(c, st)))
 		return st;
-	if (!strcmp(ferry_comm_engine(c), "single"))
-		snprintf(tr->engine_why, sizeof(tr->engine_why), "this process alone (no MPI launcher started it): "
-			 "each collective over one rank");
-	else
-		snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
-			 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
 	if (!strcmp(tr->opts.backend, "cuda") && (st = pick_engine(tr, &nccl)))
 		return st;
+	if (!nccl && !strcmp(ferry_comm_engine(c), "single")) /* MPI named, but no launcher: no MPI */
+		snprintf(tr->engine_why, sizeof(tr->engine_why), "this process alone (no MPI launcher started it): "
+			 "each collective over one rank%s", strcmp(tr->opts.backend, "cuda") ? "" :
+			 ", through pinned host staging");
+	else if (strcmp(tr->opts.backend, "cuda"))
+		snprintf(tr->engine_why, sizeof(tr->engine_why), "MPI%s: the %s backend's memory is host memory",
+			 forced ? " through host staging (FERRY_COMM_STAGE=1)" : "", tr->opts.backend);
 	if ((nccl || forced) && (st = ferry_comm_dup(c, &tr->host_comm)))
 		return st;
 	if (nccl)

@@ -5,6 +5,7 @@
 # same on the CPU through MPI): GPT-2 and Llama, 4 steps, the same bits as
 # a plain process on the GPU (an average over one rank changes nothing),
 # the start naming NCCL; then the time of a step with and without it.
+# FERRY_COMM_ENGINE=mpi without a launcher: "this process alone", plain bits.
 # GPT-2 with --offload-params --offload-optimizer cpu at every --zero
 # stage through NCCL: a plain process's bits (--zero 2 and 3 within 1e-6).
 # Skips (77) without a usable GPU, mpirun, or MPI and NCCL in ferry; fails
@@ -36,6 +37,21 @@ for model in gpt2 llama; do
 		fail "$model: NCCL [$(fields nccl.json | tr '\n' ' ')], plain [$(fields plain.json | tr '\n' ' ')]"
 	fi
 done
+
+# FERRY_COMM_ENGINE=mpi in a process no launcher started: no MPI runs; the
+# collectives over this one rank go through pinned host staging, and the
+# start says so (it said "MPI through pinned host staging")
+expect_ok "gpt2: plain" "$FERRY" train "${RUN[@]}" --json plain.json
+checks=$((checks + 1))
+if ! FERRY_COMM_ENGINE=mpi "$FERRY" train "${RUN[@]}" --json alone.json >alone.out 2>&1; then
+	fail "FERRY_COMM_ENGINE=mpi, no launcher: $(tail -n 3 alone.out)"
+elif ! grep -q "^collectives: this process alone (no MPI launcher started it): .*pinned host staging" alone.out; then
+	fail "FERRY_COMM_ENGINE=mpi, no launcher: $(grep collectives alone.out || echo 'no collectives line')"
+elif [ -n "$(fields alone.json)" ] && [ "$(fields alone.json)" = "$(fields plain.json)" ]; then
+	echo "ok: FERRY_COMM_ENGINE=mpi, no launcher: this process alone, a plain process's bits"
+else
+	fail "FERRY_COMM_ENGINE=mpi, no launcher: [$(fields alone.json | tr '\n' ' ')], plain [$(fields plain.json | tr '\n' ' ')]"
+fi
 
 # --offload-params at every --zero stage through NCCL (exec/dp_reduce.c:
 # the layers' gradients averaged by NCCL in the ring's slots before their
