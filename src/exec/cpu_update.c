@@ -229,14 +229,13 @@ static void ring_adamw(ferry_model_t m, struct ferry_program *p, int q, size_t o
 }
 
 /* Stacked parameter q's part of layer l this rank updates (split: the
- * piece in its slice), as [*off, *off + *n); false: none. */
-static bool layer_piece(ferry_model_t m, int q, int l, size_t *off, size_t *n)
+ * piece in its slice), as [*off, *off + *n), *pi its info; false: none. */
+static bool layer_piece(ferry_model_t m, int q, int l, struct ferry_param_info *pi, size_t *off,
+			size_t *n)
 {
-	struct ferry_param_info pi;
-
-	if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
+	if (!ferry_zero_host_updated(m, q, pi) || !pi->layers)
 		return false;
-	*off = (size_t)l * pi.layer_numel, *n = pi.layer_numel;
+	*off = (size_t)l * pi->layer_numel, *n = pi->layer_numel;
 	return ferry_zero_host_piece(m, q, off, n);
 }
 
@@ -246,12 +245,13 @@ static bool layer_piece(ferry_model_t m, int q, int l, size_t *off, size_t *n)
 static void ring_layer(ferry_model_t m, struct ferry_program *p, int l, bool early)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
+	struct ferry_param_info pi;
 	size_t off, n;
 	int slot = -1;
 
 	for (int pass = 0; pass < 2; pass++) {
 		for (int q = 0; q < m->md->n_params; q++) {
-			if (!layer_piece(m, q, l, &off, &n))
+			if (!layer_piece(m, q, l, &pi, &off, &n))
 				continue;
 			if (slot < 0)
 				slot = ring_take(m, p, l);
@@ -315,10 +315,7 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 		size_t off, n;
 		char label[56];
 
-		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-			continue;
-		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!ferry_zero_host_piece(m, q, &off, &n))
+		if (!layer_piece(m, q, l, &pi, &off, &n))
 			continue;
 		if (variant == FERRY_UPDATE_REDO || variant == FERRY_UPDATE_UNDO) {
 			c = host_call(m, q, off, n);
@@ -387,10 +384,7 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 		size_t off, n;
 		char label[56];
 
-		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-			continue;
-		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!ferry_zero_host_piece(m, q, &off, &n))
+		if (!layer_piece(m, q, l, &pi, &off, &n))
 			continue;
 		c = host_call(m, q, off, n);
 		with_undo(m, q, off, &c);
@@ -420,10 +414,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 			struct ferry_param_info pi;
 			size_t off, n;
 
-			if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-				continue;
-			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-			if (!ferry_zero_host_piece(m, q, &off, &n))
+			if (!layer_piece(m, q, l, &pi, &off, &n))
 				continue;
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
 			ferry_emit_copy(p, m->opt_d2h,
