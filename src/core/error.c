@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char last_error[512];
 
@@ -74,6 +75,16 @@ static int fault_fires(void)
 void *ferry_malloc(size_t size)
 {
 	return fault_fires() ? NULL : malloc(size ? size : 1);
+}
+
+char *ferry_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = ferry_malloc(n);
+
+	if (p)
+		memcpy(p, s, n);
+	return p;
 }
 
 void *ferry_calloc(size_t n, size_t size)

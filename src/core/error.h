@@ -15,5 +15,7 @@ void *ferry_malloc(size_t size);
 void *ferry_calloc(size_t n, size_t size);
 void *ferry_aligned_alloc(size_t alignment, size_t size); /* free with ferry_free */
 void ferry_free(void *p);
+/* A ferry_malloc copy of the string s, or NULL; free with ferry_free. */
+char *ferry_strdup(const char *s);
 
 #endif

@@ -224,6 +224,13 @@ static bool shape_ok(const struct ferry_calib_op *e)
 	return true;
 }
 
+/* Entry i of a list ("op", "copy", ...) that cannot be read. */
+static ferry_status malformed(const char *path, const char *list, size_t i)
+{
+	return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s entry %zu is malformed: run `ferry calibrate` again",
+			   path, list, i);
+}
+
 static ferry_status read_ops(const json_t *ops, struct ferry_calibration *c, const char *path)
 {
 	size_t i;
@@ -241,8 +248,7 @@ static ferry_status read_ops(const json_t *ops, struct ferry_calibration *c, con
 				"backward", &bwd, "B", &e.B, "T", &e.T, "C", &e.C, "NH", &e.NH, "OC", &e.OC, "V", &e.V,
 				"Vp", &e.Vp, "NKV", &e.NKV, "n", &n, "seconds", &e.seconds, "flops", &e.flops) != 0 ||
 		    op_kind(name) < 0 || !shape_ok(&e) || n < 0)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: op entry %zu is malformed: run `ferry "
-					   "calibrate` again", path, i);
+			return malformed(path, "op", i);
 		if ((st = check_figure(path, "an op's seconds", e.seconds, 1e-12, 3600, false)) ||
 		    (st = check_figure(path, "an op's flops", e.flops, 0, 1e20, false)))
 			return st;
@@ -267,8 +273,7 @@ static ferry_status read_copies(const json_t *copies, struct ferry_calibration *
 
 		if (json_unpack(o, "{s:I, s:F, s:F, s:F, s:F}", "bytes", &b, "d2h_s", &p.d2h_s, "h2d_s", &p.h2d_s,
 				"d2h_both_s", &p.d2h_both_s, "h2d_both_s", &p.h2d_both_s) != 0 || b <= 0)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: copy entry %zu is malformed: run `ferry "
-					   "calibrate` again", path, i);
+			return malformed(path, "copy", i);
 		if ((st = check_figure(path, "a copy's d2h_s", p.d2h_s, 1e-12, 3600, false)) ||
 		    (st = check_figure(path, "a copy's h2d_s", p.h2d_s, 1e-12, 3600, false)) ||
 		    (st = check_figure(path, "a copy's d2h_both_s", p.d2h_both_s, 1e-12, 3600, false)) ||
@@ -292,8 +297,7 @@ static ferry_status read_cxl(const json_t *nodes, struct ferry_calibration *c, c
 		if (json_unpack(o, "{s:i, s:F, s:F}", "node", &x.node, "copy_factor", &x.copy, "adamw_factor",
 				&x.adamw) != 0 || !isfinite(x.copy) || !isfinite(x.adamw) || x.copy < 1e-3 ||
 		    x.copy > 1e3 || x.adamw < 1e-3 || x.adamw > 1e3 || x.node < 0 || x.node > 4095)
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: cxl_nodes entry %zu is malformed: run `ferry "
-					   "calibrate` again", path, i);
+			return malformed(path, "cxl_nodes", i);
 		if (c->n_cxl < FERRY_CALIB_MAX_CXL)
 			c->cxl[c->n_cxl++] = x;
 	}
@@ -325,8 +329,7 @@ static ferry_status read_colls(const json_t *a, struct ferry_calibration *c, con
 		if (json_unpack(o, "{s:s, s:s, s:i, s:I, s:F}", "collective", &kind, "engine", &engine, "ranks",
 				&e.ranks, "bytes", &b, "seconds", &e.seconds) != 0 || coll_kind(kind) < 0 ||
 		    e.ranks < 2 || e.ranks > (1 << 24) || b <= 0 || strlen(engine) >= sizeof(e.engine))
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collectives entry %zu is malformed: run "
-					   "`ferry calibrate` again", path, i);
+			return malformed(path, "collectives", i);
 		if ((st = check_figure(path, "a collective's seconds", e.seconds, 1e-12, 3600, false)))
 			return st;
 		e.kind = (enum ferry_calib_coll_kind)coll_kind(kind);
@@ -356,8 +359,7 @@ static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c
 				"skew_s", &e.skew_s) != 0 ||
 		    e.ranks < 2 || e.ranks > (1 << 24) ||
 		    strlen(engine) >= sizeof(e.engine))
-			return ferry_error(FERRY_ERR_FORMAT, "calibration %s: collective_steps entry %zu is malformed: "
-					   "run `ferry calibrate` again", path, i);
+			return malformed(path, "collective_steps", i);
 		if ((st = check_figure(path, "a step's in_step", e.in_step, 1e-3, 1e4, true)) ||
 		    (st = check_figure(path, "a step's in_step_idle", e.in_step_idle, 1e-3, 1e4, true)) ||
 		    (st = check_figure(path, "a step's compute_slowdown", e.compute_slowdown, 1e-3, 1e3, true)) ||

@@ -17,14 +17,11 @@
 #include "data/bpe_train.h"
 #include "data/hf_tokenizer.h"
 #include "core/error.h"
+#include "data/st_io.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef ferry_status (*ferry_st_emit_fn)(int fd, const char *tmp, void *ctx);
-ferry_status ferry_st_atomic_write(const char *path, ferry_st_emit_fn emit, void *ctx);
-ferry_status ferry_st_write_all(int fd, const char *tmp, const void *buf, size_t n);
 
 struct pair {
 	int32_t left, right;

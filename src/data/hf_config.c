@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/hf_config_internal.h"
+#include "data/st_io.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -17,15 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* Defined in safetensors.c (internal to libferry). */
-typedef ferry_status (*ferry_st_emit_fn)(int fd, const char *tmp, void *ctx);
-ferry_status ferry_st_atomic_write(const char *path, ferry_st_emit_fn emit,
-				   void *ctx);
-ferry_status ferry_st_write_all(int fd, const char *tmp, const void *buf,
-				size_t n);
-ferry_status ferry_st_read_small_file(const char *path, uint64_t max,
-				      char **out, size_t *len);
 
 #define CONFIG_NAME "config.json"
 #define CONFIG_MAX_BYTES (16u << 20)

@@ -11,16 +11,7 @@
 #include <string.h>
 
 #define METASPACE "\xe2\x96\x81" /* U+2581, SentencePiece's space */
-
-static char *dup_str(const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = ferry_malloc(n);
-
-	if (p)
-		memcpy(p, s, n);
-	return p;
-}
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static ferry_status too_many(const char *path, const char *what)
 {
@@ -63,6 +54,36 @@ static ferry_status pattern_of(json_t *o, const char *where, const char *path,
 	return FERRY_OK;
 }
 
+/* Where s stands in names[0..n), or n when s is NULL or not there. */
+static size_t index_of(const char *s, const char *const *names, size_t n)
+{
+	size_t i;
+
+	for (i = 0; s && i < n; i++)
+		if (!strcmp(s, names[i]))
+			break;
+	return s ? i : n;
+}
+
+typedef ferry_status (*step_parser)(struct ferry_hf_tokenizer *t, json_t *o,
+				    const char *path);
+
+/* A "Sequence"'s list of steps, each read by parse; the first error stops. */
+static ferry_status parse_each(struct ferry_hf_tokenizer *t, json_t *list,
+			       step_parser parse, const char *path)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(list, i, e) {
+		ferry_status st = parse(t, e, path);
+
+		if (st)
+			return st;
+	}
+	return FERRY_OK;
+}
+
 static ferry_status parse_norm(struct ferry_hf_tokenizer *t, json_t *o,
 			       const char *path)
 {
@@ -72,23 +93,13 @@ static ferry_status parse_norm(struct ferry_hf_tokenizer *t, json_t *o,
 	struct tok_norm *nm;
 	bool regex;
 	size_t i;
-	json_t *e;
 
 	if (!o || json_is_null(o))
 		return FERRY_OK;
-	if (type && !strcmp(type, "Sequence")) {
-		json_array_foreach(json_object_get(o, "normalizers"), i, e) {
-			ferry_status st = parse_norm(t, e, path);
-
-			if (st)
-				return st;
-		}
-		return FERRY_OK;
-	}
-	for (i = 0; type && i < sizeof(plain) / sizeof(plain[0]); i++)
-		if (!strcmp(type, plain[i]))
-			break;
-	if (!type || i == sizeof(plain) / sizeof(plain[0]))
+	if (type && !strcmp(type, "Sequence"))
+		return parse_each(t, json_object_get(o, "normalizers"), parse_norm, path);
+	i = index_of(type, plain, N_OF(plain));
+	if (i == N_OF(plain))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: normalizer %.40s is not supported (ferry reads Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace)",
 				   path, type ? type : "without a type");
@@ -97,15 +108,15 @@ static ferry_status parse_norm(struct ferry_hf_tokenizer *t, json_t *o,
 	nm = &t->norm[t->n_norm++];
 	nm->kind = (enum tok_norm_kind)i;
 	if (nm->kind == NORM_PREPEND) {
-		nm->content = dup_str(hfj_str(o, "prepend") ? hfj_str(o, "prepend") : "");
+		nm->content = ferry_strdup(hfj_str(o, "prepend") ? hfj_str(o, "prepend") : "");
 		return nm->content ? FERRY_OK : no_mem(path);
 	}
 	if (nm->kind != NORM_REPLACE)
 		return FERRY_OK;
 	if (pattern_of(o, "normalizer Replace", path, &pat, &regex))
 		return FERRY_ERR_FORMAT;
-	nm->pattern = dup_str(pat);
-	nm->content = dup_str(hfj_str(o, "content") ? hfj_str(o, "content") : "");
+	nm->pattern = ferry_strdup(pat);
+	nm->content = ferry_strdup(hfj_str(o, "content") ? hfj_str(o, "content") : "");
 	if (!nm->pattern || !nm->content)
 		return no_mem(path);
 	return regex ? compile(pat, false, &nm->regex, path) : FERRY_OK;
@@ -122,10 +133,8 @@ static ferry_status parse_split(struct tok_pre *p, json_t *o, const char *path)
 
 	if (pattern_of(o, "pre_tokenizer Split", path, &pat, &regex))
 		return FERRY_ERR_FORMAT;
-	for (i = 0; b && i < sizeof(how) / sizeof(how[0]); i++)
-		if (!strcmp(b, how[i]))
-			break;
-	if (!b || i == sizeof(how) / sizeof(how[0]))
+	i = index_of(b, how, N_OF(how));
+	if (i == N_OF(how))
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: pre_tokenizer Split: behavior %.40s is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous",
 				   path, b ? b : "(missing)");
@@ -173,7 +182,7 @@ static ferry_status parse_pre_one(struct ferry_hf_tokenizer *t,
 		return compile(ferry_tok_gpt2_pattern, false, &p->regex, path);
 	}
 	p->kind = PRE_METASPACE;
-	p->replacement = dup_str(rep ? rep : METASPACE);
+	p->replacement = ferry_strdup(rep ? rep : METASPACE);
 	p->prepend = prepend_scheme(o);
 	p->split = hfj_bool(o, "split", true);
 	return p->replacement ? FERRY_OK : no_mem(path);
@@ -183,20 +192,11 @@ static ferry_status parse_pre(struct ferry_hf_tokenizer *t, json_t *o,
 			      const char *path)
 {
 	const char *type = hfj_str(o, "type");
-	size_t i;
-	json_t *e;
 
 	if (!o || json_is_null(o))
 		return FERRY_OK;
-	if (type && !strcmp(type, "Sequence")) {
-		json_array_foreach(json_object_get(o, "pretokenizers"), i, e) {
-			ferry_status st = parse_pre(t, e, path);
-
-			if (st)
-				return st;
-		}
-		return FERRY_OK;
-	}
+	if (type && !strcmp(type, "Sequence"))
+		return parse_each(t, json_object_get(o, "pretokenizers"), parse_pre, path);
 	if (!type || (strcmp(type, "Split") && strcmp(type, "ByteLevel") &&
 		      strcmp(type, "Metaspace") && strcmp(type, "Digits")))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
@@ -221,18 +221,18 @@ static ferry_status parse_dec_one(struct tok_dec *d, const char *type,
 			return ferry_error(FERRY_ERR_UNSUPPORTED,
 					   "%s: decoder Replace with a Regex pattern is not supported",
 					   path);
-		d->pattern = dup_str(pat);
-		d->content = dup_str(hfj_str(o, "content") ? hfj_str(o, "content") : "");
+		d->pattern = ferry_strdup(pat);
+		d->content = ferry_strdup(hfj_str(o, "content") ? hfj_str(o, "content") : "");
 	} else if (!strcmp(type, "Strip")) {
 		d->kind = DEC_STRIP;
-		d->content = dup_str(hfj_str(o, "content") ? hfj_str(o, "content") : " ");
+		d->content = ferry_strdup(hfj_str(o, "content") ? hfj_str(o, "content") : " ");
 		d->start = (int)json_integer_value(json_object_get(o, "start"));
 		d->stop = (int)json_integer_value(json_object_get(o, "stop"));
-		d->pattern = dup_str("");
+		d->pattern = ferry_strdup("");
 	} else if (!strcmp(type, "Metaspace")) {
 		d->kind = DEC_METASPACE;
-		d->pattern = dup_str(rep ? rep : METASPACE);
-		d->content = dup_str(" ");
+		d->pattern = ferry_strdup(rep ? rep : METASPACE);
+		d->content = ferry_strdup(" ");
 		d->start = prepend_scheme(o) != 0;
 	} else {
 		d->kind = !strcmp(type, "ByteLevel") ? DEC_BYTELEVEL :
@@ -248,24 +248,12 @@ static ferry_status parse_dec(struct ferry_hf_tokenizer *t, json_t *o,
 	static const char *const known[] = { "ByteLevel", "Replace", "ByteFallback",
 					     "Fuse", "Strip", "Metaspace" };
 	const char *type = hfj_str(o, "type");
-	size_t i;
-	json_t *e;
 
 	if (!o || json_is_null(o))
 		return FERRY_OK;
-	if (type && !strcmp(type, "Sequence")) {
-		json_array_foreach(json_object_get(o, "decoders"), i, e) {
-			ferry_status st = parse_dec(t, e, path);
-
-			if (st)
-				return st;
-		}
-		return FERRY_OK;
-	}
-	for (i = 0; type && i < sizeof(known) / sizeof(known[0]); i++)
-		if (!strcmp(type, known[i]))
-			break;
-	if (!type || i == sizeof(known) / sizeof(known[0]))
+	if (type && !strcmp(type, "Sequence"))
+		return parse_each(t, json_object_get(o, "decoders"), parse_dec, path);
+	if (index_of(type, known, N_OF(known)) == N_OF(known))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: decoder %.40s is not supported (ferry reads Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)",
 				   path, type ? type : "without a type");
@@ -331,19 +319,11 @@ static ferry_status parse_post(struct ferry_hf_tokenizer *t, json_t *o,
 {
 	const char *type = hfj_str(o, "type");
 	ferry_status st;
-	size_t i;
-	json_t *e;
 
 	if (!o || json_is_null(o) || (type && !strcmp(type, "ByteLevel")))
 		return FERRY_OK; /* ByteLevel's only trims offsets */
-	if (type && !strcmp(type, "Sequence")) {
-		json_array_foreach(json_object_get(o, "processors"), i, e) {
-			st = parse_post(t, e, path);
-			if (st)
-				return st;
-		}
-		return FERRY_OK;
-	}
+	if (type && !strcmp(type, "Sequence"))
+		return parse_each(t, json_object_get(o, "processors"), parse_post, path);
 	if (type && !strcmp(type, "TemplateProcessing"))
 		return parse_template(t, o, path);
 	if (type && (!strcmp(type, "RobertaProcessing") ||

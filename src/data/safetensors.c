@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_header.h"
+#include "data/st_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,15 +38,6 @@
 #else
 #define ST_BIG_ENDIAN 0
 #endif
-
-/* Shared with hf_config.c (no installed header: internal to libferry). */
-typedef ferry_status (*ferry_st_emit_fn)(int fd, const char *tmp, void *ctx);
-ferry_status ferry_st_atomic_write(const char *path, ferry_st_emit_fn emit,
-				   void *ctx);
-ferry_status ferry_st_write_all(int fd, const char *tmp, const void *buf,
-				size_t n);
-ferry_status ferry_st_read_small_file(const char *path, uint64_t max,
-				      char **out, size_t *len);
 
 /* ---- dtypes and conversions ------------------------------------------------ */
 
@@ -182,16 +174,6 @@ static void store_le64(unsigned char *p, uint64_t v)
 
 	for (i = 0; i < 8; i++)
 		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static char *dup_str(const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = ferry_malloc(n);
-
-	if (p)
-		memcpy(p, s, n);
-	return p;
 }
 
 /* "a/b" (dir "" or NULL gives "b"); NULL when out of memory. */
@@ -409,8 +391,8 @@ static ferry_status add_metadata(struct ferry_safetensors *h, const char *path,
 			h->meta = m;
 			h->cap_meta = cap;
 		}
-		h->meta[h->n_meta].key = dup_str(key);
-		h->meta[h->n_meta].value = dup_str(json_string_value(val));
+		h->meta[h->n_meta].key = ferry_strdup(key);
+		h->meta[h->n_meta].value = ferry_strdup(json_string_value(val));
 		if (!h->meta[h->n_meta].key || !h->meta[h->n_meta].value) {
 			ferry_free(h->meta[h->n_meta].key);
 			ferry_free(h->meta[h->n_meta].value);
@@ -698,7 +680,7 @@ static ferry_status add_shard_entries(struct ferry_safetensors *h, int si,
 		st = parse_entry(path, key, val, data_size, e);
 		if (st)
 			return st;
-		e->t.name = dup_str(key);
+		e->t.name = ferry_strdup(key);
 		if (!e->t.name)
 			return nomem(path);
 		e->t.file = h->shards[si].path;
@@ -1036,7 +1018,7 @@ static ferry_status open_index_file(struct ferry_safetensors *h,
 {
 	const char *slash = strrchr(path, '/');
 	ferry_status st;
-	char *dir = dup_str(path);
+	char *dir = ferry_strdup(path);
 
 	if (!dir)
 		return nomem(path);
@@ -1055,7 +1037,7 @@ static ferry_status open_file(struct ferry_safetensors *h, const char *path)
 	char *p;
 
 	h->shards = ferry_calloc(1, sizeof(*h->shards));
-	p = dup_str(path);
+	p = ferry_strdup(path);
 	if (!h->shards || !p) {
 		ferry_free(p);
 		return nomem(path);
@@ -1079,7 +1061,7 @@ ferry_status ferry_safetensors_open(const char *path, ferry_safetensors_t *out)
 	h = ferry_calloc(1, sizeof(*h));
 	if (!h)
 		return nomem(path);
-	h->path = dup_str(path);
+	h->path = ferry_strdup(path);
 	if (!h->path) {
 		ferry_free(h);
 		return nomem(path);
@@ -1263,9 +1245,6 @@ static void sync_parent_dir(const char *path)
 	}
 }
 
-/* Writes path through "path.tmp.<pid>": emit writes the contents, then
- * fsync, rename over path, fsync of the directory.  On failure the
- * temporary is removed and path is untouched. */
 ferry_status ferry_st_atomic_write(const char *path, ferry_st_emit_fn emit,
 				   void *ctx)
 {

@@ -42,11 +42,6 @@ static struct stage epilogue_of(const struct ferry_model *m)
 			       FERRY_EDGE_EPILOGUE };
 }
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
 /* The first present parameter: its host entries start the parameter array. */
 static int first_param(const struct ferry_model *m)
 {
@@ -78,7 +73,7 @@ static void *stage_ptr(const struct ferry_model *m, const struct stage *s, int t
 	case FERRY_ROLE_STACK_INPUT: return ferry_layer_exec_input(m->layers);
 	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output(m->layers);
 	case FERRY_ROLE_ALIAS: return stage_ptr(m, s, s->roles[t].alias_of);
-	default: return entry(m, s->index[t]);
+	default: return ferry_entry(m, s->index[t]);
 	}
 }
 
@@ -104,7 +99,7 @@ static void *stage_grad(const struct ferry_model *m, const struct stage *s, int 
 	switch (s->roles[t].role) {
 	case FERRY_ROLE_STACK_INPUT: return (void *)ferry_layer_exec_input_grad(m->layers);
 	case FERRY_ROLE_STACK_OUTPUT: return ferry_layer_exec_output_grad(m->layers);
-	default: return s->roles[t].grad_in_place ? stage_ptr(m, s, t) : entry(m, s->grad_index[t]);
+	default: return s->roles[t].grad_in_place ? stage_ptr(m, s, t) : ferry_entry(m, s->grad_index[t]);
 	}
 }
 
@@ -121,7 +116,7 @@ static int role_tensor(const struct stage *s, enum ferry_tensor_role role)
 static void with_workspace(const struct ferry_model *m, struct ferry_op_call *c)
 {
 	if (m->tt.ix.workspace >= 0) {
-		c->ws = entry(m, m->tt.ix.workspace);
+		c->ws = ferry_entry(m, m->tt.ix.workspace);
 		c->ws_bytes = m->tt.e[m->tt.ix.workspace].bytes;
 	}
 }
@@ -396,8 +391,8 @@ static void unstacked_grads_copy(ferry_model_t m, struct ferry_program *p, int s
 
 		if (ix->dev_grad[q] < 0)
 			continue;
-		host = entry(m, ix->grad[q]);
-		dev = entry(m, ix->dev_grad[q]);
+		host = ferry_entry(m, ix->grad[q]);
+		dev = ferry_entry(m, ix->dev_grad[q]);
 		snprintf(label, sizeof(label), "grad: %.40s", m->tt.e[ix->param[q]].name);
 		ferry_emit_copy(p, s, kind == FERRY_COPY_D2H ? host : dev, kind == FERRY_COPY_D2H ? dev : host,
 				m->tt.e[ix->dev_grad[q]].bytes, kind, -1, label);
@@ -426,7 +421,7 @@ static void adding_backward_start(ferry_model_t m, struct ferry_program *p)
 		ferry_zero_grads_adding_start(m, p);
 	else
 		ferry_emit_wait(p, m->compute, m->comm ? m->dp_all : m->all_grads_home, -1);
-	if (m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && !stage_ring(m))
+	if (m->comm && ferry_layers_streamed(m) && !stage_ring(m))
 		unstacked_grads_copy(m, p, m->compute, FERRY_COPY_H2D);
 }
 
@@ -444,7 +439,7 @@ static ferry_status emit_backward(ferry_model_t m, struct ferry_program *p, cons
 	placed_stage_backward(m, p, &pro, k->B, k->T, from_host);
 	if (stage_ring(m)) /* the stages' gradients went out with their ring */
 		ferry_emit_record(p, m->opt_d2h, m->all_grads_home, -1);
-	else if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+	else if (ferry_layers_streamed(m))
 		unstacked_grads_out(m, p);
 	ferry_dp_after_backward(m, p); /* on several ranks: the stages' gradients averaged */
 	return FERRY_OK;
@@ -459,7 +454,7 @@ static void emit_host_norm(ferry_model_t m, struct ferry_program *p)
 	if (m->tt.ix.grad_ring >= 0) /* ZeRO-2: from every rank's slice */
 		ferry_zero_grads_norm(m, p, m->opt_cpu_stream);
 	else
-		ferry_emit_host_sum_squares(p, m->opt_cpu_stream, entry(m, m->tt.ix.grad[first_param(m)]),
+		ferry_emit_host_sum_squares(p, m->opt_cpu_stream, ferry_entry(m, m->tt.ix.grad[first_param(m)]),
 					    (long)m->tt.n_params, m->host_sumsq, "grad norm: sum of squares");
 	ferry_emit_record(p, m->opt_cpu_stream, m->norm_done, -1);
 	ferry_emit_wait(p, m->compute, m->norm_done, -1);
@@ -471,14 +466,14 @@ static void emit_norm(ferry_model_t m, struct ferry_program *p, const struct fer
 {
 	if (k->loss_later)
 		emit_losses_copy(m, p, k);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+	if (ferry_layers_streamed(m)) {
 		emit_host_norm(m, p);
 		return;
 	}
 	if (m->tt.ix.grad_slice >= 0) { /* ZeRO-2: from every rank's slice */
 		ferry_zero_grads_norm(m, p, m->compute);
 	} else {
-		void *sumsq = entry(m, m->tt.ix.grad_norm);
+		void *sumsq = ferry_entry(m, m->tt.ix.grad_norm);
 		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES };
 
 		ferry_emit_zero(p, m->compute, sumsq, sizeof(double), -1, "grad norm");
@@ -510,11 +505,11 @@ static void emit_update(ferry_model_t m, struct ferry_program *p)
 
 		if (ix->param[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 			continue;
-		c.param = entry(m, ix->param[q]);
-		c.param_copy = entry(m, ix->copy[q]);
-		c.out[0] = entry(m, ix->mom[q]);
-		c.out[1] = entry(m, ix->var[q]);
-		c.in[0] = entry(m, ix->grad[q]);
+		c.param = ferry_entry(m, ix->param[q]);
+		c.param_copy = ferry_entry(m, ix->copy[q]);
+		c.out[0] = ferry_entry(m, ix->mom[q]);
+		c.out[1] = ferry_entry(m, ix->var[q]);
+		c.in[0] = ferry_entry(m, ix->grad[q]);
 		c.n = (long)pi.numel;
 		c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 		snprintf(label, sizeof(label), "adamw %.40s", pi.name);
@@ -522,12 +517,6 @@ static void emit_update(ferry_model_t m, struct ferry_program *p)
 		if (!p->failed && (t = &p->t[p->n - 1]))
 			t->patch = FERRY_PATCH_ADAMW;
 	}
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
 }
 
 /* Slice [off, off + n) of parameter q through ring slot `slot`: master
@@ -548,32 +537,33 @@ static struct opt_slice opt_slice_of(ferry_model_t m, int q, size_t off, size_t 
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 	const size_t chunk = ix->opt_chunk, f32 = chunk * sizeof(float);
-	const int k = ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? 4 : 3;
-	char *ring = at(entry(m, ix->opt_ring), (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
+	const int k = ferry_layers_streamed(m) ? 4 : 3;
+	char *ring = ferry_at(ferry_entry(m, ix->opt_ring),
+			      (size_t)slot * (k * f32 + (ix->host_copy_buffer >= 0 ? chunk * m->asz : 0)));
 	const int *home[4] = { ix->param, ix->mom, ix->var, ix->grad };
 	/* split: adam=host:stream:shard(N) (with --offload-params, ZeRO-2's host slice of the gradients) */
 	const int slice[4] = { ix->host_param_slice, ix->mom_slice, ix->var_slice, ix->host_grad_slice };
 	struct opt_slice s = { .n_in = k, .n_out = 3 };
 
 	for (int i = 0; i < k; i++) {
-		s.dev[i] = at(ring, (size_t)i * f32);
+		s.dev[i] = ferry_at(ring, (size_t)i * f32);
 		s.host[i] = ferry_zero_host_at(m, home[i], slice[i], q, off, sizeof(float));
 		s.bytes[i] = n * sizeof(float);
 	}
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the gradients are on the device */
+	if (!ferry_layers_streamed(m)) /* the gradients are on the device */
 		s.dev[3] = ferry_zero_host_device_grad(m, q, off); /* split: ZeRO-2's slice */
 	if ((ix->host_copy[q] >= 0 && (ix->copy[q] < 0 || ferry_zero_host_split(m))) ||
 	    (ix->host_copy_slice >= 0 && ix->copy[q] < 0)) {
 		/* the bf16 bits the rings load (split: the unstacked ones' too, uploaded whole once gathered;
 		   ZeRO-3's layers: the host slice their gathers stage) */
-		s.param_copy = s.dev[4] = at(ring, (size_t)k * f32);
+		s.param_copy = s.dev[4] = ferry_at(ring, (size_t)k * f32);
 		s.host[4] = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
 		s.bytes[4] = n * m->asz;
 		s.copy_out = true;
-	} else if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+	} else if (!ferry_layers_streamed(m)) {
 		s.param_copy = ferry_zero_host_device_copy(m, q, off); /* ZeRO-3's (with its slice on the host: the unstacked) */
 	} else if (ix->copy[q] >= 0) { /* an unstacked parameter: its device copy */
-		s.param_copy = at(entry(m, ix->copy[q]), off * m->asz);
+		s.param_copy = ferry_at(ferry_entry(m, ix->copy[q]), off * m->asz);
 	}
 	return s;
 }
@@ -645,12 +635,12 @@ static void emit_update_streamed(ferry_model_t m, struct ferry_program *p)
 				emit_streamed_slice(m, p, q, from, n, k++ % 2, layer);
 		}
 	}
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) /* the next forward's weight loads (h2d) follow the write-backs */
+	if (ferry_layers_streamed(m)) /* the next forward's weight loads (h2d) follow the write-backs */
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->opt_h2d, m->opt_free[slot], -1);
 	if (!ferry_zero_host_split(m))
 		return;
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.param_stage >= 0)
+	if (ferry_layers_streamed(m) || m->tt.ix.param_stage >= 0)
 		for (int slot = 0; slot < 2; slot++)
 			ferry_emit_wait(p, m->comm_stream, m->opt_free[slot], -1);
 	ferry_zero_host_gather(m, p); /* the ranks' slices (ZeRO-3: of the unstacked) to all */
@@ -679,7 +669,7 @@ ferry_status ferry_model_emit(ferry_model_t m, const struct ferry_prog_key *k, s
 	case FERRY_PROG_ZERO: /* with --offload-params the layers' zero their ring slot */
 		if (ferry_table_streamed(&m->tt, FERRY_GROUP_EDGE_WEIGHTS)) /* and the edge region's before each stage's backward */
 			break;
-		if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.grad_slice >= 0) /* (ZeRO-2: and the slots) */
+		if (ferry_layers_streamed(m) || m->tt.ix.grad_slice >= 0) /* (ZeRO-2: and the slots) */
 			ferry_emit_zero(p, m->compute, dev_grads(m),
 					m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes, -1, "unstacked weight gradients");
 		else

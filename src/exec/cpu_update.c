@@ -62,17 +62,6 @@
 
 #include <stdio.h>
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 static bool split(const struct ferry_model *m)
 {
 	return ferry_zero_host_split(m); /* adam=host:cpu:shard(N) (zero_host.c) */
@@ -94,7 +83,7 @@ static struct ferry_op_call host_call(ferry_model_t m, int q, size_t off, size_t
 	c.param = ferry_zero_host_at(m, ix->param, ix->host_param_slice, q, off, sizeof(float));
 	c.out[0] = ferry_zero_host_at(m, ix->mom, ix->mom_slice, q, off, sizeof(float));
 	c.out[1] = ferry_zero_host_at(m, ix->var, ix->var_slice, q, off, sizeof(float));
-	c.in[0] = ferry_zero_host_at(m, ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) ? ix->grad : ix->host_grad,
+	c.in[0] = ferry_zero_host_at(m, ferry_layers_streamed(m) ? ix->grad : ix->host_grad,
 				     ix->host_grad_slice, q, off, sizeof(float));
 	if (ix->host_copy_slice >= 0 || ix->host_copy[q] >= 0)
 		c.param_copy = ferry_zero_host_at(m, ix->host_copy, ix->host_copy_slice, q, off, m->asz);
@@ -108,7 +97,7 @@ static void *rollback(ferry_model_t m, int i, size_t bytes)
 {
 	const struct ferry_tensor_entry *e = &m->tt.e[i];
 
-	return at(entry(m, e->rollback), e->rollback_off + bytes);
+	return ferry_at(ferry_entry(m, e->rollback), e->rollback_off + bytes);
 }
 
 /* The copies for rollback of elements from off of stacked parameter q's
@@ -131,7 +120,7 @@ static void upload(ferry_model_t m, struct ferry_program *p, int s, int q, size_
 	char label[56];
 
 	if ((m->tt.ix.copy[q] < 0 && (m->tt.ix.param_slice < 0 || m->tt.ix.param_stage >= 0)) ||
-	    (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && (layer >= 0 || split(m))))
+	    (ferry_layers_streamed(m) && (layer >= 0 || split(m))))
 		return; /* the weight ring loads it from the host (split: uploaded whole once gathered;
 			   ZeRO-3's: stages its part) */
 	if (s != m->opt_cpu_stream)
@@ -153,7 +142,7 @@ static void cpu_slice(ferry_model_t m, struct ferry_program *p, int q, size_t of
 	if (!ferry_zero_host_piece(m, q, &off, &n))
 		return;
 	c = host_call(m, q, off, n);
-	if (copy_grad && !ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+	if (copy_grad && !ferry_layers_streamed(m)) {
 		snprintf(label, sizeof(label), "grad: %.40s", name_of(m, q));
 		ferry_emit_copy(p, m->opt_d2h,
 				ferry_zero_host_at(m, ix->host_grad, ix->host_grad_slice, q, off, sizeof(float)),
@@ -187,7 +176,7 @@ static int ring_take(ferry_model_t m, struct ferry_program *p, int layer)
 /* Element off of slot `slot`. */
 static float *ring_at(ferry_model_t m, int slot, size_t off)
 {
-	return at(entry(m, m->tt.ix.host_grad_ring), ((size_t)slot * m->tt.ix.host_grad_slot_numel + off) * sizeof(float));
+	return ferry_at(ferry_entry(m, m->tt.ix.host_grad_ring), ((size_t)slot * m->tt.ix.host_grad_slot_numel + off) * sizeof(float));
 }
 
 /* n gradient elements of parameter q from off down into dst. */
@@ -229,14 +218,13 @@ static void ring_adamw(ferry_model_t m, struct ferry_program *p, int q, size_t o
 }
 
 /* Stacked parameter q's part of layer l this rank updates (split: the
- * piece in its slice), as [*off, *off + *n); false: none. */
-static bool layer_piece(ferry_model_t m, int q, int l, size_t *off, size_t *n)
+ * piece in its slice), as [*off, *off + *n), *pi its info; false: none. */
+static bool layer_piece(ferry_model_t m, int q, int l, struct ferry_param_info *pi, size_t *off,
+			size_t *n)
 {
-	struct ferry_param_info pi;
-
-	if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
+	if (!ferry_zero_host_updated(m, q, pi) || !pi->layers)
 		return false;
-	*off = (size_t)l * pi.layer_numel, *n = pi.layer_numel;
+	*off = (size_t)l * pi->layer_numel, *n = pi->layer_numel;
 	return ferry_zero_host_piece(m, q, off, n);
 }
 
@@ -246,12 +234,13 @@ static bool layer_piece(ferry_model_t m, int q, int l, size_t *off, size_t *n)
 static void ring_layer(ferry_model_t m, struct ferry_program *p, int l, bool early)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
+	struct ferry_param_info pi;
 	size_t off, n;
 	int slot = -1;
 
 	for (int pass = 0; pass < 2; pass++) {
 		for (int q = 0; q < m->md->n_params; q++) {
-			if (!layer_piece(m, q, l, &off, &n))
+			if (!layer_piece(m, q, l, &pi, &off, &n))
 				continue;
 			if (slot < 0)
 				slot = ring_take(m, p, l);
@@ -315,10 +304,7 @@ static void layer_update(ferry_model_t m, struct ferry_program *p, int l, enum f
 		size_t off, n;
 		char label[56];
 
-		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-			continue;
-		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!ferry_zero_host_piece(m, q, &off, &n))
+		if (!layer_piece(m, q, l, &pi, &off, &n))
 			continue;
 		if (variant == FERRY_UPDATE_REDO || variant == FERRY_UPDATE_UNDO) {
 			c = host_call(m, q, off, n);
@@ -387,10 +373,7 @@ static void speculative_layer(ferry_model_t m, struct ferry_program *p, int l)
 		size_t off, n;
 		char label[56];
 
-		if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-			continue;
-		off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-		if (!ferry_zero_host_piece(m, q, &off, &n))
+		if (!layer_piece(m, q, l, &pi, &off, &n))
 			continue;
 		c = host_call(m, q, off, n);
 		with_undo(m, q, off, &c);
@@ -414,16 +397,13 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 		return;
 	}
 
-	if (!ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* else the gradient ring's copies are queued on d2h */
+	if (!ferry_layers_streamed(m)) { /* else the gradient ring's copies are queued on d2h */
 		layer_grads_final(m, p, l);
 		for (int q = 0; q < m->md->n_params; q++) {
 			struct ferry_param_info pi;
 			size_t off, n;
 
-			if (!ferry_zero_host_updated(m, q, &pi) || !pi.layers)
-				continue;
-			off = (size_t)l * pi.layer_numel, n = pi.layer_numel;
-			if (!ferry_zero_host_piece(m, q, &off, &n))
+			if (!layer_piece(m, q, l, &pi, &off, &n))
 				continue;
 			snprintf(label, sizeof(label), "grad: %.40s", pi.name);
 			ferry_emit_copy(p, m->opt_d2h,
@@ -433,7 +413,7 @@ void ferry_cpu_update_after_layer(void *model, struct ferry_program *p, int l)
 	}
 	/* streamed weights on several ranks: home once averaged there (or,
 	 * averaged on the device, once copied) */
-	ferry_emit_record(p, m->comm && ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && !ferry_dp_on_device(m)
+	ferry_emit_record(p, m->comm && ferry_layers_streamed(m) && !ferry_dp_on_device(m)
 				     ? m->comm_stream : m->opt_d2h, m->opt_grads_home, l);
 	if (!m->emit_speculative)
 		return;

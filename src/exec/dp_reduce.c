@@ -50,22 +50,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
-static bool streamed(const struct ferry_model *m)
-{
-	return ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS);
-}
-
 void ferry_dp_add_streams(struct ferry_model *m)
 {
 	m->comm_stream = ferry_sched_stream(&m->res, "comm");
@@ -113,7 +97,7 @@ static const char *host_collectives(const struct ferry_model *m)
 
 bool ferry_dp_on_device(const struct ferry_model *m)
 {
-	return m->comm && streamed(m) && (ferry_comm_device_buffers(m->comm) || m->stage) && !host_averages(m);
+	return m->comm && ferry_layers_streamed(m) && (ferry_comm_device_buffers(m->comm) || m->stage) && !host_averages(m);
 }
 
 ferry_status ferry_dp_check(const struct ferry_model *m)
@@ -126,7 +110,7 @@ ferry_status ferry_dp_check(const struct ferry_model *m)
 		return st;
 	if (!m->be || !m->comm)
 		return FERRY_OK;
-	if (!streamed(m) || !ferry_comm_device_buffers(m->comm) || m->host_comm != m->comm)
+	if (!ferry_layers_streamed(m) || !ferry_comm_device_buffers(m->comm) || m->host_comm != m->comm)
 		return FERRY_OK;
 	if ((what = host_collectives(m)))
 		return ferry_error(FERRY_ERR_INVALID, "layers.weights=host:stream on several ranks with %s runs "
@@ -175,8 +159,8 @@ static void average(struct ferry_model *m, struct ferry_program *p, int q, size_
 	char label[56];
 
 	snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-	ferry_emit_all_reduce(p, m->comm_stream, streamed(m) ? m->host_comm : m->comm,
-			      at(entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
+	ferry_emit_all_reduce(p, m->comm_stream, ferry_layers_streamed(m) ? m->host_comm : m->comm,
+			      ferry_at(ferry_entry(m, m->tt.ix.grad[q]), off * sizeof(float)), n,
 			      &m->comm_status, layer, label);
 }
 
@@ -202,7 +186,7 @@ static void average_params(struct ferry_model *m, struct ferry_program *p, bool 
  * layer hook runs). */
 static void layer_average(struct ferry_model *m, struct ferry_program *p, int l)
 {
-	ferry_emit_record(p, streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l);
+	ferry_emit_record(p, ferry_layers_streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l);
 	ferry_emit_wait(p, m->comm_stream, m->dp_ready, l);
 	average_params(m, p, true, l);
 	ferry_emit_record(p, m->comm_stream, m->dp_reduced, l);
@@ -226,7 +210,7 @@ static void average_on_device(struct ferry_model *m, struct ferry_program *p, in
 		if (d < 0)
 			continue;
 		snprintf(label, sizeof(label), "average grad: %.40s", m->tt.e[m->tt.ix.param[q]].name);
-		ferry_emit_all_reduce(p, m->comm_stream, m->comm, entry(m, d), m->tt.e[d].bytes / sizeof(float),
+		ferry_emit_all_reduce(p, m->comm_stream, m->comm, ferry_entry(m, d), m->tt.e[d].bytes / sizeof(float),
 				      &m->comm_status, -1, label);
 	}
 }
@@ -268,7 +252,7 @@ void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 		ferry_emit_record(p, m->opt_d2h, m->dp_all, -1);
 		return;
 	}
-	if (streamed(m)) {
+	if (ferry_layers_streamed(m)) {
 		ferry_emit_wait(p, m->comm_stream, m->all_grads_home, -1);
 	} else {
 		ferry_emit_record(p, m->compute, m->dp_ready, -1);
@@ -276,6 +260,6 @@ void ferry_dp_after_backward(struct ferry_model *m, struct ferry_program *p)
 	}
 	average_params(m, p, false, -1);
 	ferry_emit_record(p, m->comm_stream, m->dp_all, -1);
-	if (!streamed(m))
+	if (!ferry_layers_streamed(m))
 		ferry_emit_wait(p, m->compute, m->dp_all, -1);
 }

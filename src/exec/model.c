@@ -25,11 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
 /* A table buffer's address: device memory, or host memory (the optimizer
  * state when it is streamed). */
 static void *buffer(const struct ferry_model *m, int b)
@@ -107,12 +102,6 @@ ferry_status ferry_model_rank_plan(const struct ferry_model_config *cfg, int B, 
 	return FERRY_OK;
 }
 
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 /* Whether a layout after k (a unit later in the forward, earlier in the
  * backward) reads parameter q too. */
 static bool read_later(const struct ferry_table_ring *tr, int k, int q)
@@ -145,14 +134,14 @@ static void bind_ring(struct ferry_model *m, enum ferry_place_group g)
 			if (tr->w[k][q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 				continue;
 			r->s[r->n++] = (struct ferry_weight_stream){
-				pi.name, entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
-				r->host_grad_slots ? at(entry(m, ix->grad_ring), ix->grad_slot_off[q] * sizeof(float))
-						   : entry(m, ix->grad[q]),
-				at(entry(m, tr->w[k][q]), tr->off[q] * m->asz),
-				at(entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
+				pi.name, ferry_entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+				r->host_grad_slots ? ferry_at(ferry_entry(m, ix->grad_ring), ix->grad_slot_off[q] * sizeof(float))
+						   : ferry_entry(m, ix->grad[q]),
+				ferry_at(ferry_entry(m, tr->w[k][q]), tr->off[q] * m->asz),
+				ferry_at(ferry_entry(m, tr->g[k][q]), tr->off[q] * sizeof(float)), pi.layer_numel, k,
 				r->per_stage && read_later(tr, k, q), pi.offset };
 			if (tr->grad_slots)
-				r->grad_slot0 = entry(m, tr->g[k][q]);
+				r->grad_slot0 = ferry_entry(m, tr->g[k][q]);
 		}
 }
 
@@ -163,8 +152,8 @@ static void bind_edges(struct ferry_model *m, int p, int q)
 	const struct ferry_table_ring *edges = &m->tt.ix.ring[FERRY_GROUP_EDGE_WEIGHTS];
 
 	for (int s = 0; s < edges->n_layouts; s++) {
-		m->edge_w[s][p] = entry(m, edges->w[s][q]);
-		m->edge_g[s][p] = entry(m, edges->g[s][q]);
+		m->edge_w[s][p] = ferry_entry(m, edges->w[s][q]);
+		m->edge_g[s][p] = ferry_entry(m, edges->g[s][q]);
 	}
 }
 
@@ -189,19 +178,19 @@ static void bind_offloaded(struct ferry_model *m)
 			continue;
 		m->stride[p] = pi.layers ? pi.layer_numel : 0;
 		if (pi.layers && q == p) {
-			m->wptr[p] = at(entry(m, layers->w[0][p]), layers->off[p] * m->asz);
-			m->gptr[p] = at(entry(m, layers->g[0][p]), layers->off[p] * sizeof(float));
+			m->wptr[p] = ferry_at(ferry_entry(m, layers->w[0][p]), layers->off[p] * m->asz);
+			m->gptr[p] = ferry_at(ferry_entry(m, layers->g[0][p]), layers->off[p] * sizeof(float));
 			continue;
 		}
-		m->wptr[p] = entry(m, ix->copy[q]);
-		m->gptr[p] = entry(m, ix->dev_grad[q]);
+		m->wptr[p] = ferry_entry(m, ix->copy[q]);
+		m->gptr[p] = ferry_entry(m, ix->dev_grad[q]);
 		bind_edges(m, p, q);
 	}
 }
 
 static void bind_params(struct ferry_model *m)
 {
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) {
+	if (ferry_layers_streamed(m)) {
 		bind_offloaded(m);
 		return;
 	}
@@ -210,12 +199,13 @@ static void bind_params(struct ferry_model *m)
 		int q = ferry_param_present(m->md, &m->cfg, p) ? p : pd->tied_to;
 		struct ferry_param_info pi;
 
-		m->gptr[p] = entry(m, m->tt.ix.grad[q]);
-		m->wptr[p] = m->tt.ix.copy[q] >= 0 ? entry(m, m->tt.ix.copy[q]) : entry(m, m->tt.ix.param[q]);
+		m->gptr[p] = ferry_entry(m, m->tt.ix.grad[q]);
+		m->wptr[p] = m->tt.ix.copy[q] >= 0 ? ferry_entry(m, m->tt.ix.copy[q]) : ferry_entry(m, m->tt.ix.param[q]);
 		m->stride[p] = ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.layers ? pi.layer_numel : 0;
 		if (m->tt.ix.grad_slice >= 0) /* ZeRO-2: a layer's in a slot, the unstacked whole */
-			m->gptr[p] = m->stride[p] ? at(entry(m, m->tt.ix.grad_ring), m->tt.ix.grad_slot_off[q] * sizeof(float))
-						  : entry(m, m->tt.ix.dev_grad[q]);
+			m->gptr[p] = m->stride[p] ? ferry_at(ferry_entry(m, m->tt.ix.grad_ring),
+							     m->tt.ix.grad_slot_off[q] * sizeof(float))
+						  : ferry_entry(m, m->tt.ix.dev_grad[q]);
 		if (!m->stride[p]) /* ZeRO-3 with the edges gathered: in their ring */
 			bind_edges(m, p, q);
 	}
@@ -229,20 +219,20 @@ static ferry_status create_stack(struct ferry_model *m)
 	struct ferry_weight_table wt = { m->wptr, m->gptr, m->stride,
 					 m->ring[FERRY_GROUP_LAYER_WEIGHTS].ring ? &m->ring[FERRY_GROUP_LAYER_WEIGHTS] : NULL,
 					 m->tt.ix.grad_slice >= 0 ? m->tt.ix.grad_slots : 0, m->tt.ix.grad_slot_numel };
-	struct ferry_stack_storage mem = { .grad = entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
+	struct ferry_stack_storage mem = { .grad = ferry_entry(m, m->tt.ix.stack_grad), .tiers = m->tt.host_tiers };
 
 	if (m->tt.ix.workspace >= 0) {
-		mem.ws = entry(m, m->tt.ix.workspace);
+		mem.ws = ferry_entry(m, m->tt.ix.workspace);
 		mem.ws_bytes = m->tt.e[m->tt.ix.workspace].bytes;
 	}
 
 	for (int t = 0; t < d->n_tensors; t++) {
-		mem.act[t] = entry(m, m->tt.ix.stack_act[t]);
-		mem.host[t] = entry(m, m->tt.ix.stack_host[t]);
+		mem.act[t] = ferry_entry(m, m->tt.ix.stack_act[t]);
+		mem.host[t] = ferry_entry(m, m->tt.ix.stack_host[t]);
 	}
 	for (int t = 0; m->tt.sp.host_stride && t < d->n_tensors; t++) /* layer by layer: from the first's */
 		if (mem.host[t])
-			mem.host[t] = (char *)entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
+			mem.host[t] = (char *)ferry_entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
 				      m->tt.sp.host_off[t];
 	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
 				       &m->layers);
@@ -282,7 +272,7 @@ static void add_optimizer_streams(struct ferry_model *m)
 		}
 	}
 	/* split with the parameters on the host: the unstacked uploaded whole once gathered (zero_host.c) */
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) && m->tt.ix.shard_numel)
+	if (ferry_layers_streamed(m) && m->tt.ix.shard_numel)
 		m->opt_uploaded = ferry_sched_event(&m->res, "updated weights on the device");
 }
 
@@ -367,7 +357,7 @@ ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_conf
 		add_optimizer_streams(m);
 	if (ferry_table_host_update(&m->tt))
 		add_cpu_optimizer_streams(m);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+	if (ferry_layers_streamed(m))
 		add_param_streams(m);
 	if (m->comm || m->tt.ix.shard_numel) /* (a dry build of a split optimizer: its gather) */
 		ferry_dp_add_streams(m);
@@ -528,7 +518,7 @@ static ferry_status sync_all(ferry_model_t m);
 /* After the whole master array is written: the copy the kernels read */
 static ferry_status params_written(ferry_model_t m)
 {
-	if (m->tt.ix.copy_buffer >= 0 || ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+	if (m->tt.ix.copy_buffer >= 0 || ferry_layers_streamed(m))
 		return refresh_copy(m);
 	return FERRY_OK;
 }
@@ -642,8 +632,8 @@ static ferry_status refresh_offloaded(ferry_model_t m)
 	}
 	for (int q = 0; q < m->md->n_params && !st; q++)
 		if (ix->copy[q] >= 0)
-			st = ferry_memcpy_async(compute(m), entry(m, ix->copy[q]),
-						entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+			st = ferry_memcpy_async(compute(m), ferry_entry(m, ix->copy[q]),
+						ferry_entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
 						m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D);
 	return st ? st : ferry_stream_synchronize(compute(m));
 }
@@ -652,7 +642,7 @@ static ferry_status refresh_offloaded(ferry_model_t m)
  * the optimizer ring's first slot when the master weights are on the host. */
 static ferry_status refresh_copy(ferry_model_t m)
 {
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS))
+	if (ferry_layers_streamed(m))
 		return refresh_offloaded(m);
 	if (ferry_table_host_update(&m->tt))
 		return upload_copy(m);
@@ -667,7 +657,7 @@ static ferry_status refresh_copy(ferry_model_t m)
 		c.out[0] = copy + off * m->asz;
 		c.in[0] = master + off;
 		if (on_host(m, m->tt.ix.params_buffer)) {
-			c.in[0] = entry(m, m->tt.ix.opt_ring);
+			c.in[0] = ferry_entry(m, m->tt.ix.opt_ring);
 			if (!ferry_host_tiers_upload(m->tt.host_tiers, compute(m), (void *)c.in[0], master + off,
 						     (size_t)c.n * sizeof(float), &st))
 				st = ferry_memcpy_async(compute(m), (void *)c.in[0], master + off,
@@ -834,7 +824,7 @@ ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 
 			while (m->md->epilogue_roles[t].role == FERRY_ROLE_ALIAS)
 				t = m->md->epilogue_roles[t].alias_of;
-			base = entry(m, m->tt.ix.epilogue[t]);
+			base = ferry_entry(m, m->tt.ix.epilogue[t]);
 		}
 	if (!base)
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "model %s has no softmax output", m->cfg.arch);
@@ -881,7 +871,7 @@ static ferry_status submit_backward(ferry_model_t m)
 	struct ferry_prog_key key = { FERRY_PROG_BACKWARD, m->cur_B, m->cur_T, true, true, false, 0 };
 
 	/* streamed weights: the gradients added so far are on the host */
-	if (m->grads_added && (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS) || m->tt.ix.grad_slice >= 0))
+	if (m->grads_added && (ferry_layers_streamed(m) || m->tt.ix.grad_slice >= 0))
 		key.variant = FERRY_BACKWARD_ADD; /* (ZeRO-2: in the ranks' slices) */
 	if (!m->have_targets)
 		return ferry_error(FERRY_ERR_INVALID,

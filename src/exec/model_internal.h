@@ -240,6 +240,18 @@ ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, s
 ferry_status ferry_model_build(ferry_backend_t be, const struct ferry_model_config *cfg, int B, int T,
 			       const struct ferry_exec_opts *opts, ferry_model_t *out) FERRY_MUST_CHECK;
 
+/* The address of m's tensor table entry i (NULL for i < 0 or in a dry build). */
+static inline void *ferry_entry(const struct ferry_model *m, int i)
+{
+	return ferry_tensor_ptr(&m->tt, &m->mem, i);
+}
+
+/* Whether the layers' weights live on the host, streamed in a device ring. */
+static inline bool ferry_layers_streamed(const struct ferry_model *m)
+{
+	return ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS);
+}
+
 /* The program for key, built on first use and kept (up to
  * FERRY_PROG_CACHE; after that a program is rebuilt into the last slot). */
 ferry_status ferry_model_program(ferry_model_t m, const struct ferry_prog_key *key,

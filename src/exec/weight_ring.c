@@ -7,12 +7,6 @@
 
 #include <stdio.h>
 
-/* base + bytes, or NULL in a dry build. */
-static void *at(const void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 static int layer_of(const struct ferry_weight_rings *r, int u)
 {
 	return r->per_stage ? -1 : u;
@@ -40,7 +34,7 @@ static float *host_grad(const struct ferry_weight_rings *r, const struct ferry_w
 {
 	size_t off = r->host_grad_slots ? (size_t)(u % r->host_grad_slots) * r->host_grad_slot_numel : host_numel(r, s, u);
 
-	return at(s->host_grad, off * sizeof(float));
+	return ferry_at(s->host_grad, off * sizeof(float));
 }
 
 static int ring_event(struct ferry_sched_resources *res, const char *what, const char *state,
@@ -92,7 +86,7 @@ static void gather_staged(const struct ferry_weight_rings *r, struct ferry_progr
 	part_of(g, a, a + n, &lo, &hi);
 	snprintf(what, sizeof(what), "staged %.40s", s->name);
 	if (hi > lo)
-		ferry_emit_copy(p, r->h2d, g->stage, at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
+		ferry_emit_copy(p, r->h2d, g->stage, ferry_at(g->slice, (lo - g->first) * r->elem), (hi - lo) * r->elem,
 				FERRY_COPY_H2D, layer_of(r, u), what);
 	ferry_emit_all_gather_part(p, r->h2d, g->comm, dst, g->stage, a, n, r->elem, g->slice_numel, g->status,
 				   layer_of(r, u), label);
@@ -106,7 +100,7 @@ static void gather_unit(const struct ferry_weight_rings *r, struct ferry_program
 {
 	const struct ferry_ring_gather *g = r->gather;
 	const size_t a = s->flat + host_numel(r, s, u), b = a + s->numel;
-	char *dst = at(s->dev, (size_t)(u % r->ring) * r->slot_numel * r->elem);
+	char *dst = ferry_at(s->dev, (size_t)(u % r->ring) * r->slot_numel * r->elem);
 	/* (the same pieces on every rank: any rank's part is at most n and S) */
 	const size_t most = s->numel < g->slice_numel ? s->numel : g->slice_numel;
 	const size_t piece = most <= g->stage_numel ? s->numel : g->stage_numel;
@@ -117,7 +111,7 @@ static void gather_unit(const struct ferry_weight_rings *r, struct ferry_program
 		return;
 	}
 	for (size_t c = a; c < b; c += piece)
-		gather_staged(r, p, s, u, c, b - c < piece ? b - c : piece, at(dst, (c - a) * r->elem), label);
+		gather_staged(r, p, s, u, c, b - c < piece ? b - c : piece, ferry_at(dst, (c - a) * r->elem), label);
 }
 
 void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *p, int u, bool backward)
@@ -138,12 +132,12 @@ void ferry_weight_ring_load(struct ferry_weight_rings *r, struct ferry_program *
 		if (r->gather)
 			gather_unit(r, p, s, u, label);
 		else
-			ferry_emit_copy(p, r->h2d, at(s->dev, (size_t)slot * r->slot_numel * r->elem),
-					at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);
+			ferry_emit_copy(p, r->h2d, ferry_at(s->dev, (size_t)slot * r->slot_numel * r->elem),
+					ferry_at(s->host, host_numel(r, s, u) * r->elem), bytes, FERRY_COPY_H2D, layer, label);
 		if (!backward || !s->grad_in)
 			continue;
 		snprintf(label, sizeof(label), "%s grad: %.40s", r->names->label, s->name);
-		ferry_emit_copy(p, r->h2d, at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)), host_grad(r, s, u),
+		ferry_emit_copy(p, r->h2d, ferry_at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float)), host_grad(r, s, u),
 				gbytes, FERRY_COPY_H2D, layer, label);
 	}
 	ferry_emit_record(p, r->h2d, r->loaded[slot], layer);
@@ -169,14 +163,14 @@ void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_pr
 	if (r->grad_ring) {
 		ferry_emit_wait(p, r->compute, r->out[g], layer);
 		if (!from_host) {
-			ferry_emit_zero(p, r->compute, at(r->grad_slot0, (size_t)g * r->slot_numel * sizeof(float)),
+			ferry_emit_zero(p, r->compute, ferry_at(r->grad_slot0, (size_t)g * r->slot_numel * sizeof(float)),
 					r->slot_numel * sizeof(float), layer, r->names->zero);
 			return;
 		}
 	}
 	for (int i = 0; i < r->n; i++) {
 		const struct ferry_weight_stream *s = &r->s[i];
-		void *dev = at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float));
+		void *dev = ferry_at(s->dev_grad, (size_t)g * r->slot_numel * sizeof(float));
 
 		if (!reads(r, s, u) || s->grad_in)
 			continue;
@@ -191,7 +185,7 @@ void ferry_weight_ring_start_grads(struct ferry_weight_rings *r, struct ferry_pr
 
 float *ferry_weight_ring_dev_grad(const struct ferry_weight_rings *r, int i, int u)
 {
-	return at(r->s[i].dev_grad, (size_t)grad_slot(r, u) * r->slot_numel * sizeof(float));
+	return ferry_at(r->s[i].dev_grad, (size_t)grad_slot(r, u) * r->slot_numel * sizeof(float));
 }
 
 void ferry_weight_ring_grads_out(struct ferry_weight_rings *r, struct ferry_program *p, int u)

@@ -20,17 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 static void *buffer_base(const struct ferry_model *m, int b)
 {
 	return b >= 0 && m->mem.dev[b] ? ferry_buffer_ptr(m->mem.dev[b]) : NULL;
@@ -53,15 +42,15 @@ static void update_piece(ferry_model_t m, struct ferry_program *p, int q, const 
 
 	if (a >= b)
 		return;
-	c.param = ix->param_slice >= 0 ? at(entry(m, ix->param_slice), (a - lo) * sizeof(float)) /* ZeRO-3 */
-				       : at(entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
+	c.param = ix->param_slice >= 0 ? ferry_at(ferry_entry(m, ix->param_slice), (a - lo) * sizeof(float)) /* ZeRO-3 */
+				       : ferry_at(ferry_entry(m, ix->param[q]), (a - pi->offset) * sizeof(float));
 	c.param_copy = ix->copy_slice >= 0 && ix->copy_slice != ix->param_slice /* ZeRO-3, bf16: the slice gathered */
-			       ? at(entry(m, ix->copy_slice), (a - lo) * m->asz)
-			       : at(entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
-	c.out[0] = at(entry(m, ix->mom_slice), (a - lo) * sizeof(float));
-	c.out[1] = at(entry(m, ix->var_slice), (a - lo) * sizeof(float));
-	c.in[0] = ix->grad_slice >= 0 ? at(entry(m, ix->grad_slice), (a - lo) * sizeof(float)) /* ZeRO-2 */
-				      : at(entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
+			       ? ferry_at(ferry_entry(m, ix->copy_slice), (a - lo) * m->asz)
+			       : ferry_at(ferry_entry(m, ix->copy[q]), (a - pi->offset) * m->asz);
+	c.out[0] = ferry_at(ferry_entry(m, ix->mom_slice), (a - lo) * sizeof(float));
+	c.out[1] = ferry_at(ferry_entry(m, ix->var_slice), (a - lo) * sizeof(float));
+	c.in[0] = ix->grad_slice >= 0 ? ferry_at(ferry_entry(m, ix->grad_slice), (a - lo) * sizeof(float)) /* ZeRO-2 */
+				      : ferry_at(ferry_entry(m, ix->grad[q]), (a - pi->offset) * sizeof(float));
 	c.n = (long)(b - a);
 	c.scalar[4] = m->md->params[q].decay ? 1.0f : 0.0f;
 	snprintf(label, sizeof(label), "adamw %.40s (slice)", pi->name);

@@ -44,33 +44,17 @@
 
 #include <stdio.h>
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
-static bool streamed(const struct ferry_model *m)
-{
-	return ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS);
-}
-
 /* This rank's slice of the gradient array: the device's, or the host's. */
 static float *slice_of(const struct ferry_model *m)
 {
-	return entry(m, m->tt.ix.grad_slice >= 0 ? m->tt.ix.grad_slice : m->tt.ix.host_grad_slice);
+	return ferry_entry(m, m->tt.ix.grad_slice >= 0 ? m->tt.ix.grad_slice : m->tt.ix.host_grad_slice);
 }
 
 static float *slot_of(const struct ferry_model *m, int l)
 {
 	const struct ferry_table_index *ix = &m->tt.ix;
 
-	return at(entry(m, ix->grad_ring), (size_t)(l % ix->grad_slots) * ix->grad_slot_numel * sizeof(float));
+	return ferry_at(ferry_entry(m, ix->grad_ring), (size_t)(l % ix->grad_slots) * ix->grad_slot_numel * sizeof(float));
 }
 
 void ferry_zero_grads_add_events(struct ferry_model *m)
@@ -95,7 +79,7 @@ void ferry_zero_grads_add_events(struct ferry_model *m)
 static void move(struct ferry_model *m, struct ferry_program *p, const struct ferry_param_info *pi, float *whole,
 		 size_t off, size_t n, int layer, bool gather)
 {
-	struct ferry_comm *comm = streamed(m) ? m->host_comm : m->comm; /* (the slots and slice on the host) */
+	struct ferry_comm *comm = ferry_layers_streamed(m) ? m->host_comm : m->comm; /* (the slots and slice on the host) */
 	float *slice = slice_of(m);
 	char label[56];
 
@@ -115,7 +99,7 @@ static void move_layer(struct ferry_model *m, struct ferry_program *p, int l, bo
 		struct ferry_param_info pi;
 
 		if (ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK && pi.present && pi.layers)
-			move(m, p, &pi, at(slot_of(m, l), m->tt.ix.grad_slot_off[q] * sizeof(float)),
+			move(m, p, &pi, ferry_at(slot_of(m, l), m->tt.ix.grad_slot_off[q] * sizeof(float)),
 			     pi.offset + (size_t)l * pi.layer_numel, pi.layer_numel, l, gather);
 	}
 }
@@ -124,7 +108,7 @@ static void move_layer(struct ferry_model *m, struct ferry_program *p, int l, bo
  * layers' or (ZeRO-3) the edges' ring sends them there. */
 static bool unstacked_on_host(const struct ferry_model *m)
 {
-	return streamed(m) || m->ring[FERRY_GROUP_EDGE_WEIGHTS].gather;
+	return ferry_layers_streamed(m) || m->ring[FERRY_GROUP_EDGE_WEIGHTS].gather;
 }
 
 /* The unstacked parameters' gradients between their arrays (the
@@ -136,7 +120,7 @@ static void move_unstacked(struct ferry_model *m, struct ferry_program *p, bool 
 		struct ferry_param_info pi;
 
 		if (whole >= 0 && ferry_model_param_info(&m->cfg, q, &pi) == FERRY_OK)
-			move(m, p, &pi, entry(m, whole), pi.offset, pi.numel, -1, gather);
+			move(m, p, &pi, ferry_entry(m, whole), pi.offset, pi.numel, -1, gather);
 	}
 }
 
@@ -150,7 +134,7 @@ void ferry_zero_grads_before_layer(void *model, struct ferry_program *p, int l)
 	struct ferry_model *m = model;
 	const int s = l % m->tt.ix.grad_slots;
 
-	if (streamed(m))
+	if (ferry_layers_streamed(m))
 		ferry_emit_wait(p, m->opt_d2h, m->zero_slot_free[s], l);
 	if (m->emit_adding) {
 		move_layer(m, p, l, true);
@@ -158,7 +142,7 @@ void ferry_zero_grads_before_layer(void *model, struct ferry_program *p, int l)
 		ferry_emit_wait(p, m->compute, m->zero_slot_in[s], l);
 		return;
 	}
-	if (streamed(m))
+	if (ferry_layers_streamed(m))
 		return;
 	ferry_emit_wait(p, m->compute, m->zero_slot_free[s], l);
 	ferry_emit_zero(p, m->compute, slot_of(m, l), m->tt.ix.grad_slot_numel * sizeof(float), l,
@@ -174,7 +158,7 @@ void ferry_zero_grads_adding_start(struct ferry_model *m, struct ferry_program *
 
 void ferry_zero_grads_after_layer(struct ferry_model *m, struct ferry_program *p, int l)
 {
-	ferry_emit_record(p, streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l); /* (the ring's copy out) */
+	ferry_emit_record(p, ferry_layers_streamed(m) ? m->opt_d2h : m->compute, m->dp_ready, l); /* (the ring's copy out) */
 	ferry_emit_wait(p, m->comm_stream, m->dp_ready, l);
 	move_layer(m, p, l, false);
 	ferry_emit_record(p, m->comm_stream, m->zero_slot_free[l % m->tt.ix.grad_slots], l);
@@ -190,7 +174,7 @@ void ferry_zero_grads_after_backward(struct ferry_model *m, struct ferry_program
 	}
 	move_unstacked(m, p, false);
 	ferry_emit_record(p, m->comm_stream, m->dp_all, -1);
-	if (!streamed(m))
+	if (!ferry_layers_streamed(m))
 		ferry_emit_wait(p, m->compute, m->dp_all, -1);
 }
 
@@ -216,7 +200,7 @@ void ferry_zero_grads_norm(struct ferry_model *m, struct ferry_program *p, int s
 		/* a GPU's slice: the block sums into the kernel workspace, which
 		 * no op reuses before the stream has waited for their sum and
 		 * copied it down */
-		double *parts = entry(m, m->tt.ix.workspace);
+		double *parts = ferry_entry(m, m->tt.ix.workspace);
 		struct ferry_op_call c = { .kind = FERRY_OP_SUM_SQUARES, .n = n, .lo = (long)lo, .hi = (long)(lo + S) };
 
 		c.in[0] = slice_of(m);

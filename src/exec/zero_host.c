@@ -58,12 +58,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 bool ferry_zero_host_split(const struct ferry_model *m)
 {
 	return m->tt.ix.shard_numel && ferry_table_place(&m->tt, FERRY_GROUP_ADAM)->home == FERRY_HOME_HOST;
@@ -111,8 +105,8 @@ size_t ferry_zero_host_index(const struct ferry_model *m, int q, size_t off)
 void *ferry_zero_host_at(ferry_model_t m, const int *whole, int slice, int q, size_t off, size_t elem)
 {
 	if (slice < 0) /* whole on every rank (unsplit; split, the weights --offload-params streams) */
-		return at(ferry_tensor_ptr(&m->tt, &m->mem, whole[q]), off * elem);
-	return at(ferry_tensor_ptr(&m->tt, &m->mem, slice), ferry_zero_host_index(m, q, off) * elem);
+		return ferry_at(ferry_entry(m, whole[q]), off * elem);
+	return ferry_at(ferry_entry(m, slice), ferry_zero_host_index(m, q, off) * elem);
 }
 
 /* --offload-params: every rank's slice of the host's parameters (and of
@@ -135,8 +129,8 @@ static void gather_streamed(ferry_model_t m, struct ferry_program *p)
 		if (ix->copy[q] < 0)
 			continue;
 		snprintf(label, sizeof(label), "weights: %.40s", m->tt.e[ix->param[q]].name);
-		ferry_emit_copy(p, m->opt_h2d, ferry_tensor_ptr(&m->tt, &m->mem, ix->copy[q]),
-				ferry_tensor_ptr(&m->tt, &m->mem, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
+		ferry_emit_copy(p, m->opt_h2d, ferry_entry(m, ix->copy[q]),
+				ferry_entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
 				m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D, -1, label);
 	}
 	ferry_emit_record(p, m->opt_h2d, m->opt_uploaded, -1);
@@ -154,8 +148,8 @@ void *ferry_zero_host_device_grad(ferry_model_t m, int q, size_t off)
 	const struct ferry_table_index *ix = &m->tt.ix;
 
 	if (ix->grad_slice >= 0) /* ZeRO-2 */
-		return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->grad_slice), ferry_zero_host_index(m, q, off) * sizeof(float));
-	return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->grad[q]), off * sizeof(float));
+		return ferry_at(ferry_entry(m, ix->grad_slice), ferry_zero_host_index(m, q, off) * sizeof(float));
+	return ferry_at(ferry_entry(m, ix->grad[q]), off * sizeof(float));
 }
 
 void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
@@ -163,15 +157,15 @@ void *ferry_zero_host_device_copy(ferry_model_t m, int q, size_t off)
 	const struct ferry_table_index *ix = &m->tt.ix;
 
 	if (ix->param_slice >= 0 && ix->param_stage < 0) /* ZeRO-3 (its slice on the host: the unstacked whole copy) */
-		return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->param_slice), ferry_zero_host_index(m, q, off) * m->asz);
-	return at(ferry_tensor_ptr(&m->tt, &m->mem, ix->copy[q]), off * m->asz);
+		return ferry_at(ferry_entry(m, ix->param_slice), ferry_zero_host_index(m, q, off) * m->asz);
+	return ferry_at(ferry_entry(m, ix->copy[q]), off * m->asz);
 }
 
 void ferry_zero_host_gather(ferry_model_t m, struct ferry_program *p)
 {
 	ferry_emit_record(p, m->compute, m->zero_updated, -1); /* after every update and upload */
 	ferry_emit_wait(p, m->comm_stream, m->zero_updated, -1);
-	if (ferry_table_streamed(&m->tt, FERRY_GROUP_LAYER_WEIGHTS)) { /* (no device copy to gather) */
+	if (ferry_layers_streamed(m)) { /* (no device copy to gather) */
 		gather_streamed(m, p);
 		return;
 	}

@@ -41,17 +41,6 @@
 #include "exec/model_internal.h"
 #include "ferry/comm.h"
 
-static void *entry(const struct ferry_model *m, int i)
-{
-	return ferry_tensor_ptr(&m->tt, &m->mem, i);
-}
-
-/* base + bytes, or NULL in a dry build. */
-static void *at(void *base, size_t bytes)
-{
-	return base ? (char *)base + bytes : NULL;
-}
-
 void ferry_zero_params_bind(struct ferry_model *m)
 {
 	const struct ferry_table_ring *tr = &m->tt.ix.ring[FERRY_GROUP_LAYER_WEIGHTS];
@@ -59,8 +48,8 @@ void ferry_zero_params_bind(struct ferry_model *m)
 	const size_t S = m->tt.ix.shard_numel;
 
 	/* (a dry build's slice: rank 0's) */
-	m->zero_gather = (struct ferry_ring_gather){ m->comm, entry(m, m->tt.ix.copy_slice), S, &m->comm_status,
-						     entry(m, m->tt.ix.param_stage),
+	m->zero_gather = (struct ferry_ring_gather){ m->comm, ferry_entry(m, m->tt.ix.copy_slice), S, &m->comm_status,
+						     ferry_entry(m, m->tt.ix.param_stage),
 						     m->tt.ix.param_stage >= 0 ? m->tt.e[m->tt.ix.param_stage].bytes / m->asz : 0,
 						     m->comm ? (size_t)ferry_comm_rank(m->comm) * S : 0 };
 	r->ring = tr->slots;
@@ -79,7 +68,7 @@ void ferry_zero_params_bind(struct ferry_model *m)
 		s = &r->s[r->n++];
 		*s = (struct ferry_weight_stream){ .name = m->md->params[q].name, .numel = pi.layer_numel,
 						   .flat = pi.offset };
-		s->dev = at(entry(m, tr->w[0][q]), tr->off[q] * m->asz);
+		s->dev = ferry_at(ferry_entry(m, tr->w[0][q]), tr->off[q] * m->asz);
 		m->wptr[q] = s->dev;
 	}
 	if (m->ring[FERRY_GROUP_EDGE_WEIGHTS].ring) /* the edges' too, a stage's parameters into its region */
@@ -95,19 +84,19 @@ void ferry_zero_params_gather_unstacked(struct ferry_model *m, struct ferry_prog
 
 	for (int q = 0; q < m->md->n_params; q++) {
 		struct ferry_param_info pi;
-		void *whole = entry(m, m->tt.ix.copy[q]);
+		void *whole = ferry_entry(m, m->tt.ix.copy[q]);
 		size_t mine;
 
 		if (m->tt.ix.copy[q] < 0 || ferry_model_param_info(&m->cfg, q, &pi) != FERRY_OK)
 			continue;
 		if (m->tt.ix.param_stage < 0) {
-			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, entry(m, m->tt.ix.copy_slice),
+			ferry_emit_all_gather_slices(p, m->comm_stream, m->comm, whole, ferry_entry(m, m->tt.ix.copy_slice),
 						     pi.offset, pi.numel, m->asz, S, &m->comm_status, -1,
 						     "gather params: unstacked");
 			continue;
 		}
 		mine = lo < pi.offset ? 0 : lo - pi.offset < pi.numel ? lo - pi.offset : pi.numel; /* its part's place */
-		ferry_emit_all_gather_part(p, m->comm_stream, m->comm, whole, at(whole, mine * m->asz), pi.offset,
+		ferry_emit_all_gather_part(p, m->comm_stream, m->comm, whole, ferry_at(whole, mine * m->asz), pi.offset,
 					   pi.numel, m->asz, S, &m->comm_status, -1, "gather params: unstacked, in place");
 	}
 }

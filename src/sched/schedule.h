@@ -135,6 +135,12 @@ struct ferry_sched_resources {
 
 /* ---- building ------------------------------------------------------------------ */
 
+/* base + bytes: an address inside a buffer, NULL in a dry build. */
+static inline void *ferry_at(const void *base, size_t bytes)
+{
+	return base ? (char *)base + bytes : NULL;
+}
+
 int ferry_sched_stream(struct ferry_sched_resources *r, const char *name);
 /* A new event's index (-1 out of memory: r->failed is set). */
 int ferry_sched_event(struct ferry_sched_resources *r, const char *name);

@@ -508,25 +508,31 @@ static ferry_status model_chunks(const char *path, const struct ferry_model_conf
 	return FERRY_OK;
 }
 
-ferry_status ferry_checkpoint_write(const char *path,
-				    const struct ferry_model_config *cfg,
-				    const float *params)
+/* write_atomic (a standalone file) or write_file (one inside a checkpoint
+ * directory, which commits as a whole). */
+typedef ferry_status (*chunk_writer)(const char *path, const struct chunk *chunks, int n_chunks);
+
+static ferry_status model_write(const char *path, const struct ferry_model_config *cfg,
+				const float *params, chunk_writer writer)
 {
 	int32_t hdr[HEADER_INTS];
 	struct chunk chunks[2];
 	ferry_status st = model_chunks(path, cfg, params, hdr, chunks);
 
-	return st ? st : write_atomic(path, chunks, 2);
+	return st ? st : writer(path, chunks, 2);
+}
+
+ferry_status ferry_checkpoint_write(const char *path,
+				    const struct ferry_model_config *cfg,
+				    const float *params)
+{
+	return model_write(path, cfg, params, write_atomic);
 }
 
 ferry_status ferry_ckpt_write_model(const char *file, const struct ferry_model_config *cfg,
 				    const float *params)
 {
-	int32_t hdr[HEADER_INTS];
-	struct chunk chunks[2];
-	ferry_status st = model_chunks(file, cfg, params, hdr, chunks);
-
-	return st ? st : write_file(file, chunks, 2);
+	return model_write(file, cfg, params, write_file);
 }
 
 /* ---- training state ---------------------------------------------------------- */
@@ -666,27 +672,28 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 	return FERRY_OK;
 }
 
-ferry_status ferry_state_write(const char *path,
-			       const struct ferry_train_state *st,
-			       const float *m, const float *v, size_t n_params)
+static ferry_status state_write(const char *path, const struct ferry_train_state *st, const float *m,
+				const float *v, size_t n_params, chunk_writer writer)
 {
 	int32_t hdr[HEADER_INTS];
 	char gbuf[FERRY_STATE_GLOB_MAX + 8];
 	struct chunk chunks[4];
 	ferry_status rc = state_chunks(path, st, m, v, n_params, hdr, gbuf, chunks);
 
-	return rc ? rc : write_atomic(path, chunks, 4);
+	return rc ? rc : writer(path, chunks, 4);
+}
+
+ferry_status ferry_state_write(const char *path,
+			       const struct ferry_train_state *st,
+			       const float *m, const float *v, size_t n_params)
+{
+	return state_write(path, st, m, v, n_params, write_atomic);
 }
 
 ferry_status ferry_ckpt_write_state(const char *file, const struct ferry_train_state *st,
 				    const float *m, const float *v, size_t n_params)
 {
-	int32_t hdr[HEADER_INTS];
-	char gbuf[FERRY_STATE_GLOB_MAX + 8];
-	struct chunk chunks[4];
-	ferry_status rc = state_chunks(file, st, m, v, n_params, hdr, gbuf, chunks);
-
-	return rc ? rc : write_file(file, chunks, 4);
+	return state_write(file, st, m, v, n_params, write_file);
 }
 
 /* The glob region's training glob and, after a NUL (version 4), the

@@ -543,22 +543,31 @@ static ferry_status probe(struct names *nm, bool hf)
 	return FERRY_OK;
 }
 
+/* *dp lists the directory fd, through a duplicate: fd stays the caller's. */
+static ferry_status list_fd(struct names *nm, int fd, DIR **dp)
+{
+	int dup_fd = dup(fd);
+
+	*dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	if (*dp)
+		return FERRY_OK;
+	if (dup_fd >= 0)
+		close(dup_fd);
+	return ferry_error(FERRY_ERR_IO, "%s: cannot list it: %s", sh(nm, 0, nm->path), strerror(errno));
+}
+
 /* What a save into an existing directory keeps (keep_tree below) can be
  * kept: every entry readable, subdirectories nested at most MAX_DEPTH deep
  * and on the directory's filesystem (kept by hard links).  Checked before
  * step 1, not found at the save after hours of training. */
 static ferry_status check_kept(struct names *nm, int fd, dev_t dev, int depth)
 {
-	ferry_status st = FERRY_OK;
 	struct dirent *e;
-	int dup_fd = dup(fd);
-	DIR *dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	DIR *dp;
+	ferry_status st = list_fd(nm, fd, &dp);
 
-	if (!dp) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return ferry_error(FERRY_ERR_IO, "%s: cannot list it: %s", sh(nm, 0, nm->path), strerror(errno));
-	}
+	if (st)
+		return st;
 	while (!st && (e = readdir(dp))) {
 		struct stat sb;
 		int sub;
@@ -819,16 +828,12 @@ static ferry_status keep_subdir(struct keep_ctx *c, int sfd, int dfd, const char
  * into dfd (subdirectories recreated, their files linked). */
 static ferry_status keep_tree(struct keep_ctx *c, int sfd, int dfd, int depth)
 {
-	ferry_status st = FERRY_OK;
 	struct dirent *e;
-	int dup_fd = dup(sfd);
-	DIR *dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	DIR *dp;
+	ferry_status st = list_fd(c->nm, sfd, &dp);
 
-	if (!dp) {
-		if (dup_fd >= 0)
-			close(dup_fd);
-		return ferry_error(FERRY_ERR_IO, "%s: cannot list it: %s", sh(c->nm, 0, c->nm->path), strerror(errno));
-	}
+	if (st)
+		return st;
 	while (!st && (e = readdir(dp))) {
 		struct stat sb;
 

@@ -89,16 +89,6 @@ static char *join(const char *dir, const char *name)
 	return p;
 }
 
-static char *dup_str(const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = ferry_malloc(n);
-
-	if (p)
-		memcpy(p, s, n);
-	return p;
-}
-
 /* Where a checkpoint path's parts are: dir holds config.json and the state
  * file; weights is what ferry_safetensors_open gets. */
 struct hf_paths {
@@ -117,14 +107,14 @@ static ferry_status paths_resolve(const char *path, struct hf_paths *p)
 {
 	memset(p, 0, sizeof(*p));
 	if (is_dir(path)) {
-		p->dir = dup_str(path);
-		p->weights = dup_str(path);
+		p->dir = ferry_strdup(path);
+		p->weights = ferry_strdup(path);
 	} else if (!strcmp(base_name(path), FERRY_HF_CONFIG_NAME)) {
 		p->dir = dir_of(path);
 		p->weights = dir_of(path);
 	} else { /* *.safetensors, or an index *.json */
 		p->dir = dir_of(path);
-		p->weights = dup_str(path);
+		p->weights = ferry_strdup(path);
 	}
 	p->config = p->dir ? join(p->dir, FERRY_HF_CONFIG_NAME) : NULL;
 	if (p->dir && p->config && p->weights)

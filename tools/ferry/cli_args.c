@@ -20,6 +20,13 @@ int ferry_cli_arg_value(const char *cmd, int argc, char **argv, int i, const cha
 	return 0;
 }
 
+/* The message for a flag's value that is not what it takes; -1. */
+static int expects(const char *cmd, const char *flag, const char *what, const char *got)
+{
+	ferry_cli_error(cmd, "%s expects %s, got '%s'", flag, what, got);
+	return -1;
+}
+
 int ferry_cli_arg_int(const char *cmd, int argc, char **argv, int i, int *out)
 {
 	const char *s;
@@ -30,10 +37,8 @@ int ferry_cli_arg_int(const char *cmd, int argc, char **argv, int i, int *out)
 		return -1;
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < -2147483647L || v > 2147483647L) {
-		ferry_cli_error(cmd, "%s expects an integer, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (errno || end == s || *end || v < -2147483647L || v > 2147483647L)
+		return expects(cmd, argv[i], "an integer", s);
 	*out = (int)v;
 	return 0;
 }
@@ -48,10 +53,8 @@ int ferry_cli_arg_u64(const char *cmd, int argc, char **argv, int i, uint64_t *o
 		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || *s == '-') {
-		ferry_cli_error(cmd, "%s expects a non-negative integer, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (errno || end == s || *end || *s == '-')
+		return expects(cmd, argv[i], "a non-negative integer", s);
 	*out = v;
 	return 0;
 }
@@ -66,10 +69,8 @@ int ferry_cli_arg_float(const char *cmd, int argc, char **argv, int i, float *ou
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(v) || !isfinite((float)v)) {
-		ferry_cli_error(cmd, "%s expects a number that fits a float, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (errno || end == s || *end || !isfinite(v) || !isfinite((float)v))
+		return expects(cmd, argv[i], "a number that fits a float", s);
 	*out = (float)v;
 	return 0;
 }
@@ -80,10 +81,8 @@ int ferry_cli_arg_on_off(const char *cmd, int argc, char **argv, int i, bool *ou
 
 	if (ferry_cli_arg_value(cmd, argc, argv, i, &s))
 		return -1;
-	if (strcmp(s, "on") && strcmp(s, "off")) {
-		ferry_cli_error(cmd, "%s expects on or off, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (strcmp(s, "on") && strcmp(s, "off"))
+		return expects(cmd, argv[i], "on or off", s);
 	*out = !strcmp(s, "on");
 	return 0;
 }
@@ -116,10 +115,8 @@ int ferry_cli_arg_size(const char *cmd, int argc, char **argv, int i, size_t *ou
 		return -1;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || !isfinite(v) || !(v > 0)) {
-		ferry_cli_error(cmd, "%s expects a positive size like 512M or 2G, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (errno || end == s || !isfinite(v) || !(v > 0))
+		return expects(cmd, argv[i], "a positive size like 512M or 2G", s);
 	mult = size_unit(end);
 	if (!mult) {
 		ferry_cli_error(cmd, "%s %s: %s; write e.g. %gM or %gG (K, M, G, T: powers of 1024)", argv[i], s,
@@ -173,10 +170,8 @@ int ferry_cli_arg_rate(const char *cmd, int argc, char **argv, int i, double *ou
 			v *= 1000.0;
 		end++;
 	}
-	if (errno || end == s || *end || !isfinite(v) || !(v > 0)) {
-		ferry_cli_error(cmd, "%s expects a positive rate like 150G or 1.5e11, got '%s'", argv[i], s);
-		return -1;
-	}
+	if (errno || end == s || *end || !isfinite(v) || !(v > 0))
+		return expects(cmd, argv[i], "a positive rate like 150G or 1.5e11", s);
 	*out = v;
 	return 0;
 }
