@@ -176,21 +176,23 @@ ferry_status ferry_topology_cpu_nodes(const struct ferry_topology *t, int *node_
 	return FERRY_OK;
 }
 
-/* One "node ID cpus N mem SIZE [free SIZE]" line into t. */
 /* "nvme free SIZE": the room the NVMe tier plans with, so a capacity check
  * gives the same answer on any disk. */
 static ferry_status parse_nvme_line(const char *path, int line, char *s, struct ferry_topology *t)
 {
-	char *save = NULL, *nvme = strtok_r(s, " \t", &save), *key = strtok_r(NULL, " \t", &save);
-	char *val = strtok_r(NULL, " \t", &save), *extra = strtok_r(NULL, " \t", &save);
+	char *save = NULL, *key, *val, *extra;
 
-	(void)nvme;
+	strtok_r(s, " \t", &save); /* "nvme" */
+	key = strtok_r(NULL, " \t", &save);
+	val = strtok_r(NULL, " \t", &save);
+	extra = strtok_r(NULL, " \t", &save);
 	if (!key || strcmp(key, "free") || !val || extra || !(t->nvme_free = ferry_parse_size(val)))
 		return ferry_error(FERRY_ERR_FORMAT, "%s:%d: the NVMe line is 'nvme free SIZE' (a size like 2T)",
 				   path, line);
 	return FERRY_OK;
 }
 
+/* One "node ID cpus N mem SIZE [free SIZE]" line into t. */
 static ferry_status parse_node_line(const char *path, int line, char *s, struct ferry_topology *t)
 {
 	struct ferry_numa_node nd = { .id = -1, .cpus = -1 };

@@ -786,7 +786,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 {
 	const struct ferry_train_opts *o = &tr->opts;
 	struct ferry_adamw opt = o->adamw;
-	double t0 = (1e3 * ferry_now_s());
+	double t0 = ferry_now_s();
 	bool early;
 	ferry_status st;
 
@@ -810,7 +810,7 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	tr->step++;
 	m->step = tr->step;
 	m->lr = opt.lr;
-	m->step_ms = (1e3 * ferry_now_s()) - t0;
+	m->step_ms = 1e3 * (ferry_now_s() - t0);
 	m->tokens_per_s = (double)o->B * tr->ranks * o->grad_accum * o->T / (m->step_ms / 1e3);
 	m->device_peak_bytes = ferry_backend_mem_peak(tr->be);
 	return FERRY_OK;
