@@ -125,13 +125,19 @@ static int parse(int argc, char **argv, struct args *a)
 }
 
 /* Tiers with every kind on `tier` (NVMe holds activations only). */
-static ferry_host_tiers_t tiers_on(const struct args *a, const char *tier, enum ferry_tensor_kind kind, size_t bytes)
+static ferry_host_tiers_t tiers_on(const struct args *a, const char *tier, enum ferry_host_kind kind, size_t bytes)
 {
 	char spec[128];
-	size_t kinds[FERRY_TK_COUNT] = { 0 };
+	size_t kinds[FERRY_HOST_KINDS] = { 0 };
 	bool nvme = !strcmp(tier, "nvme");
-	struct ferry_host_tiers_opts o = { spec, a->topology, NULL, a->nvme_dir, FERRY_OPTIM_CPU, 0 };
+	struct ferry_host_tiers_opts o = { .spec = spec, .topology_file = a->topology, .nvme_dir = a->nvme_dir };
+	struct ferry_places cpu; /* AdamW on host threads: the CPU computes on its state */
 	ferry_host_tiers_t h;
+
+	ferry_places_default(&cpu);
+	if (ferry_places_parse("adam=host:cpu", &cpu) != FERRY_OK)
+		die(tier);
+	ferry_places_host_use(&cpu, &o.cpu_kinds, &o.copied_kinds);
 
 	snprintf(spec, sizeof(spec), "%s=%s", nvme ? "activations" : "all", tier);
 	kinds[kind] = bytes;
@@ -146,7 +152,7 @@ static ferry_host_tiers_t tiers_on(const struct args *a, const char *tier, enum 
 static void time_copies(const struct args *a, ferry_backend_t be, const char *tier, double out[2])
 {
 	double t[2][MAX_ROUNDS];
-	ferry_host_tiers_t h = tier ? tiers_on(a, tier, FERRY_TK_ACTIVATION, a->size) : NULL;
+	ferry_host_tiers_t h = tier ? tiers_on(a, tier, FERRY_HOST_ACTIVATIONS, a->size) : NULL;
 	ferry_buffer_t dev;
 	ferry_stream_t s;
 	void *host = NULL;
@@ -155,7 +161,7 @@ static void time_copies(const struct args *a, ferry_backend_t be, const char *ti
 
 	if (ferry_buffer_alloc(be, a->size, &dev) || ferry_stream_create(be, "bench", &s))
 		die("device buffer");
-	if (h ? ferry_host_tiers_alloc(h, be, FERRY_TK_ACTIVATION, a->size, &host) : ferry_host_alloc(be, a->size, &host))
+	if (h ? ferry_host_tiers_alloc(h, be, FERRY_HOST_ACTIVATIONS, a->size, &host) : ferry_host_alloc(be, a->size, &host))
 		die("tier memory");
 	f = h ? ferry_host_tiers_nvme_at(h, host, &off) : NULL;
 	out[0] = out[1] = 0;
@@ -194,13 +200,13 @@ done:
 static double time_adamw(const struct args *a, const char *tier)
 {
 	size_t bytes = (size_t)a->params * sizeof(float);
-	ferry_host_tiers_t h = tier ? tiers_on(a, tier, FERRY_TK_OPT_STATE, 4 * bytes) : NULL;
+	ferry_host_tiers_t h = tier ? tiers_on(a, tier, FERRY_HOST_OPTIMIZER, 4 * bytes) : NULL;
 	float *arr[4];
 	double t[MAX_ROUNDS];
 
 	for (int i = 0; i < 4; i++) {
 		arr[i] = NULL;
-		if (h ? ferry_host_tiers_alloc(h, NULL, FERRY_TK_OPT_STATE, bytes, (void **)&arr[i])
+		if (h ? ferry_host_tiers_alloc(h, NULL, FERRY_HOST_OPTIMIZER, bytes, (void **)&arr[i])
 		      : !(arr[i] = malloc(bytes)))
 			die("AdamW state");
 		for (long j = 0; j < a->params; j++)

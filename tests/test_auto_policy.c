@@ -18,6 +18,7 @@
  *    no tier large enough it refuses, saying why.
  */
 #include "ferry/cost.h"
+#include "ferry/model.h"
 #include "ferry/policy.h"
 #include "cost/calibration.h"
 #include "test_util.h"
@@ -103,8 +104,10 @@ static ferry_host_tiers_t tiers(enum ferry_optim_place optimizer, unsigned long 
 	char path[] = "/tmp/ferry-auto-topology-XXXXXX";
 	int fd = mkstemp(path);
 	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	struct ferry_host_tiers_opts o = { .topology_file = path, .optimizer = optimizer };
+	struct ferry_host_tiers_opts o = { .topology_file = path };
 	ferry_host_tiers_t h = NULL;
+
+	ferry_optim_host_use(optimizer, &o.cpu_kinds, &o.copied_kinds);
 
 	if (!f)
 		return NULL;
@@ -122,10 +125,14 @@ static void kind_bytes(enum ferry_optim_place place, unsigned long long out[FERR
 	struct ferry_exec_opts o = { .policy = "everything_saveable", .optimizer = place };
 	struct ferry_plan plan;
 
+	size_t bytes[FERRY_HOST_KINDS];
+
 	memset(out, 0, sizeof(unsigned long long) * FERRY_HOST_KINDS);
-	if (ferry_model_plan(&cfg, B, T, &o, &plan) == FERRY_OK)
-		for (int k = 0; k < FERRY_TK_COUNT; k++)
-			out[ferry_host_kind_of((enum ferry_tensor_kind)k)] += plan.mem.host_kind_bytes[k];
+	if (ferry_model_plan(&cfg, B, T, &o, &plan) == FERRY_OK) {
+		ferry_plan_host_kinds(&plan, bytes);
+		for (int k = 0; k < FERRY_HOST_KINDS; k++)
+			out[k] = bytes[k];
+	}
 }
 
 static const char *chosen(const struct ferry_auto_result *r, enum ferry_host_kind k)

@@ -38,9 +38,14 @@ static ferry_host_tiers_t tiers(const char *text, const char *nvme_dir, const ch
 {
 	char path[300];
 	FILE *f;
-	struct ferry_host_tiers_opts o = { .spec = spec, .topology_file = path, .nvme_dir = nvme_dir,
-					   .optimizer = FERRY_OPTIM_STREAM };
+	struct ferry_host_tiers_opts o = { .spec = spec, .topology_file = path, .nvme_dir = nvme_dir };
+	struct ferry_places stream; /* AdamW streamed: the weights and its state may live on NVMe */
 	ferry_host_tiers_t h = NULL;
+
+	ferry_places_default(&stream);
+	if (ferry_places_parse("adam=host:stream", &stream) != FERRY_OK)
+		return NULL;
+	ferry_places_host_use(&stream, &o.cpu_kinds, &o.copied_kinds);
 
 	snprintf(path, sizeof(path), "%s/topology.txt", dir);
 	if (!(f = fopen(path, "w")))

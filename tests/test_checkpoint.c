@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "file_test_util.h"
-#include "train/commit.h"
+#include "ckpt/commit.h"
 
 static long file_size(const char *path)
 {

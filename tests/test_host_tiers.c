@@ -14,6 +14,8 @@
  *    (move_pages) and reads and writes like any memory.
  */
 #include "test_util.h"
+#include "ferry/backend.h"
+#include "ferry/place.h"
 #include "ferry/tier.h"
 #include "tier/numa_bind.h"
 
@@ -109,10 +111,25 @@ static void check_load(const char *topo)
 	CHECK(ferry_topology_load("/nonexistent/topology", &t) == FERRY_ERR_IO, "a missing file");
 }
 
-static ferry_host_tiers_t make(const char *spec, const char *topo, const char *nvme, enum ferry_optim_place opt)
+#define STREAM "adam=host:stream"
+#define HOST_CPU "adam=host:cpu"
+
+/* How AdamW placed as `adam` (a --place value) uses host state, into o. */
+static void use_of(const char *adam, struct ferry_host_tiers_opts *o)
 {
-	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, opt, 0 };
+	struct ferry_places p;
+
+	ferry_places_default(&p);
+	CHECK(ferry_places_parse(adam, &p) == FERRY_OK, "%s: %s", adam, ferry_last_error());
+	ferry_places_host_use(&p, &o->cpu_kinds, &o->copied_kinds);
+}
+
+static ferry_host_tiers_t make(const char *spec, const char *topo, const char *nvme, const char *adam)
+{
+	struct ferry_host_tiers_opts o = { .spec = spec, .topology_file = topo, .nvme_dir = nvme };
 	ferry_host_tiers_t h = NULL;
+
+	use_of(adam, &o);
 
 	CHECK(ferry_host_tiers_create(&o, &h) == FERRY_OK, "tiers '%s': %s", spec ? spec : "", ferry_last_error());
 	return h;
@@ -120,8 +137,10 @@ static ferry_host_tiers_t make(const char *spec, const char *topo, const char *n
 
 static void expect_spec_error(const char *spec, const char *topo, const char *nvme, const char *needle)
 {
-	struct ferry_host_tiers_opts o = { spec, topo, NULL, nvme, FERRY_OPTIM_STREAM, 0 };
+	struct ferry_host_tiers_opts o = { .spec = spec, .topology_file = topo, .nvme_dir = nvme };
 	ferry_host_tiers_t h = NULL;
+
+	use_of(STREAM, &o);
 
 	CHECK(ferry_host_tiers_create(&o, &h) == FERRY_ERR_INVALID || (h == NULL && needle[0] == '/'),
 	      "'%s' is refused", spec);
@@ -158,13 +177,13 @@ static void check_specs(const char *topo)
 }
 
 /* Host bytes by tensor kind: activations, master weights, moments, grads. */
-static void kinds(size_t out[FERRY_TK_COUNT], size_t act, size_t weights, size_t opt, size_t grads)
+static void kinds(size_t out[FERRY_HOST_KINDS], size_t act, size_t weights, size_t opt, size_t grads)
 {
-	memset(out, 0, sizeof(size_t) * FERRY_TK_COUNT);
-	out[FERRY_TK_ACTIVATION] = act;
-	out[FERRY_TK_WEIGHT] = weights;
-	out[FERRY_TK_OPT_STATE] = opt;
-	out[FERRY_TK_GRAD] = grads;
+	memset(out, 0, sizeof(size_t) * FERRY_HOST_KINDS);
+	out[FERRY_HOST_ACTIVATIONS] = act;
+	out[FERRY_HOST_PARAMS] = weights;
+	out[FERRY_HOST_OPTIMIZER] = opt;
+	out[FERRY_HOST_GRADS] = grads;
 }
 
 static enum ferry_tier_type placed(const struct ferry_tier_report *r, enum ferry_host_kind k)
@@ -174,7 +193,7 @@ static enum ferry_tier_type placed(const struct ferry_tier_report *r, enum ferry
 
 static void check_default(const char *topo)
 {
-	size_t b[FERRY_TK_COUNT];
+	size_t b[FERRY_HOST_KINDS];
 	struct ferry_tier_report r;
 	ferry_host_tiers_t h;
 	const uint64_t M = 1 << 20;
@@ -182,7 +201,7 @@ static void check_default(const char *topo)
 
 	snprintf(small, sizeof(small), "%s/small_nvme.txt", dir);
 	/* streamed optimizer: everything streamed goes to CXL, both cards */
-	h = make(NULL, topo, NULL, FERRY_OPTIM_STREAM);
+	h = make(NULL, topo, NULL, STREAM);
 	kinds(b, 300 * M, 100 * M, 200 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK, "place: %s", ferry_last_error());
 	CHECK(r.n == 1 && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_CXL && r.use[0].tier.n == 2 &&
@@ -192,7 +211,7 @@ static void check_default(const char *topo)
 	ferry_host_tiers_free(h);
 
 	/* CPU optimizer: what it computes on stays in DRAM */
-	h = make(NULL, topo, NULL, FERRY_OPTIM_CPU);
+	h = make(NULL, topo, NULL, HOST_CPU);
 	kinds(b, 300 * M, 100 * M, 200 * M, 100 * M);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK, "place: %s", ferry_last_error());
 	CHECK(placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_CXL && placed(&r, FERRY_HOST_PARAMS) == FERRY_TIER_DRAM &&
@@ -201,7 +220,7 @@ static void check_default(const char *topo)
 	ferry_host_tiers_free(h);
 
 	/* CXL too small for the activations: DRAM takes them; DRAM full too: NVMe */
-	h = make(NULL, topo, dir, FERRY_OPTIM_CPU);
+	h = make(NULL, topo, dir, HOST_CPU);
 	kinds(b, 2500 * M, 0, 0, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_DRAM,
 	      "2.5 GiB of activations overflow CXL into DRAM: %s", ferry_last_error());
@@ -212,25 +231,25 @@ static void check_default(const char *topo)
 	ferry_host_tiers_free(h);
 
 	/* streamed AdamW state may overflow to NVMe too; with the CPU AdamW it may not */
-	h = make(NULL, topo, dir, FERRY_OPTIM_STREAM);
+	h = make(NULL, topo, dir, STREAM);
 	kinds(b, 1500 * M, 400 * M, 4000 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_CXL &&
 		      placed(&r, FERRY_HOST_PARAMS) == FERRY_TIER_CXL && placed(&r, FERRY_HOST_OPTIMIZER) == FERRY_TIER_NVME,
 	      "stream: 1.9 GiB on CXL, 4 GiB of moments past DRAM's 3 to NVMe: %s", ferry_last_error());
 	ferry_host_tiers_free(h);
 	write_file(small, "node 0 cpus 4 mem 4G free 3G\nnode 1 cpus 0 mem 1G\nnode 2 cpus 0 mem 1G\nnvme free 3G\n");
-	h = make(NULL, small, dir, FERRY_OPTIM_STREAM);
+	h = make(NULL, small, dir, STREAM);
 	kinds(b, 1500 * M, 400 * M, 4000 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID &&
 		      strstr(ferry_last_error(), "optimizer need 3.91 GiB") != NULL,
 	      "with 'nvme free 3G' the 4 GiB of moments fit nowhere: %s", ferry_last_error());
 	ferry_host_tiers_free(h);
-	h = make(NULL, topo, dir, FERRY_OPTIM_CPU);
+	h = make(NULL, topo, dir, HOST_CPU);
 	kinds(b, 0, 1000 * M, 5000 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID, "cpu: the optimizer never goes to NVMe");
 	ferry_host_tiers_free(h);
 
-	h = make(NULL, topo, NULL, FERRY_OPTIM_CPU);
+	h = make(NULL, topo, NULL, HOST_CPU);
 	kinds(b, 2500 * M, 1000 * M, 2000 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID, "nothing holds it without NVMe");
 	CHECK(strstr(ferry_last_error(), "activations need 2.44 GiB") != NULL, "says what: %s", ferry_last_error());
@@ -239,13 +258,13 @@ static void check_default(const char *topo)
 
 static void check_explicit(const char *topo)
 {
-	size_t b[FERRY_TK_COUNT];
+	size_t b[FERRY_HOST_KINDS];
 	struct ferry_tier_report r;
 	ferry_host_tiers_t h;
 	const uint64_t M = 1 << 20;
 
 	/* 3:1 over two 1 GiB nodes: node 1 takes 3/4, so the tier holds 4/3 GiB */
-	h = make("activations=interleave:1*3+2,optimizer=node:2", topo, NULL, FERRY_OPTIM_STREAM);
+	h = make("activations=interleave:1*3+2,optimizer=node:2", topo, NULL, STREAM);
 	kinds(b, 1200 * M, 0, 100 * M, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_OK, "place: %s", ferry_last_error());
 	CHECK(r.n == 2 && placed(&r, FERRY_HOST_ACTIVATIONS) == FERRY_TIER_INTERLEAVE &&
@@ -258,7 +277,7 @@ static void check_explicit(const char *topo)
 	ferry_host_tiers_free(h);
 
 	/* two kinds sharing a node share its capacity */
-	h = make("activations=node:1,params=node:1", topo, NULL, FERRY_OPTIM_STREAM);
+	h = make("activations=node:1,params=node:1", topo, NULL, STREAM);
 	kinds(b, 600 * M, 600 * M, 0, 0);
 	CHECK(h && ferry_host_tiers_place(h, b, &r) == FERRY_ERR_INVALID, "2 x 600 MiB on a 1 GiB node");
 	CHECK(strstr(ferry_last_error(), "too small") != NULL, "%s", ferry_last_error());
@@ -269,17 +288,17 @@ static void check_explicit(const char *topo)
 static void check_binding(void)
 {
 	static const char *const specs[] = { "all=dram", "all=node:0", "all=interleave:0*2" };
-	size_t b[FERRY_TK_COUNT], page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t b[FERRY_HOST_KINDS], page = (size_t)sysconf(_SC_PAGESIZE);
 
 	for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++) {
-		ferry_host_tiers_t h = make(specs[s], NULL, NULL, FERRY_OPTIM_STREAM);
+		ferry_host_tiers_t h = make(specs[s], NULL, NULL, STREAM);
 		int nodes[64];
 		char *p = NULL;
 
 		kinds(b, 64 * page, 0, 0, 0);
 		if (!h || ferry_host_tiers_place(h, b, NULL) != FERRY_OK)
 			continue;
-		CHECK(ferry_host_tiers_alloc(h, NULL, FERRY_TK_ACTIVATION, 64 * page - 5, (void **)&p) == FERRY_OK,
+		CHECK(ferry_host_tiers_alloc(h, NULL, FERRY_HOST_ACTIVATIONS, 64 * page - 5, (void **)&p) == FERRY_OK,
 		      "%s alloc: %s", specs[s], ferry_last_error());
 		if (!p)
 			continue;

@@ -16,7 +16,7 @@
 #include "ferry/train.h"
 #include "scratch_util.h"
 #include "test_util.h"
-#include "train/commit.h"
+#include "ckpt/commit.h"
 
 #include <ftw.h>
 #include <math.h>

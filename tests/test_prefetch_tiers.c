@@ -51,7 +51,8 @@ static struct ferry_calibration *hand_calibration(double nvme_read_Bps)
 
 static ferry_host_tiers_t tiers(const char *spec, size_t host_mem)
 {
-	struct ferry_host_tiers_opts to = { spec, topo_path, NULL, nvme_dir, FERRY_OPTIM_DEVICE, host_mem };
+	struct ferry_host_tiers_opts to = { .spec = spec, .topology_file = topo_path, .nvme_dir = nvme_dir,
+					    .host_mem = host_mem }; /* AdamW on the device */
 	ferry_host_tiers_t h = NULL;
 
 	CHECK(ferry_host_tiers_create(&to, &h) == FERRY_OK, "tiers %s: %s", spec, ferry_last_error());

@@ -82,8 +82,8 @@ static void run_steps(ferry_model_t m, const struct ferry_model_config *cfg, str
 static bool train(const struct ferry_model_config *cfg, const char *policy, enum ferry_optim_place optim,
 		  const struct combo *c, struct result *r)
 {
-	struct ferry_host_tiers_opts to = { c ? c->spec : NULL, c && c->simulated ? topo_path : NULL, NULL,
-					    nvme_dir, optim, 0 };
+	struct ferry_host_tiers_opts to = { .spec = c ? c->spec : NULL, .topology_file = c && c->simulated ? topo_path : NULL,
+					    .nvme_dir = nvme_dir };
 	/* depth 1: a ring of 2 slots, so most layers' activations come back
 	 * from their tier (the last 2 are read where they are) */
 	struct ferry_exec_opts o = { .policy = policy, .optimizer = optim, .prefetch_depth = 1 };
@@ -95,6 +95,7 @@ static bool train(const struct ferry_model_config *cfg, const char *policy, enum
 		setenv("FERRY_NVME_IO", c->nvme_io, 1);
 	else
 		unsetenv("FERRY_NVME_IO");
+	ferry_optim_host_use(optim, &to.cpu_kinds, &to.copied_kinds);
 	ok = !c || ferry_host_tiers_create(&to, &o.host_tiers) == FERRY_OK;
 	CHECK(ok, "tiers '%s': %s", c ? c->spec : "", ferry_last_error());
 	ok = ok && ferry_backend_open("cpu", NULL, &be) == FERRY_OK;

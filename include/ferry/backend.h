@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include "ferry/ferry.h"
+#include "ferry/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -181,6 +182,11 @@ void *ferry_stream_native(ferry_stream_t s);
 /* Sets size bytes of device memory to zero, on stream s. */
 ferry_status ferry_memset_zero_async(ferry_stream_t s, void *dst, size_t size)
 	FERRY_MUST_CHECK;
+
+/* Host memory of kind on its host tier (page-aligned, zeroed), registered
+ * for DMA by be (NULL: not registered); ferry_host_tiers_release frees it. */
+ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_host_kind kind,
+				    size_t bytes, void **out) FERRY_MUST_CHECK;
 
 #ifdef __cplusplus
 }

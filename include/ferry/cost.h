@@ -21,7 +21,8 @@
 #include <stdbool.h>
 #include "ferry/ferry.h"
 #include "ferry/backend.h"
-#include "ferry/model.h"
+#include "ferry/model_config.h"
+#include "ferry/plan.h"
 #include "ferry/tier.h"
 #ifdef __cplusplus
 extern "C" {

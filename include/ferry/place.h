@@ -85,6 +85,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "ferry/ferry.h"
+#include "ferry/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,16 +108,6 @@ enum ferry_update {
 	FERRY_UPDATE_HOST,   /* the fused CPU AdamW on host threads */
 };
 
-/* The kinds of host state, each placed on a host tier (ferry/tier.h). */
-enum ferry_host_kind {
-	FERRY_HOST_ACTIVATIONS,
-	FERRY_HOST_PARAMS,
-	FERRY_HOST_GRADS,
-	FERRY_HOST_OPTIMIZER,
-	FERRY_HOST_KINDS
-};
-
-#define FERRY_TIER_NAME_CHARS 128
 
 struct ferry_place {
 	enum ferry_home home;
@@ -167,7 +158,7 @@ enum ferry_place_group {
  * resolved first. */
 #define FERRY_PREFETCH_AUTO (-1)
 /* Tiers a depth each (as many as offloaded activations may span, tier.h). */
-#define FERRY_PREFETCH_TIERS 4
+#define FERRY_PREFETCH_TIERS FERRY_TIER_SPAN_MAX
 
 /* adam.grads=device:stream(D): the deepest D (ring slots D + 1). */
 #define FERRY_GRADS_DEVICE_MAX_DEPTH 15
@@ -229,6 +220,11 @@ ferry_status ferry_places_set_tiers(struct ferry_places *p, const char *spec) FE
  * back (what fits n bytes; the length it wanted, as snprintf). */
 ferry_status ferry_prefetch_parse(const char *v, int *depth, int tiers[FERRY_PREFETCH_TIERS]) FERRY_MUST_CHECK;
 size_t ferry_prefetch_format(int depth, const int tiers[FERRY_PREFETCH_TIERS], char *buf, size_t n);
+
+/* How p uses each kind of host state (bits 1 << enum ferry_host_kind), as
+ * ferry_host_tiers_opts takes it: the kinds host threads compute on, and
+ * those only copied to and from the device. */
+void ferry_places_host_use(const struct ferry_places *p, unsigned *cpu_kinds, unsigned *copied_kinds);
 
 /* The host tiers the placements name, as --host-tier's KIND=TIER,... (""
  * when none): what ferry_host_tiers_create takes.  Errors: it does not

@@ -239,6 +239,13 @@ ferry_status ferry_exec_opts_places(const struct ferry_exec_opts *o, struct ferr
 void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p);
 /* AdamW's placement as the optimizer enum (host tiers decide by it). */
 enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p);
+/* ferry_places_host_use of AdamW placed as o (the rest as the defaults). */
+void ferry_optim_host_use(enum ferry_optim_place o, unsigned *cpu_kinds, unsigned *copied_kinds);
+
+/* The host kind a tensor kind's host bytes count as, and a plan's host
+ * bytes by host kind (what ferry_host_tiers_place takes). */
+enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k);
+void ferry_plan_host_kinds(const struct ferry_plan *plan, size_t out[FERRY_HOST_KINDS]);
 
 /* ---- the prepared schedule of a training step ------------------------------------
  * Every task a training step submits, in order: on which stream, what it

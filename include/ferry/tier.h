@@ -42,9 +42,9 @@
 #define FERRY_TIER_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include "ferry/ferry.h"
-#include "ferry/backend.h"
-#include "ferry/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,10 +81,19 @@ ferry_status ferry_topology_cpu_nodes(const struct ferry_topology *t, int *node_
 /* Node id's entry, NULL when there is none. */
 const struct ferry_numa_node *ferry_topology_node(const struct ferry_topology *t, int id);
 
-/* enum ferry_host_kind, the kinds of host state: ferry/place.h. */
+/* The kinds of host state, each placed on a host tier. */
+enum ferry_host_kind {
+	FERRY_HOST_ACTIVATIONS,
+	FERRY_HOST_PARAMS,
+	FERRY_HOST_GRADS,
+	FERRY_HOST_OPTIMIZER,
+	FERRY_HOST_KINDS
+};
+#define FERRY_TIER_NAME_CHARS 128
+/* Tiers offloaded activations may span, layer by layer. */
+#define FERRY_TIER_SPAN_MAX 4
+
 const char *ferry_host_kind_name(enum ferry_host_kind k);
-/* The host kind a tensor kind's host bytes count as. */
-enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k);
 
 enum ferry_tier_type {
 	FERRY_TIER_AUTO,
@@ -113,7 +122,11 @@ struct ferry_host_tiers_opts {
 	const char *topology_file; /* --topology (NULL: discover) */
 	const char *sysfs_dir;     /* discovery's folder (NULL: the real one; tests) */
 	const char *nvme_dir;      /* --nvme-dir (NULL: no NVMe tier) */
-	enum ferry_optim_place optimizer; /* decides what the CPU computes on */
+	unsigned cpu_kinds;        /* bit 1 << k: host threads compute on kind k
+				      (AdamW on the host): memory with CPUs, never NVMe */
+	unsigned copied_kinds;     /* bit 1 << k: kind k is only copied to and from
+				      the device (streamed), so NVMe may hold it;
+				      activations always may */
 	size_t host_mem;           /* --host-mem: the most DRAM (nodes with CPUs) host
 				      state may take (0: their free memory) */
 };
@@ -125,11 +138,13 @@ struct ferry_host_tiers_opts {
 ferry_status ferry_host_tiers_create(const struct ferry_host_tiers_opts *o, ferry_host_tiers_t *out)
 	FERRY_MUST_CHECK;
 void ferry_host_tiers_free(ferry_host_tiers_t h);
+/* How the run at hand uses each kind (as ferry_host_tiers_opts): what a
+ * placement decides, for the next ferry_host_tiers_place. */
+void ferry_host_tiers_set_use(ferry_host_tiers_t h, unsigned cpu_kinds, unsigned copied_kinds);
 const struct ferry_topology *ferry_host_tiers_topology(ferry_host_tiers_t h);
 
 /* Where each kind goes and how many bytes each tier gets. */
 #define FERRY_MAX_TIERS 8
-#define FERRY_TIER_SPAN_MAX FERRY_PREFETCH_TIERS /* tiers offloaded activations may span */
 struct ferry_tier_use {
 	struct ferry_tier tier;
 	uint64_t bytes[FERRY_HOST_KINDS];
@@ -153,19 +168,19 @@ struct ferry_tier_report {
  * A span is per layer: act_unit, the host bytes of one layer's offloaded
  * activations, when their bytes are whole layers of one tensor (the plan's
  * host_act_unit); 0: they cannot span. */
-ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t kind_bytes[FERRY_HOST_KINDS],
 					   size_t act_unit, struct ferry_tier_report *report) FERRY_MUST_CHECK;
 /* Bytes allocated on each tier by kind, at their most so far (what
  * ferry_host_tiers_alloc handed out, unrounded): a report with the
  * tiers in first-use order, capacity and layers unset. */
 void ferry_host_tiers_peaks(ferry_host_tiers_t h, struct ferry_tier_report *report);
 
-/* Places host bytes by tensor kind (a plan's host_kind_bytes) on tiers and
+/* Places host bytes by kind (ferry_plan_host_kinds sums a plan's) on tiers and
  * checks every tier's capacity; on success the placement is what later
  * allocations use.  FERRY_ERR_INVALID when a tier is too small, the message
  * naming the kind, its bytes, the tier's capacity and the tiers that would
  * hold it.  report may be NULL. */
-ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t kind_bytes[FERRY_HOST_KINDS],
 				    struct ferry_tier_report *report) FERRY_MUST_CHECK;
 
 /* The placement ferry_host_tiers_place made last (n = 0 before). */
@@ -174,11 +189,6 @@ void ferry_host_tiers_report(ferry_host_tiers_t h, struct ferry_tier_report *rep
  * "pread/pwrite ..."); NULL before. */
 const char *ferry_host_tiers_nvme_mode(ferry_host_tiers_t h);
 
-/* Host memory of a placed kind on its tier (page-aligned, zeroed), and its
- * release.  On CUDA the memory is registered for DMA (cudaHostRegister) by
- * the backend be (NULL: not registered). */
-ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_tensor_kind kind,
-				    size_t bytes, void **out) FERRY_MUST_CHECK;
 /* Whether p came from ferry_host_tiers_alloc (and was not freed). */
 bool ferry_host_tiers_owns(ferry_host_tiers_t h, const void *p);
 void ferry_host_tiers_release(ferry_host_tiers_t h, void *p);

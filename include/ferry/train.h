@@ -251,22 +251,6 @@ float ferry_train_lr(const struct ferry_train_opts *o, int s);
 ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
 
-/* How ferry_model_sample draws each token. */
-struct ferry_sample_opts {
-	float temperature; /* probabilities as softmax(logits / temperature):
-			      1 the model's own, below 1 sharper, above 1
-			      flatter; 0 always takes the most probable token */
-	int top_k;         /* draw among the k most probable tokens only;
-			      0 = all */
-};
-
-/* Appends n sampled tokens to a sequence of *len tokens (buffer of cap),
- * sliding the context window to the model's T.  opts NULL: temperature 1,
- * all tokens.  rng is advanced (one draw per token); the same rng state,
- * model and opts give the same tokens. */
-ferry_status ferry_model_sample(ferry_model_t m, int32_t *tokens, int *len, int cap, int n,
-			       const struct ferry_sample_opts *opts, uint64_t *rng) FERRY_MUST_CHECK;
-
 /* A rank's cores (docs/distributed.md, "Cores and NUMA nodes"). */
 struct ferry_rank_cores {
 	int threads; /* the threads it should run: its CPUs, or its share of

@@ -1,6 +1,6 @@
 /*
  * The one reader of llm.c-style file headers (see core/file_header.h):
- * model checkpoints and training state (src/train/checkpoint.c), token
+ * model checkpoints and training state (src/ckpt/checkpoint.c), token
  * shards (src/data/shard_loader.c) and llm.c tokenizers (src/data/tokenizer.c)
  * all open their files here.
  *

@@ -16,7 +16,7 @@
  */
 #include "cost/calibrate_tiers.h"
 #include "optim/cpu_adamw.h"
-#include "backend/host_tiers.h"
+#include "backend/host_tier_memory.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/nvme_file.h"
 #include "core/clock.h"

@@ -1,4 +1,4 @@
-/* Internal: the parts of ferry_calibrate (exec/calibrate.c) that measure the
+/* Internal: the parts of ferry_calibrate (auto/calibrate.c) that measure the
  * host tiers (calibrate_tiers.c). */
 #ifndef FERRY_COST_CALIBRATE_TIERS_H
 #define FERRY_COST_CALIBRATE_TIERS_H

@@ -175,7 +175,7 @@ double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct 
 		return c->adamw_floats_per_s > 0 ? (double)t->call.n / c->adamw_floats_per_s : 0;
 	case FERRY_TASK_FILE:
 		/* a host copy of its bytes here, which the prediction replaces by
-		 * the NVMe tier's rates (exec/predict.c); estimated when those are
+		 * the NVMe tier's rates (auto/predict.c); estimated when those are
 		 * the defaults */
 		*estimated |= !(c->nvme_read_Bps > 0 && c->nvme_write_Bps > 0);
 		return ferry_calib_copy_seconds(c, t->bytes, t->copy_kind, false);

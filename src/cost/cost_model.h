@@ -24,7 +24,7 @@
  * copies (exposed transfer time) and for collectives, and each stream's
  * busy time.  Memory is
  * not simulated: every buffer is allocated before step 1, so the peak is the
- * tensor table's plan, exactly (exec/predict.c reports it).
+ * tensor table's plan, exactly (auto/predict.c reports it).
  */
 #ifndef FERRY_COST_COST_MODEL_H
 #define FERRY_COST_COST_MODEL_H

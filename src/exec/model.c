@@ -25,18 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A table buffer's address: device memory, or host memory (the optimizer
- * state when it is streamed). */
-static void *buffer(const struct ferry_model *m, int b)
-{
-	return m->tt.buffers[b].site == FERRY_SITE_HOST ? m->mem.host[b] : ferry_buffer_ptr(m->mem.dev[b]);
-}
-
-static bool on_host(const struct ferry_model *m, int b)
-{
-	return m->tt.buffers[b].site == FERRY_SITE_HOST;
-}
-
 const struct ferry_model_config *ferry_model_config(ferry_model_t m) { return &m->cfg; }
 size_t ferry_model_num_params(ferry_model_t m) { return m->tt.n_params; }
 int ferry_model_max_seq_len(ferry_model_t m) { return m->T; }
@@ -389,15 +377,16 @@ static ferry_status zero_state(struct ferry_model *m)
 	ferry_status st = FERRY_OK;
 
 	if (m->tt.ix.dev_grad_buffer >= 0 && m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes)
-		st = ferry_memset_zero_async(s, buffer(m, m->tt.ix.dev_grad_buffer),
+		st = ferry_memset_zero_async(s, ferry_model_buffer_ptr(m, m->tt.ix.dev_grad_buffer),
 					     m->tt.buffers[m->tt.ix.dev_grad_buffer].bytes);
 	for (int i = 0; i < 3 && !st; i++) {
 		size_t n = m->tt.buffers[bufs[i]].bytes; /* the parameter array's (a slice's: adam=device:shard) */
 
-		if (on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers, buffer(m, bufs[i]), n, &st))
-			ferry_host_zero(buffer(m, bufs[i]), n);
-		else if (!on_host(m, bufs[i]))
-			st = ferry_memset_zero_async(s, buffer(m, bufs[i]), n);
+		if (ferry_model_buffer_on_host(m, bufs[i]) && !ferry_host_tiers_file_zero(m->tt.host_tiers,
+				ferry_model_buffer_ptr(m, bufs[i]), n, &st))
+			ferry_host_zero(ferry_model_buffer_ptr(m, bufs[i]), n);
+		else if (!ferry_model_buffer_on_host(m, bufs[i]))
+			st = ferry_memset_zero_async(s, ferry_model_buffer_ptr(m, bufs[i]), n);
 	}
 	return st ? st : ferry_stream_synchronize(s);
 }
@@ -426,297 +415,6 @@ ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_con
 	}
 	*out = m;
 	return FERRY_OK;
-}
-
-/* ---- parameters and optimizer state ------------------------------------------- */
-
-/* splitmix64 -> uniform -> Box-Muller: deterministic normal samples.  The
- * k-th draw of a stream is a function of seed + k * SPLITMIX_STEP alone, so
- * threads can start anywhere in it and give the one-thread bits. */
-#define SPLITMIX_STEP 0x9E3779B97F4A7C15ull
-
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += SPLITMIX_STEP);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s)
-{
-	return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-/* x's n values, two draws a pair: pieces of even length on every thread
- * (an 8B model's draws took two minutes on one) */
-static void fill_normal(float *x, size_t n, double std, uint64_t *s)
-{
-	const size_t piece = (size_t)1 << 16;
-	const long pieces = (long)((n + piece - 1) / piece);
-	const uint64_t s0 = *s;
-
-#pragma omp parallel for schedule(static) if (pieces > 1)
-	for (long k = 0; k < pieces; k++) {
-		const size_t lo = (size_t)k * piece, hi = n - lo < piece ? n : lo + piece;
-		uint64_t sk = s0 + lo * SPLITMIX_STEP; /* lo draws before element lo */
-
-		for (size_t i = lo; i < hi; i += 2) {
-			double r = sqrt(-2.0 * log(uniform01(&sk))), a = 2.0 * M_PI * uniform01(&sk);
-
-			x[i] = (float)(std * r * cos(a));
-			if (i + 1 < n)
-				x[i + 1] = (float)(std * r * sin(a));
-		}
-	}
-	*s = s0 + ((n + 1) & ~(size_t)1) * SPLITMIX_STEP;
-}
-
-/* Parameter p's initial values, drawing normals from one stream in
- * declaration order. */
-static void init_param(const struct ferry_model *m, int p, const struct ferry_param_info *pi, float *x,
-		       uint64_t *s)
-{
-	const struct ferry_param_decl *pd = &m->md->params[p];
-
-	switch (pd->init) {
-	case FERRY_INIT_NORMAL: fill_normal(x, pi->numel, 0.02, s); break;
-	case FERRY_INIT_NORMAL_RESID: fill_normal(x, pi->numel, 0.02 / sqrt(2.0 * m->cfg.layers), s); break;
-	case FERRY_INIT_ONE:
-		for (size_t i = 0; i < pi->numel; i++)
-			x[i] = 1.0f;
-		break;
-	case FERRY_INIT_ZERO: memset(x, 0, pi->numel * sizeof(float)); break;
-	}
-	/* the padding rows of an embedding never see a token: keep them zero */
-	if (pd->zero_pad_rows && pi->ndim == 2) {
-		size_t first = (size_t)m->cfg.vocab * (size_t)pi->shape[1];
-
-		memset(x + first, 0, (pi->numel - first) * sizeof(float));
-	}
-}
-
-/* The master weights when they are this process's whole array in plain
- * host memory (AdamW's state on the host, no ZeRO slice, no NVMe file):
- * the draws go straight there, since a second n_params-float buffer (32 GB
- * for an 8B model) may not fit beside the host state.  NULL otherwise. */
-static float *host_master(const struct ferry_model *m)
-{
-	const int b = m->tt.ix.params_buffer;
-	uint64_t off;
-
-	if (m->tt.ix.host_param_slice >= 0 || m->tt.ix.param_slice >= 0 || !on_host(m, b) ||
-	    ferry_host_tiers_nvme_at(m->tt.host_tiers, buffer(m, b), &off))
-		return NULL;
-	return buffer(m, b);
-}
-
-static ferry_status refresh_copy(ferry_model_t m);
-static ferry_status sync_all(ferry_model_t m);
-
-/* After the whole master array is written: the copy the kernels read */
-static ferry_status params_written(ferry_model_t m)
-{
-	if (m->tt.ix.copy_buffer >= 0 || ferry_layers_streamed(m))
-		return refresh_copy(m);
-	return FERRY_OK;
-}
-
-ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed)
-{
-	float *master = host_master(m), *host = master;
-	ferry_status st = master ? sync_all(m) : ferry_host_alloc(m->be, m->tt.n_params * sizeof(float), (void **)&host);
-	uint64_t s = seed;
-
-	for (int p = 0; p < m->md->n_params && !st; p++) {
-		struct ferry_param_info pi;
-
-		if (!(st = ferry_model_param_info(&m->cfg, p, &pi)) && pi.present)
-			init_param(m, p, &pi, host + pi.offset, &s);
-	}
-	if (master)
-		return st ? st : params_written(m);
-	if (!st)
-		st = ferry_model_set_params(m, host);
-	ferry_host_free(m->be, host);
-	return st;
-}
-
-static ferry_stream_t compute(const struct ferry_model *m)
-{
-	return m->rt.stream[m->compute];
-}
-
-static ferry_status copy_sync(ferry_model_t m, void *dst, const void *src, size_t n, enum ferry_copy_kind kind)
-{
-	ferry_status st = ferry_memcpy_async(compute(m), dst, src, n, kind);
-
-	return st ? st : ferry_stream_synchronize(compute(m));
-}
-
-/* Waits for every stream: host buffers that copies write are then final. */
-static ferry_status sync_all(ferry_model_t m)
-{
-	ferry_status st = FERRY_OK;
-
-	for (int i = 0; i < m->rt.n_streams && !st; i++)
-		st = ferry_stream_synchronize(m->rt.stream[i]);
-	return st;
-}
-
-/* n bytes of table buffer b to or from host memory: a device buffer
- * through a copy, a host one directly once the streams have drained. */
-ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n)
-{
-	ferry_status st;
-
-	if (!on_host(m, b))
-		return copy_sync(m, dst, buffer(m, b), n, FERRY_COPY_D2H);
-	if (!(st = sync_all(m)) && !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), dst, n, false, &st))
-		ferry_host_copy(dst, buffer(m, b), n);
-	return st;
-}
-
-ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n)
-{
-	ferry_status st;
-
-	if (!on_host(m, b))
-		return copy_sync(m, buffer(m, b), src, n, FERRY_COPY_H2D);
-	if (!(st = sync_all(m)) &&
-	    !ferry_host_tiers_file_io(m->tt.host_tiers, buffer(m, b), (void *)src, n, true, &st))
-		ferry_host_copy(buffer(m, b), src, n);
-	return st;
-}
-
-/* The host's bf16 copy of the master, rounded as the CPU AdamW rounds,
- * on every thread (8B parameters took seconds on one) */
-static void host_bf16_bits(uint16_t *bits, const float *master, size_t n)
-{
-#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 22))
-	for (long i = 0; i < (long)n; i++)
-		bits[i] = ferry_st_f32_to_bf16(master[i]);
-}
-
-/* With AdamW on host threads: the compute copy uploaded from the host
- * master (fp32), or from its bf16 bits made here. */
-static ferry_status upload_copy(ferry_model_t m)
-{
-	const float *master = buffer(m, m->tt.ix.params_buffer);
-	const void *src = master;
-	ferry_status st;
-
-	if (m->tt.ix.host_copy_buffer >= 0) { /* the kernels read bf16 */
-		uint16_t *bits = buffer(m, m->tt.ix.host_copy_buffer);
-
-		host_bf16_bits(bits, master, m->tt.n_params);
-		src = bits;
-	}
-	st = ferry_memcpy_async(compute(m), buffer(m, m->tt.ix.copy_buffer), src, m->tt.n_params * m->asz,
-				FERRY_COPY_H2D);
-	return st ? st : ferry_stream_synchronize(compute(m));
-}
-
-/* --offload-params: the host's bf16 copy the rings are filled from (none
- * in fp32: they read the master), and the unstacked parameters' device
- * copy, uploaded from it. */
-static ferry_status refresh_offloaded(ferry_model_t m)
-{
-	const struct ferry_table_index *ix = &m->tt.ix;
-	const float *master = buffer(m, ix->params_buffer);
-	ferry_status st = FERRY_OK;
-
-	if (ix->host_copy_buffer >= 0) {
-		host_bf16_bits(buffer(m, ix->host_copy_buffer), master, m->tt.n_params);
-	}
-	for (int q = 0; q < m->md->n_params && !st; q++)
-		if (ix->copy[q] >= 0)
-			st = ferry_memcpy_async(compute(m), ferry_entry(m, ix->copy[q]),
-						ferry_entry(m, ix->host_copy[q] >= 0 ? ix->host_copy[q] : ix->param[q]),
-						m->tt.e[ix->copy[q]].bytes, FERRY_COPY_H2D);
-	return st ? st : ferry_stream_synchronize(compute(m));
-}
-
-/* The compute copy from the master weights: a cast on the device, through
- * the optimizer ring's first slot when the master weights are on the host. */
-static ferry_status refresh_copy(ferry_model_t m)
-{
-	if (ferry_layers_streamed(m))
-		return refresh_offloaded(m);
-	if (ferry_table_host_update(&m->tt))
-		return upload_copy(m);
-	const size_t total = m->tt.n_params, chunk = on_host(m, m->tt.ix.params_buffer) ? m->tt.ix.opt_chunk : total;
-	const float *master = buffer(m, m->tt.ix.params_buffer);
-	char *copy = buffer(m, m->tt.ix.copy_buffer);
-	ferry_status st = FERRY_OK;
-
-	for (size_t off = 0; off < total && !st; off += chunk) {
-		struct ferry_op_call c = { .kind = FERRY_OP_CAST, .n = (long)(total - off < chunk ? total - off : chunk) };
-
-		c.out[0] = copy + off * m->asz;
-		c.in[0] = master + off;
-		if (on_host(m, m->tt.ix.params_buffer)) {
-			c.in[0] = ferry_entry(m, m->tt.ix.opt_ring);
-			if (!ferry_host_tiers_upload(m->tt.host_tiers, compute(m), (void *)c.in[0], master + off,
-						     (size_t)c.n * sizeof(float), &st))
-				st = ferry_memcpy_async(compute(m), (void *)c.in[0], master + off,
-							(size_t)c.n * sizeof(float), FERRY_COPY_H2D);
-		}
-		if (!st)
-			st = ferry_stream_run_op(compute(m), &c);
-	}
-	return st ? st : ferry_stream_synchronize(compute(m));
-}
-
-ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
-{
-	if (m->tt.ix.host_param_slice >= 0) /* this rank's slice of the master weights */
-		return ferry_zero_host_set_params(m, params);
-	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: this rank's slice */
-		return ferry_zero_set_params(m, params);
-	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
-
-	return st ? st : params_written(m);
-}
-
-ferry_status ferry_model_get_params(ferry_model_t m, float *params)
-{
-	if (m->tt.ix.host_param_slice >= 0) /* every rank's slice: a collective */
-		return ferry_zero_host_get_params(m, params);
-	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
-		return ferry_zero_get_params(m, params);
-	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
-}
-
-ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
-{
-	if (m->tt.ix.grad_ring >= 0)
-		return ferry_error(FERRY_ERR_UNSUPPORTED, "the gradients are split over the ranks (--zero 2): each "
-				   "holds its slice, no rank the whole");
-	return ferry_model_buffer_read(m, m->tt.ix.grads_buffer, grads, m->tt.n_params * sizeof(float));
-}
-
-ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
-{
-	size_t n = m->tt.n_params * sizeof(float);
-
-	if (m->tt.ix.shard_numel) /* this rank's slice of each */
-		return ferry_zero_set_opt_state(m, mom, var);
-	ferry_status st = ferry_model_buffer_write(m, m->tt.ix.mom_buffer, mom, n);
-
-	return st ? st : ferry_model_buffer_write(m, m->tt.ix.var_buffer, var, n);
-}
-
-ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
-{
-	size_t n = m->tt.n_params * sizeof(float);
-
-	if (m->tt.ix.shard_numel) /* every rank's slice: a collective */
-		return ferry_zero_get_opt_state(m, mom, var);
-	ferry_status st = ferry_model_buffer_read(m, m->tt.ix.mom_buffer, mom, n);
-
-	return st ? st : ferry_model_buffer_read(m, m->tt.ix.var_buffer, var, n);
 }
 
 /* ---- steps ---------------------------------------------------------------------- */
@@ -787,7 +485,7 @@ ferry_status ferry_model_forward(ferry_model_t m, const int32_t *inputs, const i
 	ferry_status st = submit_forward(m, inputs, targets, B, T, targets != NULL, false);
 
 	if (!st)
-		st = ferry_stream_synchronize(compute(m));
+		st = ferry_stream_synchronize(ferry_model_compute_stream(m));
 	if (!st && targets && loss)
 		*loss = mean_loss(m);
 	return st;
@@ -802,7 +500,7 @@ ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int3
 		return ferry_error(FERRY_ERR_INVALID, "a loss needs targets");
 	st = submit_forward(m, inputs, targets, B, T, false, false);
 	if (!st)
-		st = ferry_stream_synchronize(compute(m));
+		st = ferry_stream_synchronize(ferry_model_compute_stream(m));
 	if (!st && loss)
 		*loss = mean_loss(m);
 	return st;
@@ -836,7 +534,7 @@ ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs)
 					   "tile's probabilities (rows %d on) are kept", row, m->tt.place.loss_tile, last);
 		row -= last;
 	}
-	st = copy_sync(m, probs, base + (size_t)row * m->cfg.padded_vocab * m->asz, V * m->asz, FERRY_COPY_D2H);
+	st = ferry_model_copy_sync(m, probs, base + (size_t)row * m->cfg.padded_vocab * m->asz, V * m->asz, FERRY_COPY_D2H);
 	/* bf16 probabilities widen in place, from the end so nothing is
 	 * overwritten before it is read: a bf16 is the top half of an fp32 */
 	for (size_t i = V; !st && m->act == FERRY_BF16 && i-- > 0;) {
@@ -855,7 +553,7 @@ ferry_status ferry_model_zero_grad(ferry_model_t m)
 	struct ferry_prog_key key = { .kind = FERRY_PROG_ZERO };
 	ferry_status st = run(m, &key, NULL);
 
-	return st ? st : ferry_stream_synchronize(compute(m));
+	return st ? st : ferry_stream_synchronize(ferry_model_compute_stream(m));
 }
 
 /* A collective that failed on the comm stream's thread (dp_reduce.c). */
@@ -887,7 +585,7 @@ ferry_status ferry_model_backward(ferry_model_t m)
 	ferry_status st = submit_backward(m);
 
 	if (!st)
-		st = ferry_stream_synchronize(compute(m));
+		st = ferry_stream_synchronize(ferry_model_compute_stream(m));
 	if (!st)
 		st = comm_status(m);
 	/* the NVMe tier's file I/O ran on the copy streams' host threads: the
@@ -930,7 +628,7 @@ static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt
 		key.variant = speculation_outcome(m, opt, t, norm);
 		m->spec_undone += key.variant != FERRY_UPDATE_COMMIT;
 		if (key.variant == FERRY_UPDATE_UNDO) { /* the state before the step, then the error */
-			if ((st = run(m, &key, &v)) || (st = sync_all(m)))
+			if ((st = run(m, &key, &v)) || (st = ferry_model_sync_all(m)))
 				return st;
 		}
 	}
@@ -995,10 +693,10 @@ ferry_status ferry_model_update_scaled(ferry_model_t m, const struct ferry_adamw
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
 	if (!(scale > 0) || !isfinite(scale))
 		return ferry_error(FERRY_ERR_INVALID, "gradient scale %g must be positive", (double)scale);
-	if ((st = run(m, &key, NULL)) || (st = ferry_stream_synchronize(compute(m))) ||
+	if ((st = run(m, &key, NULL)) || (st = ferry_stream_synchronize(ferry_model_compute_stream(m))) ||
 	    (st = submit_update(m, opt, t, scale, gnorm)))
 		return st;
-	return ferry_stream_synchronize(compute(m));
+	return ferry_stream_synchronize(ferry_model_compute_stream(m));
 }
 
 void ferry_model_step_keys(int B, int T, struct ferry_prog_key keys[FERRY_STEP_PROGRAMS])
@@ -1060,7 +758,7 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 	if (t < 1)
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
 	/* the step's one synchronisation: its loss and gradient norm */
-	if ((st = ferry_stream_synchronize(compute(m))) || (st = comm_status(m)))
+	if ((st = ferry_stream_synchronize(ferry_model_compute_stream(m))) || (st = comm_status(m)))
 		return st;
 	if (loss)
 		*loss = mean_loss(m);
@@ -1069,7 +767,7 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 
 ferry_status ferry_model_sync(ferry_model_t m)
 {
-	return sync_all(m);
+	return ferry_model_sync_all(m);
 }
 
 /* The host tiers' share of the traced model's host memory, tier by tier. */
@@ -1093,7 +791,7 @@ ferry_status ferry_model_trace_begin(ferry_model_t m)
 {
 	if (!m->be)
 		return ferry_error(FERRY_ERR_INVALID, "trace: the model has no backend");
-	ferry_status st = ferry_trace_begin(&m->trace, m->be, compute(m));
+	ferry_status st = ferry_trace_begin(&m->trace, m->be, ferry_model_compute_stream(m));
 
 	m->trace.host_bytes = 0; /* for the trace's host memory counters */
 	for (int b = 0; b < m->tt.n_buffers; b++)

@@ -231,7 +231,30 @@ ferry_status ferry_zero_get_params(ferry_model_t m, float *params) FERRY_MUST_CH
  * rounded as the CPU AdamW rounds. */
 void ferry_zero_compute_bits(enum ferry_dtype t, void *dst, const float *src, size_t n);
 
-/* n bytes of table buffer b to or from host memory (model.c). */
+/* Whether table buffer b is host memory, and its address: device memory,
+ * or host memory (the optimizer state when it is streamed). */
+static inline bool ferry_model_buffer_on_host(const struct ferry_model *m, int b)
+{
+	return m->tt.buffers[b].site == FERRY_SITE_HOST;
+}
+
+static inline void *ferry_model_buffer_ptr(const struct ferry_model *m, int b)
+{
+	return ferry_model_buffer_on_host(m, b) ? m->mem.host[b] : ferry_buffer_ptr(m->mem.dev[b]);
+}
+
+static inline ferry_stream_t ferry_model_compute_stream(const struct ferry_model *m)
+{
+	return m->rt.stream[m->compute];
+}
+
+/* A copy on the compute stream, waited for; every stream waited for (host
+ * buffers that copies write are then final) (model_params.c). */
+ferry_status ferry_model_copy_sync(ferry_model_t m, void *dst, const void *src, size_t n, enum ferry_copy_kind kind)
+	FERRY_MUST_CHECK;
+ferry_status ferry_model_sync_all(ferry_model_t m) FERRY_MUST_CHECK;
+
+/* n bytes of table buffer b to or from host memory (model_params.c). */
 ferry_status ferry_model_buffer_read(ferry_model_t m, int b, void *dst, size_t n) FERRY_MUST_CHECK;
 ferry_status ferry_model_buffer_write(ferry_model_t m, int b, const void *src, size_t n) FERRY_MUST_CHECK;
 

@@ -1,6 +1,6 @@
 /* Text generation: repeated forward passes over a sliding window (no KV
  * cache: sampling is for showing progress, not for serving). */
-#include "ferry/train.h"
+#include "ferry/model.h"
 #include "core/error.h"
 
 #include <math.h>

@@ -7,13 +7,13 @@
 #include "backend/run_op.h"
 #include "core/error.h"
 #include "exec/tutorial_stack.h"
-#include "models/tutorial.h"
+#include "models/tutorial_nets.h"
 #include "exec/engine.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* the declaration's parameters (models/tutorial.h) */
+/* the declaration's parameters (models/tutorial_nets.h) */
 enum { W1 = FERRY_TUTORIAL_W1, W2 = FERRY_TUTORIAL_W2, N_PARAMS = FERRY_TUTORIAL_PARAMS };
 
 struct ferry_tutorial {

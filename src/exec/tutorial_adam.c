@@ -17,7 +17,7 @@
 #include "backend/run_op.h"
 #include "core/error.h"
 #include "exec/tutorial_stack.h"
-#include "models/tutorial.h"
+#include "models/tutorial_nets.h"
 #include "exec/engine.h"
 
 #include <math.h>

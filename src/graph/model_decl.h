@@ -19,7 +19,7 @@
 #ifndef FERRY_GRAPH_MODEL_DECL_H
 #define FERRY_GRAPH_MODEL_DECL_H
 
-#include "ferry/model.h"
+#include "ferry/model_config.h"
 #include "ferry/safetensors.h"
 #include "graph/layer.h"
 

@@ -1,7 +1,6 @@
 /* Finding a program's tileable runs of ops (row_tiles.h). */
 #include "graph/row_tiles.h"
 #include "core/error.h"
-#include "ferry/place.h"
 
 /* Whether op o reads tensor t. */
 static bool reads(const struct ferry_layer_decl *d, int o, int t)
@@ -134,7 +133,7 @@ int ferry_row_tiles_rows(const struct ferry_row_tiles *r, int asked, int64_t n)
 {
 	int64_t w = r->width > 0 ? r->width : 1, k = (n + w - 1) / w;
 
-	if (asked != FERRY_TILE_AUTO)
+	if (asked >= 0)
 		return (int)(asked < n ? asked : n);
 	return (int)((n + k - 1) / k);
 }

@@ -34,8 +34,8 @@ ferry_status ferry_layer_mlp_tiles(const struct ferry_layer_decl *d, const struc
 ferry_status ferry_layer_loss_tiles(const struct ferry_layer_decl *d, const struct ferry_dims *dims,
 				    struct ferry_row_tiles *out) FERRY_MUST_CHECK;
 
-/* Tokens per tile for n rows: `asked` (at most n), or for FERRY_TILE_AUTO
- * about `width` (the run's input's row width, the model's width C): n
+/* Tokens per tile for n rows: `asked` (at most n), or for asked < 0 (the
+ * plan's choice, FERRY_TILE_AUTO) about `width` (the run's input's row width, the model's width C): n
  * split evenly into ceil(n / width) tiles.  A tile's inner tensors then
  * hold C rows whatever the length (Llama 3 8B: 1 GiB of bf16 logits, 336
  * MiB of hidden activations), and its matrix products have C rows or

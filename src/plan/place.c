@@ -104,11 +104,19 @@ static bool tier_word(const char *t, size_t len)
 	return len && len < FERRY_TIER_NAME_CHARS && strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789:*+") >= len;
 }
 
+/* The kinds of adam's host state that are only copied to and from the
+ * device (streamed, not updated on the host): NVMe may hold them. */
+static unsigned adam_copied_kinds(const struct ferry_place *adam)
+{
+	bool streamed = adam->home == FERRY_HOME_HOST && adam->update != FERRY_UPDATE_HOST;
+
+	return streamed ? 1u << FERRY_HOST_PARAMS | 1u << FERRY_HOST_OPTIMIZER : 0;
+}
+
 /* adam's host tiers from the inside of host(...), given AdamW's placement
- * o: one TIER for every kind of its host state (nvme: those it can hold),
- * or KIND=TIER items. */
-static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum ferry_optim_place o,
-			       struct ferry_place *out)
+ * *out: one TIER for every kind of its host state (nvme: those it can
+ * hold), or KIND=TIER items. */
+static ferry_status adam_tiers(const char *v, const char *in, size_t len, struct ferry_place *out)
 {
 	char spec[512], what[600], names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
 	bool single = !memchr(in, '=', len), any = false;
@@ -119,7 +127,7 @@ static ferry_status adam_tiers(const char *v, const char *in, size_t len, enum f
 				   "dram, node:N, cxl, interleave:N*W+M*V, nvme or auto", v);
 	snprintf(spec, sizeof(spec), "%s%.*s", single ? "all=" : "", (int)len, in);
 	snprintf(what, sizeof(what), "--place adam=%.*s", (int)(sizeof(what) - 16), v);
-	if ((st = ferry_tier_spec_split(what, spec, o, names)))
+	if ((st = ferry_tier_spec_split(what, spec, adam_copied_kinds(out), names)))
 		return st;
 	if (names[FERRY_HOST_ACTIVATIONS][0] && !single)
 		return ferry_error(FERRY_ERR_INVALID, "--place adam=%s: the activations' tier is activations.host", v);
@@ -180,8 +188,7 @@ static ferry_status adam_whole(const char *v, struct ferry_place *out)
 				   "parameters); "
 				   "host(TIER) or host(KIND=TIER,...) names its tiers", v);
 	if (tiers && close) {
-		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers),
-					     pl.update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM, &pl);
+		ferry_status st = adam_tiers(v, tiers, (size_t)(close - tiers), &pl);
 
 		if (st)
 			return st;
@@ -629,7 +636,7 @@ ferry_status ferry_places_set_tiers(struct ferry_places *p, const char *spec)
 {
 	char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
 	struct ferry_place *adam = &p->group[FERRY_GROUP_ADAM];
-	ferry_status st = ferry_tier_spec_split("--host-tier", spec, ferry_places_optimizer(p), names);
+	ferry_status st = ferry_tier_spec_split("--host-tier", spec, adam_copied_kinds(adam), names);
 
 	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++)
 		if (names[k][0] && !tier_word(names[k], strlen(names[k])))
@@ -707,6 +714,44 @@ enum ferry_optim_place ferry_places_optimizer(const struct ferry_places *p)
 	if (adam->home == FERRY_HOME_DEVICE)
 		return FERRY_OPTIM_DEVICE;
 	return adam->update == FERRY_UPDATE_HOST ? FERRY_OPTIM_CPU : FERRY_OPTIM_STREAM;
+}
+
+void ferry_places_host_use(const struct ferry_places *p, unsigned *cpu_kinds, unsigned *copied_kinds)
+{
+	const struct ferry_place *adam = &p->group[FERRY_GROUP_ADAM];
+	bool cpu = adam->home == FERRY_HOME_HOST && adam->update == FERRY_UPDATE_HOST;
+
+	*cpu_kinds = cpu ? 1u << FERRY_HOST_PARAMS | 1u << FERRY_HOST_GRADS | 1u << FERRY_HOST_OPTIMIZER : 0;
+	*copied_kinds = adam_copied_kinds(adam);
+}
+
+void ferry_optim_host_use(enum ferry_optim_place o, unsigned *cpu_kinds, unsigned *copied_kinds)
+{
+	struct ferry_places p;
+
+	ferry_places_default(&p);
+	if (o != FERRY_OPTIM_DEVICE)
+		(void)adam_value(o == FERRY_OPTIM_STREAM ? "host:stream" : "host:cpu", &p.group[FERRY_GROUP_ADAM]);
+	ferry_places_host_use(&p, cpu_kinds, copied_kinds);
+}
+
+enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k)
+{
+	switch (k) {
+	case FERRY_TK_WEIGHT:
+	case FERRY_TK_WEIGHT_COPY: return FERRY_HOST_PARAMS;
+	case FERRY_TK_GRAD: return FERRY_HOST_GRADS;
+	case FERRY_TK_OPT_STATE: return FERRY_HOST_OPTIMIZER;
+	default: return FERRY_HOST_ACTIVATIONS;
+	}
+}
+
+void ferry_plan_host_kinds(const struct ferry_plan *plan, size_t out[FERRY_HOST_KINDS])
+{
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		out[k] = 0;
+	for (int t = 0; t < FERRY_TK_COUNT; t++)
+		out[ferry_host_kind_of((enum ferry_tensor_kind)t)] += plan->mem.host_kind_bytes[t];
 }
 
 void ferry_exec_opts_set_places(struct ferry_exec_opts *o, const struct ferry_places *p)

@@ -3,7 +3,7 @@
  * with mbind (libnuma's numaif.h) before its pages are first touched, so
  * every page is allocated where the tier says; then touched (committed
  * before step 1).  Registering it for DMA (CUDA) is the backend's
- * (backend/host_tiers.c).
+ * (backend/host_tier_memory.c).
  */
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
@@ -137,10 +137,9 @@ void ferry_tier_unmap_bound(void *p, size_t bytes)
 	munmap(p, bytes ? (bytes + page - 1) / page * page : page);
 }
 
-ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor_kind kind, size_t bytes,
+ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_host_kind k, size_t bytes,
 				   struct tier_region **out)
 {
-	enum ferry_host_kind k = ferry_host_kind_of(kind);
 	const struct ferry_tier *t = &h->placed[k];
 	struct tier_region *r;
 	ferry_status st;

@@ -22,7 +22,8 @@ ferry_status ferry_host_tiers_create(const struct ferry_host_tiers_opts *o, ferr
 	*out = NULL;
 	if (!h)
 		return ferry_error(FERRY_ERR_NOMEM, "host tiers: out of host memory");
-	h->optimizer = o->optimizer;
+	h->cpu_kinds = o->cpu_kinds;
+	h->copied_kinds = o->copied_kinds;
 	h->host_mem = o->host_mem;
 	st = o->topology_file ? ferry_topology_load(o->topology_file, &h->topo)
 			      : ferry_topology_discover(o->sysfs_dir, &h->topo);
@@ -133,7 +134,7 @@ static uint64_t room(const struct ferry_topology *topo, const struct ferry_tier 
 
 static bool cpu_computes_on(const struct ferry_host_tiers *h, int k)
 {
-	return h->optimizer == FERRY_OPTIM_CPU && k != FERRY_HOST_ACTIVATIONS;
+	return k != FERRY_HOST_ACTIVATIONS && (h->cpu_kinds >> k & 1);
 }
 
 /* The default's tiers for kind k, best first. */
@@ -353,13 +354,19 @@ static void budget_init(const struct ferry_host_tiers *h, struct budget *b)
 	b->disk_free = h->nvme_dir[0] && h->topo.nvme_free ? h->topo.nvme_free : disk_free(h->nvme_dir);
 }
 
-ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
-				    struct ferry_tier_report *report)
+void ferry_host_tiers_set_use(ferry_host_tiers_t h, unsigned cpu_kinds, unsigned copied_kinds)
 {
-	return ferry_host_tiers_place_layers(h, host_kind_bytes, 0, report);
+	h->cpu_kinds = cpu_kinds;
+	h->copied_kinds = copied_kinds;
 }
 
-ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t host_kind_bytes[FERRY_TK_COUNT],
+ferry_status ferry_host_tiers_place(ferry_host_tiers_t h, const size_t kind_bytes[FERRY_HOST_KINDS],
+				    struct ferry_tier_report *report)
+{
+	return ferry_host_tiers_place_layers(h, kind_bytes, 0, report);
+}
+
+ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t kind_bytes[FERRY_HOST_KINDS],
 					   size_t act_unit, struct ferry_tier_report *report)
 {
 	uint64_t bytes[FERRY_HOST_KINDS] = { 0 };
@@ -370,8 +377,8 @@ ferry_status ferry_host_tiers_place_layers(ferry_host_tiers_t h, const size_t ho
 	 * first), then streamed state */
 	int order[FERRY_HOST_KINDS], n = 0;
 
-	for (int t = 0; t < FERRY_TK_COUNT; t++)
-		bytes[ferry_host_kind_of(t)] += host_kind_bytes[t];
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		bytes[k] = kind_bytes[k];
 	for (int pass = 0; pass < 3; pass++)
 		for (int k = 0; k < FERRY_HOST_KINDS; k++)
 			if ((pass == 0) == (h->asked[k].type != FERRY_TIER_AUTO) &&

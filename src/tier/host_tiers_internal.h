@@ -19,9 +19,9 @@ struct tier_region {
 	void *p;
 	size_t bytes, mapped;
 	/* the backend it is registered with, or NULL, and what undoes that
-	 * (set by backend/host_tiers.c: a tier calls no backend itself) */
-	ferry_backend_t registered;
-	void (*unregister)(ferry_backend_t be, void *p);
+	 * (set by backend/host_tier_memory.c: a tier calls no backend itself) */
+	struct ferry_backend *registered;
+	void (*unregister)(struct ferry_backend *be, void *p);
 	bool nvme;                  /* an address range standing for file bytes */
 	uint64_t file_offset;       /* nvme: where its bytes start in the file */
 	size_t resident;            /* bytes from p on that are memory (registered on CUDA) */
@@ -34,7 +34,7 @@ struct tier_region {
 
 struct ferry_host_tiers {
 	struct ferry_topology topo;
-	enum ferry_optim_place optimizer;
+	unsigned cpu_kinds, copied_kinds; /* as ferry_host_tiers_opts */
 	struct ferry_tier asked[FERRY_HOST_KINDS]; /* FERRY_TIER_AUTO: the default */
 	struct ferry_tier placed[FERRY_HOST_KINDS];
 	bool is_placed;
@@ -43,11 +43,11 @@ struct ferry_host_tiers {
 	struct ferry_nvme_file *nvme; /* created at the first NVMe allocation */
 	uint64_t nvme_used;
 	/* a device that is not host memory moves NVMe bytes through these
-	 * (pinned by the backend, backend/host_tiers.c; freed with stage_free
+	 * (pinned by the backend, backend/host_tier_memory.c; freed with stage_free
 	 * when the last NVMe region goes): [0] device to file, [1] file to
 	 * device */
-	ferry_backend_t stage_be;
-	void (*stage_free)(ferry_backend_t be, void *p);
+	struct ferry_backend *stage_be;
+	void (*stage_free)(struct ferry_backend *be, void *p);
 	void *stage[2];
 	struct tier_region *regions;
 	uint64_t host_mem; /* --host-mem: the most DRAM host state takes (0: its free memory) */
@@ -78,7 +78,7 @@ ferry_status ferry_tier_bind(const struct ferry_topology *topo, const struct fer
 
 /* *mapped bytes (bytes rounded up to pages, at least one) at *p, bound to
  * t's nodes (not on a simulated topology) and touched; unmapped by
- * ferry_tier_unmap_bound with the same bytes.  backend/host_tiers.c
+ * ferry_tier_unmap_bound with the same bytes.  backend/host_tier_memory.c
  * registers it with a backend (ferry_tier_map). */
 ferry_status ferry_tier_map_bound(const struct ferry_topology *topo, const struct ferry_tier *t, size_t bytes,
 				  void **p, size_t *mapped) FERRY_MUST_CHECK;
@@ -86,7 +86,7 @@ void ferry_tier_unmap_bound(void *p, size_t bytes);
 /* A placement's allocation of bytes for tensors of kind, on the tier kind
  * is placed on, linked into h->regions (ferry_host_tiers_release frees it);
  * not registered with any backend yet. */
-ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_tensor_kind kind, size_t bytes,
+ferry_status ferry_tier_region_new(struct ferry_host_tiers *h, enum ferry_host_kind k, size_t bytes,
 				   struct tier_region **out) FERRY_MUST_CHECK;
 
 /* Offloaded activations on the tiers of the last placement's pieces,

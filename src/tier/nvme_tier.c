@@ -6,7 +6,7 @@
  * copy to or from it into a file write or read (ferry_host_tiers_nvme_at).
  * The copies themselves are schedule tasks (sched/tier_copy.c); the pinned
  * staging buffers they go through come from the backend
- * (backend/host_tiers.c).
+ * (backend/host_tier_memory.c).
  */
 #include "tier/host_tiers_internal.h"
 #include "tier/nvme_tier.h"

@@ -17,26 +17,15 @@ const char *ferry_host_kind_name(enum ferry_host_kind k)
 	return k >= 0 && k < FERRY_HOST_KINDS ? kind_names[k] : "?";
 }
 
-enum ferry_host_kind ferry_host_kind_of(enum ferry_tensor_kind k)
-{
-	switch (k) {
-	case FERRY_TK_WEIGHT:
-	case FERRY_TK_WEIGHT_COPY: return FERRY_HOST_PARAMS;
-	case FERRY_TK_GRAD: return FERRY_HOST_GRADS;
-	case FERRY_TK_OPT_STATE: return FERRY_HOST_OPTIMIZER;
-	default: return FERRY_HOST_ACTIVATIONS;
-	}
-}
-
-bool ferry_tier_kind_on_nvme(int k, enum ferry_optim_place o)
+bool ferry_tier_kind_on_nvme(int k, unsigned copied_kinds)
 {
 	/* streamed state only: nothing computes on it in host memory */
-	return k == FERRY_HOST_ACTIVATIONS || (o == FERRY_OPTIM_STREAM && (k == FERRY_HOST_PARAMS || k == FERRY_HOST_OPTIMIZER));
+	return k == FERRY_HOST_ACTIVATIONS || (copied_kinds >> k & 1);
 }
 
 bool ferry_tier_nvme_holds(const struct ferry_host_tiers *h, int kind)
 {
-	return ferry_tier_kind_on_nvme(kind, h->optimizer);
+	return ferry_tier_kind_on_nvme(kind, h->copied_kinds);
 }
 
 bool ferry_tier_equal(const struct ferry_tier *a, const struct ferry_tier *b)
@@ -164,7 +153,7 @@ ferry_status ferry_tier_resolve(const struct ferry_host_tiers *h, const char *na
 }
 
 /* KIND=TIER into names; kinds not named yet have names[k] "". */
-static ferry_status split_item(const char *what, char *item, enum ferry_optim_place o,
+static ferry_status split_item(const char *what, char *item, unsigned copied_kinds,
 			       char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS])
 {
 	char *eq = strchr(item, '=');
@@ -185,7 +174,7 @@ static ferry_status split_item(const char *what, char *item, enum ferry_optim_pl
 		return ferry_error(FERRY_ERR_INVALID, "%s %s=%s: a tier name of 1 to %d characters", what, item,
 				   tier, FERRY_TIER_NAME_CHARS - 1);
 	for (int i = 0; i < FERRY_HOST_KINDS; i++) {
-		bool nvme_here = strcmp(tier, "nvme") || ferry_tier_kind_on_nvme(i, o);
+		bool nvme_here = strcmp(tier, "nvme") || ferry_tier_kind_on_nvme(i, copied_kinds);
 
 		if (k != FERRY_HOST_KINDS && i != k)
 			continue;
@@ -202,7 +191,7 @@ static ferry_status split_item(const char *what, char *item, enum ferry_optim_pl
 	return FERRY_OK;
 }
 
-ferry_status ferry_tier_spec_split(const char *what, const char *spec, enum ferry_optim_place o,
+ferry_status ferry_tier_spec_split(const char *what, const char *spec, unsigned copied_kinds,
 				   char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS])
 {
 	char buf[1024], *save = NULL, *item;
@@ -215,7 +204,7 @@ ferry_status ferry_tier_spec_split(const char *what, const char *spec, enum ferr
 	if (snprintf(buf, sizeof(buf), "%s", spec) >= (int)sizeof(buf))
 		return ferry_error(FERRY_ERR_INVALID, "%s: longer than %zu characters", what, sizeof(buf) - 1);
 	for (item = strtok_r(buf, ",", &save); item && !st; item = strtok_r(NULL, ",", &save))
-		st = split_item(what, item, o, names);
+		st = split_item(what, item, copied_kinds, names);
 	return st;
 }
 
@@ -262,7 +251,7 @@ static ferry_status parse_activations(struct ferry_host_tiers *h, const char *na
 ferry_status ferry_tier_parse_spec(struct ferry_host_tiers *h, const char *spec)
 {
 	char names[FERRY_HOST_KINDS][FERRY_TIER_NAME_CHARS];
-	ferry_status st = ferry_tier_spec_split("--host-tier", spec, h->optimizer, names);
+	ferry_status st = ferry_tier_spec_split("--host-tier", spec, h->copied_kinds, names);
 
 	for (int k = 0; k < FERRY_HOST_KINDS && !st; k++) {
 		h->asked[k].type = FERRY_TIER_AUTO;

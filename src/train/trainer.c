@@ -9,7 +9,7 @@
 #include "ferry/policy.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "train/commit.h"
+#include "ckpt/commit.h"
 
 #include <glob.h>
 #include <limits.h>

@@ -17,7 +17,7 @@
  * reached.
  */
 #include "ferry/tier.h"
-#include "backend/host_tiers.h"
+#include "backend/host_tier_memory.h"
 #include "tier/host_tiers_internal.h"
 #include "tier/numa_bind.h"
 #include "sched/schedule.h"
@@ -78,15 +78,15 @@ enum { PAGES = 256 };
  * page's node in nodes[]; false after a failure. */
 static bool pages_of(const char *spec, int nodes[PAGES])
 {
-	struct ferry_host_tiers_opts o = { spec, NULL, NULL, NULL, FERRY_OPTIM_STREAM, 0 };
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), kinds[FERRY_TK_COUNT] = { 0 };
+	struct ferry_host_tiers_opts o = { .spec = spec };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), kinds[FERRY_HOST_KINDS] = { 0 };
 	ferry_host_tiers_t h;
 	void *p;
 	bool ok;
 
-	kinds[FERRY_TK_ACTIVATION] = PAGES * page;
+	kinds[FERRY_HOST_ACTIVATIONS] = PAGES * page;
 	ok = ferry_host_tiers_create(&o, &h) == FERRY_OK && ferry_host_tiers_place(h, kinds, NULL) == FERRY_OK &&
-	     ferry_host_tiers_alloc(h, NULL, FERRY_TK_ACTIVATION, PAGES * page, &p) == FERRY_OK &&
+	     ferry_host_tiers_alloc(h, NULL, FERRY_HOST_ACTIVATIONS, PAGES * page, &p) == FERRY_OK &&
 	     ferry_tier_page_nodes(p, PAGES, page, nodes) == FERRY_OK;
 	EXPECT(ok, "%s: %s", spec, ferry_last_error());
 	ferry_host_tiers_free(h);
@@ -179,7 +179,7 @@ static double copy_seconds(ferry_host_tiers_t h, const char *name, char *dev)
  * asserted). */
 static void copy_rates(void)
 {
-	struct ferry_host_tiers_opts o = { NULL, NULL, NULL, NULL, FERRY_OPTIM_STREAM, 0 };
+	struct ferry_host_tiers_opts o = { .spec = NULL };
 	ferry_host_tiers_t h = NULL;
 	struct ferry_tier dram;
 	void *dev = NULL;

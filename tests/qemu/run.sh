@@ -34,7 +34,7 @@ fi
 
 # static, without libnuma or liburing: the raw NUMA system calls
 if ! ${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -static -I"$SRC/include" -I"$SRC/src" "$SRC/tests/qemu/numa_guest.c" \
-	"$SRC"/src/tier/*.c "$SRC/src/backend/host_tiers.c" "$SRC/src/core/error.c" "$SRC/src/core/size.c" \
+	"$SRC"/src/tier/*.c "$SRC/src/backend/host_tier_memory.c" "$SRC/src/core/error.c" "$SRC/src/core/size.c" \
 	-lpthread -o numa_guest 2>cc.txt; then
 	cat cc.txt
 	grep -q "cannot find -lc" cc.txt && { echo "skipped: no static C library"; exit 77; }

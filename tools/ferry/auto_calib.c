@@ -4,7 +4,7 @@
  * measured the collectives over as many ranks); a warning when it was taken on a
  * busy machine, whose predictions are too slow (one predicted 1,046 s a
  * step that took 101 s once recalibrated). */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "calib_cache.h"
 #include "cli_args.h"
 #include "ferry/comm.h"

@@ -1,6 +1,6 @@
 /* --policy auto's choice of host tiers (struct ferry_auto_tiers) in words
  * and in JSON. */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "ferry/platform.h"
 
 /* Speeds against DRAM's, as the cost model takes them, and whether they

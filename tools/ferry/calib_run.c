@@ -2,7 +2,7 @@
  * one and --policy auto makes one where the cache lacks it. */
 #include "calib_cache.h"
 #include "cli_args.h"
-#include "clock.h"
+#include "cli_clock.h"
 
 #include "ferry/comm.h"
 

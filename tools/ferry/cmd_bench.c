@@ -1,8 +1,8 @@
 /* ferry bench: placements side by side on one model and batch, in one process. */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "calib_cache.h"
 #include "cli_args.h"
-#include "clock.h"
+#include "cli_clock.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"

@@ -1,5 +1,5 @@
 /* ferry plan: the memory a configuration needs, before step 1. */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"

@@ -1,6 +1,6 @@
 /* ferry train: the training loop as a command. */
 #include "cli_args.h"
-#include "clock.h"
+#include "cli_clock.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "tier_flags.h"
@@ -15,7 +15,7 @@
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/policy.h"
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "calib_cache.h"
 #include "ferry/train.h"
 

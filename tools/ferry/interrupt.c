@@ -1,5 +1,5 @@
 #include "interrupt.h"
-#include "clock.h"
+#include "cli_clock.h"
 
 #include <math.h>
 #include <signal.h>

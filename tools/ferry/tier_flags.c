@@ -49,10 +49,12 @@ const char *ferry_cli_tier_flags_spec(void)
 
 int ferry_cli_tier_flags_setup(const char *cmd, struct ferry_train_opts *o)
 {
-	struct ferry_host_tiers_opts to = { o->exec.host_tier, given.topology, NULL, given.nvme_dir, o->exec.optimizer,
-					    given.host_mem };
+	struct ferry_host_tiers_opts to = { .spec = o->exec.host_tier, .topology_file = given.topology,
+					    .nvme_dir = given.nvme_dir, .host_mem = given.host_mem };
 	ferry_host_tiers_t h;
 	bool cxl = false;
+
+	ferry_optim_host_use(o->exec.optimizer, &to.cpu_kinds, &to.copied_kinds);
 
 	o->exec.host_tiers = NULL;
 	if (given.spec && !strcmp(given.spec, "off") && o->exec.host_tier) {
@@ -98,6 +100,7 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 	ferry_host_tiers_t h = o->exec.host_tiers;
 	const struct ferry_topology *t;
 	struct ferry_tier_report r;
+	size_t kind_bytes[FERRY_HOST_KINDS];
 	char sz[FERRY_SIZE_CHARS];
 
 	if (!h)
@@ -110,7 +113,8 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 	if (t->nvme_free)
 		fprintf(out, "  nvme: %s free (declared; --nvme-dir's disk is not asked)\n",
 			ferry_format_size(t->nvme_free, sz));
-	if (ferry_host_tiers_place_layers(h, plan->mem.host_kind_bytes, plan->mem.host_act_unit, &r) != FERRY_OK) {
+	ferry_plan_host_kinds(plan, kind_bytes);
+	if (ferry_host_tiers_place_layers(h, kind_bytes, plan->mem.host_act_unit, &r) != FERRY_OK) {
 		fprintf(out, "does not fit: %s\n", ferry_last_error());
 		return 1;
 	}
@@ -124,7 +128,10 @@ int ferry_cli_tier_flags_print_plan(FILE *out, const char *cmd, struct ferry_tra
 
 int ferry_cli_tier_flags_check(const char *cmd, struct ferry_train_opts *o, const struct ferry_plan *plan)
 {
-	if (!o->exec.host_tiers || ferry_host_tiers_place_layers(o->exec.host_tiers, plan->mem.host_kind_bytes,
+	size_t kind_bytes[FERRY_HOST_KINDS];
+
+	ferry_plan_host_kinds(plan, kind_bytes);
+	if (!o->exec.host_tiers || ferry_host_tiers_place_layers(o->exec.host_tiers, kind_bytes,
 								    plan->mem.host_act_unit, NULL) == FERRY_OK)
 		return 0;
 	fprintf(stderr, "ferry %s: %s\n", cmd, ferry_last_error());

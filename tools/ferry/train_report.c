@@ -1,6 +1,6 @@
 #include "train_report.h"
 #include "cli_args.h"
-#include "clock.h"
+#include "cli_clock.h"
 
 #include <errno.h>
 #include <math.h>

@@ -79,12 +79,14 @@ static ferry_status measure(ferry_model_t m, const struct ferry_calibration *c, 
 	const struct ferry_program *fwd, *bwd;
 	struct ferry_tier_report rep = { 0 };
 	struct ferry_plan plan;
+	size_t kind_bytes[FERRY_HOST_KINDS];
 	ferry_status st;
 
 	if ((st = ferry_tensor_table_plan(&m->tt, &plan)))
 		return st;
+	ferry_plan_host_kinds(&plan, kind_bytes);
 	ch->layer_bytes = plan.mem.host_kind_bytes[FERRY_TK_ACTIVATION] / (size_t)(plan.L ? plan.L : 1);
-	if (h && (st = ferry_host_tiers_place_layers(h, plan.mem.host_kind_bytes, plan.mem.host_act_unit, &rep)))
+	if (h && (st = ferry_host_tiers_place_layers(h, kind_bytes, plan.mem.host_act_unit, &rep)))
 		return st;
 	ferry_model_step_keys(m->B, m->T, keys);
 	if ((st = ferry_model_program(m, &keys[1], &fwd)) || (st = ferry_model_program(m, &keys[2], &bwd)))

@@ -8,7 +8,7 @@
  * the default placement: one kind moved at a time, to the tier that makes
  * the step fastest, until no move helps; at equal time nothing moves.
  */
-#include "exec/auto_internal.h"
+#include "auto/auto_internal.h"
 #include "cost/calibration.h"
 #include "tier/host_tiers_internal.h"
 #include "core/error.h"
@@ -24,7 +24,7 @@ struct tsearch {
 	ferry_calibration_t c;
 	struct ferry_host_tiers *h;
 	struct ferry_auto_tiers *t;
-	size_t host_kind_bytes[FERRY_TK_COUNT]; /* the plan's */
+	size_t host_kind_bytes[FERRY_HOST_KINDS]; /* the plan's, by host kind */
 };
 
 static bool same_nodes(const struct ferry_tier *a, const struct ferry_tier *b)
@@ -119,6 +119,15 @@ static bool pass(struct tsearch *s, int *pick, struct ferry_prediction *best, bo
 	return moved;
 }
 
+/* The host tiers take how AdamW placed as o uses each kind of host state. */
+static void tiers_follow(struct ferry_host_tiers *h, enum ferry_optim_place o)
+{
+	unsigned cpu, copied;
+
+	ferry_optim_host_use(o, &cpu, &copied);
+	ferry_host_tiers_set_use(h, cpu, copied);
+}
+
 /* Where the default placement puts each kind (the option of its tier),
  * and the kinds' bytes and options. */
 static ferry_status setup(struct tsearch *s, int *pick)
@@ -128,10 +137,10 @@ static ferry_status setup(struct tsearch *s, int *pick)
 
 	if ((st = ferry_model_plan(s->cfg, s->B, s->T, &s->o, &plan)))
 		return st;
-	s->h->optimizer = s->o.optimizer;
-	memcpy(s->host_kind_bytes, plan.mem.host_kind_bytes, sizeof(s->host_kind_bytes));
-	for (int tk = 0; tk < FERRY_TK_COUNT; tk++)
-		s->t->kind[ferry_host_kind_of((enum ferry_tensor_kind)tk)].bytes += plan.mem.host_kind_bytes[tk];
+	tiers_follow(s->h, s->o.optimizer);
+	ferry_plan_host_kinds(&plan, s->host_kind_bytes);
+	for (int k = 0; k < FERRY_HOST_KINDS; k++)
+		s->t->kind[k].bytes += s->host_kind_bytes[k];
 	for (int k = 0; k < FERRY_HOST_KINDS; k++) {
 		s->t->kind[k].given = s->h->asked[k].type != FERRY_TIER_AUTO;
 		s->t->kind[k].chosen = s->t->kind[k].dflt = -1;
@@ -219,7 +228,7 @@ void ferry_auto_tiers_apply(ferry_host_tiers_t h, const struct ferry_auto_result
 {
 	if (!h || !r->tiers.active)
 		return;
-	h->optimizer = r->optimizer;
+	tiers_follow(h, r->optimizer);
 	for (int k = 0; k < FERRY_HOST_KINDS; k++) {
 		const struct ferry_auto_tier_kind *kd = &r->tiers.kind[k];
 

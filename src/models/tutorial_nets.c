@@ -4,7 +4,7 @@
  * between them.  Their executors (a prologue, the epilogue's loss, SGD or
  * Adam) are exec/tutorial.c and exec/tutorial_adam.c.
  */
-#include "models/tutorial.h"
+#include "models/tutorial_nets.h"
 
 enum { X, Y, OUT, N_TENSORS };
 

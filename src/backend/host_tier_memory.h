@@ -1,13 +1,13 @@
 /*
  * Internal: host-tier memory registered with a backend.  A tier hands out
  * memory (tier/host_memory.c) and knows no device; the backend registers
- * it for DMA (pinned, on CUDA).  ferry_host_tiers_alloc (ferry/tier.h) is
+ * it for DMA (pinned, on CUDA).  ferry_host_tiers_alloc (ferry/backend.h) is
  * the same for a placement's allocations.
  */
-#ifndef FERRY_BACKEND_HOST_TIERS_H
-#define FERRY_BACKEND_HOST_TIERS_H
+#ifndef FERRY_BACKEND_HOST_TIER_MEMORY_H
+#define FERRY_BACKEND_HOST_TIER_MEMORY_H
 
-#include "ferry/tier.h"
+#include "ferry/backend.h"
 
 /* Host memory of bytes bound to tier t's nodes (not bound on a simulated
  * topology), touched, and registered for DMA with be (NULL: not), as

@@ -3,8 +3,8 @@
  * like any model's (declarations only); exec/tutorial.c and
  * exec/tutorial_adam.c run them on the layer-stack engine.
  */
-#ifndef FERRY_MODELS_TUTORIAL_H
-#define FERRY_MODELS_TUTORIAL_H
+#ifndef FERRY_MODELS_TUTORIAL_NETS_H
+#define FERRY_MODELS_TUTORIAL_NETS_H
 
 #include "graph/layer.h"
 

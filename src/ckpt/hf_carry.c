@@ -6,7 +6,7 @@
  * Copies, not hard links: the source is another checkpoint, whose files
  * may be replaced or edited later.
  */
-#include "train/commit.h"
+#include "ckpt/commit.h"
 #include "core/error.h"
 
 #include <errno.h>

@@ -58,14 +58,18 @@ static bool tier_speeds(ferry_model_t m, const struct ferry_calibration *c,
 {
 	ferry_host_tiers_t h = m->tt.host_tiers;
 	struct ferry_tier_report rep;
+	size_t kind_bytes[FERRY_HOST_KINDS];
+	unsigned cpu, copied;
 
 	memset(ts, 0, sizeof(*ts));
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
 		ferry_calib_tier_rate(c, NULL, NULL, &ts->r[k]);
 	if (!h)
 		return true;
-	h->optimizer = ferry_places_optimizer(&m->tt.place); /* decides what the CPU computes on */
-	if (ferry_host_tiers_place_layers(h, plan->mem.host_kind_bytes, plan->mem.host_act_unit, &rep) != FERRY_OK)
+	ferry_places_host_use(&m->tt.place, &cpu, &copied);
+	ferry_host_tiers_set_use(h, cpu, copied);
+	ferry_plan_host_kinds(plan, kind_bytes);
+	if (ferry_host_tiers_place_layers(h, kind_bytes, plan->mem.host_act_unit, &rep) != FERRY_OK)
 		return false;
 	for (int k = 0; k < FERRY_HOST_KINDS; k++)
 		if (rep.tier_of[k] >= 0) {

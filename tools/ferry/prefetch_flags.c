@@ -1,6 +1,6 @@
 /* --prefetch-depth auto (activations.prefetch=auto) on the command line:
  * this machine's calibration, the depths per tier it gives, said in words. */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "cli_args.h"
 
 #include <string.h>

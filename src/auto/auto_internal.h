@@ -1,9 +1,10 @@
 /* Internal: --policy auto's search on host tiers (auto_tiers.c), used by
  * the placement search (auto_policy.c). */
-#ifndef FERRY_EXEC_AUTO_INTERNAL_H
-#define FERRY_EXEC_AUTO_INTERNAL_H
+#ifndef FERRY_AUTO_AUTO_INTERNAL_H
+#define FERRY_AUTO_AUTO_INTERNAL_H
 
 #include "ferry/cost.h"
+#include "ferry/model.h"
 
 /* For r's choice (its policy, optimizer and weights' placement) with host
  * tiers opts->host_tiers (none: nothing to do): each kind's tier, into

@@ -7,7 +7,7 @@
 #include "ferry/checkpoint.h"
 #include "core/error.h"
 #include "models/model_table.h"
-#include "train/commit.h"
+#include "ckpt/commit.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  * temporaries, and the checks of a save path.  The protocol and its
  * recovery rule are described in include/ferry/checkpoint.h.
  */
-#include "train/commit.h"
+#include "ckpt/commit.h"
 #include "ferry/hf_checkpoint.h"
 #include "core/error.h"
 

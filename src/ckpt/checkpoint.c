@@ -1,7 +1,7 @@
 /*
  * Model checkpoints in llm.c's format and ferry's training state file.
  * See include/ferry/checkpoint.h for both layouts; the commit of a model
- * and its state together is src/train/commit.c.
+ * and its state together is src/ckpt/commit.c.
  *
  * Files are raw little-endian int32/fp32 and are read and written straight
  * from memory, so this code only works on little-endian hosts.
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/file_header.h"
 #include "models/model_table.h"
-#include "train/commit.h"
+#include "ckpt/commit.h"
 
 #include <errno.h>
 #include <fcntl.h>

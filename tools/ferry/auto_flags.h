@@ -1,7 +1,7 @@
 /* --policy auto on the command line (ferry plan, train, bench): the
  * search on this machine's calibration, and its choice in words and JSON. */
-#ifndef FERRY_TOOLS_AUTO_POLICY_H
-#define FERRY_TOOLS_AUTO_POLICY_H
+#ifndef FERRY_TOOLS_AUTO_FLAGS_H
+#define FERRY_TOOLS_AUTO_FLAGS_H
 #include <stdbool.h>
 #include <stdio.h>
 #include "ferry/cost.h"

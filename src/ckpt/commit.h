@@ -1,9 +1,9 @@
 /*
  * Internal: what the checkpoint writers and the commit protocol
- * (src/train/commit.c, described in include/ferry/checkpoint.h) share.
+ * (src/ckpt/commit.c, described in include/ferry/checkpoint.h) share.
  */
-#ifndef FERRY_TRAIN_COMMIT_H
-#define FERRY_TRAIN_COMMIT_H
+#ifndef FERRY_CKPT_COMMIT_H
+#define FERRY_CKPT_COMMIT_H
 
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"

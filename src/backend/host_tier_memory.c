@@ -6,7 +6,7 @@
  * device that is not host memory.  The tier undoes both when it frees the
  * memory, through the function pointers left in it here.
  */
-#include "backend/host_tiers.h"
+#include "backend/host_tier_memory.h"
 #include "backend/backend_impl.h"
 #include "tier/host_tiers_internal.h"
 
@@ -31,7 +31,7 @@ static ferry_status make_staging(struct ferry_host_tiers *h, ferry_backend_t be)
 	return FERRY_OK;
 }
 
-ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_tensor_kind kind,
+ferry_status ferry_host_tiers_alloc(ferry_host_tiers_t h, ferry_backend_t be, enum ferry_host_kind kind,
 				    size_t bytes, void **out)
 {
 	struct tier_region *r;

@@ -1,6 +1,6 @@
 /* --policy auto from the command line: search, then say what was chosen
  * and why, in the words of someone choosing a MaxText remat policy. */
-#include "auto_policy.h"
+#include "auto_flags.h"
 #include "cli_args.h"
 #include "model_flags.h"
 #include "ferry/platform.h"

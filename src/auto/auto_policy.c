@@ -5,7 +5,7 @@
  * layers, so a candidate costs one plan and one simulation whatever the
  * depth; a search takes a few dozen of them per pass.
  */
-#include "exec/auto_internal.h"
+#include "auto/auto_internal.h"
 #include "ferry/policy.h"
 #include "core/clock.h"
 #include "core/error.h"
