@@ -8,7 +8,9 @@ case "${1:-}" in
 	echo
 	echo "Installs what ferry needs on Debian 12 with apt-get (as root; only what is"
 	echo "missing) and builds the CMake preset PRESET (default, asan or tsan; default:"
-	echo "default) into its build directory."
+	echo "default) into its build directory.  The default preset includes the CUDA"
+	echo "backend where a GPU is found or with FERRY_CUDA=ON in the environment"
+	echo "(FERRY_CUDA=OFF: never)."
 	exit 0 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -42,5 +44,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 preset=${1:-default}
-cmake --preset "$preset" >/dev/null
+# The CUDA backend where a GPU is, or as FERRY_CUDA says (scripts/cuda_choice.sh)
+cuda=()
+if [ "$preset" = default ]; then
+	read -r -a cuda < <(bash scripts/cuda_choice.sh build) || true
+	if [ "${cuda[0]:-}" = -DFERRY_CUDA=OFF ] && [ -z "${FERRY_CUDA:-}" ]; then
+		echo "setup: no GPU here: building without the CUDA backend (FERRY_CUDA=ON bash scripts/setup.sh builds it)"
+	fi
+fi
+cmake --preset "$preset" "${cuda[@]}" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"

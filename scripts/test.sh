@@ -17,7 +17,8 @@ case "${1:-}" in
 esac
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh default
+# the CUDA backend compiles here too, GPU or not (its tests skip without one)
+FERRY_CUDA=ON bash scripts/setup.sh default
 bash scripts/setup.sh asan
 bash scripts/setup.sh tsan
 # the two-NUMA-node QEMU guest test (ctest -L qemu, about 20 s) needs
