@@ -333,6 +333,30 @@ ferry_status ferry_prefetch_auto(const struct ferry_model_config *cfg, int B, in
 ferry_status ferry_prefetch_apply(const struct ferry_prefetch_choice *ch, struct ferry_exec_opts *o, char *place,
 				  size_t n) FERRY_MUST_CHECK;
 
+/* ---- advice when a plan does not fit (src/auto/fit_advice.c) ---------------------- */
+
+/* Writes "name (bytes), ..." for the presets whose plan fits in capacity
+ * bytes into buf; returns how many fit. */
+int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
+			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
+/* The best placement ferry can make that moves something: over where the
+ * weights and AdamW's state live, ZeRO's three stages (on the ranks of
+ * opts->zero_ranks, else of opts->comm), tiles of tokens and every
+ * preset, the plan that keeps the most on the device and still fits in
+ * capacity bytes, written for --place into buf; returns its peak bytes,
+ * 0 when none fits (buf ""). */
+size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B, int T,
+				     const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
+
+/* Tiles of tokens that make the plan fit in capacity bytes: the loss's,
+ * the MLP's, then both (those opts lacks), under opts' policy, else under
+ * the first preset with which one does; written as the flags to add
+ * ("--loss-tile auto (6.1 MiB)", "--policy nothing_saveable --mlp-tile
+ * auto ...") into buf; returns that plan's peak bytes, 0 when none fits
+ * (buf ""). */
+size_t ferry_model_fitting_tiles(const struct ferry_model_config *cfg, int B, int T,
+				 const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

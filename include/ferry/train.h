@@ -208,26 +208,6 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path) FERRY_MUST
  * FERRY_ERR_INVALID naming both. */
 ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path) FERRY_MUST_CHECK;
 
-/* Writes "name (bytes), ..." for the presets whose plan fits in capacity
- * bytes into buf; returns how many fit. */
-int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
-			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
-/* With offloading: among the weights' and optimizer's placements that move
- * state to the host, each under every preset, the one whose plan keeps
- * the most on the device and still fits in capacity bytes, written for
- * --place into buf; returns its peak bytes, 0 when none fits (buf ""). */
-size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B, int T,
-				     const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
-
-/* Tiles of tokens that make the plan fit in capacity bytes: the loss's,
- * the MLP's, then both (those opts lacks), under opts' policy, else under
- * the first preset with which one does; written as the flags to add
- * ("--loss-tile auto (6.1 MiB)", "--policy nothing_saveable --mlp-tile
- * auto ...") into buf; returns that plan's peak bytes, 0 when none fits
- * (buf ""). */
-size_t ferry_model_fitting_tiles(const struct ferry_model_config *cfg, int B, int T,
-				 const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n);
-
 /* Learning rate at 0-based step s: linear warmup over `warmup` steps, then
  * cosine decay to lr * final_frac at `total`. */
 float ferry_lr_schedule(int s, int total, int warmup, float lr, float final_frac);

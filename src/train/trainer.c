@@ -1,6 +1,7 @@
 /* The training loop's pieces: one step, validation, save and resume. */
 #include "ferry/train.h"
 #include "ferry/checkpoint.h"
+#include "ferry/cost.h"
 #include "ferry/comm.h"
 #include "comm/comm_pick.h"
 #include "sched/comm_stage.h"
@@ -353,66 +354,6 @@ static ferry_status start_config(const struct ferry_train_opts *opts, const char
 	return st;
 }
 
-int ferry_model_fitting_presets(const struct ferry_model_config *cfg, int B, int T,
-			       const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
-{
-	char size[FERRY_SIZE_CHARS];
-	size_t used = 0;
-	int count = 0;
-
-	if (n)
-		buf[0] = 0;
-	for (int i = 0; i < ferry_policy_preset_count(); i++) {
-		struct ferry_exec_opts o = *opts;
-		struct ferry_plan p;
-
-		o.policy = ferry_policy_preset_name(i);
-		if (ferry_model_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity)
-			continue;
-		count++;
-		if (used + 80 < n)
-			used += (size_t)snprintf(buf + used, n - used, "%s%s (%s)", used ? ", " : "", o.policy,
-						 ferry_format_size(p.mem.peak_bytes, size));
-	}
-	return count;
-}
-
-/* The weights' and optimizer's placements the advice tries, least moved
- * first: the optimizer state on the host, then the layers' weights, then
- * the embeddings and head too. */
-static const char *const state_places[] = {
-	"adam=host:cpu", "adam=host:stream",
-	"layers.weights=host:stream(1),adam=host:cpu", "layers.weights=host:stream(1),adam=host:stream",
-	"layers.weights=host:stream(1),edges.weights=host:stream,adam=host:cpu",
-	"layers.weights=host:stream(1),edges.weights=host:stream,adam=host:stream",
-};
-
-size_t ferry_model_fitting_placement(const struct ferry_model_config *cfg, int B, int T,
-				     const struct ferry_exec_opts *opts, size_t capacity, char *buf, size_t n)
-{
-	size_t best = 0;
-
-	if (n)
-		buf[0] = 0;
-	for (size_t k = 0; k < sizeof(state_places) / sizeof(*state_places); k++)
-		for (int i = 0; i < ferry_policy_preset_count(); i++) {
-			struct ferry_exec_opts o = *opts;
-			struct ferry_places places;
-			struct ferry_plan p;
-
-			o.policy = ferry_policy_preset_name(i);
-			o.place = state_places[k];
-			if (ferry_model_plan(cfg, B, T, &o, &p) != FERRY_OK || p.mem.peak_bytes > capacity ||
-			    p.mem.peak_bytes <= best || ferry_exec_opts_places(&o, &places) != FERRY_OK ||
-			    ferry_places_format(&places, buf, n) != FERRY_OK)
-				continue;
-			best = p.mem.peak_bytes;
-		}
-	if (!best && n)
-		buf[0] = 0; /* a format that failed part-way left text */
-	return best;
-}
-
 /* What fits when no activation preset does: the placement with offloading
  * that keeps the most on the device, or "none" (tiled: tiles of tokens
  * would fit, said after). */
@@ -424,7 +365,7 @@ static void offloaded_advice(ferry_trainer_t tr, const struct ferry_model_config
 						    sizeof(place));
 
 	if (peak)
-		snprintf(buf, n, "none; offloading, the largest plan that fits (%s): --place '%s'",
+		snprintf(buf, n, "none; moving state, the largest plan that fits (%s): --place '%s'",
 			 ferry_format_size(peak, size), place);
 	else
 		snprintf(buf, n, tiled ? "none" : "none: use a smaller batch or model");

@@ -130,17 +130,35 @@ expect_ok "train with --place" "$FERRY" train "${TRAIN[@]}" \
 cmp -s flags.bin place.bin && cmp -s flags.bin.state place.bin.state || fail "--place trains other bits than its flags"
 [ "$(grep -o '"loss": [^,]*' flags.jsonl)" = "$(grep -o '"loss": [^,]*' place.jsonl)" ] || fail "--place: other losses"
 
-# a plan no preset fits names the offloaded placement that keeps the most on
-# the device, and that placement fits
+# a plan no preset fits names the best placement ferry can make (issue 40,
+# item 12): over where the weights and AdamW's state live, tiles of tokens,
+# ZeRO's stages on several ranks and every preset, the one that keeps the
+# most on the device; and that placement fits
 WIDE=(--layers 4 --channels 128 --heads 4 --vocab 2000 --max-seq 128 --batch 8 --seq 128)
-"$FERRY" plan "${WIDE[@]}" --device-mem 32M >out.txt 2>&1 && fail "32M: the plan fits without offloading?"
-advice=$(grep -o "^offloading, the largest plan that fits (.*): --place '.*'" out.txt | sed "s/.*--place '\(.*\)'/\1/")
-[ -n "$advice" ] || fail "no preset fits: the refusal names an offloaded placement: $(tail -2 out.txt)"
-expect_ok "the advised placement fits" "$FERRY" plan "${WIDE[@]}" --device-mem 32M --place "$advice"
-grep -q "^fits: needs" out.txt || fail "the advised placement fits: $(tail -1 out.txt)"
-"$FERRY" plan "${WIDE[@]}" --device-mem 28M >out.txt 2>&1
-grep -q "^nothing fits, offloaded or not" out.txt || fail "28M: nothing fits: $(tail -1 out.txt)"
-expect_error "train names the offloaded placement" "presets that fit: none; offloading, the largest plan that fits" \
+ADVICE="^moving state, the largest plan that fits (.*): --place '.*'"
+# advised WHAT ARGS...: the placement the plan advises fits when given back
+advised() {
+	local what=$1; shift
+	checks=$((checks + 1))
+	"$FERRY" plan "$@" >out.txt 2>&1 && { fail "$what: the plan fits as it is?"; return; }
+	advice=$(grep -o "$ADVICE" out.txt | sed "s/.*--place '\(.*\)'/\1/")
+	[ -n "$advice" ] || { fail "$what: no placement advised: $(tail -2 out.txt)"; return; }
+	"$FERRY" plan "$@" --place "$advice" >fit.txt 2>&1
+	if grep -q "^fits: needs" fit.txt; then echo "ok: $what: $advice"; else fail "$what: $advice: $(tail -1 fit.txt)"; fi
+}
+advised "32M" "${WIDE[@]}" --device-mem 32M
+# tiles with offloading: neither alone fits at 28M
+advised "28M" "${WIDE[@]}" --device-mem 28M
+grep -q "activations.mlp_tile=auto" <<<"$advice" || fail "28M: the advice tiles the MLP: $advice"
+"$FERRY" plan "${WIDE[@]}" --device-mem 12M >out.txt 2>&1
+grep -q "^nothing fits, however placed" out.txt || fail "12M: nothing fits: $(tail -1 out.txt)"
+# the issue's GPT-2 at vocabulary 50257 in 100M: 'nothing fits' before
+advised "GPT-2 50257 in 100M" --vocab 50257 --device-mem 100M
+# on 8 ranks ZeRO-3 alone fits 455M: it was never advised
+LL=(--ranks 8 --model llama --layers 8 --channels 512 --heads 8 --kv-heads 4 --vocab 32000 --batch 2 --seq 64)
+advised "8 ranks, 455M" "${LL[@]}" --device-mem 455M
+grep -q "adam=device:shard(8,params)" <<<"$advice" || fail "8 ranks: ZeRO-3 advised: $advice"
+expect_error "train names the placement" "presets that fit: none; moving state, the largest plan that fits" \
 	"$FERRY" train "${WIDE[@]}" --data 'corpus_train_*.bin' --device-mem 32M --sample 0
 
 # refusals, one line each

@@ -163,7 +163,7 @@ static int setup_ranks(struct plan_args *a)
 		r->per_node = r->ranks;
 	r->zero = a->o.exec.zero;
 	r->cpu = !strcmp(a->o.backend, "cpu");
-	if (a->o.exec.zero && !a->o.exec.zero_ranks)
+	if (!a->o.exec.zero_ranks) /* --zero's, and what the advice may split over */
 		a->o.exec.zero_ranks = r->ranks;
 	return -1;
 }
@@ -237,10 +237,10 @@ static void print_offloaded_fit(const struct plan_args *a, const struct ferry_mo
 						    sizeof(place));
 
 	if (peak)
-		printf("offloading, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
+		printf("moving state, the largest plan that fits (%s): --place '%s'\n", ferry_format_size(peak, size),
 		       place);
 	else if (!tiled)
-		printf("nothing fits, offloaded or not: use a smaller batch or model\n");
+		printf("nothing fits, however placed: use a smaller batch or model\n");
 }
 
 /* With --device-mem: whether the plan fits, and if not, which presets

@@ -396,7 +396,7 @@ static int check_device_mem(const struct train_cli *c, const struct ferry_model_
 		fprintf(stderr, "%s", fits);
 	else if ((offloaded = ferry_model_fitting_placement(cfg, c->o.B, c->o.T, &c->o.exec, c->o.device_mem, place,
 							      sizeof(place))))
-		fprintf(stderr, "none; offloading, the largest plan that fits (%s): --place '%s'",
+		fprintf(stderr, "none; moving state, the largest plan that fits (%s): --place '%s'",
 			ferry_format_size(offloaded, need), place);
 	else
 		fprintf(stderr, "%s", tiled ? "none" : "none: use a smaller batch or model");
