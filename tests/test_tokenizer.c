@@ -499,6 +499,22 @@ static void test_cache(void)
 	ferry_tokenizer_free(run[2].tok);
 }
 
+/* Without unk or byte fallback an unknown character is dropped: a piece of
+ * no ids, cached as such (no copy from the empty id list). */
+static void test_nothing_known(void)
+{
+	ferry_tokenizer_t tok = NULL;
+	struct ferry_token_buf b = { 0 };
+
+	CHECK(!ferry_tokenizer_open(save(json_pack("{s:{ss,s:{si},s:[]}}", "model", "type", "BPE",
+						   "vocab", "a", 0, "merges"), "nothing_known"), &tok),
+	      "open: %s", ferry_last_error());
+	CHECK(tok && !ferry_tokenizer_encode(tok, "z", 1, 0, &b) && b.n == 0,
+	      "'z' gives %zu ids: %s", b.n, ferry_last_error());
+	ferry_token_buf_free(&b);
+	ferry_tokenizer_free(tok);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("FERRY_TEST_TMP");
@@ -512,6 +528,7 @@ int main(void)
 	test_sentencepiece();
 	test_normalizers();
 	test_bad_files();
+	test_nothing_known();
 	test_cache();
 	test_alloc_failures(sentencepiece_file());
 	return test_exit_code();
