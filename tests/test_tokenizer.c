@@ -304,6 +304,12 @@ static const struct bad_case bad[] = {
 	{ "[]", FERRY_ERR_FORMAT, "not an object" },
 	{ "{}", FERRY_ERR_FORMAT, "no \"model\"" },
 	{ "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}", FERRY_ERR_UNSUPPORTED, "WordPiece" },
+	/* no "type" (older files): named by their fields, as HF reads them */
+	{ "{\"model\":{\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","
+	  "\"max_input_chars_per_word\":100,\"vocab\":{\"a\":0}}}", FERRY_ERR_UNSUPPORTED,
+	  "model type WordPiece is not supported" },
+	{ "{\"model\":{\"vocab\":[[\"a\",-1.0]]}}", FERRY_ERR_UNSUPPORTED,
+	  "model type Unigram is not supported" },
 	{ MODEL("\"merges\":[]"), FERRY_ERR_FORMAT, "model.vocab is missing" },
 	{ MODEL("\"vocab\":{\"a\":0}"), FERRY_ERR_FORMAT, "model.merges is missing" },
 	{ MODEL("\"vocab\":{\"a\":0},\"merges\":[[\"a\",\"b\"]]"), FERRY_ERR_FORMAT,

@@ -191,6 +191,25 @@ static ferry_status model_flags(struct tok_bpe *b, json_t *model,
 	return FERRY_OK;
 }
 
+/* The model's type; older files (BERT's) leave it out, and HF then takes
+ * the first model whose fields fit: BPE has merges, WordPiece its
+ * subword prefix, Unigram a list for a vocab. */
+static const char *model_type(json_t *model)
+{
+	const char *type = hfj_str(model, "type");
+
+	if (type)
+		return type;
+	if (json_object_get(model, "merges"))
+		return "BPE";
+	if (json_is_array(json_object_get(model, "vocab")))
+		return "Unigram";
+	if (json_object_get(model, "continuing_subword_prefix") ||
+	    json_object_get(model, "max_input_chars_per_word"))
+		return "WordPiece";
+	return json_object_get(model, "vocab") ? "WordLevel" : "BPE";
+}
+
 static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 				const char *path)
 {
@@ -199,8 +218,8 @@ static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 
 	if (!json_is_object(model))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: no \"model\" object", path);
-	type = hfj_str(model, "type");
-	if (type && strcmp(type, "BPE"))
+	type = model_type(model);
+	if (strcmp(type, "BPE"))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: model type %.40s is not supported (ferry reads BPE)",
 				   path, type);
