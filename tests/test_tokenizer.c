@@ -310,6 +310,8 @@ static const struct bad_case bad[] = {
 	  "model type WordPiece is not supported" },
 	{ "{\"model\":{\"vocab\":[[\"a\",-1.0]]}}", FERRY_ERR_UNSUPPORTED,
 	  "model type Unigram is not supported" },
+	{ "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\"},"
+	  "{\"type\":\"ByteLevel\"}]}," TAIL(AB), FERRY_ERR_UNSUPPORTED, "more than one ByteLevel" },
 	{ MODEL("\"merges\":[]"), FERRY_ERR_FORMAT, "model.vocab is missing" },
 	{ MODEL("\"vocab\":{\"a\":0}"), FERRY_ERR_FORMAT, "model.merges is missing" },
 	{ MODEL("\"vocab\":{\"a\":0},\"merges\":[[\"a\",\"b\"]]"), FERRY_ERR_FORMAT,

@@ -171,6 +171,12 @@ static ferry_status parse_pre_one(struct ferry_hf_tokenizer *t,
 		return compile("\\p{N}", false, &p->regex, path);
 	}
 	if (!strcmp(type, "ByteLevel")) {
+		/* each one maps every byte to up to two: 16 in a row grow text
+		 * 65536-fold, and no trained tokenizer has two */
+		if (t->byte_level)
+			return ferry_error(FERRY_ERR_UNSUPPORTED,
+					   "%s: pre_tokenizer: more than one ByteLevel step (each maps the bytes the one before made; ferry reads one)",
+					   path);
 		p->kind = PRE_BYTELEVEL;
 		p->add_prefix_space = hfj_bool(o, "add_prefix_space", true);
 		t->byte_level = true;
