@@ -27,8 +27,9 @@ const char ferry_tok_gpt2_pattern[] =
 ferry_status ferry_tok_compile_regex(const char *pattern, size_t n, bool literal,
 			       void **out)
 {
-	uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-			(literal ? PCRE2_LITERAL : 0);
+	/* PCRE2_LITERAL refuses PCRE2_UCP, which a plain string needs not */
+	uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
+			(literal ? PCRE2_LITERAL : PCRE2_UCP);
 	PCRE2_SIZE where;
 	pcre2_code *re;
 	int err;
