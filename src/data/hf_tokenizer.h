@@ -140,6 +140,10 @@ struct tok_dec {
 struct tok_added {
 	char *content;
 	size_t len;
+	/* what is looked for: content, normalized when `normalized` (HF
+	 * matches those in normalized text by their normalized form) */
+	char *match;
+	size_t match_len;
 	int id;
 	bool special, lstrip, rstrip, single_word, normalized;
 };

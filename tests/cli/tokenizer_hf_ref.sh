@@ -3,7 +3,11 @@
 # reference) encodes: ferry data gives every document the ids it gives.
 #  - split.json: Split pre-tokenizers with {"String": ...} patterns (one
 #    non-ASCII), Isolated and Removed, before merges that would cross them
-#    (issue 40 item 4: such a pattern was refused).
+#    (issue 40 item 4: such a pattern was refused);
+#  - llama.json: Llama-2-style (Prepend and Replace to "▁", byte fallback)
+#    with added tokens marked normalized: true, which match in the
+#    normalized text by their normalized form ("▁<s>"), so "a<s>b" holds no
+#    added token and "a <s>b" does (issue 40 item 5).
 # Skipped (77) without a Python that imports tokenizers: set
 # FERRY_TORCH_PYTHON to a venv's python, or pip install tokenizers.
 . "$(dirname "$0")/lib.bash"
@@ -94,4 +98,5 @@ sys.exit(1 if bad else 0)
 PY
 }
 check split
+check llama
 finish
