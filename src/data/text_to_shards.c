@@ -171,12 +171,12 @@ static ferry_status feed(struct builder *b, const unsigned char *p, size_t n)
 
 /* One JSON Lines record: its text field is a document. */
 static ferry_status json_line(struct builder *b, const char *line, size_t n,
-			      long lineno)
+			      long lineno, bool unended)
 {
 	json_t *rec;
 	const char *text;
 	size_t len;
-	ferry_status st = ferry_jsonl_text(b->path, lineno, line, n, b->field, &rec, &text, &len);
+	ferry_status st = ferry_jsonl_text(b->path, lineno, unended, line, n, b->field, &rec, &text, &len);
 
 	if (st || !rec)
 		return st;
@@ -194,7 +194,7 @@ static ferry_status feed_jsonl(struct builder *b, const unsigned char *p,
 
 	for (size_t i = 0; i < n && !st; i++) {
 		if (p[i] == '\n') {
-			st = json_line(b, *line, *len, ++*lineno);
+			st = json_line(b, *line, *len, ++*lineno, false);
 			*len = 0;
 			continue;
 		}
@@ -238,7 +238,7 @@ static ferry_status read_chunks(struct builder *b, unsigned char *buf,
 		report(b, n);
 	}
 	if (!st && jsonl && len)
-		st = json_line(b, line, len, ++lineno);
+		st = json_line(b, line, len, ++lineno, true);
 	free(line);
 	return st;
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# ferry data and ferry tokenizer train on inputs that are not what they
+# should be (issue 40): a .gz, .zst or JSON Lines file cut short is refused
+# naming the file, not read as half a corpus; the corpus of the prefix stays
+# as it was.
+. "$(dirname "$0")/lib.bash"
+
+for i in $(seq 1 3000); do echo "{\"text\": \"document $i: $RANDOM $RANDOM $RANDOM\"}"; done >docs.jsonl
+expect_ok "the corpus" "$FERRY" data --out c/x --val-fraction 0 docs.jsonl
+cp c/x_train_000000.bin before.bin
+
+# cut FILE: its first half, as cut_FILE
+cut_half() { head -c $(($(stat -c %s "$1") / 2)) "$1" >"cut_$1"; }
+gzip -k docs.jsonl && cut_half docs.jsonl.gz
+expect_error "a .gz cut short" "cut_docs.jsonl.gz: gzip: the file ends inside the stream (truncated?)" \
+	"$FERRY" data --out c/x --val-fraction 0 cut_docs.jsonl.gz
+expect_error "tokenizer train on a .gz cut short" "cut_docs.jsonl.gz: gzip: the file ends inside the stream" \
+	"$FERRY" tokenizer train --vocab 300 --out tok.json cut_docs.jsonl.gz
+if command -v zstd >/dev/null; then
+	zstd -q docs.jsonl && cut_half docs.jsonl.zst
+	expect_error "a .zst cut short" "cut_docs.jsonl.zst: zstd: the file ends inside a frame (truncated?)" \
+		"$FERRY" data --out c/x --val-fraction 0 cut_docs.jsonl.zst
+	# two frames, the second cut: the first is whole, the file is not
+	zstd -q -c docs.jsonl >two.jsonl.zst && head -c 100 docs.jsonl.zst >>two.jsonl.zst
+	expect_error "a second .zst frame cut short" "two.jsonl.zst: zstd: the file ends inside a frame" \
+		"$FERRY" data --out c/x --val-fraction 0 two.jsonl.zst
+fi
+printf '{"text": "one"}\n{"text": "tw' >cut.jsonl
+expect_error "JSON Lines cut short" "cut.jsonl:2: not JSON: " "$FERRY" data --out c/x --val-fraction 0 cut.jsonl
+grep -q "the file ends in this line, with no newline: is it cut short?" err.txt || fail "says cut short: $(cat err.txt)"
+printf '{"text": "one"}\n{"text": "tw\n{"text": "three"}\n' >bad.jsonl
+expect_error "a bad line inside" "bad.jsonl:2: not JSON: " "$FERRY" data --out c/x --val-fraction 0 bad.jsonl
+grep -q "cut short" err.txt && fail "a line ended by a newline is not called cut short: $(cat err.txt)"
+cmp -s c/x_train_000000.bin before.bin || fail "the corpus changed"
+ls c | grep -q '\.tmp\.' && fail "temporaries left: $(ls c)"
+[ -e tok.json ] && fail "tokenizer train wrote tok.json"
+finish
