@@ -164,6 +164,10 @@ ferry_status ferry_jsonl_text(const char *path, long lineno, bool unended, const
 	json_t *t;
 
 	*rec = NULL;
+	if (lineno == 1 && n >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) {
+		line += 3; /* a BOM some editors write: not part of the record */
+		n -= 3;
+	}
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
 		n--;
 	if (n == 0)

@@ -27,7 +27,8 @@ int ferry_text_name_is(const char *path, const char *suffix);
 /* One JSON Lines record (line[0..n), line `lineno` of path; unended: the
  * file ends in it with no newline): *rec the parsed record (the caller
  * json_decref()s it) and *text, *len its string field `field`; *rec NULL
- * for a blank line, which is no record. */
+ * for a blank line, which is no record.  A UTF-8 BOM before line 1 is
+ * skipped. */
 struct json_t;
 ferry_status ferry_jsonl_text(const char *path, long lineno, bool unended, const char *line,
 			      size_t n, const char *field, struct json_t **rec,

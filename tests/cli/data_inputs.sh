@@ -2,7 +2,7 @@
 # ferry data and ferry tokenizer train on inputs that are not what they
 # should be (issue 40): a .gz, .zst or JSON Lines file cut short is refused
 # naming the file, not read as half a corpus; the corpus of the prefix stays
-# as it was.
+# as it was.  JSON Lines written with a UTF-8 BOM read as without.
 . "$(dirname "$0")/lib.bash"
 
 for i in $(seq 1 3000); do echo "{\"text\": \"document $i: $RANDOM $RANDOM $RANDOM\"}"; done >docs.jsonl
@@ -34,4 +34,8 @@ grep -q "cut short" err.txt && fail "a line ended by a newline is not called cut
 cmp -s c/x_train_000000.bin before.bin || fail "the corpus changed"
 ls c | grep -q '\.tmp\.' && fail "temporaries left: $(ls c)"
 [ -e tok.json ] && fail "tokenizer train wrote tok.json"
+
+{ printf '\xef\xbb\xbf'; cat docs.jsonl; } >bom.jsonl
+expect_ok "JSON Lines with a BOM" "$FERRY" data --out bom/x --val-fraction 0 bom.jsonl
+cmp -s bom/x_train_000000.bin before.bin || fail "a BOM changes the shards"
 finish
