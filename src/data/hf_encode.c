@@ -12,6 +12,7 @@
 #include "data/hf_tokenizer.h"
 #include "core/error.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -191,5 +192,11 @@ ferry_status ferry_tok_hf_encode(const struct ferry_hf_tokenizer *t, const char 
 		st = encode_span(t, s + from, n - from, from == 0, out);
 	for (int i = 0; add_special && i < t->n_post_after && !st; i++)
 		st = ferry_tok_ids_push(out, t->post_after[i]);
+	if (st == FERRY_ERR_INVALID) { /* a regex's match failed: whose */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", ferry_last_error());
+		st = ferry_error(st, "tokenizer %s: %s", t->path, msg);
+	}
 	return st;
 }

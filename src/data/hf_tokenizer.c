@@ -392,6 +392,9 @@ ferry_status ferry_tok_hf_load_json(struct ferry_hf_tokenizer *t, const char *pa
 	ferry_status st;
 	json_t *root;
 
+	t->path = ferry_strdup(path);
+	if (!t->path)
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory", path);
 	root = json_load_file(path, 0, &err);
 	if (!root)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: line %d: %s", path,
@@ -425,5 +428,6 @@ void ferry_tok_hf_free(struct ferry_hf_tokenizer *t)
 	ferry_free(t->is_special);
 	ferry_free(t->added_of_id);
 	ferry_tok_free_steps(t);
+	ferry_free(t->path);
 	memset(t, 0, sizeof(*t));
 }

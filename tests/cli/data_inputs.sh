@@ -2,7 +2,9 @@
 # ferry data and ferry tokenizer train on inputs that are not what they
 # should be (issue 40): a .gz, .zst or JSON Lines file cut short is refused
 # naming the file, not read as half a corpus; the corpus of the prefix stays
-# as it was.  JSON Lines written with a UTF-8 BOM read as without.
+# as it was.  JSON Lines written with a UTF-8 BOM read as without.  A
+# tokenizer's regex that hits PCRE2's match limit is named with the
+# tokenizer and the document.
 . "$(dirname "$0")/lib.bash"
 
 for i in $(seq 1 3000); do echo "{\"text\": \"document $i: $RANDOM $RANDOM $RANDOM\"}"; done >docs.jsonl
@@ -38,4 +40,18 @@ ls c | grep -q '\.tmp\.' && fail "temporaries left: $(ls c)"
 { printf '\xef\xbb\xbf'; cat docs.jsonl; } >bom.jsonl
 expect_ok "JSON Lines with a BOM" "$FERRY" data --out bom/x --val-fraction 0 bom.jsonl
 cmp -s bom/x_train_000000.bin before.bin || fail "a BOM changes the shards"
+
+# (a|a)+$ backtracks 2^40 ways over 40 a's and a b
+cat >slow.json <<'JSON'
+{"added_tokens":[{"id":0,"content":"<|endoftext|>","special":true}],
+ "pre_tokenizer":{"type":"Split","pattern":{"Regex":"(a|a)+$"},"behavior":"Isolated"},
+ "model":{"type":"BPE","vocab":{"<|endoftext|>":0,"a":1,"b":2},"merges":[]}}
+JSON
+{ echo '{"text": "ok"}'; echo '{"text": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab"}'; } >slow.jsonl
+expect_error "a regex past the match limit" \
+	"slow.jsonl:2: tokenizer slow.json: pre_tokenizer Split /(a|a)+\$/: match limit exceeded (PCRE2 error -47)" \
+	"$FERRY" data --tokenizer slow.json --out s/x slow.jsonl
+printf 'ok\n%%\nab\n%%\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\n' >slow.txt
+expect_error "a regex past the match limit, plain text" "slow.txt (document 3 of the corpus): tokenizer slow.json:" \
+	"$FERRY" data --tokenizer slow.json --out s/x --doc-sep % slow.txt
 finish
