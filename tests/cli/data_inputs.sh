@@ -4,7 +4,9 @@
 # naming the file, not read as half a corpus; the corpus of the prefix stays
 # as it was.  JSON Lines written with a UTF-8 BOM read as without.  A
 # tokenizer's regex that hits PCRE2's match limit is named with the
-# tokenizer and the document.
+# tokenizer and the document.  --out or --tokenizer with no FILE (an empty
+# glob in a script) is refused, not read as the demo corpus unless --demo
+# asks for it.
 . "$(dirname "$0")/lib.bash"
 
 for i in $(seq 1 3000); do echo "{\"text\": \"document $i: $RANDOM $RANDOM $RANDOM\"}"; done >docs.jsonl
@@ -54,4 +56,15 @@ expect_error "a regex past the match limit" \
 printf 'ok\n%%\nab\n%%\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\n' >slow.txt
 expect_error "a regex past the match limit, plain text" "slow.txt (document 3 of the corpus): tokenizer slow.json:" \
 	"$FERRY" data --tokenizer slow.json --out s/x --doc-sep % slow.txt
+
+expect_error "--out and no FILE" "ferry data: --out given but no FILE to read (--demo for the demo corpus)" \
+	"$FERRY" data --out nofiles/x
+expect_error "--tokenizer and no FILE" "--tokenizer given but no FILE to read" \
+	"$FERRY" data --tokenizer slow.json
+expect_error "--demo and FILEs" "--demo reads the demo corpus, not FILEs" "$FERRY" data --demo --out nofiles/x slow.txt
+[ -e nofiles ] && fail "a refused run wrote nofiles/: $(ls nofiles)"
+if [ -d /usr/share/common-licenses ] || [ -d /usr/share/games/fortunes ]; then
+	expect_ok "--demo --out" "$FERRY" data --demo --out demo/x
+	grep -q "demo corpus" out.txt && [ -f demo/x_train_000000.bin ] || fail "--demo wrote no demo corpus: $(cat out.txt)"
+fi
 finish
