@@ -434,7 +434,9 @@ static json_t *token_string(const struct trainer *t, int id)
 	return j;
 }
 
-static json_t *build_model(const struct trainer *t)
+/* *clash: the id whose string an earlier token has (a special token spelt
+ * as a learned one), else -1. */
+static json_t *build_model(const struct trainer *t, int *clash)
 {
 	json_t *model = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b}", "type", "BPE",
 				  "dropout", "unk_token", "continuing_subword_prefix",
@@ -443,10 +445,13 @@ static json_t *build_model(const struct trainer *t)
 	json_t *vocab = json_object(), *merges = json_array();
 	bool ok = model && vocab && merges;
 
+	*clash = -1;
 	for (int id = 0; ok && id < t->n_tok; id++) {
 		json_t *s = token_string(t, id);
 
-		ok = s && !json_object_get(vocab, json_string_value(s)) &&
+		if (s && json_object_get(vocab, json_string_value(s)))
+			*clash = id;
+		ok = s && *clash < 0 &&
 		     !json_object_set_new(vocab, json_string_value(s), json_integer(id));
 		json_decref(s);
 	}
@@ -470,9 +475,9 @@ static json_t *byte_level_step(void)
 			 "trim_offsets", 1, "use_regex", 1);
 }
 
-static json_t *build_root(const struct trainer *t)
+static json_t *build_root(const struct trainer *t, int *clash)
 {
-	json_t *added = json_array(), *model = build_model(t), *root;
+	json_t *added = json_array(), *model = build_model(t, clash), *root;
 
 	for (int i = 0; added && i < t->opts->n_special; i++)
 		json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", i,
@@ -506,13 +511,17 @@ static ferry_status emit_text(int fd, const char *tmp, void *ctx)
 
 static ferry_status write_json(const struct trainer *t, const char *path)
 {
-	json_t *root = build_root(t);
+	int clash;
+	json_t *root = build_root(t, &clash), *name = clash >= 0 ? token_string(t, clash) : NULL;
 	char *s = root ? json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2)) : NULL;
 	struct json_text txt = { s, s ? strlen(s) : 0 };
 	ferry_status st = s ? ferry_st_atomic_write(path, emit_text, &txt) :
-		ferry_error(FERRY_ERR_NOMEM, "%s: cannot build the JSON (out of memory, or a "
-			    "special token spelt as a learned token)", path);
+		name ? ferry_error(FERRY_ERR_INVALID,
+				   "%s: learned token %d '%.40s' is spelt as a special token: a tokenizer.json cannot hold both (choose another special token)",
+				   path, clash, json_string_value(name)) :
+		ferry_error(FERRY_ERR_NOMEM, "%s: out of memory building the JSON", path);
 
+	json_decref(name);
 	free(s);
 	json_decref(root);
 	return st;
