@@ -160,7 +160,8 @@ void ferry_tok_cache_put(struct tok_cache *c, const char *w, size_t n, uint64_t 
 	r = (struct cache_rec *)(c->arena + at);
 	r->n_bytes = (uint32_t)n;
 	r->n_ids = (uint32_t)n_ids;
-	memcpy(r->ids, ids, n_ids * sizeof(int32_t));
+	if (n_ids) /* a piece of unknown characters has none, and ids may be NULL */
+		memcpy(r->ids, ids, n_ids * sizeof(int32_t));
 	memcpy(r->ids + n_ids, w, n);
 	v = tag | (uint64_t)(at / 8 + 1);
 	for (int k = 0; k < CACHE_PROBES; k++, i = (i + 1) & (CACHE_SLOTS - 1)) {

@@ -373,12 +373,12 @@ static ferry_status flush_mid_doc(struct counter *c)
 
 /* One JSON Lines record: its text field is a document. */
 static ferry_status json_doc(struct counter *c, const char *path, char *line,
-			     size_t n, long lineno)
+			     size_t n, long lineno, bool unended)
 {
 	json_t *rec;
 	const char *text;
 	size_t len;
-	ferry_status st = ferry_jsonl_text(path, lineno, line, n, c->field, &rec, &text, &len);
+	ferry_status st = ferry_jsonl_text(path, lineno, unended, line, n, c->field, &rec, &text, &len);
 
 	if (st || !rec)
 		return st;
@@ -400,7 +400,7 @@ static ferry_status feed_jsonl(struct counter *c, const char *path, const char *
 
 		st = ferry_tok_str_add(line, p, k);
 		if (!st && nl) {
-			st = json_doc(c, path, line->p, line->n, ++*lineno);
+			st = json_doc(c, path, line->p, line->n, ++*lineno, false);
 			line->n = 0;
 			k++;
 		}
@@ -430,7 +430,7 @@ static ferry_status read_input(struct counter *c, const char *path, char *buf)
 			st = flush_mid_doc(c);
 	}
 	if (!st && jsonl && line.n)
-		st = json_doc(c, path, line.p, line.n, ++lineno);
+		st = json_doc(c, path, line.p, line.n, ++lineno, true);
 	if (!st && !jsonl)
 		st = end_doc(c);
 	ferry_tok_str_free(&line);

@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct pair {
 	int32_t left, right;
@@ -433,7 +434,9 @@ static json_t *token_string(const struct trainer *t, int id)
 	return j;
 }
 
-static json_t *build_model(const struct trainer *t)
+/* *clash: the id whose string an earlier token has (a special token spelt
+ * as a learned one), else -1. */
+static json_t *build_model(const struct trainer *t, int *clash)
 {
 	json_t *model = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b}", "type", "BPE",
 				  "dropout", "unk_token", "continuing_subword_prefix",
@@ -442,10 +445,13 @@ static json_t *build_model(const struct trainer *t)
 	json_t *vocab = json_object(), *merges = json_array();
 	bool ok = model && vocab && merges;
 
+	*clash = -1;
 	for (int id = 0; ok && id < t->n_tok; id++) {
 		json_t *s = token_string(t, id);
 
-		ok = s && !json_object_get(vocab, json_string_value(s)) &&
+		if (s && json_object_get(vocab, json_string_value(s)))
+			*clash = id;
+		ok = s && *clash < 0 &&
 		     !json_object_set_new(vocab, json_string_value(s), json_integer(id));
 		json_decref(s);
 	}
@@ -455,6 +461,10 @@ static json_t *build_model(const struct trainer *t)
 	if (ok && !json_object_set_new(model, "vocab", vocab) &&
 	    !json_object_set_new(model, "merges", merges))
 		return model;
+	if (!ok) { /* (set_new takes them, set or not) */
+		json_decref(vocab);
+		json_decref(merges);
+	}
 	json_decref(model);
 	return NULL;
 }
@@ -465,9 +475,9 @@ static json_t *byte_level_step(void)
 			 "trim_offsets", 1, "use_regex", 1);
 }
 
-static json_t *build_root(const struct trainer *t)
+static json_t *build_root(const struct trainer *t, int *clash)
 {
-	json_t *added = json_array(), *model = build_model(t), *root;
+	json_t *added = json_array(), *model = build_model(t, clash), *root;
 
 	for (int i = 0; added && i < t->opts->n_special; i++)
 		json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", i,
@@ -501,28 +511,84 @@ static ferry_status emit_text(int fd, const char *tmp, void *ctx)
 
 static ferry_status write_json(const struct trainer *t, const char *path)
 {
-	json_t *root = build_root(t);
+	int clash;
+	json_t *root = build_root(t, &clash), *name = clash >= 0 ? token_string(t, clash) : NULL;
 	char *s = root ? json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(2)) : NULL;
 	struct json_text txt = { s, s ? strlen(s) : 0 };
 	ferry_status st = s ? ferry_st_atomic_write(path, emit_text, &txt) :
-		ferry_error(FERRY_ERR_NOMEM, "%s: cannot build the JSON (out of memory, "
-			    "a special token that is no UTF-8 or is another token)", path);
+		name ? ferry_error(FERRY_ERR_INVALID,
+				   "%s: learned token %d '%.40s' is spelt as a special token: a tokenizer.json cannot hold both (choose another special token)",
+				   path, clash, json_string_value(name)) :
+		ferry_error(FERRY_ERR_NOMEM, "%s: out of memory building the JSON", path);
 
+	json_decref(name);
 	free(s);
 	json_decref(root);
 	return st;
 }
 
+/* Special token i is one the tokenizer.json can hold, as an added token
+ * and a vocab key: UTF-8 (JSON's strings are), not another special token,
+ * not a byte's ByteLevel character. */
+static ferry_status check_special(const struct ferry_bpe_train_opts *o, int i)
+{
+	const char *s = o->special[i];
+	json_t *j = s && *s ? json_string(s) : NULL;
+
+	if (!s || !*s)
+		return ferry_error(FERRY_ERR_INVALID, "special token %d is empty", i);
+	json_decref(j);
+	if (!j)
+		return ferry_error(FERRY_ERR_INVALID, "special token %d is not UTF-8", i);
+	for (int k = 0; k < i; k++)
+		if (!strcmp(o->special[k], s))
+			return ferry_error(FERRY_ERR_INVALID, "special token %d '%.40s' is special token %d again",
+					   i, s, k);
+	for (int b = 0; b < 256; b++) {
+		char c[3] = { 0 };
+
+		ferry_tok_byte_char((unsigned char)b, c);
+		if (!strcmp(c, s))
+			return ferry_error(FERRY_ERR_INVALID,
+					   "special token %d '%.40s' is the byte-level token of one byte (0x%02x)",
+					   i, s, b);
+	}
+	return FERRY_OK;
+}
+
+/* Whether out names one of the inputs: writing it would replace the corpus. */
+static int out_is_input(const char *const *paths, int n_paths, const char *out)
+{
+	struct stat so, si;
+
+	if (stat(out, &so) != 0)
+		return -1;
+	for (int i = 0; i < n_paths; i++)
+		if (paths[i] && stat(paths[i], &si) == 0 && si.st_dev == so.st_dev &&
+		    si.st_ino == so.st_ino)
+			return i;
+	return -1;
+}
+
 static ferry_status check_opts(const char *const *paths, int n_paths,
 			       const struct ferry_bpe_train_opts *o, const char *out)
 {
+	ferry_status st = FERRY_OK;
+	int in;
+
 	if (!paths || n_paths <= 0 || !o || !out || !*out)
 		return ferry_error(FERRY_ERR_INVALID, "no input files or no output path");
+	in = out_is_input(paths, n_paths, out);
+	if (in >= 0)
+		return ferry_error(FERRY_ERR_INVALID,
+				   "%s: the output is also an input FILE (%s): it would replace the corpus",
+				   out, paths[in]);
 	if (o->n_special < 0 || (o->n_special && !o->special))
 		return ferry_error(FERRY_ERR_INVALID, "bad special token list");
-	for (int i = 0; i < o->n_special; i++)
-		if (!o->special[i] || !*o->special[i])
-			return ferry_error(FERRY_ERR_INVALID, "special token %d is empty", i);
+	for (int i = 0; i < o->n_special && !st; i++)
+		st = check_special(o, i);
+	if (st)
+		return st;
 	if (o->vocab < o->n_special + 256 || o->vocab > TOK_MAX_ID)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "vocab %d is not in [%d, %d] (the special tokens and 256 bytes come first)",
@@ -549,6 +615,10 @@ ferry_status ferry_tokenizer_train(const char *const *paths, int n_paths,
 		st = count_pairs(&t);
 	if (!st)
 		st = run_merges(&t);
+	if (!st && t.n_merge == 0) /* a tokenizer of the bytes alone is no use */
+		st = ferry_error(FERRY_ERR_INVALID,
+				 "no text to learn from in %d input file%s (first: %s): no two bytes side by side to merge",
+				 n_paths, n_paths == 1 ? "" : "s", paths[0]);
 	if (!st)
 		st = write_json(&t, out_path);
 	mine.vocab = t.n_tok;

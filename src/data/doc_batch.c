@@ -14,24 +14,29 @@
 #include <string.h>
 
 ferry_status ferry_doc_batch_begin(struct ferry_doc_batch *b,
-				   struct ferry_shard_writer *w)
+				   struct ferry_shard_writer *w,
+				   struct doc_where where)
 {
 	if (b->n + 1 >= b->cap) {
 		int cap = b->cap ? 2 * b->cap : 1024;
 		size_t *off = realloc(b->off, (size_t)cap * sizeof(*off));
 		struct ferry_shard_writer **dst =
 			off ? realloc(b->dst, (size_t)cap * sizeof(*dst)) : NULL;
+		struct doc_where *wh = dst ? realloc(b->where, (size_t)cap * sizeof(*wh)) : NULL;
 
 		if (off)
 			b->off = off;
-		if (!dst)
+		if (dst)
+			b->dst = dst;
+		if (!wh)
 			return ferry_error(FERRY_ERR_NOMEM,
 					   "out of memory for %d documents", cap);
-		b->dst = dst;
+		b->where = wh;
 		b->cap = cap;
 	}
 	b->off[b->n] = b->n_text;
 	b->dst[b->n] = w;
+	b->where[b->n] = where;
 	return FERRY_OK;
 }
 
@@ -63,6 +68,16 @@ ferry_status ferry_doc_batch_end(struct ferry_doc_batch *b)
 	return b->n_text >= b->limit ? ferry_doc_batch_flush(b) : FERRY_OK;
 }
 
+/* The document named first: a JSON Lines record by its line, a text
+ * document by its number. */
+static ferry_status where_error(ferry_status st, const struct doc_where *w,
+				const char *msg)
+{
+	if (w->line > 0)
+		return ferry_error(st, "%s:%ld: %s", w->path, w->line, msg);
+	return ferry_error(st, "%s (document %ld of the corpus): %s", w->path, w->number, msg);
+}
+
 static ferry_status encode_all(struct ferry_doc_batch *b,
 			       struct ferry_token_buf *ids)
 {
@@ -85,7 +100,7 @@ static ferry_status encode_all(struct ferry_doc_batch *b,
 			}
 		}
 	}
-	return bad_st ? ferry_error(bad_st, "%s", msg) : FERRY_OK;
+	return bad_st ? where_error(bad_st, &b->where[first_bad], msg) : FERRY_OK;
 }
 
 static ferry_status write_all(struct ferry_doc_batch *b,
@@ -129,5 +144,6 @@ void ferry_doc_batch_free(struct ferry_doc_batch *b)
 	free(b->text);
 	free(b->off);
 	free(b->dst);
+	free(b->where);
 	memset(b, 0, sizeof(*b));
 }

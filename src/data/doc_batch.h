@@ -9,6 +9,13 @@
 #include "ferry/tokenizer.h"
 #include "data/shard_writer.h"
 
+/* Where a document comes from: its file and JSON Lines line (0: a plain
+ * text file), its number in the corpus. */
+struct doc_where {
+	const char *path;
+	long line, number;
+};
+
 struct ferry_doc_batch {
 	ferry_tokenizer_t tok;
 	unsigned flags;		/* FERRY_TOK_ADD_SPECIAL: the template's BOS */
@@ -19,12 +26,14 @@ struct ferry_doc_batch {
 	size_t n_text, cap_text;
 	size_t *off;		/* document i: text[off[i] .. off[i+1]) */
 	struct ferry_shard_writer **dst;
+	struct doc_where *where; /* each document's place, for errors */
 	int n, cap;
 };
 
 /* Starts a document bound for w. */
 ferry_status ferry_doc_batch_begin(struct ferry_doc_batch *b,
-				   struct ferry_shard_writer *w) FERRY_MUST_CHECK;
+				   struct ferry_shard_writer *w,
+				   struct doc_where where) FERRY_MUST_CHECK;
 ferry_status ferry_doc_batch_add(struct ferry_doc_batch *b, const void *p,
 				 size_t n) FERRY_MUST_CHECK;
 /* Ends the document; flushes when the batch is full. */

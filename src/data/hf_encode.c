@@ -12,6 +12,7 @@
 #include "data/hf_tokenizer.h"
 #include "core/error.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -81,9 +82,9 @@ static int longest_at(const struct ferry_hf_tokenizer *t, const char *s,
 	for (int i = 0; i < t->n_added; i++) {
 		const struct tok_added *a = &t->added[i];
 
-		if (a->normalized != normalized || a->len > n - at ||
-		    (best >= 0 && a->len <= t->added[best].len) ||
-		    memcmp(s + at, a->content, a->len))
+		if (a->normalized != normalized || !a->match_len || a->match_len > n - at ||
+		    (best >= 0 && a->match_len <= t->added[best].match_len) ||
+		    memcmp(s + at, a->match, a->match_len))
 			continue;
 		best = i;
 	}
@@ -124,7 +125,7 @@ static bool next_added(const struct ferry_hf_tokenizer *t, const char *s,
 			continue;
 		}
 		a = &t->added[i];
-		e = at + a->len;
+		e = at + a->match_len;
 		if (a->single_word && (is_word(char_before(s, at, &cl)) ||
 				       (e < n && is_word(char_at(s, n, e, &cl))))) {
 			at = e; /* the matcher moves past a match it drops */
@@ -191,5 +192,11 @@ ferry_status ferry_tok_hf_encode(const struct ferry_hf_tokenizer *t, const char 
 		st = encode_span(t, s + from, n - from, from == 0, out);
 	for (int i = 0; add_special && i < t->n_post_after && !st; i++)
 		st = ferry_tok_ids_push(out, t->post_after[i]);
+	if (st == FERRY_ERR_INVALID) { /* a regex's match failed: whose */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", ferry_last_error());
+		st = ferry_error(st, "tokenizer %s: %s", t->path, msg);
+	}
 	return st;
 }

@@ -140,7 +140,8 @@ static ferry_status parse_split(struct tok_pre *p, json_t *o, const char *path)
 				   path, b ? b : "(missing)");
 	p->behavior = (enum tok_split_behavior)i;
 	p->invert = hfj_bool(o, "invert", false);
-	return compile(pat, !regex, &p->regex, path);
+	p->pattern = ferry_strdup(pat);
+	return p->pattern ? compile(pat, !regex, &p->regex, path) : no_mem(path);
 }
 
 /* Metaspace's prepend_scheme, or the older add_prefix_space: 0 never,
@@ -168,9 +169,16 @@ static ferry_status parse_pre_one(struct ferry_hf_tokenizer *t,
 		p->kind = PRE_DIGITS;
 		p->behavior = hfj_bool(o, "individual_digits", false) ?
 				      SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
-		return compile("\\p{N}", false, &p->regex, path);
+		p->pattern = ferry_strdup("\\p{N}");
+		return p->pattern ? compile(p->pattern, false, &p->regex, path) : no_mem(path);
 	}
 	if (!strcmp(type, "ByteLevel")) {
+		/* each one maps every byte to up to two: 16 in a row grow text
+		 * 65536-fold, and no trained tokenizer has two */
+		if (t->byte_level)
+			return ferry_error(FERRY_ERR_UNSUPPORTED,
+					   "%s: pre_tokenizer: more than one ByteLevel step (each maps the bytes the one before made; ferry reads one)",
+					   path);
 		p->kind = PRE_BYTELEVEL;
 		p->add_prefix_space = hfj_bool(o, "add_prefix_space", true);
 		t->byte_level = true;
@@ -179,7 +187,8 @@ static ferry_status parse_pre_one(struct ferry_hf_tokenizer *t,
 				(unsigned char)b, (char *)t->byte_map[b]);
 		if (!hfj_bool(o, "use_regex", true))
 			return FERRY_OK;
-		return compile(ferry_tok_gpt2_pattern, false, &p->regex, path);
+		p->pattern = ferry_strdup(ferry_tok_gpt2_pattern);
+		return p->pattern ? compile(p->pattern, false, &p->regex, path) : no_mem(path);
 	}
 	p->kind = PRE_METASPACE;
 	p->replacement = ferry_strdup(rep ? rep : METASPACE);
@@ -358,6 +367,7 @@ void ferry_tok_free_steps(struct ferry_hf_tokenizer *t)
 	}
 	for (int i = 0; i < t->n_pre; i++) {
 		ferry_tok_free_regex(t->pre[i].regex);
+		ferry_free(t->pre[i].pattern);
 		ferry_free(t->pre[i].replacement);
 	}
 	for (int i = 0; i < t->n_dec; i++) {

@@ -191,6 +191,25 @@ static ferry_status model_flags(struct tok_bpe *b, json_t *model,
 	return FERRY_OK;
 }
 
+/* The model's type; older files (BERT's) leave it out, and HF then takes
+ * the first model whose fields fit: BPE has merges, WordPiece its
+ * subword prefix, Unigram a list for a vocab. */
+static const char *model_type(json_t *model)
+{
+	const char *type = hfj_str(model, "type");
+
+	if (type)
+		return type;
+	if (json_object_get(model, "merges"))
+		return "BPE";
+	if (json_is_array(json_object_get(model, "vocab")))
+		return "Unigram";
+	if (json_object_get(model, "continuing_subword_prefix") ||
+	    json_object_get(model, "max_input_chars_per_word"))
+		return "WordPiece";
+	return json_object_get(model, "vocab") ? "WordLevel" : "BPE";
+}
+
 static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 				const char *path)
 {
@@ -199,8 +218,8 @@ static ferry_status parse_model(struct tok_bpe *b, json_t *model,
 
 	if (!json_is_object(model))
 		return ferry_error(FERRY_ERR_FORMAT, "%s: no \"model\" object", path);
-	type = hfj_str(model, "type");
-	if (type && strcmp(type, "BPE"))
+	type = model_type(model);
+	if (strcmp(type, "BPE"))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: model type %.40s is not supported (ferry reads BPE)",
 				   path, type);
@@ -232,7 +251,6 @@ static ferry_status parse_added_one(struct ferry_hf_tokenizer *t, json_t *o,
 	a->rstrip = hfj_bool(o, "rstrip", false);
 	a->single_word = hfj_bool(o, "single_word", false);
 	a->normalized = hfj_bool(o, "normalized", !a->special);
-	t->added_first[a->normalized][(unsigned char)content[0]] = true;
 	t->n_added++;
 	return FERRY_OK;
 }
@@ -277,6 +295,32 @@ static ferry_status index_ids(struct ferry_hf_tokenizer *t, const char *path)
 	for (int i = 0; i < t->n_added; i++) {
 		t->added_of_id[t->added[i].id] = i;
 		t->is_special[t->added[i].id] = t->added[i].special;
+	}
+	return FERRY_OK;
+}
+
+/* Each added token's form to look for (the normalizers run over the
+ * normalized ones: Llama 2's "<s>" is looked for as "▁<s>"), and the
+ * bytes they start with. */
+static ferry_status match_forms(struct ferry_hf_tokenizer *t, const char *path)
+{
+	for (int i = 0; i < t->n_added; i++) {
+		struct tok_added *a = &t->added[i];
+		struct tok_str s = { 0 };
+		ferry_status st = a->normalized ? ferry_tok_normalize(t, a->content, a->len, &s) :
+						  ferry_tok_str_add(&s, a->content, a->len);
+
+		if (st) {
+			char msg[512];
+
+			snprintf(msg, sizeof(msg), "%s", ferry_last_error());
+			ferry_tok_str_free(&s);
+			return ferry_error(st, "%s: added_tokens[%d] '%.40s': %s", path, i, a->content, msg);
+		}
+		a->match = s.p;
+		a->match_len = s.n;
+		if (s.n) /* normalized away: nothing to find */
+			t->added_first[a->normalized][(unsigned char)s.p[0]] = true;
 	}
 	for (int k = 0; k < 2; k++) { /* 256: several */
 		t->added_one_first[k] = -1;
@@ -348,6 +392,9 @@ ferry_status ferry_tok_hf_load_json(struct ferry_hf_tokenizer *t, const char *pa
 	ferry_status st;
 	json_t *root;
 
+	t->path = ferry_strdup(path);
+	if (!t->path)
+		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory", path);
 	root = json_load_file(path, 0, &err);
 	if (!root)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: line %d: %s", path,
@@ -362,6 +409,7 @@ ferry_status ferry_tok_hf_load_json(struct ferry_hf_tokenizer *t, const char *pa
 	st = st ? st : parse_added(t, json_object_get(root, "added_tokens"), path);
 	st = st ? st : index_ids(t, path);
 	st = st ? st : ferry_tok_parse_steps(t, root, path);
+	st = st ? st : match_forms(t, path);
 	if (!st)
 		find_bos_eos(t, config);
 out:
@@ -372,11 +420,14 @@ out:
 void ferry_tok_hf_free(struct ferry_hf_tokenizer *t)
 {
 	ferry_tok_bpe_free(&t->bpe);
-	for (int i = 0; t->added && i < t->n_added; i++)
+	for (int i = 0; t->added && i < t->n_added; i++) {
 		ferry_free(t->added[i].content);
+		free(t->added[i].match);
+	}
 	ferry_free(t->added);
 	ferry_free(t->is_special);
 	ferry_free(t->added_of_id);
 	ferry_tok_free_steps(t);
+	ferry_free(t->path);
 	memset(t, 0, sizeof(*t));
 }

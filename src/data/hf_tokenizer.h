@@ -117,6 +117,7 @@ enum tok_pre_kind { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE, PRE_DIGITS };
 struct tok_pre {
 	enum tok_pre_kind kind;
 	void *regex;		/* Split; ByteLevel with use_regex (pcre2_code) */
+	char *pattern;		/* the regex's source, for messages */
 	enum tok_split_behavior behavior;
 	bool invert;
 	bool add_prefix_space;	/* ByteLevel */
@@ -140,11 +141,16 @@ struct tok_dec {
 struct tok_added {
 	char *content;
 	size_t len;
+	/* what is looked for: content, normalized when `normalized` (HF
+	 * matches those in normalized text by their normalized form) */
+	char *match;
+	size_t match_len;
 	int id;
 	bool special, lstrip, rstrip, single_word, normalized;
 };
 
 struct ferry_hf_tokenizer {
+	char *path;		/* the tokenizer.json, for messages */
 	struct tok_bpe bpe;
 	struct tok_norm norm[TOK_MAX_STEPS];
 	int n_norm;
@@ -182,6 +188,9 @@ ferry_status ferry_tok_normalize(const struct ferry_hf_tokenizer *t, const char 
 ferry_status ferry_tok_pretok_encode(const struct ferry_hf_tokenizer *t,
 			       const char *s, size_t n, bool at_start,
 			       struct ferry_token_buf *out) FERRY_MUST_CHECK;
+/* A failed match of regex pattern (pcre2_match's rc < 0), named: PCRE2's
+ * match limit, hit by a pattern that backtracks without end. */
+ferry_status ferry_tok_match_error(const char *what, const char *pattern, int rc);
 /* literal: the pattern is a plain string (a Split's {"String": ...}). */
 ferry_status ferry_tok_compile_regex(const char *pattern, size_t n, bool literal,
 			       void **out)

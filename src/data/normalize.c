@@ -145,8 +145,7 @@ static ferry_status replace_regex(const struct tok_norm *nm, const char *s,
 		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
 		if (rc < 0) {
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "regex match failed (PCRE2 error %d)", rc);
+			st = ferry_tok_match_error("normalizer Replace", nm->pattern, rc);
 			break;
 		}
 		if (ov[0] == ov[1]) {

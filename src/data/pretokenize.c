@@ -27,8 +27,9 @@ const char ferry_tok_gpt2_pattern[] =
 ferry_status ferry_tok_compile_regex(const char *pattern, size_t n, bool literal,
 			       void **out)
 {
-	uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-			(literal ? PCRE2_LITERAL : 0);
+	/* PCRE2_LITERAL refuses PCRE2_UCP, which a plain string needs not */
+	uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
+			(literal ? PCRE2_LITERAL : PCRE2_UCP);
 	PCRE2_SIZE where;
 	pcre2_code *re;
 	int err;
@@ -47,6 +48,16 @@ ferry_status ferry_tok_compile_regex(const char *pattern, size_t n, bool literal
 	(void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
 	*out = re;
 	return FERRY_OK;
+}
+
+ferry_status ferry_tok_match_error(const char *what, const char *pattern, int rc)
+{
+	PCRE2_UCHAR msg[256];
+
+	pcre2_get_error_message(rc, msg, sizeof(msg));
+	return ferry_error(FERRY_ERR_INVALID, "%s /%.200s/: %s (PCRE2 error %d)%s", what, pattern,
+			   (const char *)msg, rc,
+			   rc == PCRE2_ERROR_MATCHLIMIT ? ": the pattern backtracks too much on this text" : "");
 }
 
 void ferry_tok_free_regex(void *re)
@@ -110,6 +121,7 @@ struct seg {
 struct segs {
 	struct seg *v;
 	int n, cap;
+	int rc; /* a failed match's PCRE2 code */
 };
 
 static ferry_status seg_add(struct segs *g, size_t s, size_t e, bool match)
@@ -128,7 +140,9 @@ static ferry_status seg_add(struct segs *g, size_t s, size_t e, bool match)
 	return FERRY_OK;
 }
 
-/* HF's find_matches: matches and the gaps between them, in order. */
+/* HF's find_matches: matches and the gaps between them, in order; a
+ * failed match is FERRY_ERR_INVALID with g->rc its code, named by the
+ * caller, which knows the step. */
 static ferry_status find_segs(const pcre2_code *re, pcre2_match_data *md,
 			      const char *s, size_t n, bool invert,
 			      struct segs *g)
@@ -139,6 +153,7 @@ static ferry_status find_segs(const pcre2_code *re, pcre2_match_data *md,
 	/* pcre2_jit_match skips pcre2_match's checks: the same matches */
 	(void)pcre2_pattern_info(re, PCRE2_INFO_JITSIZE, &jit);
 	g->n = 0;
+	g->rc = 0;
 	while (at <= n && !st) {
 		int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL) :
 			       pcre2_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL);
@@ -146,9 +161,10 @@ static ferry_status find_segs(const pcre2_code *re, pcre2_match_data *md,
 
 		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
-		if (rc < 0)
-			return ferry_error(FERRY_ERR_INVALID,
-					   "regex match failed (PCRE2 error %d)", rc);
+		if (rc < 0) {
+			g->rc = rc;
+			return FERRY_ERR_INVALID;
+		}
 		if (ov[0] == ov[1]) { /* empty: try one byte on */
 			at = ov[1] + 1;
 			continue;
@@ -334,6 +350,10 @@ static ferry_status run_step(const struct ferry_hf_tokenizer *t,
 			st = metaspace(p, s, n, i == 0 && in->first_at_start,
 				       tmp, out);
 	}
+	if (st && g->rc < 0)
+		return ferry_tok_match_error(p->kind == PRE_SPLIT ? "pre_tokenizer Split" :
+					     p->kind == PRE_DIGITS ? "pre_tokenizer Digits" :
+					     "pre_tokenizer ByteLevel", p->pattern, g->rc);
 	return st;
 }
 

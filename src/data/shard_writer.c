@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -231,6 +232,58 @@ static long tmp_owner(const char *name, const char *base, const char *split)
 	return errno || *end || pid <= 0 ? 0 : pid;
 }
 
+/* When process pid started, in seconds since the epoch, from Linux's
+ * /proc; -1 when unknown.  *zombie: it has exited, and its parent has not
+ * yet waited for it (kill(pid, 0) still finds it). */
+static long long proc_start(long pid, bool *zombie)
+{
+	char name[64], buf[1024], *p;
+	unsigned long long ticks = 0;
+	long long btime = -1;
+	size_t n;
+	FILE *f;
+
+	snprintf(name, sizeof(name), "/proc/%ld/stat", pid);
+	f = fopen(name, "r");
+	n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* past the command's name, which may hold anything */
+	if (!p || strlen(p) < 3)
+		return -1;
+	*zombie = p[2] == 'Z' || p[2] == 'X';
+	/* its 22nd field: the start, in clock ticks after boot */
+	if (sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+		   &ticks) != 1)
+		return -1;
+	f = fopen("/proc/stat", "r");
+	while (f && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "btime %lld", &btime) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return btime < 0 ? -1 : btime + (long long)(ticks / (unsigned long long)sysconf(_SC_CLK_TCK));
+}
+
+/* Whether the process that wrote temporary path may still be writing it:
+ * pid alive, not a zombie, and not a later process given the same pid
+ * (started after the file was last written; a minute's slack for a
+ * network file system's clock). */
+static bool writer_alive(long pid, const char *path)
+{
+	bool zombie = false;
+	long long start;
+	struct stat sb;
+
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return false;
+	start = proc_start(pid, &zombie);
+	if (zombie)
+		return false;
+	return start < 0 || stat(path, &sb) != 0 || start <= (long long)sb.st_mtime + 60;
+}
+
 void ferry_shard_writer_remove_dead(const struct ferry_shard_writer *w)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
@@ -251,9 +304,9 @@ void ferry_shard_writer_remove_dead(const struct ferry_shard_writer *w)
 
 		if (!pid || pid == (long)getpid() || pid != (long)(pid_t)pid)
 			continue;
-		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue; /* alive (or not ours to ask about): its run may still commit */
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < sizeof(path))
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path))
+			continue;
+		if (!writer_alive(pid, path)) /* else its run may still commit */
 			remove(path);
 	}
 	closedir(d);

@@ -25,6 +25,7 @@ struct ferry_text_reader {
 	void *in;	/* ZSTD: compressed input */
 	ZSTD_inBuffer zin;
 	size_t in_cap;
+	size_t zrc;	/* ZSTD: the last call's hint; 0 between frames */
 };
 
 static int ends_with(const char *s, size_t n, const char *suffix)
@@ -100,7 +101,12 @@ static ferry_status read_zstd(struct ferry_text_reader *r, void *buf,
 		if (ZSTD_isError(rc))
 			return ferry_error(FERRY_ERR_FORMAT, "%s: zstd: %s",
 					   r->path, ZSTD_getErrorName(rc));
+		r->zrc = rc;
 	}
+	/* the end of the file inside a frame: a copy cut short */
+	if (zout.pos == 0 && r->zrc != 0 && !ferror(r->f))
+		return ferry_error(FERRY_ERR_FORMAT,
+				   "%s: zstd: the file ends inside a frame (truncated?)", r->path);
 	if (ferror(r->f))
 		return ferry_error(FERRY_ERR_IO, "%s: read error: %s", r->path,
 				   strerror(errno));
@@ -119,10 +125,14 @@ ferry_status ferry_text_reader_read(struct ferry_text_reader *r, void *buf,
 		int errnum;
 		const char *msg;
 
-		if (k < 0) {
-			msg = gzerror(r->gz, &errnum);
+		/* a cut-short file reads to its end with the error only set
+		 * (Z_BUF_ERROR, "unexpected end of file") */
+		msg = gzerror(r->gz, &errnum);
+		if (errnum == Z_BUF_ERROR)
+			return ferry_error(FERRY_ERR_FORMAT,
+					   "%s: gzip: the file ends inside the stream (truncated?)", r->path);
+		if (k < 0 || errnum != Z_OK)
 			return ferry_error(FERRY_ERR_FORMAT, "%s: gzip: %s", r->path, msg);
-		}
 		*got = (size_t)k;
 		return FERRY_OK;
 	}
@@ -146,7 +156,7 @@ void ferry_text_reader_close(struct ferry_text_reader *r)
 	ferry_free(r);
 }
 
-ferry_status ferry_jsonl_text(const char *path, long lineno, const char *line,
+ferry_status ferry_jsonl_text(const char *path, long lineno, bool unended, const char *line,
 			      size_t n, const char *field, json_t **rec,
 			      const char **text, size_t *len)
 {
@@ -154,14 +164,19 @@ ferry_status ferry_jsonl_text(const char *path, long lineno, const char *line,
 	json_t *t;
 
 	*rec = NULL;
+	if (lineno == 1 && n >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) {
+		line += 3; /* a BOM some editors write: not part of the record */
+		n -= 3;
+	}
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
 		n--;
 	if (n == 0)
 		return FERRY_OK; /* blank lines are no records */
 	*rec = json_loadb(line, n, JSON_ALLOW_NUL, &err);
 	if (!*rec)
-		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s", path,
-				   lineno, err.text);
+		return ferry_error(FERRY_ERR_FORMAT, "%s:%ld: not JSON: %s%s", path,
+				   lineno, err.text,
+				   unended ? " (the file ends in this line, with no newline: is it cut short?)" : "");
 	t = json_object_get(*rec, field);
 	if (!json_is_string(t)) {
 		json_decref(*rec);

@@ -8,6 +8,7 @@
 
 #include "ferry/ferry.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct ferry_text_reader;
@@ -23,11 +24,13 @@ void ferry_text_reader_close(struct ferry_text_reader *r);
 /* The name without .gz or .zst ends in suffix (".jsonl"). */
 int ferry_text_name_is(const char *path, const char *suffix);
 
-/* One JSON Lines record (line[0..n), line `lineno` of path): *rec the
- * parsed record (the caller json_decref()s it) and *text, *len its string
- * field `field`; *rec NULL for a blank line, which is no record. */
+/* One JSON Lines record (line[0..n), line `lineno` of path; unended: the
+ * file ends in it with no newline): *rec the parsed record (the caller
+ * json_decref()s it) and *text, *len its string field `field`; *rec NULL
+ * for a blank line, which is no record.  A UTF-8 BOM before line 1 is
+ * skipped. */
 struct json_t;
-ferry_status ferry_jsonl_text(const char *path, long lineno, const char *line,
+ferry_status ferry_jsonl_text(const char *path, long lineno, bool unended, const char *line,
 			      size_t n, const char *field, struct json_t **rec,
 			      const char **text, size_t *len) FERRY_MUST_CHECK;
 

@@ -58,6 +58,7 @@ struct builder {
 	const char *field;   /* JSON Lines: the text field */
 	struct ferry_text_reader *in;
 	const char *path;    /* the input being read */
+	long line;           /* its JSON Lines line being read; 0: plain text */
 	long long bytes, next_report;
 	const struct ferry_data_opts *opts;
 };
@@ -73,7 +74,8 @@ static ferry_status emit(struct builder *b, const unsigned char *p, size_t n)
 		b->documents++;
 		/* the first document always trains, whatever the fraction */
 		b->cur = (b->k && b->documents > 1 && b->documents % b->k == 0) ? b->val : b->train;
-		st = b->batch ? ferry_doc_batch_begin(b->batch, b->cur) :
+		st = b->batch ? ferry_doc_batch_begin(b->batch, b->cur,
+						      (struct doc_where){ b->path, b->line, b->documents }) :
 				ferry_shard_writer_put(b->cur, FERRY_BYTE_EOT);
 		if (st)
 			return st;
@@ -171,15 +173,16 @@ static ferry_status feed(struct builder *b, const unsigned char *p, size_t n)
 
 /* One JSON Lines record: its text field is a document. */
 static ferry_status json_line(struct builder *b, const char *line, size_t n,
-			      long lineno)
+			      long lineno, bool unended)
 {
 	json_t *rec;
 	const char *text;
 	size_t len;
-	ferry_status st = ferry_jsonl_text(b->path, lineno, line, n, b->field, &rec, &text, &len);
+	ferry_status st = ferry_jsonl_text(b->path, lineno, unended, line, n, b->field, &rec, &text, &len);
 
 	if (st || !rec)
 		return st;
+	b->line = lineno;
 	st = emit(b, (const unsigned char *)text, len);
 	json_decref(rec);
 	return st ? st : end_doc(b);
@@ -194,7 +197,7 @@ static ferry_status feed_jsonl(struct builder *b, const unsigned char *p,
 
 	for (size_t i = 0; i < n && !st; i++) {
 		if (p[i] == '\n') {
-			st = json_line(b, *line, *len, ++*lineno);
+			st = json_line(b, *line, *len, ++*lineno, false);
 			*len = 0;
 			continue;
 		}
@@ -238,7 +241,7 @@ static ferry_status read_chunks(struct builder *b, unsigned char *buf,
 		report(b, n);
 	}
 	if (!st && jsonl && len)
-		st = json_line(b, line, len, ++lineno);
+		st = json_line(b, line, len, ++lineno, true);
 	free(line);
 	return st;
 }
@@ -254,6 +257,7 @@ static ferry_status read_file(struct builder *b, const char *path,
 	if (st)
 		return st;
 	b->path = path;
+	b->line = 0;
 	b->n_pend = 0;
 	b->matching = 1;
 	st = read_chunks(b, buf, jsonl);

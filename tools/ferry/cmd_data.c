@@ -26,6 +26,7 @@ struct data_args {
 	const char **args;   /* the files */
 	int n_args;
 	bool rest;           /* after "--": every argument a file */
+	bool demo;           /* --demo: the demo corpus, asked for by name */
 };
 
 static cli_parse_fn set_string, set_val_fraction, set_shard_tokens;
@@ -35,6 +36,8 @@ static const struct cli_flag data_flags[] = {
 	{ .name = "--out", .value = "PREFIX", .type = CLI_CUSTOM, .at = AT(opts.out_prefix),
 	  .help = "output prefix, needed with FILEs (the demo corpus's\nis data/demo); its directory is created if needed",
 	  .parse = set_string, .given = 2 },
+	{ .name = "--demo", .type = CLI_TRUE, .at = AT(demo),
+	  .help = "the demo corpus (below) with --out or --tokenizer,\nwhich otherwise need FILEs" },
 	{ .name = "--tokenizer", .value = "PATH", .type = CLI_CUSTOM, .at = AT(tokenizer),
 	  .help = "a Hugging Face tokenizer.json or a model directory\nwith one: documents start as the model expects\n"
 		  "(Llama: BOS; GPT-2: <|endoftext|> before each);\nuint32 shards past 65536 ids.  Default: byte-level\n"
@@ -63,7 +66,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: ferry data [--out PREFIX] [--tokenizer PATH] [--text-field NAME]\n"
 		"                  [--doc-sep LINE] [--val-fraction F] [--shard-tokens N]\n"
-		"                  [--threads N] [FILE...]\n"
+		"                  [--threads N] [--demo | FILE...]\n"
 		"\n"
 		"Converts text files into token shards (llm.c format, docs/data.md):\n"
 		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...  FILEs may be\n"
@@ -73,7 +76,8 @@ static void usage(FILE *out)
 	ferry_cli_help(out, data_flags, 22);
 	fprintf(out,
 		"\n"
-		"Without FILE, uses the demo corpus: the fortune files in\n"
+		"Without FILE (and without --out and --tokenizer, or with --demo), uses\n"
+		"the demo corpus: the fortune files in\n"
 		FORTUNE_DIR " (Debian package \"fortunes\") with\n"
 		"--doc-sep %%, or the licenses in " LICENSE_DIR " if those are\n"
 		"missing.\n");
@@ -384,13 +388,20 @@ static int input_files(struct data_args *d, const char *const **files, char ***d
 	bool out_given = d->sep_given & 2;
 	int n;
 
-	if (d->n_args && !out_given) {
-		fprintf(stderr, "ferry data: FILEs need --out PREFIX (data/demo is the demo corpus's)\n");
+	if (d->n_args && (d->demo || !out_given)) {
+		fprintf(stderr, d->demo ? "ferry data: --demo reads the demo corpus, not FILEs: give one or the other\n" :
+			"ferry data: FILEs need --out PREFIX (data/demo is the demo corpus's)\n");
 		return -1;
 	}
 	*files = d->args;
 	if (d->n_args)
 		return d->n_args;
+	/* an empty glob or variable in a script: not the demo unless asked */
+	if ((out_given || d->tokenizer) && !d->demo) {
+		fprintf(stderr, "ferry data: %s but no FILE to read (--demo for the demo corpus)\n",
+			out_given ? "--out given" : "--tokenizer given");
+		return -1;
+	}
 	if (d->tokenizer && !out_given) {
 		fprintf(stderr, "ferry data: the demo corpus with --tokenizer needs --out PREFIX "
 			"(data/demo holds its byte-level shards)\n");
