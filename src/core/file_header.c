@@ -1,7 +1,7 @@
 /*
  * The one reader of llm.c-style file headers (see core/file_header.h):
  * model checkpoints and training state (src/ckpt/checkpoint.c), token
- * shards (src/data/shard_loader.c) and llm.c tokenizers (src/data/tokenizer.c)
+ * shards (src/data/shard_loader.c) and llm.c tokenizers (src/tokenizer/tokenizer.c)
  * all open their files here.
  *
  * Opening: stat() the path and refuse anything but a regular file, so a

@@ -19,7 +19,7 @@
 #endif
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/bpe_train.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "data/text_reader.h"
 #include "core/error.h"
 

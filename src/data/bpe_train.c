@@ -15,9 +15,9 @@
  * corpus.
  */
 #include "data/bpe_train.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
-#include "data/st_io.h"
+#include "hf/st_io.h"
 
 #include <jansson.h>
 #include <stdlib.h>

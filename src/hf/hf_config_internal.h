@@ -4,8 +4,8 @@
  * that say how each layer attends (the sliding window and the layers it
  * acts on, Gemma 2's score scale and soft caps).
  */
-#ifndef FERRY_DATA_HF_CONFIG_INTERNAL_H
-#define FERRY_DATA_HF_CONFIG_INTERNAL_H
+#ifndef FERRY_HF_HF_CONFIG_INTERNAL_H
+#define FERRY_HF_HF_CONFIG_INTERNAL_H
 
 #include "ferry/safetensors.h"
 

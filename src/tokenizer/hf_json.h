@@ -1,11 +1,11 @@
 /* Internal: the few jansson look-ups the tokenizer.json reader repeats. */
-#ifndef FERRY_DATA_HF_JSON_H
-#define FERRY_DATA_HF_JSON_H
+#ifndef FERRY_TOKENIZER_HF_JSON_H
+#define FERRY_TOKENIZER_HF_JSON_H
 
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 
 /* The string at o[key], NULL when absent or not a string. */
 static inline const char *hfj_str(json_t *o, const char *key)

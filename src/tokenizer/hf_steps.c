@@ -4,7 +4,7 @@
  * "Sequence" of them, flattened here into one list per kind.  Types ferry
  * does not implement are refused by name, with the ones it does.
  */
-#include "data/hf_json.h"
+#include "tokenizer/hf_json.h"
 #include "core/error.h"
 
 #include <stdio.h>

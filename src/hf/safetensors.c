@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_header.h"
-#include "data/st_io.h"
+#include "hf/st_io.h"
 
 #include <errno.h>
 #include <fcntl.h>

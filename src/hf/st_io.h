@@ -3,8 +3,8 @@
  * safetensors.c implements and the other JSON files' readers and writers
  * (hf_config.c, bpe_train.c) use too.
  */
-#ifndef FERRY_DATA_ST_IO_H
-#define FERRY_DATA_ST_IO_H
+#ifndef FERRY_HF_ST_IO_H
+#define FERRY_HF_ST_IO_H
 
 #include "ferry/ferry.h"
 

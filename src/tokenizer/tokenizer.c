@@ -5,7 +5,7 @@
  * Hugging Face one also holds what encodes and decodes whole texts.
  */
 #include "ferry/tokenizer.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 #include "core/file_header.h"
 

@@ -10,8 +10,8 @@
  * file and the field named; a model or step ferry does not implement is
  * FERRY_ERR_UNSUPPORTED, named.
  */
-#include "data/hf_tokenizer.h"
-#include "data/hf_json.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/hf_json.h"
 #include "core/error.h"
 
 #include <stdio.h>

@@ -7,8 +7,8 @@
 #include "ferry/safetensors.h"
 
 #include "core/error.h"
-#include "data/hf_config_internal.h"
-#include "data/st_io.h"
+#include "hf/hf_config_internal.h"
+#include "hf/st_io.h"
 
 #include <errno.h>
 #include <jansson.h>

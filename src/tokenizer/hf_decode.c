@@ -8,7 +8,7 @@
  * it puts U+FFFD; here the bytes stay, so decoding inverts encoding on any
  * input.  On UTF-8 the two agree.
  */
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <stdlib.h>

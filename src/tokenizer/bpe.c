@@ -18,7 +18,7 @@
  * bytes is first looked up in the tokenizer's cache of encoded pieces
  * (bpe_cache.c), and cached once merged.
  */
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <stdlib.h>

@@ -13,8 +13,8 @@
  * encoded pieces (bpe_cache.c), which is filled without locks: one
  * tokenizer encodes on many threads at once.
  */
-#ifndef FERRY_DATA_HF_TOKENIZER_H
-#define FERRY_DATA_HF_TOKENIZER_H
+#ifndef FERRY_TOKENIZER_HF_TOKENIZER_H
+#define FERRY_TOKENIZER_HF_TOKENIZER_H
 
 #include "ferry/tokenizer.h"
 

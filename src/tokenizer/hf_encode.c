@@ -9,7 +9,7 @@
  * counts only with no word character on either side; lstrip and rstrip
  * take the whitespace beside it into the token.
  */
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <stdio.h>

@@ -18,7 +18,7 @@
  * A key a family does not have is refused by name, as hf_config.c refuses
  * every key it does not know.
  */
-#include "data/hf_config_internal.h"
+#include "hf/hf_config_internal.h"
 #include "core/error.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
  * only sees valid strings; this keeps any bytes encodable).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <pcre2.h>

@@ -14,7 +14,7 @@
  * the other 68 bytes, in order, for U+0100...U+0143.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <pcre2.h>

@@ -13,7 +13,7 @@
  * fill it, and in text those are mostly the frequent ones.  What a piece
  * encodes to does not depend on the cache: only the speed does.
  */
-#include "data/hf_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "core/error.h"
 
 #include <stdatomic.h>
