@@ -214,7 +214,13 @@ struct ferry_save_opts {
 	const char *from;    /* the checkpoint the model was loaded from (NULL:
 				none, or an llm.c file: nothing to keep) */
 	enum ferry_save_dtype dtype;
+	const char *tokenizer; /* the run's tokenizer (NULL: none): a
+				tokenizer.json, a directory with one, or llm.c's
+				tokenizer file; it travels with the model */
 };
+
+/* An llm.c FILE's copy of its run's tokenizer: FILE.tokenizer. */
+#define FERRY_CKPT_TOKENIZER_SUFFIX ".tokenizer"
 
 /* ferry_checkpoint_save, and for a Hugging Face directory (a Llama):
  *  - the tokenizer of so->from's directory travels with the model: each of
@@ -228,6 +234,13 @@ struct ferry_save_opts {
  *    rounded weights (what a resume reads back: it continues from them);
  *    a value too large for BF16 is refused, naming it, before anything is
  *    written.
+ *  - so->tokenizer travels with the model: a Hugging Face directory gets
+ *    it as tokenizer.json (a directory's carried files), over so->from's,
+ *    in the same commit (llm.c's binary tokenizer file is not carried
+ *    there: the directory has no name for it); an llm.c FILE gets a copy
+ *    of the file (a directory's tokenizer.json) as FILE.tokenizer, written
+ *    beside the temporaries and renamed into place after the state (that
+ *    rename failing returns an error, the model and state saved).
  * BF16 for an llm.c file (GPT-2, fp32 only) is FERRY_ERR_INVALID; so NULL
  * is ferry_checkpoint_save. */
 ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model_config *cfg,

@@ -88,6 +88,9 @@ struct ferry_train_opts {
 				     a Hugging Face save holds the weights
 				     (default: as the checkpoint the run
 				     started from, else fp32) */
+	const char *tokenizer;    /* the tokenizer of the data (NULL: none): every
+				     save carries it with the model
+				     (ferry_save_opts.tokenizer) */
 	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
 	struct ferry_comm *comm;  /* data parallel over these ranks (ferry/comm.h;
 				     NULL or one rank: this process alone); see

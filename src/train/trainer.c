@@ -1137,7 +1137,7 @@ static ferry_status save_write(ferry_trainer_t tr, const char *path, const struc
 	return ferry_checkpoint_save_as(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
 					ferry_model_num_params(tr->model),
 					&(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint,
-								   tr->opts.save_dtype });
+								   tr->opts.save_dtype, tr->opts.tokenizer });
 }
 
 /* Several ranks: every rank's parameters checked against rank 0's, the

@@ -176,7 +176,10 @@ static const struct cli_flag train_flags[] = {
 	  "ferry sample)" },
 	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
 	  .help = "a tokenizer.json (or a directory with one), or llm.c's\n"
-	  "tokenizer file, for printing samples of BPE models" },
+	  "tokenizer file: the data's, for printing samples of BPE\n"
+	  "models; every save carries it (a directory's tokenizer.json,\n"
+	  "an llm.c FILE's FILE.tokenizer); default: the one the\n"
+	  "--checkpoint or --resume carries" },
 	{ .name = "--peak-flops", .value = "X", .type = CLI_RATE, .at = AT(peak_flops),
 	  .help = "the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
 	  "model FLOP utilisation (MFU) on each line; default on\n"
@@ -303,7 +306,7 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 	int len = 1;
 	uint64_t rng = run_opts(tr)->seed;
 
-	if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK) {
+	if (ferry_tokenizer_open(c->o.tokenizer, &tok) != FERRY_OK) {
 		fprintf(stderr, "ferry train: no sample: %s\n", ferry_last_error());
 		return;
 	}
@@ -363,7 +366,8 @@ static int save(ferry_trainer_t tr, const struct train_cli *c)
 	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
 		print_saved_dir(path);
 	else
-		printf("saved %s and %s.state\n", path, path);
+		printf("saved %s and %s.state%s%s%s\n", path, path, c->o.tokenizer ? " and " : "",
+		       c->o.tokenizer ? path : "", c->o.tokenizer ? FERRY_CKPT_TOKENIZER_SUFFIX : "");
 	fflush(stdout);
 	return 0;
 }
@@ -543,6 +547,7 @@ static void from_saved_run(struct train_cli *c, int *B, int *T)
  * the demo data; then the data is prepared. */
 static int prepare(struct train_cli *c)
 {
+	static char carried[4200];
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
 	int B, T;
@@ -579,13 +584,18 @@ static int prepare(struct train_cli *c)
 	/* a save path of the wrong kind is refused now, not after training */
 	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
 		return ferry_cli_fail(CMD);
-	/* and so is a tokenizer that cannot print the sample */
-	if (c->tokenizer) {
+	/* and so is a tokenizer that cannot print the sample; one the
+	 * checkpoint carries travels on (a sample it cannot print is said) */
+	if (!c->tokenizer && (c->o.checkpoint || c->o.resume) &&
+	    checkpoint_tokenizer(c->o.resume ? c->o.resume : c->o.checkpoint, carried, sizeof(carried)))
+		c->o.tokenizer = carried;
+	else if (c->tokenizer) {
 		ferry_tokenizer_t tok;
 
 		if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK)
 			return ferry_cli_fail(CMD);
 		ferry_tokenizer_free(tok);
+		c->o.tokenizer = c->tokenizer;
 	}
 	if (!c->o.data && !c->o.resume) {
 		/* rank 0 writes it while the others wait */
