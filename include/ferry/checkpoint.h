@@ -30,11 +30,14 @@
  *   version 5 adds: [40] the learning-rate schedule (enum ferry_lr_kind),
  *   [41] its floor min_lr (fp32 bits; 0: lr * final fraction), [42] WSD's
  *   decay fraction (fp32 bits), [43] micro-batches per optimizer step;
- *   [44..255] reserved, written as zeros;
+ *   version 6 adds: [44] the length in bytes of the run's placement (the
+ *   --place string of every group, ferry/place.h; 0: none recorded);
+ *   [45..255] reserved, written as zeros;
  * then (version >= 2) the training glob, zero-padded to a multiple of 4 bytes;
+ * then (version >= 6) the placement, zero-padded to a multiple of 4 bytes;
  * then AdamW m (fp32, n) and v (fp32, n).
  * The checksum is 64-bit FNV-1a over the file's 32-bit little-endian words
- * with [34..35] taken as zero: header, glob, m and v; a reader recomputes it
+ * with [34..35] taken as zero: header, glob, placement, m and v; a reader recomputes it
  * and refuses a file whose bytes changed.  Version 1 and 2 files are still
  * read (version 1: no fields past [20], no glob, no checksum): their
  * missing fields read as 0 / "" (batches in order) and struct
@@ -111,9 +114,11 @@ extern "C" {
 #define FERRY_CHECKPOINT_MAGIC 20240326
 #define FERRY_CHECKPOINT_VERSION 3
 #define FERRY_STATE_MAGIC 20241121
-#define FERRY_STATE_VERSION 5
+#define FERRY_STATE_VERSION 6
 /* The longest training glob a state file records (bytes, without the NUL). */
 #define FERRY_STATE_GLOB_MAX 4095
+/* The longest placement it records (FERRY_PLACE_CHARS - 1, ferry/place.h). */
+#define FERRY_STATE_PLACE_MAX 3071
 
 /* Reads and validates only the header (and the file length). */
 ferry_status ferry_checkpoint_read_config(const char *path,
@@ -149,7 +154,7 @@ struct ferry_train_state {
 	int32_t warmup;
 	float lr, final_lr_frac;
 	/* version 2; a version-1 file reads 0 / "" for each of these */
-	int32_t version;     /* the file's (set by the reader; writers write 5) */
+	int32_t version;     /* the file's (set by the reader; writers write 6) */
 	int32_t B, T;        /* batch size and sequence length */
 	uint64_t seed;
 	struct ferry_adamw adamw; /* beta1, beta2, eps, weight decay, clip (not lr) */
@@ -166,6 +171,9 @@ struct ferry_train_state {
 	int32_t lr_schedule; /* enum ferry_lr_kind (ferry/train.h) */
 	float min_lr, decay_frac;
 	int32_t grad_accum;
+	/* version 6; older files read "": the run's placement, as --place
+	 * writes it (ferry_places_format) */
+	char place[FERRY_STATE_PLACE_MAX + 1];
 };
 
 /* A 64-bit hash of parameter values, tying a state file to its model. */

@@ -14,6 +14,7 @@
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
+#include "ferry/place.h"
 #include "ferry/policy.h"
 #include "auto_policy.h"
 #include "calib_cache.h"
@@ -283,6 +284,8 @@ static int parse(int argc, char **argv, struct train_cli *c)
 	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
+	if (ferry_cli_tier_flags_given())
+		c->o.given |= FERRY_GIVEN_PLACE;
 	c->shape_given = given & MODEL_GIVEN_SHAPE;
 	if (rc == CLI_HELP) {
 		usage();
@@ -543,6 +546,26 @@ static void from_saved_run(struct train_cli *c, int *B, int *T)
 		c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
 }
 
+/* A resume given no placement flag continues the saved run's placement
+ * (its --place string; a state from before version 6 records none): set
+ * now, so the host tiers and the memory check see it. */
+static int saved_placement(struct train_cli *c)
+{
+	static struct ferry_train_state st;
+	static char place[FERRY_PLACE_CHARS];
+	static struct ferry_places places; /* c->o.exec.policy points here */
+	char sp[4096];
+
+	if (!c->o.resume || (c->o.given & FERRY_GIVEN_PLACE) ||
+	    ferry_checkpoint_state_path(c->o.resume, ferry_checkpoint_is_hf(c->o.resume), sp, sizeof(sp)) != FERRY_OK ||
+	    ferry_state_read_info(sp, &st) != FERRY_OK)
+		return 0; /* the trainer says what is wrong */
+	if (ferry_train_state_place(&st, c->ranks.size, place, sizeof(place)) != FERRY_OK ||
+	    (place[0] && ferry_train_take_place(&c->o.exec, place, &places) != FERRY_OK))
+		return ferry_cli_fail(CMD);
+	return 0;
+}
+
 /* A bad shape, policy, size or save path is refused before any work, even
  * the demo data; then the data is prepared. */
 static int prepare(struct train_cli *c)
@@ -556,7 +579,8 @@ static int prepare(struct train_cli *c)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
-	if (ferry_cli_model_flags_backend(CMD, &c->o, stdout) || ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
+	if (saved_placement(c) || ferry_cli_model_flags_backend(CMD, &c->o, stdout) ||
+	    ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
 	    ferry_cli_model_flags_places(CMD, &c->o) || ferry_cli_tier_flags_setup(CMD, &c->o))
 		return 1;
 	if (is_auto_policy(c->o.exec.policy)) {
@@ -625,17 +649,35 @@ static void warn_pageable(ferry_trainer_t tr)
 			ferry_format_size(h.limit, b), ferry_format_size(h.pageable_bytes, c));
 }
 
+/* A resumed run's placement, and whose it is. */
+static void print_resume_place(ferry_trainer_t tr)
+{
+	const char *saved = ferry_trainer_saved_place(tr);
+	char now[FERRY_PLACE_CHARS];
+
+	ferry_train_place_of(&run_opts(tr)->exec, now, sizeof(now));
+	if (!(run_opts(tr)->given & FERRY_GIVEN_PLACE) && saved[0])
+		printf("placement: %s (the saved run's)\n", now);
+	else if (!saved[0])
+		printf("placement: %s (the saved run's is not recorded: its state is older; %s)\n", now,
+		       run_opts(tr)->given & FERRY_GIVEN_PLACE ? "as the flags give" : "the defaults");
+	else
+		printf("placement: %s (as the flags give%s)\n", now, strcmp(now, saved) ? "; the saved run's differs"
+										   : ", the saved run's too");
+}
+
 static void print_resume_note(ferry_trainer_t tr)
 {
 	const struct ferry_train_opts *o = run_opts(tr);
 	int steps, warmup, at = ferry_trainer_step_count(tr);
 	float lr, frac;
-	char over[1024];
+	char over[FERRY_PLACE_CHARS * 2 + 1024];
 
 	printf("resumed at step %d", at);
 	if (ferry_trainer_resume_overrides(tr, over, sizeof(over)) > 0)
 		printf("; given, unlike the saved run: %s", over);
 	printf("\n");
+	print_resume_place(tr);
 	if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
 	    (steps != o->steps || warmup != o->warmup || lr != o->lr || frac != o->final_lr_frac))
 		fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
