@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "train/commit.h"
+#include "train/vocab_check.h"
 
 #include <glob.h>
 #include <limits.h>
@@ -529,6 +530,8 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 		st = ferry_loader_shuffle(tr->train, o->seed);
 	if (!st && o->val_data)
 		st = open_part(tr, o->val_data, 1, cfg->vocab, &tr->val);
+	if (!st) /* data of another tokenizer: refused now, not at its first bad batch */
+		st = ferry_vocab_check(o->data, o->val_data, cfg->vocab, !o->checkpoint && !o->resume);
 	if (!st)
 		st = ferry_model_create(tr->be, cfg, o->B, o->T, &o->exec, &tr->model);
 	if (!st)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Everyday use (issue 40, item 14): the model's vocabulary checked against
+# the shards before step 1, naming the --vocab that fits.
+. "$(dirname "$0")/lib.bash"
+make_corpus
+for d in 0 1 2 3; do
+	for i in $(seq 1 30); do echo "doc $d line $i: the quick brown fox jumps over the lazy dog"; done >"text$d.txt"
+done
+"$FERRY" tokenizer train --vocab 300 --out tok.json text?.txt >/dev/null 2>&1 || { echo "no tokenizer" >&2; exit 1; }
+"$FERRY" data --tokenizer tok.json --out bpe text?.txt >/dev/null 2>&1 || { echo "no shards" >&2; exit 1; }
+SHAPE=(--layers 1 --channels 16 --heads 2 --max-seq 64 --batch 2 --seq 16 --threads 2 --sample 0)
+
+# token ids up to 299 against a byte-level model of 257: refused before step 1
+expect_error "data past the vocabulary" "bpe_train_000000.bin holds token id 299, past the model's vocabulary of 257: a model for this data needs --vocab 300 or more" \
+	"$FERRY" train "${SHAPE[@]}" --data 'bpe_train_*.bin' --steps 1
+grep -q '^step' out.txt && fail "no step taken: $(cat out.txt)"
+expect_error "validation data past it" "bpe_train_000000.bin holds token id 299" \
+	"$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bin' --val-data 'bpe_train_*.bin' --steps 1
+expect_ok "a byte-level model" "$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 2 --save byte.bin
+expect_error "a checkpoint's vocabulary" "made with another tokenizer than the model's, whose ids need a vocabulary of 300 or more" \
+	"$FERRY" train --checkpoint byte.bin --data 'bpe_train_*.bin' --steps 1 --threads 2 --sample 0 --batch 2 --seq 16
+
+finish
