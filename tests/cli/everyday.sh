@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everyday use (issue 40, item 14): the model's vocabulary checked against
-# the shards before step 1, naming the --vocab that fits.
+# the shards before step 1, naming the --vocab that fits; ferry eval at the
+# batch and sequence the checkpoint was trained at.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 for d in 0 1 2 3; do
@@ -19,5 +20,14 @@ expect_error "validation data past it" "bpe_train_000000.bin holds token id 299"
 expect_ok "a byte-level model" "$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 2 --save byte.bin
 expect_error "a checkpoint's vocabulary" "made with another tokenizer than the model's, whose ids need a vocabulary of 300 or more" \
 	"$FERRY" train --checkpoint byte.bin --data 'bpe_train_*.bin' --steps 1 --threads 2 --sample 0 --batch 2 --seq 16
+
+expect_ok "eval at the trained batch and sequence" "$FERRY" eval --checkpoint byte.bin --data 'corpus_val_*.bin' \
+	--batches 2 --threads 2
+grep -q "^batches 2 of 2 x 16 tokens (the batch and sequence it was trained at)" out.txt || fail "$(cat out.txt)"
+expect_ok "eval with --seq given" "$FERRY" eval --checkpoint byte.bin --data 'corpus_val_*.bin' --batches 2 \
+	--threads 2 --seq 8
+grep -q "^batches 2 of 2 x 8 tokens (the batch it was trained at)" out.txt || fail "$(cat out.txt)"
+expect_error "eval --batch 0" "--batch and --seq must be positive" "$FERRY" eval --checkpoint byte.bin \
+	--data 'corpus_val_*.bin' --batch 0
 
 finish
