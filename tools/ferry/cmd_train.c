@@ -689,9 +689,10 @@ static void print_resume_note(ferry_trainer_t tr)
 
 /* On the CPU, the peak MFU is against: the better of the sgemm rate of
  * this machine's calibration (ferry calibrate), if any, and a 1024^3 sgemm
- * measured now.  Either can read low, and MFU then high (above 100% even):
- * one measured now under load, or a calibration taken on a busier machine
- * or of small products; a peak is the best rate seen.  A rate now far
+ * measured now.  Either can read low, and MFU then high: one measured now
+ * under load, or a calibration taken on a busier machine or of small
+ * products; a peak is the best rate seen, so a step faster than it becomes
+ * the peak (train_report.c).  A rate now far
  * below the calibrated one says the machine is busy. */
 static void set_cpu_peak(ferry_trainer_t tr, struct train_report *r)
 {
@@ -738,6 +739,7 @@ static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train
 	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T); /* r->B: the rows of all micro-batches */
 	r->peak_flops = c->peak_flops;
 	r->peak_what = "--peak-flops";
+	r->raise_peak = !strcmp(be, "cpu"); /* no CPU's peak is known, only rates seen */
 	if (r->peak_flops > 0) {
 		printf("MFU: %.2f GFLOP per step (the model's) against --peak-flops %.4g GFLOP/s\n",
 		       r->step_flops / 1e9, r->peak_flops / 1e9);

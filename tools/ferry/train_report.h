@@ -14,6 +14,7 @@ struct train_report {
 	double peak_flops;         /* FLOP/s that MFU is against; 0: unknown, not shown */
 	const char *peak_what;     /* which peak that is ("--peak-flops", ...) */
 	bool warned_over;          /* said that MFU went above 100% */
+	bool raise_peak;           /* on the CPU: a step faster than the peak raises it */
 	FILE *json;                /* --json, or NULL */
 	const char *json_path;
 	int json_errno;            /* the first write error of the JSON log */
