@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everyday use (issue 40, item 14): the model's vocabulary checked against
 # the shards before step 1, naming the --vocab that fits; ferry eval at the
-# batch and sequence the checkpoint was trained at.
+# batch and sequence the checkpoint was trained at; --log-every N.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 for d in 0 1 2 3; do
@@ -29,5 +29,12 @@ expect_ok "eval with --seq given" "$FERRY" eval --checkpoint byte.bin --data 'co
 grep -q "^batches 2 of 2 x 8 tokens (the batch it was trained at)" out.txt || fail "$(cat out.txt)"
 expect_error "eval --batch 0" "--batch and --seq must be positive" "$FERRY" eval --checkpoint byte.bin \
 	--data 'corpus_val_*.bin' --batch 0
+
+expect_ok "--log-every 5" "$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bin' --steps 12 --log-every 5 \
+	--json steps.jsonl
+[ "$(grep '^step' out.txt | awk '{ print $2 }' | tr '\n' ' ')" = "1/12 5/12 10/12 12/12 " ] ||
+	fail "lines of steps 1, 5, 10 and the last: $(grep '^step' out.txt)"
+[ "$(grep -c '"step"' steps.jsonl)" -eq 12 ] || fail "--json gets every step: $(wc -l <steps.jsonl)"
+expect_error "--log-every 0" "--log-every 0: 1 or more" "$FERRY" train --log-every 0
 
 finish

@@ -43,6 +43,7 @@ struct train_cli {
 	struct ferry_train_opts o;
 	const char *save, *json, *tokenizer, *trace;
 	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
+	int log_every;                                  /* --log-every */
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
 	float comm_timeout;                             /* --comm-timeout (s) */
@@ -164,6 +165,10 @@ static const struct cli_flag train_flags[] = {
 	  "to nearest even; a resume continues from them); default:\n"
 	  "bf16 where the --checkpoint or --resume directory is,\n"
 	  "else f32", .parse = parse_save_dtype },
+	{ .name = "--log-every", .value = "N", .type = CLI_INT, .at = AT(log_every),
+	  .help = "a step's line every N steps (default 1), and the first,\n"
+	  "the last and those with a validation; --json gets all",
+	  .min = 1, .max = 1 << 30, .range = "--log-every %d: 1 or more", .usage = true },
 	{ .name = "--json", .value = "FILE", .type = CLI_STRING, .at = AT(json),
 	  .help = "one JSON record per step, written through before the next\n"
 	  "step; FILE may be a FIFO or /dev/stdout, not a file the\n"
@@ -968,6 +973,7 @@ static int train(struct run *run)
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
 	run->rep.B = o->B * o->grad_accum * c->ranks.size; /* every rank's rows */
 	run->rep.T = o->T;
+	run->rep.log_every = c->log_every;
 	print_banner(run->tr, c);
 	set_peak(run->tr, c, &run->rep);
 	run->rep.peak_flops *= c->ranks.size; /* a device per rank */
@@ -1029,7 +1035,7 @@ static int set_up(struct train_cli *c, struct run *run)
 int cmd_train(int argc, char **argv)
 {
 	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f,
-			       .comm_timeout = 600 };
+			       .comm_timeout = 600, .log_every = 1 };
 	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 

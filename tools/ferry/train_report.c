@@ -107,6 +107,14 @@ static double over_peak(struct train_report *r, const struct ferry_step_metrics 
 	return u;
 }
 
+/* Whether step m gets a line: every --log-every'th, the run's first and
+ * last, and one with a validation. */
+static bool shown(const struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
+{
+	return r->log_every <= 1 || m->step % r->log_every == 0 || m->step == r->steps ||
+	       m->step == r->first_step + 1 || !isnan(val_loss);
+}
+
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
 {
 	double elapsed = cli_now_s() - r->t0, u = mfu(r, m->step_ms);
@@ -115,6 +123,8 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 
 	record(r, m, val_loss);
 	u = over_peak(r, m, u);
+	if (!shown(r, m, val_loss))
+		return json_record(r, m, val_loss, elapsed);
 	errno = 0;
 	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s", m->step, r->steps, m->loss,
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
