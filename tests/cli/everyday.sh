@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everyday use (issue 40, item 14): the model's vocabulary checked against
 # the shards before step 1, naming the --vocab that fits; ferry eval at the
-# batch and sequence the checkpoint was trained at; --log-every N.
+# batch and sequence the checkpoint was trained at; --log-every N; a stray
+# path says the glob was not quoted.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 for d in 0 1 2 3; do
@@ -36,5 +37,10 @@ expect_ok "--log-every 5" "$FERRY" train "${SHAPE[@]}" --data 'corpus_train_*.bi
 	fail "lines of steps 1, 5, 10 and the last: $(grep '^step' out.txt)"
 [ "$(grep -c '"step"' steps.jsonl)" -eq 12 ] || fail "--json gets every step: $(wc -l <steps.jsonl)"
 expect_error "--log-every 0" "--log-every 0: 1 or more" "$FERRY" train --log-every 0
+
+# the shell expands --data corpus_*.bin: the second file is a stray argument
+expect_error "an unquoted glob" "unexpected argument 'corpus_val_000000.bin' after --data: the shell expanded an unquoted glob" \
+	"$FERRY" train --data corpus_train_000000.bin corpus_val_000000.bin
+expect_error "a stray path" "unexpected argument 'text0.txt': a path" "$FERRY" train --steps 1 text0.txt
 
 finish
