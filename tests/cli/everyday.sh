@@ -2,7 +2,8 @@
 # Everyday use (issue 40, item 14): the model's vocabulary checked against
 # the shards before step 1, naming the --vocab that fits; ferry eval at the
 # batch and sequence the checkpoint was trained at; --log-every N; a stray
-# path says the glob was not quoted.
+# path says the glob was not quoted; --place naming a group twice,
+# --policy '' and a malformed --policy beside --place activations= refused.
 . "$(dirname "$0")/lib.bash"
 make_corpus
 for d in 0 1 2 3; do
@@ -43,4 +44,9 @@ expect_error "an unquoted glob" "unexpected argument 'corpus_val_000000.bin' aft
 	"$FERRY" train --data corpus_train_000000.bin corpus_val_000000.bin
 expect_error "a stray path" "unexpected argument 'text0.txt': a path" "$FERRY" train --steps 1 text0.txt
 
+expect_error "--place naming a group twice" "--place: adam is named twice" \
+	"$FERRY" plan --place 'adam=host:cpu,adam=device'
+expect_error "--policy ''" "--policy '': name a policy" "$FERRY" plan --policy ''
+expect_error "a malformed --policy beside --place activations=" "unknown policy 'bogus'" \
+	"$FERRY" plan --policy bogus --place activations=full
 finish

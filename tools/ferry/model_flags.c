@@ -4,6 +4,7 @@
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/backend.h"
+#include "ferry/policy.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -45,6 +46,32 @@ static int rope_theta_flag(const struct cli_flag *f, const char *cmd, int argc, 
 		ferry_cli_error(cmd, "--rope-theta must be positive, got '%s'", argv[i + 1]);
 		return -1;
 	}
+	return 2;
+}
+
+/* --policy P: a spec that parses (or auto), checked here, so that one
+ * --place activations= replaces is refused too, not dropped unread; an
+ * empty one names nothing. */
+static int policy_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	struct ferry_policy *p = NULL;
+	const char *v;
+
+	(void)f;
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (!v[strspn(v, " \t")]) {
+		ferry_cli_error(cmd, "--policy '%s': name a policy (e.g. everything_saveable, the default; "
+			       "`ferry plan` lists the model's names)", v);
+		return -1;
+	}
+	if (strcmp(v, "auto") && ferry_policy_parse(v, &p) != FERRY_OK) {
+		ferry_cli_error(cmd, "--policy: %s", ferry_last_error());
+		return -1;
+	}
+	ferry_policy_free(p);
+	o->exec.policy = v;
 	return 2;
 }
 
@@ -216,7 +243,7 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	{ .name = "--seq",
 	  .value = "T", .type = CLI_INT, .at = AT(T), .join = true, .given = FERRY_GIVEN_SEQ },
 	/* the placement flags: a resume given none continues the saved run's */
-	{ .name = "--policy", .value = "P", .type = CLI_STRING, .at = AT(exec.policy),
+	{ .name = "--policy", .value = "P", .type = CLI_CUSTOM, .at = 0, .parse = policy_flag,
 	  .help = "where each activation lives (default everything_saveable):\n"
 	  "a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
 	  "save_only_these_names(query_proj,key_proj), full, minimal,\n"
