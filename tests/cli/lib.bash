@@ -43,6 +43,8 @@ expect_ok() {
 	echo "ok: $what"
 }
 
+# finish: the count; 1 when a check failed, else 77 (skipped) when a
+# reference check could not run (ref_python), else 0.
 finish() {
 	echo "$checks checks, $failures failed"
 	[ $failures -eq 0 ] || return 1
@@ -50,7 +52,32 @@ finish() {
 	# machine's disk may have only a few hundred MB free
 	# (a process a test left running may still write there: not a failure)
 	[ -n "${FERRY_KEEP_WORK:-}" ] || { cd / && rm -rf "$WORK" 2>/dev/null; }
+	if [ -n "$ref_missing" ]; then
+		echo "skipped: $ref_missing (bash scripts/torch_deps.sh makes .venv-torch; or set FERRY_TORCH_PYTHON)"
+		return 77
+	fi
 	return 0
+}
+
+# ref_python MODULE...: the python of the reference checks into $REF_PY:
+# $FERRY_TORCH_PYTHON, the repository's .venv-torch (scripts/torch_deps.sh
+# makes it), then python3, the first that imports every MODULE.  None:
+# returns 1 and finish ends the test skipped (77), never passed, once the
+# checks without it have run.
+ref_missing=
+ref_python() {
+	local root p mods
+	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+	mods=$(IFS=,; echo "$*")
+	REF_PY=
+	for p in ${FERRY_TORCH_PYTHON:-} "$root/.venv-torch/bin/python" python3; do
+		if command -v "$p" >/dev/null 2>&1 && "$p" -c "import $mods" 2>/dev/null; then
+			REF_PY=$p
+			return 0
+		fi
+	done
+	ref_missing="${ref_missing:+$ref_missing; }no python with $mods"
+	return 1
 }
 
 # A small byte-level corpus in shards: corpus_{train,val}_000000.bin
