@@ -232,7 +232,8 @@ same_save() {
 }
 
 # losses_agree A.json B.json [FIRST_STEP]: loss, grad_norm and val_loss of
-# every step (from FIRST_STEP) within 1e-6 relative, same steps.
+# every step (from FIRST_STEP) within 1e-6 relative (--json writes every
+# digit of the float), same steps; a value that is not finite never agrees.
 losses_agree() {
 	awk -v first="${3:-1}" '
 		function val(line, key,   m) {
@@ -249,6 +250,7 @@ losses_agree() {
 				x = val(a[i], key); y = val(b[i], key)
 				if (x == "" && y == "") continue
 				if (x == "" || y == "") { print "step " i ": " key " missing"; exit 1 }
+				if (x ~ /nan|inf/ || y ~ /nan|inf/) { print "step " i ": " key " " x " and " y ": not finite"; exit 1 }
 				d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
 				if (d > worst * s) worst = d / (s > 0 ? s : 1)
 			}

@@ -63,14 +63,16 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 	if (!f || r->json_errno)
 		return r->json_errno ? -1 : 0;
 	errno = 0;
-	bad = fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+	/* losses and norms to every digit of their float: a comparison of two
+	 * runs sees what differs */
+	bad = fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.9g, "
 			 "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"device_peak_bytes\": %zu, \"elapsed_s\": %.3f",
 		      m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens_per_s, m->device_peak_bytes,
 		      elapsed) < 0;
 	if (!bad && mfu(r, m->step_ms) >= 0)
 		bad = fprintf(f, ", \"mfu\": %.4f", mfu(r, m->step_ms)) < 0;
 	if (!bad && !isnan(val_loss))
-		bad = fprintf(f, ", \"val_loss\": %.6f", val_loss) < 0;
+		bad = fprintf(f, ", \"val_loss\": %.9g", val_loss) < 0;
 	/* every record reaches the file (or pipe) before the next step */
 	if (bad || fprintf(f, "}\n") < 0 || fflush(f) != 0 || ferror(f)) {
 		r->json_errno = errno ? errno : EIO;
