@@ -107,7 +107,7 @@ expect_ok "train under a tight pinned limit" "$FERRY" train "${WIDE[@]}" --data 
 	fail "one warning: $(cat err.txt)"
 expect_ok "train without a limit" "$FERRY" train "${WIDE[@]}" --data 'corpus_train_*.bin' --sample 0 \
 	--threads 2 --steps 2 --offload-optimizer stream --save loose.bin
-grep -q warning err.txt && fail "no warning without a limit: $(cat err.txt)"
+grep -q "warning: .* pinned" err.txt && fail "no warning without a limit: $(cat err.txt)"
 cmp -s tight.bin loose.bin && same_state tight.bin.state loose.bin.state || fail "--pinned-limit changed the bits"
 expect_ok "ferry info says how much a run pins" "$FERRY" info
 grep -q "^pinned host memory: a run pins at most --pinned-limit" out.txt || fail "info: pinned memory"
