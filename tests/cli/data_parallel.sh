@@ -186,11 +186,16 @@ elif grep -q "rank [01] .*exited on signal 9" killed.err; then
 else
 	fail "a killed rank: no message naming it: $(cat killed.err)"
 fi
+# it resumes at the last save (every 50 steps; the one before when the
+# kill came during a save), no later than the killed run got, and trains on
 checks=$((checks + 1))
-if "$FERRY" train --resume killed --steps "$(($(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' killed.out | tail -n 1) + 60))" \
-	--sample 0 --threads 1 >after.out 2>&1; then
+last=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' killed.out | tail -n 1)
+if "$FERRY" train --resume killed --steps "$((last + 60))" --sample 0 --threads 1 >after.out 2>&1 &&
+	at=$(sed -n 's/^resumed at step \([0-9]*\).*/\1/p' after.out) && [ -n "$at" ] && [ $((at % 50)) -eq 0 ] &&
+	[ "$at" -ge 50 ] && [ "$at" -ge $((last / 50 * 50 - 50)) ] && [ "$at" -le "$last" ] &&
+	grep -q "^step *$((at + 1))/" after.out; then
 	echo "ok: the killed run's last save resumes: $(grep -m1 '^resumed at' after.out)"
 else
-	fail "resuming the killed run: $(tail -n 2 after.out)"
+	fail "resuming the killed run (its last step $last): $(grep -m1 '^resumed at' after.out) $(tail -n 2 after.out)"
 fi
 finish
