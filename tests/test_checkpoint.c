@@ -408,7 +408,7 @@ static void test_state(void)
 	CHECK(file_size(path) == 1024 + 8 * 1000);
 
 	raw = read_raw(path, &size);
-	CHECK(raw[0] == 20241121 && raw[1] == 5);
+	CHECK(raw[0] == 20241121 && raw[1] == 6);
 	memcpy(&i64, raw + 2, 8);
 	CHECK(i64 == 12345678901ll);
 	CHECK(raw[2] == (int32_t)(12345678901ll & 0xffffffff) && raw[3] == 2);
@@ -467,10 +467,10 @@ static void test_state(void)
 					   n),
 			  FERRY_ERR_FORMAT, "bad magic 42");
 		hdr[0] = 20241121;
-		hdr[1] = 6;
+		hdr[1] = 7;
 		write_raw(tpath("ver.state"), hdr, 1024, big, n * 8);
 		CHECK_ERR(ferry_state_read(tpath("ver.state"), &back, m2, v2, n),
-			  FERRY_ERR_FORMAT, "version 6 not supported, need 1, 2, 3, 4 or 5");
+			  FERRY_ERR_FORMAT, "version 7 not supported, need 1, 2, 3, 4, 5 or 6");
 		hdr[1] = 1;
 		i64 = -5;
 		memcpy(hdr + 6, &i64, 8);
@@ -609,7 +609,7 @@ static void test_state_v2(void)
 	CHECK(file_size(path) == 1024 + 16 + 8 * 300);
 	memset(&back, 0, sizeof(back));
 	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
-	CHECK(back.version == 5 && !back.val_data[0]);
+	CHECK(back.version == 6 && !back.val_data[0] && !back.place[0]);
 	/* version 4: the validation glob after the training glob and a NUL */
 	snprintf(st.val_data, sizeof(st.val_data), "data/val_*.bin"); /* 14 bytes: 16 + 1 + 14, padded 32 */
 	CHECK_OK(ferry_state_write(path, &st, m, v, n));
@@ -622,7 +622,7 @@ static void test_state_v2(void)
 	CHECK(!strcmp(back.val_data, "data/val_*.bin") && !strcmp(back.data, "data/train_*.bin"));
 	st.val_data[0] = 0; /* the older versions below are made from the file without it */
 	CHECK_OK(ferry_state_write(path, &st, m, v, n));
-	CHECK(back.version == 5 && back.shuffle == 1 && back.data_epoch == 3 && back.B == 8 && back.T == 64 &&
+	CHECK(back.version == 6 && back.shuffle == 1 && back.data_epoch == 3 && back.B == 8 && back.T == 64 &&
 	      back.seed == 4242 &&
 	      back.data_hash == 0xfeedull && !strcmp(back.data, "data/train_*.bin") &&
 	      back.adamw.beta1 == 0.8f && back.adamw.beta2 == 0.9f && back.adamw.eps == 1e-6f &&
@@ -688,6 +688,56 @@ static void test_state_v2(void)
 	free(v);
 	free(m2);
 	free(v2);
+}
+
+/* Version 6: the run's placement after the globs, in the checksum; a
+ * version-5 file (none recorded) reads "". */
+static void test_state_v6(void)
+{
+	const char *path = tpath("v6.state");
+	const size_t n = 64;
+	static struct ferry_train_state st = { .step = 2, .total_steps = 10, .lr = 1e-3f, .B = 4, .T = 16 }, back;
+	static const char place[] = "layers.weights=host:stream(1),adam=host:cpu"; /* 44 bytes */
+	float m[64], v[64], m2[64], v2[64];
+	int32_t *raw;
+	long size;
+	uint64_t h;
+
+	fill_random(m, n);
+	fill_random(v, n);
+	snprintf(st.data, sizeof(st.data), "d_*.bin"); /* 7 bytes, padded 8 */
+	snprintf(st.place, sizeof(st.place), "%s", place);
+	CHECK_OK(ferry_state_write(path, &st, m, v, n));
+	CHECK(file_size(path) == 1024 + 8 + 44 + 8 * (long)n);
+	CHECK_OK(ferry_state_read(path, &back, m2, v2, n));
+	CHECK(back.version == 6 && !strcmp(back.place, place) && !strcmp(back.data, "d_*.bin"));
+	CHECK(!memcmp(m, m2, sizeof(m)) && !memcmp(v, v2, sizeof(v)));
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(ferry_state_read_info(path, &back));
+	CHECK(!strcmp(back.place, place));
+	/* a flipped bit in the placement is refused */
+	raw = read_raw(path, &size);
+	((unsigned char *)raw)[1024 + 8 + 3] ^= 0x10;
+	write_raw(tpath("v6flip.state"), raw, (size_t)size, NULL, 0);
+	free(raw);
+	CHECK_ERR(ferry_state_read(tpath("v6flip.state"), &back, m2, v2, n), FERRY_ERR_FORMAT, "checksum mismatch");
+	/* version 5: the same file without the placement */
+	st.place[0] = 0;
+	CHECK_OK(ferry_state_write(path, &st, m, v, n));
+	raw = read_raw(path, &size);
+	raw[1] = 5;
+	memset(raw + 34, 0, 8);
+	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, raw, (size_t)size);
+	memcpy(raw + 34, &h, 8);
+	write_raw(tpath("v5.state"), raw, (size_t)size, NULL, 0);
+	free(raw);
+	memset(&back, 0xff, sizeof(back));
+	CHECK_OK(ferry_state_read(tpath("v5.state"), &back, m2, v2, n));
+	CHECK(back.version == 5 && back.place[0] == 0 && back.step == 2);
+	/* too long a placement is refused before anything is written */
+	memset(st.place, 'a', sizeof(st.place));
+	CHECK_ERR(ferry_state_write(tpath("long.state"), &st, m, v, n), FERRY_ERR_INVALID, "placement is longer");
+	CHECK(!exists(tpath("long.state")));
 }
 
 /* ---- the commit protocol ------------------------------------------------------------- */
@@ -934,6 +984,7 @@ int main(void)
 	test_state();
 	test_non_finite();
 	test_state_v2();
+	test_state_v6();
 	test_commit();
 
 	return scratch_finish("test_checkpoint");

@@ -895,7 +895,7 @@ static void test_save_as(void)
 	CHECK_OK(ferry_checkpoint_save(dst, &cfg, a, &s, m, v, n)); /* the old checkpoint there */
 	for (long k = 0; k < 100; k++) {
 		ferry_fault_fail_write_after(k);
-		st = ferry_checkpoint_save_as(dst, &cfg, a, &s, m, v, n, &(struct ferry_save_opts){ src, 0 });
+		st = ferry_checkpoint_save_as(dst, &cfg, a, &s, m, v, n, &(struct ferry_save_opts){ src, 0, NULL });
 		ferry_fault_fail_write_after(-1);
 		CHECK(temporaries_beside("sa_dst") == 0);
 		if (st == FERRY_OK)
@@ -913,7 +913,7 @@ static void test_save_as(void)
 
 	/* bf16: each value rounded, the state's hash that of what reads back */
 	CHECK_OK(ferry_checkpoint_save_as(b16, &cfg, a, &s, m, v, n,
-					  &(struct ferry_save_opts){ src, FERRY_SAVE_BF16 }));
+					  &(struct ferry_save_opts){ src, FERRY_SAVE_BF16, NULL }));
 	CHECK(weights_all(b16, FERRY_ST_BF16));
 	CHECK_OK(ferry_hf_checkpoint_read(b16, &got, r, n));
 	CHECK_OK(ferry_state_read(in(b16, FERRY_HF_STATE_NAME), &back, m, v, n));
@@ -927,15 +927,15 @@ static void test_save_as(void)
 	CHECK(!strcmp(hf.torch_dtype, "bfloat16") && hf.bos_token_id == 5);
 	/* from the bf16 directory: bf16 by default, f32 when asked */
 	CHECK_OK(ferry_checkpoint_save_as(tpath("sa_auto"), &cfg, r, NULL, NULL, NULL, 0,
-					  &(struct ferry_save_opts){ b16, FERRY_SAVE_AUTO }));
+					  &(struct ferry_save_opts){ b16, FERRY_SAVE_AUTO, NULL }));
 	CHECK(weights_all(tpath("sa_auto"), FERRY_ST_BF16));
 	CHECK_OK(ferry_checkpoint_save_as(tpath("sa_f32"), &cfg, r, NULL, NULL, NULL, 0,
-					  &(struct ferry_save_opts){ b16, FERRY_SAVE_F32 }));
+					  &(struct ferry_save_opts){ b16, FERRY_SAVE_F32, NULL }));
 	CHECK(weights_all(tpath("sa_f32"), FERRY_ST_F32));
 
 	a[2] = 3.3999e38f; /* finite in f32, infinite in bf16 */
 	CHECK_ERR(ferry_checkpoint_save_as(tpath("sa_big"), &cfg, a, &s, m, v, n,
-					   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16 }),
+					   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16, NULL }),
 		  FERRY_ERR_INVALID, "not saved in bf16 (too large for it): model.embed_tokens.weight");
 	CHECK(!exists(tpath("sa_big")) && temporaries_beside("sa_big") == 0);
 	{
@@ -943,7 +943,7 @@ static void test_save_as(void)
 						.heads = 1, .channels = 8 };
 
 		CHECK_ERR(ferry_checkpoint_save_as(tpath("sa_g.bin"), &g, a, NULL, NULL, NULL, 0,
-						   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16 }),
+						   &(struct ferry_save_opts){ NULL, FERRY_SAVE_BF16, NULL }),
 			  FERRY_ERR_INVALID, "an llm.c model file holds fp32 weights only");
 		CHECK(!exists(tpath("sa_g.bin")));
 	}

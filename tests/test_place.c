@@ -96,11 +96,14 @@ static void test_syntax(void)
 		CHECK(ferry_places_parse(bad[i], &p) == FERRY_ERR_INVALID, "'%s' refused", bad[i]);
 		CHECK(!memcmp(&p, &before, sizeof(p)), "'%s' changed the placements it was refused", bad[i]);
 	}
-	/* the default, and a later item replacing an earlier one's group */
+	/* a group named twice: the second would silently replace the first */
 	ferry_places_default(&p);
-	CHECK(ferry_places_parse(" adam=host:cpu , adam=host:stream ", &p) == FERRY_OK &&
-	      p.group[FERRY_GROUP_ADAM].update == FERRY_UPDATE_DEVICE && p.group[FERRY_GROUP_ADAM].home == FERRY_HOME_HOST,
-	      "the last item of a group wins");
+	before = p;
+	CHECK(ferry_places_parse(" adam=host:cpu , adam=host:stream ", &p) == FERRY_ERR_INVALID &&
+	      strstr(ferry_last_error(), "adam is named twice") && !memcmp(&p, &before, sizeof(p)),
+	      "a group named twice is refused: %s", ferry_last_error());
+	CHECK(ferry_places_parse("adam=host:cpu,adam.grads=device:stream(1)", &p) == FERRY_OK,
+	      "adam and adam.grads are two: %s", ferry_last_error());
 }
 
 /* --host-tier as a shorthand: every kind's tier goes to the group holding

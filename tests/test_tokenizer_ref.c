@@ -6,14 +6,17 @@
  * `tokenizers` gives ~430 strings (contractions, digits, whitespace runs,
  * emoji, CJK, combining marks, added and special tokens inside text); every
  * string must encode to the same ids, with and without the post-processor's
- * special tokens, and decode to the same text.  Skipped (77) without Python's
- * tokenizers.
+ * special tokens, and decode to the same text, in the test environment's
+ * python ($FERRY_TORCH_PYTHON, else the repository's .venv-torch, else
+ * python3).  Skipped (77) where that has no Python tokenizers.
  */
 #include "ferry/tokenizer.h"
 #include "test_util.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static const char *const names[] = { "gpt2", "llama3", "roberta", "llama2", "mistral" };
 
@@ -85,6 +88,17 @@ static void check_one(const char *dir, const char *name)
 	ferry_tokenizer_free(tok);
 }
 
+/* The test environment's python (scripts/torch_deps.sh's venv, or
+ * $FERRY_TORCH_PYTHON), not the system's, which lacks tokenizers. */
+static const char *ref_python(void)
+{
+	const char *env = getenv("FERRY_TORCH_PYTHON");
+
+	if (env && *env)
+		return env;
+	return access(FERRY_TOKREF_VENV, X_OK) == 0 ? FERRY_TOKREF_VENV : "python3";
+}
+
 int main(void)
 {
 	const char *tmp = getenv("FERRY_TEST_TMP");
@@ -92,11 +106,12 @@ int main(void)
 	int rc;
 
 	snprintf(dir, sizeof(dir), "%s/tokenizer_ref", tmp ? tmp : "/tmp");
-	snprintf(cmd, sizeof(cmd), "python3 %s %s", FERRY_TOKREF_SCRIPT, dir);
+	snprintf(cmd, sizeof(cmd), "%s %s %s", ref_python(), FERRY_TOKREF_SCRIPT, dir);
 	rc = system(cmd);
 	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) == 77 ||
 	    WEXITSTATUS(rc) == 127) {
-		printf("skipped: Python's tokenizers is not installed\n");
+		printf("skipped: %s has no Python tokenizers (bash scripts/torch_deps.sh makes .venv-torch; or set "
+		       "FERRY_TORCH_PYTHON)\n", ref_python());
 		return 77;
 	}
 	CHECK(WEXITSTATUS(rc) == 0, "%s failed", cmd);

@@ -30,11 +30,14 @@
  *   version 5 adds: [40] the learning-rate schedule (enum ferry_lr_kind),
  *   [41] its floor min_lr (fp32 bits; 0: lr * final fraction), [42] WSD's
  *   decay fraction (fp32 bits), [43] micro-batches per optimizer step;
- *   [44..255] reserved, written as zeros;
+ *   version 6 adds: [44] the length in bytes of the run's placement (the
+ *   --place string of every group, ferry/place.h; 0: none recorded);
+ *   [45..255] reserved, written as zeros;
  * then (version >= 2) the training glob, zero-padded to a multiple of 4 bytes;
+ * then (version >= 6) the placement, zero-padded to a multiple of 4 bytes;
  * then AdamW m (fp32, n) and v (fp32, n).
  * The checksum is 64-bit FNV-1a over the file's 32-bit little-endian words
- * with [34..35] taken as zero: header, glob, m and v; a reader recomputes it
+ * with [34..35] taken as zero: header, glob, placement, m and v; a reader recomputes it
  * and refuses a file whose bytes changed.  Version 1 and 2 files are still
  * read (version 1: no fields past [20], no glob, no checksum): their
  * missing fields read as 0 / "" (batches in order) and struct
@@ -111,9 +114,11 @@ extern "C" {
 #define FERRY_CHECKPOINT_MAGIC 20240326
 #define FERRY_CHECKPOINT_VERSION 3
 #define FERRY_STATE_MAGIC 20241121
-#define FERRY_STATE_VERSION 5
+#define FERRY_STATE_VERSION 6
 /* The longest training glob a state file records (bytes, without the NUL). */
 #define FERRY_STATE_GLOB_MAX 4095
+/* The longest placement it records (FERRY_PLACE_CHARS - 1, ferry/place.h). */
+#define FERRY_STATE_PLACE_MAX 3071
 
 /* Reads and validates only the header (and the file length). */
 ferry_status ferry_checkpoint_read_config(const char *path,
@@ -149,7 +154,7 @@ struct ferry_train_state {
 	int32_t warmup;
 	float lr, final_lr_frac;
 	/* version 2; a version-1 file reads 0 / "" for each of these */
-	int32_t version;     /* the file's (set by the reader; writers write 5) */
+	int32_t version;     /* the file's (set by the reader; writers write 6) */
 	int32_t B, T;        /* batch size and sequence length */
 	uint64_t seed;
 	struct ferry_adamw adamw; /* beta1, beta2, eps, weight decay, clip (not lr) */
@@ -166,6 +171,9 @@ struct ferry_train_state {
 	int32_t lr_schedule; /* enum ferry_lr_kind (ferry/train.h) */
 	float min_lr, decay_frac;
 	int32_t grad_accum;
+	/* version 6; older files read "": the run's placement, as --place
+	 * writes it (ferry_places_format) */
+	char place[FERRY_STATE_PLACE_MAX + 1];
 };
 
 /* A 64-bit hash of parameter values, tying a state file to its model. */
@@ -214,7 +222,13 @@ struct ferry_save_opts {
 	const char *from;    /* the checkpoint the model was loaded from (NULL:
 				none, or an llm.c file: nothing to keep) */
 	enum ferry_save_dtype dtype;
+	const char *tokenizer; /* the run's tokenizer (NULL: none): a
+				tokenizer.json, a directory with one, or llm.c's
+				tokenizer file; it travels with the model */
 };
+
+/* An llm.c FILE's copy of its run's tokenizer: FILE.tokenizer. */
+#define FERRY_CKPT_TOKENIZER_SUFFIX ".tokenizer"
 
 /* ferry_checkpoint_save, and for a Hugging Face directory (a Llama):
  *  - the tokenizer of so->from's directory travels with the model: each of
@@ -228,6 +242,13 @@ struct ferry_save_opts {
  *    rounded weights (what a resume reads back: it continues from them);
  *    a value too large for BF16 is refused, naming it, before anything is
  *    written.
+ *  - so->tokenizer travels with the model: a Hugging Face directory gets
+ *    it as tokenizer.json (a directory's carried files), over so->from's,
+ *    in the same commit (llm.c's binary tokenizer file is not carried
+ *    there: the directory has no name for it); an llm.c FILE gets a copy
+ *    of the file (a directory's tokenizer.json) as FILE.tokenizer, written
+ *    beside the temporaries and renamed into place after the state (that
+ *    rename failing returns an error, the model and state saved).
  * BF16 for an llm.c file (GPT-2, fp32 only) is FERRY_ERR_INVALID; so NULL
  * is ferry_checkpoint_save. */
 ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model_config *cfg,

@@ -37,6 +37,10 @@ enum {
 	FERRY_GIVEN_MIN_LR = 1u << 13,      /* min_lr */
 	FERRY_GIVEN_DECAY_FRAC = 1u << 14,  /* decay_frac */
 	FERRY_GIVEN_GRAD_ACCUM = 1u << 15,  /* grad_accum */
+	FERRY_GIVEN_PLACE = 1u << 16,       /* exec's placement: the weights', the
+					       optimizer's, the activations' (a
+					       resume otherwise takes the saved
+					       run's whole, ferry_train_take_place) */
 };
 
 /* The learning rate after the linear warmup (ferry_train_lr). */
@@ -88,6 +92,9 @@ struct ferry_train_opts {
 				     a Hugging Face save holds the weights
 				     (default: as the checkpoint the run
 				     started from, else fp32) */
+	const char *tokenizer;    /* the tokenizer of the data (NULL: none): every
+				     save carries it with the model
+				     (ferry_save_opts.tokenizer) */
 	unsigned given;           /* FERRY_GIVEN_* of the options set explicitly */
 	struct ferry_comm *comm;  /* data parallel over these ranks (ferry/comm.h;
 				     NULL or one rank: this process alone); see
@@ -127,6 +134,8 @@ struct ferry_step_metrics {
 };
 
 typedef struct ferry_trainer *ferry_trainer_t;
+struct ferry_train_state; /* ferry/checkpoint.h */
+struct ferry_places;      /* ferry/place.h */
 
 /* Plans memory first: a configuration whose plan exceeds the device arena is
  * refused (FERRY_ERR_DEVICE_MEM) before anything is allocated, with the
@@ -142,13 +151,34 @@ typedef struct ferry_trainer *ferry_trainer_t;
  * a different count is refused without FERRY_GIVEN_DATA, an override with
  * it.)  The order: the saved run's (states before version 3: in order)
  * unless FERRY_GIVEN_SHUFFLE; another order than the saved run's is an
- * override, read from the data's start.  The same data in the same order
+ * override, read from the data's start.  The placement: the saved run's
+ * (states from version 6; ferry_trainer_saved_place) unless
+ * FERRY_GIVEN_PLACE; a different one given is an override.  The same data in the same order
  * continues at the saved position, so a resumed run reads the batches an
  * unbroken run would.  Validation: without opts->val_data the saved run's
  * glob (states from version 4).  A state whose step does not fit an int
  * is refused. */
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 	FERRY_MUST_CHECK;
+/* The placement a resume on `ranks` ranks takes from a saved state, into
+ * buf (n bytes): the state's (version 6), its ZeRO split over `ranks`
+ * (none on one); "" when the state records none.  FERRY_ERR_FORMAT for a
+ * recorded one that does not parse; errors of ferry_places_format. */
+ferry_status ferry_train_state_place(const struct ferry_train_state *s, int ranks, char *buf, size_t n)
+	FERRY_MUST_CHECK;
+/* e's placement as --place writes it, into buf ("" when it does not fit
+ * or does not go together): what a save records. */
+void ferry_train_place_of(const struct ferry_exec_opts *e, char *buf, size_t n);
+/* Makes place e's whole placement: parsed over the defaults into *keep,
+ * the shorthand fields set from it (e->policy points into *keep) and
+ * e->place = place (for its host tiers; kept, not copied); e->host_tier
+ * is left.  FERRY_ERR_FORMAT when it does not parse or go together. */
+ferry_status ferry_train_take_place(struct ferry_exec_opts *e, const char *place, struct ferry_places *keep)
+	FERRY_MUST_CHECK;
+/* After a resume: the saved run's placement for this run's ranks
+ * (ferry_train_state_place; "" when the state records none, or not
+ * resumed).  In effect unless opts->given has FERRY_GIVEN_PLACE. */
+const char *ferry_trainer_saved_place(ferry_trainer_t tr);
 /* The plan the trainer works to. */
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr);
 /* The options in effect: opts of ferry_trainer_create with, after a resume,

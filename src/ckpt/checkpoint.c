@@ -7,6 +7,7 @@
  * from memory, so this code only works on little-endian hosts.
  */
 #include "ferry/checkpoint.h"
+#include "ferry/place.h"
 #include "core/error.h"
 #include "core/file_header.h"
 #include "models/model_table.h"
@@ -49,7 +50,9 @@ static const struct ferry_file_format model_format = {
 	.n_named = sizeof(model_named) / sizeof(model_named[0]),
 };
 
-static const int32_t state_versions[] = { 1, 2, 3, 4, FERRY_STATE_VERSION };
+static const int32_t state_versions[] = { 1, 2, 3, 4, 5, FERRY_STATE_VERSION };
+
+_Static_assert(FERRY_STATE_PLACE_MAX + 1 == FERRY_PLACE_CHARS, "a state records any placement");
 static const struct ferry_file_format state_format = {
 	.kind = "ferry training state",
 	.header = "training state",
@@ -575,7 +578,7 @@ static size_t glob_padded(size_t len)
 /* n parameters -> two fp32 arrays; false when the file would not fit. */
 static int state_bytes_ok(size_t n)
 {
-	return n <= (size_t)((INT64_MAX - HEADER_BYTES - FERRY_STATE_GLOB_MAX - 4) / 8) &&
+	return n <= (size_t)((INT64_MAX - HEADER_BYTES - FERRY_STATE_GLOB_MAX - FERRY_STATE_PLACE_MAX - 8) / 8) &&
 	       n <= SIZE_MAX / 8;
 }
 
@@ -592,7 +595,7 @@ static ferry_status check_moments(const char *path, const float *m, const float 
 	return FERRY_OK;
 }
 
-static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_t n, size_t glen)
+static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_t n, size_t glen, size_t plen)
 {
 	memset(hdr, 0, HEADER_BYTES);
 	hdr[0] = FERRY_STATE_MAGIC;
@@ -624,13 +627,31 @@ static void state_header(int32_t *hdr, const struct ferry_train_state *st, size_
 	putf(hdr, 41, st->min_lr);
 	putf(hdr, 42, st->decay_frac);
 	hdr[43] = st->grad_accum;
+	hdr[44] = (int32_t)plen;
+}
+
+/* The variable-length regions of a state file: the globs, the placement. */
+struct state_text {
+	char glob[FERRY_STATE_GLOB_MAX + 8];
+	char place[FERRY_STATE_PLACE_MAX + 8];
+	size_t glen, plen;
+};
+
+/* The placement into t (padded with zeros); false when too long. */
+static bool place_text(const struct ferry_train_state *st, struct state_text *t)
+{
+	t->plen = strnlen(st->place, sizeof(st->place));
+	memset(t->place, 0, sizeof(t->place));
+	memcpy(t->place, st->place, t->plen);
+	return t->plen <= FERRY_STATE_PLACE_MAX;
 }
 
 /* Checks the arguments and lays out the file: header (with its checksum),
- * the padded glob (in gbuf), m, v. */
+ * the padded glob and placement (in t), m, v. */
 static ferry_status state_chunks(const char *path, const struct ferry_train_state *st, const float *m,
-				 const float *v, size_t n, int32_t *hdr, char *gbuf, struct chunk chunks[4])
+				 const float *v, size_t n, int32_t *hdr, struct state_text *t, struct chunk chunks[5])
 {
+	char *gbuf = t->glob;
 	char sb[FERRY_CKPT_SHORT];
 	const char *name = path ? ferry_ckpt_short(path, sb) : "(null)";
 	size_t glen, vlen;
@@ -650,6 +671,9 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 	if (glen > FERRY_STATE_GLOB_MAX)
 		return ferry_error(FERRY_ERR_INVALID, "%s: the training glob is longer than %d bytes", name,
 				   FERRY_STATE_GLOB_MAX);
+	if (!place_text(st, t))
+		return ferry_error(FERRY_ERR_INVALID, "%s: the placement is longer than %d bytes", name,
+				   FERRY_STATE_PLACE_MAX);
 	if (check_moments(path, m, v, n))
 		return FERRY_ERR_INVALID;
 	vlen = strnlen(st->val_data, sizeof(st->val_data));
@@ -659,16 +683,18 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 		memcpy(gbuf + glen + 1, st->val_data, vlen);
 		glen += 1 + vlen;
 	}
-	state_header(hdr, st, n, glen);
+	state_header(hdr, st, n, glen, t->plen);
 	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, hdr, HEADER_BYTES);
 	h = ferry_ckpt_fnv_words(h, gbuf, glob_padded(glen));
+	h = ferry_ckpt_fnv_words(h, t->place, glob_padded(t->plen));
 	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
 	h = ferry_ckpt_fnv_words(h, v, n * sizeof(float));
 	put64(hdr, CHECKSUM_AT, (int64_t)h);
 	chunks[0] = (struct chunk){ hdr, HEADER_BYTES, "header" };
 	chunks[1] = (struct chunk){ gbuf, glob_padded(glen), "training glob" };
-	chunks[2] = (struct chunk){ m, n * sizeof(float), "AdamW m" };
-	chunks[3] = (struct chunk){ v, n * sizeof(float), "AdamW v" };
+	chunks[2] = (struct chunk){ t->place, glob_padded(t->plen), "placement" };
+	chunks[3] = (struct chunk){ m, n * sizeof(float), "AdamW m" };
+	chunks[4] = (struct chunk){ v, n * sizeof(float), "AdamW v" };
 	return FERRY_OK;
 }
 
@@ -676,11 +702,15 @@ static ferry_status state_write(const char *path, const struct ferry_train_state
 				const float *v, size_t n_params, chunk_writer writer)
 {
 	int32_t hdr[HEADER_INTS];
-	char gbuf[FERRY_STATE_GLOB_MAX + 8];
-	struct chunk chunks[4];
-	ferry_status rc = state_chunks(path, st, m, v, n_params, hdr, gbuf, chunks);
+	struct state_text *t = ferry_malloc(sizeof(*t));
+	struct chunk chunks[5];
+	ferry_status rc = t ? state_chunks(path, st, m, v, n_params, hdr, t, chunks)
+			    : ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path ? path : "state write");
 
-	return rc ? rc : writer(path, chunks, 4);
+	if (!rc)
+		rc = writer(path, chunks, 5);
+	ferry_free(t);
+	return rc;
 }
 
 ferry_status ferry_state_write(const char *path,
@@ -711,10 +741,23 @@ static void split_globs(struct ferry_train_state *s, const char *gbuf, size_t gl
 	}
 }
 
+/* The lengths of the variable regions (state_text's glen and plen), checked. */
+static ferry_status text_lengths(const char *path, const int32_t *hdr, int32_t version, struct state_text *t)
+{
+	t->glen = version < 2 ? 0 : hdr[27] < 0 ? SIZE_MAX : (size_t)hdr[27];
+	t->plen = version < 6 ? 0 : hdr[44] < 0 ? SIZE_MAX : (size_t)hdr[44];
+	if (t->glen > FERRY_STATE_GLOB_MAX)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bad training glob length %d in header", path, hdr[27]);
+	if (t->plen > FERRY_STATE_PLACE_MAX)
+		return ferry_error(FERRY_ERR_FORMAT, "%s: bad placement length %d in header", path, hdr[44]);
+	return FERRY_OK;
+}
+
 /* The header's fields into *s; checks them and the file's length.  *n: the
- * parameter count, *glen: the glob's length (0 for version 1). */
+ * parameter count, t's lengths: the glob's (0 for version 1) and the
+ * placement's (0 before version 6). */
 static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t size,
-				struct ferry_train_state *s, int64_t *n, size_t *glen)
+				struct ferry_train_state *s, int64_t *n, struct state_text *t)
 {
 	memset(s, 0, sizeof(*s));
 	s->version = hdr[1];
@@ -729,13 +772,11 @@ static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t si
 	s->lr = getf(hdr, 17);
 	s->final_lr_frac = getf(hdr, 18);
 	s->data_shards = get64(hdr, 19);
-	*glen = 0;
 	if (s->version >= 2) {
 		s->B = hdr[21];
 		s->T = hdr[22];
 		s->seed = (uint64_t)get64(hdr, 23);
 		s->data_hash = (uint64_t)get64(hdr, 25);
-		*glen = hdr[27] < 0 ? SIZE_MAX : (size_t)hdr[27];
 		s->adamw = (struct ferry_adamw){ .weight_decay = getf(hdr, 28), .grad_clip = getf(hdr, 29),
 						 .beta1 = getf(hdr, 30), .beta2 = getf(hdr, 31),
 						 .eps = getf(hdr, 32) };
@@ -769,9 +810,10 @@ static ferry_status state_parse(const char *path, const int32_t *hdr, int64_t si
 	if (s->shuffle != 0 && s->shuffle != 1)
 		return ferry_error(FERRY_ERR_FORMAT, "%s: data order %d in header (0 in order, 1 shuffled)", path,
 				   s->shuffle);
-	if (*glen > FERRY_STATE_GLOB_MAX)
-		return ferry_error(FERRY_ERR_FORMAT, "%s: bad training glob length %d in header", path, hdr[27]);
-	return check_length(path, size, HEADER_BYTES + (int64_t)glob_padded(*glen) + *n * 8,
+	if (text_lengths(path, hdr, s->version, t))
+		return FERRY_ERR_FORMAT;
+	return check_length(path, size, HEADER_BYTES + (int64_t)(glob_padded(t->glen) + glob_padded(t->plen)) + *n * 8,
+			    s->version >= 6 ? "header + training glob + placement + AdamW m and v" :
 			    s->version >= 2 ? "header + training glob + AdamW m and v" : "header + AdamW m and v");
 }
 
@@ -798,96 +840,103 @@ static uint64_t header_hash(const int32_t *hdr)
 
 /* Opens a state file and parses its header; fd is left after the header. */
 static ferry_status state_open(const char *path, int *fd, int32_t *hdr, struct ferry_train_state *s,
-			       int64_t *n, size_t *glen)
+			       int64_t *n, struct state_text *t)
 {
 	int64_t size = 0;
 	ferry_status rc = open_for_read(path, &state_format, hdr, fd, &size);
 
-	if (!rc && (rc = state_parse(path, hdr, size, s, n, glen)) != FERRY_OK) {
+	if (!rc && (rc = state_parse(path, hdr, size, s, n, t)) != FERRY_OK) {
 		close(*fd);
 		*fd = -1;
 	}
 	return rc;
 }
 
+/* The glob and placement regions after the header, into t and s. */
+static ferry_status read_texts(int fd, const char *path, struct state_text *t, struct ferry_train_state *s)
+{
+	ferry_status rc = read_exact(fd, path, t->glob, glob_padded(t->glen), "training glob");
+
+	if (!rc)
+		rc = read_exact(fd, path, t->place, glob_padded(t->plen), "placement");
+	if (rc)
+		return rc;
+	split_globs(s, t->glob, t->glen);
+	memcpy(s->place, t->place, t->plen);
+	s->place[t->plen] = 0;
+	return FERRY_OK;
+}
+
+/* The moments after the texts, and the checksum over everything. */
+static ferry_status read_moments(int fd, const char *path, const int32_t *hdr, int32_t version,
+				 const struct state_text *t, float *m, float *v, size_t n)
+{
+	ferry_status rc = read_exact(fd, path, m, n * sizeof(float), "AdamW m");
+	uint64_t h;
+
+	if (!rc)
+		rc = read_exact(fd, path, v, n * sizeof(float), "AdamW v");
+	if (rc || version < 2)
+		return rc;
+	h = ferry_ckpt_fnv_words(header_hash(hdr), t->glob, glob_padded(t->glen));
+	h = ferry_ckpt_fnv_words(h, t->place, glob_padded(t->plen));
+	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
+	return checksum_matches(path, hdr, ferry_ckpt_fnv_words(h, v, n * sizeof(float)));
+}
+
+/* ferry_state_read, and without m (info alone) ferry_state_read_info. */
+static ferry_status state_read(const char *path, struct ferry_train_state *st, float *m, float *v, size_t n_params)
+{
+	int32_t hdr[HEADER_INTS];
+	struct state_text *t = ferry_malloc(sizeof(*t));
+	struct ferry_train_state *s = ferry_malloc(sizeof(*s));
+	ferry_status rc = t && s ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
+	int64_t n;
+	int fd = -1;
+
+	if (!rc)
+		rc = state_open(path, &fd, hdr, s, &n, t);
+	if (!rc && m && (uint64_t)n != (uint64_t)n_params)
+		rc = ferry_error(FERRY_ERR_FORMAT, "%s: state is for %lld parameters, model has %zu", path,
+				 (long long)n, n_params);
+	if (!rc)
+		rc = read_texts(fd, path, t, s);
+	if (!rc && m)
+		rc = read_moments(fd, path, hdr, s->version, t, m, v, n_params);
+	if (!rc)
+		*st = *s;
+	if (fd >= 0)
+		close(fd);
+	ferry_free(t);
+	ferry_free(s);
+	return rc;
+}
+
 ferry_status ferry_state_read(const char *path, struct ferry_train_state *st,
 			      float *m, float *v, size_t n_params)
 {
-	int32_t hdr[HEADER_INTS];
-	char gbuf[FERRY_STATE_GLOB_MAX + 8];
-	struct ferry_train_state s;
-	ferry_status rc;
-	int64_t n;
-	size_t glen;
-	int fd = -1;
-
 	if (!st || !m || !v)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s: NULL state or moment buffer",
-				   path ? path : "(null)");
-	rc = state_open(path, &fd, hdr, &s, &n, &glen);
-	if (rc)
-		return rc;
-	if ((uint64_t)n != (uint64_t)n_params) {
-		rc = ferry_error(FERRY_ERR_FORMAT,
-				 "%s: state is for %lld parameters, model has %zu",
-				 path, (long long)n, n_params);
-		goto out;
-	}
-	rc = read_exact(fd, path, gbuf, glob_padded(glen), "training glob");
-	if (!rc)
-		rc = read_exact(fd, path, m, n_params * sizeof(float), "AdamW m");
-	if (!rc)
-		rc = read_exact(fd, path, v, n_params * sizeof(float), "AdamW v");
-	if (!rc && s.version >= 2) {
-		uint64_t h = ferry_ckpt_fnv_words(header_hash(hdr), gbuf, glob_padded(glen));
-
-		h = ferry_ckpt_fnv_words(h, m, n_params * sizeof(float));
-		rc = checksum_matches(path, hdr, ferry_ckpt_fnv_words(h, v, n_params * sizeof(float)));
-	}
-	if (rc)
-		goto out;
-	split_globs(&s, gbuf, glen);
-	*st = s;
-out:
-	close(fd);
-	return rc;
+		return ferry_error(FERRY_ERR_INVALID, "%s: NULL state or moment buffer", path ? path : "(null)");
+	return state_read(path, st, m, v, n_params);
 }
 
 ferry_status ferry_state_read_info(const char *path, struct ferry_train_state *st)
 {
-	int32_t hdr[HEADER_INTS];
-	char gbuf[FERRY_STATE_GLOB_MAX + 8];
-	struct ferry_train_state s;
-	ferry_status rc;
-	int64_t n;
-	size_t glen;
-	int fd = -1;
-
 	if (!st)
 		return ferry_error(FERRY_ERR_INVALID, "%s: NULL state", path ? path : "(null)");
-	rc = state_open(path, &fd, hdr, &s, &n, &glen);
-	if (rc)
-		return rc;
-	rc = read_exact(fd, path, gbuf, glob_padded(glen), "training glob");
-	close(fd);
-	if (rc)
-		return rc;
-	split_globs(&s, gbuf, glen);
-	*st = s;
-	return FERRY_OK;
+	return state_read(path, st, NULL, NULL, 0);
 }
 
 ferry_status ferry_ckpt_state_hash(const char *path, uint64_t *params_hash)
 {
 	int32_t hdr[HEADER_INTS];
 	struct ferry_train_state s;
+	struct state_text t;
 	ferry_status rc;
 	int64_t n;
-	size_t glen;
 	int fd = -1;
 
-	rc = state_open(path, &fd, hdr, &s, &n, &glen);
+	rc = state_open(path, &fd, hdr, &s, &n, &t);
 	if (rc)
 		return rc;
 	close(fd);
@@ -899,14 +948,15 @@ ferry_status ferry_ckpt_state_verify(const char *path, uint64_t *params_hash)
 {
 	int32_t hdr[HEADER_INTS];
 	struct ferry_train_state s;
+	struct state_text t;
 	ferry_status rc;
 	uint64_t h;
 	int64_t n;
-	size_t glen, left;
+	size_t left;
 	char *buf;
 	int fd = -1;
 
-	rc = state_open(path, &fd, hdr, &s, &n, &glen);
+	rc = state_open(path, &fd, hdr, &s, &n, &t);
 	if (rc)
 		return rc;
 	buf = ferry_malloc(STREAM_BYTES);
@@ -915,7 +965,7 @@ ferry_status ferry_ckpt_state_verify(const char *path, uint64_t *params_hash)
 		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
 	}
 	h = header_hash(hdr);
-	for (left = glob_padded(glen) + (size_t)n * 8; !rc && left && s.version >= 2;) {
+	for (left = glob_padded(t.glen) + glob_padded(t.plen) + (size_t)n * 8; !rc && left && s.version >= 2;) {
 		size_t k = left < STREAM_BYTES ? left : STREAM_BYTES;
 
 		rc = read_exact(fd, path, buf, k, "the state");

@@ -70,6 +70,8 @@ struct names {
 	char *tmp;       /* path.tmp.<pid>: a model file or a whole directory */
 	char *state_tmp; /* path.state.tmp.<pid> */
 	char *old;       /* path.old.<pid>: a replaced directory */
+	char *tok;       /* path.tokenizer (llm.c): the run's tokenizer */
+	char *tok_tmp;   /* path.tokenizer.tmp.<pid> */
 	char sb[2][FERRY_CKPT_SHORT]; /* room for shortened names in messages */
 };
 
@@ -81,6 +83,8 @@ static void names_free(struct names *nm)
 	ferry_free(nm->tmp);
 	ferry_free(nm->state_tmp);
 	ferry_free(nm->old);
+	ferry_free(nm->tok);
+	ferry_free(nm->tok_tmp);
 	memset(nm, 0, sizeof(*nm));
 }
 
@@ -121,8 +125,10 @@ static ferry_status names_make(const char *path, bool strip, struct names *nm)
 		nm->tmp = with_suffix(nm->path, ".tmp", pid);
 		nm->state_tmp = with_suffix(nm->path, ".state.tmp", pid);
 		nm->old = with_suffix(nm->path, ".old", pid);
+		nm->tok = with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX, 0);
+		nm->tok_tmp = with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX ".tmp", pid);
 	}
-	if (nm->path && nm->parent && nm->state && nm->tmp && nm->state_tmp && nm->old)
+	if (nm->path && nm->parent && nm->state && nm->tmp && nm->state_tmp && nm->old && nm->tok && nm->tok_tmp)
 		return FERRY_OK;
 	names_free(nm);
 	return ferry_error(FERRY_ERR_NOMEM, "save path: out of host memory");
@@ -722,16 +728,32 @@ ferry_status ferry_ckpt_check_not_input(const char *path, bool hf, const char *i
 
 /* ---- saving: llm.c FILE + FILE.state ---------------------------------------------------------- */
 
+/* The run's tokenizer (tok: NULL none) as nm->tok_tmp, beside the model's
+ * temporaries, renamed over path.tokenizer after them. */
+static ferry_status write_tokenizer(struct names *nm, const char *tok)
+{
+	const char *slash = strrchr(nm->tok_tmp, '/');
+
+	if (!tok)
+		return FERRY_OK;
+	return ferry_ckpt_carry_tokenizer(tok, false, nm->parent, slash ? slash + 1 : nm->tok_tmp);
+}
+
 static ferry_status save_llmc(struct names *nm, const struct ferry_model_config *cfg, const float *params,
-			      const struct ferry_train_state *st, const float *m, const float *v, size_t n)
+			      const struct ferry_train_state *st, const float *m, const float *v, size_t n,
+			      const char *tok)
 {
 	ferry_status rc = ferry_ckpt_write_model(nm->tmp, cfg, params);
 	int fd;
 
 	if (!rc && st)
 		rc = ferry_ckpt_write_state(nm->state_tmp, st, m, v, n);
+	if (!rc)
+		rc = write_tokenizer(nm, tok);
 	if (rc) {
 		unlink(nm->tmp);
+		unlink(nm->state_tmp);
+		unlink(nm->tok_tmp);
 		return rc;
 	}
 	fd = lock_dir(nm->parent);
@@ -740,10 +762,16 @@ static ferry_status save_llmc(struct names *nm, const struct ferry_model_config 
 				 "checkpoint is unchanged)", sh(nm, 0, nm->path), strerror(errno));
 		unlink(nm->tmp);
 		unlink(nm->state_tmp);
+		unlink(nm->tok_tmp);
 	} else if (st && rename(nm->state_tmp, nm->state) != 0) {
 		rc = ferry_error(FERRY_ERR_IO, "%s: the model is saved but its state stays in %s: %s (a resume "
 				 "or the next save completes the pair)", sh(nm, 0, nm->path),
 				 sh(nm, 1, nm->state_tmp), strerror(errno));
+		unlink(nm->tok_tmp);
+	} else if (tok && rename(nm->tok_tmp, nm->tok) != 0) {
+		rc = ferry_error(FERRY_ERR_IO, "%s: the model and its state are saved but not its tokenizer (%s): %s",
+				 sh(nm, 0, nm->path), sh(nm, 1, nm->tok), strerror(errno));
+		unlink(nm->tok_tmp);
 	}
 	if (!rc) {
 		sync_path(nm->parent);
@@ -872,6 +900,13 @@ static ferry_status keep_others(struct names *nm, bool with_state)
 	return st;
 }
 
+static bool is_dir(const char *path)
+{
+	struct stat sb;
+
+	return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /* DIR.tmp.<pid>/ written completely and fsynced. */
 static ferry_status write_dir(struct names *nm, const struct stat *old, const struct ferry_model_config *cfg,
 			      const float *params, const struct ferry_train_state *st, const float *m,
@@ -888,6 +923,9 @@ static ferry_status write_dir(struct names *nm, const struct stat *old, const st
 		rc = keep_others(nm, st != NULL);
 	if (!rc)
 		rc = ferry_ckpt_hf_carry(src->dir, nm->path, nm->tmp);
+	if (!rc) /* the run's own tokenizer over the source's */
+		rc = is_dir(src->tokenizer) ? ferry_ckpt_hf_carry(src->tokenizer, nm->path, nm->tmp)
+					    : ferry_ckpt_carry_tokenizer(src->tokenizer, true, nm->tmp, "tokenizer.json");
 	if (!rc)
 		rc = ferry_ckpt_hf_write_files(nm->tmp, cfg, params, src);
 	if (!rc && st) {
@@ -1053,7 +1091,7 @@ ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model
 	else if (hf)
 		rc = save_hf(&nm, &c, params, st, m, v, n_params, &src);
 	else
-		rc = save_llmc(&nm, &c, params, st, m, v, n_params);
+		rc = save_llmc(&nm, &c, params, st, m, v, n_params, so ? so->tokenizer : NULL);
 	names_free(&nm);
 	ferry_ckpt_hf_source_free(&src);
 	ferry_free(p16);

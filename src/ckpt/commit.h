@@ -64,6 +64,7 @@ struct ferry_hf_source {
 	struct ferry_hf_config ids; /* its config.json's token ids (has_bos, bos_token_id,
 				       n_eos, eos_token_id, eos_list; the rest unused) */
 	bool bf16;                  /* the weights go out in BF16 */
+	const char *tokenizer;      /* ferry_save_opts.tokenizer */
 };
 /* *src for a save under so (NULL: none, F32). */
 ferry_status ferry_ckpt_hf_source(const struct ferry_save_opts *so, struct ferry_hf_source *src);
@@ -74,6 +75,13 @@ void ferry_ckpt_hf_source_free(struct ferry_hf_source *src);
  * each fsynced; nothing when src_dir is dest, the directory being saved
  * to (its files are kept). */
 ferry_status ferry_ckpt_hf_carry(const char *src_dir, const char *dest, const char *tmp);
+
+/* The tokenizer a run was given (ferry_save_opts.tokenizer: a file, or a
+ * directory's tokenizer.json) copied as dir/name, fsynced, replacing a
+ * file of that name; with json_only, llm.c's binary tokenizer file is not
+ * copied (a Hugging Face directory has no name for it).  Nothing for
+ * NULL; one that is not there is an error. */
+ferry_status ferry_ckpt_carry_tokenizer(const char *tok, bool json_only, const char *dir, const char *name);
 
 /* Writes config.json and model.safetensors of a Llama into the existing
  * directory dir (the commit's temporary); parameters must be finite.  src

@@ -693,6 +693,7 @@ ferry_status ferry_ckpt_hf_source(const struct ferry_save_opts *so, struct ferry
 
 	memset(src, 0, sizeof(*src));
 	src->bf16 = so && so->dtype == FERRY_SAVE_BF16;
+	src->tokenizer = so ? so->tokenizer : NULL;
 	if (!so || !so->from || !ferry_checkpoint_is_hf(so->from))
 		return FERRY_OK;
 	if ((st = paths_resolve(so->from, &p)))

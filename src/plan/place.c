@@ -399,6 +399,20 @@ static const char *next_item(const char *s, char *buf, size_t n, bool *too_long)
 	return s;
 }
 
+/* Whether an item of spec before `before` names the group `item` names
+ * (the same text before '='): the later would silently win. */
+static bool named_before(const char *spec, const char *before, const char *item)
+{
+	char prev[FERRY_PLACE_POLICY_CHARS + 32];
+	size_t klen = strcspn(item, "=");
+	bool too_long = false;
+
+	for (const char *s = spec; s < before && (s = next_item(s, prev, sizeof(prev), &too_long)) && s < before;)
+		if (strcspn(prev, "=") == klen && !strncmp(prev, item, klen))
+			return true;
+	return false;
+}
+
 ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 {
 	struct ferry_places q = *p;
@@ -413,6 +427,10 @@ ferry_status ferry_places_parse(const char *spec, struct ferry_places *p)
 		if (too_long)
 			return ferry_error(FERRY_ERR_INVALID, "--place: an item longer than %zu characters",
 					   sizeof(item) - 1);
+		if (named_before(spec, s, item))
+			return ferry_error(FERRY_ERR_INVALID, "--place: %.*s is named twice (the second, '%s', would "
+					   "silently replace the first): name each once", (int)strcspn(item, "="), item,
+					   item);
 		if ((st = apply_item(&q, item, &form)))
 			return st;
 	}

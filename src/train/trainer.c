@@ -7,10 +7,12 @@
 #include "sched/comm_stage.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
+#include "ferry/place.h"
 #include "ferry/policy.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "ckpt/commit.h"
+#include "train/vocab_check.h"
 
 #include <glob.h>
 #include <limits.h>
@@ -40,6 +42,8 @@ struct ferry_trainer {
 	bool data_override;            /* resumed on other data than the saved run's */
 	bool order_override;           /* ... or in another order */
 	struct ferry_train_state saved; /* what the resumed state recorded */
+	char saved_place[FERRY_PLACE_CHARS]; /* its placement for this run's ranks */
+	struct ferry_places saved_places; /* ... parsed: exec.policy points here */
 	char state_path[4096];
 	/* data parallel: the ranks (opts.comm, this thread's), their number
 	 * and this one's, and the communicator of the model's comm stream */
@@ -208,6 +212,12 @@ static ferry_status read_saved(ferry_trainer_t tr)
 				   short_path(tr->state_path, sb), (long long)s->step, (long long)s->total_steps,
 				   (long long)s->data_shards, INT_MAX);
 	take_saved(&tr->opts, s);
+	st = ferry_train_state_place(s, tr->ranks, tr->saved_place, sizeof(tr->saved_place));
+	if (st)
+		return st;
+	if (tr->saved_place[0] && !(tr->opts.given & FERRY_GIVEN_PLACE) &&
+	    (st = ferry_train_take_place(&tr->opts.exec, tr->saved_place, &tr->saved_places)))
+		return st;
 	/* the state records the global batch: each rank takes its share */
 	if (!(tr->opts.given & FERRY_GIVEN_BATCH) && s->version >= 2 && s->B > 0) {
 		if (s->B % tr->ranks)
@@ -461,6 +471,8 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 		st = ferry_loader_shuffle(tr->train, o->seed);
 	if (!st && o->val_data)
 		st = open_part(tr, o->val_data, 1, cfg->vocab, &tr->val);
+	if (!st) /* data of another tokenizer: refused now, not at its first bad batch */
+		st = ferry_vocab_check(o->data, o->val_data, cfg->vocab, !o->checkpoint && !o->resume);
 	if (!st)
 		st = ferry_model_create(tr->be, cfg, o->B, o->T, &o->exec, &tr->model);
 	if (!st)
@@ -616,6 +628,7 @@ ferry_model_t ferry_trainer_model(ferry_trainer_t tr) { return tr->model; }
 const struct ferry_plan *ferry_trainer_plan(ferry_trainer_t tr) { return &tr->plan; }
 ferry_backend_t ferry_trainer_backend(ferry_trainer_t tr) { return tr->be; }
 const struct ferry_train_opts *ferry_trainer_opts(ferry_trainer_t tr) { return &tr->opts; }
+const char *ferry_trainer_saved_place(ferry_trainer_t tr) { return tr->saved_place; }
 
 /* This step's batch: the one read ahead during the last step, if any. */
 static ferry_status next_batch(ferry_trainer_t tr)
@@ -870,6 +883,18 @@ static void say_v5(struct said *w, const struct ferry_train_opts *o, const struc
 		say(w, "grad accum %d (saved %d)", o->grad_accum, s->grad_accum);
 }
 
+/* A placement given that is not the saved run's. */
+static void say_place(struct said *w, ferry_trainer_t tr)
+{
+	char now[FERRY_PLACE_CHARS];
+
+	if (!(tr->opts.given & FERRY_GIVEN_PLACE) || !tr->saved_place[0])
+		return;
+	ferry_train_place_of(&tr->opts.exec, now, sizeof(now));
+	if (strcmp(now, tr->saved_place) != 0)
+		say(w, "placement '%s' (saved '%s')", now, tr->saved_place);
+}
+
 int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 {
 	const struct ferry_train_opts *o = &tr->opts;
@@ -910,6 +935,7 @@ int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
 	if (tr->order_override)
 		say(&w, "%s batches (saved %s; read from the data's start)", o->shuffle ? "shuffled" : "in-order",
 		    s->shuffle ? "shuffled" : "in order");
+	say_place(&w, tr);
 	say_data(&w, tr);
 	return w.count;
 }
@@ -1005,6 +1031,7 @@ static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
 	s->seed = o->seed;
 	s->adamw = o->adamw;
 	s->adamw.lr = 0;
+	ferry_train_place_of(&o->exec, s->place, sizeof(s->place));
 	s->data_hash = tr->data_hash;
 	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
 		snprintf(s->data, sizeof(s->data), "%s", o->data);
@@ -1078,7 +1105,7 @@ static ferry_status save_write(ferry_trainer_t tr, const char *path, const struc
 	return ferry_checkpoint_save_as(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
 					ferry_model_num_params(tr->model),
 					&(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint,
-								   tr->opts.save_dtype });
+								   tr->opts.save_dtype, tr->opts.tokenizer });
 }
 
 /* Several ranks: every rank's parameters checked against rank 0's, the

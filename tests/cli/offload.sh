@@ -60,7 +60,7 @@ expect_ok "the suggested preset runs there" "$FERRY" train "${BIG[@]}" --data 'c
 expect_ok "train, optimizer on the device" "$FERRY" train "${TRAIN[@]}" --save dev.bin
 expect_ok "train, optimizer streamed, traced" "$FERRY" train "${TRAIN[@]}" --offload-optimizer stream \
 	--policy qkv_proj_offloaded --save host.bin --trace step.json
-cmp -s dev.bin host.bin && cmp -s dev.bin.state host.bin.state || fail "--offload-optimizer stream: other bits saved"
+cmp -s dev.bin host.bin && same_state dev.bin.state host.bin.state || fail "--offload-optimizer stream: other bits saved"
 grep -q "trace of step 2 written to step.json" out.txt || fail "the trace is announced"
 cp corpus_train_000.bin keep.bin 2>/dev/null || cp "$(ls corpus_train_*.bin | head -1)" keep.bin
 expect_error "a trace onto an input" "is one of this run's inputs: refusing to replace it" "$FERRY" train \
@@ -77,7 +77,7 @@ done
 "$FERRY" plan "${SHAPE[@]}" --offload-optimizer stream --json host.json >/dev/null
 [ "$(json_field host.json peak_bytes)" -lt "$(json_field dev.json peak_bytes)" ] || fail "streamed: a smaller device plan"
 expect_ok "train, AdamW on host threads" "$FERRY" train "${TRAIN[@]}" --offload-optimizer cpu --save cpu.bin
-cmp -s dev.bin cpu.bin && cmp -s dev.bin.state cpu.bin.state || fail "--offload-optimizer cpu: other bits saved"
+cmp -s dev.bin cpu.bin && same_state dev.bin.state cpu.bin.state || fail "--offload-optimizer cpu: other bits saved"
 expect_error "optimizer mode" "--offload-optimizer 'gpu': device, stream or cpu" "$FERRY" plan --offload-optimizer gpu
 
 # ferry bench: policies side by side in one process; one that cannot run

@@ -33,8 +33,9 @@ expect_error "a corrupted moment" "flip.bin.state: checksum mismatch" "$FERRY" t
 # Step 2^32 + 3, in a version-1 state (no checksum): refused, not step 3.
 cp run.bin big.bin
 glen=$(od -An -td4 -j $((27 * 4)) -N4 run.bin.state | tr -d ' ')
-[ "$(od -An -td4 -j 4 -N4 run.bin.state | tr -d ' ')" -eq 1 ] && glen=0
-{ head -c 1024 run.bin.state; tail -c +$((1024 + (glen + 3) / 4 * 4 + 1)) run.bin.state; } >big.bin.state
+plen=$(od -An -td4 -j $((44 * 4)) -N4 run.bin.state | tr -d ' ') # version 6: the placement
+[ "$(od -An -td4 -j 4 -N4 run.bin.state | tr -d ' ')" -eq 1 ] && glen=0 && plen=0
+{ head -c 1024 run.bin.state; tail -c +$((1024 + (glen + 3) / 4 * 4 + (plen + 3) / 4 * 4 + 1)) run.bin.state; } >big.bin.state
 poke big.bin.state 4 '\x01\x00\x00\x00'
 dd if=/dev/zero of=big.bin.state bs=4 seek=21 count=235 conv=notrunc status=none
 cp big.bin.state v1.bin.state && cp run.bin v1.bin

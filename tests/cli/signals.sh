@@ -22,7 +22,13 @@ else
 	mkfifo probe.fifo
 	"$FERRY" train "${TINY[@]}" --steps 2 --device-mem 64M --json probe.fifo >/dev/null 2>&1 &
 	pid=$!
-	sleep 2
+	# until it waits for the FIFO's reader (however long a loaded machine
+	# takes to get there; 2 s where the kernel does not say)
+	for i in $(seq 1 600); do
+		w=$(cat /proc/$pid/wchan 2>/dev/null)
+		[ "$w" = wait_for_partner ] || { [ "$w" = 0 ] && [ "$i" -ge 20 ]; } && break
+		sleep 0.1
+	done
 	base=$(awk '/^VmSize:/ { print int($2 / 1024) - 64 }' /proc/$pid/status)
 	kill -KILL $pid
 	wait $pid 2>/dev/null
@@ -42,10 +48,13 @@ mkfifo stuck.fifo
 exec 3<>stuck.fifo
 "$FERRY" train "${TINY[@]}" --steps 100000 --json stuck.fifo >out.txt 2>err.txt &
 pid=$!
-# until the pipe is full: the step lines on stdout stop growing
+# until the pipe is full: the kernel says the process waits in a pipe
+# write (a step under load can take longer than any pause); where it does
+# not say, the step lines on stdout stop growing for a second
 n=-1
 for i in $(seq 1 120); do
 	sleep 1
+	case "$(cat /proc/$pid/wchan 2>/dev/null)" in *pipe_write* | *pipe_wait*) break ;; 0 | "") ;; *) continue ;; esac
 	m=$(grep -c '^step' out.txt)
 	[ "$m" -gt 0 ] && [ "$m" -eq "$n" ] && break
 	n=$m

@@ -38,7 +38,7 @@ grep -q "^host tiers: activations 2.0 MiB on dram (node 0); activations 2.0 MiB 
 grep -q "^host tier peaks (bytes, measured / planned): dram (node 0) $((2 * MiB)) / $((2 * MiB)); nvme $((2 * MiB)) / $((2 * MiB));" out.txt ||
 	fail "measured peaks per tier equal the plan: $(grep '^host tier peaks' out.txt)"
 cmp -s <(losses dram.jsonl) <(losses span.jsonl) || fail "losses differ from the all-DRAM run"
-diff -r dram span >/dev/null || fail "weights and state differ from the all-DRAM run"
+same_save dram span || fail "weights and state differ from the all-DRAM run"
 [ -z "$(ls nvme)" ] || fail "the NVMe file is left behind"
 
 printf 'node 0 cpus 2 mem 8G\nnode 1 cpus 0 mem 1M\n' >topology.txt
@@ -46,7 +46,7 @@ expect_ok "train over DRAM, a CXL node and NVMe" "$FERRY" train "${TRAIN[@]}" --
 	--host-tier activations=dram+node:1+nvme --nvme-dir nvme --host-mem 1M --save three
 grep -q "peaks (bytes, measured / planned): dram (node 0) $MiB / $MiB; node:1 $MiB / $MiB; nvme $((2 * MiB)) / $((2 * MiB));" out.txt ||
 	fail "three tiers, a layer, a layer, two: $(grep '^host tier peaks' out.txt)"
-diff -r dram three >/dev/null || fail "three tiers: bits differ from the all-DRAM run"
+same_save dram three || fail "three tiers: bits differ from the all-DRAM run"
 
 # a depth per tier: DRAM's layers 1 ahead, NVMe's 3 (8 layers: 0-1 in DRAM;
 # the ring holds 4, so layers 4-7 are read where they are)
@@ -74,7 +74,7 @@ grep -q "peaks (bytes, measured / planned): dram (node 0) $((2 * MiB)) / $((2 * 
 [ "$(grep -o '"cat":"read from NVMe"' deep.json | wc -l)" -eq 2 ] || fail "the trace shows 2 NVMe reads (layers 2-3)"
 expect_ok "train all in DRAM, 8 layers" "$FERRY" train "${DEEP[@]}" --data 'corpus_train_*.bin' --steps 2 --sample 0 \
 	--threads 2 --val-every 0 --host-tier activations=dram --save deepdram
-diff -r deepdram deep13 >/dev/null || fail "1+3: bits differ from the all-DRAM run"
+same_save deepdram deep13 || fail "1+3: bits differ from the all-DRAM run"
 expect_error "depths without a span" "2 depths for the 1 tier(s)" "$FERRY" plan "${DEEP[@]}" --host-tier activations=dram \
 	--prefetch-depth 1+3
 expect_error "three depths, two tiers" "3 depths for the 2 tier(s)" "$FERRY" plan "${DEEP[@]}" \
@@ -99,5 +99,5 @@ grep -q "peaks (bytes, measured / planned): dram (node 0) 17825792 / 17825792; n
 	fail "minimal_offloaded: peaks per tier as planned: $(grep '^host tier peaks' out.txt)"
 expect_ok "train several tensors a layer in DRAM" "$FERRY" train "${TRAIN[@]}" --policy minimal_offloaded \
 	--host-tier activations=dram --save mindram
-diff -r mindram minspan >/dev/null || fail "minimal_offloaded over tiers: bits differ from the all-DRAM run"
+same_save mindram minspan || fail "minimal_offloaded over tiers: bits differ from the all-DRAM run"
 finish

@@ -113,10 +113,10 @@ PY
 # a checkpoint saved from the NVMe tier is the one saved without tiers
 expect_ok "save without tiers" "$FERRY" train "${TRAIN[@]}" --save plain.bin
 expect_ok "save from NVMe" "$FERRY" train "${TRAIN[@]}" --host-tier all=nvme --nvme-dir nvme --save nvme.bin
-cmp -s plain.bin nvme.bin && cmp -s plain.bin.state nvme.bin.state || fail "checkpoints differ with state on NVMe"
+cmp -s plain.bin nvme.bin && same_state plain.bin.state nvme.bin.state || fail "checkpoints differ with state on NVMe"
 expect_ok "resume onto NVMe" "$FERRY" train "${TRAIN[@]}" --resume nvme.bin --steps 5 --host-tier all=nvme \
 	--nvme-dir nvme --save nvme5.bin
 expect_ok "resume without tiers" "$FERRY" train "${TRAIN[@]}" --resume plain.bin --steps 5 --save plain5.bin
-cmp -s plain5.bin nvme5.bin && cmp -s plain5.bin.state nvme5.bin.state || fail "resumed checkpoints differ"
+cmp -s plain5.bin nvme5.bin && same_state plain5.bin.state nvme5.bin.state || fail "resumed checkpoints differ"
 [ -z "$(ls nvme)" ] || fail "an NVMe file is left behind"
 finish

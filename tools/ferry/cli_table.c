@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Whether a command takes flag f of group g (g->only). */
 static bool takes(const struct cli_group *g, const struct cli_flag *f)
@@ -220,15 +221,34 @@ static int take(const char *cmd, const struct cli_group *g, const struct cli_fla
 	return r ? -1 : 2;
 }
 
+/* An argument that is no flag nor a flag's value: when it looks like a
+ * path, the shell most likely expanded an unquoted glob (--data with
+ * data/<star>.bin gives --data data/a.bin data/b.bin ...); say so, naming the
+ * flag before it when that one takes a glob. */
+static int stray(const char *cmd, const char *arg, const struct cli_flag *last, const char *what)
+{
+	bool path = strchr(arg, '/') || strchr(arg, '*') || access(arg, F_OK) == 0;
+
+	if (path && last && last->value && !strcmp(last->value, "GLOB"))
+		return ferry_cli_usage_error(cmd, "%s '%s' after %s: the shell expanded an unquoted glob into "
+					     "several files; quote it: %s 'PATTERN'", what, arg, last->name, last->name);
+	if (path)
+		return ferry_cli_usage_error(cmd, "%s '%s': a path, as an unquoted glob the shell expanded "
+					     "gives; quote globs ('data/*.bin')", what, arg);
+	return ferry_cli_usage_error(cmd, "%s '%s'", what, arg);
+}
+
 int ferry_cli_unexpected(const char *cmd, const char *arg, void *ctx)
 {
 	(void)ctx;
-	return ferry_cli_usage_error(cmd, "unexpected argument '%s'", arg);
+	return stray(cmd, arg, NULL, "unexpected argument");
 }
 
 /* The normalized argv into the groups' options, in order; as ferry_cli_parse. */
 static int walk(const struct cli_command *c, int argc, char **argv)
 {
+	const struct cli_flag *last = NULL; /* the flag before, for stray() */
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const struct cli_group *g = NULL;
@@ -246,7 +266,7 @@ static int walk(const struct cli_command *c, int argc, char **argv)
 		if (a[0] == '-' && a[1])
 			f = find_flag(c->groups, a, strlen(a), &g);
 		if (!f) {
-			r = c->arg ? c->arg(c->cmd, a, c->ctx) : ferry_cli_usage_error(c->cmd, "unknown flag '%s'", a);
+			r = c->arg ? c->arg(c->cmd, a, c->ctx) : stray(c->cmd, a, last, "unexpected argument");
 			if (r)
 				return r;
 			continue;
@@ -256,6 +276,7 @@ static int walk(const struct cli_command *c, int argc, char **argv)
 		if (g->given)
 			*g->given |= f->given;
 		i += r - 1;
+		last = f;
 	}
 	return 0;
 }

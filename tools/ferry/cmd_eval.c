@@ -2,6 +2,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "ferry/checkpoint.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/train.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const CMD = "eval";
 
@@ -24,7 +26,8 @@ static void usage(void)
 	       "\n"
 	       "Forward passes over the first N batches of the shards, in order, no\n"
 	       "shuffling; prints the mean cross-entropy as the last line: 'loss <value>'.\n"
-	       "Defaults: --batch 4 --seq 64 --batches 10.\n");
+	       "Defaults: the batch and sequence length the checkpoint was trained at (its\n"
+	       "training state says), else --batch 4 --seq 64; --batches 10.\n");
 }
 
 /* What eval was asked for. */
@@ -49,15 +52,37 @@ static const struct cli_flag eval_flags[] = {
 };
 #undef AT
 
+/* --batch and --seq not given (-1): the ones the checkpoint was trained at,
+ * when its training state is there, else 4 and 64.  Says which. */
+static const char *default_shape(struct eval_args *a)
+{
+	static struct ferry_train_state st;
+	char sp[4096];
+	bool b = a->B < 0, t = a->T < 0;
+	bool saved = (b || t) &&
+		     ferry_checkpoint_state_path(a->ckpt, ferry_checkpoint_is_hf(a->ckpt), sp, sizeof(sp)) == FERRY_OK &&
+		     access(sp, F_OK) == 0 && ferry_state_read_info(sp, &st) == FERRY_OK && st.B > 0 && st.T > 0;
+
+	if (b)
+		a->B = saved ? st.B : 4;
+	if (t)
+		a->T = saved ? st.T : 64;
+	if (!saved)
+		return "";
+	return b && t ? " (the batch and sequence it was trained at)" : b ? " (the batch it was trained at)"
+								       : " (the sequence it was trained at)";
+}
+
 int cmd_eval(int argc, char **argv)
 {
-	struct eval_args a = { .backend = "auto", .bo = { .threads = 0 }, .B = 4, .T = 64, .batches = 10 };
+	struct eval_args a = { .backend = "auto", .bo = { .threads = 0 }, .B = -1, .T = -1, .batches = 10 };
 	const struct cli_group groups[] = { { eval_flags, &a, NULL, NULL }, { NULL } };
 	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 	struct ferry_model_config cfg;
 	ferry_backend_t be = NULL;
 	ferry_model_t m = NULL;
 	float *params = NULL, loss;
+	const char *shape;
 	size_t n;
 
 	if (rc == CLI_HELP)
@@ -66,6 +91,9 @@ int cmd_eval(int argc, char **argv)
 		return rc == CLI_HELP ? 0 : rc;
 	if (!a.ckpt || !a.data)
 		return ferry_cli_usage_error(CMD, "--checkpoint and --data are required");
+	if (!a.B || a.B < -1 || !a.T || a.T < -1) /* -1: not given */
+		return ferry_cli_usage_error(CMD, "--batch and --seq must be positive");
+	shape = default_shape(&a);
 	ferry_set_threads(a.bo.threads);
 	if (!strcmp(a.backend, "auto"))
 		a.backend = ferry_cli_auto_backend();
@@ -89,7 +117,7 @@ int cmd_eval(int argc, char **argv)
 		goto fail;
 	printf("checkpoint %s: %s, %d layers, %d channels, vocab %d\n", a.ckpt, cfg.arch, cfg.layers, cfg.channels,
 	       cfg.vocab);
-	printf("batches %d of %d x %d tokens from %s\n", a.batches, a.B, a.T, a.data);
+	printf("batches %d of %d x %d tokens%s from %s\n", a.batches, a.B, a.T, shape, a.data);
 	printf("loss %.6f\n", loss);
 	rc = 0;
 	goto out;

@@ -22,7 +22,7 @@ static const char *const CMD = "sample";
 
 struct sample_cli {
 	const char *ckpt, *prompt, *prompt_tokens, *tokenizer, *backend;
-	char hf_tokenizer[4096]; /* the checkpoint directory's tokenizer.json */
+	char hf_tokenizer[4096]; /* the checkpoint's own tokenizer (checkpoint_tokenizer) */
 	struct ferry_backend_opts bo;
 	struct ferry_sample_opts so;
 	int tokens, context;
@@ -59,7 +59,8 @@ static const struct cli_flag sample_flags[] = {
 	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
 	  .help = "a Hugging Face tokenizer.json (or a directory with one),\n"
 	  "or llm.c's tokenizer file (gpt2_tokenizer.bin); default: the\n"
-	  "checkpoint directory's tokenizer.json, else bytes" },
+	  "one the checkpoint carries (its directory's tokenizer.json,\n"
+	  "an llm.c FILE's FILE.tokenizer), else bytes" },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND, else cuda if a GPU is found,\n"
 	  "else cpu), cpu or cuda" },
@@ -181,7 +182,7 @@ static int prompt_tokens(struct sample_cli *c, ferry_tokenizer_t tok, int vocab,
 
 	if (c->prompt_tokens)
 		return parse_ids(c->prompt_tokens, vocab, seq, cap);
-	if (c->hf_tokenizer[0] || (c->tokenizer && ferry_tokenizer_can_encode(tok)))
+	if (c->tokenizer && ferry_tokenizer_can_encode(tok))
 		return encode_prompt(c, tok, vocab, seq, cap);
 	seq[n++] = eot < vocab ? eot : 0;
 	if (!c->prompt)
@@ -250,19 +251,6 @@ static int load(const struct sample_cli *c, int T, ferry_backend_t *be, ferry_mo
 	return rc;
 }
 
-/* DIR/tokenizer.json of the checkpoint's directory into buf, if there is
- * one. */
-static bool hf_dir_tokenizer(const char *ckpt, char *buf, size_t n)
-{
-	struct stat sb;
-	const char *slash = strrchr(ckpt, '/');
-	bool dir = stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode);
-	int len = dir ? (int)strlen(ckpt) : slash ? (int)(slash - ckpt) : 1;
-
-	return snprintf(buf, n, "%.*s/tokenizer.json", len, dir || slash ? ckpt : ".") < (int)n &&
-	       access(buf, R_OK) == 0;
-}
-
 /* The prompt into seq (allocated), checked against the model; the
  * tokenizer that prints them. */
 static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, ferry_tokenizer_t *tok,
@@ -272,13 +260,10 @@ static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, f
 		     (size_t)c->tokens + 64;
 	const char *path = c->tokenizer;
 
-	/* A Hugging Face directory's own tokenizer (the directory, or the one
-	 * of its config.json or weights), unless --tokenizer says */
-	if (!path && ferry_checkpoint_is_hf(c->ckpt) && hf_dir_tokenizer(c->ckpt, c->hf_tokenizer,
-									 sizeof(c->hf_tokenizer)))
-		path = c->hf_tokenizer;
-	else
-		c->hf_tokenizer[0] = '\0';
+	/* the tokenizer the checkpoint carries (ferry train --save), unless
+	 * --tokenizer says */
+	if (!path && checkpoint_tokenizer(c->ckpt, c->hf_tokenizer, sizeof(c->hf_tokenizer)))
+		path = c->tokenizer = c->hf_tokenizer;
 	if (ferry_tokenizer_open(path, tok) != FERRY_OK)
 		return ferry_cli_fail(CMD);
 	if (!path && cfg->vocab > FERRY_BYTE_VOCAB) {

@@ -14,6 +14,7 @@
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
+#include "ferry/place.h"
 #include "ferry/policy.h"
 #include "auto_flags.h"
 #include "calib_cache.h"
@@ -42,6 +43,7 @@ struct train_cli {
 	struct ferry_train_opts o;
 	const char *save, *json, *tokenizer, *trace;
 	int save_every, val_every, val_batches, sample; /* val_every -1: not given */
+	int log_every;                                  /* --log-every */
 	float sample_temperature;
 	double peak_flops;                              /* --peak-flops, 0: not given */
 	float comm_timeout;                             /* --comm-timeout (s) */
@@ -163,6 +165,10 @@ static const struct cli_flag train_flags[] = {
 	  "to nearest even; a resume continues from them); default:\n"
 	  "bf16 where the --checkpoint or --resume directory is,\n"
 	  "else f32", .parse = parse_save_dtype },
+	{ .name = "--log-every", .value = "N", .type = CLI_INT, .at = AT(log_every),
+	  .help = "a step's line every N steps (default 1), and the first,\n"
+	  "the last and those with a validation; --json gets all",
+	  .min = 1, .max = 1 << 30, .range = "--log-every %d: 1 or more", .usage = true },
 	{ .name = "--json", .value = "FILE", .type = CLI_STRING, .at = AT(json),
 	  .help = "one JSON record per step, written through before the next\n"
 	  "step; FILE may be a FIFO or /dev/stdout, not a file the\n"
@@ -176,7 +182,10 @@ static const struct cli_flag train_flags[] = {
 	  "ferry sample)" },
 	{ .name = "--tokenizer", .value = "PATH", .type = CLI_STRING, .at = AT(tokenizer),
 	  .help = "a tokenizer.json (or a directory with one), or llm.c's\n"
-	  "tokenizer file, for printing samples of BPE models" },
+	  "tokenizer file: the data's, for printing samples of BPE\n"
+	  "models; every save carries it (a directory's tokenizer.json,\n"
+	  "an llm.c FILE's FILE.tokenizer); default: the one the\n"
+	  "--checkpoint or --resume carries" },
 	{ .name = "--peak-flops", .value = "X", .type = CLI_RATE, .at = AT(peak_flops),
 	  .help = "the device's peak FLOP/s (e.g. 989e12 or 989T), for the\n"
 	  "model FLOP utilisation (MFU) on each line; default on\n"
@@ -280,6 +289,8 @@ static int parse(int argc, char **argv, struct train_cli *c)
 	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
+	if (ferry_cli_tier_flags_given())
+		c->o.given |= FERRY_GIVEN_PLACE;
 	c->shape_given = given & MODEL_GIVEN_SHAPE;
 	if (rc == CLI_HELP) {
 		usage();
@@ -303,7 +314,7 @@ static void print_sample(ferry_trainer_t tr, const struct train_cli *c)
 	int len = 1;
 	uint64_t rng = run_opts(tr)->seed;
 
-	if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK) {
+	if (ferry_tokenizer_open(c->o.tokenizer, &tok) != FERRY_OK) {
 		fprintf(stderr, "ferry train: no sample: %s\n", ferry_last_error());
 		return;
 	}
@@ -363,7 +374,8 @@ static int save(ferry_trainer_t tr, const struct train_cli *c)
 	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
 		print_saved_dir(path);
 	else
-		printf("saved %s and %s.state\n", path, path);
+		printf("saved %s and %s.state%s%s%s\n", path, path, c->o.tokenizer ? " and " : "",
+		       c->o.tokenizer ? path : "", c->o.tokenizer ? FERRY_CKPT_TOKENIZER_SUFFIX : "");
 	fflush(stdout);
 	return 0;
 }
@@ -539,10 +551,31 @@ static void from_saved_run(struct train_cli *c, int *B, int *T)
 		c->o.val_data = FERRY_DEMO_PREFIX "_val_*.bin";
 }
 
+/* A resume given no placement flag continues the saved run's placement
+ * (its --place string; a state from before version 6 records none): set
+ * now, so the host tiers and the memory check see it. */
+static int saved_placement(struct train_cli *c)
+{
+	static struct ferry_train_state st;
+	static char place[FERRY_PLACE_CHARS];
+	static struct ferry_places places; /* c->o.exec.policy points here */
+	char sp[4096];
+
+	if (!c->o.resume || (c->o.given & FERRY_GIVEN_PLACE) ||
+	    ferry_checkpoint_state_path(c->o.resume, ferry_checkpoint_is_hf(c->o.resume), sp, sizeof(sp)) != FERRY_OK ||
+	    ferry_state_read_info(sp, &st) != FERRY_OK)
+		return 0; /* the trainer says what is wrong */
+	if (ferry_train_state_place(&st, c->ranks.size, place, sizeof(place)) != FERRY_OK ||
+	    (place[0] && ferry_train_take_place(&c->o.exec, place, &places) != FERRY_OK))
+		return ferry_cli_fail(CMD);
+	return 0;
+}
+
 /* A bad shape, policy, size or save path is refused before any work, even
  * the demo data; then the data is prepared. */
 static int prepare(struct train_cli *c)
 {
+	static char carried[4200];
 	struct ferry_model_config cfg;
 	struct ferry_plan plan;
 	int B, T;
@@ -551,7 +584,8 @@ static int prepare(struct train_cli *c)
 		fprintf(stderr, "ferry train: note: the model shape comes from the checkpoint; "
 				"shape flags are ignored\n");
 	ferry_set_threads(c->o.threads);
-	if (ferry_cli_model_flags_backend(CMD, &c->o, stdout) || ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
+	if (saved_placement(c) || ferry_cli_model_flags_backend(CMD, &c->o, stdout) ||
+	    ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
 	    ferry_cli_model_flags_places(CMD, &c->o) || ferry_cli_tier_flags_setup(CMD, &c->o))
 		return 1;
 	if (is_auto_policy(c->o.exec.policy)) {
@@ -579,13 +613,18 @@ static int prepare(struct train_cli *c)
 	/* a save path of the wrong kind is refused now, not after training */
 	if (c->save && ferry_checkpoint_check_save_path(save_path(c->save, c->o.steps), &cfg) != FERRY_OK)
 		return ferry_cli_fail(CMD);
-	/* and so is a tokenizer that cannot print the sample */
-	if (c->tokenizer) {
+	/* and so is a tokenizer that cannot print the sample; one the
+	 * checkpoint carries travels on (a sample it cannot print is said) */
+	if (!c->tokenizer && (c->o.checkpoint || c->o.resume) &&
+	    checkpoint_tokenizer(c->o.resume ? c->o.resume : c->o.checkpoint, carried, sizeof(carried)))
+		c->o.tokenizer = carried;
+	else if (c->tokenizer) {
 		ferry_tokenizer_t tok;
 
 		if (ferry_tokenizer_open(c->tokenizer, &tok) != FERRY_OK)
 			return ferry_cli_fail(CMD);
 		ferry_tokenizer_free(tok);
+		c->o.tokenizer = c->tokenizer;
 	}
 	if (!c->o.data && !c->o.resume) {
 		/* rank 0 writes it while the others wait */
@@ -615,17 +654,35 @@ static void warn_pageable(ferry_trainer_t tr)
 			ferry_format_size(h.limit, b), ferry_format_size(h.pageable_bytes, c));
 }
 
+/* A resumed run's placement, and whose it is. */
+static void print_resume_place(ferry_trainer_t tr)
+{
+	const char *saved = ferry_trainer_saved_place(tr);
+	char now[FERRY_PLACE_CHARS];
+
+	ferry_train_place_of(&run_opts(tr)->exec, now, sizeof(now));
+	if (!(run_opts(tr)->given & FERRY_GIVEN_PLACE) && saved[0])
+		printf("placement: %s (the saved run's)\n", now);
+	else if (!saved[0])
+		printf("placement: %s (the saved run's is not recorded: its state is older; %s)\n", now,
+		       run_opts(tr)->given & FERRY_GIVEN_PLACE ? "as the flags give" : "the defaults");
+	else
+		printf("placement: %s (as the flags give%s)\n", now, strcmp(now, saved) ? "; the saved run's differs"
+										   : ", the saved run's too");
+}
+
 static void print_resume_note(ferry_trainer_t tr)
 {
 	const struct ferry_train_opts *o = run_opts(tr);
 	int steps, warmup, at = ferry_trainer_step_count(tr);
 	float lr, frac;
-	char over[1024];
+	char over[FERRY_PLACE_CHARS * 2 + 1024];
 
 	printf("resumed at step %d", at);
 	if (ferry_trainer_resume_overrides(tr, over, sizeof(over)) > 0)
 		printf("; given, unlike the saved run: %s", over);
 	printf("\n");
+	print_resume_place(tr);
 	if (ferry_trainer_resumed_schedule(tr, &steps, &warmup, &lr, &frac) &&
 	    (steps != o->steps || warmup != o->warmup || lr != o->lr || frac != o->final_lr_frac))
 		fprintf(stderr, "ferry train: note: the saved run followed a schedule of %d steps "
@@ -637,9 +694,10 @@ static void print_resume_note(ferry_trainer_t tr)
 
 /* On the CPU, the peak MFU is against: the better of the sgemm rate of
  * this machine's calibration (ferry calibrate), if any, and a 1024^3 sgemm
- * measured now.  Either can read low, and MFU then high (above 100% even):
- * one measured now under load, or a calibration taken on a busier machine
- * or of small products; a peak is the best rate seen.  A rate now far
+ * measured now.  Either can read low, and MFU then high: one measured now
+ * under load, or a calibration taken on a busier machine or of small
+ * products; a peak is the best rate seen, so a step faster than it becomes
+ * the peak (train_report.c).  A rate now far
  * below the calibrated one says the machine is busy. */
 static void set_cpu_peak(ferry_trainer_t tr, struct train_report *r)
 {
@@ -686,6 +744,7 @@ static void set_peak(ferry_trainer_t tr, const struct train_cli *c, struct train
 	r->step_flops = ferry_model_step_flops(ferry_trainer_model(tr), r->B, r->T); /* r->B: the rows of all micro-batches */
 	r->peak_flops = c->peak_flops;
 	r->peak_what = "--peak-flops";
+	r->raise_peak = !strcmp(be, "cpu"); /* no CPU's peak is known, only rates seen */
 	if (r->peak_flops > 0) {
 		printf("MFU: %.2f GFLOP per step (the model's) against --peak-flops %.4g GFLOP/s\n",
 		       r->step_flops / 1e9, r->peak_flops / 1e9);
@@ -914,6 +973,7 @@ static int train(struct run *run)
 		c->val_every = o->steps / 10 > 1 ? o->steps / 10 : 1;
 	run->rep.B = o->B * o->grad_accum * c->ranks.size; /* every rank's rows */
 	run->rep.T = o->T;
+	run->rep.log_every = c->log_every;
 	print_banner(run->tr, c);
 	set_peak(run->tr, c, &run->rep);
 	run->rep.peak_flops *= c->ranks.size; /* a device per rank */
@@ -975,7 +1035,7 @@ static int set_up(struct train_cli *c, struct run *run)
 int cmd_train(int argc, char **argv)
 {
 	struct train_cli c = { .val_every = -1, .val_batches = 8, .sample = 256, .sample_temperature = 0.8f,
-			       .comm_timeout = 600 };
+			       .comm_timeout = 600, .log_every = 1 };
 	struct run run = { .c = &c, .saved_step = -1 };
 	int rc;
 

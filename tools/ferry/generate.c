@@ -1,6 +1,12 @@
 #include "generate.h"
 #include "cli_args.h"
 #include "interrupt.h"
+#include "ferry/checkpoint.h"
+#include "ferry/hf_checkpoint.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void generate_print_token(ferry_tokenizer_t tok, int id, FILE *out)
 {
@@ -27,4 +33,16 @@ int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *s
 		fflush(out);
 	}
 	return 0;
+}
+
+bool checkpoint_tokenizer(const char *ckpt, char *buf, size_t n)
+{
+	struct stat sb;
+	const char *slash = strrchr(ckpt, '/');
+	bool dir = stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode);
+	int len = dir ? (int)strlen(ckpt) : slash ? (int)(slash - ckpt) : 1;
+	int w = !ferry_checkpoint_is_hf(ckpt) ? snprintf(buf, n, "%s" FERRY_CKPT_TOKENIZER_SUFFIX, ckpt)
+					       : snprintf(buf, n, "%.*s/tokenizer.json", len, dir || slash ? ckpt : ".");
+
+	return w >= 0 && (size_t)w < n && access(buf, R_OK) == 0;
 }

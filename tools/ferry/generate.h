@@ -3,6 +3,8 @@
 #ifndef FERRY_TOOLS_GENERATE_H
 #define FERRY_TOOLS_GENERATE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include "ferry/data.h"
 #include "ferry/train.h"
@@ -17,5 +19,10 @@ void generate_print_token(ferry_tokenizer_t tok, int id, FILE *out);
  * new length), or 1 after printing "ferry <cmd>: ..." for a failure. */
 int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
 	     const struct ferry_sample_opts *o, uint64_t *rng, FILE *out);
+
+/* The tokenizer that travels with a checkpoint, into buf when it has one:
+ * a Hugging Face directory's tokenizer.json (the directory of its
+ * config.json or weights), an llm.c FILE's FILE.tokenizer. */
+bool checkpoint_tokenizer(const char *ckpt, char *buf, size_t n);
 
 #endif

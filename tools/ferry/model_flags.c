@@ -4,6 +4,7 @@
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/backend.h"
+#include "ferry/policy.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -45,6 +46,32 @@ static int rope_theta_flag(const struct cli_flag *f, const char *cmd, int argc, 
 		ferry_cli_error(cmd, "--rope-theta must be positive, got '%s'", argv[i + 1]);
 		return -1;
 	}
+	return 2;
+}
+
+/* --policy P: a spec that parses (or auto), checked here, so that one
+ * --place activations= replaces is refused too, not dropped unread; an
+ * empty one names nothing. */
+static int policy_flag(const struct cli_flag *f, const char *cmd, int argc, char **argv, int i, void *dst)
+{
+	struct ferry_train_opts *o = dst;
+	struct ferry_policy *p = NULL;
+	const char *v;
+
+	(void)f;
+	if (ferry_cli_arg_value(cmd, argc, argv, i, &v))
+		return -1;
+	if (!v[strspn(v, " \t")]) {
+		ferry_cli_error(cmd, "--policy '%s': name a policy (e.g. everything_saveable, the default; "
+			       "`ferry plan` lists the model's names)", v);
+		return -1;
+	}
+	if (strcmp(v, "auto") && ferry_policy_parse(v, &p) != FERRY_OK) {
+		ferry_cli_error(cmd, "--policy: %s", ferry_last_error());
+		return -1;
+	}
+	ferry_policy_free(p);
+	o->exec.policy = v;
 	return 2;
 }
 
@@ -207,13 +234,16 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "model.safetensors or sharded, fp32, bf16 or fp16" },
 	{ .name = "--resume", .value = "PATH", .type = CLI_STRING, .at = AT(resume),
 	  .help = "continue from a --save: FILE and FILE.state, or a Llama\n"
-	  "directory with its ferry_state.bin" },
+	  "directory with its ferry_state.bin; the saved run's\n"
+	  "placement unless a placement flag (--policy ... --place,\n"
+	  "--host-tier) is given" },
 	{ .name = "--batch", .value = "B", .type = CLI_INT, .at = AT(B),
 	  .help = "batch size and sequence length (default 16, 64)",
 	  .section = "batch and memory:", .given = FERRY_GIVEN_BATCH },
 	{ .name = "--seq",
 	  .value = "T", .type = CLI_INT, .at = AT(T), .join = true, .given = FERRY_GIVEN_SEQ },
-	{ .name = "--policy", .value = "P", .type = CLI_STRING, .at = AT(exec.policy),
+	/* the placement flags: a resume given none continues the saved run's */
+	{ .name = "--policy", .value = "P", .type = CLI_CUSTOM, .at = 0, .parse = policy_flag,
 	  .help = "where each activation lives (default everything_saveable):\n"
 	  "a JAX or MaxText policy, e.g. nothing_saveable, dots_saveable,\n"
 	  "save_only_these_names(query_proj,key_proj), full, minimal,\n"
@@ -221,42 +251,50 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "custom:query_proj=offload,context=device (others remat);\n"
 	  "`ferry plan` lists the model's names; auto: the cost model's\n"
 	  "choice per name for --device-mem (calibrating this machine\n"
-	  "first where ferry calibrate's cache lacks the model)" },
+	  "first where ferry calibrate's cache lacks the model)",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--prefetch-depth", .value = "N", .type = CLI_CUSTOM, .at = 0, .parse = prefetch_flag,
 	  .help = "layers prefetched ahead in the backward pass (default 2);\n"
 	  "over host tiers (--host-tier activations=dram+nvme) one per\n"
 	  "tier, D1+D2, or auto: each tier's from its rate against a\n"
-	  "layer's compute time (this machine's calibration)" },
+	  "layer's compute time (this machine's calibration)",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--mlp-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.mlp_tile), .parse = tile_flag,
 	  .help = "the MLP over tiles of N tokens (or auto), its hidden\n"
 	  "activations recomputed per tile in backward: one tile's\n"
-	  "exist at a time (long sequences; docs/long_context.md)" },
+	  "exist at a time (long sequences; docs/long_context.md)",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--loss-tile", .value = "N", .type = CLI_CUSTOM, .at = AT(exec.loss_tile), .parse = tile_flag,
 	  .help = "the LM head and the loss over tiles of N tokens (or\n"
 	  "auto), the logits recomputed per tile in backward: one\n"
-	  "tile's logits at a time, not batch x seq x vocab" },
+	  "tile's logits at a time, not batch x seq x vocab",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--offload-optimizer", .value = "M", .type = CLI_CUSTOM, .at = 0,
 	  .help = "where AdamW's state lives: device (default); stream:\n"
 	  "master weights and moments in host memory, each layer's\n"
 	  "slice updated in a two-slot device ring; cpu: in host\n"
-	  "memory, updated by host threads (fused CPU AdamW)", .parse = optimizer_flag },
+	  "memory, updated by host threads (fused CPU AdamW)", .parse = optimizer_flag,
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--offload-params", .type = CLI_CUSTOM, .at = 0,
 	  .help = "the layers' weights in host memory, loaded into a device\n"
 	  "ring ahead of use in forward and backward; each layer's\n"
 	  "gradients go to the host when its backward ends\n"
 	  "(embedding, head and final norm stay on the device\n"
 	  "unless --offload-embeddings); AdamW's state goes to\n"
-	  "the host too (default cpu)", .parse = params_flag },
+	  "the host too (default cpu)", .parse = params_flag,
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--offload-embeddings", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-params: the embeddings, head and final\n"
 	  "norm in host memory too, loaded into one device region\n"
 	  "before the prologue and the epilogue (the larger one's\n"
 	  "weights and gradients on the device, not all of them;\n"
-	  "--zero 3: gathered there from the ranks' slices)", .parse = embeddings_flag },
+	  "--zero 3: gathered there from the ranks' slices)", .parse = embeddings_flag,
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--param-prefetch", .value = "N", .type = CLI_INT, .at = AT(exec.param_prefetch),
 	  .help = "layers of weights loaded ahead (default 1; with --zero 3,\n"
 	  "layers gathered ahead)",
-	  .min = 1, .max = 64, .range = "--param-prefetch must be from 1 to 64" },
+	  .min = 1, .max = 64, .range = "--param-prefetch must be from 1 to 64",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--zero", .value = "K", .type = CLI_INT, .at = AT(exec.zero),
 	  .help = "on several ranks (mpirun): 0 (default) each keeps all of\n"
 	  "AdamW's state; 1 (ZeRO-1) each keeps and updates its 1/N\n"
@@ -272,12 +310,14 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "the parameters whole on every host, gathered after the update;\n"
 	  "3 with them keeps only the slice on the host, each layer's\n"
 	  "part sent up before its all-gather, --param-prefetch ahead)",
-	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3" },
+	  .min = 0, .max = 3, .range = "--zero %d: 0, 1, 2 or 3",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--clip-order", .value = "O", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu: exact (default: every update\n"
 	  "waits for the global norm) or speculative (each layer\n"
 	  "updated as soon as its gradients are on the host, the\n"
-	  "step undone and redone when the norm needs clipping)", .parse = clip_order_flag },
+	  "step undone and redone when the norm needs clipping)", .parse = clip_order_flag,
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--device-grads", .type = CLI_CUSTOM, .at = 0,
 	  .help = "with --offload-optimizer cpu (the default with it): the\n"
 	  "fp32 gradients stay on the device; after the norm each\n"
@@ -286,7 +326,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "copy overlapping (no host copy of every gradient;\n"
 	  "adam.grads=device:stream(D) in --place: D + 1 slots); on\n"
 	  "several ranks averaged on the device first, with --zero\n"
-	  "1-3 only the rank's slice coming down", .parse = device_grads_flag },
+	  "1-3 only the rank's slice coming down", .parse = device_grads_flag,
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--place", .value = "SPEC", .type = CLI_STRING, .at = AT(exec.place),
 	  .help = "placements written down, over what the flags above set:\n"
 	  "GROUP=PLACEMENT,... with layers.weights=device|host:stream(D),\n"
@@ -301,7 +342,8 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  "activations.mlp_tile=N|auto, activations.loss_tile=N|auto;\n"
 	  "adam's host(TIER) or host(KIND=TIER,...) and activations.host=TIER\n"
 	  "name host tiers (as --host-tier);\n"
-	  "`ferry plan` prints every configuration's (docs/design.md)" },
+	  "`ferry plan` prints every configuration's (docs/design.md)",
+	  .given = FERRY_GIVEN_PLACE },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend),
 	  .help = "auto (default: $FERRY_BACKEND if set, else cuda if a GPU\n"
 	  "is found, else cpu), cpu, cuda" },

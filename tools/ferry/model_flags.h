@@ -19,7 +19,8 @@ bool ferry_cli_model_flags_state_given(void);
  * parse into a struct ferry_train_opts sets the given bits FERRY_GIVEN_BATCH
  * and FERRY_GIVEN_SEQ, and MODEL_GIVEN_SHAPE for the shape flags (not for
  * --model, which sets o->model.arch; left empty it means GPT-2 for a fresh
- * model and whatever a checkpoint holds). */
+ * model and whatever a checkpoint holds), FERRY_GIVEN_PLACE for the
+ * placement flags (--policy, the offloading and ZeRO flags, --place). */
 #define MODEL_GIVEN_SHAPE (1u << 31)
 extern const struct cli_flag ferry_cli_model_flags[];
 /* The group that parses them into o (given: NULL, or where the given bits

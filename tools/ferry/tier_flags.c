@@ -42,6 +42,11 @@ struct cli_group ferry_cli_tier_flags_group(void)
 	return (struct cli_group){ ferry_cli_tier_flags, &given, NULL, NULL };
 }
 
+bool ferry_cli_tier_flags_given(void)
+{
+	return given.spec != NULL;
+}
+
 const char *ferry_cli_tier_flags_spec(void)
 {
 	return given.spec && strcmp(given.spec, "off") ? given.spec : NULL;

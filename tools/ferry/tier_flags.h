@@ -16,6 +16,8 @@ struct cli_group ferry_cli_tier_flags_group(void);
 /* --host-tier's spec, a shorthand of the placements' host tiers (NULL:
  * not given, or off: no tiers). */
 const char *ferry_cli_tier_flags_spec(void);
+/* Whether --host-tier was given (off included): a placement flag. */
+bool ferry_cli_tier_flags_given(void);
 
 /* Creates the host tiers when a flag or the placements (o->exec.host_tier,
  * ferry_cli_model_flags_places) asked for them, or when the machine has CPU-less

@@ -63,20 +63,58 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 	if (!f || r->json_errno)
 		return r->json_errno ? -1 : 0;
 	errno = 0;
-	bad = fprintf(f, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+	/* losses and norms to every digit of their float: a comparison of two
+	 * runs sees what differs */
+	bad = fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.9g, "
 			 "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"device_peak_bytes\": %zu, \"elapsed_s\": %.3f",
 		      m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens_per_s, m->device_peak_bytes,
 		      elapsed) < 0;
 	if (!bad && mfu(r, m->step_ms) >= 0)
 		bad = fprintf(f, ", \"mfu\": %.4f", mfu(r, m->step_ms)) < 0;
 	if (!bad && !isnan(val_loss))
-		bad = fprintf(f, ", \"val_loss\": %.6f", val_loss) < 0;
+		bad = fprintf(f, ", \"val_loss\": %.9g", val_loss) < 0;
 	/* every record reaches the file (or pipe) before the next step */
 	if (bad || fprintf(f, "}\n") < 0 || fflush(f) != 0 || ferror(f)) {
 		r->json_errno = errno ? errno : EIO;
 		return -1;
 	}
 	return 0;
+}
+
+/* A step above the peak (u > 1): on the CPU the peak is an estimate (an
+ * sgemm measured or calibrated on a busier machine), so the step's rate
+ * becomes the peak, said once, and no line shows more than 100%; a GPU's
+ * peak is the device's own (--peak-flops): warned of once.  The MFU to show. */
+static double over_peak(struct train_report *r, const struct ferry_step_metrics *m, double u)
+{
+	double rate = r->step_flops / (m->step_ms / 1e3);
+
+	if (!(u > 1))
+		return u;
+	if (r->raise_peak) {
+		if (!r->warned_over)
+			fprintf(stderr, "ferry train: note: step %d ran at %.4g GFLOP/s, above the peak MFU was against "
+					"(%s, %.4g GFLOP/s): the best rate seen is the peak from here\n", m->step, rate / 1e9,
+				r->peak_what ? r->peak_what : "the peak", r->peak_flops / 1e9);
+		r->warned_over = true;
+		r->peak_flops = rate;
+		r->peak_what = "the fastest step's rate";
+		return 1;
+	}
+	if (!r->warned_over) /* not a real utilisation: the peak is too low */
+		fprintf(stderr, "ferry train: warning: MFU above 100%% against %s (%.4g GFLOP/s): that peak is below "
+				"what the steps reach; give the device's peak with --peak-flops\n",
+			r->peak_what ? r->peak_what : "the peak", r->peak_flops / 1e9);
+	r->warned_over = true;
+	return u;
+}
+
+/* Whether step m gets a line: every --log-every'th, the run's first and
+ * last, and one with a validation. */
+static bool shown(const struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
+{
+	return r->log_every <= 1 || m->step % r->log_every == 0 || m->step == r->steps ||
+	       m->step == r->first_step + 1 || !isnan(val_loss);
 }
 
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss)
@@ -86,17 +124,14 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	char el[32], eta[32], mem[32];
 
 	record(r, m, val_loss);
+	u = over_peak(r, m, u);
+	if (!shown(r, m, val_loss))
+		return json_record(r, m, val_loss, elapsed);
 	errno = 0;
 	printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s", m->step, r->steps, m->loss,
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
 	if (u >= 0)
 		printf(" | MFU %4.1f%%", 100 * u);
-	if (u > 1 && !r->warned_over) { /* not a real utilisation: the peak is too low */
-		r->warned_over = true;
-		fprintf(stderr, "ferry train: warning: MFU above 100%% against %s (%.4g GFLOP/s): that peak is below "
-				"what the steps reach; give the device's peak with --peak-flops\n",
-			r->peak_what ? r->peak_what : "the peak", r->peak_flops / 1e9);
-	}
 	printf(" | %s, ETA %s", report_duration(elapsed, el, sizeof(el)),
 	       report_duration(done > 0 ? elapsed / done * (r->steps - m->step) : 0, eta, sizeof(eta)));
 	if (!isnan(val_loss))

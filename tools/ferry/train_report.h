@@ -10,10 +10,12 @@
 
 struct train_report {
 	int steps, B, T;           /* the run: total steps, batch */
+	int log_every;             /* a line every N steps (0, 1: every step) */
 	double step_flops;         /* the model's FLOPs per step */
 	double peak_flops;         /* FLOP/s that MFU is against; 0: unknown, not shown */
 	const char *peak_what;     /* which peak that is ("--peak-flops", ...) */
 	bool warned_over;          /* said that MFU went above 100% */
+	bool raise_peak;           /* on the CPU: a step faster than the peak raises it */
 	FILE *json;                /* --json, or NULL */
 	const char *json_path;
 	int json_errno;            /* the first write error of the JSON log */
@@ -30,7 +32,8 @@ struct train_report {
  * NULL).  Returns 0, or -1 when out of memory (the median is then left
  * out). */
 int report_begin(struct train_report *r, int first_step, int steps);
-/* One step: its line on stdout and its JSON record.  Returns 0, or -1 when
+/* One step: its line on stdout (every log_every'th step, the first, the
+ * last and one with a validation) and its JSON record (every step).  Returns 0, or -1 when
  * the line or the record could not be written (r->stdout_errno or
  * r->json_errno says why; the caller stops the run). */
 int report_step(struct train_report *r, const struct ferry_step_metrics *m, float val_loss);
