@@ -10,6 +10,22 @@ bool ferry_window_at_layer(const float *scalars, int l)
 	return l >= (int)scalars[FERRY_SCALAR_WINDOW_FROM] && (every <= 1 || l % every == 0);
 }
 
+/* An RMSNorm whose statistic has g values per token normalises each of
+ * the token's g groups of C / g channels (Qwen 3's and Gemma 3's norm over
+ * each head of q and k): the kernels see g times the rows, each 1/g as
+ * wide, so the plain norm's kernels serve it unchanged. */
+static void norm_groups(const struct ferry_layer_decl *decl, const struct ferry_op_decl *op,
+			const struct ferry_dims *dims, struct ferry_op_call *c)
+{
+	const int64_t g = op->out[1] >= 0 ? ferry_shape_row_width(&decl->tensors[op->out[1]].shape, dims) : 1;
+
+	if (g <= 1 || c->C % g)
+		return;
+	c->T *= (int)g;
+	c->C /= (int)g;
+	c->OC /= (int)g;
+}
+
 void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struct ferry_dims *dims,
 			 const float *scalars, int layer, struct ferry_op_call *c)
 {
@@ -34,6 +50,8 @@ void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struc
 	/* rotary embedding turns each head of its tensor: query or key/value heads */
 	if (op->kind == FERRY_OP_ROPE && dims->v[FERRY_DIM_HS] > 0)
 		c->NH = (int)(c->C / dims->v[FERRY_DIM_HS]);
+	if (op->kind == FERRY_OP_RMSNORM)
+		norm_groups(decl, op, dims, c);
 	for (; op->scalar != FERRY_SCALAR_NONE && n_scalars < (info->n_scalars ? info->n_scalars : 1) &&
 	       op->scalar + n_scalars < FERRY_OP_SCALAR_COUNT; n_scalars++)
 		c->scalar[n_scalars] = scalars[op->scalar + n_scalars];
