@@ -1,19 +1,21 @@
 /*
- * The families' config.json files (Llama, Qwen 2, Mistral, Gemma 2), as
- * published and as ferry writes them:
+ * The families' config.json files (Llama, Qwen 2, Mistral, Gemma 2, Qwen
+ * 3), as published and as ferry writes them:
  *
  *   published  Mistral 7B v0.1 and v0.3, Qwen 2.5 7B (and with
- *              use_sliding_window), Gemma 2 2B, 9B and 27B (their files'
+ *              use_sliding_window), Gemma 2 2B, 9B and 27B, Qwen 3 0.6B
+ *              and 8B (their files'
  *              fields, written out here): each is read,
  *              becomes a model config whose parameter count is the model's
  *              published one, and goes back to config.json: read again the
  *              same fields, and every key the published file has that ferry
  *              writes holds the same JSON value (the keys ferry leaves out
  *              are listed: token ids, generation, what transformers does
- *              not read);
+ *              not read; a null is the default, left out);
  *   defaults   a file that names only model_type takes its config class's
  *              defaults (Gemma2Config: 4 key/value heads, head_dim 256, a
- *              tied head, window 4096, caps 50 and 30, scalar 256);
+ *              tied head, window 4096, caps 50 and 30, scalar 256;
+ *              Qwen3Config: head_dim 128 whatever the width);
  *   layers     layer_types is accepted where it says what the family's rule
  *              gives and refused, by index, where not;
  *   refusals   each family's keys in another family, bad values, a writer
@@ -60,6 +62,16 @@
 	" \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.1\","     \
 	" \"use_cache\": true, \"use_sliding_window\": " use ", \"vocab_size\": 152064}"
 
+#define QWEN3(hidden, inter, layers, heads, tie)                                                                 \
+	"{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"       \
+	" \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","      \
+	" \"hidden_size\": " #hidden ", \"initializer_range\": 0.02, \"intermediate_size\": " #inter ","           \
+	" \"max_position_embeddings\": 40960, \"max_window_layers\": " #layers ", \"model_type\": \"qwen3\","     \
+	" \"num_attention_heads\": " #heads ", \"num_hidden_layers\": " #layers ", \"num_key_value_heads\": 8,"   \
+	" \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null,"  \
+	" \"tie_word_embeddings\": " #tie ", \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\"," \
+	" \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}"
+
 /* Keys a published file has that ferry does not write back: token ids,
  * generation and initialisation settings, the library's version, and
  * Gemma's hidden_act and sliding_window_size (transformers reads neither). */
@@ -83,6 +95,8 @@ static const struct published {
 	{ "gemma-2-9b", GEMMA2(3584, 14336, 16, 42, 8, 256, 256, " \"sliding_window_size\": 4096,"), 9241705984u,
 	  4096, 0, false },
 	{ "gemma-2-27b", GEMMA2(4608, 36864, 32, 46, 16, 128, 144, ""), 27227128320u, 4096, 0, false },
+	{ "qwen3-0.6b", QWEN3(1024, 3072, 28, 16, true), 596049920u, 0, 0, true },
+	{ "qwen3-8b", QWEN3(4096, 12288, 36, 32, false), 8190735360u, 0, 0, true },
 };
 
 static const char *write_case(const char *name, const char *text)
@@ -126,9 +140,10 @@ static void same_json(const char *name, const char *text, const char *rewritten,
 	json_object_foreach(a, key, v) {
 		json_t *w = json_object_get(b, key);
 
-		if (!w && dropped_key(key, gate_shut))
-			continue;
-		if (!w || !json_equal(v, w)) {
+		if (!w && (dropped_key(key, gate_shut) || json_is_null(v)))
+			continue; /* null: the class's default, which ferry leaves out */
+		if (!w || !(json_equal(v, w) || (json_is_number(v) && json_is_number(w) &&
+						 json_number_value(v) == json_number_value(w)))) {
 			fprintf(stderr, "%s: %s is %s in the rewrite\n", name, key, w ? "other" : "absent");
 			failures++;
 		}
@@ -188,6 +203,10 @@ static void check_defaults(void)
 	CHECK_OK(ferry_hf_config_read(write_case("qmin", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true}"),
 				      &c));
 	CHECK(c.sliding_window == 4096 && c.max_window_layers == 28); /* Qwen2Config's */
+	CHECK_OK(ferry_hf_config_read(write_case("q3min", "{\"model_type\": \"qwen3\"}"), &c));
+	CHECK(c.head_dim == 128 && c.num_key_value_heads == 32 && !c.tie_word_embeddings && c.sliding_window == 0);
+	CHECK_OK(ferry_hf_config_to_model(&c, NULL, &m));
+	CHECK(m.head_size == 128 && m.channels == 4096 && m.heads == 32); /* Qwen3Config's: not 4096 / 32 */
 	printf("%-22s defaults as the config classes'\n", "defaults");
 }
 
@@ -213,6 +232,16 @@ static const struct bad {
 	{ "q_lt_bad", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
 		      " \"max_window_layers\": 1, \"layer_types\": [\"full_attention\", \"full_attention\"]}",
 	  FERRY_ERR_UNSUPPORTED, "layer_types[1] \"full_attention\" is not supported" },
+	{ "q3_lt_ok", "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
+		      " \"sliding_window\": 8, \"max_window_layers\": 1, \"layer_types\": [\"full_attention\","
+		      " \"sliding_attention\"]}", FERRY_OK, "" },
+	{ "q3_lt_bad", "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
+		       " \"max_window_layers\": 0, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+	  FERRY_ERR_UNSUPPORTED, "layer_types[0] \"full_attention\" is not supported (ferry's Qwen 3 has" },
+	{ "q3_bias", "{\"model_type\": \"qwen3\", \"attention_bias\": true}", FERRY_ERR_UNSUPPORTED,
+	  "attention_bias true is not supported" },
+	{ "q3_cap", "{\"model_type\": \"qwen3\", \"final_logit_softcapping\": 30.0}", FERRY_ERR_UNSUPPORTED,
+	  "final_logit_softcapping is not a field of Qwen3ForCausalLM" },
 	{ "m_lt_ok", "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, \"layer_types\":"
 		     " [\"sliding_attention\", \"sliding_attention\"]}", FERRY_OK, "" },
 	{ "q_mwl", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"max_window_layers\": -1}",

@@ -3,7 +3,8 @@
 # tools/family_hf_check.py loads each checkpoint of lib.bash's
 # family_checkpoints (ferry's) and of tools/family_hf_make.py
 # (transformers', with what ferry's flags cannot make: head sizes other
-# than C / heads, an untied Gemma 2, config.json as transformers writes it)
+# than C / heads, an untied Gemma 2, bf16 weights, config.json as
+# transformers writes it)
 # with transformers' own model class (eager attention, float64 but for
 # what its code casts to float32).  Its mean loss over the first batches
 # must equal `ferry eval`'s within 2e-6 relative (ferry computes in fp32:
@@ -64,5 +65,44 @@ same_as_transformers() {
 	fi
 }
 
+# The families added since (Qwen 3): from transformers' checkpoint $1 (fp32
+# or bf16), every policy, offload mode and an NVMe tier save the bits of its
+# plain run, and so does every ZeRO stage on 2 ranks (where MPI is) those
+# of --zero 0; --mlp-tile and --loss-tile train to its losses and gradient
+# norms within 1e-6 (a tile's weight gradients are summed tile by tile, so
+# the bits differ, on Llama too); the plain run's save (ferry's directory,
+# after training) is run by transformers as $1 was.
+PLACES=("${POLICIES[@]/#/--policy }" "${MODES[@]}"
+	"--policy minimal_offloaded --offload-optimizer stream --host-tier activations=nvme --nvme-dir $WORK")
+placements_from() {
+	local d=$1 more z run=(train --checkpoint "$1" --data 'corpus_train_*.bin' "${ROWS[@]}" --steps 3 --sample 0
+		--lr 1e-2)
+	expect_ok "$d: 3 steps" "$FERRY" "${run[@]}" --threads 2 --json "$d.plain.json" --save "$d.saved" || return
+	for more in "${PLACES[@]}"; do
+		rm -rf "$d.p"
+		# shellcheck disable=SC2086
+		expect_ok "$d: $more" "$FERRY" "${run[@]}" --threads 2 $more --save "$d.p" || continue
+		checks=$((checks + 1))
+		same_save "$d.saved" "$d.p" || fail "$d: $more: other bits than the plain run's saved"
+	done
+	if expect_ok "$d: tiles" "$FERRY" "${run[@]}" --threads 2 --mlp-tile 5 --loss-tile 7 --json "$d.tiled.json"; then
+		checks=$((checks + 1))
+		losses_agree "$d.plain.json" "$d.tiled.json" >/dev/null ||
+			fail "$d: tiled: $(losses_agree "$d.plain.json" "$d.tiled.json")"
+	fi
+	if command -v mpirun >/dev/null && "$FERRY" info 2>/dev/null | grep -q "MPI built in"; then
+		for z in 0 1 2 3; do
+			checks=$((checks + 1))
+			rm -rf "$d.z$z"
+			mpi_run 2 "$FERRY" "${run[@]}" --threads 1 --zero "$z" --save "$d.z$z" >z.out 2>&1 ||
+				{ fail "$d: 2 ranks, --zero $z: $(tail -n 2 z.out)"; continue; }
+			[ "$z" = 0 ] || { same_save "$d.z0" "$d.z$z" && echo "ok: $d: 2 ranks, --zero $z: the bits of --zero 0"; } ||
+				fail "$d: 2 ranks, --zero $z: other bits than --zero 0's"
+		done
+	fi
+	same_as_transformers "$d.saved"
+}
+
 for d in "${FAMILIES[@]}" "${MADE[@]}"; do same_as_transformers "$d"; done
+for d in tf_qwen3 tf_qwen3w tf_qwen3b; do placements_from "$d"; done
 finish
