@@ -17,6 +17,10 @@ what ferry's command-line flags cannot give a model:
   tf_qwen3     Qwen 3, head_dim 16, untied
   tf_qwen3w    Qwen 3, tied, use_sliding_window from its second layer
   tf_qwen3b    tf_qwen3 saved in bfloat16
+  tf_gemma3    Gemma 3 (text), 7 layers (the sixth full, the others
+               windowed by 5), head_dim 16, query_pre_attn_scalar 12,
+               linear rope scaling on the full layer, 10000 on the others
+  tf_gemma3b   tf_gemma3 saved in bfloat16
 
 Their weights are transformers' initialisation plus seeded noise (norm
 gains 0.3, the rest 0.15), so that every parameter matters.  ferry loads
@@ -38,6 +42,9 @@ def configs(transformers):
     """name -> transformers config of each checkpoint (module doc)."""
     llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+    gemma3 = dict(SHAPE, num_hidden_layers=7, head_dim=16, query_pre_attn_scalar=12, sliding_window=5,
+                  rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
     return {
         "tf_llama3": transformers.LlamaConfig(**SHAPE, head_dim=16, rope_parameters=llama3),
         "tf_llamalin": transformers.LlamaConfig(
@@ -52,10 +59,12 @@ def configs(transformers):
         "tf_qwen3w": transformers.Qwen3Config(**SHAPE, use_sliding_window=True, sliding_window=4, max_window_layers=1,
                                               tie_word_embeddings=True),
         "tf_qwen3b": transformers.Qwen3Config(**SHAPE, head_dim=16),
+        "tf_gemma3": transformers.Gemma3TextConfig(**gemma3),
+        "tf_gemma3b": transformers.Gemma3TextConfig(**gemma3),
     }
 
 
-BF16 = {"tf_qwen3b"}
+BF16 = {"tf_qwen3b", "tf_gemma3b"}
 
 
 def main():
