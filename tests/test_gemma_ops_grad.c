@@ -19,7 +19,7 @@
  * op table rows, the CPU backend's op calls (the model constants in
  * scalar[], bit for bit the kernels'), and the per-layer window of
  * ferry_op_call_shape (Gemma 2's even layers, Qwen 2's from
- * max_window_layers).
+ * max_window_layers, Gemma 3's five of six and their rotary base).
  */
 #include "backend/cpu/cpu_ops.h"
 #include "graph/layer.h"
@@ -465,11 +465,60 @@ static void test_layer_window(void)
 	printf("%-60s %s\n", "per-layer window (every 2nd; from layer 3), k after eps", ok ? "ok" : "FAIL");
 }
 
+/* Gemma 3's rules: the window on five layers of six (every sixth, index + 1
+ * a multiple of 6, full), and the windowed layers' rotary base, unscaled,
+ * where the full ones keep rope_theta and its scaling. */
+static void test_gemma3_layers(void)
+{
+	const struct ferry_layer_decl d = {
+		.n_tensors = 4,
+		.tensors = { { "q", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
+			     { "ctx", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } },
+			     { "lse", { .d = { FERRY_DIM_B, FERRY_DIM_NH, FERRY_DIM_T } } },
+			     { "qr", { .d = { FERRY_DIM_B, FERRY_DIM_T, FERRY_DIM_C } } } },
+		.n_ops = 2,
+		.ops = { { FERRY_OP_ATTENTION, { 1, 2, -1 }, { 3, 3, 3 }, { { -1, 0 }, { -1, 0 } },
+			   FERRY_SCALAR_ATTN_WINDOW },
+			 { FERRY_OP_ROPE, { 3, -1, -1 }, { 0, -1, -1 }, { { -1, 0 }, { -1, 0 } }, FERRY_SCALAR_ROPE_THETA } },
+	};
+	struct ferry_dims dims = { { 0 } };
+	float sc[FERRY_OP_SCALAR_COUNT] = { 0 };
+	struct ferry_op_call a, r;
+	int ok = 1;
+
+	dims.v[FERRY_DIM_B] = 1;
+	dims.v[FERRY_DIM_T] = 4;
+	dims.v[FERRY_DIM_C] = 8;
+	dims.v[FERRY_DIM_NH] = 2;
+	dims.v[FERRY_DIM_HS] = 4;
+	sc[FERRY_SCALAR_ATTN_WINDOW] = 5.0f;
+	sc[FERRY_SCALAR_WINDOW_FULL_EVERY] = 6.0f;
+	sc[FERRY_SCALAR_ROPE_THETA] = 1e6f;
+	sc[FERRY_SCALAR_ROPE_TYPE] = 1.0f; /* linear */
+	sc[FERRY_SCALAR_ROPE_FACTOR] = 8.0f;
+	sc[FERRY_SCALAR_ROPE_LOCAL_THETA] = 1e4f;
+	for (int l = 0; l < 13; l++) {
+		const bool full = l == 5 || l == 11;
+
+		ferry_op_call_shape(&d, 0, &dims, sc, l, &a);
+		ferry_op_call_shape(&d, 1, &dims, sc, l, &r);
+		ok &= a.scalar[0] == (full ? 0.0f : 5.0f) && ferry_window_at_layer(sc, l) == !full;
+		ok &= full ? r.scalar[0] == 1e6f && r.scalar[1] == 1.0f && r.scalar[2] == 8.0f
+			   : r.scalar[0] == 1e4f && r.scalar[1] == 0.0f && r.scalar[2] == 0.0f;
+	}
+	sc[FERRY_SCALAR_ROPE_LOCAL_THETA] = 0.0f; /* none: every layer rope_theta's, as before */
+	ferry_op_call_shape(&d, 1, &dims, sc, 0, &r);
+	ok &= r.scalar[0] == 1e6f && r.scalar[1] == 1.0f && r.NH == 2;
+	CHECK(ok, "Gemma 3's full layers or windowed layers' rotary base");
+	printf("%-60s %s\n", "Gemma 3: every 6th layer full; windowed layers' base 1e4", ok ? "ok" : "FAIL");
+}
+
 int main(void)
 {
 	test_op_rows();
 	test_op_calls();
 	test_layer_window();
+	test_gemma3_layers();
 	test_norm(1, 6, 16, 1e-6f);
 	test_norm(2, 3, 37, 1e-3f);
 	test_geglu(3, 257, 1.0f);

@@ -3,7 +3,7 @@
  * RoPE, SwiGLU and grouped-query attention, forward and every gradient; and
  * those of Gemma 2 and Mistral: RMSNorm's gain offset, GeGLU, the scale,
  * the soft cap (their in-place backward too) and attention's window, score
- * scale and soft cap; on
+ * scale and soft cap; the norm over each head of Qwen 3 and Gemma 3; on
  * fresh random inputs (rounded to bf16 where the GPU holds bf16, so both
  * sides read the same values and only the arithmetic differs), gradients
  * pre-filled with random values so accumulation is checked too.  Exits 77
@@ -693,6 +693,11 @@ int main(void)
 	/* Gemma 2 and Mistral: the gain offset, GeGLU, scale, soft cap */
 	test_rmsnorm_offset(2, 1000, 512, 2, 1e-6f, 0, 1.0f);
 	test_rmsnorm_offset(1, 77, 99, 2, 1e-6f, 1, 1.0f); /* scalar path */
+	/* Qwen 3's and Gemma 3's norm over each head of q and k: the call
+	 * ferry_op_call_shape makes of it is rows of HS, T x heads of them
+	 * (tests/test_qk_norm_ops_grad.c) */
+	test_rmsnorm_offset(2, 1000 * 16, 128, 2, 1e-6f, 0, 0.0f); /* Qwen 3 8B's 32 heads of 128, half */
+	test_rmsnorm_offset(1, 1000 * 8, 256, 2, 1e-6f, 0, 1.0f);  /* Gemma 3's heads of 256, 1 + w */
 	test_glu(FERRY_OP_GEGLU, 2L * 1000 * 1376, 0);
 	test_glu(FERRY_OP_GEGLU, 100003, 1);
 	test_unary(FERRY_OP_SCALE, 2L * 1000 * 512, 48.0f, 1, 0);       /* sqrt(2304), exact in bf16 */

@@ -2,7 +2,8 @@
  * Policies on the GPU against the CPU backend at real sizes: GPT-2 124M at
  * 4 x 1024 tokens, a grouped-query Llama at 2 x 1024, and at 2 x 1024 a
  * Mistral with a window of 256 and a Gemma 2 (window 256 on its even
- * layers, head size 256 != C / NH, its default caps), each trained two
+ * layers, head size 256 != C / NH, its default caps), a Qwen 3 and a
+ * Gemma 3 (per-head q/k norms; six layers, the last full), each trained two
  * steps on the CPU (fp32, everything kept: the reference) and on the GPU
  * (bf16) under full recomputation and the offloading presets.  Per
  * parameter tensor, the first step's GPU gradients are within a few bf16
@@ -145,11 +146,19 @@ int main(void)
 	struct shape gemma2 = { "gemma2", { .arch = "gemma2", .max_seq = 1024, .vocab = 32000, .layers = 4,
 					    .heads = 8, .kv_heads = 4, .channels = 1024, .head_size = 256,
 					    .ffn = 4096, .sliding_window = 256 }, 2, 1024 };
+	/* per-head q/k norms; Gemma 3's sixth layer full, its rope bases */
+	struct shape qwen3 = { "qwen3", { .arch = "qwen3", .max_seq = 1024, .vocab = 32000, .layers = 4, .heads = 16,
+					  .kv_heads = 8, .channels = 1024, .head_size = 128, .ffn = 3072 }, 2, 1024 };
+	struct shape gemma3 = { "gemma3", { .arch = "gemma3", .max_seq = 1024, .vocab = 32000, .layers = 6,
+					    .heads = 4, .kv_heads = 1, .channels = 1024, .head_size = 256,
+					    .ffn = 4096, .sliding_window = 256 }, 2, 1024 };
 
 	gpu_or_skip();
 	check_shape(&gpt2);
 	check_shape(&llama);
 	check_shape(&mistral);
 	check_shape(&gemma2);
+	check_shape(&qwen3);
+	check_shape(&gemma3);
 	return test_exit_code();
 }

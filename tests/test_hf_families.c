@@ -1,19 +1,21 @@
 /*
- * The families' config.json files (Llama, Qwen 2, Mistral, Gemma 2), as
- * published and as ferry writes them:
+ * The families' config.json files (Llama, Qwen 2, Mistral, Gemma 2, Qwen
+ * 3, Gemma 3), as published and as ferry writes them:
  *
  *   published  Mistral 7B v0.1 and v0.3, Qwen 2.5 7B (and with
- *              use_sliding_window), Gemma 2 2B, 9B and 27B (their files'
+ *              use_sliding_window), Gemma 2 2B, 9B and 27B, Qwen 3 0.6B
+ *              and 8B, Gemma 3 1B (their files'
  *              fields, written out here): each is read,
  *              becomes a model config whose parameter count is the model's
  *              published one, and goes back to config.json: read again the
  *              same fields, and every key the published file has that ferry
  *              writes holds the same JSON value (the keys ferry leaves out
  *              are listed: token ids, generation, what transformers does
- *              not read);
+ *              not read; a null is the default, left out);
  *   defaults   a file that names only model_type takes its config class's
  *              defaults (Gemma2Config: 4 key/value heads, head_dim 256, a
- *              tied head, window 4096, caps 50 and 30, scalar 256);
+ *              tied head, window 4096, caps 50 and 30, scalar 256;
+ *              Qwen3Config: head_dim 128 whatever the width);
  *   layers     layer_types is accepted where it says what the family's rule
  *              gives and refused, by index, where not;
  *   refusals   each family's keys in another family, bad values, a writer
@@ -60,12 +62,35 @@
 	" \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.1\","     \
 	" \"use_cache\": true, \"use_sliding_window\": " use ", \"vocab_size\": 152064}"
 
+#define QWEN3(hidden, inter, layers, heads, tie)                                                                 \
+	"{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"       \
+	" \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","      \
+	" \"hidden_size\": " #hidden ", \"initializer_range\": 0.02, \"intermediate_size\": " #inter ","           \
+	" \"max_position_embeddings\": 40960, \"max_window_layers\": " #layers ", \"model_type\": \"qwen3\","     \
+	" \"num_attention_heads\": " #heads ", \"num_hidden_layers\": " #layers ", \"num_key_value_heads\": 8,"   \
+	" \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null,"  \
+	" \"tie_word_embeddings\": " #tie ", \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\"," \
+	" \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}"
+
+#define GEMMA3_1B                                                                                                \
+	"{\"architectures\": [\"Gemma3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"      \
+	" \"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"cache_implementation\": \"hybrid\","            \
+	" \"eos_token_id\": 1, \"final_logit_softcapping\": null, \"head_dim\": 256,"                              \
+	" \"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 1152, \"initializer_range\": 0.02,"      \
+	" \"intermediate_size\": 6912, \"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\","      \
+	" \"num_attention_heads\": 4, \"num_hidden_layers\": 26, \"num_key_value_heads\": 1, \"pad_token_id\": 0," \
+	" \"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, \"rope_local_base_freq\": 10000,"               \
+	" \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": 512, \"sliding_window_pattern\": 6," \
+	" \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.50.0.dev0\", \"use_cache\": true,"          \
+	" \"vocab_size\": 262144}"
+
 /* Keys a published file has that ferry does not write back: token ids,
  * generation and initialisation settings, the library's version, and
- * Gemma's hidden_act and sliding_window_size (transformers reads neither). */
+ * Gemma's hidden_act and sliding_window_size (transformers reads neither),
+ * Gemma 3's sliding_window_pattern (the family's 6, its class's default). */
 static const char *const dropped[] = {
 	"bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "transformers_version",
-	"cache_implementation", "attention_dropout", "sliding_window_size", "hidden_act", NULL,
+	"cache_implementation", "attention_dropout", "sliding_window_size", "hidden_act", "sliding_window_pattern", NULL,
 };
 
 static const struct published {
@@ -83,6 +108,9 @@ static const struct published {
 	{ "gemma-2-9b", GEMMA2(3584, 14336, 16, 42, 8, 256, 256, " \"sliding_window_size\": 4096,"), 9241705984u,
 	  4096, 0, false },
 	{ "gemma-2-27b", GEMMA2(4608, 36864, 32, 46, 16, 128, 144, ""), 27227128320u, 4096, 0, false },
+	{ "qwen3-0.6b", QWEN3(1024, 3072, 28, 16, true), 596049920u, 0, 0, true },
+	{ "qwen3-8b", QWEN3(4096, 12288, 36, 32, false), 8190735360u, 0, 0, true },
+	{ "gemma-3-1b", GEMMA3_1B, 999885952u, 512, 0, false },
 };
 
 static const char *write_case(const char *name, const char *text)
@@ -126,9 +154,10 @@ static void same_json(const char *name, const char *text, const char *rewritten,
 	json_object_foreach(a, key, v) {
 		json_t *w = json_object_get(b, key);
 
-		if (!w && dropped_key(key, gate_shut))
-			continue;
-		if (!w || !json_equal(v, w)) {
+		if (!w && (dropped_key(key, gate_shut) || json_is_null(v)))
+			continue; /* null: the class's default, which ferry leaves out */
+		if (!w || !(json_equal(v, w) || (json_is_number(v) && json_is_number(w) &&
+						 json_number_value(v) == json_number_value(w)))) {
 			fprintf(stderr, "%s: %s is %s in the rewrite\n", name, key, w ? "other" : "absent");
 			failures++;
 		}
@@ -188,6 +217,22 @@ static void check_defaults(void)
 	CHECK_OK(ferry_hf_config_read(write_case("qmin", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true}"),
 				      &c));
 	CHECK(c.sliding_window == 4096 && c.max_window_layers == 28); /* Qwen2Config's */
+	CHECK_OK(ferry_hf_config_read(write_case("q3min", "{\"model_type\": \"qwen3\"}"), &c));
+	CHECK(c.head_dim == 128 && c.num_key_value_heads == 32 && !c.tie_word_embeddings && c.sliding_window == 0);
+	CHECK_OK(ferry_hf_config_to_model(&c, NULL, &m));
+	CHECK(m.head_size == 128 && m.channels == 4096 && m.heads == 32); /* Qwen3Config's: not 4096 / 32 */
+	CHECK_OK(ferry_hf_config_read(write_case("g3min", "{\"model_type\": \"gemma3_text\"}"), &c));
+	CHECK(c.head_dim == 256 && c.tie_word_embeddings && c.sliding_window == 4096 && c.rope_theta == 1e6 &&
+	      c.rope_local_base_freq == 1e4 && c.query_pre_attn_scalar == 256 && c.attn_logit_softcapping == 0);
+	CHECK_OK(ferry_hf_config_to_model(&c, NULL, &m));
+	CHECK(m.window_full_every == 6 && m.rope_local_theta == 1e4f && m.attn_softcap == 0 && m.final_softcap == 0);
+	/* transformers 5's rope_parameters, one object per layer type */
+	CHECK_OK(ferry_hf_config_read(write_case("g3rp", "{\"model_type\": \"gemma3_text\", \"rope_parameters\":"
+						 " {\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0,"
+						 " \"rope_theta\": 500000.0}, \"sliding_attention\": {\"rope_type\":"
+						 " \"default\", \"rope_theta\": 20000.0}}}"), &c));
+	CHECK(c.rope_theta == 5e5 && c.rope_type == FERRY_HF_ROPE_LINEAR && c.rope_factor == 8.0 &&
+	      c.rope_local_base_freq == 2e4);
 	printf("%-22s defaults as the config classes'\n", "defaults");
 }
 
@@ -213,6 +258,37 @@ static const struct bad {
 	{ "q_lt_bad", "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
 		      " \"max_window_layers\": 1, \"layer_types\": [\"full_attention\", \"full_attention\"]}",
 	  FERRY_ERR_UNSUPPORTED, "layer_types[1] \"full_attention\" is not supported" },
+	{ "q3_lt_ok", "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
+		      " \"sliding_window\": 8, \"max_window_layers\": 1, \"layer_types\": [\"full_attention\","
+		      " \"sliding_attention\"]}", FERRY_OK, "" },
+	{ "q3_lt_bad", "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
+		       " \"max_window_layers\": 0, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+	  FERRY_ERR_UNSUPPORTED, "layer_types[0] \"full_attention\" is not supported (ferry's Qwen 3 has" },
+	{ "q3_bias", "{\"model_type\": \"qwen3\", \"attention_bias\": true}", FERRY_ERR_UNSUPPORTED,
+	  "attention_bias true is not supported" },
+	{ "q3_cap", "{\"model_type\": \"qwen3\", \"final_logit_softcapping\": 30.0}", FERRY_ERR_UNSUPPORTED,
+	  "final_logit_softcapping is not a field of Qwen3ForCausalLM" },
+	{ "g3_lt_ok", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 7, \"layer_types\":"
+		      " [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+		      " \"sliding_attention\", \"full_attention\", \"sliding_attention\"]}", FERRY_OK, "" },
+	{ "g3_lt_bad", "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 2, \"layer_types\":"
+		       " [\"sliding_attention\", \"full_attention\"]}", FERRY_ERR_UNSUPPORTED,
+	  "layer_types[1] \"full_attention\" is not supported (ferry's Gemma 3 has sliding_attention there)" },
+	{ "g3_pattern", "{\"model_type\": \"gemma3_text\", \"sliding_window_pattern\": 4}", FERRY_ERR_UNSUPPORTED,
+	  "sliding_window_pattern 4 is not supported (ferry's Gemma 3 attends fully on every 6-th layer)" },
+	{ "g3_cap", "{\"model_type\": \"gemma3_text\", \"attn_logit_softcapping\": 50.0}", FERRY_ERR_UNSUPPORTED,
+	  "attn_logit_softcapping is not a field of Gemma3ForCausalLM" },
+	{ "g3_bidi", "{\"model_type\": \"gemma3_text\", \"use_bidirectional_attention\": true}",
+	  FERRY_ERR_UNSUPPORTED, "use_bidirectional_attention true is not supported" },
+	{ "g3_local_scaled", "{\"model_type\": \"gemma3_text\", \"rope_parameters\": {\"full_attention\":"
+			     " {\"rope_type\": \"default\"}, \"sliding_attention\": {\"rope_type\": \"linear\","
+			     " \"factor\": 2.0}}}", FERRY_ERR_UNSUPPORTED,
+	  "rope_parameters' sliding_attention of a scaled type is not supported" },
+	{ "l_local", "{\"model_type\": \"llama\", \"rope_local_base_freq\": 10000}", FERRY_ERR_UNSUPPORTED,
+	  "rope_local_base_freq is not a field of LlamaForCausalLM" },
+	{ "l_layer_ropes", "{\"model_type\": \"llama\", \"rope_parameters\": {\"full_attention\":"
+			   " {\"rope_type\": \"default\"}}}", FERRY_ERR_UNSUPPORTED,
+	  "rope_parameters by layer type is not supported (ferry's Llama turns every layer alike)" },
 	{ "m_lt_ok", "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, \"layer_types\":"
 		     " [\"sliding_attention\", \"sliding_attention\"]}", FERRY_OK, "" },
 	{ "q_mwl", "{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"max_window_layers\": -1}",
@@ -279,6 +355,12 @@ static void check_writer_and_models(void)
 	m = (struct ferry_model_config){ .arch = "gpt2", .max_seq = 16, .vocab = 32, .layers = 2, .heads = 2,
 					 .channels = 16, .final_softcap = 30.0f };
 	CHECK_ERR(ferry_model_config_complete(&m), FERRY_ERR_INVALID, "final_softcap (30): GPT-2's logits have no");
+	m = (struct ferry_model_config){ .arch = "llama", .max_seq = 16, .vocab = 32, .layers = 2, .heads = 2,
+					 .channels = 16, .rope_local_theta = 1e4f };
+	CHECK_ERR(ferry_model_config_complete(&m), FERRY_ERR_INVALID, "rope_local_theta (10000): Llama turns every");
+	m.rope_local_theta = 0;
+	m.window_full_every = 6;
+	CHECK_ERR(ferry_model_config_complete(&m), FERRY_ERR_INVALID, "window_full_every (6): Llama's layers");
 	printf("%-22s refused what a family cannot say\n", "writer, model configs");
 	fflush(stdout);
 }

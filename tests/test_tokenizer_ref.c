@@ -1,8 +1,9 @@
 /*
  * ferry's tokenizer.json against Hugging Face's own `tokenizers`, an
- * independent reference: tests/tokenizer/make_reference.py trains five small
- * BPE tokenizers (GPT-2-, Llama-3- and RoBERTa-like byte-level, Llama-2-like
- * and Mistral-like SentencePiece with byte fallback), saves them and the ids
+ * independent reference: tests/tokenizer/make_reference.py trains seven small
+ * BPE tokenizers (GPT-2-, Llama-3-, Qwen- and RoBERTa-like byte-level,
+ * Llama-2-, Mistral- and Gemma-like SentencePiece with byte fallback), saves
+ * them and the ids
  * `tokenizers` gives ~430 strings (contractions, digits, whitespace runs,
  * emoji, CJK, combining marks, added and special tokens inside text); every
  * string must encode to the same ids, with and without the post-processor's
@@ -18,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *const names[] = { "gpt2", "llama3", "roberta", "llama2", "mistral" };
+static const char *const names[] = { "gpt2", "llama3", "roberta", "llama2", "mistral", "qwen", "gemma" };
 
 static bool same_ids(const struct ferry_token_buf *b, json_t *ids)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent check of ferry's Llama-family models: Llama, Qwen 2, Mistral, Gemma 2.
+"""An independent check of ferry's Llama-family models: Llama, Qwen 2, Mistral, Gemma 2, Qwen 3.
 
 Reads a checkpoint directory ferry saved (config.json + model.safetensors,
 the latter parsed here from the format's specification), runs the family's
@@ -24,7 +24,9 @@ The families, as transformers computes them:
            cast to the model's dtype, post-attention, pre- and
            post-feedforward norms, GeGLU (gelu tanh), scores scaled by
            query_pre_attn_scalar^-1/2 and soft-capped, a window on the even
-           layers, soft-capped logits, a tied head by default.
+           layers, soft-capped logits, a tied head by default;
+  qwen3    Llama with RMSNorm w * x / rms over each head of q and k before
+           the rotary embedding, head_dim 128 by default, Qwen 2's window.
 A config.json's layer_types, when present, says which layers slide.
 
 With --transformers-config, also loads config.json with transformers'
@@ -53,6 +55,8 @@ DEFAULTS = {
     "gemma2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, sliding_window=4096,
                    query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                    num_key_value_heads=4, head_dim=256),
+    "qwen3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, use_sliding_window=False,
+                  sliding_window=4096, max_window_layers=28, num_key_value_heads=32, head_dim=128),
 }
 
 
@@ -74,11 +78,11 @@ def sliding_layers(cfg):
     """Which layers have a sliding window (its size, or None for full attention)."""
     L, mt = cfg["num_hidden_layers"], cfg["model_type"]
     window = field(cfg, "sliding_window")
-    if mt == "qwen2" and not field(cfg, "use_sliding_window"):
+    if mt in ("qwen2", "qwen3") and not field(cfg, "use_sliding_window"):
         window = None
     if "layer_types" in cfg and cfg["layer_types"] is not None:
         kinds = cfg["layer_types"]
-    elif mt == "qwen2":
+    elif mt in ("qwen2", "qwen3"):
         kinds = ["sliding_attention" if i >= field(cfg, "max_window_layers") else "full_attention" for i in range(L)]
     elif mt == "gemma2":
         kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
@@ -169,7 +173,9 @@ def attention(cfg, W, p, x, l, window, cos, sin):
         y = x @ W[p + f"self_attn.{name}.weight"].T
         if p + f"self_attn.{name}.bias" in W:
             y = y + W[p + f"self_attn.{name}.bias"]
-        return y.reshape(B, T, n, hd).transpose(0, 2, 1, 3)
+        y = y.reshape(B, T, n, hd).transpose(0, 2, 1, 3)
+        norm = p + f"self_attn.{name[0]}_norm.weight"  # Qwen 3's, over each head
+        return rms_norm(y, W[norm], field(cfg, "rms_norm_eps"), False) if norm in W else y
 
     q, k, v = proj("q_proj", NH), proj("k_proj", NKV), proj("v_proj", NKV)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
@@ -253,6 +259,8 @@ def check_with_transformers(directory, cfg, out):
                     attn_logit_softcapping=field(cfg, "attn_logit_softcapping"),
                     final_logit_softcapping=field(cfg, "final_logit_softcapping"),
                     hidden_activation="gelu_pytorch_tanh")
+    if cfg["model_type"] == "qwen3":
+        want.update(head_dim=hd)
     bad = [f"{k}: transformers {getattr(tc, k, None)!r}, here {v!r}" for k, v in want.items()
            if getattr(tc, k, None) != v]
     windows = sliding_layers(cfg)

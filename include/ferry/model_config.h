@@ -72,6 +72,13 @@ struct ferry_model_config {
 				0: the model's default (Gemma 2: 50), < 0: none */
 	float final_softcap; /* Gemma 2: the logits likewise (0: its 30, < 0:
 				none) */
+	int window_full_every; /* Gemma 3: every this-th layer (index + 1 a
+				  multiple) attends fully, the others through
+				  the window (0: the model's default, none but
+				  Gemma 3's 6) */
+	float rope_local_theta; /* Gemma 3: the rotary base of the windowed
+				   layers, unscaled (0: its 10000); rope_theta
+				   and rope_scaling are the others' */
 };
 
 /* Fills cfg->arch's defaults for the derived fields left 0 and checks every

@@ -174,6 +174,11 @@ struct ferry_hf_family {
 	int max_window_layers;     /* gated: max_window_layers' default */
 	int window_layers_every;   /* the window acts on the layers whose index
 				      is a multiple of this (Gemma 2: 2); 0: all */
+	int sliding_window_pattern; /* ... but every this-th (index + 1 a
+				      multiple: Gemma 3's 6) attends fully; 0: none */
+	double rope_local_base_freq; /* > 0: the windowed layers turn by this
+				      base, unscaled (Gemma 3), its default;
+				      0: no such field */
 	int query_pre_attn_scalar; /* > 0: the family scales scores by its
 				      query_pre_attn_scalar (Gemma 2), this
 				      default; 0: no such field */
@@ -219,6 +224,7 @@ struct ferry_hf_config {
 	int max_window_layers;         /* a gated family's window acts on
 					  layers from this one (Qwen2) */
 	int query_pre_attn_scalar;     /* Gemma 2 (0 in other families) */
+	double rope_local_base_freq;   /* Gemma 3 (0 in other families) */
 	double attn_logit_softcapping; /* Gemma 2, 0: none (null) */
 	double final_logit_softcapping;
 	/* the tokenizer's special tokens, which do not change the

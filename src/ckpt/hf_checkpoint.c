@@ -193,6 +193,11 @@ static ferry_status hf_attention_to_model(const struct ferry_hf_config *hf, cons
 	c->sliding_window = hf->sliding_window;
 	c->window_layers_every = f->window_layers_every;
 	c->window_layers_from = f->gated_sliding_window ? hf->max_window_layers : 0;
+	c->window_full_every = f->sliding_window_pattern;
+	c->rope_local_theta = (float)hf->rope_local_base_freq;
+	if (hf->rope_local_base_freq > 0 && !(c->rope_local_theta > 1 && isfinite(c->rope_local_theta)))
+		return ferry_error(FERRY_ERR_FORMAT, "%s: rope_local_base_freq %g must be above 1, in a float's range",
+				   path, hf->rope_local_base_freq);
 	c->query_pre_attn_scalar = hf->query_pre_attn_scalar;
 	if ((st = hf_cap_to_model(hf->attn_logit_softcapping, f->attn_logit_softcapping > 0, "attn_logit_softcapping",
 				  path, &c->attn_softcap)))
@@ -294,14 +299,17 @@ static ferry_status model_attention_to_hf(const struct ferry_model_config *c, co
 					  struct ferry_hf_config *h)
 {
 	const int every = c->window_layers_every > 1 ? c->window_layers_every : 0;
+	const int full = c->window_full_every > 1 ? c->window_full_every : 0;
 
 	if (c->sliding_window && (every != (f->window_layers_every > 1 ? f->window_layers_every : 0) ||
+				  full != (f->sliding_window_pattern > 1 ? f->sliding_window_pattern : 0) ||
 				  (c->window_layers_from && !f->gated_sliding_window)))
 		return ferry_error(FERRY_ERR_INVALID, "config.json: %s's window acts on the layers its family "
 				   "says, not every %d from %d", f->title, every ? every : 1, c->window_layers_from);
 	h->sliding_window = c->sliding_window;
 	h->max_window_layers = f->gated_sliding_window && c->sliding_window ? c->window_layers_from : 0;
 	h->query_pre_attn_scalar = c->query_pre_attn_scalar;
+	h->rope_local_base_freq = c->rope_local_theta > 0 ? short_decimal(c->rope_local_theta) : 0.0;
 	h->attn_logit_softcapping = c->attn_softcap > 0 ? short_decimal(c->attn_softcap) : 0.0;
 	h->final_logit_softcapping = c->final_softcap > 0 ? short_decimal(c->final_softcap) : 0.0;
 	return FERRY_OK;

@@ -49,6 +49,10 @@ enum ferry_op_scalar {
 	FERRY_SCALAR_WINDOW_FROM,  /* index is a multiple of this (0: every) and at least that */
 	FERRY_SCALAR_EMBED_SCALE,  /* Gemma's embedding factor, sqrt(C) */
 	FERRY_SCALAR_FINAL_SOFTCAP, /* the logits' soft cap (0: none) */
+	FERRY_SCALAR_WINDOW_FULL_EVERY, /* ... and whose index + 1 is not a multiple of this
+					   (Gemma 3: 6, every sixth layer full; 0: none) */
+	FERRY_SCALAR_ROPE_LOCAL_THETA, /* the rotary base on windowed layers, unscaled
+					  (Gemma 3's rope_local_base_freq; 0: the one) */
 	FERRY_OP_SCALAR_COUNT
 };
 
@@ -95,7 +99,7 @@ void ferry_op_call_shape(const struct ferry_layer_decl *decl, int o, const struc
 			 const float *scalars, int layer, struct ferry_op_call *c);
 
 /* Whether the attention window acts on layer l under these model
- * constants (FERRY_SCALAR_WINDOW_EVERY and _FROM). */
+ * constants (FERRY_SCALAR_WINDOW_EVERY, _FROM and _FULL_EVERY). */
 bool ferry_window_at_layer(const float *scalars, int l);
 
 /* Elements of one view of weight slot `slot` of a call (see

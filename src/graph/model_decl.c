@@ -38,6 +38,8 @@ void ferry_model_scalars(const struct ferry_model_config *cfg, float out[FERRY_O
 	out[FERRY_SCALAR_ATTN_WINDOW] = (float)cfg->sliding_window; /* exact: at most 2^24 */
 	out[FERRY_SCALAR_WINDOW_EVERY] = (float)cfg->window_layers_every;
 	out[FERRY_SCALAR_WINDOW_FROM] = (float)cfg->window_layers_from;
+	out[FERRY_SCALAR_WINDOW_FULL_EVERY] = (float)cfg->window_full_every;
+	out[FERRY_SCALAR_ROPE_LOCAL_THETA] = cfg->rope_local_theta;
 	/* Gemma 2's: the scale transformers computes in double and multiplies
 	   into float32 scores; the caps as given (negative: none) */
 	out[FERRY_SCALAR_ATTN_SCALE] = cfg->query_pre_attn_scalar > 0 ? (float)pow(cfg->query_pre_attn_scalar, -0.5)

@@ -359,6 +359,21 @@ static ferry_status read_sizes(json_t *root, const char *path, const struct ferr
 		       f->head_dim ? f->head_dim : c->hidden_size / c->num_attention_heads, &c->head_dim);
 }
 
+/* Gemma 3's windowed layers' base: rope_local_base_freq, or transformers
+ * 5's rope_parameters.sliding_attention.rope_theta. */
+static ferry_status read_local_theta(json_t *root, const char *path, const struct ferry_hf_family *f,
+				     struct ferry_hf_config *c)
+{
+	json_t *local = ferry_hfc_get(ferry_hfc_get(root, "rope_parameters"), "sliding_attention");
+
+	c->rope_local_base_freq = 0.0;
+	if (!(f->rope_local_base_freq > 0))
+		return FERRY_OK;
+	if (!ferry_hfc_get(root, "rope_local_base_freq") && json_is_object(local))
+		return get_pos_real(local, path, "rope_theta", f->rope_local_base_freq, &c->rope_local_base_freq);
+	return get_pos_real(root, path, "rope_local_base_freq", f->rope_local_base_freq, &c->rope_local_base_freq);
+}
+
 /* rope_theta, rms_norm_eps, tie_word_embeddings and the dtype. */
 static ferry_status read_numerics(json_t *root, const char *path, const struct ferry_hf_family *f,
 				  struct ferry_hf_config *c)
@@ -367,13 +382,17 @@ static ferry_status read_numerics(json_t *root, const char *path, const struct f
 	ferry_status st;
 	char d[64];
 
-	/* transformers 5 moved rope_theta into rope_parameters. */
+	/* transformers 5 moved rope_theta into rope_parameters (Gemma 3's:
+	   one object per layer type, the global layers' full_attention) */
 	rp = ferry_hfc_get(root, "rope_parameters");
+	if (json_is_object(ferry_hfc_get(rp, "full_attention")))
+		rp = ferry_hfc_get(rp, "full_attention");
 	if (!ferry_hfc_get(root, "rope_theta") && json_is_object(rp))
 		st = get_pos_real(rp, path, "rope_theta", f->rope_theta, &c->rope_theta);
 	else
 		st = get_pos_real(root, path, "rope_theta", f->rope_theta, &c->rope_theta);
-	if (st || (st = get_pos_real(root, path, "rms_norm_eps", f->rms_norm_eps, &c->rms_norm_eps)))
+	if (st || (st = get_pos_real(root, path, "rms_norm_eps", f->rms_norm_eps, &c->rms_norm_eps)) ||
+	    (st = read_local_theta(root, path, f, c)))
 		return st;
 
 	j = ferry_hfc_get(root, "tie_word_embeddings");
@@ -460,6 +479,7 @@ static const struct {
 	{ "torchscript", KEY_META }, { "_attn_implementation_autoset", KEY_META },
 	{ "cache_implementation", KEY_META }, { "sliding_window_size", KEY_META }, /* Gemma 2's, unread */
 	{ "attention_bias", KEY_FALSE }, { "mlp_bias", KEY_FALSE }, { "attention_dropout", KEY_ZERO },
+	{ "use_bidirectional_attention", KEY_FALSE }, /* Gemma 3's; true is an encoder's */
 };
 
 /* The activation: the family's (silu, Gemma 2's gelu_pytorch_tanh) under
@@ -488,6 +508,11 @@ static ferry_status check_key(json_t *root, const char *path, const struct ferry
 		return FERRY_OK; /* None: the class's default */
 	if (ferry_hfc_attention_key(root, path, f, c, key, v, &st))
 		return st;
+	if (!strcmp(key, "rope_local_base_freq") && !(f->rope_local_base_freq > 0))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: rope_local_base_freq is not a field of %s (ferry's %s "
+				   "turns every layer alike)", path, f->architecture, f->title);
+	if (!strcmp(key, "rope_local_base_freq"))
+		return FERRY_OK; /* read_local_theta's */
 	if (f->qkv_bias && !strcmp(key, "attention_bias"))
 		return ferry_error(FERRY_ERR_UNSUPPORTED,
 				   "%s: attention_bias is not a field of %s (its q, k, v projections always "
@@ -517,6 +542,29 @@ static ferry_status check_key(json_t *root, const char *path, const struct ferry
 			   "%s: %s is not a field ferry implements (refused rather than ignored)", path, key);
 }
 
+/* rope_parameters per layer type (transformers 5's Gemma 3): the global
+ * layers' scaling in full_attention, the windowed layers' plain RoPE. */
+static ferry_status read_layer_ropes(json_t *root, const char *path, const struct ferry_hf_family *f,
+				     struct ferry_hf_config *c)
+{
+	json_t *rp = ferry_hfc_get(root, "rope_parameters");
+	struct ferry_hf_config local;
+	ferry_status st;
+
+	if (!json_is_object(ferry_hfc_get(rp, "full_attention")) && !ferry_hfc_get(rp, "sliding_attention"))
+		return FERRY_OK;
+	if (!(f->rope_local_base_freq > 0))
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: rope_parameters by layer type is not supported "
+				   "(ferry's %s turns every layer alike)", path, f->title);
+	memset(&local, 0, sizeof(local));
+	if ((st = read_rope(rp, path, "full_attention", c)) || (st = read_rope(rp, path, "sliding_attention", &local)))
+		return st;
+	if (local.rope_type != FERRY_HF_ROPE_DEFAULT)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: rope_parameters' sliding_attention of a scaled type is "
+				   "not supported (ferry's %s turns its windowed layers unscaled)", path, f->title);
+	return FERRY_OK;
+}
+
 /* What ferry does not compute is refused, not ignored. */
 static ferry_status check_supported(json_t *root, const char *path, const struct ferry_hf_family *f,
 				    struct ferry_hf_config *c)
@@ -525,7 +573,8 @@ static ferry_status check_supported(json_t *root, const char *path, const struct
 	ferry_status st;
 	json_t *v;
 
-	if ((st = read_rope(root, path, "rope_scaling", c)) || (st = read_rope(root, path, "rope_parameters", c)))
+	if ((st = read_rope(root, path, "rope_scaling", c)) || (st = read_rope(root, path, "rope_parameters", c)) ||
+	    (st = read_layer_ropes(root, path, f, c)))
 		return st;
 	json_object_foreach(root, key, v) {
 		if ((st = check_key(root, path, f, c, key, v)))
@@ -657,6 +706,9 @@ static int set_family_keys(json_t *root, const struct ferry_hf_family *f, const 
 {
 	if (ferry_hfc_set_attention(root, f, cfg))
 		return -1;
+	if (f->rope_local_base_freq > 0 &&
+	    json_object_set_new(root, "rope_local_base_freq", json_real(cfg->rope_local_base_freq)))
+		return -1;
 	if (f->qkv_bias)
 		return 0;
 	return json_object_set_new(root, "attention_bias", json_false()) ||
@@ -734,7 +786,7 @@ static int config_digits(const struct ferry_hf_config *cfg)
 {
 	const double reals[] = { cfg->rope_theta, cfg->rms_norm_eps, cfg->rope_factor, cfg->rope_low_freq_factor,
 				 cfg->rope_high_freq_factor, cfg->attn_logit_softcapping,
-				 cfg->final_logit_softcapping };
+				 cfg->final_logit_softcapping, cfg->rope_local_base_freq };
 	int prec = 1;
 
 	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)

@@ -37,13 +37,17 @@ static bool window_layer(const struct ferry_hf_family *f, const struct ferry_hf_
 {
 	if (f->sliding_window <= 0 || (f->gated_sliding_window && l < c->max_window_layers))
 		return false;
+	if (f->sliding_window_pattern > 1 && (l + 1) % f->sliding_window_pattern == 0)
+		return false;
 	return f->window_layers_every <= 1 || l % f->window_layers_every == 0;
 }
 
 /* "every layer", "the layers whose index is a multiple of 2" */
 static const char *window_layers_text(const struct ferry_hf_family *f, char *buf, size_t n)
 {
-	if (f->window_layers_every <= 1)
+	if (f->sliding_window_pattern > 1)
+		snprintf(buf, n, "every layer but each %d-th", f->sliding_window_pattern);
+	else if (f->window_layers_every <= 1)
 		snprintf(buf, n, "every layer");
 	else
 		snprintf(buf, n, "the layers whose index is a multiple of %d", f->window_layers_every);
@@ -178,6 +182,20 @@ static ferry_status check_window_key(json_t *root, const char *path, const struc
 						 : "ferry's attention is full");
 }
 
+/* Gemma 3's sliding_window_pattern: the family's (every 6th layer full). */
+static ferry_status check_pattern(const char *path, const struct ferry_hf_family *f, const char *key, json_t *v)
+{
+	char d[64];
+
+	if (f->sliding_window_pattern > 1 && json_is_integer(v) && json_integer_value(v) == f->sliding_window_pattern)
+		return FERRY_OK;
+	if (f->sliding_window_pattern > 1)
+		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s %s is not supported (ferry's %s attends fully on every "
+				   "%d-th layer)", path, key, ferry_hfc_describe(v, d, sizeof(d)), f->title,
+				   f->sliding_window_pattern);
+	return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: %s is not a field of %s", path, key, f->architecture);
+}
+
 bool ferry_hfc_attention_key(json_t *root, const char *path, const struct ferry_hf_family *f,
 			     const struct ferry_hf_config *c, const char *key, json_t *v, ferry_status *st)
 {
@@ -189,6 +207,8 @@ bool ferry_hfc_attention_key(json_t *root, const char *path, const struct ferry_
 
 	if (!strcmp(key, "layer_types"))
 		*st = check_layer_types(path, f, c, v);
+	else if (!strcmp(key, "sliding_window_pattern") || !strcmp(key, "_sliding_window_pattern"))
+		*st = check_pattern(path, f, key, v);
 	else if (!strcmp(key, "sliding_window") || !strcmp(key, "use_sliding_window") ||
 		 !strcmp(key, "max_window_layers"))
 		*st = check_window_key(root, path, f, key, v);
@@ -216,6 +236,10 @@ ferry_status ferry_hfc_check_attention(const struct ferry_hf_config *c, const st
 	    (c->max_window_layers && !f->gated_sliding_window))
 		return ferry_error(FERRY_ERR_INVALID, "%s: max_window_layers %d: %s", path, c->max_window_layers,
 				   f->gated_sliding_window ? "out of range" : "not a field of the family");
+	if (f->rope_local_base_freq > 0 ? !(c->rope_local_base_freq > 0) || !isfinite(c->rope_local_base_freq)
+					: c->rope_local_base_freq != 0)
+		return ferry_error(FERRY_ERR_INVALID, "%s: rope_local_base_freq %g: %s", path, c->rope_local_base_freq,
+				   f->rope_local_base_freq > 0 ? "not a positive number" : "not a field of the family");
 	if (f->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar <= 0 || c->query_pre_attn_scalar > MAX_WINDOW
 					 : c->query_pre_attn_scalar != 0)
 		return ferry_error(FERRY_ERR_INVALID, "%s: query_pre_attn_scalar %d: %s", path,

@@ -35,8 +35,7 @@ enum {
 #define BTC FERRY_LL_BTC
 #define BT FERRY_LL_BT
 #define BTX FERRY_LL_BTX
-#define NORM1(y, rstd, x, g) \
-	{ FERRY_OP_RMSNORM, { y, rstd, -1 }, { x, -1, -1 }, { { g, 0 }, { -1, 0 } }, FERRY_SCALAR_NORM_EPS, .k = 1.0f }
+#define NORM1 FERRY_LL_RMSNORM_1W
 
 static const struct ferry_layer_decl layer = {
 	.model = "gemma2",
@@ -94,7 +93,7 @@ static const struct ferry_layer_decl layer = {
 
 enum { P_TOKENS, P_RAW, P_EMBED, P_N };
 
-static const struct ferry_layer_decl prologue = {
+const struct ferry_layer_decl ferry_gemma_prologue = {
 	.model = "gemma2 prologue",
 	.n_tensors = P_N,
 	.tensors = {
@@ -112,7 +111,7 @@ static const struct ferry_layer_decl prologue = {
 	.output = P_EMBED,
 };
 
-static const struct ferry_stage_tensor prologue_roles[P_N] = {
+const struct ferry_stage_tensor ferry_gemma_prologue_roles[P_N] = {
 	[P_TOKENS] = { .role = FERRY_ROLE_TOKENS },
 	[P_RAW] = { .grad_in_place = true },
 	[P_EMBED] = { .role = FERRY_ROLE_STACK_INPUT },
@@ -233,10 +232,10 @@ const struct ferry_model_decl ferry_gemma2_decl = {
 		[POST_FFW] = FERRY_LL_LAYER_P("post_feedforward_layernorm", "post_feedforward_layernorm.weight",
 					      FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO),
 	},
-	.prologue = &prologue,
+	.prologue = &ferry_gemma_prologue,
 	.layer = &layer,
 	.epilogue = &epilogue,
-	.prologue_roles = prologue_roles,
+	.prologue_roles = ferry_gemma_prologue_roles,
 	.epilogue_roles = epilogue_roles,
 	.config_check = gemma2_config_check,
 };

@@ -37,6 +37,9 @@ enum ferry_llama_tensor {
 #define FERRY_LL_NONE { { -1, 0 }, { -1, 0 } }
 #define FERRY_LL_RMSNORM(y, rstd, x, g) \
 	{ FERRY_OP_RMSNORM, { y, rstd, -1 }, { x, -1, -1 }, { { g, 0 }, { -1, 0 } }, FERRY_SCALAR_NORM_EPS }
+/* Gemma's RMSNorm, by 1 + w: the op's gain offset k = 1. */
+#define FERRY_LL_RMSNORM_1W(y, rstd, x, g) \
+	{ FERRY_OP_RMSNORM, { y, rstd, -1 }, { x, -1, -1 }, { { g, 0 }, { -1, 0 } }, FERRY_SCALAR_NORM_EPS, .k = 1.0f }
 #define FERRY_LL_MATMUL(y, x, w, b) { FERRY_OP_MATMUL, { y, -1, -1 }, { x, -1, -1 }, { { w, 0 }, { b, 0 } } }
 #define FERRY_LL_ROPE(y, x) { FERRY_OP_ROPE, { y, -1, -1 }, { x, -1, -1 }, FERRY_LL_NONE, FERRY_SCALAR_ROPE_THETA }
 #define FERRY_LL_ATTENTION(ctx, lse, q, k, v, sc) \
@@ -144,6 +147,10 @@ enum ferry_llama_tensor {
 
 extern const struct ferry_layer_decl ferry_llama_prologue, ferry_llama_epilogue;
 extern const struct ferry_stage_tensor ferry_llama_prologue_roles[], ferry_llama_epilogue_roles[];
+
+/* Gemma's prologue (gemma2.c): the token embedding times sqrt(C). */
+extern const struct ferry_layer_decl ferry_gemma_prologue;
+extern const struct ferry_stage_tensor ferry_gemma_prologue_roles[];
 
 /* Llama's defaults and checks (kv heads, head size, MLP width, epsilon,
  * theta, rope scaling). */

@@ -14,7 +14,8 @@
 
 /* Every model; the first is the default (a config that names none). */
 static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl,
-							  &ferry_mistral_decl, &ferry_gemma2_decl };
+							  &ferry_mistral_decl, &ferry_gemma2_decl, &ferry_qwen3_decl,
+							  &ferry_gemma3_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
 _Static_assert(N_MODELS <= FERRY_MODEL_MAX_DECLS, "FERRY_MODEL_MAX_DECLS is too small");
 
@@ -187,8 +188,11 @@ static ferry_status check_window(const struct ferry_model_decl *md, const struct
 	if (cfg->sliding_window && !model_reads(md, FERRY_SCALAR_ATTN_WINDOW))
 		return ferry_error(FERRY_ERR_INVALID, "sliding_window (%d): %s's attention has no window",
 				   cfg->sliding_window, md->title);
+	if (cfg->window_full_every && !(md->hf && md->hf->sliding_window_pattern > 0))
+		return ferry_error(FERRY_ERR_INVALID, "window_full_every (%d): %s's layers all attend alike",
+				   cfg->window_full_every, md->title);
 	if (cfg->window_layers_every < 0 || cfg->window_layers_every > (1 << 24) || cfg->window_layers_from < 0 ||
-	    cfg->window_layers_from > (1 << 24))
+	    cfg->window_layers_from > (1 << 24) || cfg->window_full_every < 0 || cfg->window_full_every > (1 << 24))
 		return ferry_error(FERRY_ERR_INVALID, "window_layers_every (%d) and window_layers_from (%d) must be "
 				   "between 0 and %d", cfg->window_layers_every, cfg->window_layers_from, 1 << 24);
 	return FERRY_OK;
@@ -206,6 +210,9 @@ static ferry_status check_gemma_constants(const struct ferry_model_decl *md, con
 	if (cfg->attn_softcap > 0 && !(f && f->attn_logit_softcapping > 0))
 		return ferry_error(FERRY_ERR_INVALID, "attn_softcap (%g): %s's attention has no soft-capping",
 				   cfg->attn_softcap, md->title);
+	if (cfg->rope_local_theta != 0 && !(f && f->rope_local_base_freq > 0))
+		return ferry_error(FERRY_ERR_INVALID, "rope_local_theta (%g): %s turns every layer alike",
+				   cfg->rope_local_theta, md->title);
 	if (cfg->final_softcap > 0 && !model_reads(md, FERRY_SCALAR_FINAL_SOFTCAP))
 		return ferry_error(FERRY_ERR_INVALID, "final_softcap (%g): %s's logits have no soft-capping",
 				   cfg->final_softcap, md->title);

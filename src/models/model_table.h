@@ -45,6 +45,8 @@ extern const struct ferry_model_decl ferry_llama_decl;
 extern const struct ferry_model_decl ferry_qwen2_decl;
 extern const struct ferry_model_decl ferry_mistral_decl;
 extern const struct ferry_model_decl ferry_gemma2_decl;
+extern const struct ferry_model_decl ferry_qwen3_decl;
+extern const struct ferry_model_decl ferry_gemma3_decl;
 
 
 #endif

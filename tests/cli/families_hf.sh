@@ -3,7 +3,9 @@
 # tools/family_hf_check.py loads each checkpoint of lib.bash's
 # family_checkpoints (ferry's) and of tools/family_hf_make.py
 # (transformers', with what ferry's flags cannot make: head sizes other
-# than C / heads, an untied Gemma 2, config.json as transformers writes it)
+# than C / heads, an untied Gemma 2, Gemma 3's rope_parameters per layer
+# type, bf16 weights, config.json as
+# transformers writes it)
 # with transformers' own model class (eager attention, float64 but for
 # what its code casts to float32).  Its mean loss over the first batches
 # must equal `ferry eval`'s within 2e-6 relative (ferry computes in fp32:
@@ -30,6 +32,11 @@ done
 }
 make_corpus
 family_checkpoints
+# Gemma 3 from flags: seven layers, so that the sixth attends fully (not
+# in FAMILIES: the numpy reference has no Gemma 3)
+expect_ok "train gemma3" "$FERRY" train --model gemma3 --layers 7 --channels 32 --heads 4 --kv-heads 2 --max-seq 32 \
+	--sliding-window 5 --batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 30 --lr 3e-2 \
+	--warmup 0 --save gemma3
 "$PY" "$TOOLS/family_hf_make.py" . >made.txt 2>&1 || { fail "family_hf_make.py: $(cat made.txt)"; finish; exit; }
 mapfile -t MADE < <(cut -d: -f1 made.txt)
 ROWS=(--batch 2 --seq 16)
@@ -64,5 +71,47 @@ same_as_transformers() {
 	fi
 }
 
-for d in "${FAMILIES[@]}" "${MADE[@]}"; do same_as_transformers "$d"; done
+# The families added since (Qwen 3, Gemma 3): from transformers' checkpoint $1 (fp32
+# or bf16), every policy, offload mode and an NVMe tier save the bits of its
+# plain run, and so does every ZeRO stage on 2 ranks (where MPI is) those
+# of --zero 0; --mlp-tile and --loss-tile give its first step's loss and
+# gradient norm within 1e-6 (a tile's weight gradients are summed tile by
+# tile, so the bits differ, on Llama too, and AdamW's later steps drift
+# further); the plain run's save (ferry's directory, after training) is run
+# by transformers as $1 was.
+PLACES=("${POLICIES[@]/#/--policy }" "${MODES[@]}"
+	"--policy minimal_offloaded --offload-optimizer stream --host-tier activations=nvme --nvme-dir $WORK")
+placements_from() {
+	local d=$1 more z run=(train --checkpoint "$1" --data 'corpus_train_*.bin' "${ROWS[@]}" --sample 0 --lr 1e-2)
+	run+=(--steps 3)
+	expect_ok "$d: 3 steps" "$FERRY" "${run[@]}" --threads 2 --json "$d.plain.json" --save "$d.saved" || return
+	for more in "${PLACES[@]}"; do
+		rm -rf "$d.p"
+		# shellcheck disable=SC2086
+		expect_ok "$d: $more" "$FERRY" "${run[@]}" --threads 2 $more --save "$d.p" || continue
+		checks=$((checks + 1))
+		same_save "$d.saved" "$d.p" || fail "$d: $more: other bits than the plain run's saved"
+	done
+	head -n 1 "$d.plain.json" >"$d.first.json"
+	if expect_ok "$d: tiles" "$FERRY" "${run[@]:0:${#run[@]}-2}" --steps 1 --threads 2 --mlp-tile 5 --loss-tile 7 \
+		--json "$d.tiled.json"; then
+		checks=$((checks + 1))
+		losses_agree "$d.first.json" "$d.tiled.json" >/dev/null ||
+			fail "$d: tiled: $(losses_agree "$d.first.json" "$d.tiled.json")"
+	fi
+	if command -v mpirun >/dev/null && "$FERRY" info 2>/dev/null | grep -q "MPI built in"; then
+		for z in 0 1 2 3; do
+			checks=$((checks + 1))
+			rm -rf "$d.z$z"
+			mpi_run 2 "$FERRY" "${run[@]}" --threads 1 --zero "$z" --save "$d.z$z" >z.out 2>&1 ||
+				{ fail "$d: 2 ranks, --zero $z: $(tail -n 2 z.out)"; continue; }
+			[ "$z" = 0 ] || { same_save "$d.z0" "$d.z$z" && echo "ok: $d: 2 ranks, --zero $z: the bits of --zero 0"; } ||
+				fail "$d: 2 ranks, --zero $z: other bits than --zero 0's"
+		done
+	fi
+	same_as_transformers "$d.saved"
+}
+
+for d in "${FAMILIES[@]}" gemma3 "${MADE[@]}"; do same_as_transformers "$d"; done
+for d in tf_qwen3 tf_qwen3w tf_qwen3b tf_gemma3 tf_gemma3b; do placements_from "$d"; done
 finish

@@ -303,9 +303,10 @@ hf_directory_works() {
 # moved and the loss is far from log V, windows shorter than a 16-token
 # row; then config.json edited for what a fresh model from flags does not
 # have: Llama 3.1's rope scaling (its three frequency bands all used) and
-# a linear one, Qwen 2's window from its second layer on, Gemma 2's caps
-# small enough to bend every score, and Gemma 2 with no window or cap.
-FAMILIES=(llama qwen2 mistral gemma2 llama3 llamalin qwen2w gemma2c gemma2n)
+# a linear one, Qwen 2's and Qwen 3's window from its second layer on,
+# Gemma 2's caps small enough to bend every score, and Gemma 2 with no
+# window or cap.
+FAMILIES=(llama qwen2 mistral gemma2 qwen3 llama3 llamalin qwen2w gemma2c gemma2n qwen3w)
 family_checkpoints() {
 	local run=(--batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 30 --lr 3e-2 --warmup 0)
 	expect_ok "train llama" "$FERRY" train --model llama --layers 2 --channels 32 --heads 4 --kv-heads 2 \
@@ -316,9 +317,12 @@ family_checkpoints() {
 		--max-seq 32 --sliding-window 5 "${run[@]}" --save mistral
 	expect_ok "train gemma2" "$FERRY" train --model gemma2 --layers 3 --channels 32 --heads 4 --kv-heads 2 \
 		--max-seq 32 --sliding-window 5 "${run[@]}" --save gemma2
+	expect_ok "train qwen3" "$FERRY" train --model qwen3 --layers 3 --channels 32 --heads 4 --kv-heads 2 \
+		--max-seq 32 "${run[@]}" --save qwen3
 	cp -r llama llama3 && sed -i 's/"rope_theta": 10000.0,/"rope_theta": 500000.0,\n  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 256},/' llama3/config.json
 	cp -r llama llamalin && sed -i 's/"rope_theta": 10000.0,/"rope_theta": 10000.0,\n  "rope_scaling": {"rope_type": "linear", "factor": 4.0},/' llamalin/config.json
 	cp -r qwen2 qwen2w && sed -i 's/"use_sliding_window": false/"use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1/' qwen2w/config.json
 	cp -r gemma2 gemma2c && sed -i 's/"attn_logit_softcapping": 50.0/"attn_logit_softcapping": 0.7/; s/"final_logit_softcapping": 30.0/"final_logit_softcapping": 3.0/' gemma2c/config.json
+	cp -r qwen3 qwen3w && sed -i 's/"use_sliding_window": false/"use_sliding_window": true, "sliding_window": 4, "max_window_layers": 1/' qwen3w/config.json
 	cp -r gemma2 gemma2n && sed -i 's/"sliding_window": 5/"sliding_window": null/; s/"attn_logit_softcapping": 50.0/"attn_logit_softcapping": null/' gemma2n/config.json
 }

@@ -83,6 +83,44 @@ def byte_level(lines, regex, prefix_space=False):
     return tok
 
 
+def qwen(lines):
+    """Qwen 2's and 3's shape: NFC, Llama 3's split but one digit at a time,
+    byte-level, merges always applied, a byte-level post-processor."""
+    from tokenizers import Regex
+    pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(pattern=Regex(pat), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    return tok
+
+
+def gemma(lines):
+    """Gemma's shape: every space replaced by ▁ (none prepended), no
+    pre-tokenizer, BPE with byte fallback, <bos> first."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
+                                  show_progress=False, limit_alphabet=60)
+    tok.train_from_iterator(lines, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", tok.token_to_id("<bos>"))])
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    base = max(vocab.values()) + 1
+    for b in range(256):
+        vocab.setdefault("<0x%02X>" % b, base + b)
+    return Tokenizer.from_str(json.dumps(data))
+
+
 def sentencepiece_like(lines, metaspace):
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     if metaspace:  # Mistral's newer files
@@ -119,7 +157,9 @@ def main():
               "llama3": lambda: byte_level(lines, True),
               "roberta": lambda: byte_level(lines, False, prefix_space=True),
               "llama2": lambda: sentencepiece_like(lines, False),
-              "mistral": lambda: sentencepiece_like(lines, True)}
+              "mistral": lambda: sentencepiece_like(lines, True),
+              "qwen": lambda: qwen(lines),
+              "gemma": lambda: gemma(lines)}
     for name, build in builds.items():
         tok = build()
         d = os.path.join(out, name)

@@ -222,8 +222,9 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .help = "llama: rotary embedding base (default 10000)",
 	  .given = MODEL_GIVEN_SHAPE },
 	SHAPE("--sliding-window", sliding_window,
-	      .help = "mistral, qwen2 (every layer), gemma2 (the even layers): each\n"
-		      "query attends to the last N keys, itself included (default:\nevery earlier key)"),
+	      .help = "mistral, qwen2, qwen3 (every layer), gemma2 (the even\n"
+		      "layers), gemma3 (five of six): each query attends to the\nlast N keys, itself included "
+		      "(default: every earlier key)"),
 	{ .name = "--tied-head", .type = CLI_ONE, .at = AT(model.tie_embeddings),
 	  .help = "llama: the LM head is the token embedding (default: its own)",
 	  .given = MODEL_GIVEN_SHAPE },
