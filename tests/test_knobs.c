@@ -267,6 +267,16 @@ out:
 	free(p1), free(p2);
 }
 
+/* Cuts a version-6 state's placement (after the 1024-byte header and the
+ * glob, each region padded to 4 bytes) out of raw's *size bytes. */
+static void cut_placement(int32_t *raw, long *size)
+{
+	const size_t at = 1024 + (((size_t)raw[27] + 3) & ~(size_t)3), n = ((size_t)raw[44] + 3) & ~(size_t)3;
+
+	memmove((char *)raw + at, (char *)raw + at + n, (size_t)*size - at - n);
+	*size -= (long)n;
+}
+
 /* A version-4 state (written before these knobs) resumes as cosine, the
  * floor from the final fraction, one micro-batch a step. */
 static void test_version4_state(void)
@@ -286,8 +296,9 @@ static void test_version4_state(void)
 	run_steps(tr, 2);
 	CHECK(ferry_trainer_save(tr, path_in("v4.bin")) == FERRY_OK, "save: %s", ferry_last_error());
 	ferry_trainer_free(tr);
-	/* version 4: [40..43] zero, the checksum computed again (header, glob,
-	 * m, v, with [34..35] as zero) */
+	/* version 4: no placement (version 6's region after the glob cut
+	 * out), [40..44] zero, the checksum computed again (header, glob, m,
+	 * v, with [34..35] as zero) */
 	f = fopen(path_in("v4.bin.state"), "rb");
 	CHECK(f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 1024, "the state file");
 	if (!f)
@@ -296,10 +307,11 @@ static void test_version4_state(void)
 	rewind(f);
 	CHECK(fread(raw, 1, (size_t)size, f) == (size_t)size, "read");
 	fclose(f);
-	CHECK(raw[1] == 5 && raw[40] == 0 && raw[43] == 1, "a version-5 state: %d, schedule %d, accum %d", raw[1],
+	CHECK(raw[1] == 6 && raw[40] == 0 && raw[43] == 1, "a version-6 state: %d, schedule %d, accum %d", raw[1],
 	      raw[40], raw[43]);
+	cut_placement(raw, &size);
 	raw[1] = 4;
-	memset(raw + 40, 0, 4 * 4);
+	memset(raw + 40, 0, 5 * 4);
 	memset(raw + 34, 0, 8);
 	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, raw, (size_t)size);
 	memcpy(raw + 34, &h, 8);
