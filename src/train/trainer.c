@@ -1,5 +1,5 @@
 /* The training loop's pieces: one step, validation, save and resume. */
-#include "ferry/train.h"
+#include "train/trainer_internal.h"
 #include "ferry/checkpoint.h"
 #include "ferry/cost.h"
 #include "ferry/comm.h"
@@ -24,33 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-struct ferry_trainer {
-	struct ferry_train_opts opts;  /* in effect: after a resume, not-given ones from the state */
-	ferry_backend_t be;
-	ferry_model_t model;
-	ferry_loader_t train, val;
-	struct ferry_plan plan;
-	int32_t *inputs, *targets;     /* host [2][B*T]: this step's batch, then ... */
-	int32_t *next_inputs, *next_targets; /* ... and the next, read while the device works */
-	bool have_next;
-	int64_t pos_shard, pos_offset, pos_epoch; /* the loader's position after this step's batch */
-	int step;                      /* optimizer steps taken */
-	int diverged_at;               /* the step whose loss was not finite (0: none) */
-	uint64_t rng;
-	uint64_t data_hash;            /* the training shards' paths and sizes */
-	bool resumed;
-	bool data_override;            /* resumed on other data than the saved run's */
-	bool order_override;           /* ... or in another order */
-	struct ferry_train_state saved; /* what the resumed state recorded */
-	char saved_place[FERRY_PLACE_CHARS]; /* its placement for this run's ranks */
-	struct ferry_places saved_places; /* ... parsed: exec.policy points here */
-	char state_path[4096];
-	/* data parallel: the ranks (opts.comm, this thread's), their number
-	 * and this one's, and the communicator of the model's comm stream */
-	ferry_comm_t comm, step_comm, host_comm;
-	int ranks, rank;
-	char engine_why[160];          /* the comm stream's engine, and why */
-};
 
 void ferry_train_opts_default(struct ferry_train_opts *o)
 {
@@ -69,7 +42,7 @@ void ferry_train_opts_default(struct ferry_train_opts *o)
 	o->shuffle = true;
 }
 
-static const char *short_path(const char *path, char buf[FERRY_CKPT_SHORT])
+const char *ferry_trainer_short_path(const char *path, char buf[FERRY_CKPT_SHORT])
 {
 	return ferry_ckpt_short(path, buf);
 }
@@ -92,7 +65,7 @@ static int cmp_str(const void *a, const void *b)
 
 /* The files of a glob in the loader's order (strcmp); *files points into g.
  * The caller frees *files and globfrees g, success or not. */
-static ferry_status glob_files(const char *pattern, glob_t *g, const char ***files)
+ferry_status ferry_trainer_glob_files(const char *pattern, glob_t *g, const char ***files)
 {
 	memset(g, 0, sizeof(*g));
 	*files = NULL;
@@ -112,7 +85,7 @@ static ferry_status data_hash(const char *pattern, uint64_t *out)
 	const char **files;
 	uint64_t h = FERRY_FNV_INIT;
 	glob_t g;
-	ferry_status st = glob_files(pattern, &g, &files);
+	ferry_status st = ferry_trainer_glob_files(pattern, &g, &files);
 
 	for (size_t i = 0; !st && i < g.gl_pathc; i++) {
 		char *real = realpath(files[i], NULL);
@@ -209,7 +182,7 @@ static ferry_status read_saved(ferry_trainer_t tr)
 		return ferry_error(FERRY_ERR_FORMAT,
 				   "%s: step %lld of a %lld-step schedule (%lld data shards) does not fit ferry's "
 				   "counters (at most %d): refusing to resume at a wrong step",
-				   short_path(tr->state_path, sb), (long long)s->step, (long long)s->total_steps,
+				   ferry_trainer_short_path(tr->state_path, sb), (long long)s->step, (long long)s->total_steps,
 				   (long long)s->data_shards, INT_MAX);
 	take_saved(&tr->opts, s);
 	st = ferry_train_state_place(s, tr->ranks, tr->saved_place, sizeof(tr->saved_place));
@@ -222,7 +195,7 @@ static ferry_status read_saved(ferry_trainer_t tr)
 	if (!(tr->opts.given & FERRY_GIVEN_BATCH) && s->version >= 2 && s->B > 0) {
 		if (s->B % tr->ranks)
 			return ferry_error(FERRY_ERR_INVALID, "%s: the saved run's batch of %d rows does not split over "
-					   "%d ranks: give --batch (rows per rank)", short_path(tr->state_path, sb),
+					   "%d ranks: give --batch (rows per rank)", ferry_trainer_short_path(tr->state_path, sb),
 					   (int)s->B, tr->ranks);
 		tr->opts.B = (int)(s->B / tr->ranks);
 	}
@@ -282,10 +255,10 @@ static ferry_status resume_position(ferry_trainer_t tr, const struct ferry_train
 		return ferry_error(FERRY_ERR_INVALID,
 				   "%s was saved at shard %lld of %lld of '%s', whose files changed since (%d shards "
 				   "now, or other paths or sizes): the data changed; give the data explicitly to "
-				   "train on it from its start", short_path(tr->state_path, sb), (long long)s->data_shard,
+				   "train on it from its start", ferry_trainer_short_path(tr->state_path, sb), (long long)s->data_shard,
 				   (long long)s->data_shards, s->data, now);
 	return ferry_error(FERRY_ERR_INVALID, "%s was saved at shard %lld of %lld, but '%s' now matches "
-			   "%d shards: the data changed", short_path(tr->state_path, sb), (long long)s->data_shard,
+			   "%d shards: the data changed", ferry_trainer_short_path(tr->state_path, sb), (long long)s->data_shard,
 			   (long long)s->data_shards, tr->opts.data, now);
 }
 
@@ -305,8 +278,8 @@ static ferry_status load_state(ferry_trainer_t tr, const char *path, const float
 		st = ferry_state_read(tr->state_path, &s, mom, var, n);
 	if (!st && s.params_hash != ferry_params_hash(params, n))
 		st = ferry_error(FERRY_ERR_FORMAT, "%s and %s are from different saves (was a save "
-				 "interrupted?): refusing to resume from the mix", short_path(path, sb[0]),
-				 short_path(tr->state_path, sb[1]));
+				 "interrupted?): refusing to resume from the mix", ferry_trainer_short_path(path, sb[0]),
+				 ferry_trainer_short_path(tr->state_path, sb[1]));
 	if (!st)
 		st = resume_position(tr, &s, pos);
 	if (!st)
@@ -805,349 +778,6 @@ ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *lo
 		st = ferry_comm_all_reduce(tr->comm, &sum, 1, FERRY_COMM_F64, FERRY_COMM_AVG, NULL);
 	if (!st)
 		*loss = (float)(sum / n_batches);
-	return st;
-}
-
-bool ferry_trainer_resumed_schedule(ferry_trainer_t tr, int *total_steps, int *warmup, float *lr,
-				    float *final_lr_frac)
-{
-	if (!tr->resumed)
-		return false;
-	*total_steps = (int)tr->saved.total_steps;
-	*warmup = tr->saved.warmup;
-	*lr = tr->saved.lr;
-	*final_lr_frac = tr->saved.final_lr_frac;
-	return true;
-}
-
-/* "what X (saved Y)" into a growing list. */
-struct said {
-	char *buf;
-	size_t n, used;
-	int count;
-};
-
-__attribute__((format(printf, 2, 3))) static void say(struct said *w, const char *fmt, ...)
-{
-	va_list ap;
-	int k;
-
-	w->count++;
-	if (w->used + 1 >= w->n)
-		return;
-	if (w->count > 1)
-		w->used += (size_t)snprintf(w->buf + w->used, w->n - w->used, ", ");
-	if (w->used + 1 >= w->n)
-		return;
-	va_start(ap, fmt);
-	k = vsnprintf(w->buf + w->used, w->n - w->used, fmt, ap);
-	va_end(ap);
-	if (k > 0)
-		w->used += (size_t)k < w->n - w->used ? (size_t)k : w->n - w->used - 1;
-}
-
-static void say_data(struct said *w, ferry_trainer_t tr)
-{
-	const struct ferry_train_state *s = &tr->saved;
-
-	if (!tr->data_override)
-		return;
-	if (s->version >= 2 && s->data[0] && strcmp(s->data, tr->opts.data) != 0)
-		say(w, "data '%s' (saved '%s'; read from its start)", tr->opts.data, s->data);
-	else if (s->version >= 2 && s->data[0])
-		say(w, "data '%s' (its files changed since the save; read from its start)", tr->opts.data);
-	else
-		say(w, "data '%s' (%d shards, saved with %lld; read from its start)", tr->opts.data,
-		    ferry_loader_num_shards(tr->train), (long long)s->data_shards);
-}
-
-static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd" };
-
-static const char *lr_kind(int k)
-{
-	return k >= 0 && k <= FERRY_LR_WSD ? lr_kinds[k] : "?";
-}
-
-/* The overrides of what a version-5 state adds. */
-static void say_v5(struct said *w, const struct ferry_train_opts *o, const struct ferry_train_state *s)
-{
-	unsigned g = o->given;
-
-	if ((g & FERRY_GIVEN_LR_SCHEDULE) && o->lr_schedule != s->lr_schedule)
-		say(w, "lr schedule %s (saved %s)", lr_kind(o->lr_schedule), lr_kind(s->lr_schedule));
-	if ((g & FERRY_GIVEN_MIN_LR) && o->min_lr != s->min_lr)
-		say(w, "min lr %g (saved %g)", (double)o->min_lr, (double)s->min_lr);
-	if ((g & FERRY_GIVEN_DECAY_FRAC) && o->decay_frac != s->decay_frac)
-		say(w, "decay fraction %g (saved %g)", (double)o->decay_frac, (double)s->decay_frac);
-	if ((g & FERRY_GIVEN_GRAD_ACCUM) && o->grad_accum != s->grad_accum)
-		say(w, "grad accum %d (saved %d)", o->grad_accum, s->grad_accum);
-}
-
-/* A placement given that is not the saved run's. */
-static void say_place(struct said *w, ferry_trainer_t tr)
-{
-	char now[FERRY_PLACE_CHARS];
-
-	if (!(tr->opts.given & FERRY_GIVEN_PLACE) || !tr->saved_place[0])
-		return;
-	ferry_train_place_of(&tr->opts.exec, now, sizeof(now));
-	if (strcmp(now, tr->saved_place) != 0)
-		say(w, "placement '%s' (saved '%s')", now, tr->saved_place);
-}
-
-int ferry_trainer_resume_overrides(ferry_trainer_t tr, char *buf, size_t n)
-{
-	const struct ferry_train_opts *o = &tr->opts;
-	const struct ferry_train_state *s = &tr->saved;
-	struct said w = { buf, n, 0, 0 };
-	unsigned g = o->given;
-	bool v2 = s->version >= 2, sched = s->total_steps > 0;
-
-	if (n)
-		buf[0] = 0;
-	if (!tr->resumed)
-		return 0;
-	if ((g & FERRY_GIVEN_BATCH) && v2 && s->B > 0 && o->B * tr->ranks != s->B)
-		say(&w, "batch %d (saved %d)", o->B * tr->ranks, s->B);
-	if ((g & FERRY_GIVEN_SEQ) && v2 && s->T > 0 && o->T != s->T)
-		say(&w, "seq %d (saved %d)", o->T, s->T);
-	if ((g & FERRY_GIVEN_STEPS) && sched && o->steps != s->total_steps)
-		say(&w, "steps %d (saved %lld)", o->steps, (long long)s->total_steps);
-	if ((g & FERRY_GIVEN_LR) && s->lr > 0 && o->lr != s->lr)
-		say(&w, "lr %g (saved %g)", (double)o->lr, (double)s->lr);
-	if ((g & FERRY_GIVEN_WARMUP) && sched && o->warmup != s->warmup)
-		say(&w, "warmup %d (saved %d)", o->warmup, s->warmup);
-	if ((g & FERRY_GIVEN_FINAL_LR) && sched && o->final_lr_frac != s->final_lr_frac)
-		say(&w, "final lr fraction %g (saved %g)", (double)o->final_lr_frac, (double)s->final_lr_frac);
-	if ((g & FERRY_GIVEN_WEIGHT_DECAY) && v2 && o->adamw.weight_decay != s->adamw.weight_decay)
-		say(&w, "weight decay %g (saved %g)", (double)o->adamw.weight_decay, (double)s->adamw.weight_decay);
-	if ((g & FERRY_GIVEN_GRAD_CLIP) && v2 && o->adamw.grad_clip != s->adamw.grad_clip)
-		say(&w, "grad clip %g (saved %g)", (double)o->adamw.grad_clip, (double)s->adamw.grad_clip);
-	if ((g & FERRY_GIVEN_ADAMW) && v2 &&
-	    (o->adamw.beta1 != s->adamw.beta1 || o->adamw.beta2 != s->adamw.beta2 || o->adamw.eps != s->adamw.eps))
-		say(&w, "AdamW betas %g, %g, eps %g (saved %g, %g, %g)", (double)o->adamw.beta1,
-		    (double)o->adamw.beta2, (double)o->adamw.eps, (double)s->adamw.beta1, (double)s->adamw.beta2,
-		    (double)s->adamw.eps);
-	if (s->version >= 5)
-		say_v5(&w, o, s);
-	if ((g & FERRY_GIVEN_SEED) && v2 && o->seed != s->seed)
-		say(&w, "seed %llu (saved %llu)", (unsigned long long)o->seed, (unsigned long long)s->seed);
-	if (tr->order_override)
-		say(&w, "%s batches (saved %s; read from the data's start)", o->shuffle ? "shuffled" : "in-order",
-		    s->shuffle ? "shuffled" : "in order");
-	say_place(&w, tr);
-	say_data(&w, tr);
-	return w.count;
-}
-
-/* Whether a and b name one file or directory (both there, same inode). */
-static bool same_path(const char *a, const char *b)
-{
-	struct stat sa, sb;
-
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* The checkpoint the run starts from may be saved over as a whole (--resume
- * m.bin --save m.bin), but no file of another save path may replace one of
- * its files (--checkpoint ck.bin --save ck.bin.state would write a model
- * over its state). */
-static ferry_status check_start(const char *path, bool hf, const char *start)
-{
-	static const char *const hf_files[] = { FERRY_HF_CONFIG_NAME, FERRY_HF_WEIGHTS_NAME, FERRY_HF_INDEX_NAME };
-	bool start_hf = ferry_checkpoint_is_hf(start);
-	char file[4200];
-	ferry_status st;
-
-	if (same_path(path, start))
-		return FERRY_OK;
-	st = ferry_ckpt_check_not_input(path, hf, start, "checkpoint this run starts from");
-	if (!st && ferry_checkpoint_state_path(start, start_hf, file, sizeof(file)) == FERRY_OK)
-		st = ferry_ckpt_check_not_input(path, hf, file, "training state of the checkpoint this run starts from");
-	for (int i = 0; !st && start_hf && i < 3; i++) {
-		snprintf(file, sizeof(file), "%s/%s", start, hf_files[i]);
-		st = ferry_ckpt_check_not_input(path, hf, file, "file of the checkpoint this run starts from");
-	}
-	return st;
-}
-
-/* No file the save would replace is a training or validation shard, or a
- * file of the checkpoint the run starts from in another role. */
-static ferry_status check_inputs(ferry_trainer_t tr, const char *path)
-{
-	const char *start = tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint;
-	const char *globs[2] = { tr->opts.data, tr->opts.val_data };
-	const char *what[2] = { "training shard", "validation shard" };
-	bool hf = ferry_checkpoint_model_is_hf(ferry_model_config(tr->model));
-	ferry_status st = FERRY_OK;
-
-	for (int k = 0; k < 2 && !st; k++) {
-		const char **files;
-		glob_t g;
-
-		if (!globs[k])
-			continue;
-		st = glob_files(globs[k], &g, &files);
-		if (st == FERRY_ERR_IO)
-			st = FERRY_OK; /* nothing there, nothing to replace */
-		for (size_t i = 0; !st && files && i < g.gl_pathc; i++)
-			st = ferry_ckpt_check_not_input(path, hf, files[i], what[k]);
-		ferry_free(files);
-		globfree(&g);
-	}
-	return st || !start ? st : check_start(path, hf, start);
-}
-
-ferry_status ferry_trainer_check_save_path(ferry_trainer_t tr, const char *path)
-{
-	const struct ferry_model_config *cfg = ferry_model_config(tr->model);
-	ferry_status st = ferry_checkpoint_check_save_path(path, cfg);
-
-	if (!st && tr->opts.save_dtype == FERRY_SAVE_BF16 && !ferry_checkpoint_model_is_hf(cfg))
-		return ferry_error(FERRY_ERR_INVALID, "%s: an llm.c model file holds fp32 weights only (bf16 is for "
-				   "Hugging Face directories)", path);
-	return st ? st : check_inputs(tr, path);
-}
-
-/* The training state a save records. */
-static void state_of(ferry_trainer_t tr, struct ferry_train_state *s)
-{
-	const struct ferry_train_opts *o = &tr->opts;
-
-	memset(s, 0, sizeof(*s));
-	s->step = tr->step;
-	s->rng = tr->rng;
-	s->data_shards = ferry_loader_num_shards(tr->train);
-	s->total_steps = o->steps;
-	s->warmup = o->warmup;
-	s->lr = o->lr;
-	s->final_lr_frac = o->final_lr_frac;
-	s->lr_schedule = o->lr_schedule;
-	s->min_lr = o->min_lr;
-	s->decay_frac = o->decay_frac;
-	s->grad_accum = o->grad_accum;
-	s->B = o->B * tr->ranks; /* the global batch: a run on other ranks splits it */
-	s->T = o->T;
-	s->seed = o->seed;
-	s->adamw = o->adamw;
-	s->adamw.lr = 0;
-	ferry_train_place_of(&o->exec, s->place, sizeof(s->place));
-	s->data_hash = tr->data_hash;
-	if (strlen(o->data) <= FERRY_STATE_GLOB_MAX)
-		snprintf(s->data, sizeof(s->data), "%s", o->data);
-	if (o->val_data && strlen(o->val_data) <= FERRY_STATE_GLOB_MAX)
-		snprintf(s->val_data, sizeof(s->val_data), "%s", o->val_data);
-	/* where the saved run's next batch starts, not the one read ahead */
-	s->shuffle = ferry_loader_shuffled(tr->train);
-	s->data_shard = tr->pos_shard;
-	s->data_offset = tr->pos_offset;
-	s->data_epoch = tr->pos_epoch;
-	if (!tr->have_next) {
-		ferry_loader_position(tr->train, &s->data_shard, &s->data_offset);
-		s->data_epoch = ferry_loader_epoch(tr->train);
-	}
-}
-
-/* Several ranks: whether every rank's parameters are rank 0's (they are
- * meant to stay equal bit for bit), the same answer on every rank. */
-static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
-{
-	uint64_t *all = ferry_calloc((size_t)tr->ranks, sizeof(*all));
-	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "save: out of host memory");
-
-	if (!st)
-		st = ferry_comm_all_gather(tr->comm, &hash, all, sizeof(hash), FERRY_COMM_BYTE, NULL);
-	for (int r = 1; !st && r < tr->ranks; r++)
-		if (all[r] != all[0])
-			st = ferry_error(FERRY_ERR_INVALID, "rank %d's parameters differ from rank 0's (hash %016llx, "
-					 "%016llx): not saved", r, (unsigned long long)all[r], (unsigned long long)all[0]);
-	ferry_free(all);
-	return st;
-}
-
-/* What a save writes, read from the model: parameters (and their hash),
- * moments.  With the moments split over the ranks (--zero 1) every rank
- * reads them (a collective), and the parameters too when the master
- * weights are split (--zero 1 with --offload-optimizer cpu or stream):
- * after the ranks agree to save. */
-struct save_state {
-	float *params, *mom, *var;
-	uint64_t hash;
-};
-
-static ferry_status save_alloc(ferry_trainer_t tr, struct save_state *s)
-{
-	size_t bytes = ferry_model_num_params(tr->model) * sizeof(float);
-	ferry_status st = ferry_host_alloc(tr->be, bytes, (void **)&s->params);
-
-	if (!st)
-		st = ferry_host_alloc(tr->be, bytes, (void **)&s->mom);
-	if (!st)
-		st = ferry_host_alloc(tr->be, bytes, (void **)&s->var);
-	return st;
-}
-
-static ferry_status save_params(ferry_trainer_t tr, struct save_state *s)
-{
-	ferry_status st = ferry_model_get_params(tr->model, s->params);
-
-	if (!st)
-		s->hash = ferry_params_hash(s->params, ferry_model_num_params(tr->model));
-	return st;
-}
-
-static ferry_status save_write(ferry_trainer_t tr, const char *path, const struct save_state *s)
-{
-	struct ferry_train_state info;
-
-	state_of(tr, &info);
-	info.params_hash = s->hash;
-	return ferry_checkpoint_save_as(path, ferry_model_config(tr->model), s->params, &info, s->mom, s->var,
-					ferry_model_num_params(tr->model),
-					&(struct ferry_save_opts){ tr->opts.resume ? tr->opts.resume : tr->opts.checkpoint,
-								   tr->opts.save_dtype, tr->opts.tokenizer });
-}
-
-/* Several ranks: every rank's parameters checked against rank 0's, the
- * moments gathered, rank 0 writes; the same status on every rank. */
-static ferry_status save_ranks(ferry_trainer_t tr, const char *path, struct save_state *s)
-{
-	ferry_status st = ferry_comm_agree(tr->comm, save_params(tr, s));
-
-	if (!st)
-		st = same_params(tr, s->hash);
-	if (!st)
-		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
-	if (!st && tr->rank == 0)
-		st = save_write(tr, path, s);
-	return ferry_comm_agree(tr->comm, st);
-}
-
-ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
-{
-	size_t n = ferry_model_num_params(tr->model);
-	struct save_state s = { NULL, NULL, NULL, 0 };
-	char sb[FERRY_CKPT_SHORT];
-	ferry_status st;
-
-	if (!path)
-		return ferry_error(FERRY_ERR_INVALID, "save: NULL path");
-	if (tr->diverged_at)
-		return ferry_error(FERRY_ERR_INVALID, "%s: not saved: training diverged at step %d (its loss was "
-				   "not finite); the last checkpoint is kept", short_path(path, sb), tr->diverged_at);
-	if (n > SIZE_MAX / sizeof(float))
-		return ferry_error(FERRY_ERR_INVALID, "%zu parameters do not fit host memory", n);
-	st = tr->rank == 0 ? check_inputs(tr, path) : FERRY_OK; /* rank 0 writes */
-	if (!st)
-		st = save_alloc(tr, &s);
-	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
-		st = save_ranks(tr, path, &s);
-	else if (tr->ranks == 1 && !st && !(st = save_params(tr, &s)) &&
-		 !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
-		st = save_write(tr, path, &s);
-	ferry_host_free(tr->be, s.var);
-	ferry_host_free(tr->be, s.mom);
-	ferry_host_free(tr->be, s.params);
 	return st;
 }
 
