@@ -1,8 +1,8 @@
 /*
  * The commit protocol of checkpoints: a model and its training state saved
  * as one commit, recovery of a commit a killed process left half done, stale
- * temporaries, and the checks of a save path.  The protocol and its
- * recovery rule are described in include/ferry/checkpoint.h.
+ * temporaries (the checks of a save path are save_checks.c).  The protocol
+ * and its recovery rule are described in include/ferry/checkpoint.h.
  */
 #include "ckpt/commit.h"
 #include "ferry/hf_checkpoint.h"
@@ -22,8 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Deepest directory tree kept (hard-linked) across a directory swap. */
-#define MAX_DEPTH 32
 
 /* ---- fault hook and messages ----------------------------------------------------- */
 
@@ -61,21 +59,8 @@ const char *ferry_ckpt_short(const char *path, char buf[FERRY_CKPT_SHORT])
 
 /* ---- names ---------------------------------------------------------------------------- */
 
-/* The names a save at path uses. */
-struct names {
-	char *path;      /* the checkpoint (a directory's trailing slashes removed) */
-	char *parent;    /* the directory holding it */
-	const char *base; /* its last component, inside path */
-	char *state;     /* path.state (llm.c) */
-	char *tmp;       /* path.tmp.<pid>: a model file or a whole directory */
-	char *state_tmp; /* path.state.tmp.<pid> */
-	char *old;       /* path.old.<pid>: a replaced directory */
-	char *tok;       /* path.tokenizer (llm.c): the run's tokenizer */
-	char *tok_tmp;   /* path.tokenizer.tmp.<pid> */
-	char sb[2][FERRY_CKPT_SHORT]; /* room for shortened names in messages */
-};
 
-static void names_free(struct names *nm)
+void ferry_ckpt_names_free(struct ferry_ckpt_names *nm)
 {
 	ferry_free(nm->path);
 	ferry_free(nm->parent);
@@ -88,7 +73,7 @@ static void names_free(struct names *nm)
 	memset(nm, 0, sizeof(*nm));
 }
 
-static char *with_suffix(const char *path, const char *suffix, long pid)
+char *ferry_ckpt_with_suffix(const char *path, const char *suffix, long pid)
 {
 	size_t n = strlen(path) + strlen(suffix) + 24;
 	char *s = ferry_malloc(n);
@@ -100,7 +85,7 @@ static char *with_suffix(const char *path, const char *suffix, long pid)
 	return s;
 }
 
-static ferry_status names_make(const char *path, bool strip, struct names *nm)
+ferry_status ferry_ckpt_names_make(const char *path, bool strip, struct ferry_ckpt_names *nm)
 {
 	size_t len = strlen(path);
 	const char *slash;
@@ -121,20 +106,20 @@ static ferry_status names_make(const char *path, bool strip, struct names *nm)
 		else if (nm->parent)
 			snprintf(nm->parent, len + 2, "%.*s", slash == nm->path ? 1 : (int)(slash - nm->path),
 				 nm->path);
-		nm->state = with_suffix(nm->path, ".state", 0);
-		nm->tmp = with_suffix(nm->path, ".tmp", pid);
-		nm->state_tmp = with_suffix(nm->path, ".state.tmp", pid);
-		nm->old = with_suffix(nm->path, ".old", pid);
-		nm->tok = with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX, 0);
-		nm->tok_tmp = with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX ".tmp", pid);
+		nm->state = ferry_ckpt_with_suffix(nm->path, ".state", 0);
+		nm->tmp = ferry_ckpt_with_suffix(nm->path, ".tmp", pid);
+		nm->state_tmp = ferry_ckpt_with_suffix(nm->path, ".state.tmp", pid);
+		nm->old = ferry_ckpt_with_suffix(nm->path, ".old", pid);
+		nm->tok = ferry_ckpt_with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX, 0);
+		nm->tok_tmp = ferry_ckpt_with_suffix(nm->path, FERRY_CKPT_TOKENIZER_SUFFIX ".tmp", pid);
 	}
 	if (nm->path && nm->parent && nm->state && nm->tmp && nm->state_tmp && nm->old && nm->tok && nm->tok_tmp)
 		return FERRY_OK;
-	names_free(nm);
+	ferry_ckpt_names_free(nm);
 	return ferry_error(FERRY_ERR_NOMEM, "save path: out of host memory");
 }
 
-static const char *sh(struct names *nm, int k, const char *path)
+const char *ferry_ckpt_shorten(struct ferry_ckpt_names *nm, int k, const char *path)
 {
 	return ferry_ckpt_short(path, nm->sb[k]);
 }
@@ -288,7 +273,7 @@ static ferry_status tmp_add(struct tmp_list *l, const char *parent, const char *
 }
 
 /* The stale temporaries of nm->base in its directory. */
-static ferry_status scan_stale(const struct names *nm, struct tmp_list *l)
+static ferry_status scan_stale(const struct ferry_ckpt_names *nm, struct tmp_list *l)
 {
 	size_t blen = strlen(nm->base);
 	ferry_status st = FERRY_OK;
@@ -326,7 +311,7 @@ static int find_tmp(const struct tmp_list *l, enum tmp_kind kind, long pid, bool
 
 /* A directory swap stopped between its two renames (DIR missing): the new
  * directory if the old one was moved aside beside it, else the old one. */
-static ferry_status recover_dir(struct names *nm, struct tmp_list *l, bool *changed)
+static ferry_status recover_dir(struct ferry_ckpt_names *nm, struct tmp_list *l, bool *changed)
 {
 	struct stat sb;
 
@@ -342,7 +327,7 @@ static ferry_status recover_dir(struct names *nm, struct tmp_list *l, bool *chan
 		from = j >= 0 ? &l->e[j] : &l->e[i];
 		if (rename(from->path, nm->path) != 0)
 			return ferry_error(FERRY_ERR_IO, "%s: cannot restore the checkpoint from %s: %s",
-					   sh(nm, 0, nm->path), sh(nm, 1, from->path), strerror(errno));
+					   ferry_ckpt_shorten(nm, 0, nm->path), ferry_ckpt_shorten(nm, 1, from->path), strerror(errno));
 		from->used = true;
 		*changed = true;
 		return FERRY_OK;
@@ -353,7 +338,7 @@ static ferry_status recover_dir(struct names *nm, struct tmp_list *l, bool *chan
 /* llm.c: a state left as a temporary after its model was renamed into
  * place (its model temporary is gone) completes the pair when it verifies
  * and its parameter hash is the model's. */
-static ferry_status recover_state(struct names *nm, struct tmp_list *l, bool *changed)
+static ferry_status recover_state(struct ferry_ckpt_names *nm, struct tmp_list *l, bool *changed)
 {
 	uint64_t hm, hs;
 	ferry_status st;
@@ -376,7 +361,7 @@ static ferry_status recover_state(struct names *nm, struct tmp_list *l, bool *ch
 			continue;
 		if (rename(e->path, nm->state) != 0)
 			return ferry_error(FERRY_ERR_IO, "%s completes the last save of %s but cannot be renamed "
-					   "over its state file: %s", sh(nm, 0, e->path), sh(nm, 1, nm->path),
+					   "over its state file: %s", ferry_ckpt_shorten(nm, 0, e->path), ferry_ckpt_shorten(nm, 1, nm->path),
 					   strerror(errno));
 		e->used = true;
 		*changed = true;
@@ -387,7 +372,7 @@ static ferry_status recover_state(struct names *nm, struct tmp_list *l, bool *ch
 
 /* Recovers, then removes every stale temporary recovery did not use.
  * Called with the parent directory locked. */
-static ferry_status recover_locked(struct names *nm)
+static ferry_status recover_locked(struct ferry_ckpt_names *nm)
 {
 	struct tmp_list l;
 	struct stat sb;
@@ -413,7 +398,7 @@ static ferry_status recover_locked(struct names *nm)
 
 ferry_status ferry_checkpoint_recover(const char *path)
 {
-	struct names nm;
+	struct ferry_ckpt_names nm;
 	struct stat sb;
 	char *dir = NULL;
 	ferry_status st;
@@ -433,296 +418,14 @@ ferry_status ferry_checkpoint_recover(const char *path)
 		else
 			snprintf(dir, 2, ".");
 	}
-	st = names_make(dir ? dir : path, true, &nm);
+	st = ferry_ckpt_names_make(dir ? dir : path, true, &nm);
 	ferry_free(dir);
 	if (st)
 		return st;
 	fd = lock_dir(nm.parent);
 	st = recover_locked(&nm);
 	unlock_dir(fd);
-	names_free(&nm);
-	return st;
-}
-
-/* ---- checking a save path ----------------------------------------------------------------- */
-
-static ferry_status check_not_special(struct names *nm, const char *path, const char *what)
-{
-	struct stat sb;
-
-	if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode))
-		return FERRY_OK;
-	if (S_ISLNK(sb.st_mode))
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s%s is a symbolic link: a save would replace the link, not write to its "
-				   "target; save to the target's own path", sh(nm, 0, path), what);
-	if (S_ISDIR(sb.st_mode))
-		return ferry_error(FERRY_ERR_INVALID, "%s%s is a directory: a GPT-2 is saved as an llm.c model file",
-				   sh(nm, 0, path), what);
-	return ferry_error(FERRY_ERR_INVALID,
-			   "%s%s is not a regular file (a device, FIFO or socket): refusing to replace it",
-			   sh(nm, 0, path), what);
-}
-
-/* title: the model's, for a Hugging Face save (hf). */
-static ferry_status check_dest(struct names *nm, bool hf, const char *title)
-{
-	struct stat sb;
-
-	if (!hf) {
-		ferry_status st = check_not_special(nm, nm->path, "");
-
-		return st ? st : check_not_special(nm, nm->state, " (the state file of the save)");
-	}
-	if (lstat(nm->path, &sb) != 0)
-		return FERRY_OK;
-	if (S_ISLNK(sb.st_mode))
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s is a symbolic link: a %s's save replaces its directory as a whole; "
-				   "save to the directory's own path", sh(nm, 0, nm->path), title);
-	if (!S_ISDIR(sb.st_mode))
-		return ferry_error(FERRY_ERR_INVALID,
-				   "%s exists and is not a directory: a %s is saved as a Hugging Face "
-				   "checkpoint directory (config.json + model.safetensors)", sh(nm, 0, nm->path),
-				   title);
-	return FERRY_OK;
-}
-
-/* name and its last component within the system's limits. */
-static ferry_status check_length(struct names *nm, const char *name)
-{
-	const char *slash = strrchr(name, '/');
-	size_t len = strlen(name), last = strlen(slash ? slash + 1 : name);
-
-	if (len > PATH_MAX - 1)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "save path too long: %s is %zu bytes, and the save needs %zu-byte names beside "
-				   "it (%s), over the system's limit of %d bytes for a path",
-				   sh(nm, 0, nm->path), strlen(nm->path), len, sh(nm, 1, name + strlen(nm->path)),
-				   PATH_MAX - 1);
-	if (last > NAME_MAX)
-		return ferry_error(FERRY_ERR_INVALID,
-				   "save path's name too long: %s ends in a %zu-byte name, and the save needs "
-				   "%zu-byte names beside it (%s), over the system's limit of %d bytes for a name",
-				   sh(nm, 0, nm->path), strlen(nm->base), last, sh(nm, 1, name + strlen(nm->path)),
-				   NAME_MAX);
-	return FERRY_OK;
-}
-
-static ferry_status check_lengths(struct names *nm, bool hf)
-{
-	ferry_status st = check_length(nm, hf ? nm->old : nm->state_tmp);
-	char *inner;
-
-	if (st || !hf)
-		return st;
-	/* the weights' own temporary inside the new directory */
-	inner = with_suffix(nm->tmp, "/" FERRY_HF_WEIGHTS_NAME ".tmp", (long)getpid());
-	if (!inner)
-		return ferry_error(FERRY_ERR_NOMEM, "save path: out of host memory");
-	st = check_length(nm, inner);
-	ferry_free(inner);
-	return st;
-}
-
-/* Creates and removes the longest temporary the save makes. */
-static ferry_status probe(struct names *nm, bool hf)
-{
-	int fd;
-
-	if (hf) {
-		if (mkdir(nm->tmp, 0700) == 0)
-			rmdir(nm->tmp);
-		else if (errno != EEXIST)
-			return ferry_error(FERRY_ERR_IO, "%s: cannot create the checkpoint directory (as %s): %s",
-					   sh(nm, 0, nm->path), sh(nm, 1, nm->tmp), strerror(errno));
-		return FERRY_OK;
-	}
-	fd = open(nm->state_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd >= 0) {
-		close(fd);
-		unlink(nm->state_tmp);
-	} else if (errno != EEXIST) {
-		return ferry_error(FERRY_ERR_IO, "%s: cannot save there: creating %s: %s", sh(nm, 0, nm->path),
-				   sh(nm, 1, nm->state_tmp), strerror(errno));
-	}
-	return FERRY_OK;
-}
-
-/* *dp lists the directory fd, through a duplicate: fd stays the caller's. */
-static ferry_status list_fd(struct names *nm, int fd, DIR **dp)
-{
-	int dup_fd = dup(fd);
-
-	*dp = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-	if (*dp)
-		return FERRY_OK;
-	if (dup_fd >= 0)
-		close(dup_fd);
-	return ferry_error(FERRY_ERR_IO, "%s: cannot list it: %s", sh(nm, 0, nm->path), strerror(errno));
-}
-
-/* What a save into an existing directory keeps (keep_tree below) can be
- * kept: every entry readable, subdirectories nested at most MAX_DEPTH deep
- * and on the directory's filesystem (kept by hard links).  Checked before
- * step 1, not found at the save after hours of training. */
-static ferry_status check_kept(struct names *nm, int fd, dev_t dev, int depth)
-{
-	struct dirent *e;
-	DIR *dp;
-	ferry_status st = list_fd(nm, fd, &dp);
-
-	if (st)
-		return st;
-	while (!st && (e = readdir(dp))) {
-		struct stat sb;
-		int sub;
-
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-			st = ferry_error(FERRY_ERR_IO, "%s: cannot stat %s: %s", sh(nm, 0, nm->path), e->d_name,
-					 strerror(errno));
-		else if (sb.st_dev != dev)
-			st = ferry_error(FERRY_ERR_INVALID, "%s: %s is on another filesystem: a save keeps the "
-					 "directory's other files by hard links; save elsewhere", sh(nm, 0, nm->path),
-					 e->d_name);
-		else if (S_ISDIR(sb.st_mode) && depth >= MAX_DEPTH)
-			st = ferry_error(FERRY_ERR_INVALID, "%s: directories nested deeper than %d: a save could not "
-					 "keep %s; save elsewhere", sh(nm, 0, nm->path), MAX_DEPTH, e->d_name);
-		else if (S_ISDIR(sb.st_mode)) {
-			sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			st = sub < 0 ? ferry_error(FERRY_ERR_IO, "%s: cannot open its subdirectory %s: %s",
-						   sh(nm, 0, nm->path), e->d_name, strerror(errno)) :
-				       check_kept(nm, sub, dev, depth + 1);
-			if (sub >= 0)
-				close(sub);
-		}
-	}
-	closedir(dp);
-	return st;
-}
-
-static ferry_status check_existing_dir(struct names *nm)
-{
-	struct stat sb;
-	int fd = open(nm->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	ferry_status st;
-
-	if (fd < 0)
-		return FERRY_OK; /* not there (check_dest said what else) */
-	st = fstat(fd, &sb) != 0 ? ferry_error(FERRY_ERR_IO, "%s: %s", sh(nm, 0, nm->path), strerror(errno)) :
-				   check_kept(nm, fd, sb.st_dev, 0);
-	close(fd);
-	return st;
-}
-
-ferry_status ferry_checkpoint_check_save_path(const char *path, const struct ferry_model_config *cfg)
-{
-	struct names nm;
-	bool hf;
-	ferry_status st;
-
-	if (!path || !cfg)
-		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: NULL path or config");
-	if (!*path)
-		return ferry_error(FERRY_ERR_INVALID, "checkpoint write: empty save path");
-	hf = ferry_checkpoint_model_is_hf(cfg);
-	st = names_make(path, hf, &nm);
-	if (st)
-		return st;
-	st = check_dest(&nm, hf, ferry_model_title(cfg->arch));
-	if (!st && hf)
-		st = check_existing_dir(&nm);
-	if (!st)
-		st = check_lengths(&nm, hf);
-	if (!st)
-		st = probe(&nm, hf);
-	names_free(&nm);
-	return st;
-}
-
-/* ---- outputs that are inputs --------------------------------------------------------------- */
-
-/* The real path a file not there yet would have: its directory's, plus
- * its name; NULL when the directory cannot be resolved. */
-static char *real_of_new(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char *dir = NULL, *rd, *out = NULL;
-
-	if (slash) {
-		dir = ferry_malloc((size_t)(slash - path) + 2);
-		if (!dir)
-			return NULL;
-		snprintf(dir, (size_t)(slash - path) + 2, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-	}
-	rd = realpath(dir ? dir : ".", NULL);
-	if (rd) {
-		size_t n = strlen(rd) + strlen(slash ? slash + 1 : path) + 2;
-
-		out = ferry_malloc(n);
-		if (out)
-			snprintf(out, n, "%s/%s", rd, slash ? slash + 1 : path);
-	}
-	free(rd);
-	ferry_free(dir);
-	return out;
-}
-
-static bool same_file(const char *out, const struct stat *in, const char *in_real)
-{
-	struct stat sb;
-	char *r;
-	bool same;
-
-	if (stat(out, &sb) == 0)
-		return sb.st_dev == in->st_dev && sb.st_ino == in->st_ino;
-	if (!in_real)
-		return false;
-	r = real_of_new(out);
-	same = r && !strcmp(r, in_real);
-	ferry_free(r);
-	return same;
-}
-
-ferry_status ferry_ckpt_check_not_input(const char *path, bool hf, const char *input, const char *what)
-{
-	static const char *const hf_files[] = { FERRY_HF_CONFIG_NAME, FERRY_HF_WEIGHTS_NAME, FERRY_HF_INDEX_NAME,
-						FERRY_HF_STATE_NAME };
-	struct names nm;
-	struct stat in;
-	char *in_real;
-	ferry_status st;
-
-	if (!path || !input || stat(input, &in) != 0)
-		return FERRY_OK;
-	st = names_make(path, hf, &nm);
-	if (st)
-		return st;
-	in_real = realpath(input, NULL);
-	for (int i = 0; !st && i < (hf ? 4 : 2); i++) {
-		const char *file = i ? nm.state : nm.path;
-		char *out = NULL;
-
-		if (hf) {
-			size_t len = strlen(nm.path) + strlen(hf_files[i]) + 2;
-
-			out = ferry_malloc(len);
-			if (!out) {
-				st = ferry_error(FERRY_ERR_NOMEM, "save path: out of host memory");
-				break;
-			}
-			snprintf(out, len, "%s/%s", nm.path, hf_files[i]);
-			file = out;
-		}
-		if (same_file(file, &in, in_real))
-			st = ferry_error(FERRY_ERR_INVALID, "saving to %s would replace %s, a %s: choose another save path",
-					 sh(&nm, 0, nm.path), sh(&nm, 1, input), what);
-		ferry_free(out);
-	}
-	free(in_real);
-	names_free(&nm);
+	ferry_ckpt_names_free(&nm);
 	return st;
 }
 
@@ -730,7 +433,7 @@ ferry_status ferry_ckpt_check_not_input(const char *path, bool hf, const char *i
 
 /* The run's tokenizer (tok: NULL none) as nm->tok_tmp, beside the model's
  * temporaries, renamed over path.tokenizer after them. */
-static ferry_status write_tokenizer(struct names *nm, const char *tok)
+static ferry_status write_tokenizer(struct ferry_ckpt_names *nm, const char *tok)
 {
 	const char *slash = strrchr(nm->tok_tmp, '/');
 
@@ -739,7 +442,7 @@ static ferry_status write_tokenizer(struct names *nm, const char *tok)
 	return ferry_ckpt_carry_tokenizer(tok, false, nm->parent, slash ? slash + 1 : nm->tok_tmp);
 }
 
-static ferry_status save_llmc(struct names *nm, const struct ferry_model_config *cfg, const float *params,
+static ferry_status save_llmc(struct ferry_ckpt_names *nm, const struct ferry_model_config *cfg, const float *params,
 			      const struct ferry_train_state *st, const float *m, const float *v, size_t n,
 			      const char *tok)
 {
@@ -759,18 +462,18 @@ static ferry_status save_llmc(struct names *nm, const struct ferry_model_config 
 	fd = lock_dir(nm->parent);
 	if (rename(nm->tmp, nm->path) != 0) {
 		rc = ferry_error(FERRY_ERR_IO, "%s: cannot rename the new model into place: %s (the previous "
-				 "checkpoint is unchanged)", sh(nm, 0, nm->path), strerror(errno));
+				 "checkpoint is unchanged)", ferry_ckpt_shorten(nm, 0, nm->path), strerror(errno));
 		unlink(nm->tmp);
 		unlink(nm->state_tmp);
 		unlink(nm->tok_tmp);
 	} else if (st && rename(nm->state_tmp, nm->state) != 0) {
 		rc = ferry_error(FERRY_ERR_IO, "%s: the model is saved but its state stays in %s: %s (a resume "
-				 "or the next save completes the pair)", sh(nm, 0, nm->path),
-				 sh(nm, 1, nm->state_tmp), strerror(errno));
+				 "or the next save completes the pair)", ferry_ckpt_shorten(nm, 0, nm->path),
+				 ferry_ckpt_shorten(nm, 1, nm->state_tmp), strerror(errno));
 		unlink(nm->tok_tmp);
 	} else if (tok && rename(nm->tok_tmp, nm->tok) != 0) {
 		rc = ferry_error(FERRY_ERR_IO, "%s: the model and its state are saved but not its tokenizer (%s): %s",
-				 sh(nm, 0, nm->path), sh(nm, 1, nm->tok), strerror(errno));
+				 ferry_ckpt_shorten(nm, 0, nm->path), ferry_ckpt_shorten(nm, 1, nm->tok), strerror(errno));
 		unlink(nm->tok_tmp);
 	}
 	if (!rc) {
@@ -819,7 +522,7 @@ static bool replaced(const char *name, bool with_state)
 }
 
 struct keep_ctx {
-	struct names *nm;
+	struct ferry_ckpt_names *nm;
 	bool with_state;
 };
 
@@ -830,16 +533,16 @@ static ferry_status keep_subdir(struct keep_ctx *c, int sfd, int dfd, const char
 	ferry_status st;
 	int s2, d2;
 
-	if (depth >= MAX_DEPTH)
+	if (depth >= FERRY_CKPT_MAX_DEPTH)
 		return ferry_error(FERRY_ERR_INVALID, "%s: directories nested deeper than %d: cannot keep %s",
-				   sh(c->nm, 0, c->nm->path), MAX_DEPTH, name);
+				   ferry_ckpt_shorten(c->nm, 0, c->nm->path), FERRY_CKPT_MAX_DEPTH, name);
 	if (ferry_ckpt_fault() || mkdirat(dfd, name, 0700) != 0)
-		return ferry_error(FERRY_ERR_IO, "%s: cannot keep its subdirectory %s: %s", sh(c->nm, 0, c->nm->path),
+		return ferry_error(FERRY_ERR_IO, "%s: cannot keep its subdirectory %s: %s", ferry_ckpt_shorten(c->nm, 0, c->nm->path),
 				   name, strerror(errno));
 	s2 = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	d2 = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (s2 < 0 || d2 < 0)
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot open its subdirectory %s: %s", sh(c->nm, 0, c->nm->path),
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot open its subdirectory %s: %s", ferry_ckpt_shorten(c->nm, 0, c->nm->path),
 				 name, strerror(errno));
 	else
 		st = keep_tree(c, s2, d2, depth + 1);
@@ -858,7 +561,7 @@ static ferry_status keep_tree(struct keep_ctx *c, int sfd, int dfd, int depth)
 {
 	struct dirent *e;
 	DIR *dp;
-	ferry_status st = list_fd(c->nm, sfd, &dp);
+	ferry_status st = ferry_ckpt_list_fd(c->nm, sfd, &dp);
 
 	if (st)
 		return st;
@@ -869,19 +572,19 @@ static ferry_status keep_tree(struct keep_ctx *c, int sfd, int dfd, int depth)
 		    (depth == 0 && replaced(e->d_name, c->with_state)))
 			continue;
 		if (fstatat(sfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-			st = ferry_error(FERRY_ERR_IO, "%s: cannot stat %s: %s", sh(c->nm, 0, c->nm->path), e->d_name,
+			st = ferry_error(FERRY_ERR_IO, "%s: cannot stat %s: %s", ferry_ckpt_shorten(c->nm, 0, c->nm->path), e->d_name,
 					 strerror(errno));
 		else if (S_ISDIR(sb.st_mode))
 			st = keep_subdir(c, sfd, dfd, e->d_name, sb.st_mode, depth);
 		else if (ferry_ckpt_fault() || linkat(sfd, e->d_name, dfd, e->d_name, 0) != 0)
 			st = ferry_error(FERRY_ERR_IO, "%s: cannot keep %s in the new checkpoint (a hard link): %s",
-					 sh(c->nm, 0, c->nm->path), e->d_name, strerror(errno));
+					 ferry_ckpt_shorten(c->nm, 0, c->nm->path), e->d_name, strerror(errno));
 	}
 	closedir(dp);
 	return st;
 }
 
-static ferry_status keep_others(struct names *nm, bool with_state)
+static ferry_status keep_others(struct ferry_ckpt_names *nm, bool with_state)
 {
 	struct keep_ctx c = { nm, with_state };
 	int sfd = open(nm->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -889,7 +592,7 @@ static ferry_status keep_others(struct names *nm, bool with_state)
 	ferry_status st;
 
 	if (sfd < 0 || dfd < 0)
-		st = ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", sh(nm, 0, sfd < 0 ? nm->path : nm->tmp),
+		st = ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", ferry_ckpt_shorten(nm, 0, sfd < 0 ? nm->path : nm->tmp),
 				 strerror(errno));
 	else
 		st = keep_tree(&c, sfd, dfd, 0);
@@ -908,7 +611,7 @@ static bool is_dir(const char *path)
 }
 
 /* DIR.tmp.<pid>/ written completely and fsynced. */
-static ferry_status write_dir(struct names *nm, const struct stat *old, const struct ferry_model_config *cfg,
+static ferry_status write_dir(struct ferry_ckpt_names *nm, const struct stat *old, const struct ferry_model_config *cfg,
 			      const float *params, const struct ferry_train_state *st, const float *m,
 			      const float *v, size_t n, const struct ferry_hf_source *src)
 {
@@ -918,7 +621,7 @@ static ferry_status write_dir(struct names *nm, const struct stat *old, const st
 	remove_tree(nm->tmp); /* this process's own leftover */
 	if (ferry_ckpt_fault() || mkdir(nm->tmp, 0777) != 0)
 		return ferry_error(FERRY_ERR_IO, "%s: cannot create the checkpoint directory (as %s): %s",
-				   sh(nm, 0, nm->path), sh(nm, 1, nm->tmp), strerror(errno));
+				   ferry_ckpt_shorten(nm, 0, nm->path), ferry_ckpt_shorten(nm, 1, nm->tmp), strerror(errno));
 	if (old)
 		rc = keep_others(nm, st != NULL);
 	if (!rc)
@@ -929,17 +632,17 @@ static ferry_status write_dir(struct names *nm, const struct stat *old, const st
 	if (!rc)
 		rc = ferry_ckpt_hf_write_files(nm->tmp, cfg, params, src);
 	if (!rc && st) {
-		char *sp = with_suffix(nm->tmp, "/" FERRY_HF_STATE_NAME, 0);
+		char *sp = ferry_ckpt_with_suffix(nm->tmp, "/" FERRY_HF_STATE_NAME, 0);
 
 		rc = sp ? ferry_ckpt_write_state(sp, st, m, v, n) :
-			  ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", sh(nm, 0, nm->path));
+			  ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", ferry_ckpt_shorten(nm, 0, nm->path));
 		ferry_free(sp);
 	}
 	if (!rc && old)
 		chmod(nm->tmp, old->st_mode & 07777);
 	fd = rc ? -1 : open(nm->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!rc && (fd < 0 || ferry_ckpt_fault() || fsync(fd) != 0))
-		rc = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", sh(nm, 0, nm->tmp), strerror(errno));
+		rc = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", ferry_ckpt_shorten(nm, 0, nm->tmp), strerror(errno));
 	if (fd >= 0)
 		close(fd);
 	return rc;
@@ -947,7 +650,7 @@ static ferry_status write_dir(struct names *nm, const struct stat *old, const st
 
 /* Makes DIR.tmp.<pid> the checkpoint; the old one, if any, is left as
  * DIR.tmp.<pid> (exchanged) or DIR.old.<pid>, for the cleanup. */
-static ferry_status swap_in(struct names *nm, bool exists)
+static ferry_status swap_in(struct ferry_ckpt_names *nm, bool exists)
 {
 	if (!exists) {
 		if (rename(nm->tmp, nm->path) == 0)
@@ -967,10 +670,10 @@ static ferry_status swap_in(struct names *nm, bool exists)
 		}
 	}
 	return ferry_error(FERRY_ERR_IO, "%s: cannot move the new checkpoint into place: %s (the previous "
-			   "checkpoint is unchanged)", sh(nm, 0, nm->path), strerror(errno));
+			   "checkpoint is unchanged)", ferry_ckpt_shorten(nm, 0, nm->path), strerror(errno));
 }
 
-static ferry_status save_hf(struct names *nm, const struct ferry_model_config *cfg, const float *params,
+static ferry_status save_hf(struct ferry_ckpt_names *nm, const struct ferry_model_config *cfg, const float *params,
 			    const struct ferry_train_state *st, const float *m, const float *v, size_t n,
 			    const struct ferry_hf_source *src)
 {
@@ -1066,7 +769,7 @@ ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model
 	struct ferry_hf_source src = { 0 };
 	struct ferry_train_state *st16 = NULL;
 	float *p16 = NULL;
-	struct names nm;
+	struct ferry_ckpt_names nm;
 	bool hf;
 	ferry_status rc = check_save(path, cfg, params, st, m, v, n_params, &c);
 
@@ -1080,7 +783,7 @@ ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model
 	if (!rc && src.bf16 && !(rc = round_bf16(path, &c, params, st, &p16, &st16)))
 		params = p16, st = st ? st16 : NULL;
 	if (!rc)
-		rc = names_make(path, hf, &nm);
+		rc = ferry_ckpt_names_make(path, hf, &nm);
 	if (rc) {
 		ferry_ckpt_hf_source_free(&src);
 		return rc;
@@ -1092,7 +795,7 @@ ferry_status ferry_checkpoint_save_as(const char *path, const struct ferry_model
 		rc = save_hf(&nm, &c, params, st, m, v, n_params, &src);
 	else
 		rc = save_llmc(&nm, &c, params, st, m, v, n_params, so ? so->tokenizer : NULL);
-	names_free(&nm);
+	ferry_ckpt_names_free(&nm);
 	ferry_ckpt_hf_source_free(&src);
 	ferry_free(p16);
 	ferry_free(st16);

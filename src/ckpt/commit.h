@@ -6,6 +6,8 @@
 #define FERRY_CKPT_COMMIT_H
 
 #include "ferry/checkpoint.h"
+#include <dirent.h>
+#include <stdbool.h>
 #include "ferry/safetensors.h"
 
 #include <stdbool.h>
@@ -88,5 +90,32 @@ ferry_status ferry_ckpt_carry_tokenizer(const char *tok, bool json_only, const c
  * (NULL: none): the token ids config.json keeps and the weights' dtype. */
 ferry_status ferry_ckpt_hf_write_files(const char *dir, const struct ferry_model_config *cfg,
 				       const float *params, const struct ferry_hf_source *src);
+
+/* Deepest directory tree kept (hard-linked) across a directory swap. */
+#define FERRY_CKPT_MAX_DEPTH 32
+
+/* The names a save at path uses. */
+struct ferry_ckpt_names {
+	char *path;      /* the checkpoint (a directory's trailing slashes removed) */
+	char *parent;    /* the directory holding it */
+	const char *base; /* its last component, inside path */
+	char *state;     /* path.state (llm.c) */
+	char *tmp;       /* path.tmp.<pid>: a model file or a whole directory */
+	char *state_tmp; /* path.state.tmp.<pid> */
+	char *old;       /* path.old.<pid>: a replaced directory */
+	char *tok;       /* path.tokenizer (llm.c): the run's tokenizer */
+	char *tok_tmp;   /* path.tokenizer.tmp.<pid> */
+	char sb[2][FERRY_CKPT_SHORT]; /* room for shortened names in messages */
+};
+/* path's names (strip: a directory's trailing slashes removed); freed by
+ * ferry_ckpt_names_free. */
+ferry_status ferry_ckpt_names_make(const char *path, bool strip, struct ferry_ckpt_names *nm) FERRY_MUST_CHECK;
+void ferry_ckpt_names_free(struct ferry_ckpt_names *nm);
+/* "path" + suffix, + ".pid" unless pid is 0 (ferry_malloc; NULL: out of memory). */
+char *ferry_ckpt_with_suffix(const char *path, const char *suffix, long pid);
+/* path shortened for a message into nm's k-th buffer (k 0 or 1). */
+const char *ferry_ckpt_shorten(struct ferry_ckpt_names *nm, int k, const char *path);
+/* *dp lists the directory fd, through a duplicate: fd stays the caller's. */
+ferry_status ferry_ckpt_list_fd(struct ferry_ckpt_names *nm, int fd, DIR **dp) FERRY_MUST_CHECK;
 
 #endif
