@@ -158,8 +158,10 @@ typedef void (*ferry_comm_timeout_fn)(void *arg, ferry_status st);
  * not of a step: a rank that computes for hours between collectives
  * fires nothing, but one that waits `seconds` for another (a save rank
  * 0 writes alone) does.  0 turns it off.  Every rank calls it (it makes a
- * communicator); nothing is watched on one rank, nor NCCL's device
- * collectives (their host side, through the MPI base, is). */
+ * communicator); nothing is watched on one rank.  NCCL's device
+ * collectives are timed on their stream (from when it reaches one to
+ * when it is done there), and the NCCL communicators are aborted before
+ * fn is called. */
 ferry_status ferry_comm_set_timeout(ferry_comm_t c, double seconds, ferry_comm_timeout_fn fn, void *arg)
 	FERRY_MUST_CHECK;
 
