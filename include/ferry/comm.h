@@ -135,6 +135,10 @@ ferry_status ferry_comm_barrier(ferry_comm_t c) FERRY_MUST_CHECK;
  * rank that failed, prefixed "rank R: " when some ranks did not fail.  A
  * collective (host side, also for an nccl communicator). */
 ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st) FERRY_MUST_CHECK;
+/* The same, with this rank's message given (msg; NULL: ferry_last_error()),
+ * for a failure the caller met itself, not in the library: ferry_last_error
+ * would be a stale one. */
+ferry_status ferry_comm_agree_message(ferry_comm_t c, ferry_status st, const char *msg) FERRY_MUST_CHECK;
 /* Whether the last ferry_comm_agree on c returned an error, so every rank
  * holds the same one (a caller prints it once, on rank 0). */
 bool ferry_comm_error_shared(ferry_comm_t c);

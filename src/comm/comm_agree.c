@@ -14,6 +14,11 @@
 
 ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st)
 {
+	return ferry_comm_agree_message(c, st, NULL);
+}
+
+ferry_status ferry_comm_agree_message(ferry_comm_t c, ferry_status st, const char *mine)
+{
 	struct ferry_comm *h;
 	int first, failed, status = st;
 	char msg[AGREE_CHARS];
@@ -34,7 +39,7 @@ ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st)
 	failed = st != FERRY_OK; /* all failed: rank 0's message, no rank named */
 	if ((e = ferry_comm_all_reduce(h, &failed, 1, FERRY_COMM_I32, FERRY_COMM_SUM, NULL)))
 		return e;
-	snprintf(msg, sizeof(msg), "%s", h->rank == first ? ferry_last_error() : "");
+	snprintf(msg, sizeof(msg), "%s", h->rank != first ? "" : mine ? mine : ferry_last_error());
 	if ((e = ferry_comm_broadcast(h, &status, 1, FERRY_COMM_I32, first, NULL)) ||
 	    (e = ferry_comm_broadcast(h, msg, sizeof(msg), FERRY_COMM_BYTE, first, NULL)))
 		return e;
