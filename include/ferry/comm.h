@@ -139,6 +139,14 @@ ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st) FERRY_MUST_CHECK;
  * for a failure the caller met itself, not in the library: ferry_last_error
  * would be a stale one. */
 ferry_status ferry_comm_agree_message(ferry_comm_t c, ferry_status st, const char *msg) FERRY_MUST_CHECK;
+/* Whether every rank holds rank 0's text, lines of "key=value" (a run's
+ * settings, say), in one exchange: rank 0's text is broadcast, each rank
+ * compares it with its own, and the ranks agree (ferry_comm_agree) on
+ * the outcome and `failed` (NULL, or the message of a failure the rank
+ * met making its text).  All return FERRY_OK, or the same error naming
+ * the lowest rank that failed or differs, and the first line that does:
+ * "rank 1: --steps is 5, rank 0 has 10". */
+ferry_status ferry_comm_same_lines(ferry_comm_t c, const char *text, const char *failed) FERRY_MUST_CHECK;
 /* Whether the last ferry_comm_agree on c returned an error, so every rank
  * holds the same one (a caller prints it once, on rank 0). */
 bool ferry_comm_error_shared(ferry_comm_t c);

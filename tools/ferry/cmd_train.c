@@ -9,6 +9,7 @@
 #include "interrupt.h"
 #include "train_report.h"
 #include "train_ranks.h"
+#include "train_agree.h"
 #include "out_paths.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
@@ -47,6 +48,8 @@ struct train_cli {
 	float comm_timeout;                             /* --comm-timeout (s) */
 	bool shape_given;
 	struct ranks ranks;                             /* mpirun -np N: this rank */
+	int argc;                                       /* as given, for the ranks' */
+	char **argv;                                    /* agreement (ranks_agree_run) */
 };
 
 static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd", NULL };
@@ -271,13 +274,28 @@ static int check_values(struct train_cli *c)
 	return 0;
 }
 
+/* train's flag tables, where their values go (given: the model flags'
+ * given bits). */
+#define GROUPS 4
+static void flag_groups(struct train_cli *c, unsigned *given, struct cli_group groups[GROUPS])
+{
+	groups[0] = ferry_cli_model_flags_group(&c->o, given);
+	groups[1] = ferry_cli_tier_flags_group();
+	groups[2] = (struct cli_group){ train_flags, c, &c->o.given, NULL };
+	groups[3] = (struct cli_group){ NULL };
+}
+
 /* 1 after --help, 2 after a usage error, else 0. */
 static int parse(int argc, char **argv, struct train_cli *c)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { ferry_cli_model_flags_group(&c->o, &given), ferry_cli_tier_flags_group(),
-					    { train_flags, c, &c->o.given, NULL }, { NULL } };
-	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	struct cli_group groups[GROUPS];
+	int rc;
+
+	flag_groups(c, &given, groups);
+	c->argc = argc;
+	c->argv = argv;
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
 	c->shape_given = given & MODEL_GIVEN_SHAPE;
@@ -940,8 +958,14 @@ static int train(struct run *run)
 static int set_up(struct train_cli *c, struct run *run)
 {
 	static char trace[4200];
+	struct cli_group groups[GROUPS];
+	unsigned given = 0;
 	int rc;
 
+	/* every rank the same run, before anything that takes them all */
+	flag_groups(c, &given, groups);
+	if ((rc = ranks_agree_run(&c->ranks, groups, c->argc, c->argv, c->o.resume, c->o.given)))
+		return rc;
 	if (ferry_comm_in_use(c->ranks.comm))
 		c->o.comm = c->ranks.comm; /* one rank too where an engine is named */
 	if (c->ranks.size > 1) {
