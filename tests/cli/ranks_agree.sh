@@ -59,6 +59,8 @@ mpmd "different --data" "ferry train: rank 1: --data file 1 of 1 is *" "" "--dat
 "$FERRY" train "${common[@]}" --save a >/dev/null 2>&1 && "$FERRY" train "${common[@]}" --seed 2 --save b >/dev/null 2>&1 ||
 	fail "cannot make the saves to resume"
 mpmd "different --resume" "ferry train: rank 1: --resume file 1 of 1 is *" "--resume a --steps 3" "--resume b --steps 3"
+mpmd "--resume missing on rank 1" "ferry train: rank 1: nothere: cannot open: No such file or directory" \
+	"--resume a --steps 3" "--resume nothere --steps 3"
 
 # What may differ: a rank's own files and threads, and the data's path
 # where the files are the same.

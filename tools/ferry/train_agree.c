@@ -107,8 +107,10 @@ static size_t add_files(struct text *t, const char *flag, const char *pattern)
 	size_t n = 0, k = 0;
 	struct stat st;
 
-	if (glob(pattern, 0, NULL, &g) != 0)
+	if (glob(pattern, 0, NULL, &g) != 0) {
+		add(t, "%s files=0\n", flag);
 		return 0;
+	}
 	for (size_t i = 0; i < g.gl_pathc; i++)
 		n += stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode);
 	add(t, "%s files=%zu\n", flag, n);
@@ -126,6 +128,7 @@ static size_t add_files(struct text *t, const char *flag, const char *pattern)
 static void add_input(struct text *t, const char *flag, const char *path, char *failed, size_t n)
 {
 	char pattern[4200], state[4200];
+	bool hf;
 
 	add(t, "%s=%s\n", flag, path ? "given" : "none");
 	if (!path || !strcmp(flag, "--save"))
@@ -135,13 +138,12 @@ static void add_input(struct text *t, const char *flag, const char *path, char *
 			snprintf(failed, n, "no files match '%s'", path);
 		return;
 	}
-	if (ferry_checkpoint_is_hf(path)) {
-		snprintf(pattern, sizeof(pattern), "%s/*", path);
-		add_files(t, flag, pattern);
-		return;
-	}
-	add_files(t, flag, path);
-	if (ferry_checkpoint_state_path(path, false, state, sizeof(state)) == FERRY_OK && access(state, F_OK) == 0)
+	hf = ferry_checkpoint_is_hf(path);
+	snprintf(pattern, sizeof(pattern), hf ? "%s/*" : "%s", path);
+	/* none: this rank's failure, as the trainer would say it */
+	if (!add_files(t, flag, pattern) && !*failed)
+		snprintf(failed, n, "%s: cannot open: No such file or directory", path);
+	if (!hf && ferry_checkpoint_state_path(path, false, state, sizeof(state)) == FERRY_OK && access(state, F_OK) == 0)
 		add_files(t, flag, state);
 }
 
