@@ -40,6 +40,8 @@ mpmd() {
 mpmd "an unwritable --trace on rank 1" \
 	"ferry train: rank 1: cannot write --trace nodir/t.rank1.json: nodir: No such file or directory" \
 	"" "--trace nodir/t.json"
+mpmd "a usage error on rank 1 only" \
+	"ferry train: rank 1: --lr expects a number that fits a float, got 'x'" "" "--lr x"
 
 # Flags that must agree, each refused before step 1 naming the rank and
 # the flag: before, these deadlocked until the timeout, trained the whole

@@ -1013,7 +1013,9 @@ int cmd_train(int argc, char **argv)
 	c.o.warmup = 50;
 	if (ranks_open(CMD, &c.ranks)) /* mpirun: this process's rank (MPI) */
 		return 1;
-	if ((rc = parse(argc, argv, &c))) {
+	/* a usage error on one rank alone: every rank stops, rank 0 prints it
+	 * (rather than the others waiting for it in their first collective) */
+	if ((rc = ranks_agree_rc(CMD, &c.ranks, parse(argc, argv, &c)))) {
 		ranks_close(&c.ranks);
 		return rc == 1 ? 0 : rc; /* 1: --help */
 	}
