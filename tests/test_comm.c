@@ -162,6 +162,35 @@ static void check_agree(ferry_comm_t c)
 	      "rank %d: every rank failed: '%s'", r, ferry_last_error());
 }
 
+/* A message given by the caller (not ferry_last_error's); every rank's
+ * lines rank 0's, then the last rank's --steps different, then a line
+ * missing there: the first difference, naming that rank. */
+static void check_same_lines(ferry_comm_t c)
+{
+	int r = ferry_comm_rank(c), N = ferry_comm_size(c);
+	char want[96], text[96];
+
+	(void)ferry_error(FERRY_ERR_INVALID, "a stale message");
+	snprintf(want, sizeof(want), N > 1 ? "rank %d: cannot write t.json" : "cannot write t.json", N - 1);
+	CHECK(ferry_comm_agree_message(c, r == N - 1 ? FERRY_ERR_INVALID : FERRY_OK, r == N - 1 ? "cannot write t.json"
+											 : NULL) == FERRY_ERR_INVALID &&
+		      !strcmp(ferry_last_error(), want),
+	      "rank %d: a given message: '%s'", r, ferry_last_error());
+	CHECK(ferry_comm_same_lines(c, "--lr=0.1\n--steps=10\n", NULL) == FERRY_OK, "the same lines");
+	snprintf(text, sizeof(text), "--lr=0.1\n--steps=%d\n", r == N - 1 && N > 1 ? 5 : 10);
+	snprintf(want, sizeof(want), "rank %d: --steps is 5, rank 0 has 10", N - 1);
+	CHECK(N == 1 || (ferry_comm_same_lines(c, text, NULL) == FERRY_ERR_INVALID && !strcmp(ferry_last_error(), want)),
+	      "rank %d: different lines: '%s'", r, ferry_last_error());
+	snprintf(want, sizeof(want), "rank %d: it has no line where rank 0 has --steps=10", N - 1);
+	CHECK(N == 1 || (ferry_comm_same_lines(c, r == N - 1 ? "--lr=0.1\n" : "--lr=0.1\n--steps=10\n", NULL) ==
+			 FERRY_ERR_INVALID && !strcmp(ferry_last_error(), want)),
+	      "rank %d: a line missing: '%s'", r, ferry_last_error());
+	snprintf(want, sizeof(want), N > 1 ? "rank %d: no files match 'x'" : "no files match 'x'", N - 1);
+	CHECK(ferry_comm_same_lines(c, "a=1\n", r == N - 1 ? "no files match 'x'" : NULL) == FERRY_ERR_INVALID &&
+		      !strcmp(ferry_last_error(), want),
+	      "rank %d: its own failure: '%s'", r, ferry_last_error());
+}
+
 struct thread_arg {
 	ferry_comm_t c;
 	int n;
@@ -281,6 +310,7 @@ int main(void)
 	check_uneven(c, true);
 	check_broadcast(c);
 	check_agree(c);
+	check_same_lines(c);
 	check_threads(c);
 	check_timeout(c);
 	check_pick(c);

@@ -135,6 +135,18 @@ ferry_status ferry_comm_barrier(ferry_comm_t c) FERRY_MUST_CHECK;
  * rank that failed, prefixed "rank R: " when some ranks did not fail.  A
  * collective (host side, also for an nccl communicator). */
 ferry_status ferry_comm_agree(ferry_comm_t c, ferry_status st) FERRY_MUST_CHECK;
+/* The same, with this rank's message given (msg; NULL: ferry_last_error()),
+ * for a failure the caller met itself, not in the library: ferry_last_error
+ * would be a stale one. */
+ferry_status ferry_comm_agree_message(ferry_comm_t c, ferry_status st, const char *msg) FERRY_MUST_CHECK;
+/* Whether every rank holds rank 0's text, lines of "key=value" (a run's
+ * settings, say), in one exchange: rank 0's text is broadcast, each rank
+ * compares it with its own, and the ranks agree (ferry_comm_agree) on
+ * the outcome and `failed` (NULL, or the message of a failure the rank
+ * met making its text).  All return FERRY_OK, or the same error naming
+ * the lowest rank that failed or differs, and the first line that does:
+ * "rank 1: --steps is 5, rank 0 has 10". */
+ferry_status ferry_comm_same_lines(ferry_comm_t c, const char *text, const char *failed) FERRY_MUST_CHECK;
 /* Whether the last ferry_comm_agree on c returned an error, so every rank
  * holds the same one (a caller prints it once, on rank 0). */
 bool ferry_comm_error_shared(ferry_comm_t c);
@@ -158,8 +170,10 @@ typedef void (*ferry_comm_timeout_fn)(void *arg, ferry_status st);
  * not of a step: a rank that computes for hours between collectives
  * fires nothing, but one that waits `seconds` for another (a save rank
  * 0 writes alone) does.  0 turns it off.  Every rank calls it (it makes a
- * communicator); nothing is watched on one rank, nor NCCL's device
- * collectives (their host side, through the MPI base, is). */
+ * communicator); nothing is watched on one rank.  NCCL's device
+ * collectives are timed on their stream (from when it reaches one to
+ * when it is done there), and the NCCL communicators are aborted before
+ * fn is called. */
 ferry_status ferry_comm_set_timeout(ferry_comm_t c, double seconds, ferry_comm_timeout_fn fn, void *arg)
 	FERRY_MUST_CHECK;
 

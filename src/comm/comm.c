@@ -136,8 +136,10 @@ ferry_status ferry_comm_open_nccl(ferry_comm_t base, int device, ferry_comm_t *o
 	if ((st = ferry_comm_nccl_open(base->host, device, *out))) {
 		ferry_free(*out);
 		*out = NULL;
+		return st;
 	}
-	return st;
+	ferry_comm_watch_join(*out, base->host); /* its device collectives too */
+	return FERRY_OK;
 #else
 	(void)st;
 	(void)device;
@@ -183,8 +185,11 @@ ferry_comm_t ferry_comm_host(ferry_comm_t c) { return c->host; }
 const char *ferry_comm_engine(ferry_comm_t c) { return c->iface->name; }
 bool ferry_comm_device_buffers(ferry_comm_t c) { return c->iface->device_buffers; }
 
-/* st = call, a collective of c, timed by c's watch (comm_watch.c). */
-#define WATCHED(c, what, call) (ferry_comm_watch_begin(c, what), st = (call), ferry_comm_watch_end(c), st)
+/* st = call, a collective of c, timed by c's watch (comm_watch.c), or by
+ * the engine on its stream (times_itself: NCCL's return once queued). */
+#define WATCHED(c, what, call)                                                                                 \
+	((c)->iface->times_itself ? (st = (call))                                                              \
+				  : (ferry_comm_watch_begin(c, what), st = (call), ferry_comm_watch_end(c), st))
 
 /* Arguments every collective shares. */
 static ferry_status check(ferry_comm_t c, const void *buf, enum ferry_comm_dtype t, const char *what)
@@ -250,7 +255,9 @@ ferry_status ferry_comm_reduce_scatter_v(ferry_comm_t c, const void *send, void 
 		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: NULL buffer");
 	if (!st && op == FERRY_COMM_AVG && t != FERRY_COMM_F32 && t != FERRY_COMM_F64)
 		st = ferry_error(FERRY_ERR_INVALID, "reduce-scatter: an average of integers");
-	return st || !total_count(c, counts) ? st : c->iface->reduce_scatter_v(c, send, recv, counts, t, op, stream);
+	return st || !total_count(c, counts)
+		       ? st
+		       : WATCHED(c, "reduce-scatter", c->iface->reduce_scatter_v(c, send, recv, counts, t, op, stream));
 }
 
 ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *recv, const size_t *counts,
@@ -262,7 +269,8 @@ ferry_status ferry_comm_all_gather_v(ferry_comm_t c, const void *send, void *rec
 		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL counts");
 	if (!st && !send && counts[c->rank])
 		st = ferry_error(FERRY_ERR_INVALID, "all-gather: NULL buffer");
-	return st || !total_count(c, counts) ? st : c->iface->all_gather_v(c, send, recv, counts, t, stream);
+	return st || !total_count(c, counts) ? st
+					     : WATCHED(c, "all-gather", c->iface->all_gather_v(c, send, recv, counts, t, stream));
 }
 
 ferry_status ferry_comm_broadcast(ferry_comm_t c, void *buf, size_t count, enum ferry_comm_dtype t, int root,

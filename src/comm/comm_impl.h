@@ -10,7 +10,7 @@
 
 #include "ferry/comm.h"
 
-#define FERRY_COMM_IFACE_VERSION 2
+#define FERRY_COMM_IFACE_VERSION 3
 
 struct ferry_comm_iface {
 	int version;
@@ -41,6 +41,14 @@ struct ferry_comm_iface {
 	 * nothing is watched (single: one rank). */
 	ferry_status (*send_ints)(struct ferry_comm *c, int to, int tag, const int *msg, int n);
 	bool (*recv_ints)(struct ferry_comm *c, int tag, int *msg, int n, int *from);
+	/* Device collectives return once queued: the engine times them on
+	 * its stream itself (watch_begin and _end as the stream reaches
+	 * them), not comm.c around the call.  NULL: comm.c times the call. */
+	bool times_itself;
+	/* Ends c's collectives under way, from the watchdog's thread, when
+	 * one timed out (NCCL has no timeout of its own: ncclCommAbort);
+	 * NULL where the job's abort ends them. */
+	void (*cancel)(struct ferry_comm *c);
 };
 
 struct comm_watch;
@@ -66,6 +74,8 @@ void ferry_comm_watch_attach(struct ferry_comm *c);
 void ferry_comm_watch_detach(struct ferry_comm *c);
 void ferry_comm_watch_begin(struct ferry_comm *c, const char *what);
 void ferry_comm_watch_end(struct ferry_comm *c);
+/* c, made over base (an nccl communicator), watched by base's watch. */
+void ferry_comm_watch_join(struct ferry_comm *c, struct ferry_comm *base);
 
 /* The engines (comm_single.c, comm_mpi.c, comm_nccl.c), each filling *c
  * (iface, ctx, ranks). */

@@ -16,9 +16,19 @@
 #include <nccl.h>
 #include <stdio.h>
 
+/* What the stream's host function marks begun: a collective of c. */
+struct nccl_mark {
+	struct ferry_comm *c;
+	const char *what;
+};
+
+enum { MARK_ALL_REDUCE, MARK_REDUCE_SCATTER, MARK_ALL_GATHER, MARK_BROADCAST, MARKS };
+
 struct nccl_ctx {
 	ncclComm_t comm;
 	cudaStream_t own;
+	struct nccl_mark marks[MARKS];
+	bool aborted; /* by the timeout: never destroyed after */
 };
 
 static struct nccl_ctx *ctx_of(const struct ferry_comm *c)
@@ -64,10 +74,38 @@ static cudaStream_t stream_of(const struct ferry_comm *c, void *stream)
 	return stream ? (cudaStream_t)stream : ctx_of(c)->own;
 }
 
-static ferry_status finish(const struct ferry_comm *c, void *stream, ncclResult_t r, const char *what)
+static void CUDART_CB mark_begin(void *arg)
 {
-	ferry_status st = nccl_failed(r, what);
+	const struct nccl_mark *m = arg;
 
+	ferry_comm_watch_begin(m->c, m->what);
+}
+
+static void CUDART_CB mark_end(void *arg)
+{
+	ferry_comm_watch_end(arg);
+}
+
+/* NCCL has no timeout of its own and returns once a collective is
+ * queued: a watched communicator's collective is timed on the stream, from
+ * when the stream reaches it to when it is done there. */
+static ferry_status mark(struct ferry_comm *c, void *stream, int which)
+{
+	struct nccl_mark *m = &ctx_of(c)->marks[which];
+
+	if (!c->watch)
+		return FERRY_OK;
+	m->c = c;
+	return cuda_failed(cudaLaunchHostFunc(stream_of(c, stream), mark_begin, m), "timing");
+}
+
+static ferry_status finish(struct ferry_comm *c, void *stream, ncclResult_t r, const char *what)
+{
+	ferry_status st = nccl_failed(r, what), e;
+
+	/* ended even when NCCL refused it: its begin is queued */
+	if (c->watch && (e = cuda_failed(cudaLaunchHostFunc(stream_of(c, stream), mark_end, c), "timing")) && !st)
+		st = e;
 	if (!st && !stream)
 		st = cuda_failed(cudaStreamSynchronize(ctx_of(c)->own), what);
 	return st;
@@ -76,21 +114,27 @@ static ferry_status finish(const struct ferry_comm *c, void *stream, ncclResult_
 static ferry_status nccl_all_reduce(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t,
 				    enum ferry_comm_op op, void *stream)
 {
-	return finish(c, stream, ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), ctx_of(c)->comm,
+	ferry_status st = mark(c, stream, MARK_ALL_REDUCE);
+
+	return st ? st : finish(c, stream, ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), ctx_of(c)->comm,
 					       stream_of(c, stream)), "all-reduce");
 }
 
 static ferry_status nccl_reduce_scatter(struct ferry_comm *c, const void *send, void *recv, size_t count,
 					enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
 {
-	return finish(c, stream, ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), ctx_of(c)->comm,
+	ferry_status st = mark(c, stream, MARK_REDUCE_SCATTER);
+
+	return st ? st : finish(c, stream, ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), ctx_of(c)->comm,
 						   stream_of(c, stream)), "reduce-scatter");
 }
 
 static ferry_status nccl_all_gather(struct ferry_comm *c, const void *send, void *recv, size_t count,
 				    enum ferry_comm_dtype t, void *stream)
 {
-	return finish(c, stream, ncclAllGather(send, recv, count, nccl_type(t), ctx_of(c)->comm, stream_of(c, stream)),
+	ferry_status st = mark(c, stream, MARK_ALL_GATHER);
+
+	return st ? st : finish(c, stream, ncclAllGather(send, recv, count, nccl_type(t), ctx_of(c)->comm, stream_of(c, stream)),
 		      "all-gather");
 }
 
@@ -100,9 +144,13 @@ static ferry_status nccl_reduce_scatter_v(struct ferry_comm *c, const void *send
 					  enum ferry_comm_dtype t, enum ferry_comm_op op, void *stream)
 {
 	const size_t esz = ferry_comm_dtype_size(t);
-	ncclResult_t r = ncclGroupStart();
+	ferry_status st = mark(c, stream, MARK_REDUCE_SCATTER);
 	size_t displ = 0;
+	ncclResult_t r;
 
+	if (st)
+		return st;
+	r = ncclGroupStart();
 	for (int k = 0; k < c->size && r == ncclSuccess; displ += counts[k++])
 		if (counts[k])
 			r = ncclReduce((const char *)send + displ * esz, k == c->rank ? recv : NULL, counts[k],
@@ -118,9 +166,13 @@ static ferry_status nccl_all_gather_v(struct ferry_comm *c, const void *send, vo
 				      enum ferry_comm_dtype t, void *stream)
 {
 	const size_t esz = ferry_comm_dtype_size(t);
-	ncclResult_t r = ncclGroupStart();
+	ferry_status st = mark(c, stream, MARK_ALL_GATHER);
 	size_t displ = 0;
+	ncclResult_t r;
 
+	if (st)
+		return st;
+	r = ncclGroupStart();
 	for (int k = 0; k < c->size && r == ncclSuccess; displ += counts[k++])
 		if (counts[k])
 			r = ncclBroadcast(k == c->rank ? send : (const char *)recv + displ * esz,
@@ -136,7 +188,9 @@ static ferry_status nccl_all_gather_v(struct ferry_comm *c, const void *send, vo
 static ferry_status nccl_broadcast(struct ferry_comm *c, void *buf, size_t count, enum ferry_comm_dtype t, int root,
 				   void *stream)
 {
-	return finish(c, stream, ncclBroadcast(buf, buf, count, nccl_type(t), root, ctx_of(c)->comm,
+	ferry_status st = mark(c, stream, MARK_BROADCAST);
+
+	return st ? st : finish(c, stream, ncclBroadcast(buf, buf, count, nccl_type(t), root, ctx_of(c)->comm,
 					       stream_of(c, stream)), "broadcast");
 }
 
@@ -145,10 +199,19 @@ static ferry_status nccl_barrier(struct ferry_comm *c)
 	return ferry_comm_barrier(c->host);
 }
 
+/* Ends the collectives under way (a peer that stopped never finishes
+ * them); once. */
+static void nccl_cancel(struct ferry_comm *c)
+{
+	if (c->ctx && !ctx_of(c)->aborted) {
+		ctx_of(c)->aborted = true;
+		ncclCommAbort(ctx_of(c)->comm);
+	}
+}
+
 static void nccl_abort(struct ferry_comm *c, int code)
 {
-	if (c->ctx)
-		ncclCommAbort(ctx_of(c)->comm);
+	nccl_cancel(c);
 	ferry_comm_abort(c->host, code);
 }
 
@@ -158,18 +221,22 @@ static void nccl_free(struct ferry_comm *c)
 
 	if (!x)
 		return;
-	ncclCommDestroy(x->comm);
+	if (!x->aborted) /* an aborted one's resources went with the abort */
+		ncclCommDestroy(x->comm);
 	cudaStreamDestroy(x->own);
 	ferry_free(x);
 }
 
 static ferry_status new_ctx(struct ferry_comm *c)
 {
+	static const char *const names[MARKS] = { "all-reduce", "reduce-scatter", "all-gather", "broadcast" };
 	struct nccl_ctx *x = ferry_calloc(1, sizeof(*x));
 	ferry_status st;
 
 	if (!x)
 		return ferry_error(FERRY_ERR_NOMEM, "NCCL communicator: out of host memory");
+	for (int k = 0; k < MARKS; k++)
+		x->marks[k].what = names[k];
 	if ((st = cuda_failed(cudaStreamCreateWithFlags(&x->own, cudaStreamNonBlocking), "stream"))) {
 		ferry_free(x);
 		return st;
@@ -204,6 +271,8 @@ static const struct ferry_comm_iface nccl_iface = {
 	.dup = nccl_dup,
 	.abort = nccl_abort,
 	.free = nccl_free,
+	.times_itself = true,
+	.cancel = nccl_cancel,
 };
 
 ferry_status ferry_comm_nccl_open(struct ferry_comm *base, int device, struct ferry_comm *c)

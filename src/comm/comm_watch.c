@@ -36,6 +36,7 @@ struct watch_slot {
 	atomic_llong started; /* collectives begun */
 	atomic_llong since;   /* when the one under way began (ns); 0: none */
 	_Atomic(const char *) what;
+	struct ferry_comm *comm; /* under the lock: to cancel (NCCL's) */
 };
 
 struct comm_watch {
@@ -94,10 +95,31 @@ void ferry_comm_watch_attach(struct ferry_comm *c)
 		atomic_store(&w->slots[s].started, 0);
 		atomic_store(&w->slots[s].since, 0);
 		atomic_store(&w->slots[s].used, true);
+		w->slots[s].comm = c;
 		w->refs++;
 		c->watch_slot = s;
 	} else {
 		c->watch = NULL;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+void ferry_comm_watch_join(struct ferry_comm *c, struct ferry_comm *base)
+{
+	c->watch = base->watch;
+	ferry_comm_watch_attach(c);
+}
+
+/* Ends the collectives under way of the communicators that can (NCCL's,
+ * which no abort of the host side's would stop), before fn ends the job. */
+static void cancel_all(struct comm_watch *w)
+{
+	pthread_mutex_lock(&w->lock);
+	for (int s = 0; s < WATCH_SLOTS; s++) {
+		struct ferry_comm *c = w->slots[s].comm;
+
+		if (atomic_load(&w->slots[s].used) && c && c->iface->cancel)
+			c->iface->cancel(c);
 	}
 	pthread_mutex_unlock(&w->lock);
 }
@@ -120,6 +142,7 @@ void ferry_comm_watch_detach(struct ferry_comm *c)
 		return;
 	pthread_mutex_lock(&w->lock);
 	atomic_store(&w->slots[c->watch_slot].used, false);
+	w->slots[c->watch_slot].comm = NULL;
 	last = --w->refs == 0;
 	pthread_mutex_unlock(&w->lock);
 	c->watch = NULL;
@@ -271,6 +294,7 @@ static void fire(struct comm_watch *w, int s, long long waited)
 	fn = w->fn;
 	arg = w->arg;
 	pthread_mutex_unlock(&w->lock);
+	cancel_all(w);
 	fn(arg, st);
 }
 

@@ -9,6 +9,7 @@
 #include "interrupt.h"
 #include "train_report.h"
 #include "train_ranks.h"
+#include "train_agree.h"
 #include "out_paths.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
@@ -49,6 +50,8 @@ struct train_cli {
 	float comm_timeout;                             /* --comm-timeout (s) */
 	bool shape_given;
 	struct ranks ranks;                             /* mpirun -np N: this rank */
+	int argc;                                       /* as given, for the ranks' */
+	char **argv;                                    /* agreement (ranks_agree_run) */
 };
 
 static const char *const lr_kinds[] = { "cosine", "linear", "constant", "wsd", NULL };
@@ -280,13 +283,28 @@ static int check_values(struct train_cli *c)
 	return 0;
 }
 
+/* train's flag tables, where their values go (given: the model flags'
+ * given bits). */
+#define GROUPS 4
+static void flag_groups(struct train_cli *c, unsigned *given, struct cli_group groups[GROUPS])
+{
+	groups[0] = ferry_cli_model_flags_group(&c->o, given);
+	groups[1] = ferry_cli_tier_flags_group();
+	groups[2] = (struct cli_group){ train_flags, c, &c->o.given, NULL };
+	groups[3] = (struct cli_group){ NULL };
+}
+
 /* 1 after --help, 2 after a usage error, else 0. */
 static int parse(int argc, char **argv, struct train_cli *c)
 {
 	unsigned given = 0;
-	const struct cli_group groups[] = { ferry_cli_model_flags_group(&c->o, &given), ferry_cli_tier_flags_group(),
-					    { train_flags, c, &c->o.given, NULL }, { NULL } };
-	int rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
+	struct cli_group groups[GROUPS];
+	int rc;
+
+	flag_groups(c, &given, groups);
+	c->argc = argc;
+	c->argv = argv;
+	rc = ferry_cli_parse(&(struct cli_command){ .cmd = CMD, .groups = groups }, argc, argv);
 
 	c->o.given |= given & ~MODEL_GIVEN_SHAPE;
 	if (ferry_cli_tier_flags_given())
@@ -1000,8 +1018,14 @@ static int train(struct run *run)
 static int set_up(struct train_cli *c, struct run *run)
 {
 	static char trace[4200];
+	struct cli_group groups[GROUPS];
+	unsigned given = 0;
 	int rc;
 
+	/* every rank the same run, before anything that takes them all */
+	flag_groups(c, &given, groups);
+	if ((rc = ranks_agree_run(&c->ranks, groups, c->argc, c->argv, c->o.resume, c->o.given)))
+		return rc;
 	if (ferry_comm_in_use(c->ranks.comm))
 		c->o.comm = c->ranks.comm; /* one rank too where an engine is named */
 	if (c->ranks.size > 1) {
@@ -1049,7 +1073,9 @@ int cmd_train(int argc, char **argv)
 	c.o.warmup = 50;
 	if (ranks_open(CMD, &c.ranks)) /* mpirun: this process's rank (MPI) */
 		return 1;
-	if ((rc = parse(argc, argv, &c))) {
+	/* a usage error on one rank alone: every rank stops, rank 0 prints it
+	 * (rather than the others waiting for it in their first collective) */
+	if ((rc = ranks_agree_rc(CMD, &c.ranks, parse(argc, argv, &c)))) {
 		ranks_close(&c.ranks);
 		return rc == 1 ? 0 : rc; /* 1: --help */
 	}

@@ -7,9 +7,13 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-/* All but rank 0 write to /dev/null; err_fd keeps their own stderr. */
+/* All but rank 0 write standard output to /dev/null, and standard error
+ * to a file in memory (msg_fd): its last line is the message of a
+ * failure the CLI met itself, which rank 0 then prints (ranks_agree_rc;
+ * ferry_last_error would be a stale one).  err_fd keeps their own stderr. */
 static void silence(struct ranks *r)
 {
 	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -19,15 +23,41 @@ static void silence(struct ranks *r)
 	r->err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
 	if (null < 0 || r->err_fd < 0)
 		return; /* then it prints like rank 0 */
+	r->msg_fd = memfd_create("ferry-stderr", MFD_CLOEXEC);
 	dup2(null, STDOUT_FILENO);
-	dup2(null, STDERR_FILENO);
+	dup2(r->msg_fd >= 0 ? r->msg_fd : null, STDERR_FILENO);
 	close(null);
+}
+
+/* The last line this rank wrote to its standard error since the last
+ * call, without "ferry CMD: ", into buf; NULL when none. */
+static const char *own_message(const struct ranks *r, char *buf, size_t n)
+{
+	char prefix[64];
+	off_t end = r->msg_fd >= 0 ? lseek(r->msg_fd, 0, SEEK_END) : -1;
+	off_t from = end > (off_t)n - 1 ? end - (off_t)n + 1 : 0;
+	ssize_t got = end > 0 ? pread(r->msg_fd, buf, (size_t)(end - from), from) : -1;
+	char *line;
+
+	if (got <= 0)
+		return NULL;
+	buf[got] = 0;
+	while (got > 0 && buf[got - 1] == '\n')
+		buf[--got] = 0;
+	line = strrchr(buf, '\n') ? strrchr(buf, '\n') + 1 : buf;
+	if (ftruncate(r->msg_fd, 0) == 0) /* the next failure's line alone */
+		lseek(r->msg_fd, 0, SEEK_SET);
+	snprintf(prefix, sizeof(prefix), "ferry %s: ", r->cmd);
+	if (!strncmp(line, prefix, strlen(prefix)))
+		line += strlen(prefix);
+	return *line ? line : NULL;
 }
 
 int ranks_open(const char *cmd, struct ranks *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->err_fd = STDERR_FILENO;
+	r->msg_fd = -1;
 	r->cmd = cmd;
 	if (ferry_comm_open(&r->comm) != FERRY_OK)
 		return ferry_cli_fail(cmd);
@@ -66,6 +96,8 @@ void ranks_close(struct ranks *r)
 	ferry_comm_free(r->comm);
 	if (r->err_fd > STDERR_FILENO)
 		close(r->err_fd);
+	if (r->msg_fd >= 0)
+		close(r->msg_fd);
 	r->comm = NULL;
 }
 
@@ -105,11 +137,15 @@ int ranks_fail(const char *cmd, const struct ranks *r)
 
 int ranks_agree_rc(const char *cmd, const struct ranks *r, int rc)
 {
+	char msg[512];
+	const char *mine = NULL;
 	int worst = rc;
 
 	if (r->size <= 1)
 		return rc;
-	if (ferry_comm_agree(r->comm, rc ? FERRY_ERR_INVALID : FERRY_OK) == FERRY_OK)
+	if (rc && r->rank != 0 && !(mine = own_message(r, msg, sizeof(msg))))
+		mine = "failed, saying nothing";
+	if (ferry_comm_agree_message(r->comm, rc ? FERRY_ERR_INVALID : FERRY_OK, mine) == FERRY_OK)
 		return 0;
 	if (rc == 0 && r->rank == 0)
 		ferry_cli_fail(cmd);

@@ -3,9 +3,10 @@
  * prints, how the ranks stop together, and how a failure one rank meets
  * alone ends the job.
  *
- * Rank 0 prints and writes --json; the other ranks' standard output and
- * error go to /dev/null, except the message of a failure they meet
- * alone.  Failures every rank shares (agreed by the trainer, or the same
+ * Rank 0 prints and writes --json; the other ranks' standard output
+ * goes to /dev/null and their standard error to memory (the last line
+ * is what rank 0 prints of a failure of theirs the ranks agree on),
+ * except the message of a failure they meet alone.  Failures every rank shares (agreed by the trainer, or the same
  * everywhere) are printed once, by rank 0; one rank's alone is printed by
  * that rank, "ferry train: rank K: ...", and ends every rank
  * (ferry_comm_abort), since the others may be waiting in a collective.
@@ -22,6 +23,8 @@ struct ranks {
 	ferry_comm_t comm; /* the job's ranks (one process: a single one) */
 	int rank, size, local_size;
 	int err_fd;        /* this rank's own standard error */
+	int msg_fd;        /* where its standard error goes (not rank 0;
+			      -1: nowhere kept) */
 	const char *cmd;   /* "train": for messages */
 	double timeout;    /* the collective timeout (s; 0: none) */
 	struct ferry_rank_cores cores; /* its CPUs (several ranks) */
