@@ -57,12 +57,17 @@ fi
 # loaded machine two ranks' skew (the first step's above all) passes 1 s.
 # A step's time measured here first, then micro-batches enough that every
 # step outlasts the timeout (else the check would show nothing).
+# A shard of its own, one document: a quiet machine's short steps need
+# many micro-batches (at most 64: 64 x 2 ranks x 12 rows of 129 tokens).
 checks=$((checks + 1))
-LONG=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 128 --seq 128 --batch 12 --layers 4 --channels 384 --heads 4
+for i in $(seq 1 40000); do echo "line $i: pack my box with five dozen liquor jugs"; done >long.txt
+"$FERRY" data --out long --val-fraction 0 long.txt >/dev/null 2>&1 || fail "cannot make the long corpus"
+LONG=(--data 'long_train_*.bin' --vocab 257 --max-seq 128 --seq 128 --batch 12 --layers 4 --channels 384 --heads 4
 	--sample 0 --threads 1 --val-every 0 --comm-timeout 3)
 mpi_run 2 "$FERRY" train "${LONG[@]}" --steps 2 --json probe.json >probe.out 2>&1
 ms=$(sed -n 's/.*"step_ms": \([0-9]*\).*/\1/p' probe.json | tail -n 1)
 accum=$((4500 / (${ms:-0} > 0 ? ${ms:-1} : 1) + 1))
+[ "$accum" -le 64 ] || accum=64
 if mpi_run 2 "$FERRY" train "${LONG[@]}" --steps 2 --grad-accum "$accum" --json long.json >long.out 2>long.err &&
 	[ "$(grep -c '^{"step"' long.json)" -eq 2 ] &&
 	[ -z "$(sed -n 's/.*"step_ms": \([0-9]*\).*/\1/p' long.json | awk '$1 <= 3000')" ]; then

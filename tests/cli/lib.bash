@@ -271,14 +271,12 @@ placements_same_bits() {
 		expect_ok "plan $policy" "$FERRY" plan "${SHAPE[@]}" --batch 2 --seq 16 --policy "$policy"
 		expect_ok "train $policy" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 --policy "$policy" \
 			--save "p_$policy"
-		cmp -s dev/model.safetensors "p_$policy/model.safetensors" &&
-			cmp -s dev/ferry_state.bin "p_$policy/ferry_state.bin" || fail "--policy $policy: other bits saved"
+		same_save dev "p_$policy" || fail "--policy $policy: other bits saved"
 	done
 	for mode in "${MODES[@]}"; do
 		# shellcheck disable=SC2086
 		expect_ok "train $mode" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" --steps 4 $mode --save off
-		cmp -s dev/model.safetensors off/model.safetensors && cmp -s dev/ferry_state.bin off/ferry_state.bin ||
-			fail "$mode: other bits saved"
+		same_save dev off || fail "$mode: other bits saved"
 	done
 }
 
