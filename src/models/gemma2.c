@@ -93,6 +93,16 @@ static const struct ferry_layer_decl layer = {
 
 enum { P_TOKENS, P_RAW, P_EMBED, P_N };
 
+ferry_status ferry_gemma_scalar_check(struct ferry_model_config *cfg)
+{
+	if (!cfg->query_pre_attn_scalar)
+		cfg->query_pre_attn_scalar = cfg->head_size;
+	if (cfg->query_pre_attn_scalar < 0 || cfg->query_pre_attn_scalar > (1 << 24))
+		return ferry_error(FERRY_ERR_INVALID, "query_pre_attn_scalar (%d) must be positive, at most %d",
+				   cfg->query_pre_attn_scalar, 1 << 24);
+	return FERRY_OK;
+}
+
 const struct ferry_layer_decl ferry_gemma_prologue = {
 	.model = "gemma2 prologue",
 	.n_tensors = P_N,
@@ -185,12 +195,7 @@ static ferry_status gemma2_config_check(struct ferry_model_config *cfg)
 	if ((st = ferry_llama_config_check(cfg)) || (st = cap_check(&cfg->attn_softcap, 50.0f, "attn_softcap")) ||
 	    (st = cap_check(&cfg->final_softcap, 30.0f, "final_softcap")))
 		return st;
-	if (!cfg->query_pre_attn_scalar)
-		cfg->query_pre_attn_scalar = cfg->head_size;
-	if (cfg->query_pre_attn_scalar < 0 || cfg->query_pre_attn_scalar > (1 << 24))
-		return ferry_error(FERRY_ERR_INVALID, "query_pre_attn_scalar (%d) must be positive, at most %d",
-				   cfg->query_pre_attn_scalar, 1 << 24);
-	return FERRY_OK;
+	return ferry_gemma_scalar_check(cfg);
 }
 
 /* Gemma2Config's defaults (transformers): the 2B's shape, a window of
@@ -227,10 +232,7 @@ const struct ferry_model_decl ferry_gemma2_decl = {
 	.n_params = N_PARAMS,
 	.params = {
 		FERRY_LLAMA_PARAMS_AS(FERRY_INIT_ZERO),
-		[PRE_FFW] = FERRY_LL_LAYER_P("pre_feedforward_layernorm", "pre_feedforward_layernorm.weight",
-					     FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO),
-		[POST_FFW] = FERRY_LL_LAYER_P("post_feedforward_layernorm", "post_feedforward_layernorm.weight",
-					      FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO),
+		FERRY_GEMMA_FFW_NORMS(PRE_FFW, POST_FFW),
 	},
 	.prologue = &ferry_gemma_prologue,
 	.layer = &layer,

@@ -150,12 +150,7 @@ static ferry_status gemma3_config_check(struct ferry_model_config *cfg)
 				   "layers of six", cfg->window_layers_every);
 	if ((st = ferry_llama_config_check(cfg)))
 		return st;
-	if (!cfg->query_pre_attn_scalar)
-		cfg->query_pre_attn_scalar = cfg->head_size;
-	if (cfg->query_pre_attn_scalar < 0 || cfg->query_pre_attn_scalar > (1 << 24))
-		return ferry_error(FERRY_ERR_INVALID, "query_pre_attn_scalar (%d) must be positive, at most %d",
-				   cfg->query_pre_attn_scalar, 1 << 24);
-	return FERRY_OK;
+	return ferry_gemma_scalar_check(cfg);
 }
 
 /* Gemma3TextConfig's defaults (transformers): the 2B-like shape, window
@@ -192,10 +187,7 @@ const struct ferry_model_decl ferry_gemma3_decl = {
 	.n_params = N_PARAMS,
 	.params = {
 		FERRY_LLAMA_PARAMS_AS(FERRY_INIT_ZERO),
-		[PRE_FFW] = FERRY_LL_LAYER_P("pre_feedforward_layernorm", "pre_feedforward_layernorm.weight",
-					     FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO),
-		[POST_FFW] = FERRY_LL_LAYER_P("post_feedforward_layernorm", "post_feedforward_layernorm.weight",
-					      FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO),
+		FERRY_GEMMA_FFW_NORMS(PRE_FFW, POST_FFW),
 		[Q_NORM] = FERRY_LL_LAYER_P("q_norm", "self_attn.q_norm.weight", FERRY_LL_SHAPE(FERRY_DIM_HS), false,
 					    FERRY_INIT_ZERO),
 		[K_NORM] = FERRY_LL_LAYER_P("k_norm", "self_attn.k_norm.weight", FERRY_LL_SHAPE(FERRY_DIM_HS), false,

@@ -148,6 +148,18 @@ enum ferry_llama_tensor {
 extern const struct ferry_layer_decl ferry_llama_prologue, ferry_llama_epilogue;
 extern const struct ferry_stage_tensor ferry_llama_prologue_roles[], ferry_llama_epilogue_roles[];
 
+/* Gemma's norms before and after the MLP (gains w of its (1 + w) rule, zero at start),
+ * as parameters pre and post. */
+#define FERRY_GEMMA_FFW_NORMS(pre, post) \
+	[pre] = FERRY_LL_LAYER_P("pre_feedforward_layernorm", "pre_feedforward_layernorm.weight", \
+				 FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO), \
+	[post] = FERRY_LL_LAYER_P("post_feedforward_layernorm", "post_feedforward_layernorm.weight", \
+				  FERRY_LL_SHAPE(FERRY_DIM_C), false, FERRY_INIT_ZERO)
+
+/* Gemma's query_pre_attn_scalar: the head size when not given, else
+ * positive and at most 2^24 (gemma2.c). */
+ferry_status ferry_gemma_scalar_check(struct ferry_model_config *cfg);
+
 /* Gemma's prologue (gemma2.c): the token embedding times sqrt(C). */
 extern const struct ferry_layer_decl ferry_gemma_prologue;
 extern const struct ferry_stage_tensor ferry_gemma_prologue_roles[];
