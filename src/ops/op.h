@@ -108,7 +108,17 @@ struct ferry_op_call {
 	const void *dout[FERRY_OP_MAX_OUT];
 	void *din[FERRY_OP_MAX_IN];
 	void *dw[FERRY_OP_MAX_W];
-	const int32_t *tokens;      /* encoder: inputs; softmax_xent: targets */
+	const int32_t *tokens;      /* encoder: inputs; softmax_xent: targets,
+				       a target below 0 not counted (its loss
+				       and its logits' gradient 0) */
+	const int32_t *positions;   /* packed documents (docs/data.md, version
+				       3): row (b, t)'s position in its
+				       document, in the backend's memory as
+				       tokens are; NULL: t.  Encoder: wpe at
+				       it; rope: its angle; attention: query
+				       (b, t) sees keys t - positions[b, t] ..
+				       t of row b (its document), and the
+				       window within them */
 	double *result;             /* sum_squares, sum, squared_error */
 	float *param;               /* adamw, sgd: fp32 parameters updated in place */
 	void *param_copy;           /* adamw, sgd: their activation-type copy, also
