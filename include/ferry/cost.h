@@ -92,6 +92,30 @@ void ferry_calibration_free(ferry_calibration_t c);
 struct ferry_comm;
 ferry_status ferry_calibration_share(struct ferry_comm *comm, ferry_calibration_t *c) FERRY_MUST_CHECK;
 
+/* A machine planned for from another (ferry plan --target): the backend
+ * whose activation type and kernels its plans assume, its device arena,
+ * and what it measured (a calibration). */
+struct ferry_target {
+	char name[64];       /* "h100", or the file it was read from */
+	char backend[16];    /* "cuda" */
+	char device[96];     /* "NVIDIA H100 80GB HBM3" */
+	size_t device_mem;   /* the device arena ferry opened there; 0: not known
+				(a bare calibration file: give --device-mem) */
+	size_t host_mem;     /* that machine's host memory; 0: not known (this one's) */
+	char about[600];     /* where its figures come from, what was not measured */
+};
+/* name: a built-in target ("h100", "h200": ferry_target_names; their
+ * figures are committed measurements, src/cost/targets/), or the path of
+ * a target file of that format, or of a calibration `ferry calibrate`
+ * saved on the machine (its backend from its fingerprint).  A record of
+ * another machine is read whatever ferry version made it and however old.
+ * *calib (ferry_calibration_free) its figures.  An unknown name that is no
+ * file: FERRY_ERR_INVALID naming the built-in ones. */
+ferry_status ferry_target_load(const char *name, struct ferry_target *t, ferry_calibration_t *calib)
+	FERRY_MUST_CHECK;
+/* The built-in targets' names, ", "-separated (static). */
+const char *ferry_target_names(void);
+
 /* A calibration in figures (ferry info, ferry calibrate). */
 struct ferry_calib_summary {
 	char fingerprint[400];

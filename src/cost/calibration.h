@@ -123,6 +123,12 @@ struct ferry_calibration *ferry_calib_new(void);
  * it in errors; any machine's). */
 char *ferry_calib_to_text(const struct ferry_calibration *c);
 ferry_status ferry_calib_from_text(const char *text, const char *what, ferry_calibration_t *out) FERRY_MUST_CHECK;
+/* A record of another machine's calibration (a planning target's,
+ * cost/targets.c): its JSON (root, consumed), whatever ferry version made
+ * it and however old, since it says what that machine measured then. */
+struct json_t;
+ferry_status ferry_calib_from_record(struct json_t *root, const char *what, ferry_calibration_t *out)
+	FERRY_MUST_CHECK;
 
 /* ---- collectives (calibrate_collectives.c) ---- */
 const char *ferry_calib_coll_name(enum ferry_calib_coll_kind k);

@@ -371,9 +371,10 @@ static ferry_status read_comm_steps(const json_t *a, struct ferry_calibration *c
 	return FERRY_OK;
 }
 
-/* The header: refuses what is not for this machine and version, or old. */
-static ferry_status check_header(const json_t *root, const char *fingerprint, struct ferry_calibration *c,
-				 const char *path)
+/* The header: refuses what is not for this machine and version, or old
+ * (unless it is a record of another machine: any version and age). */
+static ferry_status check_header(const json_t *root, const char *fingerprint, bool record,
+				 struct ferry_calibration *c, const char *path)
 {
 	const char *fmt = "", *ver = "", *fp = "", *nvme_dir = "", *nvme_mode = "";
 	json_int_t created = 0;
@@ -390,14 +391,14 @@ static ferry_status check_header(const json_t *root, const char *fingerprint, st
 			"nvme_write_Bps", &c->nvme_write_Bps, "nvme_dir", &nvme_dir, "nvme_mode", &nvme_mode) != 0 ||
 	    strcmp(fmt, FORMAT_NAME))
 		return ferry_error(FERRY_ERR_FORMAT, "%s is not a ferry calibration: run `ferry calibrate`", path);
-	if (strcmp(ver, FERRY_VERSION_STRING))
+	if (!record && strcmp(ver, FERRY_VERSION_STRING))
 		return ferry_error(FERRY_ERR_FORMAT, "calibration %s was made by ferry %s, this is %s: stale, run "
 				   "`ferry calibrate` again", path, ver, FERRY_VERSION_STRING);
 	if (fingerprint && strcmp(fp, fingerprint))
 		return ferry_error(FERRY_ERR_FORMAT, "calibration %s was made for another machine or backend (%s), "
 				   "this is %s: run `ferry calibrate` here", path, fp, fingerprint);
 	age_days = difftime(time(NULL), (time_t)created) / 86400.0;
-	if (age_days > FERRY_CALIBRATION_MAX_AGE_DAYS || age_days < -1)
+	if (!record && (age_days > FERRY_CALIBRATION_MAX_AGE_DAYS || age_days < -1))
 		return ferry_error(FERRY_ERR_FORMAT, "calibration %s is %.0f days old (at most %d): stale, run "
 				   "`ferry calibrate` again", path, age_days, FERRY_CALIBRATION_MAX_AGE_DAYS);
 	snprintf(c->version, sizeof(c->version), "%s", ver);
@@ -425,7 +426,8 @@ static ferry_status check_arrays(const json_t *root, const char *path)
 }
 
 /* A calibration from its JSON (root, consumed); path names it in errors. */
-static ferry_status from_json(json_t *root, const char *path, const char *fingerprint, ferry_calibration_t *out)
+static ferry_status from_json(json_t *root, const char *path, const char *fingerprint, bool record,
+			      ferry_calibration_t *out)
 {
 	struct ferry_calibration *c;
 	ferry_status st;
@@ -434,7 +436,7 @@ static ferry_status from_json(json_t *root, const char *path, const char *finger
 		json_decref(root);
 		return ferry_error(FERRY_ERR_NOMEM, "calibration: out of host memory");
 	}
-	st = check_header(root, fingerprint, c, path);
+	st = check_header(root, fingerprint, record, c, path);
 	if (!st)
 		st = check_arrays(root, path);
 	if (!st)
@@ -466,7 +468,7 @@ ferry_status ferry_calibration_load(const char *path, const char *fingerprint, f
 	if (!(root = json_load_file(path, 0, &err)))
 		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s (line %d): run `ferry calibrate` again",
 				   path, err.text, err.line);
-	return from_json(root, path, fingerprint, out);
+	return from_json(root, path, fingerprint, false, out);
 }
 
 char *ferry_calib_to_text(const struct ferry_calibration *c)
@@ -486,5 +488,11 @@ ferry_status ferry_calib_from_text(const char *text, const char *what, ferry_cal
 	*out = NULL;
 	if (!root)
 		return ferry_error(FERRY_ERR_FORMAT, "calibration %s: %s", what, err.text);
-	return from_json(root, what, NULL, out);
+	return from_json(root, what, NULL, false, out);
+}
+
+ferry_status ferry_calib_from_record(json_t *root, const char *what, ferry_calibration_t *out)
+{
+	*out = NULL;
+	return from_json(root, what, NULL, true, out);
 }

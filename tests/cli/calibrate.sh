@@ -183,7 +183,7 @@ cp good.json "$cache"
 
 # --policy auto: the choice, in words and JSON, and a plan that fits
 expect_ok "plan --policy auto" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M
-grep -q "^--policy auto: " out.txt && grep -q "^presets, predicted on this machine:" out.txt &&
+grep -q "^--policy auto: " out.txt && grep -q "^presets, as the calibration predicts them:" out.txt &&
 	grep -qE "^  [a-z_]+ +(kept on the device|offloaded|recomputed in the backward pass)" out.txt &&
 	grep -q "^fits: needs" out.txt || { fail "plan --policy auto says what it chose and why"; cat out.txt >&2; }
 expect_ok "plan --policy auto --json" "$FERRY" plan "${SHAPE[@]}" --policy auto --device-mem 2M --json auto.json

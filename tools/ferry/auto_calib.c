@@ -8,7 +8,9 @@
 #include "calib_cache.h"
 #include "cli_args.h"
 #include "ferry/comm.h"
+#include "ferry/platform.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* What c has not measured of the model's step, as the calibration's
@@ -65,6 +67,66 @@ static void warn_busy(const char *cmd, ferry_calibration_t c, const char *path)
 			cmd, path, busy);
 }
 
+/* Whether the calibration's traced steps (q) fit be: a model this
+ * machine cannot hold (an 8B plan on a laptop) is refused here, not inside
+ * the calibration.  0, or 1 after printing the error. */
+static int calibration_fits(const char *cmd, ferry_backend_t be, const struct ferry_train_opts *q,
+			    const struct ferry_model_config *cfg)
+{
+	struct ferry_plan *plan = calloc(1, sizeof(*plan));
+	struct ferry_memory_limit ml;
+	size_t cap = ferry_backend_mem_capacity(be), host;
+	char need[FERRY_SIZE_CHARS], have[FERRY_SIZE_CHARS];
+	int rc = 0;
+
+	if (!plan || ferry_model_plan(cfg, q->B, q->T, &q->exec, plan) != FERRY_OK) {
+		free(plan);
+		return ferry_cli_fail(cmd);
+	}
+	ferry_memory_limit(&ml);
+	host = plan->mem.host_alloc_bytes;
+	if (plan->mem.peak_bytes > cap || (ml.bytes && host > ml.bytes)) {
+		bool dev = plan->mem.peak_bytes > cap;
+
+		fprintf(stderr, "ferry %s: --policy auto prices placements with this machine's calibration, whose "
+				"traced steps of this model under %s need %s of %s memory, and it has %s: plan for the "
+				"machine you will run on with --target (%s, or a calibration file made there)\n",
+			cmd, q->exec.policy, ferry_format_size(dev ? plan->mem.peak_bytes : host, need),
+			dev ? "the backend's device" : "host", ferry_format_size(dev ? cap : (size_t)ml.bytes, have),
+			ferry_target_names());
+		rc = 1;
+	}
+	free(plan);
+	return rc;
+}
+
+int auto_pricing(const char *cmd, const char *target, const struct ferry_train_opts *o,
+		 const struct ferry_model_config *cfg, ferry_calibration_t *c, size_t *capacity, size_t *host_mem)
+{
+	ferry_backend_t be;
+	int rc;
+
+	*c = NULL;
+	*host_mem = 0;
+	if (target) {
+		struct ferry_target t;
+
+		if (ferry_target_load(target, &t, c) != FERRY_OK)
+			return ferry_cli_fail(cmd);
+		*capacity = o->device_mem ? o->device_mem : t.device_mem;
+		*host_mem = t.host_mem;
+		return 0;
+	}
+	/* the arena as the backend makes it: --device-mem caps the run planned,
+	   not the calibration's steps */
+	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .threads = o->threads }, &be) != FERRY_OK)
+		return ferry_cli_fail(cmd);
+	*capacity = o->device_mem ? o->device_mem : ferry_backend_mem_capacity(be);
+	rc = auto_calibration(cmd, be, o, cfg, c);
+	ferry_backend_close(be);
+	return rc;
+}
+
 int auto_calibration(const char *cmd, ferry_backend_t be, const struct ferry_train_opts *o,
 		     const struct ferry_model_config *cfg, ferry_calibration_t *c)
 {
@@ -90,6 +152,8 @@ int auto_calibration(const char *cmd, ferry_backend_t be, const struct ferry_tra
 			"batch would\n", prefix, is_auto_policy(o->exec.policy) ? "--policy auto" : "--prefetch-depth auto",
 		why);
 	q.exec.policy = POLICY;
+	if (calibration_fits(cmd, be, &q, cfg))
+		return 1;
 	rc = calib_cache_calibrate(cmd, be, cfg, &q, 1, &(struct calib_log){ stderr, prefix }, path, sizeof(path), c);
 	if (!rc) {
 		fprintf(stderr, "%scalibrated; saved to %s\n", prefix, path);

@@ -14,7 +14,8 @@ bool is_auto_policy(const char *policy)
 }
 
 ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-				ferry_calibration_t c, size_t device_mem, bool with_state, struct ferry_auto_result *r)
+				ferry_calibration_t c, size_t device_mem, size_t host_mem, bool with_state,
+				struct ferry_auto_result *r)
 {
 	struct ferry_memory_limit ml;
 	struct ferry_exec_opts e = o->exec;
@@ -22,9 +23,11 @@ ferry_status auto_policy_search(const struct ferry_train_opts *o, const struct f
 	if (!e.comm) /* on several ranks, their collectives priced (the trainer makes its own) */
 		e.comm = o->comm;
 	ferry_memory_limit(&ml);
+	if (!host_mem)
+		host_mem = (size_t)ml.bytes;
 	if (with_state)
-		return ferry_policy_auto_state(cfg, o->B, o->T, &e, device_mem, (size_t)ml.bytes, c, r);
-	return ferry_policy_auto(cfg, o->B, o->T, &e, device_mem, (size_t)ml.bytes, c, r);
+		return ferry_policy_auto_state(cfg, o->B, o->T, &e, device_mem, host_mem, c, r);
+	return ferry_policy_auto(cfg, o->B, o->T, &e, device_mem, host_mem, c, r);
 }
 
 /* The host tiers auto chose, over the ones given, into o->exec.host_tier
@@ -41,24 +44,16 @@ static int chosen_tiers(struct ferry_train_opts *o, const struct ferry_auto_resu
 	return 0;
 }
 
-int auto_policy_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-			struct ferry_auto_result *r, FILE *log)
+int auto_policy_resolve(const char *cmd, const char *target, struct ferry_train_opts *o,
+			const struct ferry_model_config *cfg, struct ferry_auto_result *r, FILE *log)
 {
-	ferry_backend_t be;
 	ferry_calibration_t c = NULL;
-	size_t cap;
+	size_t cap = 0, host = 0;
 	ferry_status st;
-	int rc;
 
-	if (ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
-									.threads = o->threads }, &be) != FERRY_OK)
-		return ferry_cli_fail(cmd);
-	cap = o->device_mem ? o->device_mem : ferry_backend_mem_capacity(be);
-	rc = auto_calibration(cmd, be, o, cfg, &c);
-	ferry_backend_close(be);
-	if (rc)
+	if (auto_pricing(cmd, target, o, cfg, &c, &cap, &host))
 		return 1;
-	st = auto_policy_search(o, cfg, c, cap, !ferry_cli_model_flags_state_given(), r);
+	st = auto_policy_search(o, cfg, c, cap, host, !ferry_cli_model_flags_state_given(), r);
 	ferry_calibration_free(c);
 	if (st)
 		return ferry_cli_fail(cmd);
@@ -136,7 +131,7 @@ static void print_presets(FILE *f, const struct ferry_auto_result *r)
 	char need[FERRY_SIZE_CHARS];
 	const double me = r->pred.step_s;
 
-	fprintf(f, "presets, predicted on this machine%s:\n",
+	fprintf(f, "presets, as the calibration predicts them%s:\n",
 		r->tiers.active ? " (host state where the tiers' default puts it)" : "");
 	for (int i = 0; i < r->n_presets; i++) {
 		const struct ferry_auto_preset *p = &r->presets[i];

@@ -185,7 +185,7 @@ static int choose_auto(const struct bench_args *a, const struct ferry_model_conf
 		snprintf(r->why, sizeof(r->why), "auto needs this machine's calibration: run ferry calibrate");
 		return 1;
 	}
-	if (!(r->autor = calloc(1, sizeof(*r->autor))) || auto_policy_search(&a->o, cfg, calib, cap, false, r->autor) != FERRY_OK) {
+	if (!(r->autor = calloc(1, sizeof(*r->autor))) || auto_policy_search(&a->o, cfg, calib, cap, 0, false, r->autor) != FERRY_OK) {
 		snprintf(r->why, sizeof(r->why), "%s", r->autor ? ferry_last_error() : "out of host memory");
 		return 1;
 	}

@@ -8,6 +8,7 @@
 #include "plan_ranks.h"
 #include "ferry/tutorial.h"
 #include "ferry/backend.h"
+#include "ferry/cost.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static void usage(void)
 {
 	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
 	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE] [--schedule]\n"
-	       "                  [--ranks N [--ranks-per-node R]]\n"
+	       "                  [--ranks N [--ranks-per-node R]] [--target NAME|FILE]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
 	       "memory_analysis (argument, output, alias, temp, total, peak), the host memory\n"
@@ -41,6 +42,10 @@ static void usage(void)
 	       "On the CUDA backend the host bytes count MPI's staging buffer when the plan\n"
 	       "expects MPI (FERRY_COMM_ENGINE=mpi, or NCCL not built in), of\n"
 	       "FERRY_COMM_STAGE_BYTES (8M by default).\n"
+	       "--target NAME|FILE: plans for another machine from this one: its backend\n"
+	       "(activation type), its device memory as --device-mem, and for --policy auto its\n"
+	       "calibration; NAME h100 or h200 (committed measurements, docs/cost_model.md), or\n"
+	       "a calibration file `ferry calibrate` saved there (then give --device-mem).\n"
 	       "--model tutorial: the network of JAX's host-offloading tutorial (--layers,\n"
 	       "--rows, --channels; default 10, 256, 256), as a gradient computation.\n"
 	       "\n");
@@ -65,6 +70,9 @@ struct plan_args {
 	bool shape_given, json, schedule, tutorial;
 	int rows;
 	struct plan_ranks ranks; /* --ranks: 0 when not given */
+	const char *target;      /* --target: the machine planned for (NULL: this one) */
+	struct ferry_target t;   /* its backend and device memory */
+	bool backend_given;      /* --backend named, not auto */
 };
 
 /* --json [FILE]: a JSON object, to FILE or stdout */
@@ -90,8 +98,52 @@ static const struct cli_flag plan_flags[] = {
 	{ .name = "--ranks-per-node", .value = "R", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.per_node),
 	  .min = 1, .max = 1 << 16, .range = "--ranks-per-node %d: from 1 to 65536" },
 	{ .name = "--json", .value = "FILE", .type = CLI_CUSTOM, .optional = true, .parse = json_flag },
+	{ .name = "--target", .value = "NAME|FILE", .type = CLI_STRING, .at = offsetof(struct plan_args, target) },
 	{ NULL },
 };
+
+/* --target: plan with the named machine's backend (its activation type
+ * and kernels' scratch) and, unless --device-mem is given, its device
+ * memory; --policy auto prices with its calibration.  -1 to go on, or the
+ * exit code after a message. */
+static int use_target(struct plan_args *a)
+{
+	ferry_calibration_t c = NULL;
+
+	if (a->backend_given) {
+		fprintf(stderr, "ferry plan: --target plans for that machine's backend; --backend %s is not also "
+				"needed\n", a->o.backend);
+		return 2;
+	}
+	if (ferry_target_load(a->target, &a->t, &c) != FERRY_OK)
+		return ferry_cli_fail(CMD);
+	ferry_calibration_free(c); /* auto_pricing reads it again */
+	a->o.backend = a->t.backend;
+	if (!a->o.device_mem && !a->t.device_mem) {
+		fprintf(stderr, "ferry plan: --target %s: a calibration file says nothing of the device's memory: "
+				"give --device-mem\n", a->target);
+		return 2;
+	}
+	if (!a->o.device_mem)
+		a->o.device_mem = a->t.device_mem;
+	return -1;
+}
+
+/* What machine the plan is for, before the text plan: the target, or
+ * this machine's backend when no GPU was found and none was named. */
+static void say_target(const struct plan_args *a)
+{
+	char mem[FERRY_SIZE_CHARS];
+
+	if (a->json && !a->json_path)
+		return; /* the JSON says its activation type */
+	if (a->target)
+		printf("target: %s, %s (the %s backend), device memory %s; its figures: %s\n", a->target, a->t.device,
+		       a->t.backend, ferry_format_size(a->o.device_mem, mem), a->t.about);
+	else if (!a->backend_given && !strcmp(a->o.backend, "cpu") && !a->tutorial)
+		printf("for: this machine's cpu backend (fp32 activations; no GPU found here): --target %s plans a "
+		       "GPU's run\n", ferry_target_names());
+}
 
 /* The flags into a; -1 to go on, or the exit code (after --help, 0, or
  * after a message, 2). */
@@ -110,6 +162,9 @@ static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 	if (rc)
 		return rc == CLI_HELP ? 0 : rc;
 	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
+	a->backend_given = strcmp(a->o.backend, "auto") != 0;
+	if (a->target && (rc = use_target(a)) >= 0)
+		return rc;
 	/* a plan for cuda is made without opening it: no GPU needed here */
 	if (strcmp(a->o.backend, "auto") == 0)
 		a->o.backend = ferry_cli_auto_backend();
@@ -221,7 +276,7 @@ static int resolve_auto(struct plan_args *a, struct ferry_model_config *cfg, str
 	}
 	if (ferry_cli_model_flags_config(CMD, &a->o, cfg))
 		return 1;
-	if (auto_policy_resolve(CMD, &a->o, cfg, r, a->json && !a->json_path ? NULL : stdout))
+	if (auto_policy_resolve(CMD, a->target, &a->o, cfg, r, a->json && !a->json_path ? NULL : stdout))
 		return 1;
 	if (!(a->json && !a->json_path))
 		printf("\n");
@@ -296,11 +351,13 @@ int cmd_plan(int argc, char **argv)
 			a.o.exec.zero);
 	if (rc < 0 && ferry_cli_tier_flags_setup(CMD, &a.o))
 		rc = 1;
+	if (rc < 0)
+		say_target(&a);
 	if (rc < 0 && is_auto_policy(a.o.exec.policy))
 		rc = resolve_auto(&a, &cfg, &autor);
 	if (rc < 0 && !a.tutorial && a.o.exec.prefetch_depth == FERRY_PREFETCH_AUTO)
 		rc = ferry_cli_model_flags_config(CMD, &a.o, &cfg) ||
-		     prefetch_auto_resolve(CMD, &a.o, &cfg, a.json && !a.json_path ? NULL : stdout) ? 1 : -1;
+		     prefetch_auto_resolve(CMD, a.target, &a.o, &cfg, a.json && !a.json_path ? NULL : stdout) ? 1 : -1;
 	if (rc < 0)
 		rc = make_plan(&a, &cfg, &plan);
 	if (rc >= 0) {

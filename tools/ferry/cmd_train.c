@@ -578,10 +578,10 @@ static int prepare(struct train_cli *c)
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */
 
-		if (auto_policy_resolve(CMD, &c->o, &cfg, &autor, stdout))
+		if (auto_policy_resolve(CMD, NULL, &c->o, &cfg, &autor, stdout))
 			return 1;
 	}
-	if (prefetch_auto_resolve(CMD, &c->o, &cfg, stdout))
+	if (prefetch_auto_resolve(CMD, NULL, &c->o, &cfg, stdout))
 		return 1;
 	from_saved_run(c, &B, &T);
 	if (B > 0 && T > 0) {

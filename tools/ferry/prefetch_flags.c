@@ -19,28 +19,23 @@ static void print_choice(FILE *f, const struct ferry_prefetch_choice *ch)
 	fprintf(f, "\n");
 }
 
-int prefetch_auto_resolve(const char *cmd, struct ferry_train_opts *o, const struct ferry_model_config *cfg,
-			  FILE *log)
+int prefetch_auto_resolve(const char *cmd, const char *target, struct ferry_train_opts *o,
+			  const struct ferry_model_config *cfg, FILE *log)
 {
 	static char place[FERRY_PLACE_CHARS + 64]; /* o->exec.place points into it */
 	struct ferry_prefetch_choice one = { .n = 1, .depth = { 1 } }, ch;
 	struct ferry_train_opts q = *o;
 	char qplace[FERRY_PLACE_CHARS + 64];
 	ferry_calibration_t c = NULL;
-	ferry_backend_t be;
+	size_t cap = 0, host = 0;
 	ferry_status st;
-	int rc;
 
 	if (o->exec.prefetch_depth != FERRY_PREFETCH_AUTO)
 		return 0;
 	/* what the calibration measures: the same step at some depth */
-	if (ferry_prefetch_apply(&one, &q.exec, qplace, sizeof(qplace)) != FERRY_OK ||
-	    ferry_backend_open(o->backend, &(struct ferry_backend_opts){ .device_mem = o->device_mem,
-									.threads = o->threads }, &be) != FERRY_OK)
+	if (ferry_prefetch_apply(&one, &q.exec, qplace, sizeof(qplace)) != FERRY_OK)
 		return ferry_cli_fail(cmd);
-	rc = auto_calibration(cmd, be, &q, cfg, &c);
-	ferry_backend_close(be);
-	if (rc)
+	if (auto_pricing(cmd, target, &q, cfg, &c, &cap, &host))
 		return 1;
 	st = ferry_prefetch_auto(cfg, o->B, o->T, &o->exec, c, o->device_mem, &ch);
 	ferry_calibration_free(c);
