@@ -9,6 +9,7 @@
 #include "ferry/checkpoint.h"
 #include "ferry/place.h"
 #include "core/error.h"
+#include "core/bulk_write.h"
 #include "core/file_header.h"
 #include "models/model_table.h"
 #include "ckpt/commit.h"
@@ -107,11 +108,16 @@ ferry_status ferry_ckpt_check_finite(const char *file, const struct ferry_model_
 	char sb[FERRY_CKPT_SHORT], at[160], name[256];
 	struct ferry_param_info pi = { .name = "?" };
 	size_t bad = 0, rel, layer = 0;
+	int any = 0;
 
+	/* on every thread (gigabytes at 8B); the first bad value found after */
+#pragma omp parallel for reduction(| : any) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		any |= !isfinite(params[i]);
+	if (!any)
+		return FERRY_OK;
 	while (bad < n && isfinite(params[bad]))
 		bad++;
-	if (bad == n)
-		return FERRY_OK;
 	for (int p = 0; p < ferry_model_param_tensors(cfg); p++) {
 		struct ferry_param_info q;
 
@@ -379,29 +385,50 @@ static void sync_dir(const char *path)
 	ferry_free(dir);
 }
 
-static ferry_status write_all(int fd, const char *name, const struct chunk *c)
+/* Bytes hashed at a time while the writer thread writes the ones before. */
+#define HASH_PIECE ((size_t)16 << 20)
+
+/* Appends c, folding it into *h (NULL: no checksum) piece by piece, so the
+ * hashing overlaps the disk's writing instead of preceding it. */
+static ferry_status write_all(struct ferry_bulk_file *b, const char *name, const struct chunk *c, uint64_t *h)
 {
 	const char *p = c->data;
 	size_t left = c->bytes;
+	ferry_status st = FERRY_OK;
 
-	while (left) {
-		ssize_t w = ferry_ckpt_fault() ? -1 : write(fd, p, left);
+	if (c->bytes && ferry_ckpt_fault()) /* a write that fails, as on a full disk */
+		return ferry_error(FERRY_ERR_IO, "%s: error writing %s: %s", name, c->what, strerror(errno));
+	while (left && !st) {
+		size_t n = left < HASH_PIECE ? left : HASH_PIECE;
 
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return ferry_error(FERRY_ERR_IO, "%s: error writing %s: %s", name, c->what,
-					   w < 0 ? strerror(errno) : "no progress");
-		p += w;
-		left -= (size_t)w;
+		if (h)
+			*h = ferry_ckpt_fnv_words(*h, p, n);
+		st = ferry_bulk_append(b, p, n);
+		p += n;
+		left -= n;
 	}
+	return st;
+}
+
+/* The checksum into the written file at int32 slot `at` of its header
+ * (put64's layout), past O_DIRECT (a few bytes, not whole blocks). */
+static ferry_status patch_checksum(int fd, const char *name, int at, uint64_t h)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && (fl & O_DIRECT))
+		fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+	if (pwrite(fd, &h, sizeof(h), (off_t)at * 4) != (ssize_t)sizeof(h))
+		return ferry_error(FERRY_ERR_IO, "%s: error writing its checksum: %s", name, strerror(errno));
 	return FERRY_OK;
 }
 
 /* Creates file, writes the chunks, fsyncs and closes it; removes it on
  * failure.  An existing file of that name is refused, except once: a
- * leftover of this process (the names carry its pid) is replaced. */
-static ferry_status write_file(const char *file, const struct chunk *chunks, int n_chunks)
+ * leftover of this process (the names carry its pid) is replaced.
+ * checksum_at >= 0: the FNV-1a of every chunk (ferry_ckpt_fnv_words, the
+ * header's 64-bit slot there 0 while hashed) goes into that slot. */
+static ferry_status write_file(const char *file, const struct chunk *chunks, int n_chunks, int checksum_at)
 {
 	char sb[FERRY_CKPT_SHORT];
 	const char *name = ferry_ckpt_short(file, sb);
@@ -415,8 +442,19 @@ static ferry_status write_file(const char *file, const struct chunk *chunks, int
 		if (fd < 0)
 			return ferry_error(FERRY_ERR_IO, "%s: cannot create: %s", name, strerror(errno));
 	}
+	struct ferry_bulk_file *b = NULL;
+	uint64_t h = FERRY_FNV_INIT;
+
+	st = ferry_bulk_begin(fd, name, &b);
 	for (int i = 0; i < n_chunks && !st; i++)
-		st = write_all(fd, name, &chunks[i]);
+		st = write_all(b, name, &chunks[i], checksum_at >= 0 ? &h : NULL);
+	if (b) {
+		ferry_status end = ferry_bulk_end(b);
+
+		st = st ? st : end;
+	}
+	if (!st && checksum_at >= 0)
+		st = patch_checksum(fd, name, checksum_at, h);
 	/* the data must be on disk before a rename makes it visible */
 	if (!st && (ferry_ckpt_fault() || fsync(fd) != 0))
 		st = ferry_error(FERRY_ERR_IO, "%s: fsync failed: %s", name, strerror(errno));
@@ -440,7 +478,7 @@ static ferry_status check_replaceable(const char *path)
 }
 
 /* Writes "<path>.tmp.<pid>", then renames it over path. */
-static ferry_status write_atomic(const char *path, const struct chunk *chunks, int n_chunks)
+static ferry_status write_atomic(const char *path, const struct chunk *chunks, int n_chunks, int checksum_at)
 {
 	char sb[FERRY_CKPT_SHORT];
 	size_t len = strlen(path);
@@ -455,7 +493,7 @@ static ferry_status write_atomic(const char *path, const struct chunk *chunks, i
 		return ferry_error(FERRY_ERR_NOMEM, "%s: out of memory for the temporary name",
 				   ferry_ckpt_short(path, sb));
 	snprintf(tmp, len + 32, "%s.tmp.%ld", path, (long)getpid());
-	st = write_file(tmp, chunks, n_chunks);
+	st = write_file(tmp, chunks, n_chunks, checksum_at);
 	if (!st && rename(tmp, path) != 0) {
 		st = ferry_error(FERRY_ERR_IO, "%s: cannot rename the temporary over it: %s",
 				 ferry_ckpt_short(path, sb), strerror(errno));
@@ -513,7 +551,7 @@ static ferry_status model_chunks(const char *path, const struct ferry_model_conf
 
 /* write_atomic (a standalone file) or write_file (one inside a checkpoint
  * directory, which commits as a whole). */
-typedef ferry_status (*chunk_writer)(const char *path, const struct chunk *chunks, int n_chunks);
+typedef ferry_status (*chunk_writer)(const char *path, const struct chunk *chunks, int n_chunks, int checksum_at);
 
 static ferry_status model_write(const char *path, const struct ferry_model_config *cfg,
 				const float *params, chunk_writer writer)
@@ -522,7 +560,7 @@ static ferry_status model_write(const char *path, const struct ferry_model_confi
 	struct chunk chunks[2];
 	ferry_status st = model_chunks(path, cfg, params, hdr, chunks);
 
-	return st ? st : writer(path, chunks, 2);
+	return st ? st : writer(path, chunks, 2, -1);
 }
 
 ferry_status ferry_checkpoint_write(const char *path,
@@ -586,8 +624,13 @@ static int state_bytes_ok(size_t n)
 static ferry_status check_moments(const char *path, const float *m, const float *v, size_t n)
 {
 	char sb[FERRY_CKPT_SHORT];
+	int bad = 0;
 
+	/* on every thread: gigabytes at 8B; the first bad one found after */
+#pragma omp parallel for reduction(| : bad) schedule(static)
 	for (size_t i = 0; i < n; i++)
+		bad |= !isfinite(m[i]) | !isfinite(v[i]);
+	for (size_t i = 0; bad && i < n; i++)
 		if (!isfinite(m[i]) || !isfinite(v[i]))
 			return ferry_error(FERRY_ERR_INVALID,
 					   "%s: not saved: AdamW moment %zu is not finite (m %g, v %g)",
@@ -655,7 +698,6 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 	char sb[FERRY_CKPT_SHORT];
 	const char *name = path ? ferry_ckpt_short(path, sb) : "(null)";
 	size_t glen, vlen;
-	uint64_t h;
 
 	if (!path || !st || !m || !v)
 		return ferry_error(FERRY_ERR_INVALID, "state write: NULL path, state or moments");
@@ -684,12 +726,7 @@ static ferry_status state_chunks(const char *path, const struct ferry_train_stat
 		glen += 1 + vlen;
 	}
 	state_header(hdr, st, n, glen, t->plen);
-	h = ferry_ckpt_fnv_words(FERRY_FNV_INIT, hdr, HEADER_BYTES);
-	h = ferry_ckpt_fnv_words(h, gbuf, glob_padded(glen));
-	h = ferry_ckpt_fnv_words(h, t->place, glob_padded(t->plen));
-	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
-	h = ferry_ckpt_fnv_words(h, v, n * sizeof(float));
-	put64(hdr, CHECKSUM_AT, (int64_t)h);
+	/* the checksum (CHECKSUM_AT, 0 here) is hashed as the file is written */
 	chunks[0] = (struct chunk){ hdr, HEADER_BYTES, "header" };
 	chunks[1] = (struct chunk){ gbuf, glob_padded(glen), "training glob" };
 	chunks[2] = (struct chunk){ t->place, glob_padded(t->plen), "placement" };
@@ -708,7 +745,7 @@ static ferry_status state_write(const char *path, const struct ferry_train_state
 			    : ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path ? path : "state write");
 
 	if (!rc)
-		rc = writer(path, chunks, 5);
+		rc = writer(path, chunks, 5, CHECKSUM_AT);
 	ferry_free(t);
 	return rc;
 }

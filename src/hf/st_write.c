@@ -4,6 +4,7 @@
  */
 #include "ferry/safetensors.h"
 #include "hf/st_io.h"
+#include "core/bulk_write.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -15,9 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Bytes converted per write() by the writer. */
-#define ST_WRITE_CHUNK ((size_t)1 << 20)
 
 /* ---- atomic file writes ------------------------------------------------------- */
 
@@ -119,60 +117,69 @@ struct write_ctx {
 	const size_t *numel;
 	const unsigned char *header; /* 8 + header bytes */
 	size_t header_bytes;
-	unsigned char *buf; /* ST_WRITE_CHUNK bytes, or NULL if not needed */
 };
+
+/* Values i .. i + m - 1 of t into out, little-endian in the file's dtype,
+ * on every thread (a conversion runs at memory speed only so). */
+static void convert(const struct ferry_st_write *t, size_t i, size_t m, unsigned char *out)
+{
+	const size_t esize = ferry_st_dtype_size(t->dtype);
+
+#pragma omp parallel for schedule(static) if (m >= ((size_t)1 << 16))
+	for (size_t j = 0; j < m; j++) {
+		const float v = t->data[i + j];
+		unsigned char *o = out + j * esize;
+		uint32_t u = t->dtype == FERRY_ST_F32    ? ferry_st_f32_bits(v)
+			     : t->dtype == FERRY_ST_BF16 ? ferry_st_f32_to_bf16(v)
+							 : ferry_st_f32_to_f16(v);
+
+		for (size_t b = 0; b < esize; b++)
+			o[b] = (unsigned char)(u >> (8 * b));
+	}
+}
+
+/* One tensor's values, converted straight into the writer's buffers. */
+static ferry_status emit_tensor(struct ferry_bulk_file *b, const struct ferry_st_write *t, size_t numel)
+{
+	const size_t esize = ferry_st_dtype_size(t->dtype);
+	ferry_status st = FERRY_OK;
+	size_t i = 0;
+
+	if (t->dtype == FERRY_ST_F32 && !ST_BIG_ENDIAN)
+		return ferry_bulk_append(b, t->data, numel * sizeof(float));
+	while (i < numel && !st) {
+		size_t room, m;
+		unsigned char *o = ferry_bulk_space(b, &room);
+
+		m = room / esize < numel - i ? room / esize : numel - i;
+		if (m == 0) { /* the buffer's last bytes split a value */
+			unsigned char one[4];
+
+			convert(t, i, 1, one);
+			st = ferry_bulk_append(b, one, esize);
+			i++;
+			continue;
+		}
+		convert(t, i, m, o);
+		st = ferry_bulk_commit(b, m * esize);
+		i += m;
+	}
+	return st;
+}
 
 static ferry_status emit_tensors(int fd, const char *tmp, void *vctx)
 {
 	const struct write_ctx *c = vctx;
-	ferry_status st;
-	int k;
+	struct ferry_bulk_file *b;
+	ferry_status st = ferry_bulk_begin(fd, tmp, &b), end;
 
-	st = ferry_st_write_all(fd, tmp, c->header, c->header_bytes);
-	for (k = 0; k < c->n && !st; k++) {
-		const struct ferry_st_write *t = &c->t[k];
-		size_t esize = ferry_st_dtype_size(t->dtype);
-		size_t per = ST_WRITE_CHUNK / esize, i = 0;
-
-		if (t->dtype == FERRY_ST_F32 && !ST_BIG_ENDIAN) {
-			st = ferry_st_write_all(fd, tmp, t->data,
-						c->numel[k] * sizeof(float));
-			continue;
-		}
-		while (i < c->numel[k] && !st) {
-			size_t m = c->numel[k] - i < per ? c->numel[k] - i : per;
-			unsigned char *o = c->buf;
-			size_t j;
-
-			for (j = 0; j < m; j++) {
-				float v = t->data[i + j];
-				uint32_t u;
-
-				switch (t->dtype) {
-				case FERRY_ST_F32:
-					u = ferry_st_f32_bits(v);
-					*o++ = (unsigned char)u;
-					*o++ = (unsigned char)(u >> 8);
-					*o++ = (unsigned char)(u >> 16);
-					*o++ = (unsigned char)(u >> 24);
-					break;
-				case FERRY_ST_BF16:
-					u = ferry_st_f32_to_bf16(v);
-					*o++ = (unsigned char)u;
-					*o++ = (unsigned char)(u >> 8);
-					break;
-				case FERRY_ST_F16:
-					u = ferry_st_f32_to_f16(v);
-					*o++ = (unsigned char)u;
-					*o++ = (unsigned char)(u >> 8);
-					break;
-				}
-			}
-			st = ferry_st_write_all(fd, tmp, c->buf, m * esize);
-			i += m;
-		}
-	}
-	return st;
+	if (st)
+		return st;
+	st = ferry_bulk_append(b, c->header, c->header_bytes);
+	for (int k = 0; k < c->n && !st; k++)
+		st = emit_tensor(b, &c->t[k], c->numel[k]);
+	end = ferry_bulk_end(b);
+	return st ? st : end;
 }
 
 static int cmp_write_name(const void *a, const void *b)
@@ -305,12 +312,11 @@ static ferry_status check_write_tensor(const char *path,
 }
 
 /* Checks the n tensors of a write, their names distinct (sorted: scratch
- * for n pointers), and sets numel[] and *need_buf (the bytes of conversion
- * buffer the writer needs). */
+ * for n pointers), and sets numel[]. */
 static ferry_status check_write_tensors(const char *path,
 					const struct ferry_st_write *t, int n,
 					const struct ferry_st_write **sorted,
-					size_t *numel, size_t *need_buf)
+					size_t *numel)
 {
 	uint64_t total = 0;
 	ferry_status st;
@@ -320,8 +326,6 @@ static ferry_status check_write_tensors(const char *path,
 		st = check_write_tensor(path, &t[k], k, &total, &numel[k]);
 		if (st)
 			return st;
-		if (t[k].dtype != FERRY_ST_F32 || ST_BIG_ENDIAN)
-			*need_buf = ST_WRITE_CHUNK;
 		sorted[k] = &t[k];
 	}
 	if (n > 1)
@@ -367,7 +371,7 @@ ferry_status ferry_safetensors_write(const char *path,
 {
 	const struct ferry_st_write **sorted = NULL;
 	struct write_ctx c = { 0 };
-	size_t *numel = NULL, need_buf = 0, header_bytes = 0;
+	size_t *numel = NULL, header_bytes = 0;
 	unsigned char *header = NULL;
 	json_t *root = NULL;
 	ferry_status st;
@@ -384,20 +388,13 @@ ferry_status ferry_safetensors_write(const char *path,
 		st = ferry_st_nomem(path);
 		goto out;
 	}
-	st = check_write_tensors(path, t, n, sorted, numel, &need_buf);
+	st = check_write_tensors(path, t, n, sorted, numel);
 	if (!st)
 		st = build_header(path, t, n, numel, metadata_format, &root);
 	if (!st)
 		st = encode_header(path, root, &header, &header_bytes);
 	if (st)
 		goto out;
-	if (need_buf) {
-		c.buf = ferry_malloc(need_buf);
-		if (!c.buf) {
-			st = ferry_st_nomem(path);
-			goto out;
-		}
-	}
 	c.t = t;
 	c.n = n;
 	c.numel = numel;
@@ -406,7 +403,6 @@ ferry_status ferry_safetensors_write(const char *path,
 	st = ferry_st_atomic_write(path, emit_tensors, &c);
 out:
 	json_decref(root);
-	ferry_free(c.buf);
 	ferry_free(header);
 	ferry_free(sorted);
 	ferry_free(numel);
