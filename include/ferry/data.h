@@ -73,6 +73,11 @@ ferry_status ferry_loader_open_opts(const char *glob_pattern, int B, int T, int 
 /* Whether the data is version 3: batches of packed documents, with
  * positions (ferry_loader_next_packed). */
 bool ferry_loader_packed(ferry_loader_t loader);
+/* Whether the first file glob_pattern matches (sorted) is a version-3
+ * shard: what a model for the data must be made for, known before the
+ * loader reads anything (false when there is none or it is unreadable:
+ * opening the loader says why). */
+bool ferry_data_is_packed(const char *glob_pattern);
 /* Version 3: how many rows the documents were packed into (0 otherwise). */
 int64_t ferry_loader_rows(ferry_loader_t loader);
 

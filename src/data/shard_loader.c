@@ -694,6 +694,28 @@ ferry_status ferry_loader_next_packed(ferry_loader_t l, int32_t *inputs, int32_t
 	return st;
 }
 
+bool ferry_data_is_packed(const char *glob_pattern)
+{
+	int32_t hdr[FERRY_FILE_HEADER_INTS];
+	const char *first = NULL;
+	bool packed = false;
+	int64_t size;
+	glob_t g;
+	int fd;
+
+	if (!glob_pattern || glob(glob_pattern, 0, NULL, &g) != 0)
+		return false;
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		if (!first || strcmp(g.gl_pathv[i], first) < 0)
+			first = g.gl_pathv[i];
+	if (first && ferry_file_header_open(first, &shard_format, hdr, &fd, &size) == FERRY_OK) {
+		packed = hdr[1] == FERRY_SHARD_VERSION_PACKED;
+		close(fd);
+	}
+	globfree(&g);
+	return packed;
+}
+
 bool ferry_loader_packed(ferry_loader_t l)
 {
 	return l && l->packed;

@@ -141,6 +141,8 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 				  (size_t)op->w[i].block * ferry_op_weight_view(c, i) * m->asz;
 	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_SOFTMAX_XENT)
 		c->tokens = stage_ptr(m, s, op->tokens);
+	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_ROPE || op->kind == FERRY_OP_ATTENTION)
+		c->positions = ferry_entry(m, m->tt.ix.positions); /* NULL: token streams */
 }
 
 /* ---- --loss-tile: the LM head and the loss over tiles of tokens ------------------- */
@@ -187,6 +189,8 @@ static void stage_tile_call(ferry_model_t m, const struct stage *s, int o, int r
 		c->in[i] = stage_rows(m, s, (void *)c->in[i], op->in[i], r0, false);
 	if (c->tokens)
 		c->tokens += r0;
+	if (c->positions)
+		c->positions += r0;
 }
 
 /* The gradient fields of op o's backward call (its forward one made) in a
@@ -365,6 +369,9 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 
 	ferry_emit_copy(p, m->compute, stage_ptr(m, &pro, role_tensor(&pro, FERRY_ROLE_TOKENS)), m->host_tokens,
 			N * sizeof(int32_t), FERRY_COPY_H2D, -1, "tokens");
+	if (m->tt.ix.positions >= 0)
+		ferry_emit_copy(p, m->compute, ferry_entry(m, m->tt.ix.positions), m->host_positions,
+				N * sizeof(int32_t), FERRY_COPY_H2D, -1, "positions");
 	if (k->targets)
 		ferry_emit_copy(p, m->compute, tgt, m->host_targets, N * sizeof(int32_t), FERRY_COPY_H2D, -1,
 				"targets");

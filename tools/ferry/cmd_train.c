@@ -92,6 +92,10 @@ static const struct cli_flag train_flags[] = {
 	  "as llm.c does (default on; a resume keeps the saved\n"
 	  "run's), or shard after shard in order; validation\n"
 	  "always reads in order from the start", .given = FERRY_GIVEN_SHUFFLE },
+	{ .name = "--truncate", .type = CLI_TRUE, .at = AT(o.truncate),
+	  .help = "version-3 data (documents): cut a document longer than\n"
+	  "--seq to its first --seq tokens (default: refuse it,\n"
+	  "naming its shard and number)" },
 	{ .name = "--steps", .value = "N", .type = CLI_INT, .at = AT(o.steps),
 	  .help = "total optimizer steps (default 2200)", .section = "optimisation:",
 	  .given = FERRY_GIVEN_STEPS },
@@ -782,6 +786,7 @@ static int train(struct run *run)
 	run->rep.B = o->B * o->grad_accum * c->ranks.size; /* every rank's rows */
 	run->rep.T = o->T;
 	run->rep.log_every = c->log_every;
+	run->rep.packed = ferry_data_is_packed(o->data);
 	train_banner_print(run->tr, c);
 	train_banner_set_peak(run->tr, c, &run->rep);
 	run->rep.peak_flops *= c->ranks.size; /* a device per rank */

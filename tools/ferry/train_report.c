@@ -27,6 +27,7 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->n = 0;
 	r->total_ms = 0;
 	r->val_loss = NAN;
+	r->targets = 0;
 	r->shown_peak = 0;
 	r->warned_over = false;
 	r->t0 = cli_now_s();
@@ -40,6 +41,7 @@ static void record(struct train_report *r, const struct ferry_step_metrics *m, f
 	if (r->step_ms && m->step - r->first_step <= r->steps - r->first_step)
 		r->step_ms[r->n] = m->step_ms;
 	r->loss[r->n % 10] = m->loss;
+	r->targets += m->targets;
 	r->n++;
 	r->last_step = m->step;
 	if (!isnan(val_loss))
@@ -73,6 +75,8 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 		bad = fprintf(f, ", \"mfu\": %.4f", mfu(r, m->step_ms)) < 0;
 	if (!bad && !isnan(val_loss))
 		bad = fprintf(f, ", \"val_loss\": %.9g", val_loss) < 0;
+	if (!bad && r->packed)
+		bad = fprintf(f, ", \"targets\": %lld", (long long)m->targets) < 0;
 	/* every record reaches the file (or pipe) before the next step */
 	if (bad || fprintf(f, "}\n") < 0 || fflush(f) != 0 || ferror(f)) {
 		r->json_errno = errno ? errno : EIO;
@@ -132,6 +136,8 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
 	if (u >= 0)
 		printf(" | MFU %4.1f%%", 100 * u);
+	if (r->packed) /* the loss is the mean over these */
+		printf(" | %lld targets", (long long)m->targets);
 	printf(" | %s, ETA %s", report_duration(elapsed, el, sizeof(el)),
 	       report_duration(done > 0 ? elapsed / done * (r->steps - m->step) : 0, eta, sizeof(eta)));
 	if (!isnan(val_loss))
@@ -195,6 +201,8 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	if (mfu(r, med) >= 0)
 		printf(", MFU %.1f%%", 100 * mfu(r, med));
 	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
+	if (r->packed)
+		printf(" over %.1f counted targets a step", (double)r->targets / r->n);
 	if (!isnan(r->val_loss))
 		printf(", validation loss %.4f", r->val_loss);
 	if (!isnan(r->val_loss) && r->val_step != r->last_step) /* a run stopped between validations */
