@@ -23,6 +23,22 @@ first=$(head -n 1 steps.jsonl | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
 last=$(tail -n 1 steps.jsonl | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "the loss falls: $first -> $last"
 
+# the loss is the mean over the step's counted targets, whatever the
+# micro-batches: 4 rows at once, or 2 micro-batches of 2 rows, the same
+# first loss bit for bit (a mean of the micro-batches' means would differ)
+# and the same gradients (norms) within rounding; validation on documents
+# (the same rows: 3 batches of 4, 6 of 2)
+A=(--data 'docs_train_*.bin' --val-data 'docs_val_*.bin' --val-every 2 --seq 24 --steps 4 --lr 1e-2 --shuffle off
+	--sample 0)
+expect_ok "4 rows a step" "$FERRY" train "${GPT[@]}" "${A[@]}" --batch 4 --val-batches 3 --json one.jsonl
+expect_ok "2 micro-batches of 2" "$FERRY" train "${GPT[@]}" "${A[@]}" --batch 2 --grad-accum 2 --val-batches 6 \
+	--json acc.jsonl
+checks=$((checks + 2))
+[ "$(head -n 1 one.jsonl | grep -o '"loss": [^,]*')" = "$(head -n 1 acc.jsonl | grep -o '"loss": [^,]*')" ] ||
+	fail "micro-batches: another first loss: $(head -n 1 one.jsonl) vs $(head -n 1 acc.jsonl)"
+losses_agree one.jsonl acc.jsonl >agree.txt || fail "micro-batches: $(cat agree.txt)"
+grep -q '"val_loss"' one.jsonl || fail "validation on documents: $(tail -n 1 one.jsonl)"
+
 # eval: every document once, the same figure at any --seq >= the longest
 for shape in "--batch 3 --seq $long_val" "--batch 5 --seq 40" "--batch 1 --seq 64"; do
 	# shellcheck disable=SC2086
