@@ -70,6 +70,16 @@ expect_ok "eval --truncate" "$FERRY" eval --checkpoint gpt.bin --data 'long_*.bi
 expect_ok "train --truncate" "$FERRY" train "${GPT[@]}" --data 'long_*.bin' --batch 2 --seq 24 --steps 2 \
 	--truncate --sample 0
 
+# the plan counts the positions tensor, and only for documents
+P=(--model llama --layers 2 --channels 32 --heads 4 --batch 4 --seq 16)
+expect_ok "plan" "$FERRY" plan "${P[@]}" --schedule
+grep -q positions out.txt && fail "a token stream's plan has positions: $(grep positions out.txt)"
+grep -Eq '^  batch +512 ' out.txt || fail "tokens and targets: $(grep '^  batch' out.txt)"
+expect_ok "plan --packed" "$FERRY" plan "${P[@]}" --schedule --packed
+grep -Eq '^  positions +argument +256$' out.txt || fail "the positions tensor: $(grep positions out.txt)"
+grep -Eq '^  batch +768 ' out.txt || fail "tokens, targets and positions: $(grep '^  batch' out.txt)"
+grep -Eq 'forward +compute +- +copy +positions +256$' out.txt || fail "uploaded: $(grep 'copy.*positions' out.txt)"
+
 # token streams: eval as before (no targets line)
 make_corpus
 expect_ok "eval a token stream" "$FERRY" eval --checkpoint gpt.bin --data 'corpus_val_*.bin' --seq 24 --batches 2 \
