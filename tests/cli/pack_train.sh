@@ -69,6 +69,19 @@ for shape in "--batch 2 --seq $long_val" "--batch 4 --seq 56"; do
 done
 [ "$(sort -u losses.txt | wc -l)" -eq 1 ] || fail "llama: the loss depends on --seq: $(tr '\n' ' ' <losses.txt)"
 
+# the positions reach the layers however they run: recomputed, offloaded,
+# streamed weights, the optimizer on the host: the plain run's bits
+L=(--data 'docs_train_*.bin' --batch 4 --seq 24 --steps 2 --lr 1e-2 --sample 0)
+expect_ok "llama: plain" "$FERRY" train "${LLAMA[@]}" "${L[@]}" --save plain
+for more in "--policy nothing_saveable" "--policy minimal_offloaded --offload-params --offload-embeddings
+	--offload-optimizer stream" "--offload-optimizer cpu --clip-order speculative"; do
+	rm -rf placed
+	# shellcheck disable=SC2086
+	expect_ok "llama: $more" "$FERRY" train "${LLAMA[@]}" "${L[@]}" $more --save placed || continue
+	checks=$((checks + 1))
+	same_save plain placed || fail "llama: $more: other bits than the plain run's"
+done
+
 # longer than --seq: refused by name, or cut
 expect_error "train: a document longer than --seq" "long_000000.bin: document 1 (tokens 0.." \
 	"$FERRY" train "${GPT[@]}" --data 'long_*.bin' --batch 2 --seq 24 --steps 1 --sample 0
