@@ -16,7 +16,9 @@
  *              others the bits of the counted rows run alone, also over
  *              row ranges (loss tiles) and in place;
  *   same bits  positions 0, 1, ..., T-1 (one document a row) give the bits
- *              of positions NULL for every op.
+ *              of positions NULL for every op;
+ *   flops      attention's pairs with documents (ferry_op_attention_pairs,
+ *              ferry_op_flops_at) against each document's alone.
  */
 #include "backend/cpu/cpu_ops.h"
 #include "ops/cpu/kernels.h"
@@ -519,6 +521,34 @@ static void test_xent(uint64_t seed, int N, int V, int Vp)
 	free(lossc);
 }
 
+/* ---- attention's FLOPs with documents ---------------------------------------- */
+
+static void test_flops(int B, int T, int W, const int *lens)
+{
+	int32_t *pos = positions_of(lens, B, T);
+	double want = 0;
+
+	for (int b = 0; b < B; b++) /* each document alone: keys per query min(i + 1, W) */
+		for (int s = 0, e; s < T; s = e) {
+			e = doc_end(pos + (size_t)b * T, s, T);
+			for (int i = 0; i < e - s; i++)
+				want += W > 0 && W < i + 1 ? W : i + 1;
+		}
+	const double got = ferry_op_attention_pairs(pos, B, T, W);
+	CHECK(got == want, "attention pairs B=%d T=%d W=%d: %.0f, each document alone %.0f", B, T, W, got, want);
+
+	struct ferry_op_call c = {.kind = FERRY_OP_ATTENTION, .B = B, .T = T, .C = 64, .NH = 4};
+	CHECK(ferry_op_flops_at(&c, NULL) == ferry_op_flops(&c), "flops without positions");
+	c.scalar[0] = (float)W;
+	const double f = ferry_op_flops_at(&c, pos), full = ferry_op_flops(&c);
+	CHECK(f == 4.0 * 4 * want * 16 && (W > 0 || f < full), "attention flops with documents %.0f (causal %.0f)", f,
+	      full);
+	c.backward = true;
+	CHECK(ferry_op_flops_at(&c, pos) == 2 * f, "backward flops with documents");
+	printf("attention flops B=%d T=%d W=%d: %.0f with documents, %.0f causal\n", B, T, W, f, full);
+	free(pos);
+}
+
 int main(void)
 {
 	/* small: finite differences too */
@@ -542,5 +572,9 @@ int main(void)
 
 	test_xent(40, 10, 7, 8);
 	test_xent(41, 17, 50, 64);
+
+	test_flops(2, 13, 0, (const int[]){5, 1, 7, 13});
+	test_flops(1, 300, 0, (const int[]){100, 100, 100});
+	test_flops(1, 30, 4, (const int[]){2, 10, 18});
 	return test_exit_code();
 }
