@@ -12,7 +12,7 @@
 /* A version-3 shard of n tokens: ids, then flags; header count `count`. */
 static void write_v3(const char *path, const uint32_t *ids, const uint8_t *flags, int n, int count, int extra)
 {
-	int32_t hdr[256] = { FERRY_SHARD_MAGIC, FERRY_SHARD_VERSION_PACKED, count };
+	int32_t hdr[256] = { FERRY_SHARD_MAGIC, FERRY_SHARD_VERSION_DOCS, count };
 	FILE *f = fopen(path, "wb");
 
 	if (!f || fwrite(hdr, sizeof(hdr), 1, f) != 1 || (n && fwrite(ids, 4, (size_t)n, f) != (size_t)n) ||

@@ -38,7 +38,7 @@ extern "C" {
 #define FERRY_SHARD_MAGIC 20240520
 #define FERRY_SHARD_VERSION 1	  /* uint16 tokens */
 #define FERRY_SHARD_VERSION_U32 2 /* uint32 tokens */
-#define FERRY_SHARD_VERSION_PACKED 3 /* uint32 tokens, then a flags byte each */
+#define FERRY_SHARD_VERSION_DOCS 3 /* uint32 tokens, then a flags byte each */
 
 /* Version 3's token flags (docs/data.md). */
 #define FERRY_TOKEN_TARGET 1u    /* predicting it counts in the loss */

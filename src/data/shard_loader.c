@@ -82,7 +82,7 @@ static int cmp_str(const void *a, const void *b)
 
 static const int32_t shard_versions[] = { FERRY_SHARD_VERSION,
 					   FERRY_SHARD_VERSION_U32,
-					   FERRY_SHARD_VERSION_PACKED };
+					   FERRY_SHARD_VERSION_DOCS };
 static const struct ferry_file_format shard_format = {
 	.kind = "llm.c token shard",
 	.header = "shard",
@@ -113,7 +113,7 @@ static ferry_status check_shard(const char *path, int64_t *tokens, int *width, i
 	*version = hdr[1];
 	*width = hdr[1] == FERRY_SHARD_VERSION ? 2 : 4;
 	/* version 3: a flags byte per token after the ids */
-	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * (*width + (hdr[1] == FERRY_SHARD_VERSION_PACKED));
+	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * (*width + (hdr[1] == FERRY_SHARD_VERSION_DOCS));
 	if (size < expect) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: truncated: header says %d tokens (%lld bytes), file has %lld bytes",
@@ -372,8 +372,8 @@ static ferry_status add_shards(struct ferry_loader *l, const glob_t *g,
 				 &l->shards[i].width, &l->shards[i].version);
 		if (st)
 			goto out;
-		if ((l->shards[i].version == FERRY_SHARD_VERSION_PACKED) !=
-		    (l->shards[0].version == FERRY_SHARD_VERSION_PACKED)) {
+		if ((l->shards[i].version == FERRY_SHARD_VERSION_DOCS) !=
+		    (l->shards[0].version == FERRY_SHARD_VERSION_DOCS)) {
 			st = ferry_error(FERRY_ERR_FORMAT,
 					 "'%s' mixes version 3 (packed documents) with versions 1 and 2 (token "
 					 "streams): %s is version %d, %s version %d", glob_pattern,
@@ -455,7 +455,7 @@ ferry_status ferry_loader_open_opts(const char *glob_pattern, int B, int T, int 
 		opts = &none;
 	l->rperm_epoch = -1;
 	st = add_shards(l, &g, glob_pattern, &largest);
-	if (!st && l->shards[0].version == FERRY_SHARD_VERSION_PACKED) {
+	if (!st && l->shards[0].version == FERRY_SHARD_VERSION_DOCS) {
 		l->once = opts->once;
 		st = pack_shards(l, glob_pattern, opts->truncate, opts->once ? 1 : B);
 	} else if (!st && largest < l->per_batch + 1)
@@ -709,7 +709,7 @@ bool ferry_data_is_packed(const char *glob_pattern)
 		if (!first || strcmp(g.gl_pathv[i], first) < 0)
 			first = g.gl_pathv[i];
 	if (first && ferry_file_header_open(first, &shard_format, hdr, &fd, &size) == FERRY_OK) {
-		packed = hdr[1] == FERRY_SHARD_VERSION_PACKED;
+		packed = hdr[1] == FERRY_SHARD_VERSION_DOCS;
 		close(fd);
 	}
 	globfree(&g);
