@@ -579,6 +579,8 @@ static int prepare(struct train_cli *c)
 	    ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
 	    ferry_cli_model_flags_places(CMD, &c->o) || ferry_cli_tier_flags_setup(CMD, &c->o))
 		return 1;
+	/* documents: the plans below count the positions tensor (the trainer sets it again) */
+	c->o.exec.packed = ferry_data_is_packed(c->o.data) || ferry_data_is_packed(c->o.val_data);
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */
 
