@@ -1,10 +1,10 @@
 /*
  * A packed row through the executor (ferry_exec_opts.packed): two documents
  * in one row, with their positions, give each document's loss alone (the
- * sums over counted targets) and the gradient of the two alone, for GPT-2
- * (a position table) and Llama (rotary positions); targets below 0 count
- * nothing; positions outside 0 .. t, or for a model made for token streams,
- * are refused.
+ * sums over counted targets), and the gradient and the FLOPs of the two
+ * alone, for GPT-2 (a position table) and Llama (rotary positions); targets
+ * below 0 count nothing; positions outside 0 .. t, or for a model made for
+ * token streams, are refused.
  */
 #include "ferry/model.h"
 #include "ferry/train.h"
@@ -89,6 +89,14 @@ static void check_arch(ferry_backend_t be, const char *arch)
 	CHECK(worst < 1e-5 * scale, "%s: packed gradient off by %.3g (largest %.3g)", arch, worst, scale);
 	printf("%s: packed %.6f = %.6f + %.6f alone, gradient within %.2g of %.3g\n", arch, sum, s1, s2, worst, scale);
 
+	{ /* what the step costs: attention within each document */
+		double at = ferry_model_step_flops_at(packed, 1, T, pos), whole = ferry_model_step_flops(packed, 1, T),
+		       docs = ferry_model_step_flops(packed, 1, A) + ferry_model_step_flops(packed, 1, T - A);
+
+		CHECK(fabs(at - docs) < 1e-9 * docs && at < whole, "%s: FLOPs packed %.6g, the documents alone %.6g, "
+		      "the row as one %.6g", arch, at, docs, whole);
+		CHECK(ferry_model_step_flops_at(packed, 1, T, NULL) == whole, "%s: no positions: the row's FLOPs", arch);
+	}
 	memcpy(bad, pos, sizeof(bad));
 	bad[3] = 4;
 	CHECK(ferry_model_set_positions(packed, bad) == FERRY_OK, "positions are read at the forward");

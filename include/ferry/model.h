@@ -201,6 +201,10 @@ ferry_status ferry_model_trace_end_stats(ferry_model_t m, const char *path, stru
 /* The model's FLOPs for one training step (forward + backward) at B x T,
  * without recomputation: the sum of its ops' FLOPs. */
 double ferry_model_step_flops(ferry_model_t m, int B, int T);
+/* The same for a batch of packed documents: attention scores each token's
+ * keys of its own document only (positions [B, T] in host memory; NULL:
+ * ferry_model_step_flops). */
+double ferry_model_step_flops_at(ferry_model_t m, int B, int T, const int32_t *positions);
 
 /* How ferry_model_sample draws each token. */
 struct ferry_sample_opts {

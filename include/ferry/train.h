@@ -135,6 +135,9 @@ struct ferry_step_metrics {
 				ranks, all micro-batches): B * T * grad_accum *
 				ranks for token streams, those flagged in
 				version-3 data */
+	double flops;        /* version-3 data: the step's FLOPs, all ranks,
+				attention counted within documents
+				(ferry_model_step_flops_at); 0 otherwise */
 	double step_ms, tokens_per_s;
 	size_t device_peak_bytes;
 };

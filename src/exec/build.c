@@ -731,8 +731,10 @@ ferry_status ferry_model_program(ferry_model_t m, const struct ferry_prog_key *k
 	return FERRY_OK;
 }
 
-/* FLOPs of a stage's matrix products and attention, forward and backward. */
-static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T)
+/* FLOPs of a stage's matrix products and attention, forward and backward
+ * (attention's pairs from host positions when given). */
+static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T,
+			  const int32_t *positions)
 {
 	struct ferry_dims dims = ferry_model_dims(&m->cfg, B, T);
 	struct ferry_op_call c;
@@ -742,15 +744,21 @@ static double stage_flops(const struct ferry_model *m, const struct ferry_layer_
 		if (!ferry_op_info(d->ops[o].kind)->is_dot && d->ops[o].kind != FERRY_OP_ATTENTION)
 			continue;
 		ferry_op_call_shape(d, o, &dims, m->scalars, -1, &c);
-		f += ferry_op_flops(&c);
+		f += ferry_op_flops_at(&c, positions);
 		c.backward = true;
-		f += ferry_op_flops(&c);
+		f += ferry_op_flops_at(&c, positions);
 	}
 	return f;
 }
 
 double ferry_model_step_flops(ferry_model_t m, int B, int T)
 {
-	return stage_flops(m, m->md->prologue, B, T) + m->cfg.layers * stage_flops(m, m->md->layer, B, T) +
-	       stage_flops(m, m->md->epilogue, B, T);
+	return ferry_model_step_flops_at(m, B, T, NULL);
+}
+
+double ferry_model_step_flops_at(ferry_model_t m, int B, int T, const int32_t *positions)
+{
+	return stage_flops(m, m->md->prologue, B, T, positions) +
+	       m->cfg.layers * stage_flops(m, m->md->layer, B, T, positions) +
+	       stage_flops(m, m->md->epilogue, B, T, positions);
 }

@@ -640,21 +640,24 @@ static ferry_status count_targets(ferry_trainer_t tr)
 {
 	const struct ferry_train_opts *o = &tr->opts;
 	const size_t N = (size_t)o->B * o->grad_accum * o->T;
-	double n = 0;
+	double n[2] = { 0, 0 }; /* the counted targets, the FLOPs */
 
 	if (!tr->packed) {
 		tr->count = (int64_t)N * tr->ranks;
 		return FERRY_OK;
 	}
 	for (size_t i = 0; i < N; i++)
-		n += tr->targets[i] >= 0;
+		n[0] += tr->targets[i] >= 0;
+	for (int k = 0; k < o->grad_accum; k++)
+		n[1] += ferry_model_step_flops_at(tr->model, o->B, o->T, tr->positions + (size_t)k * o->B * o->T);
 	if (tr->ranks > 1) {
-		ferry_status st = ferry_comm_all_reduce(tr->comm, &n, 1, FERRY_COMM_F64, FERRY_COMM_SUM, NULL);
+		ferry_status st = ferry_comm_all_reduce(tr->comm, n, 2, FERRY_COMM_F64, FERRY_COMM_SUM, NULL);
 
 		if (st)
 			return st;
 	}
-	tr->count = (int64_t)n;
+	tr->count = (int64_t)n[0];
+	tr->flops = n[1];
 	return FERRY_OK;
 }
 
@@ -773,6 +776,7 @@ static ferry_status across_ranks(ferry_trainer_t tr, struct ferry_step_metrics *
 	if (tr->packed)
 		m->loss = tr->count > 0 ? (float)(loss / (double)tr->count) : 0.0f;
 	m->targets = tr->count;
+	m->flops = tr->packed ? tr->flops : 0;
 	st = check_diverged(tr, m, lr, st);
 	return tr->ranks > 1 ? ferry_comm_agree(tr->comm, st) : st;
 }

@@ -28,6 +28,7 @@ struct ferry_trainer {
 	bool have_next;
 	bool packed;                   /* the training data is version 3 */
 	int64_t count;                 /* this step's counted targets, all ranks */
+	double flops;                  /* packed: this step's FLOPs, all ranks */
 	double loss_sum;               /* packed: this rank's loss sum of the step */
 	int64_t pos_shard, pos_offset, pos_epoch; /* the loader's position after this step's batch */
 	int step;                      /* optimizer steps taken */

@@ -28,6 +28,7 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->total_ms = 0;
 	r->val_loss = NAN;
 	r->targets = 0;
+	r->flops = 0;
 	r->shown_peak = 0;
 	r->warned_over = false;
 	r->t0 = cli_now_s();
@@ -42,6 +43,10 @@ static void record(struct train_report *r, const struct ferry_step_metrics *m, f
 		r->step_ms[r->n] = m->step_ms;
 	r->loss[r->n % 10] = m->loss;
 	r->targets += m->targets;
+	if (m->flops > 0) { /* documents: attention within them, step by step */
+		r->flops += m->flops;
+		r->step_flops = m->flops;
+	}
 	r->n++;
 	r->last_step = m->step;
 	if (!isnan(val_loss))
@@ -128,7 +133,7 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	char el[32], eta[32], mem[32];
 
 	record(r, m, val_loss);
-	u = over_peak(r, m, u);
+	u = over_peak(r, m, r->flops > 0 ? mfu(r, m->step_ms) : u); /* documents: this step's FLOPs */
 	if (!shown(r, m, val_loss))
 		return json_record(r, m, val_loss, elapsed);
 	errno = 0;
@@ -198,8 +203,15 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	printf("\nsummary: %d step%s in %.1f s, %.1f ms/step (median), %.0f tokens/s", r->n, r->n == 1 ? "" : "s",
 	       r->total_ms / 1e3, med,
 	       med > 0 ? r->B * r->T / (med / 1e3) : 0.0);
-	if (mfu(r, med) >= 0)
+	if (r->flops > 0) { /* documents: the steps' mean FLOPs */
+		struct train_report mean = *r;
+
+		mean.step_flops = r->flops / r->n;
+		if (mfu(&mean, med) >= 0)
+			printf(", MFU %.1f%%", 100 * mfu(&mean, med));
+	} else if (mfu(r, med) >= 0) {
 		printf(", MFU %.1f%%", 100 * mfu(r, med));
+	}
 	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
 	if (r->packed)
 		printf(" over %.1f counted targets a step", (double)r->targets / r->n);
