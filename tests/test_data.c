@@ -366,9 +366,9 @@ static void test_loader_bad(void)
 	CHECK_ERR(ferry_loader_open(tpath("magic_*.bin"), B, T, 1000, &l),
 		  FERRY_ERR_FORMAT, "magic_1.bin: bad magic 20240326");
 
-	write_shard(tpath("ver_0.bin"), 20240520, 3, 20, tok, 20);
+	write_shard(tpath("ver_0.bin"), 20240520, 4, 20, tok, 20);
 	CHECK_ERR(ferry_loader_open(tpath("ver_*.bin"), B, T, 1000, &l),
-		  FERRY_ERR_FORMAT, "ver_0.bin: version 3");
+		  FERRY_ERR_FORMAT, "ver_0.bin: version 4");
 
 	/* Version 2 holds uint32 tokens: 20 uint16 are 10 of them. */
 	write_shard(tpath("ver2_0.bin"), 20240520, 2, 20, tok, 20);

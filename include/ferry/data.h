@@ -38,6 +38,11 @@ extern "C" {
 #define FERRY_SHARD_MAGIC 20240520
 #define FERRY_SHARD_VERSION 1	  /* uint16 tokens */
 #define FERRY_SHARD_VERSION_U32 2 /* uint32 tokens */
+#define FERRY_SHARD_VERSION_DOCS 3 /* uint32 tokens, then a flags byte each */
+
+/* Version 3's token flags (docs/data.md). */
+#define FERRY_TOKEN_TARGET 1u    /* predicting it counts in the loss */
+#define FERRY_TOKEN_DOC_START 2u /* it starts a document */
 
 typedef struct ferry_loader *ferry_loader_t;
 
@@ -50,10 +55,42 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 			       int vocab, ferry_loader_t *out) FERRY_MUST_CHECK;
 void ferry_loader_free(ferry_loader_t loader);
 
+struct ferry_loader_opts {
+	bool truncate; /* version 3: a document longer than T is cut to its
+			  first T tokens (the last without a target); without
+			  it such a document is refused, naming its shard
+			  and number */
+	bool once;     /* version 3, in order: one pass over the rows, the
+			  last batch filled up with padding rows (all targets
+			  -1); ferry_loader_next fails after it.  The data
+			  may then have fewer than B rows */
+};
+
+/* ferry_loader_open with options (NULL: none).  Version 3 needs B rows
+ * (or one, once). */
+ferry_status ferry_loader_open_opts(const char *glob_pattern, int B, int T, int vocab,
+				    const struct ferry_loader_opts *opts, ferry_loader_t *out) FERRY_MUST_CHECK;
+/* Whether the data is version 3: batches of packed documents, with
+ * positions (ferry_loader_next_packed). */
+bool ferry_loader_packed(ferry_loader_t loader);
+/* Whether the first file glob_pattern matches (sorted) is a version-3
+ * shard: what a model for the data must be made for, known before the
+ * loader reads anything (false when there is none or it is unreadable:
+ * opening the loader says why). */
+bool ferry_data_is_packed(const char *glob_pattern);
+/* Version 3: how many rows the documents were packed into (0 otherwise). */
+int64_t ferry_loader_rows(ferry_loader_t loader);
+
 /* Next batch: inputs and targets each B*T int32.  A token >= vocab fails
  * with FERRY_ERR_FORMAT naming the file and token position. */
 ferry_status ferry_loader_next(ferry_loader_t loader, int32_t *inputs,
 			       int32_t *targets) FERRY_MUST_CHECK;
+/* The same with each token's position in its document (B*T int32; for
+ * versions 1 and 2 t, its index in the row).  Version 3 needs positions:
+ * ferry_loader_next refuses it (its rows without them would attend across
+ * documents). */
+ferry_status ferry_loader_next_packed(ferry_loader_t loader, int32_t *inputs, int32_t *targets,
+				      int32_t *positions) FERRY_MUST_CHECK;
 
 /* Data parallel: the loader reads only its part of every batch, rows
  * first .. first + rows - 1 of each group of `group` rows (group divides

@@ -102,6 +102,19 @@ ferry_status ferry_model_forward(ferry_model_t m, const int32_t *inputs, const i
  * (validation, evaluation): offloaded tensors are not copied out. */
 ferry_status ferry_model_loss(ferry_model_t m, const int32_t *inputs, const int32_t *targets,
 			      int B, int T, float *loss) FERRY_MUST_CHECK;
+/* Packed documents (a model made with ferry_exec_opts.packed): the next
+ * forward's positions, [B, T] int32 of that forward, each token's index in
+ * its document (0 .. its index in the row); read (and checked) when the
+ * forward is submitted, so the array must live until then.  A packed
+ * model's forward without them: t.  Targets below 0 are not counted:
+ * their loss and gradient are 0.  FERRY_ERR_INVALID: positions for a
+ * model made without packed. */
+ferry_status ferry_model_set_positions(ferry_model_t m, const int32_t *positions) FERRY_MUST_CHECK;
+bool ferry_model_packed(ferry_model_t m);
+/* After a forward pass with targets: the sum of its rows' losses (in
+ * double; rows whose target is below 0 add 0), for a mean over counted
+ * targets that spans batches. */
+double ferry_model_loss_sum(ferry_model_t m);
 /* After a forward pass: the next-token probabilities (V floats) at row
  * b * T + t. */
 ferry_status ferry_model_probs(ferry_model_t m, int row, float *probs) FERRY_MUST_CHECK;
@@ -133,6 +146,11 @@ ferry_status ferry_model_step_submit(ferry_model_t m, const int32_t *inputs, con
 				     int T) FERRY_MUST_CHECK;
 ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *opt, int t, float *loss,
 				     float *grad_norm) FERRY_MUST_CHECK;
+/* The same with the gradient times scale (> 0), as ferry_model_update_scaled:
+ * the loss over counted targets (a backward's gradient is of its batch's
+ * loss sum over B*T; scale B*T / count makes it the mean's). */
+ferry_status ferry_model_step_finish_scaled(ferry_model_t m, const struct ferry_adamw *opt, int t, float scale,
+					    float *loss, float *grad_norm) FERRY_MUST_CHECK;
 /* The speculative clipping order (ferry_exec_opts.clip_order
  * FERRY_CLIP_SPECULATIVE, optimizer on host threads): arms the next
  * ferry_model_step_submit to update each layer on the host as soon as its
@@ -183,6 +201,10 @@ ferry_status ferry_model_trace_end_stats(ferry_model_t m, const char *path, stru
 /* The model's FLOPs for one training step (forward + backward) at B x T,
  * without recomputation: the sum of its ops' FLOPs. */
 double ferry_model_step_flops(ferry_model_t m, int B, int T);
+/* The same for a batch of packed documents: attention scores each token's
+ * keys of its own document only (positions [B, T] in host memory; NULL:
+ * ferry_model_step_flops). */
+double ferry_model_step_flops_at(ferry_model_t m, int B, int T, const int32_t *positions);
 
 /* How ferry_model_sample draws each token. */
 struct ferry_sample_opts {

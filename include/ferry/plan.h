@@ -53,7 +53,7 @@ enum ferry_tensor_kind {
 	FERRY_TK_OPT_STATE,   /* AdamW moments */
 	FERRY_TK_ACTIVATION,  /* layer, prologue and epilogue activations, logits */
 	FERRY_TK_ACT_GRAD,    /* activation gradients */
-	FERRY_TK_BATCH,       /* token ids and targets */
+	FERRY_TK_BATCH,       /* token ids, targets (and positions) */
 	FERRY_TK_LOSS,        /* per-row losses */
 	FERRY_TK_WORKSPACE,   /* kernel scratch, the gradient norm */
 	FERRY_TK_COUNT
@@ -222,6 +222,13 @@ struct ferry_exec_opts {
 				   on a stream of their own, layer by layer (NULL
 				   or one rank: none); collectives run on the
 				   stream's thread, so no other thread may use it */
+	bool packed;            /* batches of packed documents (version-3 data,
+				   docs/data.md): each forward takes the rows'
+				   positions (ferry_model_set_positions), a [B, T]
+				   int32 "positions" tensor beside the tokens that the
+				   encoder, rotary embedding and attention read, so no
+				   token attends across a document; false: positions t,
+				   no such tensor */
 	struct ferry_comm *host_comm; /* NULL, or with a comm on device buffers
 				   (NCCL) the same ranks on host buffers (MPI), for
 				   the collectives on host memory (--offload-params

@@ -71,6 +71,8 @@ struct ferry_train_opts {
 	bool shuffle;             /* training batches in the shuffled order
 				     drawn from seed (ferry/data.h), else in
 				     order */
+	bool truncate;            /* version-3 data: a document longer than T
+				     is cut to T tokens (else refused) */
 	int B, T;
 	int steps;                /* optimizer steps to reach (total) */
 	float lr, final_lr_frac;  /* decay from lr to lr * final_lr_frac ... */
@@ -128,7 +130,14 @@ void ferry_train_opts_default(struct ferry_train_opts *o);
 
 struct ferry_step_metrics {
 	int step;            /* 1-based optimizer step just taken */
-	float loss, lr, grad_norm;
+	float loss, lr, grad_norm; /* loss: the mean over the counted targets */
+	int64_t targets;     /* targets counted in the step's whole batch (all
+				ranks, all micro-batches): B * T * grad_accum *
+				ranks for token streams, those flagged in
+				version-3 data */
+	double flops;        /* version-3 data: the step's FLOPs, all ranks,
+				attention counted within documents
+				(ferry_model_step_flops_at); 0 otherwise */
 	double step_ms, tokens_per_s;
 	size_t device_peak_bytes;
 };
@@ -260,6 +269,13 @@ float ferry_train_lr(const struct ferry_train_opts *o, int s);
  * finite (values that overflow). */
 ferry_status ferry_evaluate(ferry_model_t m, const char *data_glob, int B, int T, int n_batches,
 			    float *loss) FERRY_MUST_CHECK;
+/* Version-3 data (packed documents; m made with ferry_exec_opts.packed):
+ * every document read exactly once, packed into rows of T (B rows a
+ * forward, the last filled up with padding), cut to T tokens with
+ * truncate (else a longer one is refused); *loss the mean cross-entropy
+ * over the counted targets, *count how many. */
+ferry_status ferry_evaluate_docs(ferry_model_t m, const char *data_glob, int B, int T, bool truncate,
+				 float *loss, int64_t *count) FERRY_MUST_CHECK;
 
 /* A rank's cores (docs/distributed.md, "Cores and NUMA nodes"). */
 struct ferry_rank_cores {

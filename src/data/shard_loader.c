@@ -16,6 +16,7 @@
  */
 #include "ferry/data.h"
 #include "core/error.h"
+#include "data/shard_pack.h"
 #include "core/file_header.h"
 
 #include <errno.h>
@@ -34,7 +35,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 struct shard {
 	const char *path; /* points into ferry_loader.names */
 	int64_t tokens;
-	int width;        /* bytes per token: 2 (version 1) or 4 (version 2) */
+	int width;        /* bytes per token: 2 (version 1) or 4 (versions 2, 3) */
+	int version;
 };
 
 struct ferry_loader {
@@ -64,6 +66,13 @@ struct ferry_loader {
 	/* the part read (ferry_loader_set_part): of each group of rows, rows
 	 * first .. first + rows - 1 (all: group = rows = B) */
 	int64_t group, first, rows;
+	/* version 3 (packed): off counts rows (in order: of pack.rows;
+	 * shuffled: of rperm) */
+	bool packed, once;
+	struct ferry_pack pack;
+	uint8_t *flags;     /* T flags: a row's staging */
+	uint32_t *rperm;    /* shuffled: this epoch's order of the rows */
+	int64_t rperm_epoch;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -72,19 +81,20 @@ static int cmp_str(const void *a, const void *b)
 }
 
 static const int32_t shard_versions[] = { FERRY_SHARD_VERSION,
-					   FERRY_SHARD_VERSION_U32 };
+					   FERRY_SHARD_VERSION_U32,
+					   FERRY_SHARD_VERSION_DOCS };
 static const struct ferry_file_format shard_format = {
 	.kind = "llm.c token shard",
 	.header = "shard",
 	.magic = FERRY_SHARD_MAGIC,
 	.versions = shard_versions,
 	.n_versions = sizeof(shard_versions) / sizeof(shard_versions[0]),
-	.version_note = "uint16 or uint32 tokens",
+	.version_note = "uint16 or uint32 tokens, or uint32 tokens and their flags",
 };
 
 /* Validates one shard file; *tokens gets its token count, *width its
  * bytes per token. */
-static ferry_status check_shard(const char *path, int64_t *tokens, int *width)
+static ferry_status check_shard(const char *path, int64_t *tokens, int *width, int *version)
 {
 	int32_t hdr[FERRY_FILE_HEADER_INTS];
 	ferry_status st;
@@ -100,8 +110,10 @@ static ferry_status check_shard(const char *path, int64_t *tokens, int *width)
 				 hdr[2]);
 		goto out;
 	}
-	*width = hdr[1] == FERRY_SHARD_VERSION_U32 ? 4 : 2;
-	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * *width;
+	*version = hdr[1];
+	*width = hdr[1] == FERRY_SHARD_VERSION ? 2 : 4;
+	/* version 3: a flags byte per token after the ids */
+	expect = SHARD_HEADER_BYTES + (int64_t)hdr[2] * (*width + (hdr[1] == FERRY_SHARD_VERSION_DOCS));
 	if (size < expect) {
 		st = ferry_error(FERRY_ERR_FORMAT,
 				 "%s: truncated: header says %d tokens (%lld bytes), file has %lld bytes",
@@ -217,12 +229,57 @@ static void settle_shuffled(struct ferry_loader *l)
 	make_perm(l);
 }
 
+/* rperm[] for the current epoch, unless it is that already. */
+static void make_row_perm(struct ferry_loader *l)
+{
+	const int64_t n = l->pack.n_rows;
+	uint64_t st;
+
+	if (l->rperm_epoch == l->epoch)
+		return;
+	st = order_state(l->seed, l->epoch, -2); /* (-1 is the shards' order) */
+	for (int64_t i = 0; i < n; i++)
+		l->rperm[i] = (uint32_t)i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)draw_below(&st, (uint64_t)i + 1);
+		uint32_t t = l->rperm[i];
+
+		l->rperm[i] = l->rperm[j];
+		l->rperm[j] = t;
+	}
+	l->rperm_epoch = l->epoch;
+}
+
+/* Packed: the rows left before the end wait for the next pass (once:
+ * nothing moves). */
+static void settle_packed(struct ferry_loader *l)
+{
+	const int64_t B = l->per_batch / l->T;
+
+	l->cur = 0;
+	if (l->once)
+		return;
+	if (l->shuffled)
+		make_row_perm(l);
+	if (l->pack.n_rows - l->off >= B)
+		return;
+	l->off = 0;
+	if (l->shuffled) {
+		l->epoch++;
+		make_row_perm(l);
+	}
+}
+
 /* Moves the position forward, shard by shard (wrapping), until a full batch
  * of per_batch+1 tokens is left.  open() guaranteed such a shard exists. */
 static void settle(struct ferry_loader *l)
 {
 	int i;
 
+	if (l->packed) {
+		settle_packed(l);
+		return;
+	}
 	if (l->shuffled) {
 		settle_shuffled(l);
 		return;
@@ -312,9 +369,18 @@ static ferry_status add_shards(struct ferry_loader *l, const glob_t *g,
 		l->shards[i].path = p;
 		p += len;
 		st = check_shard(p - len, &l->shards[i].tokens,
-				 &l->shards[i].width);
+				 &l->shards[i].width, &l->shards[i].version);
 		if (st)
 			goto out;
+		if ((l->shards[i].version == FERRY_SHARD_VERSION_DOCS) !=
+		    (l->shards[0].version == FERRY_SHARD_VERSION_DOCS)) {
+			st = ferry_error(FERRY_ERR_FORMAT,
+					 "'%s' mixes version 3 (packed documents) with versions 1 and 2 (token "
+					 "streams): %s is version %d, %s version %d", glob_pattern,
+					 l->shards[0].path, l->shards[0].version, l->shards[i].path,
+					 l->shards[i].version);
+			goto out;
+		}
 		l->total_tokens += l->shards[i].tokens;
 		if (l->shards[i].tokens > *largest)
 			*largest = l->shards[i].tokens;
@@ -324,9 +390,38 @@ out:
 	return st;
 }
 
+/* Version 3: the shards' documents packed into rows, and the staging of
+ * one row's flags; at least `need` rows. */
+static ferry_status pack_shards(struct ferry_loader *l, const char *glob_pattern, bool truncate, int64_t need)
+{
+	ferry_status st = FERRY_OK;
+
+	l->packed = true;
+	l->flags = ferry_malloc((size_t)l->T);
+	if (!l->flags)
+		return ferry_error(FERRY_ERR_NOMEM, "out of memory opening '%s'", glob_pattern);
+	for (int i = 0; i < l->n_shards && !st; i++)
+		st = ferry_pack_scan(&l->pack, l->shards[i].path, i, l->shards[i].tokens, (int)l->T, truncate);
+	if (!st && l->pack.n_rows > UINT32_MAX)
+		st = ferry_error(FERRY_ERR_INVALID, "'%s': %lld rows of %lld tokens, more than 2^32", glob_pattern,
+				 (long long)l->pack.n_rows, (long long)l->T);
+	if (!st && l->pack.n_rows < need)
+		st = ferry_error(FERRY_ERR_INVALID,
+				 "'%s': its documents fill %lld rows of %lld tokens, fewer than the batch's %lld",
+				 glob_pattern, (long long)l->pack.n_rows, (long long)l->T, (long long)need);
+	return st;
+}
+
 ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 			       int vocab, ferry_loader_t *out)
 {
+	return ferry_loader_open_opts(glob_pattern, B, T, vocab, NULL, out);
+}
+
+ferry_status ferry_loader_open_opts(const char *glob_pattern, int B, int T, int vocab,
+				    const struct ferry_loader_opts *opts, ferry_loader_t *out)
+{
+	const struct ferry_loader_opts none = { 0 };
 	struct ferry_loader *l = NULL;
 	int64_t largest = 0;
 	ferry_status st;
@@ -356,8 +451,14 @@ ferry_status ferry_loader_open(const char *glob_pattern, int B, int T,
 	l->T = T;
 	l->group = l->rows = B;
 	l->vocab = vocab;
+	if (!opts)
+		opts = &none;
+	l->rperm_epoch = -1;
 	st = add_shards(l, &g, glob_pattern, &largest);
-	if (!st && largest < l->per_batch + 1)
+	if (!st && l->shards[0].version == FERRY_SHARD_VERSION_DOCS) {
+		l->once = opts->once;
+		st = pack_shards(l, glob_pattern, opts->truncate, opts->once ? 1 : B);
+	} else if (!st && largest < l->per_batch + 1)
 		st = ferry_error(FERRY_ERR_INVALID,
 				 "'%s': no shard has the %lld tokens one batch needs (B*T+1, B=%d, T=%d); the largest has %lld",
 				 glob_pattern, (long long)l->per_batch + 1, B, T,
@@ -380,6 +481,9 @@ void ferry_loader_free(ferry_loader_t l)
 	if (l->fd >= 0)
 		close(l->fd);
 	ferry_free(l->stage);
+	ferry_free(l->flags);
+	ferry_free(l->rperm);
+	ferry_pack_free(&l->pack);
 	ferry_free(l->order);
 	ferry_free(l->perm);
 	ferry_free(l->names);
@@ -387,12 +491,12 @@ void ferry_loader_free(ferry_loader_t l)
 	ferry_free(l);
 }
 
-/* The descriptor of shard cur, opened when the position entered it. */
-static ferry_status open_current(struct ferry_loader *l)
+/* The descriptor of shard i, kept open until another is read. */
+static ferry_status open_shard(struct ferry_loader *l, int i)
 {
-	const struct shard *sh = &l->shards[l->cur];
+	const struct shard *sh = &l->shards[i];
 
-	if (l->fd_shard == l->cur)
+	if (l->fd_shard == i)
 		return FERRY_OK;
 	if (l->fd >= 0)
 		close(l->fd);
@@ -401,8 +505,14 @@ static ferry_status open_current(struct ferry_loader *l)
 	if (l->fd < 0)
 		return ferry_error(FERRY_ERR_IO, "%s: cannot open: %s", sh->path,
 				   strerror(errno));
-	l->fd_shard = l->cur;
+	l->fd_shard = i;
 	return FERRY_OK;
+}
+
+/* The descriptor of shard cur, opened when the position entered it. */
+static ferry_status open_current(struct ferry_loader *l)
+{
+	return open_shard(l, l->cur);
 }
 
 /* uint16 tokens read into the front of dst, widened in place: back to
@@ -501,6 +611,38 @@ static ferry_status next_shuffled(struct ferry_loader *l, int32_t *inputs,
 	return FERRY_OK;
 }
 
+/* Packed: the next B rows (of each group, its part's); once, past the
+ * last row, padding rows. */
+static ferry_status next_packed_rows(struct ferry_loader *l, int32_t *inputs, int32_t *targets,
+				     int32_t *positions)
+{
+	const int64_t T = l->T, B = l->per_batch / T;
+	int64_t out = 0;
+	ferry_status st = FERRY_OK;
+
+	if (l->once && l->off >= l->pack.n_rows)
+		return ferry_error(FERRY_ERR_INVALID, "data read once: all %lld rows were read",
+				   (long long)l->pack.n_rows);
+	for (int64_t b = 0; b < B && !st; b++) {
+		const struct ferry_pack_row *row = NULL;
+		int64_t r = l->off + b;
+
+		if (b % l->group < l->first || b % l->group >= l->first + l->rows)
+			continue;
+		if (r < l->pack.n_rows)
+			row = &l->pack.rows[l->shuffled ? l->rperm[r] : r];
+		if (row && (st = open_shard(l, row->shard)))
+			break;
+		st = ferry_pack_read(row, l->fd, row ? l->shards[row->shard].path : "", row ? l->shards[row->shard].tokens : 0,
+				     (int)T, l->vocab, l->stage, l->flags, inputs + out * T, targets + out * T,
+				     positions + out * T);
+		out++;
+	}
+	if (!st)
+		l->off += B;
+	return st;
+}
+
 ferry_status ferry_loader_set_part(ferry_loader_t l, int group, int first, int rows)
 {
 	int64_t B = l ? l->per_batch / l->T : 0;
@@ -518,18 +660,70 @@ ferry_status ferry_loader_set_part(ferry_loader_t l, int group, int first, int r
 ferry_status ferry_loader_next(ferry_loader_t l, int32_t *inputs,
 			       int32_t *targets)
 {
+	return ferry_loader_next_packed(l, inputs, targets, NULL);
+}
+
+ferry_status ferry_loader_next_packed(ferry_loader_t l, int32_t *inputs, int32_t *targets, int32_t *positions)
+{
 	ferry_status st;
 
 	if (!l || !inputs || !targets)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "loader next: NULL loader or batch buffer");
+	if (l->packed) {
+		if (!positions)
+			return ferry_error(FERRY_ERR_INVALID, "version-3 data (packed documents) is read with its "
+					   "positions (ferry_loader_next_packed)");
+		st = next_packed_rows(l, inputs, targets, positions);
+		if (!st)
+			settle(l);
+		return st;
+	}
 	st = open_current(l);
 	if (!st)
 		st = l->shuffled ? next_shuffled(l, inputs, targets) :
 				   next_in_order(l, inputs, targets);
 	if (!st)
 		settle(l);
+	if (!st && positions) {
+		const int64_t n = l->per_batch / l->group * l->rows;
+
+		for (int64_t i = 0; i < n; i++)
+			positions[i] = (int32_t)(i % l->T);
+	}
 	return st;
+}
+
+bool ferry_data_is_packed(const char *glob_pattern)
+{
+	int32_t hdr[FERRY_FILE_HEADER_INTS];
+	const char *first = NULL;
+	bool packed = false;
+	int64_t size;
+	glob_t g;
+	int fd;
+
+	if (!glob_pattern || glob(glob_pattern, 0, NULL, &g) != 0)
+		return false;
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		if (!first || strcmp(g.gl_pathv[i], first) < 0)
+			first = g.gl_pathv[i];
+	if (first && ferry_file_header_open(first, &shard_format, hdr, &fd, &size) == FERRY_OK) {
+		packed = hdr[1] == FERRY_SHARD_VERSION_DOCS;
+		close(fd);
+	}
+	globfree(&g);
+	return packed;
+}
+
+bool ferry_loader_packed(ferry_loader_t l)
+{
+	return l && l->packed;
+}
+
+int64_t ferry_loader_rows(ferry_loader_t l)
+{
+	return l && l->packed ? l->pack.n_rows : 0;
 }
 
 void ferry_loader_position(ferry_loader_t l, int64_t *shard, int64_t *offset)
@@ -562,6 +756,17 @@ ferry_status ferry_loader_seek_epoch(ferry_loader_t l, int64_t epoch,
 				   "data position: epoch %lld of %s data",
 				   (long long)epoch,
 				   l->shuffled ? "shuffled" : "in-order");
+	if (l->packed) { /* shard 0, offset a row */
+		if (shard != 0 || offset < 0 || offset > l->pack.n_rows)
+			return ferry_error(FERRY_ERR_INVALID,
+					   "data position: shard %lld, row %lld out of range for packed data "
+					   "(shard 0, %lld rows)", (long long)shard, (long long)offset,
+					   (long long)l->pack.n_rows);
+		l->off = offset;
+		l->epoch = epoch;
+		settle(l);
+		return FERRY_OK;
+	}
 	if (shard < 0 || shard >= l->n_shards)
 		return ferry_error(FERRY_ERR_INVALID,
 				   "data position: shard %lld out of range (%d shards)",
@@ -608,6 +813,21 @@ ferry_status ferry_loader_shuffle(ferry_loader_t l, uint64_t seed)
 
 	if (!l)
 		return ferry_error(FERRY_ERR_INVALID, "loader shuffle: NULL loader");
+	if (l->packed) {
+		if (l->once)
+			return ferry_error(FERRY_ERR_INVALID, "loader shuffle: data read once is read in order");
+		if (!l->rperm) {
+			l->rperm = ferry_malloc((size_t)l->pack.n_rows * sizeof(*l->rperm));
+			if (!l->rperm)
+				return ferry_error(FERRY_ERR_NOMEM, "out of memory for the shuffled order of %lld rows",
+						   (long long)l->pack.n_rows);
+		}
+		l->shuffled = true;
+		l->seed = seed;
+		l->rperm_epoch = -1;
+		ferry_loader_rewind(l);
+		return FERRY_OK;
+	}
 	for (int i = 0; i < l->n_shards; i++)
 		if (shard_samples(l, i) > most)
 			most = shard_samples(l, i);

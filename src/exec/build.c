@@ -141,6 +141,8 @@ static void stage_call(const struct ferry_model *m, const struct stage *s, int o
 				  (size_t)op->w[i].block * ferry_op_weight_view(c, i) * m->asz;
 	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_SOFTMAX_XENT)
 		c->tokens = stage_ptr(m, s, op->tokens);
+	if (op->kind == FERRY_OP_ENCODER || op->kind == FERRY_OP_ROPE || op->kind == FERRY_OP_ATTENTION)
+		c->positions = ferry_entry(m, m->tt.ix.positions); /* NULL: token streams */
 }
 
 /* ---- --loss-tile: the LM head and the loss over tiles of tokens ------------------- */
@@ -187,6 +189,8 @@ static void stage_tile_call(ferry_model_t m, const struct stage *s, int o, int r
 		c->in[i] = stage_rows(m, s, (void *)c->in[i], op->in[i], r0, false);
 	if (c->tokens)
 		c->tokens += r0;
+	if (c->positions)
+		c->positions += r0;
 }
 
 /* The gradient fields of op o's backward call (its forward one made) in a
@@ -365,6 +369,9 @@ static ferry_status emit_forward(ferry_model_t m, struct ferry_program *p, const
 
 	ferry_emit_copy(p, m->compute, stage_ptr(m, &pro, role_tensor(&pro, FERRY_ROLE_TOKENS)), m->host_tokens,
 			N * sizeof(int32_t), FERRY_COPY_H2D, -1, "tokens");
+	if (m->tt.ix.positions >= 0)
+		ferry_emit_copy(p, m->compute, ferry_entry(m, m->tt.ix.positions), m->host_positions,
+				N * sizeof(int32_t), FERRY_COPY_H2D, -1, "positions");
 	if (k->targets)
 		ferry_emit_copy(p, m->compute, tgt, m->host_targets, N * sizeof(int32_t), FERRY_COPY_H2D, -1,
 				"targets");
@@ -724,8 +731,10 @@ ferry_status ferry_model_program(ferry_model_t m, const struct ferry_prog_key *k
 	return FERRY_OK;
 }
 
-/* FLOPs of a stage's matrix products and attention, forward and backward. */
-static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T)
+/* FLOPs of a stage's matrix products and attention, forward and backward
+ * (attention's pairs from host positions when given). */
+static double stage_flops(const struct ferry_model *m, const struct ferry_layer_decl *d, int B, int T,
+			  const int32_t *positions)
 {
 	struct ferry_dims dims = ferry_model_dims(&m->cfg, B, T);
 	struct ferry_op_call c;
@@ -735,15 +744,21 @@ static double stage_flops(const struct ferry_model *m, const struct ferry_layer_
 		if (!ferry_op_info(d->ops[o].kind)->is_dot && d->ops[o].kind != FERRY_OP_ATTENTION)
 			continue;
 		ferry_op_call_shape(d, o, &dims, m->scalars, -1, &c);
-		f += ferry_op_flops(&c);
+		f += ferry_op_flops_at(&c, positions);
 		c.backward = true;
-		f += ferry_op_flops(&c);
+		f += ferry_op_flops_at(&c, positions);
 	}
 	return f;
 }
 
 double ferry_model_step_flops(ferry_model_t m, int B, int T)
 {
-	return stage_flops(m, m->md->prologue, B, T) + m->cfg.layers * stage_flops(m, m->md->layer, B, T) +
-	       stage_flops(m, m->md->epilogue, B, T);
+	return ferry_model_step_flops_at(m, B, T, NULL);
+}
+
+double ferry_model_step_flops_at(ferry_model_t m, int B, int T, const int32_t *positions)
+{
+	return stage_flops(m, m->md->prologue, B, T, positions) +
+	       m->cfg.layers * stage_flops(m, m->md->layer, B, T, positions) +
+	       stage_flops(m, m->md->epilogue, B, T, positions);
 }

@@ -272,6 +272,8 @@ static void make_call(const struct ferry_layer_exec *ex, int o, int l, int B, in
 	ferry_op_call_shape(ex->decl, o, &d, ex->scalars, l, c);
 	c->ws = ex->mem.ws;
 	c->ws_bytes = ex->mem.ws_bytes;
+	if (op->kind == FERRY_OP_ROPE || op->kind == FERRY_OP_ATTENTION)
+		c->positions = ex->mem.positions;
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = act_ptr(ex, op->out[i], l);
 	for (int i = 0; i < info->n_in; i++)
@@ -372,6 +374,8 @@ static void tile_call(const struct ferry_layer_exec *ex, int o, int l, int r0, i
 	const struct ferry_op_info *info = ferry_op_info(op->kind);
 
 	make_call(ex, o, l, 1, rows, c);
+	if (c->positions)
+		c->positions += r0;
 	for (int i = 0; i < info->n_out; i++)
 		c->out[i] = rows_at(ex, c->out[i], op->out[i], r0);
 	for (int i = 0; i < info->n_in; i++)

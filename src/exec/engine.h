@@ -53,6 +53,8 @@ struct ferry_stack_storage {
 	void *host[FERRY_LAYER_MAX_TENSORS];
 	void *ws;          /* kernel scratch for every op (NULL: none) */
 	size_t ws_bytes;
+	const int32_t *positions; /* packed documents: the batch's [B, T] positions,
+				     which rope and attention read (NULL: t) */
 	struct ferry_host_tiers *tiers; /* host copies' tiers (NULL: none): an
 					   NVMe-tier copy is file I/O */
 };

@@ -45,6 +45,7 @@ void ferry_model_free(ferry_model_t m)
 	if (m->be) {
 		ferry_host_free(m->be, m->host_tokens);
 		ferry_host_free(m->be, m->host_targets);
+		ferry_host_free(m->be, m->host_positions);
 		ferry_host_free(m->be, m->host_losses);
 		ferry_host_free(m->be, m->host_sumsq);
 		ferry_host_free(m->be, m->norm_parts);
@@ -222,6 +223,7 @@ static ferry_status create_stack(struct ferry_model *m)
 		if (mem.host[t])
 			mem.host[t] = (char *)ferry_entry(m, m->tt.ix.stack_host[ferry_stack_first_offloaded(&m->tt.sp)]) +
 				      m->tt.sp.host_off[t];
+	mem.positions = ferry_entry(m, m->tt.ix.positions);
 	return ferry_layer_exec_create(&m->res, m->compute, d, &m->tt.dims, m->scalars, &wt, &m->tt.sp, &mem,
 				       &m->layers);
 }
@@ -231,6 +233,9 @@ static ferry_status alloc_host(struct ferry_model *m)
 	size_t N = (size_t)m->B * m->T;
 	ferry_status st;
 
+	if (m->tt.ix.positions >= 0 &&
+	    (st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_positions)))
+		return st;
 	if ((st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_tokens)) ||
 	    (st = ferry_host_alloc(m->be, N * sizeof(int32_t), (void **)&m->host_targets)) ||
 	    (st = ferry_host_alloc(m->be, N * sizeof(float), (void **)&m->host_losses)))
@@ -419,10 +424,13 @@ ferry_status ferry_model_create(ferry_backend_t be, const struct ferry_model_con
 
 /* ---- steps ---------------------------------------------------------------------- */
 
+/* Ids within the vocabulary; targets may also be below 0 (not counted). */
 static ferry_status check_tokens(const ferry_model_t m, const int32_t *tok, size_t n, const char *what)
 {
+	const bool targets = !strcmp(what, "target");
+
 	for (size_t i = 0; i < n; i++)
-		if (tok[i] < 0 || tok[i] >= m->cfg.vocab)
+		if ((tok[i] < 0 && !targets) || tok[i] >= m->cfg.vocab)
 			return ferry_error(FERRY_ERR_INVALID, "%s token %d at position %zu is outside the vocabulary (%d)",
 					   what, tok[i], i, m->cfg.vocab);
 	return FERRY_OK;
@@ -440,6 +448,42 @@ static ferry_status run(ferry_model_t m, const struct ferry_prog_key *key, const
 	return st;
 }
 
+/* Positions of a packed batch: row (b, t)'s in 0 .. t (it sees keys
+ * t - p .. t of its row), staged; none given: t. */
+static ferry_status stage_positions(ferry_model_t m, int B, int T)
+{
+	const int32_t *pos = m->next_positions;
+
+	m->next_positions = NULL;
+	if (!pos && m->tt.ix.positions < 0)
+		return FERRY_OK;
+	if (m->tt.ix.positions < 0)
+		return ferry_error(FERRY_ERR_INVALID, "positions given to a model made for token streams "
+				   "(ferry_exec_opts.packed false)");
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			int32_t p = pos ? pos[(size_t)b * T + t] : t;
+
+			if (p < 0 || p > t)
+				return ferry_error(FERRY_ERR_INVALID, "position %d of row %d, token %d: a token's "
+						   "position in its document is between 0 and its index in the row",
+						   p, b, t);
+			m->host_positions[(size_t)b * T + t] = p;
+		}
+	return FERRY_OK;
+}
+
+ferry_status ferry_model_set_positions(ferry_model_t m, const int32_t *positions)
+{
+	m->next_positions = positions;
+	return positions && m->tt.ix.positions < 0 ? stage_positions(m, 0, 0) : FERRY_OK;
+}
+
+bool ferry_model_packed(ferry_model_t m)
+{
+	return m->tt.ix.positions >= 0;
+}
+
 /* Checks the batch, stages it for upload and submits the forward. */
 static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const int32_t *targets, int B, int T,
 				   bool for_backward, bool loss_later)
@@ -454,6 +498,8 @@ static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const
 	st = check_tokens(m, inputs, N, "input");
 	if (!st && targets)
 		st = check_tokens(m, targets, N, "target");
+	if (!st) /* (the previous step's uploads have run: its finish synchronised) */
+		st = stage_positions(m, B, T);
 	if (st)
 		return st;
 	/* the previous step's uploads have run: its finish synchronised */
@@ -467,6 +513,16 @@ static ferry_status submit_forward(ferry_model_t m, const int32_t *inputs, const
 		return st;
 	m->have_targets = targets != NULL && for_backward;
 	return FERRY_OK;
+}
+
+double ferry_model_loss_sum(ferry_model_t m)
+{
+	size_t N = (size_t)m->cur_B * m->cur_T;
+	double sum = 0;
+
+	for (size_t i = 0; i < N; i++)
+		sum += m->host_losses[i];
+	return sum;
 }
 
 static float mean_loss(const ferry_model_t m)
@@ -763,6 +819,22 @@ ferry_status ferry_model_step_finish(ferry_model_t m, const struct ferry_adamw *
 	if (loss)
 		*loss = mean_loss(m);
 	return submit_update(m, opt, t, 1.0f, gnorm);
+}
+
+ferry_status ferry_model_step_finish_scaled(ferry_model_t m, const struct ferry_adamw *opt, int t, float scale,
+					    float *loss, float *gnorm)
+{
+	ferry_status st;
+
+	if (t < 1)
+		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
+	if (!(scale > 0) || !isfinite(scale))
+		return ferry_error(FERRY_ERR_INVALID, "gradient scale %g must be positive", (double)scale);
+	if ((st = ferry_stream_synchronize(ferry_model_compute_stream(m))) || (st = comm_status(m)))
+		return st;
+	if (loss)
+		*loss = mean_loss(m);
+	return submit_update(m, opt, t, scale, gnorm);
 }
 
 ferry_status ferry_model_sync(ferry_model_t m)

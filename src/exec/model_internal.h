@@ -75,6 +75,8 @@ struct ferry_model {
 	struct ferry_prog_key prog_key[FERRY_PROG_CACHE];
 	struct ferry_program prog[FERRY_PROG_CACHE];
 	int32_t *host_tokens, *host_targets; /* [B*T] staging the batch uploads read */
+	int32_t *host_positions;      /* [B*T], packed documents (tt.ix.positions >= 0) only */
+	const int32_t *next_positions; /* ferry_model_set_positions: the next forward's */
 	float *host_losses;           /* [B*T] */
 	double *host_sumsq;
 	struct ferry_sched_trace trace; /* on between trace_begin and trace_end */

@@ -46,6 +46,34 @@ const struct ferry_op_info *ferry_op_info(enum ferry_op_kind kind)
 	return &op_table[kind];
 }
 
+double ferry_op_attention_pairs(const int32_t *positions, int B, int T, int W)
+{
+	double pairs = 0;
+
+	for (long n = 0; n < (long)B * T; n++) {
+		const long t = n % T;
+		long first = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+
+		if (positions) {
+			const long back = positions[n] < 0 ? 0 : positions[n] > t ? t : positions[n];
+
+			first = t - back > first ? t - back : first;
+		}
+		pairs += (double)(t - first + 1);
+	}
+	return pairs;
+}
+
+double ferry_op_flops_at(const struct ferry_op_call *c, const int32_t *host_positions)
+{
+	if (c->kind != FERRY_OP_ATTENTION || !host_positions)
+		return ferry_op_flops(c);
+	const double hs = c->NH ? (double)c->C / c->NH : 0;
+	const double pairs = c->NH * ferry_op_attention_pairs(host_positions, c->B, c->T, (int)c->scalar[0]);
+
+	return (c->backward ? 8.0 : 4.0) * pairs * hs;
+}
+
 double ferry_op_flops(const struct ferry_op_call *c)
 {
 	double N = (double)c->B * c->T;

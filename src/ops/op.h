@@ -142,8 +142,17 @@ struct ferry_op_call {
 	size_t ws_bytes;
 };
 
-/* FLOPs of one call (forward or backward), for benchmarks and planning. */
+/* FLOPs of one call (forward or backward), for benchmarks and planning.
+ * Attention's count every earlier key (call->positions may be in device
+ * memory, so it is not read): with packed documents, an upper bound. */
 double ferry_op_flops(const struct ferry_op_call *call);
+/* The (query, key) pairs attention scores in one head over B rows of T:
+ * each query's keys from its first (its document's start, positions in
+ * host memory, or 0 when NULL; the window's if later, W > 0) to itself. */
+double ferry_op_attention_pairs(const int32_t *positions, int B, int T, int W);
+/* ferry_op_flops with attention's pairs counted from positions in host
+ * memory (NULL: ferry_op_flops itself): what packing saves. */
+double ferry_op_flops_at(const struct ferry_op_call *call, const int32_t *host_positions);
 
 #ifdef __cplusplus
 }

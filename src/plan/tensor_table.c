@@ -414,6 +414,11 @@ ferry_status ferry_tensor_table_build(const struct ferry_model_config *cfg_in, i
 	r = ferry_table_add_params(tt);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->prologue, tt->md->prologue_roles, tt->ix.prologue, tt->ix.prologue_grad);
+	tt->ix.positions = -1;
+	if (r >= 0 && opts && opts->packed) /* beside the tokens, and only then: token streams plan as before */
+		r = tt->ix.positions = ferry_table_add_single(tt, "positions", FERRY_SITE_DEVICE, FERRY_BUF_ARGUMENT,
+							      FERRY_TK_BATCH, FERRY_F32,
+							      (size_t)B * T * sizeof(int32_t), FERRY_PLACE_DEVICE);
 	if (r >= 0)
 		r = add_stage(tt, tt->md->epilogue, tt->md->epilogue_roles, tt->ix.epilogue, tt->ix.epilogue_grad);
 	if (r >= 0)

@@ -91,6 +91,7 @@ struct ferry_table_index {
 	int stack_host[FERRY_LAYER_MAX_TENSORS];/* host copies of offloaded ones */
 	int stack_grad;                         /* the activation-gradient workspace */
 	int grad_norm;
+	int positions;                          /* packed documents: [B, T] int32; -1: none */
 	int workspace;                          /* kernel scratch; -1: none needed */
 	int params_buffer, grads_buffer, mom_buffer, var_buffer, copy_buffer;
 	int opt_ring;                           /* adam=host:stream: the device ring, -1: none */

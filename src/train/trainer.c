@@ -410,7 +410,8 @@ static ferry_status settle_options(ferry_trainer_t tr, struct ferry_model_config
 static ferry_status open_part(ferry_trainer_t tr, const char *glob, int micro, int vocab, ferry_loader_t *out)
 {
 	const struct ferry_train_opts *o = &tr->opts;
-	ferry_status st = ferry_loader_open(glob, o->B * tr->ranks * micro, o->T, vocab, out);
+	const struct ferry_loader_opts lo = { .truncate = o->truncate };
+	ferry_status st = ferry_loader_open_opts(glob, o->B * tr->ranks * micro, o->T, vocab, &lo, out);
 
 	if (!st && tr->ranks > 1)
 		st = ferry_loader_set_part(*out, o->B * tr->ranks, o->B * tr->rank, o->B);
@@ -433,6 +434,9 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 	    __builtin_mul_overflow((size_t)o->B * o->grad_accum, (size_t)o->T, &N) ||
 	    __builtin_mul_overflow(N, 2 * sizeof(int32_t), &bytes))
 		return ferry_error(FERRY_ERR_INVALID, "batch %d x %d is too large", o->B, o->T);
+	/* packed documents: the model takes their positions (token streams: no such tensor) */
+	tr->packed = ferry_data_is_packed(o->data);
+	o->exec.packed = tr->packed || (o->val_data && ferry_data_is_packed(o->val_data));
 	st = ferry_model_plan(cfg, o->B, o->T, &o->exec, &tr->plan);
 	if (!st)
 		st = ferry_backend_open(o->backend, &bo, &tr->be);
@@ -452,7 +456,10 @@ static ferry_status build(ferry_trainer_t tr, const struct ferry_model_config *c
 		st = ferry_host_alloc(tr->be, bytes, (void **)&tr->inputs);
 	if (!st)
 		st = ferry_host_alloc(tr->be, bytes, (void **)&tr->targets);
+	if (!st && o->exec.packed && !(tr->positions = ferry_malloc(bytes)))
+		st = ferry_error(FERRY_ERR_NOMEM, "out of memory for the batches' positions");
 	if (!st) {
+		tr->next_positions = tr->positions ? tr->positions + N : NULL;
 		tr->next_inputs = tr->inputs + N;
 		tr->next_targets = tr->targets + N;
 		st = data_hash(o->data, &tr->data_hash);
@@ -587,6 +594,7 @@ void ferry_trainer_free(ferry_trainer_t tr)
 		ferry_host_free(tr->be, tr->inputs);
 		ferry_host_free(tr->be, tr->targets);
 	}
+	ferry_free(tr->positions);
 	ferry_model_free(tr->model); /* its streams drained: the comm stream's communicator is free */
 	ferry_comm_free(tr->step_comm);
 	ferry_comm_free(tr->host_comm);
@@ -611,17 +619,65 @@ static ferry_status next_batch(ferry_trainer_t tr)
 	if (tr->have_next) {
 		memcpy(tr->inputs, tr->next_inputs, N * sizeof(int32_t));
 		memcpy(tr->targets, tr->next_targets, N * sizeof(int32_t));
+		if (tr->positions)
+			memcpy(tr->positions, tr->next_positions, N * sizeof(int32_t));
 		tr->have_next = false;
 		return FERRY_OK;
 	}
-	return ferry_loader_next(tr->train, tr->inputs, tr->targets);
+	return ferry_loader_next_packed(tr->train, tr->inputs, tr->targets, tr->positions);
 }
 
 static void read_ahead(ferry_trainer_t tr)
 {
 	if (tr->step + 1 < tr->opts.steps &&
-	    ferry_loader_next(tr->train, tr->next_inputs, tr->next_targets) == FERRY_OK)
+	    ferry_loader_next_packed(tr->train, tr->next_inputs, tr->next_targets, tr->next_positions) == FERRY_OK)
 		tr->have_next = true;
+}
+
+/* This step's counted targets, over every rank (a collective when there
+ * are several): token streams count every one, B*T per micro-batch. */
+static ferry_status count_targets(ferry_trainer_t tr)
+{
+	const struct ferry_train_opts *o = &tr->opts;
+	const size_t N = (size_t)o->B * o->grad_accum * o->T;
+	double n[2] = { 0, 0 }; /* the counted targets, the FLOPs */
+
+	if (!tr->packed) {
+		tr->count = (int64_t)N * tr->ranks;
+		return FERRY_OK;
+	}
+	for (size_t i = 0; i < N; i++)
+		n[0] += tr->targets[i] >= 0;
+	for (int k = 0; k < o->grad_accum; k++)
+		n[1] += ferry_model_step_flops_at(tr->model, o->B, o->T, tr->positions + (size_t)k * o->B * o->T);
+	if (tr->ranks > 1) {
+		ferry_status st = ferry_comm_all_reduce(tr->comm, n, 2, FERRY_COMM_F64, FERRY_COMM_SUM, NULL);
+
+		if (st)
+			return st;
+	}
+	tr->count = (int64_t)n[0];
+	tr->flops = n[1];
+	return FERRY_OK;
+}
+
+/* Packed documents: the update's gradient scale.  Each backward leaves
+ * the gradient of its rows' loss sum over B*T, the ranks average theirs:
+ * B*T*ranks / count makes the sum the gradient of the mean over the
+ * counted targets (no target counted: the zero gradient as it is). */
+static float count_scale(const ferry_trainer_t tr)
+{
+	const double rows = (double)tr->opts.B * tr->opts.T * tr->ranks;
+
+	return tr->count > 0 ? (float)(rows / (double)tr->count) : 1.0f;
+}
+
+/* Micro-batch k's positions to the model (packed documents only). */
+static ferry_status give_positions(ferry_trainer_t tr, const int32_t *positions, size_t k)
+{
+	if (!positions)
+		return FERRY_OK;
+	return ferry_model_set_positions(tr->model, positions + k * (size_t)tr->opts.B * tr->opts.T);
 }
 
 /* grad_accum micro-batches of B rows, the rows of this step's batch in
@@ -641,17 +697,22 @@ static ferry_status accumulated_step(ferry_trainer_t tr, const struct ferry_adam
 	for (int k = 0; !st && k < o->grad_accum; k++) {
 		float l = 0;
 
-		st = ferry_model_forward(tr->model, tr->inputs + k * rows, tr->targets + k * rows, o->B, o->T, &l);
+		st = give_positions(tr, tr->positions, (size_t)k);
+		if (!st)
+			st = ferry_model_forward(tr->model, tr->inputs + k * rows, tr->targets + k * rows, o->B, o->T,
+						 &l);
 		if (!st)
 			st = ferry_model_backward(tr->model);
-		sum += l;
+		/* packed: this rank's loss sum, the mean taken over the step's count */
+		sum += tr->packed ? ferry_model_loss_sum(tr->model) : l;
 	}
 	if ((*early = st != FERRY_OK))
 		return st;
 	read_ahead(tr);
-	m->loss = (float)(sum / o->grad_accum);
-	return ferry_model_update_scaled(tr->model, opt, tr->step + 1, 1.0f / (float)o->grad_accum,
-					 &m->grad_norm);
+	tr->loss_sum = sum;
+	m->loss = (float)(tr->packed ? sum : sum / o->grad_accum);
+	return ferry_model_update_scaled(tr->model, opt, tr->step + 1,
+					 tr->packed ? count_scale(tr) : 1.0f / (float)o->grad_accum, &m->grad_norm);
 }
 
 /* The step on the device: its loss and norm, the update queued.  *early:
@@ -664,18 +725,24 @@ static ferry_status device_step(ferry_trainer_t tr, const struct ferry_adamw *op
 	ferry_status st;
 
 	*early = true;
-	/* the speculative clipping order updates each layer during the backward */
-	if (o->grad_accum == 1 && ferry_model_speculative(tr->model) &&
+	/* the speculative clipping order updates each layer during the
+	 * backward (not packed: those updates would lack the count's scale) */
+	if (o->grad_accum == 1 && ferry_model_speculative(tr->model) && !tr->packed &&
 	    (st = ferry_model_step_speculate(tr->model, opt, tr->step + 1)))
 		return st;
 	if (o->grad_accum > 1)
 		return accumulated_step(tr, opt, m, early);
-	if ((st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
+	if ((st = give_positions(tr, tr->positions, 0)) ||
+	    (st = ferry_model_step_submit(tr->model, tr->inputs, tr->targets, o->B, o->T)))
 		return st;
 	*early = false;
 	/* the host reads the next batch while the device runs this one */
 	read_ahead(tr);
-	return ferry_model_step_finish(tr->model, opt, tr->step + 1, &m->loss, &m->grad_norm);
+	if (!tr->packed)
+		return ferry_model_step_finish(tr->model, opt, tr->step + 1, &m->loss, &m->grad_norm);
+	st = ferry_model_step_finish_scaled(tr->model, opt, tr->step + 1, count_scale(tr), &m->loss, &m->grad_norm);
+	tr->loss_sum = ferry_model_loss_sum(tr->model); /* the mean over the count: across_ranks */
+	return st;
 }
 
 /* A loss or norm that is not finite ends training: this trainer takes no
@@ -697,14 +764,19 @@ static ferry_status check_diverged(ferry_trainer_t tr, const struct ferry_step_m
  * returns the same status. */
 static ferry_status across_ranks(ferry_trainer_t tr, struct ferry_step_metrics *m, float lr, ferry_status st)
 {
-	double loss = m->loss;
+	double loss = tr->packed ? tr->loss_sum : m->loss;
 	ferry_status e;
 
-	if (tr->ranks > 1) {
-		if ((e = ferry_comm_all_reduce(tr->comm, &loss, 1, FERRY_COMM_F64, FERRY_COMM_AVG, NULL)))
+	if (tr->ranks > 1) { /* packed: the ranks' loss sums */
+		if ((e = ferry_comm_all_reduce(tr->comm, &loss, 1, FERRY_COMM_F64,
+					       tr->packed ? FERRY_COMM_SUM : FERRY_COMM_AVG, NULL)))
 			return e;
 		m->loss = (float)loss;
 	}
+	if (tr->packed)
+		m->loss = tr->count > 0 ? (float)(loss / (double)tr->count) : 0.0f;
+	m->targets = tr->count;
+	m->flops = tr->packed ? tr->flops : 0;
 	st = check_diverged(tr, m, lr, st);
 	return tr->ranks > 1 ? ferry_comm_agree(tr->comm, st) : st;
 }
@@ -725,6 +797,8 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	st = next_batch(tr);
 	if (tr->ranks > 1) /* a bad batch one rank read stops every rank here */
 		st = ferry_comm_agree(tr->comm, st);
+	if (!st)
+		st = count_targets(tr);
 	if (st)
 		return st;
 	ferry_loader_position(tr->train, &tr->pos_shard, &tr->pos_offset);
@@ -743,41 +817,54 @@ ferry_status ferry_trainer_step(ferry_trainer_t tr, struct ferry_step_metrics *m
 	return FERRY_OK;
 }
 
-/* The sum of the first n validation batches' losses (this rank's rows). */
-static ferry_status validate_part(ferry_trainer_t tr, int n_batches, double *sum)
+/* The sum of the first n validation batches' losses (this rank's rows;
+ * version-3 data: sum[0] the loss sum, sum[1] the counted targets). */
+static ferry_status validate_part(ferry_trainer_t tr, int n_batches, double sum[2])
 {
 	const struct ferry_train_opts *o = &tr->opts;
+	const bool packed = ferry_loader_packed(tr->val);
+	const size_t N = (size_t)o->B * o->T;
 	ferry_status st = FERRY_OK;
 
-	*sum = 0;
+	sum[0] = sum[1] = 0;
 	ferry_loader_rewind(tr->val);
 	for (int i = 0; i < n_batches && !st; i++) {
 		float l;
 
-		st = ferry_loader_next(tr->val, tr->inputs, tr->targets);
+		st = ferry_loader_next_packed(tr->val, tr->inputs, tr->targets, tr->positions);
+		if (!st)
+			st = give_positions(tr, tr->positions, 0);
 		if (!st)
 			st = ferry_model_loss(tr->model, tr->inputs, tr->targets, o->B, o->T, &l);
-		if (!st)
-			*sum += l;
+		if (!st && packed) {
+			sum[0] += ferry_model_loss_sum(tr->model);
+			for (size_t j = 0; j < N; j++)
+				sum[1] += tr->targets[j] >= 0;
+		} else if (!st) {
+			sum[0] += l;
+		}
 	}
 	return st;
 }
 
 ferry_status ferry_trainer_validate(ferry_trainer_t tr, int n_batches, float *loss)
 {
-	double sum;
+	const bool packed = tr->val && ferry_loader_packed(tr->val);
+	double sum[2];
 	ferry_status st;
 
 	if (!tr->val)
 		return ferry_error(FERRY_ERR_INVALID, "no validation data given");
 	if (n_batches < 1)
 		return ferry_error(FERRY_ERR_INVALID, "validation batches (%d) must be positive", n_batches);
-	st = validate_part(tr, n_batches, &sum);
-	/* several ranks: each read its rows of every batch; the mean of theirs */
+	st = validate_part(tr, n_batches, sum);
+	/* several ranks: each read its rows of every batch; the mean of theirs
+	 * (packed: the sums of the losses and the counts) */
 	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
-		st = ferry_comm_all_reduce(tr->comm, &sum, 1, FERRY_COMM_F64, FERRY_COMM_AVG, NULL);
+		st = ferry_comm_all_reduce(tr->comm, sum, packed ? 2 : 1, FERRY_COMM_F64,
+					   packed ? FERRY_COMM_SUM : FERRY_COMM_AVG, NULL);
 	if (!st)
-		*loss = (float)(sum / n_batches);
+		*loss = packed ? (sum[1] > 0 ? (float)(sum[0] / sum[1]) : 0.0f) : (float)(sum[0] / n_batches);
 	return st;
 }
 

@@ -24,7 +24,12 @@ struct ferry_trainer {
 	struct ferry_plan plan;
 	int32_t *inputs, *targets;     /* host [2][B*T]: this step's batch, then ... */
 	int32_t *next_inputs, *next_targets; /* ... and the next, read while the device works */
+	int32_t *positions, *next_positions; /* version-3 data: the batches' positions */
 	bool have_next;
+	bool packed;                   /* the training data is version 3 */
+	int64_t count;                 /* this step's counted targets, all ranks */
+	double flops;                  /* packed: this step's FLOPs, all ranks */
+	double loss_sum;               /* packed: this rank's loss sum of the step */
 	int64_t pos_shard, pos_offset, pos_epoch; /* the loader's position after this step's batch */
 	int step;                      /* optimizer steps taken */
 	int diverged_at;               /* the step whose loss was not finite (0: none) */

@@ -36,7 +36,7 @@ static ferry_status shard_max(const char *path, uint32_t *buf, uint32_t *max)
 	int32_t hdr[256];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ferry_status st = FERRY_OK;
-	ssize_t got;
+	ssize_t got = 0;
 	int w;
 
 	if (fd < 0 || ferry_file_read_full(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr)) {
@@ -45,9 +45,15 @@ static ferry_status shard_max(const char *path, uint32_t *buf, uint32_t *max)
 			close(fd);
 		return st;
 	}
-	w = hdr[1] == FERRY_SHARD_VERSION_U32 ? 4 : 2;
-	while ((got = ferry_file_read_full(fd, buf, (size_t)CHUNK_TOKENS * (size_t)w)) > 0)
+	w = hdr[1] == FERRY_SHARD_VERSION ? 2 : 4;
+	/* the ids only: version 3's flags follow them */
+	for (int64_t left = hdr[2] > 0 ? hdr[2] : 0; left > 0; left -= got / w) {
+		size_t want = (size_t)(left < CHUNK_TOKENS ? left : CHUNK_TOKENS) * (size_t)w;
+
+		if ((got = ferry_file_read_full(fd, buf, want)) <= 0)
+			break;
 		*max = chunk_max(buf, (size_t)got / (size_t)w, w, *max);
+	}
 	if (got < 0)
 		st = ferry_error(FERRY_ERR_IO, "%s: cannot read it: %s", path, strerror(errno));
 	close(fd);

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "ferry/checkpoint.h"
+#include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
 #include "ferry/platform.h"
 #include "ferry/train.h"
@@ -18,7 +19,7 @@ static const char *const CMD = "eval";
 static void usage(void)
 {
 	printf("usage: ferry eval --checkpoint PATH --data GLOB [--batch B] [--seq T] [--batches N]\n"
-	       "                  [--backend NAME] [--threads N] [--device-mem SIZE]\n"
+	       "                  [--truncate] [--backend NAME] [--threads N] [--device-mem SIZE]\n"
 	       "\n"
 	       "PATH is an llm.c model file (GPT-2) or a Hugging Face Llama directory\n"
 	       "(config.json + model.safetensors or shards; fp32, bf16 or fp16), e.g.\n"
@@ -27,7 +28,12 @@ static void usage(void)
 	       "Forward passes over the first N batches of the shards, in order, no\n"
 	       "shuffling; prints the mean cross-entropy as the last line: 'loss <value>'.\n"
 	       "Defaults: the batch and sequence length the checkpoint was trained at (its\n"
-	       "training state says), else --batch 4 --seq 64; --batches 10.\n");
+	       "training state says), else --batch 4 --seq 64; --batches 10.\n"
+	       "\n"
+	       "Version-3 data (documents, docs/data.md): every document is read once,\n"
+	       "packed into rows of --seq tokens (no --batches); the loss is the mean over\n"
+	       "the counted targets, and 'targets N' says how many.  A document longer\n"
+	       "than --seq is refused unless --truncate cuts it to its first --seq tokens.\n");
 }
 
 /* What eval was asked for. */
@@ -35,6 +41,7 @@ struct eval_args {
 	const char *ckpt, *data, *backend;
 	struct ferry_backend_opts bo;
 	int B, T, batches;
+	bool truncate;
 };
 
 /* eval's flags (its usage names them) */
@@ -45,6 +52,7 @@ static const struct cli_flag eval_flags[] = {
 	{ .name = "--batch", .value = "B", .type = CLI_INT, .at = AT(B) },
 	{ .name = "--seq", .value = "T", .type = CLI_INT, .at = AT(T) },
 	{ .name = "--batches", .value = "N", .type = CLI_INT, .at = AT(batches) },
+	{ .name = "--truncate", .type = CLI_TRUE, .at = AT(truncate) },
 	{ .name = "--backend", .value = "NAME", .type = CLI_STRING, .at = AT(backend) },
 	{ .name = "--threads", .value = "N", .type = CLI_THREADS, .at = AT(bo.threads) },
 	{ .name = "--device-mem", .value = "SIZE", .type = CLI_SIZE, .at = AT(bo.device_mem) },
@@ -83,6 +91,8 @@ int cmd_eval(int argc, char **argv)
 	ferry_model_t m = NULL;
 	float *params = NULL, loss;
 	const char *shape;
+	int64_t targets = 0;
+	bool docs;
 	size_t n;
 
 	if (rc == CLI_HELP)
@@ -102,7 +112,8 @@ int cmd_eval(int argc, char **argv)
 		return ferry_cli_fail(CMD);
 	if (ferry_backend_open(a.backend, &a.bo, &be) != FERRY_OK)
 		return ferry_cli_fail(CMD);
-	if (ferry_model_create(be, &cfg, a.B, a.T, NULL, &m) != FERRY_OK)
+	docs = ferry_data_is_packed(a.data); /* documents: a model that takes their positions */
+	if (ferry_model_create(be, &cfg, a.B, a.T, &(struct ferry_exec_opts){ .packed = docs }, &m) != FERRY_OK)
 		goto fail;
 	n = ferry_model_num_params(m);
 	params = malloc(n * sizeof(float));
@@ -113,11 +124,17 @@ int cmd_eval(int argc, char **argv)
 	}
 	if (ferry_checkpoint_any_read(a.ckpt, &cfg, params, n) != FERRY_OK ||
 	    ferry_model_set_params(m, params) != FERRY_OK ||
-	    ferry_evaluate(m, a.data, a.B, a.T, a.batches, &loss) != FERRY_OK)
+	    (docs ? ferry_evaluate_docs(m, a.data, a.B, a.T, a.truncate, &loss, &targets)
+		  : ferry_evaluate(m, a.data, a.B, a.T, a.batches, &loss)) != FERRY_OK)
 		goto fail;
 	printf("checkpoint %s: %s, %d layers, %d channels, vocab %d\n", a.ckpt, cfg.arch, cfg.layers, cfg.channels,
 	       cfg.vocab);
-	printf("batches %d of %d x %d tokens%s from %s\n", a.batches, a.B, a.T, shape, a.data);
+	if (docs) {
+		printf("documents of %s, each once, in rows of %d tokens (%d a batch)%s\n", a.data, a.T, a.B, shape);
+		printf("targets %lld\n", (long long)targets);
+	} else {
+		printf("batches %d of %d x %d tokens%s from %s\n", a.batches, a.B, a.T, shape, a.data);
+	}
 	printf("loss %.6f\n", loss);
 	rc = 0;
 	goto out;

@@ -20,7 +20,7 @@ static void usage(void)
 {
 	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
 	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE] [--schedule]\n"
-	       "                  [--ranks N [--ranks-per-node R]] [--target NAME|FILE]\n"
+	       "                  [--ranks N [--ranks-per-node R]] [--target NAME|FILE] [--packed]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
 	       "memory_analysis (argument, output, alias, temp, total, peak), the host memory\n"
@@ -35,6 +35,8 @@ static void usage(void)
 	       "--schedule: also every task of one training step as it is prepared before\n"
 	       "step 1 (stream, layer, op or copy, tensor), with the step's one host\n"
 	       "synchronisation.\n"
+	       "--packed: the plan of a step on version-3 data (packed documents, as ferry\n"
+	       "train plans for it): a [B, T] int32 'positions' tensor beside the tokens.\n"
 	       "--ranks N: the plan of each of N data-parallel ranks (mpirun -np N ferry train,\n"
 	       "with --zero's split over N): its device peak and its host bytes as allocated,\n"
 	       "and each machine's host bytes with R ranks on a machine (--ranks-per-node,\n"
@@ -93,6 +95,7 @@ static int json_flag(const struct cli_flag *f, const char *cmd, int argc, char *
 static const struct cli_flag plan_flags[] = {
 	{ .name = "--rows", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, rows) },
 	{ .name = "--schedule", .type = CLI_TRUE, .at = offsetof(struct plan_args, schedule) },
+	{ .name = "--packed", .type = CLI_TRUE, .at = offsetof(struct plan_args, o.exec.packed) },
 	{ .name = "--ranks", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.ranks), .min = 1,
 	  .max = 1 << 16, .range = "--ranks %d: from 1 to 65536" },
 	{ .name = "--ranks-per-node", .value = "R", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.per_node),

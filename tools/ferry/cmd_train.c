@@ -92,6 +92,10 @@ static const struct cli_flag train_flags[] = {
 	  "as llm.c does (default on; a resume keeps the saved\n"
 	  "run's), or shard after shard in order; validation\n"
 	  "always reads in order from the start", .given = FERRY_GIVEN_SHUFFLE },
+	{ .name = "--truncate", .type = CLI_TRUE, .at = AT(o.truncate),
+	  .help = "version-3 data (documents): cut a document longer than\n"
+	  "--seq to its first --seq tokens (default: refuse it,\n"
+	  "naming its shard and number)" },
 	{ .name = "--steps", .value = "N", .type = CLI_INT, .at = AT(o.steps),
 	  .help = "total optimizer steps (default 2200)", .section = "optimisation:",
 	  .given = FERRY_GIVEN_STEPS },
@@ -575,6 +579,8 @@ static int prepare(struct train_cli *c)
 	    ferry_cli_model_flags_config(CMD, &c->o, &cfg) ||
 	    ferry_cli_model_flags_places(CMD, &c->o) || ferry_cli_tier_flags_setup(CMD, &c->o))
 		return 1;
+	/* documents: the plans below count the positions tensor (the trainer sets it again) */
+	c->o.exec.packed = ferry_data_is_packed(c->o.data) || ferry_data_is_packed(c->o.val_data);
 	if (is_auto_policy(c->o.exec.policy)) {
 		static struct ferry_auto_result autor; /* holds the chosen spec */
 
@@ -782,6 +788,7 @@ static int train(struct run *run)
 	run->rep.B = o->B * o->grad_accum * c->ranks.size; /* every rank's rows */
 	run->rep.T = o->T;
 	run->rep.log_every = c->log_every;
+	run->rep.packed = ferry_data_is_packed(o->data);
 	train_banner_print(run->tr, c);
 	train_banner_set_peak(run->tr, c, &run->rep);
 	run->rep.peak_flops *= c->ranks.size; /* a device per rank */

@@ -27,6 +27,8 @@ int report_begin(struct train_report *r, int first_step, int steps)
 	r->n = 0;
 	r->total_ms = 0;
 	r->val_loss = NAN;
+	r->targets = 0;
+	r->flops = 0;
 	r->shown_peak = 0;
 	r->warned_over = false;
 	r->t0 = cli_now_s();
@@ -40,6 +42,11 @@ static void record(struct train_report *r, const struct ferry_step_metrics *m, f
 	if (r->step_ms && m->step - r->first_step <= r->steps - r->first_step)
 		r->step_ms[r->n] = m->step_ms;
 	r->loss[r->n % 10] = m->loss;
+	r->targets += m->targets;
+	if (m->flops > 0) { /* documents: attention within them, step by step */
+		r->flops += m->flops;
+		r->step_flops = m->flops;
+	}
 	r->n++;
 	r->last_step = m->step;
 	if (!isnan(val_loss))
@@ -73,6 +80,8 @@ static int json_record(struct train_report *r, const struct ferry_step_metrics *
 		bad = fprintf(f, ", \"mfu\": %.4f", mfu(r, m->step_ms)) < 0;
 	if (!bad && !isnan(val_loss))
 		bad = fprintf(f, ", \"val_loss\": %.9g", val_loss) < 0;
+	if (!bad && r->packed)
+		bad = fprintf(f, ", \"targets\": %lld", (long long)m->targets) < 0;
 	/* every record reaches the file (or pipe) before the next step */
 	if (bad || fprintf(f, "}\n") < 0 || fflush(f) != 0 || ferror(f)) {
 		r->json_errno = errno ? errno : EIO;
@@ -124,7 +133,7 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	char el[32], eta[32], mem[32];
 
 	record(r, m, val_loss);
-	u = over_peak(r, m, u);
+	u = over_peak(r, m, r->flops > 0 ? mfu(r, m->step_ms) : u); /* documents: this step's FLOPs */
 	if (!shown(r, m, val_loss))
 		return json_record(r, m, val_loss, elapsed);
 	errno = 0;
@@ -132,6 +141,8 @@ int report_step(struct train_report *r, const struct ferry_step_metrics *m, floa
 	       m->lr, m->grad_norm, m->step_ms, m->tokens_per_s);
 	if (u >= 0)
 		printf(" | MFU %4.1f%%", 100 * u);
+	if (r->packed) /* the loss is the mean over these */
+		printf(" | %lld targets", (long long)m->targets);
 	printf(" | %s, ETA %s", report_duration(elapsed, el, sizeof(el)),
 	       report_duration(done > 0 ? elapsed / done * (r->steps - m->step) : 0, eta, sizeof(eta)));
 	if (!isnan(val_loss))
@@ -192,9 +203,18 @@ void report_summary(const struct train_report *r, size_t device_peak, int at_ste
 	printf("\nsummary: %d step%s in %.1f s, %.1f ms/step (median), %.0f tokens/s", r->n, r->n == 1 ? "" : "s",
 	       r->total_ms / 1e3, med,
 	       med > 0 ? r->B * r->T / (med / 1e3) : 0.0);
-	if (mfu(r, med) >= 0)
+	if (r->flops > 0) { /* documents: the steps' mean FLOPs */
+		struct train_report mean = *r;
+
+		mean.step_flops = r->flops / r->n;
+		if (mfu(&mean, med) >= 0)
+			printf(", MFU %.1f%%", 100 * mfu(&mean, med));
+	} else if (mfu(r, med) >= 0) {
 		printf(", MFU %.1f%%", 100 * mfu(r, med));
+	}
 	printf(", train loss %.4f (mean of the last %d)", loss / last, last);
+	if (r->packed)
+		printf(" over %.1f counted targets a step", (double)r->targets / r->n);
 	if (!isnan(r->val_loss))
 		printf(", validation loss %.4f", r->val_loss);
 	if (!isnan(r->val_loss) && r->val_step != r->last_step) /* a run stopped between validations */

@@ -26,6 +26,10 @@ struct train_report {
 	float loss[10], val_loss;  /* the last ten losses; the last validation */
 	int val_step, last_step;     /* the steps of the last validation and the last step */
 	size_t shown_peak;         /* device peak on the last line that showed it */
+	bool packed;               /* version-3 data: each step's counted targets shown */
+	long long targets;         /* the counted targets of the steps taken */
+	double flops;              /* version-3 data: the FLOPs of the steps taken
+				      (step_flops is then the last step's) */
 };
 
 /* Sets up r for a run of steps from first_step (JSON log json, may be

@@ -18,8 +18,8 @@ static void run_forward(const struct ferry_op_call *c)
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		ferry_cpu_encoder_forward(F(c->out[0]), c->tokens, CF(c->w[0]), CF(c->w[1]),
-					  c->B, c->T, c->C);
+		ferry_cpu_encoder_forward_pos(F(c->out[0]), c->tokens, c->positions, CF(c->w[0]), CF(c->w[1]),
+					      c->B, c->T, c->C);
 		break;
 	case FERRY_OP_LAYERNORM:
 		ferry_cpu_layernorm_forward(F(c->out[0]), F(c->out[1]), F(c->out[2]),
@@ -31,9 +31,9 @@ static void run_forward(const struct ferry_op_call *c)
 					 CF(c->w[1]), N, c->C, c->OC);
 		break;
 	case FERRY_OP_ATTENTION:
-		ferry_cpu_attention_forward(F(c->out[0]), F(c->out[1]), CF(c->in[0]),
-					    CF(c->in[1]), CF(c->in[2]), c->B, c->T, c->C,
-					    c->NH, NKV, (int)c->scalar[0], c->scalar[1], c->scalar[2]);
+		ferry_cpu_attention_forward_pos(F(c->out[0]), F(c->out[1]), CF(c->in[0]), CF(c->in[1]),
+						CF(c->in[2]), c->positions, c->B, c->T, c->C, c->NH, NKV,
+						(int)c->scalar[0], c->scalar[1], c->scalar[2]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_forward(F(c->out[0]), CF(c->in[0]), c->n);
@@ -51,8 +51,8 @@ static void run_forward(const struct ferry_op_call *c)
 		break;
 	case FERRY_OP_ROPE: {
 		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
-		ferry_cpu_rope_forward(F(c->out[0]), CF(c->in[0]), c->B, c->T, c->NH,
-				       c->C / c->NH, &rf);
+		ferry_cpu_rope_forward_pos(F(c->out[0]), CF(c->in[0]), c->positions, c->B, c->T, c->NH,
+					   c->C / c->NH, &rf);
 		break;
 	}
 	case FERRY_OP_SWIGLU:
@@ -80,8 +80,8 @@ static void run_backward(const struct ferry_op_call *c)
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		ferry_cpu_encoder_backward(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]),
-					   c->tokens, c->B, c->T, c->C);
+		ferry_cpu_encoder_backward_pos(F(c->dw[0]), F(c->dw[1]), CF(c->dout[0]), c->tokens,
+					       c->positions, c->B, c->T, c->C);
 		break;
 	case FERRY_OP_LAYERNORM:
 		ferry_cpu_layernorm_backward(F(c->din[0]), F(c->dw[0]), F(c->dw[1]),
@@ -94,11 +94,10 @@ static void run_backward(const struct ferry_op_call *c)
 					  c->C, c->OC);
 		break;
 	case FERRY_OP_ATTENTION:
-		ferry_cpu_attention_backward(F(c->din[0]), F(c->din[1]), F(c->din[2]),
-					     CF(c->dout[0]), CF(c->in[0]), CF(c->in[1]),
-					     CF(c->in[2]), CF(c->out[0]), CF(c->out[1]),
-					     c->B, c->T, c->C, c->NH, NKV, (int)c->scalar[0], c->scalar[1],
-					     c->scalar[2]);
+		ferry_cpu_attention_backward_pos(F(c->din[0]), F(c->din[1]), F(c->din[2]), CF(c->dout[0]),
+						 CF(c->in[0]), CF(c->in[1]), CF(c->in[2]), CF(c->out[0]),
+						 CF(c->out[1]), c->positions, c->B, c->T, c->C, c->NH, NKV,
+						 (int)c->scalar[0], c->scalar[1], c->scalar[2]);
 		break;
 	case FERRY_OP_GELU:
 		ferry_cpu_gelu_backward(F(c->din[0]), CF(c->dout[0]), CF(c->in[0]), c->n,
@@ -119,8 +118,8 @@ static void run_backward(const struct ferry_op_call *c)
 		break;
 	case FERRY_OP_ROPE: {
 		const struct ferry_rope_freq rf = ferry_rope_freq_of(c->scalar);
-		ferry_cpu_rope_backward(F(c->din[0]), CF(c->dout[0]), c->B, c->T, c->NH,
-					c->C / c->NH, &rf);
+		ferry_cpu_rope_backward_pos(F(c->din[0]), CF(c->dout[0]), c->positions, c->B, c->T, c->NH,
+					    c->C / c->NH, &rf);
 		break;
 	}
 	case FERRY_OP_SWIGLU:

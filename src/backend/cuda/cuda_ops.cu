@@ -83,7 +83,11 @@ static size_t op_scratch_need(const struct ferry_op_call *c)
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		return c->backward ? ferry_cuda_embedding_backward_ws_bytes(N, embedding_rows(c)) : 0;
+		/* dwte's buckets, then dwpe's by position (packed documents) in the same scratch */
+		return c->backward ? ferry_cuda_embedding_backward_ws_bytes(N, embedding_rows(c) > c->T
+										     ? embedding_rows(c)
+										     : c->T)
+				   : 0;
 	case FERRY_OP_LAYERNORM:
 		return c->backward ? ferry_cuda_layernorm_backward_ws_bytes(N, c->C) : 0;
 	case FERRY_OP_ATTENTION:
@@ -154,14 +158,15 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		return ferry_cuda_encoder_forward(s, BF(c->out[0]), c->tokens, CBF(c->w[0]), CBF(c->w[1]), c->B,
-						  c->T, c->C);
+		return ferry_cuda_encoder_forward(s, BF(c->out[0]), c->tokens, c->positions, CBF(c->w[0]),
+						  CBF(c->w[1]), c->B, c->T, c->C);
 	case FERRY_OP_LAYERNORM:
 		return ferry_cuda_layernorm_forward(s, BF(c->out[0]), F(c->out[1]), F(c->out[2]), CBF(c->in[0]),
 						    CBF(c->w[0]), CBF(c->w[1]), N, c->C);
 	case FERRY_OP_ATTENTION:
 		return ferry_cuda_attention_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->in[1]),
-						    CBF(c->in[2]), c->B, c->T, c->C, c->NH, NKV, att_consts_of(c));
+						    CBF(c->in[2]), c->positions, c->B, c->T, c->C, c->NH, NKV,
+						    att_consts_of(c));
 	case FERRY_OP_GELU:
 		return ferry_cuda_gelu_forward(s, BF(c->out[0]), CBF(c->in[0]), c->n);
 	case FERRY_OP_RESIDUAL:
@@ -173,8 +178,8 @@ static cudaError_t run_forward(cudaStream_t s, const struct ferry_op_call *c)
 		return ferry_cuda_rmsnorm_forward(s, BF(c->out[0]), F(c->out[1]), CBF(c->in[0]), CBF(c->w[0]), N,
 						  c->C, c->scalar[0], c->scalar[1]);
 	case FERRY_OP_ROPE:
-		return ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->B, c->T, c->C, c->NH,
-					       ferry_rope_freq_of(c->scalar));
+		return ferry_cuda_rope_forward(s, BF(c->out[0]), CBF(c->in[0]), c->positions, c->B, c->T, c->C,
+					       c->NH, ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_forward(s, BF(c->out[0]), CBF(c->in[0]), CBF(c->in[1]), c->n);
 	case FERRY_OP_GEGLU:
@@ -197,8 +202,9 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 
 	switch (c->kind) {
 	case FERRY_OP_ENCODER:
-		return ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens, c->B,
-						   c->T, c->C, embedding_rows(c), ws.p, ws.bytes);
+		return ferry_cuda_encoder_backward(s, F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]), c->tokens,
+						   c->positions, c->B, c->T, c->C, embedding_rows(c), ws.p,
+						   ws.bytes);
 	case FERRY_OP_LAYERNORM:
 		return ferry_cuda_layernorm_backward(s, BF(c->din[0]), F(c->dw[0]), F(c->dw[1]), CBF(c->dout[0]),
 						     CBF(c->in[0]), CBF(c->w[0]), CF(c->out[1]), CF(c->out[2]), N,
@@ -206,8 +212,8 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 	case FERRY_OP_ATTENTION:
 		return ferry_cuda_attention_backward(s, BF(c->din[0]), BF(c->din[1]), BF(c->din[2]),
 						     CBF(c->dout[0]), CBF(c->in[0]), CBF(c->in[1]), CBF(c->in[2]),
-						     CBF(c->out[0]), CF(c->out[1]), c->B, c->T, c->C, c->NH, NKV,
-						     att_consts_of(c), ws.p, ws.bytes);
+						     CBF(c->out[0]), CF(c->out[1]), c->positions, c->B, c->T, c->C,
+						     c->NH, NKV, att_consts_of(c), ws.p, ws.bytes);
 	case FERRY_OP_GELU:
 		return c->din[0] ? ferry_cuda_gelu_backward(s, BF(c->din[0]), CBF(c->dout[0]), CBF(c->in[0]), c->n,
 							    c->grad_assign)
@@ -221,8 +227,8 @@ static cudaError_t run_backward(struct scratch ws, cudaStream_t s, const struct 
 		return ferry_cuda_rmsnorm_backward(s, BF(c->din[0]), F(c->dw[0]), CBF(c->dout[0]), CBF(c->in[0]),
 						   CBF(c->w[0]), CF(c->out[1]), N, c->C, c->scalar[1], ws.p, ws.bytes);
 	case FERRY_OP_ROPE:
-		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->B, c->T, c->C, c->NH,
-						ferry_rope_freq_of(c->scalar));
+		return ferry_cuda_rope_backward(s, BF(c->din[0]), CBF(c->dout[0]), c->positions, c->B, c->T, c->C,
+						c->NH, ferry_rope_freq_of(c->scalar));
 	case FERRY_OP_SWIGLU:
 		return ferry_cuda_swiglu_backward(s, BF(c->din[0]), BF(c->din[1]), CBF(c->dout[0]), CBF(c->in[0]),
 						  CBF(c->in[1]), c->n);

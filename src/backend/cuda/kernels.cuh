@@ -31,16 +31,20 @@ extern "C" {
 #endif
 
 /* ---- kernels_elementwise.cu ------------------------------------------------ */
-/* out[b,t,:] = wte[tok] + wpe[t] */
-cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
+/* Packed documents (issue 38): the encoder, rope and attention take pos,
+ * positions[B * T] in device memory (row (b, t)'s position in its document,
+ * counting 0, 1, ... along a row; ops/op.h), or NULL for t.  NULL gives the
+ * arithmetic of before, bit for bit. */
+/* out[b,t,:] = wte[tok] + wpe[pos[b,t]] (pos NULL: t) */
+cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens, const int32_t *pos,
 				       const bf16 *wte, const bf16 *wpe, int B, int T, int C);
-/* dwte[tok] += dout rows; dwpe[t] += dout (float grads), each in the CPU's
- * row order: the same bits as the CPU backend, run to run.  Tokens are
- * below V; dwte needs ferry_cuda_embedding_backward_ws_bytes(B * T, V)
- * bytes of ws. */
+/* dwte[tok] += dout rows; dwpe[pos] += dout (float grads), each in the
+ * CPU's row order: the same bits as the CPU backend, run to run.  Tokens
+ * are below V, positions below T; dwte, and dwpe with positions, need
+ * ferry_cuda_embedding_backward_ws_bytes(B * T, max(V, T)) bytes of ws. */
 cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
-					const int32_t *tokens, int B, int T, int C, int V, void *ws,
-					size_t ws_bytes);
+					const int32_t *tokens, const int32_t *pos, int B, int T, int C, int V,
+					void *ws, size_t ws_bytes);
 size_t ferry_cuda_embedding_backward_ws_bytes(long N, int V);
 cudaError_t ferry_cuda_gelu_forward(cudaStream_t s, bf16 *out, const bf16 *inp, long n);
 /* dinp += dout * gelu'(inp), or with assign dinp = ... (dinp may be dout) */
@@ -101,24 +105,26 @@ struct ferry_cuda_att_consts {
  * k/v [B, T, NKV*HS] with NKV kv heads (grouped-query; NKV divides NH, 0
  * means NH): query head h reads kv head h / (NH/NKV).  Saves lse [B, NH, T]
  * (float).  Flash-style: no T x T matrix in memory.  Backward sums the
- * query heads of a group into dk/dv in a fixed order (no atomics). */
+ * query heads of a group into dk/dv in a fixed order (no atomics).  With
+ * pos, query (b, t) sees only keys t - pos[b, t] .. t (its document). */
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV,
-					 struct ferry_cuda_att_consts ac);
+					 const bf16 *k, const bf16 *v, const int32_t *pos, int B, int T, int C,
+					 int NH, int NKV, struct ferry_cuda_att_consts ac);
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, int NKV,
-					  struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes);
+					  const float *lse, const int32_t *pos, int B, int T, int C, int NH,
+					  int NKV, struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes);
 /* kernels_flash_attn.cu: the same on tensor cores, for head sizes 32, 64,
- * 96, 128 with 16-byte aligned arrays and no window, scale or cap;
- * cudaErrorNotSupported for other shapes (then the kernels above run).
- * Dws: B * NH * T floats. */
+ * 96, 128 with 16-byte aligned arrays and no window, scale or cap (pos
+ * taken); cudaErrorNotSupported for other shapes (then the kernels above
+ * run).  Dws: B * NH * T floats. */
 cudaError_t ferry_cuda_flash_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					       const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV);
+					       const bf16 *k, const bf16 *v, const int32_t *pos, int B, int T,
+					       int C, int NH, int NKV);
 cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv,
 						const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
-						const bf16 *out, const float *lse, float *Dws, int B, int T,
-						int C, int NH, int NKV);
+						const bf16 *out, const float *lse, const int32_t *pos, float *Dws,
+						int B, int T, int C, int NH, int NKV);
 /* Scratch bytes the two launchers above need in ws. */
 size_t ferry_cuda_layernorm_backward_ws_bytes(int N, int C);
 /* Scratch of ferry_cuda_sum, ferry_cuda_sum_squares and ferry_cuda_squared_error. */
@@ -126,10 +132,11 @@ size_t ferry_cuda_sum_ws_bytes(void);
 size_t ferry_cuda_attention_backward_ws_bytes(int B, int T, int C, int NH);
 
 /* losses[N] (float) and probs (bf16, may alias logits) over the first V of
- * Vp columns, padding columns 0 */
+ * Vp columns, padding columns 0; a target below 0 is not counted: loss 0 */
 cudaError_t ferry_cuda_softmax_xent_forward(cudaStream_t s, float *losses, bf16 *probs, const bf16 *logits,
 					    const int32_t *targets, int N, int V, int Vp);
-/* dlogits = dloss * (probs - onehot), WRITES (may alias probs) */
+/* dlogits = dloss * (probs - onehot), WRITES (may alias probs); a row
+ * whose target is below 0 gets 0 */
 cudaError_t ferry_cuda_softmax_xent_backward(cudaStream_t s, bf16 *dlogits, const bf16 *probs,
 					     const int32_t *targets, float dloss, int N, int V, int Vp);
 
@@ -145,13 +152,13 @@ cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweig
 					float offset, void *ws, size_t ws_bytes);
 size_t ferry_cuda_rmsnorm_backward_ws_bytes(int N, int C);
 /* Rotary embedding (HF rotate_half) on [B, T, NH, HS], C = NH * HS, HS
- * even, row (b, t) at position t; rf the base and scaling
+ * even, row (b, t) at position t (pos NULL) or pos[b, t]; rf the base and scaling
  * (ops/rope_freq.h, the CPU's formula).  Forward writes out
  * (may equal inp); backward dinp += the inverse rotation of dout. */
-cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-				    struct ferry_rope_freq rf);
-cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, int B, int T, int C, int NH,
-				     struct ferry_rope_freq rf);
+cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, const int32_t *pos, int B, int T,
+				    int C, int NH, struct ferry_rope_freq rf);
+cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const int32_t *pos, int B,
+				     int T, int C, int NH, struct ferry_rope_freq rf);
 /* out = silu(gate) * up over n values (out may alias gate or up); backward
  * dgate +=, dup += (either may be NULL). */
 cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n);

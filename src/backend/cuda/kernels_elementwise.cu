@@ -96,10 +96,11 @@ static bool by_eight(long n, const void *a, const void *b, const void *c = NULL,
 
 /* ---- encoder --------------------------------------------------------------- */
 
-/* out[row, c] = wte[tokens[row], c] + wpe[row % T, c]; one block per row.
- * wpe may be NULL (models with rotary positions): out is the embedding row. */
-static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-					      const bf16 *wpe, long N, int T, int C)
+/* out[row, c] = wte[tokens[row], c] + wpe[p, c], p = row % T or pos[row]
+ * (packed documents); one block per row.  wpe may be NULL (models with
+ * rotary positions): out is the embedding row. */
+static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const int32_t *pos,
+					      const bf16 *wte, const bf16 *wpe, long N, int T, int C)
 {
 	for (long row = blockIdx.x; row < N; row += gridDim.x) {
 		const bf16 *e = wte + (long)tokens[row] * C;
@@ -110,7 +111,7 @@ static __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, 
 				o[c] = e[c];
 			continue;
 		}
-		const bf16 *p = wpe + (row % T) * (long)C;
+		const bf16 *p = wpe + (pos ? (long)pos[row] : row % T) * (long)C;
 
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
 			o[c] = b16(f32(e[c]) + f32(p[c]));
@@ -232,41 +233,57 @@ extern "C" size_t ferry_cuda_embedding_backward_ws_bytes(long N, int V)
 }
 
 extern "C" cudaError_t ferry_cuda_encoder_forward(cudaStream_t s, bf16 *out, const int32_t *tokens,
-						  const bf16 *wte, const bf16 *wpe, int B, int T, int C)
+						  const int32_t *pos, const bf16 *wte, const bf16 *wpe, int B, int T,
+						  int C)
 {
 	const long N = (long)B * T;
 
 	if (B <= 0 || T <= 0 || C <= 0)
 		return cudaSuccess;
-	encoder_forward_kernel<<<rows_grid(N), THREADS, 0, s>>>(out, tokens, wte, wpe, N, T, C);
+	encoder_forward_kernel<<<rows_grid(N), THREADS, 0, s>>>(out, tokens, pos, wte, wpe, N, T, C);
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
-						   const int32_t *tokens, int B, int T, int C, int V, void *ws,
-						   size_t ws_bytes)
+/* dtab[ids[row]] += dout[row] for the N rows, each table row's in row
+ * order (the counting sort above), ids below V; ws as
+ * ferry_cuda_embedding_backward_ws_bytes(N, V). */
+static cudaError_t scatter_rows(cudaStream_t s, float *dtab, const bf16 *dout, const int32_t *ids, long N, int V,
+				int C, void *ws)
 {
-	const long N = (long)B * T;
-
-	if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe))
-		return cudaSuccess;
-	if (dwpe)
-		encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwpe, dout, B, T, C);
-	if (!dwte)
-		return cudaGetLastError();
-	if (N > 0x7fffffffL || V <= 0 || ws_bytes < ferry_cuda_embedding_backward_ws_bytes(N, V))
-		return cudaErrorInvalidValue;
 	int *count = (int *)ws, *fill = count + V, *offset = fill + V, *bucket = offset + V + 1, *sorted = bucket + N;
 	cudaError_t e = cudaMemsetAsync(count, 0, sizeof(int) * 2 * (size_t)V, s);
 
 	if (e != cudaSuccess)
 		return e;
-	count_tokens_kernel<<<grid_for(N), THREADS, 0, s>>>(count, tokens, N, V);
+	count_tokens_kernel<<<grid_for(N), THREADS, 0, s>>>(count, ids, N, V);
 	token_offsets_kernel<<<1, SCAN_THREADS, 0, s>>>(offset, count, V);
-	bucket_rows_kernel<<<grid_for(N), THREADS, 0, s>>>(bucket, fill, offset, tokens, N, V);
+	bucket_rows_kernel<<<grid_for(N), THREADS, 0, s>>>(bucket, fill, offset, ids, N, V);
 	embedding_backward_kernel<<<(unsigned)(V > MAX_BLOCKS ? MAX_BLOCKS : V), THREADS, 0, s>>>(
-		dwte, dout, offset, bucket, sorted, V, C);
+		dtab, dout, offset, bucket, sorted, V, C);
 	return cudaGetLastError();
+}
+
+extern "C" cudaError_t ferry_cuda_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const bf16 *dout,
+						   const int32_t *tokens, const int32_t *pos, int B, int T, int C,
+						   int V, void *ws, size_t ws_bytes)
+{
+	const long N = (long)B * T;
+	cudaError_t e = cudaSuccess;
+
+	if (B <= 0 || T <= 0 || C <= 0 || (!dwte && !dwpe))
+		return cudaSuccess;
+	if (dwpe && !pos)
+		encoder_backward_kernel<<<grid_for((long)T * C), THREADS, 0, s>>>(dwpe, dout, B, T, C);
+	if (!dwte && !(dwpe && pos))
+		return cudaGetLastError();
+	/* the table of positions has T rows: packed documents scatter into it as tokens do */
+	if (N > 0x7fffffffL || V <= 0 || ws_bytes < ferry_cuda_embedding_backward_ws_bytes(N, V > T ? V : T))
+		return cudaErrorInvalidValue;
+	if (dwte)
+		e = scatter_rows(s, dwte, dout, tokens, N, V, C, ws);
+	if (e == cudaSuccess && dwpe && pos) /* after dwte's on the stream: the same scratch */
+		e = scatter_rows(s, dwpe, dout, pos, N, T, C, ws);
+	return e;
 }
 
 /* ---- GELU (tanh form) -------------------------------------------------------- */

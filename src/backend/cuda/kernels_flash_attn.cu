@@ -23,6 +23,15 @@
  *    in order and query tiles in order, dv += P^T dO and dk += scale dS^T Q
  *    in registers.  No atomics anywhere: bitwise reproducible.
  *
+ * Packed documents (positions, as the CPU's attention.c): a query sees only
+ * the keys of its document, t - positions[b, t] .. t.  A query block starts
+ * at the key tile of its first row's document (positions count up along a
+ * row, so no row of the block starts earlier), a key block stops at the
+ * query tile past the end of its last key's document, and within the tiles
+ * visited keys before a row's document are masked like keys after it.  Rows
+ * whose document starts past a whole tile see none of it: their running
+ * max stays -inf and they add nothing.  Without positions nothing changes.
+ *
  * Blocks with the most tiles to visit are launched first (causal work is
  * triangular).  Taken when HS is 32, 64, 96 or 128, C and NKV * HS are
  * multiples of 8 and the arrays are 16-byte aligned; otherwise the
@@ -97,6 +106,63 @@ static __device__ __forceinline__ void fa_cp_commit(void)
 static __device__ __forceinline__ void fa_cp_wait_all(void)
 {
 	asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Where row t's document starts (pos: the row's positions; a position past
+ * t reaches back to 0 at most), as the CPU's first_key without a window. */
+static __device__ __forceinline__ int fa_doc_start(int t, const int32_t *pos)
+{
+	const int p = pos[t];
+
+	return t - (p < 0 ? 0 : p > t ? t : p);
+}
+
+/* The end of the queries that see a key at or before kmax (< T): the first
+ * query past kmax whose document starts after kmax, else T (pos NULL: T).
+ * The whole block calls it, once. */
+static __device__ int fa_query_end(const int32_t *pos, int kmax, int T)
+{
+	__shared__ int end;
+
+	if (!pos)
+		return T;
+	if (threadIdx.x == 0)
+		end = T;
+	__syncthreads();
+	for (int t0 = kmax + 1; t0 < T; t0 += blockDim.x) {
+		const int t = t0 + threadIdx.x;
+		const bool later = t < T && fa_doc_start(t, pos) > kmax;
+
+		if (later)
+			atomicMin(&end, t);
+		if (__syncthreads_or(later)) /* a barrier: the atomics are in */
+			break;
+	}
+	return end;
+}
+
+/* A query block's documents (pos NULL: none, all 0): lo, where this
+ * thread's two rows' (qrow, qrow + 8) start; lo_last, where the block's last
+ * row's starts (key tiles before it need the mask); kt0, the key tile
+ * holding the start of its first row's, the first tile any row sees
+ * (positions count up along a row). */
+struct fa_docs {
+	int lo[2];
+	int lo_last, kt0;
+};
+
+static __device__ __forceinline__ fa_docs fa_block_docs(const int32_t *pos, int b, int T, int q0, int qrow)
+{
+	fa_docs d = { { 0, 0 }, 0, 0 };
+
+	if (!pos)
+		return d;
+	const int32_t *pb = pos + (size_t)b * T;
+	for (int i = 0; i < 2; i++)
+		d.lo[i] = qrow + 8 * i < T ? fa_doc_start(qrow + 8 * i, pb) : 0;
+	d.lo_last = fa_doc_start(min(q0 + FA_TILE, T) - 1, pb);
+	d.kt0 = fa_doc_start(q0, pb) / FA_TILE;
+	return d;
 }
 
 /* ---- tiles and products --------------------------------------------------- */
@@ -232,12 +298,14 @@ template <int HS> struct fa_fwd_smem {
 };
 
 /* Online softmax over one score tile (scores scaled to log2 units): masks
- * keys past the query or at/after T when `mask`, turns S into P, rescales
- * O and updates the running max m and sum l of the thread's two rows
- * (q = row of S[.][0..1]; q + 8 that of S[.][2..3]). */
+ * keys past the query, at/after T or before the row's document (lo) when
+ * `mask`, turns S into P, rescales O and updates the running max m and sum
+ * l of the thread's two rows (q = row of S[.][0..1]; q + 8 that of
+ * S[.][2..3]). */
 template <int HS>
 static __device__ __forceinline__ void fa_online_softmax(float (&S)[FA_NT][4], float (&O)[HS / 8][4], float (&m)[2],
-							 float (&l)[2], float sl2, int q, int k0, int T, bool mask)
+							 float (&l)[2], float sl2, int q, int k0, int T, bool mask,
+							 const int (&lo)[2])
 {
 	const int c0 = k0 + (threadIdx.x & 3) * 2;
 #pragma unroll
@@ -249,21 +317,24 @@ static __device__ __forceinline__ void fa_online_softmax(float (&S)[FA_NT][4], f
 			for (int e = 0; e < 2; e++) {
 				const int key = c0 + j * 8 + e;
 				float s = S[j][2 * h + e] * sl2;
-				if (mask && (key > q + 8 * h || key >= T))
+				if (mask && (key > q + 8 * h || key >= T || key < lo[h]))
 					s = -CUDART_INF_F;
 				S[j][2 * h + e] = s;
 				mx = fmaxf(mx, s);
 			}
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-		const float mn = fmaxf(m[h], mx); /* finite: key 0 is in the first tile */
+		/* -inf while the row has seen none of its keys (its document
+		 * starts past the tiles so far): then p = 0 and l, O stay 0 */
+		const float mn = fmaxf(m[h], mx);
+		const float mp = mn == -CUDART_INF_F ? 0.0f : mn;
 		const float corr = m[h] == -CUDART_INF_F ? 0.0f : fa_exp2(m[h] - mn);
 		float sum = 0.0f;
 #pragma unroll
 		for (int j = 0; j < FA_NT; j++)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
-				const float p = fa_exp2(S[j][2 * h + e] - mn);
+				const float p = fa_exp2(S[j][2 * h + e] - mp);
 				S[j][2 * h + e] = p;
 				sum += p;
 			}
@@ -300,8 +371,8 @@ static __device__ __forceinline__ void fa_store_out(bf16 *oh, float *lse_row, in
 
 template <int HS>
 static __global__ void __launch_bounds__(FA_WARPS * 32)
-	fa_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, int C, int CK,
-			  int NH, int G, float scale, int nqt)
+	fa_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *pos, int T,
+			  int C, int CK, int NH, int G, float scale, int nqt)
 {
 	extern __shared__ __align__(128) unsigned char fa_smem_raw[];
 	fa_fwd_smem<HS> &sm = *(fa_fwd_smem<HS> *)fa_smem_raw;
@@ -317,17 +388,20 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
 	for (int n = 0; n < HS / 8; n++)
 		O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.0f;
+	const fa_docs dd = fa_block_docs(pos, b, T, q0, qrow);
+	const int kt0 = dd.kt0, lo_last = dd.lo_last;
+	const int(&lo)[2] = dd.lo;
 
 	fa_load_tile<HS>(&sm.q[0][0], qh, C, q0, T);
-	fa_load_tile<HS>(&sm.k[0][0][0], k + kvoff, CK, 0, T);
-	fa_load_tile<HS>(&sm.v[0][0][0], v + kvoff, CK, 0, T);
+	fa_load_tile<HS>(&sm.k[0][0][0], k + kvoff, CK, kt0 * FA_TILE, T);
+	fa_load_tile<HS>(&sm.v[0][0][0], v + kvoff, CK, kt0 * FA_TILE, T);
 	fa_cp_commit();
 	fa_rows<HS, true> qf; /* the warp's queries, for every key tile */
-	for (int kt = 0; kt <= qt; kt++) {
-		const int buf = kt & 1;
+	for (int kt = kt0; kt <= qt; kt++) {
+		const int buf = (kt - kt0) & 1;
 		fa_cp_wait_all();
 		__syncthreads(); /* tile kt is in; every warp is done with tile kt - 1 */
-		if (kt == 0)
+		if (kt == kt0)
 			qf.init(&sm.q[warp * 16][0]);
 		if (kt < qt) {
 			fa_load_tile<HS>(&sm.k[buf ^ 1][0][0], k + kvoff, CK, (kt + 1) * FA_TILE, T);
@@ -336,8 +410,8 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 		}
 		float S[FA_NT][4];
 		fa_mm_abt<HS>(S, qf, &sm.k[buf][0][0]);
-		const bool mask = kt == qt || (kt + 1) * FA_TILE > T;
-		fa_online_softmax<HS>(S, O, m, l, sl2, qrow, kt * FA_TILE, T, mask);
+		const bool mask = kt == qt || (kt + 1) * FA_TILE > T || kt * FA_TILE < lo_last;
+		fa_online_softmax<HS>(S, O, m, l, sl2, qrow, kt * FA_TILE, T, mask, lo);
 		uint32_t P[FA_TILE / 16][4];
 		fa_scores_to_a(P, S);
 		fa_mm_ab<HS>(O, P, &sm.v[buf][0][0]);
@@ -351,16 +425,20 @@ template <int HS> struct fa_bwd_smem {
 	bf16 a[FA_TILE][fa_ld<HS>::v], b[FA_TILE][fa_ld<HS>::v];       /* the block's own rows */
 	bf16 c[2][FA_TILE][fa_ld<HS>::v], d[2][FA_TILE][fa_ld<HS>::v]; /* the inner tile's rows */
 	float lse[2][FA_TILE], D[2][FA_TILE];                           /* the inner tile's (backward B) */
+	int lo[2][FA_TILE];                                             /* its documents' starts (B) */
 };
 
 /* Score gradients in place: dP -> P (dP - D) per element, P recomputed from
- * S (log2 units) and the rows' log-sum-exp (log2 units); masked entries 0.
- * Rows (r, r + 8) and columns (c .. c+1 + 8j) per accumulator layout;
- * ROWS_ARE_QUERIES says which of the two indexes the queries. */
+ * S (log2 units) and the rows' log-sum-exp (log2 units); masked entries 0
+ * (keys after the query, past T, or before the query's document: lor, the
+ * rows', or loc, the columns', document starts).  Rows (r, r + 8) and
+ * columns (c .. c+1 + 8j) per accumulator layout; ROWS_ARE_QUERIES says
+ * which of the two indexes the queries. */
 template <bool ROWS_ARE_QUERIES>
 static __device__ __forceinline__ void fa_grad_scores(float (&S)[FA_NT][4], float (&dP)[FA_NT][4], int r, int c0,
 						      const float (&lse2)[2], const float (&Dr)[2], const float *lse2c,
-						      const float *Dc, int T, bool mask)
+						      const float *Dc, int T, bool mask, const int (&lor)[2],
+						      const int *loc)
 {
 #pragma unroll
 	for (int j = 0; j < FA_NT; j++)
@@ -370,8 +448,9 @@ static __device__ __forceinline__ void fa_grad_scores(float (&S)[FA_NT][4], floa
 			const int qi = ROWS_ARE_QUERIES ? row : col, key = ROWS_ARE_QUERIES ? col : row;
 			const float L = ROWS_ARE_QUERIES ? lse2[i >> 1] : lse2c[j * 8 + (i & 1)];
 			const float D = ROWS_ARE_QUERIES ? Dr[i >> 1] : Dc[j * 8 + (i & 1)];
+			const int lo = ROWS_ARE_QUERIES ? lor[i >> 1] : loc[j * 8 + (i & 1)];
 			float p = fa_exp2(S[j][i] - L);
-			if (mask && (key > qi || qi >= T || key >= T))
+			if (mask && (key > qi || qi >= T || key >= T || key < lo))
 				p = 0.0f;
 			S[j][i] = p;
 			dP[j][i] = p * (dP[j][i] - D);
@@ -405,8 +484,8 @@ static __device__ __forceinline__ void fa_rows_D(float (&Dr)[2], float *Dws_row,
 template <int HS>
 static __global__ void __launch_bounds__(FA_WARPS * 32)
 	fa_backward_q_kernel(bf16 *dq, float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
-			     const bf16 *out, const float *lse, int T, int C, int CK, int NH, int G, float scale,
-			     int nqt)
+			     const bf16 *out, const float *lse, const int32_t *pos, int T, int C, int CK, int NH, int G,
+			     float scale, int nqt)
 {
 	extern __shared__ __align__(128) unsigned char fa_smem_raw[];
 	fa_bwd_smem<HS> &sm = *(fa_bwd_smem<HS> *)fa_smem_raw;
@@ -425,22 +504,25 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 		return; /* the whole block */
 	for (int i = 0; i < 2; i++)
 		lse2[i] = qrow + 8 * i < T ? lse[(size_t)bh * T + qrow + 8 * i] * FA_LOG2E : 0.0f;
+	const fa_docs dd = fa_block_docs(pos, b, T, q0, qrow);
+	const int kt0 = dd.kt0, lo_last = dd.lo_last;
+	const int(&lo)[2] = dd.lo;
 
 	fa_load_tile<HS>(&sm.a[0][0], q + head, C, q0, T);
 	fa_load_tile<HS>(&sm.b[0][0], dout + head, C, q0, T);
-	fa_load_tile<HS>(&sm.c[0][0][0], k + kvoff, CK, 0, T);
-	fa_load_tile<HS>(&sm.d[0][0][0], v + kvoff, CK, 0, T);
+	fa_load_tile<HS>(&sm.c[0][0][0], k + kvoff, CK, kt0 * FA_TILE, T);
+	fa_load_tile<HS>(&sm.d[0][0][0], v + kvoff, CK, kt0 * FA_TILE, T);
 	fa_cp_commit();
 	float acc[HS / 8][4];
 #pragma unroll
 	for (int n = 0; n < HS / 8; n++)
 		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-	fa_rows<HS, (HS <= 64)> qf, gf; /* the warp's q and dO rows, set once tile 0 is in */
-	for (int kt = 0; kt <= qt; kt++) {
-		const int buf = kt & 1;
+	fa_rows<HS, (HS <= 64)> qf, gf; /* the warp's q and dO rows, set once tile kt0 is in */
+	for (int kt = kt0; kt <= qt; kt++) {
+		const int buf = (kt - kt0) & 1;
 		fa_cp_wait_all();
 		__syncthreads();
-		if (kt == 0) {
+		if (kt == kt0) {
 			qf.init(&sm.a[warp * 16][0]);
 			gf.init(&sm.b[warp * 16][0]);
 		}
@@ -457,8 +539,9 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
 			for (int i = 0; i < 4; i++)
 				S[j][i] *= sl2;
-		const bool mask = kt == qt || (kt + 1) * FA_TILE > T;
-		fa_grad_scores<true>(S, dP, qrow, kt * FA_TILE + (lane & 3) * 2, lse2, Dr, nullptr, nullptr, T, mask);
+		const bool mask = kt == qt || (kt + 1) * FA_TILE > T || kt * FA_TILE < lo_last;
+		fa_grad_scores<true>(S, dP, qrow, kt * FA_TILE + (lane & 3) * 2, lse2, Dr, nullptr, nullptr, T, mask, lo,
+				     nullptr);
 		uint32_t dS[FA_TILE / 16][4];
 		fa_scores_to_a(dS, dP);
 		fa_mm_ab<HS>(acc, dS, &sm.c[buf][0][0]); /* dQ += dS K */
@@ -468,25 +551,28 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 
 /* ---- backward B: dk and dv --------------------------------------------------- */
 
-/* The inner (query) tile's rows of q and dO, their log-sum-exp (log2 units)
- * and D, into buffer `buf`, asynchronously. */
+/* The inner (query) tile's rows of q and dO, their log-sum-exp (log2 units),
+ * D and document starts (pos: the row's positions, or NULL), into buffer
+ * `buf`, asynchronously. */
 template <int HS>
 static __device__ __forceinline__ void fa_load_q_tile(fa_bwd_smem<HS> &sm, int buf, const bf16 *qh, const bf16 *gh,
-						      const float *lse_row, const float *D_row, int C, int q0, int T)
+						      const float *lse_row, const float *D_row, const int32_t *pos,
+						      int C, int q0, int T)
 {
 	fa_load_tile<HS>(&sm.c[buf][0][0], qh, C, q0, T);
 	fa_load_tile<HS>(&sm.d[buf][0][0], gh, C, q0, T);
 	for (int i = threadIdx.x; i < FA_TILE; i += blockDim.x) {
 		sm.lse[buf][i] = q0 + i < T ? lse_row[q0 + i] * FA_LOG2E : 0.0f;
 		sm.D[buf][i] = q0 + i < T ? D_row[q0 + i] : 0.0f;
+		sm.lo[buf][i] = pos && q0 + i < T ? fa_doc_start(q0 + i, pos) : 0;
 	}
 }
 
 template <int HS>
 static __global__ void __launch_bounds__(FA_WARPS * 32)
 	fa_backward_kv_kernel(bf16 *dk, bf16 *dv, const float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k,
-			      const bf16 *v, const float *lse, int T, int C, int CK, int NH, int G, float scale,
-			      int nkt)
+			      const bf16 *v, const float *lse, const int32_t *pos, int T, int C, int CK, int NH, int G,
+			      float scale, int nkt)
 {
 	extern __shared__ __align__(128) unsigned char fa_smem_raw[];
 	fa_bwd_smem<HS> &sm = *(fa_bwd_smem<HS> *)fa_smem_raw;
@@ -497,16 +583,20 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 	const size_t kvoff = (size_t)b * T * CK + (size_t)kh * HS;
 	const int key = k0 + warp * 16 + (lane >> 2);
 	const float sl2 = scale * FA_LOG2E;
-	const int nqt = nkt - kt; /* query tiles kt .. nkt - 1 per head */
+	const int32_t *pb = pos ? pos + (size_t)b * T : nullptr;
 
 	fa_load_tile<HS>(&sm.a[0][0], k + kvoff, CK, k0, T);
 	fa_load_tile<HS>(&sm.b[0][0], v + kvoff, CK, k0, T);
 	{
 		const int h = kh * G;
 		fa_load_q_tile<HS>(sm, 0, q + (size_t)b * T * C + (size_t)h * HS, dout + (size_t)b * T * C + (size_t)h * HS,
-				   lse + ((size_t)b * NH + h) * T, Dws + ((size_t)b * NH + h) * T, C, k0, T);
+				   lse + ((size_t)b * NH + h) * T, Dws + ((size_t)b * NH + h) * T, pb, C, k0, T);
 	}
 	fa_cp_commit();
+	/* query tiles kt .. per head: to the last, or to the one holding the
+	 * end of the block's last key's document */
+	const int qend = fa_query_end(pb, min(k0 + FA_TILE, T) - 1, T);
+	const int nqt = (qend + FA_TILE - 1) / FA_TILE - kt;
 	float dka[HS / 8][4], dva[HS / 8][4];
 #pragma unroll
 	for (int n = 0; n < HS / 8; n++)
@@ -525,7 +615,7 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 		if (it + 1 < G * nqt) { /* next (head, query tile), in order */
 			const int h = kh * G + (it + 1) / nqt, nq0 = (kt + (it + 1) % nqt) * FA_TILE;
 			const size_t head = (size_t)b * T * C + (size_t)h * HS, srow = ((size_t)b * NH + h) * T;
-			fa_load_q_tile<HS>(sm, buf ^ 1, q + head, dout + head, lse + srow, Dws + srow, C, nq0, T);
+			fa_load_q_tile<HS>(sm, buf ^ 1, q + head, dout + head, lse + srow, Dws + srow, pb, C, nq0, T);
 			fa_cp_commit();
 		}
 		float S[FA_NT][4], dP[FA_NT][4];
@@ -536,10 +626,11 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
 			for (int i = 0; i < 4; i++)
 				S[j][i] *= sl2;
-		const bool mask = q0 == k0 || q0 + FA_TILE > T || k0 + FA_TILE > T;
+		const bool mask = q0 == k0 || q0 + FA_TILE > T || k0 + FA_TILE > T || pb;
 		const float none[2] = { 0.0f, 0.0f };
+		const int no_lo[2] = { 0, 0 };
 		fa_grad_scores<false>(S, dP, key, q0 + (lane & 3) * 2, none, none, sm.lse[buf] + (lane & 3) * 2,
-				      sm.D[buf] + (lane & 3) * 2, T, mask);
+				      sm.D[buf] + (lane & 3) * 2, T, mask, no_lo, sm.lo[buf] + (lane & 3) * 2);
 		uint32_t Pa[FA_TILE / 16][4];
 		fa_scores_to_a(Pa, S);
 		fa_mm_ab<HS>(dva, Pa, &sm.d[buf][0][0]); /* dV += P^T dO */
@@ -573,28 +664,28 @@ static cudaError_t fa_launch(Kern kern, size_t smem, unsigned grid, cudaStream_t
 
 template <int HS>
 static cudaError_t fa_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-			      int B, int T, int C, int CK, int NH, int G)
+			      const int32_t *pos, int B, int T, int C, int CK, int NH, int G)
 {
 	const int nqt = (T + FA_TILE - 1) / FA_TILE;
 	const float scale = 1.0f / sqrtf((float)HS);
 	return fa_launch(fa_forward_kernel<HS>, sizeof(fa_fwd_smem<HS>), (unsigned)((long)B * NH * nqt), s, out, lse,
-			 q, k, v, T, C, CK, NH, G, scale, nqt);
+			 q, k, v, pos, T, C, CK, NH, G, scale, nqt);
 }
 
 template <int HS>
 static cudaError_t fa_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q,
-			       const bf16 *k, const bf16 *v, const bf16 *out, const float *lse, float *Dws, int B,
-			       int T, int C, int CK, int NH, int G)
+			       const bf16 *k, const bf16 *v, const bf16 *out, const float *lse, const int32_t *pos,
+			       float *Dws, int B, int T, int C, int CK, int NH, int G)
 {
 	const int nt = (T + FA_TILE - 1) / FA_TILE;
 	const float scale = 1.0f / sqrtf((float)HS);
 	const size_t smem = sizeof(fa_bwd_smem<HS>);
 	cudaError_t e = fa_launch(fa_backward_q_kernel<HS>, smem, (unsigned)((long)B * NH * nt), s, dq, Dws, dout, q,
-				  k, v, out, lse, T, C, CK, NH, G, scale, nt);
+				  k, v, out, lse, pos, T, C, CK, NH, G, scale, nt);
 	if (e != cudaSuccess || (!dk && !dv))
 		return e;
 	return fa_launch(fa_backward_kv_kernel<HS>, smem, (unsigned)((long)B * (NH / G) * nt), s, dk, dv,
-			 (const float *)Dws, dout, q, k, v, lse, T, C, CK, NH, G, scale, nt);
+			 (const float *)Dws, dout, q, k, v, lse, pos, T, C, CK, NH, G, scale, nt);
 }
 
 /* Whether these kernels take the shape and the arrays. */
@@ -611,7 +702,7 @@ static bool fa_takes(int HS, int C, int CK, long blocks, const void *const *ptrs
 extern "C" {
 
 cudaError_t ferry_cuda_flash_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-					       const bf16 *v, int B, int T, int C, int NH, int NKV)
+					       const bf16 *v, const int32_t *pos, int B, int T, int C, int NH, int NKV)
 {
 	const int HS = C / NH, CK = NKV * HS, G = NH / NKV;
 	const void *ptrs[] = { out, q, k, v };
@@ -619,16 +710,17 @@ cudaError_t ferry_cuda_flash_attention_forward(cudaStream_t s, bf16 *out, float 
 	if (!fa_takes(HS, C, CK, (long)B * NH * ((T + FA_TILE - 1) / FA_TILE), ptrs, 4))
 		return cudaErrorNotSupported;
 	switch (HS) {
-	case 32: return fa_forward<32>(s, out, lse, q, k, v, B, T, C, CK, NH, G);
-	case 64: return fa_forward<64>(s, out, lse, q, k, v, B, T, C, CK, NH, G);
-	case 96: return fa_forward<96>(s, out, lse, q, k, v, B, T, C, CK, NH, G);
-	default: return fa_forward<128>(s, out, lse, q, k, v, B, T, C, CK, NH, G);
+	case 32: return fa_forward<32>(s, out, lse, q, k, v, pos, B, T, C, CK, NH, G);
+	case 64: return fa_forward<64>(s, out, lse, q, k, v, pos, B, T, C, CK, NH, G);
+	case 96: return fa_forward<96>(s, out, lse, q, k, v, pos, B, T, C, CK, NH, G);
+	default: return fa_forward<128>(s, out, lse, q, k, v, pos, B, T, C, CK, NH, G);
 	}
 }
 
 cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 						const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-						const float *lse, float *Dws, int B, int T, int C, int NH, int NKV)
+						const float *lse, const int32_t *pos, float *Dws, int B, int T, int C,
+						int NH, int NKV)
 {
 	const int HS = C / NH, CK = NKV * HS, G = NH / NKV;
 	const void *ptrs[] = { dq, dk, dv, dout, q, k, v, out };
@@ -636,10 +728,10 @@ cudaError_t ferry_cuda_flash_attention_backward(cudaStream_t s, bf16 *dq, bf16 *
 	if (!fa_takes(HS, C, CK, (long)B * NH * ((T + FA_TILE - 1) / FA_TILE), ptrs, 8))
 		return cudaErrorNotSupported;
 	switch (HS) {
-	case 32: return fa_backward<32>(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C, CK, NH, G);
-	case 64: return fa_backward<64>(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C, CK, NH, G);
-	case 96: return fa_backward<96>(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C, CK, NH, G);
-	default: return fa_backward<128>(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B, T, C, CK, NH, G);
+	case 32: return fa_backward<32>(s, dq, dk, dv, dout, q, k, v, out, lse, pos, Dws, B, T, C, CK, NH, G);
+	case 64: return fa_backward<64>(s, dq, dk, dv, dout, q, k, v, out, lse, pos, Dws, B, T, C, CK, NH, G);
+	case 96: return fa_backward<96>(s, dq, dk, dv, dout, q, k, v, out, lse, pos, Dws, B, T, C, CK, NH, G);
+	default: return fa_backward<128>(s, dq, dk, dv, dout, q, k, v, out, lse, pos, Dws, B, T, C, CK, NH, G);
 	}
 }
 

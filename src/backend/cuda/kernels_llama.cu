@@ -40,7 +40,9 @@
  *    tables agree with the CPU's to the last bit or so.  It then rotates
  *    every head of its rows, V pairs per thread.  HS/2 double cos/sin per
  *    block, shared by up to RP_ROWS * NH heads; no workspace.  Each pair is
- *    read and written by one thread (in place works).
+ *    read and written by one thread (in place works).  Packed documents
+ *    (positions): rows of one t no longer share a position, so a block
+ *    takes one row (b, t) and builds the table of positions[b, t].
  *  - swiglu: elementwise grid-stride, V values per thread per step, the
  *    n % V tail handled by scalar code in the same kernel.
  */
@@ -302,24 +304,30 @@ static __global__ void __launch_bounds__(256) rms_backward_colsum_kernel(float *
 
 /* ---- RoPE -------------------------------------------------------------------- */
 
-/* Block (t, row group yb): rows (b, t) for b in [yb*RP_ROWS, min(B, +RP_ROWS)).
+/* Block (t, row group yb): rows (b, t) for b in [yb*RP_ROWS, min(B, +RP_ROWS)),
+ * at position t; with pos, row (yb, t) alone, at position pos[yb, t].
  * Dynamic shared memory: cos then sin, HS/2 floats each.  DIR = +1: out =
  * R x (writes); DIR = -1: out += R^T x (accumulates). */
 template <int V, int DIR>
 static __global__ void __launch_bounds__(RP_THREADS)
-	rope_kernel(bf16 *out, const bf16 *inp, int B, int T, int NH, int HS, struct ferry_rope_freq rf)
+	rope_kernel(bf16 *out, const bf16 *inp, const int32_t *pos, int B, int T, int NH, int HS,
+		    struct ferry_rope_freq rf)
 {
 	extern __shared__ float tab[];
 	const int half = HS / 2;
 	float *cs = tab, *sn = tab + half;
 	const int t = blockIdx.x;
+	const int rows = pos ? 1 : RP_ROWS;
+	const int b_lo = blockIdx.y * rows;
+	const int b_hi = b_lo + rows < B ? b_lo + rows : B;
+	const int at = pos ? pos[(size_t)b_lo * T + t] : t;
 
 	for (int j = threadIdx.x; j < half; j += blockDim.x) {
 		/* As src/ops/cpu/rope.c: the frequency by the shared formula
 		 * (float exponent, power in double rounded to float, float
 		 * reciprocal, the scaling), float angle, double cos/sin. */
 		const float inv = ferry_rope_inv_freq(&rf, j, HS);
-		const float a = __fmul_rn((float)t, inv);
+		const float a = __fmul_rn((float)at, inv);
 		double sd, cd;
 		sincos((double)a, &sd, &cd);
 		cs[j] = (float)cd;
@@ -330,8 +338,6 @@ static __global__ void __launch_bounds__(RP_THREADS)
 	const int per_head = half / V; /* V-wide pair groups per head */
 	const int units = NH * per_head;
 	const size_t C = (size_t)NH * HS;
-	const int b_lo = blockIdx.y * RP_ROWS;
-	const int b_hi = b_lo + RP_ROWS < B ? b_lo + RP_ROWS : B;
 
 	for (int b = b_lo; b < b_hi; b++) {
 		const size_t row = ((size_t)b * T + t) * C;
@@ -543,15 +549,15 @@ cudaError_t ferry_cuda_rmsnorm_backward(cudaStream_t s, bf16 *dinp, float *dweig
 }
 
 /* dir = +1 forward (out = rope(inp)), -1 backward (out += rope^-1(inp)). */
-static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-			       struct ferry_rope_freq rf, int dir)
+static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, const int32_t *pos, int B, int T,
+			       int C, int NH, struct ferry_rope_freq rf, int dir)
 {
 	if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0 || (C / NH) % 2 != 0)
 		return cudaErrorInvalidValue;
 	if (B == 0 || T == 0 || C == 0 || !out)
 		return cudaSuccess;
 	const int HS = C / NH, half = HS / 2;
-	const long yblocks = ((long)B + RP_ROWS - 1) / RP_ROWS;
+	const long yblocks = pos ? (long)B : ((long)B + RP_ROWS - 1) / RP_ROWS; /* rope_kernel's row groups */
 	if (yblocks > 65535)
 		return cudaErrorInvalidValue;
 	const int V = pick_vec(half, out, inp, NULL, NULL, NULL);
@@ -563,9 +569,9 @@ static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B
 #define ROPE_CASE(VV)                                                                              \
 	case VV:                                                                                   \
 		if (dir > 0)                                                                       \
-			rope_kernel<VV, 1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, rf);  \
-		else                                                                               \
-			rope_kernel<VV, -1><<<grid, threads, shmem, s>>>(out, inp, B, T, NH, HS, rf); \
+			rope_kernel<VV, 1><<<grid, threads, shmem, s>>>(out, inp, pos, B, T, NH, HS, rf);  \
+		else                                                                                    \
+			rope_kernel<VV, -1><<<grid, threads, shmem, s>>>(out, inp, pos, B, T, NH, HS, rf); \
 		break
 	switch (V) {
 		ROPE_CASE(8);
@@ -579,16 +585,16 @@ static cudaError_t rope_launch(cudaStream_t s, bf16 *out, const bf16 *inp, int B
 	return cudaGetLastError();
 }
 
-cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, int B, int T, int C, int NH,
-				    struct ferry_rope_freq rf)
+cudaError_t ferry_cuda_rope_forward(cudaStream_t s, bf16 *out, const bf16 *inp, const int32_t *pos, int B, int T,
+				    int C, int NH, struct ferry_rope_freq rf)
 {
-	return rope_launch(s, out, inp, B, T, C, NH, rf, 1);
+	return rope_launch(s, out, inp, pos, B, T, C, NH, rf, 1);
 }
 
-cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, int B, int T, int C, int NH,
-				     struct ferry_rope_freq rf)
+cudaError_t ferry_cuda_rope_backward(cudaStream_t s, bf16 *dinp, const bf16 *dout, const int32_t *pos, int B,
+				     int T, int C, int NH, struct ferry_rope_freq rf)
 {
-	return rope_launch(s, dinp, dout, B, T, C, NH, rf, -1);
+	return rope_launch(s, dinp, dout, pos, B, T, C, NH, rf, -1);
 }
 
 cudaError_t ferry_cuda_swiglu_forward(cudaStream_t s, bf16 *out, const bf16 *gate, const bf16 *up, long n)

@@ -52,6 +52,11 @@
  *    1 - tanh^2, recomputed with p.  Only these kernels take them (the
  *    tensor-core ones run plain causal attention); with none given (or a
  *    window of T or more) the arithmetic is the one without them.
+ *  - packed documents (positions, as the CPU's): query t's first key is
+ *    also no earlier than its document's start, t - positions[b, t]; kernel
+ *    B stops at the first query of a later document (positions count up
+ *    along a row, so no later query is in its key's document).  Without
+ *    positions the arithmetic is the one without them.
  */
 #include "kernels.cuh"
 #include "tanh_forms.cuh"
@@ -241,10 +246,34 @@ static __global__ void __launch_bounds__(256)
 /* ---- attention ------------------------------------------------------------ */
 
 /* The first key query t sees: 0, or its window's start (W > 0: the last W
- * keys, itself included, as the CPU's window_lo). */
-static __device__ __forceinline__ int window_lo(int t, int W)
+ * keys, itself included), or its document's start (pos: the row's
+ * positions) if later, as the CPU's first_key. */
+static __device__ __forceinline__ int first_key(int t, int W, const int32_t *pos)
 {
-	return W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+	int lo = W > 0 && t - W + 1 > 0 ? t - W + 1 : 0;
+
+	if (pos) {
+		const int p = pos[t], back = p < 0 ? 0 : p > t ? t : p;
+		lo = max(lo, t - back);
+	}
+	return lo;
+}
+
+/* The end of the queries that see key t2 of a row (pos: its positions):
+ * the first query in (t2, tend) whose document starts after t2, else tend.
+ * The whole warp calls it; every lane gets the answer. */
+static __device__ __forceinline__ int doc_query_end(const int32_t *pos, int t2, int tend, int lane)
+{
+	if (!pos)
+		return tend;
+	for (int t0 = t2 + 1; t0 < tend; t0 += 32) {
+		const int t = t0 + lane;
+		const unsigned later = __ballot_sync(0xffffffffu, t < tend && first_key(t, 0, pos) > t2);
+
+		if (later)
+			return t0 + __ffs((int)later) - 1;
+	}
+	return tend;
 }
 
 /* A key's score from its dot product: times the scale, then with cap > 0
@@ -273,8 +302,8 @@ template <int EPL> struct att_unroll {
  * x -> head bh = x / nqb, query block nqb-1 - x % nqb (longest rows first). */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
-	attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-			    int C, int CK, int NH, int G, int HS, float scale, int W, float cap, int nqb)
+	attn_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *pos,
+			    int T, int C, int CK, int NH, int G, int HS, float scale, int W, float cap, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -283,7 +312,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	const int t = qb * ATT_WARPS + warp;
 	if (t >= T)
 		return; /* whole warp; no block barriers below */
-	const int b = bh / NH, h = bh % NH, lo = window_lo(t, W);
+	const int b = bh / NH, h = bh % NH, lo = first_key(t, W, pos ? pos + (size_t)b * T : nullptr);
 	const size_t head = (size_t)b * T * C + (size_t)h * HS;
 	const size_t rt = head + (size_t)t * C;
 	const size_t kvhead = (size_t)b * T * CK + (size_t)(h / G) * HS;
@@ -358,13 +387,14 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* Kernel A: warp per (b, h, query t), same grid mapping as the forward.
  * D_t = dout_t . out_t -> Dws[bh*T + t];  when dq != NULL:
- * dq_t += scale * sum_{lo(t)<=t2<=t} p (dp - D_t) k_t2, p = exp(s - lse_t),
+ * dq_t += scale * sum_{lo(t)<=t2<=t} p (dp - D_t) k_t2, p = exp(s - lse_t)
+ * (lo(t): first_key),
  * dp = dout_t . v_t2 (with a cap: s capped, and each term times its slope). */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_q_kernel(bf16 *dq, float *Dws, const bf16 *dout, const bf16 *q, const bf16 *k,
-			       const bf16 *v, const bf16 *out, const float *lse, int T, int C, int CK,
-			       int NH, int G, int HS, float scale, int W, float cap, int nqb)
+			       const bf16 *v, const bf16 *out, const float *lse, const int32_t *pos, int T, int C,
+			       int CK, int NH, int G, int HS, float scale, int W, float cap, int nqb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -399,7 +429,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		return;
 	const float lt = lse[st];
 
-	for (int t0 = window_lo(t, W); t0 <= t; t0 += KU) {
+	for (int t0 = first_key(t, W, pos ? pos + (size_t)b * T : nullptr); t0 <= t; t0 += KU) {
 		float kk[KU][EPL], sp[KU], dp[KU], sl[KU];
 #pragma unroll
 		for (int j = 0; j < KU; j++) {
@@ -471,15 +501,16 @@ static __device__ __forceinline__ void attn_backward_kv_store(bf16 *dk, bf16 *dv
  * x -> kv head x / nkb, key block x % nkb (small t2 = most queries first).
  * For each query head h = kh*G + g of the group (g = 0..G-1 in order) and
  * queries t2 <= t < t2 + W (W = 0: t < T, every later query; those whose
- * window holds t2): p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
+ * window holds t2), and with pos those of t2's document:
+ * p = exp(q_t.k_t2 * scale - lse_t), dp = dout_t . v_t2,
  * ds = p (dp - D_t);  dv_t2 += sum p dout_t,  dk_t2 += scale * sum ds q_t
  * (with a cap: the score capped, ds times the cap's slope).
  * The group's sum stays in fp32 registers and is rounded to bf16 once. */
 template <int EPL>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 	attn_backward_kv_kernel(bf16 *dk, bf16 *dv, const float *Dws, const bf16 *dout, const bf16 *q,
-				const bf16 *k, const bf16 *v, const float *lse, int T, int C, int CK,
-				int NH, int G, int HS, float scale, int W, float cap, int nkb)
+				const bf16 *k, const bf16 *v, const float *lse, const int32_t *pos, int T, int C,
+				int CK, int NH, int G, int HS, float scale, int W, float cap, int nkb)
 {
 	constexpr int KU = att_unroll<EPL>::KU;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -491,7 +522,9 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 		return;
 	const int b = bkv / NKV, kh = bkv % NKV;
 	const size_t r2 = (size_t)b * T * CK + (size_t)kh * HS + (size_t)t2 * CK;
-	const int tend = W > 0 && W < T - t2 ? t2 + W : T; /* queries t2 .. tend-1 see key t2 */
+	/* queries t2 .. tend-1 see key t2 */
+	const int tend = doc_query_end(pos ? pos + (size_t)b * T : nullptr, t2, W > 0 && W < T - t2 ? t2 + W : T,
+				       lane);
 
 	float kr[EPL], vr[EPL], dka[EPL], dva[EPL];
 #pragma unroll
@@ -673,8 +706,8 @@ cudaError_t ferry_cuda_layernorm_backward(cudaStream_t s, bf16 *dinp, float *dwe
 }
 
 cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, const bf16 *q,
-					 const bf16 *k, const bf16 *v, int B, int T, int C, int NH, int NKV,
-					 struct ferry_cuda_att_consts ac)
+					 const bf16 *k, const bf16 *v, const int32_t *pos, int B, int T, int C,
+					 int NH, int NKV, struct ferry_cuda_att_consts ac)
 {
 	int HS, EPL, nqb, CK, G, W;
 	float scale;
@@ -688,7 +721,7 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 		return cudaSuccess;
 	/* tensor cores where the shape allows (kernels_flash_attn.cu) */
 	if (plain) {
-		cudaError_t fe = ferry_cuda_flash_attention_forward(s, out, lse, q, k, v, B, T, C, NH, NH / G);
+		cudaError_t fe = ferry_cuda_flash_attention_forward(s, out, lse, q, k, v, pos, B, T, C, NH, NH / G);
 		if (fe != cudaErrorNotSupported)
 			return fe;
 	}
@@ -696,7 +729,7 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 	const int threads = ATT_WARPS * 32;
 #define ATT_FWD(E)                                                                               \
 	case E:                                                                                    \
-		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, T, C, CK, NH, G, HS, \
+		attn_forward_kernel<E><<<grid, threads, 0, s>>>(out, lse, q, k, v, pos, T, C, CK, NH, G, HS, \
 								 scale, W, ac.cap, nqb);        \
 		break
 	switch (EPL) {
@@ -717,8 +750,8 @@ cudaError_t ferry_cuda_attention_forward(cudaStream_t s, bf16 *out, float *lse, 
 
 cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
 					  const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out,
-					  const float *lse, int B, int T, int C, int NH, int NKV,
-					  struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes)
+					  const float *lse, const int32_t *pos, int B, int T, int C, int NH,
+					  int NKV, struct ferry_cuda_att_consts ac, void *ws, size_t ws_bytes)
 {
 	int HS, EPL, nb, CK, G, W;
 	float scale;
@@ -734,8 +767,8 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 		return cudaErrorInvalidValue;
 	float *Dws = (float *)ws;
 	if (plain) {
-		cudaError_t fe = ferry_cuda_flash_attention_backward(s, dq, dk, dv, dout, q, k, v, out, lse, Dws, B,
-								     T, C, NH, NH / G);
+		cudaError_t fe = ferry_cuda_flash_attention_backward(s, dq, dk, dv, dout, q, k, v, out, lse, pos,
+								     Dws, B, T, C, NH, NH / G);
 		if (fe != cudaErrorNotSupported)
 			return fe;
 	}
@@ -746,7 +779,7 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 	/* A: D (always; B needs it) and dq */
 #define ATT_BWD_Q(E)                                                                                \
 	case E:                                                                                       \
-		attn_backward_q_kernel<E><<<grid, threads, 0, s>>>(dq, Dws, dout, q, k, v, out, lse, T, C, \
+		attn_backward_q_kernel<E><<<grid, threads, 0, s>>>(dq, Dws, dout, q, k, v, out, lse, pos, T, C, \
 								    CK, NH, G, HS, scale, W, ac.cap, nb); \
 		break
 	switch (EPL) {
@@ -769,7 +802,7 @@ cudaError_t ferry_cuda_attention_backward(cudaStream_t s, bf16 *dq, bf16 *dk, bf
 	/* B: dk, dv, one warp per (kv head, key) (reads D written by A, same stream) */
 #define ATT_BWD_KV(E)                                                                             \
 	case E:                                                                                     \
-		attn_backward_kv_kernel<E><<<grid_kv, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, T, \
+		attn_backward_kv_kernel<E><<<grid_kv, threads, 0, s>>>(dk, dv, Dws, dout, q, k, v, lse, pos, T, \
 									C, CK, NH, G, HS, scale, W, ac.cap, \
 									nb);                                \
 		break

@@ -20,8 +20,8 @@
 
 /* ---- softmax + cross-entropy ----------------------------------------------- */
 
-/* One block per row.  A target outside [0, V) gives loss NaN (and no
- * out-of-bounds read). */
+/* One block per row.  A target below 0 is not counted (loss 0); one at V
+ * or above gives loss NaN (and no out-of-bounds read). */
 static __global__ void __launch_bounds__(XENT_THREADS)
 	xent_forward_kernel(float *losses, bf16 *probs, const bf16 *logits, const int32_t *targets,
 			    int V, int Vp)
@@ -53,10 +53,11 @@ static __global__ void __launch_bounds__(XENT_THREADS)
 	for (int j = V + tid; j < Vp; j += nt)
 		p[j] = f2bf(0.0f);
 	if (tid == 0)
-		losses[n] = tgt_ok ? logf(z) + mx - xt : CUDART_NAN_F;
+		losses[n] = tgt < 0 ? 0.0f : tgt_ok ? logf(z) + mx - xt : CUDART_NAN_F;
 }
 
-/* One block per row, elementwise (safe when dlogits == probs). */
+/* One block per row, elementwise (safe when dlogits == probs); a row not
+ * counted (target below 0) gets 0. */
 static __global__ void __launch_bounds__(XENT_THREADS)
 	xent_backward_kernel(bf16 *dlogits, const bf16 *probs, const int32_t *targets, float dloss,
 			     int V, int Vp)
@@ -67,7 +68,7 @@ static __global__ void __launch_bounds__(XENT_THREADS)
 	const int tgt = targets[n];
 	for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
 		float d = 0.0f;
-		if (j < V)
+		if (j < V && tgt >= 0)
 			d = dloss * (bf2f(p[j]) - (j == tgt ? 1.0f : 0.0f));
 		g[j] = f2bf(d);
 	}
@@ -150,7 +151,7 @@ static __global__ void __launch_bounds__(XENT_THREADS)
 		p[j] = u;
 	}
 	if (threadIdx.x == 0)
-		losses[n] = tgt_ok ? logf(s) + m - xt : CUDART_NAN_F;
+		losses[n] = tgt < 0 ? 0.0f : tgt_ok ? logf(s) + m - xt : CUDART_NAN_F;
 }
 
 /* The backward for 16-byte aligned rows, 8 values at a time. */
@@ -169,7 +170,7 @@ static __global__ void __launch_bounds__(XENT_THREADS)
 #pragma unroll
 		for (int e = 0; e < 8; e++) {
 			const int i = j * 8 + e;
-			b[e] = f2bf(i < V ? dloss * (bf2f(b[e]) - (i == tgt ? 1.0f : 0.0f)) : 0.0f);
+			b[e] = f2bf(i < V && tgt >= 0 ? dloss * (bf2f(b[e]) - (i == tgt ? 1.0f : 0.0f)) : 0.0f);
 		}
 		g[j] = u;
 	}

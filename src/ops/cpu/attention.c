@@ -41,6 +41,17 @@
  * cut to its window.  The tiles stay aligned to multiples of ATT_TILE, so
  * with W = 0 (or W >= T) the arithmetic is the unwindowed one, bit for bit.
  *
+ * Packed documents: with positions (row b's, positions[b * T + t] the
+ * position of row t in its document), query t sees only the keys of its
+ * document, t - positions[t] .. t, intersected with the window.  That is a
+ * later first key, lo(t) = max(window's, t - positions[t]), cut the same way
+ * as the window's: tiles wholly before it are never visited, and a row's
+ * keys before it are never computed.  Documents follow each other along a
+ * row, so lo(t) never decreases (each document's positions count 0, 1, ...);
+ * the backward stops a key tile's rows at the first row whose document
+ * starts after the tile.  Without positions lo(t) is the window's: the
+ * arithmetic, bit for bit, of before.
+ *
  * Scale and soft-capping (Gemma 2): the scale is 1 / sqrt(HS) unless one is
  * given (Gemma 2's query_pre_attn_scalar^-1/2); with cap > 0 each scaled
  * score s becomes cap tanh(s / cap) before the softmax (transformers'
@@ -86,10 +97,16 @@ static inline int max_int(int a, int b)
 	return a > b ? a : b;
 }
 
-/* The first key query t sees: 0, or its window's start (W > 0). */
-static inline int window_lo(int t, int W)
+/* The first key query t sees: 0, or its window's start (W > 0), or its
+ * document's start (pos: the row's positions) if later.  A position past t
+ * (a row that starts inside a document) reaches back to 0 at most. */
+static inline int first_key(int t, int W, const int32_t *pos)
 {
-	return W > 0 ? max_int(0, t - W + 1) : 0;
+	const int lo = W > 0 ? max_int(0, t - W + 1) : 0;
+
+	if (!pos)
+		return lo;
+	return max_int(lo, t - min_int(t, max_int(0, pos[t])));
 }
 
 /* Rows k0 .. k0+nk-1 (stride KVC) transposed: kt[d * ATT_TILE + j]. */
@@ -184,15 +201,15 @@ static inline void attend_tile_row(float *restrict ot, float *restrict s, float 
 	add_rows_any(ot, s, v, k0, n, KVC, HS);
 }
 
-/* One query row: q_t (HS values) against key/value rows lo(t)..t (row
+/* One query row: q_t (HS values) against key/value rows lo..t (row
  * stride KVC), a dot product per key (head sizes too large for a transposed
  * tile).  Writes out_t and returns lse_t. */
 static float attend_row(float *restrict ot, const float *restrict qt, const float *k, const float *v, int t,
-			int W, int KVC, int HS, float scale, float cap)
+			int lo, int KVC, int HS, float scale, float cap)
 {
 	float s[ATT_TILE], m = -INFINITY, l = 0.0f;
 
-	for (int k0 = window_lo(t, W); k0 <= t; k0 += ATT_TILE) {
+	for (int k0 = lo; k0 <= t; k0 += ATT_TILE) {
 		const int n = min_int(ATT_TILE, t + 1 - k0);
 
 		for (int j = 0; j < n; j++)
@@ -207,10 +224,11 @@ static float attend_row(float *restrict ot, const float *restrict qt, const floa
 }
 
 /* Query rows t0 .. t0+nq-1 of one head (q, out rows C apart; k, v rows KVC
- * apart; lse of the head), each key tile transposed once for the block;
- * tiles before the first row's window skipped. */
+ * apart; lse of the head; pos: the row's positions or NULL), each key
+ * tile transposed once for the block; tiles before the first row's first
+ * key skipped. */
 static void attend_block(float *out, float *lse, const float *q, const float *k, const float *v, int t0, int nq,
-			 int W, int C, int KVC, int HS, float scale, float cap)
+			 int W, const int32_t *pos, int C, int KVC, int HS, float scale, float cap)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], m[ATT_QBLOCK], l[ATT_QBLOCK];
 	const int last = t0 + nq - 1;
@@ -219,13 +237,17 @@ static void attend_block(float *out, float *lse, const float *q, const float *k,
 		m[r] = -INFINITY;
 		l[r] = 0.0f;
 	}
-	for (int k0 = window_lo(t0, W) / ATT_TILE * ATT_TILE; k0 <= last; k0 += ATT_TILE) {
+	int lo = first_key(t0, W, pos);
+
+	for (int r = 1; pos && r < nq; r++) /* the block's earliest key (t0's, documents in order) */
+		lo = min_int(lo, first_key(t0 + r, W, pos));
+	for (int k0 = lo / ATT_TILE * ATT_TILE; k0 <= last; k0 += ATT_TILE) {
 		const int nk = min_int(ATT_TILE, last + 1 - k0);
 
 		transpose_tile(kt, k, k0, nk, KVC, HS);
 		for (int r = 0; r < nq; r++) {
 			const int t = t0 + r;
-			const int j0 = max_int(0, window_lo(t, W) - k0);
+			const int j0 = max_int(0, first_key(t, W, pos) - k0);
 			const int n = min_int(nk, t + 1 - k0) - j0;
 
 			if (n <= 0)
@@ -245,7 +267,8 @@ static void attend_block(float *out, float *lse, const float *q, const float *k,
 }
 
 static void attention_forward_tiled(float *out, float *lse, const float *q, const float *k, const float *v,
-				    int B, int T, int C, int NH, int NKV, int W, float scale, float cap)
+				    const int32_t *pos, int B, int T, int C, int NH, int NKV, int W, float scale,
+				    float cap)
 {
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const int NQB = (T + ATT_QBLOCK - 1) / ATT_QBLOCK;
@@ -259,7 +282,8 @@ static void attention_forward_tiled(float *out, float *lse, const float *q, cons
 				const int t0 = qb * ATT_QBLOCK;
 
 				attend_block(out + row0, lse + ((size_t)b * NH + h) * T, q + row0, k + kvhead,
-					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), W, C, KVC, HS, scale, cap);
+					     v + kvhead, t0, min_int(ATT_QBLOCK, T - t0), W,
+					     pos ? pos + (size_t)b * T : NULL, C, KVC, HS, scale, cap);
 			}
 }
 
@@ -273,12 +297,19 @@ void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 				 const float *k, const float *v, int B, int T,
 				 int C, int NH, int NKV, int W, float scale_given, float cap)
 {
+	ferry_cpu_attention_forward_pos(out, lse, q, k, v, NULL, B, T, C, NH, NKV, W, scale_given, cap);
+}
+
+void ferry_cpu_attention_forward_pos(float *out, float *lse, const float *q, const float *k, const float *v,
+				     const int32_t *positions, int B, int T, int C, int NH, int NKV, int W,
+				     float scale_given, float cap)
+{
 	assert(NKV > 0 && NH % NKV == 0 && W >= 0);
 	const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
 	const float scale = score_scale(scale_given, HS);
 
 	if (HS <= ATT_MAX_HS) {
-		attention_forward_tiled(out, lse, q, k, v, B, T, C, NH, NKV, W, scale, cap);
+		attention_forward_tiled(out, lse, q, k, v, positions, B, T, C, NH, NKV, W, scale, cap);
 		return;
 	}
 #pragma omp parallel for collapse(3) schedule(static, 1)
@@ -291,26 +322,28 @@ void ferry_cpu_attention_forward(float *out, float *lse, const float *q,
 						      (size_t)(h / G) * HS;
 				lse[((size_t)b * NH + h) * T + t] = attend_row(
 					out + row, q + row, k + kvhead,
-					v + kvhead, t, W, KVC, HS, scale, cap);
+					v + kvhead, t,
+					first_key(t, W, positions ? positions + (size_t)b * T : NULL), KVC, HS,
+					scale, cap);
 			}
 }
 
 /* Backward of one (b, h) head.  All pointers point at row 0 of batch b, at
  * channel h*HS for the query side (dq, dout, q, out: rows C apart) and at the
  * channels of h's key/value head for the key side (dk, dv, k, v: rows KVC
- * apart).  Gradients may be NULL. */
+ * apart; pos: batch b's positions or NULL).  Gradients may be NULL. */
 static void attend_head_backward(float *dq, float *dk, float *dv,
 				 const float *dout, const float *q,
 				 const float *k, const float *v,
 				 const float *out, const float *lse, int T,
-				 int W, int C, int KVC, int HS, float scale, float cap)
+				 int W, const int32_t *pos, int C, int KVC, int HS, float scale, float cap)
 {
 	for (int t = 0; t < T; t++) {
 		const size_t rt = (size_t)t * C;
 		const float *restrict qt = q + rt;
 		const float *restrict gt = dout + rt;
 		const float Dt = dot(gt, out + rt, HS);
-		for (int t2 = window_lo(t, W); t2 <= t; t2++) {
+		for (int t2 = first_key(t, W, pos); t2 <= t; t2++) {
 			const size_t r2 = (size_t)t2 * KVC;
 			const float *restrict k2 = k + r2;
 			float p, slope = 1.0f; /* d capped score / d score */
@@ -405,10 +438,11 @@ static inline void backward_tile_row(float *dq, float *dk, float *dv, const floa
 
 /* attend_head_backward, key tiles outermost: each tile's k and v are
  * transposed once for every query at or after it whose window reaches it
- * (t < k0 + nk - 1 + W), each row cut to its window. */
+ * (t < k0 + nk - 1 + W) and whose document starts in it or before, each
+ * row cut to its first key. */
 static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const float *dout, const float *q,
 				       const float *k, const float *v, const float *out, const float *lse, int T,
-				       int W, int C, int KVC, int HS, float scale, float cap)
+				       int W, const int32_t *pos, int C, int KVC, int HS, float scale, float cap)
 {
 	float kt[ATT_MAX_HS * ATT_TILE], vt[ATT_MAX_HS * ATT_TILE], s[ATT_TILE], ds[ATT_TILE];
 
@@ -421,7 +455,11 @@ static void attend_head_backward_tiled(float *dq, float *dk, float *dv, const fl
 			transpose_tile(vt, v, k0, nk, KVC, HS);
 		for (int t = k0; t < tend; t++) {
 			const size_t rt = (size_t)t * C;
-			const int j0 = max_int(0, window_lo(t, W) - k0);
+			const int lo = first_key(t, W, pos);
+
+			if (lo >= k0 + nk) /* a later document: so are the rows after it */
+				break;
+			const int j0 = max_int(0, lo - k0);
 
 			backward_tile_row(dq ? dq + rt : NULL, dk, dv, q + rt, dout + rt, dot(dout + rt, out + rt, HS),
 					  lse[t], k, kt + j0, vt + j0, k0 + j0, min_int(nk, t + 1 - k0) - j0, KVC, HS,
@@ -435,6 +473,15 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
 				  int T, int C, int NH, int NKV, int W, float scale_given, float cap)
+{
+	ferry_cpu_attention_backward_pos(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, C, NH, NKV, W,
+					 scale_given, cap);
+}
+
+void ferry_cpu_attention_backward_pos(float *dq, float *dk, float *dv, const float *dout, const float *q,
+				      const float *k, const float *v, const float *out, const float *lse,
+				      const int32_t *positions, int B, int T, int C, int NH, int NKV, int W,
+				      float scale_given, float cap)
 {
 	if (!dq && !dk && !dv)
 		return;
@@ -455,7 +502,7 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 					dv ? dv + okv : NULL, dout + o, q + o,
 					k + okv, v + okv, out + o,
 					lse + ((size_t)b * NH + h) * T, T, W,
-					C, KVC, HS, scale, cap);
+					positions ? positions + (size_t)b * T : NULL, C, KVC, HS, scale, cap);
 			}
 		}
 }

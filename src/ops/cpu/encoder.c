@@ -1,8 +1,11 @@
 /*
  * Token + position embedding.
  *
- *   forward:  out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]
- *   backward: dwte[tokens[b,t], :] += dout[b,t,:];  dwpe[t, :] += dout[b,t,:]
+ *   forward:  out[b,t,:] = wte[tokens[b,t], :] + wpe[p, :]
+ *   backward: dwte[tokens[b,t], :] += dout[b,t,:];  dwpe[p, :] += dout[b,t,:]
+ *
+ * p is t, or with packed documents positions[b,t] (the row's position in
+ * its document).
  *
  * The backward pass is a scatter-add: several (b,t) may hold the same token,
  * so rows of dwte cannot be split between threads.  Instead each thread owns
@@ -32,6 +35,12 @@ void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
 			       const float *wte, const float *wpe, int B, int T,
 			       int C)
 {
+	ferry_cpu_encoder_forward_pos(out, tokens, NULL, wte, wpe, B, T, C);
+}
+
+void ferry_cpu_encoder_forward_pos(float *out, const int32_t *tokens, const int32_t *positions,
+				   const float *wte, const float *wpe, int B, int T, int C)
+{
 	const long N = (long)B * T;
 #pragma omp parallel for schedule(static)
 	for (long n = 0; n < N; n++) {
@@ -41,7 +50,7 @@ void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
 			memcpy(o, e, (size_t)C * sizeof(float));
 			continue;
 		}
-		const float *restrict p = wpe + (size_t)(n % T) * C;
+		const float *restrict p = wpe + (size_t)(positions ? positions[n] : n % T) * C;
 		for (int c = 0; c < C; c++)
 			o[c] = e[c] + p[c];
 	}
@@ -49,6 +58,12 @@ void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
 
 void ferry_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 				const int32_t *tokens, int B, int T, int C)
+{
+	ferry_cpu_encoder_backward_pos(dwte, dwpe, dout, tokens, NULL, B, T, C);
+}
+
+void ferry_cpu_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+				    const int32_t *positions, int B, int T, int C)
 {
 	if (!dwte && !dwpe)
 		return;
@@ -66,7 +81,8 @@ void ferry_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 					g[c] += d[c];
 			}
 			if (dwpe) {
-				float *restrict g = dwpe + (size_t)(n % T) * C;
+				float *restrict g =
+					dwpe + (size_t)(positions ? positions[n] : n % T) * C;
 				for (int c = lo; c < hi; c++)
 					g[c] += d[c];
 			}

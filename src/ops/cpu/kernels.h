@@ -32,6 +32,17 @@ void ferry_cpu_encoder_forward(float *out, const int32_t *tokens,
 void ferry_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
 				const int32_t *tokens, int B, int T, int C);
 
+/* Packed documents (docs/data.md, version 3): the _pos variants of the
+ * encoder, rope and attention take positions[B * T], row (b, t)'s position
+ * in its document (each document's rows count 0, 1, 2, ... along a row);
+ * NULL means t, and then they are their plain forms, bit for bit.  The
+ * encoder reads wpe row positions[b, t], rope turns by positions[b, t], and
+ * attention's query (b, t) sees only the keys of its own document. */
+void ferry_cpu_encoder_forward_pos(float *out, const int32_t *tokens, const int32_t *positions,
+				   const float *wte, const float *wpe, int B, int T, int C);
+void ferry_cpu_encoder_backward_pos(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+				    const int32_t *positions, int B, int T, int C);
+
 /* out = (inp - mean) * rstd * weight + bias per row of C; saves mean[N] and
  * rstd[N] (rstd = 1 / sqrt(var + 1e-5), biased variance). */
 void ferry_cpu_layernorm_forward(float *out, float *mean, float *rstd,
@@ -67,6 +78,14 @@ void ferry_cpu_attention_backward(float *dq, float *dk, float *dv,
 				  const float *k, const float *v,
 				  const float *out, const float *lse, int B,
 				  int T, int C, int NH, int NKV, int W, float scale, float cap);
+/* With positions (NULL: the above): keys t - positions[b, t] .. t only. */
+void ferry_cpu_attention_forward_pos(float *out, float *lse, const float *q, const float *k, const float *v,
+				     const int32_t *positions, int B, int T, int C, int NH, int NKV, int W,
+				     float scale, float cap);
+void ferry_cpu_attention_backward_pos(float *dq, float *dk, float *dv, const float *dout, const float *q,
+				      const float *k, const float *v, const float *out, const float *lse,
+				      const int32_t *positions, int B, int T, int C, int NH, int NKV, int W,
+				      float scale, float cap);
 
 /* RMSNorm (Llama): rstd = 1 / sqrt(mean(x^2) + eps) over each row of C,
  * out = x * rstd * (weight + offset) (no mean, no bias; offset 1 is
@@ -89,6 +108,11 @@ void ferry_cpu_rope_forward(float *out, const float *inp, int B, int T, int NH,
 			    int HS, const struct ferry_rope_freq *rf);
 void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
 			     int NH, int HS, const struct ferry_rope_freq *rf);
+/* With positions (NULL: the above): row (b, t) turns by positions[b, t]. */
+void ferry_cpu_rope_forward_pos(float *out, const float *inp, const int32_t *positions, int B, int T, int NH,
+				int HS, const struct ferry_rope_freq *rf);
+void ferry_cpu_rope_backward_pos(float *dinp, const float *dout, const int32_t *positions, int B, int T,
+				 int NH, int HS, const struct ferry_rope_freq *rf);
 
 /* SwiGLU: out = silu(gate) * up, silu(x) = x * sigmoid(x), n values. */
 void ferry_cpu_swiglu_forward(float *out, const float *gate, const float *up,
@@ -127,13 +151,15 @@ void ferry_cpu_residual_backward(float *da, float *db, const float *dout,
 				 long n);
 
 /* Softmax cross-entropy over the first V of Vp columns (padding columns get
- * probability 0).  losses[i] = -log softmax(logits[i])[targets[i]].
- * probs may alias logits (computed in place). */
+ * probability 0).  losses[i] = -log softmax(logits[i])[targets[i]]; a
+ * target below 0 is not counted: its loss is 0 (its probs are still
+ * written).  probs may alias logits (computed in place). */
 void ferry_cpu_softmax_xent_forward(float *losses, float *probs,
 				    const float *logits, const int32_t *targets,
 				    int N, int V, int Vp);
-/* dlogits = dloss * (probs - onehot(targets)), padding columns 0.  WRITES
- * (does not accumulate); dlogits may alias probs. */
+/* dlogits = dloss * (probs - onehot(targets)), padding columns 0, and a
+ * whole row 0 where its target is below 0.  WRITES (does not accumulate);
+ * dlogits may alias probs. */
 void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
 				     const int32_t *targets, float dloss, int N,
 				     int V, int Vp);

@@ -35,6 +35,12 @@
  * applies to all B x NH heads at t.  No allocation, and each output is
  * written by one thread, so results do not depend on the thread count.  Pairs
  * are processed ROPE_CHUNK at a time so any HS works with fixed-size tables.
+ *
+ * Packed documents: with positions, row (b, t) turns by positions[b, t], its
+ * position in its document.  Rows of one t no longer share an angle, so each
+ * thread takes whole rows (b, t) and builds that row's cos/sin (the same
+ * float angle as a row at t = positions[b, t] without them: a document
+ * packed anywhere turns as it would alone, bit for bit).
  */
 #include "ops/cpu/kernels.h"
 #include "ops/rope_freq.h"
@@ -62,6 +68,55 @@ static void rope_row(float *cs, float *sn, const float *inv, int ni, int t)
 	}
 }
 
+/* The rotation of one row's NH heads (o: channel i0 of head 0) by cs, sn. */
+static inline void rope_heads(float *out, const float *inp, size_t o, int NH, int HS, int ni, const float *cs,
+			      const float *sn, int dir)
+{
+	const int half = HS / 2;
+
+	for (int h = 0; h < NH; h++, o += (size_t)HS) {
+		const float *restrict x1 = inp + o;
+		const float *restrict x2 = x1 + half;
+		float *restrict y1 = out + o;
+		float *restrict y2 = y1 + half;
+		if (dir > 0) {
+#pragma omp simd
+			for (int j = 0; j < ni; j++) {
+				y1[j] = x1[j] * cs[j] - x2[j] * sn[j];
+				y2[j] = x2[j] * cs[j] + x1[j] * sn[j];
+			}
+		} else {
+#pragma omp simd
+			for (int j = 0; j < ni; j++) {
+				y1[j] += x1[j] * cs[j] + x2[j] * sn[j];
+				y2[j] += x2[j] * cs[j] - x1[j] * sn[j];
+			}
+		}
+	}
+}
+
+/* rope_apply with positions: a cos/sin row per (b, t). */
+static void rope_apply_pos(float *out, const float *inp, const int32_t *pos, int B, int T, int NH, int HS,
+			   const struct ferry_rope_freq *rf, int dir)
+{
+	const int half = HS / 2;
+	const size_t C = (size_t)NH * HS;
+	const long N = (long)B * T;
+
+	for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+		const int ni = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
+		float inv[ROPE_CHUNK];
+		rope_inv_freq(inv, i0, ni, HS, rf);
+
+#pragma omp parallel for schedule(static)
+		for (long n = 0; n < N; n++) {
+			float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+			rope_row(cs, sn, inv, ni, pos[n]);
+			rope_heads(out, inp, (size_t)n * C + (size_t)i0, NH, HS, ni, cs, sn, dir);
+		}
+	}
+}
+
 /* dir = +1: forward rotation, out = R x (writes).  dir = -1: backward, out
  * += R^T x (accumulates). */
 static void rope_apply(float *out, const float *inp, int B, int T, int NH,
@@ -80,27 +135,7 @@ static void rope_apply(float *out, const float *inp, int B, int T, int NH,
 			float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
 			rope_row(cs, sn, inv, ni, t);
 			for (int b = 0; b < B; b++)
-				for (int h = 0; h < NH; h++) {
-					const size_t o = ((size_t)b * T + t) * C +
-							 (size_t)h * HS + i0;
-					const float *restrict x1 = inp + o;
-					const float *restrict x2 = x1 + half;
-					float *restrict y1 = out + o;
-					float *restrict y2 = y1 + half;
-					if (dir > 0) {
-#pragma omp simd
-						for (int j = 0; j < ni; j++) {
-							y1[j] = x1[j] * cs[j] - x2[j] * sn[j];
-							y2[j] = x2[j] * cs[j] + x1[j] * sn[j];
-						}
-					} else {
-#pragma omp simd
-						for (int j = 0; j < ni; j++) {
-							y1[j] += x1[j] * cs[j] + x2[j] * sn[j];
-							y2[j] += x2[j] * cs[j] - x1[j] * sn[j];
-						}
-					}
-				}
+				rope_heads(out, inp, ((size_t)b * T + t) * C + (size_t)i0, NH, HS, ni, cs, sn, dir);
 		}
 	}
 }
@@ -117,4 +152,24 @@ void ferry_cpu_rope_backward(float *dinp, const float *dout, int B, int T,
 	if (!dinp)
 		return;
 	rope_apply(dinp, dout, B, T, NH, HS, rf, -1);
+}
+
+void ferry_cpu_rope_forward_pos(float *out, const float *inp, const int32_t *positions, int B, int T, int NH,
+				int HS, const struct ferry_rope_freq *rf)
+{
+	if (positions)
+		rope_apply_pos(out, inp, positions, B, T, NH, HS, rf, 1);
+	else
+		rope_apply(out, inp, B, T, NH, HS, rf, 1);
+}
+
+void ferry_cpu_rope_backward_pos(float *dinp, const float *dout, const int32_t *positions, int B, int T, int NH,
+				 int HS, const struct ferry_rope_freq *rf)
+{
+	if (!dinp)
+		return;
+	if (positions)
+		rope_apply_pos(dinp, dout, positions, B, T, NH, HS, rf, -1);
+	else
+		rope_apply(dinp, dout, B, T, NH, HS, rf, -1);
 }

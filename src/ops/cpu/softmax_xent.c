@@ -10,7 +10,9 @@
  * The loss is computed from log Z rather than from the rounded probability,
  * and Z is accumulated in double.  probs may alias logits (row-wise in-place:
  * the target logit is read before the row is overwritten), and dlogits may
- * alias probs, so neither uses restrict.  Targets must lie in [0, V).
+ * alias probs, so neither uses restrict.  Targets must lie in [0, V), or
+ * below 0: a row not counted (a prompt token of a conversation, issue 38),
+ * its loss 0 and its gradient 0.
  */
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/fastmath.h"
@@ -64,7 +66,7 @@ void ferry_cpu_softmax_xent_forward(float *losses, float *probs,
 		const float *x = logits + (size_t)n * Vp;
 		float *p = probs + (size_t)n * Vp;
 		const float m = row_max(x, V);
-		const float xt = x[targets[n]];
+		const float xt = targets[n] >= 0 ? x[targets[n]] : 0.0f;
 
 		for (int j = 0; j < V; j++)
 			p[j] = fast_expf(x[j] - m);
@@ -74,7 +76,7 @@ void ferry_cpu_softmax_xent_forward(float *losses, float *probs,
 			p[j] *= inv;
 		for (int j = V; j < Vp; j++)
 			p[j] = 0.0f;
-		losses[n] = (float)(log(z) + (double)m - (double)xt);
+		losses[n] = targets[n] >= 0 ? (float)(log(z) + (double)m - (double)xt) : 0.0f;
 	}
 }
 
@@ -86,6 +88,12 @@ void ferry_cpu_softmax_xent_backward(float *dlogits, const float *probs,
 	for (int n = 0; n < N; n++) {
 		const float *p = probs + (size_t)n * Vp;
 		float *g = dlogits + (size_t)n * Vp;
+
+		if (targets[n] < 0) { /* not counted */
+			for (int j = 0; j < Vp; j++)
+				g[j] = 0.0f;
+			continue;
+		}
 		const float pt = p[targets[n]];
 		for (int j = 0; j < V; j++)
 			g[j] = dloss * p[j];
