@@ -550,13 +550,19 @@ static ferry_status seq_of(struct crender *r, const cvalue *in, cvalue *out)
 	return FERRY_OK;
 }
 
+static ferry_status filter_seq(struct crender *r, const struct cnode_s *node, cvalue in,
+			       const cvalue *args, int n_args, const char *const *kw,
+			       const cvalue *kwv, int n_kw, cvalue *out);
+static ferry_status filter_str(struct crender *r, const struct cnode_s *node, cvalue in,
+			       const cvalue *args, int n_args, const char *const *kw,
+			       const cvalue *kwv, int n_kw, cvalue *out);
+
 ferry_status ferry_chat_filter(struct crender *r, const struct cnode_s *node, cvalue in,
 			       const cvalue *args, int n_args, const char *const *kw,
 			       const cvalue *kwv, int n_kw, cvalue *out)
 {
 	const char *f = node->s;
 	size_t fn = node->sn;
-	cvalue seq;
 
 	memset(out, 0, sizeof(*out));
 	if (name_is(f, fn, "safe") || name_is(f, fn, "string")) {
@@ -618,6 +624,18 @@ ferry_status ferry_chat_filter(struct crender *r, const struct cnode_s *node, cv
 		}
 		return FERRY_OK;
 	}
+	return filter_seq(r, node, in, args, n_args, kw, kwv, n_kw, out);
+}
+
+/* Filters of sequences, then of strings. */
+static ferry_status filter_seq(struct crender *r, const struct cnode_s *node, cvalue in,
+			       const cvalue *args, int n_args, const char *const *kw,
+			       const cvalue *kwv, int n_kw, cvalue *out)
+{
+	const char *f = node->s;
+	size_t fn = node->sn;
+	cvalue seq;
+
 	if (name_is(f, fn, "map")) {
 		const cvalue *attr = kwarg(kw, kwv, n_kw, "attribute");
 
@@ -661,7 +679,16 @@ ferry_status ferry_chat_filter(struct crender *r, const struct cnode_s *node, cv
 			return join(r, out, &(cvalue){ .kind = V_STR, .s = "", .n = 0 }, NULL, out);
 		return FERRY_OK;
 	}
-	/* the rest work on strings */
+	return filter_str(r, node, in, args, n_args, kw, kwv, n_kw, out);
+}
+
+static ferry_status filter_str(struct crender *r, const struct cnode_s *node, cvalue in,
+			       const cvalue *args, int n_args, const char *const *kw,
+			       const cvalue *kwv, int n_kw, cvalue *out)
+{
+	const char *f = node->s;
+	size_t fn = node->sn;
+
 	TRY(ferry_chat_to_str(r, &in, &in));
 	if (name_is(f, fn, "trim")) {
 		*out = strip(&in, ARG(0, "chars"), true, true);

@@ -201,12 +201,13 @@ static bool contains(const cvalue *hay, const cvalue *needle, bool *ok)
 	return false;
 }
 
-static ferry_status arith(struct crender *r, const struct cnode_s *n, const cvalue *a,
-			  const cvalue *b, cvalue *out)
+/* ~, and + of strings or lists; *done false for anything else. */
+static ferry_status concat(struct crender *r, const struct cnode_s *n, const cvalue *a,
+			   const cvalue *b, cvalue *out, bool *done)
 {
 	char op = n->s[0];
-	bool two = n->sn == 2;
 
+	*done = true;
 	if (op == '~') {
 		cvalue x, y;
 
@@ -242,6 +243,19 @@ static ferry_status arith(struct crender *r, const struct cnode_s *n, const cval
 			TRY(ferry_chat_list_push(r, out->list, b->list->v[i]));
 		return FERRY_OK;
 	}
+	*done = false;
+	return FERRY_OK;
+}
+
+static ferry_status arith(struct crender *r, const struct cnode_s *n, const cvalue *a,
+			  const cvalue *b, cvalue *out)
+{
+	char op = n->s[0];
+	bool two = n->sn == 2, done;
+
+	TRY(concat(r, n, a, b, out, &done));
+	if (done)
+		return FERRY_OK;
 	if (!is_num(a) || !is_num(b))
 		return ferry_chat_fail(r, n->line, "'%.*s' needs numbers here", (int)n->sn, n->s);
 	bool ints = a->kind != V_FLOAT && b->kind != V_FLOAT;

@@ -256,6 +256,19 @@ static size_t strip_before(const char *s, size_t a, size_t b, bool minus,
 	return b;
 }
 
+/* Past a comment's end from s[*i]; *strip_after: it ended with `-#}`. */
+static ferry_status skip_comment(const char *s, size_t n, size_t *i, int *line, bool *strip_after)
+{
+	for (size_t j = *i; j + 1 < n; j++)
+		if (s[j] == '#' && s[j + 1] == '}') {
+			*strip_after = j > *i && s[j - 1] == '-';
+			*line += count_lines(s + *i, j - *i);
+			*i = j + 2;
+			return FERRY_OK;
+		}
+	return ferry_error(FERRY_ERR_FORMAT, "chat template line %d: a {# comment is not closed", *line);
+}
+
 ferry_status ferry_chat_lex(const char *s, size_t n, struct ctokens *out)
 {
 	size_t i = 0, used = 0;
@@ -298,22 +311,8 @@ ferry_status ferry_chat_lex(const char *s, size_t n, struct ctokens *out)
 		if (st)
 			break;
 		if (kind == '#') {
-			const char *end = NULL;
-
-			for (size_t j = i; j + 1 < n; j++)
-				if (s[j] == '#' && s[j + 1] == '}') {
-					end = s + j;
-					break;
-				}
-			if (!end) {
-				st = ferry_error(FERRY_ERR_FORMAT,
-						 "chat template line %d: a {# comment is not closed", line);
-				break;
-			}
-			skip_ws = end > s + i && end[-1] == '-';
+			st = skip_comment(s, n, &i, &line, &skip_ws);
 			skip_nl = !skip_ws;
-			line += count_lines(s + i, (size_t)(end - (s + i)));
-			i = (size_t)(end - s) + 2;
 			continue;
 		}
 		struct ctoken open = { .kind = kind == '{' ? CT_VAR_BEGIN : CT_BLOCK_BEGIN,
