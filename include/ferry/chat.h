@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "ferry/ferry.h"
+#include "ferry/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,14 @@ ferry_status ferry_chat_render(ferry_chat_t chat, const char *messages_json,
 /* A special token's string from tokenizer_config.json ("eos_token"),
  * NULL when absent. */
 const char *ferry_chat_special(ferry_chat_t chat, const char *name);
+
+/* The tokens that end the assistant's turn, for sampling: the ids of
+ * generation_config.json's eos_token_id (a number or a list) in the
+ * template's directory, else the id in tok of tokenizer_config.json's
+ * eos_token.  Up to cap into ids; returns how many (0: none known), *from
+ * the file they came from. */
+int ferry_chat_stop_ids(ferry_chat_t chat, ferry_tokenizer_t tok, int32_t *ids, int cap,
+			const char **from);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,8 @@ struct ferry_chat {
 	struct ctemplate t;
 	json_t *specials; /* name -> string */
 	char name[512];
+	char dir[4096];   /* the tokenizer directory, "" for a bare source */
+	char gen_config[4200];
 };
 
 static const char *const SPECIALS[] = {
@@ -176,6 +178,8 @@ ferry_status ferry_chat_open(const char *path, ferry_chat_t *out)
 		return ferry_error(FERRY_ERR_NOMEM, "chat template: out of memory");
 	}
 	st = ferry_chat_open_source(src, n, exists(jinja) ? jinja : cfg_path, spec, out);
+	if (!st)
+		snprintf((*out)->dir, sizeof((*out)->dir), "%s", dir);
 	free(src);
 	free(spec);
 	return st;
@@ -310,4 +314,40 @@ ferry_status ferry_chat_render(ferry_chat_t c, const char *messages_json, long n
 				    gen, out, len);
 	json_decref(msgs);
 	return st;
+}
+
+int ferry_chat_stop_ids(ferry_chat_t c, ferry_tokenizer_t tok, int32_t *ids, int cap,
+			const char **from)
+{
+	const char *eos = ferry_chat_special(c, "eos_token");
+	json_t *gen = NULL, *v;
+	int n = 0;
+
+	*from = NULL;
+	if (*c->dir) {
+		snprintf(c->gen_config, sizeof(c->gen_config), "%s/generation_config.json", c->dir);
+		if (exists(c->gen_config))
+			gen = json_load_file(c->gen_config, 0, NULL);
+	}
+	v = json_object_get(gen, "eos_token_id");
+	if (json_is_integer(v) && cap > 0) {
+		ids[n++] = (int32_t)json_integer_value(v);
+	} else if (json_is_array(v)) {
+		size_t i;
+		json_t *x;
+
+		json_array_foreach(v, i, x)
+			if (json_is_integer(x) && n < cap)
+				ids[n++] = (int32_t)json_integer_value(x);
+	}
+	json_decref(gen);
+	if (n) {
+		*from = c->gen_config;
+		return n;
+	}
+	if (eos && cap > 0 && ferry_tokenizer_token_id(tok, eos) >= 0) {
+		ids[n++] = ferry_tokenizer_token_id(tok, eos);
+		*from = "tokenizer_config.json's eos_token";
+	}
+	return n;
 }
