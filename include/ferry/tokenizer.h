@@ -94,7 +94,9 @@ struct ferry_token_span {
  * token's text lies in text (*spans: one per token appended, malloc'd,
  * free()): tokens are back to back and cover the input; whitespace an
  * added token's lstrip or rstrip takes belongs to it, and the space a
- * Metaspace or Prepend normalizer adds belongs to no input byte.  A
+ * Metaspace or Prepend normalizer adds belongs to no input byte (a token
+ * of it alone covers the previous token's bytes when adjacent, else the
+ * next character, as `tokenizers` aligns it).  A
  * normalizer that rewrites the text otherwise (lowercasing, NFKC changes)
  * is FERRY_ERR_UNSUPPORTED. */
 ferry_status ferry_tokenizer_encode_offsets(ferry_tokenizer_t tok, const char *text,

@@ -41,6 +41,24 @@ static ferry_status token_bytes(ferry_tokenizer_t tok, int32_t id, char **own, c
 	return st;
 }
 
+/* A token of no input bytes (a Metaspace or Prepend normalizer's '▁'
+ * before a space another token holds) covers what its neighbour does, as
+ * `tokenizers` aligns an added character with the input character it
+ * stands before: the previous token's bytes when that token ends here,
+ * else the next character. */
+static void zero_width(struct ferry_token_span *sp, size_t i, const char *text, size_t len)
+{
+	size_t at = sp[i].start, n = at < len ? 1 : 0;
+
+	if (i > 0 && sp[i - 1].end == at) {
+		sp[i] = sp[i - 1];
+		return;
+	}
+	while (at + n < len && ((unsigned char)text[at + n] & 0xC0) == 0x80)
+		n++;
+	sp[i].end = at + n;
+}
+
 ferry_status ferry_tokenizer_encode_offsets(ferry_tokenizer_t tok, const char *text, size_t len,
 					    struct ferry_token_buf *out,
 					    struct ferry_token_span **spans)
@@ -82,6 +100,8 @@ ferry_status ferry_tokenizer_encode_offsets(ferry_tokenizer_t tok, const char *t
 		}
 		free(own);
 		at = s->end;
+		if (!st && s->start == s->end) /* all its bytes added: as tokenizers aligns them */
+			zero_width(sp, i - first, text, len);
 	}
 	/* whitespace an rstrip swallowed at the very end */
 	if (!st && at < len && out->n > first) {

@@ -201,7 +201,33 @@ FAMILIES = {
     "mistral": (MISTRAL, "<s>", "</s>"),
     "gemma": (GEMMA, "<bos>", "<end_of_turn>"),
     "phi3": (PHI3, None, "<|end|>"),
+    "mistral_sp": (MISTRAL, "<s>", "</s>"),  # with a SentencePiece-style tokenizer
 }
+
+
+def sentencepiece_style():
+    """A Llama-2/Mistral-style tokenizer.json: Prepend and Replace to '▁',
+    byte fallback, a few merges; [INST] and [/INST] special."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "[INST]": 3, "[/INST]": 4}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    merges = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("a", "t"), ("c", "h"), ("ch", "at")]
+    for t in ["▁"] + list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,!?'") + [a + b for a, b in merges]:
+        vocab.setdefault(t, len(vocab))
+    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for t in ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"]]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+            "pre_tokenizer": None, "post_processor": None,
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+                      "ignore_merges": False, "vocab": vocab, "merges": [list(m) for m in merges]}}
 
 CONVS = [
     {"messages": [{"role": "system", "content": "  You are terse.  "},
@@ -243,7 +269,10 @@ def setup(d):
     for fam, (tmpl, bos, eos) in FAMILIES.items():
         p = os.path.join(d, fam)
         os.makedirs(p, exist_ok=True)
-        tok.save(os.path.join(p, "tokenizer.json"))
+        if fam.endswith("_sp"):
+            json.dump(sentencepiece_style(), open(os.path.join(p, "tokenizer.json"), "w"), ensure_ascii=False)
+        else:
+            tok.save(os.path.join(p, "tokenizer.json"))
         cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos,
                "model_max_length": 4096}
         if bos:

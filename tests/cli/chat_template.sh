@@ -7,14 +7,16 @@
 # `ferry data --chat --render` and through apply_chat_template(tokenize=
 # False), with and without add_generation_prompt: the same bytes.  Then
 # `ferry data --chat` writes version-3 shards whose ids and target flags are
-# those the same rule gives with `tokenizers`' offsets.  Skipped (77)
+# those the same rule gives with `tokenizers`' offsets (byte-level, and for
+# mistral_sp a SentencePiece-style tokenizer: Prepend/Replace to '▁', byte
+# fallback).  Skipped (77)
 # without a python that imports transformers.
 . "$(dirname "$0")/lib.bash"
 REF=$(cd "$(dirname "$0")/../chat" && pwd)/chat_ref.py
 
 if ref_python transformers tokenizers jinja2; then
 	"$REF_PY" "$REF" setup . && "$REF_PY" "$REF" all . 2>ref_err.txt || { fail "the reference"; cat ref_err.txt >&2; }
-	for fam in llama3 qwen25 qwen3 mistral gemma phi3; do
+	for fam in llama3 qwen25 qwen3 mistral gemma phi3 mistral_sp; do
 		for g in 0 1; do
 			checks=$((checks + 1))
 			flag=; [ $g = 1 ] && flag=--generation-prompt
