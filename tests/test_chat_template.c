@@ -87,6 +87,9 @@ int main(void)
 	render_is("{{ messages|selectattr('role', 'equalto', 'user')|list|length }}"
 		  "{{ messages|map(attribute='role')|join(',') }} {{ [1, 'a']|join('-') }}"
 		  " {{ x|default('d') }} {{ ''|default('e', true) }}", false, "1system,user,assistant 1-a d e", NULL);
+	render_is("{{ ['a', 'code', 'b']|reject('equalto', 'code')|join(', ') }} {{ [0, 1, 2]|select|list }}"
+		  " {{ messages|rejectattr('role', 'in', ['user', 'system'])|map(attribute='role')|list }}", false,
+		  "a, b [1, 2] ['assistant']", NULL);
 	/* tojson: transformers' json.dumps(ensure_ascii=False) */
 	render_is("{{ messages[1]|tojson }} {{ {'a': [1, 2.5, none, true]}|tojson }} {{ 'q\"\\n'|tojson }}",
 		  false, "{\"role\": \"user\", \"content\": \"Héllo wörld\"} {\"a\": [1, 2.5, null, true]} \"q\\\"\\n\"",

@@ -52,7 +52,7 @@ static bool in_names(const char *s, size_t n, const char *const *names)
 static const char *const FILTERS[] = {
 	"trim", "tojson", "length", "count", "upper", "lower", "capitalize", "title",
 	"string", "join", "default", "d", "items", "first", "last", "selectattr",
-	"rejectattr", "map", "list", "reverse", "replace", "int", "float", "abs",
+	"rejectattr", "select", "reject", "map", "list", "reverse", "replace", "int", "float", "abs",
 	"safe", NULL
 };
 
@@ -498,30 +498,36 @@ ferry_status ferry_chat_call(struct crender *r, int line, const cvalue *fn, cons
 
 /* ---- filters ---- */
 
-static ferry_status select_attr(struct crender *r, const struct cnode_s *node, const cvalue *in,
-				const cvalue *args, int n_args, bool reject, cvalue *out)
+/* select/reject (attr false: the items themselves pass the test) and
+ * selectattr/rejectattr (attr: the items' attribute args[0] does). */
+static ferry_status select_items(struct crender *r, const struct cnode_s *node, const cvalue *in,
+				 const cvalue *args, int n_args, bool attr, bool reject, cvalue *out)
 {
+	int t = attr ? 1 : 0;
+
 	*out = ferry_chat_new_list(r);
 	if (!out->list)
 		return NOMEM;
-	if (in->kind != V_LIST || n_args < 1 || args[0].kind != V_STR)
-		return ferry_chat_fail(r, node->line, "selectattr/rejectattr need a list and an attribute name");
+	if (in->kind != V_LIST || (attr && (n_args < 1 || args[0].kind != V_STR)))
+		return ferry_chat_fail(r, node->line, "select/reject need a list%s",
+				       attr ? " and an attribute name" : "");
 	for (size_t i = 0; i < in->list->n; i++) {
 		const cvalue *item = &in->list->v[i];
-		const cvalue *a = item->kind == V_DICT ? ferry_chat_dict_get(item->dict, args[0].s, args[0].n) : NULL;
+		const cvalue *a = !attr ? item : item->kind == V_DICT ?
+			ferry_chat_dict_get(item->dict, args[0].s, args[0].n) : NULL;
 		cvalue v = { .kind = V_UNDEF };
 		bool keep;
 
 		if (a)
 			v = *a;
-		if (n_args >= 2) {
+		if (n_args > t) {
 			struct cnode_s test = *node;
 
-			if (args[1].kind != V_STR || !ferry_chat_known_test(args[1].s, args[1].n))
-				return ferry_chat_fail(r, node->line, "selectattr: a test outside the subset");
-			test.s = args[1].s;
-			test.sn = args[1].n;
-			TRY(ferry_chat_test(r, &test, v, args + 2, n_args - 2, &keep));
+			if (args[t].kind != V_STR || !ferry_chat_known_test(args[t].s, args[t].n))
+				return ferry_chat_fail(r, node->line, "select/reject: a test outside the subset");
+			test.s = args[t].s;
+			test.sn = args[t].n;
+			TRY(ferry_chat_test(r, &test, v, args + t + 1, n_args - t - 1, &keep));
 		} else {
 			keep = ferry_chat_truthy(&v);
 		}
@@ -601,8 +607,9 @@ ferry_status ferry_chat_filter(struct crender *r, const struct cnode_s *node, cv
 		return in.kind == V_UNDEF ? items_of(r, &in, 0, out)
 		       : in.kind == V_DICT ? items_of(r, &in, 0, out)
 		       : ferry_chat_fail(r, node->line, "items of something that is not a mapping");
-	if (name_is(f, fn, "selectattr") || name_is(f, fn, "rejectattr"))
-		return select_attr(r, node, &in, args, n_args, f[0] == 'r', out);
+	if (name_is(f, fn, "selectattr") || name_is(f, fn, "rejectattr") || name_is(f, fn, "select") ||
+	    name_is(f, fn, "reject"))
+		return select_items(r, node, &in, args, n_args, fn > 6, f[0] == 'r', out);
 	if (name_is(f, fn, "int") || name_is(f, fn, "float") || name_is(f, fn, "abs")) {
 		double x = in.kind == V_FLOAT ? in.f : in.kind == V_INT || in.kind == V_BOOL ? (double)in.i
 			   : in.kind == V_STR ? strtod(ferry_chat_str(r, in.s, in.n).s, NULL) : 0;
