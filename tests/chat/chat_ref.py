@@ -171,7 +171,11 @@ GEMMA = """{{ bos_token }}
         {%- set role = message['role'] -%}
     {%- endif -%}
     {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else "") }}
-    {{ message['content'] | trim }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- else -%}
+        {{ raise_exception("Only text content in this test") }}
+    {%- endif -%}
     {{ '<end_of_turn>\\n' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
