@@ -64,6 +64,8 @@ mkdir macro && cp tok/tokenizer.json macro/
 printf '{"chat_template": "a\\n{%% macro m() %%}x{%% endmacro %%}"}' >macro/tokenizer_config.json
 expect_error "a template outside the subset" "line 2: 'macro' is outside the subset ferry interprets" \
 	"$FERRY" data --chat --tokenizer macro --out out/c good.jsonl
+expect_error "--text-field with --chat" "--doc-sep and --text-field do not apply" \
+	"$FERRY" data --chat --tokenizer tok --text-field x --out out/c good.jsonl
 checks=$((checks + 1))
 if [ "$(cat out/c_* | md5sum)" = "$before" ] && ! ls out | grep -q tmp; then
 	echo "ok: the failed runs left out/c as it was"

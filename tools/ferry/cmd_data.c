@@ -470,6 +470,11 @@ static int data_chat(struct data_args *d, const char *const *files, int n_files)
 	st = ferry_data_from_chat(files, n_files, opts, chat, &stats);
 	interrupt_restore();
 	ferry_chat_free(chat);
+	if (st && interrupt_signal()) {
+		fprintf(stderr, "ferry data: stopped by %s; its temporaries removed, %s's shards as they were\n",
+			interrupt_name(interrupt_signal()), opts->out_prefix);
+		return 128 + interrupt_signal();
+	}
 	if (st) {
 		fprintf(stderr, "ferry data: %s (nothing written)\n", ferry_last_error());
 		return 1;
@@ -514,6 +519,10 @@ int cmd_data(int argc, char **argv)
 	if (d.chat) {
 		if (!d.n_args || (!(d.sep_given & 2) && !d.render)) {
 			fprintf(stderr, "ferry data: --chat needs FILEs and --out PREFIX\n");
+			goto out;
+		}
+		if ((d.sep_given & 1) || d.opts.text_field) {
+			fprintf(stderr, "ferry data: --chat reads whole conversations: --doc-sep and --text-field do not apply\n");
 			goto out;
 		}
 		rc = data_chat(&d, d.args, d.n_args);
