@@ -70,6 +70,7 @@ int main(void)
 	render_is("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 * 3 + 1 }} {{ 1 ~ 2 }}"
 		  " {{ 'a' + 'b' }} {{ not 0 }} {{ 0 or 'x' }} {{ 1 and 2 }} {{ 1.0 }} {{ 1e20 }} {{ 0.1 + 0.2 }}",
 		  false, "3 -4 1 2 3.5 7 12 ab True x 2 1.0 1e+20 0.30000000000000004", NULL);
+	render_is("{{ '-' * 3 }}{{ 2 * 'ab' }}[{{ 'x' * 0 }}]", false, "---abab[]", NULL);
 	render_is("{{ 'yes' if messages|length > 2 else 'no' }}[{{ 'x' if false }}]", false, "yes[]", NULL);
 	/* strings: methods, slicing, filters */
 	render_is("{{ messages[0].content|trim }}|{{ messages[0].content.strip() }}|{{ 'xxaxx'.strip('x') }}|"

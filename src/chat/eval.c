@@ -243,6 +243,26 @@ static ferry_status concat(struct crender *r, const struct cnode_s *n, const cva
 			TRY(ferry_chat_list_push(r, out->list, b->list->v[i]));
 		return FERRY_OK;
 	}
+	if (op == '*' && n->sn == 1 && ((a->kind == V_STR && b->kind == V_INT) ||
+					(a->kind == V_INT && b->kind == V_STR))) {
+		const cvalue *str = a->kind == V_STR ? a : b;
+		long long k = a->kind == V_INT ? a->i : b->i;
+		char *o;
+
+		if (k < 0)
+			k = 0;
+		if (str->n && (unsigned long long)k > (1ull << 30) / str->n)
+			return ferry_chat_fail(r, n->line, "a string repeated past 1 GiB");
+		o = ferry_chat_alloc(r, str->n * (size_t)k + 1);
+		if (!o)
+			return NOMEM(r);
+		for (long long i = 0; i < k; i++)
+			memcpy(o + (size_t)i * str->n, str->s, str->n);
+		*out = ferry_chat_cstr("");
+		out->s = o;
+		out->n = str->n * (size_t)k;
+		return FERRY_OK;
+	}
 	*done = false;
 	return FERRY_OK;
 }
