@@ -611,8 +611,13 @@ ferry_status ferry_chat_filter(struct crender *r, const struct cnode_s *node, cv
 	    name_is(f, fn, "reject"))
 		return select_items(r, node, &in, args, n_args, fn > 6, f[0] == 'r', out);
 	if (name_is(f, fn, "int") || name_is(f, fn, "float") || name_is(f, fn, "abs")) {
-		double x = in.kind == V_FLOAT ? in.f : in.kind == V_INT || in.kind == V_BOOL ? (double)in.i
-			   : in.kind == V_STR ? strtod(ferry_chat_str(r, in.s, in.n).s, NULL) : 0;
+		char num[64];
+		double x = in.kind == V_FLOAT ? in.f : in.kind == V_INT || in.kind == V_BOOL ? (double)in.i : 0;
+
+		if (in.kind == V_STR) {
+			snprintf(num, sizeof(num), "%.*s", (int)(in.n < 63 ? in.n : 63), in.s);
+			x = strtod(num, NULL);
+		}
 
 		if (f[0] == 'a') {
 			if (in.kind != V_INT && in.kind != V_FLOAT)

@@ -78,10 +78,7 @@ struct ctemplate {
 	char *src;		/* owned copy the tokens point into */
 	struct ctokens toks;
 	struct cnode_s *root;
-	/* every node, for freeing */
-	struct cnode_s **nodes;
-	size_t n_nodes, cap_nodes;
-	void **allocs;		/* kid and kw arrays */
+	void **allocs;		/* every node and array of the tree, for freeing */
 	size_t n_allocs, cap_allocs;
 };
 
