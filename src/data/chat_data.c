@@ -5,7 +5,8 @@
  * ferry's own (the template writes them), and masked: the span of
  * assistant message i runs from the end of the rendering of messages[:i]
  * with the generation prompt to the end of the rendering of
- * messages[:i+1], and a token is a target when its text lies wholly in a
+ * messages[:i+1] (clipped where that rendering stops agreeing with the
+ * whole: spans_of), and a token is a target when its text lies wholly in a
  * span (a token straddling a span's edge is not).  Each conversation is one
  * document, never split across shards.  Shards are temporaries until every
  * record was read, so a bad record leaves nothing written.
@@ -93,41 +94,61 @@ static ferry_status render(struct chat_run *c, json_t *msgs, size_t n, bool gen,
 	return FERRY_OK;
 }
 
-/* The assistant spans of msgs within text (byte offsets). */
-static ferry_status spans_of(struct chat_run *c, json_t *msgs, size_t text_len, struct span *sp,
-			     size_t *n_sp)
+/* The assistant spans of msgs within text (byte offsets): from the end of
+ * messages[:i] rendered with the generation prompt to the end of
+ * messages[:i+1] rendered, that end clipped to where that rendering stops
+ * agreeing with the whole conversation's (Phi-3 writes an EOS after the
+ * last turn only; Qwen 3 drops the reasoning of turns before the last
+ * user message): an empty span then, never another turn's bytes. */
+static ferry_status spans_of(struct chat_run *c, json_t *msgs, const char *text, size_t text_len,
+			     struct span *sp, size_t *n_sp)
 {
 	ferry_status st = FERRY_OK;
+	size_t turns = 0;
 
 	*n_sp = 0;
 	for (size_t i = 0; i < json_array_size(msgs) && !st; i++) {
 		char *a = NULL, *b = NULL;
-		size_t la, lb;
+		size_t la, lb, same = 0;
 
 		if (!is_assistant(json_array_get(msgs, i)))
 			continue;
+		turns++;
 		la = 0; /* nothing before a first message (templates may index messages[0]) */
 		if (i)
 			st = render(c, msgs, i, true, &a, &la);
 		if (!st)
 			st = render(c, msgs, i + 1, false, &b, &lb);
-		if (!st && (lb < la || lb > text_len))
-			st = ferry_error(FERRY_ERR_INVALID,
-					 "%s:%ld: assistant message %zu: its span [%zu, %zu) does not fit the conversation's %zu bytes (the template renders a conversation's start differently from the whole)",
-					 c->path, c->line, i, la, lb, text_len);
-		if (!st)
-			sp[(*n_sp)++] = (struct span){ la, lb };
+		while (!st && same < lb && same < text_len && b[same] == text[same])
+			same++;
+		if (!st && same > la)
+			sp[(*n_sp)++] = (struct span){ la, same };
 		free(a);
 		free(b);
 	}
-	if (!st && !*n_sp)
+	if (!st && !turns)
 		st = ferry_error(FERRY_ERR_INVALID, "%s:%ld: the conversation has no assistant turn (nothing to train on)",
 				 c->path, c->line);
 	return st;
 }
 
-static ferry_status write_doc(struct chat_run *c, const struct ferry_token_buf *ids,
-			      const struct ferry_token_span *tsp, const struct span *sp, size_t n_sp)
+/* Each token's flags; the number of targets. */
+static size_t flags_of(const struct ferry_token_buf *ids, const struct ferry_token_span *tsp,
+		       const struct span *sp, size_t n_sp, uint8_t *flags)
+{
+	size_t targets = 0;
+
+	for (size_t i = 0; i < ids->n; i++) {
+		flags[i] = i == 0 ? FERRY_TOKEN_DOC_START : 0;
+		for (size_t k = 0; k < n_sp; k++)
+			if (tsp[i].start >= sp[k].start && tsp[i].end <= sp[k].end && tsp[i].end > tsp[i].start)
+				flags[i] |= FERRY_TOKEN_TARGET;
+		targets += flags[i] & FERRY_TOKEN_TARGET;
+	}
+	return targets;
+}
+
+static ferry_status write_doc(struct chat_run *c, const struct ferry_token_buf *ids, const uint8_t *flags)
 {
 	struct ferry_shard_writer *w;
 	ferry_status st = FERRY_OK;
@@ -137,14 +158,8 @@ static ferry_status write_doc(struct chat_run *c, const struct ferry_token_buf *
 	/* a document never straddles two shards */
 	if (w->f && w->in_shard + (long)ids->n > w->shard_tokens)
 		st = ferry_shard_writer_close(w);
-	for (size_t i = 0; i < ids->n && !st; i++) {
-		uint8_t f = i == 0 ? FERRY_TOKEN_DOC_START : 0;
-
-		for (size_t k = 0; k < n_sp; k++)
-			if (tsp[i].start >= sp[k].start && tsp[i].end <= sp[k].end && tsp[i].end > tsp[i].start)
-				f |= FERRY_TOKEN_TARGET;
-		st = ferry_shard_writer_put_flagged(w, (uint32_t)ids->ids[i], f);
-	}
+	for (size_t i = 0; i < ids->n && !st; i++)
+		st = ferry_shard_writer_put_flagged(w, (uint32_t)ids->ids[i], flags[i]);
 	return st;
 }
 
@@ -155,9 +170,10 @@ static ferry_status one_record(struct chat_run *c, const char *line, size_t n)
 	char *text = NULL;
 	size_t len;
 	struct span *sp = NULL;
-	size_t n_sp;
+	size_t n_sp = 0;
 	struct ferry_token_buf ids = { 0 };
 	struct ferry_token_span *tsp = NULL;
+	uint8_t *flags = NULL;
 	ferry_status st;
 
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
@@ -180,7 +196,7 @@ static ferry_status one_record(struct chat_run *c, const char *line, size_t n)
 	}
 	if (!st) {
 		sp = malloc((json_array_size(msgs) + 1) * sizeof(*sp));
-		st = sp ? spans_of(c, msgs, len, sp, &n_sp) : ferry_error(FERRY_ERR_NOMEM, "out of memory");
+		st = sp ? spans_of(c, msgs, text, len, sp, &n_sp) : ferry_error(FERRY_ERR_NOMEM, "out of memory");
 	}
 	if (!st) {
 		st = ferry_tokenizer_encode_offsets(c->opts->tokenizer, text, len, &ids, &tsp);
@@ -193,9 +209,19 @@ static ferry_status one_record(struct chat_run *c, const char *line, size_t n)
 	}
 	if (!st && !ids.n)
 		st = ferry_error(FERRY_ERR_INVALID, "%s:%ld: the conversation renders to no tokens", c->path, c->line);
+	if (!st) {
+		flags = malloc(ids.n);
+		if (!flags)
+			st = ferry_error(FERRY_ERR_NOMEM, "out of memory");
+		else if (!flags_of(&ids, tsp, sp, n_sp, flags))
+			st = ferry_error(FERRY_ERR_INVALID,
+					 "%s:%ld: no token lies in an assistant span (the template renders each assistant turn differently within the whole conversation)",
+					 c->path, c->line);
+	}
 	if (!st)
-		st = write_doc(c, &ids, tsp, sp, n_sp);
+		st = write_doc(c, &ids, flags);
 out:
+	free(flags);
 	free(tsp);
 	ferry_token_buf_free(&ids);
 	free(sp);

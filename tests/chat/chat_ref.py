@@ -320,8 +320,12 @@ def masks(d, fam, out):
             if m["role"] != "assistant":
                 continue
             a = tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True) if i else ""
-            b = tok.apply_chat_template(msgs[:i + 1], tokenize=False)
-            spans.append((len(a.encode()), len(b.encode())))
+            b = tok.apply_chat_template(msgs[:i + 1], tokenize=False).encode()
+            full = text.encode()
+            same = 0  # where b stops agreeing with the whole conversation
+            while same < len(b) and same < len(full) and b[same] == full[same]:
+                same += 1
+            spans.append((len(a.encode()), same))
         enc = tok.backend_tokenizer.encode(text, add_special_tokens=False)
         byte_at = [0]
         for ch in text:

@@ -64,6 +64,15 @@ mkdir macro && cp tok/tokenizer.json macro/
 printf '{"chat_template": "a\\n{%% macro m() %%}x{%% endmacro %%}"}' >macro/tokenizer_config.json
 expect_error "a template outside the subset" "line 2: 'macro' is outside the subset ferry interprets" \
 	"$FERRY" data --chat --tokenizer macro --out out/c good.jsonl
+# an assistant turn the whole conversation renders otherwise: its span stops
+# where the renderings part, and a conversation left with no target is refused
+mkdir rewrite && cp tok/tokenizer.json rewrite/
+cat >rewrite/tokenizer_config.json <<'JSON'
+{"chat_template": "{%- for m in messages %}{{ m.role }}:{% if m.role == 'assistant' and not loop.last %}(old){% else %}{{ m.content }}{% endif %}\n{% endfor %}{%- if add_generation_prompt %}assistant:{% endif %}"}
+JSON
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}, {"role": "user", "content": "bye"}]}\n' >rewritten.jsonl
+expect_error "no token in an assistant span" "rewritten.jsonl:1: no token lies in an assistant span" \
+	"$FERRY" data --chat --tokenizer rewrite --out out/c rewritten.jsonl
 expect_error "--text-field with --chat" "--doc-sep and --text-field do not apply" \
 	"$FERRY" data --chat --tokenizer tok --text-field x --out out/c good.jsonl
 checks=$((checks + 1))
