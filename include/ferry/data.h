@@ -29,6 +29,7 @@
 #include <stdbool.h>
 
 #include "ferry/ferry.h"
+#include "ferry/chat.h"
 #include "ferry/tokenizer.h"
 
 #ifdef __cplusplus
@@ -191,6 +192,26 @@ struct ferry_data_stats {
 ferry_status ferry_data_from_text(const char *const *paths, int n_paths,
 				  const struct ferry_data_opts *opts,
 				  struct ferry_data_stats *stats)
+	FERRY_MUST_CHECK;
+
+/* Conversations into version-3 shards (docs/data.md, "Conversations"):
+ * JSON Lines files (plain, .gz, .zst) of {"messages": [...]} or
+ * {"prompt", "completion"} records, each rendered whole by chat, tokenized
+ * whole by opts->tokenizer with no special tokens added, its assistant
+ * spans' tokens marked FERRY_TOKEN_TARGET and its first token
+ * FERRY_TOKEN_DOC_START.  Uses opts' out_prefix, val_fraction,
+ * shard_tokens (a shard holds whole conversations: one longer than
+ * shard_tokens has a shard of its own), tokenizer and stop.  A bad record
+ * (not JSON, no messages, a template's raise_exception, no assistant turn)
+ * fails naming FILE:LINE and leaves nothing written. */
+ferry_status ferry_data_from_chat(const char *const *paths, int n_paths,
+				  const struct ferry_data_opts *opts, ferry_chat_t chat,
+				  struct ferry_data_stats *stats) FERRY_MUST_CHECK;
+/* Each record's rendering (with or without the generation prompt) to
+ * each(), in input order; errors as ferry_data_from_chat's. */
+ferry_status ferry_chat_each(const char *const *paths, int n_paths, ferry_chat_t chat,
+			     bool add_generation_prompt,
+			     void (*each)(void *ctx, const char *text, size_t len), void *ctx)
 	FERRY_MUST_CHECK;
 
 #ifdef __cplusplus

@@ -85,6 +85,25 @@ ferry_status ferry_tokenizer_encode(ferry_tokenizer_t tok, const char *text,
 				    struct ferry_token_buf *out)
 	FERRY_MUST_CHECK;
 
+/* Where a token's text lies in the input: bytes [start, end). */
+struct ferry_token_span {
+	size_t start, end;
+};
+
+/* ferry_tokenizer_encode without special tokens, and where each appended
+ * token's text lies in text (*spans: one per token appended, malloc'd,
+ * free()): tokens are back to back and cover the input; whitespace an
+ * added token's lstrip or rstrip takes belongs to it, and the space a
+ * Metaspace or Prepend normalizer adds belongs to no input byte (a token
+ * of it alone covers the previous token's bytes when adjacent, else the
+ * next character, as `tokenizers` aligns it).  A
+ * normalizer that rewrites the text otherwise (lowercasing, NFKC changes)
+ * is FERRY_ERR_UNSUPPORTED. */
+ferry_status ferry_tokenizer_encode_offsets(ferry_tokenizer_t tok, const char *text,
+					    size_t len, struct ferry_token_buf *out,
+					    struct ferry_token_span **spans)
+	FERRY_MUST_CHECK;
+
 /* Decodes n ids into *out (allocated, NUL-terminated; free with
  * ferry_tokenizer_text_free), *len its length without the NUL.
  * skip_special leaves special tokens out (HF's skip_special_tokens).  An

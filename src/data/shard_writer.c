@@ -113,8 +113,14 @@ ferry_status ferry_shard_writer_close(struct ferry_shard_writer *w)
 	st = writer_flush(w);
 	if (st)
 		goto fail;
+	if (w->flags && w->in_shard &&
+	    fwrite(w->flag, 1, (size_t)w->in_shard, w->f) != (size_t)w->in_shard) {
+		st = ferry_error(FERRY_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
+		goto fail;
+	}
 	hdr[0] = FERRY_SHARD_MAGIC;
-	hdr[1] = w->width == 4 ? FERRY_SHARD_VERSION_U32 : FERRY_SHARD_VERSION;
+	hdr[1] = w->flags ? FERRY_SHARD_VERSION_DOCS
+		 : w->width == 4 ? FERRY_SHARD_VERSION_U32 : FERRY_SHARD_VERSION;
 	hdr[2] = (int32_t)w->in_shard;
 	if (fseek(w->f, 0, SEEK_SET) != 0 ||
 	    fwrite(hdr, sizeof(hdr), 1, w->f) != 1 || fflush(w->f) != 0) {
@@ -159,9 +165,27 @@ ferry_status ferry_shard_writer_put(struct ferry_shard_writer *w, uint32_t tok)
 		if (st)
 			return st;
 	}
-	if (w->in_shard == w->shard_tokens)
+	if (w->in_shard == w->shard_tokens && !w->flags)
 		return ferry_shard_writer_close(w);
 	return FERRY_OK;
+}
+
+ferry_status ferry_shard_writer_put_flagged(struct ferry_shard_writer *w, uint32_t tok,
+					    uint8_t flags)
+{
+	long at = w->f ? w->in_shard : 0;
+
+	if (at == w->flag_cap) {
+		long cap = w->flag_cap ? 2 * w->flag_cap : 65536;
+		uint8_t *p = realloc(w->flag, (size_t)cap);
+
+		if (!p)
+			return ferry_error(FERRY_ERR_NOMEM, "out of memory for a shard's token flags");
+		w->flag = p;
+		w->flag_cap = cap;
+	}
+	w->flag[at] = flags;
+	return ferry_shard_writer_put(w, tok);
 }
 
 /* Removes this run's temporaries: the open shard's and the completed ones. */

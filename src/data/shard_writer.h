@@ -2,7 +2,8 @@
  * Internal: one split (train or val) of a corpus being written as token
  * shards, buffered, each shard a temporary until the whole corpus is done
  * (see text_to_shards.c for the rules).  Tokens are uint16 (shard version
- * 1) or uint32 (version 2), by the width the caller sets.
+ * 1) or uint32 (version 2), by the width the caller sets; with flags set,
+ * version 3: uint32 ids, then a flags byte per token (docs/data.md).
  */
 #ifndef FERRY_DATA_SHARD_WRITER_H
 #define FERRY_DATA_SHARD_WRITER_H
@@ -10,10 +11,20 @@
 #include "ferry/ferry.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #define FERRY_SHARD_WRITE_BUF 8192
+
+/* Shard version 3 and its token flags (docs/data.md). */
+#ifndef FERRY_SHARD_VERSION_DOCS
+#define FERRY_SHARD_VERSION_DOCS 3
+#endif
+#ifndef FERRY_TOKEN_TARGET
+#define FERRY_TOKEN_TARGET 1u
+#define FERRY_TOKEN_DOC_START 2u
+#endif
 
 struct ferry_shard_writer {
 	const char *prefix;
@@ -29,12 +40,21 @@ struct ferry_shard_writer {
 	/* Optional: asked before each write; nonzero stops the run. */
 	int (*stop)(void *ctx);
 	void *stop_ctx;
+	/* Version 3: the open shard's flags, written after its ids at close;
+	 * a shard is closed only by ferry_shard_writer_close (documents
+	 * never straddle shards). */
+	bool flags;
+	uint8_t *flag;
+	long flag_cap;
 	char path[PATH_MAX];
 	char tmp[PATH_MAX];
 };
 
 ferry_status ferry_shard_writer_put(struct ferry_shard_writer *w, uint32_t tok)
 	FERRY_MUST_CHECK;
+/* Version 3 (w->flags): a token and its flags. */
+ferry_status ferry_shard_writer_put_flagged(struct ferry_shard_writer *w, uint32_t tok,
+					    uint8_t flags) FERRY_MUST_CHECK;
 /* Completes the open shard (still a temporary). */
 ferry_status ferry_shard_writer_close(struct ferry_shard_writer *w)
 	FERRY_MUST_CHECK;

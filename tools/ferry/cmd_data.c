@@ -27,6 +27,9 @@ struct data_args {
 	int n_args;
 	bool rest;           /* after "--": every argument a file */
 	bool demo;           /* --demo: the demo corpus, asked for by name */
+	bool chat;           /* --chat: conversations, version-3 shards */
+	bool render;         /* --render: print each conversation's rendering */
+	bool gen_prompt;     /* --generation-prompt: renderings end with it */
 };
 
 static cli_parse_fn set_string, set_val_fraction, set_shard_tokens;
@@ -54,6 +57,13 @@ static const struct cli_flag data_flags[] = {
 	{ .name = "--val-fraction", .value = "F", .type = CLI_CUSTOM, .at = 0,
 	  .help = "every round(1/F)-th document goes to val (default\n0.05; 0 for no val split)",
 	  .parse = set_val_fraction },
+	{ .name = "--chat", .type = CLI_TRUE, .at = AT(chat),
+	  .help = "FILEs are JSON Lines conversations ({\"messages\": [...]}\nor {\"prompt\", \"completion\"}): rendered by\n"
+		  "--tokenizer's chat template, targets the assistant's\ntokens only (shard version 3, docs/data.md)" },
+	{ .name = "--render", .type = CLI_TRUE, .at = AT(render),
+	  .help = "with --chat: print each conversation as the template\nrenders it (each followed by a NUL byte), write\nnothing" },
+	{ .name = "--generation-prompt", .type = CLI_TRUE, .at = AT(gen_prompt),
+	  .help = "with --render: add_generation_prompt on" },
 	{ .name = "--shard-tokens", .value = "N", .type = CLI_CUSTOM,
 	  .help = "at most N tokens per shard (default 100000000)",
 	  .parse = set_shard_tokens },
@@ -67,6 +77,7 @@ static void usage(FILE *out)
 		"usage: ferry data [--out PREFIX] [--tokenizer PATH] [--text-field NAME]\n"
 		"                  [--doc-sep LINE] [--val-fraction F] [--shard-tokens N]\n"
 		"                  [--threads N] [--demo | FILE...]\n"
+		"       ferry data --chat --tokenizer DIR --out PREFIX FILE...\n"
 		"\n"
 		"Converts text files into token shards (llm.c format, docs/data.md):\n"
 		"PREFIX_train_000000.bin ... and PREFIX_val_000000.bin ...  FILEs may be\n"
@@ -412,6 +423,68 @@ static int input_files(struct data_args *d, const char *const **files, char ***d
 	return n;
 }
 
+static void print_rendering(void *ctx, const char *text, size_t len)
+{
+	(void)ctx;
+	fwrite(text, 1, len, stdout);
+	fputc('\0', stdout);
+}
+
+/* --chat: conversations through --tokenizer's template.  0 or 1 after a
+ * message. */
+static int data_chat(struct data_args *d, const char *const *files, int n_files)
+{
+	struct ferry_data_opts *opts = &d->opts;
+	struct ferry_data_stats stats;
+	ferry_chat_t chat = NULL;
+	ferry_status st;
+
+	if (!d->tokenizer) {
+		fprintf(stderr, "ferry data: --chat needs --tokenizer DIR (the template and the tokenizer)\n");
+		return 1;
+	}
+	if (ferry_chat_open(d->tokenizer, &chat) != FERRY_OK) {
+		fprintf(stderr, "ferry data: --chat: %s\n", ferry_last_error());
+		return 1;
+	}
+	if (d->render) {
+		st = ferry_chat_each(files, n_files, chat, d->gen_prompt, print_rendering, NULL);
+		ferry_chat_free(chat);
+		if (st)
+			fprintf(stderr, "ferry data: %s\n", ferry_last_error());
+		return st ? 1 : 0;
+	}
+	if (ferry_tokenizer_open(d->tokenizer, &opts->tokenizer) != FERRY_OK) {
+		fprintf(stderr, "ferry data: --tokenizer: %s\n", ferry_last_error());
+		ferry_chat_free(chat);
+		return 1;
+	}
+	printf("ferry data: tokenizer %s: %d ids, its chat template (shard version 3: uint32 ids, a flags byte each)\n",
+	       d->tokenizer, ferry_tokenizer_vocab(opts->tokenizer));
+	if (make_parent_dirs(opts->out_prefix)) {
+		ferry_chat_free(chat);
+		return 1;
+	}
+	interrupt_install();
+	interrupt_defer();
+	st = ferry_data_from_chat(files, n_files, opts, chat, &stats);
+	interrupt_restore();
+	ferry_chat_free(chat);
+	if (st && interrupt_signal()) {
+		fprintf(stderr, "ferry data: stopped by %s; its temporaries removed, %s's shards as they were\n",
+			interrupt_name(interrupt_signal()), opts->out_prefix);
+		return 128 + interrupt_signal();
+	}
+	if (st) {
+		fprintf(stderr, "ferry data: %s (nothing written)\n", ferry_last_error());
+		return 1;
+	}
+	printf("ferry data: %ld conversations (shard version 3: the assistant's tokens are the targets)\n",
+	       stats.documents);
+	print_stats(opts->out_prefix, n_files, &stats);
+	return 0;
+}
+
 int cmd_data(int argc, char **argv)
 {
 	struct data_args d = { .opts = {
@@ -439,6 +512,22 @@ int cmd_data(int argc, char **argv)
 		goto out;
 	}
 	rc = 1;
+	if ((d.render || d.gen_prompt) && !d.chat) {
+		fprintf(stderr, "ferry data: --render and --generation-prompt go with --chat\n");
+		goto out;
+	}
+	if (d.chat) {
+		if (!d.n_args || (!(d.sep_given & 2) && !d.render)) {
+			fprintf(stderr, "ferry data: --chat needs FILEs and --out PREFIX\n");
+			goto out;
+		}
+		if ((d.sep_given & 1) || d.opts.text_field) {
+			fprintf(stderr, "ferry data: --chat reads whole conversations: --doc-sep and --text-field do not apply\n");
+			goto out;
+		}
+		rc = data_chat(&d, d.args, d.n_args);
+		goto out;
+	}
 	n_files = input_files(&d, &files, &demo);
 	if (n_files < 0 || (d.tokenizer && open_tokenizer(d.tokenizer, opts)))
 		goto out;

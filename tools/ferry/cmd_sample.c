@@ -4,6 +4,7 @@
 #include "model_flags.h"
 #include "generate.h"
 #include "interrupt.h"
+#include "sample_chat.h"
 #include "ferry/checkpoint.h"
 #include "ferry/data.h"
 #include "ferry/hf_checkpoint.h"
@@ -27,6 +28,8 @@ struct sample_cli {
 	struct ferry_sample_opts so;
 	int tokens, context;
 	uint64_t seed;
+	bool chat;
+	struct sample_chat sc;
 };
 
 #define AT(field) offsetof(struct sample_cli, field)
@@ -41,6 +44,17 @@ static const struct cli_flag sample_flags[] = {
 	  "(llm.c's tokenizer file decodes but cannot encode: with it\n"
 	  "take the ids from the model's own tokenizer)\n"
 	  "(neither: start from the end-of-text token)" },
+	{ .name = "--chat", .type = CLI_TRUE, .at = AT(chat),
+	  .help = "a conversation rendered by the tokenizer's chat template\n"
+	  "with its generation prompt (--prompt: the user's turn);\n"
+	  "prints the assistant's reply, stopping at the end-of-turn\n"
+	  "token (generation_config.json's eos_token_id, else\n"
+	  "tokenizer_config.json's eos_token)" },
+	{ .name = "--system", .value = "TEXT", .type = CLI_STRING, .at = AT(sc.system),
+	  .help = "with --chat: a system message before the user's turn" },
+	{ .name = "--messages", .value = "FILE", .type = CLI_STRING, .at = AT(sc.messages),
+	  .help = "with --chat: the conversation so far, a JSON list of\n"
+	  "{\"role\", \"content\"} messages (instead of --system,\n--prompt)" },
 	{ .name = "--tokens", .value = "N", .type = CLI_INT, .at = AT(tokens),
 	  .help = "tokens to draw (default 256)" },
 	{ .name = "--temperature", .value = "T", .type = CLI_FLOAT, .at = AT(so.temperature),
@@ -75,6 +89,7 @@ static const struct cli_flag sample_flags[] = {
 static void usage(void)
 {
 	printf("usage: ferry sample --checkpoint PATH [--prompt TEXT | --prompt-tokens IDS] [--tokens N]\n"
+	       "       ferry sample --checkpoint PATH --chat [--system TEXT] [--prompt TEXT | --messages FILE]\n"
 	       "                    [--temperature T] [--top-k K] [--seed S] [--context N]\n"
 	       "                    [--tokenizer PATH]\n"
 	       "                    [--backend NAME] [--threads N] [--device-mem SIZE]\n"
@@ -103,6 +118,11 @@ static int parse(int argc, char **argv, struct sample_cli *c)
 		return ferry_cli_usage_error(CMD, "--checkpoint is required");
 	if (c->prompt && c->prompt_tokens)
 		return ferry_cli_usage_error(CMD, "--prompt and --prompt-tokens are exclusive");
+	if ((c->sc.system || c->sc.messages) && !c->chat)
+		return ferry_cli_usage_error(CMD, "--system and --messages go with --chat");
+	if (c->chat && (c->prompt_tokens || (c->sc.messages && (c->prompt || c->sc.system))))
+		return ferry_cli_usage_error(CMD, "--chat takes --messages FILE or --system/--prompt, not --prompt-tokens");
+	c->sc.prompt = c->prompt;
 	if (c->tokens < 0 || c->tokens > 1000000)
 		return ferry_cli_usage_error(CMD, "--tokens %d: between 0 and 1000000", c->tokens);
 	if (!(c->so.temperature >= 0))
@@ -272,6 +292,8 @@ static int prepare(struct sample_cli *c, const struct ferry_model_config *cfg, f
 			cfg->vocab, FERRY_BYTE_VOCAB);
 		return 1;
 	}
+	if (c->chat)
+		return sample_chat_prompt(&c->sc, path, *tok, cfg->vocab, c->tokens, seq, len);
 	*seq = malloc(cap * sizeof(int32_t));
 	if (!*seq) {
 		fprintf(stderr, "ferry sample: out of memory\n");
@@ -308,14 +330,28 @@ static int run(const struct sample_cli *c, ferry_model_t m, ferry_tokenizer_t to
 		"temperature %.2f, top-k %s, seed %llu, context %s\n", c->ckpt, cfg->arch, cfg->layers,
 		cfg->channels, cfg->vocab, c->tokens, len, c->so.temperature, k, (unsigned long long)c->seed,
 		window);
-	if (c->prompt && !c->prompt_tokens) /* as given: a token's print may differ (SentencePiece's space) */
+	if (c->prompt && !c->prompt_tokens && !c->chat) /* as given: a token's print may differ (SentencePiece's space) */
 		fputs(c->prompt, stdout);
 	for (int i = c->prompt_tokens ? 0 : len; i < len; i++)
 		generate_print_token(tok, seq[i], stdout);
 	fflush(stdout);
 	interrupt_install();
 	interrupt_defer();
-	rc = generate(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, stdout);
+	if (c->chat) {
+		bool stopped;
+
+		rc = generate_until(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, c->sc.stop, c->sc.n_stop,
+				    &stopped, stdout);
+		if (!rc && stopped)
+			fprintf(stderr, "ferry sample: the reply ended at token %d after %d tokens (the end of the "
+				"turn: %s)\n", seq[len - 1], len - start - 1, c->sc.stop_from);
+		else if (!rc && !interrupt_signal())
+			fprintf(stderr, "ferry sample: the reply did not end within %d tokens%s\n", c->tokens,
+				c->sc.n_stop ? "" : " (no end-of-turn token known: no generation_config.json "
+				"eos_token_id nor tokenizer_config.json eos_token)");
+	} else {
+		rc = generate(CMD, m, tok, seq, &len, c->tokens, &c->so, &rng, stdout);
+	}
 	interrupt_restore();
 	printf("\n");
 	if (!rc && interrupt_signal()) {

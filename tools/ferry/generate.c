@@ -35,6 +35,25 @@ int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *s
 	return 0;
 }
 
+int generate_until(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
+		   const struct ferry_sample_opts *o, uint64_t *rng, const int32_t *stop, int n_stop,
+		   bool *stopped, FILE *out)
+{
+	*stopped = false;
+	for (int i = 0; i < n && !interrupt_poll(); i++) {
+		if (ferry_model_sample(m, seq, len, *len + 1, 1, o, rng) != FERRY_OK)
+			return ferry_cli_fail(cmd);
+		for (int k = 0; k < n_stop; k++)
+			if (seq[*len - 1] == stop[k]) {
+				*stopped = true;
+				return 0;
+			}
+		generate_print_token(tok, seq[*len - 1], out);
+		fflush(out);
+	}
+	return 0;
+}
+
 bool checkpoint_tokenizer(const char *ckpt, char *buf, size_t n)
 {
 	struct stat sb;

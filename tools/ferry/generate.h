@@ -20,6 +20,12 @@ void generate_print_token(ferry_tokenizer_t tok, int id, FILE *out);
 int generate(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
 	     const struct ferry_sample_opts *o, uint64_t *rng, FILE *out);
 
+/* As generate, but stops before printing a token of stop[0..n_stop) (the
+ * end of a chat turn); *stopped: whether one came.  Prints the reply only. */
+int generate_until(const char *cmd, ferry_model_t m, ferry_tokenizer_t tok, int32_t *seq, int *len, int n,
+		   const struct ferry_sample_opts *o, uint64_t *rng, const int32_t *stop, int n_stop,
+		   bool *stopped, FILE *out);
+
 /* The tokenizer that travels with a checkpoint, into buf when it has one:
  * a Hugging Face directory's tokenizer.json (the directory of its
  * config.json or weights), an llm.c FILE's FILE.tokenizer. */
