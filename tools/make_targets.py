@@ -14,6 +14,7 @@ calibration).  Run from the repository root: python3 tools/make_targets.py
 [DIR] (default src/cost/targets; tests/cli/plan_target.sh checks the
 committed files are what it makes).
 """
+import argparse
 import json
 import statistics
 import sys
@@ -164,7 +165,10 @@ def h100_calibration():
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else "src/cost/targets"
+    ap = argparse.ArgumentParser(description="Writes the built-in planning targets (ferry plan --target) from "
+                                 "the measurements committed under bench/results/; run from the repository root.")
+    ap.add_argument("dir", nargs="?", default="src/cost/targets", help="where to write NAME.json (default %(default)s)")
+    out_dir = ap.parse_args().dir
     calib = h100_calibration()
     targets = {
         "h100": {

@@ -8,7 +8,7 @@
 #ifndef FERRY_DATA_SHARD_WRITER_H
 #define FERRY_DATA_SHARD_WRITER_H
 
-#include "ferry/ferry.h"
+#include "ferry/data.h" /* the shard versions and token flags */
 
 #include <limits.h>
 #include <stdbool.h>
@@ -16,15 +16,6 @@
 #include <stdio.h>
 
 #define FERRY_SHARD_WRITE_BUF 8192
-
-/* Shard version 3 and its token flags (docs/data.md). */
-#ifndef FERRY_SHARD_VERSION_DOCS
-#define FERRY_SHARD_VERSION_DOCS 3
-#endif
-#ifndef FERRY_TOKEN_TARGET
-#define FERRY_TOKEN_TARGET 1u
-#define FERRY_TOKEN_DOC_START 2u
-#endif
 
 struct ferry_shard_writer {
 	const char *prefix;
