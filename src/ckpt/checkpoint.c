@@ -8,6 +8,7 @@
  */
 #include "ferry/checkpoint.h"
 #include "ferry/place.h"
+#include "core/bulk_read.h"
 #include "core/error.h"
 #include "core/file_header.h"
 #include "models/model_table.h"
@@ -32,9 +33,6 @@ _Static_assert(sizeof(float) == 4, "checkpoints store IEEE fp32");
 
 /* llm.c writes version 5 for bf16 parameters; name it in the error. */
 #define LLMC_BF16_VERSION 5
-
-/* Bytes read per call by the streaming checks. */
-#define STREAM_BYTES ((size_t)1 << 20)
 
 static const int32_t model_versions[] = { FERRY_CHECKPOINT_VERSION };
 static const struct ferry_file_version_name model_named[] = {
@@ -81,6 +79,13 @@ uint64_t ferry_params_hash(const float *params, size_t n)
 {
 	/* FNV-1a over 32-bit words: fast, and any changed value changes it */
 	return ferry_ckpt_fnv_words(FERRY_FNV_INIT, params, n * sizeof(float));
+}
+
+/* Folds each piece read into the checksum (ferry_bulk_read's callback). */
+static void hash_piece(void *ctx, const void *p, size_t len, size_t at)
+{
+	(void)at;
+	*(uint64_t *)ctx = ferry_ckpt_fnv_words(*(uint64_t *)ctx, p, len);
 }
 
 /* ---- non-finite values ------------------------------------------------------------ */
@@ -312,7 +317,7 @@ ferry_status ferry_checkpoint_read(const char *path,
 				 path, n, n_params);
 		goto out;
 	}
-	st = read_exact(fd, path, params, n * sizeof(float), "parameters");
+	st = ferry_bulk_read(fd, path, "parameters", params, n * sizeof(float), HEADER_BYTES, NULL, NULL);
 	if (!st)
 		st = ferry_ckpt_check_finite(path, &c, params, n, FERRY_ERR_FORMAT, "");
 	if (st)
@@ -328,26 +333,14 @@ ferry_status ferry_ckpt_model_hash(const char *path, uint64_t *hash)
 	struct ferry_model_config c;
 	uint64_t h = FERRY_FNV_INIT;
 	ferry_status st;
-	size_t n, left;
-	char *buf;
+	size_t n;
 	int fd;
 
 	st = model_open(path, &fd, &c, &n);
 	if (st)
 		return st;
-	buf = ferry_malloc(STREAM_BYTES);
-	if (!buf) {
-		close(fd);
-		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
-	}
-	for (left = n * sizeof(float); !st && left;) {
-		size_t k = left < STREAM_BYTES ? left : STREAM_BYTES;
-
-		st = read_exact(fd, path, buf, k, "parameters");
-		h = ferry_ckpt_fnv_words(h, buf, k);
-		left -= k;
-	}
-	ferry_free(buf);
+	/* through the reader's own buffers, hashed as they land */
+	st = ferry_bulk_read(fd, path, "parameters", NULL, n * sizeof(float), HEADER_BYTES, hash_piece, &h);
 	close(fd);
 	if (!st)
 		*hash = h;
@@ -755,21 +748,27 @@ static ferry_status read_texts(int fd, const char *path, struct state_text *t, s
 	return FERRY_OK;
 }
 
-/* The moments after the texts, and the checksum over everything. */
+/* The moments after the texts, and the checksum over everything, hashed
+ * as the pieces land (core/bulk_read.h). */
 static ferry_status read_moments(int fd, const char *path, const int32_t *hdr, int32_t version,
 				 const struct state_text *t, float *m, float *v, size_t n)
 {
-	ferry_status rc = read_exact(fd, path, m, n * sizeof(float), "AdamW m");
-	uint64_t h;
+	const size_t bytes = n * sizeof(float);
+	off_t at = lseek(fd, 0, SEEK_CUR);
+	bool sum = version >= 2;
+	uint64_t h = 0;
+	ferry_status rc;
 
+	if (at < 0)
+		return ferry_error(FERRY_ERR_IO, "%s: cannot tell where the moments start: %s", path, strerror(errno));
+	if (sum) {
+		h = ferry_ckpt_fnv_words(header_hash(hdr), t->glob, glob_padded(t->glen));
+		h = ferry_ckpt_fnv_words(h, t->place, glob_padded(t->plen));
+	}
+	rc = ferry_bulk_read(fd, path, "AdamW m", m, bytes, (uint64_t)at, sum ? hash_piece : NULL, &h);
 	if (!rc)
-		rc = read_exact(fd, path, v, n * sizeof(float), "AdamW v");
-	if (rc || version < 2)
-		return rc;
-	h = ferry_ckpt_fnv_words(header_hash(hdr), t->glob, glob_padded(t->glen));
-	h = ferry_ckpt_fnv_words(h, t->place, glob_padded(t->plen));
-	h = ferry_ckpt_fnv_words(h, m, n * sizeof(float));
-	return checksum_matches(path, hdr, ferry_ckpt_fnv_words(h, v, n * sizeof(float)));
+		rc = ferry_bulk_read(fd, path, "AdamW v", v, bytes, (uint64_t)at + bytes, sum ? hash_piece : NULL, &h);
+	return rc || !sum ? rc : checksum_matches(path, hdr, h);
 }
 
 /* ferry_state_read, and without m (info alone) ferry_state_read_info. */
@@ -840,29 +839,21 @@ ferry_status ferry_ckpt_state_verify(const char *path, uint64_t *params_hash)
 	ferry_status rc;
 	uint64_t h;
 	int64_t n;
-	size_t left;
-	char *buf;
+	off_t at;
 	int fd = -1;
 
 	rc = state_open(path, &fd, hdr, &s, &n, &t);
 	if (rc)
 		return rc;
-	buf = ferry_malloc(STREAM_BYTES);
-	if (!buf) {
-		close(fd);
-		return ferry_error(FERRY_ERR_NOMEM, "%s: out of host memory", path);
-	}
 	h = header_hash(hdr);
-	for (left = glob_padded(t.glen) + glob_padded(t.plen) + (size_t)n * 8; !rc && left && s.version >= 2;) {
-		size_t k = left < STREAM_BYTES ? left : STREAM_BYTES;
-
-		rc = read_exact(fd, path, buf, k, "the state");
-		h = ferry_ckpt_fnv_words(h, buf, k);
-		left -= k;
-	}
+	at = lseek(fd, 0, SEEK_CUR);
+	if (at < 0)
+		rc = ferry_error(FERRY_ERR_IO, "%s: cannot tell where the state's texts start: %s", path, strerror(errno));
+	if (!rc && s.version >= 2)
+		rc = ferry_bulk_read(fd, path, "the state", NULL, glob_padded(t.glen) + glob_padded(t.plen) + (size_t)n * 8,
+				     (uint64_t)at, hash_piece, &h);
 	if (!rc && s.version >= 2)
 		rc = checksum_matches(path, hdr, h);
-	ferry_free(buf);
 	close(fd);
 	if (!rc)
 		*params_hash = s.params_hash;

@@ -12,6 +12,7 @@
  */
 #include "ferry/safetensors.h"
 
+#include "core/bulk_read.h"
 #include "core/error.h"
 #include "hf/st_io.h"
 
@@ -762,6 +763,28 @@ static ferry_status open_index_file(struct ferry_safetensors *h,
 	return st;
 }
 
+
+/* Where a two-byte tensor's pieces widen to fp32 (ferry_bulk_read's callback). */
+struct widen {
+	float *dst;
+	enum ferry_st_dtype dtype;
+};
+
+static void widen_piece(void *ctx, const void *p, size_t len, size_t at)
+{
+	const struct widen *w = ctx;
+	const unsigned char *src = p;
+	float *out = w->dst + at / 2;
+	const size_t n = len / 2;
+
+#pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 16))
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+
+		out[i] = w->dtype == FERRY_ST_BF16 ? ferry_st_bf16_to_f32(v) : ferry_st_f16_to_f32(v);
+	}
+}
+
 /* One safetensors file. */
 static ferry_status open_file(struct ferry_safetensors *h, const char *path)
 {
@@ -895,8 +918,7 @@ ferry_status ferry_safetensors_read_f32(ferry_safetensors_t h,
 	if (t->nbytes == 0)
 		return FERRY_OK;
 	if (t->dtype == FERRY_ST_F32) {
-		st = ferry_st_read_full(h->shards[e->shard].fd, t->file, dst, t->nbytes,
-			       t->offset, name);
+		st = ferry_bulk_read(h->shards[e->shard].fd, t->file, name, dst, t->nbytes, t->offset, NULL, NULL);
 		if (st || !ST_BIG_ENDIAN)
 			return st;
 		src = (unsigned char *)dst;
@@ -908,24 +930,7 @@ ferry_status ferry_safetensors_read_f32(ferry_safetensors_t h,
 		}
 		return FERRY_OK;
 	}
-	/* Two-byte elements: read into the upper half, widen in place. */
-	src = (unsigned char *)dst + t->nbytes;
-	st = ferry_st_read_full(h->shards[e->shard].fd, t->file, src, t->nbytes,
-		       t->offset, name);
-	if (st)
-		return st;
-	if (t->dtype == FERRY_ST_BF16) {
-		for (i = 0; i < t->numel; i++) {
-			uint16_t v = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-
-			dst[i] = ferry_st_bf16_to_f32(v);
-		}
-	} else {
-		for (i = 0; i < t->numel; i++) {
-			uint16_t v = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-
-			dst[i] = ferry_st_f16_to_f32(v);
-		}
-	}
-	return FERRY_OK;
+	/* two-byte elements, widened on every thread as each piece lands */
+	return ferry_bulk_read(h->shards[e->shard].fd, t->file, name, NULL, t->nbytes, t->offset, widen_piece,
+			       &(struct widen){ dst, t->dtype });
 }

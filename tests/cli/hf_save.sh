@@ -32,7 +32,7 @@ PY
 CARRIED=(tokenizer.json tokenizer_config.json generation_config.json special_tokens_map.json)
 
 expect_ok "train from it, save elsewhere" "$FERRY" train --checkpoint src "${RUN[@]}" --steps 2 --save dst
-grep -q "^saved dst/ (config.json, model.safetensors, ferry_state.bin; with tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json)$" out.txt ||
+grep -q "^saved dst/ (config.json, model.safetensors, ferry_state.bin; with tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json) in [0-9.]* s, [0-9.]* GB/s$" out.txt ||
 	fail "the save says what it wrote: $(grep saved out.txt)"
 for f in "${CARRIED[@]}"; do
 	cmp -s "src/$f" "dst/$f" || fail "dst/$f is src/$f"

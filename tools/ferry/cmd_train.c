@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <signal.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +350,30 @@ static const char *save_path(const char *pattern, int step)
 	return buf;
 }
 
+/* The bytes of the regular files at path (a file, or a directory's
+ * files), for the save's rate. */
+static double bytes_at(const char *path)
+{
+	struct stat sb;
+	struct dirent *e;
+	double total = 0;
+	char file[4200];
+	DIR *d;
+
+	if (stat(path, &sb) != 0)
+		return 0;
+	if (!S_ISDIR(sb.st_mode))
+		return (double)sb.st_size;
+	if (!(d = opendir(path)))
+		return 0;
+	while ((e = readdir(d)))
+		if (snprintf(file, sizeof(file), "%s/%s", path, e->d_name) < (int)sizeof(file) && stat(file, &sb) == 0 &&
+		    S_ISREG(sb.st_mode))
+			total += (double)sb.st_size;
+	closedir(d);
+	return total;
+}
+
 /* What a Hugging Face save wrote: the weights' dtype as its config.json
  * says, and the tokenizer files the directory has. */
 static void print_saved_dir(const char *path)
@@ -362,20 +387,30 @@ static void print_saved_dir(const char *path)
 		if (snprintf(file, sizeof(file), "%s/%s", path, ferry_hf_carried_file(i)) < (int)sizeof(file) &&
 		    access(file, F_OK) == 0)
 			printf("%s%s", n++ ? ", " : "; with ", ferry_hf_carried_file(i));
-	printf(")\n");
+	printf(")");
 }
 
 static int save(ferry_trainer_t tr, const struct train_cli *c)
 {
 	const char *path = save_path(c->save, ferry_trainer_step_count(tr));
+	const double t0 = cli_now_s();
+	double s, bytes;
+	char state[4200];
 
 	if (ferry_trainer_save(tr, path) != FERRY_OK)
 		return ranks_fail(CMD, &c->ranks);
-	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr))))
+	s = cli_now_s() - t0;
+	if (ferry_checkpoint_model_is_hf(ferry_model_config(ferry_trainer_model(tr)))) {
 		print_saved_dir(path);
-	else
-		printf("saved %s and %s.state%s%s%s\n", path, path, c->o.tokenizer ? " and " : "",
+		bytes = bytes_at(path);
+	} else {
+		printf("saved %s and %s.state%s%s%s", path, path, c->o.tokenizer ? " and " : "",
 		       c->o.tokenizer ? path : "", c->o.tokenizer ? FERRY_CKPT_TOKENIZER_SUFFIX : "");
+		snprintf(state, sizeof(state), "%s.state", path);
+		bytes = bytes_at(path) + bytes_at(state);
+	}
+	/* the time a save takes, against the disk's rate (bench/checkpoint_io.sh) */
+	printf(" in %.1f s, %.2f GB/s\n", s, s > 0 ? bytes / s / 1e9 : 0.0);
 	fflush(stdout);
 	return 0;
 }
