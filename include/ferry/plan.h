@@ -229,6 +229,10 @@ struct ferry_exec_opts {
 				   encoder, rotary embedding and attention read, so no
 				   token attends across a document; false: positions t,
 				   no such tensor */
+	int doc_tokens;         /* packed: the documents' length the cost model prices
+				   attention at (the pairs within each document;
+				   0: a row's whole causal triangle); no effect on
+				   the plan or the run */
 	struct ferry_comm *host_comm; /* NULL, or with a comm on device buffers
 				   (NCCL) the same ranks on host buffers (MPI), for
 				   the collectives on host memory (--offload-params

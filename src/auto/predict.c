@@ -132,9 +132,10 @@ struct unpriced {
 	int comm; /* collectives not measured over these ranks */
 };
 
-/* A task's duration on its own. */
+/* A task's duration on its own (attention over documents of doc tokens:
+ * the pairs within them; 0: whole rows). */
 static double task_seconds(const struct ferry_calibration *c, const struct tier_speeds *ts,
-			   const struct ferry_task *t, struct unpriced *u)
+			   const struct ferry_task *t, int doc, struct unpriced *u)
 {
 	bool est = false, missing = false;
 	double d;
@@ -144,7 +145,7 @@ static double task_seconds(const struct ferry_calibration *c, const struct tier_
 		u->comm += missing;
 		return d;
 	}
-	d = on_tier(ts, t, ferry_calib_task_seconds(c, t, &est), &est);
+	d = on_tier(ts, t, ferry_calib_task_seconds_docs(c, t, doc, &est), &est);
 	u->ops += est;
 	return d;
 }
@@ -162,7 +163,7 @@ static int tasks(const struct ferry_program *const *p, int n)
 /* Each task's duration, the programs' tasks one after the other; a
  * compute-stream task also takes the stream's calibrated gap before it. */
 static double *durations(const struct ferry_calibration *c, const struct tier_speeds *ts,
-			 const struct ferry_program *const *p, int n, int compute, struct unpriced *u)
+			 const struct ferry_program *const *p, int n, int compute, int doc, struct unpriced *u)
 {
 	int k = 0;
 	double *d;
@@ -171,7 +172,7 @@ static double *durations(const struct ferry_calibration *c, const struct tier_sp
 		return NULL;
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < p[i]->n; j++) {
-			d[k] = task_seconds(c, ts, &p[i]->t[j], u);
+			d[k] = task_seconds(c, ts, &p[i]->t[j], doc, u);
 			if (p[i]->t[j].stream == compute && ferry_trace_timed_kind(p[i]->t[j].kind))
 				d[k] += c->task_gap_s;
 			k++;
@@ -208,7 +209,7 @@ static ferry_status write_timeline(ferry_model_t m, const struct ferry_program *
 }
 
 static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c, const struct tier_speeds *ts,
-			     int B, int T, const char *timeline, struct ferry_prediction *out)
+			     int B, int T, int doc, const char *timeline, struct ferry_prediction *out)
 {
 	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
 	const struct ferry_program *p[FERRY_STEP_PROGRAMS];
@@ -234,7 +235,7 @@ static ferry_status simulate(ferry_model_t m, const struct ferry_calibration *c,
 		prm.comm_beside = in ? in->in_step : 0;
 		prm.comm_idle = in && in->in_step_idle > 0 ? in->in_step_idle : prm.comm_beside;
 	}
-	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, &u)))
+	if (!(d = durations(c, ts, p, FERRY_STEP_PROGRAMS, m->compute, doc, &u)))
 		return ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
 	if (timeline && !(prm.times = ferry_calloc(2 * (size_t)tasks(p, FERRY_STEP_PROGRAMS) + 2, sizeof(double))))
 		st = ferry_error(FERRY_ERR_NOMEM, "predict: out of host memory");
@@ -286,7 +287,7 @@ ferry_status ferry_model_predict_timeline(const struct ferry_model_config *cfg, 
 		for (int k = 0; k < FERRY_TK_COUNT; k++)
 			out->host_bytes += plan.mem.host_kind_bytes[k];
 		out->host_fits = tier_speeds(m, c, &plan, &ts);
-		st = simulate(m, c, &ts, B, T, path, out);
+		st = simulate(m, c, &ts, B, T, opts->packed ? opts->doc_tokens : 0, path, out);
 	}
 	ferry_model_free(m);
 	return st;

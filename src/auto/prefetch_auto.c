@@ -17,8 +17,10 @@
 #define MAX_AHEAD 64 /* as activations.prefetch allows */
 
 /* One layer's compute in program p (a layer in the middle: every layer
- * runs the same ops), as the cost model times it. */
-static double layer_seconds(const struct ferry_calibration *c, const struct ferry_program *p, int compute, int l)
+ * runs the same ops), as the cost model times it (attention over documents
+ * of doc tokens; 0: whole rows). */
+static double layer_seconds(const struct ferry_calibration *c, const struct ferry_program *p, int compute, int l,
+			    int doc)
 {
 	double s = 0;
 
@@ -27,7 +29,7 @@ static double layer_seconds(const struct ferry_calibration *c, const struct ferr
 		bool est = false;
 
 		if (t->stream == compute && t->layer == l && ferry_trace_timed_kind(t->kind))
-			s += ferry_calib_task_seconds(c, t, &est) + c->task_gap_s;
+			s += ferry_calib_task_seconds_docs(c, t, doc, &est) + c->task_gap_s;
 	}
 	return s;
 }
@@ -72,7 +74,8 @@ static void wanted_depths(struct ferry_prefetch_choice *ch)
 
 /* The tiers, their layers and times, and a layer's compute, from a build
  * at depth 1 (m, whose host tiers have placed the activations). */
-static ferry_status measure(ferry_model_t m, const struct ferry_calibration *c, struct ferry_prefetch_choice *ch)
+static ferry_status measure(ferry_model_t m, const struct ferry_calibration *c, int doc,
+			    struct ferry_prefetch_choice *ch)
 {
 	ferry_host_tiers_t h = m->tt.host_tiers;
 	struct ferry_prog_key keys[FERRY_STEP_PROGRAMS];
@@ -91,8 +94,8 @@ static ferry_status measure(ferry_model_t m, const struct ferry_calibration *c, 
 	ferry_model_step_keys(m->B, m->T, keys);
 	if ((st = ferry_model_program(m, &keys[1], &fwd)) || (st = ferry_model_program(m, &keys[2], &bwd)))
 		return st;
-	ch->forward_s = layer_seconds(c, fwd, m->compute, plan.L / 2);
-	ch->backward_s = layer_seconds(c, bwd, m->compute, plan.L / 2);
+	ch->forward_s = layer_seconds(c, fwd, m->compute, plan.L / 2, doc);
+	ch->backward_s = layer_seconds(c, bwd, m->compute, plan.L / 2, doc);
 	ch->n = h && h->act_asked_n > 1 ? h->act_asked_n : 1;
 	for (int i = 0; i < ch->n; i++) {
 		const struct ferry_tier *t = !h ? NULL : h->act_asked_n > 1 ? &h->act_asked[i]
@@ -158,7 +161,7 @@ ferry_status ferry_prefetch_auto(const struct ferry_model_config *cfg, int B, in
 	e = *opts;
 	if ((st = ferry_prefetch_apply(&one, &e, place, sizeof(place))) || (st = ferry_model_build(NULL, cfg, B, T, &e, &m)))
 		return st;
-	st = m->tt.sp.offloaded ? measure(m, c, out) : FERRY_OK;
+	st = m->tt.sp.offloaded ? measure(m, c, opts->packed ? opts->doc_tokens : 0, out) : FERRY_OK;
 	ferry_model_free(m);
 	if (!st && !out->n) { /* nothing offloaded: the default, which moves nothing */
 		out->n = 1;

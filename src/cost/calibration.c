@@ -184,6 +184,27 @@ double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct 
 	}
 }
 
+double ferry_calib_task_seconds_docs(const struct ferry_calibration *c, const struct ferry_task *t, int doc_tokens,
+				     bool *estimated)
+{
+	const double s = ferry_calib_task_seconds(c, t, estimated);
+	const int T = t->call.T, W = (int)t->call.scalar[0];
+	int32_t *pos;
+	double full, docs;
+
+	if (t->kind != FERRY_TASK_OP || t->call.kind != FERRY_OP_ATTENTION || doc_tokens <= 0 || doc_tokens >= T)
+		return s;
+	/* one row of back-to-back documents (every row alike) */
+	if (!(pos = ferry_calloc((size_t)T, sizeof(int32_t))))
+		return s;
+	for (int i = 0; i < T; i++)
+		pos[i] = i % doc_tokens;
+	full = ferry_op_attention_pairs(NULL, 1, T, W);
+	docs = ferry_op_attention_pairs(pos, 1, T, W);
+	ferry_free(pos);
+	return full > 0 ? s * docs / full : s;
+}
+
 /* The host tiers' figures, measured or the defaults. */
 static void tier_summary(const struct ferry_calibration *c, struct ferry_calib_summary *out)
 {

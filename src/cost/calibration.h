@@ -113,6 +113,11 @@ const struct ferry_calib_op *ferry_calib_find(const struct ferry_calibration *c,
 /* How long a task takes on its own; *estimated is set when an op was not
  * measured at its shape (then from its kind's FLOP rate). */
 double ferry_calib_task_seconds(const struct ferry_calibration *c, const struct ferry_task *t, bool *estimated);
+/* The same for a step on packed documents of doc_tokens tokens each (0:
+ * as above): attention scores only the pairs within a document, so its
+ * calibrated time (a row's whole triangle) is scaled by the pairs scored. */
+double ferry_calib_task_seconds_docs(const struct ferry_calibration *c, const struct ferry_task *t, int doc_tokens,
+				     bool *estimated);
 /* A copy's duration in one direction, alone or with the other direction
  * copying at once, scaled from the nearest size measured. */
 double ferry_calib_copy_seconds(const struct ferry_calibration *c, size_t bytes, enum ferry_copy_kind k, bool both);

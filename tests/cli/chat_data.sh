@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ferry data --chat (issue 38 item 3) on its own, no reference library:
 # version-3 shards of whole conversations (a document never straddles two
-# shards, every shard starts one, the val split as for text), .gz input, and
+# shards, every shard starts one, the val split as for text), .gz and .zst
+# input (the same shards), and
 # bad input refused naming FILE:LINE with nothing written (a line that is
 # not JSON, a role the template raises on, no assistant turn, a tokenizer
 # without a template, a template outside the subset).
@@ -42,6 +43,16 @@ for d in docs_t + docs_v:
 print("ok: %d train shards, %d documents, %d val; every shard starts a document" % (len(train), len(docs_t), len(docs_v)))
 PY
 then :; else fail "the shards"; fi
+
+# .zst reads as .gz does: the same shards (where a zstd program can make one)
+if command -v zstd >/dev/null; then
+	zstd -q good.jsonl -o good.jsonl.zst
+	expect_ok "conversations from .zst" "$FERRY" data --chat --tokenizer tok --val-fraction 0.25 --shard-tokens 40 \
+		--out zst/c good.jsonl.zst
+	checks=$((checks + 1))
+	[ "$(cd out && cat c_* | md5sum)" = "$(cd zst && cat c_* | md5sum)" ] && [ "$(ls out)" = "$(ls zst)" ] &&
+		echo "ok: .zst gives the .gz run's shards" || fail ".zst and .gz shards differ: $(ls out zst)"
+fi
 
 # bad input: FILE:LINE, nothing written (the corpus of out/c stays as it was)
 before=$(cat out/c_* | md5sum)

@@ -87,10 +87,15 @@ def gpt2_llmc(model, path):
             f.write(np.ascontiguousarray(p, np.float32).tobytes())
 
 
+def llama_config(vocab, bos, maxt):
+    """The tiny Llama of these tests (grouped-query attention, untied head)."""
+    return transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=maxt,
+                                    bos_token_id=bos, eos_token_id=bos, tie_word_embeddings=False)
+
+
 def models(out):
-    llama = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAXT,
-                                     bos_token_id=BOS, eos_token_id=BOS, tie_word_embeddings=False)
+    llama = llama_config(V, BOS, MAXT)
     gpt2 = transformers.GPT2Config(vocab_size=V, n_positions=MAXT, n_embd=32, n_layer=2, n_head=4,
                                    bos_token_id=BOS, eos_token_id=BOS, activation_function="gelu_new")
     return {"llama": llama, "gpt2": gpt2}
@@ -123,19 +128,27 @@ def loss(out):
         else:  # the same weights as gpt2.bin
             model = noisy(transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
                                                                         attn_implementation="eager"))
-        model = model.double().eval()
-        total, count = 0.0, 0
-        with torch.no_grad():
-            for ids, flags in docs:
-                labels = [t if f & 1 else -100 for t, f in zip(ids, flags)]
-                labels[0] = -100
-                n = sum(1 for x in labels if x != -100)
-                if not n:
-                    continue
-                r = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
-                total += float(r.loss) * n  # transformers' mean over the document's counted labels
-                count += n
-        print(f"{name} {total / count:.9f} {count}")
+        mean, count = doc_loss(model, docs)
+        print(f"{name} {mean:.9f} {count}")
+
+
+def doc_loss(model, docs):
+    """(mean, count): transformers' cross-entropy over the documents'
+    counted targets, each document [(ids, flags)] run alone in float64 with
+    labels -100 where a token's FERRY_TOKEN_TARGET bit is clear."""
+    model = model.double().eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for ids, flags in docs:
+            labels = [t if f & 1 else -100 for t, f in zip(ids, flags)]
+            labels[0] = -100
+            n = sum(1 for x in labels if x != -100)
+            if not n:
+                continue
+            r = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+            total += float(r.loss) * n  # transformers' mean over the document's counted labels
+            count += n
+    return total / count, count
 
 
 if __name__ == "__main__":

@@ -101,6 +101,13 @@ expect_ok "plan --packed" "$FERRY" plan "${P[@]}" --schedule --packed
 grep -Eq '^  positions +argument +256$' out.txt || fail "the positions tensor: $(grep positions out.txt)"
 grep -Eq '^  batch +768 ' out.txt || fail "tokens, targets and positions: $(grep '^  batch' out.txt)"
 grep -Eq 'forward +compute +- +copy +positions +256$' out.txt || fail "uploaded: $(grep 'copy.*positions' out.txt)"
+# --doc-tokens prices attention within documents (tests/test_pack_predict.c): the
+# plan itself is the same bytes; alone, without --packed, it is refused
+cp out.txt packed.txt
+expect_ok "plan --packed --doc-tokens" "$FERRY" plan "${P[@]}" --schedule --packed --doc-tokens 4
+cmp -s out.txt packed.txt || fail "--doc-tokens changed the plan: $(diff packed.txt out.txt | head -5)"
+expect_error "--doc-tokens without --packed" "--doc-tokens prices packed documents: give --packed too" \
+	"$FERRY" plan "${P[@]}" --doc-tokens 4
 
 # token streams: eval as before (no targets line)
 make_corpus

@@ -20,7 +20,8 @@ static void usage(void)
 {
 	printf("usage: ferry plan [--model gpt2|llama|tutorial] [model, batch and policy flags of ferry train]\n"
 	       "                  [--rows N] [--json [FILE]] [--device-mem SIZE] [--schedule]\n"
-	       "                  [--ranks N [--ranks-per-node R]] [--target NAME|FILE] [--packed]\n"
+	       "                  [--ranks N [--ranks-per-node R]] [--target NAME|FILE]\n"
+	       "                  [--packed [--doc-tokens N]]\n"
 	       "\n"
 	       "Prints the device memory a training step needs, in the terms of JAX's\n"
 	       "memory_analysis (argument, output, alias, temp, total, peak), the host memory\n"
@@ -37,6 +38,9 @@ static void usage(void)
 	       "synchronisation.\n"
 	       "--packed: the plan of a step on version-3 data (packed documents, as ferry\n"
 	       "train plans for it): a [B, T] int32 'positions' tensor beside the tokens.\n"
+	       "--doc-tokens N (with --packed): the documents' length the cost model prices\n"
+	       "(--policy auto, --prefetch-depth auto): attention scores the pairs within\n"
+	       "each document, not a row's whole triangle (default: whole rows).\n"
 	       "--ranks N: the plan of each of N data-parallel ranks (mpirun -np N ferry train,\n"
 	       "with --zero's split over N): its device peak and its host bytes as allocated,\n"
 	       "and each machine's host bytes with R ranks on a machine (--ranks-per-node,\n"
@@ -96,6 +100,8 @@ static const struct cli_flag plan_flags[] = {
 	{ .name = "--rows", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, rows) },
 	{ .name = "--schedule", .type = CLI_TRUE, .at = offsetof(struct plan_args, schedule) },
 	{ .name = "--packed", .type = CLI_TRUE, .at = offsetof(struct plan_args, o.exec.packed) },
+	{ .name = "--doc-tokens", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, o.exec.doc_tokens),
+	  .min = 1, .max = 1 << 30, .range = "--doc-tokens %d: at least 1" },
 	{ .name = "--ranks", .value = "N", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.ranks), .min = 1,
 	  .max = 1 << 16, .range = "--ranks %d: from 1 to 65536" },
 	{ .name = "--ranks-per-node", .value = "R", .type = CLI_INT, .at = offsetof(struct plan_args, ranks.per_node),
@@ -165,6 +171,10 @@ static int parse_plan_flags(int argc, char **argv, struct plan_args *a)
 	if (rc)
 		return rc == CLI_HELP ? 0 : rc;
 	a->tutorial = !strcmp(a->o.model.arch, "tutorial");
+	if (a->o.exec.doc_tokens && !a->o.exec.packed) {
+		fprintf(stderr, "ferry plan: --doc-tokens prices packed documents: give --packed too\n");
+		return 2;
+	}
 	a->backend_given = strcmp(a->o.backend, "auto") != 0;
 	if (a->target && (rc = use_target(a)) >= 0)
 		return rc;
