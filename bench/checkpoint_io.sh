@@ -15,6 +15,8 @@
 set -euo pipefail
 case "${1:-}" in
 -h | --help)
+	echo "usage: bash bench/checkpoint_io.sh [FERRY] [DIR]"
+	echo
 	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0 ;;
 esac
