@@ -290,6 +290,37 @@ ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const 
 	return st ? st : ferry_model_buffer_write(m, m->tt.ix.var_buffer, var, n);
 }
 
+/* Table buffer b's n_params floats readable in place: in host memory,
+ * not an NVMe file's, the streams drained.  NULL otherwise. */
+static const float *in_place(ferry_model_t m, int b)
+{
+	uint64_t off;
+	void *p;
+
+	if (b < 0 || !ferry_model_buffer_on_host(m, b))
+		return NULL;
+	p = ferry_model_buffer_ptr(m, b);
+	if (!p || (m->tt.host_tiers && ferry_host_tiers_nvme_at(m->tt.host_tiers, p, &off)))
+		return NULL;
+	return ferry_model_sync_all(m) == FERRY_OK ? p : NULL;
+}
+
+const float *ferry_model_params_in_place(ferry_model_t m)
+{
+	if (m->tt.ix.host_param_slice >= 0 || m->tt.ix.param_slice >= 0) /* split over the ranks */
+		return NULL;
+	return in_place(m, m->tt.ix.params_buffer);
+}
+
+bool ferry_model_opt_state_in_place(ferry_model_t m, const float **mom, const float **var)
+{
+	if (m->tt.ix.shard_numel) /* split over the ranks */
+		return false;
+	*mom = in_place(m, m->tt.ix.mom_buffer);
+	*var = *mom ? in_place(m, m->tt.ix.var_buffer) : NULL;
+	return *mom && *var;
+}
+
 ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var)
 {
 	size_t n = m->tt.n_params * sizeof(float);

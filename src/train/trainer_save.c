@@ -147,29 +147,43 @@ static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
  * weights are split (--zero 1 with --offload-optimizer cpu or stream):
  * after the ranks agree to save. */
 struct save_state {
-	float *params, *mom, *var;
+	const float *params, *mom, *var; /* the model's own, in place, or the copies below */
+	float *own_params, *own_mom, *own_var;
 	uint64_t hash;
 };
 
+/* Where a save reads from: the model's host buffers in place where it can
+ * (no copy of tens of GB), else copies allocated here. */
 static ferry_status save_alloc(ferry_trainer_t tr, struct save_state *s)
 {
 	size_t bytes = ferry_model_num_params(tr->model) * sizeof(float);
-	ferry_status st = ferry_host_alloc(tr->be, bytes, (void **)&s->params);
+	ferry_status st = FERRY_OK;
 
-	if (!st)
-		st = ferry_host_alloc(tr->be, bytes, (void **)&s->mom);
-	if (!st)
-		st = ferry_host_alloc(tr->be, bytes, (void **)&s->var);
+	if (!(s->params = ferry_model_params_in_place(tr->model)) &&
+	    !(st = ferry_host_alloc(tr->be, bytes, (void **)&s->own_params)))
+		s->params = s->own_params;
+	if (!st && !ferry_model_opt_state_in_place(tr->model, &s->mom, &s->var) &&
+	    !(st = ferry_host_alloc(tr->be, bytes, (void **)&s->own_mom)) &&
+	    !(st = ferry_host_alloc(tr->be, bytes, (void **)&s->own_var))) {
+		s->mom = s->own_mom;
+		s->var = s->own_var;
+	}
 	return st;
 }
 
 static ferry_status save_params(ferry_trainer_t tr, struct save_state *s)
 {
-	ferry_status st = ferry_model_get_params(tr->model, s->params);
+	ferry_status st = s->own_params ? ferry_model_get_params(tr->model, s->own_params) : FERRY_OK;
 
 	if (!st)
 		s->hash = ferry_params_hash(s->params, ferry_model_num_params(tr->model));
 	return st;
+}
+
+/* The moments, copied unless read in place. */
+static ferry_status save_moments(ferry_trainer_t tr, struct save_state *s)
+{
+	return s->own_mom ? ferry_model_get_opt_state(tr->model, s->own_mom, s->own_var) : FERRY_OK;
 }
 
 static ferry_status save_write(ferry_trainer_t tr, const char *path, const struct save_state *s)
@@ -193,7 +207,7 @@ static ferry_status save_ranks(ferry_trainer_t tr, const char *path, struct save
 	if (!st)
 		st = same_params(tr, s->hash);
 	if (!st)
-		st = ferry_model_get_opt_state(tr->model, s->mom, s->var);
+		st = save_moments(tr, s);
 	if (!st && tr->rank == 0)
 		st = save_write(tr, path, s);
 	return ferry_comm_agree(tr->comm, st);
@@ -202,7 +216,7 @@ static ferry_status save_ranks(ferry_trainer_t tr, const char *path, struct save
 ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 {
 	size_t n = ferry_model_num_params(tr->model);
-	struct save_state s = { NULL, NULL, NULL, 0 };
+	struct save_state s = { 0 };
 	char sb[FERRY_CKPT_SHORT];
 	ferry_status st;
 
@@ -218,11 +232,10 @@ ferry_status ferry_trainer_save(ferry_trainer_t tr, const char *path)
 		st = save_alloc(tr, &s);
 	if (tr->ranks > 1 && !(st = ferry_comm_agree(tr->comm, st)))
 		st = save_ranks(tr, path, &s);
-	else if (tr->ranks == 1 && !st && !(st = save_params(tr, &s)) &&
-		 !(st = ferry_model_get_opt_state(tr->model, s.mom, s.var)))
+	else if (tr->ranks == 1 && !st && !(st = save_params(tr, &s)) && !(st = save_moments(tr, &s)))
 		st = save_write(tr, path, &s);
-	ferry_host_free(tr->be, s.var);
-	ferry_host_free(tr->be, s.mom);
-	ferry_host_free(tr->be, s.params);
+	ferry_host_free(tr->be, s.own_var);
+	ferry_host_free(tr->be, s.own_mom);
+	ferry_host_free(tr->be, s.own_params);
 	return st;
 }
