@@ -271,6 +271,43 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
 }
 
+/* bytes of the master hashed at a time, read through host memory where it
+ * is not there: the same pieces wherever it lives, so the same hash */
+#define HASH_CHUNK ((size_t)64 << 20)
+
+ferry_status ferry_model_params_hash(ferry_model_t m, uint64_t *hash, bool *whole)
+{
+	const int b = m->tt.ix.params_buffer;
+	const size_t n = m->tt.n_params * sizeof(float);
+	char *master = ferry_model_buffer_ptr(m, b);
+	const bool device = !ferry_model_buffer_on_host(m, b);
+	uint64_t off, h = 0xcbf29ce484222325ull;
+	const bool file = !device && ferry_host_tiers_nvme_at(m->tt.host_tiers, master, &off);
+	void *buf = NULL;
+	ferry_status st;
+
+	*hash = 0;
+	*whole = m->tt.ix.host_param_slice < 0 && m->tt.ix.param_slice < 0;
+	if (!*whole)
+		return FERRY_OK;
+	if ((st = ferry_model_sync_all(m)) ||
+	    ((device || file) && (st = ferry_host_alloc(m->be, n < HASH_CHUNK ? n : HASH_CHUNK, &buf))))
+		return st;
+	for (size_t at = 0; at < n && !st; at += HASH_CHUNK) {
+		const size_t len = n - at < HASH_CHUNK ? n - at : HASH_CHUNK;
+
+		if (device)
+			st = ferry_model_copy_sync(m, buf, master + at, len, FERRY_COPY_D2H);
+		else if (file)
+			ferry_host_tiers_file_io(m->tt.host_tiers, master + at, buf, len, false, &st);
+		if (!st)
+			h = ferry_host_hash(h, buf ? buf : master + at, len);
+	}
+	ferry_host_free(m->be, buf);
+	*hash = st ? 0 : h;
+	return st;
+}
+
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)
 {
 	if (m->tt.ix.grad_ring >= 0)
