@@ -20,8 +20,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WATCH_SLOTS 16
 #define TICK_NS 100000000LL       /* how often the watchdog looks: 0.1 s */
@@ -47,9 +49,64 @@ struct comm_watch {
 	ferry_comm_timeout_fn fn;
 	void *arg;
 	struct ferry_comm *side; /* the questions' and answers' duplicate */
+	struct peer *peers;      /* every rank's; NULL: not known */
 	int refs;                /* communicators watched */
 	struct watch_slot slots[WATCH_SLOTS];
 };
+
+/* Who a rank is: its machine (a hash of its host name and boot), its
+ * process and when that started, so that a peer on the same machine that
+ * is gone (killed: SIGKILL, the OOM killer) is seen at the next tick,
+ * before the launcher ends the job with a text of its own. */
+struct peer {
+	uint64_t host;
+	long long pid, start;
+};
+
+/* Its start time (clock ticks since boot) and state letter, from
+ * /proc/PID/stat; -1 when no such process. */
+static long long proc_start(long long pid, char *state)
+{
+	char path[64], buf[1024], *p;
+	long long start = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%lld/stat", pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0;
+	fclose(f);
+	/* after the name, which may hold ") ": state, then field 22 */
+	if ((p = strrchr(buf, ')')) && p[1] == ' ') {
+		*state = p[2];
+		p += 2;
+		for (int field = 3; field < 22 && p; field++)
+			p = strchr(p + 1, ' ');
+		if (p)
+			start = strtoll(p + 1, NULL, 10);
+	}
+	return start;
+}
+
+static struct peer self_peer(void)
+{
+	struct peer me = { 0xcbf29ce484222325ull, (long long)getpid(), 0 };
+	char name[256] = "", boot[64] = "", state;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	gethostname(name, sizeof(name) - 1);
+	for (const char *t = name; *t; t++)
+		me.host = (me.host ^ (unsigned char)*t) * 0x100000001b3ull;
+	for (const char *t = boot; *t; t++)
+		me.host = (me.host ^ (unsigned char)*t) * 0x100000001b3ull;
+	me.start = proc_start(me.pid, &state);
+	return me;
+}
 
 /* What the roll call learnt of one rank. */
 enum roll { SILENT, ANSWERED, WAITING_TOO };
@@ -129,6 +186,7 @@ static void watch_free(struct comm_watch *w)
 	atomic_store(&w->stop, true);
 	pthread_join(w->thread, NULL);
 	ferry_comm_free(w->side);
+	ferry_free(w->peers);
 	pthread_mutex_destroy(&w->lock);
 	ferry_free(w);
 }
@@ -298,6 +356,52 @@ static void fire(struct comm_watch *w, int s, long long waited)
 	fn(arg, st);
 }
 
+/* A rank on this machine whose process is gone (or a zombie), or -1. */
+static int lost_peer(const struct comm_watch *w)
+{
+	const struct peer *me = w->peers ? &w->peers[w->side->rank] : NULL;
+
+	for (int p = 0; me && me->start >= 0 && p < w->side->size; p++) {
+		const struct peer *q = &w->peers[p];
+		char state = 'R';
+		long long start;
+
+		if (p == w->side->rank || q->host != me->host || q->start < 0)
+			continue;
+		start = proc_start(q->pid, &state);
+		if (start != q->start || state == 'Z' || state == 'X')
+			return p;
+	}
+	return -1;
+}
+
+/* Rank p's process is gone: fn at once on the lowest rank of this
+ * machine still there, after a grace on the others (each sees it). */
+static void fire_lost(struct comm_watch *w, int p)
+{
+	const struct peer *q = &w->peers[p];
+	ferry_comm_timeout_fn fn;
+	void *arg;
+	ferry_status st;
+	bool first = true;
+
+	for (int r = 0; r < w->side->rank; r++)
+		first &= r == p || w->peers[r].host != w->peers[w->side->rank].host;
+	st = ferry_error(FERRY_ERR_IO, "rank %d (process %lld on this machine) ended without a word (killed: "
+			 "SIGKILL, the OOM killer?); rank %d saw it", p, q->pid, w->side->rank);
+	for (long long end = ferry_now_ns() + GRACE_NS; !first && ferry_now_ns() < end && !atomic_load(&w->stop);
+	     nap(ROLL_NAP_NS))
+		answer(w);
+	if (atomic_load(&w->stop))
+		return;
+	pthread_mutex_lock(&w->lock);
+	fn = w->fn;
+	arg = w->arg;
+	pthread_mutex_unlock(&w->lock);
+	cancel_all(w);
+	fn(arg, st);
+}
+
 static void *watch_main(void *p)
 {
 	struct comm_watch *w = p;
@@ -308,7 +412,10 @@ static void *watch_main(void *p)
 		int s;
 
 		answer(w);
-		if (!fired && (s = overdue(w, &waited)) >= 0) {
+		if (!fired && (s = lost_peer(w)) >= 0) {
+			fired = true;
+			fire_lost(w, s);
+		} else if (!fired && (s = overdue(w, &waited)) >= 0) {
 			fired = true; /* once: fn ends the job */
 			fire(w, s, waited);
 		}
@@ -329,6 +436,17 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 		ferry_free(w);
 		return st;
 	}
+	/* every rank's process, for lost_peer (a collective, as the dup is) */
+	struct peer me = self_peer();
+	int32_t room;
+
+	w->peers = ferry_calloc((size_t)w->side->size, sizeof(*w->peers));
+	room = w->peers != NULL; /* every rank's, or none gathers */
+	if (ferry_comm_all_reduce(w->side, &room, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) || !room ||
+	    ferry_comm_all_gather(w->side, &me, w->peers, sizeof(me), FERRY_COMM_BYTE, NULL)) {
+		ferry_free(w->peers); /* then only the timeout watches */
+		w->peers = NULL;
+	}
 	pthread_mutex_init(&w->lock, NULL);
 	atomic_store(&w->timeout, timeout);
 	w->fn = fn;
@@ -338,6 +456,7 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 	if (pthread_create(&w->thread, NULL, watch_main, w)) {
 		c->watch = NULL;
 		ferry_comm_free(w->side);
+		ferry_free(w->peers);
 		pthread_mutex_destroy(&w->lock);
 		ferry_free(w);
 		return ferry_error(FERRY_ERR_NOMEM, "collective timeout: cannot start its thread");
