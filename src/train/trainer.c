@@ -565,8 +565,8 @@ static ferry_status create(ferry_trainer_t tr, const struct ferry_train_opts *op
  * inputs were agreed already (the files' hashes, the seed); this catches
  * what those miss: a file differing where its hash does not sample, a
  * load or an initialisation that went another way on one rank.  Split
- * parameters (--zero 3; --zero 1's master on the host) are not compared:
- * each rank's slice is of other values. */
+ * parameters (--zero 3; --zero 1's master on the host) compare the whole
+ * array each rank loaded or drew before keeping its slice. */
 static ferry_status same_start(ferry_trainer_t tr)
 {
 	uint64_t mine[2] = { 0, 0 }, *all = ferry_calloc((size_t)tr->ranks, sizeof(mine));

@@ -89,13 +89,27 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q '^step ' differ.out &&
 else
 	fail "a --checkpoint with other values on rank 1: exit $rc, $(grep -c '^step ' differ.out) steps: $(cat differ.err)"
 fi
+# --zero 3 (each rank keeps a slice): the whole array each loaded
+checks=$((checks + 1))
+timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init2 >differ3.out 2>differ3.err
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q '^step ' differ3.out &&
+	[ "$(grep -c '^ferry train: rank' differ3.err)" -eq 1 ] && grep -qF -- "$want" differ3.err; then
+	echo "ok: --zero 3, a --checkpoint with other values on rank 1: refused"
+else
+	fail "--zero 3, a --checkpoint with other values on rank 1: exit $rc, $(grep -c '^step ' differ3.out) steps: $(cat differ3.err)"
+fi
 # the same values on both ranks (from files of the same bytes): trains
 checks=$((checks + 1))
 cp init init3 && cp init.state init3.state 2>/dev/null
 if timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init : \
 	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init3 >same.out 2>same.err &&
+	[ "$(grep -c '^step ' same.out)" -eq 3 ] &&
+	timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init3 >same.out 2>same.err &&
 	[ "$(grep -c '^step ' same.out)" -eq 3 ]; then
-	echo "ok: the same parameters from two copies of a checkpoint: trains"
+	echo "ok: the same parameters from two copies of a checkpoint: trains (and with --zero 3)"
 else
 	fail "the same checkpoint on both ranks: $(cat same.err)"
 fi
