@@ -12,6 +12,11 @@
  * and answers go over a duplicate of their own, never mixed with
  * collectives; every rank's watchdog answers each tick, also when its own
  * collectives are fine, since another rank may be the one waiting.
+ *
+ * Each tick it also looks at the processes of the ranks on its own
+ * machine (pids gathered at the start): one gone without saying bye (a
+ * rank ending on purpose does, ferry_comm_watch_bye) was killed, and the
+ * job ends with ferry's message naming it before the launcher's own.
  */
 #include "comm/comm_impl.h"
 #include "core/clock.h"
@@ -32,6 +37,7 @@
 #define GRACE_NS 5000000000LL     /* the other waiting ranks' pause: the first ends the job */
 #define TAG_ASK 0x6601            /* {slot} */
 #define TAG_ANSWER 0x6602         /* {slot, started (2 ints), waiting in it} */
+#define TAG_BYE 0x6603            /* {rank}: it ends the job on purpose */
 
 struct watch_slot {
 	atomic_bool used;
@@ -50,6 +56,8 @@ struct comm_watch {
 	void *arg;
 	struct ferry_comm *side; /* the questions' and answers' duplicate */
 	struct peer *peers;      /* every rank's; NULL: not known */
+	bool *bye;               /* [rank]: said it ends on purpose (the watchdog's) */
+	pthread_mutex_t send_lock; /* the side's sends: the watchdog's, a bye */
 	int refs;                /* communicators watched */
 	struct watch_slot slots[WATCH_SLOTS];
 };
@@ -181,14 +189,37 @@ static void cancel_all(struct comm_watch *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
+static void say_bye(struct comm_watch *w)
+{
+	struct ferry_comm *side = w->side;
+
+	/* small: on their way at once (eager), before this rank ends */
+	pthread_mutex_lock(&w->send_lock);
+	for (int p = 0; p < side->size; p++)
+		if (p != side->rank)
+			(void)side->iface->send_ints(side, p, TAG_BYE, &side->rank, 1);
+	pthread_mutex_unlock(&w->send_lock);
+}
+
+/* (A rank ending its watch ends on purpose: the others' must not see a
+ * lost peer in its exit.) */
 static void watch_free(struct comm_watch *w)
 {
 	atomic_store(&w->stop, true);
 	pthread_join(w->thread, NULL);
+	say_bye(w);
 	ferry_comm_free(w->side);
 	ferry_free(w->peers);
+	ferry_free(w->bye);
+	pthread_mutex_destroy(&w->send_lock);
 	pthread_mutex_destroy(&w->lock);
 	ferry_free(w);
+}
+
+void ferry_comm_watch_bye(struct ferry_comm *c)
+{
+	if (c->watch && c->watch->side)
+		say_bye(c->watch);
 }
 
 void ferry_comm_watch_detach(struct ferry_comm *c)
@@ -224,8 +255,13 @@ static void answer(struct comm_watch *w)
 			a[2] = (int)(unsigned)k;
 			a[3] = atomic_load(&w->slots[q].since) != 0;
 		}
+		pthread_mutex_lock(&w->send_lock);
 		(void)side->iface->send_ints(side, from, TAG_ANSWER, a, 4);
+		pthread_mutex_unlock(&w->send_lock);
 	}
+	while (side->iface->recv_ints(side, TAG_BYE, &q, 1, &from))
+		if (w->bye && from >= 0 && from < side->size)
+			w->bye[from] = true;
 }
 
 /* The slot whose collective has waited past the timeout (*waited ns), or -1. */
@@ -254,9 +290,11 @@ static void roll_call(struct comm_watch *w, int s, enum roll *roll, long long *a
 
 	wait = wait && wait < ROLL_CALL_NS ? wait : ROLL_CALL_NS;
 	deadline = ferry_now_ns() + wait;
+	pthread_mutex_lock(&w->send_lock);
 	for (int p = 0; p < side->size; p++)
 		if (p != side->rank)
 			(void)side->iface->send_ints(side, p, TAG_ASK, &s, 1);
+	pthread_mutex_unlock(&w->send_lock);
 	while (left > 0 && ferry_now_ns() < deadline && !atomic_load(&w->stop)) {
 		answer(w);
 		while (side->iface->recv_ints(side, TAG_ANSWER, a, 4, &from))
@@ -366,7 +404,7 @@ static int lost_peer(const struct comm_watch *w)
 		char state = 'R';
 		long long start;
 
-		if (p == w->side->rank || q->host != me->host || q->start < 0)
+		if (p == w->side->rank || q->host != me->host || q->start < 0 || (w->bye && w->bye[p]))
 			continue;
 		start = proc_start(q->pid, &state);
 		if (start != q->start || state == 'Z' || state == 'X')
@@ -413,6 +451,9 @@ static void *watch_main(void *p)
 
 		answer(w);
 		if (!fired && (s = lost_peer(w)) >= 0) {
+			answer(w); /* a bye sent before it went, read since? */
+			if (w->bye && w->bye[s])
+				continue;
 			fired = true;
 			fire_lost(w, s);
 		} else if (!fired && (s = overdue(w, &waited)) >= 0) {
@@ -441,13 +482,15 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 	int32_t room;
 
 	w->peers = ferry_calloc((size_t)w->side->size, sizeof(*w->peers));
-	room = w->peers != NULL; /* every rank's, or none gathers */
+	w->bye = ferry_calloc((size_t)w->side->size, sizeof(*w->bye));
+	room = w->peers && w->bye; /* every rank's, or none gathers */
 	if (ferry_comm_all_reduce(w->side, &room, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) || !room ||
 	    ferry_comm_all_gather(w->side, &me, w->peers, sizeof(me), FERRY_COMM_BYTE, NULL)) {
 		ferry_free(w->peers); /* then only the timeout watches */
 		w->peers = NULL;
 	}
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->send_lock, NULL);
 	atomic_store(&w->timeout, timeout);
 	w->fn = fn;
 	w->arg = arg;
@@ -457,6 +500,8 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 		c->watch = NULL;
 		ferry_comm_free(w->side);
 		ferry_free(w->peers);
+		ferry_free(w->bye);
+		pthread_mutex_destroy(&w->send_lock);
 		pthread_mutex_destroy(&w->lock);
 		ferry_free(w);
 		return ferry_error(FERRY_ERR_NOMEM, "collective timeout: cannot start its thread");
