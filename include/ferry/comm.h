@@ -173,7 +173,10 @@ typedef void (*ferry_comm_timeout_fn)(void *arg, ferry_status st);
  * communicator); nothing is watched on one rank.  NCCL's device
  * collectives are timed on their stream (from when it reaches one to
  * when it is done there), and the NCCL communicators are aborted before
- * fn is called. */
+ * fn is called.  The same watch calls fn (FERRY_ERR_IO) when the process
+ * of a rank on this machine is gone (killed) without ending the job on
+ * purpose: "rank 1 (process N on this machine) ended without a word
+ * (killed: SIGKILL, the OOM killer?); rank 0 saw it". */
 ferry_status ferry_comm_set_timeout(ferry_comm_t c, double seconds, ferry_comm_timeout_fn fn, void *arg)
 	FERRY_MUST_CHECK;
 

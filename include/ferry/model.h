@@ -84,6 +84,15 @@ ferry_status ferry_model_init_random(ferry_model_t m, uint64_t seed) FERRY_MUST_
  * parameters in those two cases) is a collective: every rank calls it. */
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params) FERRY_MUST_CHECK;
 ferry_status ferry_model_get_params(ferry_model_t m, float *params) FERRY_MUST_CHECK;
+/* A hash of the model's values, without a second copy of them all: the
+ * master weights this rank holds, read where they are (the device, host
+ * memory, an NVMe file) in pieces; where each rank keeps only its slice
+ * (--zero 3, or --zero 1's master weights split on the host), the whole
+ * array last given to ferry_model_set_params (a load's, the random
+ * initialisation's), until an update.  *whole: the hash is of the whole
+ * model's values; false (and *hash 0) for slices after an update, whose
+ * hashes would differ per rank whatever they hold.  Not a collective. */
+ferry_status ferry_model_params_hash(ferry_model_t m, uint64_t *hash, bool *whole) FERRY_MUST_CHECK;
 /* Whether every forward is a collective: the parameters are split over
  * several ranks (--zero 3) and gathered as it goes, so every rank runs
  * each forward (and a rank alone, a sample say, cannot). */

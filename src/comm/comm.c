@@ -294,6 +294,8 @@ ferry_status ferry_comm_barrier(ferry_comm_t c)
 
 void ferry_comm_abort(ferry_comm_t c, int code)
 {
+	if (c)
+		ferry_comm_watch_bye(c);
 	if (c && c->iface->abort)
 		c->iface->abort(c, code);
 }

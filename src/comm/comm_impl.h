@@ -74,6 +74,9 @@ void ferry_comm_watch_attach(struct ferry_comm *c);
 void ferry_comm_watch_detach(struct ferry_comm *c);
 void ferry_comm_watch_begin(struct ferry_comm *c, const char *what);
 void ferry_comm_watch_end(struct ferry_comm *c);
+/* This rank ends the job on purpose (an abort after its message): the
+ * other ranks' watchdogs are told, so that none reports it as lost. */
+void ferry_comm_watch_bye(struct ferry_comm *c);
 /* c, made over base (an nccl communicator), watched by base's watch. */
 void ferry_comm_watch_join(struct ferry_comm *c, struct ferry_comm *base);
 

@@ -7,7 +7,9 @@
  * own thread, on a communicator of its own, while the main thread runs
  * others) and finalised with the last one freed.  Errors keep MPI's
  * default handler on the world: a failed call or a lost peer ends the job
- * and the launcher names the rank, rather than leaving the others waiting.
+ * and the launcher names the rank, rather than leaving the others waiting
+ * (a peer on the same machine is named by the watchdog first,
+ * comm_watch.c).
  * Counts past INT_MAX are split into several calls where the layout
  * allows (all-reduce, broadcast).
  */

@@ -12,6 +12,11 @@
  * and answers go over a duplicate of their own, never mixed with
  * collectives; every rank's watchdog answers each tick, also when its own
  * collectives are fine, since another rank may be the one waiting.
+ *
+ * Each tick it also looks at the processes of the ranks on its own
+ * machine (pids gathered at the start): one gone without saying bye (a
+ * rank ending on purpose does, ferry_comm_watch_bye) was killed, and the
+ * job ends with ferry's message naming it before the launcher's own.
  */
 #include "comm/comm_impl.h"
 #include "core/clock.h"
@@ -20,8 +25,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WATCH_SLOTS 16
 #define TICK_NS 100000000LL       /* how often the watchdog looks: 0.1 s */
@@ -30,6 +37,7 @@
 #define GRACE_NS 5000000000LL     /* the other waiting ranks' pause: the first ends the job */
 #define TAG_ASK 0x6601            /* {slot} */
 #define TAG_ANSWER 0x6602         /* {slot, started (2 ints), waiting in it} */
+#define TAG_BYE 0x6603            /* {rank}: it ends the job on purpose */
 
 struct watch_slot {
 	atomic_bool used;
@@ -47,9 +55,66 @@ struct comm_watch {
 	ferry_comm_timeout_fn fn;
 	void *arg;
 	struct ferry_comm *side; /* the questions' and answers' duplicate */
+	struct peer *peers;      /* every rank's; NULL: not known */
+	bool *bye;               /* [rank]: said it ends on purpose (the watchdog's) */
+	pthread_mutex_t send_lock; /* the side's sends: the watchdog's, a bye */
 	int refs;                /* communicators watched */
 	struct watch_slot slots[WATCH_SLOTS];
 };
+
+/* Who a rank is: its machine (a hash of its host name and boot), its
+ * process and when that started, so that a peer on the same machine that
+ * is gone (killed: SIGKILL, the OOM killer) is seen at the next tick,
+ * before the launcher ends the job with a text of its own. */
+struct peer {
+	uint64_t host;
+	long long pid, start;
+};
+
+/* Its start time (clock ticks since boot) and state letter, from
+ * /proc/PID/stat; -1 when no such process. */
+static long long proc_start(long long pid, char *state)
+{
+	char path[64], buf[1024], *p;
+	long long start = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%lld/stat", pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0;
+	fclose(f);
+	/* after the name, which may hold ") ": state, then field 22 */
+	if ((p = strrchr(buf, ')')) && p[1] == ' ') {
+		*state = p[2];
+		p += 2;
+		for (int field = 3; field < 22 && p; field++)
+			p = strchr(p + 1, ' ');
+		if (p)
+			start = strtoll(p + 1, NULL, 10);
+	}
+	return start;
+}
+
+static struct peer self_peer(void)
+{
+	struct peer me = { 0xcbf29ce484222325ull, (long long)getpid(), 0 };
+	char name[256] = "", boot[64] = "", state;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	gethostname(name, sizeof(name) - 1);
+	for (const char *t = name; *t; t++)
+		me.host = (me.host ^ (unsigned char)*t) * 0x100000001b3ull;
+	for (const char *t = boot; *t; t++)
+		me.host = (me.host ^ (unsigned char)*t) * 0x100000001b3ull;
+	me.start = proc_start(me.pid, &state);
+	return me;
+}
 
 /* What the roll call learnt of one rank. */
 enum roll { SILENT, ANSWERED, WAITING_TOO };
@@ -124,13 +189,37 @@ static void cancel_all(struct comm_watch *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
+static void say_bye(struct comm_watch *w)
+{
+	struct ferry_comm *side = w->side;
+
+	/* small: on their way at once (eager), before this rank ends */
+	pthread_mutex_lock(&w->send_lock);
+	for (int p = 0; p < side->size; p++)
+		if (p != side->rank)
+			(void)side->iface->send_ints(side, p, TAG_BYE, &side->rank, 1);
+	pthread_mutex_unlock(&w->send_lock);
+}
+
+/* (A rank ending its watch ends on purpose: the others' must not see a
+ * lost peer in its exit.) */
 static void watch_free(struct comm_watch *w)
 {
 	atomic_store(&w->stop, true);
 	pthread_join(w->thread, NULL);
+	say_bye(w);
 	ferry_comm_free(w->side);
+	ferry_free(w->peers);
+	ferry_free(w->bye);
+	pthread_mutex_destroy(&w->send_lock);
 	pthread_mutex_destroy(&w->lock);
 	ferry_free(w);
+}
+
+void ferry_comm_watch_bye(struct ferry_comm *c)
+{
+	if (c->watch && c->watch->side)
+		say_bye(c->watch);
 }
 
 void ferry_comm_watch_detach(struct ferry_comm *c)
@@ -166,8 +255,13 @@ static void answer(struct comm_watch *w)
 			a[2] = (int)(unsigned)k;
 			a[3] = atomic_load(&w->slots[q].since) != 0;
 		}
+		pthread_mutex_lock(&w->send_lock);
 		(void)side->iface->send_ints(side, from, TAG_ANSWER, a, 4);
+		pthread_mutex_unlock(&w->send_lock);
 	}
+	while (side->iface->recv_ints(side, TAG_BYE, &q, 1, &from))
+		if (w->bye && from >= 0 && from < side->size)
+			w->bye[from] = true;
 }
 
 /* The slot whose collective has waited past the timeout (*waited ns), or -1. */
@@ -196,9 +290,11 @@ static void roll_call(struct comm_watch *w, int s, enum roll *roll, long long *a
 
 	wait = wait && wait < ROLL_CALL_NS ? wait : ROLL_CALL_NS;
 	deadline = ferry_now_ns() + wait;
+	pthread_mutex_lock(&w->send_lock);
 	for (int p = 0; p < side->size; p++)
 		if (p != side->rank)
 			(void)side->iface->send_ints(side, p, TAG_ASK, &s, 1);
+	pthread_mutex_unlock(&w->send_lock);
 	while (left > 0 && ferry_now_ns() < deadline && !atomic_load(&w->stop)) {
 		answer(w);
 		while (side->iface->recv_ints(side, TAG_ANSWER, a, 4, &from))
@@ -298,6 +394,52 @@ static void fire(struct comm_watch *w, int s, long long waited)
 	fn(arg, st);
 }
 
+/* A rank on this machine whose process is gone (or a zombie), or -1. */
+static int lost_peer(const struct comm_watch *w)
+{
+	const struct peer *me = w->peers ? &w->peers[w->side->rank] : NULL;
+
+	for (int p = 0; me && me->start >= 0 && p < w->side->size; p++) {
+		const struct peer *q = &w->peers[p];
+		char state = 'R';
+		long long start;
+
+		if (p == w->side->rank || q->host != me->host || q->start < 0 || (w->bye && w->bye[p]))
+			continue;
+		start = proc_start(q->pid, &state);
+		if (start != q->start || state == 'Z' || state == 'X')
+			return p;
+	}
+	return -1;
+}
+
+/* Rank p's process is gone: fn at once on the lowest rank of this
+ * machine still there, after a grace on the others (each sees it). */
+static void fire_lost(struct comm_watch *w, int p)
+{
+	const struct peer *q = &w->peers[p];
+	ferry_comm_timeout_fn fn;
+	void *arg;
+	ferry_status st;
+	bool first = true;
+
+	for (int r = 0; r < w->side->rank; r++)
+		first &= r == p || w->peers[r].host != w->peers[w->side->rank].host;
+	st = ferry_error(FERRY_ERR_IO, "rank %d (process %lld on this machine) ended without a word (killed: "
+			 "SIGKILL, the OOM killer?); rank %d saw it", p, q->pid, w->side->rank);
+	for (long long end = ferry_now_ns() + GRACE_NS; !first && ferry_now_ns() < end && !atomic_load(&w->stop);
+	     nap(ROLL_NAP_NS))
+		answer(w);
+	if (atomic_load(&w->stop))
+		return;
+	pthread_mutex_lock(&w->lock);
+	fn = w->fn;
+	arg = w->arg;
+	pthread_mutex_unlock(&w->lock);
+	cancel_all(w);
+	fn(arg, st);
+}
+
 static void *watch_main(void *p)
 {
 	struct comm_watch *w = p;
@@ -308,7 +450,13 @@ static void *watch_main(void *p)
 		int s;
 
 		answer(w);
-		if (!fired && (s = overdue(w, &waited)) >= 0) {
+		if (!fired && (s = lost_peer(w)) >= 0) {
+			answer(w); /* a bye sent before it went, read since? */
+			if (w->bye && w->bye[s])
+				continue;
+			fired = true;
+			fire_lost(w, s);
+		} else if (!fired && (s = overdue(w, &waited)) >= 0) {
 			fired = true; /* once: fn ends the job */
 			fire(w, s, waited);
 		}
@@ -329,7 +477,20 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 		ferry_free(w);
 		return st;
 	}
+	/* every rank's process, for lost_peer (a collective, as the dup is) */
+	struct peer me = self_peer();
+	int32_t room;
+
+	w->peers = ferry_calloc((size_t)w->side->size, sizeof(*w->peers));
+	w->bye = ferry_calloc((size_t)w->side->size, sizeof(*w->bye));
+	room = w->peers && w->bye; /* every rank's, or none gathers */
+	if (ferry_comm_all_reduce(w->side, &room, 1, FERRY_COMM_I32, FERRY_COMM_MIN, NULL) || !room ||
+	    ferry_comm_all_gather(w->side, &me, w->peers, sizeof(me), FERRY_COMM_BYTE, NULL)) {
+		ferry_free(w->peers); /* then only the timeout watches */
+		w->peers = NULL;
+	}
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->send_lock, NULL);
 	atomic_store(&w->timeout, timeout);
 	w->fn = fn;
 	w->arg = arg;
@@ -338,6 +499,9 @@ static ferry_status watch_new(struct ferry_comm *c, long long timeout, ferry_com
 	if (pthread_create(&w->thread, NULL, watch_main, w)) {
 		c->watch = NULL;
 		ferry_comm_free(w->side);
+		ferry_free(w->peers);
+		ferry_free(w->bye);
+		pthread_mutex_destroy(&w->send_lock);
 		pthread_mutex_destroy(&w->lock);
 		ferry_free(w);
 		return ferry_error(FERRY_ERR_NOMEM, "collective timeout: cannot start its thread");

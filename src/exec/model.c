@@ -677,6 +677,8 @@ static ferry_status submit_update(ferry_model_t m, const struct ferry_adamw *opt
 	double norm = sqrt(*m->host_sumsq) * scale;
 	ferry_status st;
 
+	m->set_hash_valid = false; /* the values move on */
+
 	if (gnorm)
 		*gnorm = (float)norm;
 	if (m->spec_pending) {
@@ -721,6 +723,7 @@ ferry_status ferry_model_step_speculate(ferry_model_t m, const struct ferry_adam
 	if (!ferry_model_speculative(m))
 		return ferry_error(FERRY_ERR_INVALID, "speculative updates need ferry_exec_opts.clip_order "
 				   "FERRY_CLIP_SPECULATIVE (with the optimizer on host threads)");
+	m->set_hash_valid = false; /* updates run within the backward */
 	if (t < 1)
 		return ferry_error(FERRY_ERR_INVALID, "optimizer step %d must be >= 1", t);
 	m->spec_opt = *opt;

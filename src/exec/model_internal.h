@@ -114,6 +114,10 @@ struct ferry_model {
 	struct ferry_adamw spec_opt;
 	int spec_t;
 	int spec_undone;              /* speculative steps undone (redone or diverged) */
+	/* split master weights: the hash of the whole array last given to
+	 * ferry_model_set_params, until an update (ferry_model_params_hash) */
+	uint64_t set_hash;
+	bool set_hash_valid;
 	/* data parallel (opts->comm over several ranks; NULL: one rank): the
 	 * communicator the comm stream runs, the stream, the events
 	 * "gradients to average", "a layer's gradients averaged", "every

@@ -98,6 +98,22 @@ static float *host_master(const struct ferry_model *m)
 
 static ferry_status refresh_copy(ferry_model_t m);
 
+/* bytes of the master hashed at a time, read through host memory where it
+ * is not there: the same pieces wherever it lives, so the same hash */
+#define HASH_CHUNK ((size_t)64 << 20)
+#define HASH_INIT 0xcbf29ce484222325ull
+
+/* n bytes of host memory hashed as ferry_model_params_hash hashes the
+ * master: in HASH_CHUNK pieces, chained */
+static uint64_t params_hash_of(const void *p, size_t n)
+{
+	uint64_t h = HASH_INIT;
+
+	for (size_t at = 0; at < n; at += HASH_CHUNK)
+		h = ferry_host_hash(h, (const char *)p + at, n - at < HASH_CHUNK ? n - at : HASH_CHUNK);
+	return h;
+}
+
 /* After the whole master array is written: the copy the kernels read */
 static ferry_status params_written(ferry_model_t m)
 {
@@ -253,6 +269,11 @@ static ferry_status refresh_copy(ferry_model_t m)
 
 ferry_status ferry_model_set_params(ferry_model_t m, const float *params)
 {
+	m->set_hash_valid = false;
+	if (m->tt.ix.host_param_slice >= 0 || m->tt.ix.param_slice >= 0) { /* kept: the slice cannot tell */
+		m->set_hash = params_hash_of(params, m->tt.n_params * sizeof(float));
+		m->set_hash_valid = true;
+	}
 	if (m->tt.ix.host_param_slice >= 0) /* this rank's slice of the master weights */
 		return ferry_zero_host_set_params(m, params);
 	if (m->tt.ix.param_slice >= 0) /* ZeRO-3: this rank's slice */
@@ -269,6 +290,43 @@ ferry_status ferry_model_get_params(ferry_model_t m, float *params)
 	if (m->tt.ix.param_slice >= 0) /* every rank's slice: a collective */
 		return ferry_zero_get_params(m, params);
 	return ferry_model_buffer_read(m, m->tt.ix.params_buffer, params, m->tt.n_params * sizeof(float));
+}
+
+
+ferry_status ferry_model_params_hash(ferry_model_t m, uint64_t *hash, bool *whole)
+{
+	const int b = m->tt.ix.params_buffer;
+	const size_t n = m->tt.n_params * sizeof(float);
+	char *master = ferry_model_buffer_ptr(m, b);
+	const bool device = !ferry_model_buffer_on_host(m, b);
+	uint64_t off, h = HASH_INIT;
+	const bool file = !device && ferry_host_tiers_nvme_at(m->tt.host_tiers, master, &off);
+	void *buf = NULL;
+	ferry_status st;
+
+	*hash = 0;
+	*whole = m->tt.ix.host_param_slice < 0 && m->tt.ix.param_slice < 0;
+	if (!*whole) {
+		*whole = m->set_hash_valid;
+		*hash = *whole ? m->set_hash : 0;
+		return FERRY_OK;
+	}
+	if ((st = ferry_model_sync_all(m)) ||
+	    ((device || file) && (st = ferry_host_alloc(m->be, n < HASH_CHUNK ? n : HASH_CHUNK, &buf))))
+		return st;
+	for (size_t at = 0; at < n && !st; at += HASH_CHUNK) {
+		const size_t len = n - at < HASH_CHUNK ? n - at : HASH_CHUNK;
+
+		if (device)
+			st = ferry_model_copy_sync(m, buf, master + at, len, FERRY_COPY_D2H);
+		else if (file)
+			ferry_host_tiers_file_io(m->tt.host_tiers, master + at, buf, len, false, &st);
+		if (!st)
+			h = ferry_host_hash(h, buf ? buf : master + at, len);
+	}
+	ferry_host_free(m->be, buf);
+	*hash = st ? 0 : h;
+	return st;
 }
 
 ferry_status ferry_model_get_grads(ferry_model_t m, float *grads)

@@ -560,6 +560,39 @@ static ferry_status create(ferry_trainer_t tr, const struct ferry_train_opts *op
 	return st;
 }
 
+/* Several ranks, before step 1: every rank holds the same parameters, or
+ * each would train its own model until a save refuses the mix.  The
+ * inputs were agreed already (the files' hashes, the seed); this catches
+ * what those miss: a file differing where its hash does not sample, a
+ * load or an initialisation that went another way on one rank.  Split
+ * parameters (--zero 3; --zero 1's master on the host) compare the whole
+ * array each rank loaded or drew before keeping its slice. */
+static ferry_status same_start(ferry_trainer_t tr)
+{
+	uint64_t mine[2] = { 0, 0 }, *all = ferry_calloc((size_t)tr->ranks, sizeof(mine));
+	bool whole = false;
+	char how[64];
+	ferry_status st = all ? FERRY_OK : ferry_error(FERRY_ERR_NOMEM, "trainer: out of host memory");
+
+	if (!st && !(st = ferry_model_params_hash(tr->model, &mine[0], &whole)))
+		mine[1] = whole;
+	if ((st = ferry_comm_agree(tr->comm, st)) ||
+	    (st = ferry_comm_all_gather(tr->comm, mine, all, sizeof(mine), FERRY_COMM_BYTE, NULL)))
+		goto out;
+	if (tr->opts.resume || tr->opts.checkpoint) /* (its path may differ per rank) */
+		snprintf(how, sizeof(how), "loaded from its %s", tr->opts.resume ? "--resume" : "--checkpoint");
+	else
+		snprintf(how, sizeof(how), "initialised from seed %llu", (unsigned long long)tr->opts.seed);
+	for (int r = 1; r < tr->ranks && !st; r++)
+		if (all[2 * r + 1] && all[1] && all[2 * r] != all[0])
+			st = ferry_error(FERRY_ERR_INVALID, "rank %d: its parameters differ from rank 0's before step 1 "
+					 "(%s; hash %016llx, rank 0's %016llx): every rank must start from the same "
+					 "parameters", r, how, (unsigned long long)all[2 * r], (unsigned long long)all[0]);
+out:
+	ferry_free(all);
+	return st;
+}
+
 ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_trainer_t *out)
 {
 	ferry_trainer_t tr;
@@ -578,6 +611,8 @@ ferry_status ferry_trainer_create(const struct ferry_train_opts *opts, ferry_tra
 	st = create(tr, opts);
 	if (tr->ranks > 1) /* a bad input one rank saw stops every rank, with its message */
 		st = ferry_comm_agree(tr->comm, st);
+	if (!st && tr->ranks > 1) /* every rank the same error: printed once */
+		st = ferry_comm_agree(tr->comm, same_start(tr));
 	if (st) {
 		ferry_trainer_free(tr);
 		return st;

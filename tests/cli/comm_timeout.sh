@@ -46,10 +46,14 @@ fi
 wait "$mp" 2>/dev/null
 checks=$((checks + 1))
 last=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' hung.out | tail -n 1)
-if "$FERRY" train --resume hung --steps $((${last:-0} + 60)) --sample 0 --threads 1 >after.out 2>&1; then
+# at a save (every 50 steps), no later than the stopped run got, and
+# trains on from there: more than an exit code
+if "$FERRY" train --resume hung --steps $((${last:-0} + 60)) --sample 0 --threads 1 >after.out 2>&1 &&
+	at=$(sed -n 's/^resumed at step \([0-9]*\).*/\1/p' after.out) && [ -n "$at" ] && [ $((at % 50)) -eq 0 ] &&
+	[ "$at" -ge 50 ] && [ "$at" -le "${last:-0}" ] && grep -q "^step *$((at + 1))/" after.out; then
 	echo "ok: the stopped run's last save resumes: $(grep -m1 '^resumed at' after.out)"
 else
-	fail "resuming the stopped run: $(tail -n 2 after.out)"
+	fail "resuming the stopped run (its last step ${last:-?}): $(grep -m1 '^resumed at' after.out) $(tail -n 2 after.out)"
 fi
 
 # steps longer than the timeout: nothing fires.  The timeout is 3 s, not

@@ -64,6 +64,56 @@ mpmd "different --resume" "ferry train: rank 1: --resume file 1 of 1 is *" "--re
 mpmd "--resume missing on rank 1" "ferry train: rank 1: nothere: cannot open: No such file or directory" \
 	"--resume a --steps 3" "--resume nothere --steps 3"
 
+# The parameters themselves (issue 40 item 2): rank 1's --checkpoint has
+# the same shape and differs in one value, where the flags' exchange (the
+# files' sizes and sampled hashes) does not look: refused before step 1
+# by the parameters' hash (before, both trained and the save refused).
+big=(--channels 64 --heads 4 --steps 3)
+"$FERRY" train "${common[@]}" "${big[@]}" --steps 1 --save init >/dev/null 2>&1 || fail "cannot make the checkpoint"
+cp init init2 && cp init.state init2.state 2>/dev/null
+size=$(stat -c %s init2)
+# a float halfway between two of the hash's sampled 4 KiB blocks (size * k / 17)
+at=$((size * 3 / 34 / 4 * 4))
+[ $((size / 17 + 4096)) -lt "$at" ] && [ $((at + 4)) -lt $((size * 2 / 17)) ] || fail "checkpoint too small: $size"
+printf '\x00\x00\x80\x3f' | dd of=init2 bs=1 seek="$at" conv=notrunc status=none
+cmp -s init init2 && fail "the copy was not changed"
+checks=$((checks + 1))
+timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init2 >differ.out 2>differ.err
+rc=$?
+want="ferry train: rank 1: its parameters differ from rank 0's before step 1 (loaded from its --checkpoint; hash "
+# (the other ferry line: the note that shape flags give way to the checkpoint's)
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q '^step ' differ.out &&
+	[ "$(grep -c '^ferry train: rank' differ.err)" -eq 1 ] && grep -qF -- "$want" differ.err; then
+	echo "ok: a --checkpoint with other values on rank 1: $(grep '^ferry train: rank' differ.err)"
+else
+	fail "a --checkpoint with other values on rank 1: exit $rc, $(grep -c '^step ' differ.out) steps: $(cat differ.err)"
+fi
+# --zero 3 (each rank keeps a slice): the whole array each loaded
+checks=$((checks + 1))
+timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init2 >differ3.out 2>differ3.err
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q '^step ' differ3.out &&
+	[ "$(grep -c '^ferry train: rank' differ3.err)" -eq 1 ] && grep -qF -- "$want" differ3.err; then
+	echo "ok: --zero 3, a --checkpoint with other values on rank 1: refused"
+else
+	fail "--zero 3, a --checkpoint with other values on rank 1: exit $rc, $(grep -c '^step ' differ3.out) steps: $(cat differ3.err)"
+fi
+# the same values on both ranks (from files of the same bytes): trains
+checks=$((checks + 1))
+cp init init3 && cp init.state init3.state 2>/dev/null
+if timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --checkpoint init3 >same.out 2>same.err &&
+	[ "$(grep -c '^step ' same.out)" -eq 3 ] &&
+	timeout 60 "${MPIRUN[@]}" -np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init : \
+	-np 1 "$FERRY" train "${common[@]}" "${big[@]}" --zero 3 --checkpoint init3 >same.out 2>same.err &&
+	[ "$(grep -c '^step ' same.out)" -eq 3 ]; then
+	echo "ok: the same parameters from two copies of a checkpoint: trains (and with --zero 3)"
+else
+	fail "the same checkpoint on both ranks: $(cat same.err)"
+fi
+
 # What may differ: a rank's own files and threads, and the data's path
 # where the files are the same.
 checks=$((checks + 1))

@@ -72,14 +72,18 @@ int ranks_open(const char *cmd, struct ranks *r)
 	return 0;
 }
 
-/* On the watchdog's thread: the first waiting rank prints, all end. */
+/* On the watchdog's thread: the first waiting rank prints, all end.  (A
+ * rank whose process is gone says so, no timeout involved.) */
 static void timed_out(void *arg, ferry_status st)
 {
 	struct ranks *r = arg;
+	const char *e = ferry_last_error();
+	char why[64] = "";
 
 	(void)st;
-	dprintf(r->err_fd, "ferry %s: %s (--comm-timeout %g): stopping every rank\n", r->cmd, ferry_last_error(),
-		r->timeout);
+	if (!strstr(e, "ended without a word"))
+		snprintf(why, sizeof(why), " (--comm-timeout %g)", r->timeout);
+	dprintf(r->err_fd, "ferry %s: %s%s: stopping every rank\n", r->cmd, e, why);
 	ferry_comm_abort(r->comm, 1);
 }
 
