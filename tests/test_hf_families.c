@@ -367,15 +367,16 @@ static void check_writer_and_models(void)
 
 /* ---- Gemma 4's keys (a family with gemma4_keys, read by itself) ------------------------ */
 
-/* Gemma4TextConfig's defaults; not yet a model of ferry's (docs/models.md),
- * so read with ferry_hf_config_read_as. */
+/* Gemma4TextConfig's defaults, as src/models/gemma4.c declares them (its
+ * unscaled scores: query_pre_attn_scalar 1, not a key); read with
+ * ferry_hf_config_read_as, the family alone. */
 static const struct ferry_hf_family gemma4 = {
 	.model_type = "gemma4_text", .architecture = "Gemma4ForCausalLM", .title = "Gemma 4",
 	.vocab_size = 262144, .hidden_size = 2304, .intermediate_size = 9216, .num_hidden_layers = 30,
 	.num_attention_heads = 8, .num_key_value_heads = 4, .head_dim = 256, .max_position_embeddings = 131072,
 	.rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh",
 	.act_key = "hidden_activation", .sliding_window = 512, .sliding_window_pattern = 6,
-	.rope_local_base_freq = 1e4, .final_logit_softcapping = 30.0, .gemma4_keys = true,
+	.rope_local_base_freq = 1e4, .query_pre_attn_scalar = 1, .final_logit_softcapping = 30.0, .gemma4_keys = true,
 };
 
 /* transformers 5.25's config.json of a tiny Gemma4TextConfig with the
@@ -456,7 +457,7 @@ static void check_gemma4(void)
 	}
 	CHECK_OK(ferry_hf_config_read_as(write_case("g4_read", G4_OK("")), fam, 1, &c));
 	CHECK(c.head_dim == 8 && c.sliding_window == 4 && c.rope_theta == 1e6 && c.rope_local_base_freq == 1e4 &&
-	      c.final_logit_softcapping == 0 && c.query_pre_attn_scalar == 0); /* an absent cap: the class's None */
+	      c.final_logit_softcapping == 0 && c.query_pre_attn_scalar == 1); /* an absent cap: the class's None */
 	c.final_logit_softcapping = 30.0;
 	const char *d = write_case("g4_write", "{}");
 	CHECK_OK(ferry_hf_config_write_as(d, &c, &gemma4));

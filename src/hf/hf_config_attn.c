@@ -240,7 +240,8 @@ ferry_status ferry_hfc_check_attention(const struct ferry_hf_config *c, const st
 					: c->rope_local_base_freq != 0)
 		return ferry_error(FERRY_ERR_INVALID, "%s: rope_local_base_freq %g: %s", path, c->rope_local_base_freq,
 				   f->rope_local_base_freq > 0 ? "not a positive number" : "not a field of the family");
-	if (f->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar <= 0 || c->query_pre_attn_scalar > MAX_WINDOW
+	if (f->gemma4_keys ? c->query_pre_attn_scalar != 1 /* unscaled scores: no such key */
+	    : f->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar <= 0 || c->query_pre_attn_scalar > MAX_WINDOW
 					 : c->query_pre_attn_scalar != 0)
 		return ferry_error(FERRY_ERR_INVALID, "%s: query_pre_attn_scalar %d: %s", path,
 				   c->query_pre_attn_scalar, f->query_pre_attn_scalar > 0 ? "out of range"

@@ -121,6 +121,8 @@ int ferry_hfc_set_gemma4(json_t *root, const struct ferry_hf_family *f, const st
 		       "default", "sliding_attention", "rope_theta", c->rope_local_base_freq, "rope_type", "default");
 	if (!rp)
 		return -1;
+	/* its scores are unscaled: the family's query_pre_attn_scalar 1, not a key */
+	json_object_del(root, "query_pre_attn_scalar");
 	json_object_del(root, "rope_theta");
 	json_object_del(root, "rope_local_base_freq");
 	return json_object_set_new(root, "rope_parameters", rp) ||
