@@ -176,6 +176,12 @@ static ferry_status gemma4_config_check(struct ferry_model_config *cfg)
 	if (cfg->window_layers_every > 1)
 		return ferry_error(FERRY_ERR_INVALID, "window_layers_every (%d): Gemma 4's window acts on five "
 				   "layers of six", cfg->window_layers_every);
+	/* transformers forces Gemma 4's last layer to attend fully, where the
+	   rule of six would give it the window */
+	if (cfg->sliding_window && cfg->window_full_every > 1 && cfg->layers % cfg->window_full_every)
+		return ferry_error(FERRY_ERR_INVALID, "layers (%d): with a window, Gemma 4's last layer attends fully, "
+				   "which ferry's rule (every %d-th layer) gives only to a multiple of %d layers",
+				   cfg->layers, cfg->window_full_every, cfg->window_full_every);
 	return ferry_llama_config_check(cfg);
 }
 

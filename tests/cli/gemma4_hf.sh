@@ -80,6 +80,10 @@ for d in tf_gemma4 tf_gemma4b; do trained_from "$d"; done
 expect_ok "train gemma4" "$FERRY" train --model gemma4 --layers 6 --channels 32 --heads 4 --kv-heads 2 --max-seq 32 \
 	--sliding-window 5 --batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' \
 	--steps 20 --lr 3e-2 --warmup 0 --save gemma4 && same_as_transformers gemma4
+# transformers makes the last layer full: ferry's rule does on a multiple of six layers only
+expect_error "seven layers" "layers (7): with a window, Gemma 4's last layer attends fully" \
+	"$FERRY" train --model gemma4 --layers 7 --channels 32 --heads 4 --kv-heads 2 --max-seq 32 --sliding-window 5 \
+	--batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' --steps 1
 expect_error "per-layer inputs" "hidden_size_per_layer_input 8 is not implemented yet (per-layer input embeddings)" \
 	"$FERRY" eval --checkpoint tf_gemma4_ple --data 'corpus_train_*.bin' "${ROWS[@]}" --threads 2
 expect_error "layer_scalar" "unexpected tensor model.layers.0.layer_scalar: not a parameter of the 6-layer Gemma 4" \
