@@ -433,7 +433,8 @@ static const struct bad gemma4_cases[] = {
 	{ "g4_acap", G4_OK(", \"attn_logit_softcapping\": 50.0"), FERRY_ERR_UNSUPPORTED,
 	  "attn_logit_softcapping is not a field of Gemma4ForCausalLM" },
 	{ "g4_bidi", G4_OK(", \"use_bidirectional_attention\": \"all\""), FERRY_ERR_UNSUPPORTED,
-	  "use_bidirectional_attention \"all\" is not supported" },
+	  "use_bidirectional_attention \"all\" is not supported (ferry's Gemma 4 attends causally" },
+	{ "g4_vision", G4_OK(", \"use_bidirectional_attention\": \"vision\""), FERRY_OK, "" },
 	{ "g4_lt", G4_OK(", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
 			 " \"sliding_attention\", \"sliding_attention\", \"full_attention\"]"), FERRY_ERR_UNSUPPORTED,
 	  "layer_types[1] \"full_attention\" is not supported (ferry's Gemma 4 has sliding_attention there)" },

@@ -15,6 +15,9 @@
  *     global_head_dim the head_dim, num_global_key_value_heads the
  *     num_key_value_heads (ferry's layers are all one shape);
  *   - the mixture-of-experts block: enable_moe_block false, its sizes null.
+ *
+ * use_bidirectional_attention "vision" is accepted (text has no image
+ * tokens), "all" refused.
  */
 #include "hf/hf_config_internal.h"
 #include "core/error.h"
@@ -75,6 +78,14 @@ bool ferry_hfc_gemma4_key(const char *path, const struct ferry_hf_family *f, con
 		if (!json_is_boolean(v))
 			*st = ferry_error(FERRY_ERR_FORMAT, "%s: use_double_wide_mlp must be true or false", path);
 		return true; /* it widens the shared-K/V layers' MLP alone: there are none */
+	}
+	if (!strcmp(key, "use_bidirectional_attention")) {
+		/* "vision" acts on image tokens alone, in the multimodal model */
+		if (!json_is_string(v) || strcmp(json_string_value(v), "vision"))
+			*st = ferry_error(FERRY_ERR_UNSUPPORTED, "%s: use_bidirectional_attention %s is not supported "
+					  "(ferry's Gemma 4 attends causally: null or \"vision\")", path,
+					  ferry_hfc_describe(v, d, sizeof(d)));
+		return true;
 	}
 	if (!strcmp(key, "global_head_dim"))
 		*st = same_int(path, key, v, c->head_dim, "the global layers' own head size");
