@@ -9,7 +9,8 @@
 # tensor by tensor, and its norm, as close as transformers' own fp32 one;
 # then the same after ferry trains 3 steps and saves the directory, and on a
 # Gemma 4 ferry makes from flags (its config.json as transformers reads it).
-# Two policies and an offload mode save the plain run's bits.  The features
+# Two policies and an offload mode save the plain run's bits, and ZeRO 3
+# on 2 ranks those of --zero 0 (where MPI is).  The features
 # not implemented yet are refused by name: per-layer inputs (config.json),
 # a layer_scalar in the weights.  Skipped (77) without torch and
 # transformers ($FERRY_TORCH_PYTHON, then python3).
@@ -76,6 +77,17 @@ trained_from() {
 
 for d in tf_gemma4 tf_gemma4b; do same_as_transformers "$d"; done
 for d in tf_gemma4 tf_gemma4b; do trained_from "$d"; done
+# ZeRO 3 on 2 ranks saves the bits of --zero 0 (where MPI is)
+if command -v mpirun >/dev/null && "$FERRY" info 2>/dev/null | grep -q "MPI built in"; then
+	for z in 0 3; do
+		rm -rf "z$z"
+		mpi_run 2 "$FERRY" train --checkpoint tf_gemma4 --data 'corpus_train_*.bin' "${ROWS[@]}" --sample 0 --lr 1e-2 \
+			--steps 3 --threads 1 --zero "$z" --save "z$z" >z.out 2>&1 || fail "2 ranks, --zero $z: $(tail -n 2 z.out)"
+	done
+	checks=$((checks + 1))
+	same_save z0 z3 && echo "ok: tf_gemma4: 2 ranks, --zero 3: the bits of --zero 0" ||
+		fail "tf_gemma4: 2 ranks, --zero 3: other bits than --zero 0's"
+fi
 # made by ferry from flags: six layers, the sixth full; no final cap (no flag sets one)
 expect_ok "train gemma4" "$FERRY" train --model gemma4 --layers 6 --channels 32 --heads 4 --kv-heads 2 --max-seq 32 \
 	--sliding-window 5 --batch 2 --seq 16 --sample 0 --threads 2 --data 'corpus_train_*.bin' \
