@@ -85,8 +85,11 @@ if command -v mpirun >/dev/null && "$FERRY" info 2>/dev/null | grep -q "MPI buil
 			--steps 3 --threads 1 --zero "$z" --save "z$z" >z.out 2>&1 || fail "2 ranks, --zero $z: $(tail -n 2 z.out)"
 	done
 	checks=$((checks + 1))
-	same_save z0 z3 && echo "ok: tf_gemma4: 2 ranks, --zero 3: the bits of --zero 0" ||
+	if same_save z0 z3; then
+		echo "ok: tf_gemma4: 2 ranks, --zero 3: the bits of --zero 0"
+	else
 		fail "tf_gemma4: 2 ranks, --zero 3: other bits than --zero 0's"
+	fi
 fi
 # made by ferry from flags: six layers, the sixth full; no final cap (no flag sets one)
 expect_ok "train gemma4" "$FERRY" train --model gemma4 --layers 6 --channels 32 --heads 4 --kv-heads 2 --max-seq 32 \
