@@ -2,7 +2,8 @@
  * Gemma 2's ops' CPU kernels against float64 references written from
  * transformers' Gemma2 formulas (tests/ref_ops.h):
  *
- *   rmsnorm   with the gain offset 1 (Gemma2RMSNorm's x rsqrt(..) (1 + w));
+ *   rmsnorm   with the gain offset 1 (Gemma2RMSNorm's x rsqrt(..) (1 + w)),
+ *             and with no gain (Gemma 4's v norm: the offset 1 alone);
  *   geglu     gelu_pytorch_tanh(gate) * up;
  *   scale     x * s (the embedding's sqrt(C));
  *   softcap   c tanh(x / c) (the final logits);
@@ -87,6 +88,50 @@ static void test_norm(uint64_t seed, int N, int C, float eps)
 	CHECK(fe < NORM_FWD_TOL, "%s: forward error %.3g", label, fe);
 	report(label, fe, NORM_FWD_TOL, check_grads(&c, label), NORM_GRAD_TOL);
 	free(rd);
+	case_free(&c);
+}
+
+/* No gain (Gemma 4's v norm, with_scale=False): no weight, the offset 1
+ * alone; the reference's gains are zeros. */
+static double *norm0_zero;
+
+static double norm0_loss(void *p)
+{
+	GradCase *c = p;
+
+	ref_rmsnorm_offset_forward(c->outd, NULL, c->xd[0], norm0_zero, c->N, c->C, (double)c->eps, 1.0);
+	return dot_d(c->outd, c->Rd, c->nout);
+}
+
+static void norm0_bwd(GradCase *c, float **g)
+{
+	ferry_cpu_rmsnorm_backward(g[0], NULL, c->R, c->x[0], NULL, c->rstd, c->N, c->C, 1.0f);
+}
+
+static void test_norm_no_gain(uint64_t seed, int N, int C)
+{
+	Rng rng = rng_new(seed);
+	GradCase c = { .N = N, .C = C, .eps = 1e-6f, .backward = norm0_bwd, .loss = norm0_loss,
+		       .grad_tol = NORM_GRAD_TOL };
+	const long n = (long)N * C;
+	float *x = arg_new(&c, "inp", n);
+	double *rd = TALLOC(double, N);
+	char label[96];
+
+	norm0_zero = TALLOC(double, C);
+	memset(norm0_zero, 0, sizeof(double) * (size_t)C);
+	fill_normal(&rng, x, n, 1.0f);
+	args_sync(&c);
+	out_new(&c, &rng, n);
+	c.rstd = TALLOC(float, N);
+	ferry_cpu_rmsnorm_forward(c.out, c.rstd, x, NULL, N, C, c.eps, 1.0f);
+	ref_rmsnorm_offset_forward(c.outd, rd, c.xd[0], norm0_zero, N, C, (double)c.eps, 1.0);
+	const double fe = fmax(nerr_fd(c.out, c.outd, n), nerr_fd(c.rstd, rd, N));
+	snprintf(label, sizeof(label), "rmsnorm, no gain N=%d C=%d", N, C);
+	CHECK(fe < NORM_FWD_TOL, "%s: forward error %.3g", label, fe);
+	report(label, fe, NORM_FWD_TOL, check_grads(&c, label), NORM_GRAD_TOL);
+	free(rd);
+	free(norm0_zero);
 	case_free(&c);
 }
 
@@ -521,6 +566,7 @@ int main(void)
 	test_gemma3_layers();
 	test_norm(1, 6, 16, 1e-6f);
 	test_norm(2, 3, 37, 1e-3f);
+	test_norm_no_gain(16, 5, 24);
 	test_geglu(3, 257, 1.0f);
 	test_geglu(4, 64, 4.0f);
 	test_elementwise(5, 300, 48.0f, false); /* sqrt(2304) */

@@ -631,7 +631,7 @@ static void test_bad_saves(void)
 
 		CHECK_ERR(ferry_checkpoint_any_write(d, &g, p), FERRY_ERR_INVALID, "is a directory");
 		CHECK_ERR(ferry_hf_checkpoint_write(tpath("g"), &g, p), FERRY_ERR_INVALID,
-			  "hold Llama or Qwen 2 or Mistral or Gemma 2 or Qwen 3 or Gemma 3 models");
+			  "hold Llama or Qwen 2 or Mistral or Gemma 2 or Qwen 3 or Gemma 3 or Gemma 4 models");
 	}
 	CHECK(same_file(in(d, FERRY_HF_WEIGHTS_NAME), tpath("keep_weights")));
 	CHECK_ERR(ferry_hf_checkpoint_write(tpath("no/such/parent"), &cfg, p), FERRY_ERR_IO,

@@ -365,6 +365,110 @@ static void check_writer_and_models(void)
 	fflush(stdout);
 }
 
+/* ---- Gemma 4's keys (a family with gemma4_keys, read by itself) ------------------------ */
+
+/* Gemma4TextConfig's defaults, as src/models/gemma4.c declares them (its
+ * unscaled scores: query_pre_attn_scalar 1, not a key); read with
+ * ferry_hf_config_read_as, the family alone. */
+static const struct ferry_hf_family gemma4 = {
+	.model_type = "gemma4_text", .architecture = "Gemma4ForCausalLM", .title = "Gemma 4",
+	.vocab_size = 262144, .hidden_size = 2304, .intermediate_size = 9216, .num_hidden_layers = 30,
+	.num_attention_heads = 8, .num_key_value_heads = 4, .head_dim = 256, .max_position_embeddings = 131072,
+	.rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh",
+	.act_key = "hidden_activation", .sliding_window = 512, .sliding_window_pattern = 6,
+	.rope_local_base_freq = 1e4, .query_pre_attn_scalar = 1, .final_logit_softcapping = 30.0, .gemma4_keys = true,
+};
+
+/* transformers 5.25's config.json of a tiny Gemma4TextConfig with the
+ * features ferry lacks switched off; extra: more keys, replacing none. */
+#define G4(extra)                                                                                                  \
+	"{\"architectures\": [\"Gemma4ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"     \
+	" \"bos_token_id\": 2, \"dtype\": \"float32\","                                                            \
+	" \"eos_token_id\": 1, \"head_dim\": 8, \"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 32," \
+	" \"initializer_range\": 0.02, \"intermediate_size\": 48, \"max_position_embeddings\": 131072,"          \
+	" \"model_type\": \"gemma4_text\", \"moe_intermediate_size\": null, \"num_attention_heads\": 4,"          \
+	" \"num_hidden_layers\": 6, \"num_key_value_heads\": 2, \"pad_token_id\": 0,"      \
+	" \"rms_norm_eps\": 1e-06, \"sliding_window\": 4, \"tie_word_embeddings\": true, \"top_k_experts\": null,"  \
+	" \"transformers_version\": \"5.25.0\", \"use_cache\": true,"                                              \
+	" \"use_double_wide_mlp\": false, \"vocab_size\": 64, \"vocab_size_per_layer_input\": 262144" extra "}"
+#define G4_ROPE(full)                                                                                              \
+	", \"rope_parameters\": {\"full_attention\": " full ", \"sliding_attention\": {\"rope_theta\": 10000.0,"  \
+	" \"rope_type\": \"default\"}}"
+#define G4_PLAIN G4_ROPE("{\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}")
+#define G4_OK(extra) G4(G4_PLAIN ", \"per_layer_config\": {}, \"hidden_size_per_layer_input\": 0" extra)
+
+static const struct bad gemma4_cases[] = {
+	{ "g4_ok", G4_OK(", \"final_logit_softcapping\": 30.0, \"num_kv_shared_layers\": 0, \"attention_k_eq_v\": false,"
+			 " \"enable_moe_block\": false, \"num_experts\": null, \"use_bidirectional_attention\": null,"
+			 " \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\","
+			 " \"sliding_attention\", \"sliding_attention\", \"full_attention\"]"), FERRY_OK, "" },
+	{ "g4_global_same", G4(G4_PLAIN ", \"hidden_size_per_layer_input\": 0, \"global_head_dim\": 8, \"num_global_key_value_heads\": 2"), FERRY_OK, "" },
+	{ "g4_ple", G4(G4_PLAIN ", \"per_layer_config\": {}, \"hidden_size_per_layer_input\": 256"),
+	  FERRY_ERR_UNSUPPORTED, "hidden_size_per_layer_input 256 is not implemented yet (per-layer input embeddings)" },
+	{ "g4_shared", G4_OK(", \"num_kv_shared_layers\": 2"), FERRY_ERR_UNSUPPORTED,
+	  "num_kv_shared_layers 2 is not implemented yet (K/V shared by the last layers)" },
+	{ "g4_keqv", G4_OK(", \"attention_k_eq_v\": true"), FERRY_ERR_UNSUPPORTED,
+	  "attention_k_eq_v true is not implemented yet (keys used as values on the global layers)" },
+	{ "g4_moe", G4_OK(", \"enable_moe_block\": true"), FERRY_ERR_UNSUPPORTED,
+	  "enable_moe_block true is not implemented yet (the mixture-of-experts block)" },
+	{ "g4_experts", G4_OK(", \"num_experts\": 8"), FERRY_ERR_UNSUPPORTED, "num_experts 8 is not implemented yet" },
+	{ "g4_plc", G4(G4_PLAIN ", \"hidden_size_per_layer_input\": 0, \"per_layer_config\": {\"5\": {\"head_dim\": 16}}"), FERRY_ERR_UNSUPPORTED,
+	  "per_layer_config an object is not implemented yet (the global layers' own head size and kv heads)" },
+	{ "g4_global_dim", G4(G4_PLAIN ", \"hidden_size_per_layer_input\": 0, \"global_head_dim\": 16"), FERRY_ERR_UNSUPPORTED,
+	  "global_head_dim 16 is not implemented yet (the global layers' own head size; ferry's Gemma 4 layers all "
+	  "have one shape: it must be 8)" },
+	{ "g4_global_kv", G4_OK(", \"num_global_key_value_heads\": 1"), FERRY_ERR_UNSUPPORTED,
+	  "num_global_key_value_heads 1 is not implemented yet" },
+	{ "g4_default_global", G4(G4_PLAIN ", \"hidden_size_per_layer_input\": 0"), FERRY_ERR_UNSUPPORTED,
+	  "per_layer_config and global_head_dim are absent: the class's default gives the global layers head size 512" },
+	{ "g4_no_ple_key", "{\"model_type\": \"gemma4_text\"}", FERRY_ERR_UNSUPPORTED,
+	  "hidden_size_per_layer_input is absent: the class's default (256) gives per-layer input embeddings" },
+	{ "g4_no_rope", G4(", \"per_layer_config\": {}, \"hidden_size_per_layer_input\": 0"), FERRY_ERR_UNSUPPORTED,
+	  "rope_parameters must give full_attention and sliding_attention" },
+	{ "g4_proportional", G4(G4_ROPE("{\"rope_type\": \"proportional\", \"partial_rotary_factor\": 0.25}")
+				", \"per_layer_config\": {}, \"hidden_size_per_layer_input\": 0"), FERRY_ERR_UNSUPPORTED,
+	  "full_attention of type \"proportional\" is not supported" },
+	{ "g4_local", G4_OK(", \"rope_local_base_freq\": 10000.0"), FERRY_ERR_UNSUPPORTED,
+	  "rope_local_base_freq is not a field of Gemma4ForCausalLM" },
+	{ "g4_acap", G4_OK(", \"attn_logit_softcapping\": 50.0"), FERRY_ERR_UNSUPPORTED,
+	  "attn_logit_softcapping is not a field of Gemma4ForCausalLM" },
+	{ "g4_bidi", G4_OK(", \"use_bidirectional_attention\": \"all\""), FERRY_ERR_UNSUPPORTED,
+	  "use_bidirectional_attention \"all\" is not supported (ferry's Gemma 4 attends causally" },
+	{ "g4_vision", G4_OK(", \"use_bidirectional_attention\": \"vision\""), FERRY_OK, "" },
+	{ "g4_lt", G4_OK(", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\","
+			 " \"sliding_attention\", \"sliding_attention\", \"full_attention\"]"), FERRY_ERR_UNSUPPORTED,
+	  "layer_types[1] \"full_attention\" is not supported (ferry's Gemma 4 has sliding_attention there)" },
+};
+
+/* Gemma 4's keys accepted switched off, refused by name otherwise; the
+ * writer gives rope_parameters by layer type and the features off, and
+ * reads back the same. */
+static void check_gemma4(void)
+{
+	const struct ferry_hf_family *fam[] = { &gemma4 };
+	struct ferry_hf_config c, again;
+
+	for (size_t i = 0; i < sizeof(gemma4_cases) / sizeof(gemma4_cases[0]); i++) {
+		const char *d = write_case(gemma4_cases[i].name, gemma4_cases[i].text);
+
+		if (gemma4_cases[i].want == FERRY_OK)
+			CHECK_OK(ferry_hf_config_read_as(d, fam, 1, &c));
+		else
+			CHECK_ERR(ferry_hf_config_read_as(d, fam, 1, &c), gemma4_cases[i].want, gemma4_cases[i].needle);
+	}
+	CHECK_OK(ferry_hf_config_read_as(write_case("g4_read", G4_OK("")), fam, 1, &c));
+	CHECK(c.head_dim == 8 && c.sliding_window == 4 && c.rope_theta == 1e6 && c.rope_local_base_freq == 1e4 &&
+	      c.final_logit_softcapping == 0 && c.query_pre_attn_scalar == 1); /* an absent cap: the class's None */
+	c.final_logit_softcapping = 30.0;
+	const char *d = write_case("g4_write", "{}");
+	CHECK_OK(ferry_hf_config_write_as(d, &c, &gemma4));
+	CHECK_OK(ferry_hf_config_read_as(d, fam, 1, &again));
+	CHECK(again.rope_theta == 1e6 && again.rope_local_base_freq == 1e4 && again.final_logit_softcapping == 30.0 &&
+	      again.head_dim == 8 && again.sliding_window == 4);
+	printf("%-22s %zu files accepted or refused by name, written back\n", "gemma 4 keys",
+	       sizeof(gemma4_cases) / sizeof(gemma4_cases[0]));
+}
+
 int main(void)
 {
 	scratch_dir_make("test_hf_families");
@@ -373,5 +477,6 @@ int main(void)
 	check_defaults();
 	check_cases();
 	check_writer_and_models();
+	check_gemma4();
 	return scratch_finish("test_hf_families");
 }

@@ -185,6 +185,13 @@ struct ferry_hf_family {
 	double attn_logit_softcapping, final_logit_softcapping; /* > 0: the
 				      family soft-caps (Gemma 2), these
 				      defaults (null: none); 0: no such fields */
+	bool gemma4_keys;          /* Gemma 4's keys (per-layer inputs, shared
+				      K/V, attention_k_eq_v, the MoE block,
+				      global layers' own heads): each accepted
+				      switched off, else refused by name
+				      (hf_config_gemma4.c); rope_parameters by
+				      layer type required, an absent final
+				      cap none */
 };
 
 /* config.json's rope_scaling (rope_type "linear" or "llama3"; none: 0). */

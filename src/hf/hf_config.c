@@ -506,7 +506,7 @@ static ferry_status check_key(json_t *root, const char *path, const struct ferry
 
 	if (json_is_null(v))
 		return FERRY_OK; /* None: the class's default */
-	if (ferry_hfc_attention_key(root, path, f, c, key, v, &st))
+	if (ferry_hfc_gemma4_key(path, f, c, key, v, &st) || ferry_hfc_attention_key(root, path, f, c, key, v, &st))
 		return st;
 	if (!strcmp(key, "rope_local_base_freq") && !(f->rope_local_base_freq > 0))
 		return ferry_error(FERRY_ERR_UNSUPPORTED, "%s: rope_local_base_freq is not a field of %s (ferry's %s "
@@ -574,7 +574,7 @@ static ferry_status check_supported(json_t *root, const char *path, const struct
 	json_t *v;
 
 	if ((st = read_rope(root, path, "rope_scaling", c)) || (st = read_rope(root, path, "rope_parameters", c)) ||
-	    (st = read_layer_ropes(root, path, f, c)))
+	    (st = read_layer_ropes(root, path, f, c)) || (st = ferry_hfc_gemma4_required(root, path, f, c)))
 		return st;
 	json_object_foreach(root, key, v) {
 		if ((st = check_key(root, path, f, c, key, v)))
@@ -770,7 +770,7 @@ static ferry_status build_config_json(const struct ferry_hf_config *cfg, const s
 	      json_object_set_new(root, "tie_word_embeddings",
 				  json_boolean(cfg->tie_word_embeddings)) ||
 	      set_token_ids(root, cfg) ||
-	      set_family_keys(root, f, cfg);
+	      set_family_keys(root, f, cfg) || ferry_hfc_set_gemma4(root, f, cfg);
 	json_decref(arch);
 	if (!bad && json_object_set_new(root, "torch_dtype", json_string(dtype)))
 		return ferry_error(FERRY_ERR_INVALID,

@@ -125,8 +125,8 @@ ferry_status ferry_hfc_read_attention(json_t *root, const char *path, const stru
 	    (st = read_cap(root, path, "attn_logit_softcapping", f->attn_logit_softcapping,
 			   &c->attn_logit_softcapping)))
 		return st;
-	if (f->final_logit_softcapping > 0)
-		return read_cap(root, path, "final_logit_softcapping", f->final_logit_softcapping,
+	if (f->final_logit_softcapping > 0) /* Gemma 4's: none when absent (the class's None) */
+		return read_cap(root, path, "final_logit_softcapping", f->gemma4_keys ? 0.0 : f->final_logit_softcapping,
 				&c->final_logit_softcapping);
 	return FERRY_OK;
 }
@@ -227,7 +227,7 @@ bool ferry_hfc_attention_key(json_t *root, const char *path, const struct ferry_
 ferry_status ferry_hfc_check_attention(const struct ferry_hf_config *c, const struct ferry_hf_family *f,
 				       const char *path)
 {
-	const bool caps = f->attn_logit_softcapping > 0;
+	const bool caps = f->attn_logit_softcapping > 0, final = f->final_logit_softcapping > 0;
 
 	if (c->sliding_window < 0 || c->sliding_window > MAX_WINDOW || (c->sliding_window && f->sliding_window <= 0))
 		return ferry_error(FERRY_ERR_INVALID, "%s: sliding_window %d: %s", path, c->sliding_window,
@@ -240,14 +240,16 @@ ferry_status ferry_hfc_check_attention(const struct ferry_hf_config *c, const st
 					: c->rope_local_base_freq != 0)
 		return ferry_error(FERRY_ERR_INVALID, "%s: rope_local_base_freq %g: %s", path, c->rope_local_base_freq,
 				   f->rope_local_base_freq > 0 ? "not a positive number" : "not a field of the family");
-	if (f->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar <= 0 || c->query_pre_attn_scalar > MAX_WINDOW
+	if (f->gemma4_keys ? c->query_pre_attn_scalar != 1 /* unscaled scores: no such key */
+	    : f->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar <= 0 || c->query_pre_attn_scalar > MAX_WINDOW
 					 : c->query_pre_attn_scalar != 0)
 		return ferry_error(FERRY_ERR_INVALID, "%s: query_pre_attn_scalar %d: %s", path,
 				   c->query_pre_attn_scalar, f->query_pre_attn_scalar > 0 ? "out of range"
 											  : "not a field of the family");
-	if ((caps ? !(c->attn_logit_softcapping >= 0) || !(c->final_logit_softcapping >= 0) ||
-			    !isfinite(c->attn_logit_softcapping) || !isfinite(c->final_logit_softcapping)
-		  : c->attn_logit_softcapping != 0 || c->final_logit_softcapping != 0))
+	if ((caps ? !(c->attn_logit_softcapping >= 0) || !isfinite(c->attn_logit_softcapping)
+		  : c->attn_logit_softcapping != 0) ||
+	    (final ? !(c->final_logit_softcapping >= 0) || !isfinite(c->final_logit_softcapping)
+		   : c->final_logit_softcapping != 0))
 		return ferry_error(FERRY_ERR_INVALID, "%s: soft caps %g and %g: %s", path, c->attn_logit_softcapping,
 				   c->final_logit_softcapping, caps ? "not finite and >= 0" : "the family has none");
 	return FERRY_OK;
@@ -281,7 +283,9 @@ int ferry_hfc_set_attention(json_t *root, const struct ferry_hf_family *f, const
 	if (caps)
 		bad = bad ||
 		      json_object_set_new(root, "attn_logit_softcapping",
-					  or_null(json_real(c->attn_logit_softcapping), c->attn_logit_softcapping > 0)) ||
+					  or_null(json_real(c->attn_logit_softcapping), c->attn_logit_softcapping > 0));
+	if (f->final_logit_softcapping > 0)
+		bad = bad ||
 		      json_object_set_new(root, "final_logit_softcapping",
 					  or_null(json_real(c->final_logit_softcapping), c->final_logit_softcapping > 0));
 	return bad;

@@ -37,4 +37,18 @@ ferry_status ferry_hfc_check_attention(const struct ferry_hf_config *c, const st
  * on no memory. */
 int ferry_hfc_set_attention(json_t *root, const struct ferry_hf_family *f, const struct ferry_hf_config *c);
 
+/* Gemma 4's keys (hf_config_gemma4.c, families with gemma4_keys): whether
+ * key is one, and then (*st) whether its value v is what ferry computes. */
+bool ferry_hfc_gemma4_key(const char *path, const struct ferry_hf_family *f, const struct ferry_hf_config *c,
+			  const char *key, json_t *v, ferry_status *st);
+
+/* Gemma 4's keys whose absence means what ferry lacks (the class's
+ * defaults): refused by name. */
+ferry_status ferry_hfc_gemma4_required(json_t *root, const char *path, const struct ferry_hf_family *f,
+				       const struct ferry_hf_config *c) FERRY_MUST_CHECK;
+
+/* Gemma 4's keys of c into root (rope_parameters by layer type, the
+ * features switched off); nonzero on no memory. */
+int ferry_hfc_set_gemma4(json_t *root, const struct ferry_hf_family *f, const struct ferry_hf_config *c);
+
 #endif

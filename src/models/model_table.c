@@ -15,7 +15,7 @@
 /* Every model; the first is the default (a config that names none). */
 static const struct ferry_model_decl *const models[] = { &ferry_gpt2_decl, &ferry_llama_decl, &ferry_qwen2_decl,
 							  &ferry_mistral_decl, &ferry_gemma2_decl, &ferry_qwen3_decl,
-							  &ferry_gemma3_decl };
+							  &ferry_gemma3_decl, &ferry_gemma4_decl };
 #define N_MODELS (int)(sizeof(models) / sizeof(models[0]))
 _Static_assert(N_MODELS <= FERRY_MODEL_MAX_DECLS, "FERRY_MODEL_MAX_DECLS is too small");
 

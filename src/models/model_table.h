@@ -37,7 +37,7 @@ enum ferry_hf_field {
 /* The models kept in Hugging Face checkpoints, for messages: each one's
  * field what, joined by " or ", into buf of n bytes (FERRY_MODEL_LIST_CHARS
  * holds them); returns buf. */
-#define FERRY_MODEL_LIST_CHARS 128
+#define FERRY_MODEL_LIST_CHARS 256
 const char *ferry_model_hf_list(enum ferry_hf_field what, char *buf, size_t n);
 
 extern const struct ferry_model_decl ferry_gpt2_decl;
@@ -47,6 +47,7 @@ extern const struct ferry_model_decl ferry_mistral_decl;
 extern const struct ferry_model_decl ferry_gemma2_decl;
 extern const struct ferry_model_decl ferry_qwen3_decl;
 extern const struct ferry_model_decl ferry_gemma3_decl;
+extern const struct ferry_model_decl ferry_gemma4_decl;
 
 
 #endif

@@ -42,7 +42,8 @@ enum ferry_op_kind {
 	FERRY_OP_RMSNORM,      /* out0 y, out1 rstd [N] (fp32); in0 x; w0 gain;
 				  eps in scalar[0], a gain offset in scalar[1].
 				  rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd *
-				  (gain + offset) (Llama RMSNorm; Gemma's 1 + w).
+				  (gain + offset) (Llama RMSNorm; Gemma's 1 + w;
+				  no w0, offset 1: no gain, Gemma 4's v norm).
 				  A rstd of g values per token normalises each
 				  token's g groups: T is then T x g, C its 1/g
 				  (q/k norms over each head; graph/op_call.c) */

@@ -223,7 +223,7 @@ const struct cli_flag ferry_cli_model_flags[] = {
 	  .given = MODEL_GIVEN_SHAPE },
 	SHAPE("--sliding-window", sliding_window,
 	      .help = "mistral, qwen2, qwen3 (every layer), gemma2 (the even\n"
-		      "layers), gemma3 (five of six): each query attends to the\nlast N keys, itself included "
+		      "layers), gemma3, gemma4 (five of six): each query attends\nto the last N keys, itself included "
 		      "(default: every earlier key)"),
 	{ .name = "--tied-head", .type = CLI_ONE, .at = AT(model.tie_embeddings),
 	  .help = "llama: the LM head is the token embedding (default: its own)",

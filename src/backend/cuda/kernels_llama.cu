@@ -167,6 +167,19 @@ static __device__ __forceinline__ float gain_of(float w, float offset)
 	return offset != 0.0f ? w + offset : w;
 }
 
+/* V gains of weight from c, 0 with no weight (Gemma 4's v norm: the
+ * offset 1 alone). */
+template <int V> static __device__ __forceinline__ void load_gain(const bf16 *weight, int c, float *g)
+{
+	if (weight) {
+		bfvec<V>::load(weight + c, g);
+		return;
+	}
+#pragma unroll
+	for (int k = 0; k < V; k++)
+		g[k] = 0.0f;
+}
+
 /* One block per row; thread j takes accesses c = (j + k*blockDim.x) * V. */
 template <int V>
 static __global__ void __launch_bounds__(RMS_THREADS)
@@ -192,7 +205,7 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 	for (int c = threadIdx.x * V; c < C; c += step) {
 		float f[V], g[V];
 		bfvec<V>::load(x + c, f);
-		bfvec<V>::load(weight + c, g);
+		load_gain<V>(weight, c, g);
 #pragma unroll
 		for (int k = 0; k < V; k++)
 			f[k] = (f[k] * r) * gain_of(g[k], offset);
@@ -222,7 +235,7 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 		float xf[V], df[V], wf[V];
 		bfvec<V>::load(x + c, xf);
 		bfvec<V>::load(d + c, df);
-		bfvec<V>::load(weight + c, wf);
+		load_gain<V>(weight, c, wf);
 #pragma unroll
 		for (int k = 0; k < V; k++)
 			sgx += df[k] * gain_of(wf[k], offset) * (xf[k] * r);
@@ -232,7 +245,7 @@ static __global__ void __launch_bounds__(RMS_THREADS)
 		float xf[V], df[V], wf[V], gf[V];
 		bfvec<V>::load(x + c, xf);
 		bfvec<V>::load(d + c, df);
-		bfvec<V>::load(weight + c, wf);
+		load_gain<V>(weight, c, wf);
 		bfvec<V>::load(dx + c, gf);
 #pragma unroll
 		for (int k = 0; k < V; k++)

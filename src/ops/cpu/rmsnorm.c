@@ -37,12 +37,13 @@ static void column_slice(int n, int *lo, int *hi)
 	*hi = (int)(b < n ? b : n);
 }
 
-/* Channel c's gain: weight[c], or weight[c] + offset (Gemma's 1 + w).  `on`
- * is a constant at each call, so that without an offset the arithmetic is
- * the plain product it always was. */
+/* Channel c's gain: weight[c], or weight[c] + offset (Gemma's 1 + w), or
+ * with no weight (Gemma 4's v norm) the offset alone.  `on` is a constant
+ * at each call, so that without an offset the arithmetic is the plain
+ * product it always was. */
 static inline __attribute__((always_inline)) float gain(const float *weight, int c, float offset, bool on)
 {
-	return on ? weight[c] + offset : weight[c];
+	return on ? (weight ? weight[c] : 0.0f) + offset : weight[c];
 }
 
 static inline __attribute__((always_inline)) void forward_row(float *restrict o, const float *restrict x,
