@@ -2,7 +2,8 @@
 # Builds ferry and runs the test suite: the address+undefined sanitizer build,
 # the thread-sanitizer build on the stream/offload engine's tests (OpenMP and
 # BLAS single-threaded there, since libgomp is not instrumented), then the
-# optimised build.  Tests that need a GPU skip (exit 77).
+# optimised build.  Tests that need a GPU skip (exit 77).  Where the time
+# goes, and which tests the sanitizer builds run fewer of: docs/testing.md.
 set -euo pipefail
 case "${1:-}" in
 -h | --help)

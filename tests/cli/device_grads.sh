@@ -7,7 +7,7 @@
 # (--offload-optimizer cpu) and as AdamW on the device, with clipping that
 # bites and without, with --grad-accum 2, in both clipping orders, and
 # resumed; what it does not go with is refused before step 1 (on several
-# ranks and with --zero: device_grads_ranks.sh).
+# ranks and with --zero: the DG rows of tests/cli/placements.matrix).
 . "$(dirname "$0")/lib.bash"
 make_corpus
 SHAPE=(--layers 3 --channels 16 --heads 2 --max-seq 32 --batch 2 --seq 16)

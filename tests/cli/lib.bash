@@ -100,9 +100,12 @@ need_mpi() {
 # as root too, each rank's BLAS and OpenMP on one thread (the ranks share
 # the cores).  "${MPIRUN[@]}" -np N cmd... & starts mpirun itself ($!).
 # Under the address sanitizer, Open MPI's own allocations kept until exit
-# are not reported as leaks (tests/lsan_mpi.supp).
+# are not reported as leaks (tests/lsan_mpi.supp).  A rank waiting for
+# another yields its core (mpi_yield_when_idle): ranks that spin while
+# waiting starve the others when there are more of them than cores (3 ranks
+# of one test and 2 of another on 2 cores: 2 to 3 times slower spinning).
 MPIRUN=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-	OMPI_MCA_mca_base_component_disable_dlclose=1
+	OMPI_MCA_mca_base_component_disable_dlclose=1 OMPI_MCA_mpi_yield_when_idle=1
 	LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lsan_mpi.supp:fast_unwind_on_malloc=0"
 	mpirun --oversubscribe --bind-to none)
 mpi_run() {
@@ -134,15 +137,6 @@ zero_setup() {
 	llama=(--model llama --layers "$1" --channels 32 --heads 4 --kv-heads 2)
 }
 
-# one_and_3_ranks FLAGS...: 8 steps of `shape` with FLAGS by one process
-# with the global batch of 6 rows (one.json), and by 3 ranks of 2 rows
-# with --zero 0 (saved as on3_0); 1 (a failure told) when either fails.
-one_and_3_ranks() {
-	"$FERRY" train "${common[@]}" "${shape[@]}" --steps 8 --batch 6 "$@" --json one.json >one.out 2>&1 ||
-		{ fail "one process $*: $(tail -n 2 one.out)"; return 1; }
-	trains on3_0 3 "${shape[@]}" --steps 8 --batch 2 "$@" --zero 0
-}
-
 # resume N SAVE FLAGS...: N ranks resume the save `half` to step 6 and
 # save SAVE (and SAVE.json), with the script's common flags' shape.
 resume() {
@@ -150,48 +144,6 @@ resume() {
 	rm -rf "$name" "$name.state" "$name.json" # (a resumed run's --json appends)
 	mpi_run "$n" "$FERRY" train --resume half --steps 6 --sample 0 --threads 1 "$@" --save "$name" \
 		--json "$name.json" >"$name.out" 2>&1 || fail "resumed on $n ranks $*: $(tail -n 2 "$name.out")"
-}
-
-# The ZeRO-3 tests' runs on 2 ranks, NAME|MODEL|ORDER|MORE: MODEL names
-# the test's array of the model's flags, ORDER is the clipping order, MORE
-# more flags (several policies, one offloaded; micro-batches; speculative
-# clipped and not).
-ZERO3_RUNS=("gpt2|gpt|exact|" "gpt2 qkv_proj_offloaded|gpt|exact|--policy qkv_proj_offloaded"
-	"gpt2 nothing_saveable, micro-batches|gpt|exact|--policy nothing_saveable --grad-accum 2"
-	"gpt2 speculative, clipped|gpt|speculative|" "gpt2 speculative, unclipped|gpt|speculative|--grad-clip 10"
-	"llama|llama|exact|" "llama minimal_offloaded|llama|exact|--policy minimal_offloaded"
-	"llama micro-batches|llama|exact|--grad-accum 2"
-	"llama speculative, unclipped|llama|speculative|--grad-clip 10 --policy nothing_saveable")
-
-# for_runs FN ENTRY...: a check each: FN NAME ORDER MORE for each
-# NAME|MODEL|ORDER|MORE, with `shape` the model's flags and `extra` MORE's.
-for_runs() {
-	local fn=$1 entry name model order more
-	shift
-	for entry in "$@"; do
-		IFS='|' read -r name model order more <<<"$entry"
-		local -n shape=$model
-		local -a extra
-		read -r -a extra <<<"$more"
-		checks=$((checks + 1))
-		"$fn" "$name" "$order" "$more"
-		unset -n shape
-	done
-}
-
-# saves_alike WHAT N "NAME FLAGS..."...: N ranks train each NAME with
-# `shape`, its FLAGS and `extra`; one check: every save the first's bits.
-saves_alike() {
-	local what=$1 n=$2 run first=""
-	local -a words
-	shift 2
-	for run in "$@"; do
-		read -r -a words <<<"$run"
-		trains "${words[0]}" "$n" "${shape[@]}" "${words[@]:1}" "${extra[@]}" || return
-		first=${first:-${words[0]}}
-		same_save "$first" "${words[0]}" || { fail "$what: $first and ${words[0]} differ"; return; }
-	done
-	echo "ok: $what: the same bits"
 }
 
 # json_plan FILE EXPR: EXPR of a plan's JSON as d (a plan --ranks N's:

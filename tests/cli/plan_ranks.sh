@@ -1,16 +1,8 @@
 #!/usr/bin/env bash
 # The memory plan per rank (issue 22 item 7): `ferry plan --ranks N` gives
-# each rank's device peak and host bytes, and on 2 and 3 ranks under
-# mpirun every rank's measured peaks (`ferry train --json`'s rank_memory
-# record) equal them, for GPT-2 and Llama, --zero 0 and 1, offloaded
-# activations, optimizer and parameters, and --zero 1 with AdamW on the
-# host (host threads, exact and speculative, and streamed: each rank's
-# host bytes its slice's), --zero 2 and 3 with AdamW on host threads and
-# streamed, --zero 1, 2 and 3 with the parameters on the host too (AdamW
-# on host threads and streamed; 3: and a deeper ring, --param-prefetch,
-# on host threads also the edges, --offload-embeddings), and --zero 0-3
-# with the gradients kept on the device (--device-grads).  The
-# ZeRO-1 split is checked
+# each rank's device peak and host bytes (that every rank of a run under
+# mpirun measures them, for every placement, stage and policy: the
+# placement matrix, placements.matrix).  The ZeRO-1 split is checked
 # against the moments' sizes worked out from GPT-2's shape; machines' host
 # bytes add their ranks'; `ferry train`'s check of --device-mem before
 # step 1 plans the rank's share.  Skips without mpirun or a ferry built
@@ -30,73 +22,6 @@ per_rank() {
 
 # the numbers of each line, one space apart
 numbers() { sed -E 's/[^0-9]+/ /g; s/^ //; s/ $//'; }
-
-# measured == planned on every rank, for N ranks and the flags given
-compare() {
-	local n=$1; shift
-	checks=$((checks + 1))
-	"$FERRY" plan "${SHAPE[@]}" "$@" --ranks "$n" --json plan.json 2>err.txt ||
-		{ fail "plan --ranks $n $*: $(cat err.txt)"; return; }
-	mpi_run "$n" "$FERRY" train "${SHAPE[@]}" "${RUN[@]}" "$@" --json run.jsonl >run.out 2>&1 ||
-		{ fail "train on $n ranks $*: $(tail -n 3 run.out)"; return; }
-	local planned measured
-	planned=$(per_rank plan.json device_bytes)
-	measured=$(per_rank run.jsonl device_peak_bytes)
-	if [ "$(echo "$planned" | grep -c .)" -ne "$n" ] || [ "$planned" != "$measured" ]; then
-		fail "$n ranks $*: planned (rank device host) [$planned], measured [$measured]"
-		return
-	fi
-	echo "ok: $n ranks $*: every rank measures its plan ($(echo "$planned" | head -1 | cut -d' ' -f2-) bytes)"
-}
-
-for n in 2 3; do
-	compare "$n" --zero 0
-	compare "$n" --zero 1
-	compare "$n" --model llama --kv-heads 2 --zero 1
-	compare "$n" --policy qkv_proj_offloaded
-	compare "$n" --offload-optimizer stream --policy nothing_saveable
-	compare "$n" --offload-params --offload-optimizer cpu --policy minimal_offloaded
-	compare "$n" --model llama --kv-heads 2 --offload-params --offload-embeddings --offload-optimizer stream
-	compare "$n" --zero 1 --offload-optimizer cpu
-	compare "$n" --zero 1 --offload-optimizer cpu --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 1 --offload-optimizer stream
-	compare "$n" --zero 2 --offload-optimizer cpu
-	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-optimizer cpu --clip-order speculative
-	compare "$n" --zero 3 --offload-optimizer cpu --policy qkv_proj_offloaded
-	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-optimizer cpu --clip-order speculative
-	compare "$n" --zero 2 --offload-optimizer stream --policy qkv_proj_offloaded
-	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-optimizer stream
-	compare "$n" --zero 1 --offload-params --offload-optimizer cpu --policy minimal_offloaded
-	compare "$n" --model llama --kv-heads 2 --zero 1 --offload-params --offload-embeddings --offload-optimizer cpu \
-		--clip-order speculative
-	compare "$n" --zero 2 --offload-params --offload-optimizer cpu --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-params --offload-embeddings --offload-optimizer cpu \
-		--policy qkv_proj_offloaded
-	compare "$n" --zero 3 --offload-params --offload-optimizer cpu --policy nothing_saveable
-	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer cpu --clip-order speculative
-	compare "$n" --device-grads --policy qkv_proj_offloaded
-	compare "$n" --zero 1 --device-grads --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 2 --device-grads --policy nothing_saveable
-	compare "$n" --zero 3 --device-grads --clip-order speculative
-	compare "$n" --model llama --kv-heads 2 --zero 3 --device-grads --place 'adam.grads=device:stream(2)'
-	compare "$n" --zero 1 --offload-params --offload-optimizer stream --policy qkv_proj_offloaded
-	compare "$n" --model llama --kv-heads 2 --zero 1 --offload-params --offload-embeddings --offload-optimizer stream
-	compare "$n" --zero 2 --offload-params --offload-optimizer stream --policy minimal_offloaded
-	compare "$n" --model llama --kv-heads 2 --zero 2 --offload-params --offload-embeddings --offload-optimizer stream
-	compare "$n" --zero 3 --offload-params --offload-optimizer stream --policy nothing_saveable
-	compare "$n" --model llama --kv-heads 2 --zero 3 --offload-params --offload-optimizer stream
-	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer cpu --param-prefetch 2
-	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer cpu \
-		--param-prefetch 3 --policy qkv_proj_offloaded
-	compare "$n" --vocab 4096 --zero 3 --offload-params --offload-embeddings --offload-optimizer cpu \
-		--clip-order speculative
-	compare "$n" --layers 4 --zero 3 --offload-params --offload-optimizer stream --param-prefetch 2 \
-		--policy qkv_proj_offloaded
-	compare "$n" --model llama --kv-heads 2 --layers 5 --zero 3 --offload-params --offload-optimizer stream \
-		--param-prefetch 3
-	compare "$n" --model llama --kv-heads 2 --vocab 4096 --layers 4 --zero 3 --offload-params --offload-embeddings \
-		--offload-optimizer cpu --param-prefetch 2 --policy minimal_offloaded
-done
 
 # ZeRO-1 against GPT-2's parameter count: n = Vp*C + maxT*C + L*(12C^2 + 13C)
 # + 2C (Vp: 257 padded to 320); a rank keeps S = ceil(n/N) of each moment,
