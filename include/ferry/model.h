@@ -101,14 +101,15 @@ ferry_status ferry_model_get_grads(ferry_model_t m, float *grads) FERRY_MUST_CHE
 ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const float *var)
 	FERRY_MUST_CHECK;
 ferry_status ferry_model_get_opt_state(ferry_model_t m, float *mom, float *var) FERRY_MUST_CHECK;
-/* What ferry_model_get_params / _get_opt_state would copy, read in place
- * instead where it is one whole buffer in host memory (the parameters and
- * AdamW's state of --offload-params and --offload-optimizer cpu; not split
- * over ranks, not in an NVMe file), the streams drained first: a save then
- * writes it without a copy (at 8B, tens of GB).  NULL / false otherwise;
- * valid until the next step. */
+/* What ferry_model_get_params / _get_opt_state would copy, there in place
+ * where it is one whole buffer in host memory (the parameters and AdamW's
+ * state of --offload-params and --offload-optimizer cpu; not split over
+ * ranks, not in an NVMe file), the streams drained first: a save writes it
+ * and a resume reads AdamW's state into it without a copy (at 8B, tens of
+ * GB).  Writing it is ferry_model_set_opt_state's effect.  NULL / false
+ * otherwise; valid until the next step. */
 const float *ferry_model_params_in_place(ferry_model_t m);
-bool ferry_model_opt_state_in_place(ferry_model_t m, const float **mom, const float **var);
+bool ferry_model_opt_state_in_place(ferry_model_t m, float **mom, float **var);
 
 /* Forward pass over inputs [B, T] (B, T within the created size).  With
  * targets, *loss gets the mean cross-entropy; tokens are checked against the

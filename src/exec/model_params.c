@@ -350,7 +350,7 @@ ferry_status ferry_model_set_opt_state(ferry_model_t m, const float *mom, const 
 
 /* Table buffer b's n_params floats readable in place: in host memory,
  * not an NVMe file's, the streams drained.  NULL otherwise. */
-static const float *in_place(ferry_model_t m, int b)
+static float *in_place(ferry_model_t m, int b)
 {
 	uint64_t off;
 	void *p;
@@ -370,7 +370,7 @@ const float *ferry_model_params_in_place(ferry_model_t m)
 	return in_place(m, m->tt.ix.params_buffer);
 }
 
-bool ferry_model_opt_state_in_place(ferry_model_t m, const float **mom, const float **var)
+bool ferry_model_opt_state_in_place(ferry_model_t m, float **mom, float **var)
 {
 	if (m->tt.ix.shard_numel) /* split over the ranks */
 		return false;

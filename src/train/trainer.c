@@ -266,14 +266,18 @@ static ferry_status resume_position(ferry_trainer_t tr, const struct ferry_train
 static ferry_status load_state(ferry_trainer_t tr, const char *path, const float *params, size_t n)
 {
 	struct ferry_train_state s;
-	float *mom = NULL, *var = NULL;
+	float *mom = NULL, *var = NULL, *own_mom = NULL, *own_var = NULL;
 	int64_t pos[3];
 	char sb[2][FERRY_CKPT_SHORT];
-	ferry_status st;
+	ferry_status st = FERRY_OK;
 
-	st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&mom);
-	if (!st)
-		st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&var);
+	/* straight into the model's host buffers where it has them whole */
+	if (!ferry_model_opt_state_in_place(tr->model, &mom, &var) &&
+	    !(st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&own_mom)) &&
+	    !(st = ferry_host_alloc(tr->be, n * sizeof(float), (void **)&own_var))) {
+		mom = own_mom;
+		var = own_var;
+	}
 	if (!st)
 		st = ferry_state_read(tr->state_path, &s, mom, var, n);
 	if (!st && s.params_hash != ferry_params_hash(params, n))
@@ -282,7 +286,7 @@ static ferry_status load_state(ferry_trainer_t tr, const char *path, const float
 				 ferry_trainer_short_path(tr->state_path, sb[1]));
 	if (!st)
 		st = resume_position(tr, &s, pos);
-	if (!st)
+	if (!st && own_mom)
 		st = ferry_model_set_opt_state(tr->model, mom, var);
 	/* (other data or order: the loader is at its start) */
 	if (!st && !tr->data_override && !tr->order_override)
@@ -295,8 +299,8 @@ static ferry_status load_state(ferry_trainer_t tr, const char *path, const float
 		tr->resumed = true;
 		tr->saved = s;
 	}
-	ferry_host_free(tr->be, var);
-	ferry_host_free(tr->be, mom);
+	ferry_host_free(tr->be, own_var);
+	ferry_host_free(tr->be, own_mom);
 	return st;
 }
 

@@ -147,7 +147,8 @@ static ferry_status same_params(ferry_trainer_t tr, uint64_t hash)
  * weights are split (--zero 1 with --offload-optimizer cpu or stream):
  * after the ranks agree to save. */
 struct save_state {
-	const float *params, *mom, *var; /* the model's own, in place, or the copies below */
+	const float *params;  /* the model's own, in place, or the copies below */
+	float *mom, *var;
 	float *own_params, *own_mom, *own_var;
 	uint64_t hash;
 };
