@@ -12,7 +12,15 @@ need_mpi
 make_corpus
 mask=$(taskset -pc $$ | sed 's/.*: //')
 [ "$(nproc)" -ge 2 ] || { echo "skip: fewer than 2 CPUs ($mask)"; exit 77; }
-LAUNCH=("${MPIRUN[@]:0:7}") # lib.bash's MPIRUN up to mpirun: the binding flags differ per case
+# lib.bash's MPIRUN before mpirun (its environment; the binding flags differ
+# per case), found by name: a fixed count cut off its sanitizer settings
+# when a variable was added
+LAUNCH=()
+for word in "${MPIRUN[@]}"; do
+	[ "$word" = mpirun ] && break
+	LAUNCH+=("$word")
+done
+[ ${#LAUNCH[@]} -lt ${#MPIRUN[@]} ] || { echo "FAIL: no mpirun in lib.bash's MPIRUN" >&2; exit 1; }
 common=(--data 'corpus_train_*.bin' --vocab 257 --max-seq 32 --seq 16 --lr 1e-3 --sample 0 --layers 2
 	--channels 32 --heads 4 --batch 2 --threads 1)
 
