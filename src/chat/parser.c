@@ -483,15 +483,17 @@ static ferry_status parse_not(struct parser *p, struct cnode_s **out)
 	return parse_compare(p, out);
 }
 
-static ferry_status parse_and(struct parser *p, struct cnode_s **out)
+/* operand (word operand)*, left-associative: `and`, `or` */
+static ferry_status parse_left(struct parser *p, struct cnode_s **out, const char *word, enum cnode kind,
+			       ferry_status (*operand)(struct parser *, struct cnode_s **))
 {
-	TRY(parse_not(p, out));
-	while (is_name(peek(p), "and")) {
+	TRY(operand(p, out));
+	while (is_name(peek(p), word)) {
 		const struct ctoken *tk = next(p);
-		struct cnode_s *n = node(p, N_AND, tk->line), *b;
+		struct cnode_s *n = node(p, kind, tk->line), *b;
 
 		NOMEM(n);
-		TRY(parse_not(p, &b));
+		TRY(operand(p, &b));
 		TRY(add_kid(p, n, *out));
 		TRY(add_kid(p, n, b));
 		*out = n;
@@ -499,20 +501,14 @@ static ferry_status parse_and(struct parser *p, struct cnode_s **out)
 	return FERRY_OK;
 }
 
+static ferry_status parse_and(struct parser *p, struct cnode_s **out)
+{
+	return parse_left(p, out, "and", N_AND, parse_not);
+}
+
 static ferry_status parse_or(struct parser *p, struct cnode_s **out)
 {
-	TRY(parse_and(p, out));
-	while (is_name(peek(p), "or")) {
-		const struct ctoken *tk = next(p);
-		struct cnode_s *n = node(p, N_OR, tk->line), *b;
-
-		NOMEM(n);
-		TRY(parse_and(p, &b));
-		TRY(add_kid(p, n, *out));
-		TRY(add_kid(p, n, b));
-		*out = n;
-	}
-	return FERRY_OK;
+	return parse_left(p, out, "or", N_OR, parse_and);
 }
 
 /* `a if c else b` (no else: undefined) */

@@ -90,6 +90,18 @@ static void hash_piece(void *ctx, const void *p, size_t len, size_t at)
 
 /* ---- non-finite values ------------------------------------------------------------ */
 
+/* Whether every value is finite, on every thread (gigabytes at 8B); where
+ * the first bad one is, the callers look for serially after. */
+static bool all_finite(const float *x, size_t n)
+{
+	int bad = 0;
+
+#pragma omp parallel for reduction(| : bad) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		bad |= !isfinite(x[i]);
+	return !bad;
+}
+
 static void index_str(char *buf, size_t n, const struct ferry_param_info *pi, size_t at)
 {
 	size_t used = 0;
@@ -113,13 +125,8 @@ ferry_status ferry_ckpt_check_finite(const char *file, const struct ferry_model_
 	char sb[FERRY_CKPT_SHORT], at[160], name[256];
 	struct ferry_param_info pi = { .name = "?" };
 	size_t bad = 0, rel, layer = 0;
-	int any = 0;
 
-	/* on every thread (gigabytes at 8B); the first bad value found after */
-#pragma omp parallel for reduction(| : any) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		any |= !isfinite(params[i]);
-	if (!any)
+	if (all_finite(params, n))
 		return FERRY_OK;
 	while (bad < n && isfinite(params[bad]))
 		bad++;
@@ -468,12 +475,8 @@ static int state_bytes_ok(size_t n)
 static ferry_status check_moments(const char *path, const float *m, const float *v, size_t n)
 {
 	char sb[FERRY_CKPT_SHORT];
-	int bad = 0;
+	bool bad = !all_finite(m, n) || !all_finite(v, n);
 
-	/* on every thread: gigabytes at 8B; the first bad one found after */
-#pragma omp parallel for reduction(| : bad) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		bad |= !isfinite(m[i]) | !isfinite(v[i]);
 	for (size_t i = 0; bad && i < n; i++)
 		if (!isfinite(m[i]) || !isfinite(v[i]))
 			return ferry_error(FERRY_ERR_INVALID,

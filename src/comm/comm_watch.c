@@ -361,27 +361,15 @@ static ferry_status describe(struct comm_watch *w, int s, long long waited, cons
 			   atomic_load(&w->slots[s].what), s);
 }
 
-/* Slot s has waited past the timeout: the roll call, then fn, at once on
- * the lowest rank waiting there too, after a grace on the others. */
-static void fire(struct comm_watch *w, int s, long long waited)
+/* Calls the watch's fn with st (every collective cancelled first): at once
+ * where this rank is the first to say it, else after a grace in which the
+ * first one may (answering roll calls meanwhile); nothing once stopped. */
+static void stop_all(struct comm_watch *w, bool first, ferry_status st)
 {
-	int n = w->side->size, first = w->side->rank;
-	enum roll *roll = ferry_calloc((size_t)n, sizeof(*roll));
-	long long *at = ferry_calloc((size_t)n, sizeof(*at));
-	struct roll_result r = { roll && at ? roll : NULL, at, atomic_load(&w->slots[s].started), w->side->rank };
 	ferry_comm_timeout_fn fn;
 	void *arg;
-	ferry_status st;
 
-	if (r.roll)
-		roll_call(w, s, roll, at);
-	for (int p = 0; r.roll && p < first; p++)
-		if (roll[p] == WAITING_TOO && at[p] == r.k)
-			first = p;
-	st = describe(w, s, waited, &r);
-	ferry_free(roll);
-	ferry_free(at);
-	for (long long end = ferry_now_ns() + GRACE_NS; first != r.me && ferry_now_ns() < end && !atomic_load(&w->stop);
+	for (long long end = ferry_now_ns() + GRACE_NS; !first && ferry_now_ns() < end && !atomic_load(&w->stop);
 	     nap(ROLL_NAP_NS))
 		answer(w);
 	if (atomic_load(&w->stop))
@@ -392,6 +380,27 @@ static void fire(struct comm_watch *w, int s, long long waited)
 	pthread_mutex_unlock(&w->lock);
 	cancel_all(w);
 	fn(arg, st);
+}
+
+/* Slot s has waited past the timeout: the roll call, then fn, at once on
+ * the lowest rank waiting there too, after a grace on the others. */
+static void fire(struct comm_watch *w, int s, long long waited)
+{
+	int n = w->side->size, first = w->side->rank;
+	enum roll *roll = ferry_calloc((size_t)n, sizeof(*roll));
+	long long *at = ferry_calloc((size_t)n, sizeof(*at));
+	struct roll_result r = { roll && at ? roll : NULL, at, atomic_load(&w->slots[s].started), w->side->rank };
+	ferry_status st;
+
+	if (r.roll)
+		roll_call(w, s, roll, at);
+	for (int p = 0; r.roll && p < first; p++)
+		if (roll[p] == WAITING_TOO && at[p] == r.k)
+			first = p;
+	st = describe(w, s, waited, &r);
+	ferry_free(roll);
+	ferry_free(at);
+	stop_all(w, first == r.me, st);
 }
 
 /* A rank on this machine whose process is gone (or a zombie), or -1. */
@@ -418,8 +427,6 @@ static int lost_peer(const struct comm_watch *w)
 static void fire_lost(struct comm_watch *w, int p)
 {
 	const struct peer *q = &w->peers[p];
-	ferry_comm_timeout_fn fn;
-	void *arg;
 	ferry_status st;
 	bool first = true;
 
@@ -427,17 +434,7 @@ static void fire_lost(struct comm_watch *w, int p)
 		first &= r == p || w->peers[r].host != w->peers[w->side->rank].host;
 	st = ferry_error(FERRY_ERR_IO, "rank %d (process %lld on this machine) ended without a word (killed: "
 			 "SIGKILL, the OOM killer?); rank %d saw it", p, q->pid, w->side->rank);
-	for (long long end = ferry_now_ns() + GRACE_NS; !first && ferry_now_ns() < end && !atomic_load(&w->stop);
-	     nap(ROLL_NAP_NS))
-		answer(w);
-	if (atomic_load(&w->stop))
-		return;
-	pthread_mutex_lock(&w->lock);
-	fn = w->fn;
-	arg = w->arg;
-	pthread_mutex_unlock(&w->lock);
-	cancel_all(w);
-	fn(arg, st);
+	stop_all(w, first, st);
 }
 
 static void *watch_main(void *p)
